@@ -1,0 +1,61 @@
+// Shared device helpers for every luce kernel. The only place a warp width is spelled:
+// NVIDIA warps and RDNA waves are 32 lanes, CDNA waves 64 (hip/compat.h sets LUCE_WAVE64).
+#pragma once
+
+#ifdef __HIPCC__
+#include "../hip/compat.h"
+#else
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#endif
+
+#include <stdint.h>
+#include "luce_ops.h"
+
+#ifdef LUCE_WAVE64
+#define WARP_SIZE 64
+#else
+#define WARP_SIZE 32
+#endif
+
+// Full-mask shuffle xor across one warp.
+template <typename T>
+__device__ __forceinline__ T warp_shfl_xor(T v, int lane_mask) {
+#ifdef __HIPCC__
+    return __shfl_xor(v, lane_mask, WARP_SIZE);
+#else
+    return __shfl_xor_sync(0xffffffffu, v, lane_mask, WARP_SIZE);
+#endif
+}
+
+// Butterfly sum: every lane ends with the same total, added in a fixed order.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int m = WARP_SIZE / 2; m > 0; m >>= 1) v += warp_shfl_xor(v, m);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int m = WARP_SIZE / 2; m > 0; m >>= 1) v = fmaxf(v, warp_shfl_xor(v, m));
+    return v;
+}
+
+// Block-wide sum in a fixed order (warp partials in warp order). `scratch` holds >= 32 floats.
+// Every thread gets the total. blockDim.x must be a multiple of WARP_SIZE.
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const int n_warps = blockDim.x / WARP_SIZE;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < n_warps; ++w) total += scratch[w];
+    return total;
+}
+
+// Status every extern "C" entry point returns: 0 on success, else the runtime's error code.
+static inline int luce_status(cudaError_t err) { return (int)err; }

@@ -1,0 +1,108 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Thin launch layer over the luce kernel library (cuda/luce_ops.h).
+
+The library (libluce_cuda.so, or libluce_hip.so with the same ABI) is dlopen()ed at run time,
+so this extension builds without a GPU toolkit. Each wrapper fills a POD params struct from
+raw device addresses and sizes, calls the kernel entry point with the GIL released and turns a
+non-zero status into KernelError naming the kernel.
+"""
+from libc.stdint cimport int64_t, uintptr_t
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+
+
+cdef extern from "luce_ops.h":
+    ctypedef struct luce_rmsnorm_params:
+        const float *x
+        const float *weight
+        float *out
+        int64_t rows
+        int64_t cols
+        float eps
+
+
+ctypedef int (*abi_version_fn)() noexcept nogil
+ctypedef const char *(*error_string_fn)(int) noexcept nogil
+ctypedef int (*sync_fn)() noexcept nogil
+ctypedef int (*rmsnorm_fn)(const luce_rmsnorm_params *, void *) noexcept nogil
+
+
+class KernelError(RuntimeError):
+    """A kernel entry point returned a non-zero status."""
+
+
+cdef void *_handle = NULL
+cdef abi_version_fn _abi_version = NULL
+cdef error_string_fn _error_string = NULL
+cdef sync_fn _sync = NULL
+cdef rmsnorm_fn _rmsnorm = NULL
+_loaded_path = None
+
+EXPECTED_ABI_VERSION = 1
+
+
+cdef void *_symbol(str name) except NULL:
+    cdef void *sym = dlsym(_handle, name.encode())
+    if sym == NULL:
+        raise OSError(f"kernel library {_loaded_path} lacks symbol {name}: rebuild with "
+                      f"'python setup.py build_ext --inplace'")
+    return sym
+
+
+def load(str path):
+    """dlopen the kernel library at `path` and resolve every entry point."""
+    global _handle, _abi_version, _error_string, _sync, _rmsnorm, _loaded_path
+    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
+    if handle == NULL:
+        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
+    _handle = handle
+    _loaded_path = path
+    _abi_version = <abi_version_fn>_symbol("luce_abi_version")
+    if _abi_version() != EXPECTED_ABI_VERSION:
+        raise OSError(f"kernel library {path} has ABI {_abi_version()}, this build expects "
+                      f"{EXPECTED_ABI_VERSION}: rebuild with 'python setup.py build_ext --inplace'")
+    _error_string = <error_string_fn>_symbol("luce_error_string")
+    _sync = <sync_fn>_symbol("luce_device_synchronize")
+    _rmsnorm = <rmsnorm_fn>_symbol("luce_rmsnorm")
+
+
+def loaded_path():
+    """Path of the loaded kernel library, or None."""
+    return _loaded_path
+
+
+cdef int _check(int status, str kernel) except -1:
+    if status != 0:
+        msg = _error_string(status).decode(errors="replace") if _error_string != NULL else "?"
+        raise KernelError(f"{kernel} failed with status {status}: {msg}")
+    return 0
+
+
+cdef int _require_loaded() except -1:
+    if _handle == NULL:
+        raise RuntimeError("no kernel library loaded: call luce._cuda.load(path) first")
+    return 0
+
+
+def synchronize():
+    _require_loaded()
+    cdef int status
+    with nogil:
+        status = _sync()
+    _check(status, "luce_device_synchronize")
+
+
+def rmsnorm(uintptr_t x, uintptr_t weight, uintptr_t out, int64_t rows, int64_t cols,
+            float eps, uintptr_t stream=0):
+    """x, out [rows, cols] f32; weight [cols] f32 (device addresses)."""
+    _require_loaded()
+    cdef luce_rmsnorm_params p
+    p.x = <const float *>x
+    p.weight = <const float *>weight
+    p.out = <float *>out
+    p.rows = rows
+    p.cols = cols
+    p.eps = eps
+    cdef int status
+    with nogil:
+        status = _rmsnorm(&p, <void *>stream)
+    _check(status, "luce_rmsnorm")

@@ -1,0 +1,1 @@
+"""GGUF files: reader (memory-mapped), typed model config, quant codecs, writer."""

@@ -1,0 +1,1 @@
+"""Backend API the models call; numpy reference backend and GPU backends."""

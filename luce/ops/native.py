@@ -1,0 +1,38 @@
+"""Locate and load the compiled kernel library behind luce._cuda.
+
+The library is optional: without nvcc at build time there is none, and luce runs on the numpy
+backend. Nothing here touches a GPU until `load_kernels()` is called.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LIB_DIR = Path(__file__).resolve().parent.parent / "lib"
+LIB_NAMES = {"cuda": "libluce_cuda.so", "hip": "libluce_hip.so"}
+
+
+def kernel_library_path(kind: str = "cuda") -> Path | None:
+    """Path of the built kernel library for `kind` ('cuda' or 'hip'), or None if not built.
+
+    `$LUCE_KERNEL_LIB` overrides the search (for a library built elsewhere)."""
+    override = os.environ.get("LUCE_KERNEL_LIB")
+    if override:
+        return Path(override) if Path(override).exists() else None
+    path = LIB_DIR / LIB_NAMES[kind]
+    return path if path.exists() else None
+
+
+def load_kernels(kind: str = "cuda"):
+    """Load the kernel library into luce._cuda and return that module."""
+    from luce import _cuda
+
+    path = kernel_library_path(kind)
+    if path is None:
+        raise RuntimeError(
+            f"luce was built without {kind.upper()} kernels ({LIB_DIR / LIB_NAMES[kind]} is missing): "
+            "install the toolkit (nvcc on PATH) and run 'python setup.py build_ext --inplace', "
+            "or use --backend numpy")
+    if _cuda.loaded_path() != str(path):
+        _cuda.load(str(path))
+    return _cuda

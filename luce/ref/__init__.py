@@ -1,0 +1,1 @@
+"""numpy references: the ground truth each kernel in cuda/<k>.cu is tested against."""

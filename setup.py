@@ -1,0 +1,93 @@
+"""Build luce: the Cython launch layer always, the CUDA kernel library when nvcc is found.
+
+`pip install -e .` (or `python setup.py build_ext --inplace`) compiles `luce/_cuda.pyx`, which
+needs only a C compiler: it dlopen()s the kernel library at run time. When `nvcc` is on PATH
+(or `$NVCC` names it) the build also compiles every `cuda/*.cu` into `luce/lib/libluce_cuda.so`
+for sm_90 plus any arch listed in `LUCE_CUDA_ARCHS` (e.g. "80,89"). Without nvcc the package
+still installs and imports with the numpy backend; the build says so in one line.
+"""
+import glob
+import os
+import shutil
+import subprocess
+
+import numpy
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def cuda_archs() -> list[str]:
+    """sm_90 always, then `LUCE_CUDA_ARCHS` ("80,89" or "sm_80;sm_89"), deduplicated."""
+    archs = ["90"]
+    for item in os.environ.get("LUCE_CUDA_ARCHS", "").replace(";", ",").split(","):
+        arch = item.strip().lower().replace("sm_", "").replace("compute_", "")
+        if arch and arch not in archs:
+            archs.append(arch)
+    return archs
+
+
+def find_nvcc() -> str | None:
+    if os.environ.get("LUCE_NO_CUDA"):
+        return None
+    for cand in (os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+def build_cuda_library(out_dir: str) -> None:
+    """nvcc every cuda/*.cu into out_dir/libluce_cuda.so; skipped when up to date."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        print("luce: nvcc not found; building the numpy backend only (set NVCC to add CUDA)")
+        return
+    sources = sorted(glob.glob(os.path.join(ROOT, "cuda", "*.cu")))
+    headers = glob.glob(os.path.join(ROOT, "cuda", "*.h")) + glob.glob(os.path.join(ROOT, "cuda", "*.cuh"))
+    target = os.path.join(out_dir, "libluce_cuda.so")
+    newest = max(os.path.getmtime(p) for p in sources + headers + [__file__])
+    if os.path.exists(target) and os.path.getmtime(target) >= newest:
+        return
+    os.makedirs(out_dir, exist_ok=True)
+    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in cuda_archs()]
+    cmd = [nvcc, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "--threads", "0",
+           "-I", os.path.join(ROOT, "cuda"), *gencode, "-o", target, *sources]
+    print("luce: building CUDA kernels for sm_" + ", sm_".join(cuda_archs()))
+    subprocess.run(cmd, check=True)
+
+
+class BuildExtWithCuda(build_ext):
+    def run(self):
+        super().run()
+        lib_root = ROOT if self.inplace else self.build_lib
+        build_cuda_library(os.path.join(lib_root, "luce", "lib"))
+
+
+extensions = [
+    Extension(
+        "luce._cuda",
+        ["luce/_cuda.pyx"],
+        include_dirs=[os.path.join(ROOT, "cuda"), numpy.get_include()],
+        libraries=["dl"],
+    )
+]
+
+setup(
+    name="luce",
+    version="0.1.0",
+    description="Speculative-decoding LLM inference runtime and OpenAI-compatible server",
+    packages=find_packages(include=["luce", "luce.*"]),
+    python_requires=">=3.10",
+    install_requires=["numpy>=1.24", "gguf>=0.17", "tokenizers>=0.19", "jinja2>=3.1"],
+    extras_require={
+        "cuda": ["cuda-python>=12.6"],
+        "rocm": ["hip-python"],
+        "test": ["pytest>=8", "hypothesis>=6"],
+        "oracle": ["torch", "transformers>=5"],
+    },
+    ext_modules=extensions,
+    cmdclass={"build_ext": BuildExtWithCuda},
+    entry_points={"console_scripts": []},
+    zip_safe=False,
+)

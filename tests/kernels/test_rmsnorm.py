@@ -1,0 +1,60 @@
+"""RMSNorm: numpy reference properties on the CPU; kernel parity and batch invariance on GPU."""
+import numpy as np
+import pytest
+
+from luce.ref.rmsnorm import rmsnorm
+from tests.kernels.tolerances import tolerance
+
+ROWS = [1, 2, 63, 64, 65, 129]
+COLS = [1, 5, 128, 1536, 5120]
+
+
+def test_reference_matches_definition():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 7)).astype(np.float32)
+    w = rng.standard_normal(7).astype(np.float32)
+    expect = [row / np.sqrt(np.mean(row.astype(np.float64) ** 2) + 1e-6) * w for row in x]
+    np.testing.assert_allclose(rmsnorm(x, w, 1e-6), np.array(expect), rtol=1e-6)
+
+
+def test_reference_is_batch_invariant():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((65, 1536)).astype(np.float32)
+    w = rng.standard_normal(1536).astype(np.float32)
+    together = rmsnorm(x, w, 1e-6)
+    for r in (0, 31, 64):
+        assert np.array_equal(together[r], rmsnorm(x[r:r + 1], w, 1e-6)[0])
+
+
+def _run_kernel(x, w, eps):
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+    from tests.kernels.harness import GuardedOutput
+
+    k = load_kernels()
+    dx, dw = DeviceBuffer.from_numpy(x), DeviceBuffer.from_numpy(w)
+    out = GuardedOutput(x.shape)
+    k.rmsnorm(dx.ptr, dw.ptr, out.ptr, x.shape[0], x.shape[1], eps)
+    k.synchronize()
+    return out.result()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("cols", COLS)
+def test_kernel_parity(rows, cols):
+    rng = np.random.default_rng(rows * 1000 + cols)
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
+    rtol, atol = tolerance("rmsnorm")
+    np.testing.assert_allclose(_run_kernel(x, w, 1e-6), rmsnorm(x, w, 1e-6), rtol=rtol, atol=atol)
+
+
+@pytest.mark.gpu
+def test_kernel_batch_invariance():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((64, 5120)).astype(np.float32)
+    w = rng.standard_normal(5120).astype(np.float32)
+    together = _run_kernel(x, w, 1e-6)
+    for r in (0, 17, 63):
+        assert np.array_equal(together[r], _run_kernel(x[r:r + 1], w, 1e-6)[0])
