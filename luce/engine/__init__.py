@@ -1,0 +1,1 @@
+"""Engine: scheduler, slots, pages, recurrent states, transactions, step builder."""
