@@ -1,0 +1,109 @@
+"""Paged KV bookkeeping: a refcounted pool of 16-token pages and per-slot page lists.
+
+Only ids and counts live here; the KV arrays themselves belong to the model state. The device
+layout of a step is CSR (`kv_indptr`, `kv_indices`, `kv_last_page_len`), built by `csr()`.
+Every mutating call checks first and changes nothing when it cannot succeed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PAGE_SIZE = 16
+
+
+class PoolExhausted(RuntimeError):
+    """Not enough free KV pages; nothing was changed."""
+
+
+def pages_for(n_tokens: int, page_size: int = PAGE_SIZE) -> int:
+    return -(-n_tokens // page_size)
+
+
+class PagePool:
+    def __init__(self, n_pages: int, page_size: int = PAGE_SIZE):
+        if n_pages <= 0:
+            raise ValueError(f"a page pool needs at least one page, got {n_pages}")
+        self.n_pages = n_pages
+        self.page_size = page_size
+        self.refcount = np.zeros(n_pages, np.int32)      # [n_pages]
+        self._free = list(range(n_pages - 1, -1, -1))    # stack; pops the lowest id first
+        self.pages: dict[int, list[int]] = {}            # slot -> page ids in sequence order
+
+    @property
+    def n_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def n_used(self) -> int:
+        return self.n_pages - len(self._free)
+
+    def slot_pages(self, slot: int) -> list[int]:
+        return self.pages.get(slot, [])
+
+    def extra_pages_needed(self, slot: int, n_tokens: int) -> int:
+        """Pages `slot` must gain so its list covers `n_tokens` tokens."""
+        return max(0, pages_for(n_tokens, self.page_size) - len(self.slot_pages(slot)))
+
+    def ensure(self, slot: int, n_tokens: int) -> list[int]:
+        """Grow `slot`'s page list to cover n_tokens; returns the new page ids.
+        Raises PoolExhausted (changing nothing) when the pool cannot supply them."""
+        need = self.extra_pages_needed(slot, n_tokens)
+        if need > len(self._free):
+            raise PoolExhausted(f"slot {slot} needs {need} more KV pages for {n_tokens} tokens, "
+                                f"{len(self._free)} free of {self.n_pages}")
+        new = [self._free.pop() for _ in range(need)]
+        self.refcount[new] += 1
+        self.pages.setdefault(slot, []).extend(new)
+        return new
+
+    def truncate(self, slot: int, n_tokens: int) -> None:
+        """Drop `slot`'s pages beyond those covering n_tokens."""
+        keep = pages_for(n_tokens, self.page_size)
+        pages = self.slot_pages(slot)
+        for page in pages[keep:]:
+            self._decref(page)
+        if slot in self.pages:
+            del pages[keep:]
+
+    def release(self, slot: int) -> None:
+        for page in self.pages.pop(slot, []):
+            self._decref(page)
+
+    def _decref(self, page: int) -> None:
+        self.refcount[page] -= 1
+        if self.refcount[page] == 0:
+            self._free.append(page)
+
+    def csr(self, slots, kv_lens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """CSR of the pages covering kv_lens[i] tokens of slots[i].
+
+        Returns kv_indptr [S+1] int32, kv_indices [nnz] int32, kv_last_page_len [S] int32
+        (tokens used in each sequence's last page, 1..page_size; 0 for an empty sequence)."""
+        indptr = [0]
+        indices: list[int] = []
+        last = []
+        for slot, n in zip(slots, kv_lens):
+            n_pages = pages_for(int(n), self.page_size)
+            pages = self.slot_pages(slot)
+            if n_pages > len(pages):
+                raise ValueError(f"slot {slot} covers {len(pages)} pages, {n} tokens need {n_pages}")
+            indices.extend(pages[:n_pages])
+            indptr.append(len(indices))
+            last.append(0 if n == 0 else (int(n) - 1) % self.page_size + 1)
+        return (np.asarray(indptr, np.int32), np.asarray(indices, np.int32),
+                np.asarray(last, np.int32))
+
+    def check(self) -> None:
+        """Invariants: free + used == total, refcounts >= 0, refcount == owners, free pages unowned,
+        no page owned by two slots (pages are never shared yet)."""
+        owners = np.zeros(self.n_pages, np.int32)
+        for pages in self.pages.values():
+            np.add.at(owners, np.asarray(pages, np.int64), 1)
+        assert (self.refcount >= 0).all(), "negative refcount"
+        assert np.array_equal(owners, self.refcount), "refcount differs from owners"
+        assert (owners <= 1).all(), "page owned by two slots"
+        free = np.zeros(self.n_pages, bool)
+        free[self._free] = True
+        assert len(set(self._free)) == len(self._free), "page freed twice"
+        assert not (free & (self.refcount > 0)).any(), "free page still owned"
+        assert int(free.sum()) + int((self.refcount > 0).sum()) == self.n_pages, "page leaked"
