@@ -1,0 +1,140 @@
+"""The backend interface every model calls (numpy reference, CUDA, HIP).
+
+Models touch activations only through these methods, plus `.shape` and `.reshape(...)` on
+the arrays they return (contiguous reshapes; a GPU array type provides them as views).
+Host-side metadata (a ForwardBatch, token ids, page ids) stays numpy.
+
+Conventions:
+- "Array" is the backend's array type (np.ndarray on numpy); activations are f32.
+- A "Weight" is a matrix `[N, K]` (out, in; numpy order of the GGUF tensor) in whatever form
+  the backend multiplies fastest (numpy: dequantized f32; CUDA: the quantized blocks).
+- Batch invariance (DESIGN.md section 5): every op computes a row's result bitwise the same
+  whatever other rows share the call. Reductions depend on the row's own sizes only.
+- `kv` arguments are one attention layer's pages: an object with `.k, .v` backend arrays
+  [n_pages, PAGE_SIZE, Hkv, D] f32 (luce.models.kv_cache.PagedKV, allocated with this
+  backend's `zeros`); `batch` is a luce.models.batch.ForwardBatch (host numpy metadata).
+  The backend never imports luce.models: both are used by duck typing.
+"""
+from __future__ import annotations
+
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+Array = Any
+Weight = Any
+
+
+@runtime_checkable
+class Backend(Protocol):
+    name: str  # 'numpy' | 'cuda' | 'hip'
+
+    # ---- memory -------------------------------------------------------------------------
+    def asarray(self, x: np.ndarray) -> Array:
+        """Host array -> backend array (f32 stays f32, ints stay ints)."""
+
+    def to_numpy(self, x: Array) -> np.ndarray:
+        """Backend array -> host np.ndarray (a copy on GPU backends)."""
+
+    def zeros(self, shape: Sequence[int], dtype=np.float32) -> Array:
+        """Zero-filled backend array."""
+
+    def load_weight(self, gguf, name: str) -> Weight:
+        """Matrix `name` of a luce.gguf.reader.GGUFModel, numpy shape [N, K], ready for
+        `matmul` and `embedding` (numpy: dequantized to f32 once, here)."""
+
+    def weight_from_array(self, w: np.ndarray) -> Weight:
+        """A Weight from an f32 host matrix [N, K] (tests, tools)."""
+
+    def load_tensor(self, gguf, name: str) -> Array:
+        """Small tensor `name` (norm weights, biases, ssm_a, conv weights) as an f32 Array,
+        numpy shape of the GGUF tensor."""
+
+    # ---- dense maths ----------------------------------------------------------------------
+    def embedding(self, table: Weight, token_ids: np.ndarray) -> Array:
+        """table [V, D], token_ids [T] int -> [T, D] f32 (rows of the table)."""
+
+    def matmul(self, x: Array, w: Weight, bias: Array | None = None) -> Array:
+        """x [T, K] f32, w [N, K], bias [N] | None -> y [T, N] f32 = x @ w^T (+ bias).
+        Batch-invariant: row t of y depends only on row t of x."""
+
+    def add(self, a: Array, b: Array) -> Array:
+        """Elementwise a + b (numpy broadcasting, f32)."""
+
+    def mul(self, a: Array, b: Array) -> Array:
+        """Elementwise a * b (numpy broadcasting, f32)."""
+
+    def split(self, x: Array, sizes: Sequence[int]) -> list[Array]:
+        """Split x [..., sum(sizes)] along the last axis into contiguous arrays [..., sizes[i]]."""
+
+    def take_rows(self, x: Array, rows: np.ndarray) -> Array:
+        """x [T, ...], rows [L] int -> x[rows] [L, ...] (contiguous)."""
+
+    def rmsnorm(self, x: Array, weight: Array, eps: float) -> Array:
+        """x [..., D], weight [D] -> x / sqrt(mean(x^2) + eps) * weight, per row of D."""
+
+    def rope(self, x: Array, positions: np.ndarray, rope_dim: int, theta: float,
+             sections: Sequence[int] = ()) -> Array:
+        """NEOX (half-split) rotary on the first `rope_dim` dims of each head.
+
+        x [T, H, D] f32; positions [T] int, or [T, 4] int (t, h, w, e) for M-RoPE;
+        sections: () for plain rotary, else the 4 interleaved M-RoPE (IMROPE) section sizes
+        (pairs i of the rotated dims take the position of section by llama.cpp's imrope rule).
+        Dims rope_dim..D pass through. Pair i rotates (x[i], x[i + rope_dim/2]) by
+        angle = position * theta^(-2i/rope_dim)."""
+
+    def swiglu(self, gate: Array, up: Array) -> Array:
+        """gate, up [T, F] -> silu(gate) * up [T, F]."""
+
+    def silu(self, x: Array) -> Array:
+        """x * sigmoid(x), elementwise."""
+
+    def sigmoid(self, x: Array) -> Array:
+        """1 / (1 + exp(-x)), elementwise."""
+
+    def softplus(self, x: Array) -> Array:
+        """log(1 + exp(x)), elementwise (overflow-safe)."""
+
+    def exp(self, x: Array) -> Array:
+        """exp(x), elementwise."""
+
+    def l2norm(self, x: Array, eps: float) -> Array:
+        """x [..., D] -> x / sqrt(sum(x^2) + eps) per row of D (transformers' l2norm)."""
+
+    # ---- attention ---------------------------------------------------------------------------
+    def kv_write(self, kv: Any, batch, k: Array, v: Array) -> None:
+        """Store k, v [T, Hkv, D] f32 of the batch's rows at their KV locations
+        (ForwardBatch.row_kv_locations); padding rows are skipped."""
+
+    def attention(self, q: Array, kv: Any, batch, scale: float, causal: bool = True) -> Array:
+        """Paged GQA attention. q [T, Hq, D] f32 (Hq a multiple of Hkv; query head h reads KV
+        head h // (Hq / Hkv)); keys/values: segment s's first kv_len(s) KV rows in `kv`
+        (write this step's rows first with kv_write). causal: row attends KV indices
+        0..its own KV index; else all kv_len(s) rows. -> [T, Hq, D] f32 (zeros on padding)."""
+
+    # ---- hybrid (Gated DeltaNet) ops: references in luce/ref/{conv1d,gdn_*,gated_rmsnorm}.py
+    def causal_conv1d(self, x: Array, weight: Array, state: Array, silu: bool = True) -> tuple[Array, Array]:
+        """x [T, C], weight [C, K], state [K-1, C] (previous inputs, oldest first)
+        -> (y [T, C], new_state [K-1, C])."""
+
+    def gdn_recurrent(self, q: Array, k: Array, v: Array, g: Array, beta: Array,
+                      state: Array) -> tuple[Array, Array]:
+        """Gated delta rule, one token at a time. q, k [T, Hv, Dk] (L2-normed, q scaled by
+        1/sqrt(Dk)), v [T, Hv, Dv], g, beta [T, Hv], state [Hv, Dk, Dv] f32
+        -> (o [T, Hv, Dv], new_state). Per token: h = exp(g) h; u = beta (v - h^T k);
+        h += k u^T; o = h^T q."""
+
+    def gdn_chunked(self, q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array,
+                    chunk: int = 64) -> tuple[Array, Array]:
+        """gdn_recurrent's maths in chunk form (prefill)."""
+
+    def gated_rmsnorm(self, x: Array, z: Array, weight: Array, eps: float) -> Array:
+        """x, z [..., D], weight [D] -> rmsnorm(x) * weight * silu(z)."""
+
+    # ---- sampling (results on the host) --------------------------------------------------
+    def argmax(self, logits: Array) -> np.ndarray:
+        """logits [L, V] -> [L] int64 host array; ties go to the lowest token id."""
+
+    def top_k_logprobs(self, logits: Array, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """logits [L, V] -> (ids [L, k] int64, logprobs [L, k] f32) host arrays, best first,
+        ties to the lowest id; logprobs are log-softmax over the whole row."""

@@ -1,0 +1,144 @@
+"""The numpy reference backend: every op is a luce/ref function on host arrays.
+
+Weights are dequantized to f32 once, at load (luce.gguf.quants). Slow but exact and
+batch-invariant (see luce/ref/matmul.py); it is what the GPU backends are tested against.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from luce.ref import attention as ref_attention
+from luce.ref import matmul as ref_matmul
+from luce.ref import rotary as ref_rotary
+from luce.ref import sampling as ref_sampling
+from luce.ref import swiglu as ref_swiglu
+from luce.ref.rmsnorm import rmsnorm as ref_rmsnorm
+
+
+def _f32(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32)
+
+
+class NumpyBackend:
+    """luce.ops.api.Backend on numpy; Array = np.ndarray, Weight = f32 np.ndarray [N, K]."""
+
+    name = "numpy"
+
+    # ---- memory -------------------------------------------------------------------------
+    def asarray(self, x: np.ndarray) -> np.ndarray:
+        return np.array(x, copy=True)
+
+    def to_numpy(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x)
+
+    def zeros(self, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
+        return np.zeros(tuple(shape), dtype=dtype)
+
+    def load_weight(self, gguf, name: str) -> np.ndarray:
+        return self.load_tensor(gguf, name)
+
+    def weight_from_array(self, w: np.ndarray) -> np.ndarray:
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        if w.ndim != 2:
+            raise ValueError(f"a Weight is a matrix [N, K], got shape {w.shape}")
+        return w
+
+    def load_tensor(self, gguf, name: str) -> np.ndarray:
+        from luce.gguf import quants
+
+        info = gguf.tensor_info(name)
+        out = quants.dequantize(gguf.raw(name), info.qtype, tuple(info.shape))
+        return np.ascontiguousarray(out, dtype=np.float32).reshape(tuple(info.shape))
+
+    # ---- dense maths --------------------------------------------------------------------
+    def embedding(self, table: np.ndarray, token_ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(token_ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
+            raise IndexError(f"token id out of range [0, {table.shape[0]}): {ids.min()}..{ids.max()}")
+        return table[ids].astype(np.float32)
+
+    def matmul(self, x, w, bias=None) -> np.ndarray:
+        return ref_matmul.matmul(_f32(x), w, None if bias is None else _f32(bias))
+
+    def add(self, a, b) -> np.ndarray:
+        return np.add(_f32(a), _f32(b), dtype=np.float32)
+
+    def mul(self, a, b) -> np.ndarray:
+        return np.multiply(_f32(a), _f32(b), dtype=np.float32)
+
+    def split(self, x, sizes: Sequence[int]) -> list[np.ndarray]:
+        if sum(sizes) != x.shape[-1]:
+            raise ValueError(f"split sizes {list(sizes)} do not add up to the last axis {x.shape[-1]}")
+        bounds = np.cumsum([0, *sizes])
+        return [np.ascontiguousarray(x[..., a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def take_rows(self, x, rows: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x[np.asarray(rows, dtype=np.int64)])
+
+    def rmsnorm(self, x, weight, eps: float) -> np.ndarray:
+        return ref_rmsnorm(_f32(x), _f32(weight), eps)
+
+    def rope(self, x, positions, rope_dim: int, theta: float, sections: Sequence[int] = ()) -> np.ndarray:
+        return ref_rotary.rope(_f32(x), positions, rope_dim, theta, sections)
+
+    def swiglu(self, gate, up) -> np.ndarray:
+        return ref_swiglu.swiglu(_f32(gate), _f32(up))
+
+    def silu(self, x) -> np.ndarray:
+        return ref_swiglu.silu(_f32(x))
+
+    def sigmoid(self, x) -> np.ndarray:
+        x64 = _f32(x).astype(np.float64)
+        return (1.0 / (1.0 + np.exp(-x64))).astype(np.float32)
+
+    def softplus(self, x) -> np.ndarray:
+        return np.logaddexp(0.0, _f32(x).astype(np.float64)).astype(np.float32)
+
+    def exp(self, x) -> np.ndarray:
+        return np.exp(_f32(x).astype(np.float64)).astype(np.float32)
+
+    def l2norm(self, x, eps: float) -> np.ndarray:
+        x64 = _f32(x).astype(np.float64)
+        return (x64 / np.sqrt((x64 * x64).sum(axis=-1, keepdims=True) + eps)).astype(np.float32)
+
+    # ---- attention ----------------------------------------------------------------------
+    def kv_write(self, kv, batch, k, v) -> None:
+        pages, offsets, _ = batch.row_kv_locations()
+        live = pages >= 0
+        kv.k[pages[live], offsets[live]] = _f32(k)[live]
+        kv.v[pages[live], offsets[live]] = _f32(v)[live]
+
+    def attention(self, q, kv, batch, scale: float, causal: bool = True) -> np.ndarray:
+        return ref_attention.paged_attention(
+            _f32(q), kv.k, kv.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
+            batch.kv_last_page_len, batch.seq_slots, scale, causal)
+
+    # ---- hybrid ops: the hybrid engineer's references, imported on first use --------------
+    def causal_conv1d(self, x, weight, state, silu: bool = True):
+        from luce.ref.conv1d import causal_conv1d
+
+        return causal_conv1d(x, weight, state, silu=silu)
+
+    def gdn_recurrent(self, q, k, v, g, beta, state):
+        from luce.ref.gdn_recurrent import gdn_recurrent
+
+        return gdn_recurrent(q, k, v, g, beta, state)
+
+    def gdn_chunked(self, q, k, v, g, beta, state, chunk: int = 64):
+        from luce.ref.gdn_chunked import gdn_chunked
+
+        return gdn_chunked(q, k, v, g, beta, state, chunk=chunk)
+
+    def gated_rmsnorm(self, x, z, weight, eps: float):
+        from luce.ref.gated_rmsnorm import gated_rmsnorm
+
+        return gated_rmsnorm(x, z, weight, eps)
+
+    # ---- sampling -----------------------------------------------------------------------
+    def argmax(self, logits) -> np.ndarray:
+        return ref_sampling.argmax(logits)
+
+    def top_k_logprobs(self, logits, k: int):
+        return ref_sampling.top_k_logprobs(logits, k)
