@@ -21,8 +21,10 @@ class GGUFError(ValueError):
 
     def __init__(self, problem: str, *, file: str | os.PathLike | None = None,
                  key: str | None = None, expected: object = None, found: object = None,
-                 fix: str | None = None):
+                 fix: str | None = None, subject: str | None = None):
         self.problem = problem
+        if subject is not None:
+            self.subject = subject  # what `key` names: "key", "tensor", "at" (an offset)
         self.file = os.fspath(file) if file is not None else None
         self.key = key
         self.expected = expected

@@ -106,14 +106,16 @@ def parse_config(metadata: dict, tensors: dict, path: Path) -> ModelConfig:
     n_head = k.integer("attention.head_count")
     n_head_kv = k.integer("attention.head_count_kv", n_head)
     if n_head % n_head_kv:
-        raise k.bad(f"{arch}.attention.head_count_kv", f"a divisor of head_count={n_head}", n_head_kv)
+        raise k.bad(f"{arch}.attention.head_count_kv", f"a divisor of head_count={n_head}",
+                    n_head_kv)
     head_dim = k.integer("attention.key_length", hidden // n_head)
     if k.integer("attention.value_length", head_dim) != head_dim:
         raise k.bad(f"{arch}.attention.value_length", f"key_length={head_dim}",
                     metadata[f"{arch}.attention.value_length"])
     rope_dim = k.integer("rope.dimension_count", head_dim)
     if rope_dim > head_dim or rope_dim % 2:
-        raise k.bad(f"{arch}.rope.dimension_count", f"an even number <= head_dim={head_dim}", rope_dim)
+        raise k.bad(f"{arch}.rope.dimension_count", f"an even number <= head_dim={head_dim}",
+                    rope_dim)
     fields = dict(
         arch=arch, n_layer=n_layer, hidden=hidden, ffn=k.integer("feed_forward_length"),
         n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
@@ -154,7 +156,8 @@ def _qwen35_fields(k: _Keys, n_layer: int, n_layer_all: int) -> dict:
     else:
         interval = k.integer("full_attention_interval", 4)  # llama.cpp's default
         recurrent = tuple((il + 1) % interval != 0 for il in range(n_layer))
-    state, n_k, n_v = k.integer("ssm.state_size"), k.integer("ssm.group_count"), k.integer("ssm.time_step_rank")
+    state, n_k = k.integer("ssm.state_size"), k.integer("ssm.group_count")
+    n_v = k.integer("ssm.time_step_rank")
     inner = k.integer("ssm.inner_size")
     if n_v % n_k:
         raise k.bad(f"{k.arch}.ssm.time_step_rank", f"a multiple of ssm.group_count={n_k}", n_v)
@@ -272,7 +275,8 @@ def check_tensors(cfg: ModelConfig, tensors: dict, path: Path) -> None:
         if info is None:
             if spec.required:
                 raise MissingTensorError(f"tensor required by arch '{cfg.arch}' is missing",
-                                         file=path, key=spec.name, expected=want, found="no such tensor")
+                                         file=path, key=spec.name, expected=want,
+                                         found="no such tensor")
             continue
         if not same_shape(spec.shape, info.shape):
             raise TensorShapeError(f"tensor shape does not match the '{cfg.arch}.*' metadata",

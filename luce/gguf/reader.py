@@ -8,7 +8,8 @@ read at open: `raw()` hands out zero-copy views of the map. Every problem surfac
 
     model = GGUFModel("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
     model.config.n_layer                    # 28
-    w = model.dequantize("token_embd.weight", expect_shape=(model.config.vocab, model.config.hidden))
+    c = model.config
+    w = model.dequantize("token_embd.weight", expect_shape=(c.vocab, c.hidden))  # f32
 """
 from __future__ import annotations
 
@@ -215,7 +216,8 @@ def _place_tensors(table, data_start: int, alignment: int, size: int, path: Path
         if offset + nbytes > size:
             raise TruncatedGGUFError(
                 "tensor data runs past the end of the file", file=path, key=name,
-                expected=f"a file of at least {offset + nbytes} bytes", found=f"{size} bytes")
+                subject="tensor", expected=f"a file of at least {offset + nbytes} bytes",
+                found=f"{size} bytes")
         tensors[name] = TensorInfo(name, qtype, tuple(reversed(ne)), nbytes, offset)
     return tensors
 
@@ -266,7 +268,8 @@ class GGUFModel:
         self.close()
 
     def __repr__(self) -> str:
-        return f"GGUFModel({str(self.path)!r}, arch={self.config.arch!r}, tensors={len(self.tensors)})"
+        return (f"GGUFModel({str(self.path)!r}, arch={self.config.arch!r}, "
+                f"tensors={len(self.tensors)})")
 
     def get(self, key: str, default: object = MISSING) -> object:
         """Metadata value for `key`; MissingKeyError when absent and no default is given."""
