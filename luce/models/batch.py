@@ -125,7 +125,8 @@ class Model(Protocol):
 @dataclass
 class SegmentSpec:
     """One segment for `build_batch`: `token_ids` at positions start_pos.. of the sequence in
-    `slot` whose KV lives in `pages` (enough pages for start_pos + len(token_ids) rows)."""
+    `slot` whose KV lives in `pages` (enough pages for start_pos + len(token_ids) rows).
+    slot -1 makes a padding segment: no pages, no logits."""
 
     slot: int
     token_ids: Sequence[int]
@@ -140,7 +141,7 @@ def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] =
     for seg in segments:
         n = len(seg.token_ids)
         kv_len = seg.start_pos + n
-        n_pages = pages_needed(kv_len)
+        n_pages = pages_needed(kv_len) if seg.slot >= 0 else 0  # padding rows keep no KV
         if len(seg.pages) < n_pages:
             raise ValueError(f"slot {seg.slot}: {kv_len} KV rows need {n_pages} pages, got {len(seg.pages)}")
         row0 = qo[-1]
@@ -151,7 +152,9 @@ def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] =
         kv_indices.extend(int(p) for p in list(seg.pages)[:n_pages])
         kv_indptr.append(len(kv_indices))
         last.append(kv_len - (n_pages - 1) * PAGE_SIZE if n_pages else 0)
-        if seg.logits == "all":
+        if seg.slot < 0:
+            pass
+        elif seg.logits == "all":
             logits.extend(range(row0, row0 + n))
         elif seg.logits == "last" and n:
             logits.append(row0 + n - 1)
