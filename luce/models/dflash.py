@@ -1,0 +1,322 @@
+"""DFlash block draft model (GGUF arch `dflash`), numerically z-lab's `dflash` package.
+
+A draft pass proposes the tokens after `last` (the newest committed token, whose target
+features are not known yet) in one shot:
+
+    block rows    [last, MASK x (n_block - 1)] at positions start .. start + n_block - 1
+    context rows  the captured target features of positions 0 .. start - 1
+
+Per layer (Qwen3-style, pre-norm, q/k RMSNorm per head, NEOX rotary at absolute positions):
+queries come from the block rows only; keys/values from the context rows and the block
+rows. Context rows enter every layer as `ctx = hidden_norm(fc(concat(features)))`: each
+layer projects `ctx` with its own attn_k/attn_v (no attn_norm), k_norm, rotary at the row's
+position. The block attends bidirectionally (full-attention layers) or causally inside a
+sliding window (layers marked `sliding_window_pattern`). Output: the draft's own
+`output_norm`, then the TARGET's LM head (token embedding for the block rows is the
+target's too). Block row i > 0 predicts the token at position start + i.
+
+Caching (as the reference's DynamicCache + crop): context K/V are written once into the
+slot's draft KV pages at KV index = position and kept; block rows are written after them
+at start.. but never counted as context, so the next pass's context rows overwrite them.
+
+Two levels of API:
+- engine: `inject_context(batch, features, state)` then `forward(batch, state)`, both on
+  `ForwardBatch`es (one segment per slot; several slots per call);
+- one sequence: `seq = draft.new_sequence(max_len)`, `draft.propose(seq, new_features,
+  last_token)` -> logits [n_block - 1, V] (what the tests compare with the reference).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from luce.models.batch import ForwardBatch, ForwardOutput, SegmentSpec, build_batch
+from luce.models.kv_cache import ModelState, PagedKV, pages_needed
+from luce.models.loader import register_arch, resolve_backend
+
+
+@dataclass
+class TargetHead:
+    """What the draft borrows from its target: `embedding` [V, hidden] and `output` [V, hidden]
+    backend Weights (the target's token_embd and its LM head: output.weight, or token_embd
+    when tied). The target's output_norm is NOT used: the draft applies its own."""
+    embedding: object
+    output: object
+
+    @classmethod
+    def of(cls, target, backend) -> "TargetHead":
+        """From a TargetHead, a luce target model exposing `embedding_weight` / `output_weight`
+        (or `token_embd` / `output`), or a GGUFModel of the target (weights loaded here)."""
+        if isinstance(target, TargetHead):
+            return target
+        for emb_name, out_name in (("embedding_weight", "output_weight"), ("token_embd", "output")):
+            if getattr(target, emb_name, None) is not None:
+                out = getattr(target, out_name, None)
+                return cls(getattr(target, emb_name), out if out is not None else getattr(target, emb_name))
+        if hasattr(target, "tensors") and "token_embd.weight" in target.tensors:
+            emb = backend.load_weight(target, "token_embd.weight")
+            out = backend.load_weight(target, "output.weight") if "output.weight" in target.tensors else emb
+            return cls(emb, out)
+        raise TypeError(f"cannot take the token embedding and LM head from {type(target).__name__}: "
+                        "pass a TargetHead, a target GGUFModel, or a model with embedding_weight/output_weight")
+
+
+@dataclass
+class DraftSequence:
+    """One sequence's draft cache for `DFlashDraft.propose`: `n_context` context rows
+    (positions 0..n_context-1) are cached in `state` (slot `slot`, KV pages `pages`)."""
+    state: ModelState
+    slot: int
+    pages: list[int]
+    n_context: int = 0
+
+    @property
+    def capacity(self) -> int:
+        from luce.models.kv_cache import PAGE_SIZE
+        return len(self.pages) * PAGE_SIZE
+
+    def truncate(self, n_context: int) -> None:
+        """Forget context rows from position n_context on (the target rolled back)."""
+        if not 0 <= n_context <= self.n_context:
+            raise ValueError(f"cannot truncate a draft context of {self.n_context} rows to {n_context}")
+        self.n_context = n_context
+
+
+@dataclass
+class _Layer:
+    attn_norm: object
+    wq: object
+    wk: object
+    wv: object
+    wo: object
+    q_norm: object
+    k_norm: object
+    ffn_norm: object
+    gate: object
+    up: object
+    down: object
+    causal: bool
+    window: int | None  # sliding window (keys with q_pos - k_pos < window), None = unbounded
+
+
+class DFlashDraft:
+    """The DFlash draft on a backend. Attributes: config (ModelConfig), backend,
+    block_size, target_layers (0-based target layers whose outputs, concatenated in this
+    order, form a feature row), mask_token_id, feature_width (= len(target_layers) * hidden)."""
+
+    def __init__(self, gguf_model_or_path, target_model, backend="numpy"):
+        from luce.gguf.reader import GGUFModel
+
+        gguf = gguf_model_or_path
+        if isinstance(gguf, (str, os.PathLike)):
+            gguf = GGUFModel(gguf)
+        cfg = gguf.config
+        if cfg.arch != "dflash":
+            raise ValueError(f"{gguf.path}: arch {cfg.arch!r} is not a DFlash draft ('dflash')")
+        if "blk.0.attn_conv_base" in gguf.tensors or "selector_hidden.weight" in gguf.tensors:
+            raise NotImplementedError(f"{gguf.path} is a DFlash2 draft (dynamic convolutions, "
+                                      "candidate selector); only DFlash is implemented")
+        if cfg.mask_token_id < 0:
+            raise ValueError(f"{gguf.path}: no tokenizer.ggml.mask_token_id; a DFlash draft needs it")
+        self.gguf, self.config, self.backend = gguf, cfg, resolve_backend(backend)
+        self.block_size, self.mask_token_id = cfg.block_size, cfg.mask_token_id
+        self.target_layers = tuple(cfg.target_layers)
+        self.feature_width = len(self.target_layers) * cfg.hidden
+        self.head = TargetHead.of(target_model, self.backend)
+        self.embedding_scale = float(gguf.get("dflash.embedding_scale", 0.0)) or 1.0
+        self.logit_scale = float(gguf.get("dflash.logit_scale", 0.0)) or 1.0
+        self.softcap = float(gguf.get("dflash.final_logit_softcapping", 0.0))
+        self._check_head()
+        be = self.backend
+        self.fc = be.load_weight(gguf, "fc.weight")
+        self.hidden_norm = be.load_tensor(gguf, "enc.output_norm.weight")
+        self.output_norm = be.load_tensor(gguf, "output_norm.weight")
+        self.layers = [self._load_layer(il) for il in range(cfg.n_layer)]
+
+    @classmethod
+    def from_gguf(cls, gguf, backend, target_model=None, **_):
+        """luce.models.loader entry: load_model(path, backend, target_model=...)."""
+        if target_model is None:
+            raise ValueError("a DFlash draft needs its target: load_model(path, backend, target_model=target)")
+        return cls(gguf, target_model, backend)
+
+    def _check_head(self) -> None:
+        emb_shape = tuple(self.head.embedding.shape)
+        if emb_shape[-1] != self.config.hidden:
+            raise ValueError(f"target embedding width {emb_shape[-1]} != draft hidden {self.config.hidden}: "
+                             "this draft was not trained for this target")
+        if not 0 <= self.mask_token_id < emb_shape[0]:
+            raise ValueError(f"mask token id {self.mask_token_id} outside the target vocabulary ({emb_shape[0]})")
+
+    def _load_layer(self, il: int) -> _Layer:
+        be, g, extra = self.backend, self.gguf, self.config.extra
+        w = lambda name: be.load_weight(g, f"blk.{il}.{name}.weight")   # noqa: E731
+        t = lambda name: be.load_tensor(g, f"blk.{il}.{name}.weight")   # noqa: E731
+        pattern = extra.get("swa_layers") or [False] * self.config.n_layer
+        sliding = bool(extra.get("sliding_window")) and bool(pattern[il])
+        # the reference makes sliding layers causal unless the config says otherwise
+        causal = bool(extra["causal"]) if "causal" in extra else sliding
+        return _Layer(t("attn_norm"), w("attn_q"), w("attn_k"), w("attn_v"), w("attn_output"),
+                      t("attn_q_norm"), t("attn_k_norm"), t("ffn_norm"),
+                      w("ffn_gate"), w("ffn_up"), w("ffn_down"),
+                      causal=causal, window=int(extra["sliding_window"]) if sliding else None)
+
+    # ---- state -------------------------------------------------------------------------------
+    def new_state(self, max_pages: int, max_slots: int) -> ModelState:
+        """Draft KV pages for every draft layer (separate from the target's KV)."""
+        c, zeros = self.config, self.backend.zeros
+        kv = {il: PagedKV(max_pages, c.n_head_kv, c.head_dim, zeros=zeros) for il in range(c.n_layer)}
+        return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv)
+
+    def new_sequence(self, max_len: int) -> DraftSequence:
+        """A one-sequence cache (own state, slot 0) for up to max_len context + block rows."""
+        n_pages = max(1, pages_needed(max_len))
+        return DraftSequence(self.new_state(n_pages, 1), 0, list(range(n_pages)))
+
+    # ---- engine API ----------------------------------------------------------------------------
+    def fuse_features(self, features) -> object:
+        """features [T, len(target_layers) * hidden] -> ctx [T, hidden] = hidden_norm(fc(features))."""
+        if tuple(features.shape[1:]) != (self.feature_width,):
+            raise ValueError(f"target features have shape {tuple(features.shape)}, expected [T, "
+                             f"{self.feature_width}] (outputs of target layers {list(self.target_layers)} "
+                             "concatenated in that order)")
+        be = self.backend
+        return be.rmsnorm(be.matmul(features, self.fc), self.hidden_norm, self.config.rms_eps)
+
+    def inject_context(self, batch: ForwardBatch, features, state: ModelState) -> None:
+        """Cache the K/V of new context rows. batch: one segment per slot whose rows are the
+        new context positions (token_ids unused); features [T, feature_width] in row order."""
+        be = self.backend
+        ctx = self.fuse_features(be.asarray(np.asarray(features, dtype=np.float32))
+                                 if isinstance(features, np.ndarray) else features)
+        for il, layer in enumerate(self.layers):
+            k, v = self._keys_values(layer, ctx, batch.positions)
+            be.kv_write(state.kv[il], batch, k, v)
+
+    def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
+        """Draft pass over block rows (one segment per slot: [last, MASK, ...] at positions
+        start.., the slot's context rows 0..start-1 already injected). Returns the logits of
+        batch.logits_indices (normally every block row but the first)."""
+        be, c = self.backend, self.config
+        h = be.embedding(self.head.embedding, batch.token_ids)
+        if self.embedding_scale != 1.0:
+            h = be.mul(h, np.float32(self.embedding_scale))
+        for il, layer in enumerate(self.layers):
+            h = be.add(h, self._attention(layer, state.kv[il], batch, h))
+            x = be.rmsnorm(h, layer.ffn_norm, c.rms_eps)
+            h = be.add(h, be.matmul(be.swiglu(be.matmul(x, layer.gate), be.matmul(x, layer.up)), layer.down))
+        h = be.rmsnorm(be.take_rows(h, batch.logits_indices), self.output_norm, c.rms_eps)
+        return ForwardOutput(logits=self._logits(h))
+
+    def _keys_values(self, layer: _Layer, x, positions: np.ndarray):
+        """x [T, hidden] -> roped, k-normed k and v [T, Hkv, D]."""
+        be, c = self.backend, self.config
+        T = x.shape[0]
+        k = be.rmsnorm(be.matmul(x, layer.wk).reshape(T, c.n_head_kv, c.head_dim), layer.k_norm, c.rms_eps)
+        k = be.rope(k, positions, c.rope_dim, c.rope_theta)
+        v = be.matmul(x, layer.wv).reshape(T, c.n_head_kv, c.head_dim)
+        return k, v
+
+    def _attention(self, layer: _Layer, kv, batch: ForwardBatch, h):
+        be, c = self.backend, self.config
+        T = h.shape[0]
+        x = be.rmsnorm(h, layer.attn_norm, c.rms_eps)
+        q = be.rmsnorm(be.matmul(x, layer.wq).reshape(T, c.n_head, c.head_dim), layer.q_norm, c.rms_eps)
+        q = be.rope(q, batch.positions, c.rope_dim, c.rope_theta)
+        k, v = self._keys_values(layer, x, batch.positions)
+        be.kv_write(kv, batch, k, v)
+        scale = 1.0 / float(np.sqrt(c.head_dim))
+        if layer.window is None:
+            o = be.attention(q, kv, batch, scale, causal=layer.causal)
+        else:
+            o = _windowed_attention(be, q, kv, batch, scale, layer.causal, layer.window)
+        return be.matmul(o.reshape(T, c.n_head * c.head_dim), layer.wo)
+
+    def _logits(self, h):
+        be = self.backend
+        logits = be.matmul(h, self.head.output)
+        if self.logit_scale != 1.0:
+            logits = be.mul(logits, np.float32(self.logit_scale))
+        if self.softcap > 0:  # softcap * tanh(x / softcap), tanh(y) = 2 sigmoid(2y) - 1
+            s = be.sigmoid(be.mul(logits, np.float32(2.0 / self.softcap)))
+            logits = be.add(be.mul(s, np.float32(2.0 * self.softcap)), np.float32(-self.softcap))
+        return logits
+
+    # ---- one sequence ---------------------------------------------------------------------------
+    def propose(self, seq: DraftSequence, new_features, last_token: int, n_block: int | None = None):
+        """Append the target features of positions seq.n_context .. (len(new_features) rows),
+        then draft the block [last_token, MASK x (n_block - 1)] that starts right after them.
+
+        new_features [n_new, feature_width] f32 (may be empty when nothing was committed);
+        n_block: block length (default block_size; the reference shortens the last block).
+        Returns logits [n_block - 1, V] f32 (host array): row i is the draft's distribution
+        of the token at position start + 1 + i, start = position of last_token."""
+        n_block = self.block_size if n_block is None else int(n_block)
+        if not 2 <= n_block <= max(self.block_size, 2):
+            raise ValueError(f"n_block must be in 2..{self.block_size} (block_size), got {n_block}")
+        new_features = np.asarray(new_features, dtype=np.float32).reshape(-1, self.feature_width)
+        start = seq.n_context + len(new_features)
+        if start + n_block > seq.capacity:
+            raise ValueError(f"draft sequence holds {seq.capacity} rows; this pass needs {start + n_block}: "
+                             "make it with new_sequence(max_len) large enough")
+        if start == 0:
+            raise ValueError("a draft pass needs at least one context row (the prompt's target features)")
+        if len(new_features):
+            ctx_batch = build_batch([SegmentSpec(seq.slot, [0] * len(new_features), seq.n_context,
+                                                 seq.pages, logits="none")])
+            self.inject_context(ctx_batch, new_features, seq.state)
+            seq.n_context = start
+        block = build_batch([SegmentSpec(seq.slot, self.block_tokens(last_token, n_block), start,
+                                         seq.pages, logits="all")])
+        block.logits_indices = block.logits_indices[1:]
+        return self.backend.to_numpy(self.forward(block, seq.state).logits)
+
+    def block_tokens(self, last_token: int, n_block: int) -> list[int]:
+        """[last_token, MASK x (n_block - 1)]"""
+        return [int(last_token)] + [self.mask_token_id] * (n_block - 1)
+
+
+def features_from_captured(captured: dict, target_layers: Sequence[int], backend) -> object:
+    """ForwardOutput.captured {layer: [T, hidden]} of the target -> [T, len * hidden] features
+    in draft order (host concat; a GPU backend will want a fused copy)."""
+    missing = [il for il in target_layers if il not in captured]
+    if missing:
+        raise KeyError(f"target step did not capture layers {missing}: set batch.capture_layers "
+                       f"to the draft's target_layers {list(target_layers)}")
+    parts = [backend.to_numpy(captured[il]) for il in target_layers]
+    return backend.asarray(np.concatenate(parts, axis=-1).astype(np.float32))
+
+
+def _windowed_attention(be, q, kv, batch: ForwardBatch, scale: float, causal: bool, window: int):
+    """Attention of block rows limited to keys with |q_pos - k_pos| < window (and k_pos <=
+    q_pos when causal), as the reference's sliding layers. The backend API has no window
+    argument yet, so this runs on host arrays through the numpy reference."""
+    if "window" in inspect.signature(be.attention).parameters:
+        return be.attention(q, kv, batch, scale, causal=causal, window=window)
+    from luce.ref.attention import attend_row, gather_kv
+
+    if be.name != "numpy":
+        raise NotImplementedError(f"sliding-window draft layers need backend.attention(window=...) "
+                                  f"on the {be.name} backend")
+    qh = be.to_numpy(q)
+    out = np.zeros(qh.shape, dtype=np.float32)
+    kv_pos = batch.row_kv_locations()[2]
+    for s in range(batch.n_segments):
+        if batch.seq_slots[s] < 0:
+            continue
+        r0, r1 = batch.segment_rows(s)
+        k, v = gather_kv(be.to_numpy(kv.k), be.to_numpy(kv.v), batch.segment_pages(s).astype(np.int64),
+                         batch.kv_len(s))
+        for row in range(r0, r1):
+            pos = int(kv_pos[row])
+            hi = pos + 1 if causal else min(batch.kv_len(s), pos + window)
+            lo = max(0, pos - window + 1)
+            out[row] = attend_row(qh[row], k[lo:hi], v[lo:hi], scale).astype(np.float32)
+    return be.asarray(out)
+
+
+register_arch("dflash", DFlashDraft)
