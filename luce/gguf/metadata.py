@@ -75,7 +75,7 @@ class _Keys:
         v = self.raw(key, default)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise self.bad(key, "a positive number", v)
-        return float(v)
+        return float(v)  # a FLOAT32 key keeps its exact value: 1e-6 reads 9.99999997e-07
 
     def integers(self, suffix: str, default=_REQUIRED) -> tuple[int, ...]:
         key = f"{self.arch}.{suffix}"

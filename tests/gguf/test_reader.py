@@ -153,7 +153,7 @@ def test_qwen2_config_and_tensor_table_match_gguf_reader(tmp_path):
             ("qwen2", 2, 64, 256, 4, 2, 16)
         assert (c.vocab, c.rope_dim, c.context_length) == (160, 16, 4096)
         assert c.qkv_bias and not c.qk_norm and not c.tied_embeddings and not c.is_hybrid
-        assert c.rms_eps == pytest.approx(1e-6, rel=1e-6) and c.rope_theta == 1e6
+        assert c.rms_eps == float(np.float32(1e-6)) and c.rope_theta == 1e6  # FLOAT32 keys
         assert c.rope_sections == () and c.full_attention_layers == (0, 1)
         oracle = gguf.GGUFReader(path)  # the gguf package's own parser as the oracle
         assert set(m.tensors) == {t.name for t in oracle.tensors}
@@ -276,6 +276,31 @@ def test_large_string_array_round_trips(tmp_path):
         assert m.metadata["tokenizer.ggml.tokens"] == tokens
 
 
+@pytest.mark.parametrize("arch", ["qwen35", "qwen2", "qwen3", "dflash"])
+def test_reads_back_what_luce_gguf_writer_wrote(tmp_path, arch):
+    # the writer (another module) encodes a ModelConfig the way llama.cpp's converter does;
+    # reading it back must give the same config, and every tensor must pass the checks
+    import dataclasses
+
+    tiny = pytest.importorskip("luce.testing.tiny_models")
+    path = tmp_path / f"{arch}.gguf"
+    if arch == "qwen35":
+        want = tiny.make_qwen35(path, full_attention_interval=2)
+    elif arch == "dflash":
+        want = tiny.make_dflash_draft(path, tiny.tiny_qwen35_config(), target_layers=(0, 3))
+    else:
+        want = tiny.make_dense(path, arch=arch)
+    with GGUFModel(path) as m:
+        got = m.config
+        for f in dataclasses.fields(ModelConfig):
+            if f.name != "extra":
+                assert getattr(got, f.name) == getattr(want, f.name), f.name
+        weights = tiny.random_weights(want)
+        assert set(m.tensors) == set(weights)
+        name = "blk.1.ffn_up.weight"
+        np.testing.assert_array_equal(m.dequantize(name), weights[name])
+
+
 # --- the real file (skipped when absent) ----------------------------------------------------
 
 def _real_model(name: str) -> Path | None:
@@ -285,16 +310,27 @@ def _real_model(name: str) -> Path | None:
     return None
 
 
-def test_real_qwen25_coder_1_5b_config():
-    path = _real_model("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+REAL_FILES = {  # file: (n_layer, hidden, ffn, n_head, n_head_kv, head_dim, token_embd type)
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf": (28, 1536, 8960, 12, 2, 128, Q.Q4_K),
+    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf": (24, 896, 4864, 14, 2, 64, Q.Q5_0),
+}
+
+
+@pytest.mark.parametrize("name", list(REAL_FILES))
+def test_real_qwen25_coder_config(name):
+    path = _real_model(name)
     if path is None:
-        pytest.skip("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf not in $LUCE_MODELS or ~/.cache/luce/models")
+        pytest.skip(f"{name} not in $LUCE_MODELS or ~/.cache/luce/models (make models)")
+    n_layer, hidden, ffn, n_head, n_kv, head_dim, embd_type = REAL_FILES[name]
     with GGUFModel(path) as m:
         c = m.config
         assert (c.arch, c.n_layer, c.hidden, c.ffn, c.n_head, c.n_head_kv, c.head_dim) == \
-            ("qwen2", 28, 1536, 8960, 12, 2, 128)
-        assert c.vocab == 151936 and c.qkv_bias and not c.qk_norm
-        assert m.tensor_info("token_embd.weight").shape == (151936, 1536)
-        assert m.tensor_info("token_embd.weight").qtype == Q.Q4_K
-        row = m.dequantize("blk.0.attn_q.bias", expect_shape=(1536,))
-        assert np.isfinite(row).all()
+            ("qwen2", n_layer, hidden, ffn, n_head, n_kv, head_dim)
+        assert (c.vocab, c.qkv_bias, c.qk_norm, c.tied_embeddings) == (151936, True, False, False)
+        assert (c.rope_theta, c.rope_dim, c.context_length) == (1e6, head_dim, 32768)
+        embd = m.tensor_info("token_embd.weight")
+        assert (embd.shape, embd.qtype) == ((151936, hidden), embd_type)
+        assert m.get("tokenizer.ggml.pre") == "qwen2"
+        assert len(m.tokenizer_metadata()["tokenizer.ggml.tokens"]) == 151936
+        bias = m.dequantize("blk.0.attn_q.bias", expect_shape=(n_head * head_dim,))
+        assert np.isfinite(bias).all() and np.abs(bias).max() > 0
