@@ -130,7 +130,7 @@ def parse_config(metadata: dict, tensors: dict, path: Path) -> ModelConfig:
     if arch == "qwen35":
         fields.update(_qwen35_fields(k, n_layer, n_layer_all))
     if arch == "dflash":
-        fields.update(_dflash_fields(k, metadata, path))
+        fields.update(_dflash_fields(k))
     first_attn = next((i for i, r in enumerate(fields.get("recurrent_layers", ())) if not r), 0)
     fields["qkv_bias"] = f"blk.{first_attn}.attn_q.bias" in tensors
     return ModelConfig(**fields)
@@ -167,7 +167,7 @@ def _qwen35_fields(k: _Keys, n_layer: int, n_layer_all: int) -> dict:
                 ssm_state_size=state, ssm_n_k_heads=n_k, ssm_n_v_heads=n_v, ssm_inner=inner)
 
 
-def _dflash_fields(k: _Keys, metadata: dict, path: Path) -> dict:
+def _dflash_fields(k: _Keys) -> dict:
     stored = k.integers("target_layers")
     if not stored or min(stored) < 1:
         raise k.bad(f"{k.arch}.target_layers",

@@ -6,10 +6,9 @@ np.memmap of the file; the gguf package supplies the format constants. Tensor da
 read at open: `raw()` hands out zero-copy views of the map. Every problem surfaces as a
 `GGUFError` subclass naming the file, key or tensor, expected vs found, and the fix.
 
-    model = GGUFModel("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
-    model.config.n_layer                    # 28
-    c = model.config
-    w = model.dequantize("token_embd.weight", expect_shape=(c.vocab, c.hidden))  # f32
+    with GGUFModel("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf") as model:
+        c = model.config                     # c.n_layer == 28, c.hidden == 1536
+        w = model.dequantize("token_embd.weight", expect_shape=(c.vocab, c.hidden))  # f32
 """
 from __future__ import annotations
 
