@@ -24,7 +24,7 @@ import numpy as np
 from .quants_search import asymmetric_grid_fit, f16_scale, safe_inverse, signed_absmax, \
     symmetric_grid_fit
 
-_QH_SHIFTS_8 = np.arange(8, dtype=np.uint8)[None, :, None]           # [1, 8, 1]
+_QH_SHIFTS_8 = np.arange(8, dtype=np.uint8)[None, :, None]           # [1, 8, 1] (quantize)
 _QH_SHIFTS_Q6 = np.array([0, 2, 4, 6], np.uint8)[None, None, :, None]  # [1, 1, 4, 1]
 
 
@@ -91,8 +91,9 @@ def dequantize_q4_k(blocks: np.ndarray, out: np.ndarray) -> None:
 def dequantize_q5_k(blocks: np.ndarray, out: np.ndarray) -> None:
     scale, minimum = _sub_block_affine(blocks)
     q = _nibbles(blocks[:, 48:176])
-    high = (blocks[:, None, 16:48] >> _QH_SHIFTS_8) & 1              # [nb, 8, 32]
-    q |= high << 4
+    qh = blocks[:, 16:48]                                            # bit j: sub-block j
+    for j in range(8):
+        q[:, j] |= ((qh >> j) & 1) << 4
     _apply_affine(q, scale, minimum, out)
 
 
@@ -151,11 +152,12 @@ def quantize_q5_k(x: np.ndarray) -> np.ndarray:
 def dequantize_q6_k(blocks: np.ndarray, out: np.ndarray) -> None:
     nb = blocks.shape[0]
     ql = blocks[:, 0:128].reshape(nb, 2, 2, 32)                      # [half, pair, l]
-    qh = blocks[:, 128:192].reshape(nb, 2, 1, 32)
+    qh = blocks[:, 128:192].reshape(nb, 2, 32)
     q = np.empty((nb, 2, 4, 32), np.uint8)                          # [half, group, l]
     np.bitwise_and(ql, 15, out=q[:, :, 0:2])
     np.right_shift(ql, 4, out=q[:, :, 2:4])
-    q |= ((qh >> _QH_SHIFTS_Q6) & 3) << 4
+    for group in range(4):
+        q[:, :, group] |= ((qh >> 2 * group) & 3) << 4
     centred = q.view(np.int8) - np.int8(32)
     scale = _f16_at(blocks, 208) * blocks[:, 192:208].view(np.int8).astype(np.float32)
     np.multiply(scale[:, :, None], centred.reshape(nb, 16, 16), out=out.reshape(nb, 16, 16))
@@ -175,6 +177,6 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
     q = np.clip(np.rint(xs * safe_inverse(eff_scale)[:, :, None]), -32, 31)
     g = (q + 32).astype(np.uint8).reshape(nb, 2, 4, 32)             # [half, group, l]
     ql = (g[:, :, 0:2] & 15) | ((g[:, :, 2:4] & 15) << 4)            # [nb, 2, 2, 32]
-    qh = ((g >> 4) << _QH_SHIFTS_Q6).sum(axis=2, dtype=np.uint8)            # [nb, 2, 32]
+    qh = ((g >> 4) << _QH_SHIFTS_Q6).sum(axis=2, dtype=np.uint8)     # [nb, 2, 32]
     return np.concatenate([ql.reshape(nb, 128), qh.reshape(nb, 64), sc.view(np.uint8),
                            d.astype(np.float16).view(np.uint8)], axis=1)
