@@ -35,7 +35,8 @@ from typing import Sequence
 import numpy as np
 
 from luce.models.batch import ForwardBatch, ForwardOutput, SegmentSpec, build_batch
-from luce.models.kv_cache import ModelState, PagedKV, pages_needed
+from luce.models.kv_cache import PAGE_SIZE, ModelState, PagedKV, pages_needed
+from luce.models.layers import AttentionWeights, FFNWeights, attend, blk, qk_norm_rope, swiglu_ffn
 from luce.models.loader import register_arch, resolve_backend
 
 
@@ -76,7 +77,6 @@ class DraftSequence:
 
     @property
     def capacity(self) -> int:
-        from luce.models.kv_cache import PAGE_SIZE
         return len(self.pages) * PAGE_SIZE
 
     def truncate(self, n_context: int) -> None:
@@ -88,19 +88,12 @@ class DraftSequence:
 
 @dataclass
 class _Layer:
-    attn_norm: object
-    wq: object
-    wk: object
-    wv: object
-    wo: object
-    q_norm: object
-    k_norm: object
-    ffn_norm: object
-    gate: object
-    up: object
-    down: object
+    attn_norm: object          # [hidden]
+    attn: AttentionWeights     # wq, wk, wv, wo, q_norm, k_norm
+    ffn_norm: object           # [hidden]
+    ffn: FFNWeights
     causal: bool
-    window: int | None  # sliding window (keys with q_pos - k_pos < window), None = unbounded
+    window: int | None         # sliding window (keys with q_pos - k_pos < window), None = unbounded
 
 
 class DFlashDraft:
@@ -154,15 +147,12 @@ class DFlashDraft:
 
     def _load_layer(self, il: int) -> _Layer:
         be, g, extra = self.backend, self.gguf, self.config.extra
-        w = lambda name: be.load_weight(g, f"blk.{il}.{name}.weight")   # noqa: E731
-        t = lambda name: be.load_tensor(g, f"blk.{il}.{name}.weight")   # noqa: E731
         pattern = extra.get("swa_layers") or [False] * self.config.n_layer
         sliding = bool(extra.get("sliding_window")) and bool(pattern[il])
         # the reference makes sliding layers causal unless the config says otherwise
         causal = bool(extra["causal"]) if "causal" in extra else sliding
-        return _Layer(t("attn_norm"), w("attn_q"), w("attn_k"), w("attn_v"), w("attn_output"),
-                      t("attn_q_norm"), t("attn_k_norm"), t("ffn_norm"),
-                      w("ffn_gate"), w("ffn_up"), w("ffn_down"),
+        return _Layer(be.load_tensor(g, blk(il, "attn_norm.weight")), AttentionWeights.load(be, g, il),
+                      be.load_tensor(g, blk(il, "ffn_norm.weight")), FFNWeights.load(be, g, il),
                       causal=causal, window=int(extra["sliding_window"]) if sliding else None)
 
     # ---- state -------------------------------------------------------------------------------
@@ -207,34 +197,35 @@ class DFlashDraft:
             h = be.mul(h, np.float32(self.embedding_scale))
         for il, layer in enumerate(self.layers):
             h = be.add(h, self._attention(layer, state.kv[il], batch, h))
-            x = be.rmsnorm(h, layer.ffn_norm, c.rms_eps)
-            h = be.add(h, be.matmul(be.swiglu(be.matmul(x, layer.gate), be.matmul(x, layer.up)), layer.down))
+            h = be.add(h, swiglu_ffn(be, layer.ffn, be.rmsnorm(h, layer.ffn_norm, c.rms_eps)))
         h = be.rmsnorm(be.take_rows(h, batch.logits_indices), self.output_norm, c.rms_eps)
         return ForwardOutput(logits=self._logits(h))
 
     def _keys_values(self, layer: _Layer, x, positions: np.ndarray):
-        """x [T, hidden] -> roped, k-normed k and v [T, Hkv, D]."""
-        be, c = self.backend, self.config
+        """Context rows: x [T, hidden] (fused features, no attn_norm) -> k [T, Hkv, D]
+        (k_norm, rotary), v [T, Hkv, D]."""
+        be, c, w = self.backend, self.config, layer.attn
         T = x.shape[0]
-        k = be.rmsnorm(be.matmul(x, layer.wk).reshape(T, c.n_head_kv, c.head_dim), layer.k_norm, c.rms_eps)
-        k = be.rope(k, positions, c.rope_dim, c.rope_theta)
-        v = be.matmul(x, layer.wv).reshape(T, c.n_head_kv, c.head_dim)
-        return k, v
+        k = be.rmsnorm(be.matmul(x, w.wk).reshape(T, c.n_head_kv, c.head_dim), w.k_norm, c.rms_eps)
+        k = be.rope(k, positions, c.rope_dim, c.rope_theta, c.rope_sections)
+        return k, be.matmul(x, w.wv).reshape(T, c.n_head_kv, c.head_dim)
 
     def _attention(self, layer: _Layer, kv, batch: ForwardBatch, h):
-        be, c = self.backend, self.config
-        T = h.shape[0]
+        """Block rows: h [T, hidden] -> attention output [T, hidden] over context + block KV."""
+        be, c, w = self.backend, self.config, layer.attn
+        T, D = h.shape[0], c.head_dim
         x = be.rmsnorm(h, layer.attn_norm, c.rms_eps)
-        q = be.rmsnorm(be.matmul(x, layer.wq).reshape(T, c.n_head, c.head_dim), layer.q_norm, c.rms_eps)
-        q = be.rope(q, batch.positions, c.rope_dim, c.rope_theta)
-        k, v = self._keys_values(layer, x, batch.positions)
-        be.kv_write(kv, batch, k, v)
-        scale = 1.0 / float(np.sqrt(c.head_dim))
+        q = be.matmul(x, w.wq).reshape(T, c.n_head, D)
+        k = be.matmul(x, w.wk).reshape(T, c.n_head_kv, D)
+        v = be.matmul(x, w.wv).reshape(T, c.n_head_kv, D)
+        q, k = qk_norm_rope(be, q, k, batch.positions, c, w.q_norm, w.k_norm)
+        scale = 1.0 / float(np.sqrt(D))
         if layer.window is None:
-            o = be.attention(q, kv, batch, scale, causal=layer.causal)
+            o = attend(be, q, k, v, kv, batch, scale, causal=layer.causal)
         else:
-            o = _windowed_attention(be, q, kv, batch, scale, layer.causal, layer.window)
-        return be.matmul(o.reshape(T, c.n_head * c.head_dim), layer.wo)
+            be.kv_write(kv, batch, k, v)
+            o = _windowed_attention(be, q, kv, batch, scale, layer.causal, layer.window).reshape(T, -1)
+        return be.matmul(o, w.wo)
 
     def _logits(self, h):
         be = self.backend
