@@ -161,7 +161,8 @@ def config_metadata(config: ModelConfig) -> dict[str, object]:
     Key lengths are written where the HF config carries `head_dim` (qwen3, qwen35, dflash)
     or where it differs from hidden // n_head; `rope.dimension_count` only where rotation is
     partial (qwen35 always, as its converter does); dflash `target_layers` are stored as
-    0-based layer id + 1 (llama.cpp's convention).
+    0-based layer id + 1 (llama.cpp's convention), and dflash also gets `dflash.vocab_size`
+    (llama.cpp's LLM_KV_VOCAB_SIZE; its converter relies on the tokenizer instead).
     """
     if config.arch not in SUPPORTED_ARCHS:
         raise ValueError(f"arch {config.arch!r} is not one of {SUPPORTED_ARCHS}")
@@ -189,6 +190,7 @@ def config_metadata(config: ModelConfig) -> dict[str, object]:
     if a == "dflash":
         if not config.target_layers or config.block_size <= 0:
             raise ValueError("dflash config needs target_layers and block_size > 0")
+        md[f"{a}.vocab_size"] = config.vocab  # no token_embd to infer it from (nor a tokenizer, maybe)
         md[f"{a}.block_size"] = config.block_size
         md[f"{a}.target_layers"] = [i + 1 for i in config.target_layers]
         if config.mask_token_id >= 0:
