@@ -50,7 +50,8 @@ def gaussian(shape, seed: int, sigma: float = 0.02) -> np.ndarray:
 
 
 def relative_rms(y: np.ndarray, x: np.ndarray) -> float:
-    return float(np.sqrt(np.mean((y.astype(np.float64) - x) ** 2) / np.mean(x.astype(np.float64) ** 2)))
+    x64 = x.astype(np.float64)
+    return float(np.sqrt(np.mean((y - x64) ** 2) / np.mean(x64 ** 2)))
 
 
 # ---- sizes -------------------------------------------------------------------------------
