@@ -8,23 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 
-PAGE_SIZE = 16
+from luce.models.kv_cache import PAGE_SIZE, pages_needed
 
 
 class PoolExhausted(RuntimeError):
     """Not enough free KV pages; nothing was changed."""
 
 
-def pages_for(n_tokens: int, page_size: int = PAGE_SIZE) -> int:
-    return -(-n_tokens // page_size)
-
-
 class PagePool:
-    def __init__(self, n_pages: int, page_size: int = PAGE_SIZE):
+    def __init__(self, n_pages: int):
         if n_pages <= 0:
             raise ValueError(f"a page pool needs at least one page, got {n_pages}")
         self.n_pages = n_pages
-        self.page_size = page_size
+        self.page_size = PAGE_SIZE
         self.refcount = np.zeros(n_pages, np.int32)      # [n_pages]
         self._free = list(range(n_pages - 1, -1, -1))    # stack; pops the lowest id first
         self.pages: dict[int, list[int]] = {}            # slot -> page ids in sequence order
@@ -42,7 +38,7 @@ class PagePool:
 
     def extra_pages_needed(self, slot: int, n_tokens: int) -> int:
         """Pages `slot` must gain so its list covers `n_tokens` tokens."""
-        return max(0, pages_for(n_tokens, self.page_size) - len(self.slot_pages(slot)))
+        return max(0, pages_needed(n_tokens) - len(self.slot_pages(slot)))
 
     def ensure(self, slot: int, n_tokens: int) -> list[int]:
         """Grow `slot`'s page list to cover n_tokens; returns the new page ids.
@@ -58,7 +54,7 @@ class PagePool:
 
     def truncate(self, slot: int, n_tokens: int) -> None:
         """Drop `slot`'s pages beyond those covering n_tokens."""
-        keep = pages_for(n_tokens, self.page_size)
+        keep = pages_needed(n_tokens)
         pages = self.slot_pages(slot)
         for page in pages[keep:]:
             self._decref(page)
@@ -83,7 +79,7 @@ class PagePool:
         indices: list[int] = []
         last = []
         for slot, n in zip(slots, kv_lens):
-            n_pages = pages_for(int(n), self.page_size)
+            n_pages = pages_needed(int(n))
             pages = self.slot_pages(slot)
             if n_pages > len(pages):
                 raise ValueError(f"slot {slot} covers {len(pages)} pages, {n} tokens need {n_pages}")

@@ -4,7 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from luce.engine.pages import PagePool, PoolExhausted, pages_for
+from luce.engine.pages import PagePool, PoolExhausted
+from luce.models.kv_cache import pages_needed
 
 
 def test_ensure_grows_and_csr_describes_pages():
@@ -66,4 +67,4 @@ def test_invariants_hold_under_random_operations(ops):
             pool.release(slot)
         pool.check()
     for slot, pages in pool.pages.items():
-        assert len(pages) <= pages_for(100)
+        assert len(pages) <= pages_needed(100)
