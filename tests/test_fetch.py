@@ -237,7 +237,8 @@ def test_fetch_unknown_name(tmp_path, fake_defaults):
 
 
 def load_cli():
-    spec = importlib.util.spec_from_file_location("fetch_models_cli", ROOT / "tools" / "fetch_models.py")
+    script = ROOT / "tools" / "fetch_models.py"
+    spec = importlib.util.spec_from_file_location("fetch_models_cli", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -72,8 +72,9 @@ def assert_same_decode(m: GGUFModel, name: str, rows: np.ndarray | None = None) 
         ref = np.asarray(gguf_quants.dequantize(part, info.qtype), dtype=np.float32)
         ref = ref.reshape(part.shape[0], n)
         assert ours.dtype == np.float32 and ours.shape == ref.shape
-        if not np.array_equal(ours.view(np.uint32), ref.view(np.uint32)):
-            bad = tuple(int(i) for i in np.argwhere(ours.view(np.uint32) != ref.view(np.uint32))[0])
+        ours_bits, ref_bits = ours.view(np.uint32), ref.view(np.uint32)
+        if not np.array_equal(ours_bits, ref_bits):
+            bad = tuple(int(i) for i in np.argwhere(ours_bits != ref_bits)[0])
             raise AssertionError(f"{m.path.name} {name} ({info.qtype.name}) differs from gguf at "
                                  f"local row/col {bad}: {ours[bad]!r} vs "
                                  f"{ref[bad]!r}")
@@ -122,7 +123,8 @@ def test_both_files_share_the_token_array():
 
 def expected_shapes(f: dict) -> dict[str, tuple[int, ...]]:
     """Every qwen2 tensor and its numpy shape, from the MODELS.md sizes."""
-    h, ffn, q, kv = f["hidden"], f["ffn"], f["n_head"] * f["head_dim"], f["n_head_kv"] * f["head_dim"]
+    h, ffn = f["hidden"], f["ffn"]
+    q, kv = f["n_head"] * f["head_dim"], f["n_head_kv"] * f["head_dim"]
     shapes = {"token_embd.weight": (VOCAB, h), "output.weight": (VOCAB, h),
               "output_norm.weight": (h,)}
     for i in range(f["n_layer"]):
