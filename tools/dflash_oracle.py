@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from luce.testing.dflash_convert import (  # noqa: E402
-    _normal,
+    random_qwen3_target_state,
     random_reference_state,
     random_target_head,
     reference_hf_config,
@@ -63,8 +63,7 @@ def build_draft(spec: dict, seed: int):
 
 
 def build_target(spec: dict, seed: int):
-    """A tiny random transformers Qwen3 target sharing the draft's hidden size and vocab;
-    its embedding and LM head are random_target_head(spec, seed)."""
+    """The tiny random transformers Qwen3 target: random_qwen3_target_state(spec, seed)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -75,19 +74,7 @@ def build_target(spec: dict, seed: int):
         rms_norm_eps=spec["rms_eps"], tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": spec["rope_theta"]})
     target = Qwen3ForCausalLM(cfg).float().eval()
-    embed, head = random_target_head(spec, seed)
-    state = {}
-    for name, tensor in target.state_dict().items():
-        if name == "model.embed_tokens.weight":
-            state[name] = torch.from_numpy(embed)
-        elif name == "lm_head.weight":
-            state[name] = torch.from_numpy(head)
-        elif tensor.ndim == 1:
-            state[name] = torch.from_numpy(1.0 + _normal(seed, "target." + name, tuple(tensor.shape), 0.1))
-        else:
-            scale = 1.0 / np.sqrt(tensor.shape[1])
-            state[name] = torch.from_numpy(_normal(seed, "target." + name, tuple(tensor.shape), scale))
-    target.load_state_dict(state)
+    target.load_state_dict({k: torch.from_numpy(v) for k, v in random_qwen3_target_state(spec, seed).items()})
     return target
 
 
@@ -164,21 +151,22 @@ def run_direct(spec: dict, seed: int, chunks: list[int], block_lens: list[int]) 
 
 
 def run_scenario(name: str, seed: int) -> dict:
-    """-> {'spec': dict, 'seed': int, 'calls': [dict], 'output_ids': array or None}"""
+    """-> {'spec': dict, 'seed': int, 'args': dict, 'calls': [dict], 'output_ids': array or None}
+    (generate: output_ids [prompt_len + generated] int64, the prompt first)"""
     overrides, kind, args = SCENARIOS[name]
     spec = tiny_draft_spec(**overrides)
     if kind == "generate":
         calls, output_ids = run_generate(spec, seed, **args)
     else:
         calls, output_ids = run_direct(spec, seed, **args), None
-    return {"spec": spec, "seed": seed, "calls": calls, "output_ids": output_ids}
+    return {"spec": spec, "seed": seed, "args": args, "calls": calls, "output_ids": output_ids}
 
 
 def save_fixture(path: Path, results: dict[str, dict]) -> None:
     """One .npz: per scenario a JSON header plus per-call arrays `{scenario}/{i}/{field}`."""
     arrays: dict[str, np.ndarray] = {}
     for name, res in results.items():
-        header = {"spec": res["spec"], "seed": res["seed"], "n_calls": len(res["calls"])}
+        header = {"spec": res["spec"], "seed": res["seed"], "args": res["args"], "n_calls": len(res["calls"])}
         arrays[f"{name}/header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
         if res["output_ids"] is not None:
             arrays[f"{name}/output_ids"] = res["output_ids"]
@@ -200,7 +188,8 @@ def load_fixture(path: Path) -> dict[str, dict]:
             calls = [{f: data[f"{name}/{i}/{f}"] for f in ("features", "block_ids", "positions", "logits")}
                      for i in range(header["n_calls"])]
             out = data[f"{name}/output_ids"] if f"{name}/output_ids" in data.files else None
-            results[name] = {"spec": header["spec"], "seed": header["seed"], "calls": calls, "output_ids": out}
+            results[name] = {"spec": header["spec"], "seed": header["seed"], "args": header["args"],
+                             "calls": calls, "output_ids": out}
     return results
 
 

@@ -3,8 +3,10 @@
 Three things live here, all about the reference draft's weight format:
 - `tiny_draft_spec` / `reference_hf_config`: a small draft description and the transformers
   `Qwen3Config` fields (with `dflash_config`) that the reference `DFlashDraftModel` reads;
-- `random_reference_state` / `random_target_head`: deterministic random weights from a seed,
-  drawn with numpy only, so a test can rebuild exactly what the torch oracle ran;
+- `random_reference_state` / `random_target_head` / `random_qwen3_target_state`:
+  deterministic random weights from a seed, drawn with numpy only, so a test can rebuild
+  exactly what the torch oracle ran (the tiny Qwen3 target converts with
+  `convert_qwen3_target`);
 - `convert_reference_draft`: reference state dict + config -> GGUF tensor names, metadata
   and a `ModelConfig`, following llama.cpp's converter (`DFlashModel` in conversion/qwen.py).
 
@@ -128,6 +130,43 @@ def random_target_head(spec: dict, seed: int) -> tuple[np.ndarray, np.ndarray]:
     shape = (spec["vocab"], spec["hidden"])
     return (_normal(seed, "target.embed_tokens.weight", shape, 1.0),
             _normal(seed, "target.lm_head.weight", shape, 1.0 / np.sqrt(spec["hidden"])))
+
+
+def random_qwen3_target_state(spec: dict, seed: int) -> dict[str, np.ndarray]:
+    """A tiny transformers Qwen3ForCausalLM target for the draft (state-dict names; same
+    widths and heads as the draft, spec['target_n_layer'] layers; embedding and LM head from
+    random_target_head)."""
+    embed, head = random_target_head(spec, seed)
+    layer = {k: v for k, v in random_reference_state(dict(spec, n_layer=1), seed).items()
+             if k.startswith("layers.0.")}
+    state = {"model.embed_tokens.weight": embed, "lm_head.weight": head}
+    for il in range(spec["target_n_layer"]):
+        for name, value in layer.items():
+            full = "model." + name.replace("layers.0.", f"layers.{il}.", 1)
+            scale = 0.1 if value.ndim == 1 else 1.0 / np.sqrt(value.shape[1])
+            state[full] = (1.0 if value.ndim == 1 else 0.0) + _normal(seed, "target." + full, value.shape, scale)
+    state["model.norm.weight"] = 1.0 + _normal(seed, "target.model.norm.weight", (spec["hidden"],), 0.1)
+    return state
+
+
+def qwen3_target_config(spec: dict) -> ModelConfig:
+    """ModelConfig (arch qwen3) of random_qwen3_target_state's model."""
+    return ModelConfig(arch="qwen3", n_layer=spec["target_n_layer"], hidden=spec["hidden"], ffn=spec["ffn"],
+                       n_head=spec["n_head"], n_head_kv=spec["n_head_kv"], head_dim=spec["head_dim"],
+                       vocab=spec["vocab"], rms_eps=spec["rms_eps"], rope_theta=spec["rope_theta"],
+                       rope_dim=spec["head_dim"], context_length=4096, qk_norm=True)
+
+
+def convert_qwen3_target(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Qwen3ForCausalLM state dict -> llama.cpp `qwen3` GGUF tensors (Qwen3 norms multiply
+    directly and rotary is NEOX, so nothing is shifted or permuted)."""
+    out = {"token_embd.weight": state["model.embed_tokens.weight"], "output.weight": state["lm_head.weight"],
+           "output_norm.weight": state["model.norm.weight"]}
+    for name, value in state.items():
+        parts = name.split(".", 3)
+        if parts[:2] == ["model", "layers"]:
+            out[f"blk.{parts[2]}.{_LAYER_TENSORS[parts[3]]}"] = value
+    return out
 
 
 @dataclass

@@ -15,10 +15,12 @@ import pytest
 
 from luce.gguf.reader import GGUFModel
 from luce.gguf.writer import write_model
-from luce.models import SegmentSpec, build_batch, load_model
+from luce.models import SegmentSpec, build_batch, load_model, pages_needed
 from luce.models.dflash import DFlashDraft, TargetHead, features_from_captured
-from luce.testing.dflash_convert import (convert_reference_draft, random_reference_state,
-                                         random_target_head, reference_hf_config, tiny_draft_spec)
+from luce.testing.dflash_convert import (convert_qwen3_target, convert_reference_draft,
+                                         qwen3_target_config, random_qwen3_target_state,
+                                         random_reference_state, random_target_head,
+                                         reference_hf_config, tiny_draft_spec)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "dflash" / "reference.npz"
@@ -92,6 +94,50 @@ def test_draft_logits_match_reference(tmp_path, reference, scenario):
         logits = draft.propose(seq, call["features"], int(ids[0]), len(ids))
         assert_logits_close(logits, call["logits"], f"{scenario} call {i}")
     assert seq.n_context == sum(len(c["features"]) for c in ref["calls"])
+
+
+def speculative_greedy(target, draft, prompt: list[int], max_new_tokens: int):
+    """dflash_generate's greedy loop on luce models -> (output ids, draft logits per pass)."""
+    block_size, be, layers = draft.block_size, target.backend, draft.target_layers
+    max_length = len(prompt) + max_new_tokens
+    state = target.new_state(max_pages=pages_needed(max_length + block_size), max_slots=1)
+    pages = list(range(state.max_pages))
+    seq = draft.new_sequence(max_length + block_size)
+    out = target.forward(build_batch([SegmentSpec(0, prompt, 0, pages)], capture_layers=layers), state)
+    output = list(prompt) + [int(be.argmax(out.logits)[0])]
+    features = features_from_captured(out.captured, layers, be)
+    start, draft_logits = len(prompt), []
+    while start + 1 < max_length:
+        verify = min(block_size, max_length - start)
+        logits = draft.propose(seq, features, output[start], verify)
+        draft_logits.append(logits)
+        block = [output[start]] + be.argmax(logits).tolist()
+        out = target.forward(build_batch([SegmentSpec(0, block, start, pages, logits="all")],
+                                         capture_layers=layers), state)
+        posterior = be.argmax(out.logits).tolist()
+        accepted = next((i for i in range(verify - 1) if block[i + 1] != posterior[i]), verify - 1)
+        output[start + 1:] = block[1:accepted + 1] + [posterior[accepted]]
+        produced = min(accepted + 1, max_length - start - 1)
+        start += produced
+        features = features_from_captured(out.captured, layers, be)[:produced]
+    return output[:min(start + 1, max_length)], draft_logits
+
+
+def test_speculative_loop_on_luce_target_reproduces_reference(tmp_path, reference):
+    """End to end: luce's qwen3 target (captured layer outputs -> features) and the draft,
+    in dflash_generate's greedy loop, emit the reference's tokens; every draft pass matches."""
+    ref = reference["generate"]
+    spec, seed = ref["spec"], ref["seed"]
+    target_path = tmp_path / "target.gguf"
+    write_model(target_path, qwen3_target_config(spec), convert_qwen3_target(random_qwen3_target_state(spec, seed)))
+    target = load_model(target_path, "numpy")
+    draft = DFlashDraft(build_draft(tmp_path, spec, seed).gguf, target, "numpy")
+    prompt = ref["output_ids"][:ref["args"]["prompt_len"]].tolist()
+    output, draft_logits = speculative_greedy(target, draft, prompt, ref["args"]["max_new_tokens"])
+    assert output == ref["output_ids"].tolist()
+    assert len(draft_logits) == len(ref["calls"])
+    for i, (got, call) in enumerate(zip(draft_logits, ref["calls"])):
+        assert_logits_close(got, call["logits"], f"draft pass {i}")
 
 
 @pytest.mark.skipif(not LIVE, reason="torch / transformers / dflash not importable")
