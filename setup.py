@@ -64,13 +64,15 @@ class BuildExtWithCuda(build_ext):
         build_cuda_library(os.path.join(lib_root, "luce", "lib"))
 
 
+# luce/_cuda.pyx (library loading, errors) plus one luce/_cuda_<family>.pyx per kernel family.
 extensions = [
     Extension(
-        "luce._cuda",
-        ["luce/_cuda.pyx"],
+        "luce." + os.path.splitext(os.path.basename(pyx))[0],
+        [os.path.relpath(pyx, ROOT)],
         include_dirs=[os.path.join(ROOT, "cuda"), numpy.get_include()],
         libraries=["dl"],
     )
+    for pyx in sorted(glob.glob(os.path.join(ROOT, "luce", "_cuda*.pyx")))
 ]
 
 setup(

@@ -70,10 +70,15 @@ def loaded_path():
     return _loaded_path
 
 
-cdef int _check(int status, str kernel) except -1:
+def raise_for_status(int status, str kernel):
+    """Raise KernelError naming `kernel` when status != 0 (for the luce._cuda_<family> modules)."""
     if status != 0:
         msg = _error_string(status).decode(errors="replace") if _error_string != NULL else "?"
         raise KernelError(f"{kernel} failed with status {status}: {msg}")
+
+
+cdef int _check(int status, str kernel) except -1:
+    raise_for_status(status, kernel)
     return 0
 
 

@@ -23,8 +23,17 @@ def kernel_library_path(kind: str = "cuda") -> Path | None:
     return path if path.exists() else None
 
 
+def family_modules() -> list[str]:
+    """Names of the per-family launch modules (luce/_cuda_<family>.pyx), built or not."""
+    src = Path(__file__).resolve().parent.parent
+    return sorted(p.stem for p in src.glob("_cuda_*.pyx"))
+
+
 def load_kernels(kind: str = "cuda"):
-    """Load the kernel library into luce._cuda and return that module."""
+    """Load the kernel library into luce._cuda and every luce._cuda_<family> module; return
+    luce._cuda (the family modules are imported as `luce._cuda_<family>`)."""
+    import importlib
+
     from luce import _cuda
 
     path = kernel_library_path(kind)
@@ -35,4 +44,6 @@ def load_kernels(kind: str = "cuda"):
             "or use --backend numpy")
     if _cuda.loaded_path() != str(path):
         _cuda.load(str(path))
+        for name in family_modules():
+            importlib.import_module(f"luce.{name}").load(str(path))
     return _cuda
