@@ -63,7 +63,9 @@ def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
                 start_pos: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """q, k [T, Hv, Dk] f32, v [T, Hv, Dv] f32, g and beta [T, Hv] f32, state [Hv, Dk, Dv] f32
     -> (o [T, Hv, Dv] f32, new_state [Hv, Dk, Dv] f32). `start_pos` is the absolute position
-    of token 0 (chunks are cut at its multiples of `chunk`). Accumulates in float64."""
+    of token 0 (chunks are cut at its multiples of `chunk`). Accumulates in float64 within a
+    chunk; the state is rounded to f32 at every chunk boundary, as between calls, so a
+    segment cut at chunk multiples gives bitwise the same result as one call."""
     T, Hv, Dk, Dv = check_gdn_shapes(q, k, v, g, beta, state)
     # float64, heads first: [T, H, ...] -> [H, T, ...]
     qh, kh, vh, gh, bh = (np.swapaxes(a.astype(np.float64), 0, 1) for a in (q, k, v, g, beta))
@@ -72,4 +74,5 @@ def gdn_chunked(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
     for begin, end in chunk_spans(start_pos, T, chunk):
         sl = slice(begin, end)
         o[:, sl], h = _one_chunk(qh[:, sl], kh[:, sl], vh[:, sl], gh[:, sl], bh[:, sl], h)
+        h = h.astype(np.float32).astype(np.float64)  # the state is f32 between chunks
     return np.swapaxes(o, 0, 1).astype(np.float32), h.astype(np.float32)

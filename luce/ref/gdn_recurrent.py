@@ -34,7 +34,9 @@ def gdn_recurrent(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
     """q, k [T, Hv, Dk] f32, v [T, Hv, Dv] f32, g (log decay, <= 0) and beta [T, Hv] f32,
     state [Hv, Dk, Dv] f32 -> (o [T, Hv, Dv] f32, new_state [Hv, Dk, Dv] f32).
 
-    Accumulates in float64; the input state is not modified."""
+    Accumulates in float64 within a token; the state is rounded to f32 after every token, so
+    tokens split over calls give bitwise the same result as one call. The input state is
+    not modified."""
     T, Hv, Dk, Dv = check_gdn_shapes(q, k, v, g, beta, state)
     h = state.astype(np.float64)  # copy: [Hv, Dk, Dv]
     q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
@@ -46,5 +48,6 @@ def gdn_recurrent(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
         predicted = np.einsum("hkv,hk->hv", h, k64[t])
         u = b64[t][:, None] * (v64[t] - predicted)                    # [Hv, Dv]
         h += k64[t][:, :, None] * u[:, None, :]
+        h = h.astype(np.float32).astype(np.float64)  # the state is f32 between tokens
         o[t] = np.einsum("hkv,hk->hv", h, q64[t])
     return o.astype(np.float32), h.astype(np.float32)

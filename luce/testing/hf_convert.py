@@ -182,12 +182,17 @@ def qwen35_model_config(hf: dict) -> ModelConfig:
         ssm_n_k_heads=nk, ssm_n_v_heads=nv, ssm_inner=nv * dv)
 
 
-def write_qwen35_gguf(path: str | Path, hf: dict, seed: int) -> Path:
-    """Write the GGUF (f32) of the random model (hf config, seed) to `path`; returns it."""
-    from luce.gguf.writer import write_model
-    from luce.testing.tiny_tokenizer import tiny_tokenizer_metadata
+def write_qwen35_gguf(path: str | Path, hf: dict, seed: int, quant_mix: str = "f32",
+                      tokenizer: dict | None = None) -> Path:
+    """Write the GGUF of the random model (hf config, seed) to `path`; returns it.
 
+    tokenizer: GGUF tokenizer metadata (e.g. luce.testing.tiny_tokenizer); its token count
+    must equal the config's vocab_size, since the reader takes the vocab from it."""
+    from luce.gguf.writer import write_model
+
+    if tokenizer is not None and len(tokenizer.get("tokenizer.ggml.tokens", ())) != hf["vocab_size"]:
+        raise ValueError(f"tokenizer has {len(tokenizer.get('tokenizer.ggml.tokens', ()))} tokens, "
+                         f"the model's vocab_size is {hf['vocab_size']}: they must match")
     tensors = convert_qwen35_state_dict(random_qwen35_state_dict(hf, seed), hf)
-    write_model(path, qwen35_model_config(hf), tensors, quant_mix="f32",
-                tokenizer=tiny_tokenizer_metadata())
+    write_model(path, qwen35_model_config(hf), tensors, quant_mix=quant_mix, tokenizer=tokenizer)
     return Path(path)

@@ -76,6 +76,21 @@ def test_chunked_segments_at_chunk_multiples_equal_one_call():
     close(h, h_one)
 
 
+def test_state_is_f32_between_steps_so_splits_are_bitwise():
+    """Recurrent calls split anywhere, and chunked calls split at chunk multiples, give
+    bitwise the one-call result (the state is rounded to f32 where a call would end)."""
+    T = 150
+    q, k, v, g, beta, state = gdn_inputs(T, seed=8)
+    for form, cuts in ((gdn_recurrent, (0, 1, 2, 37, 150)), (gdn_chunked, (0, 64, 128, 150))):
+        o_one, h_one = form(q, k, v, g, beta, state)
+        outs, h = [], state
+        for a, b in zip(cuts, cuts[1:]):
+            o, h = form(q[a:b], k[a:b], v[a:b], g[a:b], beta[a:b], h)
+            outs.append(o)
+        np.testing.assert_array_equal(np.concatenate(outs), o_one)
+        np.testing.assert_array_equal(h, h_one)
+
+
 def test_chunk_spans_cut_at_absolute_multiples():
     assert chunk_spans(0, 129) == [(0, 64), (64, 128), (128, 129)]
     assert chunk_spans(5, 130) == [(0, 59), (59, 123), (123, 130)]
@@ -179,9 +194,9 @@ def _hf_module():
 @pytest.mark.parametrize("T", [1, 65, 129])
 @pytest.mark.parametrize("hf_fn", ["torch_recurrent_gated_delta_rule", "torch_chunk_gated_delta_rule"])
 def test_matches_transformers_gated_delta_rule(T, hf_fn):
+    mod = _hf_module()
     import torch
 
-    mod = _hf_module()
     rng = np.random.default_rng(T)
     H, Dk, Dv = 4, 16, 8
     raw_q, raw_k = rng.standard_normal((2, T, H, Dk)).astype(np.float32)
@@ -203,9 +218,9 @@ def test_matches_transformers_gated_delta_rule(T, hf_fn):
 
 
 def test_conv1d_and_gated_norm_match_transformers():
+    mod = _hf_module()
     import torch
 
-    mod = _hf_module()
     rng = np.random.default_rng(1)
     T, C, K = 9, 12, 4
     x = rng.standard_normal((T, C)).astype(np.float32)

@@ -1,0 +1,131 @@
+"""Qwen3.5 / 3.6 hybrid model (GGUF arch `qwen35`), following llama.cpp's
+src/models/qwen35.cpp and transformers' Qwen3_5ForCausalLM:
+
+    x = token_embd[ids]
+    per layer: x += mixer(rmsnorm(x) * attn_norm)           mixer: Gated DeltaNet (gdn_layer)
+               x += ffn(rmsnorm(x) * post_attention_norm)          or gated full attention
+    logits = (rmsnorm(x) * output_norm) @ output^T          (output = token_embd when tied)
+
+Gated full attention: `attn_q` gives per head [query (D), gate (D)]; per-head RMSNorm on q
+and k, partial NEOX rotary on rope_dim dims (IMROPE with text positions), GQA over the
+paged KV, output * sigmoid(gate), then attn_output. Layer kinds come from
+config.recurrent_layers. Norm weights are used as stored (the GGUF holds 1 + w).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from luce.models.batch import ForwardBatch, ForwardOutput
+from luce.models.gdn_layer import GDNDims, GDNWeights, gdn_mixer
+from luce.models.kv_cache import ModelState, PagedKV
+from luce.models.layers import AttentionWeights, FFNWeights, attend, blk, qk_norm_rope, swiglu_ffn
+from luce.models.loader import register_arch
+from luce.models.recurrent_state import RecurrentState
+
+
+def gated_attention(backend, w: AttentionWeights, x, batch, kv, config):
+    """Gated full attention of one layer: x [T, hidden] (normed) -> [T, hidden]."""
+    b = backend
+    T, H, D = x.shape[0], config.n_head, config.head_dim
+    q, gate = b.split(b.matmul(x, w.wq).reshape(T, H, 2 * D), [D, D])     # [T, H, D] each
+    k = b.matmul(x, w.wk).reshape(T, config.n_head_kv, D)
+    v = b.matmul(x, w.wv).reshape(T, config.n_head_kv, D)
+    q, k = qk_norm_rope(b, q, k, batch.positions, config, w.q_norm, w.k_norm)
+    o = attend(b, q, k, v, kv, batch, 1.0 / float(np.sqrt(D)))           # [T, H*D]
+    o = b.mul(o, b.sigmoid(gate.reshape(T, H * D)))
+    return b.matmul(o, w.wo)
+
+
+@dataclass
+class Qwen35Layer:
+    attn_norm: Any                   # [hidden]
+    post_attention_norm: Any         # [hidden]
+    ffn: FFNWeights
+    gdn: GDNWeights | None = None    # Gated DeltaNet layers
+    attn: AttentionWeights | None = None  # full-attention layers
+
+
+class Qwen35Model:
+    """Hybrid Gated DeltaNet + gated attention decoder (see luce.models.batch.Model).
+
+    State (`new_state`): paged KV for the full-attention layers and, per slot, conv
+    [K-1, C] and GDN [Hv, Dk, Dv] f32 state for every GDN layer (RecurrentState)."""
+
+    def __init__(self, config, backend, token_embd, layers: list[Qwen35Layer], output_norm, output):
+        self.config = config
+        self.backend = backend
+        self.token_embd = token_embd     # Weight [V, hidden]
+        self.layers = layers
+        self.output_norm = output_norm   # [hidden]
+        self.output = output             # Weight [V, hidden] (token_embd when tied)
+        self.gdn_dims = GDNDims.of(config)
+
+    @classmethod
+    def from_gguf(cls, gguf, backend) -> "Qwen35Model":
+        config = gguf.config
+        if config.arch != "qwen35":
+            raise ValueError(f"Qwen35Model serves GGUF arch 'qwen35', not {config.arch!r}")
+        if len(config.recurrent_layers) != config.n_layer:
+            raise ValueError(f"qwen35 config has {len(config.recurrent_layers)} layer kinds for "
+                             f"{config.n_layer} layers; the GGUF needs attention.recurrent_layers "
+                             "or full_attention_interval")
+        layers = []
+        for il, recurrent in enumerate(config.recurrent_layers):
+            layers.append(Qwen35Layer(
+                attn_norm=backend.load_tensor(gguf, blk(il, "attn_norm.weight")),
+                post_attention_norm=backend.load_tensor(gguf, blk(il, "post_attention_norm.weight")),
+                ffn=FFNWeights.load(backend, gguf, il),
+                gdn=GDNWeights.load(backend, gguf, il) if recurrent else None,
+                attn=None if recurrent else AttentionWeights.load(backend, gguf, il)))
+        token_embd = backend.load_weight(gguf, "token_embd.weight")
+        output = backend.load_weight(gguf, "output.weight") if "output.weight" in gguf.tensors else token_embd
+        return cls(config, backend, token_embd, layers, backend.load_tensor(gguf, "output_norm.weight"), output)
+
+    def new_state(self, max_pages: int, max_slots: int) -> ModelState:
+        c, d = self.config, self.gdn_dims
+        kv = {il: PagedKV(max_pages, c.n_head_kv, c.head_dim, zeros=self.backend.zeros)
+              for il in c.full_attention_layers}
+        recurrent = RecurrentState(self.backend, c.gdn_layers, max_slots,
+                                   d.conv_state_shape, d.gdn_state_shape)
+        return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv, recurrent=recurrent)
+
+    def embed(self, token_ids):
+        """token_ids [T] int -> [T, hidden] f32."""
+        return self.backend.embedding(self.token_embd, token_ids)
+
+    def lm_head(self, hidden):
+        """hidden [L, hidden] -> logits [L, V] f32: final RMSNorm then the output matrix."""
+        b = self.backend
+        return b.matmul(b.rmsnorm(hidden, self.output_norm, self.config.rms_eps), self.output)
+
+    def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
+        """One step: logits [L, V] of batch.logits_indices and {layer: output [T, hidden]}
+        of batch.capture_layers (the layer's output, before the final norm). Updates the
+        KV of attention layers and each live slot's conv and GDN state."""
+        batch.validate()
+        if state.recurrent is None and self.config.gdn_layers:
+            raise ValueError("qwen35 forward needs a state from Qwen35Model.new_state (no recurrent state given)")
+        for s in range(batch.n_segments):
+            if batch.seq_slots[s] >= state.max_slots:
+                raise IndexError(f"segment {s}: slot {batch.seq_slots[s]} >= max_slots {state.max_slots}")
+        b, c = self.backend, self.config
+        x = self.embed(batch.token_ids)
+        captured = {}
+        for il, layer in enumerate(self.layers):
+            h = b.rmsnorm(x, layer.attn_norm, c.rms_eps)
+            if layer.gdn is not None:
+                h = gdn_mixer(b, layer.gdn, h, batch, state.recurrent, il, self.gdn_dims, c.rms_eps)
+            else:
+                h = gated_attention(b, layer.attn, h, batch, state.kv[il], c)
+            x = b.add(x, h)
+            x = b.add(x, swiglu_ffn(b, layer.ffn, b.rmsnorm(x, layer.post_attention_norm, c.rms_eps)))
+            if il in batch.capture_layers:
+                captured[il] = x
+        logits = self.lm_head(b.take_rows(x, batch.logits_indices))
+        return ForwardOutput(logits=logits, captured=captured)
+
+
+register_arch("qwen35", Qwen35Model)

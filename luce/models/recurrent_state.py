@@ -1,0 +1,84 @@
+"""Per-slot recurrent state of the qwen35 hybrid model (DESIGN.md section 3).
+
+For every Gated DeltaNet layer and every slot: the conv window `conv [K-1, C] f32` (the
+last K-1 inputs of the causal conv1d, oldest first) and the delta-rule state
+`gdn [Hv, Dk, Dv] f32`. Both are backend arrays; the GDN ops return new arrays, which
+replace the old ones (`store`), so a snapshot is just the references of one slot.
+A fresh or reset slot holds zeros, which is what transformers starts a sequence from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class SlotSnapshot:
+    """One slot's recurrent state at a point in time: {layer: (conv, gdn)}."""
+
+    layers: dict
+
+
+class RecurrentState:
+    """conv and GDN state of `gdn_layers` for `max_slots` slots (luce.models.kv_cache.RecurrentStore)."""
+
+    def __init__(self, backend, gdn_layers: Sequence[int], max_slots: int,
+                 conv_shape: tuple[int, int], gdn_shape: tuple[int, int, int]):
+        if max_slots <= 0:
+            raise ValueError(f"RecurrentState needs at least one slot, got max_slots={max_slots}")
+        self.backend = backend
+        self.gdn_layers = tuple(gdn_layers)
+        self.max_slots = max_slots
+        self.conv_shape = tuple(conv_shape)   # (K-1, C)
+        self.gdn_shape = tuple(gdn_shape)     # (Hv, Dk, Dv)
+        self._conv: dict[int, list[Any]] = {il: [None] * max_slots for il in self.gdn_layers}
+        self._gdn: dict[int, list[Any]] = {il: [None] * max_slots for il in self.gdn_layers}
+        for slot in range(max_slots):
+            self.reset_slot(slot)
+
+    def _check(self, layer: int, slot: int) -> None:
+        if layer not in self._conv:
+            raise KeyError(f"layer {layer} is not a Gated DeltaNet layer (those are {self.gdn_layers})")
+        if not 0 <= slot < self.max_slots:
+            raise IndexError(f"slot {slot} out of range [0, {self.max_slots}); padding rows "
+                             "(slot -1) have no recurrent state")
+
+    def conv(self, layer: int, slot: int):
+        """Conv window [K-1, C] of (layer, slot)."""
+        self._check(layer, slot)
+        return self._conv[layer][slot]
+
+    def gdn(self, layer: int, slot: int):
+        """Delta-rule state [Hv, Dk, Dv] of (layer, slot)."""
+        self._check(layer, slot)
+        return self._gdn[layer][slot]
+
+    def store(self, layer: int, slot: int, conv, gdn) -> None:
+        """Replace (layer, slot)'s state with the arrays an op returned."""
+        self._check(layer, slot)
+        if tuple(conv.shape) != self.conv_shape or tuple(gdn.shape) != self.gdn_shape:
+            raise ValueError(f"state shapes {tuple(conv.shape)}, {tuple(gdn.shape)} != "
+                             f"expected {self.conv_shape}, {self.gdn_shape}")
+        self._conv[layer][slot] = conv
+        self._gdn[layer][slot] = gdn
+
+    def reset_slot(self, slot: int) -> None:
+        """Zero every layer's state of `slot` (a new sequence starts there)."""
+        if not 0 <= slot < self.max_slots:
+            raise IndexError(f"slot {slot} out of range [0, {self.max_slots})")
+        for il in self.gdn_layers:
+            self._conv[il][slot] = self.backend.zeros(self.conv_shape)
+            self._gdn[il][slot] = self.backend.zeros(self.gdn_shape)
+
+    def snapshot(self, slot: int) -> SlotSnapshot:
+        """The slot's current state (references: ops never modify arrays in place)."""
+        if not 0 <= slot < self.max_slots:
+            raise IndexError(f"slot {slot} out of range [0, {self.max_slots})")
+        return SlotSnapshot({il: (self._conv[il][slot], self._gdn[il][slot]) for il in self.gdn_layers})
+
+    def restore(self, slot: int, snap: SlotSnapshot) -> None:
+        """Put a snapshot (of any slot) back into `slot`."""
+        if set(snap.layers) != set(self.gdn_layers):
+            raise ValueError(f"snapshot covers layers {sorted(snap.layers)}, this model has {list(self.gdn_layers)}")
+        for il, (conv, gdn) in snap.layers.items():
+            self.store(il, slot, conv, gdn)
