@@ -8,8 +8,9 @@ be current), else from tests/fixtures/qwen35/<name>.npz.
 Tolerance vs transformers: max |luce - hf| <= 2e-4 * max(1, max |hf|) per compared block.
 transformers runs in float32 (its own prefill and cached-decode paths differ by up to
 4e-5 here); luce's numpy references accumulate in float64, and luce is closer to a
-float64 run of transformers than transformers' float32 run is. Paths inside luce that
-must agree to rounding only (chunked prefill vs token-by-token decode) use 2e-5 of scale;
+float64 run of transformers than transformers' float32 run is (measured worst: 3.6e-5 of
+scale). Paths inside luce that agree up to rounding only (chunked prefill vs token-by-token
+decode; measured worst 1.1e-5 of scale after 6 layers) use 5e-5 of scale;
 paths that must be bitwise identical (prefill cut at GDN chunk multiples, batch
 invariance) use array_equal.
 """
@@ -31,7 +32,7 @@ from luce.testing.hf_convert import grouped_to_tiled, qwen35_model_config, write
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "qwen35"
 HF_REL = 2e-4
-SELF_REL = 2e-5
+SELF_REL = 5e-5
 
 
 def _load_oracle_module():
