@@ -28,6 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from luce.testing.dflash_convert import (  # noqa: E402
+    is_dflash2_spec,
     random_qwen3_target_state,
     random_reference_state,
     random_target_head,
@@ -45,16 +46,21 @@ SCENARIOS = {
     "causal": ({"is_causal": True}, "direct", {"chunks": [3, 2, 1], "block_lens": [4, 3, 4]}),
     "scaled": ({"input_embedding_scale": 1.5, "output_multiplier": 0.7, "final_logit_softcapping": 2.0},
                "direct", {"chunks": [4, 2], "block_lens": [4, 4]}),
+    # DFlash2: kernel 3 > the 2-row block of call 3; 4 groups of 8 channels; 5 candidates
+    "dflash2": ({"conv_kernel_size": 3, "conv_group_size": 8, "selector_rank": 6, "selector_top_k": 5,
+                 "output_multiplier": 0.7}, "direct", {"chunks": [5, 2, 1, 3], "block_lens": [4, 4, 2, 3]}),
 }
+SELECTOR_FIELDS = ("tokens", "candidates", "scores")
 
 
 def build_draft(spec: dict, seed: int):
     """The reference DFlashDraftModel (f32, eval) holding random_reference_state(spec, seed)."""
     import torch
-    from dflash.model import DFlashDraftModel
+    from dflash.model import DFlash2DraftModel, DFlashDraftModel
     from transformers import Qwen3Config
 
-    model = DFlashDraftModel(Qwen3Config(**reference_hf_config(spec))).float().eval()
+    cls = DFlash2DraftModel if is_dflash2_spec(spec) else DFlashDraftModel
+    model = cls(Qwen3Config(**reference_hf_config(spec))).float().eval()
     state = {k: torch.from_numpy(v) for k, v in random_reference_state(spec, seed).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
@@ -146,8 +152,29 @@ def run_direct(spec: dict, seed: int, chunks: list[int], block_lens: list[int]) 
             hidden = draft(target_hidden=features, noise_embedding=noise, position_ids=positions,
                            past_key_values=cache, use_cache=True)[:, 1 - n_block:, :]
             ref._crop_to(cache, start)
-            _record(calls, features, ids, positions, draft.compute_logits(hidden, head))
+            logits = draft.compute_logits(hidden, head)
+            _record(calls, features, ids, positions, logits)
+            if is_dflash2_spec(spec):
+                calls[-1].update(_selector_record(draft, hidden, logits, ids[:, 0], head))
     return calls
+
+
+def _selector_record(draft, hidden, logits, anchor, head) -> dict:
+    """The reference selector's greedy chain; candidates sorted best logit first (ties: lowest
+    id) and each one's score given the chain's predecessor, from the reference modules."""
+    import torch
+
+    tokens, candidates, _ = draft.propose(hidden, anchor, head, 0.0)
+    sel = draft.candidate_selector
+    logits = logits[0]
+    by_id = torch.sort(candidates[0], dim=-1).values
+    cands = by_id.gather(-1, torch.argsort(-logits.gather(-1, by_id), dim=-1, stable=True))
+    gate = sel.hidden_projection(hidden[0])
+    prev = torch.cat([anchor, tokens[0, :-1]])
+    scores = logits.gather(-1, cands) + torch.einsum(
+        "pr,pkr->pk", sel.predecessor_codebook(prev) * gate, sel.successor_codebook(cands))
+    return {"tokens": tokens[0].numpy().astype(np.int64), "candidates": cands.numpy().astype(np.int64),
+            "scores": scores.float().numpy()}
 
 
 def run_scenario(name: str, seed: int) -> dict:
@@ -185,7 +212,8 @@ def load_fixture(path: Path) -> dict[str, dict]:
         if key.endswith("/header"):
             name = key.split("/")[0]
             header = json.loads(bytes(data[key]).decode())
-            calls = [{f: data[f"{name}/{i}/{f}"] for f in ("features", "block_ids", "positions", "logits")}
+            fields = ("features", "block_ids", "positions", "logits") + SELECTOR_FIELDS
+            calls = [{f: data[f"{name}/{i}/{f}"] for f in fields if f"{name}/{i}/{f}" in data.files}
                      for i in range(header["n_calls"])]
             out = data[f"{name}/output_ids"] if f"{name}/output_ids" in data.files else None
             results[name] = {"spec": header["spec"], "seed": header["seed"], "args": header["args"],

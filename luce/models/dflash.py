@@ -94,12 +94,16 @@ class _Layer:
     ffn: FFNWeights
     causal: bool
     window: int | None         # sliding window (keys with q_pos - k_pos < window), None = unbounded
+    attn_conv: object = None   # DFlash2: luce.models.dflash2.DynamicCausalConv around attention
+    ffn_conv: object = None    # DFlash2: the same around the FFN
 
 
 class DFlashDraft:
     """The DFlash draft on a backend. Attributes: config (ModelConfig), backend,
     block_size, target_layers (0-based target layers whose outputs, concatenated in this
     order, form a feature row), mask_token_id, feature_width (= len(target_layers) * hidden)."""
+
+    dflash2 = False  # True on luce.models.dflash2.DFlash2Draft
 
     def __init__(self, gguf_model_or_path, target_model, backend="numpy"):
         from luce.gguf.reader import GGUFModel
@@ -110,9 +114,10 @@ class DFlashDraft:
         cfg = gguf.config
         if cfg.arch != "dflash":
             raise ValueError(f"{gguf.path}: arch {cfg.arch!r} is not a DFlash draft ('dflash')")
-        if "blk.0.attn_conv_base" in gguf.tensors or "selector_hidden.weight" in gguf.tensors:
-            raise NotImplementedError(f"{gguf.path} is a DFlash2 draft (dynamic convolutions, "
-                                      "candidate selector); only DFlash is implemented")
+        if is_dflash2(gguf) != self.dflash2:
+            raise ValueError(f"{gguf.path}: a {'DFlash2' if is_dflash2(gguf) else 'DFlash'} draft; load it with "
+                             f"{'DFlash2Draft (luce.models.dflash2)' if is_dflash2(gguf) else 'DFlashDraft'} "
+                             "or load_model(path, backend, target_model=...)")
         if cfg.mask_token_id < 0:
             raise ValueError(f"{gguf.path}: no tokenizer.ggml.mask_token_id; a DFlash draft needs it")
         self.gguf, self.config, self.backend = gguf, cfg, resolve_backend(backend)
@@ -135,6 +140,9 @@ class DFlashDraft:
         """luce.models.loader entry: load_model(path, backend, target_model=...)."""
         if target_model is None:
             raise ValueError("a DFlash draft needs its target: load_model(path, backend, target_model=target)")
+        if is_dflash2(gguf) and not cls.dflash2:
+            from luce.models.dflash2 import DFlash2Draft
+            return DFlash2Draft(gguf, target_model, backend)
         return cls(gguf, target_model, backend)
 
     def _check_head(self) -> None:
@@ -191,15 +199,26 @@ class DFlashDraft:
         """Draft pass over block rows (one segment per slot: [last, MASK, ...] at positions
         start.., the slot's context rows 0..start-1 already injected). Returns the logits of
         batch.logits_indices (normally every block row but the first)."""
-        be, c = self.backend, self.config
+        return ForwardOutput(logits=self._logits(self.block_hidden(batch, state)))
+
+    def block_hidden(self, batch: ForwardBatch, state: ModelState):
+        """The block pass up to the final norm: [L, hidden] rows of batch.logits_indices."""
+        be, eps = self.backend, self.config.rms_eps
         h = be.embedding(self.head.embedding, batch.token_ids)
         if self.embedding_scale != 1.0:
             h = be.mul(h, np.float32(self.embedding_scale))
         for il, layer in enumerate(self.layers):
-            h = be.add(h, self._attention(layer, state.kv[il], batch, h))
-            h = be.add(h, swiglu_ffn(be, layer.ffn, be.rmsnorm(h, layer.ffn_norm, c.rms_eps)))
-        h = be.rmsnorm(be.take_rows(h, batch.logits_indices), self.output_norm, c.rms_eps)
-        return ForwardOutput(logits=self._logits(h))
+            x, kernel = be.rmsnorm(h, layer.attn_norm, eps), None
+            if layer.attn_conv is not None:
+                x, kernel = layer.attn_conv.prepare(be, x, batch)
+            o = self._attention(layer, state.kv[il], batch, x)
+            h = be.add(h, o if kernel is None else layer.attn_conv.finish(be, o, kernel, batch))
+            x = be.rmsnorm(h, layer.ffn_norm, eps)
+            if layer.ffn_conv is not None:
+                x, kernel = layer.ffn_conv.prepare(be, x, batch)
+            o = swiglu_ffn(be, layer.ffn, x)
+            h = be.add(h, o if layer.ffn_conv is None else layer.ffn_conv.finish(be, o, kernel, batch))
+        return be.rmsnorm(be.take_rows(h, batch.logits_indices), self.output_norm, eps)
 
     def _keys_values(self, layer: _Layer, x, positions: np.ndarray):
         """Context rows: x [T, hidden] (fused features, no attn_norm) -> k [T, Hkv, D]
@@ -210,11 +229,10 @@ class DFlashDraft:
         k = be.rope(k, positions, c.rope_dim, c.rope_theta, c.rope_sections)
         return k, be.matmul(x, w.wv).reshape(T, c.n_head_kv, c.head_dim)
 
-    def _attention(self, layer: _Layer, kv, batch: ForwardBatch, h):
-        """Block rows: h [T, hidden] -> attention output [T, hidden] over context + block KV."""
+    def _attention(self, layer: _Layer, kv, batch: ForwardBatch, x):
+        """Block rows: x [T, hidden] (normed) -> attention output [T, hidden] over context + block KV."""
         be, c, w = self.backend, self.config, layer.attn
-        T, D = h.shape[0], c.head_dim
-        x = be.rmsnorm(h, layer.attn_norm, c.rms_eps)
+        T, D = x.shape[0], c.head_dim
         q = be.matmul(x, w.wq).reshape(T, c.n_head, D)
         k = be.matmul(x, w.wk).reshape(T, c.n_head_kv, D)
         v = be.matmul(x, w.wv).reshape(T, c.n_head_kv, D)
@@ -246,6 +264,10 @@ class DFlashDraft:
         n_block: block length (default block_size; the reference shortens the last block).
         Returns logits [n_block - 1, V] f32 (host array): row i is the draft's distribution
         of the token at position start + 1 + i, start = position of last_token."""
+        return self.backend.to_numpy(self._logits(self._block_pass(seq, new_features, last_token, n_block)))
+
+    def _block_pass(self, seq: DraftSequence, new_features, last_token: int, n_block: int | None):
+        """propose's work: -> final hidden [n_block - 1, hidden] backend array."""
         n_block = self.block_size if n_block is None else int(n_block)
         if not 2 <= n_block <= max(self.block_size, 2):
             raise ValueError(f"n_block must be in 2..{self.block_size} (block_size), got {n_block}")
@@ -264,11 +286,16 @@ class DFlashDraft:
         block = build_batch([SegmentSpec(seq.slot, self.block_tokens(last_token, n_block), start,
                                          seq.pages, logits="all")])
         block.logits_indices = block.logits_indices[1:]
-        return self.backend.to_numpy(self.forward(block, seq.state).logits)
+        return self.block_hidden(block, seq.state)
 
     def block_tokens(self, last_token: int, n_block: int) -> list[int]:
         """[last_token, MASK x (n_block - 1)]"""
         return [int(last_token)] + [self.mask_token_id] * (n_block - 1)
+
+
+def is_dflash2(gguf) -> bool:
+    """Does the file carry DFlash2's dynamic convolutions and candidate selector?"""
+    return "selector_hidden.weight" in gguf.tensors or "blk.0.attn_conv_base" in gguf.tensors
 
 
 def features_from_captured(captured: dict, target_layers: Sequence[int], backend) -> object:

@@ -45,7 +45,19 @@ _GLOBAL_TENSORS = {
     "hidden_norm.weight": "enc.output_norm.weight",
     "norm.weight": "output_norm.weight",
 }
-_DFLASH2_PREFIXES = ("candidate_selector.", "attention_conv.", "mlp_conv.")
+# DFlash2 (grouped dynamic causal convolutions, candidate selector; llama.cpp names)
+_DFLASH2_LAYER_TENSORS = {
+    "attention_conv.base_kernel": "attn_conv_base",            # [2, K, hidden], no .weight
+    "attention_conv.kernel_projection.weight": "attn_conv_proj.weight",
+    "mlp_conv.base_kernel": "ffn_conv_base",
+    "mlp_conv.kernel_projection.weight": "ffn_conv_proj.weight",
+}
+_DFLASH2_GLOBAL_TENSORS = {  # checkpoints store the codebooks without .weight
+    "candidate_selector.predecessor_codebook": "selector_predecessor.weight",
+    "candidate_selector.successor_codebook": "selector_successor.weight",
+    "candidate_selector.hidden_projection.weight": "selector_hidden.weight",
+}
+_DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 
 
 def tiny_draft_spec(**overrides) -> dict:
@@ -54,12 +66,13 @@ def tiny_draft_spec(**overrides) -> dict:
     (0-based), target_n_layer, mask_token_id, rope_theta, rms_eps, layer_types (list of
     'full_attention' | 'sliding_attention', or None), sliding_window (int or None), is_causal
     (None = the reference default), input_embedding_scale, output_multiplier,
-    final_logit_softcapping (None = absent)."""
+    final_logit_softcapping (None = absent); DFlash2 when conv_kernel_size, conv_group_size,
+    selector_rank and selector_top_k are set (else None)."""
     spec = dict(hidden=32, n_layer=2, n_head=4, n_head_kv=2, head_dim=8, ffn=64, vocab=96,
                 block_size=4, target_layers=[0, 2], target_n_layer=4, mask_token_id=95,
                 rope_theta=10000.0, rms_eps=1e-6, layer_types=None, sliding_window=None,
                 is_causal=None, input_embedding_scale=None, output_multiplier=None,
-                final_logit_softcapping=None)
+                final_logit_softcapping=None, **{k: None for k in _DFLASH2_KEYS})
     unknown = set(overrides) - set(spec)
     if unknown:
         raise ValueError(f"unknown draft spec keys {sorted(unknown)}; valid keys: {sorted(spec)}")
@@ -91,7 +104,14 @@ def reference_hf_config(spec: dict) -> dict:
     for name in ("input_embedding_scale", "output_multiplier", "final_logit_softcapping"):
         if spec[name] is not None:
             cfg["dflash_config"][name] = float(spec[name])
+    if is_dflash2_spec(spec):
+        cfg["architectures"] = ["DFlash2DraftModel"]
+        cfg["dflash_config"].update({k: int(spec[k]) for k in _DFLASH2_KEYS})
     return cfg
+
+
+def is_dflash2_spec(spec: dict) -> bool:
+    return spec.get("conv_kernel_size") is not None
 
 
 def _normal(seed: int, name: str, shape: tuple[int, ...], scale: float) -> np.ndarray:
@@ -122,6 +142,26 @@ def random_reference_state(spec: dict, seed: int) -> dict[str, np.ndarray]:
             state[name] = 1.0 + _normal(seed, name, shape, 0.1)
         else:
             state[name] = _normal(seed, name, shape, 1.0 / np.sqrt(shape[1]))
+    if is_dflash2_spec(spec):
+        state.update(_random_dflash2_state(spec, seed))
+    return state
+
+
+def _random_dflash2_state(spec: dict, seed: int) -> dict[str, np.ndarray]:
+    """Convolutions near identity (base tap 0 ~ 1) so the signal survives; codebooks ~ N(0, 1)."""
+    h, k, rank = spec["hidden"], spec["conv_kernel_size"], spec["selector_rank"]
+    n_proj = 2 * k * (h // spec["conv_group_size"])
+    state = {}
+    for il in range(spec["n_layer"]):
+        for conv in ("attention_conv", "mlp_conv"):
+            name = f"layers.{il}.{conv}"
+            base = _normal(seed, name + ".base_kernel", (2, k, h), 0.3)
+            base[:, 0] += 1.0
+            state[name + ".base_kernel"] = base
+            state[name + ".kernel_projection.weight"] = _normal(seed, name + ".proj", (n_proj, h), 0.3 / np.sqrt(h))
+    for name in ("predecessor_codebook", "successor_codebook"):
+        state[f"candidate_selector.{name}.weight"] = _normal(seed, name, (spec["vocab"], rank), 1.0)
+    state["candidate_selector.hidden_projection.weight"] = _normal(seed, "selector_hidden", (rank, h), 1.0 / np.sqrt(h))
     return state
 
 
@@ -198,12 +238,13 @@ def _layer_attention_kinds(hf: dict) -> tuple[list[bool], int | None]:
 
 def convert_reference_draft(state: dict[str, np.ndarray], hf: dict) -> DFlashGGUFParts:
     """Reference DFlash draft (state dict with or without a 'model.' prefix, config.json dict)
-    -> GGUF parts. Raises ValueError for features llama.cpp's `dflash` arch cannot express
-    (attention biases, non-SiLU activation, DFlash2 tensors) or for missing tensors."""
+    -> GGUF parts (DFlash2 tensors and keys too, when the state has a candidate selector).
+    Raises ValueError for features llama.cpp's `dflash` arch cannot express (attention
+    biases, non-SiLU activation) or for missing / unexpected tensors."""
     state = {k.removeprefix("model."): np.asarray(v, dtype=np.float32) for k, v in state.items()}
-    dflash2 = sorted(k for k in state if any(p in k for p in _DFLASH2_PREFIXES))
-    if dflash2:
-        raise ValueError(f"DFlash2 tensors present ({dflash2[0]}, ...); only DFlash is supported")
+    for name in ("predecessor_codebook", "successor_codebook"):
+        if f"candidate_selector.{name}" in state:
+            state[f"candidate_selector.{name}.weight"] = state.pop(f"candidate_selector.{name}")
     if hf.get("attention_bias", False):
         raise ValueError("DFlash draft with attention_bias=True: the dflash GGUF arch has no biases")
     if hf.get("hidden_act", "silu") != "silu":
@@ -230,6 +271,16 @@ def convert_reference_draft(state: dict[str, np.ndarray], hf: dict) -> DFlashGGU
     for il in range(n_layer):
         for ref_name, gguf_name in _LAYER_TENSORS.items():
             tensors[f"blk.{il}.{gguf_name}"] = _take(state, f"layers.{il}.{ref_name}")
+    dflash2 = "candidate_selector.hidden_projection.weight" in state
+    if dflash2:
+        missing = [k for k in _DFLASH2_KEYS if get(k) is None]
+        if missing:
+            raise ValueError(f"DFlash2 draft (candidate_selector tensors) without dflash_config {missing}")
+        for ref_name, gguf_name in _DFLASH2_GLOBAL_TENSORS.items():
+            tensors[gguf_name] = _take(state, ref_name.removesuffix(".weight") + ".weight")
+        for il in range(n_layer):
+            for ref_name, gguf_name in _DFLASH2_LAYER_TENSORS.items():
+                tensors[f"blk.{il}.{gguf_name}"] = _take(state, f"layers.{il}.{ref_name}")
     leftover = sorted(k for k in state if not k.startswith(("embed_tokens.", "lm_head.")))
     if leftover:
         raise ValueError(f"unexpected draft tensors {leftover[:4]}: not part of a DFlash draft")
@@ -260,6 +311,8 @@ def convert_reference_draft(state: dict[str, np.ndarray], hf: dict) -> DFlashGGU
                               ("input_embedding_scale", "dflash.embedding_scale")):
         if get(ref_key) is not None:
             metadata[gguf_key] = float(get(ref_key))
+    if dflash2:
+        metadata.update({f"dflash.{k}": int(get(k)) for k in _DFLASH2_KEYS})
     softcap = get("final_logit_softcapping")
     if softcap is not None and float(softcap) > 0:
         metadata["dflash.final_logit_softcapping"] = float(softcap)

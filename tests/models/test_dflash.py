@@ -17,6 +17,7 @@ from luce.gguf.reader import GGUFModel
 from luce.gguf.writer import write_model
 from luce.models import SegmentSpec, build_batch, load_model, pages_needed
 from luce.models.dflash import DFlashDraft, TargetHead, features_from_captured
+from luce.models.dflash2 import DFlash2Draft
 from luce.testing.dflash_convert import (convert_qwen3_target, convert_reference_draft,
                                          qwen3_target_config, random_qwen3_target_state,
                                          random_reference_state, random_target_head,
@@ -66,11 +67,12 @@ def reference(stored):
 
 
 def build_draft(tmp_path: Path, spec: dict, seed: int, name: str = "draft") -> DFlashDraft:
+    """Reference weights (seed) -> converter -> GGUF -> load_model (DFlash2Draft for DFlash2)."""
     parts = convert_reference_draft(random_reference_state(spec, seed), reference_hf_config(spec))
     path = tmp_path / f"{name}.gguf"
     write_model(path, parts.config, parts.tensors, "f32", None, parts.metadata)
     embedding, output = random_target_head(spec, seed)
-    return DFlashDraft(path, TargetHead(embedding, output), "numpy")
+    return load_model(path, "numpy", target_model=TargetHead(embedding, output))
 
 
 def assert_logits_close(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -131,13 +133,28 @@ def test_speculative_loop_on_luce_target_reproduces_reference(tmp_path, referenc
     target_path = tmp_path / "target.gguf"
     write_model(target_path, qwen3_target_config(spec), convert_qwen3_target(random_qwen3_target_state(spec, seed)))
     target = load_model(target_path, "numpy")
-    draft = DFlashDraft(build_draft(tmp_path, spec, seed).gguf, target, "numpy")
+    draft = load_model(build_draft(tmp_path, spec, seed).gguf.path, "numpy", target_model=target)
     prompt = ref["output_ids"][:ref["args"]["prompt_len"]].tolist()
     output, draft_logits = speculative_greedy(target, draft, prompt, ref["args"]["max_new_tokens"])
     assert output == ref["output_ids"].tolist()
     assert len(draft_logits) == len(ref["calls"])
     for i, (got, call) in enumerate(zip(draft_logits, ref["calls"])):
         assert_logits_close(got, call["logits"], f"draft pass {i}")
+
+
+def test_dflash2_selector_chain_matches_reference(tmp_path, reference):
+    """DFlash2: logits (with the convolutions), the candidate sets, their scores along the
+    chain and the greedy chain itself equal the reference selector's."""
+    ref = reference["dflash2"]
+    draft = build_draft(tmp_path, ref["spec"], ref["seed"])
+    assert isinstance(draft, DFlash2Draft)
+    seq = draft.new_sequence(64)
+    for i, call in enumerate(ref["calls"]):
+        path = draft.propose_path(seq, call["features"], int(call["block_ids"][0]), len(call["block_ids"]))
+        assert_logits_close(path.logits, call["logits"], f"logits {i}")
+        np.testing.assert_array_equal(path.candidates, call["candidates"])
+        assert_logits_close(path.scores, call["scores"], f"selector scores {i}")
+        np.testing.assert_array_equal(path.tokens, call["tokens"])
 
 
 @pytest.mark.skipif(not LIVE, reason="torch / transformers / dflash not importable")
@@ -153,10 +170,15 @@ def test_stored_fixture_matches_live_reference(stored, reference):
             assert_logits_close(a["logits"], b["logits"], f"stored {name}")
 
 
-def test_slots_batched_in_one_pass_equal_separate_passes(tmp_path):
+DFLASH2 = dict(conv_kernel_size=3, conv_group_size=8, selector_rank=6, selector_top_k=5)
+
+
+@pytest.mark.parametrize("overrides", [{}, DFLASH2], ids=["dflash", "dflash2"])
+def test_slots_batched_in_one_pass_equal_separate_passes(tmp_path, overrides):
     """Engine API: two slots' context injection and blocks in one batch each give bitwise
-    the logits of each slot alone (batch invariance)."""
-    spec = tiny_draft_spec()
+    the logits of each slot alone (batch invariance; DFlash2's convolutions stay inside
+    each block)."""
+    spec = tiny_draft_spec(**overrides)
     draft = build_draft(tmp_path, spec, SEED)
     rng = np.random.default_rng(5)
     feats = [rng.standard_normal((n, draft.feature_width)).astype(np.float32) for n in (5, 19)]
@@ -215,7 +237,8 @@ def test_converter_writes_llama_cpp_names_and_keys(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda s, h: s.__setitem__("candidate_selector.hidden_projection.weight", np.zeros((2, 32))), "DFlash2"),
+    (lambda s, h: s.__setitem__("candidate_selector.hidden_projection.weight", np.zeros((2, 32))),
+     "DFlash2 draft .* without dflash_config"),
     (lambda s, h: h.__setitem__("attention_bias", True), "attention_bias"),
     (lambda s, h: s.pop("layers.1.mlp.up_proj.weight"), "layers.1.mlp.up_proj.weight"),
     (lambda s, h: s.__setitem__("layers.0.extra.weight", np.zeros(3)), "unexpected"),
