@@ -60,7 +60,8 @@ def test_same_seed_gives_identical_bytes(tmp_path, kind, mix):
 
 def test_tensor_streams_are_keyed_by_name():
     # a different layer count leaves the shared tensors unchanged
-    small, large = random_weights(tiny_dense_config("qwen3")), random_weights(tiny_dense_config("qwen3", n_layer=5))
+    small = random_weights(tiny_dense_config("qwen3"))
+    large = random_weights(tiny_dense_config("qwen3", n_layer=5))
     np.testing.assert_array_equal(small["blk.1.ffn_up.weight"], large["blk.1.ffn_up.weight"])
     assert not np.array_equal(small["blk.1.ffn_up.weight"], small["blk.2.ffn_up.weight"])
 
@@ -135,7 +136,8 @@ def test_weight_statistics():
     assert np.all((a <= -1) & (a >= -16))  # -exp(A_log), A in [1, 16]
     dt = np.log1p(np.exp(w["blk.0.ssm_dt.bias"]))  # softplus
     assert np.all((dt >= 0.999e-3) & (dt <= 1.001e-1))
-    for name in ("blk.0.attn_norm.weight", "blk.3.attn_q_norm.weight", "output_norm.weight", "blk.1.ssm_norm.weight"):
+    for name in ("blk.0.attn_norm.weight", "blk.3.attn_q_norm.weight", "output_norm.weight",
+                 "blk.1.ssm_norm.weight"):
         assert abs(w[name].mean() - 1) < 0.1 and 0.03 < w[name].std() < 0.3, name
     x = np.random.default_rng(0).standard_normal((64, c.hidden)).astype(np.float32)
     for name in ("blk.0.attn_qkv.weight", "blk.3.attn_q.weight", "blk.1.ffn_gate.weight", "output.weight"):
@@ -274,7 +276,8 @@ def test_merges_fire(hf):
 
 @pytest.mark.parametrize("text", [
     "", " ", "hello", "  leading and trailing  ", "tabs\tand\r\nnewlines\n\n\n",
-    "naïve café — “quotes”", "日本語のテキスト", "emoji 🎉👍🏽👨‍👩‍👧 flags 🇫🇷", "e\u0301 combining",
+    "naïve café — “quotes”", "日本語のテキスト", "emoji 🎉👍🏽👨‍👩‍👧 flags 🇫🇷",
+    "e\u0301 combining",
     "def f(x):\n    return x ** 2  # comment", "<|im_start|>user\nhi<|im_end|>\n", "\x00\x01\x7f",
 ])
 def test_round_trip_examples(hf, text):

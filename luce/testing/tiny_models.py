@@ -91,7 +91,8 @@ def tiny_qwen35_config(full_attention_interval: int = 4, **overrides) -> ModelCo
         raise ValueError(f"ssm_n_v_heads {config.ssm_n_v_heads} must be a multiple of "
                          f"ssm_n_k_heads {config.ssm_n_k_heads}")
     if sum(config.rope_sections) * 2 != config.rope_dim:
-        raise ValueError(f"rope_sections {config.rope_sections} must sum to rope_dim / 2 = {config.rope_dim // 2}")
+        raise ValueError(f"rope_sections {config.rope_sections} must sum to rope_dim / 2 "
+                         f"= {config.rope_dim // 2}")
     return config
 
 
