@@ -10,8 +10,9 @@ Per layer (Qwen3-style, pre-norm, q/k RMSNorm per head, NEOX rotary at absolute 
 queries come from the block rows only; keys/values from the context rows and the block
 rows. Context rows enter every layer as `ctx = hidden_norm(fc(concat(features)))`: each
 layer projects `ctx` with its own attn_k/attn_v (no attn_norm), k_norm, rotary at the row's
-position. The block attends bidirectionally (full-attention layers) or causally inside a
-sliding window (layers marked `sliding_window_pattern`). Output: the draft's own
+position. The block attends bidirectionally on full-attention layers; layers marked in
+`sliding_window_pattern` attend causally within the window (the reference makes sliding
+layers causal; `dflash.attention.causal` overrides both). Output: the draft's own
 `output_norm`, then the TARGET's LM head (token embedding for the block rows is the
 target's too). Block row i > 0 predicts the token at position start + i.
 
@@ -24,6 +25,7 @@ Two levels of API:
   `ForwardBatch`es (one segment per slot; several slots per call);
 - one sequence: `seq = draft.new_sequence(max_len)`, `draft.propose(seq, new_features,
   last_token)` -> logits [n_block - 1, V] (what the tests compare with the reference).
+DFlash2 files (convolutions, candidate selector) load as luce.models.dflash2.DFlash2Draft.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
+from luce.gguf.reader import GGUFModel
 from luce.models.batch import ForwardBatch, ForwardOutput, SegmentSpec, build_batch
 from luce.models.kv_cache import PAGE_SIZE, ModelState, PagedKV, pages_needed
 from luce.models.layers import AttentionWeights, FFNWeights, attend, blk, qk_norm_rope, swiglu_ffn
@@ -50,20 +53,19 @@ class TargetHead:
 
     @classmethod
     def of(cls, target, backend) -> "TargetHead":
-        """From a TargetHead, a luce target model exposing `embedding_weight` / `output_weight`
-        (or `token_embd` / `output`), or a GGUFModel of the target (weights loaded here)."""
+        """From a TargetHead, a luce target model (dense, qwen35: `token_embd` and `output`
+        Weights), or a GGUFModel of the target (weights loaded here)."""
         if isinstance(target, TargetHead):
             return target
-        for emb_name, out_name in (("embedding_weight", "output_weight"), ("token_embd", "output")):
-            if getattr(target, emb_name, None) is not None:
-                out = getattr(target, out_name, None)
-                return cls(getattr(target, emb_name), out if out is not None else getattr(target, emb_name))
+        if getattr(target, "token_embd", None) is not None:
+            out = getattr(target, "output", None)
+            return cls(target.token_embd, target.token_embd if out is None else out)
         if hasattr(target, "tensors") and "token_embd.weight" in target.tensors:
             emb = backend.load_weight(target, "token_embd.weight")
             out = backend.load_weight(target, "output.weight") if "output.weight" in target.tensors else emb
             return cls(emb, out)
         raise TypeError(f"cannot take the token embedding and LM head from {type(target).__name__}: "
-                        "pass a TargetHead, a target GGUFModel, or a model with embedding_weight/output_weight")
+                        "pass a TargetHead, a target GGUFModel, or a luce model with token_embd / output")
 
 
 @dataclass
@@ -106,8 +108,6 @@ class DFlashDraft:
     dflash2 = False  # True on luce.models.dflash2.DFlash2Draft
 
     def __init__(self, gguf_model_or_path, target_model, backend="numpy"):
-        from luce.gguf.reader import GGUFModel
-
         gguf = gguf_model_or_path
         if isinstance(gguf, (str, os.PathLike)):
             gguf = GGUFModel(gguf)
