@@ -6,6 +6,8 @@ Every mutating call checks first and changes nothing when it cannot succeed.
 """
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from luce.models.kv_cache import PAGE_SIZE, pages_needed
@@ -52,6 +54,51 @@ class PagePool:
         self.pages.setdefault(slot, []).extend(new)
         return new
 
+    def peek_free(self, n: int, skip: int = 0) -> list[int]:
+        """The ids the next allocations would hand out, after the first `skip` of them: pure read.
+        Raises PoolExhausted when fewer than skip + n pages are free."""
+        if skip + n > len(self._free):
+            raise PoolExhausted(f"{skip + n} free KV pages needed, {len(self._free)} free of {self.n_pages}")
+        top = len(self._free) - 1 - skip
+        return [self._free[top - i] for i in range(n)]
+
+    def plan_growth(self, demands) -> dict[int, list[int]]:
+        """Pages each (slot, n_tokens) demand would gain, in order, without changing anything.
+
+        Returns {slot: new page ids} (distinct across slots); PoolExhausted names the shortfall."""
+        planned: dict[int, list[int]] = {}
+        taken = 0
+        for slot, n_tokens in demands:
+            if slot in planned:
+                raise ValueError(f"slot {slot} appears twice in one page plan")
+            need = self.extra_pages_needed(slot, n_tokens)
+            if taken + need > len(self._free):
+                raise PoolExhausted(f"slot {slot} needs {need} more KV pages for {n_tokens} tokens, "
+                                    f"{len(self._free) - taken} left free of {self.n_pages}")
+            planned[slot] = self.peek_free(need, skip=taken)
+            taken += need
+        return planned
+
+    def is_free(self, page: int) -> bool:
+        return 0 <= page < self.n_pages and self.refcount[page] == 0
+
+    def take(self, slot: int, page_ids) -> None:
+        """Append the given free pages to `slot`'s list (the ids a plan peeked).
+        Raises ValueError, changing nothing, when one is not free or repeats."""
+        page_ids = [int(p) for p in page_ids]
+        if len(set(page_ids)) != len(page_ids) or not all(self.is_free(p) for p in page_ids):
+            raise ValueError(f"pages {page_ids} for slot {slot} are not distinct free pages")
+        if not page_ids:
+            return
+        k = len(page_ids)
+        if self._free[len(self._free) - k:][::-1] == page_ids:
+            del self._free[len(self._free) - k:]
+        else:
+            chosen = set(page_ids)
+            self._free = [p for p in self._free if p not in chosen]
+        self.refcount[page_ids] += 1
+        self.pages.setdefault(slot, []).extend(page_ids)
+
     def truncate(self, slot: int, n_tokens: int) -> None:
         """Drop `slot`'s pages beyond those covering n_tokens."""
         keep = pages_needed(n_tokens)
@@ -88,6 +135,14 @@ class PagePool:
             last.append(0 if n == 0 else (int(n) - 1) % self.page_size + 1)
         return (np.asarray(indptr, np.int32), np.asarray(indices, np.int32),
                 np.asarray(last, np.int32))
+
+    def digest(self) -> str:
+        """Hash of every structure (refcounts, free order, page lists): equal iff unchanged."""
+        h = hashlib.sha256(self.refcount.tobytes())
+        h.update(np.asarray(self._free, np.int64).tobytes())
+        for slot in sorted(self.pages):
+            h.update(f"|{slot}:".encode() + np.asarray(self.pages[slot], np.int64).tobytes())
+        return h.hexdigest()
 
     def check(self) -> None:
         """Invariants: free + used == total, refcounts >= 0, refcount == owners, free pages unowned,

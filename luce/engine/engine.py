@@ -1,0 +1,264 @@
+"""Engine: continuous batching over one model (DESIGN.md section 2).
+
+    engine = Engine(model, tokenizer, EngineConfig(max_slots=5, ctx=4096))
+    rid = engine.add_request(prompt_ids, SamplingParams(max_tokens=32))
+    while engine.has_unfinished():
+        engine.step()
+    out = engine.take_output(rid)          # RequestOutput
+
+One step: admit queued requests into free slots (state re-initialised), schedule the cohort
+(AR rows for decoding requests, prompt chunks under the token budget), build the StepBatch,
+preflight it, run the model, sample on the host (the token at absolute position n uses the
+draw (seed, n)), commit, then hand the tokens to their requests and retire finished ones.
+A failure from the model onward (after it may have written durable state) retires exactly
+that step's cohort, each request finishing with reason 'error'; everything else goes on.
+Cancellation between steps frees the slot and its pages and touches nothing else.
+The engine never imports a backend: it uses the model's (`model.backend.to_numpy`).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Sequence
+
+from luce.engine.pages import PagePool, PoolExhausted
+from luce.engine.request import DECODE, FINISHED, PREFILL, FinishReason, Request, RequestOutput
+from luce.engine.rng import MASK64, splitmix64
+from luce.engine.sampler import SamplingParams, sample_token
+from luce.engine.scheduler import PREFILL_ALIGN, Scheduler
+from luce.engine.slots import SlotManager
+from luce.engine.state_slots import StateSlots
+from luce.engine.step import ROW_PREFILL, Cohort, StepBatch, StepBuilder
+from luce.engine.txn import Reject, Transaction
+from luce.models.kv_cache import pages_needed
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_slots: int = 5            # requests decoding together
+    ctx: int = 4096               # tokens per sequence (prompt + output)
+    token_budget: int = 512       # live rows per step (AR rows + prompt chunks)
+    kv_pages: int | None = None   # KV pages in the pool; default max_slots * pages(ctx)
+    max_queue: int = 1024         # requests waiting for a slot before add_request refuses
+    max_snapshots: int = 0        # snapshot table entries (prefix cache, rollback)
+    pad_steps: bool = True        # pad shapes to replay-key buckets
+    capture_state: bool = False   # keep the cohort's recurrent state per step so abort restores it
+    seed: int = 0                 # requests without a seed get one drawn from (seed, submission number)
+
+    def __post_init__(self):
+        for name in ("max_slots", "ctx", "token_budget"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.kv_pages is not None and self.kv_pages < 1:
+            raise ValueError(f"EngineConfig.kv_pages must be >= 1, got {self.kv_pages}")
+
+    @property
+    def n_pages(self) -> int:
+        return self.kv_pages if self.kv_pages is not None else self.max_slots * pages_needed(self.ctx)
+
+
+@dataclass
+class EngineStats:
+    steps: int = 0                # steps that ran the model
+    prompt_tokens: int = 0        # prompt tokens prefilled
+    generated_tokens: int = 0
+    live_rows: int = 0            # rows of real work over all steps
+    padded_rows: int = 0          # rows added by shape padding
+    finished: int = 0
+    cancelled: int = 0
+    failed: int = 0
+    failed_steps: int = 0
+    replay_keys: set = field(default_factory=set)
+
+
+class Engine:
+    def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, **overrides):
+        """model: a luce.models.batch.Model; tokenizer (luce.tokenizer.Tokenizer) enables text,
+        stop strings and end-of-generation tokens. Keyword overrides replace config fields."""
+        self.config = config = replace(config or EngineConfig(), **overrides)
+        self.model = model
+        self.tokenizer = tokenizer
+        self.vocab = int(model.config.vocab)
+        self.model_state = model.new_state(config.n_pages, config.max_slots)
+        self.pool = PagePool(config.n_pages)
+        self.states = StateSlots(self.model_state, config.max_snapshots)
+        self.slots = SlotManager(self.pool, self.states, config.max_queue)
+        self.txn = Transaction(self.slots, config.ctx)
+        self.builder = StepBuilder(self.pool, pad=config.pad_steps)
+        self.scheduler = Scheduler(config.token_budget, config.max_slots, PREFILL_ALIGN)
+        self.requests: dict[Any, Request] = {}
+        self.stats = EngineStats()
+        self.fault_hook: Callable[[str, StepBatch], None] | None = None  # tests: raise to inject
+        self._eos = tokenizer.eot_ids if tokenizer is not None else frozenset()
+        self._numbers = itertools.count()
+
+    # ---- requests -------------------------------------------------------------------------
+    def add_request(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
+                    request_id=None, prompt_text: str | None = None) -> Any:
+        """Queue a request; returns its id. Raises ValueError for a bad prompt or one that
+        can never fit, QueueFull when the queue is at capacity (nothing changes then)."""
+        params = params if params is not None else SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("a prompt needs at least one token")
+        if not all(0 <= t < self.vocab for t in prompt):
+            raise ValueError(f"prompt token ids must lie in [0, {self.vocab})")
+        if len(prompt) >= self.config.ctx:
+            raise ValueError(f"prompt of {len(prompt)} tokens leaves no room in the context of "
+                             f"{self.config.ctx} tokens: shorten it or raise ctx")
+        number = next(self._numbers)
+        request_id = number if request_id is None else request_id
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        seed = params.seed if params.seed is not None else splitmix64((self.config.seed & MASK64) ^ splitmix64(number))
+        reserve = pages_needed(min(self.config.ctx, len(prompt) + params.max_tokens))
+        self.slots.submit(request_id, reserve)
+        self.requests[request_id] = Request(request_id, prompt, params, seed, tokenizer=self.tokenizer,
+                                            eos_ids=self._eos, ctx=self.config.ctx,
+                                            prompt_text=prompt_text, order=number)
+        return request_id
+
+    def cancel(self, request_id) -> bool:
+        """Stop a queued or running request (finish reason 'cancelled'); False if unknown or done."""
+        request = self.requests.get(request_id)
+        if request is None or request.finished:
+            return False
+        self.slots.cancel(request_id)
+        request.finish(FinishReason.CANCELLED)
+        self.stats.cancelled += 1
+        return True
+
+    def has_unfinished(self) -> bool:
+        return any(not r.finished for r in self.requests.values())
+
+    def get(self, request_id) -> Request:
+        return self.requests[request_id]
+
+    def take_output(self, request_id) -> RequestOutput:
+        """The output of a finished request, which the engine then forgets."""
+        request = self.requests[request_id]
+        if not request.finished:
+            raise RuntimeError(f"request {request_id!r} has not finished")
+        del self.requests[request_id]
+        return request.output()
+
+    # ---- one step ---------------------------------------------------------------------------
+    def step(self) -> list[Any]:
+        """Run one engine step; returns the ids of requests that advanced or finished."""
+        for request_id, slot in self.slots.admit_all():
+            request = self.requests[request_id]
+            request.slot, request.phase = slot, PREFILL
+            request.metrics["admitted_step"] = self.stats.steps
+        running = [r for r in self.requests.values() if r.phase in (PREFILL, DECODE)]
+        cohort = self.scheduler.schedule(running)
+        if not cohort:
+            return []
+        try:
+            step = self.builder.build(cohort)
+        except (PoolExhausted, ValueError) as e:
+            return self._fail(cohort, f"the step could not be built: {e}")
+        plan = self.txn.preflight(step, capture_state=self.config.capture_state)
+        if isinstance(plan, Reject):
+            return self._fail(cohort, f"preflight rejected the step: {plan.reason}")
+        try:
+            self._hook("before_forward", step)
+            out = self.model.forward(step.forward, self.model_state)
+            self._hook("after_forward", step)
+            tokens = self._sample(step, self.model.backend.to_numpy(out.logits))
+        except Exception as e:  # noqa: BLE001 - any runtime failure retires the cohort
+            self.txn.abort(plan)
+            return self._fail(cohort, f"{type(e).__name__}: {e}")
+        self.txn.commit(plan)
+        self._record(step)
+        return self._apply(step, tokens)
+
+    def _hook(self, point: str, step: StepBatch) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(point, step)
+
+    def _request_in(self, slot: int) -> Request:
+        return self.requests[self.slots.table[slot].request_id]
+
+    def _sample(self, step: StepBatch, logits) -> list[int]:
+        """One token per logits row: logits [L, V] host f32."""
+        if logits.shape[0] != len(step.logits_slot):
+            raise RuntimeError(f"the model returned {logits.shape[0]} logits rows, the step asked for "
+                               f"{len(step.logits_slot)}")
+        tokens = []
+        for i, slot in enumerate(step.logits_slot.tolist()):
+            r = self._request_in(slot)
+            tokens.append(sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]),
+                                       r.prompt_ids, r.output_ids))
+        return tokens
+
+    def _record(self, step: StepBatch) -> None:
+        s = self.stats
+        live = step.cohort.n_rows
+        s.steps += 1
+        s.live_rows += live
+        s.padded_rows += step.forward.n_rows - live
+        s.prompt_tokens += sum(len(c.token_ids) for c in step.cohort.prefill)
+        s.replay_keys.add(step.replay_key)
+
+    def _apply(self, step: StepBatch, tokens: list[int]) -> list[Any]:
+        touched = []
+        for chunk in step.cohort.prefill:
+            r = self.requests[chunk.request_id]
+            r.n_prefilled = chunk.start + len(chunk.token_ids)
+            touched.append(r.request_id)
+        for i, slot in enumerate(step.logits_slot.tolist()):
+            r = self._request_in(slot)
+            if step.logits_kind[i] == ROW_PREFILL:
+                r.phase = DECODE
+                r.metrics["first_token_step"] = self.stats.steps
+            r.add_token(tokens[i])
+            self.stats.generated_tokens += 1
+            if r.request_id not in touched:
+                touched.append(r.request_id)
+        for rid in touched:
+            r = self.requests[rid]
+            if r.finished:
+                self._retire(r)
+                self.stats.finished += 1
+        return touched
+
+    def _retire(self, request: Request) -> None:
+        if request.slot is not None and self.slots.slot_of(request.request_id) == request.slot:
+            self.slots.retire(request.slot)
+        request.phase = FINISHED
+        request.metrics["finished_step"] = self.stats.steps
+
+    def _fail(self, cohort: Cohort, message: str) -> list[Any]:
+        """Retire every request of the cohort with an error; the rest of the engine goes on."""
+        self.stats.failed_steps += 1
+        ids = []
+        for item in cohort.items:
+            r = self.requests[item.request_id]
+            r.finish(FinishReason.ERROR, error=message)
+            self._retire(r)
+            self.stats.failed += 1
+            ids.append(r.request_id)
+        return ids
+
+    # ---- convenience --------------------------------------------------------------------------
+    def run(self, max_steps: int | None = None) -> int:
+        """Step until nothing is unfinished (or max_steps); returns the steps taken."""
+        n = 0
+        while self.has_unfinished() and (max_steps is None or n < max_steps):
+            self.step()
+            n += 1
+        return n
+
+    def check(self) -> None:
+        """Every bookkeeping invariant (tests call this after each operation)."""
+        self.pool.check()
+        self.slots.check()
+        self.states.check()
+        for r in self.requests.values():
+            live = r.phase in (PREFILL, DECODE)
+            assert live == (self.slots.slot_of(r.request_id) is not None), f"request {r.request_id} slot mismatch"
+            if live:
+                kv = self.slots.table[r.slot].kv_len
+                assert kv == (r.n_prefilled if r.phase == PREFILL else r.n_tokens - 1)
