@@ -5,8 +5,11 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.luce-installed
 PYTEST_ARGS ?=
+# clang for the HIP compile check (tools/build_check.py); installed by `make hip-toolchain`.
+HIP_CLANG ?= clang++-22
+SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install build test test-real test-gpu models serve bench clean
+.PHONY: all install build test test-real test-gpu models serve bench clean compile-check hip-toolchain
 
 all: build
 
@@ -25,9 +28,20 @@ install: $(STAMP)
 build: $(STAMP)
 	$(PY) setup.py -q build_ext --inplace
 
-test: build
+test: build compile-check
 	$(PY) tools/check_tree.py
 	$(PY) -m pytest -q -m "not real" $(PYTEST_ARGS) tests
+
+# Every kernel compiles for gfx1100/gfx1151/gfx1201 (clang-22, no ROCm needed) and, when nvcc
+# exists, the sm_90 library from `build` exports every entry point of cuda/luce_ops.h.
+compile-check: build hip-toolchain
+	$(PY) tools/build_check.py --clang $(HIP_CLANG)
+
+hip-toolchain:
+	@command -v $(HIP_CLANG) >/dev/null 2>&1 || { \
+	  echo "luce: installing clang-22 and lld-22 for the HIP compile check"; \
+	  $(SUDO) apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq clang-22 lld-22 >/dev/null; }
 
 test-real: build models
 	$(PY) -m pytest -q -m real $(PYTEST_ARGS) tests
