@@ -67,6 +67,9 @@ class Backend(Protocol):
     def split(self, x: Array, sizes: Sequence[int]) -> list[Array]:
         """Split x [..., sum(sizes)] along the last axis into contiguous arrays [..., sizes[i]]."""
 
+    def concat_rows(self, parts: Sequence[Array]) -> Array:
+        """Arrays [n_i, ...] (equal trailing shapes) -> [sum n_i, ...] along axis 0."""
+
     def take_rows(self, x: Array, rows: np.ndarray) -> Array:
         """x [T, ...], rows [L] int -> x[rows] [L, ...] (contiguous)."""
 

@@ -74,6 +74,11 @@ class NumpyBackend:
         bounds = np.cumsum([0, *sizes])
         return [np.ascontiguousarray(x[..., a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
+    def concat_rows(self, parts: Sequence[np.ndarray]) -> np.ndarray:
+        if not parts:
+            raise ValueError("concat_rows needs at least one array")
+        return np.concatenate([np.asarray(p) for p in parts], axis=0)
+
     def take_rows(self, x, rows: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(x[np.asarray(rows, dtype=np.int64)])
 

@@ -138,6 +138,7 @@ def test_split_take_rows_embedding():
     a, b = B.split(x, [2, 4])
     assert np.array_equal(a, x[:, :2]) and np.array_equal(b, x[:, 2:]) and b.flags.c_contiguous
     assert np.array_equal(B.take_rows(x, np.array([3, 0])), x[[3, 0]])
+    assert np.array_equal(B.concat_rows([x[:1], x[1:3], x[3:]]), x)
     assert np.array_equal(B.embedding(x, np.array([2, 2, 1])), x[[2, 2, 1]])
     with pytest.raises(IndexError):
         B.embedding(x, np.array([4]))
