@@ -1,0 +1,1 @@
+"""Speculative decoding: draft trees, drafters, lossless acceptance (DESIGN.md section 7)."""
