@@ -170,6 +170,7 @@ class App:
                 self.metrics.requests.inc(endpoint="other", status=str(err.status))
                 writer.write(http.response_bytes(Response.error(err), keep_alive=False))
                 await writer.drain()
+                await _lingering_close(reader, writer)
                 return
             if request is None:
                 return
@@ -261,6 +262,27 @@ class App:
 
 
 _GONE = object()
+LINGER_S = 2.0
+LINGER_BYTES = 16 * 1024 * 1024
+
+
+async def _lingering_close(reader, writer) -> None:
+    """Half-close, then discard what the client is still sending (the rest of a refused body)
+    for a moment: closing with unread input would reset the connection and could destroy the
+    error response before the client reads it."""
+    try:
+        if writer.can_write_eof():
+            writer.write_eof()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LINGER_S
+        discarded = 0
+        while discarded < LINGER_BYTES and loop.time() < deadline:
+            data = await asyncio.wait_for(reader.read(65536), deadline - loop.time())
+            if not data:
+                return
+            discarded += len(data)
+    except (ConnectionError, asyncio.TimeoutError, OSError):
+        pass
 
 
 async def _unless_gone(coro, gone: asyncio.Event):

@@ -1,0 +1,111 @@
+"""OutputAssembler: detokenized deltas, stop strings across tokens, stop ids, max_tokens, UTF-8."""
+from __future__ import annotations
+
+import pytest
+
+from luce.server.textstream import OutputAssembler
+from tests.server.conftest import tiny_tokenizer
+
+
+def run(ids, per_push=1, **kw):
+    tok = tiny_tokenizer()
+    kw.setdefault("max_tokens", 10_000)
+    asm = OutputAssembler(tok, **kw)
+    deltas = []
+    for i in range(0, len(ids), per_push):
+        piece = asm.push(ids[i:i + per_push])
+        deltas.append(piece.text)
+        if piece.finish_reason:
+            break
+    if not asm.finished:
+        deltas.append(asm.finish("stop").text)
+    return asm, deltas
+
+
+TEXT = "The quick brown fox jumps over the lazy dog."
+
+
+@pytest.mark.parametrize("per_push", [1, 2, 3, 7])
+def test_plain_text_round_trips_and_counts_every_token(per_push):
+    ids = tiny_tokenizer().encode(TEXT)
+    asm, deltas = run(ids, per_push)
+    assert "".join(deltas) == TEXT == asm.text
+    assert asm.n_tokens == len(ids)
+
+
+@pytest.mark.parametrize("per_push", [1, 4])
+@pytest.mark.parametrize("stop", ["fox", "x j", "lazy dog.", "T", "brown fox jumps"])
+def test_stop_string_cuts_text_and_counts_tokens_up_to_the_completing_one(stop, per_push):
+    tok = tiny_tokenizer()
+    ids = tok.encode(TEXT)
+    # the first n such that the first n tokens' text contains the stop string
+    n_expected = next(n for n in range(1, len(ids) + 1) if stop in tok.decode(ids[:n]))
+    asm, deltas = run(ids, per_push, stop=(stop,))
+    assert asm.finish_reason == "stop"
+    assert "".join(deltas) == TEXT[: TEXT.index(stop)]
+    assert asm.n_tokens == n_expected
+
+
+def test_text_that_could_start_a_stop_string_is_held_then_released():
+    tok = tiny_tokenizer()
+    ids = tok.encode(TEXT)
+    asm, deltas = run(ids, stop=("fox!",))      # "fox" occurs, "fox!" never does
+    assert "".join(deltas) == TEXT
+    assert asm.finish_reason == "stop"          # finished from outside (run() calls finish)
+    # while "fox" was pending nothing after "brown " had been released
+    released = ""
+    for d in deltas:
+        released += d
+        assert not released.endswith("fo") and not released.endswith("fox")
+
+
+def test_earliest_of_several_stop_strings_wins():
+    asm, deltas = run(tiny_tokenizer().encode(TEXT), stop=("lazy", "quick"))
+    assert "".join(deltas) == "The "
+
+
+def test_eos_token_ends_generation_and_counts_but_never_shows():
+    tok = tiny_tokenizer()
+    ids = tok.encode("abc") + [tok.eos_id] + tok.encode("def")
+    asm, deltas = run(ids)
+    assert "".join(deltas) == "abc" and asm.finish_reason == "stop"
+    assert asm.n_tokens == len(tok.encode("abc")) + 1
+
+
+def test_ignore_eos_keeps_going_and_stop_token_ids_end():
+    tok = tiny_tokenizer()
+    ids = tok.encode("abc") + [tok.eos_id] + tok.encode("def")
+    asm, deltas = run(ids, ignore_eos=True)
+    assert "".join(deltas) == "abcdef"
+    stop_id = tok.encode("def")[0]
+    asm, deltas = run(ids, ignore_eos=True, stop_token_ids=(stop_id,))
+    assert "".join(deltas) == "abc"
+
+
+@pytest.mark.parametrize("per_push", [1, 3])
+def test_max_tokens_truncates_a_multi_token_push(per_push):
+    tok = tiny_tokenizer()
+    ids = tok.encode(TEXT)
+    asm, deltas = run(ids, per_push, max_tokens=5)
+    assert asm.finish_reason == "length" and asm.n_tokens == 5
+    assert "".join(deltas) == tok.decode(ids[:5])
+
+
+def test_multibyte_characters_are_never_split():
+    tok = tiny_tokenizer()
+    text = "héllo 🙂 wörld ✓"
+    ids = tok.encode(text)
+    assert len(tok.encode("🙂")) > 1          # the emoji really spans several tokens
+    asm, deltas = run(ids)
+    assert "".join(deltas) == text
+    for d in deltas:
+        assert "\ufffd" not in d              # no partial character was ever released
+
+
+def test_pushes_after_finish_are_ignored():
+    tok = tiny_tokenizer()
+    asm = OutputAssembler(tok, max_tokens=2)
+    asm.push(tok.encode("abcdef"))
+    assert asm.finished
+    piece = asm.push(tok.encode("xyz"))
+    assert piece.text == "" and piece.n_tokens == 0 and asm.n_tokens == 2
