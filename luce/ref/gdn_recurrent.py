@@ -7,7 +7,9 @@ Per token t and value head h, with state H [Dk, Dv]:
     H = H + k_t u^T                   rank-one write
     o_t = H^T q_t                     read
 q and k arrive L2-normalized per head (q also scaled by 1/sqrt(Dk)) and already repeated
-from key heads to value heads; see `luce.models.gdn_layer`.
+from key heads to value heads; see `luce.models.gdn_layer`. The token update is split into
+`gdn_decay`, `gdn_delta`, `gdn_write`, `gdn_read` so that tree verify (luce/ref/gdn_tree.py)
+and the factor-replay commit run exactly the arithmetic of an AR step.
 """
 from __future__ import annotations
 
@@ -29,25 +31,57 @@ def check_gdn_shapes(q, k, v, g, beta, state) -> tuple[int, int, int, int]:
     return T, Hv, Dk, Dv
 
 
+def gdn_decay(h: np.ndarray, g_t: np.ndarray) -> np.ndarray:
+    """h [Hv, Dk, Dv] float64, g_t [Hv] f32 -> exp(g_t) h (float64)."""
+    return h * np.exp(g_t.astype(np.float64))[:, None, None]
+
+
+def gdn_delta(h_decayed: np.ndarray, k_t: np.ndarray, v_t: np.ndarray, beta_t: np.ndarray) -> np.ndarray:
+    """u = beta (v - H^T k): h_decayed [Hv, Dk, Dv] float64, k_t [Hv, Dk], v_t [Hv, Dv],
+    beta_t [Hv] f32 -> u [Hv, Dv] float64 (the factor a tree node keeps, DESIGN 3)."""
+    predicted = np.einsum("hkv,hk->hv", h_decayed, k_t.astype(np.float64))
+    return beta_t.astype(np.float64)[:, None] * (v_t.astype(np.float64) - predicted)
+
+
+def gdn_write(h_decayed: np.ndarray, k_t: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """H + k u^T, rounded to f32 (the state is f32 between tokens), returned as float64:
+    h_decayed [Hv, Dk, Dv] float64, k_t [Hv, Dk] f32, u [Hv, Dv] float64."""
+    h = h_decayed + k_t.astype(np.float64)[:, :, None] * u[:, None, :]
+    return h.astype(np.float32).astype(np.float64)
+
+
+def gdn_read(h: np.ndarray, q_t: np.ndarray) -> np.ndarray:
+    """o = H^T q: h [Hv, Dk, Dv] float64, q_t [Hv, Dk] f32 -> [Hv, Dv] float64."""
+    return np.einsum("hkv,hk->hv", h, q_t.astype(np.float64))
+
+
+def gdn_step(h: np.ndarray, q_t, k_t, v_t, g_t, beta_t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One token from state h [Hv, Dk, Dv] (float64 holding f32 values): the update every AR
+    row, tree node and commit shares (DESIGN 5 rule 4). q_t, k_t [Hv, Dk], v_t [Hv, Dv],
+    g_t, beta_t [Hv] f32 -> (o_t [Hv, Dv] float64, new h float64, u [Hv, Dv] float64)."""
+    decayed = gdn_decay(h, g_t)
+    u = gdn_delta(decayed, k_t, v_t, beta_t)
+    h_new = gdn_write(decayed, k_t, u)
+    return gdn_read(h_new, q_t), h_new, u
+
+
+def gdn_replay(h: np.ndarray, k_t, g_t, u: np.ndarray) -> np.ndarray:
+    """Re-apply a token from its factors (k, g, u) without v, beta or q: bitwise the new
+    state gdn_step left, when h is the state that step started from. -> new h float64."""
+    return gdn_write(gdn_decay(h, g_t), k_t, u)
+
+
 def gdn_recurrent(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray,
                   beta: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """q, k [T, Hv, Dk] f32, v [T, Hv, Dv] f32, g (log decay, <= 0) and beta [T, Hv] f32,
     state [Hv, Dk, Dv] f32 -> (o [T, Hv, Dv] f32, new_state [Hv, Dk, Dv] f32).
 
-    Accumulates in float64 within a token; the state is rounded to f32 after every token, so
-    tokens split over calls give bitwise the same result as one call. The input state is
-    not modified."""
+    Accumulates in float64 within a token (`gdn_step`); the state is rounded to f32 after
+    every token, so tokens split over calls give bitwise the same result as one call. The
+    input state is not modified."""
     T, Hv, Dk, Dv = check_gdn_shapes(q, k, v, g, beta, state)
-    h = state.astype(np.float64)  # copy: [Hv, Dk, Dv]
-    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
-    decay = np.exp(g.astype(np.float64))
-    b64 = beta.astype(np.float64)
+    h = state.astype(np.float64)
     o = np.empty((T, Hv, Dv), dtype=np.float64)
     for t in range(T):
-        h *= decay[t][:, None, None]
-        predicted = np.einsum("hkv,hk->hv", h, k64[t])
-        u = b64[t][:, None] * (v64[t] - predicted)                    # [Hv, Dv]
-        h += k64[t][:, :, None] * u[:, None, :]
-        h = h.astype(np.float32).astype(np.float64)  # the state is f32 between tokens
-        o[t] = np.einsum("hkv,hk->hv", h, q64[t])
+        o[t], h, _ = gdn_step(h, q[t], k[t], v[t], g[t], beta[t])
     return o.astype(np.float32), h.astype(np.float32)
