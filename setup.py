@@ -87,9 +87,13 @@ setup(
         "rocm": ["hip-python"],
         "test": ["pytest>=8", "hypothesis>=6"],
         "oracle": ["torch", "transformers>=5"],
+        "server-test": ["openai>=1.40", "prometheus_client>=0.20"],
     },
     ext_modules=extensions,
     cmdclass={"build_ext": BuildExtWithCuda},
-    entry_points={"console_scripts": []},
+    entry_points={"console_scripts": [
+        "luce-serve = luce.server.serve_cli:main",
+        "luce-run = luce.server.run_cli:main",
+    ]},
     zip_safe=False,
 )

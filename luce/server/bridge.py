@@ -243,8 +243,11 @@ class EngineBridge:
     # ------------------------------------------------------------------ engine thread
 
     def _run(self) -> None:
+        stalled = False   # the last step had nothing to run (e.g. a queued request awaits pages)
         while True:
             with self._cv:
+                if stalled and not (self._stop or self._inbox or self._cancels):
+                    self._cv.wait(0.02)
                 while not (self._stop or self._inbox or self._cancels or self._core_has_work()):
                     self._cv.wait(self._idle_wait_s)
                 if self._stop:
@@ -257,8 +260,7 @@ class EngineBridge:
                 self._admit(request_id, prompt_ids, params, handle)
             for request_id in cancels:
                 self._drop(request_id)
-            if self._core_has_work():
-                self._step()
+            stalled = self._core_has_work() and not self._step()
             self._refresh_stats()
         for handle in list(self._handles.values()):
             handle._deliver(StepOutput(handle.request_id, (), "error", "the server is shutting down"))
@@ -288,15 +290,17 @@ class EngineBridge:
         except Exception:
             log.exception("engine cancel(%s) failed", request_id)
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
+        """One core step; False if it had nothing to do."""
         try:
             outputs = self.core.step()
         except Exception as e:
             log.exception("engine step failed; failing its %d live requests", len(self._handles))
             for handle in self._handles.values():
                 handle._deliver(StepOutput(handle.request_id, (), "error", f"engine step failed: {e}"))
+                self._drop_quietly(handle.request_id)
             self._handles.clear()
-            return
+            return True
         for out in outputs:
             handle = self._handles.get(out.request_id)
             if handle is None:
@@ -307,6 +311,13 @@ class EngineBridge:
             if out.finish_reason is not None:
                 del self._handles[out.request_id]
             handle._deliver(out)
+        return bool(outputs)
+
+    def _drop_quietly(self, request_id: str) -> None:
+        try:
+            self.core.cancel(request_id)
+        except Exception:
+            pass
 
     def _refresh_stats(self) -> None:
         try:

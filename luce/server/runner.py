@@ -18,14 +18,15 @@ log = logging.getLogger("luce.server")
 
 
 def serve_forever(app: App, load: Callable[[], object] | None = None,
-                  on_ready: Callable[[App], None] | None = None) -> int:
+                  on_ready: Callable[[App], None] | None = None,
+                  on_listening: Callable[[App], None] | None = None) -> int:
     """Listen, then (if given) run `load()` on a worker thread and serve the bridge it returns;
     /health answers 503 meanwhile. SIGINT/SIGTERM stop accepting and drain in-flight requests
     (a second signal stops at once). Returns the process exit status."""
-    return asyncio.run(_main(app, load, on_ready))
+    return asyncio.run(_main(app, load, on_ready, on_listening))
 
 
-async def _main(app: App, load, on_ready) -> int:
+async def _main(app: App, load, on_ready, on_listening) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = 0
@@ -45,6 +46,8 @@ async def _main(app: App, load, on_ready) -> int:
         except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
             pass
     await app.start()
+    if on_listening is not None:
+        on_listening(app)
     if load is not None:
         load_task = asyncio.ensure_future(asyncio.to_thread(load))
         stop_task = asyncio.ensure_future(stop.wait())
@@ -56,7 +59,7 @@ async def _main(app: App, load, on_ready) -> int:
         try:
             app.set_bridge(load_task.result().start())
         except Exception as e:
-            log.error("loading failed: %s", e)
+            log.error("loading the model failed: %s", e)
             await app.drain()
             return 1
     if on_ready is not None:

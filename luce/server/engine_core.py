@@ -1,0 +1,156 @@
+"""The real engine behind the bridge: `luce.engine.Engine` as an EngineCore, and the loader.
+
+    bridge = load_bridge(ServeOptions(model="model.gguf", max_slots=5, ctx=4096))
+    bridge.start()          # the engine thread steps while there is work
+
+`LuceEngineCore` maps the engine's requests one to one (the server's request id is the
+engine's), forgets finished and cancelled requests at once (the bridge already has their
+tokens), and reports the engine's gauges. Cancelling frees the slot and pages before the
+next step (the bridge calls it between steps).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from luce.server.bridge import EngineBridge, EngineStats, ModelInfo, StepOutput
+
+log = logging.getLogger("luce.server")
+
+SPEC_MODES = ("off", "chain", "ddtree", "specla")
+BACKENDS = ("auto", "numpy", "cuda", "hip")
+SPEC_PENDING_NOTE = ("speculative decoding is not active yet: the engine does not run drafts so far "
+                     "(luce issue 5); requests decode plainly, one token per step")
+
+
+class LuceEngineCore:
+    """EngineCore over a luce.engine.Engine (engine thread only)."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def add_request(self, request_id: str, prompt_ids: Sequence[int], params) -> None:
+        self.engine.add_request(list(prompt_ids), params, request_id=request_id)
+
+    def cancel(self, request_id: str) -> None:
+        self.engine.cancel(request_id)                 # frees its slot and pages now
+        self.engine.requests.pop(request_id, None)     # and forget it
+
+    def has_work(self) -> bool:
+        return self.engine.has_unfinished()
+
+    def step(self) -> list[StepOutput]:
+        outputs = []
+        for update in self.engine.step():
+            if update.finish_reason is not None:
+                self.engine.requests.pop(update.request_id, None)
+            outputs.append(StepOutput(update.request_id, tuple(update.token_ids), update.finish_reason,
+                                      update.error))
+        return outputs
+
+    def stats(self) -> EngineStats:
+        g = self.engine.gauges()
+        return EngineStats(slots_total=g["slots_total"], slots_busy=g["slots_busy"], queue_depth=g["queue_depth"],
+                           kv_pages_total=g["kv_pages_total"], kv_pages_used=g["kv_pages_used"],
+                           steps=self.engine.stats.steps)
+
+
+@dataclass
+class ServeOptions:
+    model: str | None = None          # GGUF path or cached model name; None: the default pair
+    draft: str | None = None
+    spec: str = "off"
+    backend: str = "auto"
+    max_slots: int = 5
+    ctx: int | None = None            # None: min(model context, 4096)
+    max_queue: int = 64
+    token_budget: int = 512
+    alias: str | None = None          # model id reported to clients
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.spec not in SPEC_MODES:
+            raise ValueError(f"--spec {self.spec!r}: choose one of {', '.join(SPEC_MODES)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"--backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.max_slots < 1:
+            raise ValueError(f"--max-slots must be >= 1, got {self.max_slots}")
+        if self.max_queue < 0:
+            raise ValueError(f"--max-queue must be >= 0, got {self.max_queue}")
+        if self.ctx is not None and self.ctx < 2:
+            raise ValueError(f"--ctx must be >= 2, got {self.ctx}")
+
+
+def resolve_backend(name: str):
+    """(backend instance, its name). 'auto' takes the first GPU backend that loads, else numpy."""
+    from luce.ops import get_backend
+
+    if name != "auto":
+        try:
+            return get_backend(name), name
+        except Exception as e:
+            raise ValueError(f"--backend {name}: {e}") from None
+    for candidate in ("cuda", "hip"):
+        try:
+            return get_backend(candidate), candidate
+        except Exception:
+            continue
+    return get_backend("numpy"), "numpy"
+
+
+def resolve_models(options: ServeOptions, progress: bool = True) -> tuple[Path, Path | None]:
+    """(target path, draft path or None); with no model, fetch the default pair (with progress)."""
+    from luce.llm import resolve_model_path
+
+    if options.model is None:
+        from luce.fetch import fetch_default_models
+
+        target, draft = fetch_default_models(progress=progress)
+        return target, Path(options.draft) if options.draft else draft
+    target = resolve_model_path(options.model)
+    draft = resolve_model_path(options.draft) if options.draft else None
+    return target, draft
+
+
+def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
+    """Load the model and tokenizer and build the engine: returns (engine, tokenizer, ModelInfo)."""
+    from luce.engine import Engine, EngineConfig
+    from luce.models.loader import load_model
+    from luce.tokenizer import Tokenizer
+
+    options.check()
+    target, draft = resolve_models(options, progress)
+    backend, backend_name = resolve_backend(options.backend)
+    say(f"luce: loading {target} on the {backend_name} backend ...")
+    t0 = time.monotonic()
+    model = load_model(target, backend)
+    tokenizer = Tokenizer.from_gguf(target)
+    limit = int(getattr(model.config, "context_length", 0) or 0)
+    ctx = options.ctx if options.ctx is not None else min(limit or 4096, 4096)
+    if limit and ctx > limit:
+        raise ValueError(f"--ctx {ctx} exceeds the model's context length {limit}")
+    budget = max(options.token_budget, options.max_slots + 64)
+    engine = Engine(model, tokenizer, EngineConfig(max_slots=options.max_slots, ctx=ctx, token_budget=budget,
+                                                   max_queue=options.max_slots + options.max_queue + 1,
+                                                   seed=options.seed))
+    say(f"luce: loaded {model.config.arch} ({model.config.n_layer} layers, vocab {tokenizer.vocab_size}) "
+        f"in {time.monotonic() - t0:.1f} s; context {ctx}, {options.max_slots} slots, "
+        f"{engine.pool.n_pages} KV pages")
+    spec_note = "" if options.spec == "off" and draft is None else SPEC_PENDING_NOTE
+    if spec_note:
+        say(f"luce: --spec {options.spec}" + (f" with draft {draft}" if draft else "") + f": {spec_note}")
+    info = ModelInfo(model_id=options.alias or target.name, path=str(target), n_ctx=ctx, backend=backend_name,
+                     max_slots=options.max_slots, arch=model.config.arch,
+                     draft_path=str(draft) if draft else None, spec_mode=options.spec, spec_active=False,
+                     spec_note=spec_note)
+    return engine, tokenizer, info
+
+
+def load_bridge(options: ServeOptions, *, progress: bool = True, say=print) -> EngineBridge:
+    """load_engine, wrapped in an EngineBridge (not started)."""
+    engine, tokenizer, info = load_engine(options, progress=progress, say=say)
+    return EngineBridge(LuceEngineCore(engine), tokenizer, info,
+                        max_pending=options.max_slots + options.max_queue)

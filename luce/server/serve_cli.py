@@ -1,0 +1,142 @@
+"""`luce-serve`: the OpenAI-compatible server.
+
+    luce-serve                                   # fetch (if needed) and serve the default pair
+    luce-serve model.gguf --port 8080 --max-slots 5 --ctx 4096 --api-key KEY
+
+It listens at once (/health answers 503 "Loading model" until the engine is ready), prints
+the URL and a curl example when ready, and drains in-flight requests on SIGINT/SIGTERM.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import os
+import sys
+import threading
+import time
+
+from luce.server.app import App, ServerConfig
+from luce.server.engine_core import BACKENDS, SPEC_MODES, ServeOptions, load_bridge
+from luce.server.runner import serve_forever
+from luce.server.validation import Defaults
+
+log = logging.getLogger("luce.server")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="luce-serve", description="OpenAI-compatible LLM server (luce).")
+    p.add_argument("model", nargs="?", help="GGUF file or cached model name (default: fetch and serve "
+                   "Qwen2.5-Coder-1.5B-Instruct with the 0.5B draft)")
+    p.add_argument("-m", "--model", dest="model_opt", metavar="MODEL", help="same as the positional MODEL")
+    p.add_argument("--draft", help="draft model GGUF for speculative decoding")
+    p.add_argument("--spec", choices=SPEC_MODES, default="off", help="speculation mode (default off)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    p.add_argument("--max-slots", "-np", type=int, default=5, help="requests decoding together (default 5)")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="requests waiting for a slot before 429 (default 64)")
+    p.add_argument("--ctx", "-c", type=int, default=None,
+                   help="context length per request (default: model's, capped at 4096)")
+    p.add_argument("--token-budget", type=int, default=512, help="rows per engine step (default 512)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto", help="compute backend (default auto)")
+    p.add_argument("--api-key", default=os.environ.get("LUCE_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' (default: $LUCE_API_KEY, else none)")
+    p.add_argument("--alias", help="model id reported to clients (default: the file name)")
+    p.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024, help="request body limit (413 above)")
+    p.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="seconds to let in-flight requests finish on SIGINT/SIGTERM (default 30)")
+    p.add_argument("--temp", type=float, default=Defaults.temperature, help="default temperature")
+    p.add_argument("--top-k", type=int, default=Defaults.top_k, help="default top-k (0 = off)")
+    p.add_argument("--top-p", type=float, default=Defaults.top_p, help="default top-p")
+    p.add_argument("--min-p", type=float, default=Defaults.min_p, help="default min-p")
+    p.add_argument("--seed", type=int, default=0, help="engine seed for requests without one")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _LoadTicker:
+    """Prints elapsed load time every few seconds while the model loads (the progress display)."""
+
+    def __init__(self, interval: float = 5.0):
+        self.interval = interval
+        self._done = threading.Event()
+        self._t0 = time.monotonic()
+
+    def __enter__(self):
+        threading.Thread(target=self._run, daemon=True).start()
+        return self
+
+    def _run(self):
+        while not self._done.wait(self.interval):
+            print(f"luce: still loading ... {time.monotonic() - self._t0:.0f} s", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc):
+        self._done.set()
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    model = args.model_opt or args.model
+    options = ServeOptions(model=model, draft=args.draft, spec=args.spec, backend=args.backend,
+                           max_slots=args.max_slots, ctx=args.ctx, max_queue=args.max_queue,
+                           token_budget=args.token_budget, alias=args.alias, seed=args.seed)
+    try:
+        options.check()
+        defaults = Defaults(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
+        from luce.engine.sampler import SamplingParams
+        SamplingParams(temperature=defaults.temperature, top_k=defaults.top_k, top_p=defaults.top_p,
+                       min_p=defaults.min_p)
+    except ValueError as e:
+        print(f"luce-serve: {e}", file=sys.stderr)
+        return 2
+    if not _is_loopback(args.host) and not args.api_key:
+        log.warning("listening on %s without --api-key: anyone who can reach this address can use the model",
+                    args.host)
+    config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
+                          max_body_bytes=args.max_body_bytes, drain_timeout_s=args.drain_timeout,
+                          defaults=defaults)
+    app = App(config)
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def load():
+        if model is None:
+            say("luce: no model given: serving the default Qwen2.5-Coder pair (fetched on first use)")
+        with _LoadTicker():
+            return load_bridge(options, progress=True, say=say)
+
+    def ready(app: App) -> None:
+        host = args.host if ":" not in args.host else f"[{args.host}]"
+        url = f"http://{host}:{app.port}"
+        auth = f" -H 'Authorization: Bearer {args.api_key}'" if args.api_key else ""
+        print(f"\nluce-serve is ready: {url}  (model {app.model_id}; OpenAI base URL {url}/v1)\n"
+              f"try:\n  curl {url}/v1/chat/completions -H 'Content-Type: application/json'{auth} \\\n"
+              f"    -d '{{\"messages\": [{{\"role\": \"user\", \"content\": \"Write a Python function that "
+              f"reverses a string.\"}}], \"max_tokens\": 128}}'\n", flush=True)
+
+    def listening(app: App) -> None:
+        say(f"luce: listening on {args.host}:{app.port}; /health answers 503 until the model is loaded")
+
+    try:
+        return serve_forever(app, load=load, on_ready=ready, on_listening=listening)
+    except OSError as e:
+        print(f"luce-serve: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
