@@ -1,0 +1,88 @@
+"""DFlash drafter: one draft pass over a slot's captured target features proposes a block.
+
+Wraps `luce.models.dflash.DFlashDraft`. Per slot it keeps the draft's context cache: the
+fused target features of positions 0..n_context-1 as draft K/V in its own pages. A lane
+hands over the features of the positions committed since its last call (the target
+captures `feature_layers` on every row it runs; the engine passes those of committed rows),
+then every lane's block `[root, MASK x (B-1)]` at positions root.. runs in one batched
+pass; block row i > 0 gives depth i's distribution, of which the top-k are reported.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from luce.models.batch import SegmentSpec, build_batch
+from luce.models.kv_cache import pages_needed
+from luce.spec.drafters.base import DraftLane
+from luce.spec.proposal import DraftProposal
+
+
+class DFlashDrafter:
+    kind = "dflash"
+
+    def __init__(self, draft, max_slots: int, ctx: int):
+        """draft: a DFlashDraft (load_model(path, backend, target_model=target));
+        ctx: the longest target sequence a slot holds."""
+        if max_slots < 1 or ctx < 1:
+            raise ValueError(f"DFlash drafter needs max_slots >= 1 and ctx >= 1, got {max_slots}, {ctx}")
+        self.draft, self.backend = draft, draft.backend
+        self.block_size = int(draft.block_size)
+        self.max_depth = self.block_size - 1
+        self.feature_layers = tuple(draft.target_layers)
+        self.pages_per_slot = pages_needed(ctx + self.block_size)
+        self.state = draft.new_state(max_pages=max_slots * self.pages_per_slot, max_slots=max_slots)
+        self.n_context = [0] * max_slots
+
+    def pages(self, slot: int) -> list[int]:
+        return list(range(slot * self.pages_per_slot, (slot + 1) * self.pages_per_slot))
+
+    def release(self, slot: int) -> None:
+        self.n_context[slot] = 0
+
+    def truncate(self, slot: int, n_context: int) -> None:
+        """Forget context rows from position n_context on (the target rolled back)."""
+        if not 0 <= n_context <= self.n_context[slot]:
+            raise ValueError(f"slot {slot}: cannot truncate {self.n_context[slot]} context rows to {n_context}")
+        self.n_context[slot] = n_context
+
+    def _inject(self, lanes: Sequence[DraftLane]) -> None:
+        segments, feats = [], []
+        for lane in lanes:
+            new = np.zeros((0, self.draft.feature_width), np.float32) if lane.features is None else \
+                np.asarray(self.backend.to_numpy(lane.features), dtype=np.float32).reshape(-1, self.draft.feature_width)
+            have = self.n_context[lane.slot]
+            if have + len(new) != lane.root_position:
+                raise ValueError(f"DFlash drafter, slot {lane.slot}: it holds features of {have} positions and "
+                                 f"the lane adds {len(new)}, but the root is at position {lane.root_position}: "
+                                 "hand over the target features of every committed position exactly once")
+            if len(new):
+                segments.append(SegmentSpec(lane.slot, [0] * len(new), have, self.pages(lane.slot), logits="none"))
+                feats.append(new)
+                self.n_context[lane.slot] = lane.root_position
+        if segments:
+            self.draft.inject_context(build_batch(segments), np.concatenate(feats), self.state)
+
+    def propose(self, lanes: Sequence[DraftLane]) -> list[DraftProposal]:
+        lanes = list(lanes)
+        for lane in lanes:
+            if not 0 <= lane.slot < len(self.n_context):
+                raise IndexError(f"DFlash drafter serves slots 0..{len(self.n_context) - 1}, got {lane.slot}")
+        self._inject(lanes)
+        drafting = [lane for lane in lanes if lane.root_position > 0 and lane.depth > 0]
+        out = {id(lane): DraftProposal.empty() for lane in lanes}
+        if drafting:
+            B = self.block_size
+            block = build_batch([SegmentSpec(lane.slot, self.draft.block_tokens(lane.tokens[-1], B),
+                                             lane.root_position, self.pages(lane.slot), logits="all")
+                                 for lane in drafting])
+            block.logits_indices = np.array([i * B + j for i in range(len(drafting)) for j in range(1, B)],
+                                            dtype=np.int32)
+            logits = self.draft.forward(block, self.state).logits            # [lanes * (B-1), V]
+            k = max(lane.top_k for lane in drafting)
+            ids, lps = self.backend.top_k_logprobs(logits, k)
+            for i, lane in enumerate(drafting):
+                rows = slice(i * (B - 1), i * (B - 1) + min(lane.depth, B - 1))
+                out[id(lane)] = DraftProposal(ids[rows, :lane.top_k], np.minimum(lps[rows, :lane.top_k], 0.0))
+        return [out[id(lane)] for lane in lanes]

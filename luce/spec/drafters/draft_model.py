@@ -1,0 +1,111 @@
+"""Draft-model drafter: a small model sharing the target's tokenizer drafts autoregressively.
+
+It keeps its own state (KV pages and, for a hybrid draft, recurrent state) with one lane
+per target slot, and batches every lane into each of its steps:
+1. catch-up: each lane feeds the tokens its draft state has not seen, root included (one
+   segment per lane); the last row's logits give depth 1;
+2. depth d > 1: each lane feeds its top-1 token of depth d - 1 (one AR row per lane).
+Per depth it reports the top-k log-probs; the chain follows the top-1 token.
+After drafting, a lane's draft state covers the sequence up to the root: drafted rows lie
+beyond it (KV rows nothing reads; a hybrid draft's recurrent state is restored from a
+snapshot taken after the catch-up), so the next call only catches up on what the target
+committed.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from luce.models.batch import SegmentSpec, build_batch
+from luce.models.kv_cache import pages_needed
+from luce.spec.drafters.base import DraftLane
+from luce.spec.proposal import DraftProposal
+
+
+class DraftModelDrafter:
+    kind = "model"
+    feature_layers: tuple[int, ...] = ()
+
+    def __init__(self, model, max_slots: int, ctx: int, max_depth: int = 8, target_vocab: int | None = None):
+        """model: a luce model (luce.models.loader.load_model) sharing the target's
+        tokenizer; max_slots: target slots it may serve; ctx: longest sequence plus drafts."""
+        if target_vocab is not None and int(model.config.vocab) != int(target_vocab):
+            raise ValueError(f"draft model vocabulary ({model.config.vocab}) differs from the target's "
+                             f"({target_vocab}): a draft model must share the target's tokenizer")
+        if max_slots < 1 or ctx < 2 or max_depth < 1:
+            raise ValueError(f"draft model needs max_slots >= 1, ctx >= 2, max_depth >= 1; got "
+                             f"{max_slots}, {ctx}, {max_depth}")
+        self.model, self.backend = model, model.backend
+        self.max_depth, self.ctx = max_depth, ctx
+        self.pages_per_slot = pages_needed(ctx + max_depth)
+        self.state = model.new_state(max_pages=max_slots * self.pages_per_slot, max_slots=max_slots)
+        self.seen = [0] * max_slots          # tokens of each lane's sequence the draft state covers
+        self.history: list[list[int]] = [[] for _ in range(max_slots)]
+
+    def pages(self, slot: int) -> list[int]:
+        return list(range(slot * self.pages_per_slot, (slot + 1) * self.pages_per_slot))
+
+    def release(self, slot: int) -> None:
+        self.seen[slot] = 0
+        self.history[slot] = []
+        self.state.reset_slot(slot)
+
+    def _sync(self, lane: DraftLane) -> None:
+        """Forget the lane's draft state from the first token that differs from `tokens`."""
+        tokens, hist = list(lane.tokens), self.history[lane.slot]
+        common = 0
+        for a, b in zip(hist[:self.seen[lane.slot]], tokens):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(tokens) - 1)   # the root is always fed: its logits give depth 1
+        if common < self.seen[lane.slot]:
+            if self.state.recurrent is not None:   # a recurrent state cannot be cut back: start over
+                self.state.reset_slot(lane.slot)
+                common = 0
+            self.seen[lane.slot] = common
+        self.history[lane.slot] = tokens
+
+    def propose(self, lanes: Sequence[DraftLane]) -> list[DraftProposal]:
+        lanes = list(lanes)
+        if not lanes:
+            return []
+        for lane in lanes:
+            if not 0 <= lane.slot < len(self.seen):
+                raise IndexError(f"draft model serves slots 0..{len(self.seen) - 1}, got {lane.slot}")
+            if not 1 <= len(lane.tokens) <= self.ctx:
+                raise ValueError(f"slot {lane.slot}: sequence of {len(lane.tokens)} tokens does not fit "
+                                 f"the draft context of {self.ctx}")
+            self._sync(lane)
+        depths = [min(lane.depth, self.max_depth) for lane in lanes]
+        ids = [np.full((d, lane.top_k), -1, np.int64) for d, lane in zip(depths, lanes)]
+        lps = [np.full((d, lane.top_k), -np.inf, np.float32) for d, lane in zip(depths, lanes)]
+
+        segments = [SegmentSpec(lane.slot, list(lane.tokens[self.seen[lane.slot]:]), self.seen[lane.slot],
+                                self.pages(lane.slot)) for lane in lanes]
+        snapshots = {}
+        active = list(range(len(lanes)))
+        for d in range(max(depths, default=0)):
+            active = [i for i in active if d < depths[i]]
+            if not active:
+                break
+            batch = build_batch([segments[i] for i in active])
+            logits = self.model.forward(batch, self.state).logits
+            if d == 0:
+                for i in active:
+                    self.seen[lanes[i].slot] = len(lanes[i].tokens)
+                    if self.state.recurrent is not None:
+                        snapshots[lanes[i].slot] = self.state.recurrent.snapshot(lanes[i].slot)
+            k = max(lanes[i].top_k for i in active)
+            top_ids, top_lps = self.backend.top_k_logprobs(logits, min(k, int(self.model.config.vocab)))
+            for row, i in enumerate(active):
+                kk = min(lanes[i].top_k, top_ids.shape[1])
+                ids[i][d, :kk] = top_ids[row, :kk]
+                lps[i][d, :kk] = np.minimum(top_lps[row, :kk], 0.0)
+                lane = lanes[i]
+                segments[i] = SegmentSpec(lane.slot, [int(top_ids[row, 0])], len(lane.tokens) + d,
+                                          self.pages(lane.slot))
+        for slot, snap in snapshots.items():
+            self.state.recurrent.restore(slot, snap)
+        return [DraftProposal(a, b) for a, b in zip(ids, lps)]

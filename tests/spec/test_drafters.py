@@ -1,0 +1,119 @@
+"""Drafters: n-gram lookup, draft model (batched lanes, catch-up), DFlash (batched lanes)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luce.models import SegmentSpec, build_batch, pages_needed
+from luce.models.batch import generate_greedy
+from luce.models.dflash import features_from_captured
+from luce.ref.sampling import top_k_logprobs
+from luce.spec.drafters import DraftLane, NgramDrafter
+from luce.spec.drafters.dflash import DFlashDrafter
+from luce.spec.drafters.draft_model import DraftModelDrafter
+
+
+# ---- n-gram ------------------------------------------------------------------------------------
+def test_ngram_longest_suffix_counts_and_recency():
+    d = NgramDrafter(max_ngram=3)
+    seq = [1, 2, 3, 4, 9, 2, 3, 5, 7, 2, 3, 4, 8, 2, 3]
+    prop = d.propose([DraftLane(0, seq, depth=3, top_k=3)])[0]
+    # suffix (2, 3) occurred at 1, 5, 9 -> followed by 4, 5, 4; then 9, 7, 8
+    assert prop.ids[0].tolist() == [4, 5, -1]
+    np.testing.assert_allclose(prop.logprobs[0, :2], np.log([2 / 3, 1 / 3]), rtol=1e-6)
+    assert prop.ids[1].tolist() == [8, 7, 9]  # equal counts: most recent first
+    assert prop.ids[2].tolist() == [2, -1, -1] and prop.logprobs[2, 0] == 0.0
+
+
+def test_ngram_prefers_longer_match_and_stops_when_text_ends():
+    d = NgramDrafter(max_ngram=3)
+    seq = [5, 1, 2, 6, 0, 1, 2, 7, 0, 1, 2]
+    prop = d.propose([DraftLane(0, seq, depth=6, top_k=2)])[0]
+    assert prop.ids[0].tolist() == [7, -1]     # (0, 1, 2) matched once, before 7
+    assert prop.depth == 4                     # 7, 0, 1, 2 then the text ends
+    assert d.propose([DraftLane(0, [1, 2, 3], 4, 2)])[0].depth == 0
+    with pytest.raises(ValueError):
+        NgramDrafter(max_ngram=1, min_ngram=2)
+
+
+# ---- draft model -------------------------------------------------------------------------------
+def test_draft_model_chain_is_its_greedy_continuation(tiny_models):
+    model = tiny_models["qwen3"]
+    prompt = [3, 17, 40, 2, 99, 5]
+    greedy = generate_greedy(model, prompt, 6)
+    drafter = DraftModelDrafter(model, max_slots=2, ctx=64, max_depth=5)
+    prop = drafter.propose([DraftLane(1, prompt + greedy[:1], depth=5, top_k=3)])[0]
+    assert prop.ids[:, 0].tolist() == greedy[1:6]
+    assert (np.diff(prop.logprobs, axis=1) <= 0).all()
+
+
+def test_draft_model_lanes_batched_and_catch_up_equal_fresh(tiny_models):
+    model = tiny_models["qwen3_draft"]
+    seqs = {0: [4, 8, 15, 16, 23, 42, 7], 2: [1, 2, 3]}
+    alone = {s: DraftModelDrafter(model, 3, 64, 4).propose([DraftLane(s, t, 4, 2)])[0] for s, t in seqs.items()}
+    drafter = DraftModelDrafter(model, 3, 64, 4)
+    together = drafter.propose([DraftLane(s, t, 4, 2) for s, t in seqs.items()])
+    for prop, s in zip(together, seqs):
+        np.testing.assert_array_equal(prop.ids, alone[s].ids)
+        np.testing.assert_array_equal(prop.logprobs, alone[s].logprobs)
+    # the sequence grows (two accepted drafts and a bonus): catch-up equals a fresh drafter
+    grown = seqs[0] + [int(together[0].ids[0, 0]), int(together[0].ids[1, 0]), 11]
+    again = drafter.propose([DraftLane(0, grown, 3, 2)])[0]
+    fresh = DraftModelDrafter(model, 3, 64, 4).propose([DraftLane(0, grown, 3, 2)])[0]
+    np.testing.assert_array_equal(again.ids, fresh.ids)
+    np.testing.assert_array_equal(again.logprobs, fresh.logprobs)
+    # a rewritten history (slot reused) is followed too
+    other = drafter.propose([DraftLane(0, [9, 9, 9, 1], 3, 2)])[0]
+    np.testing.assert_array_equal(other.ids, DraftModelDrafter(model, 3, 64, 4).propose(
+        [DraftLane(0, [9, 9, 9, 1], 3, 2)])[0].ids)
+
+
+def test_hybrid_draft_model_restores_its_state(tiny_models):
+    model = tiny_models["qwen35"]
+    drafter = DraftModelDrafter(model, 1, 64, 3)
+    lane = DraftLane(0, [5, 6, 7, 8], 3, 2)
+    first = drafter.propose([lane])[0]
+    assert drafter.seen[0] == 4
+    second = drafter.propose([lane])[0]   # same sequence again: restarts, same proposal
+    np.testing.assert_array_equal(first.ids, second.ids)
+    grown = drafter.propose([DraftLane(0, [5, 6, 7, 8, 1], 3, 2)])[0]
+    fresh = DraftModelDrafter(model, 1, 64, 3).propose([DraftLane(0, [5, 6, 7, 8, 1], 3, 2)])[0]
+    np.testing.assert_array_equal(grown.ids[:, 0], fresh.ids[:, 0])
+
+
+def test_draft_model_rejects_other_vocab(tiny_models):
+    with pytest.raises(ValueError, match="tokenizer"):
+        DraftModelDrafter(tiny_models["qwen3"], 1, 16, target_vocab=1000)
+
+
+# ---- DFlash ------------------------------------------------------------------------------------
+def target_features(target, draft, tokens):
+    """Prefill `tokens` on the target, capturing the draft's layers -> features [T, W]."""
+    state = target.new_state(max_pages=pages_needed(len(tokens)), max_slots=1)
+    out = target.forward(build_batch([SegmentSpec(0, tokens, 0, list(range(pages_needed(len(tokens)))))],
+                                     capture_layers=draft.target_layers), state)
+    return np.asarray(features_from_captured(out.captured, draft.target_layers, target.backend))
+
+
+def test_dflash_drafter_matches_single_sequence_api_and_batches(tiny_models):
+    target, draft = tiny_models["qwen35"], tiny_models["dflash"]
+    seqs = {1: [3, 9, 27, 81, 5, 6], 0: [7, 7, 2]}
+    feats = {s: target_features(target, draft, t[:-1]) for s, t in seqs.items()}
+    drafter = DFlashDrafter(draft, max_slots=2, ctx=64)
+    assert drafter.max_depth == draft.block_size - 1 and drafter.feature_layers == draft.target_layers
+    props = drafter.propose([DraftLane(s, t, depth=3, top_k=2, features=feats[s]) for s, t in seqs.items()])
+    for prop, (s, t) in zip(props, seqs.items()):
+        seq = draft.new_sequence(64)
+        logits = draft.propose(seq, feats[s], t[-1])
+        ids, lps = top_k_logprobs(logits, 2)
+        np.testing.assert_array_equal(prop.ids, ids)
+        np.testing.assert_array_equal(prop.logprobs, lps)
+    # the next call hands over only the newly committed positions
+    grown = seqs[0] + [11, 12]
+    all_feats = target_features(target, draft, grown[:-1])
+    nxt = drafter.propose([DraftLane(0, grown, 2, 1, features=all_feats[len(seqs[0]) - 1:])])[0]
+    seq = draft.new_sequence(64)
+    ids, _ = top_k_logprobs(draft.propose(seq, all_feats, grown[-1]), 1)
+    assert nxt.ids[:, 0].tolist() == ids[:2, 0].tolist()
+    with pytest.raises(ValueError, match="exactly once"):
+        drafter.propose([DraftLane(0, grown + [1], 2, 1, features=None)])
