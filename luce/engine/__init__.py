@@ -2,7 +2,7 @@
 
     from luce.engine import Engine, EngineConfig, SamplingParams
 """
-from luce.engine.engine import Engine, EngineConfig, EngineStats
+from luce.engine.engine import Engine, EngineConfig, EngineStats, StepUpdate
 from luce.engine.pages import PagePool, PoolExhausted
 from luce.engine.request import FinishReason, Request, RequestOutput
 from luce.engine.sampler import SamplingError, SamplingParams
@@ -13,7 +13,7 @@ from luce.engine.step import Cohort, DecodeRow, PrefillChunk, StepBatch, StepBui
 from luce.engine.txn import Plan, Reject, StalePlan, Transaction
 
 __all__ = [
-    "Engine", "EngineConfig", "EngineStats", "PagePool", "PoolExhausted", "FinishReason", "Request",
+    "Engine", "EngineConfig", "EngineStats", "StepUpdate", "PagePool", "PoolExhausted", "FinishReason", "Request",
     "RequestOutput", "SamplingError", "SamplingParams", "Scheduler", "AdmissionError", "QueueFull",
     "SlotManager", "SnapshotTableFull", "StateSlots", "Cohort", "DecodeRow", "PrefillChunk", "StepBatch",
     "StepBuilder", "TreeChunk", "bucket", "Plan", "Reject", "StalePlan", "Transaction",

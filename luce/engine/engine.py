@@ -57,6 +57,16 @@ class EngineConfig:
         return self.kv_pages if self.kv_pages is not None else self.max_slots * pages_needed(self.ctx)
 
 
+@dataclass(frozen=True)
+class StepUpdate:
+    """What one step did for one request."""
+
+    request_id: Any
+    token_ids: tuple[int, ...] = ()   # tokens sampled this step (none mid-prefill)
+    finish_reason: str | None = None  # set when the request finished this step
+    error: str | None = None
+
+
 @dataclass
 class EngineStats:
     steps: int = 0                # steps that ran the model
@@ -145,8 +155,8 @@ class Engine:
         return request.output()
 
     # ---- one step ---------------------------------------------------------------------------
-    def step(self) -> list[Any]:
-        """Run one engine step; returns the ids of requests that advanced or finished."""
+    def step(self) -> list[StepUpdate]:
+        """Run one engine step; one update per request that advanced or finished."""
         for request_id, slot in self.slots.admit_all():
             request = self.requests[request_id]
             request.slot, request.phase = slot, PREFILL
@@ -202,12 +212,12 @@ class Engine:
         s.prompt_tokens += sum(len(c.token_ids) for c in step.cohort.prefill)
         s.replay_keys.add(step.replay_key)
 
-    def _apply(self, step: StepBatch, tokens: list[int]) -> list[Any]:
-        touched = []
+    def _apply(self, step: StepBatch, tokens: list[int]) -> list[StepUpdate]:
+        new: dict[Any, list[int]] = {}
         for chunk in step.cohort.prefill:
             r = self.requests[chunk.request_id]
             r.n_prefilled = chunk.start + len(chunk.token_ids)
-            touched.append(r.request_id)
+            new[r.request_id] = []
         for i, slot in enumerate(step.logits_slot.tolist()):
             r = self._request_in(slot)
             if step.logits_kind[i] == ROW_PREFILL:
@@ -215,14 +225,13 @@ class Engine:
                 r.metrics["first_token_step"] = self.stats.steps
             r.add_token(tokens[i])
             self.stats.generated_tokens += 1
-            if r.request_id not in touched:
-                touched.append(r.request_id)
-        for rid in touched:
+            new.setdefault(r.request_id, []).append(tokens[i])
+        for rid in new:
             r = self.requests[rid]
             if r.finished:
                 self._retire(r)
                 self.stats.finished += 1
-        return touched
+        return [StepUpdate(rid, tuple(t), self.requests[rid].finish_reason) for rid, t in new.items()]
 
     def _retire(self, request: Request) -> None:
         if request.slot is not None and self.slots.slot_of(request.request_id) == request.slot:
@@ -230,17 +239,15 @@ class Engine:
         request.phase = FINISHED
         request.metrics["finished_step"] = self.stats.steps
 
-    def _fail(self, cohort: Cohort, message: str) -> list[Any]:
+    def _fail(self, cohort: Cohort, message: str) -> list[StepUpdate]:
         """Retire every request of the cohort with an error; the rest of the engine goes on."""
         self.stats.failed_steps += 1
-        ids = []
         for item in cohort.items:
             r = self.requests[item.request_id]
             r.finish(FinishReason.ERROR, error=message)
             self._retire(r)
             self.stats.failed += 1
-            ids.append(r.request_id)
-        return ids
+        return [StepUpdate(item.request_id, (), FinishReason.ERROR, message) for item in cohort.items]
 
     # ---- convenience --------------------------------------------------------------------------
     def run(self, max_steps: int | None = None) -> int:
@@ -250,6 +257,12 @@ class Engine:
             self.step()
             n += 1
         return n
+
+    def gauges(self) -> dict[str, int]:
+        """Current occupancy: slots, queue, KV pages."""
+        return dict(slots_total=self.config.max_slots, slots_busy=self.slots.n_live,
+                    queue_depth=len(self.slots.queue), kv_pages_total=self.pool.n_pages,
+                    kv_pages_used=self.pool.n_used)
 
     def check(self) -> None:
         """Every bookkeeping invariant (tests call this after each operation)."""

@@ -1,0 +1,146 @@
+"""The offline Python API, in the spirit of vLLM's `LLM`:
+
+    from luce import LLM, SamplingParams
+    llm = LLM("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")            # a path or a cached model name
+    outs = llm.generate(["def fib(n):", "import numpy"], SamplingParams(max_tokens=32))
+    print(outs[0].text, outs[0].finish_reason)
+    for piece in llm.stream("def fib(n):", SamplingParams(max_tokens=32)):
+        print(piece, end="")                                         # whole UTF-8 characters
+
+All prompts of one `generate` call run together (continuous batching over `max_slots`
+slots); each request's output is the same as it would be alone.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from luce.engine.engine import Engine, EngineConfig
+from luce.engine.request import FinishReason, RequestOutput
+from luce.engine.sampler import SamplingParams
+from luce.engine.slots import QueueFull
+
+
+class GenerationError(RuntimeError):
+    """A streamed request ended with an error (the engine retired its step's cohort)."""
+
+
+def resolve_model_path(model) -> Path:
+    """A GGUF path as given, or the cached file of a model name (luce.fetch.find_model)."""
+    path = Path(model).expanduser()
+    if path.is_file():
+        return path
+    if path.name == str(model):
+        from luce.fetch import find_model
+
+        found = find_model(str(model))
+        if found is not None:
+            return found
+    raise FileNotFoundError(f"no model file {model!r}: pass a GGUF path, or fetch the model first "
+                            "(python tools/fetch_models.py, or `make models`)")
+
+
+class LLM:
+    def __init__(self, model_path, draft=None, backend="numpy", max_slots: int = 5, ctx: int = 4096,
+                 token_budget: int = 512, kv_pages: int | None = None, seed: int = 0, **engine_options):
+        """Load a GGUF model (and its tokenizer) on `backend` and start an engine.
+        `engine_options` are further EngineConfig fields (max_queue, pad_steps, ...)."""
+        if draft is not None:
+            raise NotImplementedError("speculative decoding (draft=...) is not available yet; "
+                                      "pass draft=None")
+        from luce.models.loader import load_model
+        from luce.tokenizer import Tokenizer
+
+        path = resolve_model_path(model_path)
+        self.model_path = path
+        self.model = load_model(path, backend)
+        self.tokenizer = Tokenizer.from_gguf(path)
+        limit = int(getattr(self.model.config, "context_length", 0) or 0)
+        if limit and ctx > limit:
+            raise ValueError(f"ctx {ctx} exceeds the model's context length {limit}")
+        config = EngineConfig(max_slots=max_slots, ctx=ctx, token_budget=token_budget, kv_pages=kv_pages,
+                              seed=seed, **engine_options)
+        self.engine = Engine(self.model, self.tokenizer, config)
+
+    @property
+    def stats(self):
+        return self.engine.stats
+
+    def encode(self, prompt) -> list[int]:
+        """Token ids of a prompt given as text or as ids."""
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt, add_bos=self.tokenizer.adds_bos)
+        return [int(t) for t in prompt]
+
+    def _submit(self, prompt, params: SamplingParams):
+        text = prompt if isinstance(prompt, str) else None
+        return self.engine.add_request(self.encode(prompt), params, prompt_text=text)
+
+    def generate(self, prompts, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None
+                 ) -> list[RequestOutput]:
+        """Run every prompt (a str, a list of str, or token id lists) to completion; outputs in
+        prompt order. Errors and cancellations show as finish_reason, not exceptions."""
+        prompts = _as_prompt_list(prompts)
+        params = _as_params_list(sampling_params, len(prompts))
+        waiting = list(zip(range(len(prompts)), prompts, params))
+        ids: dict[int, object] = {}
+        try:
+            while waiting or any(not self.engine.get(rid).finished for rid in ids.values()):
+                while waiting:
+                    try:
+                        ids[waiting[0][0]] = self._submit(waiting[0][1], waiting[0][2])
+                    except QueueFull:
+                        break
+                    waiting.pop(0)
+                self.engine.step()
+            return [self.engine.take_output(ids[i]) for i in range(len(prompts))]
+        finally:
+            for rid in ids.values():
+                if rid in self.engine.requests:
+                    self.engine.cancel(rid)
+                    self.engine.take_output(rid)
+
+    def stream(self, prompt, sampling_params: SamplingParams | None = None) -> Iterator[str]:
+        """Text deltas of one request as it is generated (whole UTF-8 characters; stop strings
+        never appear). Other queued requests advance too. Closing the iterator early cancels
+        the request; an engine error raises GenerationError after the text produced so far."""
+        rid = self._submit(prompt, sampling_params or SamplingParams())
+        request = self.engine.get(rid)
+        try:
+            while not request.finished:
+                self.engine.step()
+                delta = request.take_delta()
+                if delta:
+                    yield delta
+            delta = request.take_delta()
+            if delta:
+                yield delta
+            if request.finish_reason == FinishReason.ERROR:
+                raise GenerationError(request.error)
+        finally:
+            if not request.finished:
+                self.engine.cancel(rid)
+            self.engine.requests.pop(rid, None)
+
+
+def _as_prompt_list(prompts) -> list:
+    if isinstance(prompts, str):
+        return [prompts]
+    prompts = list(prompts)
+    if prompts and all(isinstance(t, int) for t in prompts):
+        return [prompts]          # one prompt given as token ids
+    for p in prompts:
+        if not isinstance(p, str) and not (isinstance(p, (list, tuple)) and all(isinstance(t, int) for t in p)):
+            raise TypeError(f"a prompt is a str or a list of token ids, got {type(p).__name__}")
+    return prompts
+
+
+def _as_params_list(params, n: int) -> list[SamplingParams]:
+    if params is None:
+        return [SamplingParams()] * n
+    if isinstance(params, SamplingParams):
+        return [params] * n
+    params = list(params)
+    if len(params) != n or not all(isinstance(p, SamplingParams) for p in params):
+        raise ValueError(f"sampling_params must be one SamplingParams or a list of {n}, got {len(params)}")
+    return params

@@ -1,0 +1,161 @@
+"""Engine under random arrivals, cancellations and injected faults (hypothesis, fake model).
+
+After every step: bookkeeping invariants hold (Engine.check), preflight changed nothing, the
+model saw every live slot read exactly its own pages and state. At the end every request
+that finished normally produced exactly its reference output (what it gives alone), a
+cancelled one a prefix of it, and a faulted one an error.
+"""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from luce.engine import Engine, EngineConfig, FinishReason, SamplingParams
+from luce.engine.txn import Reject
+from luce.models.kv_cache import pages_needed
+from tests.engine.fake_model import FakeModel, reference_output
+
+request_st = st.fixed_dictionaries({
+    "arrive": st.integers(0, 12),
+    "prompt_len": st.one_of(st.integers(1, 20), st.integers(60, 200)),
+    "max_tokens": st.integers(1, 12),
+    "temperature": st.sampled_from([0.0, 0.0, 0.8]),
+    "seed": st.integers(0, 2**32),
+    "stop_token": st.one_of(st.none(), st.integers(0, 47)),
+    "cancel_at": st.one_of(st.none(), st.integers(0, 20)),
+    "token_seed": st.integers(0, 2**16),
+})
+
+
+def make_prompt(n, token_seed):
+    return [(token_seed * 7919 + 31 * i) % 48 for i in range(n)]
+
+
+def checked_preflight(engine):
+    """Wrap engine.txn.preflight: every call must leave every structure byte-identical."""
+    inner = engine.txn.preflight
+
+    def preflight(step, capture_state=False):
+        before = (engine.pool.digest(), engine.slots.digest(), engine.states.digest())
+        plan = inner(step, capture_state)
+        assert (engine.pool.digest(), engine.slots.digest(), engine.states.digest()) == before
+        assert not isinstance(plan, Reject), plan.reason
+        return plan
+
+    engine.txn.preflight = preflight
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(requests=st.lists(request_st, min_size=1, max_size=7),
+       max_slots=st.integers(1, 5), extra_budget=st.integers(0, 150), tight_pages=st.booleans(),
+       pad=st.booleans(), fault_steps=st.sets(st.integers(0, 30), max_size=2))
+def test_random_traffic_gives_each_request_its_alone_output(requests, max_slots, extra_budget, tight_pages,
+                                                           pad, fault_steps):
+    model = FakeModel()
+    kv_pages = pages_needed(212) + 3 if tight_pages else None   # tight: reservations make requests queue
+    engine = Engine(model, config=EngineConfig(max_slots=max_slots, ctx=256, token_budget=max_slots + 64 + extra_budget,
+                                               kv_pages=kv_pages, pad_steps=pad))
+    checked_preflight(engine)
+    step_no = 0
+
+    cohort = set()
+
+    def fault(point, step):
+        if point == "before_forward":
+            cohort.clear()
+            cohort.update(item.request_id for item in step.cohort.items)
+        if point == "after_forward" and step_no in fault_steps:
+            raise RuntimeError(f"injected fault at step {step_no}")
+
+    engine.fault_hook = fault
+    specs, ids, faulted = {}, {}, set()
+    for step_no in range(400):
+        for i, r in enumerate(requests):
+            if r["arrive"] == step_no:
+                params = SamplingParams(max_tokens=r["max_tokens"], temperature=r["temperature"], seed=r["seed"],
+                                        stop_token_ids=() if r["stop_token"] is None else (r["stop_token"],))
+                prompt = make_prompt(r["prompt_len"], r["token_seed"])
+                ids[i] = engine.add_request(prompt, params)
+                specs[i] = (prompt, params)
+            if r["cancel_at"] == step_no and i in ids:
+                engine.cancel(ids[i])
+        updates = engine.step()
+        errors = {u.request_id for u in updates if u.finish_reason == FinishReason.ERROR}
+        assert errors in (set(), cohort)        # a fault retires exactly the step's cohort
+        faulted |= errors
+        engine.check()
+        assert not model.violations, model.violations
+        if step_no > 12 and not engine.has_unfinished():
+            break
+    assert not engine.has_unfinished()
+    assert engine.pool.n_used == 0 and engine.slots.n_live == 0
+    for i, rid in ids.items():
+        out = engine.take_output(rid)
+        prompt, params = specs[i]
+        want = reference_output(prompt, params, params.seed)
+        if out.finish_reason == FinishReason.ERROR:
+            assert rid in faulted and "injected fault" in out.error
+            assert out.token_ids == want[:len(out.token_ids)]
+        elif out.finish_reason == FinishReason.CANCELLED:
+            assert out.token_ids == want[:len(out.token_ids)]
+        else:
+            assert out.token_ids == want, (i, out.finish_reason)
+            assert out.finish_reason == (FinishReason.STOP if want[-1] in params.stop_token_ids
+                                         else FinishReason.LENGTH)
+
+
+def test_fault_retires_only_the_cohort_and_reused_slot_matches_fresh_engine():
+    """A prompt the faulted step did not schedule survives the fault; a slot the faulted
+    cohort held, reused, gives exactly what a fresh engine gives."""
+    model = FakeModel()
+    config = EngineConfig(max_slots=3, ctx=512, token_budget=67)
+    engine = Engine(model, config=config)
+    greedy = SamplingParams(max_tokens=6)
+    a = engine.add_request(make_prompt(5, 1), greedy)
+    engine.step()                                        # a decodes from now on
+    b1 = engine.add_request(make_prompt(300, 2), greedy)  # takes the 64-token chunk each step
+    b2 = engine.add_request(make_prompt(200, 3), greedy)  # waits: no budget left for a chunk
+    fired = []
+
+    def fault(point, step):
+        cohort = {c.request_id for c in step.cohort.items}
+        if point == "after_forward" and not fired and cohort == {a, b1}:
+            fired.append(True)
+            raise RuntimeError("boom")
+
+    engine.fault_hook = fault
+    engine.step()
+    assert fired and engine.get(b2).phase == "prefill"
+    for rid in (a, b1):
+        assert engine.get(rid).finish_reason == FinishReason.ERROR and "boom" in engine.get(rid).error
+    c = engine.add_request(make_prompt(9, 4), greedy)    # reuses a slot of the faulted cohort
+    engine.run()
+    engine.check()
+    assert not model.violations
+    assert engine.take_output(b2).token_ids == reference_output(make_prompt(200, 3), greedy, 0)
+    fresh = Engine(FakeModel(), config=config)
+    fresh_c = fresh.add_request(make_prompt(9, 4), greedy)
+    fresh.run()
+    assert engine.take_output(c).token_ids == fresh.take_output(fresh_c).token_ids
+    assert engine.stats.failed == 2 and engine.stats.failed_steps == 1
+
+
+def test_queue_full_and_oversized_requests_are_refused_with_reasons():
+    engine = Engine(FakeModel(), config=EngineConfig(max_slots=1, ctx=128, token_budget=70, max_queue=1,
+                                                     kv_pages=4))
+    with pytest.raises(ValueError, match="needs 8 KV pages at worst but the pool has 4"):
+        engine.add_request([1] * 100, SamplingParams(max_tokens=20))
+    with pytest.raises(ValueError, match="no room in the context"):
+        engine.add_request([1] * 128)
+    with pytest.raises(ValueError, match="token ids must lie in"):
+        engine.add_request([48])
+    engine.add_request([1, 2], SamplingParams(max_tokens=4))
+    from luce.engine import QueueFull
+
+    with pytest.raises(QueueFull, match="max_queue=1"):
+        engine.add_request([1, 2], SamplingParams(max_tokens=4))
+    assert len(engine.requests) == 1
+
+
+def test_token_budget_must_leave_room_for_a_chunk():
+    with pytest.raises(ValueError, match="at least max_slots \\+ 64"):
+        Engine(FakeModel(), config=EngineConfig(max_slots=4, token_budget=67))
