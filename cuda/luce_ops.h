@@ -33,6 +33,77 @@ typedef struct {
 } luce_rmsnorm_params;
 int luce_rmsnorm(const luce_rmsnorm_params *p, void *stream);
 
+/* ---- attention ---- */
+/* Paged GQA attention for prefill, AR and tree rows (reference: luce/ref/attention.py).
+ * q [n_rows, Hq, D] f32 and out [n_rows, Hq, D] f32 dense; k_pages, v_pages
+ * [n_pages, page_size, Hkv, D] f32; query head h reads KV head h / (Hq / Hkv).
+ * CSR as luce/models/batch.py: segment s owns rows qo_indptr[s]:qo_indptr[s+1] and pages
+ * kv_indices[kv_indptr[s]:kv_indptr[s+1]]; kv_len(s) = (pages - 1) * page_size +
+ * kv_last_page_len[s]. Row j of a segment of n rows attends KV indices 0..kv_len - n + j
+ * (causal) or all kv_len. Segments with seq_slots[s] < 0 are padding: nothing is written.
+ * Keys are cut into partitions of LUCE_ATTN_PARTITION at absolute KV indices and the
+ * partitions are combined in index order, so a row's arithmetic depends only on its own
+ * key count, never on the other rows (DESIGN 5 rule 2). max_kv_len bounds every row's key
+ * count and sizes the grid (a row with more keys gets NaN); workspace holds
+ * luce_attention_workspace_bytes(n_rows, Hq, D, max_kv_len) bytes.
+ * D in {64, 128, 256}; Hq / Hkv <= 16; page_size a power of two dividing the partition. */
+#define LUCE_ATTN_PARTITION 256
+typedef struct {
+    const float *q;
+    const float *k_pages;
+    const float *v_pages;
+    float *out;
+    float *workspace;
+    const int32_t *qo_indptr;
+    const int32_t *kv_indptr;
+    const int32_t *kv_indices;
+    const int32_t *kv_last_page_len;
+    const int32_t *seq_slots;
+    int64_t workspace_bytes;
+    int32_t n_rows;
+    int32_t n_segments;
+    int32_t n_heads_q;
+    int32_t n_heads_kv;
+    int32_t head_dim;
+    int32_t page_size;
+    int32_t max_kv_len;
+    int32_t causal;
+    float scale;
+} luce_attention_params;
+int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t n_heads_q, int32_t head_dim,
+                                       int32_t max_kv_len);
+int luce_attention(const luce_attention_params *p, void *stream);
+/* ---- attention end ---- */
+
+/* ---- gdn ---- */
+/* Gated DeltaNet recurrent step over segments (reference: luce/ref/gdn_recurrent.py).
+ * q, k [T, Hv, Dk] f32, v [T, Hv, Dv] f32, g, beta [T, Hv] f32 (rows dense), out
+ * [T, Hv, Dv] f32; state [n_slots, Hv, Dk, Dv] f32 resident, updated in place. Segment s
+ * owns rows qo_indptr[s]:qo_indptr[s+1], consecutive tokens of slot seq_slots[s] (an AR
+ * row is a segment of one). Per token and value head, with H the slot's [Dk, Dv] state:
+ * H = exp(g) H; u = beta (v - H^T k); H += k u^T; o = H^T q (cuda/gdn_common.cuh), the
+ * state f32 between tokens. Padding segments (slot < 0) are skipped (nothing written); a
+ * slot >= n_slots gets NaN outputs and its state is not touched. Each column's reductions
+ * run in a fixed order: batch-invariant. Dk in {64, 128, 256}; Dv a multiple of 32. */
+typedef struct {
+    const float *q;
+    const float *k;
+    const float *v;
+    const float *g;
+    const float *beta;
+    float *state;
+    float *out;
+    const int32_t *qo_indptr;
+    const int32_t *seq_slots;
+    int64_t n_slots;
+    int32_t n_segments;
+    int32_t n_heads;
+    int32_t dk;
+    int32_t dv;
+} luce_gdn_recurrent_params;
+int luce_gdn_recurrent(const luce_gdn_recurrent_params *p, void *stream);
+/* ---- gdn end ---- */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,282 @@
+// Paged GQA attention for prefill, AR and tree rows over the CSR KV layout of
+// luce/models/batch.py. Reference: luce/ref/attention.py. Params: luce_attention_params in
+// cuda/luce_ops.h: q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D].
+//
+// Two launches:
+// 1. partition kernel, grid (n_rows, Hkv, n_parts): block (row, KV head, part) takes the
+//    row's keys [part * P, (part + 1) * P) (P = LUCE_ATTN_PARTITION, absolute KV indices)
+//    for the Hq / Hkv query heads that share the KV head (each K/V row is read once), and
+//    writes an unnormalized partial output with its max score m and sum of exponentials l
+//    to the workspace: partial_o [n_rows, Hq, n_parts, D], partial_ml [n_rows, Hq, n_parts, 2].
+// 2. combine kernel, grid (n_rows, Hq): merges the row's own partitions 0..used-1 in order.
+// Every reduction's order is fixed by the key positions and the row's key count alone, so a
+// row's output is bitwise the same in any batch (DESIGN 5 rule 2). n_parts comes from the
+// launch's max_kv_len (the padded KV span) and only sizes the grid: parts past a row's keys
+// exit at once.
+#include "common.cuh"
+
+namespace {
+
+constexpr int kPartition = LUCE_ATTN_PARTITION;
+constexpr int kThreads = 128;
+constexpr int kLanesPerKey = 8;   // lanes that share one key's dot products (score pass)
+constexpr int kMaxGroup = 16;     // query heads per KV head
+
+struct RowKeys {
+    int32_t keys;       // KV rows the row attends (0..keys-1); -1 on padding rows
+    int32_t page_base;  // index in kv_indices of the segment's first page
+};
+
+__device__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t row) {
+    int lo = 0, hi = p.n_segments - 1;  // last segment whose first row is <= row
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (p.qo_indptr[mid] <= row) lo = mid; else hi = mid - 1;
+    }
+    RowKeys rk{-1, 0};
+    if (p.seq_slots[lo] < 0) return rk;
+    const int32_t n_pages = p.kv_indptr[lo + 1] - p.kv_indptr[lo];
+    const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + p.kv_last_page_len[lo] : 0;
+    const int32_t seg_rows = p.qo_indptr[lo + 1] - p.qo_indptr[lo];
+    const int32_t keys = p.causal ? kv_len - seg_rows + (row - p.qo_indptr[lo]) + 1 : kv_len;
+    rk.keys = max(0, min(keys, kv_len));
+    rk.page_base = p.kv_indptr[lo];
+    return rk;
+}
+
+__device__ __forceinline__ float4 zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+
+__device__ __forceinline__ void fma4(float w, const float4 &x, float4 &acc) {
+    acc.x = fmaf(w, x.x, acc.x);
+    acc.y = fmaf(w, x.y, acc.y);
+    acc.z = fmaf(w, x.z, acc.z);
+    acc.w = fmaf(w, x.w, acc.w);
+}
+
+template <int D, int MAXG>
+__global__ void __launch_bounds__(kThreads)
+attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift) {
+    constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
+    constexpr int COLS = D / 4;                    // float4 columns of a row
+    constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
+    constexpr int KEYS_PER_PASS = kThreads / kLanesPerKey;
+    constexpr int WARPS = kThreads / WARP_SIZE;
+    extern __shared__ float4 smem4[];
+    float *smem = reinterpret_cast<float *>(smem4);
+    __shared__ int64_t page_off[kPartition];       // float offset of (page, 0, hk, 0)
+    __shared__ float m_s[MAXG], l_s[MAXG];
+
+    const int32_t row = blockIdx.x, hk = blockIdx.y, part = blockIdx.z;
+    const RowKeys rk = attention_row_keys(p, row);
+    const int32_t key0 = part * kPartition;
+    if (rk.keys <= key0) return;                   // padding row, or past the row's keys
+    const int32_t n_local = min(kPartition, rk.keys - key0);
+    const int G = p.n_heads_q / p.n_heads_kv;
+    const int64_t key_stride = (int64_t)p.n_heads_kv * D;
+    const int32_t page_mask = (1 << page_shift) - 1;
+    float *q_s = smem;                             // [G][D]
+    float *s_s = smem + G * D;                     // [G][kPartition] scores, then exp(s - m)
+
+    const int32_t pages = (n_local + page_mask) >> page_shift;
+    for (int i = threadIdx.x; i < pages; i += kThreads) {
+        const int64_t page = p.kv_indices[rk.page_base + (key0 >> page_shift) + i];
+        page_off[i] = (page << page_shift) * key_stride + (int64_t)hk * D;
+    }
+    const float *qrow = p.q + ((int64_t)row * p.n_heads_q + (int64_t)hk * G) * D;
+    for (int i = threadIdx.x; i < G * D; i += kThreads) q_s[i] = qrow[i];
+    __syncthreads();
+
+    // Scores: kLanesPerKey lanes per key, each lane C4 float4s of k against every query head.
+    const int li = threadIdx.x % kLanesPerKey;
+    for (int base = 0; base < n_local; base += KEYS_PER_PASS) {
+        const int j = base + threadIdx.x / kLanesPerKey;
+        float4 kr[C4];
+        if (j < n_local) {
+            const float4 *src = reinterpret_cast<const float4 *>(
+                p.k_pages + page_off[j >> page_shift] + (int64_t)(j & page_mask) * key_stride);
+#pragma unroll
+            for (int c = 0; c < C4; ++c) kr[c] = src[c * kLanesPerKey + li];
+        } else {
+#pragma unroll
+            for (int c = 0; c < C4; ++c) kr[c] = zero4();
+        }
+#pragma unroll
+        for (int g = 0; g < MAXG; ++g) {
+            if (g >= G) break;
+            const float4 *q4 = reinterpret_cast<const float4 *>(q_s + g * D);
+            float dot = 0.0f;
+#pragma unroll
+            for (int c = 0; c < C4; ++c) {
+                const float4 a = q4[c * kLanesPerKey + li];
+                dot = fmaf(a.x, kr[c].x, dot);
+                dot = fmaf(a.y, kr[c].y, dot);
+                dot = fmaf(a.z, kr[c].z, dot);
+                dot = fmaf(a.w, kr[c].w, dot);
+            }
+#pragma unroll
+            for (int m = kLanesPerKey / 2; m > 0; m >>= 1) dot += warp_shfl_xor(dot, m);
+            if (j < n_local && li == 0) s_s[g * kPartition + j] = dot * p.scale;
+        }
+    }
+    __syncthreads();
+
+    // Softmax statistics of the partition, one warp per query head.
+    const int lane = threadIdx.x % WARP_SIZE;
+    for (int g = threadIdx.x / WARP_SIZE; g < G; g += WARPS) {
+        float *s = s_s + g * kPartition;
+        float m = -INFINITY;
+        for (int j = lane; j < n_local; j += WARP_SIZE) m = fmaxf(m, s[j]);
+        m = warp_max(m);
+        float l = 0.0f;
+        for (int j = lane; j < n_local; j += WARP_SIZE) {
+            const float e = expf(s[j] - m);
+            s[j] = e;
+            l += e;
+        }
+        l = warp_sum(l);
+        if (lane == 0) { m_s[g] = m; l_s[g] = l; }
+    }
+    __syncthreads();
+
+    // Values: thread (key lane kl, float4 column col) sums keys kl, kl + KEY_LANES, ...
+    const int col = threadIdx.x % COLS, kl = threadIdx.x / COLS;
+    float4 acc[MAXG];
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) acc[g] = zero4();
+    for (int j0 = kl; j0 < n_local; j0 += 4 * KEY_LANES) {
+        float4 vr[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int j = j0 + u * KEY_LANES;
+            vr[u] = j < n_local
+                ? reinterpret_cast<const float4 *>(p.v_pages + page_off[j >> page_shift] +
+                                                   (int64_t)(j & page_mask) * key_stride)[col]
+                : zero4();
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int j = j0 + u * KEY_LANES;
+            if (j >= n_local) break;
+#pragma unroll
+            for (int g = 0; g < MAXG; ++g) {
+                if (g >= G) break;
+                fma4(s_s[g * kPartition + j], vr[u], acc[g]);
+            }
+        }
+    }
+    __syncthreads();  // q_s and s_s are dead: reuse the space for the key-lane sums
+
+    float *red = smem;  // [KEY_LANES][G][D]
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+        if (g >= G) break;
+        reinterpret_cast<float4 *>(red + ((int64_t)kl * G + g) * D)[col] = acc[g];
+    }
+    __syncthreads();
+    const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * G;
+    float *part_o = p.workspace;
+    float *part_ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D;
+    for (int i = threadIdx.x; i < G * D; i += kThreads) {
+        float o = red[i];
+#pragma unroll
+        for (int k = 1; k < KEY_LANES; ++k) o += red[k * G * D + i];
+        part_o[((head0 + i / D) * n_parts + part) * D + i % D] = o;
+    }
+    if (threadIdx.x < G) {
+        float *ml = part_ml + ((head0 + threadIdx.x) * n_parts + part) * 2;
+        ml[0] = m_s[threadIdx.x];
+        ml[1] = l_s[threadIdx.x];
+    }
+}
+
+__global__ void __launch_bounds__(kThreads)
+attention_combine_kernel(luce_attention_params p, int32_t n_parts) {
+    const int32_t row = blockIdx.x, h = blockIdx.y;
+    const RowKeys rk = attention_row_keys(p, row);
+    if (rk.keys < 0) return;  // padding: nothing written
+    const int D = p.head_dim;
+    float *out = p.out + ((int64_t)row * p.n_heads_q + h) * D;
+    const int32_t used = (rk.keys + kPartition - 1) / kPartition;
+    if (used == 0 || used > n_parts) {  // no keys: zeros; more keys than max_kv_len: NaN
+        const float fill = used == 0 ? 0.0f : __int_as_float(0x7fc00000);
+        for (int d = threadIdx.x; d < D; d += kThreads) out[d] = fill;
+        return;
+    }
+    const int64_t head = (int64_t)row * p.n_heads_q + h;
+    const float *part_o = p.workspace + head * n_parts * D;
+    const float *ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D + head * n_parts * 2;
+    float m = -INFINITY;
+    for (int i = 0; i < used; ++i) m = fmaxf(m, ml[2 * i]);
+    float l = 0.0f;
+    for (int i = 0; i < used; ++i) l = fmaf(ml[2 * i + 1], expf(ml[2 * i] - m), l);
+    for (int d = threadIdx.x; d < D; d += kThreads) {
+        float o = 0.0f;
+        for (int i = 0; i < used; ++i) o = fmaf(part_o[(int64_t)i * D + d], expf(ml[2 * i] - m), o);
+        out[d] = o / l;
+    }
+}
+
+int32_t parts_for(int32_t max_kv_len) {
+    return max_kv_len <= kPartition ? 1 : (int32_t)(((int64_t)max_kv_len + kPartition - 1) / kPartition);
+}
+
+template <int D, int MAXG>
+int launch_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
+                     cudaStream_t stream) {
+    const int G = p.n_heads_q / p.n_heads_kv;
+    const int key_lanes = kThreads / (D / 4);
+    const size_t smem = sizeof(float) * (size_t)max(G * D + G * kPartition, key_lanes * G * D);
+    attention_partition_kernel<D, MAXG>
+        <<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_kv, (unsigned)n_parts), kThreads, smem, stream>>>(
+            p, n_parts, page_shift);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return luce_status(err);
+    attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, stream>>>(
+        p, n_parts);
+    return luce_status(cudaGetLastError());
+}
+
+template <int D>
+int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
+                       cudaStream_t s) {
+    const int G = p.n_heads_q / p.n_heads_kv;
+    if (G <= 1) return launch_attention<D, 1>(p, n_parts, page_shift, s);
+    if (G <= 2) return launch_attention<D, 2>(p, n_parts, page_shift, s);
+    if (G <= 4) return launch_attention<D, 4>(p, n_parts, page_shift, s);
+    if (G <= 8) return launch_attention<D, 8>(p, n_parts, page_shift, s);
+    return launch_attention<D, kMaxGroup>(p, n_parts, page_shift, s);
+}
+
+}  // namespace
+
+extern "C" int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t n_heads_q,
+                                                  int32_t head_dim, int32_t max_kv_len) {
+    if (n_rows < 0 || n_heads_q < 0 || head_dim < 0) return -1;
+    return (int64_t)n_rows * n_heads_q * parts_for(max_kv_len) * (head_dim + 2) * (int64_t)sizeof(float);
+}
+
+extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
+    if (p->n_rows == 0) return 0;
+    const int32_t ps = p->page_size;
+    const bool bad_shape = p->n_rows < 0 || p->n_segments <= 0 || p->n_heads_kv <= 0 ||
+        p->n_heads_q <= 0 || p->n_heads_q % p->n_heads_kv != 0 ||
+        p->n_heads_q / p->n_heads_kv > kMaxGroup || p->n_heads_q > 65535 ||
+        ps <= 0 || (ps & (ps - 1)) != 0 || ps > kPartition || p->max_kv_len < 0;
+    if (bad_shape) return (int)cudaErrorInvalidValue;
+    const int32_t n_parts = parts_for(p->max_kv_len);
+    if (n_parts > 65535) return (int)cudaErrorInvalidValue;
+    const int64_t need = luce_attention_workspace_bytes(p->n_rows, p->n_heads_q, p->head_dim, p->max_kv_len);
+    if (p->workspace == nullptr || p->workspace_bytes < need) return (int)cudaErrorInvalidValue;
+    const uintptr_t addr_bits = (uintptr_t)p->k_pages | (uintptr_t)p->v_pages |
+                                (uintptr_t)p->workspace;
+    if (addr_bits % 16 != 0) return (int)cudaErrorInvalidValue;  // rows move as float4
+    int32_t page_shift = 0;
+    while ((1 << page_shift) < ps) ++page_shift;
+    const cudaStream_t s = (cudaStream_t)stream;
+    switch (p->head_dim) {
+        case 64: return launch_attention_d<64>(*p, n_parts, page_shift, s);
+        case 128: return launch_attention_d<128>(*p, n_parts, page_shift, s);
+        case 256: return launch_attention_d<256>(*p, n_parts, page_shift, s);
+        default: return (int)cudaErrorInvalidValue;
+    }
+}

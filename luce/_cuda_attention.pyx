@@ -1,0 +1,116 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Launch layer for paged GQA attention (cuda/attention.cu; ABI in cuda/luce_ops.h).
+
+Wrappers take raw device addresses (uintptr_t) and sizes, fill luce_attention_params, call
+the entry point with the GIL released and raise luce._cuda.KernelError on a non-zero status.
+"""
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+
+from luce._cuda import raise_for_status
+
+
+cdef extern from "luce_ops.h":
+    enum: LUCE_ATTN_PARTITION
+    ctypedef struct luce_attention_params:
+        const float *q
+        const float *k_pages
+        const float *v_pages
+        float *out
+        float *workspace
+        const int32_t *qo_indptr
+        const int32_t *kv_indptr
+        const int32_t *kv_indices
+        const int32_t *kv_last_page_len
+        const int32_t *seq_slots
+        int64_t workspace_bytes
+        int32_t n_rows
+        int32_t n_segments
+        int32_t n_heads_q
+        int32_t n_heads_kv
+        int32_t head_dim
+        int32_t page_size
+        int32_t max_kv_len
+        int32_t causal
+        float scale
+
+
+ctypedef int (*attention_fn)(const luce_attention_params *, void *) noexcept nogil
+ctypedef int64_t (*workspace_fn)(int32_t, int32_t, int32_t, int32_t) noexcept nogil
+
+PARTITION = LUCE_ATTN_PARTITION  # keys per partition, at absolute KV indices
+
+cdef attention_fn _attention = NULL
+cdef workspace_fn _workspace_bytes = NULL
+
+
+cdef void *_symbol(void *handle, str path, str name) except NULL:
+    cdef void *sym = dlsym(handle, name.encode())
+    if sym == NULL:
+        raise OSError(f"kernel library {path} lacks symbol {name}: rebuild with "
+                      f"'python setup.py build_ext --inplace'")
+    return sym
+
+
+def load(str path):
+    """Resolve the attention entry points in the kernel library at `path`."""
+    global _attention, _workspace_bytes
+    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
+    if handle == NULL:
+        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
+    _attention = <attention_fn>_symbol(handle, path, "luce_attention")
+    _workspace_bytes = <workspace_fn>_symbol(handle, path, "luce_attention_workspace_bytes")
+
+
+cdef int _require_loaded() except -1:
+    if _attention == NULL:
+        raise RuntimeError("attention kernels not loaded: call luce.ops.native.load_kernels() first")
+    return 0
+
+
+def workspace_bytes(int32_t n_rows, int32_t n_heads_q, int32_t head_dim, int32_t max_kv_len):
+    """Bytes of workspace `attention` needs for these sizes."""
+    _require_loaded()
+    cdef int64_t n = _workspace_bytes(n_rows, n_heads_q, head_dim, max_kv_len)
+    if n < 0:
+        raise ValueError(f"attention workspace: negative size argument "
+                         f"({n_rows}, {n_heads_q}, {head_dim}, {max_kv_len})")
+    return n
+
+
+def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
+              uintptr_t workspace, int64_t workspace_bytes,
+              uintptr_t qo_indptr, uintptr_t kv_indptr, uintptr_t kv_indices,
+              uintptr_t kv_last_page_len, uintptr_t seq_slots,
+              int32_t n_rows, int32_t n_segments, int32_t n_heads_q, int32_t n_heads_kv,
+              int32_t head_dim, int32_t page_size, int32_t max_kv_len, float scale,
+              bint causal=True, uintptr_t stream=0):
+    """q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; CSR
+    int32 arrays as luce/models/batch.py (device addresses). max_kv_len bounds every row's
+    key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len) bytes."""
+    _require_loaded()
+    cdef luce_attention_params p
+    p.q = <const float *>q
+    p.k_pages = <const float *>k_pages
+    p.v_pages = <const float *>v_pages
+    p.out = <float *>out
+    p.workspace = <float *>workspace
+    p.qo_indptr = <const int32_t *>qo_indptr
+    p.kv_indptr = <const int32_t *>kv_indptr
+    p.kv_indices = <const int32_t *>kv_indices
+    p.kv_last_page_len = <const int32_t *>kv_last_page_len
+    p.seq_slots = <const int32_t *>seq_slots
+    p.workspace_bytes = workspace_bytes
+    p.n_rows = n_rows
+    p.n_segments = n_segments
+    p.n_heads_q = n_heads_q
+    p.n_heads_kv = n_heads_kv
+    p.head_dim = head_dim
+    p.page_size = page_size
+    p.max_kv_len = max_kv_len
+    p.causal = 1 if causal else 0
+    p.scale = scale
+    cdef int status
+    with nogil:
+        status = _attention(&p, <void *>stream)
+    raise_for_status(status, "luce_attention")

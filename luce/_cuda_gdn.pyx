@@ -1,0 +1,80 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Launch layer for the Gated DeltaNet kernels (cuda/gdn_recurrent.cu; ABI in cuda/luce_ops.h).
+
+Wrappers take raw device addresses (uintptr_t) and sizes, fill the params struct, call the
+entry point with the GIL released and raise luce._cuda.KernelError on a non-zero status.
+"""
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+
+from luce._cuda import raise_for_status
+
+
+cdef extern from "luce_ops.h":
+    ctypedef struct luce_gdn_recurrent_params:
+        const float *q
+        const float *k
+        const float *v
+        const float *g
+        const float *beta
+        float *state
+        float *out
+        const int32_t *qo_indptr
+        const int32_t *seq_slots
+        int64_t n_slots
+        int32_t n_segments
+        int32_t n_heads
+        int32_t dk
+        int32_t dv
+
+
+ctypedef int (*gdn_recurrent_fn)(const luce_gdn_recurrent_params *, void *) noexcept nogil
+
+cdef gdn_recurrent_fn _gdn_recurrent = NULL
+
+
+cdef void *_symbol(void *handle, str path, str name) except NULL:
+    cdef void *sym = dlsym(handle, name.encode())
+    if sym == NULL:
+        raise OSError(f"kernel library {path} lacks symbol {name}: rebuild with "
+                      f"'python setup.py build_ext --inplace'")
+    return sym
+
+
+def load(str path):
+    """Resolve the GDN entry points in the kernel library at `path`."""
+    global _gdn_recurrent
+    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
+    if handle == NULL:
+        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
+    _gdn_recurrent = <gdn_recurrent_fn>_symbol(handle, path, "luce_gdn_recurrent")
+
+
+def gdn_recurrent(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta,
+                  uintptr_t state, uintptr_t out, uintptr_t qo_indptr, uintptr_t seq_slots,
+                  int64_t n_slots, int32_t n_segments, int32_t n_heads, int32_t dk, int32_t dv,
+                  uintptr_t stream=0):
+    """q, k [T, Hv, Dk], v [T, Hv, Dv], g, beta [T, Hv], out [T, Hv, Dv] f32; state
+    [n_slots, Hv, Dk, Dv] f32 updated in place; qo_indptr [S+1], seq_slots [S] int32
+    (device addresses). Segment s runs its rows' tokens in order on slot seq_slots[s]."""
+    if _gdn_recurrent == NULL:
+        raise RuntimeError("GDN kernels not loaded: call luce.ops.native.load_kernels() first")
+    cdef luce_gdn_recurrent_params p
+    p.q = <const float *>q
+    p.k = <const float *>k
+    p.v = <const float *>v
+    p.g = <const float *>g
+    p.beta = <const float *>beta
+    p.state = <float *>state
+    p.out = <float *>out
+    p.qo_indptr = <const int32_t *>qo_indptr
+    p.seq_slots = <const int32_t *>seq_slots
+    p.n_slots = n_slots
+    p.n_segments = n_segments
+    p.n_heads = n_heads
+    p.dk = dk
+    p.dv = dv
+    cdef int status
+    with nogil:
+        status = _gdn_recurrent(&p, <void *>stream)
+    raise_for_status(status, "luce_gdn_recurrent")

@@ -1,0 +1,225 @@
+"""Paged GQA attention kernel (cuda/attention.cu) against luce/ref/attention.py.
+
+Batches are packed by luce.models.batch.build_batch, so the kernel reads exactly the CSR the
+models produce. KV pages are scattered over a shared pool (random page order) so a wrong page
+lookup cannot pass. Batch invariance is checked bitwise (DESIGN 5 rule 2).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from luce.models.batch import SegmentSpec, build_batch
+from luce.models.kv_cache import PAGE_SIZE, pages_needed
+from luce.ref.attention import attend_row, paged_attention
+from tests.kernels.tolerances import tolerance
+
+SENTINEL = 1234.5  # fill of outputs that padding rows must leave untouched
+ROWS = [1, 2, 63, 64, 65, 129]
+HEADS = [(24, 4, 256), (7, 1, 64), (12, 2, 128), (3, 3, 128)]  # (Hq, Hkv, D); 27B first
+
+
+@dataclass
+class Seq:
+    """A sequence in the KV pool: `n_rows` query rows ending at KV index kv_len - 1."""
+    slot: int
+    kv_len: int
+    n_rows: int
+    pages: list
+
+
+class Pool:
+    """Random K/V pages [n_pages, PAGE_SIZE, Hkv, D] f32 handed out in shuffled order."""
+
+    def __init__(self, rng, n_pages: int, hkv: int, d: int):
+        self.k = rng.standard_normal((n_pages, PAGE_SIZE, hkv, d)).astype(np.float32)
+        self.v = rng.standard_normal((n_pages, PAGE_SIZE, hkv, d)).astype(np.float32)
+        self.free = list(rng.permutation(n_pages))
+
+    def seq(self, slot: int, kv_len: int, n_rows: int) -> Seq:
+        if slot < 0:
+            return Seq(slot, 0, n_rows, [])
+        n = pages_needed(kv_len)
+        pages, self.free = self.free[:n], self.free[n:]
+        return Seq(slot, kv_len, n_rows, [int(p) for p in pages])
+
+
+def pack(seqs):
+    return build_batch([SegmentSpec(s.slot, [0] * s.n_rows, s.kv_len - s.n_rows if s.slot >= 0 else 0,
+                                    s.pages, logits="none") for s in seqs])
+
+
+def reference(q, pool: Pool, batch, scale, causal=True):
+    return paged_attention(q, pool.k, pool.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
+                           batch.kv_last_page_len, batch.seq_slots, scale, causal)
+
+
+def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=np.nan, raw=False):
+    """Launch luce_attention; returns the output after the guard-band and NaN checks
+    (raw=True: the plain download, NaN allowed)."""
+    from luce import _cuda_attention as ka
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+
+    k = load_kernels()
+    T, hq, d = q.shape
+    if max_kv_len is None:
+        live = [batch.kv_len(s) for s in range(batch.n_segments) if batch.seq_slots[s] >= 0]
+        max_kv_len = max(live + [1])
+    arrays = (q, pool.k, pool.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
+              batch.kv_last_page_len, batch.seq_slots)
+    bufs = [DeviceBuffer.from_numpy(a) for a in arrays]
+    ws_bytes = ka.workspace_bytes(T, hq, d, max_kv_len)
+    ws = DeviceBuffer(ws_bytes)
+    out = GuardedOutput((T, hq, d), fill=fill)
+    ka.attention(*(b.ptr for b in bufs[:3]), out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in bufs[3:]),
+                 T, batch.n_segments, hq, pool.k.shape[2], d, PAGE_SIZE, max_kv_len, scale, causal)
+    k.synchronize()
+    return out.buf.download(out.shape, np.float32, GUARD_BYTES) if raw else out.result()
+
+
+def assert_close(got, want):
+    rtol, atol = tolerance("attention")
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def test_packed_batch_matches_per_row_definition():
+    """The test packing (shuffled pages, padding) is what the reference reads row by row."""
+    rng = np.random.default_rng(0)
+    pool = Pool(rng, 40, 2, 8)
+    seqs = [pool.seq(3, 40, 5), pool.seq(-1, 0, 2), pool.seq(0, 17, 1)]
+    batch = pack(seqs)
+    q = rng.standard_normal((8, 6, 8)).astype(np.float32)
+    got = reference(q, pool, batch, 0.3)
+    k, v = pool.k[seqs[0].pages].reshape(-1, 2, 8), pool.v[seqs[0].pages].reshape(-1, 2, 8)
+    for j in range(5):
+        n = 40 - 5 + j + 1
+        want = attend_row(q[j], k[:n].astype(np.float64), v[:n].astype(np.float64), 0.3)
+        np.testing.assert_allclose(got[j], want, rtol=1e-6, atol=1e-7)
+    assert not got[5:7].any()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", HEADS)
+@pytest.mark.parametrize("rows", ROWS)
+def test_prefill_segment_parity(rows, heads):
+    hq, hkv, d = heads
+    rng = np.random.default_rng(rows * 7 + d)
+    pool = Pool(rng, 40, hkv, d)
+    context = 300 if rows < 100 else 140  # keys cross the 256-key partition boundary
+    batch = pack([pool.seq(1, context + rows, rows)])
+    q = rng.standard_normal((rows, hq, d)).astype(np.float32)
+    scale = 1.0 / np.sqrt(d)
+    assert_close(run_kernel(q, pool, batch, scale), reference(q, pool, batch, scale))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [True, False])
+def test_decode_rows_over_many_partitions(causal):
+    hq, hkv, d = 24, 4, 256
+    rng = np.random.default_rng(11)
+    lengths = [1, 15, 16, 17, 255, 256, 257, 512, 513, 2049, 4097]
+    pool = Pool(rng, sum(pages_needed(n) for n in lengths) + 5, hkv, d)
+    batch = pack([pool.seq(i, n, 1 if causal else min(n, 3)) for i, n in enumerate(lengths)])
+    q = (rng.standard_normal((batch.n_rows, hq, d)) * 2).astype(np.float32)
+    scale = 1.0 / 16
+    assert_close(run_kernel(q, pool, batch, scale, causal), reference(q, pool, batch, scale, causal))
+
+
+@pytest.mark.gpu
+def test_mixed_batch_with_padding_segments_writes_nothing_there():
+    hq, hkv, d = 14, 2, 64
+    rng = np.random.default_rng(5)
+    pool = Pool(rng, 120, hkv, d)
+    seqs = [pool.seq(-1, 0, 3), pool.seq(4, 700, 65), pool.seq(-1, 0, 1), pool.seq(0, 33, 1),
+            pool.seq(9, 300, 1), pool.seq(-1, 0, 2)]
+    batch = pack(seqs)
+    q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
+    got = run_kernel(q, pool, batch, 0.125, fill=SENTINEL)
+    want = reference(q, pool, batch, 0.125)
+    padding = np.zeros(batch.n_rows, bool)
+    for s in range(batch.n_segments):
+        if batch.seq_slots[s] < 0:
+            padding[batch.qo_indptr[s]:batch.qo_indptr[s + 1]] = True
+    assert (got[padding] == np.float32(SENTINEL)).all(), "a padding row was written"
+    assert_close(got[~padding], want[~padding])
+
+
+def _fixture(rng, hq=24, hkv=4, d=256):
+    """Two established decoders at 1,024 tokens of context (16-token pages) and a width-8
+    tree suffix, modelled as 8 causal rows of a third sequence."""
+    pool = Pool(rng, 3 * pages_needed(1032) + 2, hkv, d)
+    decoders = [pool.seq(0, 1024, 1), pool.seq(1, 1024, 1)]
+    tree = pool.seq(2, 1024 + 8, 8)
+    q = rng.standard_normal((10, hq, d)).astype(np.float32)
+    return pool, decoders, tree, q
+
+
+@pytest.mark.gpu
+def test_decoders_bitwise_identical_alone_and_ahead_of_tree_suffix():
+    rng = np.random.default_rng(21)
+    pool, decoders, tree, q = _fixture(rng)
+    scale = 1.0 / 16
+    combined = run_kernel(q, pool, pack(decoders + [tree]), scale)
+    assert_close(combined, reference(q, pool, pack(decoders + [tree]), scale))
+    pair = run_kernel(q[:2], pool, pack(decoders), scale)
+    padded_span = run_kernel(q[:2], pool, pack(decoders), scale, max_kv_len=32768)
+    for i, dec in enumerate(decoders):
+        alone = run_kernel(q[i:i + 1], pool, pack([dec]), scale)[0]
+        assert np.array_equal(alone, combined[i]), f"decoder {i} changed next to the tree rows"
+        assert np.array_equal(alone, pair[i])
+        assert np.array_equal(alone, padded_span[i]), f"decoder {i} changed with the padded KV span"
+
+
+@pytest.mark.gpu
+def test_row_bitwise_identical_alone_and_in_batch_of_64():
+    hq, hkv, d = 24, 4, 256
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 1100, size=64)
+    pool = Pool(rng, int(sum(pages_needed(n) for n in lengths)) + 1, hkv, d)
+    seqs = [pool.seq(i, int(n), 1) for i, n in enumerate(lengths)]
+    q = rng.standard_normal((64, hq, d)).astype(np.float32)
+    together = run_kernel(q, pool, pack(seqs), 0.0625)
+    for i in (0, 17, 63):
+        alone = run_kernel(q[i:i + 1], pool, pack([seqs[i]]), 0.0625)
+        assert np.array_equal(alone[0], together[i])
+
+
+@pytest.mark.gpu
+def test_prefill_rows_bitwise_identical_next_to_other_segments():
+    hq, hkv, d = 12, 2, 128
+    rng = np.random.default_rng(8)
+    pool = Pool(rng, 100, hkv, d)
+    prefill = pool.seq(2, 600, 64)
+    others = [pool.seq(5, 900, 1), pool.seq(-1, 0, 4), pool.seq(6, 20, 3)]
+    q = rng.standard_normal((72, hq, d)).astype(np.float32)
+    alone = run_kernel(q[:64], pool, pack([prefill]), 0.088)
+    mixed = run_kernel(q, pool, pack([prefill] + others), 0.088, fill=SENTINEL)
+    assert np.array_equal(alone, mixed[:64])
+
+
+@pytest.mark.gpu
+def test_row_with_more_keys_than_max_kv_len_gets_nan():
+    rng = np.random.default_rng(2)
+    pool = Pool(rng, 40, 1, 64)
+    batch = pack([pool.seq(0, 200, 1), pool.seq(1, 600, 1)])
+    q = rng.standard_normal((2, 1, 64)).astype(np.float32)
+    got = run_kernel(q, pool, batch, 0.125, max_kv_len=256, raw=True)
+    assert np.isnan(got[1]).all()
+    assert_close(got[:1], reference(q, pool, batch, 0.125)[:1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hq,hkv,d", [(8, 3, 64), (4, 4, 96), (34, 2, 64)])
+def test_unsupported_shapes_raise(hq, hkv, d):
+    from luce._cuda import KernelError
+
+    rng = np.random.default_rng(0)
+    pool = Pool(rng, 4, hkv, d)
+    batch = pack([pool.seq(0, 10, 1)])
+    q = rng.standard_normal((1, hq, d)).astype(np.float32)
+    with pytest.raises(KernelError, match="luce_attention"):
+        run_kernel(q, pool, batch, 0.1)
