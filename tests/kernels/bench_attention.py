@@ -1,0 +1,182 @@
+"""Benchmark cases for paged attention (cuda/attention.cu) at Qwen3.6-27B shapes: 24 query
+heads, 4 KV heads, head_dim 256, 16-token f32 pages.
+
+BENCH_CASES: callables that allocate and fill device buffers and return
+(launch_fn, bytes_moved, flops); launch_fn(stream: int = 0) launches once. bytes_moved is the
+floor (every K/V row of every attended key read once, q read, out written). tools/bench.py
+replays the launches in a CUDA graph; `python -m tests.kernels.bench_attention` runs these
+cases (and the GDN ones) with the small graph-replay timer below.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import statistics
+import sys
+
+import numpy as np
+
+HQ, HKV, D, PAGE = 24, 4, 256, 16
+_TILE_FLOATS = 1 << 24  # 64 MiB of random floats, tiled over large buffers
+
+
+def _rt():
+    from cuda.bindings import runtime as cudart
+
+    return cudart
+
+
+def random_device_buffer(n_floats: int, seed: int, scale: float = 1.0):
+    """A DeviceBuffer of n_floats f32: a random 64 MiB tile repeated (fast to set up)."""
+    from luce.ops.cuda_memory import DeviceBuffer, check
+
+    rt = _rt()
+    tile = (np.random.default_rng(seed).standard_normal(min(n_floats, _TILE_FLOATS)) * scale).astype(np.float32)
+    buf = DeviceBuffer(n_floats * 4)
+    buf.upload(tile)
+    done = tile.size
+    while done < n_floats:
+        n = min(done, n_floats - done)
+        check(rt.cudaMemcpy(buf.ptr + done * 4, buf.ptr, n * 4,
+                            rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice), "cudaMemcpy D2D")
+        done += n
+    return buf
+
+
+def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1):
+    """n_seqs sequences of `context` KV rows each, the last rows_per_seq of them queries
+    (1: AR decode rows; more: a prefill chunk)."""
+    from luce import _cuda_attention as ka
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+
+    load_kernels()
+    pages_per_seq = -(-context // PAGE)
+    n_pages = n_seqs * pages_per_seq
+    page_floats = PAGE * HKV * D
+    k = random_device_buffer(n_pages * page_floats, 1)
+    v = random_device_buffer(n_pages * page_floats, 2)
+    rows = n_seqs * rows_per_seq
+    q = random_device_buffer(rows * HQ * D, 3)
+    out = DeviceBuffer(rows * HQ * D * 4)
+    perm = np.random.default_rng(0).permutation(n_pages).astype(np.int32)
+    meta = [np.arange(n_seqs + 1, dtype=np.int32) * rows_per_seq,
+            np.arange(n_seqs + 1, dtype=np.int32) * pages_per_seq, perm,
+            np.full(n_seqs, context - (pages_per_seq - 1) * PAGE, np.int32),
+            np.arange(n_seqs, dtype=np.int32)]
+    meta_bufs = [DeviceBuffer.from_numpy(a) for a in meta]
+    ws_bytes = ka.workspace_bytes(rows, HQ, D, context)
+    ws = DeviceBuffer(ws_bytes)
+    keep = (k, v, q, out, ws, meta_bufs)
+
+    def launch(stream: int = 0, _keep=keep):
+        ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs),
+                     rows, n_seqs, HQ, HKV, D, PAGE, context, 1.0 / 16, True, stream)
+
+    keys = n_seqs * sum(context - rows_per_seq + j + 1 for j in range(rows_per_seq))
+    bytes_moved = n_seqs * context * HKV * D * 4 * 2 + 2 * rows * HQ * D * 4
+    return launch, bytes_moved, 4 * keys * HQ * D
+
+
+BENCH_CASES = [
+    functools.partial(attention_case, n, ctx, rows)
+    for n, ctx, rows in [(1, 4096, 1), (1, 32768, 1), (8, 4096, 1), (8, 8192, 1), (8, 32768, 1),
+                         (32, 4096, 1), (1, 4096, 64)]
+]
+for _c in BENCH_CASES:
+    _c.__name__ = "attention_" + "_".join(map(str, _c.args))
+
+
+# ---- a small graph-replay timer (stand-in until tools/bench.py runs these cases) ----------
+
+def _ok(result, what):
+    from luce.ops.cuda_memory import check
+
+    return check(result, what)
+
+
+def _elapsed_ms(start, end) -> float:
+    rt = _rt()
+    fn = getattr(rt, "cudaEventElapsedTime", None) or getattr(rt, "cudaEventElapsedTime_v2")
+    return float(_ok(fn(start, end), "cudaEventElapsedTime"))
+
+
+def time_launches(launch, reps: int = 20, trials: int = 15) -> tuple[float, str]:
+    """Median seconds per launch: `reps` launches captured in one graph, replayed `trials`
+    times between events (falls back to a plain launch loop if capture fails)."""
+    rt = _rt()
+    stream = _ok(rt.cudaStreamCreate(), "cudaStreamCreate")
+    start, end = (_ok(rt.cudaEventCreate(), "cudaEventCreate") for _ in range(2))
+    launch(int(stream))  # warm-up, outside capture
+    _ok(rt.cudaStreamSynchronize(stream), "sync")
+    try:
+        _ok(rt.cudaStreamBeginCapture(stream, rt.cudaStreamCaptureMode.cudaStreamCaptureModeThreadLocal), "capture")
+        for _ in range(reps):
+            launch(int(stream))
+        graph = _ok(rt.cudaStreamEndCapture(stream), "end capture")
+        exe = _ok(rt.cudaGraphInstantiate(graph, 0), "instantiate")
+        run, mode = (lambda: _ok(rt.cudaGraphLaunch(exe, stream), "graph launch")), "graph"
+    except Exception:  # noqa: BLE001 - report the mode, keep timing
+        rt.cudaStreamEndCapture(stream)
+        rt.cudaGetLastError()
+
+        def run():
+            for _ in range(reps):
+                launch(int(stream))
+        mode = "loop"
+    run()
+    times = []
+    for _ in range(trials):
+        _ok(rt.cudaEventRecord(start, stream), "record")
+        run()
+        _ok(rt.cudaEventRecord(end, stream), "record")
+        _ok(rt.cudaEventSynchronize(end), "event sync")
+        times.append(_elapsed_ms(start, end) / 1e3 / reps)
+    return statistics.median(times), mode
+
+
+def copy_bandwidth(n_bytes: int = 1 << 30) -> float:
+    """Device-to-device copy rate, bytes read plus written per second (the roofline)."""
+    from luce.ops.cuda_memory import DeviceBuffer
+
+    rt = _rt()
+    src, dst = DeviceBuffer(n_bytes), DeviceBuffer(n_bytes)
+    kind = rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice
+
+    def launch(stream: int = 0):
+        _ok(rt.cudaMemcpyAsync(dst.ptr, src.ptr, n_bytes, kind, stream), "cudaMemcpyAsync")
+
+    seconds, _ = time_launches(launch, reps=5, trials=9)
+    return 2 * n_bytes / seconds
+
+
+def run_cases(cases, json_path: str | None = None) -> list[dict]:
+    bw = copy_bandwidth()
+    print(f"device copy bandwidth: {bw / 1e9:.0f} GB/s (read + write)")
+    results = []
+    for case in cases:
+        name = getattr(case, "__name__", repr(case))
+        try:
+            launch, nbytes, flops = case()
+            seconds, mode = time_launches(launch)
+        except Exception as exc:  # noqa: BLE001 - one failed case must not hide the others
+            print(f"{name:40s} FAILED: {exc}")
+            results.append({"case": name, "error": str(exc)})
+            continue
+        row = {"case": name, "us": seconds * 1e6, "GB/s": nbytes / seconds / 1e9,
+               "pct_copy_bw": 100 * nbytes / seconds / bw, "TFLOP/s": flops / seconds / 1e12,
+               "bytes": nbytes, "flops": flops, "mode": mode}
+        results.append(row)
+        print(f"{name:40s} {row['us']:10.2f} us {row['GB/s']:8.0f} GB/s {row['pct_copy_bw']:6.1f}% "
+              f"{row['TFLOP/s']:7.2f} TFLOP/s ({mode})")
+        del launch
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"copy_bandwidth": bw, "cases": results}, f, indent=1)
+    return results
+
+
+if __name__ == "__main__":
+    from tests.kernels.bench_gdn_recurrent import BENCH_CASES as GDN_CASES
+
+    run_cases(BENCH_CASES + GDN_CASES, sys.argv[1] if len(sys.argv) > 1 else None)
