@@ -12,7 +12,9 @@ For rows x [T, hidden] (already RMS-normed):
 
 Arithmetic (DESIGN 5 rules 1 and 3): segments are cut into chunks at absolute multiples of
 GDN_CHUNK; chunks of several tokens take the chunked (prefill) path, a chunk of one token
-(an AR row, or a prefill tail) the recurrent (decode) step (`delta_rule_groups`).
+(an AR row, or a prefill tail) the recurrent (decode) step (`delta_rule_groups`). Tree
+segments (speculative verify) run that same step node by node along the tree without
+advancing the slot's state (luce.models.gdn_tree); commit advances it along the path.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from luce.models.gdn_tree import PendingTree, tree_conv, tree_delta_rule
 from luce.models.layers import blk
+from luce.models.tree_rows import segment_tree_parents
 from luce.ref.gdn_chunked import GDN_CHUNK, chunk_spans
 
 L2NORM_EPS = 1e-6  # transformers' l2norm (FLA); llama.cpp uses the RMS eps (1e-6 in Qwen3.5)
@@ -138,16 +142,31 @@ def delta_rule_segment(backend, q, k, v, g, beta, state, start_pos: int):
     return concat_rows(backend, outputs), state
 
 
-def gdn_mixer(backend, w: GDNWeights, x, batch, recurrent, il: int, dims: GDNDims, rms_eps: float):
+def qkv_heads(b, mixed, n: int, d: GDNDims):
+    """Conv output [n, C] -> q, k [n, Hv, Dk] (L2-normed, q / sqrt(Dk), key heads tiled to
+    value heads) and v [n, Hv, Dv]."""
+    q_scale = b.asarray(np.full(1, 1.0 / np.sqrt(d.head_dim), dtype=np.float32))
+    q, k, v = b.split(mixed, [d.key_dim, d.key_dim, d.value_dim])
+    q = b.mul(b.l2norm(q.reshape(n, d.n_k_heads, d.head_dim), L2NORM_EPS), q_scale)
+    k = b.l2norm(k.reshape(n, d.n_k_heads, d.head_dim), L2NORM_EPS)
+    repeat = tiled_head_rows(n, d.n_k_heads, d.n_v_heads)
+    q = b.take_rows(q.reshape(n * d.n_k_heads, d.head_dim), repeat).reshape(n, d.n_v_heads, d.head_dim)
+    k = b.take_rows(k.reshape(n * d.n_k_heads, d.head_dim), repeat).reshape(n, d.n_v_heads, d.head_dim)
+    return q, k, v.reshape(n, d.n_v_heads, d.head_dim)
+
+
+def gdn_mixer(backend, w: GDNWeights, x, batch, recurrent, il: int, dims: GDNDims, rms_eps: float,
+              tree_mode: str = "factor"):
     """Gated DeltaNet layer il over all rows: x [T, hidden] (normed) -> [T, hidden].
-    Reads and replaces each live segment's (il, slot) state in `recurrent`."""
+    Reads and replaces each live segment's (il, slot) state in `recurrent`; a tree segment
+    (luce.models.tree_rows) leaves the state as it is and stages what its commit needs
+    (luce.models.gdn_tree, `tree_mode` 'factor' | 'baseline' | 'closed')."""
     b, d = backend, dims
     T = x.shape[0]
     qkv = b.matmul(x, w.qkv)                                            # [T, C]
     z = b.matmul(x, w.gate).reshape(T, d.n_v_heads, d.head_dim)
     beta = b.sigmoid(b.matmul(x, w.beta))                               # [T, Hv]
     g = b.mul(b.softplus(b.add(b.matmul(x, w.alpha), w.dt_bias)), w.ssm_a)
-    q_scale = b.asarray(np.full(1, 1.0 / np.sqrt(d.head_dim), dtype=np.float32))
 
     outputs = []
     for s in range(batch.n_segments):
@@ -159,14 +178,18 @@ def gdn_mixer(backend, w: GDNWeights, x, batch, recurrent, il: int, dims: GDNDim
             outputs.append(b.zeros((n, d.n_v_heads, d.head_dim)))
             continue
         rows = np.arange(r0, r1)
-        mixed, conv_state = b.causal_conv1d(b.take_rows(qkv, rows), w.conv, recurrent.conv(il, slot))
-        q, k, v = b.split(mixed, [d.key_dim, d.key_dim, d.value_dim])
-        q = b.mul(b.l2norm(q.reshape(n, d.n_k_heads, d.head_dim), L2NORM_EPS), q_scale)
-        k = b.l2norm(k.reshape(n, d.n_k_heads, d.head_dim), L2NORM_EPS)
-        repeat = tiled_head_rows(n, d.n_k_heads, d.n_v_heads)
-        q = b.take_rows(q.reshape(n * d.n_k_heads, d.head_dim), repeat).reshape(n, d.n_v_heads, d.head_dim)
-        k = b.take_rows(k.reshape(n * d.n_k_heads, d.head_dim), repeat).reshape(n, d.n_v_heads, d.head_dim)
-        v = v.reshape(n, d.n_v_heads, d.head_dim)
+        parents = segment_tree_parents(batch, s)
+        x_rows = b.take_rows(qkv, rows)
+        if parents is not None:
+            mixed = tree_conv(b, x_rows, w.conv, recurrent.conv(il, slot), parents)
+            q, k, v = qkv_heads(b, mixed, n, d)
+            o, kept = tree_delta_rule(b, tree_mode, q, k, v, b.take_rows(g, rows), b.take_rows(beta, rows),
+                                      parents, recurrent.gdn(il, slot))
+            recurrent.stage_tree(il, slot, PendingTree(parents, x_rows, tree_mode, **kept))
+            outputs.append(o)
+            continue
+        mixed, conv_state = b.causal_conv1d(x_rows, w.conv, recurrent.conv(il, slot))
+        q, k, v = qkv_heads(b, mixed, n, d)
         o, gdn_state = delta_rule_segment(b, q, k, v, b.take_rows(g, rows), b.take_rows(beta, rows),
                                           recurrent.gdn(il, slot), int(batch.positions[r0]))
         recurrent.store(il, slot, conv_state, gdn_state)

@@ -5,6 +5,10 @@ last K-1 inputs of the causal conv1d, oldest first) and the delta-rule state
 `gdn [Hv, Dk, Dv] f32`. Both are backend arrays; the GDN ops return new arrays, which
 replace the old ones (`store`), so a snapshot is just the references of one slot.
 A fresh or reset slot holds zeros, which is what transformers starts a sequence from.
+
+Tree verify (speculation) leaves a slot's state as it is and stages, per layer, what the
+commit of the accepted path needs (`stage_tree`, a luce.models.gdn_tree.PendingTree);
+`commit_tree(slot, path)` advances every layer along the path, `drop_tree` forgets it.
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ class RecurrentState:
         self.gdn_shape = tuple(gdn_shape)     # (Hv, Dk, Dv)
         self._conv: dict[int, list[Any]] = {il: [None] * max_slots for il in self.gdn_layers}
         self._gdn: dict[int, list[Any]] = {il: [None] * max_slots for il in self.gdn_layers}
+        self._pending: dict[int, dict[int, Any]] = {}   # slot -> {layer: PendingTree}
         for slot in range(max_slots):
             self.reset_slot(slot)
 
@@ -66,6 +71,7 @@ class RecurrentState:
         """Zero every layer's state of `slot` (a new sequence starts there)."""
         if not 0 <= slot < self.max_slots:
             raise IndexError(f"slot {slot} out of range [0, {self.max_slots})")
+        self._pending.pop(slot, None)
         for il in self.gdn_layers:
             self._conv[il][slot] = self.backend.zeros(self.conv_shape)
             self._gdn[il][slot] = self.backend.zeros(self.gdn_shape)
@@ -82,3 +88,35 @@ class RecurrentState:
             raise ValueError(f"snapshot covers layers {sorted(snap.layers)}, this model has {list(self.gdn_layers)}")
         for il, (conv, gdn) in snap.layers.items():
             self.store(il, slot, conv, gdn)
+
+    # ---- tree verify ------------------------------------------------------------------------
+    def stage_tree(self, layer: int, slot: int, pending) -> None:
+        """Keep a verified tree's commit data for (layer, slot); the state is unchanged."""
+        self._check(layer, slot)
+        self._pending.setdefault(slot, {})[layer] = pending
+
+    def has_tree(self, slot: int) -> bool:
+        return bool(self._pending.get(slot))
+
+    def drop_tree(self, slot: int) -> None:
+        """Forget a staged tree (its step was aborted, or nothing of it is kept)."""
+        self._pending.pop(slot, None)
+
+    def commit_tree(self, slot: int, path) -> None:
+        """Advance every layer of `slot` along the accepted root path (node ids, root
+        first) of its staged tree, then forget the tree. A slot with no staged tree ran
+        as an AR row (its state already advanced): its path must be (0,)."""
+        from luce.models.gdn_tree import commit_layer
+
+        staged = self._pending.get(slot)
+        if not staged:
+            if list(path) != [0]:
+                raise ValueError(f"slot {slot} has no verified tree to commit (path {list(path)})")
+            return
+        if set(staged) != set(self.gdn_layers):
+            raise ValueError(f"slot {slot}: tree staged for layers {sorted(staged)}, expected {list(self.gdn_layers)}")
+        updates = {il: commit_layer(self.backend, staged[il], self._conv[il][slot], self._gdn[il][slot], path)
+                   for il in self.gdn_layers}
+        for il, (conv, gdn) in updates.items():
+            self.store(il, slot, conv, gdn)
+        del self._pending[slot]
