@@ -204,7 +204,7 @@ def test_prefill_rows_bitwise_identical_next_to_other_segments():
 @pytest.mark.gpu
 def test_row_with_more_keys_than_max_kv_len_gets_nan():
     rng = np.random.default_rng(2)
-    pool = Pool(rng, 40, 1, 64)
+    pool = Pool(rng, pages_needed(200) + pages_needed(600), 1, 64)
     batch = pack([pool.seq(0, 200, 1), pool.seq(1, 600, 1)])
     q = rng.standard_normal((2, 1, 64)).astype(np.float32)
     got = run_kernel(q, pool, batch, 0.125, max_kv_len=256, raw=True)
