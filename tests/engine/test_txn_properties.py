@@ -1,0 +1,227 @@
+"""Transactions under random admit / prefill / decode / speculate / cancel / retire /
+snapshot sequences (hypothesis stateful testing, 200 sequences).
+
+After every operation: free + used == total pages, refcounts >= 0 and equal to owners, no page
+owned by two slots, free slots own no pages or state, snapshot ids in range. Every preflight
+leaves pool, slot table and states byte-identical (digests), whether it plans or rejects.
+Every committed step read only pages and state its slots own (checked twice: by the pages a
+segment lists, and by the fake model comparing each slot's pages with its state).
+Speculation is a stub: tree rows get scratch pages, commit keeps `accepted` tokens.
+"""
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from luce.engine.pages import PagePool, PoolExhausted
+from luce.engine.slots import AdmissionError, QueueFull, SlotManager
+from luce.engine.state_slots import SnapshotTableFull, StateSlots
+from luce.engine.step import Cohort, DecodeRow, PrefillChunk, StepBuilder, TreeChunk
+from luce.engine.txn import Plan, Reject, Transaction
+from luce.models.kv_cache import PAGE_SIZE
+from tests.engine.fake_model import FakeModel
+
+N_PAGES, MAX_SLOTS, CTX = 24, 4, 160
+
+
+class TxnMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.model = FakeModel(check_alignment=False)   # the scheduler aligns, not the txn
+        self.state = self.model.new_state(N_PAGES, MAX_SLOTS)
+        self.pool = PagePool(N_PAGES)
+        self.states = StateSlots(self.state, max_snapshots=3)
+        self.slots = SlotManager(self.pool, self.states, max_queue=3)
+        self.txn = Transaction(self.slots, CTX)
+        self.builder = StepBuilder(self.pool)
+        self.next_id = 0
+        self.steps_committed = 0
+
+    def digests(self):
+        return self.pool.digest(), self.slots.digest(), self.states.digest()
+
+    def live(self):
+        return self.slots.live_slots()
+
+    # ---- admission and release --------------------------------------------------------------
+    @initialize()
+    def two_running_requests(self):
+        for _ in range(2):
+            self.submit(reserve=4)
+            self.admit()
+
+    @rule(reserve=st.integers(1, N_PAGES + 2))
+    def submit(self, reserve):
+        before = self.digests()
+        try:
+            self.slots.submit(f"r{self.next_id}", reserve)
+            self.next_id += 1
+        except (AdmissionError, QueueFull):
+            assert self.digests() == before
+
+    @rule()
+    def admit(self):
+        got = self.slots.admit_next()
+        if got is not None:
+            rid, slot = got
+            assert self.states.owns(slot, rid) and len(self.state.recurrent.seq[slot]) == 0
+
+    @rule(data=st.data())
+    def cancel_or_retire(self, data):
+        ids = [e.request_id for e in self.slots.table if e] + [rid for rid, _ in self.slots.queue]
+        rid = data.draw(st.sampled_from(ids + ["nobody"]))
+        if rid in [e.request_id for e in self.slots.table if e] and data.draw(st.booleans()):
+            slot = self.slots.slot_of(rid)
+            self.slots.retire(slot)
+            assert not self.pool.slot_pages(slot) and self.states.owner[slot] is None
+            return
+        where = self.slots.cancel(rid)
+        assert where == "unknown" if rid == "nobody" else where in ("queued", "live")
+        assert self.slots.slot_of(rid) is None and not self.slots.is_queued(rid)
+
+    # ---- snapshots -------------------------------------------------------------------------
+    @precondition(lambda self: self.live())
+    @rule(data=st.data())
+    def snapshot(self, data):
+        if any(e is not None for e in self.states.snapshots) and data.draw(st.booleans()):
+            return self.snapshot_restore_or_drop(data)
+        slot = data.draw(st.sampled_from(self.live()))
+        before = self.digests()
+        try:
+            sid = self.states.save(slot, self.slots.table[slot].kv_len)
+            assert 0 <= sid < len(self.states.snapshots)
+        except SnapshotTableFull:
+            assert self.digests() == before
+
+    def snapshot_restore_or_drop(self, data):
+        sid = data.draw(st.sampled_from([i for i, e in enumerate(self.states.snapshots) if e is not None]))
+        entry = self.states.entry(sid)
+        slot = entry.source_slot
+        if data.draw(st.booleans()) and self.states.owns(slot, entry.owner) \
+                and entry.length <= self.slots.table[slot].kv_len:
+            # rollback of a slot to an earlier point: state and committed length go back together
+            self.states.restore(slot, sid)
+            self.slots.table[slot].kv_len = entry.length
+            self.pool.truncate(slot, entry.length)
+        self.states.drop(sid)
+
+    # ---- steps -----------------------------------------------------------------------------
+    @precondition(lambda self: self.live())
+    @rule(data=st.data(), corrupt=st.sampled_from([None] * 6 + ["start", "owner", "twice", "stale"]),
+          commit=st.booleans(), capture=st.booleans())
+    def step(self, data, corrupt, commit, capture):
+        cohort = Cohort()
+        for slot in self.live():
+            e = self.slots.table[slot]
+            kind = data.draw(st.sampled_from(["skip", "prefill", "decode", "tree"]))
+            if kind == "prefill":
+                n = data.draw(st.integers(1, 40))
+                cohort.prefill.append(PrefillChunk(slot, e.request_id, tuple(range(n)), e.kv_len, True))
+            elif kind == "decode":
+                cohort.decode.append(DecodeRow(slot, e.request_id, 7, e.kv_len))
+            elif kind == "tree":
+                n = data.draw(st.integers(1, 9))
+                parents = tuple(data.draw(st.integers(-1, i - 1)) for i in range(n))
+                cohort.tree.append(TreeChunk(slot, e.request_id, tuple(range(n)), parents, e.kv_len))
+        if cohort.tree:   # tree rows have no model yet: a tree step holds only trees
+            cohort = Cohort(tree=cohort.tree)
+        if not cohort:
+            return
+        if corrupt == "start":
+            c = cohort.items[0]
+            bad = type(c)(**{**c.__dict__, **({"position": c.position + 1} if isinstance(c, DecodeRow)
+                                              else {"start": c.start + 1})})
+            cohort = Cohort([bad] if isinstance(bad, PrefillChunk) else [],
+                            [bad] if isinstance(bad, DecodeRow) else [], [bad] if isinstance(bad, TreeChunk) else [])
+        elif corrupt == "owner":
+            c = cohort.items[0]
+            cohort = Cohort([PrefillChunk(c.slot, "intruder", (1,), self.slots.table[c.slot].kv_len, True)])
+        before = self.digests()
+        try:
+            step = self.builder.build(cohort)
+        except PoolExhausted:
+            assert self.digests() == before
+            return
+        if corrupt == "twice":
+            first = step.cohort.items[0]
+            lists = [step.cohort.prefill, step.cohort.decode, step.cohort.tree]
+            step.cohort = Cohort(*[lst + [first] if first in lst else lst for lst in lists])
+        stolen = None
+        planned = [p for pages in step.new_pages.values() for p in pages]
+        if corrupt == "stale" and planned:
+            stolen = planned[0]
+            self.pool.take(-5, [stolen])            # someone took a planned page meanwhile
+        before = self.digests()
+        plan = self.txn.preflight(step, capture_state=capture)
+        assert self.digests() == before, "preflight changed something"
+        if stolen is not None:
+            self.pool.release(-5)
+        if corrupt in ("start", "owner", "twice") or stolen is not None:
+            assert isinstance(plan, Reject), corrupt
+        if isinstance(plan, Reject):
+            assert plan.reason
+            return
+        assert isinstance(plan, Plan)
+        self.run_and_finish(step, plan, commit, capture, data)
+
+    @precondition(lambda self: self.live())
+    @rule(data=st.data(), commit=st.booleans())
+    def plain_step(self, data, commit):
+        """Steps weigh more than the other rules: a second rule for an uncorrupted step."""
+        self.step(data, None, commit, False)
+
+    def run_and_finish(self, step, plan, commit, capture, data):
+        before = self.digests()
+        if not step.cohort.tree:
+            self.model.forward(step.forward, self.state)        # writes KV rows and state
+            assert not self.model.violations, self.model.violations
+        if not commit:
+            self.txn.abort(plan)
+            if capture or step.cohort.tree:
+                assert self.digests() == before                   # abort restored the state exactly
+            else:   # without captured state the cohort must be retired (the engine's rule)
+                for slot in plan.slots:
+                    self.slots.retire(slot)
+            return
+        accepted = {}
+        for t in step.cohort.tree:
+            depth = step.kv_len_after[t.slot] - t.start
+            accepted[t.slot] = data.draw(st.integers(0, depth))
+        self.txn.commit(plan, accepted)
+        self.steps_committed += 1
+        for t in step.cohort.tree:   # stub of the speculation commit: keep the deepest path's first nodes
+            d = t.depths()
+            node, path = int(np.argmax(d)), []
+            while node >= 0:
+                path.append(t.token_ids[node])
+                node = t.parents[node]
+            kept = np.asarray(path[::-1][:accepted[t.slot]], np.int64)
+            pages = self.pool.slot_pages(t.slot)
+            for j, tok in enumerate(kept):
+                pos = t.start + j
+                self.state.kv[0].tokens[pages[pos // PAGE_SIZE], pos % PAGE_SIZE] = tok
+            self.state.recurrent.seq[t.slot] = np.concatenate([self.state.recurrent.seq[t.slot], kept])
+        f = step.forward
+        for s in range(f.n_segments):                            # nobody read what it does not own
+            slot = int(f.seq_slots[s])
+            if slot >= 0:
+                assert set(f.segment_pages(s).tolist()) <= set(self.pool.slot_pages(slot))
+                assert self.states.owns(slot, self.slots.table[slot].request_id)
+        for slot, pages in step.scratch_pages.items():
+            assert all(self.pool.is_free(p) for p in pages), "scratch pages outlived the step"
+
+    # ---- invariants ------------------------------------------------------------------------
+    @invariant()
+    def bookkeeping_is_consistent(self):
+        self.pool.check()
+        self.slots.check()
+        self.states.check()
+        assert self.pool.n_free + self.pool.n_used == N_PAGES
+        assert (self.pool.refcount >= 0).all()
+        for slot in self.live():
+            assert len(self.state.recurrent.seq[slot]) == self.slots.table[slot].kv_len
+
+
+TestTxnMachine = TxnMachine.TestCase
+TestTxnMachine.settings = settings(max_examples=200, stateful_step_count=40, deadline=None,
+                                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
