@@ -74,7 +74,7 @@ def format_run(result: dict) -> str:
 
 
 def _value(name: str, value) -> str:
-    if name.endswith("_s"):
+    if name.endswith("_s") and not name.endswith("tok_s"):
         return _ms(value) + " ms"
     return _num(value, 2 if "acceptance" in name else 1)
 
