@@ -60,3 +60,14 @@ bench: build
 
 clean:
 	rm -rf build luce/lib luce/*.so luce/_cuda.c *.egg-info
+
+# Serving benchmark against a running OpenAI-compatible server (docs/BENCHMARKS.md), e.g.
+#   make bench-serving BENCH_ARGS="--url http://127.0.0.1:8080 --plot /tmp/bench.png"
+BENCH_ARGS ?= --url http://127.0.0.1:8080
+.PHONY: bench-serving
+$(VENV)/.luce-bench-installed: $(STAMP)
+	$(PY) -m pip install -q --no-build-isolation -e ".[bench]"
+	touch $@
+
+bench-serving: $(VENV)/.luce-bench-installed
+	$(PY) tools/bench_serving.py $(BENCH_ARGS)

