@@ -1,0 +1,84 @@
+"""luce.LLM on a tiny model: generate (batching, order, params per prompt), stream, errors."""
+import pytest
+
+import luce
+from luce.engine.request import FinishReason
+from luce.llm import LLM, GenerationError
+from luce.models import generate_greedy
+from luce.testing.tiny_models import make_qwen35
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    path = tmp_path_factory.mktemp("llm") / "q35.gguf"
+    make_qwen35(path, seed=2)
+    return LLM(path, max_slots=2, ctx=256, token_budget=2 + 64)
+
+
+def test_lazy_exports():
+    assert luce.LLM is LLM and luce.SamplingParams is luce.engine.sampler.SamplingParams
+
+
+def test_generate_keeps_order_and_matches_a_plain_greedy_loop(llm):
+    prompts = ["def fib(n):", "hello", [5, 6, 7], "x" * 150]
+    params = luce.SamplingParams(max_tokens=5, ignore_eos=True)
+    outs = llm.generate(prompts, params)
+    assert [o.prompt for o in outs] == ["def fib(n):", "hello", None, "x" * 150]
+    for prompt, out in zip(prompts, outs):
+        ids = llm.encode(prompt)
+        assert out.prompt_token_ids == ids and out.prompt_tokens == len(ids)
+        assert out.token_ids == generate_greedy(llm.model, ids, 5)
+        assert out.text == llm.tokenizer.decode(out.token_ids, skip_special=True)
+        assert out.finish_reason == FinishReason.LENGTH
+    assert not llm.engine.requests and llm.engine.pool.n_used == 0
+
+
+def test_params_per_prompt_and_single_prompt_forms(llm):
+    a = luce.SamplingParams(max_tokens=2, ignore_eos=True)
+    b = luce.SamplingParams(max_tokens=4, temperature=1.0, seed=7, ignore_eos=True)
+    outs = llm.generate(["ab", "ab"], [a, b])
+    assert len(outs[0].token_ids) == 2 and len(outs[1].token_ids) == 4
+    assert llm.generate("ab", b)[0].token_ids == outs[1].token_ids    # seeded: reproducible
+    assert llm.generate([7, 8], a)[0].prompt_token_ids == [7, 8]
+    with pytest.raises(ValueError, match="list of 2"):
+        llm.generate(["a", "b"], [a])
+    with pytest.raises(TypeError, match="a str or a list of token ids"):
+        llm.generate([3.5])
+
+
+def test_stream_yields_the_generated_text(llm):
+    params = luce.SamplingParams(max_tokens=8, ignore_eos=True)
+    pieces = list(llm.stream("def fib(n):", params))
+    assert "".join(pieces) == llm.generate("def fib(n):", params)[0].text
+    assert not llm.engine.requests
+
+
+def test_closing_a_stream_early_cancels_it(llm):
+    params = luce.SamplingParams(max_tokens=50, ignore_eos=True)
+    stream = llm.stream("hello", params)
+    next(stream)
+    stream.close()
+    assert not llm.engine.requests and llm.engine.pool.n_used == 0 and llm.engine.stats.cancelled >= 1
+
+
+def test_engine_error_surfaces_in_stream_and_generate(llm):
+    def fault(point, step):
+        if point == "after_forward":
+            raise RuntimeError("injected")
+
+    llm.engine.fault_hook = fault
+    try:
+        with pytest.raises(GenerationError, match="injected"):
+            list(llm.stream("hi", luce.SamplingParams(max_tokens=3)))
+        out = llm.generate("hi", luce.SamplingParams(max_tokens=3))[0]
+        assert out.finish_reason == FinishReason.ERROR and "injected" in out.error
+    finally:
+        llm.engine.fault_hook = None
+    assert llm.generate("hi", luce.SamplingParams(max_tokens=2, ignore_eos=True))[0].finish_reason == "length"
+
+
+def test_missing_model_and_draft_are_explained(tmp_path):
+    with pytest.raises(FileNotFoundError, match="fetch the model"):
+        LLM(tmp_path / "nope.gguf")
+    with pytest.raises(NotImplementedError, match="draft"):
+        LLM("whatever.gguf", draft="d.gguf")

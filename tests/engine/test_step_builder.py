@@ -1,0 +1,139 @@
+"""StepBuilder: row order, logits rows, CSR, padding, replay keys (same key => same shapes)."""
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from luce.engine.pages import PagePool, PoolExhausted
+from luce.engine.step import (ROW_AR, ROW_PAD, ROW_PREFILL, ROW_TREE, Cohort, DecodeRow, PrefillChunk, StepBuilder,
+                              TreeChunk, bucket)
+from luce.models.kv_cache import PAGE_SIZE, pages_needed
+
+
+def test_bucket_values():
+    assert [bucket(n) for n in (0, 1, 2, 3, 5, 33, 64, 65, 128, 129)] == [0, 1, 2, 4, 8, 64, 64, 128, 128, 192]
+
+
+def pool_with(lengths):
+    """A pool where slot i already holds pages for lengths[i] tokens."""
+    pool = PagePool(256)
+    for slot, n in enumerate(lengths):
+        pool.ensure(slot, n)
+    return pool
+
+
+def test_layout_order_logits_and_csr():
+    pool = pool_with([0, 16, 40])
+    cohort = Cohort(prefill=[PrefillChunk(0, "a", tuple(range(5)), 0, False)],
+                    decode=[DecodeRow(1, "b", 9, 16)],
+                    tree=[TreeChunk(2, "c", (1, 2, 3), (-1, 0, 0), 40)])
+    step = StepBuilder(pool).build(cohort)
+    f = step.forward
+    # prefill 5 rows + 3 padding (bucket 8), one AR row, tree 3 rows + 1 padding (width 4)
+    assert step.row_kind.tolist() == [ROW_PREFILL] * 5 + [ROW_PAD] * 3 + [ROW_AR] + [ROW_TREE] * 3 + [ROW_PAD]
+    assert f.seq_slots.tolist() == [0, -1, 1, 2, -1, -1]
+    assert f.positions[:5].tolist() == [0, 1, 2, 3, 4] and f.positions[8] == 16
+    assert f.positions[9:12].tolist() == [40, 41, 41]                     # tree rows: start + depth
+    assert step.tree_parents[9:12].tolist() == [-1, 9, 9]
+    # the prompt is not complete: its rows never reach the LM head; AR and tree rows do
+    assert f.logits_indices.tolist() == [8, 9, 10, 11]
+    assert step.logits_position.tolist() == [17, 41, 42, 42]
+    assert step.logits_slot.tolist() == [1, 2, 2, 2]
+    # slot 0 gets a fresh page, slot 1 a second page for position 16; both only peeked
+    assert step.new_pages == {0: (pool.peek_free(1)[0],), 1: (pool.peek_free(2)[1],), 2: ()}
+    assert f.segment_pages(2).tolist() == pool.slot_pages(1) + list(step.new_pages[1]) and f.kv_len(2) == 17
+    assert len(step.scratch_pages[2]) == 1 and not set(step.scratch_pages[2]) & set(step.new_pages[0] + step.new_pages[1])
+    assert step.kv_len_after == {0: 5, 1: 17, 2: 42}
+    assert len(f.kv_indices) == bucket(1 + 2 + 3)                         # padded KV span
+    assert pool.n_used == pages_needed(16) + pages_needed(40)             # nothing allocated
+
+
+def test_completed_prompt_tail_reaches_lm_head_and_batch_validates():
+    pool = pool_with([64])
+    cohort = Cohort(prefill=[PrefillChunk(0, "a", tuple(range(70)), 64, True)])
+    step = StepBuilder(pool).build(cohort)
+    step.forward.tree_parents = None
+    step.forward.validate()
+    assert step.forward.logits_indices.tolist() == [69] and step.logits_position.tolist() == [134]
+    assert step.forward.n_rows == 128 and step.replay_key == ((128,), 0, 1, (0, 0), bucket(pages_needed(134)))
+
+
+def test_unpadded_build_is_exact():
+    pool = pool_with([0])
+    step = StepBuilder(pool, pad=False).build(Cohort(prefill=[PrefillChunk(0, "a", (1, 2, 3), 0, True)]))
+    assert step.forward.n_rows == 3 and step.forward.n_segments == 1 and len(step.forward.kv_indices) == 1
+
+
+def test_exhausted_pool_and_malformed_cohorts_change_nothing():
+    pool = PagePool(2)
+    pool.ensure(0, 16)
+    before = pool.digest()
+    with pytest.raises(PoolExhausted):
+        StepBuilder(pool).build(Cohort(prefill=[PrefillChunk(1, "b", tuple(range(40)), 0, True)]))
+    with pytest.raises(ValueError, match="twice"):
+        StepBuilder(pool).build(Cohort(decode=[DecodeRow(0, "a", 1, 16), DecodeRow(0, "a", 1, 16)]))
+    with pytest.raises(ValueError, match="at least one token"):
+        StepBuilder(pool).build(Cohort(prefill=[PrefillChunk(1, "b", (), 0, True)]))
+    with pytest.raises(ValueError, match="parents must precede"):
+        StepBuilder(pool).build(Cohort(tree=[TreeChunk(0, "a", (1, 2), (1, -1), 16)]))
+    assert pool.digest() == before
+
+
+cohort_spec = st.fixed_dictionaries({
+    "prefill": st.lists(st.tuples(st.integers(1, 200), st.integers(0, 300), st.booleans()), max_size=3),
+    "decode": st.lists(st.integers(0, 400), max_size=4),
+    "tree": st.lists(st.integers(1, 12), max_size=2),
+})
+
+
+def build_spec(spec, draw_len):
+    """Build a StepBatch for a spec; draw_len(n) picks a length (same bucket or exact)."""
+    lengths = [p[1] for p in spec["prefill"]] + spec["decode"] + [0] * len(spec["tree"])
+    pool = pool_with(lengths)
+    cohort, slot = Cohort(), 0
+    for n, start, last in spec["prefill"]:
+        cohort.prefill.append(PrefillChunk(slot, slot, tuple([3] * draw_len(n)), start, last))
+        slot += 1
+    for pos in spec["decode"]:
+        cohort.decode.append(DecodeRow(slot, slot, 5, pos))
+        slot += 1
+    for n in spec["tree"]:
+        m = draw_len(n)
+        cohort.tree.append(TreeChunk(slot, slot, tuple([1] * m), tuple(range(-1, m - 1)), 0))
+        slot += 1
+    return StepBuilder(pool).build(cohort)
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec=cohort_spec, other=cohort_spec, data=st.data())
+def test_same_replay_key_means_same_shapes(spec, other, data):
+    """A second cohort with the same topology and lengths redrawn within their buckets (and
+    other positions, so other page counts) has the same key exactly when its padded page
+    count matches; with the same key every array has the same shape."""
+    def within_bucket(n):
+        lo = bucket(n) // 2 + 1 if bucket(n) <= 64 else bucket(n) - 63
+        return data.draw(st.integers(max(1, lo), bucket(n)))
+
+    a = build_spec(spec, lambda n: n)
+    shift = data.draw(st.integers(0, 15))
+    sibling = {"prefill": [(n, start + shift, last) for n, start, last in spec["prefill"]],
+               "decode": [pos + shift for pos in spec["decode"]], "tree": spec["tree"]}
+    b = build_spec(sibling, within_bucket)
+    unrelated = build_spec(other, lambda n: n)
+    for x, y in ((a, b), (a, unrelated)):
+        if x.replay_key == y.replay_key:
+            assert x.shapes() == y.shapes()
+    assume(a.replay_key == b.replay_key)
+    assert a.shapes() == b.shapes()
+    f = a.forward
+    assert f.kv_indptr[-1] == len(f.kv_indices) and f.qo_indptr[-1] == f.n_rows
+    live = a.row_kind != ROW_PAD
+    assert (a.row_slot[live] >= 0).all() and (a.row_slot[~live] == -1).all()
+    assert (a.row_kind[f.logits_indices] != ROW_PAD).all()
+    assert int(live.sum()) == a.cohort.n_rows
+    for s in range(f.n_segments):
+        if f.seq_slots[s] >= 0 and a.segment_kind[s] != ROW_TREE:
+            assert f.kv_len(s) == a.kv_len_after[int(f.seq_slots[s])]
+            assert len(f.segment_pages(s)) == pages_needed(f.kv_len(s))
+    np.testing.assert_array_equal(np.diff(f.qo_indptr) >= 0, True)
+    assert PAGE_SIZE == 16
