@@ -196,6 +196,10 @@ async def _exchange(endpoint: Endpoint, body: bytes, record: RequestRecord) -> N
                 return
     finally:
         writer.close()
+        try:
+            await asyncio.wait_for(writer.wait_closed(), 1.0)
+        except (OSError, asyncio.TimeoutError):
+            pass
 
 
 async def stream_request(endpoint: Endpoint, prompt: Prompt, max_tokens: int) -> RequestRecord:

@@ -7,7 +7,7 @@
 server is ready when GET /health answers 200 (llama-server, vLLM, luce-serve all have it; a server
 without /health is ready when GET /v1/models answers 200). Its output goes to `log_path` (default: a temporary file) and
 the last lines are quoted in the error when it exits or never becomes ready. stop() sends
-SIGTERM, then SIGKILL after `stop_timeout_s`.
+SIGTERM to the server's process group, then SIGKILL after `stop_timeout_s`.
 """
 from __future__ import annotations
 
@@ -91,16 +91,24 @@ class ServerProcess:
         if self.process is None:
             return None
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self._signal(signal.SIGTERM)
             try:
                 self.process.wait(self.stop_timeout_s)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                self._signal(signal.SIGKILL)
                 self.process.wait(10)
         if self._log is not None:
             self._log.close()
             self._log = None
         return self.process.returncode
+
+    def _signal(self, sig: int) -> None:
+        """Signal the server's own process group (it was started in a new session), so a
+        wrapper command (a shell, `timeout`) does not leave its child behind."""
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def __enter__(self) -> "ServerProcess":
         return self.start()

@@ -168,3 +168,13 @@ def test_acceptance_from_vllm_counters():
 def test_acceptance_absent():
     assert acceptance_between({}, None) == (None, None)
     assert acceptance_between({}, {"other_metric": 1.0}) == (None, None)
+
+
+def test_bracket_report_units_and_verdicts():
+    from luce.benchmark.report import format_bracket
+    same = {"p1|max_tokens=8": "d1"}
+    text = format_bracket(bracket(_result(same, 100, 0.5), _result(same, 130, 0.4), _result(same, 110, 0.5)))
+    tok_line = next(line for line in text.splitlines() if "c1.output_tok_s" in line)
+    assert "130.0" in tok_line and "ms" not in tok_line and "better" in tok_line
+    ttft_line = next(line for line in text.splitlines() if "c1.ttft_p50_s" in line)
+    assert "400.0 ms" in ttft_line

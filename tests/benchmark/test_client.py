@@ -146,3 +146,9 @@ def test_staggered_needs_enough_prompts():
     with pytest.raises(ValueError, match="need as many prompts"):
         asyncio.run(run_staggered(Endpoint("http://127.0.0.1:1"), SUBSET[:1], SUBSET[:1],
                                   StaggerConfig(established=2), origin=0.0))
+
+
+def test_request_timeout_is_recorded():
+    with FakeServer(token_s=0.5) as server:
+        r = stream(Endpoint(server.url, timeout_s=0.3), max_tokens=50)
+    assert not r.ok and r.error == "timed out after 0.3 s"
