@@ -1,0 +1,101 @@
+"""Speculation options, named as users of Luce DFlash know them, and the drafter factory.
+
+    --spec off|chain|ddtree|specla   --draft PATH   --draft-kind dflash|model|ngram
+    --ddtree-budget 22   --ddtree-tau 6   --spec-top-k 4
+
+Modes (every one is lossless: output equals `off` for greedy and seeded sampling):
+- chain: the drafter's top-1 chain, verified as tree rows (GDN layers by factor capture);
+- ddtree: a DDTree (best-first under `ddtree_budget` drafted nodes, `spec_top_k` siblings,
+  `ddtree_tau` pruning) verified with per-node stored GDN states (Luce DFlash's way);
+- specla: the same DDTree verified by factor capture (DESIGN 3), which keeps O(H D) per
+  node instead of a full state (the mode this project is named for).
+The DFlash draft's block size (its metadata) caps the depth; the other drafters draft
+`chain_depth` tokens deep.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MODES = ("off", "chain", "ddtree", "specla")
+DRAFT_KINDS = ("dflash", "model", "ngram")
+GDN_TREE_MODE = {"chain": "factor", "ddtree": "baseline", "specla": "factor"}
+
+
+class SpecConfigError(ValueError):
+    """An impossible combination of speculation options."""
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    spec: str = "off"
+    draft_kind: str = "dflash"
+    draft: str | None = None          # draft GGUF (dflash, model)
+    ddtree_budget: int = 22
+    ddtree_tau: float = 6.0
+    spec_top_k: int = 4
+    chain_depth: int = 8              # model / n-gram drafts; DFlash: block size - 1
+    ngram_max: int = 4                # n-gram drafter: longest suffix looked up
+
+    def __post_init__(self):
+        if self.spec not in MODES:
+            raise SpecConfigError(f"--spec must be one of {', '.join(MODES)}, got {self.spec!r}")
+        if self.draft_kind not in DRAFT_KINDS:
+            raise SpecConfigError(f"--draft-kind must be one of {', '.join(DRAFT_KINDS)}, got {self.draft_kind!r}")
+        if self.ddtree_budget < 1:
+            raise SpecConfigError(f"--ddtree-budget must be >= 1, got {self.ddtree_budget}")
+        if self.ddtree_tau < 0:
+            raise SpecConfigError(f"--ddtree-tau must be >= 0, got {self.ddtree_tau}")
+        if self.spec_top_k < 1:
+            raise SpecConfigError(f"--spec-top-k must be >= 1, got {self.spec_top_k}")
+        if self.chain_depth < 1:
+            raise SpecConfigError(f"chain depth must be >= 1, got {self.chain_depth}")
+        if self.enabled and self.draft_kind in ("dflash", "model") and not self.draft:
+            raise SpecConfigError(f"--draft-kind {self.draft_kind} needs a draft model: pass --draft PATH "
+                                  "(or use --draft-kind ngram, which needs none)")
+
+    @property
+    def enabled(self) -> bool:
+        return self.spec != "off"
+
+    @property
+    def uses_tree(self) -> bool:
+        return self.spec in ("ddtree", "specla")
+
+    @property
+    def gdn_tree_mode(self) -> str:
+        """How hybrid targets verify GDN layers on tree rows (luce.models.gdn_tree)."""
+        return GDN_TREE_MODE.get(self.spec, "factor")
+
+    def notes_for(self, target_config) -> list[str]:
+        """Warnings for a target (not errors): e.g. specla on a model without GDN layers."""
+        notes = []
+        if self.spec == "specla" and not getattr(target_config, "gdn_layers", ()):
+            notes.append("--spec specla on a model with no Gated DeltaNet layers: factor capture has "
+                         "nothing to do, so it only differs from ddtree in name (attention rows only)")
+        return notes
+
+
+def make_drafter(config: SpecConfig, target, max_slots: int, ctx: int, draft_model=None):
+    """The drafter `config` names, for `target` (a luce model). draft_model: an already
+    loaded draft (tests); otherwise config.draft is loaded on the target's backend."""
+    from luce.spec.drafters import DFlashDrafter, DraftModelDrafter, NgramDrafter
+
+    if not config.enabled:
+        return None
+    if config.draft_kind == "ngram":
+        return NgramDrafter(max_ngram=config.ngram_max, max_depth=config.chain_depth)
+    if draft_model is None:
+        from luce.models.loader import load_model
+
+        kwargs = {"target_model": target} if config.draft_kind == "dflash" else {}
+        draft_model = load_model(config.draft, target.backend, **kwargs)
+    arch = draft_model.config.arch
+    if config.draft_kind == "dflash":
+        if arch != "dflash":
+            raise SpecConfigError(f"--draft-kind dflash needs a DFlash draft (GGUF arch 'dflash'), "
+                                  f"{config.draft} is {arch!r}: use --draft-kind model for a plain model")
+        return DFlashDrafter(draft_model, max_slots, ctx)
+    if arch == "dflash":
+        raise SpecConfigError("--draft-kind model got a DFlash draft: use --draft-kind dflash")
+    return DraftModelDrafter(draft_model, max_slots, ctx, max_depth=config.chain_depth,
+                             target_vocab=target.config.vocab)

@@ -1,0 +1,99 @@
+"""Exactness matrix: with speculation (chain, ddtree, specla) at concurrency 1, 3 and 5,
+staggered arrivals and a chunked prompt arriving while others decode, greedy and seeded
+sampled outputs equal plain decoding by luce.engine.Engine (spec off) token for token."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from luce.engine import Engine, EngineConfig, SamplingParams
+from luce.spec.config import SpecConfig
+from luce.spec.runner import SpecRunner
+
+rng = np.random.default_rng(0)
+PROMPTS = [
+    [5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7],                       # repetitive: n-gram hits
+    list(rng.integers(3, 400, 9)),
+    list(rng.integers(3, 400, 80)),                          # chunked at 64 (budget 69)
+    [11, 12, 13, 11, 12, 13, 11, 12],
+    list(rng.integers(3, 400, 4)),
+]
+ARRIVALS = [0, 0, 2, 5, 9]
+MAX_TOKENS = [10, 12, 8, 12, 14]
+SAMPLED = dict(temperature=0.9, top_k=40, top_p=0.95)
+
+
+def params(i, sampled):
+    extra = SAMPLED if sampled else {}
+    return SamplingParams(max_tokens=MAX_TOKENS[i], seed=1000 + i, **extra)
+
+
+@functools.lru_cache(maxsize=None)
+def engine_outputs(target_name, sampled, models_key):
+    """Plain decoding (spec off) by luce.engine.Engine, the reference."""
+    model = _MODELS[models_key][target_name]
+    engine = Engine(model, None, EngineConfig(max_slots=5, ctx=160, token_budget=69))
+    ids = [engine.add_request([int(t) for t in p], params(i, sampled)) for i, p in enumerate(PROMPTS)]
+    engine.run()
+    return tuple(tuple(engine.take_output(rid).token_ids) for rid in ids)
+
+
+_MODELS = {}
+
+
+def run_spec(model, spec, concurrency, sampled, draft_model=None):
+    runner = SpecRunner(model, spec, max_slots=concurrency, ctx=160, token_budget=69, draft_model=draft_model)
+    for i, (p, a) in enumerate(zip(PROMPTS, ARRIVALS)):
+        runner.add([int(t) for t in p], params(i, sampled), arrival=a)
+    outputs = runner.run()
+    return tuple(tuple(o) for o in outputs), runner
+
+
+CASES = {  # name: (target, draft kind, draft model name)
+    "qwen35+dflash": ("qwen35", "dflash", "dflash"),
+    "qwen35+self": ("qwen35", "model", "qwen35"),     # a perfect draft: long accepted paths
+    "qwen35+ngram": ("qwen35", "ngram", None),
+    "qwen3+qwen3": ("qwen3", "model", "qwen3"),
+    "qwen3+ngram": ("qwen3", "ngram", None),
+}
+
+
+RUNS = [(1, False), (3, False), (5, False), (5, True)]  # seeded sampling at C5 keeps the suite fast
+
+
+@pytest.mark.parametrize("concurrency,sampled", RUNS, ids=["C1-greedy", "C3-greedy", "C5-greedy", "C5-sampled"])
+@pytest.mark.parametrize("mode", ["chain", "ddtree", "specla"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_speculative_output_equals_plain_decoding(tiny_models, case, mode, concurrency, sampled):
+    target_name, kind, draft_name = CASES[case]
+    model = tiny_models[target_name]
+    if mode != "chain" and not model.config.gdn_layers and not getattr(model.backend, "supports_tree_rows", False):
+        pytest.skip("dense tree rows need ForwardBatch.validate and backend.attention to accept tree rows")
+    _MODELS[id(tiny_models)] = tiny_models
+    want = engine_outputs(target_name, sampled, id(tiny_models))
+    spec = SpecConfig(spec=mode, draft_kind=kind, draft=draft_name, ddtree_budget=10, spec_top_k=3, chain_depth=4)
+    got, runner = run_spec(model, spec, concurrency, sampled, tiny_models.get(draft_name))
+    assert got == want
+    stats = runner.speculator.stats
+    assert stats.verifies > 0 and stats.emitted >= stats.verifies
+    if mode != "chain":
+        assert stats.verify_rows > stats.verifies * 2  # real trees were verified
+
+
+def test_runner_spec_off_equals_engine(tiny_models):
+    _MODELS[id(tiny_models)] = tiny_models
+    got, _ = run_spec(tiny_models["qwen35"], SpecConfig(), 3, False)
+    assert got == engine_outputs("qwen35", False, id(tiny_models))
+
+
+def test_perfect_draft_accepts_whole_chains(tiny_models):
+    """The target drafting for itself: every drafted token is accepted."""
+    model = tiny_models["qwen3"]
+    spec = SpecConfig(spec="chain", draft_kind="model", draft="self", chain_depth=4)
+    got, runner = run_spec(model, spec, 5, False, draft_model=model)
+    _MODELS[id(tiny_models)] = tiny_models
+    assert got == engine_outputs("qwen3", False, id(tiny_models))
+    s = runner.speculator.stats
+    assert s.accepted == s.drafted and s.acceptance_length > 3.0
