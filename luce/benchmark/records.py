@@ -92,7 +92,8 @@ class RequestRecord:
         out = {
             "key": self.key, "prompt_id": self.prompt_id, "max_tokens": self.max_tokens,
             "send_s": round(self.send_time - origin, 6), "end_s": round(self.end_time - origin, 6),
-            "chunk_times_s": rel, "chunk_tokens": self.tokens_per_chunk(), "n_tokens": self.n_tokens, "token_source": self.token_source,
+            "chunk_times_s": rel, "chunk_tokens": self.tokens_per_chunk(),
+            "n_tokens": self.n_tokens, "token_source": self.token_source,
             "prompt_tokens": self.prompt_tokens, "finish_reason": self.finish_reason, "error": self.error,
         }
         if with_text:

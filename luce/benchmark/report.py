@@ -84,8 +84,9 @@ def format_bracket(result: dict) -> str:
     out = [f"A/B/A bracket: output-set digests A {result['digests']['A'][:16]}  "
            f"B {result['digests']['B'][:16]}  A2 {result['digests']['A2'][:16]}"]
     if not result["baseline_reproducible"]:
-        out.append(f"  INVALID: the baseline's outputs changed between A and A2 on "
-                   f"{len(result['baseline_differing_keys'])} keys ({', '.join(result['baseline_differing_keys'][:5])})")
+        keys = result["baseline_differing_keys"]
+        out.append(f"  INVALID: the baseline's outputs changed between A and A2 on {len(keys)} keys "
+                   f"({', '.join(keys[:5])})")
     if not result["correctness_ok"]:
         keys = result["candidate_differing_keys"]
         out.append(f"  CORRECTNESS FAILURE: the candidate's outputs differ from the baseline's on {len(keys)} "

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, field
 
 from luce.benchmark.client import Endpoint, http_get, stream_request
 from luce.benchmark.digests import summarize_outputs
-from luce.benchmark.prompts import CORPUS_PROMPTS, HUMANEVAL_SUBSET, Prompt, corpus_prompt, load_problems, subset_prompts
+from luce.benchmark.prompts import (CORPUS_PROMPTS, HUMANEVAL_SUBSET, Prompt, corpus_prompt, load_problems,
+                                    subset_prompts)
 from luce.benchmark.staggered import StaggerConfig, run_staggered
 from luce.benchmark.waves import run_level
 
@@ -107,7 +108,8 @@ async def _run(endpoint: Endpoint, config: BenchConfig, prompts: PromptSet, labe
     result["outputs"] = summarize_outputs(everything)
     result["records"] = {
         "waves": [dict(r.to_json(origin, with_text=True), concurrency=c) for c, r in wave_records],
-        "staggered": [dict(r.to_json(origin, with_text=True), role="established" if i < config.stagger.established else "arriving")
+        "staggered": [dict(r.to_json(origin, with_text=True),
+                           role="established" if i < config.stagger.established else "arriving")
                       for i, r in enumerate(stagger_records)],
     }
     result["duration_s"] = time.perf_counter() - origin

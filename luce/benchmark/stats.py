@@ -98,9 +98,3 @@ def longest_gap(times: Sequence[float], t0: float, t1: float) -> float | None:
     gaps = [b - a for a, b in zip(times, times[1:]) if b > t0 and a < t1]
     return max(gaps) if gaps else None
 
-
-def relative(value: float | None, reference: float | None) -> float | None:
-    """value / reference, None when either is missing or the reference is zero."""
-    if value is None or reference is None or reference == 0:
-        return None
-    return value / reference

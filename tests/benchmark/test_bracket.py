@@ -112,7 +112,8 @@ def test_text_digest_is_sha256_of_utf8():
 
 def test_output_set_digest_definition_and_order_independence():
     records = [_done("b", "x"), _done("a", "abc"), _done("b", "x")]
-    expected = hashlib.sha256(("a\t" + text_digest("abc") + "\n" + "b\t" + text_digest("x") + "\n").encode()).hexdigest()
+    lines = "a\t" + text_digest("abc") + "\n" + "b\t" + text_digest("x") + "\n"
+    expected = hashlib.sha256(lines.encode()).hexdigest()
     for _ in range(5):
         random.shuffle(records)
         assert output_set_digest(output_set(records)) == expected

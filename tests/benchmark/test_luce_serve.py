@@ -55,7 +55,8 @@ def serve(model: str, *flags: str) -> str:
 
 def test_abab_against_luce_serve_other_spec_and_slots(tiny_model, tmp_path, capsys):
     out = tmp_path / "abab.json"
-    status = main(["--baseline-cmd", serve(tiny_model), "--candidate-cmd", serve(tiny_model, "--spec chain --max-slots 2"),
+    status = main(["--baseline-cmd", serve(tiny_model),
+                   "--candidate-cmd", serve(tiny_model, "--spec chain --max-slots 2"),
                    "--json", str(out), *SHORT])
     text = capsys.readouterr().out
     assert status == 0, text
