@@ -147,8 +147,9 @@ def _apply_event(record: RequestRecord, payload: str, now: float, api: str) -> b
         record.completion_tokens = usage.get("completion_tokens", record.completion_tokens)
         record.prompt_tokens = usage.get("prompt_tokens", record.prompt_tokens)
     for choice in event.get("choices") or ():
-        if api == "chat":
-            text = (choice.get("delta") or {}).get("content") or ""
+        if api == "chat":   # reasoning servers stream thinking tokens in a field of their own
+            delta = choice.get("delta") or {}
+            text = "".join(delta.get(k) or "" for k in ("reasoning_content", "reasoning", "content"))
         else:
             text = choice.get("text") or ""
         if text:

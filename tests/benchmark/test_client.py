@@ -152,3 +152,17 @@ def test_request_timeout_is_recorded():
     with FakeServer(token_s=0.5) as server:
         r = stream(Endpoint(server.url, timeout_s=0.3), max_tokens=50)
     assert not r.ok and r.error == "timed out after 0.3 s"
+
+
+def test_events_usage_null_reasoning_and_errors():
+    from luce.benchmark.client import _apply_event
+    from luce.benchmark.records import RequestRecord
+    r = RequestRecord(key="k", prompt_id="k", max_tokens=4)
+    assert not _apply_event(r, '{"choices": [{"delta": {"role": "assistant", "content": null}}], "usage": null}',
+                            1.0, "chat")
+    assert not _apply_event(r, '{"choices": [{"delta": {"reasoning_content": "hmm"}}]}', 2.0, "chat")
+    assert not _apply_event(r, '{"choices": [{"delta": {"content": "ok"}, "finish_reason": "length"}]}', 3.0, "chat")
+    assert (r.chunk_times, r.text, r.finish_reason, r.completion_tokens) == ([2.0, 3.0], "hmmok", "length", None)
+    assert _apply_event(r, '{"error": {"message": "engine died"}}', 4.0, "chat")
+    assert r.error == "server error: engine died"
+    assert _apply_event(r, " [DONE]", 5.0, "chat")
