@@ -66,6 +66,7 @@ class App:
         self.metrics = ServerMetrics()
         self.draining = False
         self.port: int | None = None
+        self.address: tuple | None = None   # (host, port) actually bound
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task] = set()
         self._busy: set[asyncio.Task] = set()          # connections in the middle of a request
@@ -117,7 +118,8 @@ class App:
             return _PeerWatchingProtocol(reader, on_connect, gone)
 
         self._server = await loop.create_server(protocol, self.config.host, self.config.port)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self.address = self._server.sockets[0].getsockname()[:2]
+        self.port = self.address[1]
 
     async def drain(self) -> None:
         """Stop accepting, let in-flight requests finish (up to drain_timeout_s), then close."""

@@ -82,8 +82,9 @@ def send(url: str, raw: bytes, timeout: float = 20.0) -> RawResponse:
         return read_response(sock)
 
 
-def call(url: str, method: str, path: str, body=None, headers: dict | None = None) -> RawResponse:
+def call(url: str, method: str, path: str, body=None, headers: dict | None = None,
+         timeout: float = 20.0) -> RawResponse:
     if body is not None and not isinstance(body, bytes):
         body = json.dumps(body).encode()
         headers = {"Content-Type": "application/json", **(headers or {})}
-    return send(url, request_bytes(method, path, body, headers))
+    return send(url, request_bytes(method, path, body, headers), timeout)

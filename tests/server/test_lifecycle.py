@@ -29,9 +29,9 @@ def wait_until(predicate, timeout=10.0, interval=0.02) -> bool:
     return predicate()
 
 
-def open_stream(url: str, content="go", stream=True) -> socket.socket:
+def open_stream(url: str, content="go", stream=True, **fields) -> socket.socket:
     body = json.dumps({"messages": [{"role": "user", "content": content}], "stream": stream,
-                       "temperature": 0}).encode()
+                       "temperature": 0, **fields}).encode()
     sock = socket.create_connection(rawhttp.address(url), timeout=10)
     sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
     return sock
