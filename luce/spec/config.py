@@ -85,17 +85,23 @@ def make_drafter(config: SpecConfig, target, max_slots: int, ctx: int, draft_mod
     if config.draft_kind == "ngram":
         return NgramDrafter(max_ngram=config.ngram_max, max_depth=config.chain_depth)
     if draft_model is None:
+        from luce.gguf.reader import read_config
         from luce.models.loader import load_model
 
-        kwargs = {"target_model": target} if config.draft_kind == "dflash" else {}
+        arch = read_config(config.draft).arch
+        _check_draft_arch(config, arch)
+        kwargs = {"target_model": target} if arch == "dflash" else {}
         draft_model = load_model(config.draft, target.backend, **kwargs)
-    arch = draft_model.config.arch
+    _check_draft_arch(config, draft_model.config.arch)
     if config.draft_kind == "dflash":
-        if arch != "dflash":
-            raise SpecConfigError(f"--draft-kind dflash needs a DFlash draft (GGUF arch 'dflash'), "
-                                  f"{config.draft} is {arch!r}: use --draft-kind model for a plain model")
         return DFlashDrafter(draft_model, max_slots, ctx)
-    if arch == "dflash":
-        raise SpecConfigError("--draft-kind model got a DFlash draft: use --draft-kind dflash")
     return DraftModelDrafter(draft_model, max_slots, ctx, max_depth=config.chain_depth,
                              target_vocab=target.config.vocab)
+
+
+def _check_draft_arch(config: SpecConfig, arch: str) -> None:
+    if config.draft_kind == "dflash" and arch != "dflash":
+        raise SpecConfigError(f"--draft-kind dflash needs a DFlash draft (GGUF arch 'dflash'), "
+                              f"{config.draft} is {arch!r}: use --draft-kind model for a plain model")
+    if config.draft_kind == "model" and arch == "dflash":
+        raise SpecConfigError("--draft-kind model got a DFlash draft: use --draft-kind dflash")
