@@ -98,4 +98,4 @@ def test_15b_first_32_greedy_tokens_match_transformers():
     diff = float(np.abs(logits - hf_logits).max())
     print(f"1.5B: max |logit - transformers| over {len(full)} rows = {diff:.3g}")
     assert got == hf_tokens
-    assert diff < 0.05 * float(np.abs(hf_logits).max())
+    assert diff < 1e-4 * max(1.0, float(np.abs(hf_logits).max()))  # measured 3.6e-5

@@ -119,6 +119,9 @@ def test_rowwise_ops_are_batch_invariant():
     _rowwise_invariant(B.silu, x)
     _rowwise_invariant(B.sigmoid, x)
     _rowwise_invariant(B.softplus, x)
+    _rowwise_invariant(B.exp, x)
+    _rowwise_invariant(lambda a: B.add(a, w), x)
+    _rowwise_invariant(lambda a: B.mul(a, w), x)
     _rowwise_invariant(lambda a: B.rmsnorm(a.reshape(len(a), 12, 8), w[:8], 1e-6), x)
 
 
