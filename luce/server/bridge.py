@@ -63,6 +63,7 @@ class ModelInfo:
     arch: str = ""
     draft_path: str | None = None
     spec_mode: str = "off"               # requested speculation mode
+    draft_kind: str | None = None        # requested drafter: dflash | model | ngram
     spec_active: bool = False
     spec_note: str = ""
     extra: dict = field(default_factory=dict)

@@ -52,7 +52,7 @@ class Endpoints:
             "total_slots": info.max_slots,
             "max_pending_requests": bridge.max_pending,
             "speculation": {"mode": info.spec_mode, "active": info.spec_active, "draft": info.draft_path,
-                            "note": info.spec_note},
+                            "draft_kind": info.draft_kind, "note": info.spec_note},
             "default_generation_settings": {**config.defaults.as_dict(), "n_ctx": info.n_ctx},
             "chat_template": bridge.tokenizer.chat_template,
             "api_key_required": config.api_key is not None,

@@ -21,6 +21,7 @@ from luce.server.bridge import EngineBridge, EngineStats, ModelInfo, StepOutput
 log = logging.getLogger("luce.server")
 
 SPEC_MODES = ("off", "chain", "ddtree", "specla")
+DRAFT_KINDS = ("dflash", "model", "ngram")
 BACKENDS = ("auto", "numpy", "cuda", "hip")
 SPEC_PENDING_NOTE = ("speculative decoding is not active yet: the engine does not run drafts so far "
                      "(luce issue 5); requests decode plainly, one token per step")
@@ -63,6 +64,7 @@ class ServeOptions:
     model: str | None = None          # GGUF path or cached model name; None: the default pair
     draft: str | None = None
     spec: str = "off"
+    draft_kind: str | None = None     # dflash | model | ngram (None: from the draft file)
     backend: str = "auto"
     max_slots: int = 5
     ctx: int | None = None            # None: min(model context, 4096)
@@ -74,6 +76,8 @@ class ServeOptions:
     def check(self) -> None:
         if self.spec not in SPEC_MODES:
             raise ValueError(f"--spec {self.spec!r}: choose one of {', '.join(SPEC_MODES)}")
+        if self.draft_kind is not None and self.draft_kind not in DRAFT_KINDS:
+            raise ValueError(f"--draft-kind {self.draft_kind!r}: choose one of {', '.join(DRAFT_KINDS)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if self.max_slots < 1:
@@ -139,13 +143,14 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     say(f"luce: loaded {model.config.arch} ({model.config.n_layer} layers, vocab {tokenizer.vocab_size}) "
         f"in {time.monotonic() - t0:.1f} s; context {ctx}, {options.max_slots} slots, "
         f"{engine.pool.n_pages} KV pages")
-    spec_note = "" if options.spec == "off" and draft is None else SPEC_PENDING_NOTE
+    wants_spec = options.spec != "off" or draft is not None or options.draft_kind is not None
+    spec_note = SPEC_PENDING_NOTE if wants_spec else ""
     if spec_note:
         say(f"luce: --spec {options.spec}" + (f" with draft {draft}" if draft else "") + f": {spec_note}")
     info = ModelInfo(model_id=options.alias or target.name, path=str(target), n_ctx=ctx, backend=backend_name,
                      max_slots=options.max_slots, arch=model.config.arch,
-                     draft_path=str(draft) if draft else None, spec_mode=options.spec, spec_active=False,
-                     spec_note=spec_note)
+                     draft_path=str(draft) if draft else None, spec_mode=options.spec,
+                     draft_kind=options.draft_kind, spec_active=False, spec_note=spec_note)
     return engine, tokenizer, info
 
 

@@ -11,11 +11,20 @@ import logging
 
 from luce.server import responses as R
 from luce.server.bridge import GenerationEvent, QueueFullError, RequestHandle
-from luce.server.errors import APIError, bad_request, internal, queue_full
+from luce.server.errors import bad_request, internal, queue_full
 from luce.server.http import EventStream, Request, Response
 from luce.server.validation import GenerationRequest, parse_chat, parse_completion, parse_json_body
 
 log = logging.getLogger("luce.server")
+
+
+def _render_chat(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of the messages through the model's chat template (worker thread)."""
+    try:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    except Exception as e:
+        raise bad_request(f"the model's chat template rejected the messages: {e}", param="messages") from None
+    return tokenizer.encode(text)
 
 
 class _Timing:
@@ -58,11 +67,7 @@ class Generation:
         body = parse_json_body(request.body)
         gen = parse_chat(body, self.app.config.defaults)
         bridge = self.app.require_bridge()
-        try:
-            text = bridge.tokenizer.apply_chat_template(gen.messages, add_generation_prompt=True)
-        except Exception as e:
-            raise bad_request(f"the model's chat template rejected the messages: {e}", param="messages") from None
-        ids = await asyncio.to_thread(bridge.tokenizer.encode, text)
+        ids = await asyncio.to_thread(_render_chat, bridge.tokenizer, gen.messages)
         handle, n_prompt = self._submit(gen, ids, R.new_id("chatcmpl"))
         timing = _Timing(self.app.metrics, request.received_at)
         if gen.stream:
@@ -173,5 +178,3 @@ class Generation:
             handle.cancel()
             timing.done(state.get("reason", "cancelled"))
 
-
-__all__ = ["Generation", "APIError"]

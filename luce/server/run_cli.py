@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 
-from luce.server.engine_core import BACKENDS, SPEC_MODES, ServeOptions, load_engine
+from luce.server.engine_core import BACKENDS, DRAFT_KINDS, SPEC_MODES, ServeOptions, load_engine
 from luce.server.textstream import OutputAssembler
 
 
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--model", help="GGUF file or cached model name (default: the default pair, fetched)")
     p.add_argument("--draft", help="draft model GGUF for speculative decoding")
     p.add_argument("--spec", choices=SPEC_MODES, default="off")
+    p.add_argument("--draft-kind", choices=DRAFT_KINDS, default=None)
     p.add_argument("--backend", choices=BACKENDS, default="auto")
     p.add_argument("--ctx", "-c", type=int, default=None)
     p.add_argument("--max-tokens", "-n", type=int, default=256)
@@ -54,7 +55,8 @@ def main(argv=None) -> int:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    options = ServeOptions(model=args.model, draft=args.draft, spec=args.spec, backend=args.backend,
+    options = ServeOptions(model=args.model, draft=args.draft, spec=args.spec, draft_kind=args.draft_kind,
+                           backend=args.backend,
                            max_slots=1, ctx=args.ctx, max_queue=0)
     try:
         options.check()

@@ -8,7 +8,6 @@ contain FAIL_TEXT make the request end with an engine error.
 """
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 
@@ -46,7 +45,6 @@ class FakeCore:
     cancelled: list = field(default_factory=list)     # ids whose slot was freed by a cancel
     finished: list = field(default_factory=list)      # ids the core finished itself
     steps: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
         self._to_cancel: set[str] = set()

@@ -165,7 +165,8 @@ def test_models_props_health(server):
     assert [m.id for m in models.data] == ["fake-model"]
     props = json.load(urllib.request.urlopen(server.url + "/props"))
     assert props["n_ctx"] == 256 and props["total_slots"] == 2
-    assert props["speculation"] == {"mode": "off", "active": False, "draft": None, "note": "fake engine for tests"}
+    assert props["speculation"] == {"mode": "off", "active": False, "draft": None, "draft_kind": None,
+                                    "note": "fake engine for tests"}
     assert props["default_generation_settings"]["temperature"] == 0.8
     health = json.load(urllib.request.urlopen(server.url + "/health"))
     assert health["status"] == "ok"
