@@ -42,7 +42,7 @@ def test_percentile_empty_and_range():
         stats.percentile([1.0], 101)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=30), st.floats(0, 100))
 def test_percentile_matches_numpy_linear(values, q):
     assert stats.percentile(values, q) == pytest.approx(float(np.percentile(values, q)), rel=1e-9, abs=1e-6)
