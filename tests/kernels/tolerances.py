@@ -12,3 +12,9 @@ def tolerance(kernel: str) -> tuple[float, float]:
 # attention / GDN rows (kernels engineer): float64 references, f32 kernels.
 TOLERANCES["attention"] = (1e-4, 2e-6)      # f32 vs float64 ref; a numpy f32 emulation errs ~1e-7 abs
 TOLERANCES["gdn_recurrent"] = (1e-4, 1e-6)  # f32 state per token vs float64 within a token
+
+# matmul (quantized-matmul engineer): per output row, in units of the row's max |y|.
+# Block types quantize x to 16 bits per 256 values (worst seen 6e-5; 8-bit x would err ~1e-2);
+# float types only reorder an f32 sum.
+TOLERANCES["matmul_blocks"] = (1e-5, 1.5e-4)
+TOLERANCES["matmul_float"] = (1e-5, 1e-5)

@@ -1,0 +1,132 @@
+// Row readers for IQ4_XS (256-value super-blocks) and the 32-value block types Q8_0, Q5_0.
+// Layouts as in luce/gguf/quants_iq.py and quants_legacy.py (ggml's). Same interface as
+// cuda/matmul_kquants.cuh; a "chunk" of a 32-value type is 8 blocks (256 values), the last
+// chunk of a row may hold fewer (`ngroups`). Q8_0 and Q5_0 blocks are only 2-byte aligned.
+#pragma once
+
+#include "matmul_mma.cuh"
+
+namespace mm {
+
+// IQ4_XS table (ggml's kvalues_iq4nl) as 4 little-endian words of int8.
+constexpr uint32_t kIq4Table0 = 0xBFAD9881u;  // -127, -104, -83, -65
+constexpr uint32_t kIq4Table1 = 0xF6EADDCFu;  // -49, -35, -22, -10
+constexpr uint32_t kIq4Table2 = 0x26190D01u;  // 1, 13, 25, 38
+constexpr uint32_t kIq4Table3 = 0x71594535u;  // 53, 69, 89, 113
+
+// w holds 8 4-bit table indices (byte i: low nibble index of value i, high nibble of value
+// i + 16). Returns the table values of the low nibbles (lo) and of the high nibbles (hi).
+__device__ __forceinline__ void iq4_lookup(uint32_t w, uint32_t &lo, uint32_t &hi) {
+    const uint32_t idx3 = w & 0x77777777u;                         // index within a half table
+    const uint32_t half = ((w >> 1) & 0x44444444u) | 0x32103210u;  // nibble i: i or i + 4
+    // Nibbles of w in order: lo0 hi0 lo1 hi1 | lo2 hi2 lo3 hi3.
+    const uint32_t v01 = byte_perm(byte_perm(kIq4Table0, kIq4Table1, idx3),
+                                   byte_perm(kIq4Table2, kIq4Table3, idx3), half);
+    const uint32_t v23 = byte_perm(byte_perm(kIq4Table0, kIq4Table1, idx3 >> 16),
+                                   byte_perm(kIq4Table2, kIq4Table3, idx3 >> 16), half >> 16);
+    lo = byte_perm(v01, v23, 0x6420);
+    hi = byte_perm(v01, v23, 0x7531);
+}
+
+// IQ4_XS, 136 B: f16 d, u16 scales_h, scales_l[4], qs[128]; qs[16j + l] low nibble = index of
+// value l, high nibble = value l + 16 of sub-block j. Value = (d * (ls - 32)) * table[index].
+struct ReaderIQ4XS {
+    static constexpr int kChunkBytes = 136, kGroupBytes = 0;
+    static constexpr bool kHalves = false, kOffset = false, kPrefetch = true;
+    uint2 head[2];
+    uint32_t qs[2][8];
+
+    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int quad, int) {
+        const uint8_t *b[2] = {b0, b1};
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            head[r] = __ldg(reinterpret_cast<const uint2 *>(b[r]));
+#pragma unroll
+            for (int j = 0; j < 8; ++j) qs[r][j] = ld32(b[r] + 8 + 16 * j + 4 * quad);
+        }
+    }
+
+    __device__ __forceinline__ void group(int j, GroupOperands &op) const {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            iq4_lookup(qs[r][j], op.a[r], op.a[2 + r]);
+            const uint32_t ls = ((byte_of(head[r].y, j >> 1) >> (4 * (j & 1))) & 15) |
+                                (((head[r].x >> (16 + 2 * j)) & 3) << 4);
+            op.scale[0][r] = __fmul_rn(f16_to_f32(head[r].x), small_uint_to_f32(ls) - 32.0f);
+            op.offset[0][r] = 0.0f;
+        }
+    }
+};
+
+// Q8_0, 34 B: f16 d, int8 q[32]. Value = q * d.
+struct ReaderQ80 {
+    static constexpr int kChunkBytes = 8 * 34, kGroupBytes = 34;
+    static constexpr bool kHalves = false, kOffset = false, kPrefetch = false;
+    uint32_t lo[2][8], hi[2][8], d[2][8];
+
+    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int quad, int ngroups) {
+        const uint8_t *b[2] = {b0, b1};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            if (j >= ngroups) break;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const uint8_t *blk = b[r] + 34 * j;
+                d[r][j] = ld16(blk);
+                lo[r][j] = ld32_a2(blk + 2 + 4 * quad);
+                hi[r][j] = ld32_a2(blk + 18 + 4 * quad);
+            }
+        }
+    }
+
+    __device__ __forceinline__ void group(int j, GroupOperands &op) const {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            op.a[r] = lo[r][j];
+            op.a[2 + r] = hi[r][j];
+            op.scale[0][r] = f16_to_f32(d[r][j]);
+            op.offset[0][r] = 0.0f;
+        }
+    }
+};
+
+// Bits 0..3 of v moved to bit 4 of bytes 0..3.
+__device__ __forceinline__ uint32_t spread_bit4(uint32_t v) {
+    return ((v * 0x00204081u) & 0x01010101u) << 4;
+}
+
+// Q5_0, 22 B: f16 d, u32 qh, qs[16]; value l < 16: low nibble of qs[l], value l + 16: high
+// nibble of qs[l]; bit 4 of value l is bit l of qh. Value = d * (q - 16).
+struct ReaderQ50 {
+    static constexpr int kChunkBytes = 8 * 22, kGroupBytes = 22;
+    static constexpr bool kHalves = false, kOffset = true, kPrefetch = false;
+    uint32_t qs[2][8], qh[2][8], d[2][8];
+
+    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int quad, int ngroups) {
+        const uint8_t *b[2] = {b0, b1};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            if (j >= ngroups) break;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const uint8_t *blk = b[r] + 22 * j;
+                d[r][j] = ld16(blk);
+                qh[r][j] = ld32_a2(blk + 2);
+                qs[r][j] = ld32_a2(blk + 6 + 4 * quad);
+            }
+        }
+    }
+
+    __device__ __forceinline__ void group(int j, GroupOperands &op) const {
+        const int quad = (threadIdx.x % WARP_SIZE) & 3;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            op.a[r] = (qs[r][j] & 0x0F0F0F0Fu) | spread_bit4((qh[r][j] >> (4 * quad)) & 15);
+            op.a[2 + r] = ((qs[r][j] >> 4) & 0x0F0F0F0Fu) | spread_bit4((qh[r][j] >> (16 + 4 * quad)) & 15);
+            op.scale[0][r] = f16_to_f32(d[r][j]);
+            op.offset[0][r] = -16.0f * op.scale[0][r];
+        }
+    }
+};
+
+}  // namespace mm

@@ -1,0 +1,116 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Launch layer for the quantized matmul (cuda/matmul.cu; ABI in cuda/luce_ops.h).
+
+y [rows, n] f32 = x [rows, k] f32 @ W^T (+ bias [n]), W [n, k] GGUF blocks of ggml type
+`qtype` (QTYPES). Wrappers take raw device addresses (uintptr_t) and sizes, fill the params
+struct, call the entry point with the GIL released and raise luce._cuda.KernelError on a
+non-zero status. Block types need a workspace of workspace_bytes(rows, k) bytes.
+"""
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+
+from luce._cuda import raise_for_status
+
+
+cdef extern from "luce_ops.h":
+    ctypedef struct luce_matmul_params:
+        const float *x
+        const void *w
+        const float *bias
+        float *y
+        void *workspace
+        int64_t workspace_bytes
+        int64_t rows
+        int64_t n
+        int64_t k
+        int32_t qtype
+        int32_t path
+        int32_t flags
+        int32_t tune
+
+
+ctypedef int (*matmul_fn)(const luce_matmul_params *, void *) noexcept nogil
+ctypedef int64_t (*workspace_fn)(int64_t, int64_t) noexcept nogil
+ctypedef int64_t (*row_bytes_fn)(int32_t, int64_t) noexcept nogil
+
+cdef matmul_fn _matmul = NULL
+cdef workspace_fn _workspace_bytes = NULL
+cdef row_bytes_fn _row_bytes = NULL
+
+# ggml type ids the kernel multiplies (LUCE_QT_* in cuda/luce_ops.h).
+QTYPES = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14,
+          "IQ4_XS": 23, "BF16": 30}
+FLOAT_QTYPES = (0, 1, 30)
+PATH_DECODE = 0
+PATH_PREFILL = 1
+REUSE_X = 1
+
+
+cdef void *_symbol(void *handle, str path, str name) except NULL:
+    cdef void *sym = dlsym(handle, name.encode())
+    if sym == NULL:
+        raise OSError(f"kernel library {path} lacks symbol {name}: rebuild with "
+                      f"'python setup.py build_ext --inplace'")
+    return sym
+
+
+def load(str path):
+    """Resolve the matmul entry points in the kernel library at `path`."""
+    global _matmul, _workspace_bytes, _row_bytes
+    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
+    if handle == NULL:
+        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
+    _matmul = <matmul_fn>_symbol(handle, path, "luce_matmul")
+    _workspace_bytes = <workspace_fn>_symbol(handle, path, "luce_matmul_workspace_bytes")
+    _row_bytes = <row_bytes_fn>_symbol(handle, path, "luce_matmul_row_bytes")
+
+
+cdef int _require_loaded() except -1:
+    if _matmul == NULL:
+        raise RuntimeError("matmul kernels not loaded: call luce.ops.native.load_kernels() first")
+    return 0
+
+
+def workspace_bytes(int64_t rows, int64_t k):
+    """Bytes of workspace a block-type matmul of `rows` rows of length k needs."""
+    _require_loaded()
+    return _workspace_bytes(rows, k)
+
+
+def row_bytes(int32_t qtype, int64_t k):
+    """Bytes of one weight row of k values of `qtype`; ValueError if unsupported or ragged."""
+    _require_loaded()
+    cdef int64_t nb = _row_bytes(qtype, k)
+    if nb < 0:
+        raise ValueError(f"matmul: ggml type {qtype} with k={k} is not supported (types "
+                         f"{sorted(QTYPES)}; k must be whole blocks: 256 values for K-quants "
+                         f"and IQ4_XS, 32 for Q8_0/Q5_0)")
+    return nb
+
+
+def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+           int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
+           int32_t path=0, int32_t flags=0, int32_t tune=0, uintptr_t stream=0):
+    """x [rows, k] f32, w [n, row_bytes(qtype, k)] u8, bias [n] f32 or 0, y [rows, n] f32,
+    workspace (block types) of workspace_bytes (device addresses; x, workspace 16-byte
+    aligned). path PATH_DECODE or PATH_PREFILL, flags REUSE_X, tune 0/1/2: launch shape only,
+    the result is bitwise the same for any of them."""
+    _require_loaded()
+    cdef luce_matmul_params p
+    p.x = <const float *>x
+    p.w = <const void *>w
+    p.bias = <const float *>bias
+    p.y = <float *>y
+    p.workspace = <void *>workspace
+    p.workspace_bytes = workspace_bytes
+    p.rows = rows
+    p.n = n
+    p.k = k
+    p.qtype = qtype
+    p.path = path
+    p.flags = flags
+    p.tune = tune
+    cdef int status
+    with nogil:
+        status = _matmul(&p, <void *>stream)
+    raise_for_status(status, "luce_matmul")

@@ -1,0 +1,93 @@
+"""Benchmark cases for the quantized matmul (cuda/matmul.cu) at Qwen3.6-27B shapes:
+FFN gate/up 5120 -> 17408, down 17408 -> 5120, GDN qkv 5120 -> 10240, LM head 5120 -> 248320.
+
+BENCH_CASES: callables that allocate and fill device buffers and return
+(launch_fn, bytes_moved, flops); launch_fn(stream: int = 0) launches once (x quantization +
+matmul, or the matmul alone for the `_reusex` cases). Weights are random bytes (random f16
+scales included: the kernel's speed does not depend on values); matrices smaller than 4x the
+60 MB L2 rotate over several copies, one per launch, so each launch reads its weights from
+DRAM. bytes_moved is the floor: weights + x + y once. `python -m tests.kernels.bench_matmul
+[out.json]` runs them with the graph-replay timer of bench_attention and prints the row-count
+ratios the decode goal is stated in (16 and 32 rows vs 1 row).
+"""
+from __future__ import annotations
+
+import functools
+import sys
+
+import numpy as np
+
+SHAPES = {"gate": (17408, 5120), "down": (5120, 17408), "qkv": (10240, 5120), "lmhead": (248320, 5120)}
+GOAL_TYPES = ("Q4_K", "IQ4_XS", "Q6_K", "Q8_0")
+L2_BYTES = 60 << 20
+
+
+def random_bytes(nbytes: int, seed: int):
+    """A DeviceBuffer of nbytes random bytes (a random 64 MiB tile repeated)."""
+    from tests.kernels.bench_attention import random_device_buffer
+
+    return random_device_buffer((nbytes + 3) // 4, seed)
+
+
+def matmul_case(qtype_name: str, shape: str, rows: int, path: int = 0, reuse_x: bool = False):
+    from luce import _cuda_matmul as km
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+
+    load_kernels()
+    n, k = SHAPES[shape]
+    qtype = km.QTYPES[qtype_name]
+    row_bytes = km.row_bytes(qtype, k)
+    w_bytes = n * row_bytes
+    copies = max(1, min(8, -(-4 * L2_BYTES // w_bytes)))
+    weights = [random_bytes(w_bytes, seed) for seed in range(copies)]
+    x = DeviceBuffer.from_numpy(np.random.default_rng(1).standard_normal((rows, k)).astype(np.float32))
+    y = DeviceBuffer(rows * n * 4)
+    ws_bytes = km.workspace_bytes(rows, k)
+    ws = DeviceBuffer(max(ws_bytes, 16))
+    km.matmul(x.ptr, weights[0].ptr, 0, y.ptr, ws.ptr, ws_bytes, rows, n, k, qtype, path)
+    flags = km.REUSE_X if reuse_x else 0
+    turn = [0]
+
+    def launch(stream: int = 0, _keep=(weights, x, y, ws)):
+        w = weights[turn[0] % copies]
+        turn[0] += 1
+        km.matmul(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, rows, n, k, qtype, path, flags, 0, stream)
+
+    return launch, w_bytes + rows * (k + n) * 4, 2 * rows * n * k
+
+
+def _case(qtype_name, shape, rows, path=0, reuse_x=False):
+    c = functools.partial(matmul_case, qtype_name, shape, rows, path, reuse_x)
+    c.__name__ = f"matmul_{qtype_name}_{shape}_t{rows}" + ("_prefill" if path else "") + ("_reusex" if reuse_x else "")
+    return c
+
+
+BENCH_CASES = [_case(q, s, r) for q in GOAL_TYPES for s in SHAPES for r in (1, 16, 32)]
+BENCH_CASES += [_case("Q4_K", "gate", 1, reuse_x=True), _case("Q4_K", "down", 1, reuse_x=True),
+                _case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),
+                _case("Q5_K", "gate", 1), _case("Q5_0", "gate", 1), _case("F16", "gate", 1),
+                _case("BF16", "gate", 1)]
+
+
+def ratio_table(results: list[dict]) -> list[str]:
+    """'16 and 32 rows vs 1 row' per type and shape (the decode goal: <= 1.3x)."""
+    us = {r["case"]: r["us"] for r in results if "us" in r}
+    lines = []
+    for q in GOAL_TYPES:
+        for s in SHAPES:
+            one = us.get(f"matmul_{q}_{s}_t1")
+            if one:
+                r16, r32 = us.get(f"matmul_{q}_{s}_t16"), us.get(f"matmul_{q}_{s}_t32")
+                lines.append(f"{q:7s} {s:7s} 1 row {one:8.1f} us   16 rows x{(r16 or 0) / one:5.2f}"
+                             f"   32 rows x{(r32 or 0) / one:5.2f}")
+    return lines
+
+
+if __name__ == "__main__":
+    from tests.kernels.bench_attention import run_cases
+
+    names = sys.argv[2:]
+    cases = [c for c in BENCH_CASES if not names or any(n in c.__name__ for n in names)]
+    for line in ratio_table(run_cases(cases, sys.argv[1] if len(sys.argv) > 1 else None)):
+        print(line)

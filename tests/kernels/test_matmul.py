@@ -1,0 +1,201 @@
+"""Quantized matmul (cuda/matmul.cu) against luce.ref.matmul on weights decoded by
+luce.gguf.quants: parity on awkward shapes for every GGUF type, guard bands, NaN handling,
+and bitwise batch invariance (a row alone, in a batch of 64, at other positions, on both
+paths and launch shapes).
+
+Errors are measured per output row in units of that row's largest |y| (the kernel's 16-bit
+activation quantization errs in proportion to the row's scale, not to each element).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from luce.gguf import quants
+from luce.ref.matmul import matmul as ref_matmul
+from tests.kernels.tolerances import tolerance
+
+BLOCK_TYPES = [Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, Q.Q8_0, Q.Q5_0]
+FLOAT_TYPES = [Q.F32, Q.F16, Q.BF16]
+ROWS = [1, 2, 63, 64, 65, 129]
+N_ODD = 97
+# k per type: two and a half 256-value chunks for 32-value blocks (a ragged last chunk)
+K_OF = {Q.Q4_K: 512, Q.Q5_K: 512, Q.Q6_K: 768, Q.IQ4_XS: 512, Q.Q8_0: 352, Q.Q5_0: 608,
+        Q.F32: 100, Q.F16: 96, Q.BF16: 130}
+
+
+@functools.lru_cache(maxsize=None)
+def weights(qtype, n: int, k: int, seed: int = 0):
+    """(raw GGUF bytes [n, row_nbytes] u8, decoded f32 [n, k]) of random N(0, 1/k) weights."""
+    rng = np.random.default_rng(1000 + seed)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    raw = quants.quantize(w, qtype)
+    return raw, quants.dequantize(raw, qtype, (n, k))
+
+
+def activations(rows: int, k: int, seed: int) -> np.ndarray:
+    """N(0, 1) rows with a few rows scaled far up and down (per-row scales must not leak)."""
+    x = np.random.default_rng(seed).standard_normal((rows, k)).astype(np.float32)
+    x[1::7] *= 1000.0
+    x[3::11] *= 1e-3
+    return x
+
+
+def assert_rows_close(got: np.ndarray, want: np.ndarray, kernel: str):
+    rtol, atol = tolerance(kernel)
+    scale = np.maximum(np.abs(want).max(axis=1, keepdims=True), 1e-30)
+    np.testing.assert_allclose(got / scale, want / scale, rtol=rtol, atol=atol)
+
+
+def x16_model(x: np.ndarray, bits: int = 16) -> np.ndarray:
+    """x as the kernel sees it: per row and 256 values, rint(x * qmax / max|x|) * max|x| / qmax."""
+    qmax = np.float32(2 ** (bits - 1) - 1)
+    out = np.empty_like(x)
+    for c in range(0, x.shape[1], 256):
+        blk = x[:, c:c + 256]
+        amax = np.abs(blk).max(axis=1, keepdims=True)
+        inv = np.where(amax > 0, qmax / np.maximum(amax, 1e-30), 0).astype(np.float32)
+        out[:, c:c + 256] = np.rint(blk * inv) * (amax / qmax)
+    return out
+
+
+@pytest.mark.parametrize("qtype", BLOCK_TYPES)
+def test_tolerance_admits_16bit_activations_and_rejects_8bit(qtype):
+    """The block-type tolerance holds for the kernel's arithmetic model (x at 16 bits per 256
+    values, exact products) and is tight enough that 8-bit activations would fail it."""
+    k = K_OF[qtype]
+    raw, wd = weights(qtype, N_ODD, k)
+    x = activations(65, k, seed=5)
+    want = ref_matmul(x, wd)
+    model16 = x16_model(x).astype(np.float64) @ wd.astype(np.float64).T
+    assert_rows_close(model16, want, "matmul_blocks")
+    model8 = x16_model(x, bits=8).astype(np.float64) @ wd.astype(np.float64).T
+    with pytest.raises(AssertionError):
+        assert_rows_close(model8, want, "matmul_blocks")
+
+
+# ---- GPU ---------------------------------------------------------------------------------
+
+def run_kernel(x, raw, qtype, n, bias=None, path=0, tune=0, raw_out=False, workspace=None, flags=0):
+    """y [rows, n] from luce_matmul on device copies (output between guard bands)."""
+    from luce import _cuda_matmul as km
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+
+    lib = load_kernels()
+    rows, k = x.shape
+    dx, dw = DeviceBuffer.from_numpy(x), DeviceBuffer.from_numpy(raw)
+    db = DeviceBuffer.from_numpy(bias.astype(np.float32)) if bias is not None else None
+    ws_bytes = km.workspace_bytes(rows, k)
+    ws = workspace if workspace is not None else DeviceBuffer(max(ws_bytes, 16))
+    out = GuardedOutput((rows, n))
+    km.matmul(dx.ptr, dw.ptr, db.ptr if db else 0, out.ptr, ws.ptr, ws_bytes, rows, n, k,
+              int(qtype), path, flags, tune)
+    lib.synchronize()
+    return out.buf.download(out.shape, np.float32, GUARD_BYTES) if raw_out else out.result()
+
+
+def family(qtype) -> str:
+    return "matmul_float" if qtype in FLOAT_TYPES else "matmul_blocks"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", ROWS)
+@pytest.mark.parametrize("qtype", BLOCK_TYPES + FLOAT_TYPES)
+def test_parity(qtype, rows):
+    k = K_OF[qtype]
+    raw, wd = weights(qtype, N_ODD, k)
+    x = activations(rows, k, seed=rows)
+    bias = np.random.default_rng(rows).standard_normal(N_ODD).astype(np.float32) if rows % 2 else None
+    got = run_kernel(x, raw, qtype, N_ODD, bias=bias)
+    assert_rows_close(got, ref_matmul(x, wd, bias), family(qtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K, Q.IQ4_XS, Q.Q8_0])
+@pytest.mark.parametrize("rows", [1, 33])
+def test_parity_at_27b_width(qtype, rows):
+    """k = 5120 (the 27B hidden size): 20 chunks, 5 per warp, prefetched."""
+    raw, wd = weights(qtype, 48, 5120)
+    x = activations(rows, 5120, seed=9)
+    assert_rows_close(run_kernel(x, raw, qtype, 48), ref_matmul(x, wd), "matmul_blocks")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qtype", BLOCK_TYPES + FLOAT_TYPES)
+def test_batch_invariance(qtype):
+    """A row's bits: alone == in a batch of 64 == at another position in 129 rows ==
+    prefill path == two row tiles per block."""
+    k = K_OF[qtype]
+    raw, _ = weights(qtype, N_ODD, k)
+    x = activations(64, k, seed=77)
+    bias = np.random.default_rng(3).standard_normal(N_ODD).astype(np.float32)
+    batch = run_kernel(x, raw, qtype, N_ODD, bias=bias)
+    for r in (0, 17, 63):
+        alone = run_kernel(x[r:r + 1], raw, qtype, N_ODD, bias=bias)
+        assert np.array_equal(alone[0], batch[r]), f"row {r} alone differs from row {r} of 64"
+    big = np.concatenate([x[::-1], activations(65, k, seed=78)])  # row r of x at 63 - r
+    moved = run_kernel(big, raw, qtype, N_ODD, bias=bias)
+    assert np.array_equal(moved[:64][::-1], batch), "rows moved in a batch of 129 changed bits"
+    for path, tune in ((1, 0), (0, 2), (1, 2)):
+        other = run_kernel(x, raw, qtype, N_ODD, bias=bias, path=path, tune=tune)
+        assert np.array_equal(other, batch), f"path {path}, tune {tune} changed bits"
+    for rows in (2, 9, 17, 33):
+        part = run_kernel(x[:rows], raw, qtype, N_ODD, bias=bias)
+        assert np.array_equal(part, batch[:rows]), f"first {rows} rows differ from the batch of 64"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K, Q.Q8_0, Q.F16])
+def test_nan_stays_in_its_row(qtype):
+    k = K_OF[qtype]
+    raw, _ = weights(qtype, N_ODD, k)
+    x = activations(5, k, seed=4)
+    clean = run_kernel(x, raw, qtype, N_ODD)
+    x[2, 7] = np.nan
+    dirty = run_kernel(x, raw, qtype, N_ODD, raw_out=True)
+    assert np.isnan(dirty[2]).all()
+    assert np.array_equal(np.delete(dirty, 2, axis=0), np.delete(clean, 2, axis=0))
+
+
+@pytest.mark.gpu
+def test_reused_quantized_x_gives_the_same_bits():
+    from luce import _cuda_matmul as km
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+
+    load_kernels()
+    x = activations(7, 512, seed=11)
+    ws = DeviceBuffer(km.workspace_bytes(7, 512))
+    raw_a, _ = weights(Q.Q4_K, N_ODD, 512)
+    raw_b, _ = weights(Q.IQ4_XS, 40, 512)
+    run_kernel(x, raw_a, Q.Q4_K, N_ODD, workspace=ws)
+    reused = run_kernel(x, raw_b, Q.IQ4_XS, 40, workspace=ws, flags=km.REUSE_X)
+    assert np.array_equal(reused, run_kernel(x, raw_b, Q.IQ4_XS, 40))
+
+
+@pytest.mark.gpu
+def test_bad_arguments_raise():
+    from luce import _cuda_matmul as km
+    from luce._cuda import KernelError
+    from luce.ops.native import load_kernels
+
+    load_kernels()
+    with pytest.raises(ValueError, match="not supported"):
+        km.row_bytes(int(Q.Q4_K), 300)
+    with pytest.raises(ValueError, match="not supported"):
+        km.row_bytes(2, 256)  # Q4_0
+    raw, _ = weights(Q.Q4_K, 16, 256)
+    x = activations(2, 256, seed=1)
+    with pytest.raises(KernelError, match="luce_matmul"):
+        run_kernel(x, raw, 2, 16)  # unsupported type id
+    with pytest.raises(KernelError, match="luce_matmul"):
+        run_kernel(x, raw, Q.Q4_K, 16, tune=3)
+    from luce.ops.cuda_memory import DeviceBuffer
+    small = DeviceBuffer(64)
+    with pytest.raises(KernelError, match="luce_matmul"):
+        km.matmul(small.ptr, small.ptr, 0, small.ptr, small.ptr, 16, 2, 16, 256, int(Q.Q4_K))
