@@ -52,7 +52,9 @@ class Endpoint:
 
     @property
     def path(self) -> str:
-        return "/v1/chat/completions" if self.api == "chat" else "/v1/completions"
+        """The request path, under any path prefix of the root (a server behind a proxy)."""
+        prefix = urlsplit(self.root).path
+        return prefix + ("/v1/chat/completions" if self.api == "chat" else "/v1/completions")
 
 
 def request_body(endpoint: Endpoint, prompt_text: str, max_tokens: int) -> dict:

@@ -38,6 +38,8 @@ def test_endpoint_rejects_bad_urls_and_apis():
     with pytest.raises(ValueError, match="api must be"):
         Endpoint("http://127.0.0.1:8080", api="embeddings")
     assert Endpoint("http://127.0.0.1:8080/v1/").root == "http://127.0.0.1:8080"
+    assert Endpoint("http://127.0.0.1:8080/v1/").path == "/v1/completions"
+    assert Endpoint("http://h:1/proxy/v1", api="chat").path == "/proxy/v1/chat/completions"
 
 
 def test_sse_parser_byte_by_byte_with_crlf_and_multiline_data():
