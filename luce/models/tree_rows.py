@@ -24,6 +24,8 @@ import dataclasses
 
 import numpy as np
 
+from luce.models.batch import ForwardBatch
+
 
 def segment_tree_parents(batch, s: int) -> np.ndarray | None:
     """Local parents [n] int64 (root -1) of segment s if it is a tree segment, else None."""
@@ -51,7 +53,7 @@ def has_tree_segments(batch) -> bool:
 def validate_batch(batch) -> None:
     """ForwardBatch.validate, accepting tree segments (the rules above)."""
     if batch.tree_parents is None:
-        batch.validate()
+        ForwardBatch.validate(batch)
         return
     T = batch.n_rows
     tp = np.asarray(batch.tree_parents)
@@ -75,7 +77,7 @@ def validate_batch(batch) -> None:
                              f"committed length plus the depth: {want.tolist()}")
         positions[r0:r1] = np.arange(kv_len - (r1 - r0), kv_len)
     # everything else is what ForwardBatch checks for ordinary segments
-    dataclasses.replace(batch, tree_parents=None, positions=positions).validate()
+    ForwardBatch.validate(dataclasses.replace(batch, tree_parents=None, positions=positions))
 
 
 def ordinary_view(batch):

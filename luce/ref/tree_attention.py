@@ -38,3 +38,33 @@ def paged_tree_attention(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray
         out[node] = attend_row(q[node], np.ascontiguousarray(k[idx]), np.ascontiguousarray(v[idx]),
                                scale).astype(np.float32)
     return out
+
+
+def paged_attention_with_trees(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray,
+                               qo_indptr: np.ndarray, kv_indptr: np.ndarray, kv_indices: np.ndarray,
+                               kv_last_page_len: np.ndarray, seq_slots: np.ndarray,
+                               tree_parents: np.ndarray | None, scale: float, causal: bool = True) -> np.ndarray:
+    """`luce.ref.attention.paged_attention` for batches that may carry tree segments
+    (tree_parents [T]: global parent row, -1 for roots and ordinary rows; a segment with a
+    parented row is a tree whose n rows are the last n of its kv_len KV rows)."""
+    from luce.ref.attention import paged_attention
+
+    tree_segments = []
+    slots = np.array(seq_slots, copy=True)
+    if tree_parents is not None:
+        tp = np.asarray(tree_parents)
+        for s in range(len(seq_slots)):
+            r0, r1 = int(qo_indptr[s]), int(qo_indptr[s + 1])
+            if seq_slots[s] >= 0 and (tp[r0:r1] >= 0).any():
+                tree_segments.append(s)
+                slots[s] = -1
+    out = paged_attention(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                          slots, scale, causal)
+    page_size = k_pages.shape[1]
+    for s in tree_segments:
+        r0, r1 = int(qo_indptr[s]), int(qo_indptr[s + 1])
+        pages = np.asarray(kv_indices[kv_indptr[s]:kv_indptr[s + 1]], dtype=np.int64)
+        kv_len = (len(pages) - 1) * page_size + int(kv_last_page_len[s])
+        local = np.where(tp[r0:r1] >= 0, tp[r0:r1] - r0, -1)
+        out[r0:r1] = paged_tree_attention(q[r0:r1], k_pages, v_pages, pages, kv_len - (r1 - r0), local, scale)
+    return out
