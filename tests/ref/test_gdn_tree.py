@@ -160,3 +160,29 @@ def test_tree_attention_equals_ar_rows_bitwise(prefix_len):
                                np.arange(n_ar_pages), np.array([seq_len - (n_ar_pages - 1) * PAGE_SIZE]),
                                np.array([0]), 0.3)
         assert np.array_equal(o[path[-1]], o_ar[0])
+
+
+def test_batch_attention_with_trees_equals_its_parts():
+    """An ordinary segment, padding and a tree segment in one call: each equals its own."""
+    from luce.ref.tree_attention import paged_attention_with_trees
+
+    rng = np.random.default_rng(11)
+    hq, hkv, d, n_pages = 4, 2, 8, 8
+    k_pages = rng.standard_normal((n_pages, PAGE_SIZE, hkv, d)).astype(np.float32)
+    v_pages = rng.standard_normal((n_pages, PAGE_SIZE, hkv, d)).astype(np.float32)
+    parents = random_parents(7, 4, rng)
+    # segment 0: 5 ordinary rows over 20 KV rows (pages 0, 1); 1: padding; 2: tree of 7 over 18 + 7 rows
+    qo = np.array([0, 5, 8, 15])
+    kv_indptr = np.array([0, 2, 2, 4])
+    kv_indices = np.array([0, 1, 5, 3])
+    last = np.array([4, 0, 25 - 16])
+    slots = np.array([0, -1, 1])
+    tp = np.full(15, -1)
+    tp[9:] = parents[1:] + 8
+    q = rng.standard_normal((15, hq, d)).astype(np.float32)
+    out = paged_attention_with_trees(q, k_pages, v_pages, qo, kv_indptr, kv_indices, last, slots, tp, 0.5)
+    plain = paged_attention(q[:5], k_pages, v_pages, np.array([0, 5]), np.array([0, 2]), np.array([0, 1]),
+                            np.array([4]), np.array([0]), 0.5)
+    assert np.array_equal(out[:5], plain)
+    assert not out[5:8].any()
+    assert np.array_equal(out[8:], paged_tree_attention(q[8:], k_pages, v_pages, np.array([5, 3]), 18, parents, 0.5))
