@@ -20,6 +20,18 @@ struct GdnScratch {
     float partial[2][GDN_KGROUPS][WARP_SIZE];
 };
 
+// ROWS consecutive floats from src (16-byte aligned, ROWS % 4 == 0) into registers: a
+// thread's slice of a token's k or q.
+template <int ROWS>
+__device__ __forceinline__ void gdn_load_rows(const float *src, float (&dst)[ROWS]) {
+    const float4 *s4 = reinterpret_cast<const float4 *>(src);
+#pragma unroll
+    for (int i = 0; i < ROWS / 4; ++i) {
+        const float4 x = s4[i];
+        dst[4 * i] = x.x; dst[4 * i + 1] = x.y; dst[4 * i + 2] = x.z; dst[4 * i + 3] = x.w;
+    }
+}
+
 // H = exp(g) H (the caller passes decay = expf(g)).
 template <int ROWS>
 __device__ __forceinline__ void gdn_decay(float (&h)[ROWS], float decay) {

@@ -12,16 +12,6 @@
 
 namespace {
 
-template <int ROWS>
-__device__ __forceinline__ void load_rows(const float *src, float (&dst)[ROWS]) {
-    const float4 *s4 = reinterpret_cast<const float4 *>(src);
-#pragma unroll
-    for (int i = 0; i < ROWS / 4; ++i) {
-        const float4 x = s4[i];
-        dst[4 * i] = x.x; dst[4 * i + 1] = x.y; dst[4 * i + 2] = x.z; dst[4 * i + 3] = x.w;
-    }
-}
-
 template <int DK>
 __global__ void __launch_bounds__(GDN_THREADS) gdn_recurrent_kernel(luce_gdn_recurrent_params p) {
     constexpr int ROWS = DK / GDN_KGROUPS;
@@ -48,8 +38,8 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_recurrent_kernel(luce_gdn_rec
     for (int64_t t = r0; t < r1; ++t) {
         const int64_t th = t * H + head;
         float k[ROWS], q[ROWS];
-        load_rows<ROWS>(p.k + th * DK + kgroup * ROWS, k);
-        load_rows<ROWS>(p.q + th * DK + kgroup * ROWS, q);
+        gdn_load_rows<ROWS>(p.k + th * DK + kgroup * ROWS, k);
+        gdn_load_rows<ROWS>(p.q + th * DK + kgroup * ROWS, q);
         const float v = p.v[th * dv + col];
         const float decay = expf(p.g[th]);
         float u;

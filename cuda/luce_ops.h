@@ -102,6 +102,32 @@ typedef struct {
     int32_t dv;
 } luce_gdn_recurrent_params;
 int luce_gdn_recurrent(const luce_gdn_recurrent_params *p, void *stream);
+
+/* Gated DeltaNet chunked prefill (reference: luce/ref/gdn_chunked.py). Shapes, state,
+ * segments, padding and bad slots as luce_gdn_recurrent_params; start_pos [S] int32 is the
+ * absolute position of each segment's first row: chunks are cut at its multiples of
+ * LUCE_GDN_CHUNK (DESIGN 5 rule 3), so a prompt cut into segments on chunk multiples
+ * reduces exactly like one segment; one-token chunks take the recurrent step. The state
+ * is f32 between chunks. Dk in {64, 128, 256}; Dv a multiple of 32. */
+#define LUCE_GDN_CHUNK 64
+typedef struct {
+    const float *q;
+    const float *k;
+    const float *v;
+    const float *g;
+    const float *beta;
+    float *state;
+    float *out;
+    const int32_t *qo_indptr;
+    const int32_t *seq_slots;
+    const int32_t *start_pos;
+    int64_t n_slots;
+    int32_t n_segments;
+    int32_t n_heads;
+    int32_t dk;
+    int32_t dv;
+} luce_gdn_chunked_params;
+int luce_gdn_chunked(const luce_gdn_chunked_params *p, void *stream);
 /* ---- gdn end ---- */
 
 /* ---- matmul ---- */

@@ -177,6 +177,7 @@ def run_cases(cases, json_path: str | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
+    from tests.kernels.bench_gdn_chunked import BENCH_CASES as CHUNKED_CASES
     from tests.kernels.bench_gdn_recurrent import BENCH_CASES as GDN_CASES
 
-    run_cases(BENCH_CASES + GDN_CASES, sys.argv[1] if len(sys.argv) > 1 else None)
+    run_cases(BENCH_CASES + GDN_CASES + CHUNKED_CASES, sys.argv[1] if len(sys.argv) > 1 else None)

@@ -1,0 +1,165 @@
+"""Gated DeltaNet chunked-prefill kernel (cuda/gdn_chunked.cu) against
+luce/ref/gdn_chunked.py: outputs and resident states, chunks at absolute multiples of 64
+(start_pos), padding, untouched slots; bitwise: cuts on chunk multiples, batch invariance,
+and one-token chunks equal to the recurrent kernel (DESIGN 5 rules 3 and 4)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luce.ref.gdn_chunked import gdn_chunked
+from tests.kernels.test_gdn_recurrent import gdn_inputs, random_states
+from tests.kernels.test_gdn_recurrent import run_kernel as run_recurrent
+from tests.kernels.tolerances import tolerance
+
+SENTINEL = -777.25
+TOKENS = [1, 2, 63, 64, 65, 129]
+
+
+def run_kernel(inputs, states, qo_indptr, seq_slots, start_pos, out_fill=np.nan, raw_out=False):
+    """Launch luce_gdn_chunked on copies; returns (out [T, Hv, Dv], states after)."""
+    from luce import _cuda_gdn as kg
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+
+    k = load_kernels()
+    q, kk, v, g, beta = inputs
+    T, H, dk = q.shape
+    dv = v.shape[2]
+    meta = [np.asarray(a, np.int32) for a in (qo_indptr, seq_slots, start_pos)]
+    bufs = [DeviceBuffer.from_numpy(a) for a in (q, kk, v, g, beta, *meta)]
+    out = GuardedOutput((T, H, dv), fill=out_fill)
+    state = GuardedOutput(states.shape, fill=0.0)
+    state.buf.upload(states, GUARD_BYTES)
+    kg.gdn_chunked(*(b.ptr for b in bufs[:5]), state.ptr, out.ptr, *(b.ptr for b in bufs[5:]),
+                   states.shape[0], len(seq_slots), H, dk, dv)
+    k.synchronize()
+    got = out.buf.download(out.shape, np.float32, GUARD_BYTES) if raw_out else out.result()
+    return got, state.result()
+
+
+def assert_close(got, want):
+    rtol, atol = tolerance("gdn_chunked")
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def rows(inputs, begin, end):
+    return tuple(a[begin:end] for a in inputs)
+
+
+def test_reference_cut_on_chunk_multiple_is_bitwise():
+    rng = np.random.default_rng(0)
+    inputs = gdn_inputs(rng, 80, 2, 8, 8)
+    h0 = random_states(rng, 1, 2, 8, 8)[0]
+    o, h = gdn_chunked(*rows(inputs, 0, 80), h0, start_pos=10)
+    o1, h1 = gdn_chunked(*rows(inputs, 0, 54), h0, start_pos=10)
+    o2, h2 = gdn_chunked(*rows(inputs, 54, 80), h1, start_pos=64)
+    assert np.array_equal(o, np.concatenate([o1, o2])) and np.array_equal(h, h2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", TOKENS)
+@pytest.mark.parametrize("start", [0, 5, 63])
+def test_segment_parity_27b_heads(T, start):
+    _check_parity(T, start, 3, 128, 128)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", TOKENS)
+@pytest.mark.parametrize("H,dk,dv", [(5, 64, 64), (1, 256, 32), (2, 128, 96)])
+def test_segment_parity_other_shapes(T, H, dk, dv):
+    _check_parity(T, 0, H, dk, dv)
+
+
+def _check_parity(T, start, H, dk, dv):
+    rng = np.random.default_rng(T * 131 + start * 7 + dk)
+    inputs = gdn_inputs(rng, T, H, dk, dv)
+    states = random_states(rng, 3, H, dk, dv)
+    got_o, got_states = run_kernel(inputs, states, [0, T], [2], [start])
+    want_o, want_h = gdn_chunked(*inputs, states[2], start_pos=start)
+    assert_close(got_o, want_o)
+    assert_close(got_states[2], want_h)
+    assert np.array_equal(got_states[:2], states[:2]), "another slot's state changed"
+
+
+@pytest.mark.gpu
+def test_segments_with_padding_and_untouched_slots():
+    H, dk, dv = 3, 128, 128
+    rng = np.random.default_rng(4)
+    lengths, slots, starts = [70, 3, 1, 40, 2], [2, -1, 0, 5, -1], [30, 0, 63, 128, 0]
+    qo = np.concatenate([[0], np.cumsum(lengths)])
+    inputs = gdn_inputs(rng, int(qo[-1]), H, dk, dv)
+    states = random_states(rng, 7, H, dk, dv)
+    got_o, got_states = run_kernel(inputs, states, qo, slots, starts, out_fill=SENTINEL)
+    for s, slot in enumerate(slots):
+        if slot < 0:
+            assert (got_o[qo[s]:qo[s + 1]] == np.float32(SENTINEL)).all(), "a padding row was written"
+            continue
+        want_o, want_h = gdn_chunked(*rows(inputs, qo[s], qo[s + 1]), states[slot], start_pos=starts[s])
+        assert_close(got_o[qo[s]:qo[s + 1]], want_o)
+        assert_close(got_states[slot], want_h)
+    for slot in (1, 3, 4, 6):
+        assert np.array_equal(got_states[slot], states[slot])
+
+
+@pytest.mark.gpu
+def test_prompt_cut_on_chunk_multiples_is_bitwise_one_segment():
+    H, dk, dv = 4, 128, 128
+    rng = np.random.default_rng(12)
+    inputs = gdn_inputs(rng, 150, H, dk, dv)
+    states = random_states(rng, 1, H, dk, dv)
+    whole_o, whole_s = run_kernel(inputs, states, [0, 150], [0], [0])
+    a_o, mid_s = run_kernel(rows(inputs, 0, 64), states, [0, 64], [0], [0])
+    b_o, end_s = run_kernel(rows(inputs, 64, 150), mid_s, [0, 86], [0], [64])
+    assert np.array_equal(whole_o, np.concatenate([a_o, b_o]))
+    assert np.array_equal(whole_s, end_s)
+
+
+@pytest.mark.gpu
+def test_segment_bitwise_identical_alone_and_among_others():
+    H, dk, dv = 3, 128, 128
+    rng = np.random.default_rng(6)
+    inputs = gdn_inputs(rng, 100, H, dk, dv)
+    states = random_states(rng, 4, H, dk, dv)
+    together_o, together_s = run_kernel(inputs, states, [0, 30, 95, 100], [1, 3, 0], [0, 17, 64])
+    alone_o, alone_s = run_kernel(rows(inputs, 30, 95), states, [0, 65], [3], [17])
+    assert np.array_equal(alone_o, together_o[30:95])
+    assert np.array_equal(alone_s[3], together_s[3])
+
+
+@pytest.mark.gpu
+def test_one_token_chunks_are_the_recurrent_kernel_bitwise():
+    H, dk, dv = 3, 128, 128
+    rng = np.random.default_rng(8)
+    inputs = gdn_inputs(rng, 65, H, dk, dv)
+    states = random_states(rng, 1, H, dk, dv)
+    # 65 tokens from position 0: one 64-token chunk, then a one-token chunk.
+    chunked_o, chunked_s = run_kernel(inputs, states, [0, 65], [0], [0])
+    head_o, head_s = run_kernel(rows(inputs, 0, 64), states, [0, 64], [0], [0])
+    tail_o, tail_s = run_recurrent(rows(inputs, 64, 65), head_s, [0, 1], [0])
+    assert np.array_equal(chunked_o, np.concatenate([head_o, tail_o]))
+    assert np.array_equal(chunked_s, tail_s)
+
+
+@pytest.mark.gpu
+def test_slot_out_of_range_poisons_outputs_and_keeps_states():
+    H, dk, dv = 2, 64, 64
+    rng = np.random.default_rng(1)
+    inputs = gdn_inputs(rng, 10, H, dk, dv)
+    states = random_states(rng, 2, H, dk, dv)
+    got_o, got_states = run_kernel(inputs, states, [0, 4, 10], [0, 2], [0, 0], raw_out=True)
+    assert np.isnan(got_o[4:]).all()
+    assert_close(got_o[:4], gdn_chunked(*rows(inputs, 0, 4), states[0])[0])
+    assert np.array_equal(got_states[1], states[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dk,dv", [(96, 64), (128, 48)])
+def test_unsupported_head_dims_raise(dk, dv):
+    from luce._cuda import KernelError
+
+    rng = np.random.default_rng(0)
+    inputs = gdn_inputs(rng, 3, 1, dk, dv)
+    with pytest.raises(KernelError, match="luce_gdn_chunked"):
+        run_kernel(inputs, random_states(rng, 1, 1, dk, dv), [0, 3], [0], [0])
