@@ -261,6 +261,8 @@ class App:
             return False
         finally:
             await events.aclose()
+            if stream.on_close is not None:
+                stream.on_close()
 
 
 _GONE = object()

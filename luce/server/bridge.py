@@ -257,10 +257,14 @@ class EngineBridge:
                 self._inbox.clear()
                 cancels = list(self._cancels)
                 self._cancels.clear()
-            for request_id, prompt_ids, params, handle in new:
-                self._admit(request_id, prompt_ids, params, handle)
+            # cancels first, so the engine never holds more than max_pending requests; a request
+            # cancelled before it was admitted is simply never admitted
+            unadmitted = {c for c in cancels if c not in self._handles}
             for request_id in cancels:
                 self._drop(request_id)
+            for request_id, prompt_ids, params, handle in new:
+                if request_id not in unadmitted:
+                    self._admit(request_id, prompt_ids, params, handle)
             stalled = self._core_has_work() and not self._step()
             self._refresh_stats()
         for handle in list(self._handles.values()):

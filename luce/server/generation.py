@@ -34,6 +34,7 @@ class _Timing:
         self.metrics = metrics
         self.arrival = arrival
         self.last: float | None = None
+        self.finished = False
 
     def event(self, event: GenerationEvent) -> None:
         n = len(event.token_ids)
@@ -51,6 +52,9 @@ class _Timing:
         self.metrics.generation_tokens.inc(n)
 
     def done(self, reason: str) -> None:
+        if self.finished:
+            return
+        self.finished = True
         self.metrics.finished.inc(reason=reason)
         self.metrics.e2e.observe(max(asyncio.get_running_loop().time() - self.arrival, 0.0))
 
@@ -71,7 +75,8 @@ class Generation:
         handle, n_prompt = self._submit(gen, ids, R.new_id("chatcmpl"))
         timing = _Timing(self.app.metrics, request.received_at)
         if gen.stream:
-            return EventStream(self._chat_stream(gen, handle, n_prompt, timing))
+            return EventStream(self._chat_stream(gen, handle, n_prompt, timing),
+                               on_close=lambda: (handle.cancel(), timing.done("cancelled")))
         text, reason = await self._collect(handle, timing)
         return Response.json(R.chat_completion(handle.request_id, R.now(), self.app.model_id, text, reason,
                                                R.usage(n_prompt, handle.n_generated)))
@@ -86,7 +91,8 @@ class Generation:
         handle, n_prompt = self._submit(gen, ids, R.new_id("cmpl"))
         timing = _Timing(self.app.metrics, request.received_at)
         if gen.stream:
-            return EventStream(self._completion_stream(gen, handle, n_prompt, timing))
+            return EventStream(self._completion_stream(gen, handle, n_prompt, timing),
+                               on_close=lambda: (handle.cancel(), timing.done("cancelled")))
         text, reason = await self._collect(handle, timing)
         return Response.json(R.text_completion(handle.request_id, R.now(), self.app.model_id, text, reason,
                                                R.usage(n_prompt, handle.n_generated)))

@@ -74,6 +74,7 @@ class EventStream:
     The server closes `events` (aclose) when the client goes away, so its `finally` runs."""
     events: object                   # AsyncIterator[dict | str]
     headers: dict[str, str] = field(default_factory=dict)
+    on_close: object = None          # called once the stream is over, even if it never started
 
 
 def _reason(status: int) -> str:

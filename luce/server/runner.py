@@ -91,11 +91,9 @@ class ServerThread:
         asyncio.run_coroutine_threadsafe(self.app.start(), self._loop).result(10)
         return self
 
-    def call(self, fn: Callable, timeout: float = 10.0):
-        """Run `fn()` on the server's loop thread and return its result."""
-        async def run():
-            return fn()
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result(timeout)
+    def run(self, coro, timeout: float = 10.0):
+        """Run a coroutine on the server's loop and return its result."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def stop(self, timeout: float = 30.0) -> None:
         if not self._thread.is_alive():

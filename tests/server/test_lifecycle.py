@@ -76,6 +76,34 @@ def test_non_stream_disconnect_cancels_request():
         assert s.core.finished == [] and s.app.in_flight == 0
 
 
+def test_stream_that_never_starts_still_cancels_its_request():
+    import asyncio
+
+    from luce.server.http import EventStream, Request
+
+    class BrokenWriter:
+        def write(self, data):
+            pass
+
+        async def drain(self):
+            raise ConnectionResetError("peer gone before the headers went out")
+
+    with fake_server(step_delay=0.01, script_repeat=100, n_ctx=100_000) as s:
+        async def scenario():
+            body = json.dumps({"messages": [{"role": "user", "content": "x"}], "stream": True}).encode()
+            request = Request("POST", CHAT, CHAT, {}, "HTTP/1.1", {}, body,
+                              received_at=asyncio.get_running_loop().time())
+            result = await s.app._dispatch(request)
+            assert isinstance(result, EventStream)
+            return await s.app._stream(result, BrokenWriter(), True, asyncio.Event())
+
+        assert s.run(scenario()) is False
+        # cancelled in the engine, or never admitted to it when the cancel came first
+        assert wait_until(lambda: s.app.in_flight == 0 and not s.core.running and not s.core.waiting)
+        time.sleep(0.1)
+        assert s.core.finished == [] and s.app.bridge.stats().slots_busy == 0
+
+
 def test_full_queue_gets_429_with_retry_after_then_recovers():
     with fake_server(max_slots=1, max_queue=1, step_delay=0.01, script_repeat=100, n_ctx=100_000) as s:
         busy = [open_stream(s.url, content=f"busy {i}") for i in range(2)]
