@@ -203,3 +203,10 @@ def test_expect_100_continue_and_chunked_request_body():
         sock.sendall(b"%x\r\n%s\r\n%x;ext=1\r\n%s\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:]))
         resp = rawhttp.read_response(sock)
         assert resp.status == 200 and resp.json()["usage"]["completion_tokens"] == 3
+
+
+def test_a_large_body_under_the_limit_is_read_whole():
+    with fake_server() as s:     # default limit 4 MiB
+        body = json.dumps({"messages": USER, "max_tokens": 2, "ignored_padding": "x" * 3_000_000}).encode()
+        resp = rawhttp.send(s.url, rawhttp.request_bytes("POST", CHAT, body))
+        assert resp.status == 200 and resp.json()["usage"]["completion_tokens"] == 2
