@@ -59,3 +59,39 @@ __device__ __forceinline__ float block_sum(float v, float *scratch) {
 
 // Status every extern "C" entry point returns: 0 on success, else the runtime's error code.
 static inline int luce_status(cudaError_t err) { return (int)err; }
+
+// ---- chunk-of-4 row access (build engineer; used by rmsnorm, gated_rmsnorm, swiglu) --------
+// Element c of a row belongs to chunk c / 4 and a thread always owns whole chunks, so its
+// arithmetic (and any reduction's order) is the same whether a chunk moves as one float4
+// (16-byte aligned row) or as scalars: a row's result must not depend on where it sits in
+// memory (batch invariance). Elements past `cols` read as 0 and are not written.
+__device__ __forceinline__ bool is_aligned16(const void *p) {
+    return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+__device__ __forceinline__ void load_chunk4(const float *row, int64_t chunk, int64_t cols,
+                                            float v[4]) {
+    const int64_t c0 = chunk * 4;
+    if (c0 + 4 <= cols && is_aligned16(row)) {
+        const float4 q = *reinterpret_cast<const float4 *>(row + c0);
+        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = c0 + i < cols ? row[c0 + i] : 0.0f;
+}
+
+__device__ __forceinline__ void store_chunk4(float *row, int64_t chunk, int64_t cols,
+                                             const float v[4]) {
+    const int64_t c0 = chunk * 4;
+    if (c0 + 4 <= cols && is_aligned16(row)) {
+        *reinterpret_cast<float4 *>(row + c0) = make_float4(v[0], v[1], v[2], v[3]);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        if (c0 + i < cols) row[c0 + i] = v[i];
+}
+
+// x * sigmoid(x) in f32 (saturates to -0 for very negative x, never NaN for finite x).
+__device__ __forceinline__ float silu_f32(float x) { return x / (1.0f + expf(-x)); }

@@ -20,6 +20,7 @@ int luce_abi_version(void);
 const char *luce_error_string(int status);
 int luce_device_synchronize(void);
 
+/* ---- rmsnorm ---- */
 /* RMSNorm over the last axis (reference: luce/ref/rmsnorm.py).
  * x [rows, cols] f32, weight [cols] f32, out [rows, cols] f32 (may alias x).
  * out = x / sqrt(mean(x^2) + eps) * weight. One block per row: batch-invariant. */
@@ -32,6 +33,152 @@ typedef struct {
     float eps;
 } luce_rmsnorm_params;
 int luce_rmsnorm(const luce_rmsnorm_params *p, void *stream);
+
+/* Residual add fused with RMSNorm (reference: luce/ref/rmsnorm.py rmsnorm_residual).
+ * x, residual [rows, cols] f32 -> sum_out = x + residual (f32) and
+ * out = sum_out / sqrt(mean(sum_out^2) + eps) * weight, both [rows, cols] f32.
+ * sum_out and out may each alias x or residual (element-wise in place), not each other. */
+typedef struct {
+    const float *x;
+    const float *residual;
+    const float *weight;
+    float *sum_out;
+    float *out;
+    int64_t rows;
+    int64_t cols;
+    float eps;
+} luce_rmsnorm_residual_params;
+int luce_rmsnorm_residual(const luce_rmsnorm_residual_params *p, void *stream);
+/* ---- rmsnorm end ---- */
+
+/* ---- gated_rmsnorm ---- */
+/* Gated RMSNorm, the GDN output norm (reference: luce/ref/gated_rmsnorm.py).
+ * x, z [rows, cols] f32, weight [cols] f32 -> out [rows, cols] f32 (may alias x or z):
+ * out = x / sqrt(mean(x^2) + eps) * weight * silu(z). One warp per row: batch-invariant. */
+typedef struct {
+    const float *x;
+    const float *z;
+    const float *weight;
+    float *out;
+    int64_t rows;
+    int64_t cols;
+    float eps;
+} luce_gated_rmsnorm_params;
+int luce_gated_rmsnorm(const luce_gated_rmsnorm_params *p, void *stream);
+/* ---- gated_rmsnorm end ---- */
+
+/* ---- rotary ---- */
+/* NEOX rotary on dims [0, rope_dim) of each head, plain or M-RoPE (IMROPE) sections
+ * (reference: luce/ref/rotary.py rope). Head h of row t lives at
+ * x + t * x_row_stride + h * x_head_stride (elements), head_dim contiguous f32; out likewise
+ * with its own strides (out may equal x: in place). Dims rope_dim..head_dim are copied.
+ * positions: int32 [rows] (n_pos = 1) or [rows, 4] (n_pos = 4: t, h, w, e).
+ * sections all zero: plain rotary (n_pos must be 1); else the 4 IMROPE section sizes.
+ * Angles and their cos/sin are computed in double, the rotation in f32. */
+typedef struct {
+    const float *x;
+    float *out;
+    const int32_t *positions;
+    int64_t rows;
+    int64_t x_row_stride;
+    int64_t x_head_stride;
+    int64_t out_row_stride;
+    int64_t out_head_stride;
+    int32_t heads;
+    int32_t head_dim;
+    int32_t rope_dim;
+    int32_t n_pos;
+    int32_t sections[4];
+    float theta;
+} luce_rotary_params;
+int luce_rotary(const luce_rotary_params *p, void *stream);
+/* ---- rotary end ---- */
+
+/* ---- swiglu ---- */
+/* SwiGLU (reference: luce/ref/swiglu.py): out = silu(gate) * up, element-wise f32.
+ * gate, up, out [rows, cols] with row strides in elements (a fused gate|up projection
+ * [rows, 2F] is gate = base, up = base + F, strides 2F). out may alias gate or up. */
+typedef struct {
+    const float *gate;
+    const float *up;
+    float *out;
+    int64_t rows;
+    int64_t cols;
+    int64_t gate_stride;
+    int64_t up_stride;
+    int64_t out_stride;
+} luce_swiglu_params;
+int luce_swiglu(const luce_swiglu_params *p, void *stream);
+/* ---- swiglu end ---- */
+
+/* ---- conv1d ---- */
+/* Causal depthwise conv1d with carried state, then SiLU (reference: luce/ref/conv1d.py).
+ * Segment s owns rows qo_indptr[s]:qo_indptr[s+1] of x [T, C] (row stride x_stride) and y
+ * [T, C] (row stride y_stride; must not overlap x). Its window is state_in[in_slots[s]]
+ * [K-1, C] (oldest first) followed by its rows; y[t, c] = sum_j weight[c, j] *
+ * window[t + j, c] (then SiLU when silu != 0); the last K-1 window rows are written to
+ * state_out[out_slots[s]]. state_out may be state_in (in place) as long as no segment's
+ * out slot is another segment's in slot. Segments with in_slots[s] < 0 are padding
+ * (nothing written). weight [C, K] f32, 2 <= K <= 8. max_segment_rows bounds every
+ * segment's row count (sizes the grid; rows past it are not computed). */
+typedef struct {
+    const float *x;
+    const float *weight;
+    float *y;
+    const float *state_in;
+    float *state_out;
+    const int32_t *qo_indptr;
+    const int32_t *in_slots;
+    const int32_t *out_slots;
+    int64_t n_segments;
+    int64_t channels;
+    int64_t x_stride;
+    int64_t y_stride;
+    int32_t kernel_size;
+    int32_t max_segment_rows;
+    int32_t silu;
+} luce_conv1d_params;
+int luce_conv1d(const luce_conv1d_params *p, void *stream);
+/* ---- conv1d end ---- */
+
+/* ---- sampling ---- */
+/* Greedy and top-k log-probs over logits [rows, vocab] f32, row stride logits_stride
+ * (reference: luce/ref/sampling.py). Ties go to the lowest token id. A row holding a NaN
+ * gets id -1 everywhere (logprobs NaN) so the caller can name the diverged rows.
+ * top-k: 1 <= k <= LUCE_TOPK_MAX, ids_out / logprobs_out [rows, k], best first;
+ * logprobs = log-softmax over the whole row (sum of exponentials in double). */
+#define LUCE_TOPK_MAX 64
+typedef struct {
+    const float *logits;
+    int64_t *ids_out;
+    float *logprobs_out;
+    int64_t rows;
+    int64_t vocab;
+    int64_t logits_stride;
+    int32_t k;
+} luce_sampling_params;
+int luce_argmax(const luce_sampling_params *p, void *stream);
+int luce_top_k_logprobs(const luce_sampling_params *p, void *stream);
+/* ---- sampling end ---- */
+
+/* ---- gather ---- */
+/* Row gather/scatter copy for KV, recurrent-state and feature commit and snapshots
+ * (reference: luce/ref/gather.py). For i in [0, n): copies row_bytes bytes from
+ * src + src_rows[i] * src_stride to dst + dst_rows[i] * dst_stride (byte strides; a NULL
+ * index array means row i). A negative index on either side skips copy i (padding).
+ * Destination rows must not overlap each other or any source row read by another copy. */
+typedef struct {
+    const void *src;
+    void *dst;
+    const int64_t *src_rows;
+    const int64_t *dst_rows;
+    int64_t n;
+    int64_t row_bytes;
+    int64_t src_stride;
+    int64_t dst_stride;
+} luce_gather_params;
+int luce_gather(const luce_gather_params *p, void *stream);
+/* ---- gather end ---- */
 
 /* ---- attention ---- */
 /* Paged GQA attention for prefill, AR and tree rows (reference: luce/ref/attention.py).

@@ -1,4 +1,4 @@
-"""Greedy and top-k references (kernels: cuda/argmax.cu, cuda/topk.cu).
+"""Greedy and top-k references (kernel: cuda/sampling.cu).
 
 Ties go to the lowest token id (DESIGN.md section 5 rule 5); NaN logits are an error."""
 from __future__ import annotations

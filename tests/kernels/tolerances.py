@@ -19,3 +19,11 @@ TOLERANCES["gdn_recurrent"] = (1e-4, 1e-6)  # f32 state per token vs float64 wit
 TOLERANCES["matmul_blocks"] = (1e-5, 1.5e-4)
 TOLERANCES["matmul_float"] = (1e-5, 1e-5)
 TOLERANCES["gdn_chunked"] = (1e-4, 1e-6)    # f32 chunk form vs float64; a numpy f32 emulation errs ~4e-7 rel
+
+# build engineer's families: float64 references, f32 kernels.
+TOLERANCES["rmsnorm_residual"] = (1e-5, 1e-6)
+TOLERANCES["gated_rmsnorm"] = (1e-5, 1e-6)
+TOLERANCES["rotary"] = (1e-5, 1e-5)          # f32 rotation of |x| <= ~15 errs ~4e-6 abs at worst
+TOLERANCES["swiglu"] = (1e-5, 1e-7)
+TOLERANCES["conv1d"] = (1e-5, 1e-6)
+TOLERANCES["top_k_logprobs"] = (1e-5, 1e-5)  # exp sums in double; logprob rounded to f32

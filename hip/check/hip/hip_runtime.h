@@ -30,6 +30,7 @@
 
 // Device maths: the compiler's own HIP wrappers over the ROCm device library (__ocml_*),
 // declared, not linked (-nogpulib).
+#include <math.h>  // INFINITY, NAN; host declarations the device overloads below shadow
 #include <__clang_hip_libdevice_declares.h>
 #include <__clang_hip_math.h>
 
@@ -220,6 +221,39 @@ static __device__ __forceinline__ T atomicCAS(T *addr, T compare, T val) {
     __hip_atomic_compare_exchange_strong(addr, &compare, val, __ATOMIC_RELAXED, __ATOMIC_RELAXED,
                                          __HIP_MEMORY_SCOPE_AGENT);
     return compare;
+}
+
+// ---- bit casts and integer intrinsics -------------------------------------------------------
+static __device__ __forceinline__ float __int_as_float(int x) { return __builtin_bit_cast(float, x); }
+static __device__ __forceinline__ int __float_as_int(float x) { return __builtin_bit_cast(int, x); }
+static __device__ __forceinline__ float __uint_as_float(unsigned x) { return __builtin_bit_cast(float, x); }
+static __device__ __forceinline__ unsigned __float_as_uint(float x) { return __builtin_bit_cast(unsigned, x); }
+static __device__ __forceinline__ double __longlong_as_double(long long x) {
+    return __builtin_bit_cast(double, x);
+}
+static __device__ __forceinline__ long long __double_as_longlong(double x) {
+    return __builtin_bit_cast(long long, x);
+}
+static __device__ __forceinline__ int __popc(unsigned x) { return __builtin_popcount(x); }
+static __device__ __forceinline__ int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+static __device__ __forceinline__ int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static __device__ __forceinline__ int __clzll(long long x) {
+    return x ? __builtin_clzll((unsigned long long)x) : 64;
+}
+static __device__ __forceinline__ int __ffs(int x) { return __builtin_ffs(x); }
+static __device__ __forceinline__ int __ffsll(long long x) { return __builtin_ffsll(x); }
+static __device__ __forceinline__ unsigned __brev(unsigned x) { return __builtin_bitreverse32(x); }
+static __device__ __forceinline__ unsigned __umulhi(unsigned a, unsigned b) {
+    return (unsigned)(((unsigned long long)a * b) >> 32);
+}
+// c + dot of the four signed bytes of a and b (CUDA's __dp4a; ROCm lowers it to v_dot4).
+static __device__ __forceinline__ int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; ++i) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+    return c;
+}
+static __device__ __forceinline__ unsigned __dp4a(unsigned a, unsigned b, unsigned c) {
+    for (int i = 0; i < 4; ++i) c += ((a >> (8 * i)) & 0xffu) * ((b >> (8 * i)) & 0xffu);
+    return c;
 }
 
 #include "hip_vector_types.h"

@@ -1,0 +1,42 @@
+"""Benchmark cases for the causal conv1d (cuda/conv1d.cu) at Qwen3.6-27B GDN shapes: 10240
+channels (q, k: 16 heads x 128 each; v: 48 x 128), 4 taps, per-slot state updated in place.
+BENCH_CASES entries return (launch_fn, bytes_moved, flops); bytes count x, y, the weights and
+each segment's state read and written once."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+CHANNELS, TAPS = 10240, 4
+
+
+def conv1d_case(n_segments: int, tokens_per_segment: int):
+    from luce import _cuda_conv1d as kc
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+    from tests.kernels.bench_attention import random_device_buffer
+
+    load_kernels()
+    T = n_segments * tokens_per_segment
+    x = random_device_buffer(T * CHANNELS, 1)
+    w = random_device_buffer(CHANNELS * TAPS, 2, scale=0.3)
+    state = random_device_buffer(n_segments * (TAPS - 1) * CHANNELS, 3)
+    y = DeviceBuffer(T * CHANNELS * 4)
+    indptr = DeviceBuffer.from_numpy(np.arange(n_segments + 1, dtype=np.int32) * tokens_per_segment)
+    slots = DeviceBuffer.from_numpy(np.random.default_rng(0).permutation(n_segments).astype(np.int32))
+    keep = (x, w, state, y, indptr, slots)
+
+    def launch(stream: int = 0, _keep=keep):
+        kc.conv1d(x.ptr, w.ptr, y.ptr, state.ptr, state.ptr, indptr.ptr, slots.ptr, slots.ptr,
+                  n_segments, CHANNELS, TAPS, tokens_per_segment, True, stream=stream)
+
+    state_bytes = n_segments * (TAPS - 1) * CHANNELS * 4 * 2
+    return launch, T * CHANNELS * 8 + CHANNELS * TAPS * 4 + state_bytes, T * CHANNELS * (2 * TAPS + 4)
+
+
+BENCH_CASES = []
+for _n, _t in ((1, 1), (64, 1), (1, 4096), (8, 512)):
+    _c = functools.partial(conv1d_case, _n, _t)
+    _c.__name__ = f"conv1d_{_n}seg_x{_t}tok_10240ch"
+    BENCH_CASES.append(_c)
