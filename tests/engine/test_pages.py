@@ -68,3 +68,35 @@ def test_invariants_hold_under_random_operations(ops):
         pool.check()
     for slot, pages in pool.pages.items():
         assert len(pages) <= pages_needed(100)
+
+
+def test_plan_growth_peeks_and_take_adopts_exactly_those_pages():
+    pool = PagePool(6)
+    pool.ensure(0, 20)                       # pages 0, 1
+    before = pool.digest()
+    plan = pool.plan_growth([(0, 40), (1, 5)])
+    assert plan == {0: [2], 1: [3]} and pool.digest() == before
+    with pytest.raises(PoolExhausted, match="needs 5 more"):
+        pool.plan_growth([(0, 40), (1, 80)])
+    with pytest.raises(ValueError, match="twice"):
+        pool.plan_growth([(1, 5), (1, 6)])
+    assert pool.digest() == before
+    pool.take(1, plan[1])                    # out of peek order: still exact
+    pool.take(0, plan[0])
+    assert pool.slot_pages(0) == [0, 1, 2] and pool.slot_pages(1) == [3]
+    with pytest.raises(ValueError, match="not distinct free pages"):
+        pool.take(2, [3])
+    assert pool.peek_free(2) == [4, 5] and pool.n_free == 2
+    pool.check()
+
+
+def test_digest_tracks_every_change():
+    pool = PagePool(4)
+    seen = {pool.digest()}
+    pool.ensure(0, 16)
+    seen.add(pool.digest())
+    pool.ensure(1, 16)
+    seen.add(pool.digest())
+    pool.release(0)
+    seen.add(pool.digest())
+    assert len(seen) == 4
