@@ -17,7 +17,7 @@ from luce.testing.tiny_models import make_dense, make_qwen35
 from luce.tokenizer import Tokenizer
 
 LENGTHS = (1, 17, 64, 65, 300, 1100)
-ARRIVALS = (0, 0, 2, 3, 5, 9)
+ARRIVALS = (0, 1, 1, 2, 3, 4)
 CANCELLED = 3          # request index cancelled after its prompt and a few tokens
 MAX_TOKENS = 6
 
@@ -82,15 +82,24 @@ def run_alone(model, tokenizer, prompt, params):
     return engine.take_output(rid), {pos: row for (r, pos), row in recorder.rows.items() if r == rid}
 
 
-def test_each_request_alone_equals_among_others(tiny):
+@pytest.fixture(scope="module")
+def alone_runs(tiny):
     model, tokenizer = tiny
     prompts, params = prompts_and_params()
     alone, alone_logits = zip(*[run_alone(model, tokenizer, p, sp) for p, sp in zip(prompts, params)])
     for i in range(0, len(prompts), 2):   # greedy ones: the engine equals a plain model loop
         assert alone[i].token_ids == generate_greedy(model, prompts[i], MAX_TOKENS)
+    return alone, alone_logits
 
-    engine, recorder = recording_engine(model, tokenizer, EngineConfig(max_slots=4, ctx=2048, token_budget=4 + 64 + 30))
-    ids, step = {}, 0
+
+@pytest.mark.parametrize("max_slots", [2, 5])
+def test_each_request_alone_equals_among_others(tiny, alone_runs, max_slots):
+    model, tokenizer = tiny
+    prompts, params = prompts_and_params()
+    alone, alone_logits = alone_runs
+    config = EngineConfig(max_slots=max_slots, ctx=2048, token_budget=max_slots + 64 + 30)
+    engine, recorder = recording_engine(model, tokenizer, config)
+    ids, step, max_live = {}, 0, 0
     while len(ids) < len(prompts) or engine.has_unfinished():
         for i, t in enumerate(ARRIVALS):
             if t == step:
@@ -100,10 +109,12 @@ def test_each_request_alone_equals_among_others(tiny):
             assert engine.cancel(ids[CANCELLED])
         engine.step()
         engine.check()
+        max_live = max(max_live, engine.slots.n_live)
         step += 1
     outs = [engine.take_output(ids[i]) for i in range(len(prompts))]
     assert engine.pool.n_used == 0
     assert engine.stats.steps > max(ARRIVALS) and len(engine.stats.replay_keys) > 3
+    assert max_live == max_slots                      # every slot was busy at some step
     for i, (out, ref) in enumerate(zip(outs, alone)):
         if i == CANCELLED:
             assert out.finish_reason == FinishReason.CANCELLED
