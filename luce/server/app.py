@@ -194,19 +194,17 @@ class App:
 
     async def _answer(self, request: Request, reader, writer, gone: asyncio.Event) -> bool:
         """Dispatch one request and write its answer; returns whether to keep the connection."""
-        keep = request.keep_alive and not self.draining
         endpoint = request.path if request.path in self._routes else "other"
         result = await _unless_gone(self._dispatch(request), gone)
         if result is _GONE:   # the client left first: the work was cancelled, answer nobody
             self.metrics.requests.inc(endpoint=endpoint, status="499")
             return False
+        keep = request.keep_alive and not self.draining   # a drain begun meanwhile closes after this
         head_only = request.method == "HEAD"
         if isinstance(result, EventStream):
             ok = await self._stream(result, writer, keep, gone)
             self.metrics.requests.inc(endpoint=endpoint, status="200" if ok else "499")
             return keep and ok
-        if self.draining and result.status < 400:
-            result.headers.setdefault("Connection", "close")
         self.metrics.requests.inc(endpoint=endpoint, status=str(result.status))
         writer.write(http.response_bytes(result, keep_alive=keep, head_only=head_only))
         await asyncio.wait_for(writer.drain(), self.config.write_timeout_s)
