@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 
 import pytest
 
@@ -47,3 +48,12 @@ def server():
 def openai_client(server, api_key="unused", **kw):
     openai = pytest.importorskip("openai")
     return openai.OpenAI(base_url=server.url + "/v1", api_key=api_key, max_retries=0, timeout=30, **kw)
+
+
+def wait_until(predicate, timeout=10.0, interval=0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

@@ -22,8 +22,9 @@ def address(url: str) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-def request_bytes(method: str, path: str, body: bytes | None = None, headers: dict | None = None) -> bytes:
-    head = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Connection: close"]
+def request_bytes(method: str, path: str, body: bytes | None = None, headers: dict | None = None,
+                  close: bool = True) -> bytes:
+    head = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"] + (["Connection: close"] if close else [])
     hdrs = dict(headers or {})
     if body is not None and "Content-Length" not in hdrs and "Transfer-Encoding" not in hdrs:
         hdrs["Content-Length"] = str(len(body))
@@ -88,3 +89,26 @@ def call(url: str, method: str, path: str, body=None, headers: dict | None = Non
         body = json.dumps(body).encode()
         headers = {"Content-Type": "application/json", **(headers or {})}
     return send(url, request_bytes(method, path, body, headers), timeout)
+
+
+def open_stream(url: str, content="go", stream=True, **fields) -> socket.socket:
+    """Send a chat request (streaming unless told) and return the open socket, unread."""
+    body = json.dumps({"messages": [{"role": "user", "content": content}], "stream": stream,
+                       "temperature": 0, **fields}).encode()
+    sock = socket.create_connection(address(url), timeout=10)
+    sock.sendall(request_bytes("POST", "/v1/chat/completions", body, close=False))
+    return sock
+
+
+def read_events(sock: socket.socket, n: int) -> list[dict]:
+    """Read until n SSE data events arrived (chunk framing ignored: events are small)."""
+    buf = b""
+    while buf.count(b"data: ") < n:
+        data = sock.recv(4096)
+        assert data, "stream ended early"
+        buf += data
+    events = []
+    for part in buf.split(b"data: ")[1:n + 1]:
+        payload = part.split(b"\n\n")[0]
+        events.append(json.loads(payload))
+    return events

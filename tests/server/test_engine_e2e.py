@@ -16,7 +16,8 @@ from luce.server import App, ServerConfig, ServerThread
 from luce.server.engine_core import ServeOptions, load_bridge
 from luce.testing.tiny_models import make_dense, make_qwen35
 from tests.server import rawhttp
-from tests.server.test_lifecycle import open_stream, read_events, wait_until
+from tests.server.conftest import wait_until
+from tests.server.rawhttp import open_stream, read_events
 
 openai = pytest.importorskip("openai")
 CTX = 512

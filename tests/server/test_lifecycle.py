@@ -13,42 +13,12 @@ import time
 import pytest
 
 from tests.server import rawhttp
-from tests.server.conftest import fake_server, openai_client
+from tests.server.conftest import fake_server, openai_client, wait_until
 from tests.server.fake_core import SCRIPTS
+from tests.server.rawhttp import open_stream, read_events
 
 CHAT = "/v1/chat/completions"
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def wait_until(predicate, timeout=10.0, interval=0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
-def open_stream(url: str, content="go", stream=True, **fields) -> socket.socket:
-    body = json.dumps({"messages": [{"role": "user", "content": content}], "stream": stream,
-                       "temperature": 0, **fields}).encode()
-    sock = socket.create_connection(rawhttp.address(url), timeout=10)
-    sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-    return sock
-
-
-def read_events(sock: socket.socket, n: int) -> list[dict]:
-    """Read until n SSE data events arrived (chunk framing ignored: events are small)."""
-    buf = b""
-    while buf.count(b"data: ") < n:
-        data = sock.recv(4096)
-        assert data, "stream ended early"
-        buf += data
-    events = []
-    for part in buf.split(b"data: ")[1:n + 1]:
-        payload = part.split(b"\n\n")[0]
-        events.append(json.loads(payload))
-    return events
 
 
 def test_stream_disconnect_cancels_request_and_frees_slot():

@@ -7,7 +7,7 @@ import pytest
 
 from luce.server.metrics import Counter, Gauge, Histogram
 from tests.server import rawhttp
-from tests.server.conftest import fake_server, openai_client, tiny_tokenizer
+from tests.server.conftest import fake_server, openai_client, tiny_tokenizer, wait_until
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -36,6 +36,8 @@ def test_metrics_parse_and_count_what_was_served():
             usages.append(r.usage)
         chunks = list(client.completions.create(model="m", prompt="abc", max_tokens=4, stream=True))
         assert rawhttp.call(s.url, "POST", "/v1/completions", {"prompt": 5}).status == 400
+        # the engine gauges come from the snapshot taken after each step: let the last one land
+        assert wait_until(lambda: s.app.bridge.stats().slots_busy == 0)
         fams = scrape(s.url)
 
         assert sample(fams, "luce_http_requests", "_total", endpoint="/v1/chat/completions", status="200") == 3
