@@ -15,10 +15,13 @@
 //    over the chunks kw, kw + 4, kw + 8, ... of warp kw, then y = ((acc0 + acc1) + acc2)
 //    + acc3 (+ bias). The order depends on k only: a row's bits never depend on the other
 //    rows, on the launch shape (tokens per block NT, row tiles per block WM) or on the path.
-//    A block is 4 chunk sets x WM row tiles of 16 rows x TS token sets of 8 * NT tokens.
+//    A block is 4 chunk sets x WM row tiles of 16 rows x TS token sets of 8 * NT tokens;
+//    each warp streams its 16 rows' chunks through shared memory (cp.async, 2 to 4 stages
+//    deep, matmul_stage.cuh) and padding tokens read no activations.
 #include "matmul_kquants.cuh"
 #include "matmul_blocks.cuh"
 #include "matmul_float.cuh"
+#include "matmul_stage.cuh"
 
 namespace {
 
@@ -106,7 +109,7 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const float *x, int64_t
 }
 
 struct MmqArgs {
-    const uint8_t *w;
+    const uint8_t *w, *w_end;
     const float *bias;
     float *y;
     XLayout x;
@@ -119,24 +122,28 @@ __device__ __forceinline__ int chunk_groups(const XLayout &x, int64_t ch) {
 }
 
 // Adds one chunk of the thread's two rows (reader `rd`) to acc[token tile][element].
+// Tokens at or past `live` (padding) read no activations: their products are never stored.
 template <class Q, int NT, bool kMagic>
-__device__ __forceinline__ void mmq_chunk(const Q &rd, const XLayout &x, int64_t ch,
-                                          const int64_t tb[NT], int grp, int quad, float acc[NT][4]) {
+__device__ __forceinline__ void mmq_chunk(const Q &rd, const XLayout &x, int64_t ch, const int64_t tb[NT],
+                                          const int64_t live[NT], int grp, int quad, float acc[NT][4]) {
     const int ng = chunk_groups<Q>(x, ch);
     const int seed = kMagic ? kMagicSeed : 0;
     float2 xscale[NT];
     float cacc[NT][4] = {};
 #pragma unroll
-    for (int n = 0; n < NT; ++n) xscale[n] = __ldg(reinterpret_cast<const float2 *>(x.xd + ch * x.tp + tb[n]) + quad);
+    for (int n = 0; n < NT; ++n)
+        xscale[n] = 2 * quad < live[n] ? __ldg(reinterpret_cast<const float2 *>(x.xd + ch * x.tp + tb[n]) + quad)
+                                       : make_float2(0.0f, 0.0f);
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
         if (j >= ng) break;
         GroupOperands op;
-        rd.group(j, op);
+        rd.group(j, quad, op);
         const int64_t g = ch * kGroups + j;
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
-            const uint4 b = __ldg(x.xq + ((tb[n] + grp) * x.groups + g) * 4 + quad);
+            const uint4 b = grp < live[n] ? __ldg(x.xq + ((tb[n] + grp) * x.groups + g) * 4 + quad)
+                                          : make_uint4(0, 0, 0, 0);
             int hi[4], lo[4];
             if (!Q::kHalves) {
                 mma_k32<false>(op.a, b.x, b.y, seed, hi);
@@ -155,7 +162,8 @@ __device__ __forceinline__ void mmq_chunk(const Q &rd, const XLayout &x, int64_t
                 }
             }
             if (Q::kOffset) {
-                const float4 s = __ldg(x.xs + g * (x.tp / 2) + tb[n] / 2 + quad);
+                const float4 s = 2 * quad < live[n] ? __ldg(x.xs + g * (x.tp / 2) + tb[n] / 2 + quad)
+                                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int r = e >> 1;
@@ -177,10 +185,20 @@ __device__ __forceinline__ void mmq_chunk(const Q &rd, const XLayout &x, int64_t
 }
 
 // Block: 4 * WM * TS warps = 4 chunk sets x WM row tiles of 16 rows x TS token sets of 8 * NT
-// tokens; each warp multiplies its row tile's chunks kw, kw + 4, ... for its tokens.
+// tokens; each warp multiplies its row tile's chunks kw, kw + 4, ... for its tokens, with the
+// weight chunks staged kStages deep in its own shared memory (matmul_stage.cuh).
+template <class Q, int NT>
+__host__ __device__ constexpr int stages() { return NT > 1 ? 2 : Stage<Q>::kBytes > 3000 ? 3 : 4; }
+
+template <class Q, int NT, int WM, int TS>
+__host__ __device__ constexpr int stage_smem_bytes() { return kKSplit * WM * TS * stages<Q, NT>() * Stage<Q>::kBytes; }
+
 template <class Q, int NT, int WM, int TS>
 __global__ void __launch_bounds__(kKSplit * WM * TS * WARP_SIZE, 512 / (kKSplit * WM * TS * WARP_SIZE))
 mmq_kernel(MmqArgs a) {
+    constexpr int kStages = stages<Q, NT>();
+    extern __shared__ uint4 stage_words[];  // 16-byte aligned
+    uint8_t *stage_mem = reinterpret_cast<uint8_t *>(stage_words);
     __shared__ float partial[kKSplit - 1][WM * TS][NT * 4][WARP_SIZE];
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int kw = warp % kKSplit, mw = (warp / kKSplit) % WM, ts = warp / (kKSplit * WM);
@@ -189,28 +207,37 @@ mmq_kernel(MmqArgs a) {
     const uint8_t *w0 = a.w + imin64(tile + grp, a.n - 1) * a.row_bytes;
     const uint8_t *w1 = a.w + imin64(tile + grp + 8, a.n - 1) * a.row_bytes;
     const int64_t t_first = ((int64_t)blockIdx.y * TS + ts) * 8 * NT;
-    int64_t tb[NT];  // first token of each 8-token tile, clamped inside the workspace
+    int64_t tb[NT], live[NT];  // first token of each 8-token tile (clamped), real tokens in it
 #pragma unroll
-    for (int n = 0; n < NT; ++n) tb[n] = imin64(t_first + 8 * n, a.x.tp - 8);
+    for (int n = 0; n < NT; ++n) {
+        tb[n] = imin64(t_first + 8 * n, a.x.tp - 8);
+        live[n] = a.rows - (t_first + 8 * n);
+    }
     float acc[NT][4] = {};
-    int64_t ch = kw;
-    Q cur;
-    if (Q::kPrefetch && NT == 1) {  // the next chunk's bytes are in flight while this one is multiplied
-        if (ch < a.x.chunks)
-            cur.load(w0 + ch * Q::kChunkBytes, w1 + ch * Q::kChunkBytes, quad, chunk_groups<Q>(a.x, ch));
-        for (; ch < a.x.chunks; ch += kKSplit) {
-            Q next;
-            const int64_t cn = ch + kKSplit;
-            if (cn < a.x.chunks)
-                next.load(w0 + cn * Q::kChunkBytes, w1 + cn * Q::kChunkBytes, quad, chunk_groups<Q>(a.x, cn));
-            mmq_chunk<Q, NT, (NT > 1)>(cur, a.x, ch, tb, grp, quad, acc);
-            cur = next;
-        }
-    } else {
-        for (; ch < a.x.chunks; ch += kKSplit) {
-            cur.load(w0 + ch * Q::kChunkBytes, w1 + ch * Q::kChunkBytes, quad, chunk_groups<Q>(a.x, ch));
-            mmq_chunk<Q, NT, (NT > 1)>(cur, a.x, ch, tb, grp, quad, acc);
-        }
+    uint8_t *stages_of_warp = stage_mem + warp * kStages * Stage<Q>::kBytes;
+    const int64_t count = a.x.chunks > kw ? (a.x.chunks - kw + kKSplit - 1) / kKSplit : 0;
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < count)
+            stage_copy<Q>(stages_of_warp + s * Stage<Q>::kBytes, a.w, a.w_end, a.row_bytes, a.n, tile,
+                          kw + (int64_t)kKSplit * s, lane);
+        cp_async_commit();
+    }
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t ahead = i + kStages - 1;
+        if (ahead < count)
+            stage_copy<Q>(stages_of_warp + (ahead % kStages) * Stage<Q>::kBytes, a.w, a.w_end, a.row_bytes,
+                          a.n, tile, kw + kKSplit * ahead, lane);
+        cp_async_commit();
+        cp_async_wait<kStages - 1>();  // this thread's copies of chunk i have landed
+        __syncwarp();                   // and every other lane's
+        const int64_t ch = kw + kKSplit * i;
+        const uint8_t *st = stages_of_warp + (i % kStages) * Stage<Q>::kBytes;
+        Q rd;
+        rd.load(staged_row<Q>(st, grp, w0 + ch * Q::kChunkBytes), staged_row<Q>(st, grp + 8, w1 + ch * Q::kChunkBytes),
+                quad, chunk_groups<Q>(a.x, ch));
+        mmq_chunk<Q, NT, (NT > 1)>(rd, a.x, ch, tb, live, grp, quad, acc);
+        __syncwarp();  // every lane is done with the stage before a later iteration refills it
     }
     if (kw != 0) {
 #pragma unroll
@@ -237,9 +264,16 @@ mmq_kernel(MmqArgs a) {
 
 template <class Q, int NT, int WM, int TS>
 int launch_mmq(const MmqArgs &a, cudaStream_t stream) {
-    constexpr int kTokens = 8 * NT * TS;
+    constexpr int kTokens = 8 * NT * TS, kSmem = stage_smem_bytes<Q, NT, WM, TS>();
+    static bool smem_set = false;  // raise the dynamic shared-memory limit once per kernel
+    if (!smem_set) {
+        const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Q, NT, WM, TS>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+        if (err != cudaSuccess) return luce_status(err);
+        smem_set = true;
+    }
     const dim3 grid((unsigned)((a.n + 16 * WM - 1) / (16 * WM)), (unsigned)((a.rows + kTokens - 1) / kTokens));
-    mmq_kernel<Q, NT, WM, TS><<<grid, kKSplit * WM * TS * WARP_SIZE, 0, stream>>>(a);
+    mmq_kernel<Q, NT, WM, TS><<<grid, kKSplit * WM * TS * WARP_SIZE, kSmem, stream>>>(a);
     return luce_status(cudaGetLastError());
 }
 
@@ -310,7 +344,8 @@ extern "C" int luce_matmul(const luce_matmul_params *p, void *stream_ptr) {
         const cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) return luce_status(err);
     }
-    const MmqArgs a{static_cast<const uint8_t *>(p->w), p->bias, p->y, xl, p->rows, p->n, row_bytes};
+    const uint8_t *w = static_cast<const uint8_t *>(p->w);
+    const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
     switch (p->qtype) {
         case LUCE_QT_Q4_K: return launch_quant<ReaderQ4K>(a, p->path, p->tune, stream);
         case LUCE_QT_Q5_K: return launch_quant<ReaderQ5K>(a, p->path, p->tune, stream);

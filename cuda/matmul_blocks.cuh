@@ -32,24 +32,21 @@ __device__ __forceinline__ void iq4_lookup(uint32_t w, uint32_t &lo, uint32_t &h
 // value l, high nibble = value l + 16 of sub-block j. Value = (d * (ls - 32)) * table[index].
 struct ReaderIQ4XS {
     static constexpr int kChunkBytes = 136, kGroupBytes = 0;
-    static constexpr bool kHalves = false, kOffset = false, kPrefetch = true;
+    static constexpr bool kHalves = false, kOffset = false;
+    const uint8_t *b[2];
     uint2 head[2];
-    uint32_t qs[2][8];
 
-    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int quad, int) {
-        const uint8_t *b[2] = {b0, b1};
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            head[r] = __ldg(reinterpret_cast<const uint2 *>(b[r]));
-#pragma unroll
-            for (int j = 0; j < 8; ++j) qs[r][j] = ld32(b[r] + 8 + 16 * j + 4 * quad);
-        }
+    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int, int) {
+        b[0] = b0;
+        b[1] = b1;
+        head[0] = *reinterpret_cast<const uint2 *>(b0);
+        head[1] = *reinterpret_cast<const uint2 *>(b1);
     }
 
-    __device__ __forceinline__ void group(int j, GroupOperands &op) const {
+    __device__ __forceinline__ void group(int j, int quad, GroupOperands &op) const {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            iq4_lookup(qs[r][j], op.a[r], op.a[2 + r]);
+            iq4_lookup(lds32(b[r] + 8 + 16 * j + 4 * quad), op.a[r], op.a[2 + r]);
             const uint32_t ls = ((byte_of(head[r].y, j >> 1) >> (4 * (j & 1))) & 15) |
                                 (((head[r].x >> (16 + 2 * j)) & 3) << 4);
             op.scale[0][r] = __fmul_rn(f16_to_f32(head[r].x), small_uint_to_f32(ls) - 32.0f);
@@ -61,30 +58,21 @@ struct ReaderIQ4XS {
 // Q8_0, 34 B: f16 d, int8 q[32]. Value = q * d.
 struct ReaderQ80 {
     static constexpr int kChunkBytes = 8 * 34, kGroupBytes = 34;
-    static constexpr bool kHalves = false, kOffset = false, kPrefetch = false;
-    uint32_t lo[2][8], hi[2][8], d[2][8];
+    static constexpr bool kHalves = false, kOffset = false;
+    const uint8_t *b[2];
 
-    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int quad, int ngroups) {
-        const uint8_t *b[2] = {b0, b1};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            if (j >= ngroups) break;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const uint8_t *blk = b[r] + 34 * j;
-                d[r][j] = ld16(blk);
-                lo[r][j] = ld32_a2(blk + 2 + 4 * quad);
-                hi[r][j] = ld32_a2(blk + 18 + 4 * quad);
-            }
-        }
+    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int, int) {
+        b[0] = b0;
+        b[1] = b1;
     }
 
-    __device__ __forceinline__ void group(int j, GroupOperands &op) const {
+    __device__ __forceinline__ void group(int j, int quad, GroupOperands &op) const {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            op.a[r] = lo[r][j];
-            op.a[2 + r] = hi[r][j];
-            op.scale[0][r] = f16_to_f32(d[r][j]);
+            const uint8_t *blk = b[r] + 34 * j;
+            op.a[r] = lds32_a2(blk + 2 + 4 * quad);
+            op.a[2 + r] = lds32_a2(blk + 18 + 4 * quad);
+            op.scale[0][r] = f16_to_f32(lds16(blk));
             op.offset[0][r] = 0.0f;
         }
     }
@@ -99,31 +87,22 @@ __device__ __forceinline__ uint32_t spread_bit4(uint32_t v) {
 // nibble of qs[l]; bit 4 of value l is bit l of qh. Value = d * (q - 16).
 struct ReaderQ50 {
     static constexpr int kChunkBytes = 8 * 22, kGroupBytes = 22;
-    static constexpr bool kHalves = false, kOffset = true, kPrefetch = false;
-    uint32_t qs[2][8], qh[2][8], d[2][8];
+    static constexpr bool kHalves = false, kOffset = true;
+    const uint8_t *b[2];
 
-    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int quad, int ngroups) {
-        const uint8_t *b[2] = {b0, b1};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            if (j >= ngroups) break;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const uint8_t *blk = b[r] + 22 * j;
-                d[r][j] = ld16(blk);
-                qh[r][j] = ld32_a2(blk + 2);
-                qs[r][j] = ld32_a2(blk + 6 + 4 * quad);
-            }
-        }
+    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int, int) {
+        b[0] = b0;
+        b[1] = b1;
     }
 
-    __device__ __forceinline__ void group(int j, GroupOperands &op) const {
-        const int quad = (threadIdx.x % WARP_SIZE) & 3;
+    __device__ __forceinline__ void group(int j, int quad, GroupOperands &op) const {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            op.a[r] = (qs[r][j] & 0x0F0F0F0Fu) | spread_bit4((qh[r][j] >> (4 * quad)) & 15);
-            op.a[2 + r] = ((qs[r][j] >> 4) & 0x0F0F0F0Fu) | spread_bit4((qh[r][j] >> (16 + 4 * quad)) & 15);
-            op.scale[0][r] = f16_to_f32(d[r][j]);
+            const uint8_t *blk = b[r] + 22 * j;
+            const uint32_t qh = lds32_a2(blk + 2), qs = lds32_a2(blk + 6 + 4 * quad);
+            op.a[r] = (qs & 0x0F0F0F0Fu) | spread_bit4((qh >> (4 * quad)) & 15);
+            op.a[2 + r] = ((qs >> 4) & 0x0F0F0F0Fu) | spread_bit4((qh >> (16 + 4 * quad)) & 15);
+            op.scale[0][r] = f16_to_f32(lds16(blk));
             op.offset[0][r] = -16.0f * op.scale[0][r];
         }
     }

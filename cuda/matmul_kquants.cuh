@@ -1,8 +1,9 @@
 // Row readers for the K-quants (256-value super-blocks): Q4_K, Q5_K, Q6_K.
-// Layouts as in luce/gguf/quants_k.py (ggml's). A reader holds one thread's raw bytes of one
-// super-block ("chunk") of its two weight rows and turns group j (values 32j..32j+31) into
-// mma operands (cuda/matmul_mma.cuh): the thread's lane in its quad reads values 4*quad..+3
-// and 16 + 4*quad..+3 of every group. Scales follow ggml's f32 operations (d * sc first).
+// Layouts as in luce/gguf/quants_k.py (ggml's). A reader points at one super-block ("chunk")
+// of the thread's two weight rows in a shared-memory stage (matmul_stage.cuh), keeps its
+// header and turns group j (values 32j..32j+31) into mma operands (matmul_mma.cuh): the lane
+// `quad` of its quad reads values 4*quad..+3 and 16 + 4*quad..+3 of every group. Scales
+// follow ggml's f32 operations (d * sc first).
 #pragma once
 
 #include "matmul_mma.cuh"
@@ -27,29 +28,23 @@ __device__ __forceinline__ void k_scale_min(const uint4 &h, int j, float &scale,
 // nibble = sub-block 2i+1 value l. Value = (d * sc) * q - dmin * m.
 struct ReaderQ4K {
     static constexpr int kChunkBytes = 144, kGroupBytes = 0;
-    static constexpr bool kHalves = false, kOffset = true, kPrefetch = true;
+    static constexpr bool kHalves = false, kOffset = true;
+    const uint8_t *b[2];
     uint4 head[2];
-    uint32_t lo[2][4], hi[2][4];  // [row][i]: qs bytes 32i + 4*quad.. and 32i + 16 + 4*quad..
 
-    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int quad, int) {
-        const uint8_t *b[2] = {b0, b1};
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            head[r] = __ldg(reinterpret_cast<const uint4 *>(b[r]));
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                lo[r][i] = ld32(b[r] + 16 + 32 * i + 4 * quad);
-                hi[r][i] = ld32(b[r] + 32 + 32 * i + 4 * quad);
-            }
-        }
+    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int, int) {
+        b[0] = b0;
+        b[1] = b1;
+        head[0] = *reinterpret_cast<const uint4 *>(b0);
+        head[1] = *reinterpret_cast<const uint4 *>(b1);
     }
 
-    __device__ __forceinline__ void group(int j, GroupOperands &op) const {
+    __device__ __forceinline__ void group(int j, int quad, GroupOperands &op) const {
         const int i = j >> 1, sh = 4 * (j & 1);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            op.a[r] = (lo[r][i] >> sh) & 0x0F0F0F0Fu;
-            op.a[2 + r] = (hi[r][i] >> sh) & 0x0F0F0F0Fu;
+            op.a[r] = (lds32(b[r] + 16 + 32 * i + 4 * quad) >> sh) & 0x0F0F0F0Fu;
+            op.a[2 + r] = (lds32(b[r] + 32 + 32 * i + 4 * quad) >> sh) & 0x0F0F0F0Fu;
             k_scale_min(head[r], j, op.scale[0][r], op.offset[0][r]);
         }
     }
@@ -59,32 +54,24 @@ struct ReaderQ4K {
 // sub-block j value l.
 struct ReaderQ5K {
     static constexpr int kChunkBytes = 176, kGroupBytes = 0;
-    static constexpr bool kHalves = false, kOffset = true, kPrefetch = true;
+    static constexpr bool kHalves = false, kOffset = true;
+    const uint8_t *b[2];
     uint4 head[2];
-    uint32_t qh_lo[2], qh_hi[2];
-    uint32_t lo[2][4], hi[2][4];
 
-    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int quad, int) {
-        const uint8_t *b[2] = {b0, b1};
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            head[r] = __ldg(reinterpret_cast<const uint4 *>(b[r]));
-            qh_lo[r] = ld32(b[r] + 16 + 4 * quad);
-            qh_hi[r] = ld32(b[r] + 32 + 4 * quad);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                lo[r][i] = ld32(b[r] + 48 + 32 * i + 4 * quad);
-                hi[r][i] = ld32(b[r] + 64 + 32 * i + 4 * quad);
-            }
-        }
+    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int, int) {
+        b[0] = b0;
+        b[1] = b1;
+        head[0] = *reinterpret_cast<const uint4 *>(b0);
+        head[1] = *reinterpret_cast<const uint4 *>(b1);
     }
 
-    __device__ __forceinline__ void group(int j, GroupOperands &op) const {
+    __device__ __forceinline__ void group(int j, int quad, GroupOperands &op) const {
         const int i = j >> 1, sh = 4 * (j & 1);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            op.a[r] = ((lo[r][i] >> sh) & 0x0F0F0F0Fu) | (((qh_lo[r] >> j) & 0x01010101u) << 4);
-            op.a[2 + r] = ((hi[r][i] >> sh) & 0x0F0F0F0Fu) | (((qh_hi[r] >> j) & 0x01010101u) << 4);
+            const uint32_t qh_lo = lds32(b[r] + 16 + 4 * quad), qh_hi = lds32(b[r] + 32 + 4 * quad);
+            op.a[r] = ((lds32(b[r] + 48 + 32 * i + 4 * quad) >> sh) & 0x0F0F0F0Fu) | (((qh_lo >> j) & 0x01010101u) << 4);
+            op.a[2 + r] = ((lds32(b[r] + 64 + 32 * i + 4 * quad) >> sh) & 0x0F0F0F0Fu) | (((qh_hi >> j) & 0x01010101u) << 4);
             k_scale_min(head[r], j, op.scale[0][r], op.offset[0][r]);
         }
     }
@@ -96,44 +83,30 @@ struct ReaderQ5K {
 // 16-value sub-blocks: value = (d * sc[16-value index]) * (q - 32), so offset = -32 * scale.
 struct ReaderQ6K {
     static constexpr int kChunkBytes = 210, kGroupBytes = 0;
-    static constexpr bool kHalves = true, kOffset = true, kPrefetch = true;
-    uint32_t ql_a[2][2][2], ql_b[2][2][2], qh[2][2][2];  // [row][h][s]: s = 0 values 4*quad.., 1: 16+4*quad..
-    uint32_t sc[2][4];
-    uint32_t d[2];
+    static constexpr bool kHalves = true, kOffset = true;
+    const uint8_t *b[2];
+    float d[2];
 
-    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int quad, int) {
-        const uint8_t *b[2] = {b0, b1};
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int s = 0; s < 2; ++s) {
-                    const int l = 16 * s + 4 * quad;
-                    ql_a[r][h][s] = ld32_a2(b[r] + 64 * h + l);
-                    ql_b[r][h][s] = ld32_a2(b[r] + 64 * h + 32 + l);
-                    qh[r][h][s] = ld32_a2(b[r] + 128 + 32 * h + l);
-                }
-#pragma unroll
-            for (int i = 0; i < 4; ++i) sc[r][i] = ld32_a2(b[r] + 192 + 4 * i);
-            d[r] = ld16(b[r] + 208);
-        }
+    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int, int) {
+        b[0] = b0;
+        b[1] = b1;
+        d[0] = f16_to_f32(lds16(b0 + 208));
+        d[1] = f16_to_f32(lds16(b1 + 208));
     }
 
-    __device__ __forceinline__ void group(int j, GroupOperands &op) const {
+    __device__ __forceinline__ void group(int j, int quad, GroupOperands &op) const {
         const int h = j >> 2, G = j & 3;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const float dr = f16_to_f32(d[r]);
 #pragma unroll
-            for (int s = 0; s < 2; ++s) {
-                const uint32_t ql = (G & 1) ? ql_b[r][h][s] : ql_a[r][h][s];
-                op.a[2 * s + r] = ((ql >> (4 * (G >> 1))) & 0x0F0F0F0Fu) |
-                                  (((qh[r][h][s] >> (2 * G)) & 0x03030303u) << 4);
+            for (int s = 0; s < 2; ++s) {  // s = 0: values 4*quad.., 1: 16 + 4*quad..
+                const int l = 16 * s + 4 * quad;
+                const uint32_t ql = lds32_a2(b[r] + 64 * h + 32 * (G & 1) + l);
+                const uint32_t qh = lds32_a2(b[r] + 128 + 32 * h + l);
+                op.a[2 * s + r] = ((ql >> (4 * (G >> 1))) & 0x0F0F0F0Fu) | (((qh >> (2 * G)) & 0x03030303u) << 4);
                 const int idx = 8 * h + 2 * G + s;  // 16-value sub-block of this half
-                const uint32_t biased = byte_of(sc[r][idx >> 2], idx & 3) ^ 0x80u;  // int8 + 128
-                const float scf = small_uint_to_f32(biased) - 128.0f;
-                op.scale[s][r] = __fmul_rn(dr, scf);
+                const uint32_t biased = (lds16(b[r] + 192 + (idx & ~1)) >> (8 * (idx & 1)) & 0xFF) ^ 0x80u;
+                op.scale[s][r] = __fmul_rn(d[r], small_uint_to_f32(biased) - 128.0f);  // int8 sc
                 op.offset[s][r] = -32.0f * op.scale[s][r];
             }
         }

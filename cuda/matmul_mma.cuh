@@ -31,16 +31,21 @@ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s
 #endif
 }
 
-__device__ __forceinline__ uint32_t ld32(const uint8_t *p) {  // p 4-byte aligned
-    return __ldg(reinterpret_cast<const uint32_t *>(p));
-}
-
-__device__ __forceinline__ uint32_t ld16(const uint8_t *p) {  // p 2-byte aligned
+__device__ __forceinline__ uint32_t ld16(const uint8_t *p) {  // global, p 2-byte aligned
     return __ldg(reinterpret_cast<const unsigned short *>(p));
 }
 
-__device__ __forceinline__ uint32_t ld32_a2(const uint8_t *p) {  // p 2-byte aligned
-    return ld16(p) | (ld16(p + 2) << 16);
+// Loads from a shared-memory weight stage (cuda/matmul_stage.cuh).
+__device__ __forceinline__ uint32_t lds32(const uint8_t *p) {  // p 4-byte aligned
+    return *reinterpret_cast<const uint32_t *>(p);
+}
+
+__device__ __forceinline__ uint32_t lds16(const uint8_t *p) {  // p 2-byte aligned
+    return *reinterpret_cast<const unsigned short *>(p);
+}
+
+__device__ __forceinline__ uint32_t lds32_a2(const uint8_t *p) {  // p 2-byte aligned
+    return lds16(p) | (lds16(p + 2) << 16);
 }
 
 __device__ __forceinline__ float f16_to_f32(uint32_t bits) {

@@ -29,7 +29,7 @@ def random_bytes(nbytes: int, seed: int):
     return random_device_buffer((nbytes + 3) // 4, seed)
 
 
-def matmul_case(qtype_name: str, shape: str, rows: int, path: int = 0, reuse_x: bool = False):
+def matmul_case(qtype_name: str, shape: str, rows: int, path: int = 0, reuse_x: bool = False, tune: int = 0):
     from luce import _cuda_matmul as km
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
@@ -52,14 +52,15 @@ def matmul_case(qtype_name: str, shape: str, rows: int, path: int = 0, reuse_x: 
     def launch(stream: int = 0, _keep=(weights, x, y, ws)):
         w = weights[turn[0] % copies]
         turn[0] += 1
-        km.matmul(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, rows, n, k, qtype, path, flags, 0, stream)
+        km.matmul(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, rows, n, k, qtype, path, flags, tune, stream)
 
     return launch, w_bytes + rows * (k + n) * 4, 2 * rows * n * k
 
 
-def _case(qtype_name, shape, rows, path=0, reuse_x=False):
-    c = functools.partial(matmul_case, qtype_name, shape, rows, path, reuse_x)
-    c.__name__ = f"matmul_{qtype_name}_{shape}_t{rows}" + ("_prefill" if path else "") + ("_reusex" if reuse_x else "")
+def _case(qtype_name, shape, rows, path=0, reuse_x=False, tune=0):
+    c = functools.partial(matmul_case, qtype_name, shape, rows, path, reuse_x, tune)
+    c.__name__ = (f"matmul_{qtype_name}_{shape}_t{rows}" + ("_prefill" if path else "") +
+                  ("_reusex" if reuse_x else "") + (f"_tune{tune}" if tune else ""))
     return c
 
 
@@ -68,6 +69,7 @@ BENCH_CASES += [_case("Q4_K", "gate", 1, reuse_x=True), _case("Q4_K", "down", 1,
                 _case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),
                 _case("Q5_K", "gate", 1), _case("Q5_0", "gate", 1), _case("F16", "gate", 1),
                 _case("BF16", "gate", 1)]
+BENCH_CASES += [_case(q, s, r, tune=2) for q in ("Q4_K", "Q6_K") for s in ("gate", "down") for r in (1, 32)]
 
 
 def ratio_table(results: list[dict]) -> list[str]:
@@ -84,10 +86,42 @@ def ratio_table(results: list[dict]) -> list[str]:
     return lines
 
 
+def torch_copy_bandwidth(n_bytes: int = 2 << 30, reps: int = 20) -> float | None:
+    """Device-to-device copy through torch (a copy kernel), bytes read + written per second;
+    None without torch. The roofline METHOD.md names (the cudaMemcpy graph node of
+    bench_attention.copy_bandwidth read lower on this machine)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    src = torch.empty(n_bytes, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * n_bytes / sorted(times)[len(times) // 2]
+
+
 if __name__ == "__main__":
     from tests.kernels.bench_attention import run_cases
 
+    bw = torch_copy_bandwidth()
+    if bw:
+        print(f"torch copy bandwidth: {bw / 1e9:.0f} GB/s (read + write)")
+
     names = sys.argv[2:]
     cases = [c for c in BENCH_CASES if not names or any(n in c.__name__ for n in names)]
-    for line in ratio_table(run_cases(cases, sys.argv[1] if len(sys.argv) > 1 else None)):
+    results = run_cases(cases, sys.argv[1] if len(sys.argv) > 1 else None)
+    if bw:
+        for r in results:
+            if "us" in r:
+                print(f"{r['case']:40s} {r['us']:9.2f} us {r['GB/s']:7.0f} GB/s {100 * r['GB/s'] * 1e9 / bw:5.1f}% of torch copy")
+    for line in ratio_table(results):
         print(line)
