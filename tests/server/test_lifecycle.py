@@ -92,7 +92,8 @@ def test_full_queue_gets_429_with_retry_after_then_recovers():
         assert wait_until(lambda: s.app.in_flight == 0 and s.app.bridge.stats().slots_busy == 0)
         ok = rawhttp.call(s.url, "POST", CHAT, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
         assert ok.status == 200
-        assert 'luce_requests_rejected_total{reason="queue_full"} 1' in rawhttp.call(s.url, "GET", "/metrics").body.decode()
+        metrics = rawhttp.call(s.url, "GET", "/metrics").body.decode()
+        assert 'luce_requests_rejected_total{reason="queue_full"} 1' in metrics
 
 
 def test_stop_drains_in_flight_stream_and_refuses_new_connections():
