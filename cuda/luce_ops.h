@@ -23,7 +23,8 @@ int luce_device_synchronize(void);
 /* ---- rmsnorm ---- */
 /* RMSNorm over the last axis (reference: luce/ref/rmsnorm.py).
  * x [rows, cols] f32, weight [cols] f32, out [rows, cols] f32 (may alias x).
- * out = x / sqrt(mean(x^2) + eps) * weight. One block per row: batch-invariant. */
+ * out = x / sqrt(mean(x^2) + eps) * weight. One warp (cols <= 1024) or one block per row,
+ * chosen by cols alone: batch-invariant. */
 typedef struct {
     const float *x;
     const float *weight;
@@ -145,6 +146,7 @@ int luce_conv1d(const luce_conv1d_params *p, void *stream);
 /* Greedy and top-k log-probs over logits [rows, vocab] f32, row stride logits_stride
  * (reference: luce/ref/sampling.py). Ties go to the lowest token id. A row holding a NaN
  * gets id -1 everywhere (logprobs NaN) so the caller can name the diverged rows.
+ * rows <= 65535. argmax uses ids_out as scratch (it is zeroed, then written).
  * top-k: 1 <= k <= LUCE_TOPK_MAX, ids_out / logprobs_out [rows, k], best first;
  * logprobs = log-softmax over the whole row (sum of exponentials in double). */
 #define LUCE_TOPK_MAX 64

@@ -3,73 +3,135 @@
 //   luce_rmsnorm:          out = x * rsqrt(mean(x^2) + eps) * weight
 //   luce_rmsnorm_residual: sum_out = x + residual; out = rmsnorm(sum_out) * weight
 // Shapes: x, residual, sum_out, out [rows, cols] f32 row-major; weight [cols] f32.
-// One block of kThreads per row, each thread owning whole chunks of 4 (common.cuh), so a
-// row's reduction order depends only on cols: batch-invariant by construction (DESIGN 5).
+// Rows of up to kWarpRowMaxCols columns (q/k norms over a head) take one warp each, longer
+// rows (the hidden state) one block of kThreads. The choice depends only on cols, and a
+// thread always owns whole chunks of 4 (common.cuh), so a row's reduction order depends only
+// on cols: batch-invariant by construction (DESIGN 5).
 #include "common.cuh"
 
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kWarpRowMaxCols = 1024;
+constexpr int kWarpRowsPerBlock = kThreads / WARP_SIZE;
 
-template <bool kResidual>
-__global__ void __launch_bounds__(kThreads)
-rmsnorm_kernel(const float *x, const float *residual, const float *weight, float *sum_out,
-               float *out, int64_t cols, float eps) {
-    __shared__ float scratch[32];
-    const int64_t base = (int64_t)blockIdx.x * cols;
-    const float *xr = x + base;
-    const int64_t chunks = (cols + 3) / 4;
+struct Row {
+    const float *x, *residual, *weight;
+    float *sum_out, *out;
+    int64_t cols;
+    float eps;
+};
+
+// Rows of up to kRegChunks chunks per thread stay in registers (one pass over memory, the
+// weight loaded alongside x): the decode path, where latency is the cost. The sum of squares
+// runs over the same chunks in the same order on both paths.
+constexpr int kRegChunks = 8;
+
+template <bool kResidual, typename Reduce>
+__device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base, int t, int width,
+                                                      Reduce reduce) {
+    const int64_t chunks = (r.cols + 3) / 4;
+    float v[kRegChunks][4], w[kRegChunks][4];
     float ss = 0.0f;
-    for (int64_t j = threadIdx.x; j < chunks; j += kThreads) {
-        float v[4];
-        load_chunk4(xr, j, cols, v);
-        if (kResidual) {
-            float r[4];
-            load_chunk4(residual + base, j, cols, r);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) v[i] += r[i];
-            store_chunk4(sum_out + base, j, cols, v);
+    for (int c = 0; c < kRegChunks; ++c) {
+        const int64_t j = t + (int64_t)c * width;
+        if (j >= chunks) break;
+        load_chunk4(r.x + base, j, r.cols, v[c]);
+        load_chunk4(r.weight, j, r.cols, w[c]);
+        if (kResidual) {
+            float res[4];
+            load_chunk4(r.residual + base, j, r.cols, res);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[c][i] += res[i];
+            store_chunk4(r.sum_out + base, j, r.cols, v[c]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ss = fmaf(v[c][i], v[c][i], ss);
+    }
+    const float scale = rsqrtf(reduce(ss) / (float)r.cols + r.eps);
+#pragma unroll
+    for (int c = 0; c < kRegChunks; ++c) {
+        const int64_t j = t + (int64_t)c * width;
+        if (j >= chunks) break;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[c][i] = v[c][i] * scale * w[c][i];
+        store_chunk4(r.out + base, j, r.cols, v[c]);
+    }
+}
+
+// One row by a group of `width` threads (this thread is `t`); `reduce` sums over the group.
+template <bool kResidual, typename Reduce>
+__device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int width, Reduce reduce) {
+    const int64_t chunks = (r.cols + 3) / 4;
+    if (chunks <= (int64_t)kRegChunks * width) {
+        norm_row_in_registers<kResidual>(r, base, t, width, reduce);
+        return;
+    }
+    float ss = 0.0f;
+    for (int64_t j = t; j < chunks; j += width) {
+        float v[4];
+        load_chunk4(r.x + base, j, r.cols, v);
+        if (kResidual) {
+            float res[4];
+            load_chunk4(r.residual + base, j, r.cols, res);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[i] += res[i];
+            store_chunk4(r.sum_out + base, j, r.cols, v);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) ss = fmaf(v[i], v[i], ss);
     }
-    const float scale = rsqrtf(block_sum(ss, scratch) / (float)cols + eps);
+    const float scale = rsqrtf(reduce(ss) / (float)r.cols + r.eps);
     // Each thread re-reads the chunks it wrote itself, so sum_out may alias x or residual.
-    const float *src = kResidual ? sum_out + base : xr;
-    for (int64_t j = threadIdx.x; j < chunks; j += kThreads) {
+    const float *src = (kResidual ? r.sum_out : r.x) + base;
+    for (int64_t j = t; j < chunks; j += width) {
         float v[4], w[4];
-        load_chunk4(src, j, cols, v);
-        load_chunk4(weight, j, cols, w);
+        load_chunk4(src, j, r.cols, v);
+        load_chunk4(r.weight, j, r.cols, w);
 #pragma unroll
         for (int i = 0; i < 4; ++i) v[i] = v[i] * scale * w[i];
-        store_chunk4(out + base, j, cols, v);
+        store_chunk4(r.out + base, j, r.cols, v);
     }
 }
 
-int check_shape(int64_t rows, int64_t cols) {
-    if (rows < 0 || cols <= 0 || rows > 0x7fffffff) return (int)cudaErrorInvalidValue;
-    return 0;
+template <bool kResidual>
+__global__ void __launch_bounds__(kThreads) rmsnorm_block_kernel(Row r) {
+    __shared__ float scratch[32];
+    norm_row<kResidual>(r, (int64_t)blockIdx.x * r.cols, threadIdx.x, kThreads,
+                        [&](float v) { return block_sum(v, scratch); });
 }
 
 template <bool kResidual>
-int launch_rmsnorm(const float *x, const float *residual, const float *weight, float *sum_out,
-                   float *out, int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
-    if (int err = check_shape(rows, cols)) return err;
+__global__ void __launch_bounds__(kThreads) rmsnorm_warp_kernel(Row r, int64_t rows) {
+    const int64_t row = (int64_t)blockIdx.x * kWarpRowsPerBlock + threadIdx.x / WARP_SIZE;
+    if (row >= rows) return;  // whole warps leave together
+    norm_row<kResidual>(r, row * r.cols, threadIdx.x % WARP_SIZE, WARP_SIZE,
+                        [](float v) { return warp_sum(v); });
+}
+
+template <bool kResidual>
+int launch_rmsnorm(const Row &r, int64_t rows, cudaStream_t stream) {
+    if (rows < 0 || r.cols <= 0 || rows > 0x7fffffff) return (int)cudaErrorInvalidValue;
     if (rows == 0) return 0;
-    rmsnorm_kernel<kResidual><<<(unsigned)rows, kThreads, 0, stream>>>(x, residual, weight, sum_out,
-                                                                       out, cols, eps);
+    if (r.cols <= kWarpRowMaxCols) {
+        const int64_t blocks = (rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+        rmsnorm_warp_kernel<kResidual><<<(unsigned)blocks, kThreads, 0, stream>>>(r, rows);
+    } else {
+        rmsnorm_block_kernel<kResidual><<<(unsigned)rows, kThreads, 0, stream>>>(r);
+    }
     return luce_status(cudaGetLastError());
 }
 
 }  // namespace
 
 extern "C" int luce_rmsnorm(const luce_rmsnorm_params *p, void *stream) {
-    return launch_rmsnorm<false>(p->x, nullptr, p->weight, nullptr, p->out, p->rows, p->cols,
-                                 p->eps, (cudaStream_t)stream);
+    const Row r{p->x, nullptr, p->weight, nullptr, p->out, p->cols, p->eps};
+    return launch_rmsnorm<false>(r, p->rows, (cudaStream_t)stream);
 }
 
 extern "C" int luce_rmsnorm_residual(const luce_rmsnorm_residual_params *p, void *stream) {
     if (p->sum_out == p->out) return (int)cudaErrorInvalidValue;
-    return launch_rmsnorm<true>(p->x, p->residual, p->weight, p->sum_out, p->out, p->rows,
-                                p->cols, p->eps, (cudaStream_t)stream);
+    const Row r{p->x, p->residual, p->weight, p->sum_out, p->out, p->cols, p->eps};
+    return launch_rmsnorm<true>(r, p->rows, (cudaStream_t)stream);
 }

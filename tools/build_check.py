@@ -36,7 +36,7 @@ CUDA_DIR, HIP_DIR = ROOT / "cuda", ROOT / "hip"
 CACHE_DIR = ROOT / "build" / "compile_check"
 HIP_ARCHS = ("gfx1100", "gfx1151", "gfx1201")
 HIP_FLAGS = ("-std=c++17", "-O3", "-x", "hip", "--offload-device-only", "-nogpulib", "-nogpuinc",
-             "-Wno-unused-command-line-argument")
+             "-Wno-unused-command-line-argument", "-Wno-pass-failed")
 CUDA_LIB = ROOT / "luce" / "lib" / "libluce_cuda.so"
 
 

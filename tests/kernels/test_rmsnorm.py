@@ -92,12 +92,13 @@ def test_kernel_parity(rows, cols):
 
 
 @pytest.mark.gpu
-def test_kernel_batch_invariance():
+@pytest.mark.parametrize("cols", [256, 5120])  # one warp per row / one block per row
+def test_kernel_batch_invariance(cols):
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((64, 5120)).astype(np.float32)
-    w = rng.standard_normal(5120).astype(np.float32)
+    x = rng.standard_normal((64 * 3, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
     together = _run_kernel(x, w, 1e-6)
-    for r in (0, 17, 63):
+    for r in (0, 17, 64 * 3 - 1):
         assert np.array_equal(together[r], _run_kernel(x[r:r + 1], w, 1e-6)[0])
 
 
@@ -127,10 +128,11 @@ def test_residual_kernel_in_place(alias):
 
 
 @pytest.mark.gpu
-def test_residual_kernel_alignment_and_batch_invariance():
+@pytest.mark.parametrize("cols", [256, 5120])
+def test_residual_kernel_alignment_and_batch_invariance(cols):
     rng = np.random.default_rng(4)
-    x, res = rng.standard_normal((2, 64, 5120)).astype(np.float32)
-    w = rng.standard_normal(5120).astype(np.float32)
+    x, res = rng.standard_normal((2, 64, cols)).astype(np.float32)
+    w = rng.standard_normal(cols).astype(np.float32)
     out, _ = _run_residual(x, res, w, 1e-6)
     out_misaligned, _ = _run_residual(x, res, w, 1e-6, misalign=True)
     assert np.array_equal(out, out_misaligned)
