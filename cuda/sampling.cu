@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(luce_sam
     best = warp_best(best);
     // any lane's NaN poisons the warp's key
     unsigned long long key = best.id == kNoId ? 0ull
-        : ((unsigned long long)ordered_bits(best.v) << 32) | (uint32_t)(0xffffffffu - (uint32_t)best.id);
+        : ((unsigned long long)ordered_bits(best.v) << 32) | (UINT32_MAX - (uint32_t)best.id);
     if (warp_sum(nan_seen ? 1.0f : 0.0f) > 0.0f) key = kNanKey;
     if (threadIdx.x % WARP_SIZE == 0) warp_keys[threadIdx.x / WARP_SIZE] = key;
     __syncthreads();
@@ -80,7 +80,7 @@ __global__ void argmax_finish_kernel(int64_t *ids, int64_t rows) {
     const int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= rows) return;
     const unsigned long long key = (unsigned long long)ids[r];
-    ids[r] = key == kNanKey ? -1 : (int64_t)(0xffffffffu - (uint32_t)(key & 0xffffffffu));
+    ids[r] = key == kNanKey ? -1 : (int64_t)(UINT32_MAX - (uint32_t)key);  // low 32 bits
 }
 
 // ---- top-k log-probs -----------------------------------------------------------------------
