@@ -22,10 +22,13 @@ struct Row {
     float eps;
 };
 
-// Rows of up to kRegChunks chunks per thread stay in registers (one pass over memory, the
-// weight loaded alongside x): the decode path, where latency is the cost. The sum of squares
-// runs over the same chunks in the same order on both paths.
+// Rows of up to kRegChunks chunks per thread can stay in registers (one pass over memory,
+// the weight loaded alongside x): the decode path, where latency is the cost. Long launches
+// of block rows take the two-pass path instead (86 registers a thread cost occupancy). Both
+// paths sum the same chunks in the same order and scale the same values, so they produce
+// bitwise the same row: switching on the row count cannot break batch invariance.
 constexpr int kRegChunks = 8;
+constexpr int64_t kRegisterBlockRowsMax = 512;
 
 template <bool kResidual, typename Reduce>
 __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base, int t, int width,
@@ -61,10 +64,10 @@ __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base
 }
 
 // One row by a group of `width` threads (this thread is `t`); `reduce` sums over the group.
-template <bool kResidual, typename Reduce>
+template <bool kResidual, bool kRegisters, typename Reduce>
 __device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int width, Reduce reduce) {
     const int64_t chunks = (r.cols + 3) / 4;
-    if (chunks <= (int64_t)kRegChunks * width) {
+    if (kRegisters && chunks <= (int64_t)kRegChunks * width) {
         norm_row_in_registers<kResidual>(r, base, t, width, reduce);
         return;
     }
@@ -95,19 +98,20 @@ __device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int 
     }
 }
 
-template <bool kResidual>
+// kRegisters is a template parameter: a kernel's register count is fixed when compiled.
+template <bool kResidual, bool kRegisters>
 __global__ void __launch_bounds__(kThreads) rmsnorm_block_kernel(Row r) {
     __shared__ float scratch[32];
-    norm_row<kResidual>(r, (int64_t)blockIdx.x * r.cols, threadIdx.x, kThreads,
-                        [&](float v) { return block_sum(v, scratch); });
+    norm_row<kResidual, kRegisters>(r, (int64_t)blockIdx.x * r.cols, threadIdx.x, kThreads,
+                                    [&](float v) { return block_sum(v, scratch); });
 }
 
 template <bool kResidual>
 __global__ void __launch_bounds__(kThreads) rmsnorm_warp_kernel(Row r, int64_t rows) {
     const int64_t row = (int64_t)blockIdx.x * kWarpRowsPerBlock + threadIdx.x / WARP_SIZE;
     if (row >= rows) return;  // whole warps leave together
-    norm_row<kResidual>(r, row * r.cols, threadIdx.x % WARP_SIZE, WARP_SIZE,
-                        [](float v) { return warp_sum(v); });
+    norm_row<kResidual, true>(r, row * r.cols, threadIdx.x % WARP_SIZE, WARP_SIZE,
+                              [](float v) { return warp_sum(v); });
 }
 
 template <bool kResidual>
@@ -117,8 +121,10 @@ int launch_rmsnorm(const Row &r, int64_t rows, cudaStream_t stream) {
     if (r.cols <= kWarpRowMaxCols) {
         const int64_t blocks = (rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
         rmsnorm_warp_kernel<kResidual><<<(unsigned)blocks, kThreads, 0, stream>>>(r, rows);
+    } else if (rows <= kRegisterBlockRowsMax) {
+        rmsnorm_block_kernel<kResidual, true><<<(unsigned)rows, kThreads, 0, stream>>>(r);
     } else {
-        rmsnorm_block_kernel<kResidual><<<(unsigned)rows, kThreads, 0, stream>>>(r);
+        rmsnorm_block_kernel<kResidual, false><<<(unsigned)rows, kThreads, 0, stream>>>(r);
     }
     return luce_status(cudaGetLastError());
 }

@@ -138,3 +138,21 @@ def test_residual_kernel_alignment_and_batch_invariance(cols):
     assert np.array_equal(out, out_misaligned)
     for r in (0, 40, 63):
         assert np.array_equal(out[r], _run_residual(x[r:r + 1], res[r:r + 1], w, 1e-6)[0][0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("residual", [False, True])
+def test_kernel_paths_agree_bitwise(residual):
+    """Past 512 rows a 5120-wide launch takes the two-pass path instead of the in-register
+    one; a row's bits must not change (same chunks, same order)."""
+    rng = np.random.default_rng(8)
+    x, res = rng.standard_normal((2, 600, 5120)).astype(np.float32)
+    w = rng.standard_normal(5120).astype(np.float32)
+    if residual:
+        many = _run_residual(x, res, w, 1e-6)[0]
+        few = _run_residual(x[590:], res[590:], w, 1e-6)[0]
+    else:
+        many = _run_kernel(x, w, 1e-6)
+        few = _run_kernel(x[590:], w, 1e-6)
+    assert np.array_equal(many[590:], few)
+
