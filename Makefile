@@ -5,11 +5,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.luce-installed
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 # clang for the HIP compile check (tools/build_check.py); installed by `make hip-toolchain`.
 HIP_CLANG ?= clang++-22
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install build test test-real test-gpu models serve bench clean compile-check hip-toolchain
+.PHONY: all install build test test-real test-gpu models serve bench clean compile-check hip-toolchain cuda-deps
 
 all: build
 
@@ -46,7 +47,7 @@ hip-toolchain:
 test-real: build models
 	$(PY) -m pytest -q -m real $(PYTEST_ARGS) tests
 
-test-gpu: build
+test-gpu: build cuda-deps
 	$(PY) -m pytest -q -m gpu $(PYTEST_ARGS) tests
 
 models: $(STAMP)
@@ -55,11 +56,16 @@ models: $(STAMP)
 serve: build models
 	$(VENV)/bin/luce-serve
 
-bench: build
-	$(PY) tools/bench.py
+# Kernel benchmarks at Qwen3.6-27B shapes (tools/bench.py; BENCH_ARGS="--json" etc.).
+bench: build cuda-deps
+	$(PY) tools/bench.py $(BENCH_ARGS)
+
+# cuda-python for device memory and graphs (GPU tests, bench); CuPy, if present, adds GEMM ceilings.
+cuda-deps: $(STAMP)
+	@$(PY) -c "import cuda.bindings" 2>/dev/null || $(PY) -m pip install -q "cuda-python>=12.6"
 
 clean:
-	rm -rf build luce/lib luce/*.so luce/_cuda.c *.egg-info
+	rm -rf build luce/lib luce/*.so luce/_cuda*.c *.egg-info
 
 # Serving benchmark against a running OpenAI-compatible server (docs/BENCHMARKS.md), e.g.
 #   make bench-serving BENCH_ARGS="--url http://127.0.0.1:8080 --plot /tmp/bench.png"
