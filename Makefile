@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.luce-installed
 PYTEST_ARGS ?=
-BENCH_ARGS ?=
+KERNEL_BENCH_ARGS ?=
 # clang for the HIP compile check (tools/build_check.py); installed by `make hip-toolchain`.
 HIP_CLANG ?= clang++-22
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -56,9 +56,9 @@ models: $(STAMP)
 serve: build models
 	$(VENV)/bin/luce-serve
 
-# Kernel benchmarks at Qwen3.6-27B shapes (tools/bench.py; BENCH_ARGS="--json" etc.).
+# Kernel benchmarks at Qwen3.6-27B shapes (tools/bench.py; KERNEL_BENCH_ARGS="--json" etc.).
 bench: build cuda-deps
-	$(PY) tools/bench.py $(BENCH_ARGS)
+	$(PY) tools/bench.py $(KERNEL_BENCH_ARGS)
 
 # cuda-python for device memory and graphs (GPU tests, bench); CuPy, if present, adds GEMM ceilings.
 cuda-deps: $(STAMP)
