@@ -10,7 +10,7 @@ kv_last_page_len[s]` rows and its row j (0-based within the segment) is stored a
 to KV indices 0..its own (causal). Segments with `seq_slots[s] == -1` are padding: their
 rows write nothing and their outputs are unspecified (zeros on the numpy backend).
 
-Tree rows (speculation) will add `tree_parents`; until then it must be None.
+Tree rows (speculation) set `tree_parents`; their layout is luce.models.tree_rows'.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class ForwardBatch:
     kv_last_page_len: np.ndarray   # [S] int32 rows used in the last page (1..PAGE_SIZE; 0 if no pages)
     logits_indices: np.ndarray     # [L] int32 rows whose logits are computed, in output order
     capture_layers: tuple[int, ...] = ()   # layers whose outputs [T, hidden] are returned
-    tree_parents: np.ndarray | None = None  # reserved: [T] int32 parent row of tree rows (-1 root)
+    tree_parents: np.ndarray | None = None  # [T] int32 parent row of tree rows (-1: root or ordinary row)
 
     @property
     def n_rows(self) -> int:
@@ -72,7 +72,13 @@ class ForwardBatch:
         return pages, offsets, kv_index
 
     def validate(self) -> None:
-        """Raise ValueError naming the first inconsistency (shapes, CSR, positions)."""
+        """Raise ValueError naming the first inconsistency (shapes, CSR, positions).
+        Batches with tree rows follow the tree-segment rules of luce.models.tree_rows."""
+        if self.tree_parents is not None:
+            from luce.models.tree_rows import validate_batch  # tree_rows builds on this module
+
+            validate_batch(self)
+            return
         T, S = self.n_rows, self.n_segments
         for name, arr, n in (("positions", self.positions, T), ("qo_indptr", self.qo_indptr, S + 1),
                              ("kv_indptr", self.kv_indptr, S + 1), ("kv_last_page_len", self.kv_last_page_len, S)):
@@ -82,8 +88,6 @@ class ForwardBatch:
             raise ValueError(f"qo_indptr {self.qo_indptr.tolist()} must rise from 0 to T={T}")
         if self.kv_indptr[0] != 0 or self.kv_indptr[-1] != len(self.kv_indices) or np.any(np.diff(self.kv_indptr) < 0):
             raise ValueError(f"kv_indptr {self.kv_indptr.tolist()} must rise from 0 to nnz={len(self.kv_indices)}")
-        if self.tree_parents is not None:
-            raise ValueError("tree rows (tree_parents) are not supported yet")
         if len(self.logits_indices) and (self.logits_indices.min() < 0 or self.logits_indices.max() >= T):
             raise ValueError(f"logits_indices must lie in [0, {T})")
         for s in range(S):

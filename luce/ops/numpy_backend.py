@@ -15,6 +15,7 @@ from luce.ref import rotary as ref_rotary
 from luce.ref import sampling as ref_sampling
 from luce.ref import swiglu as ref_swiglu
 from luce.ref.rmsnorm import rmsnorm as ref_rmsnorm
+from luce.ref.tree_attention import paged_attention_with_trees
 
 
 def _f32(x) -> np.ndarray:
@@ -25,6 +26,7 @@ class NumpyBackend:
     """luce.ops.api.Backend on numpy; Array = np.ndarray, Weight = f32 np.ndarray [N, K]."""
 
     name = "numpy"
+    supports_tree_rows = True
 
     # ---- memory -------------------------------------------------------------------------
     def asarray(self, x: np.ndarray) -> np.ndarray:
@@ -116,6 +118,12 @@ class NumpyBackend:
         kv.v[pages[live], offsets[live]] = _f32(v)[live]
 
     def attention(self, q, kv, batch, scale: float, causal: bool = True) -> np.ndarray:
+        """Tree rows (batch.tree_parents) attend to the committed prefix plus their root path."""
+        parents = getattr(batch, "tree_parents", None)
+        if parents is not None:
+            return paged_attention_with_trees(
+                _f32(q), kv.k, kv.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
+                batch.kv_last_page_len, batch.seq_slots, parents, scale, causal)
         return ref_attention.paged_attention(
             _f32(q), kv.k, kv.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
             batch.kv_last_page_len, batch.seq_slots, scale, causal)

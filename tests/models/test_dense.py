@@ -175,7 +175,7 @@ def test_validate_names_the_problem():
     bad = ForwardBatch(**{**good.__dict__, "kv_last_page_len": np.array([2], np.int32)})
     with pytest.raises(ValueError, match="3 rows but only 2 KV rows"):
         bad.validate()
-    with pytest.raises(ValueError, match="tree rows"):
+    with pytest.raises(ValueError, match="tree_parents .* must be -1 for the root"):
         ForwardBatch(**{**good.__dict__, "tree_parents": np.zeros(3, np.int32)}).validate()
     with pytest.raises(ValueError, match="need 2 pages"):
         build_batch([SegmentSpec(0, [1] * 3, 15, [0])])

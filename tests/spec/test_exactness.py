@@ -11,7 +11,6 @@ import pytest
 from luce.engine import Engine, EngineConfig, SamplingParams
 from luce.spec.config import SpecConfig
 from luce.spec.runner import SpecRunner
-from tests.spec.tree_support import TreeRowsModel, needs_shim
 
 rng = np.random.default_rng(0)
 PROMPTS = [
@@ -72,8 +71,6 @@ def test_speculative_output_equals_plain_decoding(tiny_models, case, mode, concu
     model = tiny_models[target_name]
     if mode == "specla" and not model.config.gdn_layers:
         pytest.skip("on attention-only targets specla is ddtree (no GDN layers to factor-capture)")
-    if mode != "chain" and needs_shim(model):
-        model = TreeRowsModel(model)  # dense tree rows: the batch/ops owners' pending change, simulated
     _MODELS[id(tiny_models)] = tiny_models
     want = engine_outputs(target_name, sampled, id(tiny_models))
     spec = SpecConfig(spec=mode, draft_kind=kind, draft=draft_name, ddtree_budget=10, spec_top_k=3, chain_depth=4)

@@ -45,7 +45,6 @@ def test_real_pair_outputs_equal_plain_decoding_and_acceptance_lengths():
     from luce.spec.config import SpecConfig
     from luce.spec.runner import SpecRunner
     from luce.tokenizer import Tokenizer
-    from tests.spec.tree_support import TreeRowsModel, needs_shim
 
     target = load_model(target_path)
     draft = load_model(draft_path)
@@ -57,7 +56,7 @@ def test_real_pair_outputs_equal_plain_decoding_and_acceptance_lengths():
     modes = ["off", "chain", "ddtree"]
     for mode in modes:
         spec = SpecConfig(spec=mode, draft_kind="model", draft=str(draft_path), chain_depth=8)
-        model = TreeRowsModel(target) if mode == "ddtree" and needs_shim(target) else target
+        model = target
         runner = SpecRunner(model, spec, max_slots=5, ctx=ctx, token_budget=4096, draft_model=draft)
         for p in ids:
             runner.add(p, params)

@@ -11,7 +11,6 @@ from luce.models import SegmentSpec, build_batch
 from luce.models.tree_rows import commit_tree_rows, validate_batch
 from luce.spec.batching import TreeSegment, build_spec_batch
 from luce.spec.tree import DraftTree
-from tests.spec.tree_support import TreeRowsModel
 
 PROMPT = [5, 17, 3, 99, 42, 8, 8, 1, 250, 7, 64, 2, 19]
 PAGES = 4  # per slot
@@ -69,8 +68,6 @@ def test_tree_nodes_and_commit_equal_ar_decoding(tiny_models, mode, arch):
         model.gdn_tree_mode = mode
     elif mode == "baseline":
         pytest.skip("dense models have no GDN layers")
-    elif not getattr(model.backend, "supports_tree_rows", False):
-        model = TreeRowsModel(model)   # what the batch/backend owners' change will provide
     state = model.new_state(max_pages=2 * PAGES, max_slots=2)
     root = prefill(model, state, 0, PROMPT)
     assert prefill(model, state, 1, PROMPT) == root
