@@ -63,14 +63,16 @@ CASES = {  # name: (target, draft kind, draft model name)
 RUNS = [(1, False), (3, False), (5, False), (5, True)]  # seeded sampling at C5 keeps the suite fast
 
 
+# specla differs from ddtree only in how GDN layers verify: attention-only targets skip it.
+CASE_MODES = [(case, mode) for case in CASES for mode in ("chain", "ddtree", "specla")
+              if mode != "specla" or CASES[case][0] == "qwen35"]
+
+
 @pytest.mark.parametrize("concurrency,sampled", RUNS, ids=["C1-greedy", "C3-greedy", "C5-greedy", "C5-sampled"])
-@pytest.mark.parametrize("mode", ["chain", "ddtree", "specla"])
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case,mode", CASE_MODES)
 def test_speculative_output_equals_plain_decoding(tiny_models, case, mode, concurrency, sampled):
     target_name, kind, draft_name = CASES[case]
     model = tiny_models[target_name]
-    if mode == "specla" and not model.config.gdn_layers:
-        pytest.skip("on attention-only targets specla is ddtree (no GDN layers to factor-capture)")
     _MODELS[id(tiny_models)] = tiny_models
     want = engine_outputs(target_name, sampled, id(tiny_models))
     spec = SpecConfig(spec=mode, draft_kind=kind, draft=draft_name, ddtree_budget=10, spec_top_k=3, chain_depth=4)
