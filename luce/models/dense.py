@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from luce.models.batch import ForwardBatch, ForwardOutput
 from luce.models.kv_cache import ModelState, PagedKV
-from luce.models.layers import AttentionWeights, FFNWeights, gqa_attention, swiglu_ffn
+from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, gqa_attention, swiglu_ffn
 from luce.models.loader import register_arch
 
 
@@ -25,7 +25,7 @@ class DenseLayer:
     ffn: FFNWeights
 
 
-class DenseModel:
+class DenseModel(TokenIO):
     """Qwen2/Qwen3 decoder on any backend (see luce.models.batch.Model)."""
 
     def __init__(self, config, backend, token_embd, layers: list[DenseLayer], output_norm, output):
@@ -55,15 +55,6 @@ class DenseModel:
         kv = {il: PagedKV(max_pages, c.n_head_kv, c.head_dim, zeros=self.backend.zeros)
               for il in range(c.n_layer)}
         return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv)
-
-    def embed(self, token_ids):
-        """token_ids [T] int -> [T, hidden] f32 (the DFlash draft embeds with the target's table)."""
-        return self.backend.embedding(self.token_embd, token_ids)
-
-    def lm_head(self, hidden):
-        """hidden [L, hidden] -> logits [L, V] f32: final RMSNorm then the output matrix."""
-        b = self.backend
-        return b.matmul(b.rmsnorm(hidden, self.output_norm, self.config.rms_eps), self.output)
 
     def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
         batch.validate()

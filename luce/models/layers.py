@@ -100,3 +100,17 @@ class FFNWeights:
 def swiglu_ffn(backend, w: FFNWeights, x):
     """x [T, hidden] (already normed) -> down(silu(gate x) * up x) [T, hidden]."""
     return backend.matmul(backend.swiglu(backend.matmul(x, w.gate), backend.matmul(x, w.up)), w.down)
+
+
+class TokenIO:
+    """Embedding and LM head of a target model with `backend`, `config`, `token_embd`,
+    `output_norm` and `output` (the DFlash draft borrows both from its target)."""
+
+    def embed(self, token_ids):
+        """token_ids [T] int -> [T, hidden] f32."""
+        return self.backend.embedding(self.token_embd, token_ids)
+
+    def lm_head(self, hidden):
+        """hidden [L, hidden] -> logits [L, V] f32: final RMSNorm then the output matrix."""
+        b = self.backend
+        return b.matmul(b.rmsnorm(hidden, self.output_norm, self.config.rms_eps), self.output)

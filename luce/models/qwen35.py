@@ -22,7 +22,7 @@ from luce.models.batch import ForwardBatch, ForwardOutput
 from luce.models.gdn_layer import GDNDims, GDNWeights, gdn_mixer
 from luce.models.kv_cache import ModelState, PagedKV
 from luce.models.gdn_tree import TREE_MODES
-from luce.models.layers import AttentionWeights, FFNWeights, blk, qk_norm_rope, swiglu_ffn
+from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, blk, qk_norm_rope, swiglu_ffn
 from luce.models.loader import register_arch
 from luce.models.recurrent_state import RecurrentState
 from luce.models.tree_attention import attend_with_trees
@@ -51,7 +51,7 @@ class Qwen35Layer:
     attn: AttentionWeights | None = None  # full-attention layers
 
 
-class Qwen35Model:
+class Qwen35Model(TokenIO):
     """Hybrid Gated DeltaNet + gated attention decoder (see luce.models.batch.Model).
 
     State (`new_state`): paged KV for the full-attention layers and, per slot, conv
@@ -95,15 +95,6 @@ class Qwen35Model:
         recurrent = RecurrentState(self.backend, c.gdn_layers, max_slots,
                                    d.conv_state_shape, d.gdn_state_shape)
         return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv, recurrent=recurrent)
-
-    def embed(self, token_ids):
-        """token_ids [T] int -> [T, hidden] f32."""
-        return self.backend.embedding(self.token_embd, token_ids)
-
-    def lm_head(self, hidden):
-        """hidden [L, hidden] -> logits [L, V] f32: final RMSNorm then the output matrix."""
-        b = self.backend
-        return b.matmul(b.rmsnorm(hidden, self.output_norm, self.config.rms_eps), self.output)
 
     def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
         """One step: logits [L, V] of batch.logits_indices and {layer: output [T, hidden]}
