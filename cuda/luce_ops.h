@@ -330,6 +330,71 @@ int64_t luce_matmul_row_bytes(int32_t qtype, int64_t k);
 int luce_matmul(const luce_matmul_params *p, void *stream);
 /* ---- matmul end ---- */
 
+/* ---- embedding ---- */
+/* Rows of a quantized table (reference: luce/ref/embedding.py): out[t, :] = the decoded row
+ * token_ids[t] of table [n_rows, cols] (GGUF blocks of ggml type qtype, LUCE_QT_*, row r at
+ * table + r * row_bytes), bitwise luce.gguf.quants.dequantize. out [n_tokens, cols] f32 with
+ * row stride out_stride (elements). An id outside [0, n_rows) gives a NaN row.
+ * n_tokens <= 65535; row_bytes must equal luce_embedding_row_bytes(qtype, cols). */
+typedef struct {
+    const void *table;
+    const int32_t *token_ids;
+    float *out;
+    int64_t n_rows;
+    int64_t cols;
+    int64_t row_bytes;
+    int64_t n_tokens;
+    int64_t out_stride;
+    int32_t qtype;
+} luce_embedding_params;
+/* Bytes of one table row of cols values of qtype; -1 if unsupported or not whole blocks. */
+int64_t luce_embedding_row_bytes(int32_t qtype, int64_t cols);
+int luce_embedding(const luce_embedding_params *p, void *stream);
+/* ---- embedding end ---- */
+
+/* ---- pointwise ---- */
+/* Pointwise maths (reference: luce/ref/pointwise.py). binary: out = a op b in f32 with
+ * numpy broadcasting: out [shape[0..3]] dense, a / b element strides per dim (0 where the
+ * operand broadcasts); b == NULL uses b_scalar. unary: out[i] = op(x[i]) computed in double,
+ * rounded once (x, out [n] f32; out may equal x). l2norm: x, out [rows, cols] f32,
+ * out = x / sqrt(sum(x^2) + eps) per row in double (one warp per row: batch-invariant). */
+#define LUCE_POINTWISE_MAX_DIMS 4
+#define LUCE_PW_ADD 0
+#define LUCE_PW_MUL 1
+#define LUCE_PW_SILU 0
+#define LUCE_PW_SIGMOID 1
+#define LUCE_PW_SOFTPLUS 2
+#define LUCE_PW_EXP 3
+typedef struct {
+    const float *a;
+    const float *b;
+    float *out;
+    int64_t shape[LUCE_POINTWISE_MAX_DIMS];
+    int64_t a_strides[LUCE_POINTWISE_MAX_DIMS];
+    int64_t b_strides[LUCE_POINTWISE_MAX_DIMS];
+    float b_scalar;
+    int32_t op;
+} luce_binary_params;
+int luce_binary(const luce_binary_params *p, void *stream);
+
+typedef struct {
+    const float *x;
+    float *out;
+    int64_t n;
+    int32_t op;
+} luce_unary_params;
+int luce_unary(const luce_unary_params *p, void *stream);
+
+typedef struct {
+    const float *x;
+    float *out;
+    int64_t rows;
+    int64_t cols;
+    float eps;
+} luce_l2norm_params;
+int luce_l2norm(const luce_l2norm_params *p, void *stream);
+/* ---- pointwise end ---- */
+
 #ifdef __cplusplus
 }
 #endif
