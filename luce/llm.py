@@ -3,6 +3,8 @@
     from luce import LLM, SamplingParams
     llm = LLM("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")            # a path or a cached model name
     outs = llm.generate(["def fib(n):", "import numpy"], SamplingParams(max_tokens=32))
+    fast = LLM("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+               draft="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", spec="ddtree")   # same output, faster
     print(outs[0].text, outs[0].finish_reason)
     for piece in llm.stream("def fib(n):", SamplingParams(max_tokens=32)):
         print(piece, end="")                                         # whole UTF-8 characters
@@ -42,15 +44,20 @@ def resolve_model_path(model) -> Path:
 
 class LLM:
     def __init__(self, model_path, draft=None, backend="numpy", max_slots: int = 5, ctx: int = 4096,
-                 token_budget: int = 512, kv_pages: int | None = None, seed: int = 0, **engine_options):
+                 token_budget: int = 512, kv_pages: int | None = None, seed: int = 0, *, spec: str | None = None,
+                 draft_kind: str | None = None, ddtree_budget: int = 22, ddtree_tau: float = 6.0,
+                 spec_top_k: int = 4, draft_max: int = 8, **engine_options):
         """Load a GGUF model (and its tokenizer) on `backend` and start an engine.
+        Speculative decoding (luce.spec.config): `draft` (a path or cached model name) turns it
+        on in chain mode unless `spec` says otherwise; draft_kind='ngram' needs no draft.
         `engine_options` are further EngineConfig fields (max_queue, pad_steps, ...)."""
-        if draft is not None:
-            raise NotImplementedError("speculative decoding (draft=...) is not available yet; "
-                                      "pass draft=None")
         from luce.models.loader import load_model
+        from luce.spec.config import resolve_spec_config
         from luce.tokenizer import Tokenizer
 
+        draft_path = resolve_model_path(draft) if draft is not None else None
+        spec_config = resolve_spec_config(spec, draft_path, draft_kind, ddtree_budget=ddtree_budget,
+                                          ddtree_tau=ddtree_tau, spec_top_k=spec_top_k, chain_depth=draft_max)
         path = resolve_model_path(model_path)
         self.model_path = path
         self.model = load_model(path, backend)
@@ -59,7 +66,7 @@ class LLM:
         if limit and ctx > limit:
             raise ValueError(f"ctx {ctx} exceeds the model's context length {limit}")
         config = EngineConfig(max_slots=max_slots, ctx=ctx, token_budget=token_budget, kv_pages=kv_pages,
-                              seed=seed, **engine_options)
+                              seed=seed, spec=spec_config, **engine_options)
         self.engine = Engine(self.model, self.tokenizer, config)
 
     @property

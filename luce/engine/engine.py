@@ -7,9 +7,12 @@
     out = engine.take_output(rid)          # RequestOutput
 
 One step: admit queued requests into free slots (state re-initialised), schedule the cohort
-(AR rows for decoding requests, prompt chunks under the token budget), build the StepBatch,
-preflight it, run the model, sample on the host (the token at absolute position n uses the
-draw (seed, n)), commit, then hand the tokens to their requests and retire finished ones.
+(AR rows for decoding requests, prompt chunks under the token budget), with speculation on
+(`EngineConfig.spec`) turn the decoding lanes that fit into draft trees
+(luce.engine.speculation), build the StepBatch, preflight it, run the model, sample on the
+host (the token at absolute position n uses the draw (seed, n)) or accept each tree, commit
+(trees: their accepted paths only), then hand the tokens to their requests and retire
+finished ones. Greedy or seeded, the tokens are the same with speculation on or off.
 A failure from the model onward (after it may have written durable state) retires exactly
 that step's cohort, each request finishing with reason 'error'; everything else goes on.
 Cancellation between steps frees the slot and its pages and touches nothing else.
@@ -28,9 +31,10 @@ from luce.engine.sampler import SamplingParams, sample_token
 from luce.engine.scheduler import PREFILL_ALIGN, Scheduler
 from luce.engine.slots import SlotManager
 from luce.engine.state_slots import StateSlots
-from luce.engine.step import ROW_PREFILL, Cohort, StepBatch, StepBuilder
+from luce.engine.step import ROW_TREE, Cohort, StepBatch, StepBuilder
 from luce.engine.txn import Reject, Transaction
 from luce.models.kv_cache import pages_needed
+from luce.spec.config import SpecConfig
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class EngineConfig:
     pad_steps: bool = True        # pad shapes to replay-key buckets
     capture_state: bool = False   # keep the cohort's recurrent state per step so abort restores it
     seed: int = 0                 # requests without a seed get one drawn from (seed, submission number)
+    spec: SpecConfig | None = None  # speculative decoding (None or spec='off': plain decoding)
 
     def __post_init__(self):
         for name in ("max_slots", "ctx", "token_budget"):
@@ -78,15 +83,21 @@ class EngineStats:
     cancelled: int = 0
     failed: int = 0
     failed_steps: int = 0
+    tree_rows: int = 0            # rows of draft trees verified
     replay_keys: set = field(default_factory=set)
 
 
 class Engine:
-    def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, **overrides):
+    def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, *, drafter=None,
+                 draft_model=None, **overrides):
         """model: a luce.models.batch.Model; tokenizer (luce.tokenizer.Tokenizer) enables text,
-        stop strings and end-of-generation tokens. Keyword overrides replace config fields."""
+        stop strings and end-of-generation tokens. Keyword overrides replace config fields.
+        With config.spec enabled, `drafter` (luce.spec.drafters) replaces the one the config
+        names and `draft_model` is an already loaded draft model (else config.spec.draft is
+        loaded on the model's backend)."""
         self.config = config = replace(config or EngineConfig(), **overrides)
         self.model = model
+        self.spec = self._speculation(config, drafter, draft_model)
         self.tokenizer = tokenizer
         self.vocab = int(model.config.vocab)
         self.model_state = model.new_state(config.n_pages, config.max_slots)
@@ -123,7 +134,8 @@ class Engine:
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         seed = params.seed if params.seed is not None else splitmix64((self.config.seed & MASK64) ^ splitmix64(number))
-        reserve = pages_needed(min(self.config.ctx, len(prompt) + params.max_tokens))
+        extra = self.spec.reserve_tokens() if self.spec is not None else 0
+        reserve = pages_needed(min(self.config.ctx, len(prompt) + params.max_tokens + extra))
         self.slots.submit(request_id, reserve)
         self.requests[request_id] = Request(request_id, prompt, params, seed, tokenizer=self.tokenizer,
                                             eos_ids=self._eos, ctx=self.config.ctx,
@@ -135,7 +147,10 @@ class Engine:
         request = self.requests.get(request_id)
         if request is None or request.finished:
             return False
+        slot = self.slots.slot_of(request_id)
         self.slots.cancel(request_id)
+        if slot is not None and self.spec is not None:
+            self.spec.forget(slot, self.model_state)
         request.finish(FinishReason.CANCELLED)
         self.stats.cancelled += 1
         return True
@@ -161,12 +176,17 @@ class Engine:
             request = self.requests[request_id]
             request.slot, request.phase = slot, PREFILL
             request.metrics["admitted_step"] = self.stats.steps
+            if self.spec is not None:
+                self.spec.forget(slot, self.model_state)
         running = [r for r in self.requests.values() if r.phase in (PREFILL, DECODE)]
         cohort = self.scheduler.schedule(running)
         if not cohort:
             return []
         try:
-            step = self.builder.build(cohort)
+            if self.spec is not None:
+                cohort = self.spec.upgrade(cohort, self.requests)
+            layers = self.spec.feature_layers if self.spec is not None else ()
+            step = self.builder.build(cohort, capture_layers=layers)
         except (PoolExhausted, ValueError) as e:
             return self._fail(cohort, f"the step could not be built: {e}")
         plan = self.txn.preflight(step, capture_state=self.config.capture_state)
@@ -176,13 +196,53 @@ class Engine:
             self._hook("before_forward", step)
             out = self.model.forward(step.forward, self.model_state)
             self._hook("after_forward", step)
-            tokens = self._sample(step, self.model.backend.to_numpy(out.logits))
+            logits = self.model.backend.to_numpy(out.logits)
+            tokens = self._sample(step, logits)
+            kept = self._verify(step, logits, out, tokens)
         except Exception as e:  # noqa: BLE001 - any runtime failure retires the cohort
             self.txn.abort(plan)
             return self._fail(cohort, f"{type(e).__name__}: {e}")
-        self.txn.commit(plan)
+        self.txn.commit(plan, accepted=kept)
         self._record(step)
         return self._apply(step, tokens)
+
+    def _speculation(self, config: EngineConfig, drafter, draft_model):
+        if config.spec is None or not config.spec.enabled:
+            return None
+        from luce.engine.speculation import EngineSpeculation
+        from luce.spec.config import make_drafter
+        from luce.spec.speculator import Speculator
+
+        if drafter is None:
+            drafter = make_drafter(config.spec, self.model, config.max_slots, config.ctx, draft_model=draft_model)
+        return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx)
+
+    def _verify(self, step: StepBatch, logits, out, tokens: dict) -> dict[int, int]:
+        """Speculation after the forward pass: accept every tree (its tokens join `tokens`),
+        commit the accepted paths into the model state, keep the drafter's features.
+        Returns tree slot -> rows kept, for the transaction."""
+        if self.spec is None:
+            return {}
+        features = None
+        if self.spec.feature_layers:
+            from luce.models.dflash import features_from_captured
+
+            backend = self.model.backend
+            features = backend.to_numpy(features_from_captured(out.captured, self.spec.feature_layers, backend))
+        self.spec.add_features(step, features)
+        if not step.cohort.tree:
+            return {}
+        accepted = self.spec.verify(step, logits, self._request_in)
+        kept = self.spec.commit(step, accepted, self.model_state, self.pool, features)
+        self.spec.stats.verify_steps += 1
+        for chunk in step.cohort.tree:
+            r, acc = self._request_in(chunk.slot), accepted[chunk.slot]
+            tokens[r.request_id] = list(acc.tokens)
+            m = r.metrics
+            m["spec_verifies"] = m.get("spec_verifies", 0) + 1
+            m["spec_drafted"] = m.get("spec_drafted", 0) + len(chunk.token_ids) - 1
+            m["spec_accepted"] = m.get("spec_accepted", 0) + acc.n_accepted
+        return kept
 
     def _hook(self, point: str, step: StepBatch) -> None:
         if self.fault_hook is not None:
@@ -191,16 +251,19 @@ class Engine:
     def _request_in(self, slot: int) -> Request:
         return self.requests[self.slots.table[slot].request_id]
 
-    def _sample(self, step: StepBatch, logits) -> list[int]:
-        """One token per logits row: logits [L, V] host f32."""
+    def _sample(self, step: StepBatch, logits) -> dict[Any, list[int]]:
+        """request id -> [the token] of each prompt-tail or AR logits row: logits [L, V] host
+        f32 (tree rows are accepted by _verify)."""
         if logits.shape[0] != len(step.logits_slot):
             raise RuntimeError(f"the model returned {logits.shape[0]} logits rows, the step asked for "
                                f"{len(step.logits_slot)}")
-        tokens = []
+        tokens = {}
         for i, slot in enumerate(step.logits_slot.tolist()):
+            if step.logits_kind[i] == ROW_TREE:
+                continue
             r = self._request_in(slot)
-            tokens.append(sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]),
-                                       r.prompt_ids, r.output_ids))
+            tokens[r.request_id] = [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]),
+                                                 r.prompt_ids, r.output_ids)]
         return tokens
 
     def _record(self, step: StepBatch) -> None:
@@ -210,22 +273,27 @@ class Engine:
         s.live_rows += live
         s.padded_rows += step.forward.n_rows - live
         s.prompt_tokens += sum(len(c.token_ids) for c in step.cohort.prefill)
+        s.tree_rows += sum(len(t.token_ids) for t in step.cohort.tree)
         s.replay_keys.add(step.replay_key)
 
-    def _apply(self, step: StepBatch, tokens: list[int]) -> list[StepUpdate]:
+    def _apply(self, step: StepBatch, tokens: dict[Any, list[int]]) -> list[StepUpdate]:
+        """Hand each request its tokens of the step (in order, up to the one that finishes it)."""
         new: dict[Any, list[int]] = {}
         for chunk in step.cohort.prefill:
             r = self.requests[chunk.request_id]
             r.n_prefilled = chunk.start + len(chunk.token_ids)
             new[r.request_id] = []
-        for i, slot in enumerate(step.logits_slot.tolist()):
-            r = self._request_in(slot)
-            if step.logits_kind[i] == ROW_PREFILL:
+            if chunk.completes_prompt:
                 r.phase = DECODE
                 r.metrics["first_token_step"] = self.stats.steps
-            r.add_token(tokens[i])
-            self.stats.generated_tokens += 1
-            new.setdefault(r.request_id, []).append(tokens[i])
+        for item in step.cohort.items:
+            r = self.requests[item.request_id]
+            for token in tokens.get(item.request_id, ()):
+                if r.finish_reason is not None:
+                    break
+                r.add_token(token)
+                self.stats.generated_tokens += 1
+                new.setdefault(r.request_id, []).append(token)
         for rid in new:
             r = self.requests[rid]
             if r.finished:
@@ -236,6 +304,8 @@ class Engine:
     def _retire(self, request: Request) -> None:
         if request.slot is not None and self.slots.slot_of(request.request_id) == request.slot:
             self.slots.retire(request.slot)
+            if self.spec is not None:
+                self.spec.forget(request.slot, self.model_state)
         request.phase = FINISHED
         request.metrics["finished_step"] = self.stats.steps
 

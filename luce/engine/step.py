@@ -13,8 +13,9 @@ so steps with one key can replay one captured graph. Only completed prompt tails
 and tree rows reach the LM head (`logits_indices`), never prompt interiors.
 
 New pages are only peeked here (PagePool.plan_growth); the transaction takes them at commit.
-Tree rows are the speculation issue's hook: they are packed (positions by depth, parents,
-scratch pages) but no model runs them yet.
+A tree of N nodes (speculative verify, luce.models.tree_rows) is one segment over the slot's
+own pages: its rows write KV at start..start+N-1 (scratch beyond the committed length, so
+its pages cover start + N), sit at positions start + depth, and all reach the LM head.
 """
 from __future__ import annotations
 
@@ -59,19 +60,23 @@ class DecodeRow:
 
 @dataclass(frozen=True)
 class TreeChunk:
-    """Speculation hook: a draft tree over a slot's committed prefix."""
+    """A draft tree to verify over a slot's committed prefix. Node 0 is the root: the
+    slot's newest token (what an AR row would feed), at position `start`."""
 
     slot: int
     request_id: Any
     token_ids: tuple[int, ...]   # [N] nodes in insertion order (a parent before its children)
-    parents: tuple[int, ...]     # [N] parent node index, -1 for children of the committed prefix
-    start: int                   # the slot's committed length
+    parents: tuple[int, ...]     # [N] parent node index; -1 for the root (node 0) only
+    start: int                   # the slot's committed length = the root's position
 
     def depths(self) -> list[int]:
+        if not self.token_ids or len(self.parents) != len(self.token_ids):
+            raise ValueError(f"slot {self.slot}: a tree needs one parent per node and at least the root")
         d: list[int] = []
         for i, p in enumerate(self.parents):
-            if not -1 <= p < i:
-                raise ValueError(f"tree node {i} has parent {p}: parents must precede their children")
+            if (i == 0 and p != -1) or (i > 0 and not 0 <= p < i):
+                raise ValueError(f"tree node {i} has parent {p}: node 0 is the root (parent -1) and "
+                                 f"every other node's parent is an earlier node")
             d.append(0 if p < 0 else d[p] + 1)
         return d
 
@@ -109,9 +114,8 @@ class StepBatch:
     logits_kind: np.ndarray              # [L] int8 kind of each logits row
     logits_position: np.ndarray          # [L] int32 absolute position of the token it predicts
     tree_parents: np.ndarray             # [T] int32 parent row of a tree row (-1: root or not a tree row)
-    new_pages: dict[int, tuple[int, ...]]      # slot -> pages added this step (taken at commit)
-    scratch_pages: dict[int, tuple[int, ...]]  # slot -> scratch pages of its tree rows (never kept)
-    kv_len_after: dict[int, int]         # slot -> committed length after commit (trees: the most)
+    new_pages: dict[int, tuple[int, ...]]  # slot -> pages its rows need (taken at commit; trees: as accepted)
+    kv_len_after: dict[int, int]         # slot -> KV rows the step writes (trees: start + N, the most)
     cohort: Cohort
     replay_key: tuple
 
@@ -179,7 +183,7 @@ class StepBuilder:
         depths = {t.slot: t.depths() for t in cohort.tree}
         demands = ([(c.slot, c.start + len(c.token_ids)) for c in cohort.prefill]
                    + [(r.slot, r.position + 1) for r in cohort.decode]
-                   + [(t.slot, t.start + (max(depths[t.slot]) + 1 if t.token_ids else 0)) for t in cohort.tree])
+                   + [(t.slot, t.start + len(t.token_ids)) for t in cohort.tree])
         for item in cohort.prefill:
             if not item.token_ids:
                 raise ValueError(f"slot {item.slot}: a prefill chunk needs at least one token")
@@ -187,11 +191,6 @@ class StepBuilder:
             raise ValueError("live cohort items need a slot >= 0 (-1 is padding)")
         new_pages = pool.plan_growth(demands)
         width = self._b(max((len(t.token_ids) for t in cohort.tree), default=0))
-        scratch, taken = {}, sum(len(p) for p in new_pages.values())
-        for t in cohort.tree:
-            n = pages_needed(width)
-            scratch[t.slot] = tuple(pool.peek_free(n, skip=taken))
-            taken += n
 
         def pages_for(slot, kv_len):
             return (pool.slot_pages(slot) + new_pages[slot])[:pages_needed(kv_len)]
@@ -208,9 +207,9 @@ class StepBuilder:
             row0 = p.segment(r.slot, ROW_AR, [r.token_id], [r.position], pages_for(r.slot, r.position + 1), r.position + 1)
             p.logits.append((row0, r.slot, ROW_AR, r.position + 1))
         for t in cohort.tree:
-            d = depths[t.slot]
+            d, kv_len = depths[t.slot], t.start + len(t.token_ids)
             row0 = p.segment(t.slot, ROW_TREE, t.token_ids, [t.start + x for x in d],
-                             pages_for(t.slot, t.start), t.start, parents=t.parents)
+                             pages_for(t.slot, kv_len), kv_len, parents=t.parents)
             p.logits.extend((row0 + i, t.slot, ROW_TREE, t.start + x + 1) for i, x in enumerate(d))
             if self.pad:
                 p.padding(width - len(t.token_ids))
@@ -232,5 +231,4 @@ class StepBuilder:
             segment_kind=np.asarray(p.seg_kind, np.int8),
             logits_slot=i32([x[1] for x in p.logits]), logits_kind=np.asarray([x[2] for x in p.logits], np.int8),
             logits_position=i32([x[3] for x in p.logits]), tree_parents=i32(p.parents),
-            new_pages={s: tuple(v) for s, v in new_pages.items()}, scratch_pages=scratch,
-            kv_len_after=kv_after, cohort=cohort, replay_key=key)
+            new_pages={s: tuple(v) for s, v in new_pages.items()}, kv_len_after=kv_after, cohort=cohort, replay_key=key)

@@ -3,7 +3,8 @@
 `preflight(step)` checks every domain the step touches without changing anything: each live
 segment's slot is held by the request the cohort names, owns its recurrent state, starts at
 its committed length, reads exactly its own pages (committed ones plus the free pages the
-step adds), stays within the context, and the added and scratch pages are free and distinct.
+step adds), stays within the context, and the added pages are free and distinct. A tree's
+rows are KV rows start..start+N-1 like any segment's; only the accepted part stays.
 It returns a Plan, or a Reject carrying the reason.
 
 `commit(plan, accepted)` makes the step durable in the bookkeeping: the added pages join
@@ -30,9 +31,8 @@ class SlotChange:
     slot: int
     request_id: Any
     kv_len_before: int
-    kv_len_after: int                 # trees: the length if the deepest path is accepted
+    kv_len_after: int                 # trees: start + N (every node's KV row)
     new_pages: tuple[int, ...]        # enough for kv_len_after
-    scratch_pages: tuple[int, ...]
     is_tree: bool
 
 
@@ -101,12 +101,11 @@ class Transaction:
             new = tuple(step.new_pages.get(slot, ()))
             if len(pool.slot_pages(slot)) + len(new) != max(len(pool.slot_pages(slot)), pages_needed(after)):
                 raise _Refusal(f"slot {slot} adds {len(new)} pages, {pool.extra_pages_needed(slot, after)} needed")
-            scratch = tuple(step.scratch_pages.get(slot, ()))
-            for page in new + scratch:
+            for page in new:
                 if not pool.is_free(page) or page in claimed:
                     raise _Refusal(f"page {page} planned for slot {slot} is not free")
                 claimed.add(page)
-            changes.append(SlotChange(slot, rid, entry.kv_len, after, new, scratch, slot in trees))
+            changes.append(SlotChange(slot, rid, entry.kv_len, after, new, slot in trees))
         self._check_reads(step, {c.slot: c for c in changes})
         return changes
 
@@ -122,7 +121,7 @@ class Transaction:
             if c is None or slot in seen:
                 raise _Refusal(f"segment {s} runs slot {slot}, which the cohort does not schedule once")
             seen.add(slot)
-            kv_len = c.kv_len_before if c.is_tree else c.kv_len_after
+            kv_len = c.kv_len_after
             want = (self.pool.slot_pages(slot) + list(c.new_pages))[:pages_needed(kv_len)]
             if f.segment_pages(s).tolist() != want or (want and f.kv_len(s) != kv_len):
                 raise _Refusal(f"segment {s} (slot {slot}) reads pages {f.segment_pages(s).tolist()}, "
@@ -132,7 +131,8 @@ class Transaction:
 
     # ---- commit / abort ----------------------------------------------------------------------
     def commit(self, plan: Plan, accepted: Mapping[int, int] | None = None) -> None:
-        """Make the step durable. accepted: tree slot -> tokens of the tree kept (0..depth)."""
+        """Make the step durable. accepted: tree slot -> tree rows kept (the accepted root
+        path, root included: 1..N; missing slots keep 0)."""
         accepted = dict(accepted or {})
         finals = []
         for c in plan.changes:

@@ -23,8 +23,6 @@ log = logging.getLogger("luce.server")
 SPEC_MODES = ("off", "chain", "ddtree", "specla")
 DRAFT_KINDS = ("dflash", "model", "ngram")
 BACKENDS = ("auto", "numpy", "cuda", "hip")
-SPEC_PENDING_NOTE = ("speculative decoding is not active yet: the engine does not run drafts so far "
-                     "(luce issue 5); requests decode plainly, one token per step")
 
 
 class LuceEngineCore:
@@ -54,17 +52,23 @@ class LuceEngineCore:
 
     def stats(self) -> EngineStats:
         g = self.engine.gauges()
+        spec = self.engine.spec.stats if self.engine.spec is not None else None
         return EngineStats(slots_total=g["slots_total"], slots_busy=g["slots_busy"], queue_depth=g["queue_depth"],
                            kv_pages_total=g["kv_pages_total"], kv_pages_used=g["kv_pages_used"],
-                           steps=self.engine.stats.steps)
+                           steps=self.engine.stats.steps,
+                           acceptance_length=spec.acceptance_length if spec and spec.verifies else None)
 
 
 @dataclass
 class ServeOptions:
     model: str | None = None          # GGUF path or cached model name; None: the default pair
     draft: str | None = None
-    spec: str = "off"
+    spec: str | None = None           # None: chain when a draft or drafter kind is given, else off
     draft_kind: str | None = None     # dflash | model | ngram (None: from the draft file)
+    ddtree_budget: int = 22
+    ddtree_tau: float = 6.0
+    spec_top_k: int = 4
+    draft_max: int = 8                # tokens a model or n-gram draft proposes per verify
     backend: str = "auto"
     max_slots: int = 5
     ctx: int | None = None            # None: min(model context, 4096)
@@ -74,10 +78,18 @@ class ServeOptions:
     seed: int = 0
 
     def check(self) -> None:
-        if self.spec not in SPEC_MODES:
+        if self.spec is not None and self.spec not in SPEC_MODES:
             raise ValueError(f"--spec {self.spec!r}: choose one of {', '.join(SPEC_MODES)}")
         if self.draft_kind is not None and self.draft_kind not in DRAFT_KINDS:
             raise ValueError(f"--draft-kind {self.draft_kind!r}: choose one of {', '.join(DRAFT_KINDS)}")
+        if self.draft_kind in ("dflash", "model") and self.draft is None and self.model is not None:
+            raise ValueError(f"--draft-kind {self.draft_kind} needs a draft model: pass --draft PATH "
+                             "(or use --draft-kind ngram, which needs none)")
+        for name in ("ddtree_budget", "spec_top_k", "draft_max"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.ddtree_tau < 0:
+            raise ValueError(f"--ddtree-tau must be >= 0, got {self.ddtree_tau}")
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if self.max_slots < 1:
@@ -86,6 +98,27 @@ class ServeOptions:
             raise ValueError(f"--max-queue must be >= 0, got {self.max_queue}")
         if self.ctx is not None and self.ctx < 2:
             raise ValueError(f"--ctx must be >= 2, got {self.ctx}")
+
+
+def add_spec_arguments(p) -> None:
+    """The speculation flags of luce-serve and luce-run (names as Luce DFlash and llama-server)."""
+    p.add_argument("--draft", help="draft model GGUF (a DFlash draft or a small model with the same tokenizer)")
+    p.add_argument("--spec", choices=SPEC_MODES, default=None,
+                   help="speculation mode (default: chain when a draft is given, else off)")
+    p.add_argument("--draft-kind", choices=DRAFT_KINDS, default=None,
+                   help="drafter (default: from the draft file; ngram needs no draft)")
+    p.add_argument("--ddtree-budget", type=int, default=22, help="DDTree drafted nodes per verify (default 22)")
+    p.add_argument("--ddtree-tau", type=float, default=6.0,
+                   help="DDTree prunes nodes this far (log-prob) below the best path (default 6)")
+    p.add_argument("--spec-top-k", type=int, default=4, help="DDTree siblings per node (default 4)")
+    p.add_argument("--draft-max", type=int, default=8,
+                   help="tokens a model or n-gram draft proposes per verify (default 8; DFlash: its block)")
+
+
+def spec_options(args) -> dict:
+    """ServeOptions fields from parsed add_spec_arguments flags."""
+    return dict(draft=args.draft, spec=args.spec, draft_kind=args.draft_kind, ddtree_budget=args.ddtree_budget,
+                ddtree_tau=args.ddtree_tau, spec_top_k=args.spec_top_k, draft_max=args.draft_max)
 
 
 def resolve_backend(name: str):
@@ -123,6 +156,7 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     """Load the model and tokenizer and build the engine: returns (engine, tokenizer, ModelInfo)."""
     from luce.engine import Engine, EngineConfig
     from luce.models.loader import load_model
+    from luce.spec.config import resolve_spec_config
     from luce.tokenizer import Tokenizer
 
     options.check()
@@ -137,20 +171,26 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     if limit and ctx > limit:
         raise ValueError(f"--ctx {ctx} exceeds the model's context length {limit}")
     budget = max(options.token_budget, options.max_slots + 64)
+    spec = resolve_spec_config(options.spec, draft, options.draft_kind, ddtree_budget=options.ddtree_budget,
+                               ddtree_tau=options.ddtree_tau, spec_top_k=options.spec_top_k,
+                               chain_depth=options.draft_max)
+    if spec.enabled:
+        say(f"luce: speculation {spec.spec} with the {spec.draft_kind} drafter"
+            + (f" ({draft})" if spec.draft else "") + " ...")
     engine = Engine(model, tokenizer, EngineConfig(max_slots=options.max_slots, ctx=ctx, token_budget=budget,
                                                    max_queue=options.max_slots + options.max_queue + 1,
-                                                   seed=options.seed))
+                                                   seed=options.seed, spec=spec))
     say(f"luce: loaded {model.config.arch} ({model.config.n_layer} layers, vocab {tokenizer.vocab_size}) "
         f"in {time.monotonic() - t0:.1f} s; context {ctx}, {options.max_slots} slots, "
         f"{engine.pool.n_pages} KV pages")
-    wants_spec = options.spec != "off" or draft is not None or options.draft_kind is not None
-    spec_note = SPEC_PENDING_NOTE if wants_spec else ""
-    if spec_note:
-        say(f"luce: --spec {options.spec}" + (f" with draft {draft}" if draft else "") + f": {spec_note}")
+    notes = spec.notes_for(model.config)
+    for note in notes:
+        say(f"luce: note: {note}")
     info = ModelInfo(model_id=options.alias or target.name, path=str(target), n_ctx=ctx, backend=backend_name,
                      max_slots=options.max_slots, arch=model.config.arch,
-                     draft_path=str(draft) if draft else None, spec_mode=options.spec,
-                     draft_kind=options.draft_kind, spec_active=False, spec_note=spec_note)
+                     draft_path=spec.draft if spec.enabled else None, spec_mode=spec.spec,
+                     draft_kind=spec.draft_kind if spec.enabled else None, spec_active=spec.enabled,
+                     spec_note="; ".join(notes))
     return engine, tokenizer, info
 
 

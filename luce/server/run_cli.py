@@ -12,7 +12,7 @@ import argparse
 import sys
 import time
 
-from luce.server.engine_core import BACKENDS, DRAFT_KINDS, SPEC_MODES, ServeOptions, load_engine
+from luce.server.engine_core import BACKENDS, ServeOptions, add_spec_arguments, load_engine, spec_options
 from luce.server.textstream import OutputAssembler
 
 
@@ -20,9 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="luce-run", description="Generate once from a prompt and print stats.")
     p.add_argument("prompt", help="the prompt ('-' reads it from stdin)")
     p.add_argument("-m", "--model", help="GGUF file or cached model name (default: the default pair, fetched)")
-    p.add_argument("--draft", help="draft model GGUF for speculative decoding")
-    p.add_argument("--spec", choices=SPEC_MODES, default="off")
-    p.add_argument("--draft-kind", choices=DRAFT_KINDS, default=None)
+    add_spec_arguments(p)
     p.add_argument("--backend", choices=BACKENDS, default="auto")
     p.add_argument("--ctx", "-c", type=int, default=None)
     p.add_argument("--max-tokens", "-n", type=int, default=256)
@@ -55,15 +53,14 @@ def main(argv=None) -> int:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    options = ServeOptions(model=args.model, draft=args.draft, spec=args.spec, draft_kind=args.draft_kind,
-                           backend=args.backend,
-                           max_slots=1, ctx=args.ctx, max_queue=0)
+    options = ServeOptions(model=args.model, backend=args.backend, max_slots=1, ctx=args.ctx, max_queue=0,
+                           **spec_options(args))
     try:
         options.check()
         SamplingParams(max_tokens=max(args.max_tokens, 1), temperature=args.temp, top_k=args.top_k,
                        top_p=args.top_p, min_p=args.min_p, seed=args.seed, stop=tuple(args.stop))
         engine, tokenizer, info = load_engine(options, progress=True, say=say)
-    except (ValueError, SamplingError, FileNotFoundError) as e:
+    except (ValueError, SamplingError, FileNotFoundError, OSError) as e:
         print(f"luce-run: {e}", file=sys.stderr)
         return 2
     if args.raw or not tokenizer.chat_template:
@@ -112,8 +109,7 @@ def main(argv=None) -> int:
     t_end = time.monotonic()
     sys.stdout.write("\n")
     first = t_first if t_first is not None else t_end
-    say(format_stats(len(ids), first - t0, text.n_tokens, t_end - first, decode_steps, reason)
-        + ("" if info.spec_active or info.spec_mode == "off" else " (speculation not active yet)"))
+    say(format_stats(len(ids), first - t0, text.n_tokens, t_end - first, decode_steps, reason))
     return 0
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 
 from luce.server.app import App, ServerConfig
-from luce.server.engine_core import BACKENDS, DRAFT_KINDS, SPEC_MODES, ServeOptions, load_bridge
+from luce.server.engine_core import BACKENDS, ServeOptions, add_spec_arguments, load_bridge, spec_options
 from luce.server.runner import serve_forever
 from luce.server.validation import Defaults
 
@@ -29,9 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", help="GGUF file or cached model name (default: fetch and serve "
                    "Qwen2.5-Coder-1.5B-Instruct with the 0.5B draft)")
     p.add_argument("-m", "--model", dest="model_opt", metavar="MODEL", help="same as the positional MODEL")
-    p.add_argument("--draft", help="draft model GGUF for speculative decoding")
-    p.add_argument("--spec", choices=SPEC_MODES, default="off", help="speculation mode (default off)")
-    p.add_argument("--draft-kind", choices=DRAFT_KINDS, default=None, help="drafter (default: from the draft)")
+    add_spec_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--max-slots", "-np", type=int, default=5, help="requests decoding together (default 5)")
@@ -89,8 +87,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model = args.model_opt or args.model
-    options = ServeOptions(model=model, draft=args.draft, spec=args.spec, draft_kind=args.draft_kind,
-                           backend=args.backend,
+    options = ServeOptions(model=model, backend=args.backend, **spec_options(args),
                            max_slots=args.max_slots, ctx=args.ctx, max_queue=args.max_queue,
                            token_budget=args.token_budget, alias=args.alias, seed=args.seed)
     try:

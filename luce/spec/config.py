@@ -99,6 +99,23 @@ def make_drafter(config: SpecConfig, target, max_slots: int, ctx: int, draft_mod
                              target_vocab=target.config.vocab)
 
 
+def resolve_spec_config(spec: str | None = None, draft=None, draft_kind: str | None = None,
+                        **options) -> SpecConfig:
+    """The SpecConfig a user means, as llama-server reads its flags: a draft (or a drafter
+    kind) without --spec speculates in chain mode; the drafter kind defaults to what the
+    draft file is (a 'dflash' GGUF: dflash, else model) and to ngram without a draft.
+    options: ddtree_budget, ddtree_tau, spec_top_k, chain_depth, ngram_max."""
+    mode = spec if spec is not None else ("chain" if draft is not None or draft_kind is not None else "off")
+    if draft_kind is None:
+        if draft is None:
+            draft_kind = "ngram" if mode != "off" else "dflash"
+        else:
+            from luce.gguf.reader import read_config
+
+            draft_kind = "dflash" if read_config(draft).arch == "dflash" else "model"
+    return SpecConfig(spec=mode, draft_kind=draft_kind, draft=None if draft is None else str(draft), **options)
+
+
 def _check_draft_arch(config: SpecConfig, arch: str) -> None:
     if config.draft_kind == "dflash" and arch != "dflash":
         raise SpecConfigError(f"--draft-kind dflash needs a DFlash draft (GGUF arch 'dflash'), "

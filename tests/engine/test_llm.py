@@ -80,5 +80,21 @@ def test_engine_error_surfaces_in_stream_and_generate(llm):
 def test_missing_model_and_draft_are_explained(tmp_path):
     with pytest.raises(FileNotFoundError, match="fetch the model"):
         LLM(tmp_path / "nope.gguf")
-    with pytest.raises(NotImplementedError, match="draft"):
+    with pytest.raises(FileNotFoundError, match="d.gguf"):
         LLM("whatever.gguf", draft="d.gguf")
+
+
+def test_speculative_llm_gives_the_plain_output(tmp_path):
+    """draft= turns speculation on (chain by default; here ddtree with the model drafting for
+    itself, and n-gram lookup without a draft): the text is the same as without."""
+    path = tmp_path / "q35.gguf"
+    make_qwen35(path, seed=2)
+    prompts = ["def fib(n):", "hello hello hello"]
+    params = luce.SamplingParams(max_tokens=8, ignore_eos=True)
+    plain = [o.token_ids for o in LLM(path, max_slots=2, ctx=256, token_budget=2 + 64).generate(prompts, params)]
+    for options in (dict(draft=path), dict(draft=path, spec="ddtree", ddtree_budget=6), dict(draft_kind="ngram")):
+        fast = LLM(path, max_slots=2, ctx=256, token_budget=2 + 64, **options)
+        assert fast.engine.spec is not None
+        assert [o.token_ids for o in fast.generate(prompts, params)] == plain, options
+        if "draft" in options:   # (n-gram lookup finds nothing to propose in this random text)
+            assert fast.engine.spec.stats.accepted > 0

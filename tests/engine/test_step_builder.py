@@ -42,8 +42,9 @@ def test_layout_order_logits_and_csr():
     # slot 0 gets a fresh page, slot 1 a second page for position 16; both only peeked
     assert step.new_pages == {0: (pool.peek_free(1)[0],), 1: (pool.peek_free(2)[1],), 2: ()}
     assert f.segment_pages(2).tolist() == pool.slot_pages(1) + list(step.new_pages[1]) and f.kv_len(2) == 17
-    assert len(step.scratch_pages[2]) == 1 and not set(step.scratch_pages[2]) & set(step.new_pages[0] + step.new_pages[1])
-    assert step.kv_len_after == {0: 5, 1: 17, 2: 42}
+    # the tree's rows are KV rows 40..42 of its own pages (scratch past the committed length)
+    assert f.segment_pages(3).tolist() == pool.slot_pages(2) and f.kv_len(3) == 43
+    assert step.kv_len_after == {0: 5, 1: 17, 2: 43}
     assert len(f.kv_indices) == bucket(1 + 2 + 3)                         # padded KV span
     assert pool.n_used == pages_needed(16) + pages_needed(40)             # nothing allocated
 
@@ -74,8 +75,10 @@ def test_exhausted_pool_and_malformed_cohorts_change_nothing():
         StepBuilder(pool).build(Cohort(decode=[DecodeRow(0, "a", 1, 16), DecodeRow(0, "a", 1, 16)]))
     with pytest.raises(ValueError, match="at least one token"):
         StepBuilder(pool).build(Cohort(prefill=[PrefillChunk(1, "b", (), 0, True)]))
-    with pytest.raises(ValueError, match="parents must precede"):
+    with pytest.raises(ValueError, match="earlier node"):
         StepBuilder(pool).build(Cohort(tree=[TreeChunk(0, "a", (1, 2), (1, -1), 16)]))
+    with pytest.raises(ValueError, match="earlier node"):
+        StepBuilder(pool).build(Cohort(tree=[TreeChunk(0, "a", (1, 2), (-1, -1), 16)]))
     assert pool.digest() == before
 
 
@@ -132,7 +135,7 @@ def test_same_replay_key_means_same_shapes(spec, other, data):
     assert (a.row_kind[f.logits_indices] != ROW_PAD).all()
     assert int(live.sum()) == a.cohort.n_rows
     for s in range(f.n_segments):
-        if f.seq_slots[s] >= 0 and a.segment_kind[s] != ROW_TREE:
+        if f.seq_slots[s] >= 0:
             assert f.kv_len(s) == a.kv_len_after[int(f.seq_slots[s])]
             assert len(f.segment_pages(s)) == pages_needed(f.kv_len(s))
     np.testing.assert_array_equal(np.diff(f.qo_indptr) >= 0, True)

@@ -18,7 +18,7 @@ from luce.engine.slots import AdmissionError, QueueFull, SlotManager
 from luce.engine.state_slots import SnapshotTableFull, StateSlots
 from luce.engine.step import Cohort, DecodeRow, PrefillChunk, StepBuilder, TreeChunk
 from luce.engine.txn import Plan, Reject, Transaction
-from luce.models.kv_cache import PAGE_SIZE
+from luce.models.kv_cache import PAGE_SIZE, pages_needed
 from tests.engine.fake_model import FakeModel
 
 N_PAGES, MAX_SLOTS, CTX = 24, 4, 160
@@ -121,9 +121,9 @@ class TxnMachine(RuleBasedStateMachine):
                 cohort.decode.append(DecodeRow(slot, e.request_id, 7, e.kv_len))
             elif kind == "tree":
                 n = data.draw(st.integers(1, 9))
-                parents = tuple(data.draw(st.integers(-1, i - 1)) for i in range(n))
+                parents = (-1,) + tuple(data.draw(st.integers(0, i - 1)) for i in range(1, n))
                 cohort.tree.append(TreeChunk(slot, e.request_id, tuple(range(n)), parents, e.kv_len))
-        if cohort.tree:   # tree rows have no model yet: a tree step holds only trees
+        if cohort.tree:   # the fake model does not run tree rows: a tree step holds only trees
             cohort = Cohort(tree=cohort.tree)
         if not cohort:
             return
@@ -183,19 +183,21 @@ class TxnMachine(RuleBasedStateMachine):
                 for slot in plan.slots:
                     self.slots.retire(slot)
             return
-        accepted = {}
-        for t in step.cohort.tree:
-            depth = step.kv_len_after[t.slot] - t.start
-            accepted[t.slot] = data.draw(st.integers(0, depth))
-        self.txn.commit(plan, accepted)
-        self.steps_committed += 1
+        accepted, paths, pages_before = {}, {}, {}
         for t in step.cohort.tree:   # stub of the speculation commit: keep the deepest path's first nodes
+            assert step.kv_len_after[t.slot] == t.start + len(t.token_ids)
             d = t.depths()
             node, path = int(np.argmax(d)), []
             while node >= 0:
                 path.append(t.token_ids[node])
                 node = t.parents[node]
-            kept = np.asarray(path[::-1][:accepted[t.slot]], np.int64)
+            paths[t.slot] = path[::-1]
+            accepted[t.slot] = data.draw(st.integers(1, len(path)))
+            pages_before[t.slot] = len(self.pool.slot_pages(t.slot))
+        self.txn.commit(plan, accepted)
+        self.steps_committed += 1
+        for t in step.cohort.tree:
+            kept = np.asarray(paths[t.slot][:accepted[t.slot]], np.int64)
             pages = self.pool.slot_pages(t.slot)
             for j, tok in enumerate(kept):
                 pos = t.start + j
@@ -205,10 +207,15 @@ class TxnMachine(RuleBasedStateMachine):
         for s in range(f.n_segments):                            # nobody read what it does not own
             slot = int(f.seq_slots[s])
             if slot >= 0:
-                assert set(f.segment_pages(s).tolist()) <= set(self.pool.slot_pages(slot))
+                owned = set(self.pool.slot_pages(slot)) | set(step.new_pages.get(slot, ()) if slot in accepted else ())
+                assert set(f.segment_pages(s).tolist()) <= owned
                 assert self.states.owns(slot, self.slots.table[slot].request_id)
-        for slot, pages in step.scratch_pages.items():
-            assert all(self.pool.is_free(p) for p in pages), "scratch pages outlived the step"
+        for t in step.cohort.tree:   # a tree keeps only the pages its accepted rows need
+            length = t.start + accepted[t.slot]
+            assert self.slots.table[t.slot].kv_len == length
+            assert len(self.pool.slot_pages(t.slot)) == max(pages_before[t.slot], pages_needed(length))
+            unkept = set(step.new_pages[t.slot]) - set(self.pool.slot_pages(t.slot))
+            assert all(self.pool.is_free(p) for p in unkept), "pages of rejected tree rows outlived the step"
 
     # ---- invariants ------------------------------------------------------------------------
     @invariant()

@@ -59,15 +59,17 @@ def get_json(url):
     return json.load(urllib.request.urlopen(url, timeout=30))
 
 
-def test_luce_serve_tiny_model_with_spec_flag_reported_inactive(tiny_path):
+def test_luce_serve_tiny_model_with_speculation(tiny_path):
+    """--spec ddtree without a draft speculates with n-gram lookup (the only drafter that
+    needs no model); /props says so."""
     proc, url = serve(str(tiny_path), "--port", "0", "--max-slots", "2", "--ctx", "256", "--spec", "ddtree",
                       "--backend", "numpy", "--alias", "tiny")
     try:
         props = get_json(url + "/props")
         assert props["model"] == "tiny" and props["n_ctx"] == 256 and props["total_slots"] == 2
         assert props["backend"] == "numpy"
-        assert props["speculation"]["mode"] == "ddtree" and props["speculation"]["active"] is False
-        assert "not active" in props["speculation"]["note"]
+        assert props["speculation"]["mode"] == "ddtree" and props["speculation"]["active"] is True
+        assert props["speculation"]["draft_kind"] == "ngram" and props["speculation"]["draft"] is None
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "temperature": 0}
         resp = rawhttp.call(url, "POST", "/v1/chat/completions", body)
         assert resp.status == 200 and resp.json()["usage"]["completion_tokens"] <= 5
@@ -75,7 +77,7 @@ def test_luce_serve_tiny_model_with_spec_flag_reported_inactive(tiny_path):
     finally:
         code, err = stop(proc)
     assert code == 0, err
-    assert "not active" in err and "draining" in err
+    assert "speculation ddtree with the ngram drafter" in err and "draining" in err
 
 
 def test_luce_serve_api_key_and_bad_arguments(tiny_path):
@@ -96,6 +98,9 @@ def test_luce_serve_api_key_and_bad_arguments(tiny_path):
     bad = subprocess.run([sys.executable, "-m", "luce.server.serve_cli", str(tiny_path), "--temp", "-1"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "temperature" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "luce.server.serve_cli", str(tiny_path), "--draft-kind", "dflash"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "needs a draft model: pass --draft PATH" in bad.stderr
 
 
 def test_luce_run_streams_the_offline_text_then_stats(tiny_path):
@@ -139,7 +144,7 @@ def test_default_pair_serves_sensible_code():
     try:
         props = get_json(url + "/props")
         assert props["model"] == DEFAULT_TARGET and props["speculation"]["draft"].endswith(DEFAULT_DRAFT)
-        assert props["speculation"]["active"] is False
+        assert props["speculation"]["active"] is True and props["speculation"]["draft_kind"] == "model"
         # the numpy backend decodes the 1.5B at seconds per token on a busy 2-core box: keep it short
         body = {"messages": [{"role": "user", "content": "Write a Python function that reverses a string."}],
                 "max_tokens": 16, "temperature": 0}

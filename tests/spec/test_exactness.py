@@ -1,6 +1,6 @@
-"""Exactness matrix: with speculation (chain, ddtree, specla) at concurrency 1, 3 and 5,
-staggered arrivals and a chunked prompt arriving while others decode, greedy and seeded
-sampled outputs equal plain decoding by luce.engine.Engine (spec off) token for token."""
+"""Exactness matrix: luce.engine.Engine with speculation (chain, ddtree, specla) at
+concurrency 1, 3 and 5, staggered arrivals and a chunked prompt arriving while others decode:
+greedy and seeded sampled outputs equal plain decoding (spec off) token for token."""
 from __future__ import annotations
 
 import functools
@@ -10,7 +10,6 @@ import pytest
 
 from luce.engine import Engine, EngineConfig, SamplingParams
 from luce.spec.config import SpecConfig
-from luce.spec.runner import SpecRunner
 
 rng = np.random.default_rng(0)
 PROMPTS = [
@@ -44,11 +43,22 @@ _MODELS = {}
 
 
 def run_spec(model, spec, concurrency, sampled, draft_model=None):
-    runner = SpecRunner(model, spec, max_slots=concurrency, ctx=160, token_budget=69, draft_model=draft_model)
-    for i, (p, a) in enumerate(zip(PROMPTS, ARRIVALS)):
-        runner.add([int(t) for t in p], params(i, sampled), arrival=a)
-    outputs = runner.run()
-    return tuple(tuple(o) for o in outputs), runner
+    """The prompts through an Engine with `spec`, request i submitted before step ARRIVALS[i];
+    every bookkeeping invariant is checked after every step."""
+    engine = Engine(model, None, EngineConfig(max_slots=concurrency, ctx=160, token_budget=69, spec=spec),
+                    draft_model=draft_model)
+    ids, step = {}, 0
+    while len(ids) < len(PROMPTS) or engine.has_unfinished():
+        for i, arrival in enumerate(ARRIVALS):
+            if arrival <= step and i not in ids:
+                ids[i] = engine.add_request([int(t) for t in PROMPTS[i]], params(i, sampled))
+        engine.step()
+        engine.check()
+        step += 1
+        assert step < 500, "the engine stopped making progress"
+    outputs = [engine.take_output(ids[i]) for i in range(len(PROMPTS))]
+    assert all(o.finish_reason == "length" for o in outputs), [o.error for o in outputs]
+    return tuple(tuple(o.token_ids) for o in outputs), engine
 
 
 CASES = {  # name: (target, draft kind, draft model name)
@@ -76,17 +86,19 @@ def test_speculative_output_equals_plain_decoding(tiny_models, case, mode, concu
     _MODELS[id(tiny_models)] = tiny_models
     want = engine_outputs(target_name, sampled, id(tiny_models))
     spec = SpecConfig(spec=mode, draft_kind=kind, draft=draft_name, ddtree_budget=10, spec_top_k=3, chain_depth=4)
-    got, runner = run_spec(model, spec, concurrency, sampled, tiny_models.get(draft_name))
+    got, engine = run_spec(model, spec, concurrency, sampled, tiny_models.get(draft_name))
     assert got == want
-    stats = runner.speculator.stats
+    stats = engine.spec.stats
     assert stats.verifies > 0 and stats.emitted >= stats.verifies
+    assert engine.stats.tree_rows == stats.verify_rows
     if mode != "chain":
         assert stats.verify_rows > stats.verifies * 2  # real trees were verified
 
 
-def test_runner_spec_off_equals_engine(tiny_models):
+def test_spec_off_is_plain_decoding(tiny_models):
     _MODELS[id(tiny_models)] = tiny_models
-    got, _ = run_spec(tiny_models["qwen35"], SpecConfig(), 3, False)
+    got, engine = run_spec(tiny_models["qwen35"], SpecConfig(), 3, False)
+    assert engine.spec is None and engine.stats.tree_rows == 0
     assert got == engine_outputs("qwen35", False, id(tiny_models))
 
 
@@ -94,8 +106,8 @@ def test_perfect_draft_accepts_whole_chains(tiny_models):
     """The target drafting for itself: every drafted token is accepted."""
     model = tiny_models["qwen3"]
     spec = SpecConfig(spec="chain", draft_kind="model", draft="self", chain_depth=4)
-    got, runner = run_spec(model, spec, 5, False, draft_model=model)
+    got, engine = run_spec(model, spec, 5, False, draft_model=model)
     _MODELS[id(tiny_models)] = tiny_models
     assert got == engine_outputs("qwen3", False, id(tiny_models))
-    s = runner.speculator.stats
+    s = engine.spec.stats
     assert s.accepted == s.drafted and s.acceptance_length > 3.0

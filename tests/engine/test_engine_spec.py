@@ -1,0 +1,144 @@
+"""Speculation inside luce.engine.Engine: a draft that is always wrong still commits exactly
+one correct token per verify; per-request statistics add up to the engine's; a failing step
+with trees retires its cohort and the rest stays exact; lanes that do not fit the token
+budget decode as AR rows beside the prefill."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luce.engine import Engine, EngineConfig, SamplingParams
+from luce.spec.config import SpecConfig
+from luce.spec.proposal import DraftProposal
+from luce.testing.tiny_models import make_dense, make_qwen35
+
+PROMPTS = [[5, 6, 7, 8, 5, 6, 7], [9, 10, 11, 12, 13], [21, 22, 23, 21, 22], list(range(30, 100))]
+MAX_TOKENS = 9
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from luce.models import load_model
+
+    root = tmp_path_factory.mktemp("engine_spec")
+    make_qwen35(root / "q35.gguf", seed=21)
+    make_dense(root / "q3.gguf", "qwen3", seed=22)
+    return {"qwen35": load_model(root / "q35.gguf"), "qwen3": load_model(root / "q3.gguf")}
+
+
+def plain(model, prompts=PROMPTS, token_budget=80):
+    engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=token_budget))
+    ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in prompts]
+    engine.run()
+    return [engine.take_output(i).token_ids for i in ids]
+
+
+class WrongDrafter:
+    """Proposes, at every depth, tokens the target will not pick (it knows the answer)."""
+
+    kind, feature_layers, max_depth = "model", (), None
+
+    def __init__(self, prompts, outputs, vocab):
+        self.answers = {tuple(p): list(o) for p, o in zip(prompts, outputs)}
+        self.vocab = vocab
+        self.proposed = 0
+
+    def propose(self, lanes):
+        out = []
+        for lane in lanes:
+            prompt = next(p for p in self.answers if tuple(lane.tokens[:len(p)]) == p)
+            done = len(lane.tokens) - len(prompt)
+            truth = self.answers[prompt][done] if done < len(self.answers[prompt]) else 0
+            ids = np.array([[(truth + 1 + j) % self.vocab for j in range(lane.top_k)]] * lane.depth)
+            lps = np.tile(-np.arange(1, lane.top_k + 1, dtype=np.float32), (lane.depth, 1))
+            self.proposed += 1
+            out.append(DraftProposal(ids, lps))
+        return out
+
+    def release(self, slot):
+        pass
+
+
+@pytest.mark.parametrize("mode", ["chain", "ddtree"])
+@pytest.mark.parametrize("target", ["qwen35", "qwen3"])
+def test_always_wrong_draft_commits_one_correct_token_per_verify(models, target, mode):
+    model = models[target]
+    want = plain(model)
+    drafter = WrongDrafter(PROMPTS, want, model.config.vocab)
+    spec = SpecConfig(spec=mode, draft_kind="model", draft="wrong", ddtree_budget=8, spec_top_k=2, chain_depth=3)
+    engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=80, spec=spec), drafter=drafter)
+    ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in PROMPTS]
+    while engine.has_unfinished():
+        engine.step()
+        engine.check()
+    outs = [engine.take_output(i) for i in ids]
+    assert [o.token_ids for o in outs] == want
+    s = engine.spec.stats
+    assert drafter.proposed > 0 and s.verifies > 0
+    assert s.accepted == 0 and s.emitted == s.verifies          # exactly one token per verify
+    assert s.drafted > 0 and s.verify_rows == s.verifies + s.drafted
+    assert sum(o.metrics.get("spec_verifies", 0) for o in outs) == s.verifies
+    assert sum(o.metrics.get("spec_drafted", 0) for o in outs) == s.drafted
+
+
+def test_perfect_draft_statistics_add_up(models):
+    model = models["qwen35"]
+    want = plain(model)
+    spec = SpecConfig(spec="ddtree", draft_kind="model", draft="self", ddtree_budget=6, spec_top_k=2)
+    engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=80, spec=spec), draft_model=model)
+    ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in PROMPTS]
+    engine.run()
+    outs = [engine.take_output(i) for i in ids]
+    assert [o.token_ids for o in outs] == want
+    s = engine.spec.stats
+    assert s.accepted > 0 and s.acceptance_length > 1.5
+    assert sum(o.metrics.get("spec_accepted", 0) for o in outs) == s.accepted
+    # every token is either sampled from a prompt tail / AR row or emitted by a verify
+    assert engine.stats.generated_tokens == sum(len(o.token_ids) for o in outs)
+    assert engine.stats.steps < len(PROMPTS) * MAX_TOKENS    # speculation saved steps
+
+
+def test_failed_tree_step_retires_its_cohort_and_the_rest_stays_exact(models):
+    model = models["qwen35"]
+    want = plain(model)
+    spec = SpecConfig(spec="ddtree", draft_kind="model", draft="self", ddtree_budget=6, spec_top_k=2)
+    engine = Engine(model, None, EngineConfig(max_slots=2, ctx=128, token_budget=80, spec=spec), draft_model=model)
+    failed = {}
+
+    def fault(point, step):
+        if point == "after_forward" and step.cohort.tree and not failed:
+            failed["rids"] = [item.request_id for item in step.cohort.items]
+            raise RuntimeError("injected")
+
+    engine.fault_hook = fault
+    ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in PROMPTS]
+    while engine.has_unfinished():
+        engine.step()
+        engine.check()
+    assert failed["rids"]
+    for i, rid in enumerate(ids):
+        out = engine.take_output(rid)
+        if rid in failed["rids"]:
+            assert out.finish_reason == "error" and "injected" in out.error
+        else:
+            assert out.token_ids == want[i]
+
+
+def test_lanes_that_do_not_fit_the_budget_decode_as_ar_rows(models):
+    """Budget 68 with 4 slots: while the 70-token prompt prefills (64 rows), the others have
+    no room for a tree and run as AR rows; afterwards they speculate."""
+    model = models["qwen3"]
+    prompts = PROMPTS[:3] + [list(range(30, 100))]
+    want = plain(model, prompts, token_budget=68)
+    spec = SpecConfig(spec="chain", draft_kind="model", draft="self", chain_depth=4)
+    engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=68, spec=spec), draft_model=model)
+    shapes = []
+    engine.fault_hook = lambda point, step: point == "before_forward" and shapes.append(
+        (len(step.cohort.prefill), len(step.cohort.decode), len(step.cohort.tree)))
+    ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in prompts]
+    while engine.has_unfinished():
+        engine.step()
+        engine.check()
+    assert [engine.take_output(i).token_ids for i in ids] == want
+    assert (1, 3, 0) in shapes                     # the 64-row chunk beside three AR rows
+    assert any(p == 1 and t > 0 for p, _, t in shapes)   # the prompt's tail beside trees
