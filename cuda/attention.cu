@@ -13,6 +13,11 @@
 // row's output is bitwise the same in any batch (DESIGN 5 rule 2). n_parts comes from the
 // launch's max_kv_len (the padded KV span) and only sizes the grid: parts past a row's keys
 // exit at once.
+// Tree rows (tree_parents, reference luce/ref/tree_attention.py): a row's keys are indexed
+// LOGICALLY (the committed prefix 0..P-1, then its root path at P, P+1, ...) and everything
+// above (partitions, reduction order) runs on logical indices; only the address of a
+// logical key past the prefix comes from a per-block table of its scratch KV row. So a tree
+// row reduces bitwise like the AR row it becomes once its path is committed.
 #include "common.cuh"
 
 namespace {
@@ -23,8 +28,10 @@ constexpr int kLanesPerKey = 8;   // lanes that share one key's dot products (sc
 constexpr int kMaxGroup = 16;     // query heads per KV head
 
 struct RowKeys {
-    int32_t keys;       // KV rows the row attends (0..keys-1); -1 on padding rows
+    int32_t keys;       // logical keys the row attends (0..keys-1); -1 on padding rows
     int32_t page_base;  // index in kv_indices of the segment's first page
+    int32_t direct;     // logical keys 0..direct-1 are KV rows 0..direct-1 (all, but for tree rows)
+    int32_t tree_base;  // tree rows: KV index of segment row r is tree_base + r
 };
 
 __device__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t row) {
@@ -33,15 +40,34 @@ __device__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t ro
         const int mid = (lo + hi + 1) >> 1;
         if (p.qo_indptr[mid] <= row) lo = mid; else hi = mid - 1;
     }
-    RowKeys rk{-1, 0};
+    RowKeys rk{-1, 0, 0, 0};
     if (p.seq_slots[lo] < 0) return rk;
     const int32_t n_pages = p.kv_indptr[lo + 1] - p.kv_indptr[lo];
     const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + p.kv_last_page_len[lo] : 0;
     const int32_t seg_rows = p.qo_indptr[lo + 1] - p.qo_indptr[lo];
-    const int32_t keys = p.causal ? kv_len - seg_rows + (row - p.qo_indptr[lo]) + 1 : kv_len;
-    rk.keys = max(0, min(keys, kv_len));
+    int32_t keys = p.causal ? kv_len - seg_rows + (row - p.qo_indptr[lo]) + 1 : kv_len;
     rk.page_base = p.kv_indptr[lo];
+    if (p.tree_parents != nullptr && p.tree_parents[row] >= 0) {
+        // Tree row: the committed prefix, then its root path (depth + 1 nodes). The walk is
+        // bounded by the segment's rows so a malformed parent array cannot hang the kernel.
+        int32_t depth = 0;
+        for (int32_t r = row; p.tree_parents[r] >= 0 && depth < seg_rows; r = p.tree_parents[r]) ++depth;
+        const int32_t prefix = kv_len - seg_rows;
+        keys = prefix + depth + 1;
+        rk.direct = max(0, prefix);
+        rk.tree_base = prefix - p.qo_indptr[lo];
+    }
+    rk.keys = max(0, min(keys, kv_len));
+    if (p.tree_parents == nullptr || p.tree_parents[row] < 0) rk.direct = rk.keys;
     return rk;
+}
+
+// Float offset of the (KV row, KV head) of local key j: direct keys through the partition's
+// page table, a tree row's path keys through its table of scratch rows.
+__device__ __forceinline__ int64_t key_offset(const int64_t *page_off, const int64_t *tree_off,
+                                              int32_t j, int32_t n_direct, int32_t page_shift,
+                                              int32_t page_mask, int64_t key_stride) {
+    return j < n_direct ? page_off[j >> page_shift] + (int64_t)(j & page_mask) * key_stride : tree_off[j];
 }
 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
@@ -64,6 +90,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     extern __shared__ float4 smem4[];
     float *smem = reinterpret_cast<float *>(smem4);
     __shared__ int64_t page_off[kPartition];       // float offset of (page, 0, hk, 0)
+    __shared__ int64_t tree_off[kPartition];       // tree rows: offset of path key j (j >= n_direct)
     __shared__ float m_s[MAXG], l_s[MAXG];
 
     const int32_t row = blockIdx.x, hk = blockIdx.y, part = blockIdx.z;
@@ -71,16 +98,30 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     const int32_t key0 = part * kPartition;
     if (rk.keys <= key0) return;                   // padding row, or past the row's keys
     const int32_t n_local = min(kPartition, rk.keys - key0);
+    const int32_t n_direct = max(0, min(n_local, rk.direct - key0));
     const int G = p.n_heads_q / p.n_heads_kv;
     const int64_t key_stride = (int64_t)p.n_heads_kv * D;
     const int32_t page_mask = (1 << page_shift) - 1;
     float *q_s = smem;                             // [G][D]
     float *s_s = smem + G * D;                     // [G][kPartition] scores, then exp(s - m)
 
-    const int32_t pages = (n_local + page_mask) >> page_shift;
+    const int32_t pages = (n_direct + page_mask) >> page_shift;
     for (int i = threadIdx.x; i < pages; i += kThreads) {
         const int64_t page = p.kv_indices[rk.page_base + (key0 >> page_shift) + i];
         page_off[i] = (page << page_shift) * key_stride + (int64_t)hk * D;
+    }
+    if (n_direct < n_local && threadIdx.x == 0) {
+        // Path keys of this partition: walk up from the row (logical key direct + depth)
+        // and keep the nodes whose logical index falls in [key0 + n_direct, key0 + n_local).
+        int32_t j = rk.keys - 1 - key0;
+        for (int32_t r = row; j >= n_direct; r = p.tree_parents[r], --j) {
+            if (j < n_local) {
+                const int32_t kv = rk.tree_base + r;
+                const int64_t page = p.kv_indices[rk.page_base + (kv >> page_shift)];
+                tree_off[j] = ((page << page_shift) + (kv & page_mask)) * key_stride + (int64_t)hk * D;
+            }
+            if (p.tree_parents[r] < 0) break;
+        }
     }
     const float *qrow = p.q + ((int64_t)row * p.n_heads_q + (int64_t)hk * G) * D;
     for (int i = threadIdx.x; i < G * D; i += kThreads) q_s[i] = qrow[i];
@@ -93,7 +134,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         float4 kr[C4];
         if (j < n_local) {
             const float4 *src = reinterpret_cast<const float4 *>(
-                p.k_pages + page_off[j >> page_shift] + (int64_t)(j & page_mask) * key_stride);
+                p.k_pages + key_offset(page_off, tree_off, j, n_direct, page_shift, page_mask, key_stride));
 #pragma unroll
             for (int c = 0; c < C4; ++c) kr[c] = src[c * kLanesPerKey + li];
         } else {
@@ -149,8 +190,8 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         for (int u = 0; u < 4; ++u) {
             const int j = j0 + u * KEY_LANES;
             vr[u] = j < n_local
-                ? reinterpret_cast<const float4 *>(p.v_pages + page_off[j >> page_shift] +
-                                                   (int64_t)(j & page_mask) * key_stride)[col]
+                ? reinterpret_cast<const float4 *>(p.v_pages + key_offset(page_off, tree_off, j, n_direct,
+                                                                          page_shift, page_mask, key_stride))[col]
                 : zero4();
         }
 #pragma unroll

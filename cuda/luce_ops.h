@@ -195,7 +195,15 @@ int luce_gather(const luce_gather_params *p, void *stream);
  * key count, never on the other rows (DESIGN 5 rule 2). max_kv_len bounds every row's key
  * count and sizes the grid (a row with more keys gets NaN); workspace holds
  * luce_attention_workspace_bytes(n_rows, Hq, D, max_kv_len) bytes.
- * D in {64, 128, 256}; Hq / Hkv <= 16; page_size a power of two dividing the partition. */
+ * D in {64, 128, 256}; Hq / Hkv <= 16; page_size a power of two dividing the partition.
+ * Tree rows (reference: luce/ref/tree_attention.py): tree_parents [n_rows] int32 is each
+ * row's global parent row (-1 for roots and ordinary rows; NULL: no trees). A row with a
+ * parent belongs to a tree segment of n rows whose scratch K/V sit at KV index P + j
+ * (P = kv_len - n, j the row's index in the segment); it attends KV 0..P-1 and then
+ * P + a for each node a on its root path, root first. Partitions are cut on that logical
+ * key index, so the row is bitwise the AR row at position P + depth once its path is
+ * committed. Tree roots and rows without a parent follow the ordinary rule (trees need
+ * causal = 1). */
 #define LUCE_ATTN_PARTITION 256
 typedef struct {
     const float *q;
@@ -208,6 +216,7 @@ typedef struct {
     const int32_t *kv_indices;
     const int32_t *kv_last_page_len;
     const int32_t *seq_slots;
+    const int32_t *tree_parents;
     int64_t workspace_bytes;
     int32_t n_rows;
     int32_t n_segments;
@@ -394,6 +403,123 @@ typedef struct {
 } luce_l2norm_params;
 int luce_l2norm(const luce_l2norm_params *p, void *stream);
 /* ---- pointwise end ---- */
+
+/* ---- gdn_tree ---- */
+/* Gated DeltaNet over draft trees, exact factor capture (reference: luce/ref/gdn_tree.py,
+ * DESIGN 3). Tree segment s owns rows qo_indptr[s]:qo_indptr[s+1] (n <= max_tree_rows <=
+ * LUCE_GDN_TREE_MAX_ROWS) hanging off state[seq_slots[s]] (read only); tree_parents [T]
+ * int32 is each row's global parent row (-1 for the segment's first row, the root; every
+ * other row's parent an earlier row of its segment). Shapes as luce_gdn_recurrent_params.
+ * verify: node outputs out [T, Hv, Dv] by the AR step (cuda/gdn_common.cuh) along each
+ * node's root path, walking the tree depth-first with the running state on chip (states of
+ * branch nodes saved while siblings remain: at most floor(log2 max_tree_rows) at once, in
+ * shared memory, or in `workspace` when they do not fit: see
+ * luce_gdn_tree_verify_workspace_bytes); writes the factor u [T, Hv, Dv] = beta (v -
+ * (exp(g) h_parent)^T k) and, when non-NULL, copies k_out [T, Hv, Dk], g_out and beta_out
+ * [T, Hv] (factors that outlive the inputs). Outputs are bitwise those of
+ * luce_gdn_recurrent run along each root path. Padding segments (slot < 0) are skipped; a
+ * slot >= n_slots, more than max_tree_rows rows or a malformed parent array give NaN
+ * outputs and u. Dk in {64, 128, 256}; Dv a multiple of 32. */
+#define LUCE_GDN_TREE_MAX_ROWS 512
+typedef struct {
+    const float *q;
+    const float *k;
+    const float *v;
+    const float *g;
+    const float *beta;
+    const float *state;
+    float *out;
+    float *u_out;
+    float *k_out;
+    float *g_out;
+    float *beta_out;
+    float *workspace;
+    const int32_t *qo_indptr;
+    const int32_t *seq_slots;
+    const int32_t *tree_parents;
+    int64_t n_slots;
+    int64_t workspace_bytes;
+    int32_t n_segments;
+    int32_t n_heads;
+    int32_t dk;
+    int32_t dv;
+    int32_t max_tree_rows;
+} luce_gdn_tree_verify_params;
+/* Bytes of workspace luce_gdn_tree_verify needs (0 when saved states fit on chip); -1 for
+ * bad sizes. */
+int64_t luce_gdn_tree_verify_workspace_bytes(int32_t n_segments, int32_t n_heads, int32_t dk,
+                                             int32_t dv, int32_t max_tree_rows);
+int luce_gdn_tree_verify(const luce_gdn_tree_verify_params *p, void *stream);
+
+/* Commit by factor replay: for segment s, state[seq_slots[s]] [Hv, Dk, Dv] is advanced in
+ * place through the factor rows path_rows[path_indptr[s]:path_indptr[s+1]] (root first) with
+ * the AR step's own update h = exp(g) h; h += k u^T: bitwise the state luce_gdn_recurrent
+ * leaves stepping the path's tokens. k [*, Hv, Dk], g [*, Hv], u [*, Hv, Dv] f32 as verify
+ * wrote them. Slots < 0 are skipped, slots >= n_slots left alone. */
+typedef struct {
+    const float *k;
+    const float *g;
+    const float *u;
+    float *state;
+    const int32_t *path_indptr;
+    const int32_t *path_rows;
+    const int32_t *seq_slots;
+    int64_t n_slots;
+    int32_t n_segments;
+    int32_t n_heads;
+    int32_t dk;
+    int32_t dv;
+} luce_gdn_tree_commit_params;
+int luce_gdn_tree_commit(const luce_gdn_tree_commit_params *p, void *stream);
+/* ---- gdn_tree end ---- */
+
+/* ---- tree_conv ---- */
+/* Causal depthwise conv1d over draft trees (reference: luce/ref/tree_conv.py). Tree
+ * segment s owns rows qo_indptr[s]:qo_indptr[s+1] of x [T, C] (row stride x_stride) and y
+ * [T, C] (row stride y_stride); tree_parents [T] int32 global parent rows (-1: root). Row
+ * t's window is its K-1 nearest ancestors' inputs (oldest first), topped up from the
+ * resident state[seq_slots[s]] [K-1, C] (read only); y[t, c] = sum_j weight[c, j] *
+ * window[j] with window[K-1] = x[t] (SiLU when silu != 0): bitwise luce_conv1d along the
+ * row's root path. A parent outside [first row of the segment, t) gives NaN. Padding
+ * segments (slot < 0) are skipped. weight [C, K] f32, 2 <= K <= 8; max_segment_rows bounds
+ * every segment's row count. */
+typedef struct {
+    const float *x;
+    const float *weight;
+    float *y;
+    const float *state;
+    const int32_t *qo_indptr;
+    const int32_t *seq_slots;
+    const int32_t *tree_parents;
+    int64_t n_segments;
+    int64_t channels;
+    int64_t x_stride;
+    int64_t y_stride;
+    int32_t kernel_size;
+    int32_t max_segment_rows;
+    int32_t silu;
+} luce_conv_tree_params;
+int luce_conv_tree(const luce_conv_tree_params *p, void *stream);
+
+/* Conv state after committing a path: for segment s, state_out[out_slots[s]] [K-1, C] =
+ * the last K-1 rows of concat(state_in[in_slots[s]], x[path rows]) with the path rows
+ * path_rows[path_indptr[s]:path_indptr[s+1]] (global rows of x, root first). state_out may
+ * be state_in (each channel reads its old window before writing). in_slots[s] < 0: skipped. */
+typedef struct {
+    const float *x;
+    const float *state_in;
+    float *state_out;
+    const int32_t *path_indptr;
+    const int32_t *path_rows;
+    const int32_t *in_slots;
+    const int32_t *out_slots;
+    int64_t n_segments;
+    int64_t channels;
+    int64_t x_stride;
+    int32_t kernel_size;
+} luce_conv_tree_commit_params;
+int luce_conv_tree_commit(const luce_conv_tree_commit_params *p, void *stream);
+/* ---- tree_conv end ---- */
 
 #ifdef __cplusplus
 }

@@ -23,6 +23,7 @@ cdef extern from "luce_ops.h":
         const int32_t *kv_indices
         const int32_t *kv_last_page_len
         const int32_t *seq_slots
+        const int32_t *tree_parents
         int64_t workspace_bytes
         int32_t n_rows
         int32_t n_segments
@@ -39,6 +40,7 @@ ctypedef int (*attention_fn)(const luce_attention_params *, void *) noexcept nog
 ctypedef int64_t (*workspace_fn)(int32_t, int32_t, int32_t, int32_t) noexcept nogil
 
 PARTITION = LUCE_ATTN_PARTITION  # keys per partition, at absolute KV indices
+SUPPORTS_TREE_PARENTS = True     # attention() takes tree_parents (tree rows, DESIGN 3 and 7)
 
 cdef attention_fn _attention = NULL
 cdef workspace_fn _workspace_bytes = NULL
@@ -84,10 +86,12 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
               uintptr_t kv_last_page_len, uintptr_t seq_slots,
               int32_t n_rows, int32_t n_segments, int32_t n_heads_q, int32_t n_heads_kv,
               int32_t head_dim, int32_t page_size, int32_t max_kv_len, float scale,
-              bint causal=True, uintptr_t stream=0):
+              bint causal=True, uintptr_t stream=0, uintptr_t tree_parents=0):
     """q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; CSR
     int32 arrays as luce/models/batch.py (device addresses). max_kv_len bounds every row's
-    key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len) bytes."""
+    key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len) bytes.
+    tree_parents: device address of [n_rows] int32 global parent rows (-1: root or ordinary
+    row; 0: no trees); tree rows attend the committed prefix plus their root path."""
     _require_loaded()
     cdef luce_attention_params p
     p.q = <const float *>q
@@ -100,6 +104,7 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     p.kv_indices = <const int32_t *>kv_indices
     p.kv_last_page_len = <const int32_t *>kv_last_page_len
     p.seq_slots = <const int32_t *>seq_slots
+    p.tree_parents = <const int32_t *>tree_parents
     p.workspace_bytes = workspace_bytes
     p.n_rows = n_rows
     p.n_segments = n_segments

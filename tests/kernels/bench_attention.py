@@ -78,6 +78,50 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1):
     return launch, bytes_moved, 4 * keys * HQ * D
 
 
+def tree_attention_case(n_decoders: int, context: int, width: int):
+    """n_decoders AR rows at `context` keys, then one width-`width` tree segment (DDTree-like
+    parents) whose committed prefix is `context`: the verify step's attention launch."""
+    from luce import _cuda_attention as ka
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+    from tests.kernels.bench_gdn_tree import ddtree_parents
+
+    load_kernels()
+    lens = [context] * n_decoders + [context + width]
+    rows_of = [1] * n_decoders + [width]
+    pages_of = [-(-n // PAGE) for n in lens]
+    n_pages, rows = sum(pages_of), sum(rows_of)
+    page_floats = PAGE * HKV * D
+    k = random_device_buffer(n_pages * page_floats, 1)
+    v = random_device_buffer(n_pages * page_floats, 2)
+    q = random_device_buffer(rows * HQ * D, 3)
+    out = DeviceBuffer(rows * HQ * D * 4)
+    parents = ddtree_parents(width)
+    tp = np.full(rows, -1, np.int32)
+    tp[n_decoders:] = np.where(parents >= 0, parents + n_decoders, -1)
+    meta = [np.concatenate([[0], np.cumsum(rows_of)]).astype(np.int32),
+            np.concatenate([[0], np.cumsum(pages_of)]).astype(np.int32),
+            np.random.default_rng(0).permutation(n_pages).astype(np.int32),
+            np.array([n - (p - 1) * PAGE for n, p in zip(lens, pages_of)], np.int32),
+            np.arange(len(lens), dtype=np.int32), tp]
+    meta_bufs = [DeviceBuffer.from_numpy(a) for a in meta]
+    ws_bytes = ka.workspace_bytes(rows, HQ, D, max(lens))
+    ws = DeviceBuffer(ws_bytes)
+    keep = (k, v, q, out, ws, meta_bufs)
+
+    def launch(stream: int = 0, _keep=keep):
+        ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs[:5]),
+                     rows, len(lens), HQ, HKV, D, PAGE, max(lens), 1.0 / 16, True, stream,
+                     tree_parents=meta_bufs[5].ptr)
+
+    depth = np.zeros(width, np.int64)
+    for i in range(1, width):
+        depth[i] = depth[parents[i]] + 1
+    keys = n_decoders * context + int((context + depth + 1).sum())
+    bytes_moved = sum(lens) * HKV * D * 4 * 2 + 2 * rows * HQ * D * 4
+    return launch, bytes_moved, 4 * keys * HQ * D
+
+
 BENCH_CASES = [
     functools.partial(attention_case, n, ctx, rows)
     for n, ctx, rows in [(1, 4096, 1), (1, 32768, 1), (8, 4096, 1), (8, 8192, 1), (8, 32768, 1),
@@ -85,6 +129,11 @@ BENCH_CASES = [
 ]
 for _c in BENCH_CASES:
     _c.__name__ = "attention_" + "_".join(map(str, _c.args))
+TREE_CASES = [functools.partial(tree_attention_case, n, ctx, w) for n, ctx, w in [(2, 1024, 8), (0, 4096, 64),
+                                                                                 (0, 4096, 8)]]
+for _c in TREE_CASES:
+    _c.__name__ = "attention_tree_" + "_".join(map(str, _c.args))
+BENCH_CASES += TREE_CASES
 
 
 # ---- a small graph-replay timer (stand-in until tools/bench.py runs these cases) ----------

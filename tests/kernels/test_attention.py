@@ -14,6 +14,8 @@ import pytest
 from luce.models.batch import SegmentSpec, build_batch
 from luce.models.kv_cache import PAGE_SIZE, pages_needed
 from luce.ref.attention import attend_row, paged_attention
+from luce.ref.tree_attention import paged_attention_with_trees
+from tests.kernels.test_gdn_tree import random_tree, root_path
 from tests.kernels.tolerances import tolerance
 
 SENTINEL = 1234.5  # fill of outputs that padding rows must leave untouched
@@ -56,9 +58,10 @@ def reference(q, pool: Pool, batch, scale, causal=True):
                            batch.kv_last_page_len, batch.seq_slots, scale, causal)
 
 
-def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=np.nan, raw=False):
+def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=np.nan, raw=False,
+               tree_parents=None):
     """Launch luce_attention; returns the output after the guard-band and NaN checks
-    (raw=True: the plain download, NaN allowed)."""
+    (raw=True: the plain download, NaN allowed). tree_parents [T] int32 or None (NULL)."""
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
@@ -75,8 +78,10 @@ def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=n
     ws_bytes = ka.workspace_bytes(T, hq, d, max_kv_len)
     ws = DeviceBuffer(ws_bytes)
     out = GuardedOutput((T, hq, d), fill=fill)
+    tp = None if tree_parents is None else DeviceBuffer.from_numpy(np.asarray(tree_parents, np.int32))
     ka.attention(*(b.ptr for b in bufs[:3]), out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in bufs[3:]),
-                 T, batch.n_segments, hq, pool.k.shape[2], d, PAGE_SIZE, max_kv_len, scale, causal)
+                 T, batch.n_segments, hq, pool.k.shape[2], d, PAGE_SIZE, max_kv_len, scale, causal,
+                 tree_parents=0 if tp is None else tp.ptr)
     k.synchronize()
     return out.buf.download(out.shape, np.float32, GUARD_BYTES) if raw else out.result()
 
@@ -223,3 +228,121 @@ def test_unsupported_shapes_raise(hq, hkv, d):
     q = rng.standard_normal((1, hq, d)).astype(np.float32)
     with pytest.raises(KernelError, match="luce_attention"):
         run_kernel(q, pool, batch, 0.1)
+
+
+# ---- tree rows (tree_parents): prefix plus root path, logical partitions ----------------
+
+def pack_trees(seqs, trees):
+    """Pack seqs (as `pack`); trees[i] is seq i's local parents (None: ordinary segment)
+    -> (batch, tree_parents [T] int32 global parent rows)."""
+    batch = pack(seqs)
+    tp = np.full(batch.n_rows, -1, np.int32)
+    for s, parents in enumerate(trees):
+        if parents is not None:
+            r0 = batch.qo_indptr[s]
+            tp[r0:r0 + len(parents)] = np.where(np.asarray(parents) >= 0, np.asarray(parents) + r0, -1)
+    return batch, tp
+
+
+def tree_reference(q, pool, batch, tp, scale):
+    return paged_attention_with_trees(q, pool.k, pool.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
+                                      batch.kv_last_page_len, batch.seq_slots, tp, scale)
+
+
+def committed_seq(pool: Pool, seq: Seq, parents, node: int, slot: int) -> Seq:
+    """A fresh sequence holding seq's committed prefix then node's root path (the KV rows
+    moved as commit moves them): the AR row at node's position reads it."""
+    prefix = seq.kv_len - seq.n_rows
+    path = root_path(parents, node)
+    new = pool.seq(slot, prefix + len(path), 1)
+    for kv in (pool.k, pool.v):
+        rows = kv[seq.pages].reshape(-1, *kv.shape[2:])
+        moved = np.concatenate([rows[:prefix], rows[prefix + np.asarray(path)]])
+        padded = np.zeros((len(new.pages) * PAGE_SIZE, *kv.shape[2:]), np.float32)
+        padded[:len(moved)] = moved
+        kv[new.pages] = padded.reshape(len(new.pages), PAGE_SIZE, *kv.shape[2:])
+    return new
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [(24, 4, 256), (7, 1, 64), (12, 2, 128)])
+def test_tree_rows_match_reference_among_other_segments(heads):
+    hq, hkv, d = heads
+    rng = np.random.default_rng(d + hq)
+    trees = [None, random_tree(rng, 23), None, None, random_tree(rng, 8), random_tree(rng, 64)]
+    seqs_spec = [(0, 300, 1), (1, 250 + 23, 23), (-1, 0, 3), (2, 40, 5), (3, 1000 + 8, 8), (4, 64, 64)]
+    pool = Pool(rng, sum(pages_needed(n) for _, n, _ in seqs_spec) + 2, hkv, d)
+    seqs = [pool.seq(*spec) for spec in seqs_spec]
+    batch, tp = pack_trees(seqs, trees)
+    q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
+    scale = 1.0 / np.sqrt(d)
+    got = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp)
+    live = np.ones(batch.n_rows, bool)
+    live[batch.qo_indptr[2]:batch.qo_indptr[3]] = False
+    assert (got[~live] == np.float32(SENTINEL)).all(), "a padding row was written"
+    assert_close(got[live], tree_reference(q, pool, batch, tp, scale)[live])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("prefix,n", [(250, 23), (243, 30), (0, 8), (509, 12)])
+def test_tree_row_bitwise_equals_ar_row_after_commit(prefix, n):
+    """Each tree row equals the AR row at its position once its root path is committed,
+    also when its keys cross the 256-key partition boundary inside the path."""
+    hq, hkv, d = 24, 4, 256
+    rng = np.random.default_rng(prefix + n)
+    parents = random_tree(rng, n, chain=0.7)
+    pool = Pool(rng, pages_needed(prefix + n) * (n + 1) + n, hkv, d)
+    tree = pool.seq(0, prefix + n, n)
+    batch, tp = pack_trees([tree], [parents])
+    q = rng.standard_normal((n, hq, d)).astype(np.float32)
+    got = run_kernel(q, pool, batch, 1.0 / 16, tree_parents=tp)
+    ar_seqs = [committed_seq(pool, tree, parents, node, slot=1 + node) for node in range(n)]
+    ar = run_kernel(q, pool, pack(ar_seqs), 1.0 / 16)
+    depths = [len(root_path(parents, node)) - 1 for node in range(n)]
+    if prefix:  # the case must put some row's path across a partition boundary
+        assert any((prefix + dd) // 256 > prefix // 256 for dd in depths), "no row crosses a partition"
+    for node in range(n):
+        assert np.array_equal(got[node], ar[node]), f"tree row {node} differs from its AR row"
+
+
+@pytest.mark.gpu
+def test_issue7_fixture_decoders_and_width8_tree_each_bitwise_alone():
+    """Two established decoders at 1,024 tokens (16-token pages) and a width-8 tree suffix
+    (1,032 KV rows: 65 pages) in one launch: every row bitwise equal to running it alone,
+    the tree rows to the AR rows after commit, the decoders to a launch without trees."""
+    hq, hkv, d = 24, 4, 256
+    rng = np.random.default_rng(77)
+    parents = np.array([-1, 0, 1, 1, 0, 2, 3, 6])
+    pool = Pool(rng, 3 * pages_needed(1032) + 9 * pages_needed(1032), hkv, d)
+    decoders = [pool.seq(0, 1024, 1), pool.seq(1, 1024, 1)]
+    tree = pool.seq(2, 1024 + 8, 8)
+    assert len(tree.pages) == 65
+    batch, tp = pack_trees(decoders + [tree], [None, None, parents])
+    q = rng.standard_normal((10, hq, d)).astype(np.float32)
+    scale = 1.0 / 16
+    combined = run_kernel(q, pool, batch, scale, tree_parents=tp)
+    assert_close(combined, tree_reference(q, pool, batch, tp, scale))
+    for i, dec in enumerate(decoders):
+        alone = run_kernel(q[i:i + 1], pool, pack([dec]), scale)[0]
+        assert np.array_equal(alone, combined[i]), f"decoder {i} changed next to the tree rows"
+    tree_batch, tree_tp = pack_trees([tree], [parents])
+    tree_alone = run_kernel(q[2:], pool, tree_batch, scale, tree_parents=tree_tp)
+    assert np.array_equal(tree_alone, combined[2:]), "tree rows changed next to the decoders"
+    for node in range(8):
+        ar_seq = committed_seq(pool, tree, parents, node, slot=3 + node)
+        ar = run_kernel(q[2 + node:3 + node], pool, pack([ar_seq]), scale)[0]
+        assert np.array_equal(ar, combined[2 + node]), f"tree row {node} differs from its AR row"
+
+
+@pytest.mark.gpu
+def test_tree_parents_without_trees_change_no_bits():
+    """A tree_parents array of -1 everywhere (and a one-row tree) gives bitwise the NULL result."""
+    hq, hkv, d = 14, 2, 64
+    rng = np.random.default_rng(6)
+    pool = Pool(rng, 120, hkv, d)
+    seqs = [pool.seq(4, 700, 65), pool.seq(-1, 0, 1), pool.seq(0, 33, 1), pool.seq(9, 300, 1)]
+    batch = pack(seqs)
+    q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
+    plain = run_kernel(q, pool, batch, 0.125, fill=SENTINEL)
+    flat = run_kernel(q, pool, batch, 0.125, fill=SENTINEL, tree_parents=np.full(batch.n_rows, -1, np.int32))
+    assert np.array_equal(plain, flat)
