@@ -1,0 +1,337 @@
+"""Decode benchmark of one model file on one backend (tools/bench_decode.py is its CLI).
+
+Sections (each returns plain dicts; `run_decode_bench` gathers them into one report):
+- AR decode at concurrency C: C slots prefilled together, then steps of C AR rows driven
+  through `model.forward` with ForwardBatch/ModelState directly (no engine); the greedy
+  next token is fed back. Per step: `build` (Python packing the batch), `launch` (inside
+  model.forward until it returns), `wait` (backend.synchronize(), or to_numpy of the logits
+  when the backend has none), `sample` (argmax to the host). tok/s = C / median step.
+- Verify: one slot, one draft tree of W rows (W = 1 is the root alone, an AR row) packed
+  by luce.spec.batching.build_spec_batch as luce.spec.runner does; the tree is a DDTree
+  (luce.spec.tree.ddtree) over a synthetic top-k proposal of depth <= `depth`. Each
+  repetition verifies the same tree at the same position and drops the staged GDN commit
+  data, so nothing advances. Reported as ms and as a multiple of the median C=1 AR step.
+- Draft pass (with a draft file): the drafter's `propose` for C lanes at a fixed root,
+  after the lanes' context is in (DFlash: random target features; draft model: the prompt).
+- Speculation through luce.spec.runner.SpecRunner with an oracle drafter (proposes the true
+  greedy continuation: upper bound) and an always-wrong drafter (lower bound), both
+  wrapping the real drafter when a draft is given (its cost paid, its proposals dropped).
+  Steps that carry prefill and the first `warmup` decode steps are excluded; tok/s = tokens
+  committed / time over the measured steps. The outputs are compared with plain greedy AR.
+Medians are over `steps` timed repetitions after `warmup` untimed ones.
+"""
+from __future__ import annotations
+
+import gc
+import resource
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+
+from luce.models.batch import SegmentSpec, build_batch
+from luce.models.kv_cache import pages_needed
+
+PHASES = ("build", "launch", "wait", "sample")
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    prompt_len: int = 128
+    concurrency: tuple[int, ...] = (1, 2, 3, 4, 5)
+    warmup: int = 3
+    steps: int = 16
+    tree_widths: tuple[int, ...] = (1, 8, 16, 23, 32, 64)
+    depth: int = 15                 # deepest drafted token (DFlash block 16: 15)
+    top_k: int = 4                  # candidates per depth
+    spec_mode: str = "specla"       # chain | ddtree | specla (luce.spec.config.MODES)
+    budget: int = 22                # DDTree drafted nodes
+    spec_tokens: int = 64           # tokens generated per request in the spec runs
+    spec_concurrency: int = 1
+    seed: int = 0
+
+
+def open_backend(name: str):
+    """luce.ops.get_backend(name); 'auto' = cuda when it can be opened, else numpy."""
+    from luce.ops import get_backend
+
+    if name != "auto":
+        return get_backend(name)
+    try:
+        return get_backend("cuda")
+    except Exception:   # no GPU, no kernel library, or no CUDA backend registered
+        return get_backend("numpy")
+
+
+def sync_method(backend) -> str:
+    return "synchronize" if callable(getattr(backend, "synchronize", None)) else "to_numpy"
+
+
+def _sync(backend, logits) -> None:
+    if callable(getattr(backend, "synchronize", None)):
+        backend.synchronize()
+    else:
+        backend.to_numpy(logits)
+
+
+def _median_ms(values: Sequence[float]) -> float:
+    return 1e3 * statistics.median(values) if values else float("nan")
+
+
+def _summary(records: list[dict]) -> dict:
+    """Median ms of every phase and of the whole step over timed step records."""
+    out = {f"{p}_ms": _median_ms([r[p] for r in records]) for p in PHASES if records and p in records[0]}
+    out["step_ms"] = _median_ms([sum(v for k, v in r.items() if k in PHASES) for r in records])
+    out["steps"] = len(records)
+    return out
+
+
+def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
+    """n distinct prompts of `length` random token ids."""
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(0, vocab, length)] for _ in range(n)]
+
+
+# ---- AR decode ---------------------------------------------------------------------------------
+
+def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 0):
+    """Greedy decode of len(prompts) slots together: one prefill step, then n_steps steps of
+    one AR row per slot. -> (tokens per slot [C][n_steps + 1], timed records of the steps
+    after `warmup`)."""
+    backend, C = model.backend, len(prompts)
+    per_slot = pages_needed(max(len(p) for p in prompts) + n_steps + 1)
+    state = model.new_state(max_pages=C * per_slot, max_slots=C)
+    pages = [list(range(s * per_slot, (s + 1) * per_slot)) for s in range(C)]
+    batch = build_batch([SegmentSpec(s, list(p), 0, pages[s]) for s, p in enumerate(prompts)])
+    last = backend.argmax(model.forward(batch, state).logits)
+    tokens = [[int(t)] for t in last]
+    records = []
+    for step in range(n_steps):
+        t0 = time.perf_counter()
+        batch = build_batch([SegmentSpec(s, [tokens[s][-1]], len(prompts[s]) + step, pages[s]) for s in range(C)])
+        t1 = time.perf_counter()
+        out = model.forward(batch, state)
+        t2 = time.perf_counter()
+        _sync(backend, out.logits)
+        t3 = time.perf_counter()
+        last = backend.argmax(out.logits)
+        t4 = time.perf_counter()
+        for s in range(C):
+            tokens[s].append(int(last[s]))
+        if step >= warmup:
+            records.append({"build": t1 - t0, "launch": t2 - t1, "wait": t3 - t2, "sample": t4 - t3})
+    return tokens, records
+
+
+def bench_ar(model, prompts, settings: BenchSettings) -> list[dict]:
+    rows = []
+    for C in settings.concurrency:
+        _, records = run_ar(model, prompts[:C], settings.warmup + settings.steps, settings.warmup)
+        row = {"concurrency": C, **_summary(records)}
+        row["tok_s"] = C / (row["step_ms"] / 1e3)
+        rows.append(row)
+        gc.collect()
+    return rows
+
+
+# ---- verify ------------------------------------------------------------------------------------
+
+def bench_tree(root: int, width: int, depth: int, top_k: int, vocab: int, seed: int):
+    """A DDTree of `width` rows (root included) over a synthetic proposal of `depth` depths."""
+    from luce.spec.proposal import DraftProposal
+    from luce.spec.tree import ddtree
+
+    rng = np.random.default_rng(seed)
+    k = min(top_k, vocab - 1)
+    ids = np.stack([rng.choice(vocab, k, replace=False) for _ in range(max(depth, 1))])
+    lps = -np.tile(np.arange(k, dtype=np.float32), (len(ids), 1)) - 0.01
+    return ddtree(root, DraftProposal(ids, lps), budget=width - 1, top_k=k, tau=None)
+
+
+def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> list[dict]:
+    from luce.spec.batching import TreeSegment, build_spec_batch
+    from luce.spec.config import GDN_TREE_MODE
+
+    backend = model.backend
+    if hasattr(model, "gdn_tree_mode"):
+        model.gdn_tree_mode = GDN_TREE_MODE.get(settings.spec_mode, "factor")
+    widest = max(settings.tree_widths)
+    per_slot = pages_needed(len(prompt) + widest)
+    state = model.new_state(max_pages=per_slot, max_slots=1)
+    pages = list(range(per_slot))
+    root = int(backend.argmax(model.forward(build_batch([SegmentSpec(0, list(prompt), 0, pages)]), state).logits)[0])
+    rows = []
+    for width in settings.tree_widths:
+        depth = min(settings.depth, width - 1)
+        records, tree = [], None
+        try:
+            for rep in range(settings.warmup + settings.steps):
+                t0 = time.perf_counter()
+                tree = bench_tree(root, width, depth, settings.top_k, model.config.vocab, settings.seed + width)
+                batch, _ = build_spec_batch([TreeSegment(0, tree, len(prompt), pages)])
+                t1 = time.perf_counter()
+                out = model.forward(batch, state)
+                t2 = time.perf_counter()
+                _sync(backend, out.logits)
+                t3 = time.perf_counter()
+                if state.recurrent is not None and hasattr(state.recurrent, "drop_tree"):
+                    state.recurrent.drop_tree(0)
+                if rep >= settings.warmup:
+                    records.append({"build": t1 - t0, "launch": t2 - t1, "wait": t3 - t2})
+        except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
+            rows.append({"width": width, "error": f"{type(e).__name__}: {e}"})
+            continue
+        row = {"width": width, "tree_depth": tree.max_depth, **_summary(records)}
+        row["x_ar_step"] = row["step_ms"] / ar_step_ms if ar_step_ms else float("nan")
+        rows.append(row)
+    return rows
+
+
+# ---- drafts ------------------------------------------------------------------------------------
+
+def make_real_drafter(draft_path: str, target, max_slots: int, ctx: int, depth: int):
+    """The drafter for a draft file: DFlash (arch dflash) or a plain draft model."""
+    from luce.gguf.reader import read_config
+    from luce.models.loader import load_model
+    from luce.spec.drafters import DFlashDrafter, DraftModelDrafter
+
+    if read_config(draft_path).arch == "dflash":
+        return DFlashDrafter(load_model(draft_path, target.backend, target_model=target), max_slots, ctx)
+    return DraftModelDrafter(load_model(draft_path, target.backend), max_slots, ctx, max_depth=depth,
+                             target_vocab=target.config.vocab)
+
+
+def bench_draft(drafter, prompts, settings: BenchSettings, feature_width: int) -> list[dict]:
+    """Median `propose` time for C lanes at a fixed root (context already in)."""
+    from luce.spec.drafters.base import DraftLane
+
+    rng = np.random.default_rng(settings.seed)
+    rows = []
+    for C in settings.concurrency:
+        for slot in range(C):
+            drafter.release(slot)
+        lanes = [DraftLane(s, list(prompts[s]) + [1], settings.depth, settings.top_k) for s in range(C)]
+        first = [DraftLane(s, lane.tokens, lane.depth, lane.top_k,
+                           rng.standard_normal((len(prompts[s]), feature_width)).astype(np.float32)
+                           if feature_width else None) for s, lane in enumerate(lanes)]
+        drafter.propose(first)
+        times = []
+        for rep in range(settings.warmup + settings.steps):
+            t0 = time.perf_counter()
+            drafter.propose(lanes)
+            if rep >= settings.warmup:
+                times.append(time.perf_counter() - t0)
+        rows.append({"concurrency": C, "pass_ms": _median_ms(times), "steps": len(times)})
+    return rows
+
+
+# ---- speculation -------------------------------------------------------------------------------
+
+def bench_spec(model, prompts, sequences, drafter, settings: BenchSettings) -> dict:
+    """Greedy speculative decoding of `prompts` through SpecRunner with `drafter`."""
+    from luce.engine.sampler import SamplingParams
+    from luce.spec.config import SpecConfig
+    from luce.spec.runner import SpecRunner
+
+    C, G = len(prompts), settings.spec_tokens
+    spec = SpecConfig(spec=settings.spec_mode, draft_kind="ngram", chain_depth=settings.depth,
+                      ddtree_budget=settings.budget, spec_top_k=settings.top_k)
+    ctx = max(len(p) for p in prompts) + G + 1
+    runner = SpecRunner(model, spec=spec, drafter=drafter, max_slots=C, ctx=ctx,
+                        token_budget=sum(len(p) for p in prompts) + C)
+    for p in prompts:
+        runner.add(p, SamplingParams(max_tokens=G, ignore_eos=True, seed=0))
+    times, tokens, decode_steps = [], 0, 0
+    while any(not r.done for r in runner.requests):
+        decoding = all(r.slot is not None and r.n_prefilled == len(r.prompt) for r in runner.requests if not r.done)
+        before = sum(len(r.output) for r in runner.requests)
+        t0 = time.perf_counter()
+        runner.step()
+        dt = time.perf_counter() - t0
+        if decoding:
+            decode_steps += 1
+            if decode_steps > settings.warmup:
+                times.append(dt)
+                tokens += sum(len(r.output) for r in runner.requests) - before
+        if runner.steps > 10 * (G + 2):
+            raise RuntimeError("speculative run did not finish: a step commits at least one token per lane")
+    stats = runner.speculator.stats
+    outputs = [r.output for r in runner.requests]
+    truth = [list(s[len(p):len(p) + G]) for s, p in zip(sequences, prompts)]
+    return {
+        "drafter": drafter.kind, "mode": settings.spec_mode, "concurrency": C, "tokens_per_request": G,
+        "steps": len(times), "warmup": settings.warmup, "step_ms": _median_ms(times),
+        "tok_s": tokens / sum(times) if times else float("nan"),
+        "tokens_per_step": tokens / len(times) if times else float("nan"),
+        "acceptance_length": stats.acceptance_length, "acceptance_rate": stats.acceptance_rate,
+        "verifies": stats.verifies, "rows_per_verify": stats.verify_rows / max(stats.verifies, 1),
+        "matches_ar": outputs == truth, "misses": drafter.misses,
+        "proposal_depths": list(drafter.depths),
+        "emitted": stats.emitted, "accepted": stats.accepted,
+    }
+
+
+def peak_memory(backend) -> dict:
+    stats = getattr(backend, "memory_stats", None)
+    if callable(stats):
+        return {"source": "backend.memory_stats", **dict(stats())}
+    return {"source": "host_rss", "peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = None,
+                     settings: BenchSettings = BenchSettings(), sections=("ar", "verify", "draft", "spec"),
+                     log=None) -> dict:
+    """Load the model (and draft) and run the sections; returns the report dict."""
+    import os
+
+    from luce.models.loader import load_model
+    from luce.spec.drafters.bench_drafters import AlwaysWrongDrafter, OracleDrafter
+
+    log = log or (lambda msg: None)
+    be = open_backend(backend) if isinstance(backend, str) else backend
+    t0 = time.perf_counter()
+    model = load_model(model_path, be)
+    cfg = model.config
+    report = {"model": str(model_path), "arch": cfg.arch, "n_layer": cfg.n_layer, "vocab": cfg.vocab,
+              "file_bytes": os.path.getsize(model_path), "backend": be.name, "sync": sync_method(be),
+              "load_s": time.perf_counter() - t0, "draft": draft_path, "settings": asdict(settings)}
+    n_prompts = max(max(settings.concurrency), settings.spec_concurrency)
+    prompts = random_prompts(n_prompts, settings.prompt_len, cfg.vocab, settings.seed)
+    log(f"loaded {cfg.arch} ({cfg.n_layer} layers) on {be.name} in {report['load_s']:.1f} s")
+    if "ar" in sections or "verify" in sections:
+        report["ar"] = bench_ar(model, prompts, settings)
+        log("AR done")
+    if "verify" in sections:
+        ar1 = next((r["step_ms"] for r in report["ar"] if r["concurrency"] == 1), None)
+        if ar1 is None:
+            ar1 = _summary(run_ar(model, prompts[:1], settings.warmup + settings.steps, settings.warmup)[1])["step_ms"]
+        report["verify_ar_step_ms"] = ar1       # the C=1 AR step the verify ratios divide by
+        report["verify"] = bench_verify(model, prompts[0], settings, ar1)
+        log("verify done")
+    ctx = settings.prompt_len + settings.spec_tokens + 2 * (settings.budget + settings.depth) + 2
+    new_inner = (lambda slots: make_real_drafter(draft_path, model, slots, ctx, settings.depth)) if draft_path else None
+    if draft_path and "draft" in sections:
+        inner = new_inner(max(settings.concurrency))
+        width = getattr(getattr(inner, "draft", None), "feature_width", 0)
+        report["draft_pass"] = bench_draft(inner, prompts, settings, width)
+        del inner
+        log("draft done")
+    if "spec" in sections:
+        spec_prompts = prompts[:settings.spec_concurrency]
+        seqs, _ = run_ar(model, spec_prompts, settings.spec_tokens - 1)
+        sequences = [list(p) + s for p, s in zip(spec_prompts, seqs)]
+        report["spec"] = []
+        for cls in (OracleDrafter, AlwaysWrongDrafter):
+            inner = new_inner(len(spec_prompts)) if new_inner else None
+            drafter = cls(sequences, cfg.vocab, inner=inner)
+            try:
+                report["spec"].append(bench_spec(model, spec_prompts, sequences, drafter, settings))
+            except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
+                report["spec"].append({"drafter": drafter.kind, "error": f"{type(e).__name__}: {e}"})
+            del drafter, inner
+            gc.collect()
+        log("spec done")
+    report["memory"] = peak_memory(be)
+    return report

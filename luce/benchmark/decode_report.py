@@ -1,0 +1,61 @@
+"""Plain-text tables of a decode benchmark report (luce.benchmark.decode_bench)."""
+from __future__ import annotations
+
+
+def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return [title, line(header), line(["-" * w for w in widths]), *(line(r) for r in rows), ""]
+
+
+def _f(x, digits: int = 2) -> str:
+    if isinstance(x, bool):
+        return "yes" if x else "NO"
+    if isinstance(x, (int, float)):
+        return f"{x:.{digits}f}" if isinstance(x, float) else str(x)
+    return str(x)
+
+
+def format_report(report: dict) -> str:
+    s = report["settings"]
+    out = [f"model {report['model']} ({report['arch']}, {report['n_layer']} layers, vocab {report['vocab']}, "
+           f"{report['file_bytes'] / 1e9:.2f} GB) on {report['backend']} (sync: {report['sync']}), "
+           f"loaded in {report['load_s']:.1f} s",
+           f"prompt {s['prompt_len']} tokens; medians of {s['steps']} steps after {s['warmup']} warm-up steps; "
+           "build = Python packing the batch, launch = inside model.forward, wait = until the device is done, "
+           "sample = argmax to host", ""]
+    if report.get("ar"):
+        out += _table("AR decode", ["C", "tok/s", "step ms", "build ms", "launch ms", "wait ms", "sample ms", "steps"],
+                      [[str(r["concurrency"]), _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r["build_ms"], 3),
+                        _f(r["launch_ms"]), _f(r["wait_ms"]), _f(r["sample_ms"], 3), str(r["steps"])]
+                       for r in report["ar"]])
+    if report.get("verify"):
+        rows = []
+        for r in report["verify"]:
+            if "error" in r:
+                rows.append([str(r["width"]), "-", "-", "-", "-", "-", "-", r["error"][:60]])
+            else:
+                rows.append([str(r["width"]), str(r["tree_depth"]), _f(r["step_ms"]), _f(r["x_ar_step"]),
+                             _f(r["build_ms"], 3), _f(r["launch_ms"]), _f(r["wait_ms"]), str(r["steps"])])
+        out += _table(f"Verify (one slot, DDTree rows, mode {s['spec_mode']}; x AR = multiple of the C=1 AR step)",
+                      ["width", "depth", "step ms", "x AR", "build ms", "launch ms", "wait ms", "steps"], rows)
+    if report.get("draft_pass"):
+        out += _table(f"Draft pass ({report['draft']})", ["C", "pass ms", "steps"],
+                      [[str(r["concurrency"]), _f(r["pass_ms"]), str(r["steps"])] for r in report["draft_pass"]])
+    if report.get("spec"):
+        rows = []
+        for r in report["spec"]:
+            if "error" in r:
+                rows.append([r["drafter"], "-", "-", "-", "-", "-", "-", "-", r["error"][:60]])
+            else:
+                rows.append([r["drafter"], str(r["concurrency"]), _f(r["tok_s"], 1), _f(r["step_ms"]),
+                             _f(r["tokens_per_step"]), _f(r["acceptance_length"]), _f(r["rows_per_verify"], 1),
+                             str(r["steps"]), f"{_f(r['matches_ar'])} ({r['misses']} misses)"])
+        draft = f"real draft {report['draft']} run and discarded" if report.get("draft") else "no draft cost"
+        out += _table(f"Speculation bounds ({s['spec_mode']}, {s['spec_tokens']} tokens per request; {draft})",
+                      ["drafter", "C", "tok/s", "step ms", "tok/step", "accept len", "rows/verify", "steps",
+                       "output = AR"], rows)
+    mem = report.get("memory", {})
+    if mem:
+        out.append("memory: " + ", ".join(f"{k}={v}" for k, v in mem.items()))
+    return "\n".join(out)

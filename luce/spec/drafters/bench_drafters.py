@@ -1,0 +1,102 @@
+"""Benchmark drafters that bound speculative decoding from above and below.
+
+Both know the true greedy continuation of every request (from a plain greedy AR run of the
+same target): `sequences` are the full token lists, prompt then continuation. A lane is
+matched to the sequence its tokens are a prefix of.
+- `OracleDrafter`: proposes the true continuation at every depth (best case: a verify of
+  depth d commits d + 1 tokens), plus `top_k - 1` wrong siblings per depth so a DDTree
+  has the same shape as with a real drafter.
+- `AlwaysWrongDrafter`: proposes, at every depth, only tokens that differ from the true
+  one (worst case: every verify commits exactly one token, at the cost of the whole tree).
+With `inner` (a real drafter: DFlash or a draft model) the inner drafter runs on the same
+lanes first, so a step pays the real draft cost, and its proposals are thrown away.
+A lane that matches no sequence (the target left the greedy path: not an exact backend)
+gets an empty proposal and is counted in `misses`. `depths` lists every proposal's depth.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from luce.spec.drafters.base import DraftLane
+from luce.spec.proposal import DraftProposal
+
+
+class _ContinuationDrafter:
+    kind = "bench"
+
+    def __init__(self, sequences: Sequence[Sequence[int]], vocab: int, inner=None):
+        if vocab < 2:
+            raise ValueError(f"a benchmark drafter needs a vocabulary of at least 2 tokens, got {vocab}")
+        self.sequences = [np.asarray(list(s), dtype=np.int64) for s in sequences]
+        self.vocab, self.inner = int(vocab), inner
+        self.feature_layers = tuple(getattr(inner, "feature_layers", ()))
+        self.max_depth = getattr(inner, "max_depth", None)
+        self.misses = 0
+        self.depths: list[int] = []           # depth of every proposal made, in order
+
+    def truth(self, tokens: Sequence[int]) -> np.ndarray | None:
+        """The true tokens after `tokens` ([n] int64, possibly empty), or None if `tokens`
+        is not a prefix of any known sequence."""
+        toks = np.asarray(list(tokens), dtype=np.int64)
+        for seq in self.sequences:
+            if len(seq) >= len(toks) and np.array_equal(seq[:len(toks)], toks):
+                return seq[len(toks):]
+        return None
+
+    def propose(self, lanes: Sequence[DraftLane]) -> list[DraftProposal]:
+        lanes = list(lanes)
+        if self.inner is not None and lanes:
+            self.inner.propose(lanes)            # the real draft work, for its cost only
+        out = []
+        for lane in lanes:
+            truth = self.truth(lane.tokens)
+            if truth is None:
+                self.misses += 1
+                out.append(DraftProposal.empty())
+            else:
+                out.append(self._proposal(truth, lane.depth, lane.top_k))
+            self.depths.append(out[-1].depth)
+        return out
+
+    def release(self, slot: int) -> None:
+        if self.inner is not None:
+            self.inner.release(slot)
+
+    def _others(self, token: int, count: int) -> list[int]:
+        """`count` distinct tokens, none equal to `token`."""
+        return [(token + 1 + j) % self.vocab for j in range(min(count, self.vocab - 1))]
+
+    def _proposal(self, truth: np.ndarray, depth: int, top_k: int) -> DraftProposal:
+        raise NotImplementedError
+
+
+class OracleDrafter(_ContinuationDrafter):
+    kind = "oracle"
+
+    def _proposal(self, truth: np.ndarray, depth: int, top_k: int) -> DraftProposal:
+        depth = min(depth, len(truth))
+        ids = np.full((depth, top_k), -1, np.int64)
+        lps = np.full((depth, top_k), -np.inf, np.float32)
+        for d in range(depth):
+            row = [int(truth[d])] + self._others(int(truth[d]), top_k - 1)
+            ids[d, :len(row)] = row
+            lps[d, :len(row)] = -np.arange(len(row), dtype=np.float32)   # the truth ranks first
+        return DraftProposal(ids, lps)
+
+
+class AlwaysWrongDrafter(_ContinuationDrafter):
+    kind = "always-wrong"
+
+    def _proposal(self, truth: np.ndarray, depth: int, top_k: int) -> DraftProposal:
+        if not len(truth):
+            return DraftProposal.empty()
+        ids = np.full((depth, top_k), -1, np.int64)
+        lps = np.full((depth, top_k), -np.inf, np.float32)
+        for d in range(depth):
+            # beyond the known continuation any token will do: depth 0 is already wrong
+            row = self._others(int(truth[min(d, len(truth) - 1)]), top_k)
+            ids[d, :len(row)] = row
+            lps[d, :len(row)] = -1.0 - np.arange(len(row), dtype=np.float32)
+        return DraftProposal(ids, lps)
