@@ -253,7 +253,7 @@ def test_commit_skips_padding_and_bad_slots():
     parents = random_tree(rng, n)
     inputs = gdn_inputs(rng, n, H, dk, dv)
     states = random_states(rng, 3, H, dk, dv)
-    got = run_verify(inputs, states, [parents], [0])
+    got = run_verify(inputs, states, [parents], [2])  # factors of slot 2's tree
     path = root_path(parents, n - 1)
     after = run_commit(got["k"], got["g"], got["u"], states, [path, path, path], [-1, 7, 2])
     assert np.array_equal(after[:2], states[:2])
