@@ -48,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top-k", type=int, default=d.top_k)
     p.add_argument("--spec-mode", default=d.spec_mode, choices=[m for m in MODES if m != "off"])
     p.add_argument("--budget", type=int, default=d.budget, help="DDTree drafted nodes")
-    p.add_argument("--spec-tokens", type=int, default=d.spec_tokens, help="tokens per request in spec runs")
-    p.add_argument("--spec-concurrency", type=int, default=d.spec_concurrency)
+    p.add_argument("--spec-tokens", type=int, default=d.spec_tokens,
+                   help="tokens per request in spec runs (default: enough for --steps oracle steps)")
+    p.add_argument("--spec-concurrency", type=_ints, default=d.spec_concurrency,
+                   help="requests decoded together in the spec runs, e.g. 1,5")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON ('-' = stdout only)")
@@ -57,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     sections = tuple(s for s in args.sections.split(",") if s)
     if set(sections) - set(SECTIONS):
         p.error(f"--sections takes {','.join(SECTIONS)}")
-    if args.steps < 1 or args.warmup < 0 or args.prompt_len < 1 or args.spec_tokens < 2:
-        p.error("need --steps >= 1, --warmup >= 0, --prompt-len >= 1, --spec-tokens >= 2")
+    if args.steps < 1 or args.warmup < 0 or args.prompt_len < 1 or args.spec_tokens < 0:
+        p.error("need --steps >= 1, --warmup >= 0, --prompt-len >= 1, --spec-tokens >= 0")
     settings = BenchSettings(prompt_len=args.prompt_len, concurrency=args.concurrency, warmup=args.warmup,
                              steps=args.steps, tree_widths=args.widths, depth=args.depth, top_k=args.top_k,
                              spec_mode=args.spec_mode, budget=args.budget, spec_tokens=args.spec_tokens,

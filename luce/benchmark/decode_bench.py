@@ -8,7 +8,8 @@ Sections (each returns plain dicts; `run_decode_bench` gathers them into one rep
   when the backend has none), `sample` (argmax to the host). tok/s = C / median step.
 - Verify: one slot, one draft tree of W rows (W = 1 is the root alone, an AR row) packed
   by luce.spec.batching.build_spec_batch as luce.spec.runner does; the tree is a DDTree
-  (luce.spec.tree.ddtree) over a synthetic top-k proposal of depth <= `depth`. Each
+  (luce.spec.tree.ddtree) over a synthetic top-k proposal of depth <= `depth` (`build`
+  times the tree and the batch packing, not the proposal). Each
   repetition verifies the same tree at the same position and drops the staged GDN commit
   data, so nothing advances. Reported as ms and as a multiple of the median C=1 AR step.
 - Draft pass (with a draft file): the drafter's `propose` for C lanes at a fixed root,
@@ -16,8 +17,9 @@ Sections (each returns plain dicts; `run_decode_bench` gathers them into one rep
 - Speculation through luce.spec.runner.SpecRunner with an oracle drafter (proposes the true
   greedy continuation: upper bound) and an always-wrong drafter (lower bound), both
   wrapping the real drafter when a draft is given (its cost paid, its proposals dropped).
-  Steps that carry prefill and the first `warmup` decode steps are excluded; tok/s = tokens
-  committed / time over the measured steps. The outputs are compared with plain greedy AR.
+  Only steady steps are timed (every request decoding, none near its end), after `warmup`
+  of them; tok/s = tokens committed / time over the timed steps. The outputs are compared
+  with plain greedy AR.
 Medians are over `steps` timed repetitions after `warmup` untimed ones.
 """
 from __future__ import annotations
@@ -48,8 +50,8 @@ class BenchSettings:
     top_k: int = 4                  # candidates per depth
     spec_mode: str = "specla"       # chain | ddtree | specla (luce.spec.config.MODES)
     budget: int = 22                # DDTree drafted nodes
-    spec_tokens: int = 64           # tokens generated per request in the spec runs
-    spec_concurrency: int = 1
+    spec_tokens: int = 0            # tokens per request in the spec runs (0: enough for `steps` steps)
+    spec_concurrency: tuple[int, ...] = (1,)
     seed: int = 0
 
 
@@ -86,6 +88,10 @@ def _summary(records: list[dict]) -> dict:
     out["step_ms"] = _median_ms([sum(v for k, v in r.items() if k in PHASES) for r in records])
     out["steps"] = len(records)
     return out
+
+
+def _error(e: Exception) -> str:
+    return f"{type(e).__name__}: {e}"
 
 
 def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]]:
@@ -128,7 +134,11 @@ def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 
 def bench_ar(model, prompts, settings: BenchSettings) -> list[dict]:
     rows = []
     for C in settings.concurrency:
-        _, records = run_ar(model, prompts[:C], settings.warmup + settings.steps, settings.warmup)
+        try:
+            _, records = run_ar(model, prompts[:C], settings.warmup + settings.steps, settings.warmup)
+        except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
+            rows.append({"concurrency": C, "error": _error(e)})
+            continue
         row = {"concurrency": C, **_summary(records)}
         row["tok_s"] = C / (row["step_ms"] / 1e3)
         rows.append(row)
@@ -138,21 +148,22 @@ def bench_ar(model, prompts, settings: BenchSettings) -> list[dict]:
 
 # ---- verify ------------------------------------------------------------------------------------
 
-def bench_tree(root: int, width: int, depth: int, top_k: int, vocab: int, seed: int):
-    """A DDTree of `width` rows (root included) over a synthetic proposal of `depth` depths."""
+def synthetic_proposal(depth: int, top_k: int, vocab: int, seed: int):
+    """A DraftProposal of `depth` depths with min(top_k, vocab) distinct tokens each, log-probs
+    falling with rank (what a drafter's top-k looks like to the tree builder)."""
     from luce.spec.proposal import DraftProposal
-    from luce.spec.tree import ddtree
 
-    rng = np.random.default_rng(seed)
-    k = min(top_k, vocab - 1)
-    ids = np.stack([rng.choice(vocab, k, replace=False) for _ in range(max(depth, 1))])
+    k = min(top_k, vocab)
+    base = np.random.default_rng(seed).integers(0, vocab, (max(depth, 1), 1))
+    ids = (base + np.arange(k)) % vocab
     lps = -np.tile(np.arange(k, dtype=np.float32), (len(ids), 1)) - 0.01
-    return ddtree(root, DraftProposal(ids, lps), budget=width - 1, top_k=k, tau=None)
+    return DraftProposal(ids, lps)
 
 
 def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> list[dict]:
     from luce.spec.batching import TreeSegment, build_spec_batch
     from luce.spec.config import GDN_TREE_MODE
+    from luce.spec.tree import ddtree
 
     backend = model.backend
     if hasattr(model, "gdn_tree_mode"):
@@ -165,11 +176,12 @@ def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> l
     rows = []
     for width in settings.tree_widths:
         depth = min(settings.depth, width - 1)
+        proposal = synthetic_proposal(depth, settings.top_k, model.config.vocab, settings.seed + width)
         records, tree = [], None
         try:
             for rep in range(settings.warmup + settings.steps):
                 t0 = time.perf_counter()
-                tree = bench_tree(root, width, depth, settings.top_k, model.config.vocab, settings.seed + width)
+                tree = ddtree(root, proposal, budget=width - 1, top_k=settings.top_k, tau=None)
                 batch, _ = build_spec_batch([TreeSegment(0, tree, len(prompt), pages)])
                 t1 = time.perf_counter()
                 out = model.forward(batch, state)
@@ -181,7 +193,7 @@ def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> l
                 if rep >= settings.warmup:
                     records.append({"build": t1 - t0, "launch": t2 - t1, "wait": t3 - t2})
         except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
-            rows.append({"width": width, "error": f"{type(e).__name__}: {e}"})
+            rows.append({"width": width, "error": _error(e)})
             continue
         row = {"width": width, "tree_depth": tree.max_depth, **_summary(records)}
         row["x_ar_step"] = row["step_ms"] / ar_step_ms if ar_step_ms else float("nan")
@@ -191,16 +203,23 @@ def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> l
 
 # ---- drafts ------------------------------------------------------------------------------------
 
-def make_real_drafter(draft_path: str, target, max_slots: int, ctx: int, depth: int):
-    """The drafter for a draft file: DFlash (arch dflash) or a plain draft model."""
+def load_draft(draft_path: str, target):
+    """The draft model of a file, on the target's backend (DFlash drafts borrow its head)."""
     from luce.gguf.reader import read_config
     from luce.models.loader import load_model
-    from luce.spec.drafters import DFlashDrafter, DraftModelDrafter
 
     if read_config(draft_path).arch == "dflash":
-        return DFlashDrafter(load_model(draft_path, target.backend, target_model=target), max_slots, ctx)
-    return DraftModelDrafter(load_model(draft_path, target.backend), max_slots, ctx, max_depth=depth,
-                             target_vocab=target.config.vocab)
+        return load_model(draft_path, target.backend, target_model=target)
+    return load_model(draft_path, target.backend)
+
+
+def make_drafter(draft, target, max_slots: int, ctx: int, depth: int):
+    """A fresh drafter (its own state) over a loaded draft: DFlash or a plain draft model."""
+    from luce.spec.drafters import DFlashDrafter, DraftModelDrafter
+
+    if draft.config.arch == "dflash":
+        return DFlashDrafter(draft, max_slots, ctx)
+    return DraftModelDrafter(draft, max_slots, ctx, max_depth=depth, target_vocab=target.config.vocab)
 
 
 def bench_draft(drafter, prompts, settings: BenchSettings, feature_width: int) -> list[dict]:
@@ -229,13 +248,31 @@ def bench_draft(drafter, prompts, settings: BenchSettings, feature_width: int) -
 
 # ---- speculation -------------------------------------------------------------------------------
 
+def spec_depth_cap(settings: BenchSettings, draft=None) -> int:
+    """Deepest chain a verify can commit: the drafter's depth (DFlash: block - 1), cut at
+    the tree budget in the DDTree modes."""
+    cap = settings.depth
+    if draft is not None and draft.config.arch == "dflash":
+        cap = min(cap, int(draft.block_size) - 1)
+    return min(cap, settings.budget) if settings.spec_mode in ("ddtree", "specla") else cap
+
+
+def spec_tokens(settings: BenchSettings, cap: int) -> int:
+    """Tokens per request of a spec run: settings.spec_tokens, or (0) enough for `warmup +
+    steps` steady oracle steps of cap + 1 tokens each, plus the prefill token and a margin."""
+    return settings.spec_tokens or 2 + (settings.warmup + settings.steps + 1) * (cap + 1) + settings.depth
+
+
 def bench_spec(model, prompts, sequences, drafter, settings: BenchSettings) -> dict:
-    """Greedy speculative decoding of `prompts` through SpecRunner with `drafter`."""
+    """Greedy speculative decoding of `prompts` through SpecRunner with `drafter`, until
+    `steps` steady steps are timed or every request is done. A step is steady when every
+    request is decoding with more tokens to go than the deepest draft (so no lane's tree
+    is cut by its end); the first `warmup` steady steps are not timed."""
     from luce.engine.sampler import SamplingParams
     from luce.spec.config import SpecConfig
     from luce.spec.runner import SpecRunner
 
-    C, G = len(prompts), settings.spec_tokens
+    C, G = len(prompts), len(sequences[0]) - len(prompts[0])
     spec = SpecConfig(spec=settings.spec_mode, draft_kind="ngram", chain_depth=settings.depth,
                       ddtree_budget=settings.budget, spec_top_k=settings.top_k)
     ctx = max(len(p) for p in prompts) + G + 1
@@ -243,32 +280,33 @@ def bench_spec(model, prompts, sequences, drafter, settings: BenchSettings) -> d
                         token_budget=sum(len(p) for p in prompts) + C)
     for p in prompts:
         runner.add(p, SamplingParams(max_tokens=G, ignore_eos=True, seed=0))
-    times, tokens, decode_steps = [], 0, 0
-    while any(not r.done for r in runner.requests):
-        decoding = all(r.slot is not None and r.n_prefilled == len(r.prompt) for r in runner.requests if not r.done)
+    max_depth = runner.speculator.max_depth
+    times, tokens, steady_steps = [], 0, 0
+    while any(not r.done for r in runner.requests) and len(times) < settings.steps:
+        steady = all(r.slot is not None and r.n_prefilled == len(r.prompt) and not r.done
+                     and r.params.max_tokens - len(r.output) > max_depth for r in runner.requests)
         before = sum(len(r.output) for r in runner.requests)
         t0 = time.perf_counter()
         runner.step()
         dt = time.perf_counter() - t0
-        if decoding:
-            decode_steps += 1
-            if decode_steps > settings.warmup:
+        if steady:
+            steady_steps += 1
+            if steady_steps > settings.warmup:
                 times.append(dt)
                 tokens += sum(len(r.output) for r in runner.requests) - before
         if runner.steps > 10 * (G + 2):
             raise RuntimeError("speculative run did not finish: a step commits at least one token per lane")
     stats = runner.speculator.stats
-    outputs = [r.output for r in runner.requests]
-    truth = [list(s[len(p):len(p) + G]) for s, p in zip(sequences, prompts)]
+    matches = all(r.output == list(s[len(p):len(p) + len(r.output)])
+                  for r, s, p in zip(runner.requests, sequences, prompts))
     return {
-        "drafter": drafter.kind, "mode": settings.spec_mode, "concurrency": C, "tokens_per_request": G,
+        "drafter": drafter.kind, "mode": settings.spec_mode, "concurrency": C, "max_depth": max_depth,
         "steps": len(times), "warmup": settings.warmup, "step_ms": _median_ms(times),
         "tok_s": tokens / sum(times) if times else float("nan"),
         "tokens_per_step": tokens / len(times) if times else float("nan"),
         "acceptance_length": stats.acceptance_length, "acceptance_rate": stats.acceptance_rate,
         "verifies": stats.verifies, "rows_per_verify": stats.verify_rows / max(stats.verifies, 1),
-        "matches_ar": outputs == truth, "misses": drafter.misses,
-        "proposal_depths": list(drafter.depths),
+        "matches_ar": matches, "misses": drafter.misses, "proposal_depths": list(drafter.depths),
         "emitted": stats.emitted, "accepted": stats.accepted,
     }
 
@@ -297,41 +335,45 @@ def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = 
     report = {"model": str(model_path), "arch": cfg.arch, "n_layer": cfg.n_layer, "vocab": cfg.vocab,
               "file_bytes": os.path.getsize(model_path), "backend": be.name, "sync": sync_method(be),
               "load_s": time.perf_counter() - t0, "draft": draft_path, "settings": asdict(settings)}
-    n_prompts = max(max(settings.concurrency), settings.spec_concurrency)
+    n_prompts = max(settings.concurrency + settings.spec_concurrency)
     prompts = random_prompts(n_prompts, settings.prompt_len, cfg.vocab, settings.seed)
     log(f"loaded {cfg.arch} ({cfg.n_layer} layers) on {be.name} in {report['load_s']:.1f} s")
     if "ar" in sections or "verify" in sections:
         report["ar"] = bench_ar(model, prompts, settings)
         log("AR done")
     if "verify" in sections:
-        ar1 = next((r["step_ms"] for r in report["ar"] if r["concurrency"] == 1), None)
+        ar1 = next((r["step_ms"] for r in report["ar"] if r["concurrency"] == 1 and "error" not in r), None)
         if ar1 is None:
             ar1 = _summary(run_ar(model, prompts[:1], settings.warmup + settings.steps, settings.warmup)[1])["step_ms"]
         report["verify_ar_step_ms"] = ar1       # the C=1 AR step the verify ratios divide by
         report["verify"] = bench_verify(model, prompts[0], settings, ar1)
         log("verify done")
-    ctx = settings.prompt_len + settings.spec_tokens + 2 * (settings.budget + settings.depth) + 2
-    new_inner = (lambda slots: make_real_drafter(draft_path, model, slots, ctx, settings.depth)) if draft_path else None
-    if draft_path and "draft" in sections:
-        inner = new_inner(max(settings.concurrency))
-        width = getattr(getattr(inner, "draft", None), "feature_width", 0)
-        report["draft_pass"] = bench_draft(inner, prompts, settings, width)
-        del inner
+    draft = load_draft(draft_path, model) if draft_path and ("draft" in sections or "spec" in sections) else None
+    n_spec = spec_tokens(settings, spec_depth_cap(settings, draft))
+    ctx = settings.prompt_len + n_spec + 2 * (settings.budget + settings.depth) + 2
+    new_inner = (lambda slots: make_drafter(draft, model, slots, ctx, settings.depth)) if draft else None
+    if draft is not None and "draft" in sections:
+        try:
+            report["draft_pass"] = bench_draft(new_inner(max(settings.concurrency)), prompts, settings,
+                                               getattr(draft, "feature_width", 0))
+        except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
+            report["draft_pass"] = [{"concurrency": 0, "error": _error(e)}]
+        gc.collect()
         log("draft done")
     if "spec" in sections:
-        spec_prompts = prompts[:settings.spec_concurrency]
-        seqs, _ = run_ar(model, spec_prompts, settings.spec_tokens - 1)
-        sequences = [list(p) + s for p, s in zip(spec_prompts, seqs)]
         report["spec"] = []
-        for cls in (OracleDrafter, AlwaysWrongDrafter):
-            inner = new_inner(len(spec_prompts)) if new_inner else None
-            drafter = cls(sequences, cfg.vocab, inner=inner)
-            try:
-                report["spec"].append(bench_spec(model, spec_prompts, sequences, drafter, settings))
-            except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
-                report["spec"].append({"drafter": drafter.kind, "error": f"{type(e).__name__}: {e}"})
-            del drafter, inner
-            gc.collect()
+        for C in settings.spec_concurrency:
+            spec_prompts = prompts[:C]
+            seqs, _ = run_ar(model, spec_prompts, n_spec - 1)
+            sequences = [list(p) + s for p, s in zip(spec_prompts, seqs)]
+            for cls in (OracleDrafter, AlwaysWrongDrafter):
+                drafter = cls(sequences, cfg.vocab, inner=new_inner(C) if new_inner else None)
+                try:
+                    report["spec"].append(bench_spec(model, spec_prompts, sequences, drafter, settings))
+                except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
+                    report["spec"].append({"drafter": drafter.kind, "concurrency": C, "error": _error(e)})
+                del drafter
+                gc.collect()
         log("spec done")
     report["memory"] = peak_memory(be)
     return report

@@ -52,7 +52,7 @@ def format_report(report: dict) -> str:
                              _f(r["tokens_per_step"]), _f(r["acceptance_length"]), _f(r["rows_per_verify"], 1),
                              str(r["steps"]), f"{_f(r['matches_ar'])} ({r['misses']} misses)"])
         draft = f"real draft {report['draft']} run and discarded" if report.get("draft") else "no draft cost"
-        out += _table(f"Speculation bounds ({s['spec_mode']}, {s['spec_tokens']} tokens per request; {draft})",
+        out += _table(f"Speculation bounds (mode {s['spec_mode']}, steady steps only; {draft})",
                       ["drafter", "C", "tok/s", "step ms", "tok/step", "accept len", "rows/verify", "steps",
                        "output = AR"], rows)
     mem = report.get("memory", {})

@@ -21,7 +21,7 @@ from luce.testing import synthetic_model as sm
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = BenchSettings(prompt_len=8, concurrency=(1, 2), warmup=1, steps=2, tree_widths=(1, 7),
-                     depth=7, top_k=3, budget=6, spec_tokens=11, spec_concurrency=2)
+                     depth=7, top_k=3, budget=6, spec_concurrency=(2,))
 
 
 def _synthetic(directory: Path, preset: str, mix: str = "q4_k_m", **kw) -> Path:
@@ -39,41 +39,31 @@ def models(tmp_path_factory):
             "qwen2": _synthetic(d, "qwen2.5-coder-1.5b"), "qwen2-draft": _synthetic(d, "qwen2.5-coder-0.5b")}
 
 
-def _oracle_emitted(n_tokens: int, cap: int) -> int:
-    """Tokens the oracle's verifies commit for one request: its first token comes from the
-    prefill; each verify drafts min(cap, remaining - 1) deep and commits that plus the bonus;
-    a lane with one token left has nothing to draft and decodes it as an AR row."""
-    remaining, emitted = n_tokens - 1, 0
-    while remaining > 0:
-        depth = min(cap, remaining - 1)
-        if depth == 0:
-            remaining -= 1
-        else:
-            emitted += depth + 1
-            remaining -= depth + 1
-    return emitted
-
-
 def _check_spec(report, settings, max_depth=None):
-    oracle, wrong = (next(r for r in report["spec"] if r["drafter"] == k) for k in ("oracle", "always-wrong"))
     cap = min(settings.depth, max_depth or settings.depth)
     if settings.spec_mode in ("ddtree", "specla"):
         cap = min(cap, settings.budget)
-    for r in (oracle, wrong):
-        assert "error" not in r, r.get("error")
-        assert r["matches_ar"] and r["misses"] == 0
-        assert r["verifies"] == len(r["proposal_depths"]) and r["concurrency"] == settings.spec_concurrency
-        assert r["steps"] >= 1 and r["tok_s"] > 0
-    # the oracle commits its whole chain (cut at the tree budget) plus the bonus token per verify
-    chains = [min(d, cap) for d in oracle["proposal_depths"]]
-    assert oracle["accepted"] == sum(chains) and oracle["emitted"] == sum(chains) + len(chains)
-    assert oracle["acceptance_length"] == pytest.approx(1 + sum(chains) / len(chains))
-    assert oracle["emitted"] == settings.spec_concurrency * _oracle_emitted(settings.spec_tokens, cap)
-    # the always-wrong drafter: one token per verify, so one per lane per step
-    assert wrong["accepted"] == 0 and wrong["emitted"] == wrong["verifies"]
-    assert wrong["acceptance_length"] == 1.0
-    assert wrong["tokens_per_step"] == pytest.approx(settings.spec_concurrency)
-    assert oracle["tokens_per_step"] > wrong["tokens_per_step"]
+    assert sorted({r["concurrency"] for r in report["spec"]}) == sorted(settings.spec_concurrency)
+    for C in settings.spec_concurrency:
+        rows = [r for r in report["spec"] if r["concurrency"] == C]
+        oracle, wrong = (next(r for r in rows if r["drafter"] == k) for k in ("oracle", "always-wrong"))
+        for r in (oracle, wrong):
+            assert "error" not in r, r.get("error")
+            assert r["matches_ar"] and r["misses"] == 0
+            assert r["verifies"] == len(r["proposal_depths"])
+            assert r["steps"] >= 1 and r["tok_s"] > 0
+        # the oracle commits its whole chain (cut at the tree budget) plus the bonus token per verify
+        chains = [min(d, cap) for d in oracle["proposal_depths"]]
+        assert oracle["accepted"] == sum(chains) and oracle["emitted"] == sum(chains) + len(chains)
+        assert oracle["acceptance_length"] == pytest.approx(1 + sum(chains) / len(chains))
+        # steady steps only: every lane commits a full chain per step
+        assert oracle["steps"] == wrong["steps"] == settings.steps
+        assert oracle["tokens_per_step"] == pytest.approx(C * (cap + 1))
+        # the always-wrong drafter: one token per verify, so one per lane per step
+        assert wrong["accepted"] == 0 and wrong["emitted"] == wrong["verifies"]
+        assert wrong["acceptance_length"] == 1.0
+        assert wrong["tokens_per_step"] == pytest.approx(C)
+        assert oracle["tokens_per_step"] > wrong["tokens_per_step"]
 
 
 def _check_timings(report, settings):
@@ -105,7 +95,8 @@ def test_hybrid_with_dflash_draft(models):
 
 @pytest.mark.parametrize("mode", ["chain", "ddtree"])
 def test_dense_with_draft_model(models, mode):
-    settings = BenchSettings(**{**FAST.__dict__, "spec_mode": mode, "concurrency": (1,), "tree_widths": (1, 5)})
+    settings = BenchSettings(**{**FAST.__dict__, "spec_mode": mode, "concurrency": (1,), "tree_widths": (1, 5),
+                                "depth": 4, "budget": 3, "spec_concurrency": (1,)})
     report = run_decode_bench(str(models["qwen2"]), "numpy", str(models["qwen2-draft"]), settings,
                               sections=("ar", "verify", "spec"))
     _check_timings(report, settings)
@@ -117,14 +108,14 @@ def test_cli_json(models, tmp_path):
     out = tmp_path / "report.json"
     cmd = [sys.executable, str(ROOT / "tools" / "bench_decode.py"), str(models["qwen35"]), "--backend", "numpy",
            "--prompt-len", "6", "--concurrency", "2", "--steps", "2", "--warmup", "1", "--widths", "1,3",
-           "--depth", "3", "--spec-tokens", "7", "--spec-mode", "chain", "--json", str(out)]
+           "--depth", "3", "--spec-mode", "chain", "--json", str(out)]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     report = json.loads(out.read_text())
     assert "medians of 2 steps after 1 warm-up steps" in run.stdout
     assert [r["concurrency"] for r in report["ar"]] == [2]
     assert report["backend"] == "numpy" and report["draft"] is None
-    _check_spec(report, BenchSettings(prompt_len=6, depth=3, spec_tokens=7, spec_mode="chain", spec_concurrency=1))
+    _check_spec(report, BenchSettings(prompt_len=6, depth=3, steps=2, warmup=1, spec_mode="chain"))
 
 
 def test_drafters_know_right_from_wrong():
