@@ -54,7 +54,7 @@ class DenseModel(TokenIO):
         c = self.config
         kv = {il: PagedKV(max_pages, c.n_head_kv, c.head_dim, zeros=self.backend.zeros)
               for il in range(c.n_layer)}
-        return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv)
+        return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv, backend=self.backend)
 
     def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
         batch.validate()

@@ -168,7 +168,7 @@ class DFlashDraft:
         """Draft KV pages for every draft layer (separate from the target's KV)."""
         c, zeros = self.config, self.backend.zeros
         kv = {il: PagedKV(max_pages, c.n_head_kv, c.head_dim, zeros=zeros) for il in range(c.n_layer)}
-        return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv)
+        return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv, backend=self.backend)
 
     def new_sequence(self, max_len: int) -> DraftSequence:
         """A one-sequence cache (own state, slot 0) for up to max_len context + block rows."""
@@ -312,14 +312,12 @@ def features_from_captured(captured: dict, target_layers: Sequence[int], backend
 def _windowed_attention(be, q, kv, batch: ForwardBatch, scale: float, causal: bool, window: int):
     """Attention of block rows limited to keys with |q_pos - k_pos| < window (and k_pos <=
     q_pos when causal), as the reference's sliding layers. The backend API has no window
-    argument yet, so this runs on host arrays through the numpy reference."""
+    argument yet, so this runs on host arrays through the numpy reference (on a GPU backend:
+    q and the pages go to the host and the result comes back)."""
     if "window" in inspect.signature(be.attention).parameters:
         return be.attention(q, kv, batch, scale, causal=causal, window=window)
     from luce.ref.attention import attend_row, gather_kv
 
-    if be.name != "numpy":
-        raise NotImplementedError(f"sliding-window draft layers need backend.attention(window=...) "
-                                  f"on the {be.name} backend")
     qh = be.to_numpy(q)
     out = np.zeros(qh.shape, dtype=np.float32)
     kv_pos = batch.row_kv_locations()[2]

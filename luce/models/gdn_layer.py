@@ -86,14 +86,8 @@ class GDNDims:
 
 
 def concat_rows(backend, parts: list):
-    """Concatenate arrays [n_i, ...] along rows. Uses `backend.concat_rows` when the
-    backend has it (not yet in luce.ops.api), else a host round trip."""
-    if len(parts) == 1:
-        return parts[0]
-    native = getattr(backend, "concat_rows", None)
-    if native is not None:
-        return native(parts)
-    return backend.asarray(np.concatenate([backend.to_numpy(p) for p in parts], axis=0))
+    """Concatenate arrays [n_i, ...] along rows (one part: itself, no copy)."""
+    return parts[0] if len(parts) == 1 else backend.concat_rows(parts)
 
 
 def tiled_head_rows(n_rows: int, n_k_heads: int, n_v_heads: int) -> np.ndarray:

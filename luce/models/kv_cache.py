@@ -81,12 +81,15 @@ class ModelState:
 
     kv: attention layer index -> that layer's PagedKV (all share page ids).
     recurrent: hybrid models' per-slot state (None for dense models).
+    backend: the luce.ops backend whose arrays these are (KV moves at tree commit go
+    through it); None: host numpy arrays.
     """
 
     max_pages: int
     max_slots: int
     kv: dict[int, Any] = field(default_factory=dict)
     recurrent: RecurrentStore | None = None
+    backend: Any = None
 
     def reset_slot(self, slot: int) -> None:
         """Forget slot `slot`'s recurrent state. KV needs no reset: pages are rewritten

@@ -94,7 +94,8 @@ class Qwen35Model(TokenIO):
               for il in c.full_attention_layers}
         recurrent = RecurrentState(self.backend, c.gdn_layers, max_slots,
                                    d.conv_state_shape, d.gdn_state_shape)
-        return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv, recurrent=recurrent)
+        return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv, recurrent=recurrent,
+                          backend=self.backend)
 
     def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
         """One step: logits [L, V] of batch.logits_indices and {layer: output [T, hidden]}

@@ -92,7 +92,8 @@ def ordinary_view(batch):
 def commit_tree_kv(state, pages, prefix_len: int, path) -> None:
     """Move the accepted tree rows' K/V into place in every attention layer: the row of the
     path's d-th node (KV index prefix_len + path[d]) goes to prefix_len + d. pages: the
-    slot's pages [P]. Ascending d never overwrites a later source (path[d] >= d)."""
+    slot's pages [P]. Ascending d never overwrites a later source (path[d] >= d), so the
+    moves may run all at once (`backend.kv_move_rows` of the state's backend)."""
     from luce.models.kv_cache import PAGE_SIZE
 
     pages = np.asarray(pages, dtype=np.int64)
@@ -103,8 +104,13 @@ def commit_tree_kv(state, pages, prefix_len: int, path) -> None:
         raise ValueError(f"tree path {list(path)} is not a root path (node ids grow with depth)")
     src = np.array([m[0] for m in moves])
     dst = np.array([m[1] for m in moves])
+    backend = getattr(state, "backend", None)
     for kv in state.kv.values():
-        for a, b in zip(src, dst):  # in order: each move reads a row no earlier move wrote
+        if backend is not None:
+            flat = lambda idx: pages[idx // PAGE_SIZE] * PAGE_SIZE + idx % PAGE_SIZE  # noqa: E731
+            backend.kv_move_rows(kv, flat(src), flat(dst))
+            continue
+        for a, b in zip(src, dst):  # host pages: in order, each move reads a row no earlier move wrote
             k, v = kv.read(pages[[a // PAGE_SIZE]], np.array([a % PAGE_SIZE]))
             kv.write(pages[[b // PAGE_SIZE]], np.array([b % PAGE_SIZE]), k, v)
 

@@ -109,6 +109,11 @@ class Backend(Protocol):
         """Store k, v [T, Hkv, D] f32 of the batch's rows at their KV locations
         (ForwardBatch.row_kv_locations); padding rows are skipped."""
 
+    def kv_move_rows(self, kv: Any, src_rows: np.ndarray, dst_rows: np.ndarray) -> None:
+        """Copy KV rows src_rows[i] -> dst_rows[i] [n] int (flat rows: page * PAGE_SIZE +
+        offset) in kv.k and kv.v, every source read before any destination is written
+        (tree commit moves the accepted rows into place)."""
+
     def attention(self, q: Array, kv: Any, batch, scale: float, causal: bool = True) -> Array:
         """Paged GQA attention. q [T, Hq, D] f32 (Hq a multiple of Hkv; query head h reads KV
         head h // (Hq / Hkv)); keys/values: segment s's first kv_len(s) KV rows in `kv`

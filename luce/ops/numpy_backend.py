@@ -11,6 +11,7 @@ import numpy as np
 
 from luce.ref import attention as ref_attention
 from luce.ref import matmul as ref_matmul
+from luce.ref import pointwise as ref_pointwise
 from luce.ref import rotary as ref_rotary
 from luce.ref import sampling as ref_sampling
 from luce.ref import swiglu as ref_swiglu
@@ -65,10 +66,10 @@ class NumpyBackend:
         return ref_matmul.matmul(_f32(x), w, None if bias is None else _f32(bias))
 
     def add(self, a, b) -> np.ndarray:
-        return np.add(_f32(a), _f32(b), dtype=np.float32)
+        return ref_pointwise.add(a, b)
 
     def mul(self, a, b) -> np.ndarray:
-        return np.multiply(_f32(a), _f32(b), dtype=np.float32)
+        return ref_pointwise.mul(a, b)
 
     def split(self, x, sizes: Sequence[int]) -> list[np.ndarray]:
         if sum(sizes) != x.shape[-1]:
@@ -97,18 +98,16 @@ class NumpyBackend:
         return ref_swiglu.silu(_f32(x))
 
     def sigmoid(self, x) -> np.ndarray:
-        x64 = _f32(x).astype(np.float64)
-        return (1.0 / (1.0 + np.exp(-x64))).astype(np.float32)
+        return ref_pointwise.sigmoid(x)
 
     def softplus(self, x) -> np.ndarray:
-        return np.logaddexp(0.0, _f32(x).astype(np.float64)).astype(np.float32)
+        return ref_pointwise.softplus(x)
 
     def exp(self, x) -> np.ndarray:
-        return np.exp(_f32(x).astype(np.float64)).astype(np.float32)
+        return ref_pointwise.exp(x)
 
     def l2norm(self, x, eps: float) -> np.ndarray:
-        x64 = _f32(x).astype(np.float64)
-        return (x64 / np.sqrt((x64 * x64).sum(axis=-1, keepdims=True) + eps)).astype(np.float32)
+        return ref_pointwise.l2norm(x, eps)
 
     # ---- attention ----------------------------------------------------------------------
     def kv_write(self, kv, batch, k, v) -> None:
@@ -116,6 +115,13 @@ class NumpyBackend:
         live = pages >= 0
         kv.k[pages[live], offsets[live]] = _f32(k)[live]
         kv.v[pages[live], offsets[live]] = _f32(v)[live]
+
+    def kv_move_rows(self, kv, src_rows, dst_rows) -> None:
+        src = np.asarray(src_rows, dtype=np.int64).reshape(-1)
+        dst = np.asarray(dst_rows, dtype=np.int64).reshape(-1)
+        for pool in (kv.k, kv.v):
+            flat = pool.reshape(-1, *pool.shape[2:])   # a view: rows page * PAGE_SIZE + offset
+            flat[dst] = flat[src].copy()               # every source read before any write
 
     def attention(self, q, kv, batch, scale: float, causal: bool = True) -> np.ndarray:
         """Tree rows (batch.tree_parents) attend to the committed prefix plus their root path."""

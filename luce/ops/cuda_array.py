@@ -1,0 +1,174 @@
+"""Device arrays of the CUDA backend: a caching allocator on one stream, a pinned upload
+ring and `CudaArray` (pointer, shape, dtype; always C-contiguous).
+
+Memory is stream-ordered: every launch and copy of the backend goes to its one stream, so a
+block freed by Python (the last array viewing it died) can be handed to the next allocation
+at once; the work queued before on the stream finishes with it first. Steady-state steps
+then allocate nothing from the driver (blocks are kept per size bucket, never returned).
+Uploads go through a pinned staging ring (no host sync unless the ring laps the GPU); only
+`download` waits for the stream.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+from collections import defaultdict
+from typing import Sequence
+
+import numpy as np
+
+from luce.ops.cuda_memory import check
+
+ALIGN = 256                 # every block starts on 256 bytes (kernels want 16)
+STAGING_BYTES = 8 << 20     # pinned ring for uploads, two halves
+
+
+def _rt():
+    from cuda.bindings import runtime as cudart
+
+    return cudart
+
+
+def bucket_bytes(nbytes: int) -> int:
+    """Size class of an allocation: powers of two up to 64 MiB, then 2 MiB multiples."""
+    n = max(int(nbytes), ALIGN)
+    if n <= 64 << 20:
+        return 1 << (n - 1).bit_length()
+    return -(-n // (2 << 20)) * (2 << 20)
+
+
+class DeviceAllocator:
+    """Size-bucketed free lists of device blocks, reused in stream order."""
+
+    def __init__(self):
+        self._free: dict[int, list[int]] = defaultdict(list)
+        self.reserved_bytes = 0     # everything ever taken from cudaMalloc
+        self.driver_allocs = 0      # cudaMalloc calls (a steady-state step adds none)
+
+    def alloc(self, nbytes: int) -> tuple[int, int]:
+        """-> (ptr, bucket) of at least nbytes."""
+        size = bucket_bytes(nbytes)
+        free = self._free[size]
+        if free:
+            return free.pop(), size
+        ptr = int(check(_rt().cudaMalloc(size), f"cudaMalloc of {size} bytes"))
+        self.reserved_bytes += size
+        self.driver_allocs += 1
+        return ptr, size
+
+    def release(self, ptr: int, size: int) -> None:
+        self._free[size].append(ptr)
+
+
+class Block:
+    """One allocation; returned to its allocator when the last array using it dies."""
+
+    __slots__ = ("ptr", "size", "allocator")
+
+    def __init__(self, allocator: DeviceAllocator, nbytes: int):
+        self.allocator = allocator
+        self.ptr, self.size = allocator.alloc(nbytes)
+
+    def __del__(self):
+        try:
+            self.allocator.release(self.ptr, self.size)
+        except Exception:
+            pass
+
+
+class StagingRing:
+    """Pinned host memory for host -> device copies on `stream`, in two halves: a half is
+    refilled only after the copies queued from it have run (an event per half)."""
+
+    def __init__(self, stream: int, nbytes: int = STAGING_BYTES):
+        rt = _rt()
+        self.stream, self.half = stream, nbytes // 2
+        self.base = int(check(rt.cudaMallocHost(nbytes), "cudaMallocHost (upload ring)"))
+        self.host = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(self.base))
+        self.events = [check(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming), "cudaEventCreate")
+                       for _ in range(2)]
+        self.recorded = [False, False]
+        self.current, self.offset = 0, 0
+
+    def _switch(self) -> None:
+        rt = _rt()
+        check(rt.cudaEventRecord(self.events[self.current], self.stream), "cudaEventRecord")
+        self.recorded[self.current] = True
+        self.current ^= 1
+        if self.recorded[self.current]:
+            check(rt.cudaEventSynchronize(self.events[self.current]), "cudaEventSynchronize")
+        self.offset = 0
+
+    def upload(self, dst: int, host: np.ndarray) -> None:
+        """Queue a copy of `host` (contiguous) to device address dst."""
+        rt = _rt()
+        n = host.nbytes
+        if n == 0:
+            return
+        if n > self.half:  # big (weights, large inputs): pageable copy, then wait for it
+            check(rt.cudaMemcpyAsync(dst, host.ctypes.data, n, rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
+                                     self.stream), "cudaMemcpyAsync H2D")
+            check(rt.cudaStreamSynchronize(self.stream), "cudaStreamSynchronize")
+            return
+        if self.offset + n > self.half:
+            self._switch()
+        start = self.current * self.half + self.offset
+        self.host[start:start + n] = host.reshape(-1).view(np.uint8)
+        check(rt.cudaMemcpyAsync(dst, self.base + start, n, rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
+                                 self.stream), "cudaMemcpyAsync H2D")
+        self.offset += -(-n // ALIGN) * ALIGN
+
+
+class CudaArray:
+    """A C-contiguous device array. `reshape` gives views sharing the memory; everything
+    else goes through the backend (`backend.to_numpy(x)` or `x.to_numpy()` for the host)."""
+
+    __slots__ = ("block", "ptr", "shape", "dtype", "backend", "__weakref__")
+
+    def __init__(self, block: Block, ptr: int, shape: Sequence[int], dtype, backend):
+        self.block, self.ptr = block, int(ptr)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.backend = backend
+
+    contiguous = True
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def reshape(self, *shape) -> "CudaArray":
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = [int(s) for s in shape]
+        if shape.count(-1) > 1:
+            raise ValueError(f"reshape {tuple(shape)}: at most one -1")
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            if known == 0 or self.size % known:
+                raise ValueError(f"cannot reshape {self.shape} into {tuple(shape)}")
+            shape[shape.index(-1)] = self.size // known
+        if math.prod(shape) != self.size:
+            raise ValueError(f"cannot reshape array of size {self.size} {self.shape} into {tuple(shape)}")
+        return CudaArray(self.block, self.ptr, shape, self.dtype, self.backend)
+
+    def to_numpy(self) -> np.ndarray:
+        return self.backend.to_numpy(self)
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("a CudaArray lives on the GPU: copy it with backend.to_numpy(x) (or x.to_numpy()); "
+                        "models must touch activations only through the backend")
+
+    def __repr__(self) -> str:
+        return f"CudaArray(shape={self.shape}, dtype={self.dtype}, ptr=0x{self.ptr:x})"

@@ -1,0 +1,431 @@
+"""The CUDA backend: luce.ops.api.Backend on device arrays (luce/ops/cuda_array.py) and the
+kernel library (cuda/*.cu through the luce._cuda_<family> launch modules).
+
+Weights stay in their GGUF blocks on the device (`QuantWeight`); matmul and embedding decode
+them on the fly. Every launch and copy goes to one stream (`self.stream`); ops never
+synchronize with the host except those returning host arrays (`to_numpy`, `argmax`,
+`top_k_logprobs`). Ops never modify their inputs (the recurrent state keeps references:
+a snapshot is the arrays of a slot); `kv_write` / `kv_move_rows` write the KV pages in place.
+Attention, KV and the Gated DeltaNet ops are in luce/ops/cuda_sequence_ops.py.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from luce.ops.cuda_array import Block, CudaArray, DeviceAllocator, StagingRing
+from luce.ops.cuda_memory import check
+from luce.ops.cuda_sequence_ops import SequenceOps
+
+DTYPES = (np.float32, np.int32, np.int64)
+
+
+@dataclass
+class QuantWeight:
+    """A matrix [n, k] in GGUF blocks of ggml type `qtype` on the device (row r at
+    ptr + r * row_bytes)."""
+
+    block: Block
+    ptr: int
+    qtype: int
+    n: int
+    k: int
+    row_bytes: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.k)
+
+
+def _rt():
+    from cuda.bindings import runtime as cudart
+
+    return cudart
+
+
+def _qtype_name(qtype: int) -> str:
+    try:
+        from gguf import GGMLQuantizationType
+
+        return GGMLQuantizationType(int(qtype)).name
+    except Exception:
+        return f"ggml type {qtype}"
+
+
+class CudaBackend(SequenceOps):
+    """luce.ops.api.Backend on one CUDA device; Array = CudaArray, Weight = QuantWeight."""
+
+    name = "cuda"
+    supports_tree_rows = True
+
+    def __init__(self):
+        from luce import _cuda_matmul
+        from luce.ops.native import load_kernels
+
+        self.lib = load_kernels("cuda")
+        rt = _rt()
+        self._stream_handle = check(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking), "cudaStreamCreate")
+        self.stream = int(self._stream_handle)
+        self.allocator = DeviceAllocator()
+        self.staging = StagingRing(self.stream)
+        self.matmul_qtypes = dict(_cuda_matmul.QTYPES)
+        self._init_sequence_ops()
+
+    # ---- memory ---------------------------------------------------------------------------
+    def empty(self, shape: Sequence[int], dtype=np.float32) -> CudaArray:
+        """Uninitialized device array (contents are whatever the block held)."""
+        dtype = np.dtype(dtype)
+        shape = tuple(int(s) for s in shape)
+        block = Block(self.allocator, math.prod(shape) * dtype.itemsize)
+        return CudaArray(block, block.ptr, shape, dtype, self)
+
+    def upload(self, host: np.ndarray) -> CudaArray:
+        """Host array (f32, int32 or int64) -> device copy, queued on the stream."""
+        host = np.ascontiguousarray(host)
+        if host.dtype not in DTYPES:
+            raise TypeError(f"device arrays are float32, int32 or int64, got {host.dtype}")
+        out = self.empty(host.shape, host.dtype)
+        self.staging.upload(out.ptr, host)
+        return out
+
+    def asarray(self, x) -> CudaArray:
+        if isinstance(x, CudaArray):
+            return self.copy(x)
+        x = np.asarray(x)
+        if x.dtype.kind == "f":
+            x = x.astype(np.float32, copy=False)
+        elif x.dtype.kind in "iub" and x.dtype not in (np.int32, np.int64):
+            x = x.astype(np.int64)
+        return self.upload(x)
+
+    def copy(self, x: CudaArray) -> CudaArray:
+        out = self.empty(x.shape, x.dtype)
+        self.memcpy(out.ptr, x.ptr, x.nbytes)
+        return out
+
+    def memcpy(self, dst: int, src: int, nbytes: int) -> None:
+        """Device-to-device copy on the stream."""
+        if nbytes:
+            rt = _rt()
+            check(rt.cudaMemcpyAsync(dst, src, nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, self.stream),
+                  "cudaMemcpyAsync D2D")
+
+    def to_numpy(self, x) -> np.ndarray:
+        if not isinstance(x, CudaArray):
+            return np.asarray(x)
+        out = np.empty(x.shape, x.dtype)
+        if out.nbytes:
+            rt = _rt()
+            check(rt.cudaMemcpyAsync(out.ctypes.data, x.ptr, out.nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
+                                     self.stream), "cudaMemcpyAsync D2H")
+        self.synchronize()
+        return out
+
+    def synchronize(self) -> None:
+        check(_rt().cudaStreamSynchronize(self.stream), "cudaStreamSynchronize")
+
+    def zeros(self, shape: Sequence[int], dtype=np.float32) -> CudaArray:
+        out = self.empty(shape, dtype)
+        if out.nbytes:
+            check(_rt().cudaMemsetAsync(out.ptr, 0, out.nbytes, self.stream), "cudaMemsetAsync")
+        return out
+
+    def _f32(self, x) -> CudaArray:
+        """x as a device f32 array (host arrays are uploaded: tests and tools pass them)."""
+        if isinstance(x, CudaArray):
+            if x.dtype != np.float32:
+                raise TypeError(f"expected a float32 array, got {x.dtype} {x.shape}")
+            return x
+        return self.upload(np.asarray(x, dtype=np.float32))
+
+    # ---- weights ------------------------------------------------------------------------------
+    def load_weight(self, gguf, name: str) -> QuantWeight:
+        info = gguf.tensor_info(name)
+        shape = tuple(int(s) for s in info.shape)
+        if len(shape) != 2:
+            raise ValueError(f"{name}: a Weight is a matrix [N, K], the tensor has shape {shape}")
+        return self._upload_weight(np.asarray(gguf.raw(name)), int(info.qtype), shape, name)
+
+    def weight_from_array(self, w: np.ndarray) -> QuantWeight:
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        if w.ndim != 2:
+            raise ValueError(f"a Weight is a matrix [N, K], got shape {w.shape}")
+        return self._upload_weight(w.view(np.uint8).reshape(w.shape[0], -1), 0, w.shape, "array")
+
+    def _upload_weight(self, raw: np.ndarray, qtype: int, shape, name: str) -> QuantWeight:
+        from luce import _cuda_matmul
+
+        if qtype not in self.matmul_qtypes.values():
+            raise ValueError(f"{name}: weights of type {_qtype_name(qtype)} are not supported by the CUDA "
+                             f"backend; supported: {', '.join(sorted(self.matmul_qtypes))} "
+                             "(re-quantize the model, or use --backend numpy)")
+        n, k = shape
+        row_bytes = _cuda_matmul.row_bytes(qtype, k)
+        raw = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
+        if raw.nbytes != n * row_bytes:
+            raise ValueError(f"{name}: {raw.nbytes} bytes for a {_qtype_name(qtype)} matrix {shape} "
+                             f"that needs {n * row_bytes}")
+        block = Block(self.allocator, raw.nbytes)
+        self.staging.upload(block.ptr, raw)
+        return QuantWeight(block, block.ptr, qtype, n, k, row_bytes)
+
+    def load_tensor(self, gguf, name: str) -> CudaArray:
+        from luce.gguf import quants
+
+        info = gguf.tensor_info(name)
+        out = quants.dequantize(gguf.raw(name), info.qtype, tuple(info.shape))
+        return self.upload(np.ascontiguousarray(out, dtype=np.float32).reshape(tuple(info.shape)))
+
+    # ---- dense maths --------------------------------------------------------------------------
+    def embedding(self, table: QuantWeight, token_ids: np.ndarray) -> CudaArray:
+        from luce import _cuda_embedding as ke
+
+        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= table.n):
+            raise IndexError(f"token id out of range [0, {table.n}): {ids.min()}..{ids.max()}")
+        out = self.empty((ids.size, table.k))
+        dev_ids = self.upload(ids.astype(np.int32))
+        for t0 in range(0, ids.size, ke.MAX_TOKENS):
+            t = min(ke.MAX_TOKENS, ids.size - t0)
+            ke.embedding(table.ptr, dev_ids.ptr + 4 * t0, out.ptr + 4 * t0 * table.k, table.n, table.k,
+                         table.row_bytes, t, table.qtype, stream=self.stream)
+        return out
+
+    def matmul(self, x, w: QuantWeight, bias=None) -> CudaArray:
+        from luce import _cuda_matmul as km
+
+        x = self._f32(x)
+        if x.ndim != 2 or x.shape[1] != w.k:
+            raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
+        rows = x.shape[0]
+        y = self.empty((rows, w.n))
+        if rows == 0:
+            return y
+        bias_ptr = 0
+        if bias is not None:
+            bias = self._f32(bias)
+            if bias.shape != (w.n,):
+                raise ValueError(f"matmul: bias {bias.shape}, expected ({w.n},)")
+            bias_ptr = bias.ptr
+        workspace, ws_bytes = None, 0
+        if w.qtype not in km.FLOAT_QTYPES:
+            ws_bytes = km.workspace_bytes(rows, w.k)
+            workspace = self.empty((ws_bytes,), np.uint8)
+        km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0 if workspace is None else workspace.ptr, ws_bytes,
+                  rows, w.n, w.k, w.qtype, km.PATH_DECODE, 0, 0, self.stream)
+        return y
+
+    def _binary(self, op: str, a, b) -> CudaArray:
+        from luce import _cuda_pointwise as kp
+
+        if not isinstance(a, CudaArray) and isinstance(b, CudaArray):
+            a, b = b, a  # add and mul commute
+        a = self._f32(a)
+        scalar = None
+        if not isinstance(b, CudaArray):
+            host = np.asarray(b, dtype=np.float32)
+            if host.size == 1 and host.ndim <= a.ndim:
+                scalar = float(host.reshape(-1)[0])
+                b_shape = host.shape
+            else:
+                b = self.upload(host)
+        if scalar is None:
+            b = self._f32(b)
+            b_shape = b.shape
+        full = np.broadcast_shapes(a.shape, b_shape)
+        if len(full) > kp.MAX_DIMS:
+            raise ValueError(f"{op}: broadcasting {a.shape} with {b_shape} needs {len(full)} dims; "
+                             f"the CUDA pointwise kernel handles up to {kp.MAX_DIMS}")
+        out = self.empty(full)
+        pad = (1,) * (kp.MAX_DIMS - len(full)) + tuple(full)
+        kp.binary(op, a.ptr, 0 if scalar is not None else b.ptr, out.ptr, pad, _strides(a.shape, pad),
+                  [0] * kp.MAX_DIMS if scalar is not None else _strides(b_shape, pad),
+                  0.0 if scalar is None else scalar, self.stream)
+        return out
+
+    def add(self, a, b) -> CudaArray:
+        return self._binary("add", a, b)
+
+    def mul(self, a, b) -> CudaArray:
+        return self._binary("mul", a, b)
+
+    def _unary(self, op: str, x) -> CudaArray:
+        from luce import _cuda_pointwise as kp
+
+        x = self._f32(x)
+        out = self.empty(x.shape)
+        kp.unary(op, x.ptr, out.ptr, x.size, self.stream)
+        return out
+
+    def silu(self, x) -> CudaArray:
+        return self._unary("silu", x)
+
+    def sigmoid(self, x) -> CudaArray:
+        return self._unary("sigmoid", x)
+
+    def softplus(self, x) -> CudaArray:
+        return self._unary("softplus", x)
+
+    def exp(self, x) -> CudaArray:
+        return self._unary("exp", x)
+
+    def l2norm(self, x, eps: float) -> CudaArray:
+        from luce import _cuda_pointwise as kp
+
+        x = self._f32(x)
+        out = self.empty(x.shape)
+        if x.size:
+            kp.l2norm(x.ptr, out.ptr, x.size // x.shape[-1], x.shape[-1], eps, self.stream)
+        return out
+
+    def split(self, x, sizes: Sequence[int]) -> list[CudaArray]:
+        from luce import _cuda_gather as kg
+
+        x = self._f32(x)
+        last = x.shape[-1]
+        if sum(sizes) != last:
+            raise ValueError(f"split sizes {list(sizes)} do not add up to the last axis {last}")
+        rows, parts, col = x.size // max(last, 1), [], 0
+        for s in sizes:
+            part = self.empty(x.shape[:-1] + (int(s),))
+            if rows and s:
+                kg.gather(x.ptr + 4 * col, part.ptr, 0, 0, rows, 4 * s, 4 * last, 4 * s, self.stream)
+            parts.append(part)
+            col += int(s)
+        return parts
+
+    def concat_rows(self, parts: Sequence) -> CudaArray:
+        if not parts:
+            raise ValueError("concat_rows needs at least one array")
+        parts = [p if isinstance(p, CudaArray) else self.asarray(p) for p in parts]
+        tail, dtype = parts[0].shape[1:], parts[0].dtype
+        if any(p.shape[1:] != tail or p.dtype != dtype for p in parts):
+            raise ValueError(f"concat_rows: parts {[(p.shape, str(p.dtype)) for p in parts]} differ past axis 0")
+        out = self.empty((sum(p.shape[0] for p in parts),) + tail, dtype)
+        offset = 0
+        for p in parts:
+            self.memcpy(out.ptr + offset, p.ptr, p.nbytes)
+            offset += p.nbytes
+        return out
+
+    def take_rows(self, x, rows: np.ndarray) -> CudaArray:
+        from luce import _cuda_gather as kg
+
+        x = x if isinstance(x, CudaArray) else self.asarray(x)
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= x.shape[0]):
+            raise IndexError(f"take_rows: row ids {rows.min()}..{rows.max()} outside [0, {x.shape[0]})")
+        out = self.empty((rows.size,) + x.shape[1:], x.dtype)
+        row_bytes = x.nbytes // max(x.shape[0], 1)
+        if rows.size == 0 or row_bytes == 0:
+            return out
+        if np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):  # a range: one copy
+            self.memcpy(out.ptr, x.ptr + int(rows[0]) * row_bytes, out.nbytes)
+            return out
+        idx = self.upload(rows)
+        kg.gather(x.ptr, out.ptr, idx.ptr, 0, rows.size, row_bytes, row_bytes, row_bytes, self.stream)
+        return out
+
+    def rmsnorm(self, x, weight, eps: float) -> CudaArray:
+        from luce import _cuda
+
+        x, weight = self._f32(x), self._f32(weight)
+        out = self.empty(x.shape)
+        if x.size:
+            _cuda.rmsnorm(x.ptr, weight.ptr, out.ptr, x.size // x.shape[-1], x.shape[-1], eps, self.stream)
+        return out
+
+    def rope(self, x, positions, rope_dim: int, theta: float, sections: Sequence[int] = ()) -> CudaArray:
+        from luce import _cuda_elementwise as ke
+
+        x = self._f32(x)
+        if x.ndim != 3 or rope_dim > x.shape[2] or rope_dim % 2:
+            raise ValueError(f"rope wants x [T, H, D] and an even rope_dim <= D, got {x.shape}, rope_dim={rope_dim}")
+        pos = np.asarray(positions, dtype=np.int32)
+        n_pos = 1 if pos.ndim == 1 else pos.shape[-1]
+        if pos.shape[0] != x.shape[0] or n_pos not in (1, 4) or (n_pos == 4 and not sections):
+            raise ValueError(f"rope: positions {pos.shape} do not fit x {x.shape} (sections {tuple(sections)})")
+        out = self.empty(x.shape)
+        if x.size:
+            ke.rotary(x.ptr, out.ptr, self.upload(pos).ptr, x.shape[0], x.shape[1], x.shape[2], rope_dim, theta,
+                      tuple(sections), n_pos, stream=self.stream)
+        return out
+
+    def swiglu(self, gate, up) -> CudaArray:
+        from luce import _cuda_elementwise as ke
+
+        gate, up = self._f32(gate), self._f32(up)
+        if gate.shape != up.shape:
+            raise ValueError(f"swiglu: gate {gate.shape} and up {up.shape} differ")
+        out = self.empty(gate.shape)
+        if gate.size:
+            ke.swiglu(gate.ptr, up.ptr, out.ptr, gate.size // gate.shape[-1], gate.shape[-1], stream=self.stream)
+        return out
+
+    def gated_rmsnorm(self, x, z, weight, eps: float) -> CudaArray:
+        from luce import _cuda_elementwise as ke
+
+        x, z, weight = self._f32(x), self._f32(z), self._f32(weight)
+        if x.shape != z.shape:
+            raise ValueError(f"gated_rmsnorm: x {x.shape} and z {z.shape} differ")
+        out = self.empty(x.shape)
+        if x.size:
+            ke.gated_rmsnorm(x.ptr, z.ptr, weight.ptr, out.ptr, x.size // x.shape[-1], x.shape[-1], eps,
+                             self.stream)
+        return out
+
+    # ---- sampling (host results) ----------------------------------------------------------------
+    def argmax(self, logits) -> np.ndarray:
+        from luce import _cuda_sampling as ks
+
+        logits = self._f32(logits)
+        if logits.ndim != 2:
+            raise ValueError(f"logits must be [L, V], got shape {logits.shape}")
+        L, V = logits.shape
+        ids = self.empty((L,), np.int64)
+        for r0 in range(0, L, 65535):
+            r = min(65535, L - r0)
+            ks.argmax(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0, r, V, stream=self.stream)
+        out = self.to_numpy(ids)
+        _reject_nan_rows(out)
+        return out
+
+    def top_k_logprobs(self, logits, k: int):
+        from luce import _cuda_sampling as ks
+        from luce.ref import sampling as ref_sampling
+
+        logits = self._f32(logits)
+        if logits.ndim != 2:
+            raise ValueError(f"logits must be [L, V], got shape {logits.shape}")
+        L, V = logits.shape
+        if not 1 <= k <= V:
+            raise ValueError(f"top_k_logprobs: k={k} not in 1..{V}")
+        if k > ks.TOPK_MAX or L == 0:
+            return ref_sampling.top_k_logprobs(self.to_numpy(logits), k)
+        ids, lps = self.empty((L, k), np.int64), self.empty((L, k))
+        for r0 in range(0, L, 65535):
+            r = min(65535, L - r0)
+            ks.top_k_logprobs(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0 * k, lps.ptr + 4 * r0 * k, r, V, k,
+                              stream=self.stream)
+        host_ids = self.to_numpy(ids)
+        _reject_nan_rows(host_ids[:, 0])
+        return host_ids, self.to_numpy(lps)
+
+
+def _strides(shape: Sequence[int], full: Sequence[int]) -> list[int]:
+    """Element strides of a C-contiguous `shape` read broadcast to `full` (0 on broadcast dims)."""
+    shape = (1,) * (len(full) - len(shape)) + tuple(shape)
+    out, step = [0] * len(full), 1
+    for d in range(len(full) - 1, -1, -1):
+        out[d] = 0 if shape[d] == 1 and full[d] != 1 else step
+        step *= shape[d]
+    return out
+
+
+def _reject_nan_rows(ids: np.ndarray) -> None:
+    bad = np.nonzero(ids < 0)[0]
+    if bad.size:
+        raise ValueError(f"NaN in logits rows {bad[:8].tolist()}: the forward pass diverged")

@@ -1,0 +1,214 @@
+"""The CUDA backend's sequence ops: paged KV writes and moves, attention over the batch's
+CSR, causal conv1d and the Gated DeltaNet delta rule (mixed into CudaBackend).
+
+Per call, the ForwardBatch metadata is uploaded (one packed int32 copy through the pinned
+ring); a fixed metadata arena comes with graph replay. Host fallbacks, each named where it
+is taken:
+- attention over tree rows until the kernel takes `tree_parents` (luce._cuda_attention.
+  SUPPORTS_TREE_PARENTS): q and the pages the batch reads go to the host, the reference
+  (luce/ref/tree_attention.py) runs there, the result comes back;
+- shapes the kernels do not take (attention head_dim not 64/128/256 or more than 16 query
+  heads per KV head; GDN Dk not 64/128/256 or Dv not a multiple of 32), with a warning
+  once per op: the same host round trip through the numpy references.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+ATTENTION_HEAD_DIMS = (64, 128, 256)
+ATTENTION_MAX_GROUP = 16
+GDN_KEY_DIMS = (64, 128, 256)
+GDN_CHUNK = 64
+
+
+class SequenceOps:
+    """Mixin of CudaBackend (uses its empty/upload/to_numpy/_f32/memcpy/stream)."""
+
+    def _init_sequence_ops(self) -> None:
+        from luce import _cuda_attention
+
+        self.tree_attention_kernel = bool(getattr(_cuda_attention, "SUPPORTS_TREE_PARENTS", False))
+        self.host_fallbacks: dict[str, int] = {}   # op -> calls that ran on the host
+
+    def _host_fallback(self, op: str, why: str) -> None:
+        if op not in self.host_fallbacks and not op.startswith("tree"):
+            warnings.warn(f"CUDA backend: {op} runs on the host ({why})", RuntimeWarning, stacklevel=3)
+        self.host_fallbacks[op] = self.host_fallbacks.get(op, 0) + 1
+
+    def _upload_i32(self, *arrays):
+        """Pack int32 arrays into one upload -> (keep-alive array, [device address of each])."""
+        parts = [np.asarray(a, dtype=np.int32).reshape(-1) for a in arrays]
+        dev = self.upload(np.concatenate(parts) if parts else np.zeros(0, np.int32))
+        ptrs, offset = [], 0
+        for p in parts:
+            ptrs.append(dev.ptr + 4 * offset)
+            offset += p.size
+        return dev, ptrs
+
+    # ---- paged KV -------------------------------------------------------------------------------
+    def kv_write(self, kv, batch, k, v) -> None:
+        from luce import _cuda_gather as kg
+
+        pages, offsets, _ = batch.row_kv_locations()
+        page_size = kv.k.shape[1]
+        dst = np.where(pages >= 0, pages * page_size + offsets, -1).astype(np.int64)
+        if not (dst >= 0).any():
+            return
+        k, v = self._f32(k), self._f32(v)
+        row_bytes = 4 * kv.k.shape[2] * kv.k.shape[3]
+        if k.nbytes != len(dst) * row_bytes or v.nbytes != k.nbytes:
+            raise ValueError(f"kv_write: k {k.shape}, v {v.shape} do not fit {len(dst)} rows of the pages {kv.k.shape}")
+        idx = self.upload(dst)
+        for src, pool in ((k, kv.k), (v, kv.v)):
+            kg.gather(src.ptr, pool.ptr, 0, idx.ptr, len(dst), row_bytes, row_bytes, row_bytes, self.stream)
+
+    def kv_move_rows(self, kv, src_rows: np.ndarray, dst_rows: np.ndarray) -> None:
+        """KV rows (flat: page * PAGE_SIZE + offset) src_rows[i] -> dst_rows[i] in k and v,
+        every source read before any destination is written."""
+        from luce import _cuda_gather as kg
+
+        src = np.asarray(src_rows, dtype=np.int64).reshape(-1)
+        dst = np.asarray(dst_rows, dtype=np.int64).reshape(-1)
+        n_rows = kv.k.shape[0] * kv.k.shape[1]
+        if src.shape != dst.shape or (src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n_rows)):
+            raise IndexError(f"kv_move_rows: rows {src.tolist()} -> {dst.tolist()} outside [0, {n_rows})")
+        if src.size == 0:
+            return
+        row_bytes = 4 * kv.k.shape[2] * kv.k.shape[3]
+        idx = self.upload(np.concatenate([src, dst]))
+        scratch = self.empty((src.size, row_bytes // 4))
+        for pool in (kv.k, kv.v):
+            kg.gather(pool.ptr, scratch.ptr, idx.ptr, 0, src.size, row_bytes, row_bytes, row_bytes, self.stream)
+            kg.gather(scratch.ptr, pool.ptr, 0, idx.ptr + 8 * src.size, src.size, row_bytes, row_bytes, row_bytes,
+                      self.stream)
+
+    # ---- attention --------------------------------------------------------------------------------
+    def attention(self, q, kv, batch, scale: float, causal: bool = True):
+        from luce import _cuda_attention as ka
+
+        q = self._f32(q)
+        T, Hq, D = q.shape
+        Hkv = kv.k.shape[2]
+        parents = getattr(batch, "tree_parents", None)
+        has_tree = parents is not None and bool((np.asarray(parents) >= 0).any())
+        if has_tree and not self.tree_attention_kernel:
+            self._host_fallback("tree attention", "the attention kernel has no tree_parents yet")
+            return self._host_attention(q, kv, batch, scale, causal)
+        if D not in ATTENTION_HEAD_DIMS or Hq % Hkv or Hq // Hkv > ATTENTION_MAX_GROUP:
+            self._host_fallback("attention", f"head_dim {D} (kernel: {ATTENTION_HEAD_DIMS}), "
+                                             f"{Hq} query / {Hkv} KV heads (kernel: group <= {ATTENTION_MAX_GROUP})")
+            return self._host_attention(q, kv, batch, scale, causal)
+        S = batch.n_segments
+        kv_lens = [batch.kv_len(s) for s in range(S) if batch.seq_slots[s] >= 0]
+        out = self.zeros((T, Hq, D))
+        max_kv = max(kv_lens, default=0)
+        if T == 0 or max_kv == 0:
+            return out
+        meta, (qo, kvp, kvi, last, slots) = self._upload_i32(
+            batch.qo_indptr, batch.kv_indptr, batch.kv_indices, batch.kv_last_page_len, batch.seq_slots)
+        ws_bytes = ka.workspace_bytes(T, Hq, D, max_kv)
+        workspace = self.empty((max(ws_bytes, 4) // 4,))
+        extra = {}
+        if has_tree:
+            tree_meta, (tp,) = self._upload_i32(parents)
+            extra = {"tree_parents": tp}
+        ka.attention(q.ptr, kv.k.ptr, kv.v.ptr, out.ptr, workspace.ptr, ws_bytes, qo, kvp, kvi, last, slots,
+                     T, S, Hq, Hkv, D, kv.k.shape[1], max_kv, scale, causal, self.stream, **extra)
+        return out
+
+    def _host_attention(self, q, kv, batch, scale: float, causal: bool):
+        """The reference on the host over q and only the pages the batch reads."""
+        from luce import _cuda_gather as kg
+        from luce.ref import attention as ref_attention
+        from luce.ref.tree_attention import paged_attention_with_trees
+
+        live = [s for s in range(batch.n_segments) if batch.seq_slots[s] >= 0]
+        used = np.unique(np.concatenate([batch.segment_pages(s) for s in live] or [np.zeros(0, np.int32)]))
+        page_shape = kv.k.shape[1:]
+        k_host = np.zeros((max(used.size, 1),) + page_shape, np.float32)
+        v_host = np.zeros_like(k_host)
+        if used.size:
+            page_bytes = 4 * int(np.prod(page_shape))
+            idx = self.upload(used.astype(np.int64))
+            for pool, host in ((kv.k, k_host), (kv.v, v_host)):
+                compact = self.empty((used.size,) + page_shape)
+                kg.gather(pool.ptr, compact.ptr, idx.ptr, 0, used.size, page_bytes, page_bytes, page_bytes, self.stream)
+                host[:] = self.to_numpy(compact)
+        indices = np.searchsorted(used, batch.kv_indices).astype(np.int32) if used.size else batch.kv_indices
+        qh = self.to_numpy(q)
+        args = (batch.qo_indptr, batch.kv_indptr, indices, batch.kv_last_page_len, batch.seq_slots)
+        parents = getattr(batch, "tree_parents", None)
+        if parents is not None:
+            out = paged_attention_with_trees(qh, k_host, v_host, *args, parents, scale, causal)
+        else:
+            out = ref_attention.paged_attention(qh, k_host, v_host, *args, scale, causal)
+        return self.upload(np.ascontiguousarray(out, dtype=np.float32))
+
+    # ---- Gated DeltaNet -----------------------------------------------------------------------------
+    def causal_conv1d(self, x, weight, state, silu: bool = True):
+        from luce import _cuda_conv1d as kc
+
+        x, weight, state = self._f32(x), self._f32(weight), self._f32(state)
+        T, C = x.shape
+        K = weight.shape[1]
+        if weight.shape[0] != C or state.shape != (K - 1, C) or not 2 <= K <= 8:
+            raise ValueError(f"causal_conv1d: x {x.shape}, weight {weight.shape}, state {state.shape} "
+                             "(weight [C, K] with 2 <= K <= 8, state [K-1, C])")
+        y, new_state = self.empty((T, C)), self.empty(state.shape)
+        if T == 0:
+            self.memcpy(new_state.ptr, state.ptr, state.nbytes)
+            return y, new_state
+        meta, (qo, slot) = self._upload_i32([0, T], [0])
+        kc.conv1d(x.ptr, weight.ptr, y.ptr, state.ptr, new_state.ptr, qo, slot, slot, 1, C, K, T, silu,
+                  stream=self.stream)
+        return y, new_state
+
+    def _gdn_args(self, q, k, v, g, beta, state):
+        q, k, v, g, beta, state = (self._f32(a) for a in (q, k, v, g, beta, state))
+        T, H, dk = q.shape
+        dv = v.shape[2]
+        if k.shape != q.shape or v.shape[:2] != (T, H) or g.shape != (T, H) or beta.shape != (T, H) \
+                or state.shape != (H, dk, dv):
+            raise ValueError(f"GDN: q {q.shape}, k {k.shape}, v {v.shape}, g {g.shape}, beta {beta.shape}, "
+                             f"state {state.shape} (want q, k [T, H, Dk], v [T, H, Dv], g, beta [T, H], state [H, Dk, Dv])")
+        return (q, k, v, g, beta, state), (T, H, dk, dv)
+
+    def _gdn_host(self, name: str, args, **kw):
+        from luce.ref.gdn_chunked import gdn_chunked
+        from luce.ref.gdn_recurrent import gdn_recurrent
+
+        fn = gdn_chunked if name == "gdn_chunked" else gdn_recurrent
+        o, h = fn(*(self.to_numpy(a) for a in args), **kw)
+        return self.upload(np.asarray(o, np.float32)), self.upload(np.asarray(h, np.float32))
+
+    def _gdn(self, name: str, q, k, v, g, beta, state, **kw):
+        from luce import _cuda_gdn as kg
+
+        args, (T, H, dk, dv) = self._gdn_args(q, k, v, g, beta, state)
+        if dk not in GDN_KEY_DIMS or dv % 32:
+            self._host_fallback(name, f"Dk {dk} (kernel: {GDN_KEY_DIMS}), Dv {dv} (kernel: multiples of 32)")
+            return self._gdn_host(name, args, **kw)
+        new_state = self.copy(args[5])  # updated in place by the kernel: the input stays as it was
+        out = self.empty((T, H, dv))
+        if T == 0:
+            return out, new_state
+        meta, (qo, slot, start) = self._upload_i32([0, T], [0], [0])
+        ptrs = [a.ptr for a in args[:5]]
+        if name == "gdn_chunked":
+            kg.gdn_chunked(*ptrs, new_state.ptr, out.ptr, qo, slot, start, 1, 1, H, dk, dv, self.stream)
+        else:
+            kg.gdn_recurrent(*ptrs, new_state.ptr, out.ptr, qo, slot, 1, 1, H, dk, dv, self.stream)
+        return out, new_state
+
+    def gdn_recurrent(self, q, k, v, g, beta, state):
+        return self._gdn("gdn_recurrent", q, k, v, g, beta, state)
+
+    def gdn_chunked(self, q, k, v, g, beta, state, chunk: int = GDN_CHUNK):
+        """Chunks cut at multiples of 64 from the call's first row (as the numpy reference;
+        the model calls it with groups that start on absolute multiples or stay inside one
+        chunk, luce.models.gdn_layer.delta_rule_groups)."""
+        if chunk != GDN_CHUNK:
+            raise ValueError(f"the CUDA gdn_chunked kernel cuts chunks of {GDN_CHUNK} tokens, got chunk={chunk}")
+        return self._gdn("gdn_chunked", q, k, v, g, beta, state, chunk=chunk)
