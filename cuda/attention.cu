@@ -63,11 +63,13 @@ __device__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t ro
 }
 
 // Float offset of the (KV row, KV head) of local key j: direct keys through the partition's
-// page table, a tree row's path keys through its table of scratch rows.
+// page table, a tree row's path keys through its table of scratch rows (launches without
+// tree_parents compile the page table alone: TREE = false).
+template <bool TREE>
 __device__ __forceinline__ int64_t key_offset(const int64_t *page_off, const int64_t *tree_off,
                                               int32_t j, int32_t n_direct, int32_t page_shift,
                                               int32_t page_mask, int64_t key_stride) {
-    return j < n_direct ? page_off[j >> page_shift] + (int64_t)(j & page_mask) * key_stride : tree_off[j];
+    return (!TREE || j < n_direct) ? page_off[j >> page_shift] + (int64_t)(j & page_mask) * key_stride : tree_off[j];
 }
 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
@@ -79,7 +81,7 @@ __device__ __forceinline__ void fma4(float w, const float4 &x, float4 &acc) {
     acc.w = fmaf(w, x.w, acc.w);
 }
 
-template <int D, int MAXG>
+template <int D, int MAXG, bool TREE>
 __global__ void __launch_bounds__(kThreads)
 attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift) {
     constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
@@ -90,7 +92,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     extern __shared__ float4 smem4[];
     float *smem = reinterpret_cast<float *>(smem4);
     __shared__ int64_t page_off[kPartition];       // float offset of (page, 0, hk, 0)
-    __shared__ int64_t tree_off[kPartition];       // tree rows: offset of path key j (j >= n_direct)
+    __shared__ int64_t tree_off[TREE ? kPartition : 1];  // tree rows: offset of path key j >= n_direct
     __shared__ float m_s[MAXG], l_s[MAXG];
 
     const int32_t row = blockIdx.x, hk = blockIdx.y, part = blockIdx.z;
@@ -98,7 +100,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     const int32_t key0 = part * kPartition;
     if (rk.keys <= key0) return;                   // padding row, or past the row's keys
     const int32_t n_local = min(kPartition, rk.keys - key0);
-    const int32_t n_direct = max(0, min(n_local, rk.direct - key0));
+    const int32_t n_direct = TREE ? max(0, min(n_local, rk.direct - key0)) : n_local;
     const int G = p.n_heads_q / p.n_heads_kv;
     const int64_t key_stride = (int64_t)p.n_heads_kv * D;
     const int32_t page_mask = (1 << page_shift) - 1;
@@ -110,7 +112,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         const int64_t page = p.kv_indices[rk.page_base + (key0 >> page_shift) + i];
         page_off[i] = (page << page_shift) * key_stride + (int64_t)hk * D;
     }
-    if (n_direct < n_local && threadIdx.x == 0) {
+    if (TREE && n_direct < n_local && threadIdx.x == 0) {
         // Path keys of this partition: walk up from the row (logical key direct + depth)
         // and keep the nodes whose logical index falls in [key0 + n_direct, key0 + n_local).
         int32_t j = rk.keys - 1 - key0;
@@ -134,7 +136,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         float4 kr[C4];
         if (j < n_local) {
             const float4 *src = reinterpret_cast<const float4 *>(
-                p.k_pages + key_offset(page_off, tree_off, j, n_direct, page_shift, page_mask, key_stride));
+                p.k_pages + key_offset<TREE>(page_off, tree_off, j, n_direct, page_shift, page_mask, key_stride));
 #pragma unroll
             for (int c = 0; c < C4; ++c) kr[c] = src[c * kLanesPerKey + li];
         } else {
@@ -190,7 +192,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         for (int u = 0; u < 4; ++u) {
             const int j = j0 + u * KEY_LANES;
             vr[u] = j < n_local
-                ? reinterpret_cast<const float4 *>(p.v_pages + key_offset(page_off, tree_off, j, n_direct,
+                ? reinterpret_cast<const float4 *>(p.v_pages + key_offset<TREE>(page_off, tree_off, j, n_direct,
                                                                           page_shift, page_mask, key_stride))[col]
                 : zero4();
         }
@@ -267,9 +269,11 @@ int launch_attention(const luce_attention_params &p, int32_t n_parts, int32_t pa
     const int G = p.n_heads_q / p.n_heads_kv;
     const int key_lanes = kThreads / (D / 4);
     const size_t smem = sizeof(float) * (size_t)max(G * D + G * kPartition, key_lanes * G * D);
-    attention_partition_kernel<D, MAXG>
-        <<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_kv, (unsigned)n_parts), kThreads, smem, stream>>>(
-            p, n_parts, page_shift);
+    const dim3 grid((unsigned)p.n_rows, (unsigned)p.n_heads_kv, (unsigned)n_parts);
+    if (p.tree_parents != nullptr)
+        attention_partition_kernel<D, MAXG, true><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift);
+    else
+        attention_partition_kernel<D, MAXG, false><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return luce_status(err);
     attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, stream>>>(
