@@ -65,7 +65,12 @@ def main(argv: list[str] | None = None) -> int:
                              steps=args.steps, tree_widths=args.widths, depth=args.depth, top_k=args.top_k,
                              spec_mode=args.spec_mode, budget=args.budget, spec_tokens=args.spec_tokens,
                              spec_concurrency=args.spec_concurrency, seed=args.seed)
-    log = (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+    def log(message: str, partial: dict) -> None:
+        print(message, file=sys.stderr, flush=True)
+        if args.json and args.json != "-":      # keep what is measured if a later section fails or times out
+            Path(args.json).write_text(json.dumps(partial, indent=1) + "\n")
+
     report = run_decode_bench(str(args.model), args.backend, str(args.draft) if args.draft else None,
                               settings, sections, log=log)
     if args.json == "-":

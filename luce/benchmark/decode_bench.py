@@ -9,9 +9,9 @@ Sections (each returns plain dicts; `run_decode_bench` gathers them into one rep
 - Verify: one slot, one draft tree of W rows (W = 1 is the root alone, an AR row) packed
   by luce.spec.batching.build_spec_batch as luce.spec.runner does; the tree is a DDTree
   (luce.spec.tree.ddtree) over a synthetic top-k proposal of depth <= `depth` (`build`
-  times the tree and the batch packing, not the proposal). Each
-  repetition verifies the same tree at the same position and drops the staged GDN commit
-  data, so nothing advances. Reported as ms and as a multiple of the median C=1 AR step.
+  times the tree and the batch packing, not the proposal). Each repetition verifies the
+  same tree at the same position and drops the staged GDN commit data, so nothing
+  advances. Reported as ms and as a multiple of the median C=1 AR step.
 - Draft pass (with a draft file): the drafter's `propose` for C lanes at a fixed root,
   after the lanes' context is in (DFlash: random target features; draft model: the prompt).
 - Speculation through luce.spec.runner.SpecRunner with an oracle drafter (proposes the true
@@ -312,22 +312,41 @@ def bench_spec(model, prompts, sequences, drafter, settings: BenchSettings) -> d
 
 
 def peak_memory(backend) -> dict:
+    """Peak memory figures: `backend.memory_stats()` when the backend has it; else a caching
+    allocator's `reserved_bytes` (it never shrinks: its peak) and, on CUDA, the device's
+    used memory (cudaMemGetInfo); always the host's peak RSS."""
+    out: dict = {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     stats = getattr(backend, "memory_stats", None)
     if callable(stats):
-        return {"source": "backend.memory_stats", **dict(stats())}
-    return {"source": "host_rss", "peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        out.update(dict(stats()))
+        return out
+    reserved = getattr(getattr(backend, "allocator", None), "reserved_bytes", None)
+    if reserved is not None:
+        out["device_reserved_bytes"] = int(reserved)
+    if backend.name == "cuda":
+        try:
+            from cuda.bindings import runtime as cudart
+
+            err, free, total = cudart.cudaMemGetInfo()
+            if int(err) == 0:
+                out["device_used_bytes"] = int(total) - int(free)
+        except Exception:  # noqa: BLE001 - the figure is optional
+            pass
+    return out
 
 
 def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = None,
                      settings: BenchSettings = BenchSettings(), sections=("ar", "verify", "draft", "spec"),
                      log=None) -> dict:
-    """Load the model (and draft) and run the sections; returns the report dict."""
+    """Load the model (and draft) and run the sections; returns the report dict.
+    log(message, report) is called after loading and after each section (progress, and a
+    chance to save the partial report)."""
     import os
 
     from luce.models.loader import load_model
     from luce.spec.drafters.bench_drafters import AlwaysWrongDrafter, OracleDrafter
 
-    log = log or (lambda msg: None)
+    log = log or (lambda msg, report: None)
     be = open_backend(backend) if isinstance(backend, str) else backend
     t0 = time.perf_counter()
     model = load_model(model_path, be)
@@ -337,17 +356,20 @@ def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = 
               "load_s": time.perf_counter() - t0, "draft": draft_path, "settings": asdict(settings)}
     n_prompts = max(settings.concurrency + settings.spec_concurrency)
     prompts = random_prompts(n_prompts, settings.prompt_len, cfg.vocab, settings.seed)
-    log(f"loaded {cfg.arch} ({cfg.n_layer} layers) on {be.name} in {report['load_s']:.1f} s")
+    log(f"loaded {cfg.arch} ({cfg.n_layer} layers) on {be.name} in {report['load_s']:.1f} s", report)
     if "ar" in sections or "verify" in sections:
         report["ar"] = bench_ar(model, prompts, settings)
-        log("AR done")
+        log("AR done", report)
     if "verify" in sections:
         ar1 = next((r["step_ms"] for r in report["ar"] if r["concurrency"] == 1 and "error" not in r), None)
         if ar1 is None:
-            ar1 = _summary(run_ar(model, prompts[:1], settings.warmup + settings.steps, settings.warmup)[1])["step_ms"]
+            try:
+                ar1 = _summary(run_ar(model, prompts[:1], settings.warmup + settings.steps, settings.warmup)[1])["step_ms"]
+            except Exception:  # noqa: BLE001 - AR already reported its failure; ratios become NaN
+                ar1 = float("nan")
         report["verify_ar_step_ms"] = ar1       # the C=1 AR step the verify ratios divide by
         report["verify"] = bench_verify(model, prompts[0], settings, ar1)
-        log("verify done")
+        log("verify done", report)
     draft = load_draft(draft_path, model) if draft_path and ("draft" in sections or "spec" in sections) else None
     n_spec = spec_tokens(settings, spec_depth_cap(settings, draft))
     ctx = settings.prompt_len + n_spec + 2 * (settings.budget + settings.depth) + 2
@@ -359,7 +381,7 @@ def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = 
         except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
             report["draft_pass"] = [{"concurrency": 0, "error": _error(e)}]
         gc.collect()
-        log("draft done")
+        log("draft done", report)
     if "spec" in sections:
         report["spec"] = []
         for C in settings.spec_concurrency:
@@ -374,6 +396,6 @@ def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = 
                     report["spec"].append({"drafter": drafter.kind, "concurrency": C, "error": _error(e)})
                 del drafter
                 gc.collect()
-        log("spec done")
+        log("spec done", report)
     report["memory"] = peak_memory(be)
     return report

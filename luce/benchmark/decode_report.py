@@ -16,6 +16,12 @@ def _f(x, digits: int = 2) -> str:
     return str(x)
 
 
+def _rows(records: list[dict], key: str, cells, n_cells: int) -> list[list[str]]:
+    """Table rows: cells(record) for measured records; the error text for failed ones."""
+    return [[str(r.get(key, "-"))] + (["-"] * (n_cells - 2) + [r["error"][:80]] if "error" in r else cells(r))
+            for r in records]
+
+
 def format_report(report: dict) -> str:
     s = report["settings"]
     out = [f"model {report['model']} ({report['arch']}, {report['n_layer']} layers, vocab {report['vocab']}, "
@@ -26,35 +32,28 @@ def format_report(report: dict) -> str:
            "sample = argmax to host", ""]
     if report.get("ar"):
         out += _table("AR decode", ["C", "tok/s", "step ms", "build ms", "launch ms", "wait ms", "sample ms", "steps"],
-                      [[str(r["concurrency"]), _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r["build_ms"], 3),
-                        _f(r["launch_ms"]), _f(r["wait_ms"]), _f(r["sample_ms"], 3), str(r["steps"])]
-                       for r in report["ar"]])
+                      _rows(report["ar"], "concurrency", lambda r: [
+                          _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r["build_ms"], 3), _f(r["launch_ms"]),
+                          _f(r["wait_ms"]), _f(r["sample_ms"], 3), str(r["steps"])], 8))
     if report.get("verify"):
-        rows = []
-        for r in report["verify"]:
-            if "error" in r:
-                rows.append([str(r["width"]), "-", "-", "-", "-", "-", "-", r["error"][:60]])
-            else:
-                rows.append([str(r["width"]), str(r["tree_depth"]), _f(r["step_ms"]), _f(r["x_ar_step"]),
-                             _f(r["build_ms"], 3), _f(r["launch_ms"]), _f(r["wait_ms"]), str(r["steps"])])
-        out += _table(f"Verify (one slot, DDTree rows, mode {s['spec_mode']}; x AR = multiple of the C=1 AR step)",
-                      ["width", "depth", "step ms", "x AR", "build ms", "launch ms", "wait ms", "steps"], rows)
+        out += _table(f"Verify (one slot, DDTree rows, mode {s['spec_mode']}; x AR = multiple of the C=1 AR step, "
+                      f"{_f(report.get('verify_ar_step_ms', float('nan')))} ms)",
+                      ["width", "depth", "step ms", "x AR", "build ms", "launch ms", "wait ms", "steps"],
+                      _rows(report["verify"], "width", lambda r: [
+                          str(r["tree_depth"]), _f(r["step_ms"]), _f(r["x_ar_step"]), _f(r["build_ms"], 3),
+                          _f(r["launch_ms"]), _f(r["wait_ms"]), str(r["steps"])], 8))
     if report.get("draft_pass"):
         out += _table(f"Draft pass ({report['draft']})", ["C", "pass ms", "steps"],
-                      [[str(r["concurrency"]), _f(r["pass_ms"]), str(r["steps"])] for r in report["draft_pass"]])
+                      _rows(report["draft_pass"], "concurrency", lambda r: [_f(r["pass_ms"]), str(r["steps"])], 3))
     if report.get("spec"):
-        rows = []
-        for r in report["spec"]:
-            if "error" in r:
-                rows.append([r["drafter"], "-", "-", "-", "-", "-", "-", "-", r["error"][:60]])
-            else:
-                rows.append([r["drafter"], str(r["concurrency"]), _f(r["tok_s"], 1), _f(r["step_ms"]),
-                             _f(r["tokens_per_step"]), _f(r["acceptance_length"]), _f(r["rows_per_verify"], 1),
-                             str(r["steps"]), f"{_f(r['matches_ar'])} ({r['misses']} misses)"])
         draft = f"real draft {report['draft']} run and discarded" if report.get("draft") else "no draft cost"
         out += _table(f"Speculation bounds (mode {s['spec_mode']}, steady steps only; {draft})",
                       ["drafter", "C", "tok/s", "step ms", "tok/step", "accept len", "rows/verify", "steps",
-                       "output = AR"], rows)
+                       "output = AR"],
+                      _rows(report["spec"], "drafter", lambda r: [
+                          str(r["concurrency"]), _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r["tokens_per_step"]),
+                          _f(r["acceptance_length"]), _f(r["rows_per_verify"], 1), str(r["steps"]),
+                          f"{_f(r['matches_ar'])} ({r['misses']} misses)"], 9))
     mem = report.get("memory", {})
     if mem:
         out.append("memory: " + ", ".join(f"{k}={v}" for k, v in mem.items()))

@@ -88,7 +88,7 @@ def test_hybrid_with_dflash_draft(models):
     assert [r["concurrency"] for r in report["draft_pass"]] == [1, 2]
     assert all(r["pass_ms"] > 0 and r["steps"] == FAST.steps for r in report["draft_pass"])
     _check_spec(report, FAST, max_depth=6 - 1)        # the DFlash block of 6 caps the depth at 5
-    assert report["memory"]["peak_bytes"] > 0
+    assert report["memory"]["host_peak_rss_bytes"] > 0
     text = format_report(report)
     assert "AR decode" in text and "Speculation bounds" in text and "always-wrong" in text
 
