@@ -61,7 +61,9 @@ class CudaBackend(SequenceOps):
     name = "cuda"
     supports_tree_rows = True
 
-    def __init__(self):
+    def __init__(self, tree_kernels: bool = True):
+        """tree_kernels=False keeps tree-row attention on the host reference even when the
+        attention kernel takes tree_parents (a fallback while the tree kernels are new)."""
         from luce import _cuda_matmul
         from luce.ops.native import load_kernels
 
@@ -72,7 +74,7 @@ class CudaBackend(SequenceOps):
         self.allocator = DeviceAllocator()
         self.staging = StagingRing(self.stream)
         self.matmul_qtypes = dict(_cuda_matmul.QTYPES)
-        self._init_sequence_ops()
+        self._init_sequence_ops(tree_kernels)
 
     # ---- memory ---------------------------------------------------------------------------
     def empty(self, shape: Sequence[int], dtype=np.float32) -> CudaArray:

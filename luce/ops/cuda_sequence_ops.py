@@ -26,10 +26,10 @@ GDN_CHUNK = 64
 class SequenceOps:
     """Mixin of CudaBackend (uses its empty/upload/to_numpy/_f32/memcpy/stream)."""
 
-    def _init_sequence_ops(self) -> None:
+    def _init_sequence_ops(self, tree_kernels: bool = True) -> None:
         from luce import _cuda_attention
 
-        self.tree_attention_kernel = bool(getattr(_cuda_attention, "SUPPORTS_TREE_PARENTS", False))
+        self.tree_attention_kernel = tree_kernels and bool(getattr(_cuda_attention, "SUPPORTS_TREE_PARENTS", False))
         self.host_fallbacks: dict[str, int] = {}   # op -> calls that ran on the host
 
     def _host_fallback(self, op: str, why: str) -> None:
