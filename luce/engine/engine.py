@@ -196,9 +196,9 @@ class Engine:
             self._hook("before_forward", step)
             out = self.model.forward(step.forward, self.model_state)
             self._hook("after_forward", step)
-            logits = self.model.backend.to_numpy(out.logits)
-            tokens = self._sample(step, logits)
-            kept = self._verify(step, logits, out, tokens)
+            logits, argmax = self._logits(step, out.logits)
+            tokens = self._sample(step, logits, argmax)
+            kept = self._verify(step, logits, argmax, out, tokens)
         except Exception as e:  # noqa: BLE001 - any runtime failure retires the cohort
             self.txn.abort(plan)
             return self._fail(cohort, f"{type(e).__name__}: {e}")
@@ -217,7 +217,7 @@ class Engine:
             drafter = make_drafter(config.spec, self.model, config.max_slots, config.ctx, draft_model=draft_model)
         return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx)
 
-    def _verify(self, step: StepBatch, logits, out, tokens: dict) -> dict[int, int]:
+    def _verify(self, step: StepBatch, logits, argmax, out, tokens: dict) -> dict[int, int]:
         """Speculation after the forward pass: accept every tree (its tokens join `tokens`),
         commit the accepted paths into the model state, keep the drafter's features.
         Returns tree slot -> rows kept, for the transaction."""
@@ -232,7 +232,7 @@ class Engine:
         self.spec.add_features(step, features)
         if not step.cohort.tree:
             return {}
-        accepted = self.spec.verify(step, logits, self._request_in)
+        accepted = self.spec.verify(step, logits, argmax, self._request_in)
         kept = self.spec.commit(step, accepted, self.model_state, self.pool, features)
         self.spec.stats.verify_steps += 1
         for chunk in step.cohort.tree:
@@ -251,19 +251,30 @@ class Engine:
     def _request_in(self, slot: int) -> Request:
         return self.requests[self.slots.table[slot].request_id]
 
-    def _sample(self, step: StepBatch, logits) -> dict[Any, list[int]]:
-        """request id -> [the token] of each prompt-tail or AR logits row: logits [L, V] host
-        f32 (tree rows are accepted by _verify)."""
+    def _logits(self, step: StepBatch, logits) -> tuple[Any, Any]:
+        """(host logits [L, V], None), or (None, argmax [L]) when every request of the step is
+        greedy without penalties: then only the token ids leave the device."""
         if logits.shape[0] != len(step.logits_slot):
             raise RuntimeError(f"the model returned {logits.shape[0]} logits rows, the step asked for "
                                f"{len(step.logits_slot)}")
+        params = [self._request_in(slot).params for slot in set(step.logits_slot.tolist())]
+        if all(p.greedy and not p.has_penalties for p in params):
+            return None, self.model.backend.argmax(logits)
+        return self.model.backend.to_numpy(logits), None
+
+    def _sample(self, step: StepBatch, logits, argmax) -> dict[Any, list[int]]:
+        """request id -> [the token] of each prompt-tail or AR logits row (tree rows are
+        accepted by _verify)."""
         tokens = {}
         for i, slot in enumerate(step.logits_slot.tolist()):
             if step.logits_kind[i] == ROW_TREE:
                 continue
             r = self._request_in(slot)
-            tokens[r.request_id] = [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]),
-                                                 r.prompt_ids, r.output_ids)]
+            if argmax is not None:
+                tokens[r.request_id] = [int(argmax[i])]
+            else:
+                tokens[r.request_id] = [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]),
+                                                     r.prompt_ids, r.output_ids)]
         return tokens
 
     def _record(self, step: StepBatch) -> None:

@@ -72,9 +72,10 @@ class EngineSpeculation:
         return Cohort(cohort.prefill, decode, trees)
 
     # ---- after the forward pass -------------------------------------------------------------
-    def verify(self, step: StepBatch, logits: np.ndarray, slot_request) -> dict[int, Any]:
+    def verify(self, step: StepBatch, logits, argmax, slot_request) -> dict[int, Any]:
         """Accept every tree of the step: slot -> Acceptance. logits [L, V] host rows of the
-        step (a tree's rows are consecutive, node order)."""
+        step (a tree's rows are consecutive, node order), or None when every request is
+        greedy and argmax [L] is given instead."""
         out = {}
         rows = {}
         for i, slot in enumerate(step.logits_slot.tolist()):
@@ -83,9 +84,11 @@ class EngineSpeculation:
         for chunk in step.cohort.tree:
             r = slot_request(chunk.slot)
             tree = self.trees[chunk.slot]
-            acc = self.speculator.accept(tree, logits[rows[chunk.slot]], r.params, r.seed, chunk.start,
-                                         r.prompt_ids, r.output_ids,
-                                         max_tokens=r.params.max_tokens - len(r.output_ids))
+            mine = rows[chunk.slot]
+            acc = self.speculator.accept(tree, None if logits is None else logits[mine], r.params, r.seed,
+                                         chunk.start, r.prompt_ids, r.output_ids,
+                                         max_tokens=r.params.max_tokens - len(r.output_ids),
+                                         target_argmax=None if argmax is None else argmax[mine])
             out[chunk.slot] = acc
         return out
 

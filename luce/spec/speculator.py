@@ -78,13 +78,15 @@ class Speculator:
 
     # ---- verify results ----------------------------------------------------------------------
     def accept(self, tree: DraftTree, logits, params, seed: int, root_position: int, prompt_ids,
-               output_ids, max_tokens: int, stop_ids=frozenset()) -> Acceptance:
-        """Acceptance of one verified tree; logits [N, V] host rows of its nodes. Stops at
+               output_ids, max_tokens: int, stop_ids=frozenset(), target_argmax=None) -> Acceptance:
+        """Acceptance of one verified tree; logits [N, V] host rows of its nodes (greedy
+        requests may pass target_argmax [N] instead, e.g. from the device). Stops at
         max_tokens emitted tokens and after the first token in `stop_ids`."""
-        logits = np.asarray(logits)
         if params.greedy and not params.has_penalties:
-            acc = accept_greedy(tree, np.argmax(logits, axis=1), max_tokens)
+            argmax = target_argmax if target_argmax is not None else np.argmax(np.asarray(logits), axis=1)
+            acc = accept_greedy(tree, np.asarray(argmax), max_tokens)
         else:
+            logits = np.asarray(logits)
             acc = accept_sampled(tree, logits, params, seed, root_position, prompt_ids, output_ids, max_tokens)
         for i, t in enumerate(acc.tokens):
             if t in stop_ids:

@@ -65,7 +65,7 @@ class FakeModel:
     def __init__(self, check_alignment: bool = True):
         self.check_alignment = check_alignment
         self.config = SimpleNamespace(vocab=VOCAB, context_length=1 << 20)
-        self.backend = SimpleNamespace(to_numpy=np.asarray, name="fake")
+        self.backend = SimpleNamespace(to_numpy=np.asarray, argmax=lambda x: np.argmax(x, axis=1), name="fake")
         self.violations: list[str] = []
         self.forwards = 0
 
