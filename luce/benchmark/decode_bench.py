@@ -7,14 +7,14 @@ Sections (each returns plain dicts; `run_decode_bench` gathers them into one rep
   model.forward until it returns), `wait` (backend.synchronize(), or to_numpy of the logits
   when the backend has none), `sample` (argmax to the host). tok/s = C / median step.
 - Verify: one slot, one draft tree of W rows (W = 1 is the root alone, an AR row) packed
-  by luce.spec.batching.build_spec_batch as luce.spec.runner does; the tree is a DDTree
+  by luce.spec.batching.build_spec_batch (tree rows as luce.models.tree_rows defines them); a DDTree
   (luce.spec.tree.ddtree) over a synthetic top-k proposal of depth <= `depth` (`build`
   times the tree and the batch packing, not the proposal). Each repetition verifies the
   same tree at the same position and drops the staged GDN commit data, so nothing
   advances. Reported as ms and as a multiple of the median C=1 AR step.
 - Draft pass (with a draft file): the drafter's `propose` for C lanes at a fixed root,
   after the lanes' context is in (DFlash: random target features; draft model: the prompt).
-- Speculation through luce.spec.runner.SpecRunner with an oracle drafter (proposes the true
+- Speculation through luce.engine.Engine with an oracle drafter (proposes the true
   greedy continuation: upper bound) and an always-wrong drafter (lower bound), both
   wrapping the real drafter when a draft is given (its cost paid, its proposals dropped).
   Only steady steps are timed (every request decoding, none near its end), after `warmup`
@@ -264,41 +264,43 @@ def spec_tokens(settings: BenchSettings, cap: int) -> int:
 
 
 def bench_spec(model, prompts, sequences, drafter, settings: BenchSettings) -> dict:
-    """Greedy speculative decoding of `prompts` through SpecRunner with `drafter`, until
-    `steps` steady steps are timed or every request is done. A step is steady when every
-    request is decoding with more tokens to go than the deepest draft (so no lane's tree
-    is cut by its end); the first `warmup` steady steps are not timed."""
+    """Greedy speculative decoding of `prompts` through luce.engine.Engine with `drafter`,
+    until `steps` steady steps are timed or every request is done. A step is steady when
+    every request is decoding with more tokens to go than the deepest draft (so no lane's
+    tree is cut by its end); the first `warmup` steady steps are not timed."""
+    from luce.engine import Engine, EngineConfig
+    from luce.engine.request import DECODE
     from luce.engine.sampler import SamplingParams
     from luce.spec.config import SpecConfig
-    from luce.spec.runner import SpecRunner
 
     C, G = len(prompts), len(sequences[0]) - len(prompts[0])
     spec = SpecConfig(spec=settings.spec_mode, draft_kind="ngram", chain_depth=settings.depth,
                       ddtree_budget=settings.budget, spec_top_k=settings.top_k)
-    ctx = max(len(p) for p in prompts) + G + 1
-    runner = SpecRunner(model, spec=spec, drafter=drafter, max_slots=C, ctx=ctx,
-                        token_budget=sum(len(p) for p in prompts) + C)
-    for p in prompts:
-        runner.add(p, SamplingParams(max_tokens=G, ignore_eos=True, seed=0))
-    max_depth = runner.speculator.max_depth
+    nodes = 1 + max(settings.budget, settings.depth)
+    ctx = max(len(p) for p in prompts) + G + nodes + 1
+    engine = Engine(model, None, EngineConfig(max_slots=C, ctx=ctx, spec=spec,
+                                              token_budget=max(sum(len(p) for p in prompts) + C, C * nodes) + 64),
+                    drafter=drafter)
+    rids = [engine.add_request(p, SamplingParams(max_tokens=G, ignore_eos=True, seed=0)) for p in prompts]
+    requests = [engine.get(r) for r in rids]
+    max_depth = engine.spec.speculator.max_depth
     times, tokens, steady_steps = [], 0, 0
-    while any(not r.done for r in runner.requests) and len(times) < settings.steps:
-        steady = all(r.slot is not None and r.n_prefilled == len(r.prompt) and not r.done
-                     and r.params.max_tokens - len(r.output) > max_depth for r in runner.requests)
-        before = sum(len(r.output) for r in runner.requests)
+    while engine.has_unfinished() and len(times) < settings.steps:
+        steady = all(r.phase == DECODE and r.params.max_tokens - len(r.output_ids) > max_depth for r in requests)
+        before = sum(len(r.output_ids) for r in requests)
         t0 = time.perf_counter()
-        runner.step()
+        engine.step()
         dt = time.perf_counter() - t0
         if steady:
             steady_steps += 1
             if steady_steps > settings.warmup:
                 times.append(dt)
-                tokens += sum(len(r.output) for r in runner.requests) - before
-        if runner.steps > 10 * (G + 2):
+                tokens += sum(len(r.output_ids) for r in requests) - before
+        if engine.stats.steps > 10 * (G + 2):
             raise RuntimeError("speculative run did not finish: a step commits at least one token per lane")
-    stats = runner.speculator.stats
-    matches = all(r.output == list(s[len(p):len(p) + len(r.output)])
-                  for r, s, p in zip(runner.requests, sequences, prompts))
+    stats = engine.spec.stats
+    matches = all(r.output_ids == list(s[len(p):len(p) + len(r.output_ids)])
+                  for r, s, p in zip(requests, sequences, prompts))
     return {
         "drafter": drafter.kind, "mode": settings.spec_mode, "concurrency": C, "max_depth": max_depth,
         "steps": len(times), "warmup": settings.warmup, "step_ms": _median_ms(times),
