@@ -77,3 +77,19 @@ $(VENV)/.luce-bench-installed: $(STAMP)
 
 bench-serving: $(VENV)/.luce-bench-installed
 	$(PY) tools/bench_serving.py $(BENCH_ARGS)
+
+# Decode benchmark on synthetic weights at Qwen3.6-27B shape (tools/bench_decode.py, docs/PERF.md):
+#   make bench-decode SYNTH_MIX=q4_k_m DECODE_BENCH_ARGS="--sections ar,verify --json /tmp/d.json"
+SYNTH_DIR ?= $(HOME)/.cache/luce/synthetic
+SYNTH_MIX ?= iq4_xs
+DECODE_BENCH_ARGS ?=
+.PHONY: bench-decode
+$(SYNTH_DIR)/qwen36-27b-%.gguf: | $(STAMP)
+	@mkdir -p $(SYNTH_DIR)
+	$(PY) tools/make_synthetic_model.py qwen36-27b $@ --mix $*
+
+$(SYNTH_DIR)/dflash-27b-for-%.gguf: $(SYNTH_DIR)/qwen36-27b-%.gguf
+	$(PY) tools/make_synthetic_model.py dflash-27b $@ --target $<
+
+bench-decode: build cuda-deps $(SYNTH_DIR)/qwen36-27b-$(SYNTH_MIX).gguf $(SYNTH_DIR)/dflash-27b-for-$(SYNTH_MIX).gguf
+	$(PY) tools/bench_decode.py $(word 3,$^) --backend cuda --draft $(word 4,$^) $(DECODE_BENCH_ARGS)
