@@ -62,8 +62,8 @@ class CudaBackend(SequenceOps):
     supports_tree_rows = True
 
     def __init__(self, tree_kernels: bool = True):
-        """tree_kernels=False keeps tree-row attention on the host reference even when the
-        attention kernel takes tree_parents (a fallback while the tree kernels are new)."""
+        """tree_kernels=False keeps tree rows on the host references even when the tree
+        kernels are built (see use_tree_kernels)."""
         from luce import _cuda_matmul
         from luce.ops.native import load_kernels
 

@@ -2,11 +2,13 @@
 CSR, causal conv1d and the Gated DeltaNet delta rule (mixed into CudaBackend).
 
 Per call, the ForwardBatch metadata is uploaded (one packed int32 copy through the pinned
-ring); a fixed metadata arena comes with graph replay. Host fallbacks, each named where it
-is taken:
-- attention over tree rows until the kernel takes `tree_parents` (luce._cuda_attention.
-  SUPPORTS_TREE_PARENTS): q and the pages the batch reads go to the host, the reference
-  (luce/ref/tree_attention.py) runs there, the result comes back;
+ring); a fixed metadata arena comes with graph replay. Tree rows run on the tree kernels
+when the build has them (attention `tree_parents`, and the GDN tree verify / commit of
+luce/ops/cuda_tree_ops.py as the luce.models.gdn_tree hooks), which keep tree nodes bitwise
+equal to AR decoding. Host fallbacks, each named where it is taken:
+- tree rows without the tree kernels (or `use_tree_kernels(False)`): q and the pages the
+  batch reads go to the host, the reference (luce/ref/tree_attention.py) runs there, the
+  result comes back; the GDN tree ops run luce/ref/gdn_tree.py on host copies;
 - shapes the kernels do not take (attention head_dim not 64/128/256 or more than 16 query
   heads per KV head; GDN Dk not 64/128/256 or Dv not a multiple of 32), with a warning
   once per op: the same host round trip through the numpy references.
@@ -27,10 +29,48 @@ class SequenceOps:
     """Mixin of CudaBackend (uses its empty/upload/to_numpy/_f32/memcpy/stream)."""
 
     def _init_sequence_ops(self, tree_kernels: bool = True) -> None:
+        self.host_fallbacks: dict[str, int] = {}   # op -> calls that ran on the host
+        self.use_tree_kernels(tree_kernels)
+
+    @staticmethod
+    def tree_kernels_available() -> bool:
+        """Does the build have the tree kernels (attention tree_parents, GDN tree verify and
+        commit, conv1d tree)?"""
         from luce import _cuda_attention
 
-        self.tree_attention_kernel = tree_kernels and bool(getattr(_cuda_attention, "SUPPORTS_TREE_PARENTS", False))
-        self.host_fallbacks: dict[str, int] = {}   # op -> calls that ran on the host
+        try:
+            from luce import _cuda_gdn_tree, _cuda_tree_conv  # noqa: F401
+        except ImportError:
+            return False
+        return bool(getattr(_cuda_attention, "SUPPORTS_TREE_PARENTS", False))
+
+    def use_tree_kernels(self, on: bool) -> None:
+        """Tree rows on the device kernels (on, when built) or on the host references: the
+        attention's tree path and the luce.models.gdn_tree hooks (conv1d_tree,
+        gdn_tree_verify, gdn_tree_commit; None makes gdn_tree take its host path)."""
+        on = bool(on) and self.tree_kernels_available()
+        self.tree_attention_kernel = on
+        for name in ("conv1d_tree", "gdn_tree_verify", "gdn_tree_commit"):
+            if on:
+                self.__dict__.pop(name, None)
+            else:
+                setattr(self, name, None)
+
+    # ---- tree verify / commit of GDN layers: luce/ops/cuda_tree_ops.py ------------------------------
+    def conv1d_tree(self, x, weight, state, parents):
+        from luce.ops import cuda_tree_ops
+
+        return cuda_tree_ops.conv1d_tree(self, x, weight, state, parents)
+
+    def gdn_tree_verify(self, mode, q, k, v, g, beta, parents, state):
+        from luce.ops import cuda_tree_ops
+
+        return cuda_tree_ops.gdn_tree_verify(self, mode, q, k, v, g, beta, parents, state)
+
+    def gdn_tree_commit(self, pending, conv_state, gdn_state, path):
+        from luce.ops import cuda_tree_ops
+
+        return cuda_tree_ops.gdn_tree_commit(self, pending, conv_state, gdn_state, path)
 
     def _host_fallback(self, op: str, why: str) -> None:
         if op not in self.host_fallbacks and not op.startswith("tree"):

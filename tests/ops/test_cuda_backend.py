@@ -98,9 +98,11 @@ def test_memory_views_and_copies(cuda):
     assert not cuda.to_numpy(cuda.zeros((3, 5))).any()
     with pytest.raises(TypeError, match="to_numpy"):
         np.asarray(d)
+    step = lambda: cuda.to_numpy(cuda.add(cuda.asarray(x), d))  # noqa: E731
+    step()
     allocs = cuda.allocator.driver_allocs
     for _ in range(5):   # steady state: freed blocks are reused, the driver is not asked again
-        cuda.to_numpy(cuda.add(cuda.asarray(x), d))
+        step()
     assert cuda.allocator.driver_allocs == allocs
 
 
@@ -204,12 +206,11 @@ def test_kv_write_and_attention(cuda, tree, tree_path):
     NP.kv_write(kv_np, batch, k, v)
     cuda.kv_write(kv_cu, batch, cuda.asarray(k), cuda.asarray(v))
     assert np.array_equal(cuda.to_numpy(kv_cu.k), kv_np.k) and np.array_equal(cuda.to_numpy(kv_cu.v), kv_np.v)
-    keep = cuda.tree_attention_kernel
-    cuda.tree_attention_kernel = tree_path == "tree_kernel"
+    cuda.use_tree_kernels(tree_path == "tree_kernel")
     try:
         got = cuda.to_numpy(cuda.attention(cuda.asarray(q), kv_cu, batch, 0.125))
     finally:
-        cuda.tree_attention_kernel = keep
+        cuda.use_tree_kernels(True)
     want = NP.attention(q, kv_np, batch, 0.125)
     live = batch.seq_slots[np.searchsorted(batch.qo_indptr, np.arange(T), side="right") - 1] >= 0
     np.testing.assert_allclose(got[live], want[live], rtol=1e-4, atol=2e-6)
@@ -315,34 +316,19 @@ def test_decode_row_is_batch_invariant(models, arch):
 
 
 def _tree_kernels_built() -> bool:
-    from luce import _cuda_attention
+    from luce.ops.cuda_backend import CudaBackend
 
-    try:
-        from luce import _cuda_gdn_tree, _cuda_tree_conv  # noqa: F401
-    except ImportError:
-        return False
-    return bool(getattr(_cuda_attention, "SUPPORTS_TREE_PARENTS", False))
+    return CudaBackend.tree_kernels_available()
 
 
 @pytest.fixture
 def tree_ops(cuda, request):
-    """'host': tree attention and the GDN tree ops on the host references; 'tree_kernel':
-    the attention kernel's tree_parents and luce/ops/cuda_tree_ops.py bound to the backend."""
-    keep = cuda.tree_attention_kernel
-    cuda.tree_attention_kernel = request.param == "tree_kernel"
-    bound = ("conv1d_tree", "gdn_tree_verify", "gdn_tree_commit")
-    if request.param == "tree_kernel":
-        if not _tree_kernels_built():
-            pytest.skip("tree kernels not built")
-        import functools
-
-        from luce.ops import cuda_tree_ops
-        for name in bound:
-            setattr(cuda, name, functools.partial(getattr(cuda_tree_ops, name), cuda))
+    """'host': tree rows on the host references; 'tree_kernel': on the tree kernels."""
+    if request.param == "tree_kernel" and not _tree_kernels_built():
+        pytest.skip("tree kernels not built")
+    cuda.use_tree_kernels(request.param == "tree_kernel")
     yield request.param
-    cuda.tree_attention_kernel = keep
-    for name in bound:
-        cuda.__dict__.pop(name, None)
+    cuda.use_tree_kernels(True)
 
 
 @pytest.mark.gpu
@@ -370,6 +356,43 @@ def test_tree_rows_through_the_model(models, tree_ops):
     err = max(np.abs(t_cu - t_np).max(), np.abs(a_cu - a_np).max()) / scale
     print(f"MEASURE tree rows qwen35 f32 ({tree_ops}): max error after verify + commit = {err:.3g} of scale")
     assert err <= MODEL_TOL["f32"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("arch", ["qwen35", "qwen3"])
+def test_tree_kernel_nodes_and_commit_equal_ar_decoding_bitwise(models, cuda, arch):
+    """On the tree kernels, every tree node's logits are bitwise those of AR decoding of its
+    path, and the committed state decodes on bitwise like the AR-decoded one."""
+    from luce.models.tree_rows import commit_tree_rows
+    from luce.spec.batching import TreeSegment, build_spec_batch
+    from tests.spec.test_tree_verify import random_tree
+
+    if not _tree_kernels_built():
+        pytest.skip("tree kernels not built")
+    cuda.use_tree_kernels(True)
+    model, be = models[(arch, "q4_k_m")][1], cuda
+    prompt = np.random.default_rng(7).integers(0, 400, 37).tolist()
+    pages = lambda s: list(range(4 * s, 4 * s + 4))  # noqa: E731
+    state = model.new_state(max_pages=8, max_slots=2)
+    for s in (0, 1):
+        model.forward(build_batch([SegmentSpec(s, prompt, 0, pages(s))]), state)
+    tree = random_tree(11, 13, 5, seed=8)
+    P = len(prompt)
+    logits = be.to_numpy(model.forward(build_spec_batch([TreeSegment(0, tree, P, pages(0))])[0], state).logits)
+    snap = state.recurrent.snapshot(1) if state.recurrent is not None else None
+    leaves = [i for i in range(tree.n_nodes) if not tree.children(i)]
+    for leaf in leaves:
+        if snap is not None:
+            state.recurrent.restore(1, snap)
+        path = tree.path(leaf)
+        for d, node in enumerate(path):
+            out = model.forward(build_batch([SegmentSpec(1, [int(tree.tokens[node])], P + d, pages(1))]), state)
+            assert np.array_equal(be.to_numpy(out.logits)[0], logits[node]), f"{arch}: node {node} of leaf {leaf}"
+    path = tree.path(leaves[-1])   # slot 1 has just AR-decoded this path
+    commit_tree_rows(state, 0, pages(0), P, path)
+    nxt = [model.backend.to_numpy(model.forward(build_batch([SegmentSpec(s, [5], P + len(path), pages(s))]),
+                                                state).logits) for s in (0, 1)]
+    assert np.array_equal(nxt[0], nxt[1])
 
 
 @pytest.mark.gpu
