@@ -6,7 +6,8 @@ them on the fly. Every launch and copy goes to one stream (`self.stream`); ops n
 synchronize with the host except those returning host arrays (`to_numpy`, `argmax`,
 `top_k_logprobs`). Ops never modify their inputs (the recurrent state keeps references:
 a snapshot is the arrays of a slot); `kv_write` / `kv_move_rows` write the KV pages in place.
-Attention, KV and the Gated DeltaNet ops are in luce/ops/cuda_sequence_ops.py.
+Attention, KV and the Gated DeltaNet ops are in luce/ops/cuda_sequence_ops.py, argmax and
+top-k in luce/ops/cuda_sampling_ops.py.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from luce.ops.cuda_array import Block, CudaArray, DeviceAllocator, StagingRing
 from luce.ops.cuda_memory import check
+from luce.ops.cuda_sampling_ops import SamplingOps
 from luce.ops.cuda_sequence_ops import SequenceOps
 
 DTYPES = (np.float32, np.int32, np.int64)
@@ -55,7 +57,7 @@ def _qtype_name(qtype: int) -> str:
         return f"ggml type {qtype}"
 
 
-class CudaBackend(SequenceOps):
+class CudaBackend(SequenceOps, SamplingOps):
     """luce.ops.api.Backend on one CUDA device; Array = CudaArray, Weight = QuantWeight."""
 
     name = "cuda"
@@ -379,43 +381,6 @@ class CudaBackend(SequenceOps):
                              self.stream)
         return out
 
-    # ---- sampling (host results) ----------------------------------------------------------------
-    def argmax(self, logits) -> np.ndarray:
-        from luce import _cuda_sampling as ks
-
-        logits = self._f32(logits)
-        if logits.ndim != 2:
-            raise ValueError(f"logits must be [L, V], got shape {logits.shape}")
-        L, V = logits.shape
-        ids = self.empty((L,), np.int64)
-        for r0 in range(0, L, 65535):
-            r = min(65535, L - r0)
-            ks.argmax(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0, r, V, stream=self.stream)
-        out = self.to_numpy(ids)
-        _reject_nan_rows(out)
-        return out
-
-    def top_k_logprobs(self, logits, k: int):
-        from luce import _cuda_sampling as ks
-        from luce.ref import sampling as ref_sampling
-
-        logits = self._f32(logits)
-        if logits.ndim != 2:
-            raise ValueError(f"logits must be [L, V], got shape {logits.shape}")
-        L, V = logits.shape
-        if not 1 <= k <= V:
-            raise ValueError(f"top_k_logprobs: k={k} not in 1..{V}")
-        if k > ks.TOPK_MAX or L == 0:
-            return ref_sampling.top_k_logprobs(self.to_numpy(logits), k)
-        ids, lps = self.empty((L, k), np.int64), self.empty((L, k))
-        for r0 in range(0, L, 65535):
-            r = min(65535, L - r0)
-            ks.top_k_logprobs(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0 * k, lps.ptr + 4 * r0 * k, r, V, k,
-                              stream=self.stream)
-        host_ids = self.to_numpy(ids)
-        _reject_nan_rows(host_ids[:, 0])
-        return host_ids, self.to_numpy(lps)
-
 
 def _strides(shape: Sequence[int], full: Sequence[int]) -> list[int]:
     """Element strides of a C-contiguous `shape` read broadcast to `full` (0 on broadcast dims)."""
@@ -425,9 +390,3 @@ def _strides(shape: Sequence[int], full: Sequence[int]) -> list[int]:
         out[d] = 0 if shape[d] == 1 and full[d] != 1 else step
         step *= shape[d]
     return out
-
-
-def _reject_nan_rows(ids: np.ndarray) -> None:
-    bad = np.nonzero(ids < 0)[0]
-    if bad.size:
-        raise ValueError(f"NaN in logits rows {bad[:8].tolist()}: the forward pass diverged")
