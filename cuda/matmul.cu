@@ -6,107 +6,32 @@
 // Block types, two launches:
 // 1. quantize_x: per row and 256-value chunk, x = scale * q with q 16-bit (|q| <= 32767,
 //    scale = max|x| / 32767), stored as a signed high byte and an unsigned low byte in the
-//    mma B layout (matmul_mma.cuh), plus the f32 sums of every 16 values of x.
+//    mma B layout (matmul_mma.cuh), plus the f32 sums of every 16 values of x and the
+//    exact integer sums of every 32 as byte planes (matmul_x.cuh).
 // 2. mmq: per 32-value group, integer tensor-core products of the weights' small integers
-//    with both bytes give the exact sum(q_w * q_x); then in f32, per output element,
-//        chunk_acc += scale_w * sum          (per group, group order)
-//        acc       += offset_w * sum(x)      (per group; mins, -32 of Q6_K, -16 of Q5_0)
-//        acc       += scale_x * chunk_acc    (per chunk)
-//    over the chunks kw, kw + 4, kw + 8, ... of warp kw, then y = ((acc0 + acc1) + acc2)
-//    + acc3 (+ bias). The order depends on k only: a row's bits never depend on the other
-//    rows, on the launch shape (tokens per block NT, row tiles per block WM) or on the path.
-//    A block is 4 chunk sets x WM row tiles of 16 rows x TS token sets of 8 * NT tokens;
-//    each warp streams its 16 rows' chunks through shared memory (cp.async, 2 to 4 stages
-//    deep, matmul_stage.cuh) and padding tokens read no activations.
+//    with both bytes give the exact sum(q_w * q_x). Types with small integer scales (Q4_K,
+//    Q5_K, Q6_K, IQ4_XS) sum scale * product in integers over a chunk and go to f32 once per
+//    chunk; Q8_0 and Q5_0 (f16 scale per group) add scale * float(product) per group
+//    (matmul_chunk.cuh). Per output element, the chunks kp, kp + 4, kp + 8, ... go to
+//    accumulator kp, then y = ((acc0 + acc1) + acc2) + acc3 (+ bias). The order depends on
+//    k only: a row's bits never depend on the other rows, on the launch shape (tokens per
+//    block NT, row tiles per block WM) or on the path.
+//    A block is 4 warps (one per k part) x WM row tiles of 16 rows x TS token sets of 8 * NT
+//    tokens; each warp streams its 16 rows' chunks through shared memory (cp.async, 2 to 4
+//    stages deep, matmul_stage.cuh) and padding tokens read no activations.
 #include "matmul_kquants.cuh"
 #include "matmul_blocks.cuh"
 #include "matmul_float.cuh"
 #include "matmul_stage.cuh"
+#include "matmul_chunk.cuh"
 
 namespace {
 
 using namespace mm;
 
-constexpr int kKSplit = 4;      // warps splitting a row tile's chunks (fixes the reduction order)
-constexpr int kGroups = 8;      // 32-value groups per 256-value chunk
-constexpr float kQMax = 32767.0f;
+constexpr int kKSplit = 4;  // k parts: warps sharing a row tile (fixes the reduction order)
 
 __host__ __device__ __forceinline__ int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// Quantized x in the workspace, rows padded to tp (a multiple of 8; pad rows are zero).
-struct XLayout {
-    uint4 *xq;     // [tp][groups][4 quads]: {high bytes of values 4q.., of 16+4q.., low bytes ..}
-    float *xd;     // [chunks][tp]: scale of the chunk's integers
-    float4 *xs;    // [groups][tp / 2]: {S0[t], S0[t+1], S1[t], S1[t+1]}, sums of values 0..15, 16..31
-    int64_t tp, groups, chunks;
-};
-
-int64_t padded_rows(int64_t rows) { return (rows + 7) / 8 * 8; }
-
-int64_t x_bytes(int64_t rows, int64_t k) {
-    const int64_t tp = padded_rows(rows), groups = (k + 31) / 32, chunks = (k + 255) / 256;
-    return tp * (64 * groups + 4 * chunks + 8 * groups);
-}
-
-XLayout x_layout(void *ws, int64_t rows, int64_t k) {
-    XLayout l;
-    l.tp = padded_rows(rows);
-    l.groups = k / 32;
-    l.chunks = (k + 255) / 256;
-    uint8_t *p = static_cast<uint8_t *>(ws);
-    l.xq = reinterpret_cast<uint4 *>(p);
-    l.xd = reinterpret_cast<float *>(p + l.tp * l.groups * 64);
-    l.xs = reinterpret_cast<float4 *>(p + l.tp * l.groups * 64 + l.chunks * l.tp * 4);
-    return l;
-}
-
-// One warp per (row, chunk): lane = 4 * group + quad holds values 4q..4q+3 and 16+4q..16+4q+3.
-__global__ void __launch_bounds__(256) quantize_x_kernel(const float *x, int64_t rows, int64_t k,
-                                                         XLayout l) {
-    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
-    const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
-    if (item >= l.tp * l.chunks) return;  // whole warps
-    const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * kGroups + j;
-    float v[8] = {};
-    if (t < rows && g < l.groups) {
-        const float *src = x + t * k + 32 * g;
-        const float4 a = __ldg(reinterpret_cast<const float4 *>(src + 4 * quad));
-        const float4 b = __ldg(reinterpret_cast<const float4 *>(src + 16 + 4 * quad));
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    }
-    float amax = 0.0f, bad = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const float m = fabsf(v[i]);
-        amax = fmaxf(amax, m);
-        if (!(m <= 3.0e38f)) bad = 1.0f;  // inf or NaN: the chunk's outputs become NaN
-    }
-    amax = warp_max(amax);
-    bad = warp_max(bad);
-    const float inv = (bad == 0.0f && amax > 0.0f) ? kQMax / amax : 0.0f;
-    uint32_t hi[2] = {0, 0}, lo[2] = {0, 0};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        int q = (int)rintf(__fmul_rn(v[i], inv));
-        q = q > 32767 ? 32767 : (q < -32767 ? -32767 : q);
-        hi[i >> 2] |= (uint32_t)((q >> 8) & 0xFF) << (8 * (i & 3));
-        lo[i >> 2] |= (uint32_t)(q & 0xFF) << (8 * (i & 3));
-    }
-    float s0 = (v[0] + v[1]) + (v[2] + v[3]), s1 = (v[4] + v[5]) + (v[6] + v[7]);
-    s0 = s0 + warp_shfl_xor(s0, 1);
-    s0 = s0 + warp_shfl_xor(s0, 2);
-    s1 = s1 + warp_shfl_xor(s1, 1);
-    s1 = s1 + warp_shfl_xor(s1, 2);
-    if (g < l.groups) {
-        l.xq[(t * l.groups + g) * 4 + quad] = make_uint4(hi[0], hi[1], lo[0], lo[1]);
-        if (quad == 0) {
-            float *s = reinterpret_cast<float *>(l.xs + g * (l.tp / 2) + t / 2);
-            s[t & 1] = s0;
-            s[2 + (t & 1)] = s1;
-        }
-    }
-    if (lane == 0) l.xd[ch * l.tp + t] = bad != 0.0f ? __int_as_float(0x7FC00000) : amax / kQMax;
-}
 
 struct MmqArgs {
     const uint8_t *w, *w_end;
@@ -116,127 +41,72 @@ struct MmqArgs {
     int64_t rows, n, row_bytes;
 };
 
-template <class Q>
-__device__ __forceinline__ int chunk_groups(const XLayout &x, int64_t ch) {
-    return Q::kGroupBytes ? (int)imin64(kGroups, x.groups - ch * kGroups) : kGroups;
-}
-
-// Adds one chunk of the thread's two rows (reader `rd`) to acc[token tile][element].
-// Tokens at or past `live` (padding) read no activations: their products are never stored.
-template <class Q, int NT, bool kMagic>
-__device__ __forceinline__ void mmq_chunk(const Q &rd, const XLayout &x, int64_t ch, const int64_t tb[NT],
-                                          const int64_t live[NT], int grp, int quad, float acc[NT][4]) {
-    const int ng = chunk_groups<Q>(x, ch);
-    const int seed = kMagic ? kMagicSeed : 0;
-    float2 xscale[NT];
-    float cacc[NT][4] = {};
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-        xscale[n] = 2 * quad < live[n] ? __ldg(reinterpret_cast<const float2 *>(x.xd + ch * x.tp + tb[n]) + quad)
-                                       : make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j) {
-        if (j >= ng) break;
-        GroupOperands op;
-        rd.group(j, quad, op);
-        const int64_t g = ch * kGroups + j;
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            const uint4 b = grp < live[n] ? __ldg(x.xq + ((tb[n] + grp) * x.groups + g) * 4 + quad)
-                                          : make_uint4(0, 0, 0, 0);
-            int hi[4], lo[4];
-            if (!Q::kHalves) {
-                mma_k32<false>(op.a, b.x, b.y, seed, hi);
-                mma_k32<true>(op.a, b.z, b.w, seed, lo);
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    cacc[n][e] = fmaf(op.scale[0][e >> 1], group_sum<kMagic>(hi[e], lo[e]), cacc[n][e]);
-            } else {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    mma_k16<false>(op.a[2 * h], op.a[2 * h + 1], h ? b.y : b.x, seed, hi);
-                    mma_k16<true>(op.a[2 * h], op.a[2 * h + 1], h ? b.w : b.z, seed, lo);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        cacc[n][e] = fmaf(op.scale[h][e >> 1], group_sum<kMagic>(hi[e], lo[e]), cacc[n][e]);
-                }
-            }
-            if (Q::kOffset) {
-                const float4 s = 2 * quad < live[n] ? __ldg(x.xs + g * (x.tp / 2) + tb[n] / 2 + quad)
-                                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int r = e >> 1;
-                    if (!Q::kHalves) {
-                        const float s32 = (e & 1) ? s.y + s.w : s.x + s.z;
-                        acc[n][e] = fmaf(op.offset[0][r], s32, acc[n][e]);
-                    } else {
-                        acc[n][e] = fmaf(op.offset[0][r], (e & 1) ? s.y : s.x, acc[n][e]);
-                        acc[n][e] = fmaf(op.offset[1][r], (e & 1) ? s.w : s.z, acc[n][e]);
-                    }
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[n][e] = fmaf((e & 1) ? xscale[n].y : xscale[n].x, cacc[n][e], acc[n][e]);
-}
-
-// Block: 4 * WM * TS warps = 4 chunk sets x WM row tiles of 16 rows x TS token sets of 8 * NT
+// Block: 4 * WM * TS warps = 4 k parts x WM row tiles of 16 rows x TS token sets of 8 * NT
 // tokens; each warp multiplies its row tile's chunks kw, kw + 4, ... for its tokens, with the
-// weight chunks staged kStages deep in its own shared memory (matmul_stage.cuh).
+// weight chunks staged kStages deep in its own shared memory (matmul_stage.cuh). kEven: one
+// row (only even token columns are live).
 template <class Q, int NT>
 __host__ __device__ constexpr int stages() { return NT > 1 ? 2 : Stage<Q>::kBytes > 3000 ? 3 : 4; }
 
 template <class Q, int NT, int WM, int TS>
 __host__ __device__ constexpr int stage_smem_bytes() { return kKSplit * WM * TS * stages<Q, NT>() * Stage<Q>::kBytes; }
 
-template <class Q, int NT, int WM, int TS>
+template <class Q, int NT, int WM, int TS, bool kEven>
 __global__ void __launch_bounds__(kKSplit * WM * TS * WARP_SIZE, 512 / (kKSplit * WM * TS * WARP_SIZE))
 mmq_kernel(MmqArgs a) {
+    constexpr int KS = kKSplit;
     constexpr int kStages = stages<Q, NT>();
     extern __shared__ uint4 stage_words[];  // 16-byte aligned
     uint8_t *stage_mem = reinterpret_cast<uint8_t *>(stage_words);
-    __shared__ float partial[kKSplit - 1][WM * TS][NT * 4][WARP_SIZE];
+    __shared__ float partial[KS - 1][WM * TS][NT * 4][WARP_SIZE];
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    const int kw = warp % kKSplit, mw = (warp / kKSplit) % WM, ts = warp / (kKSplit * WM);
-    const int slot = warp / kKSplit, grp = lane >> 2, quad = lane & 3;
+    const int kw = warp % KS, mw = (warp / KS) % WM, ts = warp / (KS * WM);
+    const int slot = warp / KS, grp = lane >> 2, quad = lane & 3;
     const int64_t tile = ((int64_t)blockIdx.x * WM + mw) * 16;
     const uint8_t *w0 = a.w + imin64(tile + grp, a.n - 1) * a.row_bytes;
     const uint8_t *w1 = a.w + imin64(tile + grp + 8, a.n - 1) * a.row_bytes;
     const int64_t t_first = ((int64_t)blockIdx.y * TS + ts) * 8 * NT;
-    int64_t tb[NT], live[NT];  // first token of each 8-token tile (clamped), real tokens in it
+    XTile xt[NT];
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
-        tb[n] = imin64(t_first + 8 * n, a.x.tp - 8);
-        live[n] = a.rows - (t_first + 8 * n);
+        const int64_t live = a.rows - (t_first + 8 * n);  // real tokens in the tile
+        const int64_t tb = imin64(t_first + 8 * n, a.x.tp - 8);  // clamped into the padded rows
+        xt[n].xb = a.x.xq + (tb + grp) * a.x.groups * 4 + quad;
+        xt[n].xd = a.x.xd + tb + 2 * quad;
+        xt[n].xqp = a.x.xqp + (tb + 2 * quad) * 2;
+        xt[n].xs = a.x.xs + tb / 2 + quad;
+        xt[n].b_live = grp < live;
+        xt[n].s_live = 2 * quad < live;
     }
     float acc[NT][4] = {};
     uint8_t *stages_of_warp = stage_mem + warp * kStages * Stage<Q>::kBytes;
-    const int64_t count = a.x.chunks > kw ? (a.x.chunks - kw + kKSplit - 1) / kKSplit : 0;
+    LaneCopier<Q, kStages> copier(stages_of_warp, a.w, a.w_end, a.row_bytes, a.n, tile, lane);
+    const int count = a.x.chunks > kw ? (int)((a.x.chunks - kw + KS - 1) / KS) : 0;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) xt[n].advance(a.x, kw);  // to chunk kw
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        if (s < count)
-            stage_copy<Q>(stages_of_warp + s * Stage<Q>::kBytes, a.w, a.w_end, a.row_bytes, a.n, tile,
-                          kw + (int64_t)kKSplit * s, lane);
-        cp_async_commit();
+        if (s < count) copier.copy(s, kw + (int64_t)KS * s, lane);
+        copier.commit();
     }
-    for (int64_t i = 0; i < count; ++i) {
-        const int64_t ahead = i + kStages - 1;
-        if (ahead < count)
-            stage_copy<Q>(stages_of_warp + (ahead % kStages) * Stage<Q>::kBytes, a.w, a.w_end, a.row_bytes,
-                          a.n, tile, kw + kKSplit * ahead, lane);
-        cp_async_commit();
-        cp_async_wait<kStages - 1>();  // this thread's copies of chunk i have landed
-        __syncwarp();                   // and every other lane's
-        const int64_t ch = kw + kKSplit * i;
-        const uint8_t *st = stages_of_warp + (i % kStages) * Stage<Q>::kBytes;
+    int fill = kStages - 1, use = 0;  // stages of chunk i + kStages - 1 and of chunk i
+    for (int i = 0; i < count; ++i) {
+        if (i + kStages - 1 < count) copier.copy(fill, kw + (int64_t)KS * (i + kStages - 1), lane);
+        copier.commit();
+        copier.wait(use);  // chunk i has landed, for every lane
+        const int64_t ch = kw + (int64_t)KS * i;
+        const uint8_t *st = stages_of_warp + use * Stage<Q>::kBytes;
+        fill = fill + 1 == kStages ? 0 : fill + 1;
+        use = use + 1 == kStages ? 0 : use + 1;
         Q rd;
         rd.load(staged_row<Q>(st, grp, w0 + ch * Q::kChunkBytes), staged_row<Q>(st, grp + 8, w1 + ch * Q::kChunkBytes),
                 quad, chunk_groups<Q>(a.x, ch));
-        mmq_chunk<Q, NT, (NT > 1)>(rd, a.x, ch, tb, live, grp, quad, acc);
+        if constexpr (Q::kIntScale)
+            mmq_chunk_int<Q, NT, kEven>(rd, xt, quad, acc);
+        else
+            mmq_chunk_float<Q, NT, (NT > 1)>(rd, a.x, ch, xt, quad, acc);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) xt[n].advance(a.x, KS);
         __syncwarp();  // every lane is done with the stage before a later iteration refills it
     }
     if (kw != 0) {
@@ -251,9 +121,10 @@ mmq_kernel(MmqArgs a) {
     for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
+            if (kEven && (e & 1)) continue;
             float v = acc[n][e];
 #pragma unroll
-            for (int s = 0; s < kKSplit - 1; ++s) v = v + partial[s][slot][n * 4 + e][lane];
+            for (int s = 0; s < KS - 1; ++s) v = v + partial[s][slot][n * 4 + e][lane];
             const int64_t row = tile + grp + 8 * (e >> 1), t = t_first + 8 * n + 2 * quad + (e & 1);
             if (row < a.n && t < a.rows) {
                 if (a.bias) v = v + a.bias[row];
@@ -262,18 +133,18 @@ mmq_kernel(MmqArgs a) {
         }
 }
 
-template <class Q, int NT, int WM, int TS>
+template <class Q, int NT, int WM, int TS, bool kEven = false>
 int launch_mmq(const MmqArgs &a, cudaStream_t stream) {
     constexpr int kTokens = 8 * NT * TS, kSmem = stage_smem_bytes<Q, NT, WM, TS>();
     static bool smem_set = false;  // raise the dynamic shared-memory limit once per kernel
     if (!smem_set) {
-        const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Q, NT, WM, TS>,
+        const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Q, NT, WM, TS, kEven>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
         if (err != cudaSuccess) return luce_status(err);
         smem_set = true;
     }
     const dim3 grid((unsigned)((a.n + 16 * WM - 1) / (16 * WM)), (unsigned)((a.rows + kTokens - 1) / kTokens));
-    mmq_kernel<Q, NT, WM, TS><<<grid, kKSplit * WM * TS * WARP_SIZE, kSmem, stream>>>(a);
+    mmq_kernel<Q, NT, WM, TS, kEven><<<grid, kKSplit * WM * TS * WARP_SIZE, kSmem, stream>>>(a);
     return luce_status(cudaGetLastError());
 }
 
@@ -287,6 +158,7 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
         if (t <= 16) return launch_mmq<Q, 2, 2, 1>(a, stream);
         return launch_mmq<Q, 2, 2, 2>(a, stream);
     }
+    if (t == 1) return launch_mmq<Q, 1, 1, 1, true>(a, stream);
     if (t <= 8) return launch_mmq<Q, 1, 1, 1>(a, stream);
     if (t <= 16) return launch_mmq<Q, 2, 1, 1>(a, stream);
     if (t <= 32) return launch_mmq<Q, 2, 1, 2>(a, stream);

@@ -29,36 +29,42 @@ __device__ __forceinline__ void iq4_lookup(uint32_t w, uint32_t &lo, uint32_t &h
 }
 
 // IQ4_XS, 136 B: f16 d, u16 scales_h, scales_l[4], qs[128]; qs[16j + l] low nibble = index of
-// value l, high nibble = value l + 16 of sub-block j. Value = (d * (ls - 32)) * table[index].
+// value l, high nibble = value l + 16 of sub-block j. Value = (d * (ls - 32)) * table[index];
+// integer scale ls - 32 (matmul_kquants.cuh's integer-scale interface).
 struct ReaderIQ4XS {
     static constexpr int kChunkBytes = 136, kGroupBytes = 0;
-    static constexpr bool kHalves = false, kOffset = false;
+    static constexpr bool kHalves = false, kOffset = false, kIntScale = true;
     const uint8_t *b[2];
-    uint2 head[2];
+    uint32_t ls_lo[2], ls_hi[2];  // scales_l (4-bit each), scales_h (2-bit each, at bit 2j)
+    float d[2], negmin[2];
 
     __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int, int) {
         b[0] = b0;
         b[1] = b1;
-        head[0] = *reinterpret_cast<const uint2 *>(b0);
-        head[1] = *reinterpret_cast<const uint2 *>(b1);
-    }
-
-    __device__ __forceinline__ void group(int j, int quad, GroupOperands &op) const {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            iq4_lookup(lds32(b[r] + 8 + 16 * j + 4 * quad), op.a[r], op.a[2 + r]);
-            const uint32_t ls = ((byte_of(head[r].y, j >> 1) >> (4 * (j & 1))) & 15) |
-                                (((head[r].x >> (16 + 2 * j)) & 3) << 4);
-            op.scale[0][r] = __fmul_rn(f16_to_f32(head[r].x), small_uint_to_f32(ls) - 32.0f);
-            op.offset[0][r] = 0.0f;
+            const uint2 head = *reinterpret_cast<const uint2 *>(b[r]);
+            ls_lo[r] = head.y;
+            ls_hi[r] = head.x >> 16;
+            d[r] = f16_to_f32(head.x);
+            negmin[r] = 0.0f;
         }
+    }
+
+    __device__ __forceinline__ void weights(int j, int quad, uint32_t a[4]) const {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) iq4_lookup(lds32(b[r] + 8 + 16 * j + 4 * quad), a[r], a[2 + r]);
+    }
+
+    __device__ __forceinline__ int scale(int j, int, int r) const {
+        return (int)(((ls_lo[r] >> (4 * j)) & 15) | (((ls_hi[r] >> (2 * j)) & 3) << 4)) - 32;
     }
 };
 
 // Q8_0, 34 B: f16 d, int8 q[32]. Value = q * d.
 struct ReaderQ80 {
     static constexpr int kChunkBytes = 8 * 34, kGroupBytes = 34;
-    static constexpr bool kHalves = false, kOffset = false;
+    static constexpr bool kHalves = false, kOffset = false, kIntScale = false;
     const uint8_t *b[2];
 
     __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int, int) {
@@ -87,7 +93,7 @@ __device__ __forceinline__ uint32_t spread_bit4(uint32_t v) {
 // nibble of qs[l]; bit 4 of value l is bit l of qh. Value = d * (q - 16).
 struct ReaderQ50 {
     static constexpr int kChunkBytes = 8 * 22, kGroupBytes = 22;
-    static constexpr bool kHalves = false, kOffset = true;
+    static constexpr bool kHalves = false, kOffset = true, kIntScale = false;
     const uint8_t *b[2];
 
     __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int, int) {

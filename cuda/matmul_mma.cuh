@@ -70,6 +70,45 @@ struct GroupOperands {
 // Byte i of v.
 __device__ __forceinline__ uint32_t byte_of(uint32_t v, int i) { return (v >> (8 * i)) & 0xFF; }
 
+// Byte i (compile-time) of v in one instruction where there is a byte permute.
+__device__ __forceinline__ uint32_t ubyte(uint32_t v, int i) {
+#ifdef __HIPCC__
+    return byte_of(v, i);
+#else
+    return __byte_perm(v, 0, 0x4440 | i);
+#endif
+}
+
+// Byte i (compile-time) of v as a signed int8.
+__device__ __forceinline__ int sbyte(uint32_t v, int i) {
+#ifdef __HIPCC__
+    return (int)(int8_t)byte_of(v, i);
+#else
+    int out;  // prmt: selector nibble bit 3 replicates the selected byte's sign
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(out) : "r"(v), "r"(i | ((8 | i) << 4) | ((8 | i) << 8) | ((8 | i) << 12)));
+    return out;
+#endif
+}
+
+// c + sum of the 4 byte products of a and b: unsigned bytes (dot4_u) or signed (dot4_s).
+__device__ __forceinline__ int dot4_u(uint32_t a, uint32_t b, int c) {
+#ifdef __HIPCC__
+    for (int i = 0; i < 4; ++i) c += (int)(byte_of(a, i) * byte_of(b, i));
+    return c;
+#else
+    return (int)__dp4a(a, b, (unsigned)c);
+#endif
+}
+
+__device__ __forceinline__ int dot4_s(uint32_t a, uint32_t b, int c) {
+#ifdef __HIPCC__
+    for (int i = 0; i < 4; ++i) c += (int)(int8_t)byte_of(a, i) * (int)(int8_t)byte_of(b, i);
+    return c;
+#else
+    return __dp4a((int)a, (int)b, c);
+#endif
+}
+
 // f32 of one group's exact dot product hi * 256 + lo (x = 256 * hi + lo): RN of the integer,
 // the same bits whether the products were seeded with 0 (kMagic false) or kMagicSeed (true).
 template <bool kMagic>

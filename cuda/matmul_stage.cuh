@@ -44,27 +44,77 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// Warp-wide: start copying chunk `ch` of rows tile..tile+15 (clamped to n - 1) into `stage`.
-// Bytes at or past w_end are not read (zero-filled).
-template <class Q>
-__device__ __forceinline__ void stage_copy(uint8_t *stage, const uint8_t *w, const uint8_t *w_end,
-                                           int64_t row_bytes, int64_t n, int64_t tile, int64_t ch,
-                                           int lane) {
+// Warp-wide copier of one row tile's chunks into stages with per-lane cp.async: item
+// lane + 32 i is word (item % kWords) of row (item / kWords), so one instruction moves 512
+// contiguous bytes (about two rows). Each lane's row offsets (rows clamped to n - 1) and
+// word positions are computed once. Only the tile holding the matrix's last row can reach
+// past w_end: it alone checks bounds (bytes at or past w_end are zero-filled, not read).
+template <class Q, int kStages>
+struct LaneCopier {
     using St = Stage<Q>;
-    constexpr int kItems = 16 * St::kWords;
+    static constexpr int kItems = 16 * St::kWords;
+    static constexpr int kIters = (kItems + WARP_SIZE - 1) / WARP_SIZE;
+    const uint8_t *tile_w;     // the tile's first row
+    const uint8_t *w_end;
+    uint8_t *stages;           // the warp's kStages stages
+    uint32_t row_off[kIters];  // from tile_w to the item's row
+    uint32_t at[kIters];       // 16 * word (low 16 bits) | offset in the stage (high 16 bits)
+    bool edge;
+
+    __device__ __forceinline__ LaneCopier(uint8_t *warp_stages, const uint8_t *w, const uint8_t *end,
+                                          int64_t row_bytes, int64_t n, int64_t tile, int lane) {
+        stages = warp_stages;
+        tile_w = w + tile * row_bytes;
+        w_end = end;
+        edge = tile + 16 >= n;
 #pragma unroll
-    for (int i = 0; i < (kItems + WARP_SIZE - 1) / WARP_SIZE; ++i) {
-        const int item = lane + i * WARP_SIZE;
-        if (item < kItems) {
-            const int r = item / St::kWords, word = item % St::kWords;
+        for (int i = 0; i < kIters; ++i) {
+            const int item = lane + i * WARP_SIZE, r = item / St::kWords, word = item % St::kWords;
             const int64_t row = tile + r < n ? tile + r : n - 1;
-            const uint8_t *p = w + row * row_bytes + ch * Q::kChunkBytes;
-            const uint8_t *src = reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)15) + 16 * word;
-            const int64_t left = w_end - src;
-            cp_async16(stage + r * St::kSlotBytes + 16 * word, left > 0 ? src : w, left >= 16 ? 16 : (left > 0 ? (int)left : 0));
+            row_off[i] = (uint32_t)((row - tile) * row_bytes);
+            at[i] = (uint32_t)(16 * word) | ((uint32_t)(r * St::kSlotBytes + 16 * word) << 16);
         }
     }
-}
+
+    // Start copying chunk `ch` into stage s; commit() closes the chunk's group.
+    __device__ __forceinline__ void copy(int s, int64_t ch, int lane) const {
+        const uint8_t *base = tile_w + ch * Q::kChunkBytes;
+#ifndef __HIPCC__
+        asm("" : "+l"(base));  // one 64-bit base per chunk (else nvcc redoes ch * kChunkBytes per item)
+#endif
+        uint8_t *stage = stages + s * St::kBytes;
+        if (!edge) {
+#pragma unroll
+            for (int i = 0; i < kIters; ++i)
+                if (kItems % WARP_SIZE == 0 || lane + i * WARP_SIZE < kItems)
+                    cp_async16(stage + (at[i] >> 16), source(base, i), 16);
+        } else {
+#pragma unroll
+            for (int i = 0; i < kIters; ++i) {
+                if (kItems % WARP_SIZE != 0 && lane + i * WARP_SIZE >= kItems) continue;
+                const uint8_t *src = source(base, i);
+                const int64_t left = w_end - src;
+                cp_async16(stage + (at[i] >> 16), left > 0 ? src : w_end - 1,
+                           left >= 16 ? 16 : (left > 0 ? (int)left : 0));
+            }
+        }
+    }
+
+    // Item i's aligned 16-byte word of the chunk starting at base (in the tile's first row).
+    __device__ __forceinline__ const uint8_t *source(const uint8_t *base, int i) const {
+        return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(base + row_off[i]) & ~(uintptr_t)15) +
+               (at[i] & 0xFFFFu);
+    }
+
+    __device__ __forceinline__ void commit() const { cp_async_commit(); }
+
+    // Stage s (holding the oldest chunk in flight) has landed, for every lane.
+    __device__ __forceinline__ void wait(int) {
+        cp_async_wait<kStages - 1>();
+        __syncwarp();
+    }
+};
+
 
 // Where a reader finds its row's chunk in a stage: row slot plus the global misalignment.
 template <class Q>

@@ -125,6 +125,29 @@ def test_parity_at_27b_width(qtype, rows):
     assert_rows_close(run_kernel(x, raw, qtype, 48), ref_matmul(x, wd), "matmul_blocks")
 
 
+WIDE_K = 12288  # a down-projection-like k: 48 chunks, 12 per warp (cuda/matmul.cu)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qtype", BLOCK_TYPES)
+def test_wide_k_parity_and_invariance(qtype):
+    """k = 12288: parity at 1 and 33 rows (integer scale sums over many chunks); a row's bits
+    alone (the one-row kernel) == in 33 rows == on the prefill path == two row tiles per
+    block == in the first 9 rows. N = 40: the last row tile is partial (bounds-checked
+    copies), the others are not."""
+    raw, wd = weights(qtype, 40, WIDE_K)
+    x = activations(33, WIDE_K, seed=12)
+    batch = run_kernel(x, raw, qtype, 40)
+    assert_rows_close(batch, ref_matmul(x, wd), "matmul_blocks")
+    for r in (0, 1, 32):
+        alone = run_kernel(x[r:r + 1], raw, qtype, 40)
+        assert np.array_equal(alone[0], batch[r]), f"row {r} alone differs from row {r} of 33"
+    for path, tune in ((1, 0), (0, 2)):
+        assert np.array_equal(run_kernel(x, raw, qtype, 40, path=path, tune=tune), batch), \
+            f"path {path}, tune {tune} changed bits"
+    assert np.array_equal(run_kernel(x[:9], raw, qtype, 40), batch[:9]), "first 9 rows differ"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("qtype", BLOCK_TYPES + FLOAT_TYPES)
 def test_batch_invariance(qtype):
