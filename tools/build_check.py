@@ -132,8 +132,10 @@ def check_hip(clang: str, jobs: int, opt: str = "-O3") -> list[str]:
 
 
 def declared_entry_points() -> list[str]:
-    """Function names `cuda/luce_ops.h` declares (luce_<name>(...);)."""
-    text = re.sub(r"/\*.*?\*/", "", (CUDA_DIR / "luce_ops.h").read_text(), flags=re.S)
+    """Function names `cuda/luce_ops.h` and the headers it includes (cuda/luce_ops_*.h)
+    declare (luce_<name>(...);)."""
+    headers = [CUDA_DIR / "luce_ops.h", *sorted(CUDA_DIR.glob("luce_ops_*.h"))]
+    text = re.sub(r"/\*.*?\*/", "", "\n".join(h.read_text() for h in headers), flags=re.S)
     return sorted(set(re.findall(r"^\s*(?:int|const\s+char\s*\*|void)\s*\**\s*(luce_\w+)\s*\(",
                                  text, flags=re.M)))
 

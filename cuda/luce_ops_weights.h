@@ -1,0 +1,89 @@
+/* Kernels over quantized GGUF weights: matmul fused with dequant, embedding rows.
+ * Part of the one C ABI: included by cuda/luce_ops.h (read its header comment). */
+#ifndef LUCE_OPS_WEIGHTS_H
+#define LUCE_OPS_WEIGHTS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- matmul ---- */
+/* Matmul fused with GGUF dequant (reference: luce/ref/matmul.py on the weights decoded by
+ * luce.gguf.quants.dequantize): y [rows, n] f32 = x [rows, k] f32 @ W^T (+ bias [n] f32).
+ * W [n, k]: row r is luce_matmul_row_bytes(qtype, k) bytes of GGUF blocks at
+ * w + r * row_bytes; qtype is the ggml type id (LUCE_QT_*). Q4_K, Q5_K, Q6_K and IQ4_XS need
+ * k % 256 == 0, Q8_0 and Q5_0 k % 32 == 0; float types any k.
+ * Block types first quantize x to 16-bit integers (one f32 scale per row and 256 values, plus
+ * f32 sums of every 16 values) into `workspace`; weight x activation dot products of each
+ * 32-value group are exact integers (tensor cores), then combined in f32 in a fixed order.
+ * With LUCE_MATMUL_REUSE_X in flags the workspace already holds this x (a previous call with
+ * the same x, rows and k) and the quantization step is skipped. Float types (F32, F16, BF16)
+ * multiply x as is (SIMT) and need no workspace.
+ * Batch invariance: each output is reduced over k in an order fixed by k alone, so a row's
+ * result is bitwise the same whatever rows share the call, whatever `path` or `tune`.
+ * `path` (LUCE_MATMUL_DECODE / _PREFILL) and `tune` (0 or 1: automatic; 2: two row tiles of 16
+ * per block) only pick the launch shape. x and workspace 16-byte aligned; y must not overlap
+ * x, w or workspace. */
+#define LUCE_QT_F32 0
+#define LUCE_QT_F16 1
+#define LUCE_QT_Q5_0 6
+#define LUCE_QT_Q8_0 8
+#define LUCE_QT_Q4_K 12
+#define LUCE_QT_Q5_K 13
+#define LUCE_QT_Q6_K 14
+#define LUCE_QT_IQ4_XS 23
+#define LUCE_QT_BF16 30
+#define LUCE_MATMUL_DECODE 0
+#define LUCE_MATMUL_PREFILL 1
+#define LUCE_MATMUL_REUSE_X 1
+typedef struct {
+    const float *x;
+    const void *w;
+    const float *bias;
+    float *y;
+    void *workspace;
+    int64_t workspace_bytes;
+    int64_t rows;
+    int64_t n;
+    int64_t k;
+    int32_t qtype;
+    int32_t path;
+    int32_t flags;
+    int32_t tune;
+} luce_matmul_params;
+/* Bytes of workspace a call with these rows and k needs (0 is enough for float types). */
+int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k);
+/* Bytes of one weight row of k values of qtype; -1 if unsupported or k is not whole blocks. */
+int64_t luce_matmul_row_bytes(int32_t qtype, int64_t k);
+int luce_matmul(const luce_matmul_params *p, void *stream);
+/* ---- matmul end ---- */
+
+/* ---- embedding ---- */
+/* Rows of a quantized table (reference: luce/ref/embedding.py): out[t, :] = the decoded row
+ * token_ids[t] of table [n_rows, cols] (GGUF blocks of ggml type qtype, LUCE_QT_*, row r at
+ * table + r * row_bytes), bitwise luce.gguf.quants.dequantize. out [n_tokens, cols] f32 with
+ * row stride out_stride (elements). An id outside [0, n_rows) gives a NaN row.
+ * n_tokens <= 65535; row_bytes must equal luce_embedding_row_bytes(qtype, cols). */
+typedef struct {
+    const void *table;
+    const int32_t *token_ids;
+    float *out;
+    int64_t n_rows;
+    int64_t cols;
+    int64_t row_bytes;
+    int64_t n_tokens;
+    int64_t out_stride;
+    int32_t qtype;
+} luce_embedding_params;
+/* Bytes of one table row of cols values of qtype; -1 if unsupported or not whole blocks. */
+int64_t luce_embedding_row_bytes(int32_t qtype, int64_t cols);
+int luce_embedding(const luce_embedding_params *p, void *stream);
+/* ---- embedding end ---- */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LUCE_OPS_WEIGHTS_H */
