@@ -16,14 +16,44 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def cuda_models(tiny_paths):
+def cuda_paths(tmp_path_factory):
+    """The spec tests' tiny models at sizes the kernels take (attention head_dim 64, GDN
+    state 64), so target rows never fall back to the host."""
+    from luce.testing.tiny_models import make_dense, make_dflash_draft, make_qwen35
+
+    root = tmp_path_factory.mktemp("spec_models_cuda")
+    paths = {"qwen35": root / "qwen35.gguf", "qwen3": root / "qwen3.gguf", "qwen3_draft": root / "qwen3_draft.gguf",
+             "dflash": root / "dflash.gguf"}
+    q35 = make_qwen35(paths["qwen35"], seed=11, head_dim=64, ssm_state_size=64)
+    make_dense(paths["qwen3"], "qwen3", seed=12, head_dim=64)
+    make_dense(paths["qwen3_draft"], "qwen3", seed=13, n_layer=1, head_dim=64)
+    make_dflash_draft(paths["dflash"], q35, seed=15, block_size=4, target_layers=(0, 2))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def cuda_models(cuda_paths):
     from luce.models import load_model
     from luce.ops import get_backend
 
     backend = get_backend("cuda")
-    models = {name: load_model(path, backend) for name, path in tiny_paths.items() if name != "dflash"}
-    models["dflash"] = load_model(tiny_paths["dflash"], backend, target_model=models["qwen35"])
+    models = {name: load_model(path, backend) for name, path in cuda_paths.items() if name != "dflash"}
+    models["dflash"] = load_model(cuda_paths["dflash"], backend, target_model=models["qwen35"])
     return models
+
+
+def test_cuda_targets_run_on_the_kernels(cuda_paths):
+    """Plain and speculative steps of both targets launch kernels only (no host fallback)."""
+    from luce.models import load_model
+    from luce.ops import get_backend
+
+    backend = get_backend("cuda")
+    for name in ("qwen35", "qwen3"):
+        model = load_model(cuda_paths[name], backend)
+        plain = run_spec(model, SpecConfig(), 3, False)[0]
+        spec = SpecConfig(spec="specla", draft_kind="model", draft="self", ddtree_budget=6, spec_top_k=2)
+        assert run_spec(model, spec, 3, False, model)[0] == plain
+    assert backend.host_fallbacks == {}, backend.host_fallbacks
 
 
 def plain_outputs(model, concurrency):
