@@ -64,13 +64,15 @@ class BuildExtWithCuda(build_ext):
         build_cuda_library(os.path.join(lib_root, "luce", "lib"))
 
 
-# luce/_cuda.pyx (library loading, errors) plus one luce/_cuda_<family>.pyx per kernel family.
+# luce/_cuda.pyx (library loading, errors) plus one luce/_cuda_<family>.pyx per kernel family;
+# all include luce/_cuda_load.pxi (dlopen/dlsym helpers), which is not an extension itself.
 extensions = [
     Extension(
         "luce." + os.path.splitext(os.path.basename(pyx))[0],
         [os.path.relpath(pyx, ROOT)],
         include_dirs=[os.path.join(ROOT, "cuda"), numpy.get_include()],
         libraries=["dl"],
+        depends=[os.path.join("luce", "_cuda_load.pxi")],  # rebuilt on change, shipped in sdists
     )
     for pyx in sorted(glob.glob(os.path.join(ROOT, "luce", "_cuda*.pyx")))
 ]

@@ -7,7 +7,8 @@ raw device addresses and sizes, calls the kernel entry point with the GIL releas
 non-zero status into KernelError naming the kernel.
 """
 from libc.stdint cimport int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -40,29 +41,20 @@ _loaded_path = None
 EXPECTED_ABI_VERSION = 1
 
 
-cdef void *_symbol(str name) except NULL:
-    cdef void *sym = dlsym(_handle, name.encode())
-    if sym == NULL:
-        raise OSError(f"kernel library {_loaded_path} lacks symbol {name}: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    return sym
-
-
 def load(str path):
     """dlopen the kernel library at `path` and resolve every entry point."""
     global _handle, _abi_version, _error_string, _sync, _rmsnorm, _loaded_path
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    _handle = handle
+    cdef void *lib = _open_library(path)
+    cdef abi_version_fn abi_version = <abi_version_fn>_symbol(lib, path, "luce_abi_version")
+    if abi_version() != EXPECTED_ABI_VERSION:
+        raise OSError(f"kernel library {path} has ABI {abi_version()}, this build expects "
+                      f"{EXPECTED_ABI_VERSION}: {REBUILD_HINT}")
+    _error_string = <error_string_fn>_symbol(lib, path, "luce_error_string")
+    _sync = <sync_fn>_symbol(lib, path, "luce_device_synchronize")
+    _rmsnorm = <rmsnorm_fn>_symbol(lib, path, "luce_rmsnorm")
+    _abi_version = abi_version
+    _handle = lib
     _loaded_path = path
-    _abi_version = <abi_version_fn>_symbol("luce_abi_version")
-    if _abi_version() != EXPECTED_ABI_VERSION:
-        raise OSError(f"kernel library {path} has ABI {_abi_version()}, this build expects "
-                      f"{EXPECTED_ABI_VERSION}: rebuild with 'python setup.py build_ext --inplace'")
-    _error_string = <error_string_fn>_symbol("luce_error_string")
-    _sync = <sync_fn>_symbol("luce_device_synchronize")
-    _rmsnorm = <rmsnorm_fn>_symbol("luce_rmsnorm")
 
 
 def loaded_path():
@@ -82,14 +74,8 @@ cdef int _check(int status, str kernel) except -1:
     return 0
 
 
-cdef int _require_loaded() except -1:
-    if _handle == NULL:
-        raise RuntimeError("no kernel library loaded: call luce._cuda.load(path) first")
-    return 0
-
-
 def synchronize():
-    _require_loaded()
+    _require_loaded(_handle)
     cdef int status
     with nogil:
         status = _sync()
@@ -99,7 +85,7 @@ def synchronize():
 def rmsnorm(uintptr_t x, uintptr_t weight, uintptr_t out, int64_t rows, int64_t cols,
             float eps, uintptr_t stream=0):
     """x, out [rows, cols] f32; weight [cols] f32 (device addresses)."""
-    _require_loaded()
+    _require_loaded(_handle)
     cdef luce_rmsnorm_params p
     p.x = <const float *>x
     p.weight = <const float *>weight

@@ -5,9 +5,10 @@ Wrappers take raw device addresses (uintptr_t) and sizes, fill luce_attention_pa
 the entry point with the GIL released and raise luce._cuda.KernelError on a non-zero status.
 """
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -46,33 +47,17 @@ cdef attention_fn _attention = NULL
 cdef workspace_fn _workspace_bytes = NULL
 
 
-cdef void *_symbol(void *handle, str path, str name) except NULL:
-    cdef void *sym = dlsym(handle, name.encode())
-    if sym == NULL:
-        raise OSError(f"kernel library {path} lacks symbol {name}: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    return sym
-
-
 def load(str path):
     """Resolve the attention entry points in the kernel library at `path`."""
     global _attention, _workspace_bytes
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    _attention = <attention_fn>_symbol(handle, path, "luce_attention")
-    _workspace_bytes = <workspace_fn>_symbol(handle, path, "luce_attention_workspace_bytes")
-
-
-cdef int _require_loaded() except -1:
-    if _attention == NULL:
-        raise RuntimeError("attention kernels not loaded: call luce.ops.native.load_kernels() first")
-    return 0
+    cdef void *lib = _open_library(path)
+    _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_attention_workspace_bytes")
+    _attention = <attention_fn>_symbol(lib, path, "luce_attention")
 
 
 def workspace_bytes(int32_t n_rows, int32_t n_heads_q, int32_t head_dim, int32_t max_kv_len):
     """Bytes of workspace `attention` needs for these sizes."""
-    _require_loaded()
+    _require_loaded(<void *>_attention)
     cdef int64_t n = _workspace_bytes(n_rows, n_heads_q, head_dim, max_kv_len)
     if n < 0:
         raise ValueError(f"attention workspace: negative size argument "
@@ -92,7 +77,7 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len) bytes.
     tree_parents: device address of [n_rows] int32 global parent rows (-1: root or ordinary
     row; 0: no trees); tree rows attend the committed prefix plus their root path."""
-    _require_loaded()
+    _require_loaded(<void *>_attention)
     cdef luce_attention_params p
     p.q = <const float *>q
     p.k_pages = <const float *>k_pages

@@ -2,9 +2,10 @@
 """Launch layer for the causal conv1d family (cuda/conv1d.cu, cuda/luce_ops.h): the Gated
 DeltaNet input mixer with per-slot carried state. Raw device addresses in, KernelError out."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -34,14 +35,7 @@ cdef conv1d_fn _conv1d = NULL
 def load(str path):
     """Resolve luce_conv1d in the kernel library at `path`."""
     global _conv1d
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    cdef void *sym = dlsym(handle, b"luce_conv1d")
-    if sym == NULL:
-        raise OSError(f"kernel library {path} lacks symbol luce_conv1d: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    _conv1d = <conv1d_fn>sym
+    _conv1d = <conv1d_fn>_symbol(_open_library(path), path, "luce_conv1d")
 
 
 def conv1d(uintptr_t x, uintptr_t weight, uintptr_t y, uintptr_t state_in, uintptr_t state_out,
@@ -51,8 +45,7 @@ def conv1d(uintptr_t x, uintptr_t weight, uintptr_t y, uintptr_t state_in, uintp
     """x, y [T, C] f32 (row strides default C); weight [C, K] f32; state pools
     [n_slots, K-1, C] f32; qo_indptr int32 [S+1]; in_slots, out_slots int32 [S] (-1: padding).
     max_segment_rows >= every segment's row count."""
-    if _conv1d == NULL:
-        raise RuntimeError("luce._cuda_conv1d is not loaded: call luce.ops.native.load_kernels() first")
+    _require_loaded(<void *>_conv1d)
     cdef luce_conv1d_params p
     p.x = <const float *>x
     p.weight = <const float *>weight

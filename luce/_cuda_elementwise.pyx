@@ -7,9 +7,10 @@ struct, calls the entry point with the GIL released and raises luce._cuda.Kernel
 non-zero status. `load(path)` resolves the entry points (luce.ops.native.load_kernels()).
 """
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -64,46 +65,27 @@ ctypedef int (*gated_rmsnorm_fn)(const luce_gated_rmsnorm_params *, void *) noex
 ctypedef int (*rotary_fn)(const luce_rotary_params *, void *) noexcept nogil
 ctypedef int (*swiglu_fn)(const luce_swiglu_params *, void *) noexcept nogil
 
-cdef void *_handle = NULL
 cdef rmsnorm_residual_fn _rmsnorm_residual = NULL
 cdef gated_rmsnorm_fn _gated_rmsnorm = NULL
 cdef rotary_fn _rotary = NULL
 cdef swiglu_fn _swiglu = NULL
 
 
-cdef void *_symbol(str path, str name) except NULL:
-    cdef void *sym = dlsym(_handle, name.encode())
-    if sym == NULL:
-        raise OSError(f"kernel library {path} lacks symbol {name}: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    return sym
-
-
 def load(str path):
     """Resolve this module's entry points in the kernel library at `path`."""
-    global _handle, _rmsnorm_residual, _gated_rmsnorm, _rotary, _swiglu
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    _handle = handle
-    _rmsnorm_residual = <rmsnorm_residual_fn>_symbol(path, "luce_rmsnorm_residual")
-    _gated_rmsnorm = <gated_rmsnorm_fn>_symbol(path, "luce_gated_rmsnorm")
-    _rotary = <rotary_fn>_symbol(path, "luce_rotary")
-    _swiglu = <swiglu_fn>_symbol(path, "luce_swiglu")
-
-
-cdef int _require(void *fn) except -1:
-    if fn == NULL:
-        raise RuntimeError("luce._cuda_elementwise is not loaded: call "
-                           "luce.ops.native.load_kernels() first")
-    return 0
+    global _rmsnorm_residual, _gated_rmsnorm, _rotary, _swiglu
+    cdef void *lib = _open_library(path)
+    _rmsnorm_residual = <rmsnorm_residual_fn>_symbol(lib, path, "luce_rmsnorm_residual")
+    _gated_rmsnorm = <gated_rmsnorm_fn>_symbol(lib, path, "luce_gated_rmsnorm")
+    _rotary = <rotary_fn>_symbol(lib, path, "luce_rotary")
+    _swiglu = <swiglu_fn>_symbol(lib, path, "luce_swiglu")
 
 
 def rmsnorm_residual(uintptr_t x, uintptr_t residual, uintptr_t weight, uintptr_t sum_out,
                      uintptr_t out, int64_t rows, int64_t cols, float eps, uintptr_t stream=0):
     """x, residual, sum_out, out [rows, cols] f32; weight [cols] f32.
     sum_out = x + residual; out = rmsnorm(sum_out) * weight."""
-    _require(<void *>_rmsnorm_residual)
+    _require_loaded(<void *>_rmsnorm_residual)
     cdef luce_rmsnorm_residual_params p
     p.x = <const float *>x
     p.residual = <const float *>residual
@@ -122,7 +104,7 @@ def rmsnorm_residual(uintptr_t x, uintptr_t residual, uintptr_t weight, uintptr_
 def gated_rmsnorm(uintptr_t x, uintptr_t z, uintptr_t weight, uintptr_t out, int64_t rows,
                   int64_t cols, float eps, uintptr_t stream=0):
     """x, z, out [rows, cols] f32; weight [cols] f32. out = rmsnorm(x) * weight * silu(z)."""
-    _require(<void *>_gated_rmsnorm)
+    _require_loaded(<void *>_gated_rmsnorm)
     cdef luce_gated_rmsnorm_params p
     p.x = <const float *>x
     p.z = <const float *>z
@@ -143,7 +125,7 @@ def rotary(uintptr_t x, uintptr_t out, uintptr_t positions, int64_t rows, int he
            uintptr_t stream=0):
     """x, out [rows, heads, head_dim] f32 (element strides default to contiguous);
     positions int32 [rows] (n_pos=1) or [rows, 4] (n_pos=4); sections: () or 4 sizes."""
-    _require(<void *>_rotary)
+    _require_loaded(<void *>_rotary)
     secs = tuple(int(s) for s in sections) or (0, 0, 0, 0)
     if len(secs) != 4:
         raise ValueError(f"rotary: sections must be () or 4 sizes, got {sections}")
@@ -173,7 +155,7 @@ def swiglu(uintptr_t gate, uintptr_t up, uintptr_t out, int64_t rows, int64_t co
            gate_stride=None, up_stride=None, out_stride=None, uintptr_t stream=0):
     """gate, up, out [rows, cols] f32 (row strides in elements, default cols).
     out = silu(gate) * up."""
-    _require(<void *>_swiglu)
+    _require_loaded(<void *>_swiglu)
     cdef luce_swiglu_params p
     p.gate = <const float *>gate
     p.up = <const float *>up

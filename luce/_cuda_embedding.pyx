@@ -2,9 +2,10 @@
 """Launch layer for embedding rows of a quantized table (cuda/embedding.cu; ABI in
 cuda/luce_ops.h). Raw device addresses in, luce._cuda.KernelError out."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -32,27 +33,14 @@ MAX_TOKENS = 65535
 def load(str path):
     """Resolve luce_embedding and luce_embedding_row_bytes in the kernel library at `path`."""
     global _embedding, _row_bytes
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    cdef void *e = dlsym(handle, b"luce_embedding")
-    cdef void *r = dlsym(handle, b"luce_embedding_row_bytes")
-    if e == NULL or r == NULL:
-        raise OSError(f"kernel library {path} lacks luce_embedding: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    _embedding = <embedding_fn>e
-    _row_bytes = <row_bytes_fn>r
-
-
-cdef int _require() except -1:
-    if _embedding == NULL:
-        raise RuntimeError("luce._cuda_embedding is not loaded: call luce.ops.native.load_kernels() first")
-    return 0
+    cdef void *lib = _open_library(path)
+    _row_bytes = <row_bytes_fn>_symbol(lib, path, "luce_embedding_row_bytes")
+    _embedding = <embedding_fn>_symbol(lib, path, "luce_embedding")
 
 
 def row_bytes(int32_t qtype, int64_t cols):
     """Bytes of one table row of cols values of ggml type qtype; -1 if unsupported."""
-    _require()
+    _require_loaded(<void *>_embedding)
     return _row_bytes(qtype, cols)
 
 
@@ -61,7 +49,7 @@ def embedding(uintptr_t table, uintptr_t token_ids, uintptr_t out, int64_t n_row
               uintptr_t stream=0):
     """table [n_rows, row_bytes] u8 GGUF blocks, token_ids [n_tokens] int32, out
     [n_tokens, cols] f32 (row stride out_stride, default cols) -> decoded rows."""
-    _require()
+    _require_loaded(<void *>_embedding)
     cdef luce_embedding_params p
     p.table = <const void *>table
     p.token_ids = <const int32_t *>token_ids

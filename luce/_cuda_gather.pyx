@@ -2,9 +2,10 @@
 """Launch layer for the row gather/scatter copy (cuda/gather.cu, cuda/luce_ops.h) used by
 KV, recurrent-state and feature commit and slot snapshots. Raw device addresses in."""
 from libc.stdint cimport int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -27,14 +28,7 @@ cdef gather_fn _gather = NULL
 def load(str path):
     """Resolve luce_gather in the kernel library at `path`."""
     global _gather
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    cdef void *sym = dlsym(handle, b"luce_gather")
-    if sym == NULL:
-        raise OSError(f"kernel library {path} lacks symbol luce_gather: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    _gather = <gather_fn>sym
+    _gather = <gather_fn>_symbol(_open_library(path), path, "luce_gather")
 
 
 def gather(uintptr_t src, uintptr_t dst, uintptr_t src_rows, uintptr_t dst_rows, int64_t n,
@@ -42,8 +36,7 @@ def gather(uintptr_t src, uintptr_t dst, uintptr_t src_rows, uintptr_t dst_rows,
     """Copy i (of n) moves row_bytes from src + src_rows[i] * src_stride to
     dst + dst_rows[i] * dst_stride. src_rows / dst_rows: int64 device arrays, or 0 for row i;
     a negative index skips the copy."""
-    if _gather == NULL:
-        raise RuntimeError("luce._cuda_gather is not loaded: call luce.ops.native.load_kernels() first")
+    _require_loaded(<void *>_gather)
     cdef luce_gather_params p
     p.src = <const void *>src
     p.dst = <void *>dst

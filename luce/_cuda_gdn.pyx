@@ -6,9 +6,10 @@ Wrappers take raw device addresses (uintptr_t) and sizes, fill the params struct
 entry point with the GIL released and raise luce._cuda.KernelError on a non-zero status.
 """
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -55,22 +56,12 @@ cdef gdn_recurrent_fn _gdn_recurrent = NULL
 cdef gdn_chunked_fn _gdn_chunked = NULL
 
 
-cdef void *_symbol(void *handle, str path, str name) except NULL:
-    cdef void *sym = dlsym(handle, name.encode())
-    if sym == NULL:
-        raise OSError(f"kernel library {path} lacks symbol {name}: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    return sym
-
-
 def load(str path):
     """Resolve the GDN entry points in the kernel library at `path`."""
     global _gdn_recurrent, _gdn_chunked
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    _gdn_recurrent = <gdn_recurrent_fn>_symbol(handle, path, "luce_gdn_recurrent")
-    _gdn_chunked = <gdn_chunked_fn>_symbol(handle, path, "luce_gdn_chunked")
+    cdef void *lib = _open_library(path)
+    _gdn_recurrent = <gdn_recurrent_fn>_symbol(lib, path, "luce_gdn_recurrent")
+    _gdn_chunked = <gdn_chunked_fn>_symbol(lib, path, "luce_gdn_chunked")
 
 
 def gdn_recurrent(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta,
@@ -80,8 +71,7 @@ def gdn_recurrent(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t 
     """q, k [T, Hv, Dk], v [T, Hv, Dv], g, beta [T, Hv], out [T, Hv, Dv] f32; state
     [n_slots, Hv, Dk, Dv] f32 updated in place; qo_indptr [S+1], seq_slots [S] int32
     (device addresses). Segment s runs its rows' tokens in order on slot seq_slots[s]."""
-    if _gdn_recurrent == NULL:
-        raise RuntimeError("GDN kernels not loaded: call luce.ops.native.load_kernels() first")
+    _require_loaded(<void *>_gdn_recurrent)
     cdef luce_gdn_recurrent_params p
     p.q = <const float *>q
     p.k = <const float *>k
@@ -110,8 +100,7 @@ def gdn_chunked(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t be
     """As gdn_recurrent, plus start_pos [S] int32 (absolute position of each segment's
     first row): chunks are cut at multiples of CHUNK; one-token chunks take the recurrent
     step."""
-    if _gdn_chunked == NULL:
-        raise RuntimeError("GDN kernels not loaded: call luce.ops.native.load_kernels() first")
+    _require_loaded(<void *>_gdn_chunked)
     cdef luce_gdn_chunked_params p
     p.q = <const float *>q
     p.k = <const float *>k

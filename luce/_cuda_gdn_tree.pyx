@@ -6,9 +6,10 @@ Wrappers take raw device addresses (uintptr_t) and sizes, fill the params struct
 entry point with the GIL released and raise luce._cuda.KernelError on a non-zero status.
 """
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -62,35 +63,19 @@ cdef commit_fn _commit = NULL
 cdef workspace_fn _workspace_bytes = NULL
 
 
-cdef void *_symbol(void *handle, str path, str name) except NULL:
-    cdef void *sym = dlsym(handle, name.encode())
-    if sym == NULL:
-        raise OSError(f"kernel library {path} lacks symbol {name}: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    return sym
-
-
 def load(str path):
     """Resolve the GDN tree entry points in the kernel library at `path`."""
     global _verify, _commit, _workspace_bytes
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    _verify = <verify_fn>_symbol(handle, path, "luce_gdn_tree_verify")
-    _commit = <commit_fn>_symbol(handle, path, "luce_gdn_tree_commit")
-    _workspace_bytes = <workspace_fn>_symbol(handle, path, "luce_gdn_tree_verify_workspace_bytes")
-
-
-cdef int _require_loaded() except -1:
-    if _verify == NULL:
-        raise RuntimeError("GDN tree kernels not loaded: call luce.ops.native.load_kernels() first")
-    return 0
+    cdef void *lib = _open_library(path)
+    _commit = <commit_fn>_symbol(lib, path, "luce_gdn_tree_commit")
+    _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_gdn_tree_verify_workspace_bytes")
+    _verify = <verify_fn>_symbol(lib, path, "luce_gdn_tree_verify")
 
 
 def verify_workspace_bytes(int32_t n_segments, int32_t n_heads, int32_t dk, int32_t dv,
                            int32_t max_tree_rows):
     """Bytes of workspace gdn_tree_verify needs (0 when the saved states fit on chip)."""
-    _require_loaded()
+    _require_loaded(<void *>_verify)
     cdef int64_t n = _workspace_bytes(n_segments, n_heads, dk, dv, max_tree_rows)
     if n < 0:
         raise ValueError(f"gdn_tree_verify workspace: unsupported sizes (segments {n_segments}, "
@@ -109,7 +94,7 @@ def gdn_tree_verify(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_
     (read only); out, u_out [T, Hv, Dv] f32; qo_indptr [S+1], seq_slots [S], tree_parents [T]
     int32 (global parent rows, -1 for each segment's root). k_out, g_out, beta_out (0: not
     written) receive copies of k, g, beta. Device addresses."""
-    _require_loaded()
+    _require_loaded(<void *>_verify)
     cdef luce_gdn_tree_verify_params p
     p.q = <const float *>q
     p.k = <const float *>k
@@ -145,7 +130,7 @@ def gdn_tree_commit(uintptr_t k, uintptr_t g, uintptr_t u, uintptr_t state,
                     uintptr_t stream=0):
     """Replay factor rows path_rows[path_indptr[s]:path_indptr[s+1]] (int32, root first) of
     k [*, Hv, Dk], g [*, Hv], u [*, Hv, Dv] f32 on state[seq_slots[s]] in place."""
-    _require_loaded()
+    _require_loaded(<void *>_verify)
     cdef luce_gdn_tree_commit_params p
     p.k = <const float *>k
     p.g = <const float *>g

@@ -7,9 +7,10 @@ struct, call the entry point with the GIL released and raise luce._cuda.KernelEr
 non-zero status. Block types need a workspace of workspace_bytes(rows, k) bytes.
 """
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -46,40 +47,24 @@ PATH_PREFILL = 1
 REUSE_X = 1
 
 
-cdef void *_symbol(void *handle, str path, str name) except NULL:
-    cdef void *sym = dlsym(handle, name.encode())
-    if sym == NULL:
-        raise OSError(f"kernel library {path} lacks symbol {name}: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    return sym
-
-
 def load(str path):
     """Resolve the matmul entry points in the kernel library at `path`."""
     global _matmul, _workspace_bytes, _row_bytes
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    _matmul = <matmul_fn>_symbol(handle, path, "luce_matmul")
-    _workspace_bytes = <workspace_fn>_symbol(handle, path, "luce_matmul_workspace_bytes")
-    _row_bytes = <row_bytes_fn>_symbol(handle, path, "luce_matmul_row_bytes")
-
-
-cdef int _require_loaded() except -1:
-    if _matmul == NULL:
-        raise RuntimeError("matmul kernels not loaded: call luce.ops.native.load_kernels() first")
-    return 0
+    cdef void *lib = _open_library(path)
+    _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_workspace_bytes")
+    _row_bytes = <row_bytes_fn>_symbol(lib, path, "luce_matmul_row_bytes")
+    _matmul = <matmul_fn>_symbol(lib, path, "luce_matmul")
 
 
 def workspace_bytes(int64_t rows, int64_t k):
     """Bytes of workspace a block-type matmul of `rows` rows of length k needs."""
-    _require_loaded()
+    _require_loaded(<void *>_matmul)
     return _workspace_bytes(rows, k)
 
 
 def row_bytes(int32_t qtype, int64_t k):
     """Bytes of one weight row of k values of `qtype`; ValueError if unsupported or ragged."""
-    _require_loaded()
+    _require_loaded(<void *>_matmul)
     cdef int64_t nb = _row_bytes(qtype, k)
     if nb < 0:
         raise ValueError(f"matmul: ggml type {qtype} with k={k} is not supported (types "
@@ -95,7 +80,7 @@ def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t work
     workspace (block types) of workspace_bytes (device addresses; x, workspace 16-byte
     aligned). path PATH_DECODE or PATH_PREFILL, flags REUSE_X, tune 0/1/2: launch shape only,
     the result is bitwise the same for any of them."""
-    _require_loaded()
+    _require_loaded(<void *>_matmul)
     cdef luce_matmul_params p
     p.x = <const float *>x
     p.w = <const void *>w

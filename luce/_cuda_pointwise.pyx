@@ -3,9 +3,10 @@
 broadcast add/mul, unary silu/sigmoid/softplus/exp, row l2norm. Raw device addresses in,
 luce._cuda.KernelError out."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -50,31 +51,17 @@ UNARY_OPS = {"silu": 0, "sigmoid": 1, "softplus": 2, "exp": 3}
 def load(str path):
     """Resolve luce_binary, luce_unary and luce_l2norm in the kernel library at `path`."""
     global _binary, _unary, _l2norm
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    cdef void *b = dlsym(handle, b"luce_binary")
-    cdef void *u = dlsym(handle, b"luce_unary")
-    cdef void *l = dlsym(handle, b"luce_l2norm")
-    if b == NULL or u == NULL or l == NULL:
-        raise OSError(f"kernel library {path} lacks the pointwise entry points: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    _binary = <binary_fn>b
-    _unary = <unary_fn>u
-    _l2norm = <l2norm_fn>l
-
-
-cdef int _require() except -1:
-    if _binary == NULL:
-        raise RuntimeError("luce._cuda_pointwise is not loaded: call luce.ops.native.load_kernels() first")
-    return 0
+    cdef void *lib = _open_library(path)
+    _unary = <unary_fn>_symbol(lib, path, "luce_unary")
+    _l2norm = <l2norm_fn>_symbol(lib, path, "luce_l2norm")
+    _binary = <binary_fn>_symbol(lib, path, "luce_binary")
 
 
 def binary(str op, uintptr_t a, uintptr_t b, uintptr_t out, shape, a_strides, b_strides,
            float b_scalar=0.0, uintptr_t stream=0):
     """out [shape] f32 = a op b ('add' | 'mul'); shape, a_strides, b_strides: MAX_DIMS ints
     (element strides, 0 on broadcast dims); b == 0 uses b_scalar."""
-    _require()
+    _require_loaded(<void *>_binary)
     if len(shape) != MAX_DIMS or len(a_strides) != MAX_DIMS or len(b_strides) != MAX_DIMS:
         raise ValueError(f"binary: shape and strides need {MAX_DIMS} entries")
     cdef luce_binary_params p
@@ -95,7 +82,7 @@ def binary(str op, uintptr_t a, uintptr_t b, uintptr_t out, shape, a_strides, b_
 
 def unary(str op, uintptr_t x, uintptr_t out, int64_t n, uintptr_t stream=0):
     """out [n] f32 = op(x) ('silu' | 'sigmoid' | 'softplus' | 'exp'), in double."""
-    _require()
+    _require_loaded(<void *>_binary)
     cdef luce_unary_params p
     p.x = <const float *>x
     p.out = <float *>out
@@ -109,7 +96,7 @@ def unary(str op, uintptr_t x, uintptr_t out, int64_t n, uintptr_t stream=0):
 
 def l2norm(uintptr_t x, uintptr_t out, int64_t rows, int64_t cols, float eps, uintptr_t stream=0):
     """x, out [rows, cols] f32: out = x / sqrt(sum(x^2) + eps) per row."""
-    _require()
+    _require_loaded(<void *>_binary)
     cdef luce_l2norm_params p
     p.x = <const float *>x
     p.out = <float *>out

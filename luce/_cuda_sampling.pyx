@@ -2,9 +2,10 @@
 """Launch layer for greedy argmax and top-k log-probs (cuda/sampling.cu, cuda/luce_ops.h).
 Raw device addresses in, KernelError out. A row holding NaN gets id -1."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -31,28 +32,15 @@ TOPK_MAX = LUCE_TOPK_MAX
 def load(str path):
     """Resolve luce_argmax and luce_top_k_logprobs in the kernel library at `path`."""
     global _argmax, _top_k
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    cdef void *a = dlsym(handle, b"luce_argmax")
-    cdef void *t = dlsym(handle, b"luce_top_k_logprobs")
-    if a == NULL or t == NULL:
-        raise OSError(f"kernel library {path} lacks luce_argmax or luce_top_k_logprobs: "
-                      f"rebuild with 'python setup.py build_ext --inplace'")
-    _argmax = <sampling_fn>a
-    _top_k = <sampling_fn>t
-
-
-cdef int _require() except -1:
-    if _argmax == NULL:
-        raise RuntimeError("luce._cuda_sampling is not loaded: call luce.ops.native.load_kernels() first")
-    return 0
+    cdef void *lib = _open_library(path)
+    _top_k = <sampling_fn>_symbol(lib, path, "luce_top_k_logprobs")
+    _argmax = <sampling_fn>_symbol(lib, path, "luce_argmax")
 
 
 def argmax(uintptr_t logits, uintptr_t ids_out, int64_t rows, int64_t vocab,
            logits_stride=None, uintptr_t stream=0):
     """logits [rows, vocab] f32 -> ids_out [rows] int64 (lowest id on ties; -1 on NaN rows)."""
-    _require()
+    _require_loaded(<void *>_argmax)
     cdef luce_sampling_params p
     p.logits = <const float *>logits
     p.ids_out = <int64_t *>ids_out
@@ -71,7 +59,7 @@ def top_k_logprobs(uintptr_t logits, uintptr_t ids_out, uintptr_t logprobs_out, 
                    int64_t vocab, int k, logits_stride=None, uintptr_t stream=0):
     """logits [rows, vocab] f32 -> ids_out [rows, k] int64, logprobs_out [rows, k] f32,
     best first (ties to the lowest id); 1 <= k <= TOPK_MAX."""
-    _require()
+    _require_loaded(<void *>_argmax)
     cdef luce_sampling_params p
     p.logits = <const float *>logits
     p.ids_out = <int64_t *>ids_out

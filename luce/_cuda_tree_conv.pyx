@@ -3,9 +3,10 @@
 tree node convolved over its root path, and the conv state gathered along a committed path.
 Raw device addresses in, KernelError out."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 
 from luce._cuda import raise_for_status
+
+include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -45,28 +46,12 @@ cdef conv_tree_fn _conv_tree = NULL
 cdef commit_fn _commit = NULL
 
 
-cdef void *_symbol(void *handle, str path, str name) except NULL:
-    cdef void *sym = dlsym(handle, name.encode())
-    if sym == NULL:
-        raise OSError(f"kernel library {path} lacks symbol {name}: rebuild with "
-                      f"'python setup.py build_ext --inplace'")
-    return sym
-
-
 def load(str path):
     """Resolve the conv tree entry points in the kernel library at `path`."""
     global _conv_tree, _commit
-    cdef void *handle = dlopen(path.encode(), RTLD_NOW | RTLD_LOCAL)
-    if handle == NULL:
-        raise OSError(f"cannot load kernel library {path}: {dlerror().decode(errors='replace')}")
-    _conv_tree = <conv_tree_fn>_symbol(handle, path, "luce_conv_tree")
-    _commit = <commit_fn>_symbol(handle, path, "luce_conv_tree_commit")
-
-
-cdef int _require_loaded() except -1:
-    if _conv_tree == NULL:
-        raise RuntimeError("conv tree kernels not loaded: call luce.ops.native.load_kernels() first")
-    return 0
+    cdef void *lib = _open_library(path)
+    _commit = <commit_fn>_symbol(lib, path, "luce_conv_tree_commit")
+    _conv_tree = <conv_tree_fn>_symbol(lib, path, "luce_conv_tree")
 
 
 def conv_tree(uintptr_t x, uintptr_t weight, uintptr_t y, uintptr_t state, uintptr_t qo_indptr,
@@ -76,7 +61,7 @@ def conv_tree(uintptr_t x, uintptr_t weight, uintptr_t y, uintptr_t state, uintp
     """x, y [T, C] f32 (row strides default C); weight [C, K] f32; state pool [n_slots, K-1, C]
     f32 (read only); qo_indptr [S+1], seq_slots [S] (-1: padding), tree_parents [T] int32
     (global parent rows, -1: root). max_segment_rows >= every segment's row count."""
-    _require_loaded()
+    _require_loaded(<void *>_conv_tree)
     cdef luce_conv_tree_params p
     p.x = <const float *>x
     p.weight = <const float *>weight
@@ -104,7 +89,7 @@ def conv_tree_commit(uintptr_t x, uintptr_t state_in, uintptr_t state_out, uintp
     """state_out[out_slots[s]] = last K-1 rows of concat(state_in[in_slots[s]], x[path rows])
     with path rows path_rows[path_indptr[s]:path_indptr[s+1]] (int32 global rows of x [T, C],
     root first). state_out may be state_in."""
-    _require_loaded()
+    _require_loaded(<void *>_conv_tree)
     cdef luce_conv_tree_commit_params p
     p.x = <const float *>x
     p.state_in = <const float *>state_in
