@@ -9,32 +9,24 @@ import sys
 
 import numpy as np
 
-CHANNELS, TAPS = 10240, 4
+from tests.kernels.bench_conv1d import CHANNELS, TAPS, conv_buffers
 
 
 def conv_tree_case(width: int, n_trees: int = 1):
     from luce import _cuda_tree_conv as kc
     from luce.ops.cuda_memory import DeviceBuffer
-    from luce.ops.native import load_kernels
-    from tests.kernels.bench_attention import random_device_buffer
     from tests.kernels.bench_gdn_tree import ddtree_parents
 
-    load_kernels()
+    b = conv_buffers(n_trees, width)
     T = n_trees * width
-    x = random_device_buffer(T * CHANNELS, 1)
-    w = random_device_buffer(CHANNELS * TAPS, 2, scale=0.3)
-    state = random_device_buffer(n_trees * (TAPS - 1) * CHANNELS, 3)
-    y = DeviceBuffer(T * CHANNELS * 4)
-    indptr = DeviceBuffer.from_numpy(np.arange(n_trees + 1, dtype=np.int32) * width)
-    slots = DeviceBuffer.from_numpy(np.arange(n_trees, dtype=np.int32))
+    b["slots"] = DeviceBuffer.from_numpy(np.arange(n_trees, dtype=np.int32))
     local = ddtree_parents(width)
-    tp = DeviceBuffer.from_numpy(np.concatenate([np.where(local >= 0, local + s * width, -1)
-                                                 for s in range(n_trees)]).astype(np.int32))
-    keep = (x, w, state, y, indptr, slots, tp)
+    b["tp"] = DeviceBuffer.from_numpy(np.concatenate([np.where(local >= 0, local + s * width, -1)
+                                                      for s in range(n_trees)]).astype(np.int32))
 
-    def launch(stream: int = 0, _keep=keep):
-        kc.conv_tree(x.ptr, w.ptr, y.ptr, state.ptr, indptr.ptr, slots.ptr, tp.ptr, n_trees, CHANNELS, TAPS,
-                     width, True, stream=stream)
+    def launch(stream: int = 0, b=b):
+        kc.conv_tree(b["x"].ptr, b["w"].ptr, b["y"].ptr, b["state"].ptr, b["indptr"].ptr, b["slots"].ptr,
+                     b["tp"].ptr, n_trees, CHANNELS, TAPS, width, True, stream=stream)
 
     nbytes = T * CHANNELS * 8 + CHANNELS * TAPS * 4 + n_trees * (TAPS - 1) * CHANNELS * 4
     return launch, nbytes, T * CHANNELS * (2 * TAPS + 4)

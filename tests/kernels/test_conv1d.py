@@ -27,16 +27,14 @@ def _run(x, w, states, lengths, in_slots, out_slots, in_place, silu=True):
     from luce import _cuda_conv1d as kc
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+    from tests.kernels.harness import GuardedOutput, csr_indptr
 
     k = load_kernels()
     T, C = x.shape
-    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    meta = [DeviceBuffer.from_numpy(np.asarray(a, np.int32)) for a in (indptr, in_slots, out_slots)]
+    meta = [DeviceBuffer.from_numpy(np.asarray(a, np.int32)) for a in (csr_indptr(lengths), in_slots, out_slots)]
     dx, dw = DeviceBuffer.from_numpy(x), DeviceBuffer.from_numpy(w)
     y = GuardedOutput(x.shape, fill=0.0)
-    state_out = GuardedOutput(states.shape)
-    state_out.buf.upload(states, GUARD_BYTES)  # slots nobody writes keep their values
+    state_out = GuardedOutput.holding(states)  # slots nobody writes keep their values
     if in_place:
         state_in_ptr = state_out.ptr
     else:
@@ -59,8 +57,9 @@ def _reference(x, w, states, lengths, in_slots, out_slots, silu=True):
     return y, new
 
 
-def _batch(rng, lengths, C, K, n_slots):
-    x = rng.standard_normal((sum(lengths), C)).astype(np.float32)
+def conv_inputs(rng, T, C, K, n_slots):
+    """x [T, C], w [C, K], states [n_slots, K-1, C] f32."""
+    x = rng.standard_normal((T, C)).astype(np.float32)
     w = (rng.standard_normal((C, K)) * 0.5).astype(np.float32)
     states = rng.standard_normal((n_slots, K - 1, C)).astype(np.float32)
     return x, w, states
@@ -75,7 +74,7 @@ def test_kernel_parity(C, K, in_place):
     n_slots = 16
     in_slots = [15, 0, 7, 3, 9, 4, -1]             # 15: the largest slot index
     out_slots = in_slots if in_place else [1, 2, 5, 6, 8, 15, -1]
-    x, w, states = _batch(rng, lengths, C, K, n_slots)
+    x, w, states = conv_inputs(rng, sum(lengths), C, K, n_slots)
     y, new = _run(x, w, states, lengths, in_slots, out_slots, in_place)
     ry, rnew = _reference(x, w, states, lengths, in_slots, out_slots)
     rtol, atol = tolerance("conv1d")
@@ -87,7 +86,7 @@ def test_kernel_parity(C, K, in_place):
 @pytest.mark.gpu
 def test_kernel_without_silu():
     rng = np.random.default_rng(2)
-    x, w, states = _batch(rng, [5, 70], 96, 4, 2)
+    x, w, states = conv_inputs(rng, 75, 96, 4, 2)
     y, new = _run(x, w, states, [5, 70], [0, 1], [0, 1], True, silu=False)
     ry, rnew = _reference(x, w, states, [5, 70], [0, 1], [0, 1], silu=False)
     rtol, atol = tolerance("conv1d")
@@ -102,7 +101,7 @@ def test_kernel_batch_invariance():
     rng = np.random.default_rng(4)
     C, K = 10240, 4
     lengths = [1] * 64 + [129]
-    x, w, states = _batch(rng, lengths, C, K, 65)
+    x, w, states = conv_inputs(rng, sum(lengths), C, K, 65)
     slots = list(range(65))
     y, new = _run(x, w, states, lengths, slots, slots, True)
     for s in (0, 31, 63):

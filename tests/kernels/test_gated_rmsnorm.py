@@ -23,7 +23,7 @@ def _run(x, z, w, eps, in_place=False, misalign=False):
     from luce import _cuda_elementwise as ke
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+    from tests.kernels.harness import GuardedOutput, input_buffer
 
     k = load_kernels()
     rows, cols = x.shape
@@ -32,13 +32,8 @@ def _run(x, z, w, eps, in_place=False, misalign=False):
     dz.upload(z, off)
     dw = DeviceBuffer.from_numpy(w)
     out = GuardedOutput(x.shape)
-    if in_place:
-        out.buf.upload(x, GUARD_BYTES)
-        x_ptr = out.ptr
-    else:
-        dx = DeviceBuffer.from_numpy(x)
-        x_ptr = dx.ptr
-    ke.gated_rmsnorm(x_ptr, dz.ptr + off, dw.ptr, out.ptr, rows, cols, eps)
+    dx = input_buffer(x, out, in_place)
+    ke.gated_rmsnorm(dx.ptr, dz.ptr + off, dw.ptr, out.ptr, rows, cols, eps)
     k.synchronize()
     return out.result()
 

@@ -23,13 +23,12 @@ def _run(src, dst, src_rows, dst_rows, n, stride_pad=0):
     from luce import _cuda_gather as kg
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+    from tests.kernels.harness import GuardedOutput
 
     k = load_kernels()
     pad = lambda a: np.pad(a, ((0, 0), (0, stride_pad)), constant_values=0x5A)  # noqa: E731
     dsrc = DeviceBuffer.from_numpy(pad(src))
-    out = GuardedOutput(pad(dst).shape, np.uint8, fill=0)
-    out.buf.upload(pad(dst), GUARD_BYTES)
+    out = GuardedOutput.holding(pad(dst))
     idx = [DeviceBuffer.from_numpy(np.asarray(a, np.int64)) if a is not None else None
            for a in (src_rows, dst_rows)]
     stride = src.shape[1] + stride_pad

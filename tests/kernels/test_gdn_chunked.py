@@ -8,35 +8,18 @@ import numpy as np
 import pytest
 
 from luce.ref.gdn_chunked import gdn_chunked
-from tests.kernels.test_gdn_recurrent import gdn_inputs, random_states
+from tests.kernels.gdn_harness import SENTINEL, assert_padded_segments, gdn_inputs, random_states, run_gdn_kernel
+from tests.kernels.harness import csr_indptr
 from tests.kernels.test_gdn_recurrent import run_kernel as run_recurrent
 from tests.kernels.tolerances import tolerance
 
-SENTINEL = -777.25
 TOKENS = [1, 2, 63, 64, 65, 129]
 
 
 def run_kernel(inputs, states, qo_indptr, seq_slots, start_pos, out_fill=np.nan, raw_out=False):
     """Launch luce_gdn_chunked on copies; returns (out [T, Hv, Dv], states after)."""
-    from luce import _cuda_gdn as kg
-    from luce.ops.cuda_memory import DeviceBuffer
-    from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
-
-    k = load_kernels()
-    q, kk, v, g, beta = inputs
-    T, H, dk = q.shape
-    dv = v.shape[2]
-    meta = [np.asarray(a, np.int32) for a in (qo_indptr, seq_slots, start_pos)]
-    bufs = [DeviceBuffer.from_numpy(a) for a in (q, kk, v, g, beta, *meta)]
-    out = GuardedOutput((T, H, dv), fill=out_fill)
-    state = GuardedOutput(states.shape, fill=0.0)
-    state.buf.upload(states, GUARD_BYTES)
-    kg.gdn_chunked(*(b.ptr for b in bufs[:5]), state.ptr, out.ptr, *(b.ptr for b in bufs[5:]),
-                   states.shape[0], len(seq_slots), H, dk, dv)
-    k.synchronize()
-    got = out.buf.download(out.shape, np.float32, GUARD_BYTES) if raw_out else out.result()
-    return got, state.result()
+    return run_gdn_kernel("gdn_chunked", inputs, states, (qo_indptr, seq_slots, start_pos), out_fill,
+                          raw_out)
 
 
 def assert_close(got, want):
@@ -88,19 +71,15 @@ def test_segments_with_padding_and_untouched_slots():
     H, dk, dv = 3, 128, 128
     rng = np.random.default_rng(4)
     lengths, slots, starts = [70, 3, 1, 40, 2], [2, -1, 0, 5, -1], [30, 0, 63, 128, 0]
-    qo = np.concatenate([[0], np.cumsum(lengths)])
+    qo = csr_indptr(lengths)
     inputs = gdn_inputs(rng, int(qo[-1]), H, dk, dv)
     states = random_states(rng, 7, H, dk, dv)
     got_o, got_states = run_kernel(inputs, states, qo, slots, starts, out_fill=SENTINEL)
-    for s, slot in enumerate(slots):
-        if slot < 0:
-            assert (got_o[qo[s]:qo[s + 1]] == np.float32(SENTINEL)).all(), "a padding row was written"
-            continue
-        want_o, want_h = gdn_chunked(*rows(inputs, qo[s], qo[s + 1]), states[slot], start_pos=starts[s])
-        assert_close(got_o[qo[s]:qo[s + 1]], want_o)
-        assert_close(got_states[slot], want_h)
-    for slot in (1, 3, 4, 6):
-        assert np.array_equal(got_states[slot], states[slot])
+
+    def want(s):
+        return gdn_chunked(*rows(inputs, qo[s], qo[s + 1]), states[slots[s]], start_pos=starts[s])
+
+    assert_padded_segments(got_o, got_states, states, qo, slots, want, assert_close)
 
 
 @pytest.mark.gpu

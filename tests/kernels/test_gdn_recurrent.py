@@ -7,51 +7,16 @@ import numpy as np
 import pytest
 
 from luce.ref.gdn_recurrent import gdn_recurrent
+from tests.kernels.gdn_harness import SENTINEL, assert_padded_segments, gdn_inputs, random_states, run_gdn_kernel
+from tests.kernels.harness import csr_indptr
 from tests.kernels.tolerances import tolerance
 
-SENTINEL = -777.25  # output fill that skipped rows must leave untouched
 TOKENS = [1, 2, 63, 64, 65, 129]
-
-
-def gdn_inputs(rng, T: int, H: int, dk: int, dv: int):
-    """Model-like inputs: q, k L2-normed (q / sqrt(dk)), g <= 0, beta in (0, 1)."""
-    def l2(x):
-        return x / np.sqrt((x.astype(np.float64) ** 2).sum(-1, keepdims=True) + 1e-6)
-
-    q = (l2(rng.standard_normal((T, H, dk))) / np.sqrt(dk)).astype(np.float32)
-    k = l2(rng.standard_normal((T, H, dk))).astype(np.float32)
-    v = rng.standard_normal((T, H, dv)).astype(np.float32)
-    g = (-np.abs(rng.standard_normal((T, H))) * 0.3).astype(np.float32)
-    beta = rng.uniform(0.05, 1.0, (T, H)).astype(np.float32)
-    return q, k, v, g, beta
-
-
-def random_states(rng, n_slots, H, dk, dv):
-    return (rng.standard_normal((n_slots, H, dk, dv)) * 0.1).astype(np.float32)
 
 
 def run_kernel(inputs, states, qo_indptr, seq_slots, out_fill=np.nan, raw_out=False):
     """Launch luce_gdn_recurrent on copies; returns (out [T, Hv, Dv], states after)."""
-    from luce import _cuda_gdn as kg
-    from luce.ops.cuda_memory import DeviceBuffer
-    from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
-
-    k = load_kernels()
-    q, kk, v, g, beta = inputs
-    T, H, dk = q.shape
-    dv = v.shape[2]
-    bufs = [DeviceBuffer.from_numpy(a) for a in (q, kk, v, g, beta,
-                                                 np.asarray(qo_indptr, np.int32),
-                                                 np.asarray(seq_slots, np.int32))]
-    out = GuardedOutput((T, H, dv), fill=out_fill)
-    state = GuardedOutput(states.shape, fill=0.0)
-    state.buf.upload(states, GUARD_BYTES)
-    kg.gdn_recurrent(*(b.ptr for b in bufs[:5]), state.ptr, out.ptr, bufs[5].ptr, bufs[6].ptr,
-                     states.shape[0], len(seq_slots), H, dk, dv)
-    k.synchronize()
-    got = out.buf.download(out.shape, np.float32, GUARD_BYTES) if raw_out else out.result()
-    return got, state.result()
+    return run_gdn_kernel("gdn_recurrent", inputs, states, (qo_indptr, seq_slots), out_fill, raw_out)
 
 
 def assert_close(got, want):
@@ -90,20 +55,15 @@ def test_segments_with_padding_and_untouched_slots():
     rng = np.random.default_rng(4)
     lengths = [3, 2, 1, 4, 1]
     slots = [2, -1, 0, 5, -1]
-    qo = np.concatenate([[0], np.cumsum(lengths)])
+    qo = csr_indptr(lengths)
     inputs = gdn_inputs(rng, int(qo[-1]), H, dk, dv)
     states = random_states(rng, 7, H, dk, dv)
     got_o, got_states = run_kernel(inputs, states, qo, slots, out_fill=SENTINEL)
-    for s, slot in enumerate(slots):
-        rows = slice(qo[s], qo[s + 1])
-        if slot < 0:
-            assert (got_o[rows] == np.float32(SENTINEL)).all(), "a padding row was written"
-            continue
-        want_o, want_h = gdn_recurrent(*(a[rows] for a in inputs), states[slot])
-        assert_close(got_o[rows], want_o)
-        assert_close(got_states[slot], want_h)
-    for slot in (1, 3, 4, 6):
-        assert np.array_equal(got_states[slot], states[slot])
+
+    def want(s):
+        return gdn_recurrent(*(a[qo[s]:qo[s + 1]] for a in inputs), states[slots[s]])
+
+    assert_padded_segments(got_o, got_states, states, qo, slots, want, assert_close)
 
 
 @pytest.mark.gpu

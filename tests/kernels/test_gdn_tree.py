@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from luce.ref.gdn_tree import gdn_tree_commit, gdn_tree_verify
-from tests.kernels.test_gdn_recurrent import gdn_inputs, random_states
+from tests.kernels.gdn_harness import gdn_inputs, random_states
+from tests.kernels.harness import csr_indptr
 from tests.kernels.test_gdn_recurrent import run_kernel as run_recurrent
 from tests.kernels.tolerances import tolerance
 
@@ -53,13 +54,13 @@ def run_verify(inputs, states, trees, slots, max_tree_rows=None, tree_parents=No
     from luce import _cuda_gdn_tree as kt
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+    from tests.kernels.harness import GuardedOutput
 
     lib = load_kernels()
     q, k, v, g, beta = inputs
     T, H, dk = q.shape
     dv = v.shape[2]
-    qo = np.concatenate([[0], np.cumsum([len(t) for t in trees])]).astype(np.int32)
+    qo = csr_indptr([len(t) for t in trees])
     if tree_parents is None:
         tree_parents = global_parents(trees)
     max_tree_rows = max_tree_rows or max(len(t) for t in trees)
@@ -73,8 +74,7 @@ def run_verify(inputs, states, trees, slots, max_tree_rows=None, tree_parents=No
                        *(b.ptr for b in bufs[6:]), states.shape[0], len(trees), H, dk, dv,
                        max_tree_rows, ws.ptr, ws_bytes, outs["k"].ptr, outs["g"].ptr, outs["beta"].ptr)
     lib.synchronize()
-    got = {name: (o.buf.download(o.shape, np.float32, GUARD_BYTES) if raw else o.result())
-           for name, o in outs.items()}
+    got = {name: (o.raw() if raw else o.result()) for name, o in outs.items()}
     got["workspace_bytes"] = ws_bytes
     assert np.array_equal(bufs[5].download(states.shape, np.float32), states), "verify wrote a state"
     return got
@@ -85,14 +85,13 @@ def run_commit(k, g, u, states, paths, slots):
     from luce import _cuda_gdn_tree as kt
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+    from tests.kernels.harness import GuardedOutput
 
     lib = load_kernels()
-    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int32)
+    indptr = csr_indptr([len(p) for p in paths])
     rows = np.concatenate([np.asarray(p, np.int32) for p in paths] + [np.zeros(0, np.int32)])
     bufs = [DeviceBuffer.from_numpy(a) for a in (k, g, u, indptr, rows, np.asarray(slots, np.int32))]
-    state = GuardedOutput(states.shape, fill=0.0)
-    state.buf.upload(states, GUARD_BYTES)
+    state = GuardedOutput.holding(states)
     kt.gdn_tree_commit(bufs[0].ptr, bufs[1].ptr, bufs[2].ptr, state.ptr, *(b.ptr for b in bufs[3:]),
                        states.shape[0], len(paths), k.shape[1], k.shape[2], u.shape[2])
     lib.synchronize()
@@ -109,7 +108,7 @@ def ar_along_paths(inputs, h0, paths):
     h0) -> (outputs per path [len, Hv, Dv], final state per path)."""
     rows = np.concatenate([np.asarray(p) for p in paths])
     seq = tuple(a[rows] for a in inputs)
-    qo = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
+    qo = csr_indptr([len(p) for p in paths])
     pool = np.repeat(h0[None], len(paths), axis=0)
     out, pool = run_recurrent(seq, pool, qo, np.arange(len(paths)))
     return [out[qo[i]:qo[i + 1]] for i in range(len(paths))], pool

@@ -22,20 +22,15 @@ def _run(x, positions, rope_dim, theta, sections=(), in_place=False):
     from luce import _cuda_elementwise as ke
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+    from tests.kernels.harness import GuardedOutput, input_buffer
 
     k = load_kernels()
     T, H, D = x.shape
     pos = np.ascontiguousarray(positions, dtype=np.int32)
     dpos = DeviceBuffer.from_numpy(pos)
     out = GuardedOutput(x.shape)
-    if in_place:
-        out.buf.upload(x, GUARD_BYTES)
-        src = out.ptr
-    else:
-        dx = DeviceBuffer.from_numpy(x)
-        src = dx.ptr
-    ke.rotary(src, out.ptr, dpos.ptr, T, H, D, rope_dim, theta, sections,
+    src = input_buffer(x, out, in_place)
+    ke.rotary(src.ptr, out.ptr, dpos.ptr, T, H, D, rope_dim, theta, sections,
               n_pos=1 if pos.ndim == 1 else 4)
     k.synchronize()
     return out.result()
@@ -85,15 +80,14 @@ def test_kernel_strided_q_inside_fused_projection():
     from luce import _cuda_elementwise as ke
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+    from tests.kernels.harness import GuardedOutput
 
     k = load_kernels()
     rng = np.random.default_rng(11)
     T, H, D = 65, 3, 256
     fused = rng.standard_normal((T, H, 2 * D)).astype(np.float32)
     pos = np.arange(T, dtype=np.int32) * 977
-    buf = GuardedOutput(fused.shape)
-    buf.buf.upload(fused, GUARD_BYTES)
+    buf = GuardedOutput.holding(fused)
     dpos = DeviceBuffer.from_numpy(pos)
     ke.rotary(buf.ptr, buf.ptr, dpos.ptr, T, H, D, 64, 1e7, (), x_row_stride=H * 2 * D,
               x_head_stride=2 * D, out_row_stride=H * 2 * D, out_head_stride=2 * D)

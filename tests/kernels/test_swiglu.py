@@ -22,7 +22,7 @@ def _run(gate, up, fused=False, in_place=False, misalign=False):
     from luce import _cuda_elementwise as ke
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+    from tests.kernels.harness import GuardedOutput, input_buffer
 
     k = load_kernels()
     rows, cols = gate.shape
@@ -37,14 +37,9 @@ def _run(gate, up, fused=False, in_place=False, misalign=False):
         dup = DeviceBuffer(up.nbytes + 16)
         dup.upload(up, off)
         keep.append(dup)
-        if in_place:
-            out.buf.upload(gate, GUARD_BYTES)
-            gate_ptr = out.ptr
-        else:
-            dgate = DeviceBuffer.from_numpy(gate)
-            keep.append(dgate)
-            gate_ptr = dgate.ptr
-        ke.swiglu(gate_ptr, dup.ptr + off, out.ptr, rows, cols)
+        dgate = input_buffer(gate, out, in_place)
+        keep.append(dgate)
+        ke.swiglu(dgate.ptr, dup.ptr + off, out.ptr, rows, cols)
     k.synchronize()
     return out.result()
 

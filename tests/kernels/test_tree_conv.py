@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from luce.ref.tree_conv import conv_tree, conv_tree_commit
+from tests.kernels.harness import csr_indptr
 from tests.kernels.test_conv1d import _run as run_conv1d
+from tests.kernels.test_conv1d import conv_inputs
 from tests.kernels.test_gdn_tree import global_parents, leaves, random_tree, root_path
 from tests.kernels.tolerances import tolerance
 
@@ -19,10 +21,10 @@ def run_tree(x, w, states, trees, slots, tree_parents=None, silu=True, fill=np.n
     from luce import _cuda_tree_conv as kc
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+    from tests.kernels.harness import GuardedOutput
 
     lib = load_kernels()
-    qo = np.concatenate([[0], np.cumsum([len(t) for t in trees])]).astype(np.int32)
+    qo = csr_indptr([len(t) for t in trees])
     tp = global_parents(trees) if tree_parents is None else tree_parents
     bufs = [DeviceBuffer.from_numpy(a) for a in (x, w, states, qo, np.asarray(slots, np.int32), tp)]
     y = GuardedOutput(x.shape, fill=fill)
@@ -30,7 +32,7 @@ def run_tree(x, w, states, trees, slots, tree_parents=None, silu=True, fill=np.n
                  w.shape[1], max(len(t) for t in trees), silu)
     lib.synchronize()
     assert np.array_equal(bufs[2].download(states.shape, np.float32), states), "conv_tree wrote a state"
-    return y.buf.download(y.shape, np.float32, GUARD_BYTES) if raw else y.result()
+    return y.raw() if raw else y.result()
 
 
 def run_commit(x, states, paths, in_slots, out_slots, in_place):
@@ -38,27 +40,19 @@ def run_commit(x, states, paths, in_slots, out_slots, in_place):
     from luce import _cuda_tree_conv as kc
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
-    from tests.kernels.harness import GUARD_BYTES, GuardedOutput
+    from tests.kernels.harness import GuardedOutput
 
     lib = load_kernels()
-    indptr = np.concatenate([[0], np.cumsum([len(p) for p in paths])]).astype(np.int32)
+    indptr = csr_indptr([len(p) for p in paths])
     rows = np.concatenate([np.asarray(p, np.int32) for p in paths])
     bufs = [DeviceBuffer.from_numpy(np.asarray(a, np.int32)) for a in (indptr, rows, in_slots, out_slots)]
     dx = DeviceBuffer.from_numpy(x)
-    out = GuardedOutput(states.shape)
-    out.buf.upload(states, GUARD_BYTES)
+    out = GuardedOutput.holding(states)
     state_in = out if in_place else DeviceBuffer.from_numpy(states)
     kc.conv_tree_commit(dx.ptr, state_in.ptr, out.ptr, *(b.ptr for b in bufs), len(paths), x.shape[1],
                         states.shape[1] + 1)
     lib.synchronize()
     return out.result()
-
-
-def inputs(rng, T, C, K, n_slots):
-    x = rng.standard_normal((T, C)).astype(np.float32)
-    w = (rng.standard_normal((C, K)) * 0.5).astype(np.float32)
-    states = rng.standard_normal((n_slots, K - 1, C)).astype(np.float32)
-    return x, w, states
 
 
 @pytest.mark.gpu
@@ -67,7 +61,7 @@ def inputs(rng, T, C, K, n_slots):
 def test_parity_and_bitwise_ar_along_root_paths(n, C, K):
     rng = np.random.default_rng(n * 5 + C + K)
     parents = random_tree(rng, n)
-    x, w, states = inputs(rng, n, C, K, 4)
+    x, w, states = conv_inputs(rng, n, C, K, 4)
     y = run_tree(x, w, states, [parents], [3])
     rtol, atol = tolerance("conv1d")
     np.testing.assert_allclose(y, conv_tree(x, w, states[3], parents), rtol=rtol, atol=atol)
@@ -76,7 +70,7 @@ def test_parity_and_bitwise_ar_along_root_paths(n, C, K):
     pool = np.repeat(states[3][None], len(paths), axis=0)
     ar_y, ar_states = run_conv1d(x[rows], w, pool, [len(p) for p in paths], np.arange(len(paths)),
                                  np.arange(len(paths)), in_place=True)
-    offsets = np.concatenate([[0], np.cumsum([len(p) for p in paths])])
+    offsets = csr_indptr([len(p) for p in paths])
     for i, path in enumerate(paths):
         assert np.array_equal(y[path], ar_y[offsets[i]:offsets[i + 1]]), "a node differs from the AR row"
         committed = run_commit(x, states, [path], [3], [1], in_place=False)
@@ -92,7 +86,7 @@ def test_segments_padding_silu_off_and_batch_invariance():
     trees = [random_tree(rng, n) for n in (5, 2, 17, 1)]
     slots = [2, -1, 0, 1]
     T = sum(len(t) for t in trees)
-    x, w, states = inputs(rng, T, C, K, 3)
+    x, w, states = conv_inputs(rng, T, C, K, 3)
     for silu in (True, False):
         y = run_tree(x, w, states, trees, slots, silu=silu, fill=SENTINEL)
         base = 0
@@ -114,8 +108,8 @@ def test_commit_in_place_several_segments():
     rng = np.random.default_rng(3)
     trees = [random_tree(rng, n) for n in (9, 1, 4, 6)]
     T = sum(len(t) for t in trees)
-    x, _, states = inputs(rng, T, C, K, 5)
-    offsets = np.concatenate([[0], np.cumsum([len(t) for t in trees])])
+    x, _, states = conv_inputs(rng, T, C, K, 5)
+    offsets = csr_indptr([len(t) for t in trees])
     paths = [list(offsets[i] + np.asarray(root_path(t, len(t) - 1))) for i, t in enumerate(trees)]
     slots = [4, 0, -1, 2]
     got = run_commit(x, states, paths, slots, slots, in_place=True)
@@ -133,7 +127,7 @@ def test_parent_after_child_gives_nan():
     C, K = 64, 4
     rng = np.random.default_rng(1)
     tree = random_tree(rng, 6)
-    x, w, states = inputs(rng, 6, C, K, 1)
+    x, w, states = conv_inputs(rng, 6, C, K, 1)
     tp = global_parents([tree])
     tp[2] = 4
     y = run_tree(x, w, states, [tree], [0], tree_parents=tp, raw=True)
