@@ -24,7 +24,6 @@ Needs torch and transformers (oracle only; luce itself never imports them).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -36,6 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from luce.testing.hf_convert import hf_layer_types, random_qwen35_state_dict  # noqa: E402
+from luce.testing.oracle_cli import captured_layer_outputs, fixture_main  # noqa: E402
 
 N_TOKENS = 129
 PREFIX_LENS = (63, 64, 65)
@@ -122,14 +122,8 @@ def run_oracle(name: str) -> dict[str, np.ndarray]:
     model = build_hf_model(hf, seed)
     tokens = oracle_tokens(hf, seed)
 
-    captured: dict[int, np.ndarray] = {}
-    hooks = [model.model.layers[il].register_forward_hook(
-        lambda mod, args, out, il=il: captured.__setitem__(
-            il, (out[0] if isinstance(out, tuple) else out)[0].detach().float().numpy().copy()))
-        for il in layers]
-    prefill, _ = _logits(model, tokens)
-    for h in hooks:
-        h.remove()
+    with captured_layer_outputs(model, layers) as captured:
+        prefill, _ = _logits(model, tokens)
 
     prefix_last = np.stack([_logits(model, tokens[:T])[0][-1] for T in PREFIX_LENS])
 
@@ -155,29 +149,18 @@ def run_oracle(name: str) -> dict[str, np.ndarray]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", help=f"configs to run (default: all of {list(CONFIGS)})")
-    ap.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "qwen35",
-                    help="directory for <name>.npz")
-    ap.add_argument("--gguf", type=Path, help="also write <name>.gguf (f32) here (not for committing)")
-    args = ap.parse_args(argv)
-    unknown = [n for n in args.names if n not in CONFIGS]
-    if unknown:
-        ap.error(f"unknown config(s) {unknown}; known: {list(CONFIGS)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name in args.names or list(CONFIGS):
-        arrays = run_oracle(name)
-        path = args.out / f"{name}.npz"
-        np.savez_compressed(path, **arrays)
-        print(f"{path}: {path.stat().st_size / 1024:.0f} KiB ({arrays['versions']})")
-        if args.gguf:
-            from luce.testing.hf_convert import write_qwen35_gguf
+def write_gguf(name: str, path: Path) -> Path:
+    """Write CONFIGS[name]'s random model as an f32 qwen35 GGUF at `path`."""
+    from luce.testing.hf_convert import write_qwen35_gguf
 
-            args.gguf.mkdir(parents=True, exist_ok=True)
-            spec = CONFIGS[name]
-            print(write_qwen35_gguf(args.gguf / f"{name}.gguf", spec["hf"], spec["seed"]))
-    return 0
+    spec = CONFIGS[name]
+    return write_qwen35_gguf(path, spec["hf"], spec["seed"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    return fixture_main(argv, description=__doc__.split("\n\n")[0], configs=CONFIGS,
+                        default_out=ROOT / "tests" / "fixtures" / "qwen35", run_oracle=run_oracle,
+                        write_gguf=write_gguf)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ weight and GGUF functions need only numpy.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import zlib
@@ -35,6 +34,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from luce.testing.oracle_cli import captured_layer_outputs, fixture_main  # noqa: E402
 
 N_TOKENS = 37             # crosses two KV page boundaries (16, 32)
 INCR_PROMPT_LEN = 13
@@ -211,14 +212,8 @@ def run_oracle(name: str) -> dict[str, np.ndarray]:
     model = build_hf_model(name)
     tokens = oracle_tokens(name)
     layers = spec["capture_layers"]
-    captured: dict[int, np.ndarray] = {}
-    hooks = [model.model.layers[il].register_forward_hook(
-        lambda mod, args, out, il=il: captured.__setitem__(
-            il, (out[0] if isinstance(out, tuple) else out)[0].detach().float().numpy().copy()))
-        for il in layers]
-    prefill, _ = _logits(model, tokens)
-    for h in hooks:
-        h.remove()
+    with captured_layer_outputs(model, layers) as captured:
+        prefill, _ = _logits(model, tokens)
 
     cache = DynamicCache(config=model.config)
     rows, cache = _logits(model, tokens[:INCR_PROMPT_LEN], cache)
@@ -244,25 +239,9 @@ def run_oracle(name: str) -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", help=f"configs to run (default: all of {list(CONFIGS)})")
-    ap.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "dense",
-                    help="directory for <name>.npz")
-    ap.add_argument("--gguf", type=Path, help="also write <name>.gguf (f32) here (not for committing)")
-    args = ap.parse_args(argv)
-    unknown = [n for n in args.names if n not in CONFIGS]
-    if unknown:
-        ap.error(f"unknown config(s) {unknown}; known: {list(CONFIGS)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name in args.names or list(CONFIGS):
-        arrays = run_oracle(name)
-        path = args.out / f"{name}.npz"
-        np.savez_compressed(path, **arrays)
-        print(f"{path}: {path.stat().st_size / 1024:.0f} KiB ({arrays['versions']})")
-        if args.gguf:
-            args.gguf.mkdir(parents=True, exist_ok=True)
-            print(write_gguf(name, args.gguf / f"{name}.gguf"))
-    return 0
+    return fixture_main(argv, description=__doc__.split("\n\n")[0], configs=CONFIGS,
+                        default_out=ROOT / "tests" / "fixtures" / "dense", run_oracle=run_oracle,
+                        write_gguf=write_gguf)
 
 
 if __name__ == "__main__":
