@@ -165,6 +165,35 @@ int luce_argmax(const luce_sampling_params *p, void *stream);
 int luce_top_k_logprobs(const luce_sampling_params *p, void *stream);
 /* ---- sampling end ---- */
 
+/* ---- sample_rng ---- */
+/* Seeded sampling of logits rows [rows, vocab] f32, row stride logits_stride (reference:
+ * luce/ref/sample_rng.py = the engine's host sampler without penalties): per row the top_k
+ * candidates (logit descending, id ascending), temperature, top-p, min-p and the draw
+ * uniform(seed, position) of luce/engine/rng.py, in float64 with the host's operations and
+ * order, so ids_out [rows] int64 equals the host sampler's token bit for bit. temperature 0 is
+ * greedy (top_k ignored); otherwise the caller guarantees 1 <= top_k <= LUCE_SAMPLE_TOPK_MAX,
+ * 0 < top_p <= 1, 0 <= min_p <= 1. A row holding a NaN gets -1. rows <= 65535; workspace:
+ * luce_sample_rng_workspace_bytes(rows, vocab) bytes. */
+#define LUCE_SAMPLE_TOPK_MAX 64
+typedef struct {
+    const float *logits;
+    const double *temperature;
+    const int32_t *top_k;
+    const double *top_p;
+    const double *min_p;
+    const uint64_t *seed;
+    const int64_t *position;
+    int64_t *ids_out;
+    void *workspace;
+    int64_t workspace_bytes;
+    int64_t rows;
+    int64_t vocab;
+    int64_t logits_stride;
+} luce_sample_rng_params;
+int64_t luce_sample_rng_workspace_bytes(int64_t rows, int64_t vocab);
+int luce_sample_rng(const luce_sample_rng_params *p, void *stream);
+/* ---- sample_rng end ---- */
+
 /* ---- gather ---- */
 /* Row gather/scatter copy for KV, recurrent-state and feature commit and snapshots
  * (reference: luce/ref/gather.py). For i in [0, n): copies row_bytes bytes from

@@ -196,9 +196,9 @@ class Engine:
             self._hook("before_forward", step)
             out = self.model.forward(step.forward, self.model_state)
             self._hook("after_forward", step)
-            logits, argmax = self._logits(step, out.logits)
-            tokens = self._sample(step, logits, argmax)
-            kept = self._verify(step, logits, argmax, out, tokens)
+            logits, choice = self._logits(step, out.logits)
+            tokens = self._sample(step, logits, choice)
+            kept = self._verify(step, logits, choice, out, tokens)
         except Exception as e:  # noqa: BLE001 - any runtime failure retires the cohort
             self.txn.abort(plan)
             return self._fail(cohort, f"{type(e).__name__}: {e}")
@@ -217,7 +217,7 @@ class Engine:
             drafter = make_drafter(config.spec, self.model, config.max_slots, config.ctx, draft_model=draft_model)
         return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx)
 
-    def _verify(self, step: StepBatch, logits, argmax, out, tokens: dict) -> dict[int, int]:
+    def _verify(self, step: StepBatch, logits, choice, out, tokens: dict) -> dict[int, int]:
         """Speculation after the forward pass: accept every tree (its tokens join `tokens`),
         commit the accepted paths into the model state, keep the drafter's features.
         Returns tree slot -> rows kept, for the transaction."""
@@ -232,7 +232,7 @@ class Engine:
         self.spec.add_features(step, features)
         if not step.cohort.tree:
             return {}
-        accepted = self.spec.verify(step, logits, argmax, self._request_in)
+        accepted = self.spec.verify(step, logits, choice, self._request_in)
         kept = self.spec.commit(step, accepted, self.model_state, self.pool, features)
         self.spec.stats.verify_steps += 1
         for chunk in step.cohort.tree:
@@ -252,17 +252,27 @@ class Engine:
         return self.requests[self.slots.table[slot].request_id]
 
     def _logits(self, step: StepBatch, logits) -> tuple[Any, Any]:
-        """(host logits [L, V], None), or (None, argmax [L]) when every request of the step is
-        greedy without penalties: then only the token ids leave the device."""
+        """(host logits [L, V], None), or (None, choice [L]): the target's token for every
+        logits row, drawn on the backend (argmax when all are greedy; the seeded sampler at
+        each row's position when no request has penalties and the backend samples its
+        top-k), so only token ids leave the device. Same tokens either way."""
+        from luce.ref.sample_rng import device_takes
+
         if logits.shape[0] != len(step.logits_slot):
             raise RuntimeError(f"the model returned {logits.shape[0]} logits rows, the step asked for "
                                f"{len(step.logits_slot)}")
-        params = [self._request_in(slot).params for slot in set(step.logits_slot.tolist())]
-        if all(p.greedy and not p.has_penalties for p in params):
-            return None, self.model.backend.argmax(logits)
-        return self.model.backend.to_numpy(logits), None
+        backend = self.model.backend
+        requests = [self._request_in(slot) for slot in step.logits_slot.tolist()]
+        if all(r.params.greedy and not r.params.has_penalties for r in requests):
+            return None, backend.argmax(logits)
+        if hasattr(backend, "sample") and all(device_takes(r.params) for r in requests):
+            p = [r.params for r in requests]
+            return None, backend.sample(logits, [x.temperature for x in p], [max(x.top_k, 1) for x in p],
+                                        [x.top_p for x in p], [x.min_p for x in p],
+                                        [r.seed & MASK64 for r in requests], step.logits_position)
+        return backend.to_numpy(logits), None
 
-    def _sample(self, step: StepBatch, logits, argmax) -> dict[Any, list[int]]:
+    def _sample(self, step: StepBatch, logits, choice) -> dict[Any, list[int]]:
         """request id -> [the token] of each prompt-tail or AR logits row (tree rows are
         accepted by _verify)."""
         tokens = {}
@@ -270,8 +280,8 @@ class Engine:
             if step.logits_kind[i] == ROW_TREE:
                 continue
             r = self._request_in(slot)
-            if argmax is not None:
-                tokens[r.request_id] = [int(argmax[i])]
+            if choice is not None:
+                tokens[r.request_id] = [int(choice[i])]
             else:
                 tokens[r.request_id] = [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]),
                                                      r.prompt_ids, r.output_ids)]

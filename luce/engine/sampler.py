@@ -3,6 +3,9 @@
 A token at absolute position n is drawn with `rng.uniform(seed, n)`, so the draw depends only on
 (seed, n): identical alone, among other requests, and with or without speculation. The candidate
 order is (logit descending, token id ascending), so ties and cumulative sums are reproducible.
+The float64 maths after the candidate order uses only IEEE-rounded +, -, *, / , rint and ldexp
+in a fixed order (`det_exp`, sequential sums), so the device sampler (cuda/sample_rng.cu)
+draws bitwise the same tokens.
 """
 from __future__ import annotations
 
@@ -99,6 +102,28 @@ def apply_penalties(logits: np.ndarray, params: SamplingParams, prompt_ids, outp
     return out
 
 
+# exp(x) for x <= 0 by Cody-Waite reduction and a degree-13 Taylor polynomial: within 2 ulp
+# of exp, and reproducible bit for bit wherever +, -, *, rint and ldexp round as IEEE says
+# (numpy on the host; __dadd_rn/__dmul_rn on the device, never fused).
+LN2_HI = 6.93147180369123816490e-01   # 32 significant bits: k * LN2_HI is exact for |k| < 2^21
+LN2_LO = 1.90821492927058770002e-10
+INV_LN2 = 1.44269504088896338700e+00
+EXP_COEFFS = tuple(1.0 / math.factorial(n) for n in range(13, -1, -1))   # 1/13!, ..., 1/1!, 1
+EXP_FLOOR = -700.0                    # det_exp is 0 below (and at -inf)
+
+
+def det_exp(x) -> np.ndarray:
+    """x [n] float64, every x <= 0 -> exp(x) [n] float64, deterministic (see above)."""
+    x = np.asarray(x, dtype=np.float64)
+    xc = np.maximum(x, EXP_FLOOR)
+    k = np.rint(xc * INV_LN2)
+    r = (xc - k * LN2_HI) - k * LN2_LO
+    p = np.full_like(r, EXP_COEFFS[0])
+    for c in EXP_COEFFS[1:]:
+        p = p * r + c
+    return np.where(x < EXP_FLOOR, 0.0, np.ldexp(p, k.astype(np.int32)))
+
+
 def greedy_token(logits: np.ndarray) -> int:
     """argmax with ties broken to the lowest token id (np.argmax returns the first maximum)."""
     return int(np.argmax(logits))
@@ -107,21 +132,22 @@ def greedy_token(logits: np.ndarray) -> int:
 def candidate_distribution(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
     """Filtered distribution for a sampled draw: (ids [n] in draw order, probs [n] f64 summing to 1).
 
-    Order is logit descending then id ascending; temperature, top-k, top-p and min-p applied."""
+    Order is logit descending then id ascending; temperature, top-k, top-p and min-p applied.
+    Sums are sequential (np.cumsum), exponentials `det_exp`: the device sampler's order."""
     scaled = logits.astype(np.float64) / params.temperature
     order = np.lexsort((np.arange(scaled.shape[0]), -scaled))
     if params.top_k > 0:
         order = order[: params.top_k]
     vals = scaled[order]
-    probs = np.exp(vals - vals[0])
-    probs /= probs.sum()
+    probs = det_exp(vals - vals[0])
+    probs = probs / np.cumsum(probs)[-1]
     if params.top_p < 1.0:
         cut = int(np.searchsorted(np.cumsum(probs), params.top_p, side="left")) + 1
         order, probs = order[:cut], probs[:cut]
     if params.min_p > 0.0:
         keep = probs >= params.min_p * probs[0]
         order, probs = order[keep], probs[keep]
-    return order, probs / probs.sum()
+    return order, probs / np.cumsum(probs)[-1]
 
 
 def sample_token(logits: np.ndarray, params: SamplingParams, seed: int, position: int,

@@ -72,10 +72,10 @@ class EngineSpeculation:
         return Cohort(cohort.prefill, decode, trees)
 
     # ---- after the forward pass -------------------------------------------------------------
-    def verify(self, step: StepBatch, logits, argmax, slot_request) -> dict[int, Any]:
+    def verify(self, step: StepBatch, logits, choice, slot_request) -> dict[int, Any]:
         """Accept every tree of the step: slot -> Acceptance. logits [L, V] host rows of the
-        step (a tree's rows are consecutive, node order), or None when every request is
-        greedy and argmax [L] is given instead."""
+        step (a tree's rows are consecutive, node order), or None when choice [L] (the
+        target's token at every row, drawn on the backend) is given instead."""
         out = {}
         rows = {}
         for i, slot in enumerate(step.logits_slot.tolist()):
@@ -88,7 +88,7 @@ class EngineSpeculation:
             acc = self.speculator.accept(tree, None if logits is None else logits[mine], r.params, r.seed,
                                          chunk.start, r.prompt_ids, r.output_ids,
                                          max_tokens=r.params.max_tokens - len(r.output_ids),
-                                         target_argmax=None if argmax is None else argmax[mine])
+                                         target_choice=None if choice is None else choice[mine])
             out[chunk.slot] = acc
         return out
 

@@ -48,6 +48,36 @@ class SamplingOps:
         _reject_nan_rows(host_ids[:, 0])
         return host_ids, self.to_numpy(lps)
 
+    def sample(self, logits, temperature, top_k, top_p, min_p, seed, position) -> np.ndarray:
+        from luce import _cuda_sample_rng as kr
+
+        logits = self._f32(logits)
+        if logits.ndim != 2:
+            raise ValueError(f"logits must be [L, V], got shape {logits.shape}")
+        L, V = logits.shape
+        top_k = np.asarray(top_k, dtype=np.int32)
+        temperature = np.asarray(temperature, dtype=np.float64)
+        sampled = temperature != 0.0
+        if ((top_k < 1) | (top_k > kr.TOPK_MAX))[sampled].any():
+            raise ValueError(f"device sampling takes 1 <= top_k <= {kr.TOPK_MAX} for sampled rows, got "
+                             f"{sorted(set(top_k[sampled].tolist()))}: sample those rows on the host")
+        if L == 0:
+            return np.zeros(0, np.int64)
+        ids = self.empty((L,), np.int64)
+        work = self.empty((-(-int(kr.workspace_bytes(min(L, MAX_ROWS_PER_LAUNCH), V)) // 8),), np.int64)
+        as_i64 = lambda x, dtype: np.ascontiguousarray(np.asarray(x, dtype)).view(np.int64)  # noqa: E731 - same bytes
+        args = [self.upload(a) for a in (
+            as_i64(temperature, np.float64), top_k, as_i64(top_p, np.float64), as_i64(min_p, np.float64),
+            as_i64(seed, np.uint64), np.asarray(position, np.int64))]
+        for r0 in range(0, L, MAX_ROWS_PER_LAUNCH):
+            r = min(MAX_ROWS_PER_LAUNCH, L - r0)
+            t, k, p, m, s, pos = (a.ptr + a.dtype.itemsize * r0 for a in args)
+            kr.sample_rng(logits.ptr + 4 * r0 * V, t, k, p, m, s, pos, ids.ptr + 8 * r0, work.ptr, work.nbytes,
+                          r, V, stream=self.stream)
+        out = self.to_numpy(ids)
+        _reject_nan_rows(out)
+        return out
+
 
 def _reject_nan_rows(ids: np.ndarray) -> None:
     bad = np.nonzero(ids < 0)[0]

@@ -78,13 +78,16 @@ class Speculator:
 
     # ---- verify results ----------------------------------------------------------------------
     def accept(self, tree: DraftTree, logits, params, seed: int, root_position: int, prompt_ids,
-               output_ids, max_tokens: int, stop_ids=frozenset(), target_argmax=None) -> Acceptance:
-        """Acceptance of one verified tree; logits [N, V] host rows of its nodes (greedy
-        requests may pass target_argmax [N] instead, e.g. from the device). Stops at
-        max_tokens emitted tokens and after the first token in `stop_ids`."""
-        if params.greedy and not params.has_penalties:
-            argmax = target_argmax if target_argmax is not None else np.argmax(np.asarray(logits), axis=1)
-            acc = accept_greedy(tree, np.asarray(argmax), max_tokens)
+               output_ids, max_tokens: int, stop_ids=frozenset(), target_choice=None) -> Acceptance:
+        """Acceptance of one verified tree; logits [N, V] host rows of its nodes. Without
+        penalties the target's token at every node depends only on its row and position, so
+        target_choice [N] (argmax, or the seeded draw at each node's position, e.g. drawn on
+        the device) may replace the logits. Stops at max_tokens emitted tokens and after the
+        first token in `stop_ids`."""
+        if target_choice is not None and not params.has_penalties:
+            acc = accept_greedy(tree, np.asarray(target_choice), max_tokens)
+        elif params.greedy and not params.has_penalties:
+            acc = accept_greedy(tree, np.argmax(np.asarray(logits), axis=1), max_tokens)
         else:
             logits = np.asarray(logits)
             acc = accept_sampled(tree, logits, params, seed, root_position, prompt_ids, output_ids, max_tokens)

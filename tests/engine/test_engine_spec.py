@@ -142,3 +142,65 @@ def test_lanes_that_do_not_fit_the_budget_decode_as_ar_rows(models):
     assert [engine.take_output(i).token_ids for i in ids] == want
     assert (1, 3, 0) in shapes                     # the 64-row chunk beside three AR rows
     assert any(p == 1 and t > 0 for p, _, t in shapes)   # the prompt's tail beside trees
+
+
+class HostSamplingBackend:
+    """The model's backend without `sample`: sampled rows are drawn on the host from
+    downloaded logits."""
+
+    def __init__(self, backend):
+        self._backend = backend
+
+    def __getattr__(self, name):
+        if name == "sample":
+            raise AttributeError(name)
+        return getattr(self._backend, name)
+
+
+class HostSamplingModel:
+    """The model with a HostSamplingBackend (everything else, attribute writes included, is
+    the model's)."""
+
+    def __init__(self, model):
+        object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "backend", HostSamplingBackend(model.backend))
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._model, name, value)
+
+
+@pytest.mark.parametrize("spec_mode", ["off", "ddtree"])
+def test_backend_drawn_tokens_equal_host_sampling(models, spec_mode):
+    """Tokens drawn by backend.sample (only ids leave the device) equal the host sampler on
+    downloaded logits, seeded, with and without trees (a greedy request shares the steps)."""
+    model = models["qwen35"]
+    params = [SamplingParams(max_tokens=MAX_TOKENS, temperature=0.9, top_k=40, top_p=0.9, seed=7),
+              SamplingParams(max_tokens=MAX_TOKENS),
+              SamplingParams(max_tokens=MAX_TOKENS, temperature=1.3, top_k=5, min_p=0.05, seed=8)]
+    calls = []
+
+    def run(target):
+        spec = None if spec_mode == "off" else SpecConfig(spec=spec_mode, draft_kind="model", draft="self",
+                                                          ddtree_budget=6, spec_top_k=2)
+        engine = Engine(target, None, EngineConfig(max_slots=3, ctx=128, token_budget=80, spec=spec),
+                        draft_model=model)
+        ids = [engine.add_request(p, q) for p, q in zip(PROMPTS, params)]
+        engine.run()
+        return [engine.take_output(i).token_ids for i in ids]
+
+    original = model.backend.sample
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    model.backend.sample = counting
+    try:
+        drawn = run(model)
+    finally:
+        del model.backend.sample
+    assert calls                                   # the backend drew the sampled rows
+    assert drawn == run(HostSamplingModel(model))
