@@ -225,8 +225,8 @@ int launch_gdn_chunked(const luce_gdn_chunked_params &p, cudaStream_t stream) {
 
 extern "C" int luce_gdn_chunked(const luce_gdn_chunked_params *p, void *stream) {
     if (p->n_segments == 0) return 0;
-    if (p->n_segments < 0 || p->n_segments > 65535 || p->n_heads <= 0 || p->n_heads > 65535 ||
-        p->dv <= 0 || p->dv % kTile != 0 || p->n_slots < 0 ||
+    static_assert(kTile == WARP_SIZE, "gdn_bad_sizes checks dv against WARP_SIZE-column tiles");
+    if (gdn_bad_sizes(p->n_segments, p->n_heads, p->dk, p->dv) || p->n_slots < 0 ||
         ((uintptr_t)p->q | (uintptr_t)p->k) % 16 != 0)  // rows of q, k move as float4
         return (int)cudaErrorInvalidValue;
     const cudaStream_t s = (cudaStream_t)stream;

@@ -15,6 +15,13 @@
 constexpr int GDN_KGROUPS = 8;
 constexpr int GDN_THREADS = GDN_KGROUPS * WARP_SIZE;
 
+// Host: the sizes every GDN entry point rejects: segments or heads past the grid's y/z limit,
+// dv not a positive multiple of WARP_SIZE (the columns one block owns), Dk not 64/128/256.
+inline bool gdn_bad_sizes(int32_t n_segments, int32_t n_heads, int32_t dk, int32_t dv) {
+    return n_segments < 0 || n_segments > 65535 || n_heads <= 0 || n_heads > 65535 || dv <= 0 ||
+           dv % WARP_SIZE != 0 || (dk != 64 && dk != 128 && dk != 256);
+}
+
 // Scratch for the two column reductions of one token (double-buffered: one barrier each).
 struct GdnScratch {
     float partial[2][GDN_KGROUPS][WARP_SIZE];

@@ -236,16 +236,11 @@ int launch_commit(const luce_gdn_tree_commit_params &p, cudaStream_t stream) {
     return luce_status(cudaGetLastError());
 }
 
-bool bad_sizes(int32_t n_segments, int32_t n_heads, int32_t dk, int32_t dv) {
-    return n_segments < 0 || n_segments > 65535 || n_heads <= 0 || n_heads > 65535 || dv <= 0 ||
-           dv % WARP_SIZE != 0 || (dk != 64 && dk != 128 && dk != 256);
-}
-
 }  // namespace
 
 extern "C" int64_t luce_gdn_tree_verify_workspace_bytes(int32_t n_segments, int32_t n_heads, int32_t dk,
                                                         int32_t dv, int32_t max_tree_rows) {
-    if (bad_sizes(n_segments, n_heads, dk, dv) || max_tree_rows < 1 || max_tree_rows > LUCE_GDN_TREE_MAX_ROWS)
+    if (gdn_bad_sizes(n_segments, n_heads, dk, dv) || max_tree_rows < 1 || max_tree_rows > LUCE_GDN_TREE_MAX_ROWS)
         return -1;
     if (saves_on_chip(dk, max_tree_rows)) return 0;
     return (int64_t)n_segments * n_heads * (dv / WARP_SIZE) * save_bytes_per_block(dk, max_tree_rows);
@@ -268,7 +263,7 @@ extern "C" int luce_gdn_tree_verify(const luce_gdn_tree_verify_params *p, void *
 
 extern "C" int luce_gdn_tree_commit(const luce_gdn_tree_commit_params *p, void *stream) {
     if (p->n_segments == 0) return 0;
-    if (bad_sizes(p->n_segments, p->n_heads, p->dk, p->dv) || p->n_slots < 0 || (uintptr_t)p->k % 16 != 0)
+    if (gdn_bad_sizes(p->n_segments, p->n_heads, p->dk, p->dv) || p->n_slots < 0 || (uintptr_t)p->k % 16 != 0)
         return (int)cudaErrorInvalidValue;
     const cudaStream_t s = (cudaStream_t)stream;
     switch (p->dk) {
