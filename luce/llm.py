@@ -43,11 +43,12 @@ def resolve_model_path(model) -> Path:
 
 
 class LLM:
-    def __init__(self, model_path, draft=None, backend="numpy", max_slots: int = 5, ctx: int = 4096,
+    def __init__(self, model_path, draft=None, backend="auto", max_slots: int = 5, ctx: int = 4096,
                  token_budget: int = 512, kv_pages: int | None = None, seed: int = 0, *, spec: str | None = None,
                  draft_kind: str | None = None, ddtree_budget: int = 22, ddtree_tau: float = 6.0,
                  spec_top_k: int = 4, draft_max: int = 8, **engine_options):
-        """Load a GGUF model (and its tokenizer) on `backend` and start an engine.
+        """Load a GGUF model (and its tokenizer) on `backend` ('auto': CUDA when a GPU and the
+        kernel library are there, else numpy) and start an engine.
         Speculative decoding (luce.spec.config): `draft` (a path or cached model name) turns it
         on in chain mode unless `spec` says otherwise; draft_kind='ngram' needs no draft.
         `engine_options` are further EngineConfig fields (max_queue, pad_steps, ...)."""

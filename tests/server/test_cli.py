@@ -111,7 +111,7 @@ def test_luce_run_streams_the_offline_text_then_stats(tiny_path):
                           str(tiny_path), "-n", "12", "--backend", "numpy", "--ctx", "256"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    llm = LLM(str(tiny_path), max_slots=1, ctx=256, token_budget=256)
+    llm = LLM(str(tiny_path), backend="numpy", max_slots=1, ctx=256, token_budget=256)
     expected = llm.generate(["def fib(n):"], SamplingParams(max_tokens=12))[0].text
     assert run.stdout == expected + "\n"
     assert re.search(r"prompt \d+ tok in .* \| generated 12 tok in .* \| acceptance length 1\.00 \| finish length",

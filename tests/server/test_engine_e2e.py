@@ -38,7 +38,7 @@ def served(request, tmp_path_factory):
         make_dense(path, arch="qwen3", seed=1)
     server = start(path)
     from luce.llm import LLM
-    server.reference = LLM(str(path), max_slots=1, ctx=CTX, token_budget=256)
+    server.reference = LLM(str(path), backend="numpy", max_slots=1, ctx=CTX, token_budget=256)
     yield server
     server.stop()
 
