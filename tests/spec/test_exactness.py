@@ -65,7 +65,7 @@ CASES = {  # name: (target, draft kind, draft model name)
     "qwen35+dflash": ("qwen35", "dflash", "dflash"),
     "qwen35+self": ("qwen35", "model", "qwen35"),     # a perfect draft: long accepted paths
     "qwen35+ngram": ("qwen35", "ngram", None),
-    "qwen3+qwen3": ("qwen3", "model", "qwen3"),
+    "qwen3+qwen3": ("qwen3", "model", "qwen3_draft"),   # a different (1-layer) dense draft
     "qwen3+ngram": ("qwen3", "ngram", None),
 }
 
