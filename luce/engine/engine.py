@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 from luce.engine.pages import PagePool, PoolExhausted
 from luce.engine.request import DECODE, FINISHED, PREFILL, FinishReason, Request, RequestOutput
 from luce.engine.rng import MASK64, splitmix64
-from luce.engine.sampler import SamplingParams, sample_token
+from luce.engine.sampler import SamplingParams, backend_can_draw, sample_token
 from luce.engine.scheduler import PREFILL_ALIGN, Scheduler
 from luce.engine.slots import SlotManager
 from luce.engine.state_slots import StateSlots
@@ -256,8 +256,6 @@ class Engine:
         logits row, drawn on the backend (argmax when all are greedy; the seeded sampler at
         each row's position when no request has penalties and the backend samples its
         top-k), so only token ids leave the device. Same tokens either way."""
-        from luce.ref.sample_rng import device_takes
-
         if logits.shape[0] != len(step.logits_slot):
             raise RuntimeError(f"the model returned {logits.shape[0]} logits rows, the step asked for "
                                f"{len(step.logits_slot)}")
@@ -265,7 +263,7 @@ class Engine:
         requests = [self._request_in(slot) for slot in step.logits_slot.tolist()]
         if all(r.params.greedy and not r.params.has_penalties for r in requests):
             return None, backend.argmax(logits)
-        if hasattr(backend, "sample") and all(device_takes(r.params) for r in requests):
+        if hasattr(backend, "sample") and all(backend_can_draw(r.params) for r in requests):
             p = [r.params for r in requests]
             return None, backend.sample(logits, [x.temperature for x in p], [max(x.top_k, 1) for x in p],
                                         [x.top_p for x in p], [x.min_p for x in p],

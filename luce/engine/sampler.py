@@ -124,6 +124,16 @@ def det_exp(x) -> np.ndarray:
     return np.where(x < EXP_FLOOR, 0.0, np.ldexp(p, k.astype(np.int32)))
 
 
+BACKEND_TOPK_MAX = 64  # = LUCE_SAMPLE_TOPK_MAX: the largest top-k backend.sample draws from
+
+
+def backend_can_draw(params: SamplingParams) -> bool:
+    """Whether backend.sample draws this request's tokens (luce/ref/sample_rng.py): without
+    penalties a draw depends on the logits row, seed and position only; greedy, or a top-k
+    the kernel keeps (1..BACKEND_TOPK_MAX)."""
+    return not params.has_penalties and (params.greedy or 1 <= params.top_k <= BACKEND_TOPK_MAX)
+
+
 def greedy_token(logits: np.ndarray) -> int:
     """argmax with ties broken to the lowest token id (np.argmax returns the first maximum)."""
     return int(np.argmax(logits))

@@ -149,6 +149,6 @@ class Backend(Protocol):
 
     def sample(self, logits: Array, temperature, top_k, top_p, min_p, seed, position) -> np.ndarray:
         """Seeded sampling without penalties (luce/ref/sample_rng.py): logits [L, V];
-        temperature, top_p, min_p [L] float64; top_k [L] int (1..DEVICE_TOPK_MAX where the
+        temperature, top_p, min_p [L] float64; top_k [L] int (1..BACKEND_TOPK_MAX where the
         temperature is not 0); seed [L] uint64; position [L] int64 -> [L] int64 host tokens,
         bitwise the engine's host sampler. NaN rows are an error."""

@@ -7,8 +7,6 @@ import numpy as np
 from luce.engine.rng import MASK64
 from luce.engine.sampler import SamplingParams, sample_token
 
-DEVICE_TOPK_MAX = 64  # = LUCE_SAMPLE_TOPK_MAX: sampled rows the kernel takes have 1 <= top_k <= this
-
 
 def sample_rng(logits: np.ndarray, temperature, top_k, top_p, min_p, seed, position) -> np.ndarray:
     """logits [L, V] f32; temperature, top_p, min_p [L] float; top_k [L] int; seed [L]
@@ -24,7 +22,3 @@ def sample_rng(logits: np.ndarray, temperature, top_k, top_p, min_p, seed, posit
         out[i] = sample_token(row, params, int(seed[i]) & MASK64, int(position[i]))
     return out
 
-
-def device_takes(params: SamplingParams) -> bool:
-    """Whether the kernel samples for these parameters (else the host does, with penalties)."""
-    return not params.has_penalties and (params.greedy or 1 <= params.top_k <= DEVICE_TOPK_MAX)

@@ -13,6 +13,7 @@ from luce.engine import Engine, EngineConfig, FinishReason, SamplingParams
 from luce.engine.txn import Reject
 from luce.models.kv_cache import pages_needed
 from tests.engine.fake_model import FakeModel, reference_output
+from tests.engine.faults import FaultInjector
 
 request_st = st.fixed_dictionaries({
     "arrive": st.integers(0, 12),
@@ -55,20 +56,10 @@ def test_random_traffic_gives_each_request_its_alone_output(requests, max_slots,
     engine = Engine(model, config=EngineConfig(max_slots=max_slots, ctx=256, token_budget=max_slots + 64 + extra_budget,
                                                kv_pages=kv_pages, pad_steps=pad))
     checked_preflight(engine)
-    step_no = 0
-
-    cohort = set()
-
-    def fault(point, step):
-        if point == "before_forward":
-            cohort.clear()
-            cohort.update(item.request_id for item in step.cohort.items)
-        if point == "after_forward" and step_no in fault_steps:
-            raise RuntimeError(f"injected fault at step {step_no}")
-
-    engine.fault_hook = fault
+    faults = FaultInjector(engine, fault_steps)
     specs, ids, faulted = {}, {}, set()
     for step_no in range(400):
+        faults.step_no = step_no
         for i, r in enumerate(requests):
             if r["arrive"] == step_no:
                 params = SamplingParams(max_tokens=r["max_tokens"], temperature=r["temperature"], seed=r["seed"],
@@ -80,7 +71,7 @@ def test_random_traffic_gives_each_request_its_alone_output(requests, max_slots,
                 engine.cancel(ids[i])
         updates = engine.step()
         errors = {u.request_id for u in updates if u.finish_reason == FinishReason.ERROR}
-        assert errors in (set(), cohort)        # a fault retires exactly the step's cohort
+        assert errors in (set(), faults.cohort)  # a fault retires exactly the step's cohort
         faulted |= errors
         engine.check()
         assert not model.violations, model.violations

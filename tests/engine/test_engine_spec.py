@@ -4,12 +4,11 @@ with trees retires its cohort and the rest stays exact; lanes that do not fit th
 budget decode as AR rows beside the prefill."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from luce.engine import Engine, EngineConfig, SamplingParams
 from luce.spec.config import SpecConfig
-from luce.spec.proposal import DraftProposal
+from luce.spec.drafters.bench_drafters import AlwaysWrongDrafter
 from luce.testing.tiny_models import make_dense, make_qwen35
 
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7], [9, 10, 11, 12, 13], [21, 22, 23, 21, 22], list(range(30, 100))]
@@ -33,38 +32,12 @@ def plain(model, prompts=PROMPTS, token_budget=80):
     return [engine.take_output(i).token_ids for i in ids]
 
 
-class WrongDrafter:
-    """Proposes, at every depth, tokens the target will not pick (it knows the answer)."""
-
-    kind, feature_layers, max_depth = "model", (), None
-
-    def __init__(self, prompts, outputs, vocab):
-        self.answers = {tuple(p): list(o) for p, o in zip(prompts, outputs)}
-        self.vocab = vocab
-        self.proposed = 0
-
-    def propose(self, lanes):
-        out = []
-        for lane in lanes:
-            prompt = next(p for p in self.answers if tuple(lane.tokens[:len(p)]) == p)
-            done = len(lane.tokens) - len(prompt)
-            truth = self.answers[prompt][done] if done < len(self.answers[prompt]) else 0
-            ids = np.array([[(truth + 1 + j) % self.vocab for j in range(lane.top_k)]] * lane.depth)
-            lps = np.tile(-np.arange(1, lane.top_k + 1, dtype=np.float32), (lane.depth, 1))
-            self.proposed += 1
-            out.append(DraftProposal(ids, lps))
-        return out
-
-    def release(self, slot):
-        pass
-
-
 @pytest.mark.parametrize("mode", ["chain", "ddtree"])
 @pytest.mark.parametrize("target", ["qwen35", "qwen3"])
 def test_always_wrong_draft_commits_one_correct_token_per_verify(models, target, mode):
     model = models[target]
     want = plain(model)
-    drafter = WrongDrafter(PROMPTS, want, model.config.vocab)
+    drafter = AlwaysWrongDrafter([p + o for p, o in zip(PROMPTS, want)], model.config.vocab)
     spec = SpecConfig(spec=mode, draft_kind="model", draft="wrong", ddtree_budget=8, spec_top_k=2, chain_depth=3)
     engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=80, spec=spec), drafter=drafter)
     ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in PROMPTS]
@@ -74,7 +47,7 @@ def test_always_wrong_draft_commits_one_correct_token_per_verify(models, target,
     outs = [engine.take_output(i) for i in ids]
     assert [o.token_ids for o in outs] == want
     s = engine.spec.stats
-    assert drafter.proposed > 0 and s.verifies > 0
+    assert drafter.depths and drafter.misses == 0 and s.verifies > 0
     assert s.accepted == 0 and s.emitted == s.verifies          # exactly one token per verify
     assert s.drafted > 0 and s.verify_rows == s.verifies + s.drafted
     assert sum(o.metrics.get("spec_verifies", 0) for o in outs) == s.verifies

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from luce.engine import Engine, EngineConfig, FinishReason, SamplingParams
 from luce.spec.config import SpecConfig
 from luce.testing.tiny_models import make_dense, make_qwen35
+from tests.engine.faults import FaultInjector
 
 request_st = st.fixed_dictionaries({
     "arrive": st.integers(0, 8),
@@ -70,18 +71,10 @@ def test_random_traffic_with_speculation_gives_each_request_its_alone_output(mod
     def run(requests, max_slots, extra_budget, spec_index, fault_steps):
         engine = Engine(model, None, EngineConfig(max_slots=max_slots, ctx=CTX, spec=SPECS[spec_index],
                                                   token_budget=max_slots + 64 + extra_budget), draft_model=model)
-        step_no, cohort = 0, set()
-
-        def fault(point, step):
-            if point == "before_forward":
-                cohort.clear()
-                cohort.update(item.request_id for item in step.cohort.items)
-            if point == "after_forward" and step_no in fault_steps:
-                raise RuntimeError(f"injected fault at step {step_no}")
-
-        engine.fault_hook = fault
+        faults = FaultInjector(engine, fault_steps)
         specs, ids, faulted = {}, {}, set()
         for step_no in range(300):
+            faults.step_no = step_no
             for i, r in enumerate(requests):
                 if r["arrive"] == step_no:
                     specs[i] = (tuple(make_prompt(r["prompt_len"], r["token_seed"])), make_params(r))
@@ -90,7 +83,7 @@ def test_random_traffic_with_speculation_gives_each_request_its_alone_output(mod
                     engine.cancel(ids[i])
             updates = engine.step()
             errors = {u.request_id for u in updates if u.finish_reason == FinishReason.ERROR}
-            assert errors in (set(), cohort)        # a fault retires exactly the step's cohort
+            assert errors in (set(), faults.cohort)  # a fault retires exactly the step's cohort
             faulted |= errors
             engine.check()
             if step_no > 8 and not engine.has_unfinished():

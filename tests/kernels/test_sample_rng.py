@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from luce.engine.rng import MASK64
-from luce.engine.sampler import SamplingParams, det_exp, sample_token
-from luce.ref.sample_rng import DEVICE_TOPK_MAX, device_takes, sample_rng
+from luce.engine.sampler import BACKEND_TOPK_MAX, SamplingParams, backend_can_draw, det_exp, sample_token
+from luce.ref.sample_rng import sample_rng
 
 TEMPS = (0.0, 0.3, 0.9, 1.7)
 TOP_K = (1, 2, 40, 64)
@@ -43,12 +43,12 @@ def test_reference_is_the_engine_sampler_row_by_row():
     assert sample_rng(logits, **p)[3] == -1
 
 
-def test_device_takes_only_what_the_kernel_samples():
-    assert device_takes(SamplingParams())                            # greedy
-    assert device_takes(SamplingParams(temperature=0.8, top_k=DEVICE_TOPK_MAX))
-    assert not device_takes(SamplingParams(temperature=0.8))         # top-k off: the whole vocab
-    assert not device_takes(SamplingParams(temperature=0.8, top_k=DEVICE_TOPK_MAX + 1))
-    assert not device_takes(SamplingParams(temperature=0.8, top_k=40, repetition_penalty=1.1))
+def test_backend_can_draw_only_what_the_kernel_samples():
+    assert backend_can_draw(SamplingParams())                            # greedy
+    assert backend_can_draw(SamplingParams(temperature=0.8, top_k=BACKEND_TOPK_MAX))
+    assert not backend_can_draw(SamplingParams(temperature=0.8))         # top-k off: the whole vocab
+    assert not backend_can_draw(SamplingParams(temperature=0.8, top_k=BACKEND_TOPK_MAX + 1))
+    assert not backend_can_draw(SamplingParams(temperature=0.8, top_k=40, repetition_penalty=1.1))
 
 
 def test_det_exp_is_within_one_ulp_of_exp():
@@ -99,7 +99,7 @@ def test_batch_invariance_and_nan_rows():
     from luce import _cuda_sample_rng as kr
     from luce.ops import get_backend
 
-    assert kr.TOPK_MAX == DEVICE_TOPK_MAX
+    assert kr.TOPK_MAX == BACKEND_TOPK_MAX
     logits[5, 100] = np.nan
     with pytest.raises(ValueError, match=r"NaN in logits rows \[5\]"):
         _device(logits, **p)

@@ -15,6 +15,7 @@ gets an empty proposal and is counted in `misses`. `depths` lists every proposal
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Sequence
 
 import numpy as np
@@ -23,7 +24,7 @@ from luce.spec.drafters.base import DraftLane
 from luce.spec.proposal import DraftProposal
 
 
-class _ContinuationDrafter:
+class _ContinuationDrafter(ABC):
     kind = "bench"
 
     def __init__(self, sequences: Sequence[Sequence[int]], vocab: int, inner=None):
@@ -68,8 +69,9 @@ class _ContinuationDrafter:
         """`count` distinct tokens, none equal to `token`."""
         return [(token + 1 + j) % self.vocab for j in range(min(count, self.vocab - 1))]
 
+    @abstractmethod
     def _proposal(self, truth: np.ndarray, depth: int, top_k: int) -> DraftProposal:
-        raise NotImplementedError
+        """The proposal for a lane whose true continuation is `truth` [n] int64."""
 
 
 class OracleDrafter(_ContinuationDrafter):
