@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from luce.ref.sampling import reject_nan_rows
+
 MAX_ROWS_PER_LAUNCH = 65535
 
 
@@ -24,7 +26,7 @@ class SamplingOps:
             r = min(MAX_ROWS_PER_LAUNCH, L - r0)
             ks.argmax(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0, r, V, stream=self.stream)
         out = self.to_numpy(ids)
-        _reject_nan_rows(out)
+        reject_nan_rows(out)
         return out
 
     def top_k_logprobs(self, logits, k: int):
@@ -45,7 +47,7 @@ class SamplingOps:
             ks.top_k_logprobs(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0 * k, lps.ptr + 4 * r0 * k, r, V, k,
                               stream=self.stream)
         host_ids = self.to_numpy(ids)
-        _reject_nan_rows(host_ids[:, 0])
+        reject_nan_rows(host_ids[:, 0])
         return host_ids, self.to_numpy(lps)
 
     def sample(self, logits, temperature, top_k, top_p, min_p, seed, position) -> np.ndarray:
@@ -75,11 +77,5 @@ class SamplingOps:
             kr.sample_rng(logits.ptr + 4 * r0 * V, t, k, p, m, s, pos, ids.ptr + 8 * r0, work.ptr, work.nbytes,
                           r, V, stream=self.stream)
         out = self.to_numpy(ids)
-        _reject_nan_rows(out)
+        reject_nan_rows(out)
         return out
-
-
-def _reject_nan_rows(ids: np.ndarray) -> None:
-    bad = np.nonzero(ids < 0)[0]
-    if bad.size:
-        raise ValueError(f"NaN in logits rows {bad[:8].tolist()}: the forward pass diverged")

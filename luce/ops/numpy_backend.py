@@ -166,11 +166,5 @@ class NumpyBackend:
         from luce.ref.sample_rng import sample_rng
 
         ids = sample_rng(logits, temperature, top_k, top_p, min_p, seed, position)
-        _reject_nan_rows(ids)
+        ref_sampling.reject_nan_rows(ids)
         return ids
-
-
-def _reject_nan_rows(ids: np.ndarray) -> None:
-    bad = np.nonzero(ids < 0)[0]
-    if bad.size:
-        raise ValueError(f"NaN in logits rows {bad[:8].tolist()}: the forward pass diverged")

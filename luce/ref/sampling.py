@@ -16,6 +16,13 @@ def _check(logits: np.ndarray) -> np.ndarray:
     return logits
 
 
+def reject_nan_rows(ids: np.ndarray) -> None:
+    """Kernels mark a row holding NaN with id -1: name those rows in an error."""
+    bad = np.nonzero(np.asarray(ids) < 0)[0]
+    if bad.size:
+        raise ValueError(f"NaN in logits rows {bad[:8].tolist()}: the forward pass diverged")
+
+
 def argmax(logits: np.ndarray) -> np.ndarray:
     """logits [L, V] -> [L] int64: index of each row's maximum, lowest id on ties."""
     return np.argmax(_check(logits), axis=1).astype(np.int64)  # numpy returns the first max
