@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec-concurrency", type=_ints, default=d.spec_concurrency,
                    help="requests decoded together in the spec runs, e.g. 1,5")
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--no-graphs", action="store_true", help="run every forward eagerly (no graph replay)")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
     p.add_argument("--json", metavar="PATH", help="also write the report as JSON ('-' = stdout only)")
     args = p.parse_args(argv)
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = BenchSettings(prompt_len=args.prompt_len, concurrency=args.concurrency, warmup=args.warmup,
                              steps=args.steps, tree_widths=args.widths, depth=args.depth, top_k=args.top_k,
                              spec_mode=args.spec_mode, budget=args.budget, spec_tokens=args.spec_tokens,
-                             spec_concurrency=args.spec_concurrency, seed=args.seed)
+                             spec_concurrency=args.spec_concurrency, seed=args.seed, graphs=not args.no_graphs)
 
     def log(message: str, partial: dict) -> None:
         print(message, file=sys.stderr, flush=True)

@@ -53,6 +53,7 @@ class BenchSettings:
     spec_tokens: int = 0            # tokens per request in the spec runs (0: enough for `steps` steps)
     spec_concurrency: tuple[int, ...] = (1,)
     seed: int = 0
+    graphs: bool = True             # replay captured graphs (luce.models.graphed_forward) where the backend can
 
 
 def open_backend(name: str):
@@ -102,23 +103,27 @@ def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]
 
 # ---- AR decode ---------------------------------------------------------------------------------
 
-def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 0):
+def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 0, graphs: bool = True):
     """Greedy decode of len(prompts) slots together: one prefill step, then n_steps steps of
-    one AR row per slot. -> (tokens per slot [C][n_steps + 1], timed records of the steps
-    after `warmup`)."""
+    one AR row per slot (through GraphedForward: the first step of a key eager, the second
+    captured, then replays). -> (tokens per slot [C][n_steps + 1], timed records of the steps
+    after `warmup`, graph counters)."""
+    from luce.models.graphed_forward import GraphedForward
+
+    forward = GraphedForward(model, enabled=graphs)
     backend, C = model.backend, len(prompts)
     per_slot = pages_needed(max(len(p) for p in prompts) + n_steps + 1)
     state = model.new_state(max_pages=C * per_slot, max_slots=C)
     pages = [list(range(s * per_slot, (s + 1) * per_slot)) for s in range(C)]
     batch = build_batch([SegmentSpec(s, list(p), 0, pages[s]) for s, p in enumerate(prompts)])
-    last = backend.argmax(model.forward(batch, state).logits)
+    last = backend.argmax(forward(batch, state).logits)
     tokens = [[int(t)] for t in last]
     records = []
     for step in range(n_steps):
         t0 = time.perf_counter()
         batch = build_batch([SegmentSpec(s, [tokens[s][-1]], len(prompts[s]) + step, pages[s]) for s in range(C)])
         t1 = time.perf_counter()
-        out = model.forward(batch, state)
+        out = forward(batch, state)
         t2 = time.perf_counter()
         _sync(backend, out.logits)
         t3 = time.perf_counter()
@@ -128,18 +133,20 @@ def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 
             tokens[s].append(int(last[s]))
         if step >= warmup:
             records.append({"build": t1 - t0, "launch": t2 - t1, "wait": t3 - t2, "sample": t4 - t3})
-    return tokens, records
+    forward.invalidate()   # free the graphs' pools before the next run
+    return tokens, records, dict(forward.counters)
 
 
 def bench_ar(model, prompts, settings: BenchSettings) -> list[dict]:
     rows = []
     for C in settings.concurrency:
         try:
-            _, records = run_ar(model, prompts[:C], settings.warmup + settings.steps, settings.warmup)
+            _, records, graphs = run_ar(model, prompts[:C], settings.warmup + settings.steps, settings.warmup,
+                                        settings.graphs)
         except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
             rows.append({"concurrency": C, "error": _error(e)})
             continue
-        row = {"concurrency": C, **_summary(records)}
+        row = {"concurrency": C, **_summary(records), "graphs": graphs}
         row["tok_s"] = C / (row["step_ms"] / 1e3)
         rows.append(row)
         gc.collect()
@@ -161,6 +168,7 @@ def synthetic_proposal(depth: int, top_k: int, vocab: int, seed: int):
 
 
 def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> list[dict]:
+    from luce.models.graphed_forward import GraphedForward
     from luce.spec.batching import TreeSegment, build_spec_batch
     from luce.spec.config import GDN_TREE_MODE
     from luce.spec.tree import ddtree
@@ -178,13 +186,14 @@ def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> l
         depth = min(settings.depth, width - 1)
         proposal = synthetic_proposal(depth, settings.top_k, model.config.vocab, settings.seed + width)
         records, tree = [], None
+        forward = GraphedForward(model, enabled=settings.graphs)
         try:
             for rep in range(settings.warmup + settings.steps):
                 t0 = time.perf_counter()
                 tree = ddtree(root, proposal, budget=width - 1, top_k=settings.top_k, tau=None)
                 batch, _ = build_spec_batch([TreeSegment(0, tree, len(prompt), pages)])
                 t1 = time.perf_counter()
-                out = model.forward(batch, state)
+                out = forward(batch, state)
                 t2 = time.perf_counter()
                 _sync(backend, out.logits)
                 t3 = time.perf_counter()
@@ -195,7 +204,8 @@ def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> l
         except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
             rows.append({"width": width, "error": _error(e)})
             continue
-        row = {"width": width, "tree_depth": tree.max_depth, **_summary(records)}
+        row = {"width": width, "tree_depth": tree.max_depth, **_summary(records), "graphs": dict(forward.counters)}
+        forward.invalidate()
         row["x_ar_step"] = row["step_ms"] / ar_step_ms if ar_step_ms else float("nan")
         rows.append(row)
     return rows
@@ -278,7 +288,7 @@ def bench_spec(model, prompts, sequences, drafter, settings: BenchSettings) -> d
                       ddtree_budget=settings.budget, spec_top_k=settings.top_k)
     nodes = 1 + max(settings.budget, settings.depth)
     ctx = max(len(p) for p in prompts) + G + nodes + 1
-    engine = Engine(model, None, EngineConfig(max_slots=C, ctx=ctx, spec=spec,
+    engine = Engine(model, None, EngineConfig(max_slots=C, ctx=ctx, spec=spec, cuda_graphs=settings.graphs,
                                               token_budget=max(sum(len(p) for p in prompts) + C, C * nodes) + 64),
                     drafter=drafter)
     rids = [engine.add_request(p, SamplingParams(max_tokens=G, ignore_eos=True, seed=0)) for p in prompts]
@@ -309,7 +319,7 @@ def bench_spec(model, prompts, sequences, drafter, settings: BenchSettings) -> d
         "acceptance_length": stats.acceptance_length, "acceptance_rate": stats.acceptance_rate,
         "verifies": stats.verifies, "rows_per_verify": stats.verify_rows / max(stats.verifies, 1),
         "matches_ar": matches, "misses": drafter.misses, "proposal_depths": list(drafter.depths),
-        "emitted": stats.emitted, "accepted": stats.accepted,
+        "emitted": stats.emitted, "accepted": stats.accepted, "graphs": engine.graph_counters(),
     }
 
 
@@ -366,7 +376,8 @@ def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = 
         ar1 = next((r["step_ms"] for r in report["ar"] if r["concurrency"] == 1 and "error" not in r), None)
         if ar1 is None:
             try:
-                ar1 = _summary(run_ar(model, prompts[:1], settings.warmup + settings.steps, settings.warmup)[1])["step_ms"]
+                ar1 = _summary(run_ar(model, prompts[:1], settings.warmup + settings.steps, settings.warmup,
+                                      settings.graphs)[1])["step_ms"]
             except Exception:  # noqa: BLE001 - AR already reported its failure; ratios become NaN
                 ar1 = float("nan")
         report["verify_ar_step_ms"] = ar1       # the C=1 AR step the verify ratios divide by
@@ -388,7 +399,7 @@ def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = 
         report["spec"] = []
         for C in settings.spec_concurrency:
             spec_prompts = prompts[:C]
-            seqs, _ = run_ar(model, spec_prompts, n_spec - 1)
+            seqs = run_ar(model, spec_prompts, n_spec - 1, graphs=settings.graphs)[0]
             sequences = [list(p) + s for p, s in zip(spec_prompts, seqs)]
             for cls in (OracleDrafter, AlwaysWrongDrafter):
                 drafter = cls(sequences, cfg.vocab, inner=new_inner(C) if new_inner else None)

@@ -22,6 +22,11 @@ def _rows(records: list[dict], key: str, cells, n_cells: int) -> list[list[str]]
             for r in records]
 
 
+def _replays(r: dict) -> str:
+    g = r.get("graphs") or {}
+    return f"{g.get('replays', 0)}/{g.get('captures', 0)}/{g.get('eager_steps', 0)}"
+
+
 def format_report(report: dict) -> str:
     s = report["settings"]
     out = [f"model {report['model']} ({report['arch']}, {report['n_layer']} layers, vocab {report['vocab']}, "
@@ -29,19 +34,20 @@ def format_report(report: dict) -> str:
            f"loaded in {report['load_s']:.1f} s",
            f"prompt {s['prompt_len']} tokens; medians of {s['steps']} steps after {s['warmup']} warm-up steps; "
            "build = Python packing the batch, launch = inside model.forward, wait = until the device is done, "
-           "sample = argmax to host", ""]
+           "sample = argmax to host; graphs = replays/captures/eager forwards (luce.models.graphed_forward)", ""]
     if report.get("ar"):
-        out += _table("AR decode", ["C", "tok/s", "step ms", "build ms", "launch ms", "wait ms", "sample ms", "steps"],
+        out += _table("AR decode", ["C", "tok/s", "step ms", "build ms", "launch ms", "wait ms", "sample ms", "steps",
+                                    "graphs"],
                       _rows(report["ar"], "concurrency", lambda r: [
-                          _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r["build_ms"], 3), _f(r["launch_ms"]),
-                          _f(r["wait_ms"]), _f(r["sample_ms"], 3), str(r["steps"])], 8))
+                          _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r["build_ms"], 3), _f(r["launch_ms"], 3),
+                          _f(r["wait_ms"]), _f(r["sample_ms"], 3), str(r["steps"]), _replays(r)], 9))
     if report.get("verify"):
         out += _table(f"Verify (one slot, DDTree rows, mode {s['spec_mode']}; x AR = multiple of the C=1 AR step, "
                       f"{_f(report.get('verify_ar_step_ms', float('nan')))} ms)",
-                      ["width", "depth", "step ms", "x AR", "build ms", "launch ms", "wait ms", "steps"],
+                      ["width", "depth", "step ms", "x AR", "build ms", "launch ms", "wait ms", "steps", "graphs"],
                       _rows(report["verify"], "width", lambda r: [
                           str(r["tree_depth"]), _f(r["step_ms"]), _f(r["x_ar_step"]), _f(r["build_ms"], 3),
-                          _f(r["launch_ms"]), _f(r["wait_ms"]), str(r["steps"])], 8))
+                          _f(r["launch_ms"], 3), _f(r["wait_ms"]), str(r["steps"]), _replays(r)], 9))
     if report.get("draft_pass"):
         out += _table(f"Draft pass ({report['draft']})", ["C", "pass ms", "steps"],
                       _rows(report["draft_pass"], "concurrency", lambda r: [_f(r["pass_ms"]), str(r["steps"])], 3))
@@ -49,11 +55,11 @@ def format_report(report: dict) -> str:
         draft = f"real draft {report['draft']} run and discarded" if report.get("draft") else "no draft cost"
         out += _table(f"Speculation bounds (mode {s['spec_mode']}, steady steps only; {draft})",
                       ["drafter", "C", "tok/s", "step ms", "tok/step", "accept len", "rows/verify", "steps",
-                       "output = AR"],
+                       "output = AR", "graphs"],
                       _rows(report["spec"], "drafter", lambda r: [
                           str(r["concurrency"]), _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r["tokens_per_step"]),
                           _f(r["acceptance_length"]), _f(r["rows_per_verify"], 1), str(r["steps"]),
-                          f"{_f(r['matches_ar'])} ({r['misses']} misses)"], 9))
+                          f"{_f(r['matches_ar'])} ({r['misses']} misses)", _replays(r)], 10))
     mem = report.get("memory", {})
     if mem:
         out.append("memory: " + ", ".join(f"{k}={v}" for k, v in mem.items()))

@@ -33,6 +33,7 @@ from luce.engine.slots import SlotManager
 from luce.engine.state_slots import StateSlots
 from luce.engine.step import ROW_TREE, Cohort, StepBatch, StepBuilder
 from luce.engine.txn import Reject, Transaction
+from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
 from luce.spec.config import SpecConfig
 
@@ -47,6 +48,7 @@ class EngineConfig:
     max_snapshots: int = 0        # snapshot table entries (prefix cache, rollback)
     pad_steps: bool = True        # pad shapes to replay-key buckets
     capture_state: bool = False   # keep the cohort's recurrent state per step so abort restores it
+    cuda_graphs: bool = True      # replay captured graphs for decode / verify steps (backends that can)
     seed: int = 0                 # requests without a seed get one drawn from (seed, submission number)
     spec: SpecConfig | None = None  # speculative decoding (None or spec='off': plain decoding)
 
@@ -97,6 +99,7 @@ class Engine:
         loaded on the model's backend)."""
         self.config = config = replace(config or EngineConfig(), **overrides)
         self.model = model
+        self.forward = GraphedForward(model, enabled=config.cuda_graphs)   # model.forward, graphed on GPUs
         self.spec = self._speculation(config, drafter, draft_model)
         self.tokenizer = tokenizer
         self.vocab = int(model.config.vocab)
@@ -194,7 +197,7 @@ class Engine:
             return self._fail(cohort, f"preflight rejected the step: {plan.reason}")
         try:
             self._hook("before_forward", step)
-            out = self.model.forward(step.forward, self.model_state)
+            out = self.forward(step.forward, self.model_state)
             self._hook("after_forward", step)
             logits, choice = self._logits(step, out.logits)
             tokens = self._sample(step, logits, choice)
@@ -215,7 +218,8 @@ class Engine:
 
         if drafter is None:
             drafter = make_drafter(config.spec, self.model, config.max_slots, config.ctx, draft_model=draft_model)
-        return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx)
+        return EngineSpeculation(Speculator(config.spec, self.model, drafter, graphs=config.cuda_graphs),
+                                 config.token_budget, config.ctx)
 
     def _verify(self, step: StepBatch, logits, choice, out, tokens: dict) -> dict[int, int]:
         """Speculation after the forward pass: accept every tree (its tokens join `tokens`),
@@ -346,6 +350,18 @@ class Engine:
             self.step()
             n += 1
         return n
+
+    def graph_counters(self) -> dict[str, int]:
+        """Graph replay counters of the target's forward, its tree commits and the draft
+        model's forward (summed)."""
+        total = dict(self.forward.counters)
+        speculator = getattr(self.spec, "speculator", None)
+        drafter = getattr(speculator, "drafter", None)
+        draft_forward = getattr(drafter, "forward", None) or getattr(getattr(drafter, "inner", None), "forward", None)
+        for owner in (getattr(speculator, "committer", None), draft_forward):
+            for name, n in getattr(owner, "counters", {}).items():
+                total[name] = total.get(name, 0) + n
+        return total
 
     def gauges(self) -> dict[str, int]:
         """Current occupancy: slots, queue, KV pages."""

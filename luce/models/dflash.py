@@ -195,6 +195,12 @@ class DFlashDraft:
             k, v = self._keys_values(layer, ctx, batch.positions)
             be.kv_write(state.kv[il], batch, k, v)
 
+    @property
+    def graphs_multi_row_segments(self) -> bool:
+        """Block segments are many rows; without GDN layers or DFlash2 convs nothing in the
+        pass depends on where they start, so a graph may hold them (luce.models.graphed_forward)."""
+        return all(layer.attn_conv is None and layer.ffn_conv is None for layer in self.layers)
+
     def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
         """Draft pass over block rows (one segment per slot: [last, MASK, ...] at positions
         start.., the slot's context rows 0..start-1 already injected). Returns the logits of

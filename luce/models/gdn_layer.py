@@ -149,6 +149,16 @@ def qkv_heads(b, mixed, n: int, d: GDNDims):
     return q, k, v.reshape(n, d.n_v_heads, d.head_dim)
 
 
+def single_row_segments(batch) -> bool:
+    """Is every live segment one row that is not a tree node (AR rows, one-row prompt tails)?
+    Those take the recurrent step from their slot's state, all in one call."""
+    n = np.diff(batch.qo_indptr)
+    live = batch.seq_slots >= 0
+    if not np.all(n[live] == 1):
+        return False
+    return batch.tree_parents is None or not np.any(np.asarray(batch.tree_parents) >= 0)
+
+
 def gdn_mixer(backend, w: GDNWeights, x, batch, recurrent, il: int, dims: GDNDims, rms_eps: float,
               tree_mode: str = "factor"):
     """Gated DeltaNet layer il over all rows: x [T, hidden] (normed) -> [T, hidden].
@@ -161,6 +171,14 @@ def gdn_mixer(backend, w: GDNWeights, x, batch, recurrent, il: int, dims: GDNDim
     z = b.matmul(x, w.gate).reshape(T, d.n_v_heads, d.head_dim)
     beta = b.sigmoid(b.matmul(x, w.beta))                               # [T, Hv]
     g = b.mul(b.softplus(b.add(b.matmul(x, w.alpha), w.dt_bias)), w.ssm_a)
+
+    if single_row_segments(batch):   # decode: one launch per op over every slot, state in place
+        conv_pool, gdn_pool = recurrent.pools(il)
+        mixed = b.conv1d_segments(qkv, w.conv, conv_pool, batch)
+        q, k, v = qkv_heads(b, mixed, T, d)
+        o = b.gdn_recurrent_segments(q, k, v, g, beta, gdn_pool, batch)
+        normed = b.gated_rmsnorm(o, z, w.norm, rms_eps)
+        return b.matmul(normed.reshape(T, d.value_dim), w.out)
 
     outputs = []
     for s in range(batch.n_segments):

@@ -2,8 +2,10 @@
 
 For every Gated DeltaNet layer and every slot: the conv window `conv [K-1, C] f32` (the
 last K-1 inputs of the causal conv1d, oldest first) and the delta-rule state
-`gdn [Hv, Dk, Dv] f32`. Both are backend arrays; the GDN ops return new arrays, which
-replace the old ones (`store`), so a snapshot is just the references of one slot.
+`gdn [Hv, Dk, Dv] f32`. They live in one resident pool per layer and kind
+(`pools(il)`: conv [slots, K-1, C], gdn [slots, Hv, Dk, Dv]) at fixed addresses, which the
+one-launch decode ops update in place and a captured graph keeps; `conv(il, slot)` is a view
+of a slot, `store` copies an op's result into it, a snapshot is a copy.
 A fresh or reset slot holds zeros, which is what transformers starts a sequence from.
 
 Tree verify (speculation) leaves a slot's state as it is and stages, per layer, what the
@@ -35,11 +37,9 @@ class RecurrentState:
         self.max_slots = max_slots
         self.conv_shape = tuple(conv_shape)   # (K-1, C)
         self.gdn_shape = tuple(gdn_shape)     # (Hv, Dk, Dv)
-        self._conv: dict[int, list[Any]] = {il: [None] * max_slots for il in self.gdn_layers}
-        self._gdn: dict[int, list[Any]] = {il: [None] * max_slots for il in self.gdn_layers}
+        self._conv: dict[int, Any] = {il: backend.zeros((max_slots, *self.conv_shape)) for il in self.gdn_layers}
+        self._gdn: dict[int, Any] = {il: backend.zeros((max_slots, *self.gdn_shape)) for il in self.gdn_layers}
         self._pending: dict[int, dict[int, Any]] = {}   # slot -> {layer: PendingTree}
-        for slot in range(max_slots):
-            self.reset_slot(slot)
 
     def _check(self, layer: int, slot: int) -> None:
         if layer not in self._conv:
@@ -58,14 +58,19 @@ class RecurrentState:
         self._check(layer, slot)
         return self._gdn[layer][slot]
 
+    def pools(self, layer: int):
+        """(conv [slots, K-1, C], gdn [slots, Hv, Dk, Dv]) of a GDN layer, updated in place."""
+        self._check(layer, 0)
+        return self._conv[layer], self._gdn[layer]
+
     def store(self, layer: int, slot: int, conv, gdn) -> None:
-        """Replace (layer, slot)'s state with the arrays an op returned."""
+        """Write the arrays an op returned into (layer, slot)'s state."""
         self._check(layer, slot)
         if tuple(conv.shape) != self.conv_shape or tuple(gdn.shape) != self.gdn_shape:
             raise ValueError(f"state shapes {tuple(conv.shape)}, {tuple(gdn.shape)} != "
                              f"expected {self.conv_shape}, {self.gdn_shape}")
-        self._conv[layer][slot] = conv
-        self._gdn[layer][slot] = gdn
+        self.backend.copy_into(self._conv[layer][slot], conv)
+        self.backend.copy_into(self._gdn[layer][slot], gdn)
 
     def reset_slot(self, slot: int) -> None:
         """Zero every layer's state of `slot` (a new sequence starts there)."""
@@ -73,14 +78,15 @@ class RecurrentState:
             raise IndexError(f"slot {slot} out of range [0, {self.max_slots})")
         self._pending.pop(slot, None)
         for il in self.gdn_layers:
-            self._conv[il][slot] = self.backend.zeros(self.conv_shape)
-            self._gdn[il][slot] = self.backend.zeros(self.gdn_shape)
+            self.backend.copy_into(self._conv[il][slot], self.backend.zeros(self.conv_shape))
+            self.backend.copy_into(self._gdn[il][slot], self.backend.zeros(self.gdn_shape))
 
     def snapshot(self, slot: int) -> SlotSnapshot:
-        """The slot's current state (references: ops never modify arrays in place)."""
+        """A copy of the slot's current state."""
         if not 0 <= slot < self.max_slots:
             raise IndexError(f"slot {slot} out of range [0, {self.max_slots})")
-        return SlotSnapshot({il: (self._conv[il][slot], self._gdn[il][slot]) for il in self.gdn_layers})
+        return SlotSnapshot({il: (self.backend.asarray(self._conv[il][slot]), self.backend.asarray(self._gdn[il][slot]))
+                             for il in self.gdn_layers})
 
     def restore(self, slot: int, snap: SlotSnapshot) -> None:
         """Put a snapshot (of any slot) back into `slot`."""
@@ -97,6 +103,17 @@ class RecurrentState:
 
     def has_tree(self, slot: int) -> bool:
         return bool(self._pending.get(slot))
+
+    def staged(self, slot: int) -> dict:
+        """{layer: PendingTree} staged for `slot` (a graph keeps it to re-stage on replay)."""
+        return dict(self._pending.get(slot, {}))
+
+    def restage(self, slot: int, staged: dict, parents) -> None:
+        """Stage `staged` again for `slot` with this step's tree `parents` (a replayed graph
+        wrote the same device arrays; only the host-side parents change)."""
+        import dataclasses
+
+        self._pending[slot] = {il: dataclasses.replace(p, parents=parents) for il, p in staged.items()}
 
     def drop_tree(self, slot: int) -> None:
         """Forget a staged tree (its step was aborted, or nothing of it is kept)."""
@@ -115,8 +132,13 @@ class RecurrentState:
             return
         if set(staged) != set(self.gdn_layers):
             raise ValueError(f"slot {slot}: tree staged for layers {sorted(staged)}, expected {list(self.gdn_layers)}")
-        updates = {il: commit_layer(self.backend, staged[il], self._conv[il][slot], self._gdn[il][slot], path)
-                   for il in self.gdn_layers}
-        for il, (conv, gdn) in updates.items():
-            self.store(il, slot, conv, gdn)
+        in_place = getattr(self.backend, "gdn_tree_commit_into", None)
+        if in_place is not None:   # straight into the pools (path may be a graphed commit's arena array)
+            for il in self.gdn_layers:
+                in_place(staged[il], self._conv[il][slot], self._gdn[il][slot], path)
+        else:
+            updates = {il: commit_layer(self.backend, staged[il], self._conv[il][slot], self._gdn[il][slot], path)
+                       for il in self.gdn_layers}
+            for il, (conv, gdn) in updates.items():
+                self.store(il, slot, conv, gdn)
         del self._pending[slot]

@@ -27,15 +27,34 @@ import numpy as np
 from luce.models.batch import ForwardBatch
 
 
+def local_tree_parents(batch) -> np.ndarray:
+    """[T] int64: each row's parent as a row of its own segment (-1 for roots, ordinary and
+    padding rows), computed once per batch. segment_tree_parents hands out views of it (a
+    GPU backend mirrors the array once per step, luce/ops/cuda_step_meta.py)."""
+    cached = batch.__dict__.get("_local_tree_parents")
+    if cached is not None:
+        return cached
+    out = np.full(batch.n_rows, -1, dtype=np.int64)
+    if batch.tree_parents is not None:
+        for s in range(batch.n_segments):
+            r0, r1 = batch.segment_rows(s)
+            if batch.seq_slots[s] >= 0 and r1 > r0:
+                parents = np.asarray(batch.tree_parents[r0:r1], dtype=np.int64)
+                out[r0:r1] = np.where(parents >= 0, parents - r0, -1)
+    batch.__dict__["_local_tree_parents"] = out
+    return out
+
+
 def segment_tree_parents(batch, s: int) -> np.ndarray | None:
-    """Local parents [n] int64 (root -1) of segment s if it is a tree segment, else None."""
+    """Local parents [n] int64 (root -1) of segment s if it is a tree segment, else None
+    (a view of local_tree_parents(batch))."""
     if batch.tree_parents is None or batch.seq_slots[s] < 0:
         return None
     r0, r1 = batch.segment_rows(s)
-    parents = np.asarray(batch.tree_parents[r0:r1], dtype=np.int64)
+    parents = local_tree_parents(batch)[r0:r1]
     if not (parents >= 0).any():
         return None
-    return np.where(parents >= 0, parents - r0, -1)
+    return parents
 
 
 def tree_depths(parents: np.ndarray) -> np.ndarray:
@@ -89,40 +108,50 @@ def ordinary_view(batch):
     return dataclasses.replace(batch, seq_slots=slots, tree_parents=None)
 
 
-def commit_tree_kv(state, pages, prefix_len: int, path) -> None:
-    """Move the accepted tree rows' K/V into place in every attention layer: the row of the
-    path's d-th node (KV index prefix_len + path[d]) goes to prefix_len + d. pages: the
-    slot's pages [P]. Ascending d never overwrites a later source (path[d] >= d), so the
-    moves may run all at once (`backend.kv_move_rows` of the state's backend)."""
+def tree_kv_moves(pages, prefix_len: int, path) -> tuple[np.ndarray, np.ndarray]:
+    """The KV row moves of committing `path`: (src, dst) [n] int64 flat rows (page *
+    PAGE_SIZE + offset); the row of the path's d-th node (KV index prefix_len + path[d])
+    goes to prefix_len + d, for the nodes not already in place."""
     from luce.models.kv_cache import PAGE_SIZE
 
-    pages = np.asarray(pages, dtype=np.int64)
-    moves = [(prefix_len + int(node), prefix_len + d) for d, node in enumerate(path) if int(node) != d]
-    if not moves:
-        return
-    if any(node < d for d, node in enumerate(path)):
+    if any(int(node) < d for d, node in enumerate(path)):
         raise ValueError(f"tree path {list(path)} is not a root path (node ids grow with depth)")
-    src = np.array([m[0] for m in moves])
-    dst = np.array([m[1] for m in moves])
+    pages = np.asarray(pages, dtype=np.int64)
+    src = np.array([prefix_len + int(node) for d, node in enumerate(path) if int(node) != d], dtype=np.int64)
+    dst = np.array([prefix_len + d for d, node in enumerate(path) if int(node) != d], dtype=np.int64)
+    flat = lambda idx: pages[idx // PAGE_SIZE] * PAGE_SIZE + idx % PAGE_SIZE  # noqa: E731
+    return flat(src), flat(dst)
+
+
+def commit_tree_kv(state, pages, prefix_len: int, path, moves=None) -> None:
+    """Move the accepted tree rows' K/V into place in every attention layer (tree_kv_moves,
+    or `moves` computed by it). Ascending d never overwrites a later source (path[d] >= d),
+    so the moves may run all at once (`backend.kv_move_rows` of the state's backend)."""
+    from luce.models.kv_cache import PAGE_SIZE
+
+    src, dst = tree_kv_moves(pages, prefix_len, path) if moves is None else moves
+    if not len(src):
+        return
     backend = getattr(state, "backend", None)
     for kv in state.kv.values():
         if backend is not None:
-            flat = lambda idx: pages[idx // PAGE_SIZE] * PAGE_SIZE + idx % PAGE_SIZE  # noqa: E731
-            backend.kv_move_rows(kv, flat(src), flat(dst))
+            backend.kv_move_rows(kv, src, dst)
             continue
         for a, b in zip(src, dst):  # host pages: in order, each move reads a row no earlier move wrote
-            k, v = kv.read(pages[[a // PAGE_SIZE]], np.array([a % PAGE_SIZE]))
-            kv.write(pages[[b // PAGE_SIZE]], np.array([b % PAGE_SIZE]), k, v)
+            k, v = kv.read(np.array([a // PAGE_SIZE]), np.array([a % PAGE_SIZE]))
+            kv.write(np.array([b // PAGE_SIZE]), np.array([b % PAGE_SIZE]), k, v)
 
 
-def commit_tree_rows(state, slot: int, pages, prefix_len: int, path) -> None:
+def commit_tree_rows(state, slot: int, pages, prefix_len: int, path, moves=None) -> None:
     """Commit a verified tree's accepted root path (node ids, root first) for `slot`: KV rows
     into place and, for hybrid models, the recurrent state advanced along the path. A slot
-    whose tree was the root alone (an AR row) has nothing pending and path must be (0,)."""
-    path = [int(p) for p in path]
-    if not path or path[0] != 0:
-        raise ValueError(f"a committed tree path starts at the root (node 0), got {path}")
-    commit_tree_kv(state, pages, prefix_len, path)
+    whose tree was the root alone (an AR row) has nothing pending and path must be (0,).
+    `path` may be an array the caller mirrors on the device (luce.models.graphed_commit):
+    it is handed down as given; `moves` are tree_kv_moves' (src, dst) when precomputed."""
+    nodes = [int(p) for p in path]
+    if not nodes or nodes[0] != 0:
+        raise ValueError(f"a committed tree path starts at the root (node 0), got {nodes}")
+    commit_tree_kv(state, pages, prefix_len, nodes, moves)
     recurrent = state.recurrent
     if recurrent is not None and hasattr(recurrent, "commit_tree"):
-        recurrent.commit_tree(slot, path)
+        recurrent.commit_tree(slot, path if isinstance(path, np.ndarray) else nodes)

@@ -39,6 +39,9 @@ class Backend(Protocol):
     def zeros(self, shape: Sequence[int], dtype=np.float32) -> Array:
         """Zero-filled backend array."""
 
+    def copy_into(self, dst: Array, src: Array) -> None:
+        """Write src into dst (same shape) in place (per-slot state pools)."""
+
     def load_weight(self, gguf, name: str) -> Weight:
         """Matrix `name` of a luce.gguf.reader.GGUFModel, numpy shape [N, K], ready for
         `matmul` and `embedding` (numpy: dequantized to f32 once, here)."""
@@ -131,6 +134,16 @@ class Backend(Protocol):
         1/sqrt(Dk)), v [T, Hv, Dv], g, beta [T, Hv], state [Hv, Dk, Dv] f32
         -> (o [T, Hv, Dv], new_state). Per token: h = exp(g) h; u = beta (v - h^T k);
         h += k u^T; o = h^T q."""
+
+    def conv1d_segments(self, x: Array, weight: Array, pool: Array, batch, silu: bool = True) -> Array:
+        """causal_conv1d of every live segment of `batch` in one call: x [T, C] its rows,
+        pool [slots, K-1, C]; segment s reads pool[seq_slots[s]] and leaves its new window
+        there (in place) -> y [T, C]."""
+
+    def gdn_recurrent_segments(self, q: Array, k: Array, v: Array, g: Array, beta: Array, pool: Array,
+                               batch) -> Array:
+        """gdn_recurrent of every live segment of `batch` in one call from pool[seq_slots[s]]
+        ([slots, Hv, Dk, Dv], updated in place) -> o [T, Hv, Dv]."""
 
     def gdn_chunked(self, q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array,
                     chunk: int = 64) -> tuple[Array, Array]:

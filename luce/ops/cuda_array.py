@@ -60,12 +60,49 @@ class DeviceAllocator:
         self._free[size].append(ptr)
 
 
+class GraphAllocator:
+    """The blocks of one captured graph: taken from `parent`, reused only by this graph's own
+    capture (stream order inside one graph is its node order), handed back to `parent` when
+    the graph is dropped (`close`; blocks still referenced go back when they die)."""
+
+    def __init__(self, parent: DeviceAllocator):
+        self.parent = parent
+        self._free: dict[int, list[int]] = defaultdict(list)
+        self.owned_bytes = 0
+        self.closed = False
+
+    def alloc(self, nbytes: int) -> tuple[int, int]:
+        if self.closed:
+            raise RuntimeError("allocation from a dropped graph's pool")
+        size = bucket_bytes(nbytes)
+        free = self._free[size]
+        if free:
+            return free.pop(), size
+        ptr, size = self.parent.alloc(nbytes)
+        self.owned_bytes += size
+        return ptr, size
+
+    def release(self, ptr: int, size: int) -> None:
+        if self.closed:
+            self.parent.release(ptr, size)
+        else:
+            self._free[size].append(ptr)
+
+    def close(self) -> None:
+        """Give every free block back to the parent (the graph will not run again)."""
+        self.closed = True
+        for size, ptrs in self._free.items():
+            for ptr in ptrs:
+                self.parent.release(ptr, size)
+        self._free.clear()
+
+
 class Block:
     """One allocation; returned to its allocator when the last array using it dies."""
 
     __slots__ = ("ptr", "size", "allocator")
 
-    def __init__(self, allocator: DeviceAllocator, nbytes: int):
+    def __init__(self, allocator, nbytes: int):
         self.allocator = allocator
         self.ptr, self.size = allocator.alloc(nbytes)
 
@@ -89,6 +126,7 @@ class StagingRing:
                        for _ in range(2)]
         self.recorded = [False, False]
         self.current, self.offset = 0, 0
+        self.forbidden = False   # set while a graph is captured: a copy from the ring would replay stale bytes
 
     def _switch(self) -> None:
         rt = _rt()
@@ -105,6 +143,10 @@ class StagingRing:
         n = host.nbytes
         if n == 0:
             return
+        if self.forbidden:
+            from luce.ops.cuda_graph import GraphUnsafe
+
+            raise GraphUnsafe("a host upload inside a graph capture")
         if n > self.half:  # big (weights, large inputs): pageable copy, then wait for it
             check(rt.cudaMemcpyAsync(dst, host.ctypes.data, n, rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
                                      self.stream), "cudaMemcpyAsync H2D")
@@ -162,6 +204,17 @@ class CudaArray:
         if math.prod(shape) != self.size:
             raise ValueError(f"cannot reshape array of size {self.size} {self.shape} into {tuple(shape)}")
         return CudaArray(self.block, self.ptr, shape, self.dtype, self.backend)
+
+    def __getitem__(self, i) -> "CudaArray":
+        """x[i] for an int i: a view of row i (what a per-slot state pool hands out)."""
+        if not isinstance(i, (int, np.integer)) or not self.shape:
+            raise TypeError(f"CudaArray supports x[int] row views only, got {i!r}")
+        n = self.shape[0]
+        i = int(i) + n if i < 0 else int(i)
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} outside [0, {n})")
+        row = self.nbytes // n if n else 0
+        return CudaArray(self.block, self.ptr + i * row, self.shape[1:], self.dtype, self.backend)
 
     def to_numpy(self) -> np.ndarray:
         return self.backend.to_numpy(self)

@@ -18,9 +18,11 @@ from typing import Sequence
 import numpy as np
 
 from luce.ops.cuda_array import Block, CudaArray, DeviceAllocator, StagingRing
+from luce.ops.cuda_graph import GraphMixin
 from luce.ops.cuda_memory import check
 from luce.ops.cuda_sampling_ops import SamplingOps
 from luce.ops.cuda_sequence_ops import SequenceOps
+from luce.ops.cuda_step_meta import Mirrors
 
 DTYPES = (np.float32, np.int32, np.int64)
 
@@ -57,11 +59,12 @@ def _qtype_name(qtype: int) -> str:
         return f"ggml type {qtype}"
 
 
-class CudaBackend(SequenceOps, SamplingOps):
+class CudaBackend(SequenceOps, SamplingOps, GraphMixin):
     """luce.ops.api.Backend on one CUDA device; Array = CudaArray, Weight = QuantWeight."""
 
     name = "cuda"
     supports_tree_rows = True
+    supports_graphs = True
 
     def __init__(self, tree_kernels: bool = True):
         """tree_kernels=False keeps tree rows on the host references even when the tree
@@ -76,7 +79,9 @@ class CudaBackend(SequenceOps, SamplingOps):
         self.allocator = DeviceAllocator()
         self.staging = StagingRing(self.stream)
         self.matmul_qtypes = dict(_cuda_matmul.QTYPES)
+        self.mirrors = Mirrors()
         self._init_sequence_ops(tree_kernels)
+        self._init_graphs()
 
     # ---- memory ---------------------------------------------------------------------------
     def empty(self, shape: Sequence[int], dtype=np.float32) -> CudaArray:
@@ -91,9 +96,27 @@ class CudaBackend(SequenceOps, SamplingOps):
         host = np.ascontiguousarray(host)
         if host.dtype not in DTYPES:
             raise TypeError(f"device arrays are float32, int32 or int64, got {host.dtype}")
+        if self.capturing:
+            return self._upload_for_graphs(host)
         out = self.empty(host.shape, host.dtype)
         self.staging.upload(out.ptr, host)
+        self._recorded(host, out)
         return out
+
+    def _dev(self, host, dtype) -> CudaArray:
+        """A host index array as a device array of `dtype`: the step arena's copy when `host`
+        is (a view of) a mirrored batch array, else an upload."""
+        found = self.mirrors.find(host)
+        if found is not None and found.dtype == np.dtype(dtype):
+            return found
+        return self.upload(np.asarray(host, dtype=dtype))
+
+    def copy_into(self, dst: CudaArray, src) -> None:
+        src = src if isinstance(src, CudaArray) else self.upload(np.asarray(src, dtype=dst.dtype))
+        if src.shape != dst.shape or src.dtype != dst.dtype:
+            raise ValueError(f"copy_into: {src.shape} {src.dtype} into {dst.shape} {dst.dtype}")
+        if src.ptr != dst.ptr:
+            self.memcpy(dst.ptr, src.ptr, dst.nbytes)
 
     def asarray(self, x) -> CudaArray:
         if isinstance(x, CudaArray):
@@ -191,7 +214,7 @@ class CudaBackend(SequenceOps, SamplingOps):
         if ids.size and (ids.min() < 0 or ids.max() >= table.n):
             raise IndexError(f"token id out of range [0, {table.n}): {ids.min()}..{ids.max()}")
         out = self.empty((ids.size, table.k))
-        dev_ids = self.upload(ids.astype(np.int32))
+        dev_ids = self._dev(token_ids, np.int32)
         for t0 in range(0, ids.size, ke.MAX_TOKENS):
             t = min(ke.MAX_TOKENS, ids.size - t0)
             ke.embedding(table.ptr, dev_ids.ptr + 4 * t0, out.ptr + 4 * t0 * table.k, table.n, table.k,
@@ -319,6 +342,8 @@ class CudaBackend(SequenceOps, SamplingOps):
         from luce import _cuda_gather as kg
 
         x = x if isinstance(x, CudaArray) else self.asarray(x)
+        mirrored = self.mirrors.find(rows)
+        host_rows = rows
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         if rows.size and (rows.min() < 0 or rows.max() >= x.shape[0]):
             raise IndexError(f"take_rows: row ids {rows.min()}..{rows.max()} outside [0, {x.shape[0]})")
@@ -326,10 +351,10 @@ class CudaBackend(SequenceOps, SamplingOps):
         row_bytes = x.nbytes // max(x.shape[0], 1)
         if rows.size == 0 or row_bytes == 0:
             return out
-        if np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):  # a range: one copy
+        if mirrored is None and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):  # a range: one copy
             self.memcpy(out.ptr, x.ptr + int(rows[0]) * row_bytes, out.nbytes)
             return out
-        idx = self.upload(rows)
+        idx = self._dev(host_rows, np.int64)  # step rows (logits) from the arena: the same launch every step
         kg.gather(x.ptr, out.ptr, idx.ptr, 0, rows.size, row_bytes, row_bytes, row_bytes, self.stream)
         return out
 
@@ -354,7 +379,7 @@ class CudaBackend(SequenceOps, SamplingOps):
             raise ValueError(f"rope: positions {pos.shape} do not fit x {x.shape} (sections {tuple(sections)})")
         out = self.empty(x.shape)
         if x.size:
-            ke.rotary(x.ptr, out.ptr, self.upload(pos).ptr, x.shape[0], x.shape[1], x.shape[2], rope_dim, theta,
+            ke.rotary(x.ptr, out.ptr, self._dev(positions, np.int32).ptr, x.shape[0], x.shape[1], x.shape[2], rope_dim, theta,
                       tuple(sections), n_pos, stream=self.stream)
         return out
 

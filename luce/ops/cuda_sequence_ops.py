@@ -1,8 +1,8 @@
 """The CUDA backend's sequence ops: paged KV writes and moves, attention over the batch's
 CSR, causal conv1d and the Gated DeltaNet delta rule (mixed into CudaBackend).
 
-Per call, the ForwardBatch metadata is uploaded (one packed int32 copy through the pinned
-ring); a fixed metadata arena comes with graph replay. Tree rows run on the tree kernels
+The ForwardBatch metadata (CSR, slots, KV destinations, parents) is read from the step's
+arena (luce/ops/cuda_step_meta.py: one upload per step, fixed addresses in a graph). Tree rows run on the tree kernels
 when the build has them (attention `tree_parents`, and the GDN tree verify / commit of
 luce/ops/cuda_tree_ops.py as the luce.models.gdn_tree hooks), which keep tree nodes bitwise
 equal to AR decoding. Host fallbacks, each named where it is taken:
@@ -18,6 +18,8 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+
+from luce.ops.cuda_step_meta import meta_of
 
 ATTENTION_HEAD_DIMS = (64, 128, 256)
 ATTENTION_MAX_GROUP = 16
@@ -50,7 +52,7 @@ class SequenceOps:
         gdn_tree_verify, gdn_tree_commit; None makes gdn_tree take its host path)."""
         on = bool(on) and self.tree_kernels_available()
         self.tree_attention_kernel = on
-        for name in ("conv1d_tree", "gdn_tree_verify", "gdn_tree_commit"):
+        for name in ("conv1d_tree", "gdn_tree_verify", "gdn_tree_commit", "gdn_tree_commit_into"):
             if on:
                 self.__dict__.pop(name, None)
             else:
@@ -72,6 +74,11 @@ class SequenceOps:
 
         return cuda_tree_ops.gdn_tree_commit(self, pending, conv_state, gdn_state, path)
 
+    def gdn_tree_commit_into(self, pending, conv_state, gdn_state, path):
+        from luce.ops import cuda_tree_ops
+
+        return cuda_tree_ops.gdn_tree_commit_into(self, pending, conv_state, gdn_state, path)
+
     def _host_fallback(self, op: str, why: str) -> None:
         if op not in self.host_fallbacks and not op.startswith("tree"):
             warnings.warn(f"CUDA backend: {op} runs on the host ({why})", RuntimeWarning, stacklevel=3)
@@ -91,18 +98,17 @@ class SequenceOps:
     def kv_write(self, kv, batch, k, v) -> None:
         from luce import _cuda_gather as kg
 
-        pages, offsets, _ = batch.row_kv_locations()
-        page_size = kv.k.shape[1]
-        dst = np.where(pages >= 0, pages * page_size + offsets, -1).astype(np.int64)
-        if not (dst >= 0).any():
+        meta = meta_of(self, batch)
+        if not meta.has_kv_rows:
             return
         k, v = self._f32(k), self._f32(v)
+        T = batch.n_rows
         row_bytes = 4 * kv.k.shape[2] * kv.k.shape[3]
-        if k.nbytes != len(dst) * row_bytes or v.nbytes != k.nbytes:
-            raise ValueError(f"kv_write: k {k.shape}, v {v.shape} do not fit {len(dst)} rows of the pages {kv.k.shape}")
-        idx = self.upload(dst)
+        if k.nbytes != T * row_bytes or v.nbytes != k.nbytes:
+            raise ValueError(f"kv_write: k {k.shape}, v {v.shape} do not fit {T} rows of the pages {kv.k.shape}")
+        dst = meta.ptr("kv_dst")   # [T] int64 flat KV row of each row, -1 on padding
         for src, pool in ((k, kv.k), (v, kv.v)):
-            kg.gather(src.ptr, pool.ptr, 0, idx.ptr, len(dst), row_bytes, row_bytes, row_bytes, self.stream)
+            kg.gather(src.ptr, pool.ptr, 0, dst, T, row_bytes, row_bytes, row_bytes, self.stream)
 
     def kv_move_rows(self, kv, src_rows: np.ndarray, dst_rows: np.ndarray) -> None:
         """KV rows (flat: page * PAGE_SIZE + offset) src_rows[i] -> dst_rows[i] in k and v,
@@ -117,12 +123,11 @@ class SequenceOps:
         if src.size == 0:
             return
         row_bytes = 4 * kv.k.shape[2] * kv.k.shape[3]
-        idx = self.upload(np.concatenate([src, dst]))
+        src_dev, dst_dev = self._dev(src_rows, np.int64), self._dev(dst_rows, np.int64)  # arena copies in a graph
         scratch = self.empty((src.size, row_bytes // 4))
         for pool in (kv.k, kv.v):
-            kg.gather(pool.ptr, scratch.ptr, idx.ptr, 0, src.size, row_bytes, row_bytes, row_bytes, self.stream)
-            kg.gather(scratch.ptr, pool.ptr, 0, idx.ptr + 8 * src.size, src.size, row_bytes, row_bytes, row_bytes,
-                      self.stream)
+            kg.gather(pool.ptr, scratch.ptr, src_dev.ptr, 0, src.size, row_bytes, row_bytes, row_bytes, self.stream)
+            kg.gather(scratch.ptr, pool.ptr, 0, dst_dev.ptr, src.size, row_bytes, row_bytes, row_bytes, self.stream)
 
     # ---- attention --------------------------------------------------------------------------------
     def attention(self, q, kv, batch, scale: float, causal: bool = True):
@@ -133,6 +138,8 @@ class SequenceOps:
         Hkv = kv.k.shape[2]
         parents = getattr(batch, "tree_parents", None)
         has_tree = parents is not None and bool((np.asarray(parents) >= 0).any())
+        if parents is not None and not self.tree_attention_kernel:
+            parents = None   # no tree rows (all -1): the plain kernel
         if has_tree and not self.tree_attention_kernel:
             self._host_fallback("tree attention", "the attention kernel has no tree_parents yet")
             return self._host_attention(q, kv, batch, scale, causal)
@@ -141,21 +148,18 @@ class SequenceOps:
                                              f"{Hq} query / {Hkv} KV heads (kernel: group <= {ATTENTION_MAX_GROUP})")
             return self._host_attention(q, kv, batch, scale, causal)
         S = batch.n_segments
-        kv_lens = [batch.kv_len(s) for s in range(S) if batch.seq_slots[s] >= 0]
+        meta = meta_of(self, batch)
+        max_kv = meta.max_kv   # sizes the grid only: a row's result depends on its own keys
         out = self.zeros((T, Hq, D))
-        max_kv = max(kv_lens, default=0)
         if T == 0 or max_kv == 0:
             return out
-        meta, (qo, kvp, kvi, last, slots) = self._upload_i32(
-            batch.qo_indptr, batch.kv_indptr, batch.kv_indices, batch.kv_last_page_len, batch.seq_slots)
         ws_bytes = ka.workspace_bytes(T, Hq, D, max_kv)
         workspace = self.empty((max(ws_bytes, 4) // 4,))
-        extra = {}
-        if has_tree:
-            tree_meta, (tp,) = self._upload_i32(parents)
-            extra = {"tree_parents": tp}
-        ka.attention(q.ptr, kv.k.ptr, kv.v.ptr, out.ptr, workspace.ptr, ws_bytes, qo, kvp, kvi, last, slots,
-                     T, S, Hq, Hkv, D, kv.k.shape[1], max_kv, scale, causal, self.stream, **extra)
+        extra = {"tree_parents": meta.ptr("tree_parents")} if parents is not None else {}
+        ka.attention(q.ptr, kv.k.ptr, kv.v.ptr, out.ptr, workspace.ptr, ws_bytes, meta.ptr("qo_indptr"),
+                     meta.ptr("kv_indptr"), meta.ptr("kv_indices"), meta.ptr("kv_last_page_len"),
+                     meta.ptr("seq_slots"), T, S, Hq, Hkv, D, kv.k.shape[1], max_kv, scale, causal, self.stream,
+                     **extra)
         return out
 
     def _host_attention(self, q, kv, batch, scale: float, causal: bool):
@@ -244,6 +248,38 @@ class SequenceOps:
 
     def gdn_recurrent(self, q, k, v, g, beta, state):
         return self._gdn("gdn_recurrent", q, k, v, g, beta, state)
+
+    # ---- one launch over every segment, state pools updated in place ---------------------------
+    def conv1d_segments(self, x, weight, pool, batch, silu: bool = True):
+        """x [T, C] rows of the batch's segments, weight [C, K], pool [slots, K-1, C]: each
+        live segment convolves from pool[slot] and leaves its new window there -> y [T, C]."""
+        from luce import _cuda_conv1d as kc
+
+        x, weight = self._f32(x), self._f32(weight)
+        T, C = x.shape
+        K = weight.shape[1]
+        if weight.shape[0] != C or pool.ndim != 3 or pool.shape[1:] != (K - 1, C) or not 2 <= K <= 8:
+            raise ValueError(f"conv1d_segments: x {x.shape}, weight {weight.shape}, pool {pool.shape}")
+        meta = meta_of(self, batch)
+        y = self.empty((T, C))
+        slots = meta.ptr("seq_slots")
+        kc.conv1d(x.ptr, weight.ptr, y.ptr, pool.ptr, pool.ptr, meta.ptr("qo_indptr"), slots, slots,
+                  batch.n_segments, C, K, T, silu, stream=self.stream)
+        return y
+
+    def gdn_recurrent_segments(self, q, k, v, g, beta, pool, batch):
+        """The recurrent step over each live segment's rows from pool[slot] [slots, Hv, Dk, Dv],
+        updated in place -> o [T, Hv, Dv]."""
+        from luce import _cuda_gdn as kg
+
+        args, (T, H, dk, dv) = self._gdn_args(q, k, v, g, beta, pool[0])
+        if dk not in GDN_KEY_DIMS or dv % 32:
+            raise ValueError(f"gdn_recurrent_segments: Dk {dk}, Dv {dv} (kernel: Dk {GDN_KEY_DIMS}, Dv % 32 == 0)")
+        meta = meta_of(self, batch)
+        out = self.empty((T, H, dv))
+        kg.gdn_recurrent(*(a.ptr for a in args[:5]), pool.ptr, out.ptr, meta.ptr("qo_indptr"), meta.ptr("seq_slots"),
+                         pool.shape[0], batch.n_segments, H, dk, dv, self.stream)
+        return out
 
     def gdn_chunked(self, q, k, v, g, beta, state, chunk: int = GDN_CHUNK):
         """Chunks cut at multiples of 64 from the call's first row (as the numpy reference;

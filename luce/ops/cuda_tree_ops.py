@@ -45,7 +45,8 @@ def conv1d_tree(backend, x, weight, state, parents):
                          "(weight [C, K] with 2 <= K <= 8, state [K-1, C])")
     tp = _local_parents(parents, n)
     y = backend.empty((n, C))
-    meta, (qo, slot, tp_ptr) = backend._upload_i32([0, n], [0], tp)
+    meta, (qo, slot) = backend._upload_i32([0, n], [0])
+    tp_ptr = backend._dev(parents, np.int32).ptr   # the step arena's copy when parents is a batch view
     kc.conv_tree(x.ptr, weight.ptr, y.ptr, state.ptr, qo, slot, tp_ptr, 1, C, K, n, True, stream=backend.stream)
     return y
 
@@ -69,7 +70,8 @@ def gdn_tree_verify(backend, mode: str, q, k, v, g, beta, parents, state):
     k_f, g_f, beta_f = backend.empty((n, H, dk)), backend.empty((n, H)), backend.empty((n, H))
     ws_bytes = kt.verify_workspace_bytes(1, H, dk, dv, n)
     workspace = backend.empty((max(ws_bytes, 4) // 4,))
-    meta, (qo, slot, tp_ptr) = backend._upload_i32([0, n], [0], tp)
+    meta, (qo, slot) = backend._upload_i32([0, n], [0])
+    tp_ptr = backend._dev(parents, np.int32).ptr
     kt.gdn_tree_verify(q.ptr, k.ptr, v.ptr, g.ptr, beta.ptr, state.ptr, out.ptr, u.ptr, qo, slot, tp_ptr,
                        1, 1, H, dk, dv, n, workspace.ptr, ws_bytes, k_f.ptr, g_f.ptr, beta_f.ptr, backend.stream)
     return out, {"factors": ref_tree.TreeFactors(k=k_f, g=g_f, beta=beta_f, u=u)}
@@ -103,6 +105,33 @@ def gdn_tree_commit(backend, pending, conv_state, gdn_state, path):
         backend._host_fallback(f"tree gdn commit ({pending.mode})", "the tree was verified on the host")
         return conv, _host_commit(backend, pending, gdn_state, path)
     return conv, _commit_gdn(backend, factors, backend._f32(gdn_state), path)
+
+
+def gdn_tree_commit_into(backend, pending, conv_state, gdn_state, path) -> None:
+    """gdn_tree_commit writing the new state into conv_state [K-1, C] and gdn_state
+    [Hv, Dk, Dv] in place (a slot's rows of the state pools). `path` may be a mirrored host
+    array (a graphed commit's arena): the kernels then read the arena's copy."""
+    from luce import _cuda_gdn_tree as kt
+    from luce import _cuda_tree_conv as kc
+
+    parents = ref_tree.check_parents(pending.parents, len(pending.parents))
+    ref_tree.check_path(np.asarray(path), parents)
+    factors = pending.factors
+    if not (pending.mode == "factor" and factors is not None and not isinstance(factors.u, np.ndarray)):
+        conv, gdn = gdn_tree_commit(backend, pending, conv_state, gdn_state, path)
+        backend.copy_into(conv_state, conv)
+        backend.copy_into(gdn_state, gdn)
+        return
+    x = backend._f32(pending.conv_inputs)
+    C, H, dk, dv = x.shape[1], *gdn_state.shape
+    if conv_state.shape[1] != C:
+        raise ValueError(f"conv commit: conv inputs {x.shape} do not match the state {conv_state.shape}")
+    keep, (indptr, slot) = backend._upload_i32([0, len(path)], [0])
+    rows = backend._dev(path, np.int32)
+    kc.conv_tree_commit(x.ptr, conv_state.ptr, conv_state.ptr, indptr, rows.ptr, slot, slot, 1, C,
+                        conv_state.shape[0] + 1, stream=backend.stream)
+    kt.gdn_tree_commit(factors.k.ptr, factors.g.ptr, factors.u.ptr, gdn_state.ptr, indptr, rows.ptr, slot, 1, 1,
+                       H, dk, dv, backend.stream)
 
 
 def _commit_conv(backend, x, state, path: np.ndarray):

@@ -23,6 +23,14 @@ def _f32(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float32)
 
 
+def _live_segments(batch):
+    """(s, first row, end row, slot) of each live segment with rows."""
+    for s in range(batch.n_segments):
+        r0, r1 = batch.segment_rows(s)
+        if batch.seq_slots[s] >= 0 and r1 > r0:
+            yield s, r0, r1, int(batch.seq_slots[s])
+
+
 class NumpyBackend:
     """luce.ops.api.Backend on numpy; Array = np.ndarray, Weight = f32 np.ndarray [N, K]."""
 
@@ -35,6 +43,13 @@ class NumpyBackend:
 
     def to_numpy(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(x)
+
+    def copy_into(self, dst: np.ndarray, src) -> None:
+        src = np.asarray(src)
+        if src.shape != dst.shape:
+            raise ValueError(f"copy_into: {src.shape} into {dst.shape}")
+        if src is not dst:
+            dst[...] = src
 
     def zeros(self, shape: Sequence[int], dtype=np.float32) -> np.ndarray:
         return np.zeros(tuple(shape), dtype=dtype)
@@ -144,6 +159,22 @@ class NumpyBackend:
         from luce.ref.gdn_recurrent import gdn_recurrent
 
         return gdn_recurrent(q, k, v, g, beta, state)
+
+    def conv1d_segments(self, x, weight, pool, batch, silu: bool = True):
+        from luce.ref.conv1d import causal_conv1d
+
+        y = np.zeros(np.shape(x), np.float32)
+        for s, r0, r1, slot in _live_segments(batch):
+            y[r0:r1], pool[slot] = causal_conv1d(x[r0:r1], weight, pool[slot], silu=silu)
+        return y
+
+    def gdn_recurrent_segments(self, q, k, v, g, beta, pool, batch):
+        from luce.ref.gdn_recurrent import gdn_recurrent
+
+        o = np.zeros(np.shape(v), np.float32)
+        for s, r0, r1, slot in _live_segments(batch):
+            o[r0:r1], pool[slot] = gdn_recurrent(q[r0:r1], k[r0:r1], v[r0:r1], g[r0:r1], beta[r0:r1], pool[slot])
+        return o
 
     def gdn_chunked(self, q, k, v, g, beta, state, chunk: int = 64):
         from luce.ref.gdn_chunked import gdn_chunked

@@ -46,6 +46,7 @@ class EngineStats:
     kv_pages_used: int = 0
     acceptance_length: float | None = None   # mean tokens committed per request-step
     steps: int = 0
+    graphs: dict = field(default_factory=dict)   # graph replay counters (luce.models.graph_cache.COUNTERS)
 
     @property
     def kv_pages_free(self) -> int:

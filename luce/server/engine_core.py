@@ -55,7 +55,7 @@ class LuceEngineCore:
         spec = self.engine.spec.stats if self.engine.spec is not None else None
         return EngineStats(slots_total=g["slots_total"], slots_busy=g["slots_busy"], queue_depth=g["queue_depth"],
                            kv_pages_total=g["kv_pages_total"], kv_pages_used=g["kv_pages_used"],
-                           steps=self.engine.stats.steps,
+                           steps=self.engine.stats.steps, graphs=self.engine.graph_counters(),
                            acceptance_length=spec.acceptance_length if spec and spec.verifies else None)
 
 

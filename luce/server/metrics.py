@@ -148,6 +148,15 @@ class Histogram(_Metric):
         return lines
 
 
+GRAPH_COUNTERS = {   # luce.models.graph_cache.GraphCache.counters: target forward, commit and draft model together
+    "replays": "Forward passes replayed from a captured CUDA graph (target and draft model).",
+    "captures": "CUDA graphs captured (one per graph key).",
+    "rebuilds": "CUDA graphs captured again for a key whose graph was dropped (state or slot topology changed).",
+    "eager_steps": "Forward passes run eagerly (prompt chunks, a key's first step, backends without graphs).",
+    "failures": "Graph keys that could not be captured and stay eager.",
+}
+
+
 class ServerMetrics:
     """Every metric the server exports; `render(stats)` adds the engine gauges."""
 
@@ -179,6 +188,7 @@ class ServerMetrics:
         self.acceptance = Gauge(f"{p}_spec_acceptance_length",
                                 "Mean tokens committed per request per engine step (1 without speculation).")
         self.steps = Counter(f"{p}_engine_steps_total", "Engine steps run.")
+        self.graphs = {name: Counter(f"{p}_graph_{name}_total", help_text) for name, help_text in GRAPH_COUNTERS.items()}
         self._own = [self.requests, self.finished, self.rejected, self.prompt_tokens, self.generation_tokens,
                      self.ttft, self.itl, self.e2e, self.tokens_per_event]
 
@@ -193,8 +203,10 @@ class ServerMetrics:
             self.kv_free.set(stats.kv_pages_free)
             self.acceptance.set(math.nan if stats.acceptance_length is None else stats.acceptance_length)
             self.steps.mirror(stats.steps)
+            for name, counter in self.graphs.items():
+                counter.mirror(stats.graphs.get(name, 0))
             engine += [self.slots_busy, self.slots_total, self.queue_depth, self.kv_used, self.kv_free,
-                       self.acceptance, self.steps]
+                       self.acceptance, self.steps, *self.graphs.values()]
         lines: list[str] = []
         for metric in self._own + engine:
             lines += metric.render()

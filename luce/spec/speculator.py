@@ -23,10 +23,15 @@ from luce.spec.tree import DraftTree, chain_tree, ddtree
 
 
 class Speculator:
-    def __init__(self, config: SpecConfig, target, drafter):
+    def __init__(self, config: SpecConfig, target, drafter, graphs: bool = True):
+        """graphs: commit accepted paths through captured graphs (luce.models.graphed_commit)
+        on backends that have them."""
+        from luce.models.graphed_commit import GraphedCommit
+
         if not config.enabled or drafter is None:
             raise ValueError("Speculator needs an enabled SpecConfig and a drafter")
         self.config, self.target, self.drafter = config, target, drafter
+        self.committer = GraphedCommit(target.backend, enabled=graphs)
         if hasattr(target, "gdn_tree_mode"):
             target.gdn_tree_mode = config.gdn_tree_mode
         self.hybrid = bool(getattr(target.config, "gdn_layers", ()))
@@ -100,9 +105,7 @@ class Speculator:
                features=None) -> None:
         """Commit `acc.path` of `tree` (verified over `start` committed tokens) into the
         target state; features [N, W] of the tree rows (DFlash) are kept along the path."""
-        from luce.models.tree_rows import commit_tree_rows
-
-        commit_tree_rows(state, slot, pages, start, acc.path)
+        self.committer(state, slot, pages, start, acc.path)
         if features is not None:
             self.add_features(slot, np.asarray(features)[list(acc.path)])
         self.stats.record(tree.n_nodes, acc.n_accepted, len(acc.tokens))

@@ -187,7 +187,9 @@ def make_dense(path: str | os.PathLike, arch: str = "qwen3", seed: int = 0, quan
 
 def make_dflash_draft(path: str | os.PathLike, target: ModelConfig, seed: int = 0, n_layer: int = 2,
                       block_size: int = 4, target_layers: tuple[int, ...] = (0, 2),
-                      quant_mix="f32") -> ModelConfig:
-    """Write a tiny DFlash draft for `target` (a tiny model's config) and return its config."""
-    config = tiny_dflash_config(target, n_layer=n_layer, block_size=block_size, target_layers=target_layers)
+                      quant_mix="f32", **overrides) -> ModelConfig:
+    """Write a tiny DFlash draft for `target` (a tiny model's config) and return its config
+    (overrides: tiny_dflash_config's, e.g. head_dim=64 for the CUDA attention kernel)."""
+    config = tiny_dflash_config(target, n_layer=n_layer, block_size=block_size, target_layers=target_layers,
+                                **overrides)
     return write_tiny(path, config, seed, quant_mix)

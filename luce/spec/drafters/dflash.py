@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from luce.models.batch import SegmentSpec, build_batch
+from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
 from luce.spec.drafters.base import DraftLane
 from luce.spec.proposal import DraftProposal
@@ -28,6 +29,7 @@ class DFlashDrafter:
         if max_slots < 1 or ctx < 1:
             raise ValueError(f"DFlash drafter needs max_slots >= 1 and ctx >= 1, got {max_slots}, {ctx}")
         self.draft, self.backend = draft, draft.backend
+        self.forward = GraphedForward(draft)   # block passes replay graphs on GPUs
         self.block_size = int(draft.block_size)
         self.max_depth = self.block_size - 1
         self.feature_layers = tuple(draft.target_layers)
@@ -79,7 +81,7 @@ class DFlashDrafter:
                                  for lane in drafting])
             block.logits_indices = np.array([i * B + j for i in range(len(drafting)) for j in range(1, B)],
                                             dtype=np.int32)
-            logits = self.draft.forward(block, self.state).logits            # [lanes * (B-1), V]
+            logits = self.forward(block, self.state).logits            # [lanes * (B-1), V]
             k = max(lane.top_k for lane in drafting)
             ids, lps = self.backend.top_k_logprobs(logits, k)
             for i, lane in enumerate(drafting):

@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from luce.models.batch import SegmentSpec, build_batch
+from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
 from luce.spec.drafters.base import DraftLane
 from luce.spec.proposal import DraftProposal
@@ -37,6 +38,7 @@ class DraftModelDrafter:
             raise ValueError(f"draft model needs max_slots >= 1, ctx >= 2, max_depth >= 1; got "
                              f"{max_slots}, {ctx}, {max_depth}")
         self.model, self.backend = model, model.backend
+        self.forward = GraphedForward(model)   # draft passes replay graphs on GPUs
         self.max_depth, self.ctx = max_depth, ctx
         self.pages_per_slot = pages_needed(ctx + max_depth)
         self.state = model.new_state(max_pages=max_slots * self.pages_per_slot, max_slots=max_slots)
@@ -91,7 +93,7 @@ class DraftModelDrafter:
             if not active:
                 break
             batch = build_batch([segments[i] for i in active])
-            logits = self.model.forward(batch, self.state).logits
+            logits = self.forward(batch, self.state).logits
             if d == 0:
                 for i in active:
                     self.seen[lanes[i].slot] = len(lanes[i].tokens)

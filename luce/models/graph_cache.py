@@ -1,0 +1,98 @@
+"""Captured graphs by key, for any call that launches a fixed sequence per key (DESIGN.md
+section 4): a model's forward (luce.models.graphed_forward) and a tree commit
+(luce.models.graphed_commit).
+
+The life of a key: its first call runs eagerly while the backend records the constant
+uploads; its second call is captured (nothing runs during capture) and then launched; later
+calls write their per-call host arrays into the graph's arena and launch it. A call the
+backend cannot capture (luce.ops.cuda_graph.GraphUnsafe: a host synchronisation, a host
+fallback, an upload that is neither arena nor constant) leaves its key eager for good.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable
+
+COUNTERS = ("replays", "captures", "rebuilds", "eager_steps", "failures", "drops")
+
+
+class GraphCache:
+    """Graphs of one caller on one backend; `counters` count replays, captures, rebuilds
+    (a key captured again after its graph was dropped), eager calls, capture failures and
+    dropped graphs."""
+
+    def __init__(self, backend, max_graphs: int = 64):
+        self.backend = backend
+        self.max_graphs = max_graphs
+        self.graphs: OrderedDict = OrderedDict()
+        self.warm: dict = {}          # key -> constants recorded by its eager call
+        self.unsafe: dict = {}        # key -> why it cannot be captured
+        self.ever_captured: set = set()
+        self.counters = dict.fromkeys(COUNTERS, 0)
+
+    def call(self, key, run: Callable, bind: Callable, rewrite: Callable, captured: Callable | None = None,
+             replaying: Callable | None = None):
+        """run() through the key's graph. bind(allocator) -> arena (uploaded into the graph's
+        pool before capture); rewrite(arena) writes this call's arrays into it before a replay;
+        captured(graph) after a capture; replaying(graph) before a replay (host side effects)."""
+        if key is None or key in self.unsafe:
+            self.counters["eager_steps"] += 1
+            return run()
+        graph = self.graphs.get(key)
+        if graph is not None:
+            self.graphs.move_to_end(key)
+            if replaying is not None:
+                replaying(graph)
+            rewrite(graph.meta)
+            graph.launch()
+            self.counters["replays"] += 1
+            return graph.output
+        constants = self.warm.pop(key, None)
+        if constants is None:
+            return self._warm(key, run)
+        return self._capture(key, constants, run, bind, captured)
+
+    def _warm(self, key, run):
+        from luce.ops.cuda_graph import Constants
+
+        constants = Constants()
+        self.backend.record_constants(constants)
+        try:
+            out = run()
+        finally:
+            self.backend.record_constants(None)
+        self.warm[key] = constants
+        self.counters["eager_steps"] += 1
+        return out
+
+    def _capture(self, key, constants, run, bind, captured):
+        from luce.ops.cuda_graph import GraphUnsafe
+
+        try:
+            graph = self.backend.capture(constants, run, bind)
+        except GraphUnsafe as exc:
+            self.unsafe[key] = str(exc)
+            self.counters["failures"] += 1
+            self.counters["eager_steps"] += 1
+            return run()
+        if captured is not None:
+            captured(graph)
+        self.counters["captures"] += 1
+        if key in self.ever_captured:
+            self.counters["rebuilds"] += 1
+        self.ever_captured.add(key)
+        self.graphs[key] = graph
+        while len(self.graphs) > self.max_graphs:
+            self.graphs.popitem(last=False)[1].drop()
+            self.counters["drops"] += 1
+        graph.launch()
+        return graph.output
+
+    def invalidate(self) -> None:
+        """Drop every graph (the state, owner or topology they were captured over is gone)."""
+        for graph in self.graphs.values():
+            graph.drop()
+            self.counters["drops"] += 1
+        self.graphs.clear()
+        self.warm.clear()
+        self.unsafe.clear()

@@ -1,0 +1,190 @@
+"""The metadata arena of one step on the CUDA backend (DESIGN.md section 4).
+
+Everything a step's kernels read that changes from step to step (token ids, positions, the
+paged-KV CSR, slots, KV destinations, logits rows, tree parents) is packed into one byte
+buffer and copied to the device once per step, not once per layer. A captured graph keeps
+its arena: replaying it with another step of the same graph key re-packs that step into the
+same addresses (`pack` gives the same layout), one host-to-device copy.
+
+Ops find the arena by the batch (`meta_of`), and host arrays of the batch by identity
+(`Mirrors`): `backend.embedding(table, batch.token_ids)` reads the arena's copy, and so does
+any numpy view of a mirrored array (segment_tree_parents' slices).
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from luce.models.kv_cache import PAGE_SIZE
+
+ALIGN = 16
+
+
+def bucket_pages(n: int) -> int:
+    """KV pages rounded up the way luce.engine.step.bucket rounds rows (powers of two to 64,
+    then multiples of 64): the attention grid of a graph is sized by the bucket."""
+    if n <= 0:
+        return 0
+    return 1 << (n - 1).bit_length() if n <= 64 else -(-n // 64) * 64
+
+
+def step_arrays(batch) -> dict[str, np.ndarray]:
+    """The per-step arrays of `batch`, in arena order and device dtypes."""
+    from luce.models.tree_rows import local_tree_parents
+
+    pages, offsets, _ = batch.row_kv_locations()
+    i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32).reshape(-1)  # noqa: E731
+    out = dict(token_ids=i32(batch.token_ids), positions=np.ascontiguousarray(batch.positions, dtype=np.int32),
+               qo_indptr=i32(batch.qo_indptr), kv_indptr=i32(batch.kv_indptr), kv_indices=i32(batch.kv_indices),
+               kv_last_page_len=i32(batch.kv_last_page_len), seq_slots=i32(batch.seq_slots),
+               kv_dst=np.where(pages >= 0, pages * PAGE_SIZE + offsets, -1).astype(np.int64),
+               logits_indices=np.ascontiguousarray(batch.logits_indices, dtype=np.int64).reshape(-1))
+    if batch.tree_parents is not None:
+        out["tree_parents"] = i32(batch.tree_parents)
+        out["local_parents"] = i32(local_tree_parents(batch))
+    return out
+
+
+def max_kv_span(batch) -> int:
+    """KV rows the attention grid covers: the largest live segment's pages, bucketed."""
+    most = 0
+    for s in range(batch.n_segments):
+        if batch.seq_slots[s] >= 0:
+            most = max(most, int(batch.kv_indptr[s + 1] - batch.kv_indptr[s]))
+    return bucket_pages(most) * PAGE_SIZE
+
+
+def pack(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, tuple[int, np.dtype, tuple]]]:
+    """-> (bytes [n] uint8, layout {name: (byte offset, dtype, shape)})."""
+    layout, offset = {}, 0
+    for name, a in arrays.items():
+        layout[name] = (offset, a.dtype, a.shape)
+        offset += -(-max(a.nbytes, 1) // ALIGN) * ALIGN
+    buf = np.zeros(offset, np.uint8)
+    for name, a in arrays.items():
+        start = layout[name][0]
+        buf[start:start + a.nbytes] = a.reshape(-1).view(np.uint8)
+    return buf, layout
+
+
+@dataclass
+class StepMeta:
+    """A step's arena on the device: `view(name)` is the CudaArray of one array."""
+
+    device: object            # CudaArray uint8 [n]
+    layout: dict
+    max_kv: int               # attention grid span (bucketed: equal for steps of one graph key)
+    has_kv_rows: bool         # some live row writes KV
+
+    def view(self, name: str):
+        from luce.ops.cuda_array import CudaArray
+
+        offset, dtype, shape = self.layout[name]
+        return CudaArray(self.device.block, self.device.ptr + offset, shape, dtype, self.device.backend)
+
+    def ptr(self, name: str) -> int:
+        return self.device.ptr + self.layout[name][0]
+
+
+MIRRORED = (("token_ids", "token_ids"), ("positions", "positions"), ("logits_indices", "logits_indices"))
+
+
+class Mirrors:
+    """Host arrays of recent batches -> their arena copies, by identity (views resolve to the
+    same rows of the copy)."""
+
+    def __init__(self, keep: int = 64):
+        self.keep = keep
+        self._map: dict[int, tuple] = {}
+
+    def add(self, host: np.ndarray, device) -> None:
+        if len(self._map) >= self.keep:
+            self._map = {k: v for k, v in self._map.items() if v[0]() is not None}
+            while len(self._map) >= self.keep:
+                self._map.pop(next(iter(self._map)))
+        self._map[id(host)] = (weakref.ref(host), device)
+
+    def find(self, host):
+        """The device array for `host` (a registered array or a contiguous view of one), or None."""
+        if not isinstance(host, np.ndarray):
+            return None
+        base = host if host.base is None else host.base
+        entry = self._map.get(id(base))
+        if entry is None or entry[0]() is not base or not host.flags.c_contiguous:
+            return None
+        device = entry[1]
+        elem = (host.ctypes.data - base.ctypes.data) // max(base.itemsize, 1)
+        if base.ndim > 1 or host.size == 0:
+            return device if host is base else None
+        from luce.ops.cuda_array import CudaArray
+
+        return CudaArray(device.block, device.ptr + elem * device.dtype.itemsize, host.shape, device.dtype,
+                         device.backend)
+
+
+def bind(backend, batch, allocator=None) -> StepMeta:
+    """Upload `batch`'s arena (from `allocator`, a graph's pool, when given), remember it on
+    the batch and register the batch's host arrays as mirrors."""
+    from luce.models.tree_rows import local_tree_parents
+    from luce.ops.cuda_array import Block, CudaArray
+
+    arrays = step_arrays(batch)
+    buf, layout = pack(arrays)
+    block = Block(allocator or backend.allocator, buf.nbytes)
+    device = CudaArray(block, block.ptr, buf.shape, np.uint8, backend)
+    backend.staging.upload(device.ptr, buf)
+    live = [s for s in range(batch.n_segments) if batch.seq_slots[s] >= 0]
+    meta = StepMeta(device, layout, max_kv_span(batch),
+                    any(batch.qo_indptr[s + 1] > batch.qo_indptr[s] for s in live))
+    batch.__dict__["_cuda_step_meta"] = meta
+    register(backend, batch, meta)
+    if batch.tree_parents is not None:
+        backend.mirrors.add(local_tree_parents(batch), meta.view("local_parents"))
+    return meta
+
+
+def register(backend, batch, meta: StepMeta) -> None:
+    for attr, name in MIRRORED:
+        backend.mirrors.add(getattr(batch, attr), meta.view(name))
+
+
+def rewrite(backend, meta: StepMeta, batch) -> None:
+    """Pack `batch` into an existing arena (a replayed graph's); the layout must match."""
+    buf, layout = pack(step_arrays(batch))
+    if layout.keys() != meta.layout.keys() or any(
+            layout[k][1:] != meta.layout[k][1:] for k in layout) or max_kv_span(batch) != meta.max_kv:
+        raise ValueError("the step does not fit the graph's metadata arena (a graph key that does not fix "
+                         "every shape)")
+    backend.staging.upload(meta.device.ptr, buf)
+    batch.__dict__["_cuda_step_meta"] = meta
+
+
+def meta_of(backend, batch) -> StepMeta:
+    """The batch's arena, uploaded on first use."""
+    meta = batch.__dict__.get("_cuda_step_meta")
+    if meta is None or meta.device.backend is not backend:
+        meta = bind(backend, batch)
+    return meta
+
+
+def bind_arrays(backend, arrays: dict[str, np.ndarray], allocator=None) -> StepMeta:
+    """An arena for a call's own host arrays (a tree commit's path and KV moves): uploaded
+    once, each array registered as a mirror, so ops given these very arrays read the arena."""
+    from luce.ops.cuda_array import Block, CudaArray
+
+    buf, layout = pack(arrays)
+    block = Block(allocator or backend.allocator, buf.nbytes)
+    meta = StepMeta(CudaArray(block, block.ptr, buf.shape, np.uint8, backend), layout, 0, False)
+    backend.staging.upload(meta.device.ptr, buf)
+    for name, host in arrays.items():
+        backend.mirrors.add(host, meta.view(name))
+    return meta
+
+
+def rewrite_arrays(backend, meta: StepMeta, arrays: dict[str, np.ndarray]) -> None:
+    buf, layout = pack(arrays)
+    if {k: v[1:] for k, v in layout.items()} != {k: v[1:] for k, v in meta.layout.items()}:
+        raise ValueError("the call's arrays do not fit the graph's arena")
+    backend.staging.upload(meta.device.ptr, buf)
