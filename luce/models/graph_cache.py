@@ -21,11 +21,12 @@ class GraphCache:
     (a key captured again after its graph was dropped), eager calls, capture failures and
     dropped graphs."""
 
-    def __init__(self, backend, max_graphs: int = 64):
+    def __init__(self, backend, max_graphs: int = 64, max_warm: int = 256):
         self.backend = backend
         self.max_graphs = max_graphs
+        self.max_warm = max_warm      # keys seen once and waiting for a second call (oldest forgotten)
         self.graphs: OrderedDict = OrderedDict()
-        self.warm: dict = {}          # key -> constants recorded by its eager call
+        self.warm: OrderedDict = OrderedDict()   # key -> constants recorded by its eager call
         self.unsafe: dict = {}        # key -> why it cannot be captured
         self.ever_captured: set = set()
         self.counters = dict.fromkeys(COUNTERS, 0)
@@ -62,6 +63,8 @@ class GraphCache:
         finally:
             self.backend.record_constants(None)
         self.warm[key] = constants
+        while len(self.warm) > self.max_warm:
+            self.warm.popitem(last=False)
         self.counters["eager_steps"] += 1
         return out
 

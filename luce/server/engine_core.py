@@ -76,6 +76,7 @@ class ServeOptions:
     token_budget: int = 512
     alias: str | None = None          # model id reported to clients
     seed: int = 0
+    enforce_eager: bool = False       # no CUDA graph replay (debugging; vLLM's --enforce-eager)
 
     def check(self) -> None:
         if self.spec is not None and self.spec not in SPEC_MODES:
@@ -179,7 +180,8 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
             + (f" ({draft})" if spec.draft else "") + " ...")
     engine = Engine(model, tokenizer, EngineConfig(max_slots=options.max_slots, ctx=ctx, token_budget=budget,
                                                    max_queue=options.max_slots + options.max_queue + 1,
-                                                   seed=options.seed, spec=spec))
+                                                   seed=options.seed, spec=spec,
+                                                   cuda_graphs=not options.enforce_eager))
     say(f"luce: loaded {model.config.arch} ({model.config.n_layer} layers, vocab {tokenizer.vocab_size}) "
         f"in {time.monotonic() - t0:.1f} s; context {ctx}, {options.max_slots} slots, "
         f"{engine.pool.n_pages} KV pages")

@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="context length per request (default: model's, capped at 4096)")
     p.add_argument("--token-budget", type=int, default=512, help="rows per engine step (default 512)")
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="compute backend (default auto)")
+    p.add_argument("--enforce-eager", action="store_true",
+                   help="launch every kernel from Python instead of replaying captured CUDA graphs (debugging)")
     p.add_argument("--api-key", default=os.environ.get("LUCE_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default: $LUCE_API_KEY, else none)")
     p.add_argument("--alias", help="model id reported to clients (default: the file name)")
@@ -89,7 +91,8 @@ def main(argv=None) -> int:
     model = args.model_opt or args.model
     options = ServeOptions(model=model, backend=args.backend, **spec_options(args),
                            max_slots=args.max_slots, ctx=args.ctx, max_queue=args.max_queue,
-                           token_budget=args.token_budget, alias=args.alias, seed=args.seed)
+                           token_budget=args.token_budget, alias=args.alias, seed=args.seed,
+                           enforce_eager=args.enforce_eager)
     try:
         options.check()
         defaults = Defaults(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
