@@ -20,7 +20,7 @@ from luce.benchmark.decode_bench import BenchSettings, run_decode_bench  # noqa:
 from luce.benchmark.decode_report import format_report  # noqa: E402
 from luce.spec.config import MODES  # noqa: E402
 
-SECTIONS = ("ar", "verify", "draft", "spec")
+SECTIONS = ("ar", "engine", "verify", "draft", "spec")
 
 
 def _ints(text: str) -> tuple[int, ...]:

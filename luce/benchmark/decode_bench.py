@@ -6,6 +6,8 @@ Sections (each returns plain dicts; `run_decode_bench` gathers them into one rep
   next token is fed back. Per step: `build` (Python packing the batch), `launch` (inside
   model.forward until it returns), `wait` (backend.synchronize(), or to_numpy of the logits
   when the backend has none), `sample` (argmax to the host). tok/s = C / median step.
+  Forwards go through luce.models.graphed_forward (graph replay; `graphs=False` for eager).
+- Engine AR (luce/benchmark/engine_bench.py): the same decode through luce.engine.Engine.
 - Verify: one slot, one draft tree of W rows (W = 1 is the root alone, an AR row) packed
   by luce.spec.batching.build_spec_batch (tree rows as luce.models.tree_rows defines them); a DDTree
   (luce.spec.tree.ddtree) over a synthetic top-k proposal of depth <= `depth` (`build`
@@ -348,7 +350,7 @@ def peak_memory(backend) -> dict:
 
 
 def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = None,
-                     settings: BenchSettings = BenchSettings(), sections=("ar", "verify", "draft", "spec"),
+                     settings: BenchSettings = BenchSettings(), sections=("ar", "engine", "verify", "draft", "spec"),
                      log=None) -> dict:
     """Load the model (and draft) and run the sections; returns the report dict.
     log(message, report) is called after loading and after each section (progress, and a
@@ -372,6 +374,11 @@ def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = 
     if "ar" in sections or "verify" in sections:
         report["ar"] = bench_ar(model, prompts, settings)
         log("AR done", report)
+    if "engine" in sections:
+        from luce.benchmark.engine_bench import bench_engine_ar
+
+        report["engine_ar"] = bench_engine_ar(model, prompts, settings)
+        log("engine AR done", report)
     if "verify" in sections:
         ar1 = next((r["step_ms"] for r in report["ar"] if r["concurrency"] == 1 and "error" not in r), None)
         if ar1 is None:

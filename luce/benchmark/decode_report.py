@@ -41,6 +41,11 @@ def format_report(report: dict) -> str:
                       _rows(report["ar"], "concurrency", lambda r: [
                           _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r["build_ms"], 3), _f(r["launch_ms"], 3),
                           _f(r["wait_ms"]), _f(r["sample_ms"], 3), str(r["steps"]), _replays(r)], 9))
+    if report.get("engine_ar"):
+        out += _table("AR decode through luce.engine.Engine (scheduler, batch packing, graph replay, argmax)",
+                      ["C", "tok/s", "step ms", "steps", "graphs"],
+                      _rows(report["engine_ar"], "concurrency", lambda r: [
+                          _f(r["tok_s"], 1), _f(r["step_ms"]), str(r["steps"]), _replays(r)], 5))
     if report.get("verify"):
         out += _table(f"Verify (one slot, DDTree rows, mode {s['spec_mode']}; x AR = multiple of the C=1 AR step, "
                       f"{_f(report.get('verify_ar_step_ms', float('nan')))} ms)",

@@ -89,8 +89,12 @@ def test_hybrid_with_dflash_draft(models):
     assert all(r["pass_ms"] > 0 and r["steps"] == FAST.steps for r in report["draft_pass"])
     _check_spec(report, FAST, max_depth=6 - 1)        # the DFlash block of 6 caps the depth at 5
     assert report["memory"]["host_peak_rss_bytes"] > 0
+    assert [r["concurrency"] for r in report["engine_ar"]] == [1, 2]
+    assert all(r["steps"] == FAST.steps and r["tok_s"] > 0 for r in report["engine_ar"])
+    assert all(r["graphs"]["replays"] == 0 for r in report["engine_ar"])   # numpy: no graphs
     text = format_report(report)
     assert "AR decode" in text and "Speculation bounds" in text and "always-wrong" in text
+    assert "through luce.engine.Engine" in text
 
 
 @pytest.mark.parametrize("mode", ["chain", "ddtree"])
