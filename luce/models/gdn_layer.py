@@ -167,10 +167,10 @@ def gdn_mixer(backend, w: GDNWeights, x, batch, recurrent, il: int, dims: GDNDim
     (luce.models.gdn_tree, `tree_mode` 'factor' | 'baseline' | 'closed')."""
     b, d = backend, dims
     T = x.shape[0]
-    qkv = b.matmul(x, w.qkv)                                            # [T, C]
-    z = b.matmul(x, w.gate).reshape(T, d.n_v_heads, d.head_dim)
-    beta = b.sigmoid(b.matmul(x, w.beta))                               # [T, Hv]
-    g = b.mul(b.softplus(b.add(b.matmul(x, w.alpha), w.dt_bias)), w.ssm_a)
+    qkv, z, beta, alpha = b.matmuls(x, [w.qkv, w.gate, w.beta, w.alpha])   # [T, C], [T, Hv*Dv], [T, Hv] x 2
+    z = z.reshape(T, d.n_v_heads, d.head_dim)
+    beta = b.sigmoid(beta)
+    g = b.mul(b.softplus(b.add(alpha, w.dt_bias)), w.ssm_a)
 
     if single_row_segments(batch):   # decode: one launch per op over every slot, state in place
         conv_pool, gdn_pool = recurrent.pools(il)

@@ -74,9 +74,8 @@ def attend(backend, q, k, v, kv, batch, scale: float, causal: bool = True):
 def gqa_attention(backend, w: AttentionWeights, x, batch, kv, config):
     """Self-attention of one dense layer: x [T, hidden] (already normed) -> [T, hidden]."""
     T, D = x.shape[0], config.head_dim
-    q = backend.matmul(x, w.wq, w.bq).reshape(T, config.n_head, D)
-    k = backend.matmul(x, w.wk, w.bk).reshape(T, config.n_head_kv, D)
-    v = backend.matmul(x, w.wv, w.bv).reshape(T, config.n_head_kv, D)
+    q, k, v = backend.matmuls(x, [w.wq, w.wk, w.wv], [w.bq, w.bk, w.bv])
+    q, k, v = q.reshape(T, config.n_head, D), k.reshape(T, config.n_head_kv, D), v.reshape(T, config.n_head_kv, D)
     q, k = qk_norm_rope(backend, q, k, batch.positions, config, w.q_norm, w.k_norm)
     o = attend(backend, q, k, v, kv, batch, 1.0 / float(np.sqrt(D)))
     return backend.matmul(o, w.wo)
@@ -99,7 +98,8 @@ class FFNWeights:
 
 def swiglu_ffn(backend, w: FFNWeights, x):
     """x [T, hidden] (already normed) -> down(silu(gate x) * up x) [T, hidden]."""
-    return backend.matmul(backend.swiglu(backend.matmul(x, w.gate), backend.matmul(x, w.up)), w.down)
+    gate, up = backend.matmuls(x, [w.gate, w.up])
+    return backend.matmul(backend.swiglu(gate, up), w.down)
 
 
 class TokenIO:

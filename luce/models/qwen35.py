@@ -33,9 +33,9 @@ def gated_attention(backend, w: AttentionWeights, x, batch, kv, config):
     """Gated full attention of one layer: x [T, hidden] (normed) -> [T, hidden]."""
     b = backend
     T, H, D = x.shape[0], config.n_head, config.head_dim
-    q, gate = b.split(b.matmul(x, w.wq).reshape(T, H, 2 * D), [D, D])     # [T, H, D] each
-    k = b.matmul(x, w.wk).reshape(T, config.n_head_kv, D)
-    v = b.matmul(x, w.wv).reshape(T, config.n_head_kv, D)
+    qg, k, v = b.matmuls(x, [w.wq, w.wk, w.wv])
+    q, gate = b.split(qg.reshape(T, H, 2 * D), [D, D])                   # [T, H, D] each
+    k, v = k.reshape(T, config.n_head_kv, D), v.reshape(T, config.n_head_kv, D)
     q, k = qk_norm_rope(b, q, k, batch.positions, config, w.q_norm, w.k_norm)
     o = attend_with_trees(b, q, k, v, kv, batch, 1.0 / float(np.sqrt(D)))  # [T, H*D]
     o = b.mul(o, b.sigmoid(gate.reshape(T, H * D)))

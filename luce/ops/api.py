@@ -61,6 +61,10 @@ class Backend(Protocol):
         """x [T, K] f32, w [N, K], bias [N] | None -> y [T, N] f32 = x @ w^T (+ bias).
         Batch-invariant: row t of y depends only on row t of x."""
 
+    def matmuls(self, x: Array, weights: Sequence[Weight], biases: Sequence[Array | None] | None = None) -> list[Array]:
+        """[matmul(x, w, b) for each weight]: the same results, with the activation work
+        shared where the backend can (CUDA: x quantized once for the block-type weights)."""
+
     def add(self, a: Array, b: Array) -> Array:
         """Elementwise a + b (numpy broadcasting, f32)."""
 

@@ -222,28 +222,40 @@ class CudaBackend(SequenceOps, SamplingOps, GraphMixin):
         return out
 
     def matmul(self, x, w: QuantWeight, bias=None) -> CudaArray:
+        return self.matmuls(x, [w], [bias])[0]
+
+    def matmuls(self, x, weights: Sequence[QuantWeight], biases=None) -> list[CudaArray]:
+        """[x @ w^T (+ b)] for each weight: block-type weights share one quantization of x
+        (LUCE_MATMUL_REUSE_X), so the activation pass runs once for q/k/v or gate/up."""
         from luce import _cuda_matmul as km
 
         x = self._f32(x)
-        if x.ndim != 2 or x.shape[1] != w.k:
-            raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
-        rows = x.shape[0]
-        y = self.empty((rows, w.n))
-        if rows == 0:
-            return y
-        bias_ptr = 0
-        if bias is not None:
-            bias = self._f32(bias)
-            if bias.shape != (w.n,):
-                raise ValueError(f"matmul: bias {bias.shape}, expected ({w.n},)")
-            bias_ptr = bias.ptr
-        workspace, ws_bytes = None, 0
-        if w.qtype not in km.FLOAT_QTYPES:
-            ws_bytes = km.workspace_bytes(rows, w.k)
-            workspace = self.empty((ws_bytes,), np.uint8)
-        km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0 if workspace is None else workspace.ptr, ws_bytes,
-                  rows, w.n, w.k, w.qtype, km.PATH_DECODE, 0, 0, self.stream)
-        return y
+        biases = list(biases) if biases is not None else [None] * len(weights)
+        rows = x.shape[0] if x.ndim == 2 else -1
+        outs, workspace, ws_bytes = [], None, 0
+        for w, bias in zip(weights, biases):
+            if x.ndim != 2 or x.shape[1] != w.k:
+                raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
+            y = self.empty((rows, w.n))
+            outs.append(y)
+            if rows == 0:
+                continue
+            bias_ptr = 0
+            if bias is not None:
+                bias = self._f32(bias)
+                if bias.shape != (w.n,):
+                    raise ValueError(f"matmul: bias {bias.shape}, expected ({w.n},)")
+                bias_ptr = bias.ptr
+            flags = 0
+            if w.qtype not in km.FLOAT_QTYPES:
+                if workspace is None:
+                    ws_bytes = km.workspace_bytes(rows, w.k)
+                    workspace = self.empty((ws_bytes,), np.uint8)
+                else:
+                    flags = km.REUSE_X   # this x is already quantized in the workspace
+            km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0 if workspace is None else workspace.ptr, ws_bytes,
+                      rows, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0, self.stream)
+        return outs
 
     def _binary(self, op: str, a, b) -> CudaArray:
         from luce import _cuda_pointwise as kp

@@ -80,6 +80,10 @@ class NumpyBackend:
     def matmul(self, x, w, bias=None) -> np.ndarray:
         return ref_matmul.matmul(_f32(x), w, None if bias is None else _f32(bias))
 
+    def matmuls(self, x, weights, biases=None) -> list[np.ndarray]:
+        biases = list(biases) if biases is not None else [None] * len(weights)
+        return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
+
     def add(self, a, b) -> np.ndarray:
         return ref_pointwise.add(a, b)
 
