@@ -34,10 +34,12 @@ class DraftProposal:
             finite_pairs = present[:, 1:] & present[:, :-1]
             if (finite_pairs & (lps[:, 1:] > lps[:, :-1])).any():
                 raise ValueError("DraftProposal: candidates of a depth must be sorted best first")
-        for d in range(ids.shape[0]):
-            row = ids[d][present[d]]
-            if len(np.unique(row)) != len(row):
-                raise ValueError(f"DraftProposal: depth {d} lists a token twice: {row.tolist()}")
+        if ids.shape[1] > 1 and ids.shape[0]:   # padding gets distinct negative stand-ins, then sort each depth
+            ranked = np.sort(np.where(present, ids, -2 - np.arange(ids.shape[1])), axis=1)
+            twice = (ranked[:, 1:] == ranked[:, :-1]).any(axis=1)
+            if twice.any():
+                d = int(np.argmax(twice))
+                raise ValueError(f"DraftProposal: depth {d} lists a token twice: {ids[d][present[d]].tolist()}")
         object.__setattr__(self, "ids", ids)
         object.__setattr__(self, "logprobs", lps)
 

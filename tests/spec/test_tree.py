@@ -156,6 +156,10 @@ def test_invalid_trees_are_rejected(tokens, parents, depths, match):
 def test_invalid_proposals_are_rejected():
     with pytest.raises(ValueError, match="twice"):
         DraftProposal(np.array([[1, 1]]), np.array([[-0.1, -0.2]], np.float32))
+    pad = np.array([[4, -1, -1], [7, 5, 7]])   # two padding entries are not a repeat; depth 1 repeats 7
+    with pytest.raises(ValueError, match="depth 1 lists a token twice"):
+        DraftProposal(pad, np.array([[-0.1, -np.inf, -np.inf], [-0.1, -0.2, -0.3]], np.float32))
+    assert DraftProposal(pad[:1], np.array([[-0.1, -np.inf, -np.inf]], np.float32)).depth == 1
     with pytest.raises(ValueError, match="sorted"):
         DraftProposal(np.array([[1, 2]]), np.array([[-0.3, -0.2]], np.float32))
     with pytest.raises(ValueError, match="padding"):
