@@ -27,7 +27,6 @@ Medians are over `steps` timed repetitions after `warmup` untimed ones.
 from __future__ import annotations
 
 import gc
-import resource
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -35,6 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
+from luce.benchmark.peak_memory import peak_memory
 from luce.models.batch import SegmentSpec, build_batch
 from luce.models.kv_cache import pages_needed
 
@@ -323,30 +323,6 @@ def bench_spec(model, prompts, sequences, drafter, settings: BenchSettings) -> d
         "matches_ar": matches, "misses": drafter.misses, "proposal_depths": list(drafter.depths),
         "emitted": stats.emitted, "accepted": stats.accepted, "graphs": engine.graph_counters(),
     }
-
-
-def peak_memory(backend) -> dict:
-    """Peak memory figures: `backend.memory_stats()` when the backend has it; else a caching
-    allocator's `reserved_bytes` (it never shrinks: its peak) and, on CUDA, the device's
-    used memory (cudaMemGetInfo); always the host's peak RSS."""
-    out: dict = {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-    stats = getattr(backend, "memory_stats", None)
-    if callable(stats):
-        out.update(dict(stats()))
-        return out
-    reserved = getattr(getattr(backend, "allocator", None), "reserved_bytes", None)
-    if reserved is not None:
-        out["device_reserved_bytes"] = int(reserved)
-    if backend.name == "cuda":
-        try:
-            from cuda.bindings import runtime as cudart
-
-            err, free, total = cudart.cudaMemGetInfo()
-            if int(err) == 0:
-                out["device_used_bytes"] = int(total) - int(free)
-        except Exception:  # noqa: BLE001 - the figure is optional
-            pass
-    return out
 
 
 def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = None,

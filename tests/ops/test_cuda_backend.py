@@ -46,7 +46,7 @@ def test_bucket_sizes_cover_the_request_and_repeat():
 @pytest.mark.parametrize("shape,full", [((48,), (129, 48)), ((1,), (63, 4, 16)), ((2, 1, 1), (2, 3, 5)),
                                         ((4, 1, 1), (4, 3, 5)), ((7, 1), (3, 7, 9)), ((3, 5), (3, 5))])
 def test_broadcast_strides_match_numpy(shape, full):
-    from luce.ops.cuda_backend import _strides
+    from luce.ops.cuda_pointwise_ops import _strides
 
     view = np.broadcast_to(np.empty(shape, np.float32), full)
     assert _strides(shape, full) == [s // 4 for s in view.strides]
