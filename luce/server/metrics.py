@@ -149,10 +149,10 @@ class Histogram(_Metric):
 
 
 GRAPH_COUNTERS = {   # luce.models.graph_cache.GraphCache.counters: target forward, commit and draft model together
-    "replays": "Forward passes replayed from a captured CUDA graph (target and draft model).",
+    "replays": "Forward passes and tree commits replayed from a captured CUDA graph (target and draft model).",
     "captures": "CUDA graphs captured (one per graph key).",
     "rebuilds": "CUDA graphs captured again for a key whose graph was dropped (state or slot topology changed).",
-    "eager_steps": "Forward passes run eagerly (prompt chunks, a key's first step, backends without graphs).",
+    "eager_steps": "Forward passes and commits run eagerly on a graph-capable backend (prompt chunks, a shape's first step).",
     "failures": "Graph keys that could not be captured and stay eager.",
 }
 
