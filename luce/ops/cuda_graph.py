@@ -147,7 +147,7 @@ class GraphMixin:
         elif int(err) == 0 and captured is not None:
             rt.cudaGraphDestroy(captured)
         if failure is not None:
-            rt.cudaGetLastError()  # a refused call during capture leaves a sticky-free error behind
+            rt.cudaGetLastError()  # clear the (non-sticky) error a call refused during capture left behind
             graph.drop()
             self.graph_counters["failures"] += 1
             if isinstance(failure, GraphUnsafe):
