@@ -26,11 +26,12 @@ from luce.models.batch import ForwardBatch
 from luce.models.graph_cache import GraphCache
 from luce.models.kv_cache import PAGE_SIZE
 from luce.models.tree_rows import local_tree_parents, segment_tree_parents, validate_batch
-from luce.ops.cuda_step_meta import bucket_pages, max_kv_span   # host-side packing only: no CUDA import
 
 def pad_pages(batch: ForwardBatch) -> ForwardBatch:
     """The batch with a trailing padding segment (no rows, page 0) so its KV page count is a
     bucket; itself when it already is."""
+    from luce.ops.cuda_step_meta import bucket_pages  # imported on use: the engine imports no backend
+
     nnz = len(batch.kv_indices)
     extra = bucket_pages(nnz) - nnz
     if extra == 0:
@@ -64,6 +65,8 @@ class GraphedForward:
     # ---- keys ---------------------------------------------------------------------------------
     def key(self, batch: ForwardBatch, state):
         """The graph key of `batch` (already page-padded), or None to run it eagerly."""
+        from luce.ops.cuda_step_meta import max_kv_span
+
         rows = np.diff(batch.qo_indptr)
         live = batch.seq_slots >= 0
         if batch.tree_parents is not None:
