@@ -26,19 +26,10 @@ import numpy as np
 
 from luce.engine.pages import PagePool
 from luce.models.batch import ForwardBatch
-from luce.models.kv_cache import PAGE_SIZE, pages_needed
+from luce.models.kv_cache import PAGE_SIZE, bucket, pages_needed
 
 ROW_PAD, ROW_PREFILL, ROW_AR, ROW_TREE = -1, 0, 1, 2
 PAD_PAGE = 0  # page id written into padding CSR entries; padding segments never touch it
-
-
-def bucket(n: int) -> int:
-    """Padded size of n: the next power of two up to 64, then the next multiple of 64."""
-    if n <= 0:
-        return 0
-    if n <= 64:
-        return 1 << (n - 1).bit_length()
-    return -(-n // 64) * 64
 
 
 @dataclass(frozen=True)

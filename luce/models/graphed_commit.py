@@ -43,7 +43,7 @@ class GraphedCommit:
         def replaying(graph):
             if nodes[0] != 0:
                 raise ValueError(f"a committed tree path starts at the root (node 0), got {nodes}")
-            for p in staged.values():
+            for p in list(staged.values())[:1]:   # every layer staged the same tree
                 ref_tree.check_path(np.asarray(nodes), ref_tree.check_parents(p.parents, len(p.parents)))
             if recurrent is not None:
                 recurrent.drop_tree(slot)   # what commit_tree does once it has replayed the path

@@ -24,16 +24,14 @@ import numpy as np
 
 from luce.models.batch import ForwardBatch
 from luce.models.graph_cache import GraphCache
-from luce.models.kv_cache import PAGE_SIZE
+from luce.models.kv_cache import PAGE_SIZE, bucket
 from luce.models.tree_rows import local_tree_parents, segment_tree_parents, validate_batch
 
 def pad_pages(batch: ForwardBatch) -> ForwardBatch:
     """The batch with a trailing padding segment (no rows, page 0) so its KV page count is a
     bucket; itself when it already is."""
-    from luce.ops.cuda_step_meta import bucket_pages  # imported on use: the engine imports no backend
-
     nnz = len(batch.kv_indices)
-    extra = bucket_pages(nnz) - nnz
+    extra = bucket(nnz) - nnz
     if extra == 0:
         return batch
     i32 = lambda a: np.asarray(a, dtype=np.int32)  # noqa: E731

@@ -100,6 +100,16 @@ class ModelState:
             self.recurrent.reset_slot(slot)
 
 
+def bucket(n: int) -> int:
+    """Padded size of n (rows or KV pages of a step): the next power of two up to 64, then the
+    next multiple of 64. Steps padded to buckets repeat their shapes (graph replay)."""
+    if n <= 0:
+        return 0
+    if n <= 64:
+        return 1 << (n - 1).bit_length()
+    return -(-n // 64) * 64
+
+
 def pages_needed(kv_len: int) -> int:
     """Number of pages that hold `kv_len` KV rows."""
     return (kv_len + PAGE_SIZE - 1) // PAGE_SIZE

@@ -99,7 +99,7 @@ class CudaBackend(SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
         if host.dtype not in DTYPES:
             raise TypeError(f"device arrays are float32, int32 or int64, got {host.dtype}")
         if self.capturing:
-            return self._upload_for_graphs(host)
+            return self._captured_upload(host)
         out = self.empty(host.shape, host.dtype)
         self.staging.upload(out.ptr, host)
         self._recorded(host, out)

@@ -93,7 +93,6 @@ class GraphMixin:
     def _init_graphs(self) -> None:
         self._recording: Constants | None = None
         self._capturing: StepGraph | None = None
-        self.graph_counters = dict(captures=0, replays=0, failures=0, drops=0)
 
     @property
     def capturing(self) -> bool:
@@ -103,11 +102,10 @@ class GraphMixin:
         """Keep a device copy of every upload while `constants` is set (None stops)."""
         self._recording = constants
 
-    def _upload_for_graphs(self, host: np.ndarray):
-        """upload()'s answer while recording or capturing, else None."""
-        if self._capturing is not None:
-            return self._capturing.constants.get(host)
-        return None
+    def _captured_upload(self, host: np.ndarray):
+        """upload() during a capture: the recorded step's device copy of `host` (GraphUnsafe if
+        there is none)."""
+        return self._capturing.constants.get(host)
 
     def _recorded(self, host: np.ndarray, device) -> None:
         if self._recording is not None:
@@ -149,9 +147,7 @@ class GraphMixin:
         if failure is not None:
             rt.cudaGetLastError()  # clear the (non-sticky) error a call refused during capture left behind
             graph.drop()
-            self.graph_counters["failures"] += 1
             if isinstance(failure, GraphUnsafe):
                 raise failure
             raise GraphUnsafe(f"capture failed: {type(failure).__name__}: {failure}") from failure
-        self.graph_counters["captures"] += 1
         return graph

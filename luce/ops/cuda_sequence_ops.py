@@ -137,12 +137,11 @@ class SequenceOps:
         T, Hq, D = q.shape
         Hkv = kv.k.shape[2]
         parents = getattr(batch, "tree_parents", None)
-        has_tree = parents is not None and bool((np.asarray(parents) >= 0).any())
         if parents is not None and not self.tree_attention_kernel:
-            parents = None   # no tree rows (all -1): the plain kernel
-        if has_tree and not self.tree_attention_kernel:
-            self._host_fallback("tree attention", "the attention kernel has no tree_parents yet")
-            return self._host_attention(q, kv, batch, scale, causal)
+            if (np.asarray(parents) >= 0).any():
+                self._host_fallback("tree attention", "the attention kernel has no tree_parents yet")
+                return self._host_attention(q, kv, batch, scale, causal)
+            parents = None   # no tree rows: the plain kernel
         if D not in ATTENTION_HEAD_DIMS or Hq % Hkv or Hq // Hkv > ATTENTION_MAX_GROUP:
             self._host_fallback("attention", f"head_dim {D} (kernel: {ATTENTION_HEAD_DIMS}), "
                                              f"{Hq} query / {Hkv} KV heads (kernel: group <= {ATTENTION_MAX_GROUP})")

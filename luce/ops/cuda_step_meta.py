@@ -17,17 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from luce.models.kv_cache import PAGE_SIZE
+from luce.models.kv_cache import PAGE_SIZE, bucket
 
 ALIGN = 16
-
-
-def bucket_pages(n: int) -> int:
-    """KV pages rounded up the way luce.engine.step.bucket rounds rows (powers of two to 64,
-    then multiples of 64): the attention grid of a graph is sized by the bucket."""
-    if n <= 0:
-        return 0
-    return 1 << (n - 1).bit_length() if n <= 64 else -(-n // 64) * 64
 
 
 def step_arrays(batch) -> dict[str, np.ndarray]:
@@ -48,12 +40,13 @@ def step_arrays(batch) -> dict[str, np.ndarray]:
 
 
 def max_kv_span(batch) -> int:
-    """KV rows the attention grid covers: the largest live segment's pages, bucketed."""
+    """KV rows the attention grid covers: the largest live segment's pages, bucketed (the grid
+    of a graph is sized by the bucket)."""
     most = 0
     for s in range(batch.n_segments):
         if batch.seq_slots[s] >= 0:
             most = max(most, int(batch.kv_indptr[s + 1] - batch.kv_indptr[s]))
-    return bucket_pages(most) * PAGE_SIZE
+    return bucket(most) * PAGE_SIZE
 
 
 def pack(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, tuple[int, np.dtype, tuple]]]:
@@ -88,7 +81,7 @@ class StepMeta:
         return self.device.ptr + self.layout[name][0]
 
 
-MIRRORED = (("token_ids", "token_ids"), ("positions", "positions"), ("logits_indices", "logits_indices"))
+MIRRORED = ("token_ids", "positions", "logits_indices")   # batch arrays ops receive as host arrays
 
 
 class Mirrors:
@@ -139,15 +132,11 @@ def bind(backend, batch, allocator=None) -> StepMeta:
     meta = StepMeta(device, layout, max_kv_span(batch),
                     any(batch.qo_indptr[s + 1] > batch.qo_indptr[s] for s in live))
     batch.__dict__["_cuda_step_meta"] = meta
-    register(backend, batch, meta)
+    for name in MIRRORED:
+        backend.mirrors.add(getattr(batch, name), meta.view(name))
     if batch.tree_parents is not None:
         backend.mirrors.add(local_tree_parents(batch), meta.view("local_parents"))
     return meta
-
-
-def register(backend, batch, meta: StepMeta) -> None:
-    for attr, name in MIRRORED:
-        backend.mirrors.add(getattr(batch, attr), meta.view(name))
 
 
 def rewrite(backend, meta: StepMeta, batch) -> None:

@@ -43,7 +43,7 @@ def conv1d_tree(backend, x, weight, state, parents):
     if weight.shape[0] != C or state.shape != (K - 1, C) or not 2 <= K <= 8:
         raise ValueError(f"conv1d_tree: x {x.shape}, weight {weight.shape}, state {state.shape} "
                          "(weight [C, K] with 2 <= K <= 8, state [K-1, C])")
-    tp = _local_parents(parents, n)
+    _local_parents(parents, n)   # validates the tree
     y = backend.empty((n, C))
     meta, (qo, slot) = backend._upload_i32([0, n], [0])
     tp_ptr = backend._dev(parents, np.int32).ptr   # the step arena's copy when parents is a batch view
@@ -94,69 +94,39 @@ def _host_verify(backend, mode: str, args, parents):
 def gdn_tree_commit(backend, pending, conv_state, gdn_state, path):
     """Advance one layer's (conv [K-1, C], gdn [Hv, Dk, Dv]) state along the accepted root
     path (node ids, root first) of `pending` (luce.models.gdn_tree.PendingTree) -> new
-    (conv, gdn) device arrays."""
-    n = len(pending.parents)
-    parents = ref_tree.check_parents(pending.parents, n)
-    path = np.asarray(ref_tree.check_path(path, parents), dtype=np.int32)
-    conv = _commit_conv(backend, pending.conv_inputs, backend._f32(conv_state), path)
-    factors = pending.factors
-    on_device = pending.mode == "factor" and factors is not None and not isinstance(factors.u, np.ndarray)
-    if not on_device:
-        backend._host_fallback(f"tree gdn commit ({pending.mode})", "the tree was verified on the host")
-        return conv, _host_commit(backend, pending, gdn_state, path)
-    return conv, _commit_gdn(backend, factors, backend._f32(gdn_state), path)
+    (conv, gdn) device arrays; the inputs stay as they were."""
+    conv, gdn = backend.copy(backend._f32(conv_state)), backend.copy(backend._f32(gdn_state))
+    gdn_tree_commit_into(backend, pending, conv, gdn, path)
+    return conv, gdn
 
 
 def gdn_tree_commit_into(backend, pending, conv_state, gdn_state, path) -> None:
     """gdn_tree_commit writing the new state into conv_state [K-1, C] and gdn_state
-    [Hv, Dk, Dv] in place (a slot's rows of the state pools). `path` may be a mirrored host
-    array (a graphed commit's arena): the kernels then read the arena's copy."""
+    [Hv, Dk, Dv] (device arrays, e.g. a slot's rows of the state pools) in place. `path` may
+    be a mirrored host array (a graphed commit's arena): the kernels then read the arena's
+    copy. A tree verified on the host (modes 'baseline', 'closed') commits its GDN state
+    there (a host fallback, which a graph capture refuses)."""
     from luce import _cuda_gdn_tree as kt
     from luce import _cuda_tree_conv as kc
 
     parents = ref_tree.check_parents(pending.parents, len(pending.parents))
     ref_tree.check_path(np.asarray(path), parents)
-    factors = pending.factors
-    if not (pending.mode == "factor" and factors is not None and not isinstance(factors.u, np.ndarray)):
-        conv, gdn = gdn_tree_commit(backend, pending, conv_state, gdn_state, path)
-        backend.copy_into(conv_state, conv)
-        backend.copy_into(gdn_state, gdn)
-        return
     x = backend._f32(pending.conv_inputs)
-    C, H, dk, dv = x.shape[1], *gdn_state.shape
+    C = x.shape[1]
     if conv_state.shape[1] != C:
         raise ValueError(f"conv commit: conv inputs {x.shape} do not match the state {conv_state.shape}")
     keep, (indptr, slot) = backend._upload_i32([0, len(path)], [0])
     rows = backend._dev(path, np.int32)
     kc.conv_tree_commit(x.ptr, conv_state.ptr, conv_state.ptr, indptr, rows.ptr, slot, slot, 1, C,
                         conv_state.shape[0] + 1, stream=backend.stream)
+    factors = pending.factors
+    if not (pending.mode == "factor" and factors is not None and not isinstance(factors.u, np.ndarray)):
+        backend._host_fallback(f"tree gdn commit ({pending.mode})", "the tree was verified on the host")
+        backend.copy_into(gdn_state, _host_commit(backend, pending, gdn_state, path))
+        return
+    H, dk, dv = gdn_state.shape
     kt.gdn_tree_commit(factors.k.ptr, factors.g.ptr, factors.u.ptr, gdn_state.ptr, indptr, rows.ptr, slot, 1, 1,
                        H, dk, dv, backend.stream)
-
-
-def _commit_conv(backend, x, state, path: np.ndarray):
-    from luce import _cuda_tree_conv as kc
-
-    x = backend._f32(x)
-    C = x.shape[1]
-    if state.shape[1] != C:
-        raise ValueError(f"conv commit: conv inputs {x.shape} do not match the state {state.shape}")
-    new = backend.empty(state.shape)
-    meta, (indptr, rows, slot) = backend._upload_i32([0, len(path)], path, [0])
-    kc.conv_tree_commit(x.ptr, state.ptr, new.ptr, indptr, rows, slot, slot, 1, C, state.shape[0] + 1,
-                        stream=backend.stream)
-    return new
-
-
-def _commit_gdn(backend, factors, state, path: np.ndarray):
-    from luce import _cuda_gdn_tree as kt
-
-    H, dk, dv = state.shape
-    new = backend.copy(state)  # replayed in place: the input stays as it was
-    meta, (indptr, rows, slot) = backend._upload_i32([0, len(path)], path, [0])
-    kt.gdn_tree_commit(factors.k.ptr, factors.g.ptr, factors.u.ptr, new.ptr, indptr, rows, slot, 1, 1, H, dk, dv,
-                       backend.stream)
-    return new
 
 
 def _host_commit(backend, pending, gdn_state, path: np.ndarray):
