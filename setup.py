@@ -1,15 +1,23 @@
-"""Build luce: the Cython launch layer always, the CUDA kernel library when nvcc is found.
+"""Build luce: the Cython launch layer and the cpu backend's C kernels always, the CUDA kernel
+library when nvcc is found.
 
 `pip install -e .` (or `python setup.py build_ext --inplace`) compiles `luce/_cuda.pyx`, which
 needs only a C compiler: it dlopen()s the kernel library at run time. When `nvcc` is on PATH
 (or `$NVCC` names it) the build also compiles every `cuda/*.cu` into `luce/lib/libluce_cuda.so`
 for sm_90 plus any arch listed in `LUCE_CUDA_ARCHS` (e.g. "80,89"). Without nvcc the package
-still installs and imports with the numpy backend; the build says so in one line.
+still installs and imports with the cpu and numpy backends; the build says so in one line.
+
+The cpu backend (`luce._cpu`, C sources in luce/cpu/) compiles each instruction-set file with its
+own flags (CPU_ISA_FLAGS: AVX2, AVX-512 on x86-64; none elsewhere) beside the portable C; the
+path is picked at run time. No file is built with -ffast-math or FP contraction: results are
+bitwise the same on every path (luce/cpu/blocks.h).
 """
 import glob
 import os
+import platform
 import shutil
 import subprocess
+import tempfile
 
 import numpy
 from setuptools import Extension, find_packages, setup
@@ -57,11 +65,55 @@ def build_cuda_library(out_dir: str) -> None:
     subprocess.run(cmd, check=True)
 
 
+CPU_COMMON_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math"]
+# instruction-set files of the cpu backend and their flags (x86-64 only; elsewhere they build empty)
+CPU_ISA_FLAGS = {
+    "dot_avx2.c": ["-mavx2", "-mfma", "-mf16c"],
+    "dot_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx2", "-mfma", "-mf16c"],
+}
+
+
+def compiler_accepts(compiler, flags: list[str]) -> bool:
+    """Does `compiler` compile and link a parallel loop with `flags` (OpenMP probe)?"""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "probe.c")
+        with open(src, "w") as f:
+            f.write("#include <omp.h>\nint main(void){int s=0;\n#pragma omp parallel for reduction(+:s)\n"
+                    "for(int i=0;i<4;i++)s+=i;return s==6?0:1;}\n")
+        try:
+            objs = compiler.compile([src], output_dir=tmp, extra_postargs=flags)
+            compiler.link_executable(objs, os.path.join(tmp, "probe"), extra_postargs=flags)
+            return True
+        except Exception:
+            return False
+
+
 class BuildExtWithCuda(build_ext):
     def run(self):
         super().run()
         lib_root = ROOT if self.inplace else self.build_lib
         build_cuda_library(os.path.join(lib_root, "luce", "lib"))
+
+    def build_extension(self, ext):
+        if ext.name == "luce._cpu":
+            self.prepare_cpu_extension(ext)
+        super().build_extension(ext)
+
+    def prepare_cpu_extension(self, ext):
+        """OpenMP when the compiler has it; the instruction-set files compiled with their flags."""
+        openmp = ["-fopenmp"] if compiler_accepts(self.compiler, ["-fopenmp"]) else []
+        if not openmp:
+            print("luce: the C compiler has no OpenMP; the cpu backend runs on one thread")
+        ext.extra_compile_args = CPU_COMMON_FLAGS + openmp
+        ext.extra_link_args = openmp
+        x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
+        objects = []
+        for name, flags in CPU_ISA_FLAGS.items():
+            src = os.path.relpath(os.path.join(ROOT, "luce", "cpu", name), ROOT)
+            objects += self.compiler.compile([src], output_dir=self.build_temp, include_dirs=ext.include_dirs,
+                                             extra_postargs=CPU_COMMON_FLAGS + openmp + (flags if x86 else []),
+                                             depends=ext.depends)
+        ext.extra_objects = objects
 
 
 # luce/_cuda.pyx (library loading, errors) plus one luce/_cuda_<family>.pyx per kernel family;
@@ -76,6 +128,15 @@ extensions = [
     )
     for pyx in sorted(glob.glob(os.path.join(ROOT, "luce", "_cuda*.pyx")))
 ]
+# the cpu backend: luce/_cpu.pyx and the portable C in luce/cpu/ (instruction-set files: CPU_ISA_FLAGS)
+CPU_SOURCES = sorted(p for p in glob.glob(os.path.join(ROOT, "luce", "cpu", "*.c"))
+                     if os.path.basename(p) not in CPU_ISA_FLAGS)
+extensions.append(Extension(
+    "luce._cpu",
+    [os.path.join("luce", "_cpu.pyx")] + [os.path.relpath(p, ROOT) for p in CPU_SOURCES],
+    include_dirs=[os.path.join(ROOT, "luce", "cpu"), numpy.get_include()],
+    depends=sorted(glob.glob(os.path.join("luce", "cpu", "*.h")) + glob.glob(os.path.join("luce", "cpu", "*.c"))),
+))
 
 setup(
     name="luce",

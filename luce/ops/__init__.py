@@ -1,7 +1,8 @@
-"""Backend API the models call; numpy reference backend and the CUDA backend."""
+"""Backend API the models call: the numpy reference backend, the cpu backend (C kernels) and
+the CUDA backend. BACKENDS is the one list of backend names (the CLIs offer it)."""
 from __future__ import annotations
 
-BACKENDS = ("numpy", "cuda", "auto")
+BACKENDS = ("auto", "cuda", "cpu", "numpy")
 
 
 def cuda_device_count() -> int:
@@ -29,15 +30,44 @@ def cuda_unavailable_reason() -> str | None:
     return None
 
 
-def get_backend(name: str = "numpy"):
-    """The backend called `name`: 'numpy', 'cuda', or 'auto' (cuda when the kernel library is
-    built and a GPU is visible, else numpy)."""
+def cpu_unavailable_reason() -> str | None:
+    """Why the cpu backend cannot start here (None if it can): its C extension is not built."""
+    try:
+        from luce import _cpu  # noqa: F401
+    except ImportError as e:
+        return (f"the cpu kernels (luce._cpu) are not built ({e}): run 'make build' "
+                "(needs a C compiler)")
+    return None
+
+
+def auto_backend_choice() -> tuple[str, str]:
+    """(backend name, why) that --backend auto picks: cuda, then cpu, then numpy."""
+    cuda_reason = cuda_unavailable_reason()
+    if cuda_reason is None:
+        return "cuda", "a CUDA GPU and the CUDA kernel library are present"
+    cpu_reason = cpu_unavailable_reason()
+    if cpu_reason is None:
+        return "cpu", f"no CUDA: {cuda_reason}"
+    return "numpy", f"no CUDA ({cuda_reason}); no cpu kernels ({cpu_reason})"
+
+
+def get_backend(name: str = "numpy", threads: int | None = None):
+    """The backend called `name` (BACKENDS): 'auto' picks cuda when the kernel library is built
+    and a GPU is visible, else cpu when its C kernels are built, else numpy. `threads` sets the
+    cpu backend's thread count (default: the cores this process may use)."""
     if name == "auto":
-        name = "cuda" if cuda_unavailable_reason() is None else "numpy"
+        name = auto_backend_choice()[0]
     if name == "numpy":
         from luce.ops.numpy_backend import NumpyBackend
 
         return NumpyBackend()
+    if name == "cpu":
+        reason = cpu_unavailable_reason()
+        if reason is not None:
+            raise RuntimeError(f"cannot use the cpu backend: {reason}; or use --backend numpy")
+        from luce.ops.cpu_backend import CpuBackend
+
+        return CpuBackend(threads=threads)
     if name == "cuda":
         reason = cuda_unavailable_reason()
         if reason is not None:

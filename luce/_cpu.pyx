@@ -1,0 +1,130 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Launch layer of the cpu backend's C kernels (luce/cpu/, ABI in luce/cpu/cpu_ops.h).
+
+Wrappers take numpy arrays, check dtype, shape and contiguity, and call the C entry points
+with the GIL released. luce/ops/cpu_backend.py is the Backend built on them.
+"""
+import numpy as np
+
+cimport numpy as cnp
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdlib cimport free, malloc
+
+cnp.import_array()
+
+cdef extern from "cpu_ops.h":
+    int LUCE_ISA_PORTABLE, LUCE_ISA_AVX2, LUCE_ISA_AVX512
+    int luce_cpu_isa_supported(int isa) nogil
+    int luce_cpu_set_isa(int isa) nogil
+    int luce_cpu_get_isa() nogil
+    void luce_cpu_set_threads(int n) nogil
+    int luce_cpu_get_threads() nogil
+    ctypedef struct luce_cpu_matmul_out:
+        const uint8_t *w
+        int32_t qtype
+        int64_t n
+        int64_t row_bytes
+        const float *bias
+        float *y
+    int luce_cpu_matmuls(const float *x, int64_t T, int64_t k, const luce_cpu_matmul_out *outs, int n_outs) nogil
+    int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k) nogil
+
+ISAS = {"portable": LUCE_ISA_PORTABLE, "avx2": LUCE_ISA_AVX2, "avx512": LUCE_ISA_AVX512}
+ISA_NAMES = {v: k for k, v in ISAS.items()}
+# ggml type ids the matmul takes
+QTYPES = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14,
+          "IQ4_XS": 23, "BF16": 30}
+
+
+class CpuKernelError(RuntimeError):
+    """A cpu kernel refused its arguments (a bug in the caller: the backend checks first)."""
+
+
+cdef int _check(int rc, str what) except -1:
+    if rc == -2:
+        raise MemoryError(f"{what}: out of memory")
+    if rc != 0:
+        raise CpuKernelError(f"{what}: the kernel refused its arguments (status {rc})")
+    return 0
+
+
+def supported_isas():
+    """Names of the instruction-set paths this CPU and build run, portable first."""
+    return [name for name, isa in ISAS.items() if luce_cpu_isa_supported(isa)]
+
+
+def set_isa(str name):
+    """Select the path `name` (or the best supported one below it); returns the one selected."""
+    if name not in ISAS:
+        raise ValueError(f"unknown instruction set {name!r}: one of {', '.join(ISAS)}")
+    return ISA_NAMES[luce_cpu_set_isa(ISAS[name])]
+
+
+def get_isa():
+    return ISA_NAMES[luce_cpu_get_isa()]
+
+
+def set_threads(int n):
+    if n < 1:
+        raise ValueError(f"threads must be >= 1, got {n}")
+    luce_cpu_set_threads(n)
+
+
+def get_threads():
+    return luce_cpu_get_threads()
+
+
+def row_bytes(int qtype, int64_t k):
+    """Bytes of one row of k values of ggml type qtype; ValueError if unsupported."""
+    cdef int64_t n = luce_cpu_row_bytes(qtype, k)
+    if n < 0:
+        raise ValueError(f"the cpu matmul does not take ggml type {qtype} with rows of {k} values")
+    return n
+
+
+cdef const float *_f32_ptr(object a, str what) except NULL:
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32 or not a.flags.c_contiguous:
+        raise TypeError(f"{what} must be a C-contiguous float32 array")
+    return <const float *>cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+def matmuls(object x, list weights, list biases, list outs):
+    """x [T, k] f32; weights: objects with .raw (uint8 [n, row_bytes], C-contiguous), .qtype,
+    .n, .k, .row_bytes; biases: [n] f32 or None; outs: [T, n] f32 written in place."""
+    cdef int m = len(weights), i
+    if len(biases) != m or len(outs) != m or m == 0:
+        raise ValueError("matmuls needs one bias (or None) and one output per weight")
+    cdef const float *xp = _f32_ptr(x, "x")
+    if x.ndim != 2:
+        raise ValueError(f"matmul wants x [T, K], got {x.shape}")
+    cdef int64_t T = x.shape[0], K = x.shape[1]
+    cdef luce_cpu_matmul_out *o = <luce_cpu_matmul_out *>malloc(m * sizeof(luce_cpu_matmul_out))
+    cdef object raw
+    cdef int rc
+    try:
+        for i in range(m):
+            w, b, y = weights[i], biases[i], outs[i]
+            raw = w.raw
+            if w.k != K:
+                raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
+            if raw.dtype != np.uint8 or not raw.flags.c_contiguous or raw.nbytes != w.n * w.row_bytes:
+                raise ValueError(f"weight bytes {raw.dtype} {raw.nbytes}: expected {w.n * w.row_bytes} contiguous")
+            if not isinstance(y, np.ndarray) or y.shape != (T, w.n):
+                raise ValueError(f"matmul output must be [{T}, {w.n}]")
+            o[i].w = <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>raw)
+            o[i].qtype = w.qtype
+            o[i].n = w.n
+            o[i].row_bytes = w.row_bytes
+            o[i].y = <float *>_f32_ptr(y, "matmul output")
+            if b is None:
+                o[i].bias = NULL
+            else:
+                if b.shape != (w.n,):
+                    raise ValueError(f"matmul: bias {b.shape}, expected ({w.n},)")
+                o[i].bias = _f32_ptr(b, "bias")
+        with nogil:
+            rc = luce_cpu_matmuls(xp, T, K, o, m)
+        _check(rc, "matmul")
+    finally:
+        free(o)
+include "_cpu_sequence.pxi"

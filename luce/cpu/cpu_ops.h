@@ -1,0 +1,44 @@
+/* The C ABI of the cpu backend's kernels (luce/_cpu.pyx launches them; luce/ops/cpu_backend.py
+ * is the backend). Every entry returns 0, or a negative LUCE_CPU_E* code on bad arguments.
+ *
+ * Batch invariance by construction (DESIGN 5 rule 7): each output's reduction order is fixed
+ * by its own sizes (K, its KV length) alone; threads split outputs, never a reduction; every
+ * instruction-set path gives bitwise the same results as the portable one.
+ */
+#ifndef LUCE_CPU_OPS_H
+#define LUCE_CPU_OPS_H
+
+#include <stdint.h>
+
+#define LUCE_CPU_OK 0
+#define LUCE_CPU_EARG -1      /* a size or type the kernel does not take */
+#define LUCE_CPU_ENOMEM -2
+
+/* instruction-set paths */
+enum { LUCE_ISA_PORTABLE = 0, LUCE_ISA_AVX2 = 1, LUCE_ISA_AVX512 = 2 };
+
+int luce_cpu_isa_supported(int isa);   /* 1 if this CPU (and build) runs path `isa` */
+int luce_cpu_set_isa(int isa);         /* select a supported path; returns the one selected */
+int luce_cpu_get_isa(void);
+void luce_cpu_set_threads(int n);      /* threads of every parallel kernel (>= 1) */
+int luce_cpu_get_threads(void);
+
+/* One weight of a matmul: W [n, k] in blocks of ggml type `qtype`, row r at w + r * row_bytes;
+ * writes y [T, n] (= x W^T + bias). */
+typedef struct {
+    const uint8_t *w;
+    int32_t qtype;
+    int64_t n;
+    int64_t row_bytes;
+    const float *bias;    /* [n] or NULL */
+    float *y;             /* [T, n] */
+} luce_cpu_matmul_out;
+
+/* x [T, k] f32 times every weight of outs (all with the same k), sharing the activation
+ * quantization; one parallel region over all weights' output columns. */
+int luce_cpu_matmuls(const float *x, int64_t T, int64_t k, const luce_cpu_matmul_out *outs, int n_outs);
+
+/* bytes of one row of k values of `qtype` (-1 if the type is not supported or k not whole blocks) */
+int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k);
+
+#endif

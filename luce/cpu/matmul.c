@@ -1,0 +1,91 @@
+/* Matmul driver: picks the instruction-set path, quantizes x once per activation format,
+ * then splits every weight's output columns into tasks that threads take in any order (a
+ * task computes all T rows of its columns, so an output never depends on the split). */
+#include <stdlib.h>
+
+#include "cpu_ops.h"
+#include "matmul.h"
+#include "threads.h"
+
+#define COLUMNS_PER_TASK 64
+
+int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k) {
+    int kind = mm_kind(qtype);
+    if (kind < 0 || k <= 0 || k % mm_block_values(kind)) return -1;
+    return k / mm_block_values(kind) * mm_block_bytes(kind);
+}
+
+static mm_tile_fn tile_for(int kind) {
+    int isa = luce_cpu_get_isa();
+    mm_tile_fn f = NULL;
+    if (isa == LUCE_ISA_AVX512) f = mm_tiles_avx512[kind];
+    if (isa >= LUCE_ISA_AVX2 && f == NULL) f = mm_tiles_avx2[kind];
+    return f ? f : mm_tiles_portable[kind];
+}
+
+typedef struct {
+    int8_t *qs;
+    float *dx;
+    int16_t *bsums;
+} act_buffers;
+
+static int quantize_x(const float *x, int64_t T, int64_t K, int format, act_buffers *a) {
+    int block = format == ACT_Q8_K ? QK_K : QK_32;
+    a->qs = malloc((size_t)(T * K));
+    a->dx = malloc((size_t)(T * (K / block)) * sizeof(float));
+    a->bsums = malloc((size_t)(T * (K / 16)) * sizeof(int16_t));
+    if (!a->qs || !a->dx || !a->bsums) return LUCE_CPU_ENOMEM;
+    int64_t nb = K / block;
+    PARALLEL_FOR_ROWS(T, t0, t1, {
+        if (format == ACT_Q8_K)
+            quantize_rows_q8k(x + t0 * K, t1 - t0, K, a->qs + t0 * K, a->dx + t0 * nb, a->bsums + t0 * (K / 16));
+        else
+            quantize_rows_q8_32(x + t0 * K, t1 - t0, K, a->qs + t0 * K, a->dx + t0 * nb, a->bsums + t0 * (K / 16));
+    });
+    return LUCE_CPU_OK;
+}
+
+static void free_act(act_buffers *a) {
+    free(a->qs);
+    free(a->dx);
+    free(a->bsums);
+}
+
+int luce_cpu_matmuls(const float *x, int64_t T, int64_t K, const luce_cpu_matmul_out *outs, int n_outs) {
+    if (T < 0 || K <= 0 || n_outs <= 0) return LUCE_CPU_EARG;
+    int need[3] = {0, 0, 0};
+    for (int i = 0; i < n_outs; i++) {
+        int kind = mm_kind(outs[i].qtype);
+        if (kind < 0 || luce_cpu_row_bytes(outs[i].qtype, K) != outs[i].row_bytes || outs[i].n < 0) return LUCE_CPU_EARG;
+        need[mm_act_format(kind)] = 1;
+    }
+    if (T == 0) return LUCE_CPU_OK;
+    act_buffers act[3] = {{0}};
+    int rc = LUCE_CPU_OK;
+    for (int f = ACT_Q8_K; f <= ACT_Q8_32 && rc == LUCE_CPU_OK; f++)
+        if (need[f]) rc = quantize_x(x, T, K, f, &act[f]);
+    mm_job *jobs = calloc((size_t)n_outs, sizeof(mm_job));
+    int64_t *first_task = calloc((size_t)n_outs + 1, sizeof(int64_t));
+    if (!jobs || !first_task) rc = LUCE_CPU_ENOMEM;
+    if (rc == LUCE_CPU_OK) {
+        for (int i = 0; i < n_outs; i++) {
+            const act_buffers *a = &act[mm_act_format(mm_kind(outs[i].qtype))];
+            jobs[i] = (mm_job){x, a->qs, a->dx, a->bsums, T, K, outs[i].w, outs[i].row_bytes,
+                               outs[i].bias, outs[i].y, outs[i].n};
+            first_task[i + 1] = first_task[i] + (outs[i].n + COLUMNS_PER_TASK - 1) / COLUMNS_PER_TASK;
+        }
+        mm_tile_fn tiles[MM_KINDS];
+        for (int k = 0; k < MM_KINDS; k++) tiles[k] = tile_for(k);
+        PARALLEL_TASKS(first_task[n_outs], task, {
+            int i = 0;
+            while (first_task[i + 1] <= task) i++;
+            int64_t n0 = (task - first_task[i]) * COLUMNS_PER_TASK;
+            int64_t n1 = n0 + COLUMNS_PER_TASK < outs[i].n ? n0 + COLUMNS_PER_TASK : outs[i].n;
+            tiles[mm_kind(outs[i].qtype)](&jobs[i], n0, n1);
+        });
+    }
+    for (int f = 0; f < 3; f++) free_act(&act[f]);
+    free(jobs);
+    free(first_task);
+    return rc;
+}

@@ -1,0 +1,132 @@
+"""The cpu backend: luce.ops.api.Backend on host numpy arrays with C kernels (luce/cpu/,
+launched by luce._cpu) for every op whose result a test compares bitwise.
+
+Weights stay as the GGUF blocks in the memory-mapped file (`CpuWeight`): no f32 copy. The
+matmul quantizes activations per block to int8 (as llama.cpp does) and reduces every output
+in an order fixed by K alone (luce/cpu/blocks.h), so a row's result is bitwise the same
+whatever the row count, the row's position, the thread count and the instruction set (AVX2,
+AVX-512 or portable C). Threads split outputs, never a reduction. Ops not overridden here
+are the numpy backend's (luce/ref), none of which calls BLAS.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from luce.ops.cpu_sequence_ops import CpuSequenceOps
+from luce.ops.numpy_backend import NumpyBackend
+
+
+@dataclass
+class CpuWeight:
+    """A matrix [n, k] as GGUF blocks of ggml type `qtype`: raw [n, row_bytes] uint8 (a view of
+    the mapped file, or of an f32 array for weight_from_array)."""
+
+    raw: np.ndarray
+    qtype: int
+    n: int
+    k: int
+    row_bytes: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.k)
+
+
+def default_threads() -> int:
+    """Cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:   # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _qtype_name(qtype: int) -> str:
+    from gguf import GGMLQuantizationType
+
+    try:
+        return GGMLQuantizationType(int(qtype)).name
+    except ValueError:
+        return f"ggml type {qtype}"
+
+
+class CpuBackend(CpuSequenceOps, NumpyBackend):
+    """luce.ops.api.Backend on the CPU; Array = np.ndarray f32, Weight = CpuWeight."""
+
+    name = "cpu"
+
+    def __init__(self, threads: int | None = None, isa: str | None = None):
+        """threads: parallel kernel threads (default: the cores this process may use);
+        isa: 'avx512', 'avx2' or 'portable' (default: the best this CPU runs)."""
+        from luce import _cpu
+
+        self._k = _cpu
+        self.threads = default_threads() if threads is None else int(threads)
+        if self.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+        _cpu.set_threads(self.threads)
+        self.isa = _cpu.set_isa(isa or os.environ.get("LUCE_CPU_ISA", "avx512"))
+
+    def describe(self) -> str:
+        return f"cpu ({self.isa}, {self.threads} threads)"
+
+    # ---- weights ------------------------------------------------------------------------
+    def load_weight(self, gguf, name: str) -> CpuWeight:
+        info = gguf.tensor_info(name)
+        shape = tuple(int(s) for s in info.shape)
+        if len(shape) != 2:
+            raise ValueError(f"{name}: a Weight is a matrix [N, K], the tensor has shape {shape}")
+        qtype = int(info.qtype)
+        if qtype not in self._k.QTYPES.values():
+            raise ValueError(
+                f"{name}: weights of type {_qtype_name(qtype)} are not supported by the cpu backend; "
+                f"supported: {', '.join(sorted(self._k.QTYPES))}. Re-quantize the model to one of these "
+                "(e.g. llama-quantize model.gguf out.gguf Q4_K_M), or use --backend numpy")
+        return self._weight(np.asarray(gguf.raw(name)), qtype, shape, name)
+
+    def weight_from_array(self, w: np.ndarray) -> CpuWeight:
+        w = np.ascontiguousarray(w, dtype=np.float32)
+        if w.ndim != 2:
+            raise ValueError(f"a Weight is a matrix [N, K], got shape {w.shape}")
+        return self._weight(w.view(np.uint8).reshape(-1), 0, w.shape, "array")
+
+    def _weight(self, raw: np.ndarray, qtype: int, shape, name: str) -> CpuWeight:
+        n, k = shape
+        try:
+            row_bytes = self._k.row_bytes(qtype, k)
+        except ValueError:
+            raise ValueError(f"{name}: a {_qtype_name(qtype)} matrix {tuple(shape)} does not hold whole "
+                             "blocks per row; re-quantize the model") from None
+        raw = raw.reshape(-1).view(np.uint8)
+        if raw.nbytes != n * row_bytes:
+            raise ValueError(f"{name}: {raw.nbytes} bytes for a {_qtype_name(qtype)} matrix {tuple(shape)} "
+                             f"that needs {n * row_bytes}: the file is truncated or corrupt")
+        return CpuWeight(raw.reshape(n, row_bytes), qtype, n, k, row_bytes)
+
+    # ---- dense maths --------------------------------------------------------------------
+    def embedding(self, table: CpuWeight, token_ids: np.ndarray) -> np.ndarray:
+        from luce.gguf import quants
+
+        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= table.n):
+            raise IndexError(f"token id out of range [0, {table.n}): {ids.min()}..{ids.max()}")
+        return quants.dequantize(table.raw[ids], table.qtype, (ids.size, table.k))
+
+    def matmul(self, x, w: CpuWeight, bias=None) -> np.ndarray:
+        return self.matmuls(x, [w], [bias])[0]
+
+    def matmuls(self, x, weights, biases=None) -> list[np.ndarray]:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        biases = list(biases) if biases is not None else [None] * len(weights)
+        if x.ndim != 2:
+            raise ValueError(f"matmul wants x [T, K], got {x.shape}")
+        for w in weights:
+            if not isinstance(w, CpuWeight):
+                raise TypeError(f"the cpu backend multiplies CpuWeight (load_weight / weight_from_array), "
+                                f"got {type(w).__name__}")
+        outs = [np.empty((x.shape[0], w.n), np.float32) for w in weights]
+        biases = [None if b is None else np.ascontiguousarray(b, dtype=np.float32) for b in biases]
+        self._k.matmuls(x, list(weights), biases, outs)
+        return outs
