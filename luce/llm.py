@@ -48,7 +48,7 @@ class LLM:
                  draft_kind: str | None = None, ddtree_budget: int = 22, ddtree_tau: float = 6.0,
                  spec_top_k: int = 4, draft_max: int = 8, **engine_options):
         """Load a GGUF model (and its tokenizer) on `backend` ('auto': CUDA when a GPU and the
-        kernel library are there, else numpy) and start an engine.
+        kernel library are there, else the cpu backend's C kernels, else numpy; or a Backend) and start an engine.
         Speculative decoding (luce.spec.config): `draft` (a path or cached model name) turns it
         on in chain mode unless `spec` says otherwise; draft_kind='ngram' needs no draft.
         `engine_options` are further EngineConfig fields (max_queue, pad_steps, ...)."""

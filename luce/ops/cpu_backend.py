@@ -106,9 +106,19 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
         return CpuWeight(raw.reshape(n, row_bytes), qtype, n, k, row_bytes)
 
     # ---- dense maths --------------------------------------------------------------------
-    def embedding(self, table: CpuWeight, token_ids: np.ndarray) -> np.ndarray:
+    def as_weight(self, w) -> CpuWeight:
+        """w itself, or an f32 matrix [N, K] (the numpy backend's Weight) wrapped without a copy."""
+        if isinstance(w, CpuWeight):
+            return w
+        if isinstance(w, np.ndarray) and w.ndim == 2:
+            return self.weight_from_array(w)
+        raise TypeError(f"the cpu backend multiplies CpuWeight (load_weight / weight_from_array) or an "
+                        f"f32 matrix, got {type(w).__name__}")
+
+    def embedding(self, table, token_ids: np.ndarray) -> np.ndarray:
         from luce.gguf import quants
 
+        table = self.as_weight(table)
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= table.n):
             raise IndexError(f"token id out of range [0, {table.n}): {ids.min()}..{ids.max()}")
@@ -122,10 +132,7 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
         biases = list(biases) if biases is not None else [None] * len(weights)
         if x.ndim != 2:
             raise ValueError(f"matmul wants x [T, K], got {x.shape}")
-        for w in weights:
-            if not isinstance(w, CpuWeight):
-                raise TypeError(f"the cpu backend multiplies CpuWeight (load_weight / weight_from_array), "
-                                f"got {type(w).__name__}")
+        weights = [self.as_weight(w) for w in weights]
         outs = [np.empty((x.shape[0], w.n), np.float32) for w in weights]
         biases = [None if b is None else np.ascontiguousarray(b, dtype=np.float32) for b in biases]
         self._k.matmuls(x, list(weights), biases, outs)

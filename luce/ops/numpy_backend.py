@@ -1,7 +1,8 @@
 """The numpy reference backend: every op is a luce/ref function on host arrays.
 
-Weights are dequantized to f32 once, at load (luce.gguf.quants). Slow but exact and
-batch-invariant (see luce/ref/matmul.py); it is what the GPU backends are tested against.
+Weights are dequantized to f32 once, at load (luce.gguf.quants). Slow and readable: what the
+cpu and GPU backends are tested against, with tolerances. It promises no bitwise property (its
+matmul and attention run on BLAS); the batch-invariant backends are cpu and cuda.
 """
 from __future__ import annotations
 

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from luce.ops import BACKENDS
 from luce.server.bridge import EngineBridge, EngineStats, ModelInfo, StepOutput
 
 log = logging.getLogger("luce.server")
 
 SPEC_MODES = ("off", "chain", "ddtree", "specla")
 DRAFT_KINDS = ("dflash", "model", "ngram")
-BACKENDS = ("auto", "numpy", "cuda", "hip")
 
 
 class LuceEngineCore:
@@ -70,6 +70,7 @@ class ServeOptions:
     spec_top_k: int = 4
     draft_max: int = 8                # tokens a model or n-gram draft proposes per verify
     backend: str = "auto"
+    threads: int | None = None        # cpu backend threads (None: the cores this process may use)
     max_slots: int = 5
     ctx: int | None = None            # None: min(model context, 4096)
     max_queue: int = 64
@@ -93,6 +94,8 @@ class ServeOptions:
             raise ValueError(f"--ddtree-tau must be >= 0, got {self.ddtree_tau}")
         if self.backend not in BACKENDS:
             raise ValueError(f"--backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {self.threads}")
         if self.max_slots < 1:
             raise ValueError(f"--max-slots must be >= 1, got {self.max_slots}")
         if self.max_queue < 0:
@@ -122,21 +125,20 @@ def spec_options(args) -> dict:
                 ddtree_tau=args.ddtree_tau, spec_top_k=args.spec_top_k, draft_max=args.draft_max)
 
 
-def resolve_backend(name: str):
-    """(backend instance, its name). 'auto' takes the first GPU backend that loads, else numpy."""
-    from luce.ops import get_backend
+def resolve_backend(name: str, threads: int | None = None):
+    """(backend instance, a line saying which backend and why). 'auto' takes cuda, then cpu,
+    then numpy (luce.ops.auto_backend_choice)."""
+    from luce.ops import auto_backend_choice, get_backend
 
-    if name != "auto":
-        try:
-            return get_backend(name), name
-        except Exception as e:
-            raise ValueError(f"--backend {name}: {e}") from None
-    for candidate in ("cuda", "hip"):
-        try:
-            return get_backend(candidate), candidate
-        except Exception:
-            continue
-    return get_backend("numpy"), "numpy"
+    why = "as asked"
+    if name == "auto":
+        name, why = auto_backend_choice()
+    try:
+        backend = get_backend(name, threads=threads)
+    except Exception as e:
+        raise ValueError(f"--backend {name}: {e}") from None
+    describe = getattr(backend, "describe", None)
+    return backend, f"{describe() if describe else backend.name} ({why})"
 
 
 def resolve_models(options: ServeOptions, progress: bool = True) -> tuple[Path, Path | None]:
@@ -162,8 +164,9 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
 
     options.check()
     target, draft = resolve_models(options, progress)
-    backend, backend_name = resolve_backend(options.backend)
-    say(f"luce: loading {target} on the {backend_name} backend ...")
+    backend, backend_line = resolve_backend(options.backend, options.threads)
+    backend_name = backend.name
+    say(f"luce: loading {target} on the {backend_line} backend ...")
     t0 = time.monotonic()
     model = load_model(target, backend)
     tokenizer = Tokenizer.from_gguf(target)

@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--model", help="GGUF file or cached model name (default: the default pair, fetched)")
     add_spec_arguments(p)
     p.add_argument("--backend", choices=BACKENDS, default="auto")
+    p.add_argument("--threads", "-t", type=int, default=None, help="cpu backend threads (default: all cores)")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graph replay (debugging)")
     p.add_argument("--ctx", "-c", type=int, default=None)
     p.add_argument("--max-tokens", "-n", type=int, default=256)
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    options = ServeOptions(model=args.model, backend=args.backend, max_slots=1, ctx=args.ctx, max_queue=0,
+    options = ServeOptions(model=args.model, backend=args.backend, threads=args.threads, max_slots=1, ctx=args.ctx, max_queue=0,
                            enforce_eager=args.enforce_eager, **spec_options(args))
     try:
         options.check()

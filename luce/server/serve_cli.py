@@ -38,7 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx", "-c", type=int, default=None,
                    help="context length per request (default: model's, capped at 4096)")
     p.add_argument("--token-budget", type=int, default=512, help="rows per engine step (default 512)")
-    p.add_argument("--backend", choices=BACKENDS, default="auto", help="compute backend (default auto)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="compute backend (default auto: cuda, else cpu, else numpy)")
+    p.add_argument("--threads", "-t", type=int, default=None,
+                   help="cpu backend threads (default: the cores this process may use)")
     p.add_argument("--enforce-eager", action="store_true",
                    help="launch every kernel from Python instead of replaying captured CUDA graphs (debugging)")
     p.add_argument("--api-key", default=os.environ.get("LUCE_API_KEY"),
@@ -89,7 +92,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model = args.model_opt or args.model
-    options = ServeOptions(model=model, backend=args.backend, **spec_options(args),
+    options = ServeOptions(model=model, backend=args.backend, threads=args.threads, **spec_options(args),
                            max_slots=args.max_slots, ctx=args.ctx, max_queue=args.max_queue,
                            token_budget=args.token_budget, alias=args.alias, seed=args.seed,
                            enforce_eager=args.enforce_eager)

@@ -22,7 +22,7 @@ def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("engine_spec")
     make_qwen35(root / "q35.gguf", seed=21)
     make_dense(root / "q3.gguf", "qwen3", seed=22)
-    return {"qwen35": load_model(root / "q35.gguf"), "qwen3": load_model(root / "q3.gguf")}
+    return {"qwen35": load_model(root / "q35.gguf", "cpu"), "qwen3": load_model(root / "q3.gguf", "cpu")}
 
 
 def plain(model, prompts=PROMPTS, token_budget=80):

@@ -38,7 +38,7 @@ def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("spec_props")
     make_qwen35(root / "q35.gguf", seed=31)
     make_dense(root / "q3.gguf", "qwen3", seed=32)
-    return {"qwen35": load_model(root / "q35.gguf", "numpy"), "qwen3": load_model(root / "q3.gguf", "numpy")}
+    return {"qwen35": load_model(root / "q35.gguf", "cpu"), "qwen3": load_model(root / "q3.gguf", "cpu")}
 
 
 def make_prompt(n, token_seed):

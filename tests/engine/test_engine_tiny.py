@@ -29,7 +29,7 @@ def tiny(request, tmp_path_factory):
         make_qwen35(path, seed=3)
     else:
         make_dense(path, arch="qwen3", seed=3)
-    return load_model(path), Tokenizer.from_gguf(path)
+    return load_model(path, "cpu"), Tokenizer.from_gguf(path)
 
 
 def prompts_and_params():

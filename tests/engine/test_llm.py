@@ -12,7 +12,7 @@ from luce.testing.tiny_models import make_qwen35
 def llm(tmp_path_factory):
     path = tmp_path_factory.mktemp("llm") / "q35.gguf"
     make_qwen35(path, seed=2)
-    return LLM(path, backend="numpy", max_slots=2, ctx=256, token_budget=2 + 64)
+    return LLM(path, backend="cpu", max_slots=2, ctx=256, token_budget=2 + 64)
 
 
 def test_lazy_exports():
@@ -91,10 +91,10 @@ def test_speculative_llm_gives_the_plain_output(tmp_path):
     make_qwen35(path, seed=2)
     prompts = ["def fib(n):", "hello hello hello"]
     params = luce.SamplingParams(max_tokens=8, ignore_eos=True)
-    plain_llm = LLM(path, backend="numpy", max_slots=2, ctx=256, token_budget=2 + 64)
+    plain_llm = LLM(path, backend="cpu", max_slots=2, ctx=256, token_budget=2 + 64)
     plain = [o.token_ids for o in plain_llm.generate(prompts, params)]
     for options in (dict(draft=path), dict(draft=path, spec="ddtree", ddtree_budget=6), dict(draft_kind="ngram")):
-        fast = LLM(path, backend="numpy", max_slots=2, ctx=256, token_budget=2 + 64, **options)
+        fast = LLM(path, backend="cpu", max_slots=2, ctx=256, token_budget=2 + 64, **options)
         assert fast.engine.spec is not None
         assert [o.token_ids for o in fast.generate(prompts, params)] == plain, options
         if "draft" in options:   # (n-gram lookup finds nothing to propose in this random text)

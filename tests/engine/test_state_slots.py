@@ -11,7 +11,7 @@ from luce.testing.tiny_models import make_dense, make_qwen35
 def qwen35(tmp_path_factory):
     path = tmp_path_factory.mktemp("ss") / "q35.gguf"
     make_qwen35(path, seed=5)
-    return load_model(path)
+    return load_model(path, "cpu")
 
 
 def run(model, state, slot, tokens, start):
@@ -73,7 +73,7 @@ def test_capture_put_round_trip(qwen35):
 
 def test_dense_model_has_owners_but_no_arrays(tmp_path):
     make_dense(tmp_path / "d.gguf", seed=1)
-    state = load_model(tmp_path / "d.gguf").new_state(8, 2)
+    state = load_model(tmp_path / "d.gguf", "cpu").new_state(8, 2)
     slots = StateSlots(state, max_snapshots=1)
     slots.assign(0, "a")
     assert slots.capture(0) is None

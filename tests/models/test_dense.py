@@ -67,7 +67,7 @@ def model(tmp_path_factory):
     def get(name):
         if name not in cache:
             path = ORACLE.write_gguf(name, tmp_path_factory.mktemp("dense") / f"{name}.gguf")
-            cache[name] = load_model(path, "numpy")
+            cache[name] = load_model(path, "cpu")
         return cache[name]
 
     return get
@@ -141,7 +141,7 @@ def test_quantized_tiny_models_load_and_decode_consistently(arch, mix, tmp_path)
 
     path = tmp_path / f"{arch}.gguf"
     config = make_dense(path, arch=arch, seed=3, quant_mix=mix)
-    m = load_model(path, "numpy")
+    m = load_model(path, "cpu")
     assert m.config == config
     prompt = list(range(1, 20))
     out = generate_greedy(m, prompt, 6)

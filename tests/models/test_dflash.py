@@ -72,7 +72,7 @@ def build_draft(tmp_path: Path, spec: dict, seed: int, name: str = "draft") -> D
     path = tmp_path / f"{name}.gguf"
     write_model(path, parts.config, parts.tensors, "f32", None, parts.metadata)
     embedding, output = random_target_head(spec, seed)
-    return load_model(path, "numpy", target_model=TargetHead(embedding, output))
+    return load_model(path, "cpu", target_model=TargetHead(embedding, output))
 
 
 def assert_logits_close(got: np.ndarray, want: np.ndarray, what: str) -> None:
@@ -132,8 +132,8 @@ def test_speculative_loop_on_luce_target_reproduces_reference(tmp_path, referenc
     spec, seed = ref["spec"], ref["seed"]
     target_path = tmp_path / "target.gguf"
     write_model(target_path, qwen3_target_config(spec), convert_qwen3_target(random_qwen3_target_state(spec, seed)))
-    target = load_model(target_path, "numpy")
-    draft = load_model(build_draft(tmp_path, spec, seed).gguf.path, "numpy", target_model=target)
+    target = load_model(target_path, "cpu")
+    draft = load_model(build_draft(tmp_path, spec, seed).gguf.path, "cpu", target_model=target)
     prompt = ref["output_ids"][:ref["args"]["prompt_len"]].tolist()
     output, draft_logits = speculative_greedy(target, draft, prompt, ref["args"]["max_new_tokens"])
     assert output == ref["output_ids"].tolist()
@@ -272,11 +272,11 @@ def test_load_model_dispatches_and_borrows_target_weights(tmp_path):
     target = type("Target", (), {})()  # what luce's dense / qwen35 models expose
     target.token_embd, target.output = embedding, output
 
-    draft = load_model(tmp_path / "draft.gguf", "numpy", target_model=target)
+    draft = load_model(tmp_path / "draft.gguf", "cpu", target_model=target)
     assert isinstance(draft, DFlashDraft) and draft.target_layers == (0, 2)
     assert draft.head.output is output and draft.head.embedding is embedding
     with pytest.raises(ValueError, match="needs its target"):
-        load_model(tmp_path / "draft.gguf", "numpy")
+        load_model(tmp_path / "draft.gguf", "cpu")
     small = TargetHead(embedding[:, :16], output[:, :16])
     with pytest.raises(ValueError, match="not trained for this target"):
         DFlashDraft(tmp_path / "draft.gguf", small, "numpy")

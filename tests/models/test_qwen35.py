@@ -68,7 +68,7 @@ class Case:
     def __init__(self, name: str, gguf_path: Path, ref: dict):
         self.name, self.ref = name, ref
         self.hf = json.loads(str(ref["config_json"]))
-        self.model = load_model(gguf_path)
+        self.model = load_model(gguf_path, "cpu")
         self.tokens = [int(t) for t in ref["tokens"]]
 
     def new_state(self, slots: int = 1):

@@ -26,10 +26,10 @@ MODEL_TOL = {"f32": 2e-3, "q4_k_m": 3e-2}
 
 
 # ---- CPU ------------------------------------------------------------------------------------
-def test_auto_is_numpy_without_a_gpu_and_cuda_names_the_fix():
+def test_auto_is_cpu_without_a_gpu_and_cuda_names_the_fix():
     if cuda_unavailable_reason() is None:
         pytest.skip("a GPU and the kernel library are present")
-    assert get_backend("auto").name == "numpy"
+    assert get_backend("auto").name == "cpu"
     with pytest.raises(RuntimeError, match="build_ext|GPU"):
         get_backend("cuda")
     with pytest.raises(ValueError, match="available"):

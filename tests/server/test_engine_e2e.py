@@ -24,7 +24,7 @@ CTX = 512
 
 
 def start(path, max_slots=3):
-    bridge = load_bridge(ServeOptions(model=str(path), backend="numpy", max_slots=max_slots, ctx=CTX,
+    bridge = load_bridge(ServeOptions(model=str(path), backend="cpu", max_slots=max_slots, ctx=CTX,
                                       max_queue=8, token_budget=256), progress=False, say=lambda m: None)
     return ServerThread(App(ServerConfig(host="127.0.0.1", port=0), bridge)).start()
 
@@ -38,7 +38,7 @@ def served(request, tmp_path_factory):
         make_dense(path, arch="qwen3", seed=1)
     server = start(path)
     from luce.llm import LLM
-    server.reference = LLM(str(path), backend="numpy", max_slots=1, ctx=CTX, token_budget=256)
+    server.reference = LLM(str(path), backend="cpu", max_slots=1, ctx=CTX, token_budget=256)
     yield server
     server.stop()
 

@@ -22,6 +22,6 @@ def tiny_paths(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_models(tiny_paths):
-    models = {name: load_model(path) for name, path in tiny_paths.items() if name != "dflash"}
-    models["dflash"] = load_model(tiny_paths["dflash"], "numpy", target_model=models["qwen35"])
+    models = {name: load_model(path, "cpu") for name, path in tiny_paths.items() if name != "dflash"}
+    models["dflash"] = load_model(tiny_paths["dflash"], "cpu", target_model=models["qwen35"])
     return models
