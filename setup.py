@@ -71,6 +71,8 @@ CPU_ISA_FLAGS = {
     "dot_avx2.c": ["-mavx2", "-mfma", "-mf16c"],
     "dot_avx512.c": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx2", "-mfma", "-mf16c"],
 }
+CPU_ISA_FLAGS["gemv_avx2.c"] = CPU_ISA_FLAGS["dot_avx2.c"]
+CPU_ISA_FLAGS["gemv_avx512.c"] = CPU_ISA_FLAGS["dot_avx512.c"]
 
 
 def compiler_accepts(compiler, flags: list[str]) -> bool:

@@ -11,6 +11,7 @@
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include "decode.h"
+#include "gemv.h"
 #include "unpack_simd.h"
 
 const int mm_avx2_built = 1;
@@ -43,6 +44,10 @@ static inline __m256i dot_signed_256(const unpacked_block *u, const __m256i scv[
 static inline int tile_rows(int64_t T) { return T == 1 ? 1 : (T >= 4 ? 4 : (int)T); }
 
 static void tile_k256(const mm_job *j, int64_t n0, int64_t n1, int kind) {
+    if (j->T == 1 && (kind == MM_Q4_K || kind == MM_Q6_K)) {
+        (kind == MM_Q4_K ? gemv_q4_k_avx2 : gemv_q6_k_avx2)(j, n0, n1);
+        return;
+    }
     const int64_t T = j->T, K = j->K, nb = K / QK_K;
     const int bb = mm_block_bytes(kind), R = tile_rows(T), C = PAIRS / R;
     const int has_min = kind == MM_Q4_K || kind == MM_Q5_K, signed_w = kind == MM_IQ4_XS;

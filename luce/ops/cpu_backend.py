@@ -61,7 +61,9 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
         """threads: parallel kernel threads (default: the cores this process may use);
         isa: 'avx512', 'avx2' or 'portable' (default: the best this CPU runs)."""
         from luce import _cpu
+        from luce.ops.blas_threads import limit_blas_threads
 
+        limit_blas_threads(1)
         self._k = _cpu
         self.threads = default_threads() if threads is None else int(threads)
         if self.threads < 1:
