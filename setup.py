@@ -17,7 +17,6 @@ import os
 import platform
 import shutil
 import subprocess
-import tempfile
 
 import numpy
 from setuptools import Extension, find_packages, setup
@@ -65,7 +64,7 @@ def build_cuda_library(out_dir: str) -> None:
     subprocess.run(cmd, check=True)
 
 
-CPU_COMMON_FLAGS = ["-O3", "-std=c11", "-ffp-contract=off", "-fno-fast-math"]
+CPU_COMMON_FLAGS = ["-O3", "-std=c11", "-pthread", "-ffp-contract=off", "-fno-fast-math"]
 # instruction-set files of the cpu backend and their flags (x86-64 only; elsewhere they build empty)
 CPU_ISA_FLAGS = {
     "dot_avx2.c": ["-mavx2", "-mfma", "-mf16c"],
@@ -73,21 +72,6 @@ CPU_ISA_FLAGS = {
 }
 CPU_ISA_FLAGS["gemv_avx2.c"] = CPU_ISA_FLAGS["dot_avx2.c"]
 CPU_ISA_FLAGS["gemv_avx512.c"] = CPU_ISA_FLAGS["dot_avx512.c"]
-
-
-def compiler_accepts(compiler, flags: list[str]) -> bool:
-    """Does `compiler` compile and link a parallel loop with `flags` (OpenMP probe)?"""
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "probe.c")
-        with open(src, "w") as f:
-            f.write("#include <omp.h>\nint main(void){int s=0;\n#pragma omp parallel for reduction(+:s)\n"
-                    "for(int i=0;i<4;i++)s+=i;return s==6?0:1;}\n")
-        try:
-            objs = compiler.compile([src], output_dir=tmp, extra_postargs=flags)
-            compiler.link_executable(objs, os.path.join(tmp, "probe"), extra_postargs=flags)
-            return True
-        except Exception:
-            return False
 
 
 class BuildExtWithCuda(build_ext):
@@ -102,18 +86,15 @@ class BuildExtWithCuda(build_ext):
         super().build_extension(ext)
 
     def prepare_cpu_extension(self, ext):
-        """OpenMP when the compiler has it; the instruction-set files compiled with their flags."""
-        openmp = ["-fopenmp"] if compiler_accepts(self.compiler, ["-fopenmp"]) else []
-        if not openmp:
-            print("luce: the C compiler has no OpenMP; the cpu backend runs on one thread")
-        ext.extra_compile_args = CPU_COMMON_FLAGS + openmp
-        ext.extra_link_args = openmp
+        """The instruction-set files compiled with their own flags beside the portable C."""
+        ext.extra_compile_args = CPU_COMMON_FLAGS
+        ext.extra_link_args = ["-pthread"]
         x86 = platform.machine().lower() in ("x86_64", "amd64", "i686", "x86")
         objects = []
         for name, flags in CPU_ISA_FLAGS.items():
             src = os.path.relpath(os.path.join(ROOT, "luce", "cpu", name), ROOT)
             objects += self.compiler.compile([src], output_dir=self.build_temp, include_dirs=ext.include_dirs,
-                                             extra_postargs=CPU_COMMON_FLAGS + openmp + (flags if x86 else []),
+                                             extra_postargs=CPU_COMMON_FLAGS + (flags if x86 else []),
                                              depends=ext.depends)
         ext.extra_objects = objects
 

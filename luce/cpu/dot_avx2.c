@@ -68,7 +68,7 @@ static void tile_k256(const mm_job *j, int64_t n0, int64_t n1, int kind) {
         for (int64_t b = 0; b < nb; b++) {
             for (int c = 0; c < nc; c++) {
                 const uint8_t *blk = j->w + (c0 + c) * j->row_bytes + b * bb;
-                prefetch_ahead(blk, bb);
+                prefetch_next_tile(blk, C * j->row_bytes, bb);
                 unpack_kind(kind, blk, &ub[c]);
                 for (int g = 0; g < 8; g++) scv[c][g] = group_scales(ub[c].sc, 2 * g, kind != MM_Q6_K);
             }

@@ -65,6 +65,7 @@ void gemv_q4_k_avx2(const mm_job *j, int64_t n0, int64_t n1) {
                                                 _mm_loadu_si128((const __m128i *)(bs + 8)));
             for (int c = 0; c < nc; c++) {
                 const uint8_t *blk = w0 + c * rb + b * BYTES_Q4_K;
+                prefetch_next_tile(blk, COLS * rb, BYTES_Q4_K);
                 const __m256i sm16 = k4_scales_mins16(blk + 4);
                 const __m256i scd = _mm256_permute2x128_si256(sm16, sm16, 0x00);
                 __m256i a = _mm256_setzero_si256();
@@ -105,6 +106,7 @@ void gemv_q6_k_avx2(const mm_job *j, int64_t n0, int64_t n1) {
             const __m256i bsv = _mm256_loadu_si256((const __m256i *)(j->bsums + b * 16));
             for (int c = 0; c < nc; c++) {
                 const uint8_t *blk = w0 + c * rb + b * BYTES_Q6_K;
+                prefetch_next_tile(blk, COLS * rb, BYTES_Q6_K);
                 const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
                 const __m256i lo8 = _mm256_permute2x128_si256(sc16, sc16, 0x00);   /* sc0..7 twice */
                 const __m256i hi8 = _mm256_permute2x128_si256(sc16, sc16, 0x11);   /* sc8..15 twice */

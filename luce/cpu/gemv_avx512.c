@@ -89,6 +89,7 @@ void gemv_q4_k_avx512(const mm_job *j, int64_t n0, int64_t n1) {
                                                 _mm_loadu_si128((const __m128i *)(bs + 8)));
             for (int c = 0; c < nc; c++) {
                 const uint8_t *blk = w0 + c * rb + b * BYTES_Q4_K;
+                prefetch_next_tile(blk, COLS * rb, BYTES_Q4_K);
                 const __m256i sm16 = k4_scales_mins16(blk + 4);
                 const __m512i s = _mm512_castsi256_si512(sm16);
                 const __m512i q0 = _mm512_loadu_si512((const void *)(blk + 16));
@@ -132,10 +133,7 @@ void gemv_q6_k_avx512(const mm_job *j, int64_t n0, int64_t n1) {
             const __m256i bsv = _mm256_loadu_si256((const __m256i *)(j->bsums + b * 16));
             for (int c = 0; c < nc; c++) {
                 const uint8_t *blk = w0 + c * rb + b * BYTES_Q6_K;
-                _mm_prefetch((const char *)blk + 4 * BYTES_Q6_K, _MM_HINT_T0);
-                _mm_prefetch((const char *)blk + 4 * BYTES_Q6_K + 64, _MM_HINT_T0);
-                _mm_prefetch((const char *)blk + 4 * BYTES_Q6_K + 128, _MM_HINT_T0);
-                _mm_prefetch((const char *)blk + 4 * BYTES_Q6_K + 192, _MM_HINT_T0);
+                prefetch_next_tile(blk, COLS * rb, BYTES_Q6_K);
                 const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
                 const __m512i s = _mm512_castsi256_si512(sc16);
                 const __m512i l0 = _mm512_loadu_si512((const void *)blk), l1 = _mm512_loadu_si512((const void *)(blk + 64));

