@@ -27,6 +27,12 @@ def _render_chat(tokenizer, messages: list[dict]) -> list[int]:
     return tokenizer.encode(text)
 
 
+def _expired() -> list:
+    """The end of a stream cut short by the drain timeout."""
+    return [R.stream_error("the server shut down before this request finished", type="unavailable_error",
+                           code="unavailable"), "[DONE]"]
+
+
 class _Timing:
     """Records TTFT, inter-token latency, tokens per step and totals for one request."""
 
@@ -76,7 +82,7 @@ class Generation:
         timing = _Timing(self.app.metrics, request.received_at)
         if gen.stream:
             return EventStream(self._chat_stream(gen, handle, n_prompt, timing),
-                               on_close=lambda: (handle.cancel(), timing.done("cancelled")))
+                               on_close=lambda: (handle.cancel(), timing.done("cancelled")), on_expire=_expired)
         text, reason = await self._collect(handle, timing)
         return Response.json(R.chat_completion(handle.request_id, R.now(), self.app.model_id, text, reason,
                                                R.usage(n_prompt, handle.n_generated)))
@@ -92,7 +98,7 @@ class Generation:
         timing = _Timing(self.app.metrics, request.received_at)
         if gen.stream:
             return EventStream(self._completion_stream(gen, handle, n_prompt, timing),
-                               on_close=lambda: (handle.cancel(), timing.done("cancelled")))
+                               on_close=lambda: (handle.cancel(), timing.done("cancelled")), on_expire=_expired)
         text, reason = await self._collect(handle, timing)
         return Response.json(R.text_completion(handle.request_id, R.now(), self.app.model_id, text, reason,
                                                R.usage(n_prompt, handle.n_generated)))
