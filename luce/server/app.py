@@ -22,6 +22,7 @@ from luce.server.errors import (APIError, internal, method_not_allowed, not_foun
 from luce.server.generation import Generation
 from luce.server.http import EventStream, HTTPConnection, Limits, Request, Response, raw_response
 from luce.server.metrics import ServerMetrics
+from luce.server.turn import ChatSettings
 from luce.server.validation import Defaults
 
 log = logging.getLogger("luce.server")
@@ -46,6 +47,7 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
     defaults: Defaults = field(default_factory=Defaults)
+    chat: ChatSettings = field(default_factory=ChatSettings)
     props_extra: dict = field(default_factory=dict)
 
     @property
