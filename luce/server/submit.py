@@ -23,8 +23,8 @@ def submit(app, gen: GenerationRequest, ids: list[int], request_id: str, *, max_
         raise bad_request("encodes to no tokens: send some text", param=gen.prompt_field)
     if len(ids) >= n_ctx:
         app.metrics.rejected.inc(reason="prompt_too_long")
-        raise bad_request(f"the prompt is {len(ids)} tokens but the context holds {n_ctx} ({CTX_FLAG}), "
-                          f"including at least one generated token: shorten it or raise the limit",
+        raise bad_request(f"the prompt is {len(ids)} tokens but the context holds {n_ctx}, including at least "
+                          f"one generated token: shorten it, or raise {CTX_FLAG}",
                           param=gen.prompt_field, code="context_length_exceeded")
     room = n_ctx - len(ids)
     wanted = gen.max_tokens if max_tokens is None else max_tokens
