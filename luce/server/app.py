@@ -14,6 +14,7 @@ import hmac
 import logging
 from dataclasses import dataclass, field
 
+from luce.server.anthropic_api import Messages
 from luce.server.browser import BrowserPolicy, require_json
 from luce.server.connections import ConnectionTable
 from luce.server.endpoints import Endpoints
@@ -88,10 +89,11 @@ class App:
         self._expired = asyncio.Event()                # the drain timeout passed
         self._generation = Generation(self)
         self._endpoints = Endpoints(self)
-        e, g = self._endpoints, self._generation
+        e, g, messages = self._endpoints, self._generation, Messages(self)
         self._routes = {
             "/v1/chat/completions": {"POST": g.chat}, "/chat/completions": {"POST": g.chat},
             "/v1/completions": {"POST": g.completion}, "/completions": {"POST": g.completion},
+            "/v1/messages": {"POST": messages.create}, "/v1/messages/count_tokens": {"POST": messages.count_tokens},
             "/v1/models": {"GET": e.models}, "/models": {"GET": e.models},
             "/health": {"GET": e.health}, "/v1/health": {"GET": e.health},
             "/metrics": {"GET": e.metrics}, "/props": {"GET": e.props}, 

@@ -122,6 +122,11 @@ class RequestHandle:
     def text(self) -> str:
         return self._assembler.text
 
+    @property
+    def stop_string(self) -> str | None:
+        """The stop string that ended the generation, if one did."""
+        return self._assembler.stop_string
+
     def _deliver(self, out: StepOutput) -> None:
         """Engine thread -> event loop."""
         try:

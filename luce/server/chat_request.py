@@ -33,6 +33,7 @@ class ChatRequest:
     parallel_tool_calls: bool = True
     template_kwargs: dict = field(default_factory=dict)
     reasoning_format: str | None = None      # None: the server's --reasoning-format
+    reasoning_budget: int | None = None      # None: the server's --reasoning-budget
 
 
 # ---------------------------------------------------------------------------- tools
