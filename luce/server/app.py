@@ -23,6 +23,7 @@ from luce.server.errors import (APIError, internal, method_not_allowed, not_foun
 from luce.server.generation import Generation
 from luce.server.http import EventStream, HTTPConnection, Limits, Request, Response, raw_response
 from luce.server.metrics import ServerMetrics
+from luce.server.responses_api import Responses
 from luce.server.turn import ChatSettings
 from luce.server.validation import Defaults
 
@@ -89,11 +90,12 @@ class App:
         self._expired = asyncio.Event()                # the drain timeout passed
         self._generation = Generation(self)
         self._endpoints = Endpoints(self)
-        e, g, messages = self._endpoints, self._generation, Messages(self)
+        e, g, messages, responses = self._endpoints, self._generation, Messages(self), Responses(self)
         self._routes = {
             "/v1/chat/completions": {"POST": g.chat}, "/chat/completions": {"POST": g.chat},
             "/v1/completions": {"POST": g.completion}, "/completions": {"POST": g.completion},
             "/v1/messages": {"POST": messages.create}, "/v1/messages/count_tokens": {"POST": messages.count_tokens},
+            "/v1/responses": {"POST": responses.create}, "/responses": {"POST": responses.create},
             "/v1/models": {"GET": e.models}, "/models": {"GET": e.models},
             "/health": {"GET": e.health}, "/v1/health": {"GET": e.health},
             "/metrics": {"GET": e.metrics}, "/props": {"GET": e.props}, 
