@@ -98,7 +98,8 @@ class App:
             "/v1/responses": {"POST": responses.create}, "/responses": {"POST": responses.create},
             "/v1/models": {"GET": e.models}, "/models": {"GET": e.models},
             "/health": {"GET": e.health}, "/v1/health": {"GET": e.health},
-            "/metrics": {"GET": e.metrics}, "/props": {"GET": e.props}, 
+            "/metrics": {"GET": e.metrics}, "/props": {"GET": e.props},
+            "/slots": {"GET": e.slots}, "/tokenize": {"POST": e.tokenize}, "/detokenize": {"POST": e.detokenize},
         }
 
     # ------------------------------------------------------------------ state

@@ -47,6 +47,7 @@ class EngineStats:
     acceptance_length: float | None = None   # mean tokens committed per request-step
     steps: int = 0
     graphs: dict = field(default_factory=dict)   # graph replay counters (luce.models.graph_cache.COUNTERS)
+    slots: tuple = ()                    # per engine slot: (request id, KV tokens) or None when free
 
     @property
     def kv_pages_free(self) -> int:

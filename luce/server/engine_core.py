@@ -56,6 +56,8 @@ class LuceEngineCore:
         return EngineStats(slots_total=g["slots_total"], slots_busy=g["slots_busy"], queue_depth=g["queue_depth"],
                            kv_pages_total=g["kv_pages_total"], kv_pages_used=g["kv_pages_used"],
                            steps=self.engine.stats.steps, graphs=self.engine.graph_counters(),
+                           slots=tuple(None if e is None else (e.request_id, e.kv_len)
+                                       for e in self.engine.slots.table),
                            acceptance_length=spec.acceptance_length if spec and spec.verifies else None)
 
 

@@ -111,7 +111,9 @@ class FakeCore:
         used = sum(-(-(len(r.prompt_ids) + r.emitted) // 16) for r in self.running.values())
         return EngineStats(slots_total=self.max_slots, slots_busy=len(self.running),
                            queue_depth=len(self.waiting), kv_pages_total=self.n_pages,
-                           kv_pages_used=used, steps=self.steps)
+                           kv_pages_used=used, steps=self.steps,
+                           slots=tuple((r.request_id, len(r.prompt_ids) + r.emitted) for r in self.running.values())
+                           + (None,) * (self.max_slots - len(self.running)))
 
 
 def _contains(seq, sub) -> bool:
