@@ -17,6 +17,9 @@ import time
 
 from luce.server.app import App, ServerConfig
 from luce.server.browser import is_loopback
+from luce.server.chat_request import REASONING_FORMATS
+from luce.server.kv_budget import DEFAULT_KV_MEMORY
+from luce.server.turn import ChatSettings
 from luce.server.engine_core import BACKENDS, ServeOptions, add_spec_arguments, load_bridge, spec_options
 from luce.server.runner import serve_forever
 from luce.server.validation import Defaults
@@ -43,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests waiting for a slot before 429 (default 64)")
     p.add_argument("--ctx", "-c", type=int, default=None,
-                   help="context length per request (default: model's, capped at 4096)")
+                   help="context length per request (default: the model's, bounded by --kv-memory)")
+    p.add_argument("--kv-memory", default=DEFAULT_KV_MEMORY,
+                   help="KV cache cap: a fraction of the memory free after loading (default 0.8) or a size "
+                        "(12G, 512M)")
     p.add_argument("--token-budget", type=int, default=512, help="rows per engine step (default 512)")
     p.add_argument("--backend", choices=BACKENDS, default="auto", help="compute backend (default auto)")
     p.add_argument("--enforce-eager", action="store_true",
@@ -59,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=Defaults.top_p, help="default top-p")
     p.add_argument("--min-p", type=float, default=Defaults.min_p, help="default min-p")
     p.add_argument("--seed", type=int, default=0, help="engine seed for requests without one")
+    p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="deepseek",
+                   help="deepseek/auto: <think> text goes to reasoning_content; none: it stays in the content")
+    p.add_argument("--reasoning-budget", type=int, default=-1,
+                   help="thinking tokens per answer: -1 unlimited (default), 0 thinking off, N then </think>")
     p.add_argument("--cors-origins", default="",
                    help="comma-separated origins browsers may call from ('*' = any; default none)")
     p.add_argument("--allowed-hosts", default="",
@@ -81,6 +91,9 @@ def check_server_flags(args) -> None:
         raise ValueError(f"--drain-timeout must be >= 0 seconds, got {args.drain_timeout}")
     if args.token_budget < 1:
         raise ValueError(f"--token-budget must be >= 1, got {args.token_budget}")
+    if args.reasoning_budget < -1:
+        raise ValueError(f"--reasoning-budget must be -1 (unlimited), 0 (off) or a token count, "
+                         f"got {args.reasoning_budget}")
     for origin in _csv(args.cors_origins):
         if origin != "*" and "://" not in origin:
             raise ValueError(f"--cors-origins: {origin!r} is not an origin; write scheme://host[:port], "
@@ -114,6 +127,7 @@ def main(argv=None) -> int:
     options = ServeOptions(model=model, backend=args.backend, **spec_options(args),
                            max_slots=args.max_slots, ctx=args.ctx, max_queue=args.max_queue,
                            token_budget=args.token_budget, alias=args.alias, seed=args.seed,
+                           kv_memory=args.kv_memory,
                            enforce_eager=args.enforce_eager)
     try:
         check_server_flags(args)
@@ -131,7 +145,9 @@ def main(argv=None) -> int:
     config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
                           max_body_bytes=args.max_body_bytes, drain_timeout_s=args.drain_timeout,
                           defaults=defaults, cors_origins=_csv(args.cors_origins),
-                          allowed_hosts=_csv(args.allowed_hosts))
+                          allowed_hosts=_csv(args.allowed_hosts),
+                          chat=ChatSettings(reasoning_format=args.reasoning_format,
+                                            reasoning_budget=args.reasoning_budget))
     app = App(config)
 
     def say(message: str) -> None:
