@@ -165,6 +165,7 @@ class HTTPConnection:
             self._h11.start_next_cycle()
         self.idle = True
         self._head.clear()
+        started = None               # when the head's first non-blank byte came
         deadline = loop.time() + (self.limits.head_timeout_s if first else self.limits.keep_alive_s)
         while True:
             try:
@@ -172,13 +173,13 @@ class HTTPConnection:
             except h11.RemoteProtocolError as e:
                 raise self._protocol_error(e) from None
             if event is h11.NEED_DATA:
-                if self._h11.their_state is h11.IDLE and self._head:
-                    deadline = min(deadline, self._head_started + self.limits.head_timeout_s)
-                data = await self._read(deadline - loop.time(), idle=not self._head)
+                data = await self._read(deadline - loop.time(), idle=started is None, what="request head",
+                                        limit=self.limits.head_timeout_s)
                 if data is None:
                     return None
-                if not self._head and data.strip(b"\r\n"):
-                    self._head_started = loop.time()
+                if started is None and data.strip(b"\r\n"):
+                    started = loop.time()
+                    deadline = min(deadline, started + self.limits.head_timeout_s)
                     self.idle = False
                 if len(self._head) <= MAX_HEAD_BYTES:
                     self._head += data
@@ -195,14 +196,15 @@ class HTTPConnection:
                 return request
             raise ProtocolError(400, f"unexpected {type(event).__name__} before a request")
 
-    async def _read(self, timeout: float, idle: bool) -> bytes | None:
+    async def _read(self, timeout: float, idle: bool, what: str, limit: float) -> bytes | None:
         """Bytes from the client; b"" at EOF (h11 sees it); None when an idle wait times out."""
         try:
             return await asyncio.wait_for(self.reader.read(READ_SIZE), max(timeout, 0.0))
         except asyncio.TimeoutError:
             if idle:
                 return None
-            raise ProtocolError(408, f"the request head did not arrive within {self.limits.head_timeout_s:g} s")
+            raise ProtocolError(408, f"the {what} did not arrive within {limit:g} s: send it whole, "
+                                     "without pauses") from None
 
     def _protocol_error(self, e: h11.RemoteProtocolError) -> ProtocolError:
         message = str(e) or "malformed HTTP request"
@@ -258,7 +260,8 @@ class HTTPConnection:
             except h11.RemoteProtocolError as e:
                 raise self._protocol_error(e) from None
             if event is h11.NEED_DATA:
-                data = await self._read(self.limits.keep_alive_s, idle=False)
+                data = await self._read(self.limits.keep_alive_s, idle=False, what="request body",
+                                        limit=self.limits.keep_alive_s)
                 self._h11.receive_data(data)
                 if not data and self._h11.their_state is h11.SEND_BODY:
                     raise ProtocolError(400, "connection closed before the whole request body arrived")

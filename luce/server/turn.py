@@ -82,6 +82,7 @@ class ChatTurn:
         self.timing = timing
         self.settings: ChatSettings = app.config.chat
         self.handle = None
+        self.output: AssistantOutput | None = None   # the parser (set by start)
         self.n_prompt = 0
         self.finish_reason: str | None = None
         self.calls: list[ToolCall] = []
