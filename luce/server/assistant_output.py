@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luce.server.tool_calls import HERMES, ToolCall, ToolCallExtractor, _partial_suffix
+from luce.server.tool_calls import HERMES, ToolCall, ToolCallExtractor, partial_suffix
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
@@ -49,7 +49,7 @@ class ReasoningSplitter:
         if self.in_reasoning:
             end = self._text.find(THINK_CLOSE)
             if end < 0:
-                keep = _partial_suffix(self._text, (THINK_CLOSE,))
+                keep = partial_suffix(self._text, (THINK_CLOSE,))
                 if len(self._text) > keep:
                     out.append(("reasoning", self._text[:len(self._text) - keep]))
                 self._text = self._text[len(self._text) - keep:]

@@ -131,7 +131,7 @@ def parse_block(block: str, tools_by_name: dict) -> list[tuple[str, dict]] | Non
 
 # ---------------------------------------------------------------------------- streaming
 
-def _partial_suffix(text: str, tags: tuple[str, ...]) -> int:
+def partial_suffix(text: str, tags: tuple[str, ...]) -> int:
     """Length of the longest suffix of `text` that is a proper prefix of one of `tags`."""
     best = 0
     for tag in tags:
@@ -174,7 +174,7 @@ class ToolCallExtractor:
                 self._text = self._text[i + (len(opened) if opened == OPEN else 0):]
                 self._close = close
                 continue
-            keep = _partial_suffix(self._text, tuple(o for o, _ in self.pairs))
+            keep = partial_suffix(self._text, tuple(o for o, _ in self.pairs))
             self._content(self._text[:len(self._text) - keep], out)
             self._text = self._text[len(self._text) - keep:]
             break
