@@ -5,15 +5,18 @@
     outs = llm.generate(["def fib(n):", "import numpy"], SamplingParams(max_tokens=32))
     fast = LLM("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
                draft="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", spec="ddtree")   # same output, faster
-    print(outs[0].text, outs[0].finish_reason)
+    print(outs[0].text, outs[0].finish_reason)                      # also outs[0].outputs[0].text (vLLM)
     for piece in llm.stream("def fib(n):", SamplingParams(max_tokens=32)):
         print(piece, end="")                                         # whole UTF-8 characters
+    out = llm.chat([{"role": "user", "content": "Weather in Paris?"}], tools=[...])[0]
+    out.outputs[0].tool_calls, out.outputs[0].content, out.outputs[0].reasoning_content
 
 All prompts of one `generate` call run together (continuous batching over `max_slots`
 slots); each request's output is the same as it would be alone.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -21,6 +24,32 @@ from luce.engine.engine import Engine, EngineConfig
 from luce.engine.request import FinishReason, RequestOutput
 from luce.engine.sampler import SamplingParams
 from luce.engine.slots import QueueFull
+
+
+@dataclass
+class CompletionOutput:
+    """One generated sequence, as vLLM's `RequestOutput.outputs[i]`; chat() also fills the
+    parsed content, reasoning and tool calls (luce.server.tool_calls.ToolCall)."""
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    stop_reason: str | int | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list = field(default_factory=list)
+
+
+@dataclass
+class LLMOutput(RequestOutput):
+    """The engine's RequestOutput (`.text`, `.token_ids`, ...) with vLLM's `.outputs` beside it."""
+    outputs: list[CompletionOutput] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, out: RequestOutput) -> "LLMOutput":
+        result = cls(**{f.name: getattr(out, f.name) for f in fields(RequestOutput)})
+        result.outputs = [CompletionOutput(0, out.text, list(out.token_ids), out.finish_reason, out.stop_reason)]
+        return result
 
 
 class GenerationError(RuntimeError):
@@ -85,7 +114,7 @@ class LLM:
         return self.engine.add_request(self.encode(prompt), params, prompt_text=text)
 
     def generate(self, prompts, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None
-                 ) -> list[RequestOutput]:
+                 ) -> list[LLMOutput]:
         """Run every prompt (a str, a list of str, or token id lists) to completion; outputs in
         prompt order. Errors and cancellations show as finish_reason, not exceptions."""
         prompts = _as_prompt_list(prompts)
@@ -101,12 +130,44 @@ class LLM:
                         break
                     waiting.pop(0)
                 self.engine.step()
-            return [self.engine.take_output(ids[i]) for i in range(len(prompts))]
+            return [LLMOutput.of(self.engine.take_output(ids[i])) for i in range(len(prompts))]
         finally:
             for rid in ids.values():
                 if rid in self.engine.requests:
                     self.engine.cancel(rid)
                     self.engine.take_output(rid)
+
+    def chat(self, messages, sampling_params: SamplingParams | Sequence[SamplingParams] | None = None, *,
+             tools: list[dict] | None = None, chat_template_kwargs: dict | None = None,
+             add_generation_prompt: bool = True, reasoning: bool = True) -> list[LLMOutput]:
+        """Generate the assistant's turn for one conversation (a list of OpenAI-style messages)
+        or several (a list of them), through the model's chat template, with `tools` (OpenAI
+        function definitions) offered. Each output's `.outputs[0]` has the raw `text` and the
+        parsed `content`, `reasoning_content` (<think> text, unless reasoning=False) and
+        `tool_calls` (Hermes or Qwen3 XML calls, as the template teaches)."""
+        from luce.server.assistant_output import THINK_OPEN, AssistantOutput
+        from luce.server.chat_request import chat_messages, parse_tools
+        from luce.server.errors import APIError
+        from luce.server.tool_calls import template_format
+
+        conversations = [messages] if messages and isinstance(messages[0], dict) else list(messages)
+        try:
+            tools = parse_tools(tools)
+            rendered = [self.tokenizer.apply_chat_template(chat_messages(conv), add_generation_prompt=add_generation_prompt,
+                                                           tools=tools, **(chat_template_kwargs or {}))
+                        for conv in conversations]
+        except APIError as e:
+            raise ValueError(e.message) from None
+        outs = self.generate([self.tokenizer.encode(text) for text in rendered], sampling_params)
+        fmt = template_format(self.tokenizer.chat_template) if tools else None
+        for text, out in zip(rendered, outs):
+            parser = AssistantOutput(reasoning=reasoning, in_reasoning=reasoning and text.rstrip().endswith(THINK_OPEN),
+                                     tools=tools, fmt=fmt)
+            parser.push(out.text)
+            parser.finish()
+            done = out.outputs[0]
+            done.content, done.reasoning_content, done.tool_calls = parser.content, parser.reasoning or None, parser.calls
+        return outs
 
     def stream(self, prompt, sampling_params: SamplingParams | None = None) -> Iterator[str]:
         """Text deltas of one request as it is generated (whole UTF-8 characters; stop strings

@@ -65,7 +65,9 @@ class SamplingParams:
         _number("frequency_penalty", self.frequency_penalty, lo=-2, hi=2)
         if self.seed is not None:
             _number("seed", self.seed, lo=-(1 << 63), hi=(1 << 64) - 1, integer=True)
-        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
+        if isinstance(self.stop, (str, list)):   # one stop string, or a list, as vLLM accepts
+            object.__setattr__(self, "stop", (self.stop,) if isinstance(self.stop, str) else tuple(self.stop))
+        if not isinstance(self.stop, tuple) or not all(isinstance(s, str) and s for s in self.stop):
             raise SamplingError("stop", "must be a list of non-empty strings")
         if len(self.stop) > 16:
             raise SamplingError("stop", f"at most 16 stop strings, got {len(self.stop)}")

@@ -1,6 +1,6 @@
-"""luce.server: an OpenAI-compatible HTTP server over the luce engine (standard library only).
+"""luce.server: an OpenAI- and Anthropic-compatible HTTP server over the luce engine (h11 for HTTP).
 
-- `App`, `ServerConfig` (app.py): HTTP/1.1 on asyncio, routing, auth, SSE, drain.
+- `App`, `ServerConfig` (app.py): HTTP/1.1 on asyncio, routing, auth, browser policy, SSE, drain.
 - `EngineBridge`, `EngineCore` (bridge.py): the engine thread and the interface it drives.
 - `serve_forever`, `ServerThread` (runner.py): foreground with signals, or a background thread.
 - `luce-serve` / `luce-run` entry points: luce.server.serve_cli / luce.server.run_cli.

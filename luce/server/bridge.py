@@ -47,6 +47,7 @@ class EngineStats:
     acceptance_length: float | None = None   # mean tokens committed per request-step
     steps: int = 0
     graphs: dict = field(default_factory=dict)   # graph replay counters (luce.models.graph_cache.COUNTERS)
+    slots: tuple = ()                    # per engine slot: (request id, KV tokens) or None when free
 
     @property
     def kv_pages_free(self) -> int:
@@ -121,6 +122,11 @@ class RequestHandle:
     @property
     def text(self) -> str:
         return self._assembler.text
+
+    @property
+    def stop_string(self) -> str | None:
+        """The stop string that ended the generation, if one did."""
+        return self._assembler.stop_string
 
     def _deliver(self, out: StepOutput) -> None:
         """Engine thread -> event loop."""

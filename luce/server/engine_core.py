@@ -18,6 +18,7 @@ from typing import Sequence
 
 from luce.ops import BACKENDS
 from luce.server.bridge import EngineBridge, EngineStats, ModelInfo, StepOutput
+from luce.server.kv_budget import DEFAULT_KV_MEMORY, free_memory_bytes, parse_kv_memory, plan_context
 
 log = logging.getLogger("luce.server")
 
@@ -56,6 +57,8 @@ class LuceEngineCore:
         return EngineStats(slots_total=g["slots_total"], slots_busy=g["slots_busy"], queue_depth=g["queue_depth"],
                            kv_pages_total=g["kv_pages_total"], kv_pages_used=g["kv_pages_used"],
                            steps=self.engine.stats.steps, graphs=self.engine.graph_counters(),
+                           slots=tuple(None if e is None else (e.request_id, e.kv_len)
+                                       for e in self.engine.slots.table),
                            acceptance_length=spec.acceptance_length if spec and spec.verifies else None)
 
 
@@ -72,7 +75,8 @@ class ServeOptions:
     backend: str = "auto"
     threads: int | None = None        # cpu backend threads (None: the cores this process may use)
     max_slots: int = 5
-    ctx: int | None = None            # None: min(model context, 4096)
+    ctx: int | None = None            # None: the model's context, bounded by the KV budget
+    kv_memory: str = DEFAULT_KV_MEMORY  # KV pool cap: a fraction of free memory or a size (luce.server.kv_budget)
     max_queue: int = 64
     token_budget: int = 512
     alias: str | None = None          # model id reported to clients
@@ -102,6 +106,9 @@ class ServeOptions:
             raise ValueError(f"--max-queue must be >= 0, got {self.max_queue}")
         if self.ctx is not None and self.ctx < 2:
             raise ValueError(f"--ctx must be >= 2, got {self.ctx}")
+        if self.token_budget < 1:
+            raise ValueError(f"--token-budget must be >= 1, got {self.token_budget}")
+        parse_kv_memory(self.kv_memory)
 
 
 def add_spec_arguments(p) -> None:
@@ -170,10 +177,9 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     t0 = time.monotonic()
     model = load_model(target, backend)
     tokenizer = Tokenizer.from_gguf(target)
-    limit = int(getattr(model.config, "context_length", 0) or 0)
-    ctx = options.ctx if options.ctx is not None else min(limit or 4096, 4096)
-    if limit and ctx > limit:
-        raise ValueError(f"--ctx {ctx} exceeds the model's context length {limit}")
+    plan = plan_context(model.config, ctx=options.ctx, max_slots=options.max_slots, kv_memory=options.kv_memory,
+                        free_bytes=free_memory_bytes(backend_name))
+    ctx = plan.ctx
     budget = max(options.token_budget, options.max_slots + 64)
     spec = resolve_spec_config(options.spec, draft, options.draft_kind, ddtree_budget=options.ddtree_budget,
                                ddtree_tau=options.ddtree_tau, spec_top_k=options.spec_top_k,
@@ -182,12 +188,13 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
         say(f"luce: speculation {spec.spec} with the {spec.draft_kind} drafter"
             + (f" ({draft})" if spec.draft else "") + " ...")
     engine = Engine(model, tokenizer, EngineConfig(max_slots=options.max_slots, ctx=ctx, token_budget=budget,
+                                                   kv_pages=plan.kv_pages,
                                                    max_queue=options.max_slots + options.max_queue + 1,
                                                    seed=options.seed, spec=spec,
                                                    cuda_graphs=not options.enforce_eager))
     say(f"luce: loaded {model.config.arch} ({model.config.n_layer} layers, vocab {tokenizer.vocab_size}) "
-        f"in {time.monotonic() - t0:.1f} s; context {ctx}, {options.max_slots} slots, "
-        f"{engine.pool.n_pages} KV pages")
+        f"in {time.monotonic() - t0:.1f} s; ctx {ctx} (model {plan.model_ctx}), KV {plan.kv_tokens} tokens "
+        f"({plan.kv_bytes / 2**20:.0f} MiB, --kv-memory {options.kv_memory}), {options.max_slots} slots")
     notes = spec.notes_for(model.config)
     for note in notes:
         say(f"luce: note: {note}")
@@ -195,7 +202,8 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
                      max_slots=options.max_slots, arch=model.config.arch,
                      draft_path=spec.draft if spec.enabled else None, spec_mode=spec.spec,
                      draft_kind=spec.draft_kind if spec.enabled else None, spec_active=spec.enabled,
-                     spec_note="; ".join(notes))
+                     spec_note="; ".join(notes),
+                     extra={"kv_tokens": plan.kv_tokens, "kv_memory": options.kv_memory, "model_n_ctx": plan.model_ctx})
     return engine, tokenizer, info
 
 

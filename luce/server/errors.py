@@ -8,6 +8,11 @@ from __future__ import annotations
 import json
 
 
+ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                         404: "not_found_error", 413: "request_too_large", 415: "invalid_request_error",
+                         429: "rate_limit_error", 500: "api_error", 503: "overloaded_error"}
+
+
 class APIError(Exception):
     """An error response. `param` names the offending request field (dotted path), if any."""
 
@@ -29,6 +34,11 @@ class APIError(Exception):
     def body_bytes(self) -> bytes:
         return json.dumps(self.body()).encode("utf-8")
 
+    def anthropic_body_bytes(self) -> bytes:
+        """The Anthropic Messages API error shape: {"type": "error", "error": {"type", "message"}}."""
+        kind = ANTHROPIC_ERROR_TYPES.get(self.status, "api_error" if self.status >= 500 else "invalid_request_error")
+        return json.dumps({"type": "error", "error": {"type": kind, "message": self.message}}).encode("utf-8")
+
     def __repr__(self) -> str:
         return f"APIError({self.status}, {self.message!r}, param={self.param!r})"
 
@@ -47,8 +57,9 @@ def unauthorized() -> APIError:
 
 
 def not_found(path: str) -> APIError:
-    return APIError(404, f"no endpoint {path!r}: luce serves /v1/chat/completions, /v1/completions, "
-                         "/v1/models, /health, /metrics and /props",
+    return APIError(404, f"no endpoint {path[:200]!r}: luce serves /v1/chat/completions, /v1/completions, "
+                         "/v1/messages, /v1/responses, /v1/models, /tokenize, /detokenize, /health, /metrics, "
+                         "/props and /slots (docs/SERVER.md)",
                     type="not_found_error", code="not_found")
 
 

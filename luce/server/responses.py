@@ -1,4 +1,5 @@
-"""OpenAI response objects: chat completions, text completions, their stream chunks, usage."""
+"""OpenAI response objects: chat completions (tool calls, reasoning), text completions, their
+stream chunks, usage."""
 from __future__ import annotations
 
 import time
@@ -18,11 +19,34 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
             "total_tokens": prompt_tokens + completion_tokens}
 
 
-def chat_completion(rid: str, created: int, model: str, text: str, finish_reason: str, use: dict) -> dict:
+def tool_call(call, index: int | None = None) -> dict:
+    out = {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+    return out if index is None else {"index": index, **out}
+
+
+def chat_message(content: str, reasoning: str, calls) -> dict:
+    """The assistant message: content (null when only tool calls), reasoning_content, tool_calls."""
+    message = {"role": "assistant", "content": content if content or not calls else None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [tool_call(c) for c in calls]
+    return message
+
+
+def chat_delta(delta, call_index: int) -> dict:
+    """A stream delta for one parsed piece (luce.server.assistant_output.Delta)."""
+    if delta.kind == "reasoning":
+        return {"reasoning_content": delta.text}
+    if delta.kind == "tool_call":
+        return {"tool_calls": [tool_call(delta.call, call_index)]}
+    return {"content": delta.text}
+
+
+def chat_completion(rid: str, created: int, model: str, message: dict, finish_reason: str, use: dict) -> dict:
     return {
         "id": rid, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "logprobs": None, "finish_reason": finish_reason}],
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
         "usage": use, "system_fingerprint": None,
     }
 

@@ -9,7 +9,6 @@ the URL and a curl example when ready, and drains in-flight requests on SIGINT/S
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import os
 import sys
@@ -17,6 +16,10 @@ import threading
 import time
 
 from luce.server.app import App, ServerConfig
+from luce.server.browser import is_loopback
+from luce.server.chat_request import REASONING_FORMATS
+from luce.server.kv_budget import DEFAULT_KV_MEMORY
+from luce.server.turn import ChatSettings
 from luce.server.engine_core import BACKENDS, ServeOptions, add_spec_arguments, load_bridge, spec_options
 from luce.server.runner import serve_forever
 from luce.server.validation import Defaults
@@ -24,8 +27,15 @@ from luce.server.validation import Defaults
 log = logging.getLogger("luce.server")
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """Bad flags get one line and exit status 2 (argparse's default prints the whole usage)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="luce-serve", description="OpenAI-compatible LLM server (luce).")
+    p = OneLineErrors(prog="luce-serve", description="OpenAI-compatible LLM server (luce).")
     p.add_argument("model", nargs="?", help="GGUF file or cached model name (default: fetch and serve "
                    "Qwen2.5-Coder-1.5B-Instruct with the 0.5B draft)")
     p.add_argument("-m", "--model", dest="model_opt", metavar="MODEL", help="same as the positional MODEL")
@@ -36,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-queue", type=int, default=64,
                    help="requests waiting for a slot before 429 (default 64)")
     p.add_argument("--ctx", "-c", type=int, default=None,
-                   help="context length per request (default: model's, capped at 4096)")
+                   help="context length per request (default: the model's, bounded by --kv-memory)")
+    p.add_argument("--kv-memory", default=DEFAULT_KV_MEMORY,
+                   help="KV cache cap: a fraction of the memory free after loading (default 0.8) or a size "
+                        "(12G, 512M)")
     p.add_argument("--token-budget", type=int, default=512, help="rows per engine step (default 512)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="compute backend (default auto: cuda, else cpu, else numpy)")
@@ -55,17 +68,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=Defaults.top_p, help="default top-p")
     p.add_argument("--min-p", type=float, default=Defaults.min_p, help="default min-p")
     p.add_argument("--seed", type=int, default=0, help="engine seed for requests without one")
+    p.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="deepseek",
+                   help="deepseek/auto: <think> text goes to reasoning_content; none: it stays in the content")
+    p.add_argument("--reasoning-budget", type=int, default=-1,
+                   help="thinking tokens per answer: -1 unlimited (default), 0 thinking off, N then </think>")
+    p.add_argument("--cors-origins", default="",
+                   help="comma-separated origins browsers may call from ('*' = any; default none)")
+    p.add_argument("--allowed-hosts", default="",
+                   help="extra Host names a keyless loopback server answers ('*' = any; default loopback names)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def check_server_flags(args) -> None:
+    """ValueError naming the first flag out of range (argparse only checks types)."""
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be 0..65535 (0 picks a free port), got {args.port}")
+    if args.max_body_bytes < 1:
+        raise ValueError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
+    if not args.drain_timeout >= 0:
+        raise ValueError(f"--drain-timeout must be >= 0 seconds, got {args.drain_timeout}")
+    if args.token_budget < 1:
+        raise ValueError(f"--token-budget must be >= 1, got {args.token_budget}")
+    if args.reasoning_budget < -1:
+        raise ValueError(f"--reasoning-budget must be -1 (unlimited), 0 (off) or a token count, "
+                         f"got {args.reasoning_budget}")
+    for origin in _csv(args.cors_origins):
+        if origin != "*" and "://" not in origin:
+            raise ValueError(f"--cors-origins: {origin!r} is not an origin; write scheme://host[:port], "
+                             "e.g. http://localhost:3000, or '*'")
 
 
 class _LoadTicker:
@@ -95,8 +130,10 @@ def main(argv=None) -> int:
     options = ServeOptions(model=model, backend=args.backend, threads=args.threads, **spec_options(args),
                            max_slots=args.max_slots, ctx=args.ctx, max_queue=args.max_queue,
                            token_budget=args.token_budget, alias=args.alias, seed=args.seed,
+                           kv_memory=args.kv_memory,
                            enforce_eager=args.enforce_eager)
     try:
+        check_server_flags(args)
         options.check()
         defaults = Defaults(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
         from luce.engine.sampler import SamplingParams
@@ -105,12 +142,15 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"luce-serve: {e}", file=sys.stderr)
         return 2
-    if not _is_loopback(args.host) and not args.api_key:
+    if not is_loopback(args.host) and not args.api_key:
         log.warning("listening on %s without --api-key: anyone who can reach this address can use the model",
                     args.host)
     config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
                           max_body_bytes=args.max_body_bytes, drain_timeout_s=args.drain_timeout,
-                          defaults=defaults)
+                          defaults=defaults, cors_origins=_csv(args.cors_origins),
+                          allowed_hosts=_csv(args.allowed_hosts),
+                          chat=ChatSettings(reasoning_format=args.reasoning_format,
+                                            reasoning_budget=args.reasoning_budget))
     app = App(config)
 
     def say(message: str) -> None:

@@ -33,6 +33,7 @@ class OutputAssembler:
         self._held = ""                 # decoded text not yet released (a possible stop prefix)
         self.n_tokens = 0
         self.finish_reason: str | None = None
+        self.stop_string: str | None = None   # the stop string that ended the text, if one did
         self.text = ""                  # everything released so far
 
     @property
@@ -92,9 +93,10 @@ class OutputAssembler:
         """If a stop string occurs in the held text, release the text before it and say so."""
         if not self._stop:
             return False
-        first = min((i for i in (self._held.find(s) for s in self._stop) if i >= 0), default=-1)
-        if first < 0:
+        hits = [(i, s) for s in self._stop if (i := self._held.find(s)) >= 0]
+        if not hits:
             return False
+        first, self.stop_string = min(hits)
         out.append(self._held[:first])
         self._held = ""
         return True

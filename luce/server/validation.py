@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from luce.engine.sampler import SamplingError, SamplingParams
 from luce.server.errors import bad_request
 
-CHAT_ROLES = ("system", "developer", "user", "assistant")
-MAX_MESSAGES = 4096
 MAX_STOP = 16
 
 
@@ -36,10 +34,9 @@ class Defaults:
 @dataclass
 class GenerationRequest:
     """A validated /v1/chat/completions or /v1/completions body."""
-    kind: str                              # "chat" | "completion"
+    kind: str                              # "chat" | "completion" (Anthropic and Responses are chat)
     model: str | None
     prompt_field: str                      # "messages" | "prompt": the field prompt errors name
-    messages: list[dict] | None = None     # chat: [{"role", "content"}] with text content
     prompt_text: str | None = None         # completion given as text
     prompt_ids: list[int] | None = None    # completion given as token ids
     sampling: dict = field(default_factory=dict)   # SamplingParams kwargs except max_tokens
@@ -73,11 +70,11 @@ def parse_json_body(body: bytes) -> dict:
     except (ValueError, RecursionError) as e:   # e.g. integers over 4300 digits, deep nesting
         raise bad_request(f"invalid JSON in request body: {str(e)[:200]}") from None
     if not isinstance(obj, dict):
-        raise bad_request(f"request body must be a JSON object, got {_type_name(obj)}")
+        raise bad_request(f"request body must be a JSON object, got {type_name(obj)}")
     return obj
 
 
-def _type_name(v) -> str:
+def type_name(v) -> str:
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -93,9 +90,9 @@ def _type_name(v) -> str:
     return type(v).__name__
 
 
-def _text(value, name: str, allow_empty: bool = True) -> str:
+def text_field(value, name: str, allow_empty: bool = True) -> str:
     if not isinstance(value, str):
-        raise bad_request(f"must be a string, got {_type_name(value)}", param=name)
+        raise bad_request(f"must be a string, got {type_name(value)}", param=name)
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -105,19 +102,19 @@ def _text(value, name: str, allow_empty: bool = True) -> str:
     return value
 
 
-def _optional(body: dict, name: str, kind: type | tuple, kind_name: str):
+def optional_field(body: dict, name: str, kind: type | tuple, kind_name: str):
     value = body.get(name)
     if value is None:
         return None
     if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
         raise bad_request(f"must be {kind_name}, got boolean", param=name)
     if not isinstance(value, kind):
-        raise bad_request(f"must be {kind_name}, got {_type_name(value)}", param=name)
+        raise bad_request(f"must be {kind_name}, got {type_name(value)}", param=name)
     return value
 
 
-def _integer(body: dict, name: str):
-    value = _optional(body, name, (int, float), "an integer")
+def integer_field(body: dict, name: str):
+    value = optional_field(body, name, (int, float), "an integer")
     if value is None:
         return None
     if isinstance(value, float):
@@ -127,16 +124,20 @@ def _integer(body: dict, name: str):
     return value
 
 
-def _refuse_unsupported(body: dict) -> None:
-    n = _integer(body, "n")
+def _refuse_unsupported(body: dict, chat: bool) -> None:
+    n = integer_field(body, "n")
     if n is not None and n != 1:
         raise bad_request(f"only n=1 is supported, got {n}", param="n")
-    best_of = _integer(body, "best_of")
+    best_of = integer_field(body, "best_of")
     if best_of is not None and best_of != 1:
         raise bad_request(f"only best_of=1 is supported, got {best_of}", param="best_of")
-    for name in ("tools", "functions", "logit_bias"):
-        if body.get(name):
-            raise bad_request("is not supported by luce yet", param=name)
+    if body.get("logit_bias"):
+        raise bad_request("is not supported by luce yet", param="logit_bias")
+    if body.get("functions") or body.get("function_call"):
+        raise bad_request("the legacy functions API is not supported: send tools (and tool_choice)",
+                          param="functions" if body.get("functions") else "function_call")
+    if body.get("tools") and not chat:
+        raise bad_request("tools are only supported on /v1/chat/completions", param="tools")
     fmt = body.get("response_format")
     if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
         raise bad_request("only {\"type\": \"text\"} is supported", param="response_format")
@@ -149,10 +150,10 @@ def _sampling(body: dict, defaults: Defaults) -> dict:
         value = body.get(name)
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise bad_request(f"must be a number, got {_type_name(value)}", param=name)
+                raise bad_request(f"must be a number, got {type_name(value)}", param=name)
             out[name] = value
     for name in ("top_k", "seed"):
-        value = _integer(body, name)
+        value = integer_field(body, name)
         if value is not None:
             out[name] = value
     stop = body.get("stop")
@@ -160,16 +161,16 @@ def _sampling(body: dict, defaults: Defaults) -> dict:
         if isinstance(stop, str):
             stop = [stop]
         if not isinstance(stop, list):
-            raise bad_request(f"must be a string or an array of strings, got {_type_name(stop)}", param="stop")
+            raise bad_request(f"must be a string or an array of strings, got {type_name(stop)}", param="stop")
         if len(stop) > MAX_STOP:
             raise bad_request(f"at most {MAX_STOP} stop strings, got {len(stop)}", param="stop")
-        out["stop"] = tuple(_text(s, f"stop[{i}]", allow_empty=False) for i, s in enumerate(stop))
+        out["stop"] = tuple(text_field(s, f"stop[{i}]", allow_empty=False) for i, s in enumerate(stop))
     ids = body.get("stop_token_ids")
     if ids is not None:
         if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             raise bad_request("must be an array of integers", param="stop_token_ids")
         out["stop_token_ids"] = tuple(ids)
-    ignore_eos = _optional(body, "ignore_eos", bool, "a boolean")
+    ignore_eos = optional_field(body, "ignore_eos", bool, "a boolean")
     if ignore_eos is not None:
         out["ignore_eos"] = ignore_eos
     if out.get("top_k") == -1:
@@ -177,20 +178,21 @@ def _sampling(body: dict, defaults: Defaults) -> dict:
     return out
 
 
-def _common(body: dict, kind: str, prompt_field: str, defaults: Defaults) -> GenerationRequest:
-    model = _optional(body, "model", str, "a string")
-    stream = _optional(body, "stream", bool, "a boolean") or False
+def parse_common(body: dict, kind: str, prompt_field: str, defaults: Defaults) -> GenerationRequest:
+    """The fields every generation endpoint shares: model, stream, max_tokens, sampling."""
+    model = optional_field(body, "model", str, "a string")
+    stream = optional_field(body, "stream", bool, "a boolean") or False
     include_usage = False
     options = body.get("stream_options")
     if options is not None:
         if not isinstance(options, dict):
-            raise bad_request(f"must be an object, got {_type_name(options)}", param="stream_options")
+            raise bad_request(f"must be an object, got {type_name(options)}", param="stream_options")
         if not stream:
             raise bad_request("is only allowed when stream is true", param="stream_options")
-        include_usage = bool(_optional(options, "include_usage", bool, "a boolean"))
-    _refuse_unsupported(body)
+        include_usage = bool(optional_field(options, "include_usage", bool, "a boolean"))
+    _refuse_unsupported(body, chat=kind == "chat")
     max_field = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = _integer(body, max_field)
+    max_tokens = integer_field(body, max_field)
     if max_tokens is not None and max_tokens < 1:
         raise bad_request(f"must be >= 1, got {max_tokens}", param=max_field)
     req = GenerationRequest(kind=kind, model=model, prompt_field=prompt_field,
@@ -202,59 +204,6 @@ def _common(body: dict, kind: str, prompt_field: str, defaults: Defaults) -> Gen
 
 # ---------------------------------------------------------------------------- endpoints
 
-def _message_content(content, where: str) -> str:
-    if isinstance(content, str):
-        return _text(content, where)
-    if isinstance(content, list):
-        texts = []
-        for i, part in enumerate(content):
-            pw = f"{where}[{i}]"
-            if not isinstance(part, dict):
-                raise bad_request(f"must be an object, got {_type_name(part)}", param=pw)
-            if part.get("type") != "text":
-                raise bad_request(f"content part type {part.get('type')!r} is not supported; only 'text'",
-                                  param=f"{pw}.type")
-            texts.append(_text(part.get("text"), f"{pw}.text"))
-        return "".join(texts)
-    raise bad_request(f"must be a string or an array of text parts, got {_type_name(content)}", param=where)
-
-
-def parse_chat(body: dict, defaults: Defaults) -> GenerationRequest:
-    messages = body.get("messages")
-    if messages is None:
-        raise bad_request("is required", param="messages")
-    if not isinstance(messages, list):
-        raise bad_request(f"must be an array of messages, got {_type_name(messages)}", param="messages")
-    if not messages:
-        raise bad_request("must contain at least one message", param="messages")
-    if len(messages) > MAX_MESSAGES:
-        raise bad_request(f"at most {MAX_MESSAGES} messages, got {len(messages)}", param="messages")
-    for name in ("logprobs",):
-        if body.get(name):
-            raise bad_request("is not supported by luce yet", param=name)
-    clean = []
-    for i, msg in enumerate(messages):
-        where = f"messages[{i}]"
-        if not isinstance(msg, dict):
-            raise bad_request(f"must be an object, got {_type_name(msg)}", param=where)
-        role = msg.get("role")
-        if not isinstance(role, str):
-            raise bad_request(f"must be a string, got {_type_name(role)}", param=f"{where}.role")
-        if role not in CHAT_ROLES:
-            raise bad_request(f"unknown role {role[:40]!r}; expected one of {', '.join(CHAT_ROLES)}",
-                              param=f"{where}.role")
-        if msg.get("tool_calls"):
-            raise bad_request("tool calls are not supported by luce yet", param=f"{where}.tool_calls")
-        content = msg.get("content")
-        if content is None and role == "assistant":
-            content = ""
-        clean.append({"role": "system" if role == "developer" else role,
-                      "content": _message_content(content, f"{where}.content")})
-    req = _common(body, "chat", "messages", defaults)
-    req.messages = clean
-    return req
-
-
 def parse_completion(body: dict, defaults: Defaults, vocab_size: int) -> GenerationRequest:
     if "prompt" not in body or body["prompt"] is None:
         raise bad_request("is required", param="prompt")
@@ -263,7 +212,7 @@ def parse_completion(body: dict, defaults: Defaults, vocab_size: int) -> Generat
             raise bad_request("is not supported by luce yet", param=name)
     if body.get("suffix"):
         raise bad_request("is not supported by luce yet (no fill-in-the-middle endpoint)", param="suffix")
-    logprobs = _integer(body, "logprobs")
+    logprobs = integer_field(body, "logprobs")
     if logprobs:
         raise bad_request("is not supported by luce yet", param="logprobs")
     prompt = body["prompt"]
@@ -272,19 +221,19 @@ def parse_completion(body: dict, defaults: Defaults, vocab_size: int) -> Generat
     elif isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
         raise bad_request(f"batched prompts are not supported; send one prompt per request "
                           f"(got {len(prompt)})", param="prompt")
-    req = _common(body, "completion", "prompt", defaults)
+    req = parse_common(body, "completion", "prompt", defaults)
     if isinstance(prompt, str):
-        req.prompt_text = _text(prompt, "prompt", allow_empty=False)
+        req.prompt_text = text_field(prompt, "prompt", allow_empty=False)
     elif isinstance(prompt, list):
         if not prompt:
             raise bad_request("must not be empty", param="prompt")
         for i, t in enumerate(prompt):
             if isinstance(t, bool) or not isinstance(t, int):
-                raise bad_request(f"token ids must be integers, got {_type_name(t)}", param=f"prompt[{i}]")
+                raise bad_request(f"token ids must be integers, got {type_name(t)}", param=f"prompt[{i}]")
             if not 0 <= t < vocab_size:
                 raise bad_request(f"token id {t} is outside the vocabulary (0..{vocab_size - 1})",
                                   param=f"prompt[{i}]")
         req.prompt_ids = list(prompt)
     else:
-        raise bad_request(f"must be a string or an array of token ids, got {_type_name(prompt)}", param="prompt")
+        raise bad_request(f"must be a string or an array of token ids, got {type_name(prompt)}", param="prompt")
     return req

@@ -27,7 +27,8 @@ def test_greedy_ties_break_to_lowest_id():
     ({"presence_penalty": 3.0}, "presence_penalty"),
     ({"frequency_penalty": float("inf")}, "frequency_penalty"),
     ({"seed": True}, "seed"),
-    ({"stop": "x"}, "stop"),
+    ({"stop": 5}, "stop"),
+    ({"stop": ["ok", ""]}, "stop"),
     ({"stop": ("",)}, "stop"),
     ({"stop_token_ids": (-1,)}, "stop_token_ids"),
 ])

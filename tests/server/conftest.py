@@ -22,10 +22,13 @@ def tiny_tokenizer() -> Tokenizer:
 
 @contextlib.contextmanager
 def fake_server(*, max_slots=2, max_queue=8, n_ctx=N_CTX, api_key=None, step_delay=0.0,
-                tokens_per_step=1, script_repeat=1, **config):
-    tok = tiny_tokenizer()
+                tokens_per_step=1, script_repeat=1, script_fn=None, chat_template=None, **config):
+    """A server over FakeCore; `chat_template` swaps the tiny vocabulary's template (tests/server/templates.py)."""
+    from tests.server.templates import tokenizer_with
+
+    tok = tiny_tokenizer() if chat_template is None else tokenizer_with(chat_template)
     core = FakeCore(tok, max_slots=max_slots, step_delay=step_delay, tokens_per_step=tokens_per_step,
-                    script_repeat=script_repeat)
+                    script_repeat=script_repeat, script_fn=script_fn)
     info = ModelInfo(model_id="fake-model", path="/nonexistent/fake.gguf", n_ctx=n_ctx, backend="fake",
                      max_slots=max_slots, arch="fake", spec_mode="off",
                      spec_note="fake engine for tests")

@@ -1,7 +1,8 @@
 """A deterministic stand-in for the engine, implementing luce.server.bridge.EngineCore.
 
 Each request's output is a script chosen by its prompt: the tokens of one of SCRIPTS
-(picked by the prompt ids' sum), then an end-of-generation token. Running requests emit
+(picked by the prompt ids' sum), or of `script_fn(prompt_ids)` when given (tests that need a
+model to say something exact: tool calls, think blocks), then an end-of-generation token. Running requests emit
 `tokens_per_step` tokens per step (several simulate speculation); at most `max_slots` run at
 once, the rest wait. A cancelled request leaves its slot at the next step. Prompts that
 contain FAIL_TEXT make the request end with an engine error.
@@ -39,11 +40,13 @@ class FakeCore:
     step_delay: float = 0.0
     n_pages: int = 512
     script_repeat: int = 1
+    script_fn: object = None                          # prompt ids -> the text to generate (instead of SCRIPTS)
     fail_ids: tuple = ()
     waiting: list = field(default_factory=list)
     running: dict = field(default_factory=dict)
     cancelled: list = field(default_factory=list)     # ids whose slot was freed by a cancel
     finished: list = field(default_factory=list)      # ids the core finished itself
+    prompts: dict = field(default_factory=dict)       # request id -> prompt ids
     steps: int = 0
 
     def __post_init__(self):
@@ -53,7 +56,11 @@ class FakeCore:
     # --- EngineCore --------------------------------------------------------------------
 
     def add_request(self, request_id, prompt_ids, params) -> None:
-        text = SCRIPTS[sum(prompt_ids) % len(SCRIPTS)] * self.script_repeat
+        self.prompts[request_id] = list(prompt_ids)
+        if self.script_fn is not None:
+            text = self.script_fn(list(prompt_ids))
+        else:
+            text = SCRIPTS[sum(prompt_ids) % len(SCRIPTS)] * self.script_repeat
         script = self.tokenizer.encode(text) + [self.tokenizer.eos_id]
         self.waiting.append(_Running(request_id, list(prompt_ids), params, script))
 
@@ -104,7 +111,9 @@ class FakeCore:
         used = sum(-(-(len(r.prompt_ids) + r.emitted) // 16) for r in self.running.values())
         return EngineStats(slots_total=self.max_slots, slots_busy=len(self.running),
                            queue_depth=len(self.waiting), kv_pages_total=self.n_pages,
-                           kv_pages_used=used, steps=self.steps)
+                           kv_pages_used=used, steps=self.steps,
+                           slots=tuple((r.request_id, len(r.prompt_ids) + r.emitted) for r in self.running.values())
+                           + (None,) * (self.max_slots - len(self.running)))
 
 
 def _contains(seq, sub) -> bool:

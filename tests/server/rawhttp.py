@@ -23,9 +23,12 @@ def address(url: str) -> tuple[str, int]:
 
 
 def request_bytes(method: str, path: str, body: bytes | None = None, headers: dict | None = None,
-                  close: bool = True) -> bytes:
+                  close: bool = True, content_type: str | None = "application/json") -> bytes:
+    """A request; a POST says its body is `content_type` unless `headers` names one (None: no header)."""
     head = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"] + (["Connection: close"] if close else [])
     hdrs = dict(headers or {})
+    if method == "POST" and content_type and not any(k.lower() == "content-type" for k in hdrs):
+        hdrs["Content-Type"] = content_type
     if body is not None and "Content-Length" not in hdrs and "Transfer-Encoding" not in hdrs:
         hdrs["Content-Length"] = str(len(body))
     head += [f"{k}: {v}" for k, v in hdrs.items()]
@@ -87,7 +90,6 @@ def call(url: str, method: str, path: str, body=None, headers: dict | None = Non
          timeout: float = 20.0) -> RawResponse:
     if body is not None and not isinstance(body, bytes):
         body = json.dumps(body).encode()
-        headers = {"Content-Type": "application/json", **(headers or {})}
     return send(url, request_bytes(method, path, body, headers), timeout)
 
 

@@ -143,3 +143,13 @@ def test_max_tokens_clamped_to_the_context(served):
                                           extra_body={"ignore_eos": True})
     assert r.usage.prompt_tokens == CTX - 5 and r.usage.completion_tokens == 5
     assert r.choices[0].finish_reason == "length" and time.monotonic() - t0 < 120
+
+
+def test_messages_and_responses_apis_give_the_chat_text_over_the_real_engine(served):
+    anthropic = pytest.importorskip("anthropic")
+    text, n, _ = reference_text(served, msgs("hello there"), max_tokens=8, temperature=0.0)
+    m = anthropic.Anthropic(base_url=served.url, api_key="x", max_retries=0, timeout=120).messages.create(
+        model="m", max_tokens=8, messages=msgs("hello there"), extra_body={"temperature": 0})
+    assert "".join(b.text for b in m.content if b.type == "text") == text and m.usage.output_tokens == n
+    r = client(served).responses.create(model="m", input="hello there", max_output_tokens=8, temperature=0)
+    assert r.output_text == text and r.usage.output_tokens == n

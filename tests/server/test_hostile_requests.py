@@ -45,7 +45,7 @@ CASES = [
     ("5000-digit integer", post(CHAT, b'{"max_tokens": ' + b"9" * 5000 + b"}"), 400, "invalid JSON", None),
     ("huge body", rawhttp.request_bytes("POST", CHAT, None, {**AUTH, "Content-Length": str(50_000_000)}),
      413, "larger than the server's limit", None),
-    ("huge chunked body", post(CHAT, b"%x\r\n" % (MAX_BODY - 10) + b"x" * (MAX_BODY - 10) + b"\r\n100\r\n",
+    ("huge chunked body", post(CHAT, (b"%x\r\n" % (MAX_BODY // 2) + b"x" * (MAX_BODY // 2) + b"\r\n") * 3,
                                {"Transfer-Encoding": "chunked"}), 413, "larger than", None),
     ("missing messages", post(CHAT, b'{"model": "m"}'), 400, "is required", "messages"),
     ("messages not array", chat(messages="hi"), 400, "must be an array", "messages"),
@@ -53,7 +53,29 @@ CASES = [
     ("message not object", chat(messages=["hi"]), 400, "must be an object", "messages[0]"),
     ("unknown role", chat(messages=[{"role": "wizard", "content": "x"}]), 400, "unknown role 'wizard'",
      "messages[0].role"),
-    ("tool role", chat(messages=[{"role": "tool", "content": "x"}]), 400, "unknown role", "messages[0].role"),
+    ("tool role without content", chat(messages=[{"role": "tool", "tool_call_id": "c1"}]), 400, "must be a string",
+     "messages[0].content"),
+    ("tool call arguments not JSON", chat(messages=[{"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{oops"}}]}]), 400, "not valid JSON",
+     "messages[0].tool_calls[0].function.arguments"),
+    ("tool call without function", chat(messages=[{"role": "assistant", "tool_calls": [{"id": "c"}]}]), 400,
+     "must be", "messages[0].tool_calls[0]"),
+    ("tools not array", chat(tools={"type": "function"}), 400, "must be an array", "tools"),
+    ("tool without name", chat(tools=[{"type": "function", "function": {"description": "x"}}]), 400,
+     "must be a string", "tools[0].function.name"),
+    ("tool with bad name", chat(tools=[{"type": "function", "function": {"name": "a b"}}]), 400,
+     "not a valid tool name", "tools[0].function.name"),
+    ("tool defined twice", chat(tools=[{"type": "function", "function": {"name": "f"}}] * 2), 400,
+     "defined twice", "tools[1].function.name"),
+    ("tool_choice unknown", chat(tool_choice="sometimes"), 400, "must be 'auto'", "tool_choice"),
+    ("tool_choice names a missing tool", chat(tools=[{"type": "function", "function": {"name": "f"}}],
+                                              tool_choice={"type": "function", "function": {"name": "g"}}), 400,
+     "not among the tools", "tool_choice"),
+    ("tool_choice required without tools", chat(tool_choice="required"), 400, "no tools", "tool_choice"),
+    ("legacy functions", chat(functions=[{"name": "f"}]), 400, "send tools", "functions"),
+    ("chat_template_kwargs not object", chat(chat_template_kwargs=[1]), 400, "must be an object",
+     "chat_template_kwargs"),
+    ("reasoning_format unknown", chat(reasoning_format="xml"), 400, "must be one of", "reasoning_format"),
     ("role not string", chat(messages=[{"role": 3, "content": "x"}]), 400, "must be a string", "messages[0].role"),
     ("content number", chat(messages=[{"role": "user", "content": 42}]), 400, "must be a string or an array",
      "messages[0].content"),
@@ -93,7 +115,10 @@ CASES = [
      "only allowed when stream is true", "stream_options"),
     ("n=2", chat(n=2), 400, "only n=1", "n"),
     ("logprobs", chat(logprobs=True), 400, "not supported", "logprobs"),
-    ("tools", chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400, "not supported", "tools"),
+    ("tools with a template that has none", chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
+     "no tool-call format", "tools"),
+    ("tools on completions", comp(prompt="a", tools=[{"type": "function", "function": {"name": "f"}}]), 400,
+     "only supported on /v1/chat/completions", "tools"),
     ("json response_format", chat(response_format={"type": "json_object"}), 400, "only", "response_format"),
     ("model not string", chat(model=5), 400, "must be a string", "model"),
     ("prompt too long", comp(prompt="word " * 400), 400, "context holds 256", "prompt"),
@@ -121,16 +146,16 @@ CASES = [
     ("HTTP/2.0", head_only(["GET /health HTTP/2.0", "Host: x"]), 505, "not supported", None),
     ("absolute-form target", head_only(["GET http://evil/health HTTP/1.1", "Host: x"]), 400, "absolute path",
      None),
-    ("CL and TE", head_only([f"POST {CHAT} HTTP/1.1", "Content-Length: 5", "Transfer-Encoding: chunked"]), 400,
+    ("CL and TE", head_only([f"POST {CHAT} HTTP/1.1", "Host: x", "Content-Length: 5", "Transfer-Encoding: chunked"]), 400,
      "both Content-Length and Transfer-Encoding", None),
-    ("gzip TE", head_only([f"POST {CHAT} HTTP/1.1", "Transfer-Encoding: gzip"]), 501, "not supported", None),
-    ("bad Content-Length", head_only([f"POST {CHAT} HTTP/1.1", "Content-Length: abc"]), 400,
+    ("gzip TE", head_only([f"POST {CHAT} HTTP/1.1", "Host: x", "Transfer-Encoding: gzip"]), 501, "not supported", None),
+    ("bad Content-Length", head_only([f"POST {CHAT} HTTP/1.1", "Host: x", "Content-Length: abc"]), 400,
      "malformed Content-Length", None),
-    ("conflicting Content-Length", head_only([f"POST {CHAT} HTTP/1.1", "Content-Length: 1", "Content-Length: 2"]),
-     400, "repeated content-length", None),
-    ("folded header", head_only(["GET /health HTTP/1.1", "X-A: 1", " continued"]), 400, "folded", None),
-    ("huge header", head_only(["GET /health HTTP/1.1", "X-Big: " + "a" * 40_000]), 431, "larger than", None),
-    ("too many headers", head_only(["GET /health HTTP/1.1"] + [f"X-{i}: 1" for i in range(150)]), 431,
+    ("conflicting Content-Length", head_only([f"POST {CHAT} HTTP/1.1", "Host: x", "Content-Length: 1", "Content-Length: 2"]),
+     400, "repeated content-length headers with different values", None),
+    ("folded header", head_only(["GET /health HTTP/1.1", "Host: x", "X-A: 1", " continued"]), 400, "folded", None),
+    ("huge header", head_only(["GET /health HTTP/1.1", "Host: x", "X-Big: " + "a" * 40_000]), 431, "larger than", None),
+    ("too many headers", head_only(["GET /health HTTP/1.1", "Host: x"] + [f"X-{i}: 1" for i in range(150)]), 431,
      "more than 100", None),
 ]
 
@@ -187,7 +212,8 @@ def test_keep_alive_connection_survives_a_400():
         bad = b'{"messages": 5}'
         good = json.dumps({"messages": USER, "max_tokens": 2}).encode()
         for body, status in ((bad, 400), (good, 200), (bad, 400), (good, 200)):
-            sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+            sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: localhost:8080\r\nContent-Length: {len(body)}\r\n"
+                         "Content-Type: application/json\r\n\r\n".encode() + body)
             resp = rawhttp.read_response(sock)
             assert resp.status == status and resp.headers["connection"] == "keep-alive"
 
@@ -196,7 +222,8 @@ def test_expect_100_continue_and_chunked_request_body():
     import socket
     with fake_server() as s, socket.create_connection(rawhttp.address(s.url), timeout=10) as sock:
         body = json.dumps({"messages": USER, "max_tokens": 3}).encode()
-        sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+        sock.sendall(f"POST {CHAT} HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n"
+                     "Content-Type: application/json\r\n"
                      "Expect: 100-continue\r\n\r\n".encode())
         assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue")
         half = len(body) // 2

@@ -49,7 +49,7 @@ def test_non_stream_disconnect_cancels_request():
 def test_stream_that_never_starts_still_cancels_its_request():
     import asyncio
 
-    from luce.server.http import EventStream, Request
+    from luce.server.http import EventStream, HTTPConnection
 
     class BrokenWriter:
         def write(self, data):
@@ -61,11 +61,13 @@ def test_stream_that_never_starts_still_cancels_its_request():
     with fake_server(step_delay=0.01, script_repeat=100, n_ctx=100_000) as s:
         async def scenario():
             body = json.dumps({"messages": [{"role": "user", "content": "x"}], "stream": True}).encode()
-            request = Request("POST", CHAT, CHAT, {}, "HTTP/1.1", {}, body,
-                              received_at=asyncio.get_running_loop().time())
+            reader = asyncio.StreamReader()
+            reader.feed_data(rawhttp.request_bytes("POST", CHAT, body))
+            conn = HTTPConnection(reader, BrokenWriter())
+            request = await conn.next_request(first=True)
             result = await s.app._dispatch(request)
             assert isinstance(result, EventStream)
-            return await s.app._stream(result, BrokenWriter(), True, asyncio.Event())
+            return await s.app._stream(result, conn, True, asyncio.Event(), {})
 
         assert s.run(scenario()) is False
         # cancelled in the engine, or never admitted to it when the cancel came first
