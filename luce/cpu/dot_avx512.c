@@ -130,6 +130,10 @@ static void tile_k256(const mm_job *j, int64_t n0, int64_t n1, int kind) {
 /* ---- 32-value blocks (Q8_0, Q5_0): per pair, 16 consecutive blocks reduce together ---- */
 
 static void tile_k32(const mm_job *j, int64_t n0, int64_t n1, int kind) {
+    if (j->T == 1) {
+        gemv_k32_avx512(j, n0, n1, kind == MM_Q5_0);
+        return;
+    }
     const int64_t T = j->T, K = j->K, nb = K / QK_32;
     const int bb = mm_block_bytes(kind), q5 = kind == MM_Q5_0;
     float *acc = malloc(sizeof(float) * (size_t)T);

@@ -6,6 +6,8 @@
 
 void gemv_q4_k_avx512(const mm_job *j, int64_t n0, int64_t n1);
 void gemv_q6_k_avx512(const mm_job *j, int64_t n0, int64_t n1);
+void gemv_k32_avx512(const mm_job *j, int64_t n0, int64_t n1, int q5);
+void gemv_k32_avx2(const mm_job *j, int64_t n0, int64_t n1, int q5);
 void gemv_q4_k_avx2(const mm_job *j, int64_t n0, int64_t n1);
 void gemv_q6_k_avx2(const mm_job *j, int64_t n0, int64_t n1);
 

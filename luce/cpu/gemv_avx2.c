@@ -142,6 +142,45 @@ void gemv_q6_k_avx2(const mm_job *j, int64_t n0, int64_t n1) {
     }
 }
 
+/* Q8_0 / Q5_0 (32-value blocks): 8 columns' block b dotted with x, reduced across columns */
+void gemv_k32_avx2(const mm_job *j, int64_t n0, int64_t n1, int q5) {
+    const int64_t nb = j->K / QK_32, rb = j->row_bytes;
+    const int bb = q5 ? BYTES_Q5_0 : BYTES_Q8_0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t c0 = n0; c0 < n1; c0 += COLS) {
+        const int nc = (int)(n1 - c0 < COLS ? n1 - c0 : COLS);
+        const uint8_t *w0 = j->w + c0 * rb;
+        __m256 acc = _mm256_setzero_ps();
+        __m256i raw[COLS];
+        for (int c = nc; c < COLS; c++) raw[c] = _mm256_setzero_si256();
+        for (int64_t b = 0; b < nb; b++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(j->qs + b * QK_32));
+            for (int c = 0; c < nc; c++) {
+                const uint8_t *blk = w0 + c * rb + b * bb;
+                prefetch_next_tile(blk, COLS * rb, bb);
+                __m256i p;
+                if (q5) {
+                    p = _mm256_maddubs_epi16(q5_0_values(blk), x);
+                } else {
+                    const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                    p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+                }
+                raw[c] = _mm256_madd_epi16(p, ones);
+            }
+            __m256i isum = reduce8(raw);
+            if (q5) {
+                const int16_t *bs = j->bsums + 2 * b;
+                isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(16 * (bs[0] + bs[1])));
+            }
+            const __m256 d = f16_of_rows(w0, rb, b * bb, nc, 0);
+            acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(j->dx[b]), d), _mm256_cvtepi32_ps(isum), acc);
+        }
+        float out[COLS];
+        _mm256_storeu_ps(out, acc);
+        for (int c = 0; c < nc; c++) store_out(j, 0, c0 + c, out[c]);
+    }
+}
+
 #else
 typedef int luce_gemv_avx2_empty;   /* built without AVX2: no kernels here */
 #endif

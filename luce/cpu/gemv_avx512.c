@@ -175,6 +175,47 @@ void gemv_q6_k_avx512(const mm_job *j, int64_t n0, int64_t n1) {
     }
 }
 
+/* Q8_0 / Q5_0 (32-value blocks): 16 columns' block b dotted with x, reduced across columns */
+void gemv_k32_avx512(const mm_job *j, int64_t n0, int64_t n1, int q5) {
+    const int64_t nb = j->K / QK_32, rb = j->row_bytes;
+    const int bb = q5 ? BYTES_Q5_0 : BYTES_Q8_0;
+    const __m128i m4 = _mm_set1_epi8(0xF);
+    for (int64_t c0 = n0; c0 < n1; c0 += COLS) {
+        const int nc = (int)(n1 - c0 < COLS ? n1 - c0 : COLS);
+        const uint8_t *w0 = j->w + c0 * rb;
+        __m512 acc = _mm512_setzero_ps();
+        __m256i raw[COLS];
+        for (int c = nc; c < COLS; c++) raw[c] = _mm256_setzero_si256();
+        for (int64_t b = 0; b < nb; b++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(j->qs + b * QK_32));
+            for (int c = 0; c < nc; c++) {
+                const uint8_t *blk = w0 + c * rb + b * bb;
+                prefetch_next_tile(blk, COLS * rb, bb);
+                if (q5) {   /* u = q + 16: nibbles, bit 4 from qh (a mask register) */
+                    const __m128i qs = _mm_loadu_si128((const __m128i *)(blk + 6));
+                    const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
+                    const __m256i v = _mm256_mask_blend_epi8((__mmask32)load_u32(blk + 2), nib,
+                                                             _mm256_or_si256(nib, _mm256_set1_epi8(0x10)));
+                    raw[c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, x);
+                } else {
+                    const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
+                    raw[c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+                }
+            }
+            __m512i isum = _mm512_inserti64x4(_mm512_castsi256_si512(reduce8(raw)), reduce8(raw + 8), 1);
+            if (q5) {
+                const int16_t *bs = j->bsums + 2 * b;
+                isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(16 * (bs[0] + bs[1])));
+            }
+            const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(gather_rows(w0, rb, b * bb, nc)));
+            acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(j->dx[b]), d), _mm512_cvtepi32_ps(isum), acc);
+        }
+        float out[COLS];
+        _mm512_storeu_ps(out, acc);
+        for (int c = 0; c < nc; c++) store_out(j, 0, c0 + c, out[c]);
+    }
+}
+
 #else
 typedef int luce_gemv_avx512_empty;   /* built without AVX-512: no kernels here */
 #endif
