@@ -7,7 +7,7 @@ with the GIL released. luce/ops/cpu_backend.py is the Backend built on them.
 import numpy as np
 
 cimport numpy as cnp
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free, malloc
 
 cnp.import_array()
@@ -28,6 +28,7 @@ cdef extern from "cpu_ops.h":
         float *y
     int luce_cpu_matmuls(const float *x, int64_t T, int64_t k, const luce_cpu_matmul_out *outs, int n_outs) nogil
     int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k) nogil
+    uint64_t luce_cpu_read_probe(const uint8_t *buf, int64_t n_bytes) nogil
 
 ISAS = {"portable": LUCE_ISA_PORTABLE, "avx2": LUCE_ISA_AVX2, "avx512": LUCE_ISA_AVX512}
 ISA_NAMES = {v: k for k, v in ISAS.items()}
@@ -80,6 +81,18 @@ def row_bytes(int qtype, int64_t k):
     if n < 0:
         raise ValueError(f"the cpu matmul does not take ggml type {qtype} with rows of {k} values")
     return n
+
+
+def read_probe(object buf):
+    """Stream the bytes of `buf` (a C-contiguous uint8 array) once on every thread."""
+    if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or not buf.flags.c_contiguous:
+        raise TypeError("read_probe wants a C-contiguous uint8 array")
+    cdef const uint8_t *p = <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>buf)
+    cdef int64_t n = buf.nbytes
+    cdef uint64_t r
+    with nogil:
+        r = luce_cpu_read_probe(p, n)
+    return r
 
 
 cdef const float *_f32_ptr(object a, str what) except NULL:
