@@ -21,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 
 from luce.ref import gdn_tree as ref_tree
-from luce.ref.tree_conv import conv_tree_commit
 
 
 def _f32(x) -> np.ndarray:
@@ -241,9 +240,14 @@ class CpuSequenceOps:
         root first) of `pending` (luce.models.gdn_tree.PendingTree)."""
         gdn_state = _inplace_f32(gdn_state, "gdn_tree_commit: the GDN state")
         nodes = np.ascontiguousarray(path, dtype=np.int32).reshape(-1)
-        conv_state[...] = conv_tree_commit(pending.conv_inputs, conv_state, nodes.tolist(), pending.parents)
+        parents = np.asarray(pending.parents)
+        if (nodes.size == 0 or nodes[0] != 0 or nodes.max() >= len(parents) or nodes.min() < 0
+                or not np.array_equal(parents[nodes[1:]], nodes[:-1])):
+            raise ValueError(f"commit path {nodes.tolist()} must start at the root (0) and follow the parent "
+                             f"links of the tree of {len(parents)} nodes")
+        width = conv_state.shape[0]   # the last K-1 inputs of (state, the path's inputs)
+        conv_state[...] = np.concatenate([conv_state, np.asarray(pending.conv_inputs)[nodes]])[-width:]
         if pending.mode == "baseline":
-            ref_tree.check_path(nodes.tolist(), ref_tree.check_parents(pending.parents, len(pending.parents)))
             gdn_state[...] = pending.node_states[int(nodes[-1])]
             return
         f = pending.factors
