@@ -20,6 +20,7 @@
 #define ATTN_GMAX 8   /* query heads scored together (a larger group runs in chunks of 8) */
 #define ATTN_VCHUNK 32  /* value dims accumulated in registers at a time */
 #define ATTN_VKEYS 64   /* keys per pass over a value chunk */
+#define ATTN_AHEAD 8    /* keys scored ahead of the prefetch */
 
 /* Sixteen lanes as a GNU vector: only for the shuffles of the batched reduction below (no
  * instruction set named; every target lowers it to its own registers, the same adds). */
@@ -56,6 +57,8 @@ static inline __attribute__((always_inline)) void scores_impl(const float *restr
     for (int64_t j = 0; j < n; j += KB) {
         const float *kr[FLOAT_LANES];
         for (int b = 0; b < KB; b++) kr[b] = k + rows[j + b < n ? j + b : n - 1];
+        for (int b = 0; b < KB && j + ATTN_AHEAD + b < n; b++)   /* a hint only: no value depends on it */
+            for (int64_t line = 0; line < D; line += 16) __builtin_prefetch(k + rows[j + ATTN_AHEAD + b] + line);
         v16f acc[FLOAT_LANES];
         float (*a)[FLOAT_LANES] = (float (*)[FLOAT_LANES])acc;   /* a[b * G + g] */
         for (int m = 0; m < FLOAT_LANES; m++)
@@ -89,6 +92,8 @@ static inline __attribute__((always_inline)) void values_impl(const float *restr
             for (int x = 0; x < ATTN_VCHUNK; x++) a[g][x] = acc[g * D + c + x];
         for (int64_t j = j0; j < j1; j++) {
             const float *vr = v + rows[j] + c;
+            if (c == 0 && j + ATTN_VKEYS < ns)   /* the next block's rows (ns = keys), a hint only */
+                for (int64_t line = 0; line < D; line += 16) __builtin_prefetch(v + rows[j + ATTN_VKEYS] + line);
             for (int g = 0; g < G; g++) {
                 float pj = p[g * ns + j];
                 for (int x = 0; x < ATTN_VCHUNK; x++) a[g][x] = fmaf(pj, vr[x], a[g][x]);
