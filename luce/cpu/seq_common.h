@@ -18,8 +18,11 @@
 #include "cpu_sequence_ops.h"
 
 /* Hot functions are compiled for AVX-512, AVX2+FMA (x86-64-v4 / v3) and the baseline, the
- * best picked at load time (GCC on x86-64 Linux). Elsewhere one portable build. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+ * best picked at load time (GCC on x86-64 Linux). Elsewhere, or with LUCE_NO_CLONES (the test
+ * that builds each instruction set on its own, tests/kernels/test_cpu_sequence_isa.py), one
+ * build for the compiler's target. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && \
+    !defined(LUCE_NO_CLONES)
 #define LUCE_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define LUCE_CLONES
