@@ -17,18 +17,22 @@ from tests.spec.test_exactness import run_spec
 @pytest.fixture(scope="module")
 def cpu_models(tmp_path_factory):
     from luce.models import load_model
-    from luce.testing.tiny_models import make_dense, make_qwen35
+    from luce.testing.tiny_models import make_dense, make_dflash_draft, make_qwen35
 
     backend = cpu_backend()
     root = tmp_path_factory.mktemp("cpu_spec_models")
-    make_qwen35(root / "qwen35.gguf", seed=11)
+    q35 = make_qwen35(root / "qwen35.gguf", seed=11)
     make_dense(root / "qwen3.gguf", "qwen3", seed=12)
     make_dense(root / "qwen3_draft.gguf", "qwen3", seed=13, n_layer=1)
-    return {name: load_model(root / f"{name}.gguf", backend) for name in ("qwen35", "qwen3", "qwen3_draft")}
+    make_dflash_draft(root / "dflash.gguf", q35, seed=15, block_size=4, target_layers=(0, 2))
+    models = {name: load_model(root / f"{name}.gguf", backend) for name in ("qwen35", "qwen3", "qwen3_draft")}
+    models["dflash"] = load_model(root / "dflash.gguf", backend, target_model=models["qwen35"])
+    return models
 
 
 CASES = [("qwen35", "chain", "model", "self"), ("qwen35", "ddtree", "model", "self"),
          ("qwen35", "specla", "model", "self"), ("qwen35", "specla", "ngram", None),
+         ("qwen35", "specla", "dflash", "dflash"), ("qwen35", "ddtree", "dflash", "dflash"),
          ("qwen3", "ddtree", "model", "qwen3_draft"), ("qwen3", "chain", "ngram", None)]
 
 
