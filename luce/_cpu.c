@@ -4,22 +4,33 @@
 {
     "distutils": {
         "depends": [
-            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/arrayobject.h",
-            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/arrayscalars.h",
-            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ndarrayobject.h",
-            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ndarraytypes.h",
-            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ufuncobject.h",
-            "/work/main/luce/cpu/cpu_ops.h",
+            "/work/wt/cpuseq/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/arrayobject.h",
+            "/work/wt/cpuseq/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/arrayscalars.h",
+            "/work/wt/cpuseq/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ndarrayobject.h",
+            "/work/wt/cpuseq/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ndarraytypes.h",
+            "/work/wt/cpuseq/.venv/lib/python3.11/site-packages/numpy/_core/include/numpy/ufuncobject.h",
+            "/work/wt/cpuseq/luce/cpu/cpu_ops.h",
+            "/work/wt/cpuseq/luce/cpu/cpu_sequence_ops.h",
+            "luce/cpu/attention.c",
             "luce/cpu/blocks.h",
             "luce/cpu/cpu_ops.h",
+            "luce/cpu/cpu_sequence_ops.h",
             "luce/cpu/decode.h",
             "luce/cpu/dot_avx2.c",
             "luce/cpu/dot_avx512.c",
             "luce/cpu/dot_portable.c",
+            "luce/cpu/gdn.c",
+            "luce/cpu/gdn_step.h",
+            "luce/cpu/gdn_tree.c",
             "luce/cpu/isa.c",
             "luce/cpu/matmul.c",
             "luce/cpu/matmul.h",
+            "luce/cpu/norms.c",
+            "luce/cpu/pointwise.c",
             "luce/cpu/quantize_act.c",
+            "luce/cpu/rotary.c",
+            "luce/cpu/seq_common.c",
+            "luce/cpu/seq_common.h",
             "luce/cpu/threads.h"
         ],
         "extra_compile_args": [
@@ -37,16 +48,23 @@
             "build/temp.linux-x86_64-cpython-311/luce/cpu/dot_avx512.o"
         ],
         "include_dirs": [
-            "/work/main/luce/cpu",
-            "/work/main/.venv/lib/python3.11/site-packages/numpy/_core/include"
+            "/work/wt/cpuseq/luce/cpu",
+            "/work/wt/cpuseq/.venv/lib/python3.11/site-packages/numpy/_core/include"
         ],
         "name": "luce._cpu",
         "sources": [
             "luce/_cpu.pyx",
+            "luce/cpu/attention.c",
             "luce/cpu/dot_portable.c",
+            "luce/cpu/gdn.c",
+            "luce/cpu/gdn_tree.c",
             "luce/cpu/isa.c",
             "luce/cpu/matmul.c",
-            "luce/cpu/quantize_act.c"
+            "luce/cpu/norms.c",
+            "luce/cpu/pointwise.c",
+            "luce/cpu/quantize_act.c",
+            "luce/cpu/rotary.c",
+            "luce/cpu/seq_common.c"
         ]
     },
     "module_name": "luce._cpu"
@@ -1318,6 +1336,7 @@ static int __Pyx_init_tpflags_variables(void) {
 #include <stdint.h>
 #include <stdlib.h>
 #include "cpu_ops.h"
+#include "cpu_sequence_ops.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif /* _OPENMP */
@@ -1565,6 +1584,7 @@ static const char * const __pyx_cfilenm = __FILE__;
 static const char* const __pyx_f[] = {
   "luce/_cpu.pyx",
   ".venv/lib/python3.11/site-packages/numpy/__init__.cython-30.pxd",
+  "luce/_cpu_sequence.pxi",
   ".venv/lib/python3.11/site-packages/Cython/Includes/cpython/type.pxd",
 };
 /* #### Code section: utility_code_proto_before_types ### */
@@ -2717,6 +2737,38 @@ static CYTHON_INLINE void __Pyx__ExceptionSwap(PyThreadState *tstate, PyObject *
 static CYTHON_INLINE void __Pyx_ExceptionSwap(PyObject **type, PyObject **value, PyObject **tb);
 #endif
 
+/* CIntToPyUnicode.proto */
+#define __Pyx_PyUnicode_From_npy_intp(value, width, padding_char, format_char) (\
+    ((format_char) == ('c')) ?\
+        __Pyx_uchar___Pyx_PyUnicode_From_npy_intp(value, width, padding_char) :\
+        __Pyx____Pyx_PyUnicode_From_npy_intp(value, width, padding_char, format_char)\
+    )
+static CYTHON_INLINE PyObject* __Pyx_uchar___Pyx_PyUnicode_From_npy_intp(npy_intp value, Py_ssize_t width, char padding_char);
+static CYTHON_INLINE PyObject* __Pyx____Pyx_PyUnicode_From_npy_intp(npy_intp value, Py_ssize_t width, char padding_char, char format_char);
+
+/* PyObjectVectorcallKwds.proto */
+#if CYTHON_VECTORCALL
+#define __Pyx_Object_VectorcallKwds PyObject_Vectorcall
+CYTHON_UNUSED static int __Pyx_CheckVectorcallKwarg(PyObject *kwnames, Py_ssize_t i);
+#else
+#define __Pyx_Object_VectorcallKwds __Pyx_PyObject_FastCallDict
+CYTHON_UNUSED static PyObject *__Pyx_MakeKwargDict(PyObject **keys, PyObject **values, Py_ssize_t n);
+CYTHON_UNUSED static int __Pyx_CheckVectorcallKwarg(PyObject **kwnames, Py_ssize_t i);
+#endif
+
+/* ListAppend.proto */
+#if CYTHON_USE_PYLIST_INTERNALS && CYTHON_ASSUME_SAFE_MACROS && CYTHON_ASSUME_SAFE_SIZE
+static CYTHON_INLINE int __Pyx_PyList_Append(PyObject* list, PyObject* x);
+#else
+#define __Pyx_PyList_Append(L,x) PyList_Append(L,x)
+#endif
+
+/* GetAttr3.proto */
+static CYTHON_INLINE PyObject *__Pyx_GetAttr3(PyObject *, PyObject *, PyObject *);
+
+/* PyLongCompare.proto */
+static CYTHON_INLINE int __Pyx_PyLong_BoolEqObjC(PyObject *op1, PyObject *op2, long intval, long inplace);
+
 /* TypeImport.proto */
 #ifndef __PYX_HAVE_RT_ImportType_proto_3_3_1
 #define __PYX_HAVE_RT_ImportType_proto_3_3_1
@@ -3110,16 +3162,6 @@ static void __Pyx_AddTraceback(const char *funcname, int c_line,
     #endif
 #endif
 
-/* PyObjectVectorcallKwds.proto (used by PyObjectVectorcallMethodKwds) */
-#if CYTHON_VECTORCALL
-#define __Pyx_Object_VectorcallKwds PyObject_Vectorcall
-CYTHON_UNUSED static int __Pyx_CheckVectorcallKwarg(PyObject *kwnames, Py_ssize_t i);
-#else
-#define __Pyx_Object_VectorcallKwds __Pyx_PyObject_FastCallDict
-CYTHON_UNUSED static PyObject *__Pyx_MakeKwargDict(PyObject **keys, PyObject **values, Py_ssize_t n);
-CYTHON_UNUSED static int __Pyx_CheckVectorcallKwarg(PyObject **kwnames, Py_ssize_t i);
-#endif
-
 /* PyObjectVectorcallMethodKwds.proto (used by CIntToPy) */
 #if CYTHON_VECTORCALL
 #define __Pyx_Object_VectorcallMethodKwds PyObject_VectorcallMethod
@@ -3286,6 +3328,11 @@ static PyObject *__pyx_7genexpr__pyx_v_4luce_4_cpu_k;
 static PyObject *__pyx_7genexpr__pyx_v_4luce_4_cpu_v;
 static int __pyx_f_4luce_4_cpu__check(int, PyObject *); /*proto*/
 static float const *__pyx_f_4luce_4_cpu__f32_ptr(PyObject *, PyObject *); /*proto*/
+static int __pyx_f_4luce_4_cpu__seq_check(int, PyObject *); /*proto*/
+static CYTHON_INLINE void *__pyx_f_4luce_4_cpu__data(PyObject *, int, int64_t, PyObject *); /*proto*/
+static CYTHON_INLINE PyObject *__pyx_f_4luce_4_cpu__i32(PyObject *); /*proto*/
+static int __pyx_f_4luce_4_cpu__fill_batch(luce_cpu_batch *, PyObject *, PyObject *, int64_t, int64_t, int); /*proto*/
+static int __pyx_f_4luce_4_cpu__gdn_rows(luce_cpu_gdn_rows *, PyObject *, PyObject *, PyObject *, PyObject *, PyObject *); /*proto*/
 /* #### Code section: typeinfo ### */
 /* #### Code section: before_global_var ### */
 #define __Pyx_MODULE_NAME "luce._cpu"
@@ -3304,6 +3351,18 @@ static PyObject *__pyx_pf_4luce_4_cpu_6set_threads(CYTHON_UNUSED PyObject *__pyx
 static PyObject *__pyx_pf_4luce_4_cpu_8get_threads(CYTHON_UNUSED PyObject *__pyx_self); /* proto */
 static PyObject *__pyx_pf_4luce_4_cpu_10row_bytes(CYTHON_UNUSED PyObject *__pyx_self, int __pyx_v_qtype, int64_t __pyx_v_k); /* proto */
 static PyObject *__pyx_pf_4luce_4_cpu_12matmuls(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_weights, PyObject *__pyx_v_biases, PyObject *__pyx_v_outs); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_14attention(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_q, PyObject *__pyx_v_k_pages, PyObject *__pyx_v_v_pages, PyObject *__pyx_v_out, PyObject *__pyx_v_batch, float __pyx_v_scale, int __pyx_v_causal); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_16kv_write(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_k_pages, PyObject *__pyx_v_v_pages, PyObject *__pyx_v_k, PyObject *__pyx_v_v, PyObject *__pyx_v_batch); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_18rmsnorm(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_weight, PyObject *__pyx_v_y, int64_t __pyx_v_rows, int64_t __pyx_v_D, double __pyx_v_eps); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_20l2norm(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_y, int64_t __pyx_v_rows, int64_t __pyx_v_D, double __pyx_v_eps); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_22gated_rmsnorm(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_z, PyObject *__pyx_v_weight, PyObject *__pyx_v_y, int64_t __pyx_v_rows, int64_t __pyx_v_D, double __pyx_v_eps); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_24rope(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_y, PyObject *__pyx_v_positions, int64_t __pyx_v_rope_dim, double __pyx_v_theta, PyObject *__pyx_v_sections); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_26unary(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_y, int __pyx_v_op); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_28swiglu(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_gate, PyObject *__pyx_v_up, PyObject *__pyx_v_y); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_30gdn_recurrent(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_q, PyObject *__pyx_v_k, PyObject *__pyx_v_v, PyObject *__pyx_v_g, PyObject *__pyx_v_beta, PyObject *__pyx_v_state_in, PyObject *__pyx_v_state_out, PyObject *__pyx_v_o); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_32gdn_segments(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_q, PyObject *__pyx_v_k, PyObject *__pyx_v_v, PyObject *__pyx_v_g, PyObject *__pyx_v_beta, PyObject *__pyx_v_pool, PyObject *__pyx_v_batch, PyObject *__pyx_v_o); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_34gdn_tree_verify(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_q, PyObject *__pyx_v_k, PyObject *__pyx_v_v, PyObject *__pyx_v_g, PyObject *__pyx_v_beta, PyObject *__pyx_v_parents, PyObject *__pyx_v_state, PyObject *__pyx_v_o, PyObject *__pyx_v_u, PyObject *__pyx_v_node_states); /* proto */
+static PyObject *__pyx_pf_4luce_4_cpu_36gdn_tree_commit(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_k, PyObject *__pyx_v_g, PyObject *__pyx_v_u, PyObject *__pyx_v_parents, PyObject *__pyx_v_path, PyObject *__pyx_v_state); /* proto */
 /* #### Code section: late_includes ### */
 /* #### Code section: module_state ### */
 /* SmallCodeConfig */
@@ -3346,9 +3405,10 @@ namespace {
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_items;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_pop;
     __Pyx_CachedCFunction __pyx_umethod_PyDict_Type_values;
-    PyObject *__pyx_codeobj_tab[7];
-    PyObject *__pyx_string_tab[116];
-    PyObject *__pyx_number_tab[10];
+    PyObject *__pyx_tuple[1];
+    PyObject *__pyx_codeobj_tab[19];
+    PyObject *__pyx_string_tab[242];
+    PyObject *__pyx_number_tab[14];
 /* #### Code section: module_state_contents ### */
 /* PyFrozenDict.module_state_decls */
 #if CYTHON_COMPILING_IN_LIMITED_API
@@ -3398,131 +3458,261 @@ static __pyx_mstatetype * const __pyx_mstate_global = &__pyx_mstate_global_stati
 #endif
 /* #### Code section: constant_name_defines ### */
 #define __pyx_kp_u__5 __pyx_string_tab[0]
-#define __pyx_kp_u_contiguous __pyx_string_tab[1]
-#define __pyx_kp_u_does_not_match_the_weight __pyx_string_tab[2]
-#define __pyx_kp_u_must_be_a_C_contiguous_float32 __pyx_string_tab[3]
-#define __pyx_kp_u_values __pyx_string_tab[4]
-#define __pyx_kp_u_with_rows_of __pyx_string_tab[5]
-#define __pyx_kp_u_ __pyx_string_tab[6]
-#define __pyx_kp_u__2 __pyx_string_tab[7]
-#define __pyx_kp_u_expected_2 __pyx_string_tab[8]
-#define __pyx_kp_u__6 __pyx_string_tab[9]
-#define __pyx_kp_u_expected __pyx_string_tab[10]
-#define __pyx_kp_u_one_of __pyx_string_tab[11]
-#define __pyx_kp_u_out_of_memory __pyx_string_tab[12]
-#define __pyx_kp_u_the_kernel_refused_its_argument __pyx_string_tab[13]
-#define __pyx_kp_u__4 __pyx_string_tab[14]
-#define __pyx_kp_u_A_cpu_kernel_refused_its_argumen __pyx_string_tab[15]
-#define __pyx_kp_u_None __pyx_string_tab[16]
-#define __pyx_kp_u_Note_that_Cython_is_deliberately __pyx_string_tab[17]
-#define __pyx_kp_u__3 __pyx_string_tab[18]
-#define __pyx_kp_u_add_note __pyx_string_tab[19]
-#define __pyx_kp_u_luce__cpu_pyx __pyx_string_tab[20]
-#define __pyx_kp_u_matmul_output __pyx_string_tab[21]
-#define __pyx_kp_u_matmul_output_must_be __pyx_string_tab[22]
-#define __pyx_kp_u_matmul_wants_x_T_K_got __pyx_string_tab[23]
-#define __pyx_kp_u_matmul_bias __pyx_string_tab[24]
-#define __pyx_kp_u_matmul_x __pyx_string_tab[25]
-#define __pyx_kp_u_matmuls_needs_one_bias_or_None_a __pyx_string_tab[26]
-#define __pyx_kp_u_numpy__core_multiarray_failed_to __pyx_string_tab[27]
-#define __pyx_kp_u_numpy__core_umath_failed_to_impo __pyx_string_tab[28]
-#define __pyx_kp_u_the_cpu_matmul_does_not_take_ggm __pyx_string_tab[29]
-#define __pyx_kp_u_threads_must_be_1_got __pyx_string_tab[30]
-#define __pyx_kp_u_unknown_instruction_set __pyx_string_tab[31]
-#define __pyx_kp_u_weight_bytes __pyx_string_tab[32]
-#define __pyx_n_u_BF16 __pyx_string_tab[33]
-#define __pyx_n_u_CpuKernelError __pyx_string_tab[34]
-#define __pyx_n_u_F16 __pyx_string_tab[35]
-#define __pyx_n_u_F32 __pyx_string_tab[36]
-#define __pyx_n_u_IQ4_XS __pyx_string_tab[37]
-#define __pyx_n_u_ISAS __pyx_string_tab[38]
-#define __pyx_n_u_ISA_NAMES __pyx_string_tab[39]
-#define __pyx_n_u_K __pyx_string_tab[40]
-#define __pyx_n_u_Q4_K __pyx_string_tab[41]
-#define __pyx_n_u_Q5_0 __pyx_string_tab[42]
-#define __pyx_n_u_Q5_K __pyx_string_tab[43]
-#define __pyx_n_u_Q6_K __pyx_string_tab[44]
-#define __pyx_n_u_Q8_0 __pyx_string_tab[45]
-#define __pyx_n_u_QTYPES __pyx_string_tab[46]
-#define __pyx_n_u_T __pyx_string_tab[47]
-#define __pyx_n_u_Pyx_PyDict_NextRef __pyx_string_tab[48]
-#define __pyx_n_u_annotate __pyx_string_tab[49]
-#define __pyx_n_u_doc __pyx_string_tab[50]
-#define __pyx_n_u_func __pyx_string_tab[51]
-#define __pyx_n_u_main __pyx_string_tab[52]
-#define __pyx_n_u_metaclass __pyx_string_tab[53]
-#define __pyx_n_u_module __pyx_string_tab[54]
-#define __pyx_n_u_mro_entries __pyx_string_tab[55]
-#define __pyx_n_u_name_2 __pyx_string_tab[56]
-#define __pyx_n_u_prepare __pyx_string_tab[57]
-#define __pyx_n_u_qualname __pyx_string_tab[58]
-#define __pyx_n_u_test __pyx_string_tab[59]
-#define __pyx_n_u_is_coroutine __pyx_string_tab[60]
-#define __pyx_n_u_asyncio_coroutines __pyx_string_tab[61]
-#define __pyx_n_u_avx2 __pyx_string_tab[62]
-#define __pyx_n_u_avx512 __pyx_string_tab[63]
-#define __pyx_n_u_b __pyx_string_tab[64]
-#define __pyx_n_u_bias __pyx_string_tab[65]
-#define __pyx_n_u_biases __pyx_string_tab[66]
-#define __pyx_n_u_c_contiguous __pyx_string_tab[67]
-#define __pyx_n_u_cline_in_traceback __pyx_string_tab[68]
-#define __pyx_n_u_dtype __pyx_string_tab[69]
-#define __pyx_n_u_flags __pyx_string_tab[70]
-#define __pyx_n_u_float32 __pyx_string_tab[71]
-#define __pyx_n_u_get_isa __pyx_string_tab[72]
-#define __pyx_n_u_get_threads __pyx_string_tab[73]
-#define __pyx_n_u_i __pyx_string_tab[74]
-#define __pyx_n_u_isa __pyx_string_tab[75]
-#define __pyx_n_u_items __pyx_string_tab[76]
-#define __pyx_n_u_k __pyx_string_tab[77]
-#define __pyx_n_u_luce__cpu __pyx_string_tab[78]
-#define __pyx_n_u_m __pyx_string_tab[79]
-#define __pyx_n_u_matmul __pyx_string_tab[80]
-#define __pyx_n_u_matmuls __pyx_string_tab[81]
-#define __pyx_n_u_n __pyx_string_tab[82]
-#define __pyx_n_u_name __pyx_string_tab[83]
-#define __pyx_n_u_nbytes __pyx_string_tab[84]
-#define __pyx_n_u_ndarray __pyx_string_tab[85]
-#define __pyx_n_u_ndim __pyx_string_tab[86]
-#define __pyx_n_u_np __pyx_string_tab[87]
-#define __pyx_n_u_numpy __pyx_string_tab[88]
-#define __pyx_n_u_o __pyx_string_tab[89]
-#define __pyx_n_u_outs __pyx_string_tab[90]
-#define __pyx_n_u_pop __pyx_string_tab[91]
-#define __pyx_n_u_portable __pyx_string_tab[92]
-#define __pyx_n_u_qtype __pyx_string_tab[93]
-#define __pyx_n_u_raw __pyx_string_tab[94]
-#define __pyx_n_u_rc __pyx_string_tab[95]
-#define __pyx_n_u_row_bytes __pyx_string_tab[96]
-#define __pyx_n_u_set_isa __pyx_string_tab[97]
-#define __pyx_n_u_set_threads __pyx_string_tab[98]
-#define __pyx_n_u_setdefault __pyx_string_tab[99]
-#define __pyx_n_u_shape __pyx_string_tab[100]
-#define __pyx_n_u_supported_isas __pyx_string_tab[101]
-#define __pyx_n_u_uint8 __pyx_string_tab[102]
-#define __pyx_n_u_values_2 __pyx_string_tab[103]
-#define __pyx_n_u_w __pyx_string_tab[104]
-#define __pyx_n_u_weights __pyx_string_tab[105]
-#define __pyx_n_u_x __pyx_string_tab[106]
-#define __pyx_n_u_xp __pyx_string_tab[107]
-#define __pyx_n_u_y __pyx_string_tab[108]
-#define __pyx_kp_b_iso88591_r_1_j_5Qa __pyx_string_tab[109]
-#define __pyx_kp_b_iso88591_9A_Q __pyx_string_tab[110]
-#define __pyx_kp_b_iso88591_q __pyx_string_tab[111]
-#define __pyx_kp_b_iso88591_uG1_j_314DAT_aq_9A_Qd_1 __pyx_string_tab[112]
-#define __pyx_kp_b_iso88591_1E_V7_fCs2H __pyx_string_tab[113]
-#define __pyx_kp_b_iso88591_q_q_r_1_j_B_CWWXXY_1 __pyx_string_tab[114]
-#define __pyx_kp_b_iso88591_AQ_s_83b_3avS_Rs_j_81Cq_q_c_j_6 __pyx_string_tab[115]
+#define __pyx_kp_u_array __pyx_string_tab[1]
+#define __pyx_kp_u_contiguous __pyx_string_tab[2]
+#define __pyx_kp_u_does_not_match_the_weight __pyx_string_tab[3]
+#define __pyx_kp_u_holds __pyx_string_tab[4]
+#define __pyx_kp_u_must_be_a_C_contiguous __pyx_string_tab[5]
+#define __pyx_kp_u_must_be_a_C_contiguous_float32 __pyx_string_tab[6]
+#define __pyx_kp_u_rows_the_batch __pyx_string_tab[7]
+#define __pyx_kp_u_values __pyx_string_tab[8]
+#define __pyx_kp_u_values_expected __pyx_string_tab[9]
+#define __pyx_kp_u_with_rows_of __pyx_string_tab[10]
+#define __pyx_kp_u_ __pyx_string_tab[11]
+#define __pyx_kp_u__2 __pyx_string_tab[12]
+#define __pyx_kp_u_expected_2 __pyx_string_tab[13]
+#define __pyx_kp_u__6 __pyx_string_tab[14]
+#define __pyx_kp_u__7 __pyx_string_tab[15]
+#define __pyx_kp_u_expected __pyx_string_tab[16]
+#define __pyx_kp_u_one_of __pyx_string_tab[17]
+#define __pyx_kp_u_out_of_memory __pyx_string_tab[18]
+#define __pyx_kp_u_the_kernel_refused_its_argument __pyx_string_tab[19]
+#define __pyx_kp_u__4 __pyx_string_tab[20]
+#define __pyx_kp_u_A_cpu_kernel_refused_its_argumen __pyx_string_tab[21]
+#define __pyx_kp_u_None __pyx_string_tab[22]
+#define __pyx_kp_u_Note_that_Cython_is_deliberately __pyx_string_tab[23]
+#define __pyx_kp_u__3 __pyx_string_tab[24]
+#define __pyx_kp_u_a_live_segment_s_slot_lies_outsi __pyx_string_tab[25]
+#define __pyx_kp_u_add_note __pyx_string_tab[26]
+#define __pyx_kp_u_attention_output __pyx_string_tab[27]
+#define __pyx_kp_u_attention_q_has __pyx_string_tab[28]
+#define __pyx_kp_u_factor_g __pyx_string_tab[29]
+#define __pyx_kp_u_factor_k __pyx_string_tab[30]
+#define __pyx_kp_u_factor_u __pyx_string_tab[31]
+#define __pyx_kp_u_k_pages_2 __pyx_string_tab[32]
+#define __pyx_kp_u_luce__cpu_pyx __pyx_string_tab[33]
+#define __pyx_kp_u_luce__cpu_sequence_pxi __pyx_string_tab[34]
+#define __pyx_kp_u_matmul_output __pyx_string_tab[35]
+#define __pyx_kp_u_matmul_output_must_be __pyx_string_tab[36]
+#define __pyx_kp_u_matmul_wants_x_T_K_got __pyx_string_tab[37]
+#define __pyx_kp_u_matmul_bias __pyx_string_tab[38]
+#define __pyx_kp_u_matmul_x __pyx_string_tab[39]
+#define __pyx_kp_u_matmuls_needs_one_bias_or_None_a __pyx_string_tab[40]
+#define __pyx_kp_u_new_state __pyx_string_tab[41]
+#define __pyx_kp_u_node_states_2 __pyx_string_tab[42]
+#define __pyx_kp_u_numpy__core_multiarray_failed_to __pyx_string_tab[43]
+#define __pyx_kp_u_numpy__core_umath_failed_to_impo __pyx_string_tab[44]
+#define __pyx_kp_u_sizes_the_kernel_does_not_take __pyx_string_tab[45]
+#define __pyx_kp_u_state_pool __pyx_string_tab[46]
+#define __pyx_kp_u_the_batch_is_inconsistent_qo_ind __pyx_string_tab[47]
+#define __pyx_kp_u_the_cpu_matmul_does_not_take_ggm __pyx_string_tab[48]
+#define __pyx_kp_u_the_kernel_refused_its_arguments __pyx_string_tab[49]
+#define __pyx_kp_u_threads_must_be_1_got __pyx_string_tab[50]
+#define __pyx_kp_u_tree_parents_2 __pyx_string_tab[51]
+#define __pyx_kp_u_tree_parents_are_not_a_tree_the __pyx_string_tab[52]
+#define __pyx_kp_u_unknown_instruction_set __pyx_string_tab[53]
+#define __pyx_kp_u_v_pages_2 __pyx_string_tab[54]
+#define __pyx_kp_u_weight_bytes __pyx_string_tab[55]
+#define __pyx_n_u_BF16 __pyx_string_tab[56]
+#define __pyx_n_u_CpuKernelError __pyx_string_tab[57]
+#define __pyx_n_u_D __pyx_string_tab[58]
+#define __pyx_n_u_Dk __pyx_string_tab[59]
+#define __pyx_n_u_Dv __pyx_string_tab[60]
+#define __pyx_n_u_F16 __pyx_string_tab[61]
+#define __pyx_n_u_F32 __pyx_string_tab[62]
+#define __pyx_n_u_H __pyx_string_tab[63]
+#define __pyx_n_u_Hkv __pyx_string_tab[64]
+#define __pyx_n_u_Hq __pyx_string_tab[65]
+#define __pyx_n_u_IQ4_XS __pyx_string_tab[66]
+#define __pyx_n_u_ISAS __pyx_string_tab[67]
+#define __pyx_n_u_ISA_NAMES __pyx_string_tab[68]
+#define __pyx_n_u_K __pyx_string_tab[69]
+#define __pyx_n_u_P __pyx_string_tab[70]
+#define __pyx_n_u_PS __pyx_string_tab[71]
+#define __pyx_n_u_Q4_K __pyx_string_tab[72]
+#define __pyx_n_u_Q5_0 __pyx_string_tab[73]
+#define __pyx_n_u_Q5_K __pyx_string_tab[74]
+#define __pyx_n_u_Q6_K __pyx_string_tab[75]
+#define __pyx_n_u_Q8_0 __pyx_string_tab[76]
+#define __pyx_n_u_QTYPES __pyx_string_tab[77]
+#define __pyx_n_u_T __pyx_string_tab[78]
+#define __pyx_n_u_UNARY_OPS __pyx_string_tab[79]
+#define __pyx_n_u_SEQ_ERRORS __pyx_string_tab[80]
+#define __pyx_n_u_Pyx_PyDict_NextRef __pyx_string_tab[81]
+#define __pyx_n_u_annotate __pyx_string_tab[82]
+#define __pyx_n_u_doc __pyx_string_tab[83]
+#define __pyx_n_u_func __pyx_string_tab[84]
+#define __pyx_n_u_main __pyx_string_tab[85]
+#define __pyx_n_u_metaclass __pyx_string_tab[86]
+#define __pyx_n_u_module __pyx_string_tab[87]
+#define __pyx_n_u_mro_entries __pyx_string_tab[88]
+#define __pyx_n_u_name_2 __pyx_string_tab[89]
+#define __pyx_n_u_prepare __pyx_string_tab[90]
+#define __pyx_n_u_qualname __pyx_string_tab[91]
+#define __pyx_n_u_test __pyx_string_tab[92]
+#define __pyx_n_u_is_coroutine __pyx_string_tab[93]
+#define __pyx_n_u_ascontiguousarray __pyx_string_tab[94]
+#define __pyx_n_u_asyncio_coroutines __pyx_string_tab[95]
+#define __pyx_n_u_attention __pyx_string_tab[96]
+#define __pyx_n_u_avx2 __pyx_string_tab[97]
+#define __pyx_n_u_avx512 __pyx_string_tab[98]
+#define __pyx_n_u_b __pyx_string_tab[99]
+#define __pyx_n_u_batch __pyx_string_tab[100]
+#define __pyx_n_u_beta __pyx_string_tab[101]
+#define __pyx_n_u_bias __pyx_string_tab[102]
+#define __pyx_n_u_biases __pyx_string_tab[103]
+#define __pyx_n_u_c __pyx_string_tab[104]
+#define __pyx_n_u_c_contiguous __pyx_string_tab[105]
+#define __pyx_n_u_causal __pyx_string_tab[106]
+#define __pyx_n_u_cline_in_traceback __pyx_string_tab[107]
+#define __pyx_n_u_cols __pyx_string_tab[108]
+#define __pyx_n_u_dtype __pyx_string_tab[109]
+#define __pyx_n_u_eps __pyx_string_tab[110]
+#define __pyx_n_u_exp __pyx_string_tab[111]
+#define __pyx_n_u_flags __pyx_string_tab[112]
+#define __pyx_n_u_float32 __pyx_string_tab[113]
+#define __pyx_n_u_g __pyx_string_tab[114]
+#define __pyx_n_u_gate __pyx_string_tab[115]
+#define __pyx_n_u_gated_rmsnorm __pyx_string_tab[116]
+#define __pyx_n_u_gdn_recurrent __pyx_string_tab[117]
+#define __pyx_n_u_gdn_recurrent_segments __pyx_string_tab[118]
+#define __pyx_n_u_gdn_segments __pyx_string_tab[119]
+#define __pyx_n_u_gdn_tree_commit __pyx_string_tab[120]
+#define __pyx_n_u_gdn_tree_verify __pyx_string_tab[121]
+#define __pyx_n_u_get __pyx_string_tab[122]
+#define __pyx_n_u_get_isa __pyx_string_tab[123]
+#define __pyx_n_u_get_threads __pyx_string_tab[124]
+#define __pyx_n_u_gp __pyx_string_tab[125]
+#define __pyx_n_u_i __pyx_string_tab[126]
+#define __pyx_n_u_int32 __pyx_string_tab[127]
+#define __pyx_n_u_isa __pyx_string_tab[128]
+#define __pyx_n_u_items __pyx_string_tab[129]
+#define __pyx_n_u_k __pyx_string_tab[130]
+#define __pyx_n_u_k_pages __pyx_string_tab[131]
+#define __pyx_n_u_keep __pyx_string_tab[132]
+#define __pyx_n_u_kp __pyx_string_tab[133]
+#define __pyx_n_u_ks __pyx_string_tab[134]
+#define __pyx_n_u_kv_indices __pyx_string_tab[135]
+#define __pyx_n_u_kv_indptr __pyx_string_tab[136]
+#define __pyx_n_u_kv_last_page_len __pyx_string_tab[137]
+#define __pyx_n_u_kv_write __pyx_string_tab[138]
+#define __pyx_n_u_l2norm __pyx_string_tab[139]
+#define __pyx_n_u_luce__cpu __pyx_string_tab[140]
+#define __pyx_n_u_m __pyx_string_tab[141]
+#define __pyx_n_u_matmul __pyx_string_tab[142]
+#define __pyx_n_u_matmuls __pyx_string_tab[143]
+#define __pyx_n_u_n __pyx_string_tab[144]
+#define __pyx_n_u_n_path __pyx_string_tab[145]
+#define __pyx_n_u_n_rows __pyx_string_tab[146]
+#define __pyx_n_u_n_slots __pyx_string_tab[147]
+#define __pyx_n_u_name __pyx_string_tab[148]
+#define __pyx_n_u_nbytes __pyx_string_tab[149]
+#define __pyx_n_u_ndarray __pyx_string_tab[150]
+#define __pyx_n_u_ndim __pyx_string_tab[151]
+#define __pyx_n_u_node_states __pyx_string_tab[152]
+#define __pyx_n_u_np __pyx_string_tab[153]
+#define __pyx_n_u_ns __pyx_string_tab[154]
+#define __pyx_n_u_numpy __pyx_string_tab[155]
+#define __pyx_n_u_o __pyx_string_tab[156]
+#define __pyx_n_u_op __pyx_string_tab[157]
+#define __pyx_n_u_out __pyx_string_tab[158]
+#define __pyx_n_u_output __pyx_string_tab[159]
+#define __pyx_n_u_outs __pyx_string_tab[160]
+#define __pyx_n_u_parents __pyx_string_tab[161]
+#define __pyx_n_u_path __pyx_string_tab[162]
+#define __pyx_n_u_pointwise __pyx_string_tab[163]
+#define __pyx_n_u_pool __pyx_string_tab[164]
+#define __pyx_n_u_pop __pyx_string_tab[165]
+#define __pyx_n_u_portable __pyx_string_tab[166]
+#define __pyx_n_u_positions __pyx_string_tab[167]
+#define __pyx_n_u_pp __pyx_string_tab[168]
+#define __pyx_n_u_q __pyx_string_tab[169]
+#define __pyx_n_u_qo_indptr __pyx_string_tab[170]
+#define __pyx_n_u_qp __pyx_string_tab[171]
+#define __pyx_n_u_qtype __pyx_string_tab[172]
+#define __pyx_n_u_r __pyx_string_tab[173]
+#define __pyx_n_u_raw __pyx_string_tab[174]
+#define __pyx_n_u_rc __pyx_string_tab[175]
+#define __pyx_n_u_rmsnorm __pyx_string_tab[176]
+#define __pyx_n_u_rope __pyx_string_tab[177]
+#define __pyx_n_u_rope_dim __pyx_string_tab[178]
+#define __pyx_n_u_row_bytes __pyx_string_tab[179]
+#define __pyx_n_u_rows __pyx_string_tab[180]
+#define __pyx_n_u_scale __pyx_string_tab[181]
+#define __pyx_n_u_sections __pyx_string_tab[182]
+#define __pyx_n_u_seq_slots __pyx_string_tab[183]
+#define __pyx_n_u_set_isa __pyx_string_tab[184]
+#define __pyx_n_u_set_threads __pyx_string_tab[185]
+#define __pyx_n_u_setdefault __pyx_string_tab[186]
+#define __pyx_n_u_shape __pyx_string_tab[187]
+#define __pyx_n_u_si __pyx_string_tab[188]
+#define __pyx_n_u_sigmoid __pyx_string_tab[189]
+#define __pyx_n_u_silu __pyx_string_tab[190]
+#define __pyx_n_u_size __pyx_string_tab[191]
+#define __pyx_n_u_so __pyx_string_tab[192]
+#define __pyx_n_u_softplus __pyx_string_tab[193]
+#define __pyx_n_u_sp __pyx_string_tab[194]
+#define __pyx_n_u_state __pyx_string_tab[195]
+#define __pyx_n_u_state_in __pyx_string_tab[196]
+#define __pyx_n_u_state_out __pyx_string_tab[197]
+#define __pyx_n_u_supported_isas __pyx_string_tab[198]
+#define __pyx_n_u_swiglu __pyx_string_tab[199]
+#define __pyx_n_u_theta __pyx_string_tab[200]
+#define __pyx_n_u_tp __pyx_string_tab[201]
+#define __pyx_n_u_tree_parents __pyx_string_tab[202]
+#define __pyx_n_u_u __pyx_string_tab[203]
+#define __pyx_n_u_uint8 __pyx_string_tab[204]
+#define __pyx_n_u_unary __pyx_string_tab[205]
+#define __pyx_n_u_up __pyx_string_tab[206]
+#define __pyx_n_u_upp __pyx_string_tab[207]
+#define __pyx_n_u_v __pyx_string_tab[208]
+#define __pyx_n_u_v_pages __pyx_string_tab[209]
+#define __pyx_n_u_values_2 __pyx_string_tab[210]
+#define __pyx_n_u_vp __pyx_string_tab[211]
+#define __pyx_n_u_vs __pyx_string_tab[212]
+#define __pyx_n_u_w __pyx_string_tab[213]
+#define __pyx_n_u_weight __pyx_string_tab[214]
+#define __pyx_n_u_weights __pyx_string_tab[215]
+#define __pyx_n_u_wp __pyx_string_tab[216]
+#define __pyx_n_u_x __pyx_string_tab[217]
+#define __pyx_n_u_xp __pyx_string_tab[218]
+#define __pyx_n_u_y __pyx_string_tab[219]
+#define __pyx_n_u_yp __pyx_string_tab[220]
+#define __pyx_n_u_z __pyx_string_tab[221]
+#define __pyx_n_u_zp __pyx_string_tab[222]
+#define __pyx_kp_b_iso88591_r_1_j_5Qa __pyx_string_tab[223]
+#define __pyx_kp_b_iso88591_9A_Q __pyx_string_tab[224]
+#define __pyx_kp_b_iso88591_q_2 __pyx_string_tab[225]
+#define __pyx_kp_b_iso88591_Qa_q_nCq_Ye1F_1_1D_Cq_Qd __pyx_string_tab[226]
+#define __pyx_kp_b_iso88591_T_q_s_O5_c_Ye1F_1__AT_d_Qd __pyx_string_tab[227]
+#define __pyx_kp_b_iso88591_q_nE_3a_Ye1F_Rs__AT_V3a_Qd __pyx_string_tab[228]
+#define __pyx_kp_b_iso88591_q_nE_3a_q_nE_3a_q_A_Ye1F_Rs_1D __pyx_string_tab[229]
+#define __pyx_kp_b_iso88591_q_nE_3a_q_A_Ye1F_Rs_Qd_d_1_Qd __pyx_string_tab[230]
+#define __pyx_kp_b_iso88591_uG1_j_314DAT_aq_9A_Qd_1 __pyx_string_tab[231]
+#define __pyx_kp_b_iso88591_1E_V7_fCs2H __pyx_string_tab[232]
+#define __pyx_kp_b_iso88591_QfAXQfAXQfAQ_YfCwivQa_q_nBb_Cq __pyx_string_tab[233]
+#define __pyx_kp_b_iso88591_Q_QfAYavQhavQa_WF_9G6_G6QRRS_q __pyx_string_tab[234]
+#define __pyx_kp_b_iso88591_Q_WF_9G6_G6QRRZZaagghhi_q_G6_D __pyx_string_tab[235]
+#define __pyx_kp_b_iso88591_q_q_r_1_j_B_CWWXXY_1 __pyx_string_tab[236]
+#define __pyx_kp_b_iso88591_Qas_S_3a_q_1CrQRRVVXXYY___Ye1N __pyx_string_tab[237]
+#define __pyx_kp_b_iso88591_AQ_s_83b_3avS_Rs_j_81Cq_q_c_j_6 __pyx_string_tab[238]
+#define __pyx_kp_b_iso88591_QfAXQfAYavQiq_a_a_q_nBb_DPQ_q_n __pyx_string_tab[239]
+#define __pyx_kp_b_iso88591_Q_Qas_S_3a_q_G6_Cq_4vQa_Ye1I_82 __pyx_string_tab[240]
+#define __pyx_kp_b_iso88591_Qas_S_3a_e1L_ATQR_q_BatSUUVV_Ye __pyx_string_tab[241]
 #define __pyx_int_0 __pyx_number_tab[0]
-#define __pyx_int_1 __pyx_number_tab[1]
-#define __pyx_int_2 __pyx_number_tab[2]
-#define __pyx_int_6 __pyx_number_tab[3]
-#define __pyx_int_8 __pyx_number_tab[4]
-#define __pyx_int_12 __pyx_number_tab[5]
-#define __pyx_int_13 __pyx_number_tab[6]
-#define __pyx_int_14 __pyx_number_tab[7]
-#define __pyx_int_23 __pyx_number_tab[8]
-#define __pyx_int_30 __pyx_number_tab[9]
+#define __pyx_int_neg_1 __pyx_number_tab[1]
+#define __pyx_int_1 __pyx_number_tab[2]
+#define __pyx_int_2 __pyx_number_tab[3]
+#define __pyx_int_neg_3 __pyx_number_tab[4]
+#define __pyx_int_neg_4 __pyx_number_tab[5]
+#define __pyx_int_neg_5 __pyx_number_tab[6]
+#define __pyx_int_6 __pyx_number_tab[7]
+#define __pyx_int_8 __pyx_number_tab[8]
+#define __pyx_int_12 __pyx_number_tab[9]
+#define __pyx_int_13 __pyx_number_tab[10]
+#define __pyx_int_14 __pyx_number_tab[11]
+#define __pyx_int_23 __pyx_number_tab[12]
+#define __pyx_int_30 __pyx_number_tab[13]
 /* #### Code section: module_state_clear ### */
 #if CYTHON_USE_MODULE_STATE
 static CYTHON_SMALL_CODE int __pyx_m_clear(PyObject *m) {
@@ -3556,9 +3746,10 @@ static CYTHON_SMALL_CODE int __pyx_m_clear(PyObject *m) {
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_items.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_CLEAR(clear_module_state->__pyx_umethod_PyDict_Type_values.method);
-  for (int i=0; i<7; ++i) { Py_CLEAR(clear_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<116; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
-  for (int i=0; i<10; ++i) { Py_CLEAR(clear_module_state->__pyx_number_tab[i]); }
+  for (int i=0; i<1; ++i) { Py_CLEAR(clear_module_state->__pyx_tuple[i]); }
+  for (int i=0; i<19; ++i) { Py_CLEAR(clear_module_state->__pyx_codeobj_tab[i]); }
+  for (int i=0; i<242; ++i) { Py_CLEAR(clear_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<14; ++i) { Py_CLEAR(clear_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_clear_contents ### */
 /* CommonTypesMetaclass.module_state_clear */
 Py_CLEAR(clear_module_state->__pyx_CommonTypesMetaclassType);
@@ -3600,9 +3791,10 @@ static CYTHON_SMALL_CODE int __pyx_m_traverse(PyObject *m, visitproc visit, void
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_items.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_pop.method);
   Py_VISIT(traverse_module_state->__pyx_umethod_PyDict_Type_values.method);
-  for (int i=0; i<7; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_codeobj_tab[i]); }
-  for (int i=0; i<116; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
-  for (int i=0; i<10; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_number_tab[i]); }
+  for (int i=0; i<1; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_tuple[i]); }
+  for (int i=0; i<19; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_codeobj_tab[i]); }
+  for (int i=0; i<242; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_string_tab[i]); }
+  for (int i=0; i<14; ++i) { __Pyx_VISIT_CONST(traverse_module_state->__pyx_number_tab[i]); }
 /* #### Code section: module_state_traverse_contents ### */
 /* CommonTypesMetaclass.module_state_traverse */
 Py_VISIT(traverse_module_state->__pyx_CommonTypesMetaclassType);
@@ -7867,6 +8059,5084 @@ static PyObject *__pyx_pf_4luce_4_cpu_12matmuls(CYTHON_UNUSED PyObject *__pyx_se
   __Pyx_RefNannyFinishContext();
   return __pyx_r;
 }
+
+/* "luce/_cpu_sequence.pxi":66
+ * 
+ * 
+ * cdef int _seq_check(int rc, str what) except -1:             # <<<<<<<<<<<<<<
+ *     if rc == 0:
+ *         return 0
+*/
+
+static int __pyx_f_4luce_4_cpu__seq_check(int __pyx_v_rc, PyObject *__pyx_v_what) {
+  int __pyx_r;
+  __Pyx_RefNannyDeclarations
+  int __pyx_t_1;
+  PyObject *__pyx_t_2 = NULL;
+  PyObject *__pyx_t_3 = NULL;
+  PyObject *__pyx_t_4 = NULL;
+  PyObject *__pyx_t_5 = NULL;
+  size_t __pyx_t_6;
+  PyObject *__pyx_t_7 = NULL;
+  PyObject *__pyx_t_8 = NULL;
+  PyObject *__pyx_t_9[3];
+  Py_ssize_t __pyx_t_10;
+  int __pyx_t_11;
+  PyObject *__pyx_t_12 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("_seq_check", 0);
+
+  /* "luce/_cpu_sequence.pxi":67
+ * 
+ * cdef int _seq_check(int rc, str what) except -1:
+ *     if rc == 0:             # <<<<<<<<<<<<<<
+ *         return 0
+ *     if rc == -2:
+*/
+  __pyx_t_1 = (__pyx_v_rc == 0);
+
+  if (__pyx_t_1) {
+
+
+    /* "luce/_cpu_sequence.pxi":68
+ * cdef int _seq_check(int rc, str what) except -1:
+ *     if rc == 0:
+ *         return 0             # <<<<<<<<<<<<<<
+ *     if rc == -2:
+ *         raise MemoryError(f"{what}: out of memory")
+*/
+    {
+
+      __pyx_r = 0;
+    }
+    goto __pyx_L0;
+
+    /* "luce/_cpu_sequence.pxi":67
+ * 
+ * cdef int _seq_check(int rc, str what) except -1:
+ *     if rc == 0:             # <<<<<<<<<<<<<<
+ *         return 0
+ *     if rc == -2:
+*/
+  }
+
+  /* "luce/_cpu_sequence.pxi":69
+ *     if rc == 0:
+ *         return 0
+ *     if rc == -2:             # <<<<<<<<<<<<<<
+ *         raise MemoryError(f"{what}: out of memory")
+ *     raise ValueError(f"{what}: {_SEQ_ERRORS.get(rc, f'the kernel refused its arguments (status {rc})')}")
+*/
+  __pyx_t_1 = (__pyx_v_rc == -2L);
+
+  if (unlikely(__pyx_t_1)) {
+
+
+    /* "luce/_cpu_sequence.pxi":70
+ *         return 0
+ *     if rc == -2:
+ *         raise MemoryError(f"{what}: out of memory")             # <<<<<<<<<<<<<<
+ *     raise ValueError(f"{what}: {_SEQ_ERRORS.get(rc, f'the kernel refused its arguments (status {rc})')}")
+ * 
+*/
+    __pyx_t_3 = NULL;
+    __pyx_t_4 = __Pyx_PyUnicode_Unicode(__pyx_v_what); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 70, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_4);
+    __pyx_t_5 = __Pyx_PyUnicode_Concat__Pyx_ReferenceSharing_OwnStrongReferenceInPlace(__pyx_t_4, __pyx_mstate_global->__pyx_kp_u_out_of_memory); if (unlikely(!__pyx_t_5)) __PYX_ERR(2, 70, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_5);
+    __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+    __pyx_t_6 = 1;
+    {
+      PyObject *__pyx_callargs[2] = {__pyx_t_3, __pyx_t_5};
+      __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_MemoryError)), __pyx_callargs+__pyx_t_6, (2-__pyx_t_6) | (__pyx_t_6*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+      __Pyx_XDECREF(__pyx_t_3); __pyx_t_3 = 0;
+      __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
+      if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 70, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_2);
+    }
+    __Pyx_Raise(__pyx_t_2, 0, 0, 0);
+    __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+    __PYX_ERR(2, 70, __pyx_L1_error)
+
+    /* "luce/_cpu_sequence.pxi":69
+ *     if rc == 0:
+ *         return 0
+ *     if rc == -2:             # <<<<<<<<<<<<<<
+ *         raise MemoryError(f"{what}: out of memory")
+ *     raise ValueError(f"{what}: {_SEQ_ERRORS.get(rc, f'the kernel refused its arguments (status {rc})')}")
+*/
+  }
+
+  /* "luce/_cpu_sequence.pxi":71
+ *     if rc == -2:
+ *         raise MemoryError(f"{what}: out of memory")
+ *     raise ValueError(f"{what}: {_SEQ_ERRORS.get(rc, f'the kernel refused its arguments (status {rc})')}")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_5 = NULL;
+  __pyx_t_3 = __Pyx_PyUnicode_Unicode(__pyx_v_what); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 71, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __Pyx_GetModuleGlobalName(__pyx_t_4, __pyx_mstate_global->__pyx_n_u_SEQ_ERRORS); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 71, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_4, __pyx_mstate_global->__pyx_n_u_get); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 71, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+  __pyx_t_4 = __Pyx_PyLong_From_int(__pyx_v_rc); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 71, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  __pyx_t_8 = __Pyx_PyUnicode_From_int(__pyx_v_rc, 0, ' ', 'd'); if (unlikely(!__pyx_t_8)) __PYX_ERR(2, 71, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_8);
+  __pyx_t_9[0] = __pyx_mstate_global->__pyx_kp_u_the_kernel_refused_its_arguments;
+  __pyx_t_9[1] = __pyx_t_8;
+  __pyx_t_9[2] = __pyx_mstate_global->__pyx_kp_u_;
+  __pyx_t_10 = 42;
+  #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
+  __pyx_t_10 += __Pyx_PyUnicode_GET_LENGTH(__pyx_t_9[1]);
+  #endif
+  __pyx_t_11 = 0;
+  __pyx_t_12 = __Pyx_PyUnicode_Join(__pyx_t_9, 3, __pyx_t_10, __pyx_t_11);
+  if (unlikely(!__pyx_t_12)) __PYX_ERR(2, 71, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_12);
+  __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
+  __pyx_t_8 = PyTuple_New(2); if (unlikely(!__pyx_t_8)) __PYX_ERR(2, 71, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_8);
+  __Pyx_GIVEREF(__pyx_t_4);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_8, 0, __pyx_t_4) != (0)) __PYX_ERR(2, 71, __pyx_L1_error);
+  __Pyx_GIVEREF(__pyx_t_12);
+  if (__Pyx_PyTuple_SET_ITEM(__pyx_t_8, 1, __pyx_t_12) != (0)) __PYX_ERR(2, 71, __pyx_L1_error);
+  __pyx_t_4 = 0;
+  __pyx_t_12 = 0;
+  __pyx_t_12 = __Pyx_PyObject_Call(__pyx_t_7, __pyx_t_8, NULL); if (unlikely(!__pyx_t_12)) __PYX_ERR(2, 71, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_12);
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+  __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
+  __pyx_t_8 = __Pyx_PyObject_FormatSimple(__pyx_t_12, __pyx_mstate_global->__pyx_empty_unicode); if (unlikely(!__pyx_t_8)) __PYX_ERR(2, 71, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_8);
+  __Pyx_DECREF(__pyx_t_12); __pyx_t_12 = 0;
+  __pyx_t_9[0] = __pyx_t_3;
+  __pyx_t_9[1] = __pyx_mstate_global->__pyx_kp_u__7;
+  __pyx_t_9[2] = __pyx_t_8;
+  __pyx_t_10 = 2;
+  #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
+  __pyx_t_10 += __Pyx_PyUnicode_GET_LENGTH(__pyx_t_9[0]) + __Pyx_PyUnicode_GET_LENGTH(__pyx_t_9[2]);
+  #endif
+  __pyx_t_11 = 0;
+  #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
+  __pyx_t_11 |= __Pyx_PyUnicode_KIND_04(__pyx_t_9[0]) | __Pyx_PyUnicode_KIND_04(__pyx_t_9[2]);
+  #endif
+  __pyx_t_12 = __Pyx_PyUnicode_Join(__pyx_t_9, 3, __pyx_t_10, __pyx_t_11);
+  if (unlikely(!__pyx_t_12)) __PYX_ERR(2, 71, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_12);
+  __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+  __Pyx_DECREF(__pyx_t_8); __pyx_t_8 = 0;
+  __pyx_t_6 = 1;
+  {
+    PyObject *__pyx_callargs[2] = {__pyx_t_5, __pyx_t_12};
+    __pyx_t_2 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_ValueError)), __pyx_callargs+__pyx_t_6, (2-__pyx_t_6) | (__pyx_t_6*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+    __Pyx_XDECREF(__pyx_t_5); __pyx_t_5 = 0;
+    __Pyx_DECREF(__pyx_t_12); __pyx_t_12 = 0;
+    if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 71, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_2);
+  }
+  __Pyx_Raise(__pyx_t_2, 0, 0, 0);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __PYX_ERR(2, 71, __pyx_L1_error)
+
+  /* "luce/_cpu_sequence.pxi":66
+ * 
+ * 
+ * cdef int _seq_check(int rc, str what) except -1:             # <<<<<<<<<<<<<<
+ *     if rc == 0:
+ *         return 0
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_XDECREF(__pyx_t_4);
+  __Pyx_XDECREF(__pyx_t_5);
+  __Pyx_XDECREF(__pyx_t_7);
+  __Pyx_XDECREF(__pyx_t_8);
+  __Pyx_XDECREF(__pyx_t_12);
+  __Pyx_AddTraceback("luce._cpu._seq_check", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = -1;
+  __pyx_L0:;
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":74
+ * 
+ * 
+ * cdef inline void *_data(object a, int typenum, int64_t count, str what) except NULL:             # <<<<<<<<<<<<<<
+ *     """The buffer of a C-contiguous array of numpy type `typenum` holding exactly `count` elements."""
+ *     if type(a) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>a) != typenum \
+*/
+
+static CYTHON_INLINE void *__pyx_f_4luce_4_cpu__data(PyObject *__pyx_v_a, int __pyx_v_typenum, int64_t __pyx_v_count, PyObject *__pyx_v_what) {
+  void *__pyx_v_p;
+  void *__pyx_r;
+  __Pyx_RefNannyDeclarations
+  int __pyx_t_1;
+  PyObject *__pyx_t_2 = NULL;
+  PyObject *__pyx_t_3 = NULL;
+  int __pyx_t_4;
+  PyObject *__pyx_t_5 = NULL;
+  PyObject *__pyx_t_6 = NULL;
+  PyObject *__pyx_t_7 = NULL;
+  PyObject *__pyx_t_8[4];
+  Py_ssize_t __pyx_t_9;
+  int __pyx_t_10;
+  size_t __pyx_t_11;
+  PyObject *__pyx_t_12[5];
+  PyObject *__pyx_t_13 = NULL;
+  void *__pyx_t_14;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("_data", 0);
+
+  /* "luce/_cpu_sequence.pxi":76
+ * cdef inline void *_data(object a, int typenum, int64_t count, str what) except NULL:
+ *     """The buffer of a C-contiguous array of numpy type `typenum` holding exactly `count` elements."""
+ *     if type(a) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>a) != typenum \             # <<<<<<<<<<<<<<
+ *             or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         raise TypeError(f"{what} must be a C-contiguous {cnp.PyArray_DescrFromType(typenum)} array")
+*/
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_np); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 76, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_3 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_ndarray); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 76, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_4 = (((PyObject *)Py_TYPE(__pyx_v_a)) != __pyx_t_3);
+  __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+  if (!__pyx_t_4) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_4;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+
+  /* "luce/_cpu_sequence.pxi":77
+ *     """The buffer of a C-contiguous array of numpy type `typenum` holding exactly `count` elements."""
+ *     if type(a) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>a) != typenum \
+ *             or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):             # <<<<<<<<<<<<<<
+ *         raise TypeError(f"{what} must be a C-contiguous {cnp.PyArray_DescrFromType(typenum)} array")
+ *     if cnp.PyArray_SIZE(<cnp.ndarray>a) != count:
+*/
+  __pyx_t_4 = (PyArray_TYPE(((PyArrayObject *)__pyx_v_a)) != __pyx_v_typenum);
+
+  if (!__pyx_t_4) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_4;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_4 = (!PyArray_IS_C_CONTIGUOUS(((PyArrayObject *)__pyx_v_a)));
+
+
+  __pyx_t_1 = __pyx_t_4;
+
+  __pyx_L4_bool_binop_done:;
+
+  /* "luce/_cpu_sequence.pxi":76
+ * cdef inline void *_data(object a, int typenum, int64_t count, str what) except NULL:
+ *     """The buffer of a C-contiguous array of numpy type `typenum` holding exactly `count` elements."""
+ *     if type(a) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>a) != typenum \             # <<<<<<<<<<<<<<
+ *             or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         raise TypeError(f"{what} must be a C-contiguous {cnp.PyArray_DescrFromType(typenum)} array")
+*/
+  if (unlikely(__pyx_t_1)) {
+
+
+    /* "luce/_cpu_sequence.pxi":78
+ *     if type(a) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>a) != typenum \
+ *             or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         raise TypeError(f"{what} must be a C-contiguous {cnp.PyArray_DescrFromType(typenum)} array")             # <<<<<<<<<<<<<<
+ *     if cnp.PyArray_SIZE(<cnp.ndarray>a) != count:
+ *         raise ValueError(f"{what} holds {cnp.PyArray_SIZE(<cnp.ndarray>a)} values, expected {count}")
+*/
+    __pyx_t_2 = NULL;
+    __pyx_t_5 = __Pyx_PyUnicode_Unicode(__pyx_v_what); if (unlikely(!__pyx_t_5)) __PYX_ERR(2, 78, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_5);
+    __pyx_t_6 = ((PyObject *)PyArray_DescrFromType(__pyx_v_typenum)); if (unlikely(!__pyx_t_6)) __PYX_ERR(2, 78, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_6);
+    __pyx_t_7 = __Pyx_PyObject_FormatSimple(__pyx_t_6, __pyx_mstate_global->__pyx_empty_unicode); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 78, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_7);
+    __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
+    __pyx_t_8[0] = __pyx_t_5;
+    __pyx_t_8[1] = __pyx_mstate_global->__pyx_kp_u_must_be_a_C_contiguous;
+    __pyx_t_8[2] = __pyx_t_7;
+    __pyx_t_8[3] = __pyx_mstate_global->__pyx_kp_u_array;
+    __pyx_t_9 = 30;
+    #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
+    __pyx_t_9 += __Pyx_PyUnicode_GET_LENGTH(__pyx_t_8[0]) + __Pyx_PyUnicode_GET_LENGTH(__pyx_t_8[2]);
+    #endif
+    __pyx_t_10 = 0;
+    #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
+    __pyx_t_10 |= __Pyx_PyUnicode_KIND_04(__pyx_t_8[0]) | __Pyx_PyUnicode_KIND_04(__pyx_t_8[2]);
+    #endif
+    __pyx_t_6 = __Pyx_PyUnicode_Join(__pyx_t_8, 4, __pyx_t_9, __pyx_t_10);
+    if (unlikely(!__pyx_t_6)) __PYX_ERR(2, 78, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_6);
+    __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
+    __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+    __pyx_t_11 = 1;
+    {
+      PyObject *__pyx_callargs[2] = {__pyx_t_2, __pyx_t_6};
+      __pyx_t_3 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_TypeError)), __pyx_callargs+__pyx_t_11, (2-__pyx_t_11) | (__pyx_t_11*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+      __Pyx_XDECREF(__pyx_t_2); __pyx_t_2 = 0;
+      __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
+      if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 78, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_3);
+    }
+    __Pyx_Raise(__pyx_t_3, 0, 0, 0);
+    __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+    __PYX_ERR(2, 78, __pyx_L1_error)
+
+    /* "luce/_cpu_sequence.pxi":76
+ * cdef inline void *_data(object a, int typenum, int64_t count, str what) except NULL:
+ *     """The buffer of a C-contiguous array of numpy type `typenum` holding exactly `count` elements."""
+ *     if type(a) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>a) != typenum \             # <<<<<<<<<<<<<<
+ *             or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         raise TypeError(f"{what} must be a C-contiguous {cnp.PyArray_DescrFromType(typenum)} array")
+*/
+  }
+
+  /* "luce/_cpu_sequence.pxi":79
+ *             or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         raise TypeError(f"{what} must be a C-contiguous {cnp.PyArray_DescrFromType(typenum)} array")
+ *     if cnp.PyArray_SIZE(<cnp.ndarray>a) != count:             # <<<<<<<<<<<<<<
+ *         raise ValueError(f"{what} holds {cnp.PyArray_SIZE(<cnp.ndarray>a)} values, expected {count}")
+ *     cdef void *p = cnp.PyArray_DATA(<cnp.ndarray>a)
+*/
+  __pyx_t_1 = (PyArray_SIZE(((PyArrayObject *)__pyx_v_a)) != __pyx_v_count);
+
+  if (unlikely(__pyx_t_1)) {
+
+
+    /* "luce/_cpu_sequence.pxi":80
+ *         raise TypeError(f"{what} must be a C-contiguous {cnp.PyArray_DescrFromType(typenum)} array")
+ *     if cnp.PyArray_SIZE(<cnp.ndarray>a) != count:
+ *         raise ValueError(f"{what} holds {cnp.PyArray_SIZE(<cnp.ndarray>a)} values, expected {count}")             # <<<<<<<<<<<<<<
+ *     cdef void *p = cnp.PyArray_DATA(<cnp.ndarray>a)
+ *     return p if p != NULL else <void *>1   # empty arrays: any non-NULL address (never read)
+*/
+    __pyx_t_6 = NULL;
+    __pyx_t_2 = __Pyx_PyUnicode_Unicode(__pyx_v_what); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 80, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_2);
+    __pyx_t_7 = __Pyx_PyUnicode_From_npy_intp(PyArray_SIZE(((PyArrayObject *)__pyx_v_a)), 0, ' ', 'd'); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 80, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_7);
+    __pyx_t_5 = __Pyx_PyUnicode_From_int64_t(__pyx_v_count, 0, ' ', 'd'); if (unlikely(!__pyx_t_5)) __PYX_ERR(2, 80, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_5);
+    __pyx_t_12[0] = __pyx_t_2;
+    __pyx_t_12[1] = __pyx_mstate_global->__pyx_kp_u_holds;
+    __pyx_t_12[2] = __pyx_t_7;
+    __pyx_t_12[3] = __pyx_mstate_global->__pyx_kp_u_values_expected;
+    __pyx_t_12[4] = __pyx_t_5;
+    __pyx_t_9 = 25;
+    #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
+    __pyx_t_9 += __Pyx_PyUnicode_GET_LENGTH(__pyx_t_12[0]) + __Pyx_PyUnicode_GET_LENGTH(__pyx_t_12[2]) + __Pyx_PyUnicode_GET_LENGTH(__pyx_t_12[4]);
+    #endif
+    __pyx_t_10 = 0;
+    #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
+    __pyx_t_10 |= __Pyx_PyUnicode_KIND_04(__pyx_t_12[0]);
+    #endif
+    __pyx_t_13 = __Pyx_PyUnicode_Join(__pyx_t_12, 5, __pyx_t_9, __pyx_t_10);
+    if (unlikely(!__pyx_t_13)) __PYX_ERR(2, 80, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_13);
+    __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+    __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+    __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
+    __pyx_t_11 = 1;
+    {
+      PyObject *__pyx_callargs[2] = {__pyx_t_6, __pyx_t_13};
+      __pyx_t_3 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_ValueError)), __pyx_callargs+__pyx_t_11, (2-__pyx_t_11) | (__pyx_t_11*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+      __Pyx_XDECREF(__pyx_t_6); __pyx_t_6 = 0;
+      __Pyx_DECREF(__pyx_t_13); __pyx_t_13 = 0;
+      if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 80, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_3);
+    }
+    __Pyx_Raise(__pyx_t_3, 0, 0, 0);
+    __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+    __PYX_ERR(2, 80, __pyx_L1_error)
+
+    /* "luce/_cpu_sequence.pxi":79
+ *             or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         raise TypeError(f"{what} must be a C-contiguous {cnp.PyArray_DescrFromType(typenum)} array")
+ *     if cnp.PyArray_SIZE(<cnp.ndarray>a) != count:             # <<<<<<<<<<<<<<
+ *         raise ValueError(f"{what} holds {cnp.PyArray_SIZE(<cnp.ndarray>a)} values, expected {count}")
+ *     cdef void *p = cnp.PyArray_DATA(<cnp.ndarray>a)
+*/
+  }
+
+  /* "luce/_cpu_sequence.pxi":81
+ *     if cnp.PyArray_SIZE(<cnp.ndarray>a) != count:
+ *         raise ValueError(f"{what} holds {cnp.PyArray_SIZE(<cnp.ndarray>a)} values, expected {count}")
+ *     cdef void *p = cnp.PyArray_DATA(<cnp.ndarray>a)             # <<<<<<<<<<<<<<
+ *     return p if p != NULL else <void *>1   # empty arrays: any non-NULL address (never read)
+ * 
+*/
+  __pyx_v_p = PyArray_DATA(((PyArrayObject *)__pyx_v_a));
+
+  /* "luce/_cpu_sequence.pxi":82
+ *         raise ValueError(f"{what} holds {cnp.PyArray_SIZE(<cnp.ndarray>a)} values, expected {count}")
+ *     cdef void *p = cnp.PyArray_DATA(<cnp.ndarray>a)
+ *     return p if p != NULL else <void *>1   # empty arrays: any non-NULL address (never read)             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_1 = (__pyx_v_p != NULL);
+
+  if (__pyx_t_1) {
+
+    __pyx_t_14 = __pyx_v_p;
+  } else {
+
+    __pyx_t_14 = ((void *)1);
+  }
+
+  {
+    __pyx_r = __pyx_t_14;
+  }
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":74
+ * 
+ * 
+ * cdef inline void *_data(object a, int typenum, int64_t count, str what) except NULL:             # <<<<<<<<<<<<<<
+ *     """The buffer of a C-contiguous array of numpy type `typenum` holding exactly `count` elements."""
+ *     if type(a) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>a) != typenum \
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_XDECREF(__pyx_t_5);
+  __Pyx_XDECREF(__pyx_t_6);
+  __Pyx_XDECREF(__pyx_t_7);
+  __Pyx_XDECREF(__pyx_t_13);
+  __Pyx_AddTraceback("luce._cpu._data", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":85
+ * 
+ * 
+ * cdef inline object _i32(object a):             # <<<<<<<<<<<<<<
+ *     if type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT32 \
+ *             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+*/
+
+static CYTHON_INLINE PyObject *__pyx_f_4luce_4_cpu__i32(PyObject *__pyx_v_a) {
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  int __pyx_t_1;
+  PyObject *__pyx_t_2 = NULL;
+  PyObject *__pyx_t_3 = NULL;
+  int __pyx_t_4;
+  PyObject *__pyx_t_5 = NULL;
+  PyObject *__pyx_t_6 = NULL;
+  PyObject *__pyx_t_7 = NULL;
+  size_t __pyx_t_8;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("_i32", 0);
+
+  /* "luce/_cpu_sequence.pxi":86
+ * 
+ * cdef inline object _i32(object a):
+ *     if type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT32 \             # <<<<<<<<<<<<<<
+ *             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         return a
+*/
+  __Pyx_GetModuleGlobalName(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_np); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 86, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_3 = __Pyx_PyObject_GetAttrStr(__pyx_t_2, __pyx_mstate_global->__pyx_n_u_ndarray); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 86, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_4 = (((PyObject *)Py_TYPE(__pyx_v_a)) == __pyx_t_3);
+  __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+  if (__pyx_t_4) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_4;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+
+  /* "luce/_cpu_sequence.pxi":87
+ * cdef inline object _i32(object a):
+ *     if type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT32 \
+ *             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):             # <<<<<<<<<<<<<<
+ *         return a
+ *     return np.ascontiguousarray(a, dtype=np.int32)
+*/
+  __pyx_t_4 = (PyArray_TYPE(((PyArrayObject *)__pyx_v_a)) == NPY_INT32);
+
+  if (__pyx_t_4) {
+
+  } else {
+
+    __pyx_t_1 = __pyx_t_4;
+
+    goto __pyx_L4_bool_binop_done;
+  }
+  __pyx_t_4 = PyArray_IS_C_CONTIGUOUS(((PyArrayObject *)__pyx_v_a));
+
+
+  __pyx_t_1 = __pyx_t_4;
+
+  __pyx_L4_bool_binop_done:;
+
+  /* "luce/_cpu_sequence.pxi":86
+ * 
+ * cdef inline object _i32(object a):
+ *     if type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT32 \             # <<<<<<<<<<<<<<
+ *             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         return a
+*/
+  if (__pyx_t_1) {
+
+
+    /* "luce/_cpu_sequence.pxi":88
+ *     if type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT32 \
+ *             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         return a             # <<<<<<<<<<<<<<
+ *     return np.ascontiguousarray(a, dtype=np.int32)
+ * 
+*/
+    {
+      PyObject *__pyx_temp;
+      {
+        __pyx_temp = __pyx_r;
+        __Pyx_INCREF(__pyx_v_a);
+        __pyx_r = __pyx_v_a;
+      }
+      __Pyx_XDECREF(__pyx_temp);
+    }
+    goto __pyx_L0;
+
+    /* "luce/_cpu_sequence.pxi":86
+ * 
+ * cdef inline object _i32(object a):
+ *     if type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT32 \             # <<<<<<<<<<<<<<
+ *             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         return a
+*/
+  }
+
+  /* "luce/_cpu_sequence.pxi":89
+ *             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         return a
+ *     return np.ascontiguousarray(a, dtype=np.int32)             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_2 = NULL;
+  __Pyx_GetModuleGlobalName(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_np); if (unlikely(!__pyx_t_5)) __PYX_ERR(2, 89, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_5);
+  __pyx_t_6 = __Pyx_PyObject_GetAttrStr(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_ascontiguousarray); if (unlikely(!__pyx_t_6)) __PYX_ERR(2, 89, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_6);
+  __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
+  __Pyx_GetModuleGlobalName(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_np); if (unlikely(!__pyx_t_5)) __PYX_ERR(2, 89, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_5);
+  __pyx_t_7 = __Pyx_PyObject_GetAttrStr(__pyx_t_5, __pyx_mstate_global->__pyx_n_u_int32); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 89, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
+  #if CYTHON_VECTORCALL
+  #endif
+  __pyx_t_8 = 1;
+  #if CYTHON_UNPACK_METHODS
+  if (unlikely(PyMethod_Check(__pyx_t_6))) {
+    __pyx_t_2 = PyMethod_GET_SELF(__pyx_t_6);
+    assert(__pyx_t_2);
+    PyObject* __pyx__function = PyMethod_GET_FUNCTION(__pyx_t_6);
+    __Pyx_INCREF(__pyx_t_2);
+    __Pyx_INCREF(__pyx__function);
+    __Pyx_DECREF_SET(__pyx_t_6, __pyx__function);
+    __pyx_t_8 = 0;
+  }
+  #endif
+  {
+    PyObject *__pyx_callargs[3] = {__pyx_t_2, __pyx_v_a, __pyx_t_7};
+    #if CYTHON_VECTORCALL
+    __pyx_t_5 = __pyx_mstate_global->__pyx_tuple[0];
+    if (unlikely(!__pyx_t_5)) __PYX_ERR(2, 89, __pyx_L1_error)
+    __Pyx_INCREF(__pyx_t_5);
+    #else
+    {
+      PyObject *__pyx_temp[1] = {__pyx_mstate_global->__pyx_n_u_dtype};
+      __pyx_t_5 = __Pyx_MakeKwargDict(__pyx_temp, __pyx_callargs+2, 1);
+      if (unlikely(!__pyx_t_5)) __PYX_ERR(2, 89, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_5);
+    }
+    #endif
+    __pyx_t_3 = __Pyx_Object_VectorcallKwds((PyObject*)__pyx_t_6, __pyx_callargs+__pyx_t_8, (2-__pyx_t_8) | (__pyx_t_8*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET), __pyx_t_5);
+    __Pyx_XDECREF(__pyx_t_2); __pyx_t_2 = 0;
+    #if CYTHON_VECTORCALL
+    #endif
+    __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+    __Pyx_DECREF(__pyx_t_5); __pyx_t_5 = 0;
+    __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
+    if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 89, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_3);
+  }
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_3;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_3 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":85
+ * 
+ * 
+ * cdef inline object _i32(object a):             # <<<<<<<<<<<<<<
+ *     if type(a) is np.ndarray and cnp.PyArray_TYPE(<cnp.ndarray>a) == cnp.NPY_INT32 \
+ *             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_XDECREF(__pyx_t_5);
+  __Pyx_XDECREF(__pyx_t_6);
+  __Pyx_XDECREF(__pyx_t_7);
+  __Pyx_AddTraceback("luce._cpu._i32", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = 0;
+  __pyx_L0:;
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":92
+ * 
+ * 
+ * cdef int _fill_batch(luce_cpu_batch *b, object batch, list keep, int64_t n_pages, int64_t page_size,             # <<<<<<<<<<<<<<
+ *                      bint with_tree) except -1:
+ *     """b <- the ForwardBatch `batch`'s CSR (int32 copies kept alive in `keep`)."""
+*/
+
+static int __pyx_f_4luce_4_cpu__fill_batch(luce_cpu_batch *__pyx_v_b, PyObject *__pyx_v_batch, PyObject *__pyx_v_keep, int64_t __pyx_v_n_pages, int64_t __pyx_v_page_size, int __pyx_v_with_tree) {
+  PyObject *__pyx_v_qo = NULL;
+  PyObject *__pyx_v_kvp = NULL;
+  PyObject *__pyx_v_idx = NULL;
+  PyObject *__pyx_v_last = NULL;
+  PyObject *__pyx_v_slots = NULL;
+  int64_t __pyx_v_S;
+  int64_t __pyx_v_T;
+  PyObject *__pyx_v_tp = NULL;
+  int __pyx_r;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  PyObject *__pyx_t_2 = NULL;
+  PyObject *__pyx_t_3 = NULL;
+  PyObject *__pyx_t_4 = NULL;
+  int __pyx_t_5;
+  int __pyx_t_6;
+  int __pyx_t_7;
+  int __pyx_t_8;
+  int __pyx_t_9;
+  Py_ssize_t __pyx_t_10;
+  int64_t __pyx_t_11;
+  void *__pyx_t_12;
+  int64_t __pyx_t_13;
+  int64_t __pyx_t_14;
+  int64_t __pyx_t_15;
+  int __pyx_t_16;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("_fill_batch", 0);
+
+  /* "luce/_cpu_sequence.pxi":95
+ *                      bint with_tree) except -1:
+ *     """b <- the ForwardBatch `batch`'s CSR (int32 copies kept alive in `keep`)."""
+ *     qo, kvp, idx = _i32(batch.qo_indptr), _i32(batch.kv_indptr), _i32(batch.kv_indices)             # <<<<<<<<<<<<<<
+ *     last, slots = _i32(batch.kv_last_page_len), _i32(batch.seq_slots)
+ *     keep.extend((qo, kvp, idx, last, slots))
+*/
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_batch, __pyx_mstate_global->__pyx_n_u_qo_indptr); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 95, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__i32(__pyx_t_1); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 95, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_batch, __pyx_mstate_global->__pyx_n_u_kv_indptr); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 95, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_3 = __pyx_f_4luce_4_cpu__i32(__pyx_t_1); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 95, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_batch, __pyx_mstate_global->__pyx_n_u_kv_indices); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 95, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__i32(__pyx_t_1); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 95, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_qo = __pyx_t_2;
+  __pyx_t_2 = 0;
+  __pyx_v_kvp = __pyx_t_3;
+  __pyx_t_3 = 0;
+  __pyx_v_idx = __pyx_t_4;
+  __pyx_t_4 = 0;
+
+  /* "luce/_cpu_sequence.pxi":96
+ *     """b <- the ForwardBatch `batch`'s CSR (int32 copies kept alive in `keep`)."""
+ *     qo, kvp, idx = _i32(batch.qo_indptr), _i32(batch.kv_indptr), _i32(batch.kv_indices)
+ *     last, slots = _i32(batch.kv_last_page_len), _i32(batch.seq_slots)             # <<<<<<<<<<<<<<
+ *     keep.extend((qo, kvp, idx, last, slots))
+ *     cdef int64_t S = len(slots), T = int(batch.n_rows)
+*/
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_batch, __pyx_mstate_global->__pyx_n_u_kv_last_page_len); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 96, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  __pyx_t_3 = __pyx_f_4luce_4_cpu__i32(__pyx_t_4); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 96, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+  __pyx_t_4 = __Pyx_PyObject_GetAttrStr(__pyx_v_batch, __pyx_mstate_global->__pyx_n_u_seq_slots); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 96, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__i32(__pyx_t_4); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 96, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+  __pyx_v_last = __pyx_t_3;
+  __pyx_t_3 = 0;
+  __pyx_v_slots = __pyx_t_2;
+  __pyx_t_2 = 0;
+
+  /* "luce/_cpu_sequence.pxi":97
+ *     qo, kvp, idx = _i32(batch.qo_indptr), _i32(batch.kv_indptr), _i32(batch.kv_indices)
+ *     last, slots = _i32(batch.kv_last_page_len), _i32(batch.seq_slots)
+ *     keep.extend((qo, kvp, idx, last, slots))             # <<<<<<<<<<<<<<
+ *     cdef int64_t S = len(slots), T = int(batch.n_rows)
+ *     b.qo_indptr = <const int32_t *>_data(qo, cnp.NPY_INT32, S + 1, "qo_indptr")
+*/
+  if (unlikely(__pyx_v_keep == Py_None)) {
+    PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "extend");
+    __PYX_ERR(2, 97, __pyx_L1_error)
+  }
+  __pyx_t_5 = __Pyx_ListComp_Append(__pyx_v_keep, __pyx_v_qo); if (unlikely(__pyx_t_5 == ((int)-1))) __PYX_ERR(2, 97, __pyx_L1_error)
+  if (unlikely(__pyx_v_keep == Py_None)) {
+    PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "extend");
+    __PYX_ERR(2, 97, __pyx_L1_error)
+  }
+  __pyx_t_6 = __Pyx_ListComp_Append(__pyx_v_keep, __pyx_v_kvp); if (unlikely(__pyx_t_6 == ((int)-1))) __PYX_ERR(2, 97, __pyx_L1_error)
+  if (unlikely(__pyx_v_keep == Py_None)) {
+    PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "extend");
+    __PYX_ERR(2, 97, __pyx_L1_error)
+  }
+  __pyx_t_7 = __Pyx_ListComp_Append(__pyx_v_keep, __pyx_v_idx); if (unlikely(__pyx_t_7 == ((int)-1))) __PYX_ERR(2, 97, __pyx_L1_error)
+  if (unlikely(__pyx_v_keep == Py_None)) {
+    PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "extend");
+    __PYX_ERR(2, 97, __pyx_L1_error)
+  }
+  __pyx_t_8 = __Pyx_ListComp_Append(__pyx_v_keep, __pyx_v_last); if (unlikely(__pyx_t_8 == ((int)-1))) __PYX_ERR(2, 97, __pyx_L1_error)
+  if (unlikely(__pyx_v_keep == Py_None)) {
+    PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "extend");
+    __PYX_ERR(2, 97, __pyx_L1_error)
+  }
+  __pyx_t_9 = __Pyx_PyList_Append(__pyx_v_keep, __pyx_v_slots); if (unlikely(__pyx_t_9 == ((int)-1))) __PYX_ERR(2, 97, __pyx_L1_error)
+  (void)((__pyx_t_5 | (__pyx_t_6 | (__pyx_t_7 | (__pyx_t_8 | __pyx_t_9)))));
+
+
+
+
+
+
+  /* "luce/_cpu_sequence.pxi":98
+ *     last, slots = _i32(batch.kv_last_page_len), _i32(batch.seq_slots)
+ *     keep.extend((qo, kvp, idx, last, slots))
+ *     cdef int64_t S = len(slots), T = int(batch.n_rows)             # <<<<<<<<<<<<<<
+ *     b.qo_indptr = <const int32_t *>_data(qo, cnp.NPY_INT32, S + 1, "qo_indptr")
+ *     b.kv_indptr = <const int32_t *>_data(kvp, cnp.NPY_INT32, S + 1, "kv_indptr")
+*/
+  __pyx_t_10 = PyObject_Length(__pyx_v_slots); if (unlikely(__pyx_t_10 == ((Py_ssize_t)-1))) __PYX_ERR(2, 98, __pyx_L1_error)
+  __pyx_v_S = __pyx_t_10;
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_batch, __pyx_mstate_global->__pyx_n_u_n_rows); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 98, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_3 = __Pyx_PyNumber_Int(__pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 98, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_11 = __Pyx_PyLong_As_int64_t(__pyx_t_3); if (unlikely((__pyx_t_11 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 98, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+  __pyx_v_T = __pyx_t_11;
+
+  /* "luce/_cpu_sequence.pxi":99
+ *     keep.extend((qo, kvp, idx, last, slots))
+ *     cdef int64_t S = len(slots), T = int(batch.n_rows)
+ *     b.qo_indptr = <const int32_t *>_data(qo, cnp.NPY_INT32, S + 1, "qo_indptr")             # <<<<<<<<<<<<<<
+ *     b.kv_indptr = <const int32_t *>_data(kvp, cnp.NPY_INT32, S + 1, "kv_indptr")
+ *     b.kv_indices = <const int32_t *>_data(idx, cnp.NPY_INT32, len(idx), "kv_indices")
+*/
+  __pyx_t_12 = __pyx_f_4luce_4_cpu__data(__pyx_v_qo, NPY_INT32, (__pyx_v_S + 1), __pyx_mstate_global->__pyx_n_u_qo_indptr); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(2, 99, __pyx_L1_error)
+  __pyx_v_b->qo_indptr = ((int32_t const *)__pyx_t_12);
+
+
+  /* "luce/_cpu_sequence.pxi":100
+ *     cdef int64_t S = len(slots), T = int(batch.n_rows)
+ *     b.qo_indptr = <const int32_t *>_data(qo, cnp.NPY_INT32, S + 1, "qo_indptr")
+ *     b.kv_indptr = <const int32_t *>_data(kvp, cnp.NPY_INT32, S + 1, "kv_indptr")             # <<<<<<<<<<<<<<
+ *     b.kv_indices = <const int32_t *>_data(idx, cnp.NPY_INT32, len(idx), "kv_indices")
+ *     b.kv_last_page_len = <const int32_t *>_data(last, cnp.NPY_INT32, S, "kv_last_page_len")
+*/
+  __pyx_t_12 = __pyx_f_4luce_4_cpu__data(__pyx_v_kvp, NPY_INT32, (__pyx_v_S + 1), __pyx_mstate_global->__pyx_n_u_kv_indptr); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(2, 100, __pyx_L1_error)
+  __pyx_v_b->kv_indptr = ((int32_t const *)__pyx_t_12);
+
+
+  /* "luce/_cpu_sequence.pxi":101
+ *     b.qo_indptr = <const int32_t *>_data(qo, cnp.NPY_INT32, S + 1, "qo_indptr")
+ *     b.kv_indptr = <const int32_t *>_data(kvp, cnp.NPY_INT32, S + 1, "kv_indptr")
+ *     b.kv_indices = <const int32_t *>_data(idx, cnp.NPY_INT32, len(idx), "kv_indices")             # <<<<<<<<<<<<<<
+ *     b.kv_last_page_len = <const int32_t *>_data(last, cnp.NPY_INT32, S, "kv_last_page_len")
+ *     b.seq_slots = <const int32_t *>_data(slots, cnp.NPY_INT32, S, "seq_slots")
+*/
+  __pyx_t_10 = PyObject_Length(__pyx_v_idx); if (unlikely(__pyx_t_10 == ((Py_ssize_t)-1))) __PYX_ERR(2, 101, __pyx_L1_error)
+  __pyx_t_12 = __pyx_f_4luce_4_cpu__data(__pyx_v_idx, NPY_INT32, __pyx_t_10, __pyx_mstate_global->__pyx_n_u_kv_indices); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(2, 101, __pyx_L1_error)
+
+  __pyx_v_b->kv_indices = ((int32_t const *)__pyx_t_12);
+
+
+  /* "luce/_cpu_sequence.pxi":102
+ *     b.kv_indptr = <const int32_t *>_data(kvp, cnp.NPY_INT32, S + 1, "kv_indptr")
+ *     b.kv_indices = <const int32_t *>_data(idx, cnp.NPY_INT32, len(idx), "kv_indices")
+ *     b.kv_last_page_len = <const int32_t *>_data(last, cnp.NPY_INT32, S, "kv_last_page_len")             # <<<<<<<<<<<<<<
+ *     b.seq_slots = <const int32_t *>_data(slots, cnp.NPY_INT32, S, "seq_slots")
+ *     b.n_indices, b.n_rows, b.n_segments, b.n_pages, b.page_size = len(idx), T, S, n_pages, page_size
+*/
+  __pyx_t_12 = __pyx_f_4luce_4_cpu__data(__pyx_v_last, NPY_INT32, __pyx_v_S, __pyx_mstate_global->__pyx_n_u_kv_last_page_len); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(2, 102, __pyx_L1_error)
+  __pyx_v_b->kv_last_page_len = ((int32_t const *)__pyx_t_12);
+
+
+  /* "luce/_cpu_sequence.pxi":103
+ *     b.kv_indices = <const int32_t *>_data(idx, cnp.NPY_INT32, len(idx), "kv_indices")
+ *     b.kv_last_page_len = <const int32_t *>_data(last, cnp.NPY_INT32, S, "kv_last_page_len")
+ *     b.seq_slots = <const int32_t *>_data(slots, cnp.NPY_INT32, S, "seq_slots")             # <<<<<<<<<<<<<<
+ *     b.n_indices, b.n_rows, b.n_segments, b.n_pages, b.page_size = len(idx), T, S, n_pages, page_size
+ *     b.tree_parents = NULL
+*/
+  __pyx_t_12 = __pyx_f_4luce_4_cpu__data(__pyx_v_slots, NPY_INT32, __pyx_v_S, __pyx_mstate_global->__pyx_n_u_seq_slots); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(2, 103, __pyx_L1_error)
+  __pyx_v_b->seq_slots = ((int32_t const *)__pyx_t_12);
+
+
+  /* "luce/_cpu_sequence.pxi":104
+ *     b.kv_last_page_len = <const int32_t *>_data(last, cnp.NPY_INT32, S, "kv_last_page_len")
+ *     b.seq_slots = <const int32_t *>_data(slots, cnp.NPY_INT32, S, "seq_slots")
+ *     b.n_indices, b.n_rows, b.n_segments, b.n_pages, b.page_size = len(idx), T, S, n_pages, page_size             # <<<<<<<<<<<<<<
+ *     b.tree_parents = NULL
+ *     tp = getattr(batch, "tree_parents", None) if with_tree else None
+*/
+  __pyx_t_10 = PyObject_Length(__pyx_v_idx); if (unlikely(__pyx_t_10 == ((Py_ssize_t)-1))) __PYX_ERR(2, 104, __pyx_L1_error)
+  __pyx_t_11 = __pyx_v_T;
+
+  __pyx_t_13 = __pyx_v_S;
+
+  __pyx_t_14 = __pyx_v_n_pages;
+
+  __pyx_t_15 = __pyx_v_page_size;
+
+  __pyx_v_b->n_indices = __pyx_t_10;
+  __pyx_v_b->n_rows = __pyx_t_11;
+  __pyx_v_b->n_segments = __pyx_t_13;
+  __pyx_v_b->n_pages = __pyx_t_14;
+  __pyx_v_b->page_size = __pyx_t_15;
+
+  /* "luce/_cpu_sequence.pxi":105
+ *     b.seq_slots = <const int32_t *>_data(slots, cnp.NPY_INT32, S, "seq_slots")
+ *     b.n_indices, b.n_rows, b.n_segments, b.n_pages, b.page_size = len(idx), T, S, n_pages, page_size
+ *     b.tree_parents = NULL             # <<<<<<<<<<<<<<
+ *     tp = getattr(batch, "tree_parents", None) if with_tree else None
+ *     if tp is not None:
+*/
+  __pyx_v_b->tree_parents = NULL;
+
+  /* "luce/_cpu_sequence.pxi":106
+ *     b.n_indices, b.n_rows, b.n_segments, b.n_pages, b.page_size = len(idx), T, S, n_pages, page_size
+ *     b.tree_parents = NULL
+ *     tp = getattr(batch, "tree_parents", None) if with_tree else None             # <<<<<<<<<<<<<<
+ *     if tp is not None:
+ *         tp = _i32(tp)
+*/
+  if (__pyx_v_with_tree) {
+    __pyx_t_2 = __Pyx_GetAttr3(__pyx_v_batch, __pyx_mstate_global->__pyx_n_u_tree_parents, Py_None); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 106, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_2);
+    __pyx_t_3 = __pyx_t_2;
+    __pyx_t_2 = 0;
+  } else {
+    __Pyx_INCREF(Py_None);
+    __pyx_t_3 = Py_None;
+  }
+  __pyx_v_tp = __pyx_t_3;
+  __pyx_t_3 = 0;
+
+  /* "luce/_cpu_sequence.pxi":107
+ *     b.tree_parents = NULL
+ *     tp = getattr(batch, "tree_parents", None) if with_tree else None
+ *     if tp is not None:             # <<<<<<<<<<<<<<
+ *         tp = _i32(tp)
+ *         keep.append(tp)
+*/
+  __pyx_t_16 = (__pyx_v_tp != Py_None);
+  if (__pyx_t_16) {
+
+
+    /* "luce/_cpu_sequence.pxi":108
+ *     tp = getattr(batch, "tree_parents", None) if with_tree else None
+ *     if tp is not None:
+ *         tp = _i32(tp)             # <<<<<<<<<<<<<<
+ *         keep.append(tp)
+ *         b.tree_parents = <const int32_t *>_data(tp, cnp.NPY_INT32, T, "tree_parents")
+*/
+    __pyx_t_3 = __pyx_f_4luce_4_cpu__i32(__pyx_v_tp); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 108, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_3);
+    __Pyx_DECREF_SET(__pyx_v_tp, __pyx_t_3);
+    __pyx_t_3 = 0;
+
+    /* "luce/_cpu_sequence.pxi":109
+ *     if tp is not None:
+ *         tp = _i32(tp)
+ *         keep.append(tp)             # <<<<<<<<<<<<<<
+ *         b.tree_parents = <const int32_t *>_data(tp, cnp.NPY_INT32, T, "tree_parents")
+ *     return 0
+*/
+    if (unlikely(__pyx_v_keep == Py_None)) {
+      PyErr_Format(PyExc_AttributeError, "\047NoneType\047 object has no attribute \047%.30s\047", "append");
+      __PYX_ERR(2, 109, __pyx_L1_error)
+    }
+    __pyx_t_9 = __Pyx_PyList_Append(__pyx_v_keep, __pyx_v_tp); if (unlikely(__pyx_t_9 == ((int)-1))) __PYX_ERR(2, 109, __pyx_L1_error)
+
+
+    /* "luce/_cpu_sequence.pxi":110
+ *         tp = _i32(tp)
+ *         keep.append(tp)
+ *         b.tree_parents = <const int32_t *>_data(tp, cnp.NPY_INT32, T, "tree_parents")             # <<<<<<<<<<<<<<
+ *     return 0
+ * 
+*/
+    __pyx_t_12 = __pyx_f_4luce_4_cpu__data(__pyx_v_tp, NPY_INT32, __pyx_v_T, __pyx_mstate_global->__pyx_n_u_tree_parents); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(2, 110, __pyx_L1_error)
+    __pyx_v_b->tree_parents = ((int32_t const *)__pyx_t_12);
+
+
+    /* "luce/_cpu_sequence.pxi":107
+ *     b.tree_parents = NULL
+ *     tp = getattr(batch, "tree_parents", None) if with_tree else None
+ *     if tp is not None:             # <<<<<<<<<<<<<<
+ *         tp = _i32(tp)
+ *         keep.append(tp)
+*/
+  }
+
+  /* "luce/_cpu_sequence.pxi":111
+ *         keep.append(tp)
+ *         b.tree_parents = <const int32_t *>_data(tp, cnp.NPY_INT32, T, "tree_parents")
+ *     return 0             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  {
+
+    __pyx_r = 0;
+  }
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":92
+ * 
+ * 
+ * cdef int _fill_batch(luce_cpu_batch *b, object batch, list keep, int64_t n_pages, int64_t page_size,             # <<<<<<<<<<<<<<
+ *                      bint with_tree) except -1:
+ *     """b <- the ForwardBatch `batch`'s CSR (int32 copies kept alive in `keep`)."""
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_XDECREF(__pyx_t_4);
+  __Pyx_AddTraceback("luce._cpu._fill_batch", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = -1;
+  __pyx_L0:;
+  __Pyx_XDECREF(__pyx_v_qo);
+  __Pyx_XDECREF(__pyx_v_kvp);
+  __Pyx_XDECREF(__pyx_v_idx);
+  __Pyx_XDECREF(__pyx_v_last);
+  __Pyx_XDECREF(__pyx_v_slots);
+
+
+  __Pyx_XDECREF(__pyx_v_tp);
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":114
+ * 
+ * 
+ * def attention(q, k_pages, v_pages, out, batch, float scale, bint causal):             # <<<<<<<<<<<<<<
+ *     """q, out [T, Hq, D]; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; batch: a ForwardBatch."""
+ *     cdef list keep = []
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_15attention(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_4luce_4_cpu_14attention, "q, out [T, Hq, D]; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; batch: a ForwardBatch.");
+static PyMethodDef __pyx_mdef_4luce_4_cpu_15attention = {"attention", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_15attention, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4luce_4_cpu_14attention};
+static PyObject *__pyx_pw_4luce_4_cpu_15attention(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_q = 0;
+  PyObject *__pyx_v_k_pages = 0;
+  PyObject *__pyx_v_v_pages = 0;
+  PyObject *__pyx_v_out = 0;
+  PyObject *__pyx_v_batch = 0;
+  float __pyx_v_scale;
+  int __pyx_v_causal;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[7] = {0,0,0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("attention (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_q,&__pyx_mstate_global->__pyx_n_u_k_pages,&__pyx_mstate_global->__pyx_n_u_v_pages,&__pyx_mstate_global->__pyx_n_u_out,&__pyx_mstate_global->__pyx_n_u_batch,&__pyx_mstate_global->__pyx_n_u_scale,&__pyx_mstate_global->__pyx_n_u_causal,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 114, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  7:
+        values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(2, 114, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  6:
+        values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 114, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 114, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 114, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 114, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 114, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 114, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "attention", 0) < (0)) __PYX_ERR(2, 114, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 7; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("attention", 1, 7, 7, i); __PYX_ERR(2, 114, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 7)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 114, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 114, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 114, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 114, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 114, __pyx_L3_error)
+      values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 114, __pyx_L3_error)
+      values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(2, 114, __pyx_L3_error)
+    }
+    __pyx_v_q = values[0];
+    __pyx_v_k_pages = values[1];
+    __pyx_v_v_pages = values[2];
+    __pyx_v_out = values[3];
+    __pyx_v_batch = values[4];
+    __pyx_v_scale = __Pyx_PyFloat_AsFloat(values[5]); if (unlikely((__pyx_v_scale == (float)-1) && PyErr_Occurred())) __PYX_ERR(2, 114, __pyx_L3_error)
+    __pyx_v_causal = __Pyx_PyObject_IsTrue(values[6]); if (unlikely((__pyx_v_causal == (int)-1) && PyErr_Occurred())) __PYX_ERR(2, 114, __pyx_L3_error)
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("attention", 1, 7, 7, __pyx_nargs); __PYX_ERR(2, 114, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.attention", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_14attention(__pyx_self, __pyx_v_q, __pyx_v_k_pages, __pyx_v_v_pages, __pyx_v_out, __pyx_v_batch, __pyx_v_scale, __pyx_v_causal);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_14attention(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_q, PyObject *__pyx_v_k_pages, PyObject *__pyx_v_v_pages, PyObject *__pyx_v_out, PyObject *__pyx_v_batch, float __pyx_v_scale, int __pyx_v_causal) {
+  PyObject *__pyx_v_keep = 0;
+  luce_cpu_batch __pyx_v_b;
+  int64_t __pyx_v_T;
+  int64_t __pyx_v_Hq;
+  int64_t __pyx_v_D;
+  int64_t __pyx_v_P;
+  int64_t __pyx_v_PS;
+  int64_t __pyx_v_Hkv;
+  float const *__pyx_v_qp;
+  float const *__pyx_v_kp;
+  float const *__pyx_v_vp;
+  float *__pyx_v_op;
+  int __pyx_v_rc;
+  int __pyx_v_c;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  PyObject *__pyx_t_2 = NULL;
+  int64_t __pyx_t_3;
+  int __pyx_t_4;
+  int __pyx_t_5;
+  PyObject *__pyx_t_6 = NULL;
+  PyObject *__pyx_t_7 = NULL;
+  PyObject *__pyx_t_8[4];
+  Py_ssize_t __pyx_t_9;
+  PyObject *__pyx_t_10 = NULL;
+  size_t __pyx_t_11;
+  void *__pyx_t_12;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("attention", 0);
+
+  /* "luce/_cpu_sequence.pxi":116
+ * def attention(q, k_pages, v_pages, out, batch, float scale, bint causal):
+ *     """q, out [T, Hq, D]; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; batch: a ForwardBatch."""
+ *     cdef list keep = []             # <<<<<<<<<<<<<<
+ *     cdef luce_cpu_batch b
+ *     cdef int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2]
+*/
+  __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 116, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_v_keep = ((PyObject*)__pyx_t_1);
+  __pyx_t_1 = 0;
+
+  /* "luce/_cpu_sequence.pxi":118
+ *     cdef list keep = []
+ *     cdef luce_cpu_batch b
+ *     cdef int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2]             # <<<<<<<<<<<<<<
+ *     cdef int64_t P = k_pages.shape[0], PS = k_pages.shape[1], Hkv = k_pages.shape[2]
+ *     _fill_batch(&b, batch, keep, P, PS, True)
+*/
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_q, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 118, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 0, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 118, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 118, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_v_T = __pyx_t_3;
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_q, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 118, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 1, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 118, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 118, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_Hq = __pyx_t_3;
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_q, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 118, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 2, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 118, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 118, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_v_D = __pyx_t_3;
+
+  /* "luce/_cpu_sequence.pxi":119
+ *     cdef luce_cpu_batch b
+ *     cdef int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2]
+ *     cdef int64_t P = k_pages.shape[0], PS = k_pages.shape[1], Hkv = k_pages.shape[2]             # <<<<<<<<<<<<<<
+ *     _fill_batch(&b, batch, keep, P, PS, True)
+ *     if b.n_rows != T:
+*/
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_k_pages, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 119, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 0, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 119, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 119, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_P = __pyx_t_3;
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_k_pages, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 119, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 1, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 119, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 119, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_v_PS = __pyx_t_3;
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_k_pages, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 119, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 2, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 119, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 119, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_Hkv = __pyx_t_3;
+
+  /* "luce/_cpu_sequence.pxi":120
+ *     cdef int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2]
+ *     cdef int64_t P = k_pages.shape[0], PS = k_pages.shape[1], Hkv = k_pages.shape[2]
+ *     _fill_batch(&b, batch, keep, P, PS, True)             # <<<<<<<<<<<<<<
+ *     if b.n_rows != T:
+ *         raise ValueError(f"attention: q has {T} rows, the batch {b.n_rows}")
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__fill_batch((&__pyx_v_b), __pyx_v_batch, __pyx_v_keep, __pyx_v_P, __pyx_v_PS, 1); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(2, 120, __pyx_L1_error)
+
+
+  /* "luce/_cpu_sequence.pxi":121
+ *     cdef int64_t P = k_pages.shape[0], PS = k_pages.shape[1], Hkv = k_pages.shape[2]
+ *     _fill_batch(&b, batch, keep, P, PS, True)
+ *     if b.n_rows != T:             # <<<<<<<<<<<<<<
+ *         raise ValueError(f"attention: q has {T} rows, the batch {b.n_rows}")
+ *     cdef const float *qp = <const float *>_data(q, cnp.NPY_FLOAT32, T * Hq * D, "q")
+*/
+  __pyx_t_5 = (__pyx_v_b.n_rows != __pyx_v_T);
+
+  if (unlikely(__pyx_t_5)) {
+
+
+    /* "luce/_cpu_sequence.pxi":122
+ *     _fill_batch(&b, batch, keep, P, PS, True)
+ *     if b.n_rows != T:
+ *         raise ValueError(f"attention: q has {T} rows, the batch {b.n_rows}")             # <<<<<<<<<<<<<<
+ *     cdef const float *qp = <const float *>_data(q, cnp.NPY_FLOAT32, T * Hq * D, "q")
+ *     cdef const float *kp = <const float *>_data(k_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "k pages")
+*/
+    __pyx_t_2 = NULL;
+    __pyx_t_6 = __Pyx_PyUnicode_From_int64_t(__pyx_v_T, 0, ' ', 'd'); if (unlikely(!__pyx_t_6)) __PYX_ERR(2, 122, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_6);
+    __pyx_t_7 = __Pyx_PyUnicode_From_int64_t(__pyx_v_b.n_rows, 0, ' ', 'd'); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 122, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_7);
+    __pyx_t_8[0] = __pyx_mstate_global->__pyx_kp_u_attention_q_has;
+    __pyx_t_8[1] = __pyx_t_6;
+    __pyx_t_8[2] = __pyx_mstate_global->__pyx_kp_u_rows_the_batch;
+    __pyx_t_8[3] = __pyx_t_7;
+    __pyx_t_9 = 34;
+    #if __Pyx_PyUnicode_Join_CAN_USE_KIND_AND_LENGTH
+    __pyx_t_9 += __Pyx_PyUnicode_GET_LENGTH(__pyx_t_8[1]) + __Pyx_PyUnicode_GET_LENGTH(__pyx_t_8[3]);
+    #endif
+    __pyx_t_4 = 0;
+    __pyx_t_10 = __Pyx_PyUnicode_Join(__pyx_t_8, 4, __pyx_t_9, __pyx_t_4);
+    if (unlikely(!__pyx_t_10)) __PYX_ERR(2, 122, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_10);
+    __Pyx_DECREF(__pyx_t_6); __pyx_t_6 = 0;
+    __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+    __pyx_t_11 = 1;
+    {
+      PyObject *__pyx_callargs[2] = {__pyx_t_2, __pyx_t_10};
+      __pyx_t_1 = __Pyx_PyObject_FastCall((PyObject*)(((PyTypeObject*)PyExc_ValueError)), __pyx_callargs+__pyx_t_11, (2-__pyx_t_11) | (__pyx_t_11*__Pyx_PY_VECTORCALL_ARGUMENTS_OFFSET));
+      __Pyx_XDECREF(__pyx_t_2); __pyx_t_2 = 0;
+      __Pyx_DECREF(__pyx_t_10); __pyx_t_10 = 0;
+      if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 122, __pyx_L1_error)
+      __Pyx_GOTREF(__pyx_t_1);
+    }
+    __Pyx_Raise(__pyx_t_1, 0, 0, 0);
+    __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+    __PYX_ERR(2, 122, __pyx_L1_error)
+
+    /* "luce/_cpu_sequence.pxi":121
+ *     cdef int64_t P = k_pages.shape[0], PS = k_pages.shape[1], Hkv = k_pages.shape[2]
+ *     _fill_batch(&b, batch, keep, P, PS, True)
+ *     if b.n_rows != T:             # <<<<<<<<<<<<<<
+ *         raise ValueError(f"attention: q has {T} rows, the batch {b.n_rows}")
+ *     cdef const float *qp = <const float *>_data(q, cnp.NPY_FLOAT32, T * Hq * D, "q")
+*/
+  }
+
+  /* "luce/_cpu_sequence.pxi":123
+ *     if b.n_rows != T:
+ *         raise ValueError(f"attention: q has {T} rows, the batch {b.n_rows}")
+ *     cdef const float *qp = <const float *>_data(q, cnp.NPY_FLOAT32, T * Hq * D, "q")             # <<<<<<<<<<<<<<
+ *     cdef const float *kp = <const float *>_data(k_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "k pages")
+ *     cdef const float *vp = <const float *>_data(v_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "v pages")
+*/
+  __pyx_t_12 = __pyx_f_4luce_4_cpu__data(__pyx_v_q, NPY_FLOAT32, ((__pyx_v_T * __pyx_v_Hq) * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_q); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(2, 123, __pyx_L1_error)
+  __pyx_v_qp = ((float const *)__pyx_t_12);
+
+
+  /* "luce/_cpu_sequence.pxi":124
+ *         raise ValueError(f"attention: q has {T} rows, the batch {b.n_rows}")
+ *     cdef const float *qp = <const float *>_data(q, cnp.NPY_FLOAT32, T * Hq * D, "q")
+ *     cdef const float *kp = <const float *>_data(k_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "k pages")             # <<<<<<<<<<<<<<
+ *     cdef const float *vp = <const float *>_data(v_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "v pages")
+ *     cdef float *op = <float *>_data(out, cnp.NPY_FLOAT32, T * Hq * D, "attention output")
+*/
+  __pyx_t_12 = __pyx_f_4luce_4_cpu__data(__pyx_v_k_pages, NPY_FLOAT32, (((__pyx_v_P * __pyx_v_PS) * __pyx_v_Hkv) * __pyx_v_D), __pyx_mstate_global->__pyx_kp_u_k_pages_2); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(2, 124, __pyx_L1_error)
+  __pyx_v_kp = ((float const *)__pyx_t_12);
+
+
+  /* "luce/_cpu_sequence.pxi":125
+ *     cdef const float *qp = <const float *>_data(q, cnp.NPY_FLOAT32, T * Hq * D, "q")
+ *     cdef const float *kp = <const float *>_data(k_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "k pages")
+ *     cdef const float *vp = <const float *>_data(v_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "v pages")             # <<<<<<<<<<<<<<
+ *     cdef float *op = <float *>_data(out, cnp.NPY_FLOAT32, T * Hq * D, "attention output")
+ *     cdef int rc, c = causal
+*/
+  __pyx_t_12 = __pyx_f_4luce_4_cpu__data(__pyx_v_v_pages, NPY_FLOAT32, (((__pyx_v_P * __pyx_v_PS) * __pyx_v_Hkv) * __pyx_v_D), __pyx_mstate_global->__pyx_kp_u_v_pages_2); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(2, 125, __pyx_L1_error)
+  __pyx_v_vp = ((float const *)__pyx_t_12);
+
+
+  /* "luce/_cpu_sequence.pxi":126
+ *     cdef const float *kp = <const float *>_data(k_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "k pages")
+ *     cdef const float *vp = <const float *>_data(v_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "v pages")
+ *     cdef float *op = <float *>_data(out, cnp.NPY_FLOAT32, T * Hq * D, "attention output")             # <<<<<<<<<<<<<<
+ *     cdef int rc, c = causal
+ *     with nogil:
+*/
+  __pyx_t_12 = __pyx_f_4luce_4_cpu__data(__pyx_v_out, NPY_FLOAT32, ((__pyx_v_T * __pyx_v_Hq) * __pyx_v_D), __pyx_mstate_global->__pyx_kp_u_attention_output); if (unlikely(__pyx_t_12 == ((void *)NULL))) __PYX_ERR(2, 126, __pyx_L1_error)
+  __pyx_v_op = ((float *)__pyx_t_12);
+
+
+  /* "luce/_cpu_sequence.pxi":127
+ *     cdef const float *vp = <const float *>_data(v_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "v pages")
+ *     cdef float *op = <float *>_data(out, cnp.NPY_FLOAT32, T * Hq * D, "attention output")
+ *     cdef int rc, c = causal             # <<<<<<<<<<<<<<
+ *     with nogil:
+ *         rc = luce_cpu_attention(qp, kp, vp, op, &b, Hq, Hkv, D, scale, c)
+*/
+  __pyx_v_c = __pyx_v_causal;
+
+  /* "luce/_cpu_sequence.pxi":128
+ *     cdef float *op = <float *>_data(out, cnp.NPY_FLOAT32, T * Hq * D, "attention output")
+ *     cdef int rc, c = causal
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_attention(qp, kp, vp, op, &b, Hq, Hkv, D, scale, c)
+ *     return _seq_check(rc, "attention")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":129
+ *     cdef int rc, c = causal
+ *     with nogil:
+ *         rc = luce_cpu_attention(qp, kp, vp, op, &b, Hq, Hkv, D, scale, c)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "attention")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_attention(__pyx_v_qp, __pyx_v_kp, __pyx_v_vp, __pyx_v_op, (&__pyx_v_b), __pyx_v_Hq, __pyx_v_Hkv, __pyx_v_D, __pyx_v_scale, __pyx_v_c);
+      }
+
+      /* "luce/_cpu_sequence.pxi":128
+ *     cdef float *op = <float *>_data(out, cnp.NPY_FLOAT32, T * Hq * D, "attention output")
+ *     cdef int rc, c = causal
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_attention(qp, kp, vp, op, &b, Hq, Hkv, D, scale, c)
+ *     return _seq_check(rc, "attention")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L6;
+        }
+        __pyx_L6:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":130
+ *     with nogil:
+ *         rc = luce_cpu_attention(qp, kp, vp, op, &b, Hq, Hkv, D, scale, c)
+ *     return _seq_check(rc, "attention")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_attention); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(2, 130, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyLong_From_int(__pyx_t_4); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 130, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_1;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_1 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":114
+ * 
+ * 
+ * def attention(q, k_pages, v_pages, out, batch, float scale, bint causal):             # <<<<<<<<<<<<<<
+ *     """q, out [T, Hq, D]; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; batch: a ForwardBatch."""
+ *     cdef list keep = []
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_XDECREF(__pyx_t_6);
+  __Pyx_XDECREF(__pyx_t_7);
+  __Pyx_XDECREF(__pyx_t_10);
+  __Pyx_AddTraceback("luce._cpu.attention", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+  __Pyx_XDECREF(__pyx_v_keep);
+
+
+
+
+
+
+
+
+
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":133
+ * 
+ * 
+ * def kv_write(k_pages, v_pages, k, v, batch):             # <<<<<<<<<<<<<<
+ *     """k, v [T, Hkv, D] into k_pages, v_pages [n_pages, page_size, Hkv, D] at the rows' KV slots."""
+ *     cdef list keep = []
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_17kv_write(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_4luce_4_cpu_16kv_write, "k, v [T, Hkv, D] into k_pages, v_pages [n_pages, page_size, Hkv, D] at the rows\047 KV slots.");
+static PyMethodDef __pyx_mdef_4luce_4_cpu_17kv_write = {"kv_write", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_17kv_write, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4luce_4_cpu_16kv_write};
+static PyObject *__pyx_pw_4luce_4_cpu_17kv_write(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_k_pages = 0;
+  PyObject *__pyx_v_v_pages = 0;
+  PyObject *__pyx_v_k = 0;
+  PyObject *__pyx_v_v = 0;
+  PyObject *__pyx_v_batch = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[5] = {0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("kv_write (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_k_pages,&__pyx_mstate_global->__pyx_n_u_v_pages,&__pyx_mstate_global->__pyx_n_u_k,&__pyx_mstate_global->__pyx_n_u_v,&__pyx_mstate_global->__pyx_n_u_batch,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 133, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 133, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 133, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 133, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 133, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 133, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "kv_write", 0) < (0)) __PYX_ERR(2, 133, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 5; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("kv_write", 1, 5, 5, i); __PYX_ERR(2, 133, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 5)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 133, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 133, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 133, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 133, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 133, __pyx_L3_error)
+    }
+    __pyx_v_k_pages = values[0];
+    __pyx_v_v_pages = values[1];
+    __pyx_v_k = values[2];
+    __pyx_v_v = values[3];
+    __pyx_v_batch = values[4];
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("kv_write", 1, 5, 5, __pyx_nargs); __PYX_ERR(2, 133, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.kv_write", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_16kv_write(__pyx_self, __pyx_v_k_pages, __pyx_v_v_pages, __pyx_v_k, __pyx_v_v, __pyx_v_batch);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_16kv_write(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_k_pages, PyObject *__pyx_v_v_pages, PyObject *__pyx_v_k, PyObject *__pyx_v_v, PyObject *__pyx_v_batch) {
+  PyObject *__pyx_v_keep = 0;
+  luce_cpu_batch __pyx_v_b;
+  int64_t __pyx_v_P;
+  int64_t __pyx_v_PS;
+  int64_t __pyx_v_Hkv;
+  int64_t __pyx_v_D;
+  float *__pyx_v_kp;
+  float *__pyx_v_vp;
+  float const *__pyx_v_ks;
+  float const *__pyx_v_vs;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  PyObject *__pyx_t_2 = NULL;
+  int64_t __pyx_t_3;
+  int __pyx_t_4;
+  void *__pyx_t_5;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("kv_write", 0);
+
+  /* "luce/_cpu_sequence.pxi":135
+ * def kv_write(k_pages, v_pages, k, v, batch):
+ *     """k, v [T, Hkv, D] into k_pages, v_pages [n_pages, page_size, Hkv, D] at the rows' KV slots."""
+ *     cdef list keep = []             # <<<<<<<<<<<<<<
+ *     cdef luce_cpu_batch b
+ *     cdef int64_t P = k_pages.shape[0], PS = k_pages.shape[1], Hkv = k_pages.shape[2], D = k_pages.shape[3]
+*/
+  __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 135, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_v_keep = ((PyObject*)__pyx_t_1);
+  __pyx_t_1 = 0;
+
+  /* "luce/_cpu_sequence.pxi":137
+ *     cdef list keep = []
+ *     cdef luce_cpu_batch b
+ *     cdef int64_t P = k_pages.shape[0], PS = k_pages.shape[1], Hkv = k_pages.shape[2], D = k_pages.shape[3]             # <<<<<<<<<<<<<<
+ *     _fill_batch(&b, batch, keep, P, PS, False)
+ *     cdef float *kp = <float *>_data(k_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "k pages")
+*/
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_k_pages, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 0, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_v_P = __pyx_t_3;
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_k_pages, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 1, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_PS = __pyx_t_3;
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_k_pages, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 2, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_v_Hkv = __pyx_t_3;
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_k_pages, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 3, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 137, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_D = __pyx_t_3;
+
+  /* "luce/_cpu_sequence.pxi":138
+ *     cdef luce_cpu_batch b
+ *     cdef int64_t P = k_pages.shape[0], PS = k_pages.shape[1], Hkv = k_pages.shape[2], D = k_pages.shape[3]
+ *     _fill_batch(&b, batch, keep, P, PS, False)             # <<<<<<<<<<<<<<
+ *     cdef float *kp = <float *>_data(k_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "k pages")
+ *     cdef float *vp = <float *>_data(v_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "v pages")
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__fill_batch((&__pyx_v_b), __pyx_v_batch, __pyx_v_keep, __pyx_v_P, __pyx_v_PS, 0); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(2, 138, __pyx_L1_error)
+
+
+  /* "luce/_cpu_sequence.pxi":139
+ *     cdef int64_t P = k_pages.shape[0], PS = k_pages.shape[1], Hkv = k_pages.shape[2], D = k_pages.shape[3]
+ *     _fill_batch(&b, batch, keep, P, PS, False)
+ *     cdef float *kp = <float *>_data(k_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "k pages")             # <<<<<<<<<<<<<<
+ *     cdef float *vp = <float *>_data(v_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "v pages")
+ *     cdef const float *ks = <const float *>_data(k, cnp.NPY_FLOAT32, b.n_rows * Hkv * D, "k")
+*/
+  __pyx_t_5 = __pyx_f_4luce_4_cpu__data(__pyx_v_k_pages, NPY_FLOAT32, (((__pyx_v_P * __pyx_v_PS) * __pyx_v_Hkv) * __pyx_v_D), __pyx_mstate_global->__pyx_kp_u_k_pages_2); if (unlikely(__pyx_t_5 == ((void *)NULL))) __PYX_ERR(2, 139, __pyx_L1_error)
+  __pyx_v_kp = ((float *)__pyx_t_5);
+
+
+  /* "luce/_cpu_sequence.pxi":140
+ *     _fill_batch(&b, batch, keep, P, PS, False)
+ *     cdef float *kp = <float *>_data(k_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "k pages")
+ *     cdef float *vp = <float *>_data(v_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "v pages")             # <<<<<<<<<<<<<<
+ *     cdef const float *ks = <const float *>_data(k, cnp.NPY_FLOAT32, b.n_rows * Hkv * D, "k")
+ *     cdef const float *vs = <const float *>_data(v, cnp.NPY_FLOAT32, b.n_rows * Hkv * D, "v")
+*/
+  __pyx_t_5 = __pyx_f_4luce_4_cpu__data(__pyx_v_v_pages, NPY_FLOAT32, (((__pyx_v_P * __pyx_v_PS) * __pyx_v_Hkv) * __pyx_v_D), __pyx_mstate_global->__pyx_kp_u_v_pages_2); if (unlikely(__pyx_t_5 == ((void *)NULL))) __PYX_ERR(2, 140, __pyx_L1_error)
+  __pyx_v_vp = ((float *)__pyx_t_5);
+
+
+  /* "luce/_cpu_sequence.pxi":141
+ *     cdef float *kp = <float *>_data(k_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "k pages")
+ *     cdef float *vp = <float *>_data(v_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "v pages")
+ *     cdef const float *ks = <const float *>_data(k, cnp.NPY_FLOAT32, b.n_rows * Hkv * D, "k")             # <<<<<<<<<<<<<<
+ *     cdef const float *vs = <const float *>_data(v, cnp.NPY_FLOAT32, b.n_rows * Hkv * D, "v")
+ *     cdef int rc
+*/
+  __pyx_t_5 = __pyx_f_4luce_4_cpu__data(__pyx_v_k, NPY_FLOAT32, ((__pyx_v_b.n_rows * __pyx_v_Hkv) * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_k); if (unlikely(__pyx_t_5 == ((void *)NULL))) __PYX_ERR(2, 141, __pyx_L1_error)
+  __pyx_v_ks = ((float const *)__pyx_t_5);
+
+
+  /* "luce/_cpu_sequence.pxi":142
+ *     cdef float *vp = <float *>_data(v_pages, cnp.NPY_FLOAT32, P * PS * Hkv * D, "v pages")
+ *     cdef const float *ks = <const float *>_data(k, cnp.NPY_FLOAT32, b.n_rows * Hkv * D, "k")
+ *     cdef const float *vs = <const float *>_data(v, cnp.NPY_FLOAT32, b.n_rows * Hkv * D, "v")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+  __pyx_t_5 = __pyx_f_4luce_4_cpu__data(__pyx_v_v, NPY_FLOAT32, ((__pyx_v_b.n_rows * __pyx_v_Hkv) * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_v); if (unlikely(__pyx_t_5 == ((void *)NULL))) __PYX_ERR(2, 142, __pyx_L1_error)
+  __pyx_v_vs = ((float const *)__pyx_t_5);
+
+
+  /* "luce/_cpu_sequence.pxi":144
+ *     cdef const float *vs = <const float *>_data(v, cnp.NPY_FLOAT32, b.n_rows * Hkv * D, "v")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_kv_write(kp, vp, ks, vs, &b, Hkv, D)
+ *     return _seq_check(rc, "kv_write")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":145
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_kv_write(kp, vp, ks, vs, &b, Hkv, D)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "kv_write")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_kv_write(__pyx_v_kp, __pyx_v_vp, __pyx_v_ks, __pyx_v_vs, (&__pyx_v_b), __pyx_v_Hkv, __pyx_v_D);
+      }
+
+      /* "luce/_cpu_sequence.pxi":144
+ *     cdef const float *vs = <const float *>_data(v, cnp.NPY_FLOAT32, b.n_rows * Hkv * D, "v")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_kv_write(kp, vp, ks, vs, &b, Hkv, D)
+ *     return _seq_check(rc, "kv_write")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L5;
+        }
+        __pyx_L5:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":146
+ *     with nogil:
+ *         rc = luce_cpu_kv_write(kp, vp, ks, vs, &b, Hkv, D)
+ *     return _seq_check(rc, "kv_write")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_kv_write); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(2, 146, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyLong_From_int(__pyx_t_4); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 146, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_1;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_1 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":133
+ * 
+ * 
+ * def kv_write(k_pages, v_pages, k, v, batch):             # <<<<<<<<<<<<<<
+ *     """k, v [T, Hkv, D] into k_pages, v_pages [n_pages, page_size, Hkv, D] at the rows' KV slots."""
+ *     cdef list keep = []
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_AddTraceback("luce._cpu.kv_write", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+  __Pyx_XDECREF(__pyx_v_keep);
+
+
+
+
+
+
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":149
+ * 
+ * 
+ * def rmsnorm(x, weight, y, int64_t rows, int64_t D, double eps):             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef const float *wp = <const float *>_data(weight, cnp.NPY_FLOAT32, D, "weight")
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_19rmsnorm(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+static PyMethodDef __pyx_mdef_4luce_4_cpu_19rmsnorm = {"rmsnorm", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_19rmsnorm, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0};
+static PyObject *__pyx_pw_4luce_4_cpu_19rmsnorm(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_x = 0;
+  PyObject *__pyx_v_weight = 0;
+  PyObject *__pyx_v_y = 0;
+  int64_t __pyx_v_rows;
+  int64_t __pyx_v_D;
+  double __pyx_v_eps;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[6] = {0,0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("rmsnorm (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_x,&__pyx_mstate_global->__pyx_n_u_weight,&__pyx_mstate_global->__pyx_n_u_y,&__pyx_mstate_global->__pyx_n_u_rows,&__pyx_mstate_global->__pyx_n_u_D,&__pyx_mstate_global->__pyx_n_u_eps,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 149, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  6:
+        values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 149, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 149, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 149, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 149, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 149, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 149, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "rmsnorm", 0) < (0)) __PYX_ERR(2, 149, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 6; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("rmsnorm", 1, 6, 6, i); __PYX_ERR(2, 149, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 6)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 149, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 149, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 149, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 149, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 149, __pyx_L3_error)
+      values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 149, __pyx_L3_error)
+    }
+    __pyx_v_x = values[0];
+    __pyx_v_weight = values[1];
+    __pyx_v_y = values[2];
+    __pyx_v_rows = __Pyx_PyLong_As_int64_t(values[3]); if (unlikely((__pyx_v_rows == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 149, __pyx_L3_error)
+    __pyx_v_D = __Pyx_PyLong_As_int64_t(values[4]); if (unlikely((__pyx_v_D == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 149, __pyx_L3_error)
+    __pyx_v_eps = __Pyx_PyFloat_AsDouble(values[5]); if (unlikely((__pyx_v_eps == (double)-1) && PyErr_Occurred())) __PYX_ERR(2, 149, __pyx_L3_error)
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("rmsnorm", 1, 6, 6, __pyx_nargs); __PYX_ERR(2, 149, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.rmsnorm", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_18rmsnorm(__pyx_self, __pyx_v_x, __pyx_v_weight, __pyx_v_y, __pyx_v_rows, __pyx_v_D, __pyx_v_eps);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+
+
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_18rmsnorm(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_weight, PyObject *__pyx_v_y, int64_t __pyx_v_rows, int64_t __pyx_v_D, double __pyx_v_eps) {
+  float const *__pyx_v_xp;
+  float const *__pyx_v_wp;
+  float *__pyx_v_yp;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  void *__pyx_t_1;
+  int __pyx_t_2;
+  PyObject *__pyx_t_3 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("rmsnorm", 0);
+
+  /* "luce/_cpu_sequence.pxi":150
+ * 
+ * def rmsnorm(x, weight, y, int64_t rows, int64_t D, double eps):
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")             # <<<<<<<<<<<<<<
+ *     cdef const float *wp = <const float *>_data(weight, cnp.NPY_FLOAT32, D, "weight")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__data(__pyx_v_x, NPY_FLOAT32, (__pyx_v_rows * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_x); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(2, 150, __pyx_L1_error)
+  __pyx_v_xp = ((float const *)__pyx_t_1);
+
+
+  /* "luce/_cpu_sequence.pxi":151
+ * def rmsnorm(x, weight, y, int64_t rows, int64_t D, double eps):
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef const float *wp = <const float *>_data(weight, cnp.NPY_FLOAT32, D, "weight")             # <<<<<<<<<<<<<<
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+ *     cdef int rc
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__data(__pyx_v_weight, NPY_FLOAT32, __pyx_v_D, __pyx_mstate_global->__pyx_n_u_weight); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(2, 151, __pyx_L1_error)
+  __pyx_v_wp = ((float const *)__pyx_t_1);
+
+
+  /* "luce/_cpu_sequence.pxi":152
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef const float *wp = <const float *>_data(weight, cnp.NPY_FLOAT32, D, "weight")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__data(__pyx_v_y, NPY_FLOAT32, (__pyx_v_rows * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_output); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(2, 152, __pyx_L1_error)
+  __pyx_v_yp = ((float *)__pyx_t_1);
+
+
+  /* "luce/_cpu_sequence.pxi":154
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_rmsnorm(xp, wp, yp, rows, D, eps)
+ *     return _seq_check(rc, "rmsnorm")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":155
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_rmsnorm(xp, wp, yp, rows, D, eps)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "rmsnorm")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_rmsnorm(__pyx_v_xp, __pyx_v_wp, __pyx_v_yp, __pyx_v_rows, __pyx_v_D, __pyx_v_eps);
+      }
+
+      /* "luce/_cpu_sequence.pxi":154
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_rmsnorm(xp, wp, yp, rows, D, eps)
+ *     return _seq_check(rc, "rmsnorm")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L5;
+        }
+        __pyx_L5:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":156
+ *     with nogil:
+ *         rc = luce_cpu_rmsnorm(xp, wp, yp, rows, D, eps)
+ *     return _seq_check(rc, "rmsnorm")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_rmsnorm); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(2, 156, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyLong_From_int(__pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 156, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_3;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_3 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":149
+ * 
+ * 
+ * def rmsnorm(x, weight, y, int64_t rows, int64_t D, double eps):             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef const float *wp = <const float *>_data(weight, cnp.NPY_FLOAT32, D, "weight")
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_AddTraceback("luce._cpu.rmsnorm", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":159
+ * 
+ * 
+ * def l2norm(x, y, int64_t rows, int64_t D, double eps):             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_21l2norm(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+static PyMethodDef __pyx_mdef_4luce_4_cpu_21l2norm = {"l2norm", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_21l2norm, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0};
+static PyObject *__pyx_pw_4luce_4_cpu_21l2norm(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_x = 0;
+  PyObject *__pyx_v_y = 0;
+  int64_t __pyx_v_rows;
+  int64_t __pyx_v_D;
+  double __pyx_v_eps;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[5] = {0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("l2norm (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_x,&__pyx_mstate_global->__pyx_n_u_y,&__pyx_mstate_global->__pyx_n_u_rows,&__pyx_mstate_global->__pyx_n_u_D,&__pyx_mstate_global->__pyx_n_u_eps,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 159, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 159, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 159, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 159, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 159, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 159, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "l2norm", 0) < (0)) __PYX_ERR(2, 159, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 5; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("l2norm", 1, 5, 5, i); __PYX_ERR(2, 159, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 5)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 159, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 159, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 159, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 159, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 159, __pyx_L3_error)
+    }
+    __pyx_v_x = values[0];
+    __pyx_v_y = values[1];
+    __pyx_v_rows = __Pyx_PyLong_As_int64_t(values[2]); if (unlikely((__pyx_v_rows == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 159, __pyx_L3_error)
+    __pyx_v_D = __Pyx_PyLong_As_int64_t(values[3]); if (unlikely((__pyx_v_D == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 159, __pyx_L3_error)
+    __pyx_v_eps = __Pyx_PyFloat_AsDouble(values[4]); if (unlikely((__pyx_v_eps == (double)-1) && PyErr_Occurred())) __PYX_ERR(2, 159, __pyx_L3_error)
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("l2norm", 1, 5, 5, __pyx_nargs); __PYX_ERR(2, 159, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.l2norm", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_20l2norm(__pyx_self, __pyx_v_x, __pyx_v_y, __pyx_v_rows, __pyx_v_D, __pyx_v_eps);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+
+
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_20l2norm(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_y, int64_t __pyx_v_rows, int64_t __pyx_v_D, double __pyx_v_eps) {
+  float const *__pyx_v_xp;
+  float *__pyx_v_yp;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  void *__pyx_t_1;
+  int __pyx_t_2;
+  PyObject *__pyx_t_3 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("l2norm", 0);
+
+  /* "luce/_cpu_sequence.pxi":160
+ * 
+ * def l2norm(x, y, int64_t rows, int64_t D, double eps):
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")             # <<<<<<<<<<<<<<
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+ *     cdef int rc
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__data(__pyx_v_x, NPY_FLOAT32, (__pyx_v_rows * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_x); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(2, 160, __pyx_L1_error)
+  __pyx_v_xp = ((float const *)__pyx_t_1);
+
+
+  /* "luce/_cpu_sequence.pxi":161
+ * def l2norm(x, y, int64_t rows, int64_t D, double eps):
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__data(__pyx_v_y, NPY_FLOAT32, (__pyx_v_rows * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_output); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(2, 161, __pyx_L1_error)
+  __pyx_v_yp = ((float *)__pyx_t_1);
+
+
+  /* "luce/_cpu_sequence.pxi":163
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_l2norm(xp, yp, rows, D, eps)
+ *     return _seq_check(rc, "l2norm")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":164
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_l2norm(xp, yp, rows, D, eps)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "l2norm")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_l2norm(__pyx_v_xp, __pyx_v_yp, __pyx_v_rows, __pyx_v_D, __pyx_v_eps);
+      }
+
+      /* "luce/_cpu_sequence.pxi":163
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_l2norm(xp, yp, rows, D, eps)
+ *     return _seq_check(rc, "l2norm")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L5;
+        }
+        __pyx_L5:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":165
+ *     with nogil:
+ *         rc = luce_cpu_l2norm(xp, yp, rows, D, eps)
+ *     return _seq_check(rc, "l2norm")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_l2norm); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(2, 165, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyLong_From_int(__pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 165, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_3;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_3 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":159
+ * 
+ * 
+ * def l2norm(x, y, int64_t rows, int64_t D, double eps):             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_AddTraceback("luce._cpu.l2norm", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":168
+ * 
+ * 
+ * def gated_rmsnorm(x, z, weight, y, int64_t rows, int64_t D, double eps):             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef const float *zp = <const float *>_data(z, cnp.NPY_FLOAT32, rows * D, "z")
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_23gated_rmsnorm(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+static PyMethodDef __pyx_mdef_4luce_4_cpu_23gated_rmsnorm = {"gated_rmsnorm", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_23gated_rmsnorm, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0};
+static PyObject *__pyx_pw_4luce_4_cpu_23gated_rmsnorm(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_x = 0;
+  PyObject *__pyx_v_z = 0;
+  PyObject *__pyx_v_weight = 0;
+  PyObject *__pyx_v_y = 0;
+  int64_t __pyx_v_rows;
+  int64_t __pyx_v_D;
+  double __pyx_v_eps;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[7] = {0,0,0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("gated_rmsnorm (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_x,&__pyx_mstate_global->__pyx_n_u_z,&__pyx_mstate_global->__pyx_n_u_weight,&__pyx_mstate_global->__pyx_n_u_y,&__pyx_mstate_global->__pyx_n_u_rows,&__pyx_mstate_global->__pyx_n_u_D,&__pyx_mstate_global->__pyx_n_u_eps,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 168, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  7:
+        values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(2, 168, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  6:
+        values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 168, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 168, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 168, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 168, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 168, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 168, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "gated_rmsnorm", 0) < (0)) __PYX_ERR(2, 168, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 7; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("gated_rmsnorm", 1, 7, 7, i); __PYX_ERR(2, 168, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 7)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 168, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 168, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 168, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 168, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 168, __pyx_L3_error)
+      values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 168, __pyx_L3_error)
+      values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(2, 168, __pyx_L3_error)
+    }
+    __pyx_v_x = values[0];
+    __pyx_v_z = values[1];
+    __pyx_v_weight = values[2];
+    __pyx_v_y = values[3];
+    __pyx_v_rows = __Pyx_PyLong_As_int64_t(values[4]); if (unlikely((__pyx_v_rows == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 168, __pyx_L3_error)
+    __pyx_v_D = __Pyx_PyLong_As_int64_t(values[5]); if (unlikely((__pyx_v_D == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 168, __pyx_L3_error)
+    __pyx_v_eps = __Pyx_PyFloat_AsDouble(values[6]); if (unlikely((__pyx_v_eps == (double)-1) && PyErr_Occurred())) __PYX_ERR(2, 168, __pyx_L3_error)
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("gated_rmsnorm", 1, 7, 7, __pyx_nargs); __PYX_ERR(2, 168, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.gated_rmsnorm", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_22gated_rmsnorm(__pyx_self, __pyx_v_x, __pyx_v_z, __pyx_v_weight, __pyx_v_y, __pyx_v_rows, __pyx_v_D, __pyx_v_eps);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+
+
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_22gated_rmsnorm(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_z, PyObject *__pyx_v_weight, PyObject *__pyx_v_y, int64_t __pyx_v_rows, int64_t __pyx_v_D, double __pyx_v_eps) {
+  float const *__pyx_v_xp;
+  float const *__pyx_v_zp;
+  float const *__pyx_v_wp;
+  float *__pyx_v_yp;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  void *__pyx_t_1;
+  int __pyx_t_2;
+  PyObject *__pyx_t_3 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("gated_rmsnorm", 0);
+
+  /* "luce/_cpu_sequence.pxi":169
+ * 
+ * def gated_rmsnorm(x, z, weight, y, int64_t rows, int64_t D, double eps):
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")             # <<<<<<<<<<<<<<
+ *     cdef const float *zp = <const float *>_data(z, cnp.NPY_FLOAT32, rows * D, "z")
+ *     cdef const float *wp = <const float *>_data(weight, cnp.NPY_FLOAT32, D, "weight")
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__data(__pyx_v_x, NPY_FLOAT32, (__pyx_v_rows * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_x); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(2, 169, __pyx_L1_error)
+  __pyx_v_xp = ((float const *)__pyx_t_1);
+
+
+  /* "luce/_cpu_sequence.pxi":170
+ * def gated_rmsnorm(x, z, weight, y, int64_t rows, int64_t D, double eps):
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef const float *zp = <const float *>_data(z, cnp.NPY_FLOAT32, rows * D, "z")             # <<<<<<<<<<<<<<
+ *     cdef const float *wp = <const float *>_data(weight, cnp.NPY_FLOAT32, D, "weight")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__data(__pyx_v_z, NPY_FLOAT32, (__pyx_v_rows * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_z); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(2, 170, __pyx_L1_error)
+  __pyx_v_zp = ((float const *)__pyx_t_1);
+
+
+  /* "luce/_cpu_sequence.pxi":171
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef const float *zp = <const float *>_data(z, cnp.NPY_FLOAT32, rows * D, "z")
+ *     cdef const float *wp = <const float *>_data(weight, cnp.NPY_FLOAT32, D, "weight")             # <<<<<<<<<<<<<<
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+ *     cdef int rc
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__data(__pyx_v_weight, NPY_FLOAT32, __pyx_v_D, __pyx_mstate_global->__pyx_n_u_weight); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(2, 171, __pyx_L1_error)
+  __pyx_v_wp = ((float const *)__pyx_t_1);
+
+
+  /* "luce/_cpu_sequence.pxi":172
+ *     cdef const float *zp = <const float *>_data(z, cnp.NPY_FLOAT32, rows * D, "z")
+ *     cdef const float *wp = <const float *>_data(weight, cnp.NPY_FLOAT32, D, "weight")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__data(__pyx_v_y, NPY_FLOAT32, (__pyx_v_rows * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_output); if (unlikely(__pyx_t_1 == ((void *)NULL))) __PYX_ERR(2, 172, __pyx_L1_error)
+  __pyx_v_yp = ((float *)__pyx_t_1);
+
+
+  /* "luce/_cpu_sequence.pxi":174
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_gated_rmsnorm(xp, zp, wp, yp, rows, D, eps)
+ *     return _seq_check(rc, "gated_rmsnorm")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":175
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_gated_rmsnorm(xp, zp, wp, yp, rows, D, eps)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "gated_rmsnorm")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_gated_rmsnorm(__pyx_v_xp, __pyx_v_zp, __pyx_v_wp, __pyx_v_yp, __pyx_v_rows, __pyx_v_D, __pyx_v_eps);
+      }
+
+      /* "luce/_cpu_sequence.pxi":174
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_gated_rmsnorm(xp, zp, wp, yp, rows, D, eps)
+ *     return _seq_check(rc, "gated_rmsnorm")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L5;
+        }
+        __pyx_L5:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":176
+ *     with nogil:
+ *         rc = luce_cpu_gated_rmsnorm(xp, zp, wp, yp, rows, D, eps)
+ *     return _seq_check(rc, "gated_rmsnorm")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_gated_rmsnorm); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(2, 176, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyLong_From_int(__pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 176, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_3;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_3 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":168
+ * 
+ * 
+ * def gated_rmsnorm(x, z, weight, y, int64_t rows, int64_t D, double eps):             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef const float *zp = <const float *>_data(z, cnp.NPY_FLOAT32, rows * D, "z")
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_AddTraceback("luce._cpu.gated_rmsnorm", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":179
+ * 
+ * 
+ * def rope(x, y, positions, int64_t rope_dim, double theta, sections):             # <<<<<<<<<<<<<<
+ *     """x, y [T, H, D] f32; positions [T] or [T, 4] int64; sections None or int64 [4]."""
+ *     cdef int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2]
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_25rope(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_4luce_4_cpu_24rope, "x, y [T, H, D] f32; positions [T] or [T, 4] int64; sections None or int64 [4].");
+static PyMethodDef __pyx_mdef_4luce_4_cpu_25rope = {"rope", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_25rope, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4luce_4_cpu_24rope};
+static PyObject *__pyx_pw_4luce_4_cpu_25rope(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_x = 0;
+  PyObject *__pyx_v_y = 0;
+  PyObject *__pyx_v_positions = 0;
+  int64_t __pyx_v_rope_dim;
+  double __pyx_v_theta;
+  PyObject *__pyx_v_sections = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[6] = {0,0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("rope (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_x,&__pyx_mstate_global->__pyx_n_u_y,&__pyx_mstate_global->__pyx_n_u_positions,&__pyx_mstate_global->__pyx_n_u_rope_dim,&__pyx_mstate_global->__pyx_n_u_theta,&__pyx_mstate_global->__pyx_n_u_sections,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 179, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  6:
+        values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 179, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 179, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 179, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 179, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 179, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 179, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "rope", 0) < (0)) __PYX_ERR(2, 179, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 6; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("rope", 1, 6, 6, i); __PYX_ERR(2, 179, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 6)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 179, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 179, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 179, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 179, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 179, __pyx_L3_error)
+      values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 179, __pyx_L3_error)
+    }
+    __pyx_v_x = values[0];
+    __pyx_v_y = values[1];
+    __pyx_v_positions = values[2];
+    __pyx_v_rope_dim = __Pyx_PyLong_As_int64_t(values[3]); if (unlikely((__pyx_v_rope_dim == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 179, __pyx_L3_error)
+    __pyx_v_theta = __Pyx_PyFloat_AsDouble(values[4]); if (unlikely((__pyx_v_theta == (double)-1) && PyErr_Occurred())) __PYX_ERR(2, 179, __pyx_L3_error)
+    __pyx_v_sections = values[5];
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("rope", 1, 6, 6, __pyx_nargs); __PYX_ERR(2, 179, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.rope", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_24rope(__pyx_self, __pyx_v_x, __pyx_v_y, __pyx_v_positions, __pyx_v_rope_dim, __pyx_v_theta, __pyx_v_sections);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_24rope(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_y, PyObject *__pyx_v_positions, int64_t __pyx_v_rope_dim, double __pyx_v_theta, PyObject *__pyx_v_sections) {
+  int64_t __pyx_v_T;
+  int64_t __pyx_v_H;
+  int64_t __pyx_v_D;
+  int64_t __pyx_v_cols;
+  float const *__pyx_v_xp;
+  float *__pyx_v_yp;
+  int64_t const *__pyx_v_pp;
+  int64_t const *__pyx_v_sp;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  PyObject *__pyx_t_2 = NULL;
+  int64_t __pyx_t_3;
+  int __pyx_t_4;
+  int64_t __pyx_t_5;
+  void *__pyx_t_6;
+  int __pyx_t_7;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("rope", 0);
+
+  /* "luce/_cpu_sequence.pxi":181
+ * def rope(x, y, positions, int64_t rope_dim, double theta, sections):
+ *     """x, y [T, H, D] f32; positions [T] or [T, 4] int64; sections None or int64 [4]."""
+ *     cdef int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2]             # <<<<<<<<<<<<<<
+ *     cdef int64_t cols = 1 if positions.ndim == 1 else positions.shape[1]
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, T * H * D, "x")
+*/
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_x, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 181, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 0, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 181, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 181, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_v_T = __pyx_t_3;
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_x, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 181, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 1, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 181, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 181, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_H = __pyx_t_3;
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_x, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 181, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 2, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 181, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 181, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_v_D = __pyx_t_3;
+
+  /* "luce/_cpu_sequence.pxi":182
+ *     """x, y [T, H, D] f32; positions [T] or [T, 4] int64; sections None or int64 [4]."""
+ *     cdef int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2]
+ *     cdef int64_t cols = 1 if positions.ndim == 1 else positions.shape[1]             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, T * H * D, "x")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, T * H * D, "output")
+*/
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_positions, __pyx_mstate_global->__pyx_n_u_ndim); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 182, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_4 = (__Pyx_PyLong_BoolEqObjC(__pyx_t_2, __pyx_mstate_global->__pyx_int_1, 1, 0)); if (unlikely((__pyx_t_4 < 0))) __PYX_ERR(2, 182, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  if (__pyx_t_4) {
+
+    __pyx_t_3 = 1;
+  } else {
+    __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_positions, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 182, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_2);
+    __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 1, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 182, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_t_1);
+    __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+    __pyx_t_5 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_5 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 182, __pyx_L1_error)
+    __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+    __pyx_t_3 = __pyx_t_5;
+  }
+
+  __pyx_v_cols = __pyx_t_3;
+
+  /* "luce/_cpu_sequence.pxi":183
+ *     cdef int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2]
+ *     cdef int64_t cols = 1 if positions.ndim == 1 else positions.shape[1]
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, T * H * D, "x")             # <<<<<<<<<<<<<<
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, T * H * D, "output")
+ *     cdef const int64_t *pp = <const int64_t *>_data(positions, cnp.NPY_INT64, T * cols, "positions")
+*/
+  __pyx_t_6 = __pyx_f_4luce_4_cpu__data(__pyx_v_x, NPY_FLOAT32, ((__pyx_v_T * __pyx_v_H) * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_x); if (unlikely(__pyx_t_6 == ((void *)NULL))) __PYX_ERR(2, 183, __pyx_L1_error)
+  __pyx_v_xp = ((float const *)__pyx_t_6);
+
+
+  /* "luce/_cpu_sequence.pxi":184
+ *     cdef int64_t cols = 1 if positions.ndim == 1 else positions.shape[1]
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, T * H * D, "x")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, T * H * D, "output")             # <<<<<<<<<<<<<<
+ *     cdef const int64_t *pp = <const int64_t *>_data(positions, cnp.NPY_INT64, T * cols, "positions")
+ *     cdef const int64_t *sp = NULL
+*/
+  __pyx_t_6 = __pyx_f_4luce_4_cpu__data(__pyx_v_y, NPY_FLOAT32, ((__pyx_v_T * __pyx_v_H) * __pyx_v_D), __pyx_mstate_global->__pyx_n_u_output); if (unlikely(__pyx_t_6 == ((void *)NULL))) __PYX_ERR(2, 184, __pyx_L1_error)
+  __pyx_v_yp = ((float *)__pyx_t_6);
+
+
+  /* "luce/_cpu_sequence.pxi":185
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, T * H * D, "x")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, T * H * D, "output")
+ *     cdef const int64_t *pp = <const int64_t *>_data(positions, cnp.NPY_INT64, T * cols, "positions")             # <<<<<<<<<<<<<<
+ *     cdef const int64_t *sp = NULL
+ *     if sections is not None:
+*/
+  __pyx_t_6 = __pyx_f_4luce_4_cpu__data(__pyx_v_positions, NPY_INT64, (__pyx_v_T * __pyx_v_cols), __pyx_mstate_global->__pyx_n_u_positions); if (unlikely(__pyx_t_6 == ((void *)NULL))) __PYX_ERR(2, 185, __pyx_L1_error)
+  __pyx_v_pp = ((int64_t const *)__pyx_t_6);
+
+
+  /* "luce/_cpu_sequence.pxi":186
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, T * H * D, "output")
+ *     cdef const int64_t *pp = <const int64_t *>_data(positions, cnp.NPY_INT64, T * cols, "positions")
+ *     cdef const int64_t *sp = NULL             # <<<<<<<<<<<<<<
+ *     if sections is not None:
+ *         sp = <const int64_t *>_data(sections, cnp.NPY_INT64, 4, "sections")
+*/
+  __pyx_v_sp = NULL;
+
+  /* "luce/_cpu_sequence.pxi":187
+ *     cdef const int64_t *pp = <const int64_t *>_data(positions, cnp.NPY_INT64, T * cols, "positions")
+ *     cdef const int64_t *sp = NULL
+ *     if sections is not None:             # <<<<<<<<<<<<<<
+ *         sp = <const int64_t *>_data(sections, cnp.NPY_INT64, 4, "sections")
+ *     cdef int rc
+*/
+  __pyx_t_4 = (__pyx_v_sections != Py_None);
+  if (__pyx_t_4) {
+
+
+    /* "luce/_cpu_sequence.pxi":188
+ *     cdef const int64_t *sp = NULL
+ *     if sections is not None:
+ *         sp = <const int64_t *>_data(sections, cnp.NPY_INT64, 4, "sections")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+    __pyx_t_6 = __pyx_f_4luce_4_cpu__data(__pyx_v_sections, NPY_INT64, 4, __pyx_mstate_global->__pyx_n_u_sections); if (unlikely(__pyx_t_6 == ((void *)NULL))) __PYX_ERR(2, 188, __pyx_L1_error)
+    __pyx_v_sp = ((int64_t const *)__pyx_t_6);
+
+
+    /* "luce/_cpu_sequence.pxi":187
+ *     cdef const int64_t *pp = <const int64_t *>_data(positions, cnp.NPY_INT64, T * cols, "positions")
+ *     cdef const int64_t *sp = NULL
+ *     if sections is not None:             # <<<<<<<<<<<<<<
+ *         sp = <const int64_t *>_data(sections, cnp.NPY_INT64, 4, "sections")
+ *     cdef int rc
+*/
+  }
+
+  /* "luce/_cpu_sequence.pxi":190
+ *         sp = <const int64_t *>_data(sections, cnp.NPY_INT64, 4, "sections")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_rope(xp, yp, pp, cols, T, H, D, rope_dim, theta, sp)
+ *     return _seq_check(rc, "rope")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":191
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_rope(xp, yp, pp, cols, T, H, D, rope_dim, theta, sp)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "rope")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_rope(__pyx_v_xp, __pyx_v_yp, __pyx_v_pp, __pyx_v_cols, __pyx_v_T, __pyx_v_H, __pyx_v_D, __pyx_v_rope_dim, __pyx_v_theta, __pyx_v_sp);
+      }
+
+      /* "luce/_cpu_sequence.pxi":190
+ *         sp = <const int64_t *>_data(sections, cnp.NPY_INT64, 4, "sections")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_rope(xp, yp, pp, cols, T, H, D, rope_dim, theta, sp)
+ *     return _seq_check(rc, "rope")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L6;
+        }
+        __pyx_L6:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":192
+ *     with nogil:
+ *         rc = luce_cpu_rope(xp, yp, pp, cols, T, H, D, rope_dim, theta, sp)
+ *     return _seq_check(rc, "rope")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_7 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_rope); if (unlikely(__pyx_t_7 == ((int)-1))) __PYX_ERR(2, 192, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyLong_From_int(__pyx_t_7); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 192, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_1;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_1 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":179
+ * 
+ * 
+ * def rope(x, y, positions, int64_t rope_dim, double theta, sections):             # <<<<<<<<<<<<<<
+ *     """x, y [T, H, D] f32; positions [T] or [T, 4] int64; sections None or int64 [4]."""
+ *     cdef int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2]
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_AddTraceback("luce._cpu.rope", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+
+
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":195
+ * 
+ * 
+ * def unary(x, y, int op):             # <<<<<<<<<<<<<<
+ *     cdef int64_t n = x.size
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, n, "x")
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_27unary(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+static PyMethodDef __pyx_mdef_4luce_4_cpu_27unary = {"unary", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_27unary, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0};
+static PyObject *__pyx_pw_4luce_4_cpu_27unary(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_x = 0;
+  PyObject *__pyx_v_y = 0;
+  int __pyx_v_op;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[3] = {0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("unary (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_x,&__pyx_mstate_global->__pyx_n_u_y,&__pyx_mstate_global->__pyx_n_u_op,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 195, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 195, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 195, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 195, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "unary", 0) < (0)) __PYX_ERR(2, 195, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 3; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("unary", 1, 3, 3, i); __PYX_ERR(2, 195, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 3)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 195, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 195, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 195, __pyx_L3_error)
+    }
+    __pyx_v_x = values[0];
+    __pyx_v_y = values[1];
+    __pyx_v_op = __Pyx_PyLong_As_int(values[2]); if (unlikely((__pyx_v_op == (int)-1) && PyErr_Occurred())) __PYX_ERR(2, 195, __pyx_L3_error)
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("unary", 1, 3, 3, __pyx_nargs); __PYX_ERR(2, 195, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.unary", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_26unary(__pyx_self, __pyx_v_x, __pyx_v_y, __pyx_v_op);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_26unary(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_x, PyObject *__pyx_v_y, int __pyx_v_op) {
+  int64_t __pyx_v_n;
+  float const *__pyx_v_xp;
+  float *__pyx_v_yp;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  int64_t __pyx_t_2;
+  void *__pyx_t_3;
+  int __pyx_t_4;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("unary", 0);
+
+  /* "luce/_cpu_sequence.pxi":196
+ * 
+ * def unary(x, y, int op):
+ *     cdef int64_t n = x.size             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, n, "x")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, n, "output")
+*/
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_x, __pyx_mstate_global->__pyx_n_u_size); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 196, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_2 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 196, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_n = __pyx_t_2;
+
+  /* "luce/_cpu_sequence.pxi":197
+ * def unary(x, y, int op):
+ *     cdef int64_t n = x.size
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, n, "x")             # <<<<<<<<<<<<<<
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, n, "output")
+ *     cdef int rc
+*/
+  __pyx_t_3 = __pyx_f_4luce_4_cpu__data(__pyx_v_x, NPY_FLOAT32, __pyx_v_n, __pyx_mstate_global->__pyx_n_u_x); if (unlikely(__pyx_t_3 == ((void *)NULL))) __PYX_ERR(2, 197, __pyx_L1_error)
+  __pyx_v_xp = ((float const *)__pyx_t_3);
+
+
+  /* "luce/_cpu_sequence.pxi":198
+ *     cdef int64_t n = x.size
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, n, "x")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, n, "output")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+  __pyx_t_3 = __pyx_f_4luce_4_cpu__data(__pyx_v_y, NPY_FLOAT32, __pyx_v_n, __pyx_mstate_global->__pyx_n_u_output); if (unlikely(__pyx_t_3 == ((void *)NULL))) __PYX_ERR(2, 198, __pyx_L1_error)
+  __pyx_v_yp = ((float *)__pyx_t_3);
+
+
+  /* "luce/_cpu_sequence.pxi":200
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, n, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_unary(xp, yp, n, op)
+ *     return _seq_check(rc, "pointwise")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":201
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_unary(xp, yp, n, op)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "pointwise")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_unary(__pyx_v_xp, __pyx_v_yp, __pyx_v_n, __pyx_v_op);
+      }
+
+      /* "luce/_cpu_sequence.pxi":200
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, n, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_unary(xp, yp, n, op)
+ *     return _seq_check(rc, "pointwise")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L5;
+        }
+        __pyx_L5:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":202
+ *     with nogil:
+ *         rc = luce_cpu_unary(xp, yp, n, op)
+ *     return _seq_check(rc, "pointwise")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_pointwise); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(2, 202, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyLong_From_int(__pyx_t_4); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 202, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_1;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_1 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":195
+ * 
+ * 
+ * def unary(x, y, int op):             # <<<<<<<<<<<<<<
+ *     cdef int64_t n = x.size
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, n, "x")
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_AddTraceback("luce._cpu.unary", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":205
+ * 
+ * 
+ * def swiglu(gate, up, y):             # <<<<<<<<<<<<<<
+ *     cdef int64_t n = gate.size
+ *     cdef const float *gp = <const float *>_data(gate, cnp.NPY_FLOAT32, n, "gate")
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_29swiglu(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+static PyMethodDef __pyx_mdef_4luce_4_cpu_29swiglu = {"swiglu", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_29swiglu, __Pyx_METH_FASTCALL|METH_KEYWORDS, 0};
+static PyObject *__pyx_pw_4luce_4_cpu_29swiglu(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_gate = 0;
+  PyObject *__pyx_v_up = 0;
+  PyObject *__pyx_v_y = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[3] = {0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("swiglu (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_gate,&__pyx_mstate_global->__pyx_n_u_up,&__pyx_mstate_global->__pyx_n_u_y,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 205, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 205, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 205, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 205, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "swiglu", 0) < (0)) __PYX_ERR(2, 205, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 3; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("swiglu", 1, 3, 3, i); __PYX_ERR(2, 205, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 3)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 205, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 205, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 205, __pyx_L3_error)
+    }
+    __pyx_v_gate = values[0];
+    __pyx_v_up = values[1];
+    __pyx_v_y = values[2];
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("swiglu", 1, 3, 3, __pyx_nargs); __PYX_ERR(2, 205, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.swiglu", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_28swiglu(__pyx_self, __pyx_v_gate, __pyx_v_up, __pyx_v_y);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_28swiglu(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_gate, PyObject *__pyx_v_up, PyObject *__pyx_v_y) {
+  int64_t __pyx_v_n;
+  float const *__pyx_v_gp;
+  float const *__pyx_v_upp;
+  float *__pyx_v_yp;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  int64_t __pyx_t_2;
+  void *__pyx_t_3;
+  int __pyx_t_4;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("swiglu", 0);
+
+  /* "luce/_cpu_sequence.pxi":206
+ * 
+ * def swiglu(gate, up, y):
+ *     cdef int64_t n = gate.size             # <<<<<<<<<<<<<<
+ *     cdef const float *gp = <const float *>_data(gate, cnp.NPY_FLOAT32, n, "gate")
+ *     cdef const float *upp = <const float *>_data(up, cnp.NPY_FLOAT32, n, "up")
+*/
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_gate, __pyx_mstate_global->__pyx_n_u_size); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 206, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_2 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 206, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_n = __pyx_t_2;
+
+  /* "luce/_cpu_sequence.pxi":207
+ * def swiglu(gate, up, y):
+ *     cdef int64_t n = gate.size
+ *     cdef const float *gp = <const float *>_data(gate, cnp.NPY_FLOAT32, n, "gate")             # <<<<<<<<<<<<<<
+ *     cdef const float *upp = <const float *>_data(up, cnp.NPY_FLOAT32, n, "up")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, n, "output")
+*/
+  __pyx_t_3 = __pyx_f_4luce_4_cpu__data(__pyx_v_gate, NPY_FLOAT32, __pyx_v_n, __pyx_mstate_global->__pyx_n_u_gate); if (unlikely(__pyx_t_3 == ((void *)NULL))) __PYX_ERR(2, 207, __pyx_L1_error)
+  __pyx_v_gp = ((float const *)__pyx_t_3);
+
+
+  /* "luce/_cpu_sequence.pxi":208
+ *     cdef int64_t n = gate.size
+ *     cdef const float *gp = <const float *>_data(gate, cnp.NPY_FLOAT32, n, "gate")
+ *     cdef const float *upp = <const float *>_data(up, cnp.NPY_FLOAT32, n, "up")             # <<<<<<<<<<<<<<
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, n, "output")
+ *     cdef int rc
+*/
+  __pyx_t_3 = __pyx_f_4luce_4_cpu__data(__pyx_v_up, NPY_FLOAT32, __pyx_v_n, __pyx_mstate_global->__pyx_n_u_up); if (unlikely(__pyx_t_3 == ((void *)NULL))) __PYX_ERR(2, 208, __pyx_L1_error)
+  __pyx_v_upp = ((float const *)__pyx_t_3);
+
+
+  /* "luce/_cpu_sequence.pxi":209
+ *     cdef const float *gp = <const float *>_data(gate, cnp.NPY_FLOAT32, n, "gate")
+ *     cdef const float *upp = <const float *>_data(up, cnp.NPY_FLOAT32, n, "up")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, n, "output")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+  __pyx_t_3 = __pyx_f_4luce_4_cpu__data(__pyx_v_y, NPY_FLOAT32, __pyx_v_n, __pyx_mstate_global->__pyx_n_u_output); if (unlikely(__pyx_t_3 == ((void *)NULL))) __PYX_ERR(2, 209, __pyx_L1_error)
+  __pyx_v_yp = ((float *)__pyx_t_3);
+
+
+  /* "luce/_cpu_sequence.pxi":211
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, n, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_swiglu(gp, upp, yp, n)
+ *     return _seq_check(rc, "swiglu")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":212
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_swiglu(gp, upp, yp, n)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "swiglu")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_swiglu(__pyx_v_gp, __pyx_v_upp, __pyx_v_yp, __pyx_v_n);
+      }
+
+      /* "luce/_cpu_sequence.pxi":211
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, n, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_swiglu(gp, upp, yp, n)
+ *     return _seq_check(rc, "swiglu")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L5;
+        }
+        __pyx_L5:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":213
+ *     with nogil:
+ *         rc = luce_cpu_swiglu(gp, upp, yp, n)
+ *     return _seq_check(rc, "swiglu")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_swiglu); if (unlikely(__pyx_t_4 == ((int)-1))) __PYX_ERR(2, 213, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyLong_From_int(__pyx_t_4); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 213, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_1;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_1 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":205
+ * 
+ * 
+ * def swiglu(gate, up, y):             # <<<<<<<<<<<<<<
+ *     cdef int64_t n = gate.size
+ *     cdef const float *gp = <const float *>_data(gate, cnp.NPY_FLOAT32, n, "gate")
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_AddTraceback("luce._cpu.swiglu", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":216
+ * 
+ * 
+ * cdef int _gdn_rows(luce_cpu_gdn_rows *r, q, k, v, g, beta) except -1:             # <<<<<<<<<<<<<<
+ *     """r <- q, k [T, H, Dk], v [T, H, Dv], g, beta [T, H] f32."""
+ *     r.T, r.H, r.Dk, r.Dv = q.shape[0], q.shape[1], q.shape[2], v.shape[2]
+*/
+
+static int __pyx_f_4luce_4_cpu__gdn_rows(luce_cpu_gdn_rows *__pyx_v_r, PyObject *__pyx_v_q, PyObject *__pyx_v_k, PyObject *__pyx_v_v, PyObject *__pyx_v_g, PyObject *__pyx_v_beta) {
+  int __pyx_r;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  PyObject *__pyx_t_2 = NULL;
+  int64_t __pyx_t_3;
+  int64_t __pyx_t_4;
+  int64_t __pyx_t_5;
+  int64_t __pyx_t_6;
+  void *__pyx_t_7;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("_gdn_rows", 0);
+
+  /* "luce/_cpu_sequence.pxi":218
+ * cdef int _gdn_rows(luce_cpu_gdn_rows *r, q, k, v, g, beta) except -1:
+ *     """r <- q, k [T, H, Dk], v [T, H, Dv], g, beta [T, H] f32."""
+ *     r.T, r.H, r.Dk, r.Dv = q.shape[0], q.shape[1], q.shape[2], v.shape[2]             # <<<<<<<<<<<<<<
+ *     r.q = <const float *>_data(q, cnp.NPY_FLOAT32, r.T * r.H * r.Dk, "q")
+ *     r.k = <const float *>_data(k, cnp.NPY_FLOAT32, r.T * r.H * r.Dk, "k")
+*/
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_q, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 0, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_q, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 1, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_4 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_4 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_q, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 2, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_5 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_5 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_v, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 2, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_6 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_6 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 218, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_r->T = __pyx_t_3;
+  __pyx_v_r->H = __pyx_t_4;
+  __pyx_v_r->Dk = __pyx_t_5;
+  __pyx_v_r->Dv = __pyx_t_6;
+
+  /* "luce/_cpu_sequence.pxi":219
+ *     """r <- q, k [T, H, Dk], v [T, H, Dv], g, beta [T, H] f32."""
+ *     r.T, r.H, r.Dk, r.Dv = q.shape[0], q.shape[1], q.shape[2], v.shape[2]
+ *     r.q = <const float *>_data(q, cnp.NPY_FLOAT32, r.T * r.H * r.Dk, "q")             # <<<<<<<<<<<<<<
+ *     r.k = <const float *>_data(k, cnp.NPY_FLOAT32, r.T * r.H * r.Dk, "k")
+ *     r.v = <const float *>_data(v, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "v")
+*/
+  __pyx_t_7 = __pyx_f_4luce_4_cpu__data(__pyx_v_q, NPY_FLOAT32, ((__pyx_v_r->T * __pyx_v_r->H) * __pyx_v_r->Dk), __pyx_mstate_global->__pyx_n_u_q); if (unlikely(__pyx_t_7 == ((void *)NULL))) __PYX_ERR(2, 219, __pyx_L1_error)
+  __pyx_v_r->q = ((float const *)__pyx_t_7);
+
+
+  /* "luce/_cpu_sequence.pxi":220
+ *     r.T, r.H, r.Dk, r.Dv = q.shape[0], q.shape[1], q.shape[2], v.shape[2]
+ *     r.q = <const float *>_data(q, cnp.NPY_FLOAT32, r.T * r.H * r.Dk, "q")
+ *     r.k = <const float *>_data(k, cnp.NPY_FLOAT32, r.T * r.H * r.Dk, "k")             # <<<<<<<<<<<<<<
+ *     r.v = <const float *>_data(v, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "v")
+ *     r.g = <const float *>_data(g, cnp.NPY_FLOAT32, r.T * r.H, "g")
+*/
+  __pyx_t_7 = __pyx_f_4luce_4_cpu__data(__pyx_v_k, NPY_FLOAT32, ((__pyx_v_r->T * __pyx_v_r->H) * __pyx_v_r->Dk), __pyx_mstate_global->__pyx_n_u_k); if (unlikely(__pyx_t_7 == ((void *)NULL))) __PYX_ERR(2, 220, __pyx_L1_error)
+  __pyx_v_r->k = ((float const *)__pyx_t_7);
+
+
+  /* "luce/_cpu_sequence.pxi":221
+ *     r.q = <const float *>_data(q, cnp.NPY_FLOAT32, r.T * r.H * r.Dk, "q")
+ *     r.k = <const float *>_data(k, cnp.NPY_FLOAT32, r.T * r.H * r.Dk, "k")
+ *     r.v = <const float *>_data(v, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "v")             # <<<<<<<<<<<<<<
+ *     r.g = <const float *>_data(g, cnp.NPY_FLOAT32, r.T * r.H, "g")
+ *     r.beta = <const float *>_data(beta, cnp.NPY_FLOAT32, r.T * r.H, "beta")
+*/
+  __pyx_t_7 = __pyx_f_4luce_4_cpu__data(__pyx_v_v, NPY_FLOAT32, ((__pyx_v_r->T * __pyx_v_r->H) * __pyx_v_r->Dv), __pyx_mstate_global->__pyx_n_u_v); if (unlikely(__pyx_t_7 == ((void *)NULL))) __PYX_ERR(2, 221, __pyx_L1_error)
+  __pyx_v_r->v = ((float const *)__pyx_t_7);
+
+
+  /* "luce/_cpu_sequence.pxi":222
+ *     r.k = <const float *>_data(k, cnp.NPY_FLOAT32, r.T * r.H * r.Dk, "k")
+ *     r.v = <const float *>_data(v, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "v")
+ *     r.g = <const float *>_data(g, cnp.NPY_FLOAT32, r.T * r.H, "g")             # <<<<<<<<<<<<<<
+ *     r.beta = <const float *>_data(beta, cnp.NPY_FLOAT32, r.T * r.H, "beta")
+ *     return 0
+*/
+  __pyx_t_7 = __pyx_f_4luce_4_cpu__data(__pyx_v_g, NPY_FLOAT32, (__pyx_v_r->T * __pyx_v_r->H), __pyx_mstate_global->__pyx_n_u_g); if (unlikely(__pyx_t_7 == ((void *)NULL))) __PYX_ERR(2, 222, __pyx_L1_error)
+  __pyx_v_r->g = ((float const *)__pyx_t_7);
+
+
+  /* "luce/_cpu_sequence.pxi":223
+ *     r.v = <const float *>_data(v, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "v")
+ *     r.g = <const float *>_data(g, cnp.NPY_FLOAT32, r.T * r.H, "g")
+ *     r.beta = <const float *>_data(beta, cnp.NPY_FLOAT32, r.T * r.H, "beta")             # <<<<<<<<<<<<<<
+ *     return 0
+ * 
+*/
+  __pyx_t_7 = __pyx_f_4luce_4_cpu__data(__pyx_v_beta, NPY_FLOAT32, (__pyx_v_r->T * __pyx_v_r->H), __pyx_mstate_global->__pyx_n_u_beta); if (unlikely(__pyx_t_7 == ((void *)NULL))) __PYX_ERR(2, 223, __pyx_L1_error)
+  __pyx_v_r->beta = ((float const *)__pyx_t_7);
+
+
+  /* "luce/_cpu_sequence.pxi":224
+ *     r.g = <const float *>_data(g, cnp.NPY_FLOAT32, r.T * r.H, "g")
+ *     r.beta = <const float *>_data(beta, cnp.NPY_FLOAT32, r.T * r.H, "beta")
+ *     return 0             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  {
+
+    __pyx_r = 0;
+  }
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":216
+ * 
+ * 
+ * cdef int _gdn_rows(luce_cpu_gdn_rows *r, q, k, v, g, beta) except -1:             # <<<<<<<<<<<<<<
+ *     """r <- q, k [T, H, Dk], v [T, H, Dv], g, beta [T, H] f32."""
+ *     r.T, r.H, r.Dk, r.Dv = q.shape[0], q.shape[1], q.shape[2], v.shape[2]
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_AddTraceback("luce._cpu._gdn_rows", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = -1;
+  __pyx_L0:;
+
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":227
+ * 
+ * 
+ * def gdn_recurrent(q, k, v, g, beta, state_in, state_out, o):             # <<<<<<<<<<<<<<
+ *     """All tokens from state_in [H, Dk, Dv] into state_out (may be state_in) -> o [T, H, Dv]."""
+ *     cdef luce_cpu_gdn_rows r
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_31gdn_recurrent(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_4luce_4_cpu_30gdn_recurrent, "All tokens from state_in [H, Dk, Dv] into state_out (may be state_in) -> o [T, H, Dv].");
+static PyMethodDef __pyx_mdef_4luce_4_cpu_31gdn_recurrent = {"gdn_recurrent", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_31gdn_recurrent, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4luce_4_cpu_30gdn_recurrent};
+static PyObject *__pyx_pw_4luce_4_cpu_31gdn_recurrent(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_q = 0;
+  PyObject *__pyx_v_k = 0;
+  PyObject *__pyx_v_v = 0;
+  PyObject *__pyx_v_g = 0;
+  PyObject *__pyx_v_beta = 0;
+  PyObject *__pyx_v_state_in = 0;
+  PyObject *__pyx_v_state_out = 0;
+  PyObject *__pyx_v_o = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[8] = {0,0,0,0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("gdn_recurrent (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_q,&__pyx_mstate_global->__pyx_n_u_k,&__pyx_mstate_global->__pyx_n_u_v,&__pyx_mstate_global->__pyx_n_u_g,&__pyx_mstate_global->__pyx_n_u_beta,&__pyx_mstate_global->__pyx_n_u_state_in,&__pyx_mstate_global->__pyx_n_u_state_out,&__pyx_mstate_global->__pyx_n_u_o,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 227, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  8:
+        values[7] = __Pyx_ArgRef_FASTCALL(__pyx_args, 7);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(2, 227, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  7:
+        values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(2, 227, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  6:
+        values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 227, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 227, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 227, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 227, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 227, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 227, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "gdn_recurrent", 0) < (0)) __PYX_ERR(2, 227, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 8; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("gdn_recurrent", 1, 8, 8, i); __PYX_ERR(2, 227, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 8)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 227, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 227, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 227, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 227, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 227, __pyx_L3_error)
+      values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 227, __pyx_L3_error)
+      values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(2, 227, __pyx_L3_error)
+      values[7] = __Pyx_ArgRef_FASTCALL(__pyx_args, 7);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(2, 227, __pyx_L3_error)
+    }
+    __pyx_v_q = values[0];
+    __pyx_v_k = values[1];
+    __pyx_v_v = values[2];
+    __pyx_v_g = values[3];
+    __pyx_v_beta = values[4];
+    __pyx_v_state_in = values[5];
+    __pyx_v_state_out = values[6];
+    __pyx_v_o = values[7];
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("gdn_recurrent", 1, 8, 8, __pyx_nargs); __PYX_ERR(2, 227, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.gdn_recurrent", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_30gdn_recurrent(__pyx_self, __pyx_v_q, __pyx_v_k, __pyx_v_v, __pyx_v_g, __pyx_v_beta, __pyx_v_state_in, __pyx_v_state_out, __pyx_v_o);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_30gdn_recurrent(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_q, PyObject *__pyx_v_k, PyObject *__pyx_v_v, PyObject *__pyx_v_g, PyObject *__pyx_v_beta, PyObject *__pyx_v_state_in, PyObject *__pyx_v_state_out, PyObject *__pyx_v_o) {
+  luce_cpu_gdn_rows __pyx_v_r;
+  float const *__pyx_v_si;
+  float *__pyx_v_so;
+  float *__pyx_v_op;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  int __pyx_t_1;
+  void *__pyx_t_2;
+  PyObject *__pyx_t_3 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("gdn_recurrent", 0);
+
+  /* "luce/_cpu_sequence.pxi":230
+ *     """All tokens from state_in [H, Dk, Dv] into state_out (may be state_in) -> o [T, H, Dv]."""
+ *     cdef luce_cpu_gdn_rows r
+ *     _gdn_rows(&r, q, k, v, g, beta)             # <<<<<<<<<<<<<<
+ *     cdef const float *si = <const float *>_data(state_in, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "state")
+ *     cdef float *so = <float *>_data(state_out, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "new state")
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__gdn_rows((&__pyx_v_r), __pyx_v_q, __pyx_v_k, __pyx_v_v, __pyx_v_g, __pyx_v_beta); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(2, 230, __pyx_L1_error)
+
+
+  /* "luce/_cpu_sequence.pxi":231
+ *     cdef luce_cpu_gdn_rows r
+ *     _gdn_rows(&r, q, k, v, g, beta)
+ *     cdef const float *si = <const float *>_data(state_in, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "state")             # <<<<<<<<<<<<<<
+ *     cdef float *so = <float *>_data(state_out, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "new state")
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__data(__pyx_v_state_in, NPY_FLOAT32, ((__pyx_v_r.H * __pyx_v_r.Dk) * __pyx_v_r.Dv), __pyx_mstate_global->__pyx_n_u_state); if (unlikely(__pyx_t_2 == ((void *)NULL))) __PYX_ERR(2, 231, __pyx_L1_error)
+  __pyx_v_si = ((float const *)__pyx_t_2);
+
+
+  /* "luce/_cpu_sequence.pxi":232
+ *     _gdn_rows(&r, q, k, v, g, beta)
+ *     cdef const float *si = <const float *>_data(state_in, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "state")
+ *     cdef float *so = <float *>_data(state_out, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "new state")             # <<<<<<<<<<<<<<
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+ *     cdef int rc
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__data(__pyx_v_state_out, NPY_FLOAT32, ((__pyx_v_r.H * __pyx_v_r.Dk) * __pyx_v_r.Dv), __pyx_mstate_global->__pyx_kp_u_new_state); if (unlikely(__pyx_t_2 == ((void *)NULL))) __PYX_ERR(2, 232, __pyx_L1_error)
+  __pyx_v_so = ((float *)__pyx_t_2);
+
+
+  /* "luce/_cpu_sequence.pxi":233
+ *     cdef const float *si = <const float *>_data(state_in, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "state")
+ *     cdef float *so = <float *>_data(state_out, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "new state")
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__data(__pyx_v_o, NPY_FLOAT32, ((__pyx_v_r.T * __pyx_v_r.H) * __pyx_v_r.Dv), __pyx_mstate_global->__pyx_n_u_output); if (unlikely(__pyx_t_2 == ((void *)NULL))) __PYX_ERR(2, 233, __pyx_L1_error)
+  __pyx_v_op = ((float *)__pyx_t_2);
+
+
+  /* "luce/_cpu_sequence.pxi":235
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_gdn_recurrent(&r, si, so, op)
+ *     return _seq_check(rc, "gdn_recurrent")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":236
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_gdn_recurrent(&r, si, so, op)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "gdn_recurrent")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_gdn_recurrent((&__pyx_v_r), __pyx_v_si, __pyx_v_so, __pyx_v_op);
+      }
+
+      /* "luce/_cpu_sequence.pxi":235
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_gdn_recurrent(&r, si, so, op)
+ *     return _seq_check(rc, "gdn_recurrent")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L5;
+        }
+        __pyx_L5:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":237
+ *     with nogil:
+ *         rc = luce_cpu_gdn_recurrent(&r, si, so, op)
+ *     return _seq_check(rc, "gdn_recurrent")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_gdn_recurrent); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(2, 237, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyLong_From_int(__pyx_t_1); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 237, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_3;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_3 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":227
+ * 
+ * 
+ * def gdn_recurrent(q, k, v, g, beta, state_in, state_out, o):             # <<<<<<<<<<<<<<
+ *     """All tokens from state_in [H, Dk, Dv] into state_out (may be state_in) -> o [T, H, Dv]."""
+ *     cdef luce_cpu_gdn_rows r
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_AddTraceback("luce._cpu.gdn_recurrent", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":240
+ * 
+ * 
+ * def gdn_segments(q, k, v, g, beta, pool, batch, o):             # <<<<<<<<<<<<<<
+ *     """Every live segment from pool[seq_slots[s]] ([slots, H, Dk, Dv], in place) -> o [T, H, Dv]."""
+ *     cdef luce_cpu_gdn_rows r
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_33gdn_segments(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_4luce_4_cpu_32gdn_segments, "Every live segment from pool[seq_slots[s]] ([slots, H, Dk, Dv], in place) -> o [T, H, Dv].");
+static PyMethodDef __pyx_mdef_4luce_4_cpu_33gdn_segments = {"gdn_segments", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_33gdn_segments, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4luce_4_cpu_32gdn_segments};
+static PyObject *__pyx_pw_4luce_4_cpu_33gdn_segments(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_q = 0;
+  PyObject *__pyx_v_k = 0;
+  PyObject *__pyx_v_v = 0;
+  PyObject *__pyx_v_g = 0;
+  PyObject *__pyx_v_beta = 0;
+  PyObject *__pyx_v_pool = 0;
+  PyObject *__pyx_v_batch = 0;
+  PyObject *__pyx_v_o = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[8] = {0,0,0,0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("gdn_segments (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_q,&__pyx_mstate_global->__pyx_n_u_k,&__pyx_mstate_global->__pyx_n_u_v,&__pyx_mstate_global->__pyx_n_u_g,&__pyx_mstate_global->__pyx_n_u_beta,&__pyx_mstate_global->__pyx_n_u_pool,&__pyx_mstate_global->__pyx_n_u_batch,&__pyx_mstate_global->__pyx_n_u_o,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 240, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  8:
+        values[7] = __Pyx_ArgRef_FASTCALL(__pyx_args, 7);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(2, 240, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  7:
+        values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(2, 240, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  6:
+        values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 240, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 240, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 240, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 240, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 240, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 240, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "gdn_segments", 0) < (0)) __PYX_ERR(2, 240, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 8; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("gdn_segments", 1, 8, 8, i); __PYX_ERR(2, 240, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 8)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 240, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 240, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 240, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 240, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 240, __pyx_L3_error)
+      values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 240, __pyx_L3_error)
+      values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(2, 240, __pyx_L3_error)
+      values[7] = __Pyx_ArgRef_FASTCALL(__pyx_args, 7);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(2, 240, __pyx_L3_error)
+    }
+    __pyx_v_q = values[0];
+    __pyx_v_k = values[1];
+    __pyx_v_v = values[2];
+    __pyx_v_g = values[3];
+    __pyx_v_beta = values[4];
+    __pyx_v_pool = values[5];
+    __pyx_v_batch = values[6];
+    __pyx_v_o = values[7];
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("gdn_segments", 1, 8, 8, __pyx_nargs); __PYX_ERR(2, 240, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.gdn_segments", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_32gdn_segments(__pyx_self, __pyx_v_q, __pyx_v_k, __pyx_v_v, __pyx_v_g, __pyx_v_beta, __pyx_v_pool, __pyx_v_batch, __pyx_v_o);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_32gdn_segments(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_q, PyObject *__pyx_v_k, PyObject *__pyx_v_v, PyObject *__pyx_v_g, PyObject *__pyx_v_beta, PyObject *__pyx_v_pool, PyObject *__pyx_v_batch, PyObject *__pyx_v_o) {
+  luce_cpu_gdn_rows __pyx_v_r;
+  PyObject *__pyx_v_keep = 0;
+  luce_cpu_batch __pyx_v_b;
+  int64_t __pyx_v_n_slots;
+  float *__pyx_v_pp;
+  float *__pyx_v_op;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  int __pyx_t_2;
+  PyObject *__pyx_t_3 = NULL;
+  int64_t __pyx_t_4;
+  void *__pyx_t_5;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("gdn_segments", 0);
+
+  /* "luce/_cpu_sequence.pxi":243
+ *     """Every live segment from pool[seq_slots[s]] ([slots, H, Dk, Dv], in place) -> o [T, H, Dv]."""
+ *     cdef luce_cpu_gdn_rows r
+ *     cdef list keep = []             # <<<<<<<<<<<<<<
+ *     cdef luce_cpu_batch b
+ *     _gdn_rows(&r, q, k, v, g, beta)
+*/
+  __pyx_t_1 = PyList_New(0); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 243, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_v_keep = ((PyObject*)__pyx_t_1);
+  __pyx_t_1 = 0;
+
+  /* "luce/_cpu_sequence.pxi":245
+ *     cdef list keep = []
+ *     cdef luce_cpu_batch b
+ *     _gdn_rows(&r, q, k, v, g, beta)             # <<<<<<<<<<<<<<
+ *     _fill_batch(&b, batch, keep, 0, 1, False)
+ *     cdef int64_t n_slots = pool.shape[0]
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__gdn_rows((&__pyx_v_r), __pyx_v_q, __pyx_v_k, __pyx_v_v, __pyx_v_g, __pyx_v_beta); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(2, 245, __pyx_L1_error)
+
+
+  /* "luce/_cpu_sequence.pxi":246
+ *     cdef luce_cpu_batch b
+ *     _gdn_rows(&r, q, k, v, g, beta)
+ *     _fill_batch(&b, batch, keep, 0, 1, False)             # <<<<<<<<<<<<<<
+ *     cdef int64_t n_slots = pool.shape[0]
+ *     cdef float *pp = <float *>_data(pool, cnp.NPY_FLOAT32, n_slots * r.H * r.Dk * r.Dv, "state pool")
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__fill_batch((&__pyx_v_b), __pyx_v_batch, __pyx_v_keep, 0, 1, 0); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(2, 246, __pyx_L1_error)
+
+
+  /* "luce/_cpu_sequence.pxi":247
+ *     _gdn_rows(&r, q, k, v, g, beta)
+ *     _fill_batch(&b, batch, keep, 0, 1, False)
+ *     cdef int64_t n_slots = pool.shape[0]             # <<<<<<<<<<<<<<
+ *     cdef float *pp = <float *>_data(pool, cnp.NPY_FLOAT32, n_slots * r.H * r.Dk * r.Dv, "state pool")
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+*/
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_pool, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 247, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_3 = __Pyx_GetItemInt(__pyx_t_1, 0, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 247, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_4 = __Pyx_PyLong_As_int64_t(__pyx_t_3); if (unlikely((__pyx_t_4 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 247, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_3); __pyx_t_3 = 0;
+  __pyx_v_n_slots = __pyx_t_4;
+
+  /* "luce/_cpu_sequence.pxi":248
+ *     _fill_batch(&b, batch, keep, 0, 1, False)
+ *     cdef int64_t n_slots = pool.shape[0]
+ *     cdef float *pp = <float *>_data(pool, cnp.NPY_FLOAT32, n_slots * r.H * r.Dk * r.Dv, "state pool")             # <<<<<<<<<<<<<<
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+ *     cdef int rc
+*/
+  __pyx_t_5 = __pyx_f_4luce_4_cpu__data(__pyx_v_pool, NPY_FLOAT32, (((__pyx_v_n_slots * __pyx_v_r.H) * __pyx_v_r.Dk) * __pyx_v_r.Dv), __pyx_mstate_global->__pyx_kp_u_state_pool); if (unlikely(__pyx_t_5 == ((void *)NULL))) __PYX_ERR(2, 248, __pyx_L1_error)
+  __pyx_v_pp = ((float *)__pyx_t_5);
+
+
+  /* "luce/_cpu_sequence.pxi":249
+ *     cdef int64_t n_slots = pool.shape[0]
+ *     cdef float *pp = <float *>_data(pool, cnp.NPY_FLOAT32, n_slots * r.H * r.Dk * r.Dv, "state pool")
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+  __pyx_t_5 = __pyx_f_4luce_4_cpu__data(__pyx_v_o, NPY_FLOAT32, ((__pyx_v_r.T * __pyx_v_r.H) * __pyx_v_r.Dv), __pyx_mstate_global->__pyx_n_u_output); if (unlikely(__pyx_t_5 == ((void *)NULL))) __PYX_ERR(2, 249, __pyx_L1_error)
+  __pyx_v_op = ((float *)__pyx_t_5);
+
+
+  /* "luce/_cpu_sequence.pxi":251
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_gdn_segments(&r, pp, n_slots, &b, op)
+ *     return _seq_check(rc, "gdn_recurrent_segments")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":252
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_gdn_segments(&r, pp, n_slots, &b, op)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "gdn_recurrent_segments")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_gdn_segments((&__pyx_v_r), __pyx_v_pp, __pyx_v_n_slots, (&__pyx_v_b), __pyx_v_op);
+      }
+
+      /* "luce/_cpu_sequence.pxi":251
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_gdn_segments(&r, pp, n_slots, &b, op)
+ *     return _seq_check(rc, "gdn_recurrent_segments")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L5;
+        }
+        __pyx_L5:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":253
+ *     with nogil:
+ *         rc = luce_cpu_gdn_segments(&r, pp, n_slots, &b, op)
+ *     return _seq_check(rc, "gdn_recurrent_segments")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_gdn_recurrent_segments); if (unlikely(__pyx_t_2 == ((int)-1))) __PYX_ERR(2, 253, __pyx_L1_error)
+  __pyx_t_3 = __Pyx_PyLong_From_int(__pyx_t_2); if (unlikely(!__pyx_t_3)) __PYX_ERR(2, 253, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_3);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_3;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_3 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":240
+ * 
+ * 
+ * def gdn_segments(q, k, v, g, beta, pool, batch, o):             # <<<<<<<<<<<<<<
+ *     """Every live segment from pool[seq_slots[s]] ([slots, H, Dk, Dv], in place) -> o [T, H, Dv]."""
+ *     cdef luce_cpu_gdn_rows r
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_3);
+  __Pyx_AddTraceback("luce._cpu.gdn_segments", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+  __Pyx_XDECREF(__pyx_v_keep);
+
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":256
+ * 
+ * 
+ * def gdn_tree_verify(q, k, v, g, beta, parents, state, o, u, node_states):             # <<<<<<<<<<<<<<
+ *     """Tree of T nodes (parents int32 [T]) from state [H, Dk, Dv] -> o [T, H, Dv] and either
+ *     u [T, H, Dv] (factor mode; node_states None) or node_states [T, H, Dk, Dv] (u None)."""
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_35gdn_tree_verify(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_4luce_4_cpu_34gdn_tree_verify, "Tree of T nodes (parents int32 [T]) from state [H, Dk, Dv] -> o [T, H, Dv] and either\n    u [T, H, Dv] (factor mode; node_states None) or node_states [T, H, Dk, Dv] (u None).");
+static PyMethodDef __pyx_mdef_4luce_4_cpu_35gdn_tree_verify = {"gdn_tree_verify", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_35gdn_tree_verify, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4luce_4_cpu_34gdn_tree_verify};
+static PyObject *__pyx_pw_4luce_4_cpu_35gdn_tree_verify(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_q = 0;
+  PyObject *__pyx_v_k = 0;
+  PyObject *__pyx_v_v = 0;
+  PyObject *__pyx_v_g = 0;
+  PyObject *__pyx_v_beta = 0;
+  PyObject *__pyx_v_parents = 0;
+  PyObject *__pyx_v_state = 0;
+  PyObject *__pyx_v_o = 0;
+  PyObject *__pyx_v_u = 0;
+  PyObject *__pyx_v_node_states = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[10] = {0,0,0,0,0,0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("gdn_tree_verify (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_q,&__pyx_mstate_global->__pyx_n_u_k,&__pyx_mstate_global->__pyx_n_u_v,&__pyx_mstate_global->__pyx_n_u_g,&__pyx_mstate_global->__pyx_n_u_beta,&__pyx_mstate_global->__pyx_n_u_parents,&__pyx_mstate_global->__pyx_n_u_state,&__pyx_mstate_global->__pyx_n_u_o,&__pyx_mstate_global->__pyx_n_u_u,&__pyx_mstate_global->__pyx_n_u_node_states,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 256, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case 10:
+        values[9] = __Pyx_ArgRef_FASTCALL(__pyx_args, 9);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[9])) __PYX_ERR(2, 256, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  9:
+        values[8] = __Pyx_ArgRef_FASTCALL(__pyx_args, 8);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[8])) __PYX_ERR(2, 256, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  8:
+        values[7] = __Pyx_ArgRef_FASTCALL(__pyx_args, 7);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(2, 256, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  7:
+        values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(2, 256, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  6:
+        values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 256, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 256, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 256, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 256, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 256, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 256, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "gdn_tree_verify", 0) < (0)) __PYX_ERR(2, 256, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 10; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("gdn_tree_verify", 1, 10, 10, i); __PYX_ERR(2, 256, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 10)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 256, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 256, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 256, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 256, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 256, __pyx_L3_error)
+      values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 256, __pyx_L3_error)
+      values[6] = __Pyx_ArgRef_FASTCALL(__pyx_args, 6);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[6])) __PYX_ERR(2, 256, __pyx_L3_error)
+      values[7] = __Pyx_ArgRef_FASTCALL(__pyx_args, 7);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[7])) __PYX_ERR(2, 256, __pyx_L3_error)
+      values[8] = __Pyx_ArgRef_FASTCALL(__pyx_args, 8);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[8])) __PYX_ERR(2, 256, __pyx_L3_error)
+      values[9] = __Pyx_ArgRef_FASTCALL(__pyx_args, 9);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[9])) __PYX_ERR(2, 256, __pyx_L3_error)
+    }
+    __pyx_v_q = values[0];
+    __pyx_v_k = values[1];
+    __pyx_v_v = values[2];
+    __pyx_v_g = values[3];
+    __pyx_v_beta = values[4];
+    __pyx_v_parents = values[5];
+    __pyx_v_state = values[6];
+    __pyx_v_o = values[7];
+    __pyx_v_u = values[8];
+    __pyx_v_node_states = values[9];
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("gdn_tree_verify", 1, 10, 10, __pyx_nargs); __PYX_ERR(2, 256, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.gdn_tree_verify", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_34gdn_tree_verify(__pyx_self, __pyx_v_q, __pyx_v_k, __pyx_v_v, __pyx_v_g, __pyx_v_beta, __pyx_v_parents, __pyx_v_state, __pyx_v_o, __pyx_v_u, __pyx_v_node_states);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_34gdn_tree_verify(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_q, PyObject *__pyx_v_k, PyObject *__pyx_v_v, PyObject *__pyx_v_g, PyObject *__pyx_v_beta, PyObject *__pyx_v_parents, PyObject *__pyx_v_state, PyObject *__pyx_v_o, PyObject *__pyx_v_u, PyObject *__pyx_v_node_states) {
+  luce_cpu_gdn_rows __pyx_v_r;
+  int32_t const *__pyx_v_tp;
+  float const *__pyx_v_sp;
+  float *__pyx_v_op;
+  float *__pyx_v_up;
+  float *__pyx_v_ns;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  int __pyx_t_1;
+  void *__pyx_t_2;
+  int __pyx_t_3;
+  PyObject *__pyx_t_4 = NULL;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("gdn_tree_verify", 0);
+
+  /* "luce/_cpu_sequence.pxi":260
+ *     u [T, H, Dv] (factor mode; node_states None) or node_states [T, H, Dk, Dv] (u None)."""
+ *     cdef luce_cpu_gdn_rows r
+ *     _gdn_rows(&r, q, k, v, g, beta)             # <<<<<<<<<<<<<<
+ *     cdef const int32_t *tp = <const int32_t *>_data(parents, cnp.NPY_INT32, r.T, "tree parents")
+ *     cdef const float *sp = <const float *>_data(state, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "state")
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__gdn_rows((&__pyx_v_r), __pyx_v_q, __pyx_v_k, __pyx_v_v, __pyx_v_g, __pyx_v_beta); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(2, 260, __pyx_L1_error)
+
+
+  /* "luce/_cpu_sequence.pxi":261
+ *     cdef luce_cpu_gdn_rows r
+ *     _gdn_rows(&r, q, k, v, g, beta)
+ *     cdef const int32_t *tp = <const int32_t *>_data(parents, cnp.NPY_INT32, r.T, "tree parents")             # <<<<<<<<<<<<<<
+ *     cdef const float *sp = <const float *>_data(state, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "state")
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__data(__pyx_v_parents, NPY_INT32, __pyx_v_r.T, __pyx_mstate_global->__pyx_kp_u_tree_parents_2); if (unlikely(__pyx_t_2 == ((void *)NULL))) __PYX_ERR(2, 261, __pyx_L1_error)
+  __pyx_v_tp = ((int32_t const *)__pyx_t_2);
+
+
+  /* "luce/_cpu_sequence.pxi":262
+ *     _gdn_rows(&r, q, k, v, g, beta)
+ *     cdef const int32_t *tp = <const int32_t *>_data(parents, cnp.NPY_INT32, r.T, "tree parents")
+ *     cdef const float *sp = <const float *>_data(state, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "state")             # <<<<<<<<<<<<<<
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+ *     cdef float *up = NULL
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__data(__pyx_v_state, NPY_FLOAT32, ((__pyx_v_r.H * __pyx_v_r.Dk) * __pyx_v_r.Dv), __pyx_mstate_global->__pyx_n_u_state); if (unlikely(__pyx_t_2 == ((void *)NULL))) __PYX_ERR(2, 262, __pyx_L1_error)
+  __pyx_v_sp = ((float const *)__pyx_t_2);
+
+
+  /* "luce/_cpu_sequence.pxi":263
+ *     cdef const int32_t *tp = <const int32_t *>_data(parents, cnp.NPY_INT32, r.T, "tree parents")
+ *     cdef const float *sp = <const float *>_data(state, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "state")
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")             # <<<<<<<<<<<<<<
+ *     cdef float *up = NULL
+ *     cdef float *ns = NULL
+*/
+  __pyx_t_2 = __pyx_f_4luce_4_cpu__data(__pyx_v_o, NPY_FLOAT32, ((__pyx_v_r.T * __pyx_v_r.H) * __pyx_v_r.Dv), __pyx_mstate_global->__pyx_n_u_output); if (unlikely(__pyx_t_2 == ((void *)NULL))) __PYX_ERR(2, 263, __pyx_L1_error)
+  __pyx_v_op = ((float *)__pyx_t_2);
+
+
+  /* "luce/_cpu_sequence.pxi":264
+ *     cdef const float *sp = <const float *>_data(state, cnp.NPY_FLOAT32, r.H * r.Dk * r.Dv, "state")
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+ *     cdef float *up = NULL             # <<<<<<<<<<<<<<
+ *     cdef float *ns = NULL
+ *     if u is not None:
+*/
+  __pyx_v_up = NULL;
+
+  /* "luce/_cpu_sequence.pxi":265
+ *     cdef float *op = <float *>_data(o, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "output")
+ *     cdef float *up = NULL
+ *     cdef float *ns = NULL             # <<<<<<<<<<<<<<
+ *     if u is not None:
+ *         up = <float *>_data(u, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "u")
+*/
+  __pyx_v_ns = NULL;
+
+  /* "luce/_cpu_sequence.pxi":266
+ *     cdef float *up = NULL
+ *     cdef float *ns = NULL
+ *     if u is not None:             # <<<<<<<<<<<<<<
+ *         up = <float *>_data(u, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "u")
+ *     if node_states is not None:
+*/
+  __pyx_t_3 = (__pyx_v_u != Py_None);
+  if (__pyx_t_3) {
+
+
+    /* "luce/_cpu_sequence.pxi":267
+ *     cdef float *ns = NULL
+ *     if u is not None:
+ *         up = <float *>_data(u, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "u")             # <<<<<<<<<<<<<<
+ *     if node_states is not None:
+ *         ns = <float *>_data(node_states, cnp.NPY_FLOAT32, r.T * r.H * r.Dk * r.Dv, "node states")
+*/
+    __pyx_t_2 = __pyx_f_4luce_4_cpu__data(__pyx_v_u, NPY_FLOAT32, ((__pyx_v_r.T * __pyx_v_r.H) * __pyx_v_r.Dv), __pyx_mstate_global->__pyx_n_u_u); if (unlikely(__pyx_t_2 == ((void *)NULL))) __PYX_ERR(2, 267, __pyx_L1_error)
+    __pyx_v_up = ((float *)__pyx_t_2);
+
+
+    /* "luce/_cpu_sequence.pxi":266
+ *     cdef float *up = NULL
+ *     cdef float *ns = NULL
+ *     if u is not None:             # <<<<<<<<<<<<<<
+ *         up = <float *>_data(u, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "u")
+ *     if node_states is not None:
+*/
+  }
+
+  /* "luce/_cpu_sequence.pxi":268
+ *     if u is not None:
+ *         up = <float *>_data(u, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "u")
+ *     if node_states is not None:             # <<<<<<<<<<<<<<
+ *         ns = <float *>_data(node_states, cnp.NPY_FLOAT32, r.T * r.H * r.Dk * r.Dv, "node states")
+ *     cdef int rc
+*/
+  __pyx_t_3 = (__pyx_v_node_states != Py_None);
+  if (__pyx_t_3) {
+
+
+    /* "luce/_cpu_sequence.pxi":269
+ *         up = <float *>_data(u, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "u")
+ *     if node_states is not None:
+ *         ns = <float *>_data(node_states, cnp.NPY_FLOAT32, r.T * r.H * r.Dk * r.Dv, "node states")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+    __pyx_t_2 = __pyx_f_4luce_4_cpu__data(__pyx_v_node_states, NPY_FLOAT32, (((__pyx_v_r.T * __pyx_v_r.H) * __pyx_v_r.Dk) * __pyx_v_r.Dv), __pyx_mstate_global->__pyx_kp_u_node_states_2); if (unlikely(__pyx_t_2 == ((void *)NULL))) __PYX_ERR(2, 269, __pyx_L1_error)
+    __pyx_v_ns = ((float *)__pyx_t_2);
+
+
+    /* "luce/_cpu_sequence.pxi":268
+ *     if u is not None:
+ *         up = <float *>_data(u, cnp.NPY_FLOAT32, r.T * r.H * r.Dv, "u")
+ *     if node_states is not None:             # <<<<<<<<<<<<<<
+ *         ns = <float *>_data(node_states, cnp.NPY_FLOAT32, r.T * r.H * r.Dk * r.Dv, "node states")
+ *     cdef int rc
+*/
+  }
+
+  /* "luce/_cpu_sequence.pxi":271
+ *         ns = <float *>_data(node_states, cnp.NPY_FLOAT32, r.T * r.H * r.Dk * r.Dv, "node states")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_gdn_tree_verify(&r, tp, sp, op, up, ns)
+ *     return _seq_check(rc, "gdn_tree_verify")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":272
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_gdn_tree_verify(&r, tp, sp, op, up, ns)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "gdn_tree_verify")
+ * 
+*/
+        __pyx_v_rc = luce_cpu_gdn_tree_verify((&__pyx_v_r), __pyx_v_tp, __pyx_v_sp, __pyx_v_op, __pyx_v_up, __pyx_v_ns);
+      }
+
+      /* "luce/_cpu_sequence.pxi":271
+ *         ns = <float *>_data(node_states, cnp.NPY_FLOAT32, r.T * r.H * r.Dk * r.Dv, "node states")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_gdn_tree_verify(&r, tp, sp, op, up, ns)
+ *     return _seq_check(rc, "gdn_tree_verify")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L7;
+        }
+        __pyx_L7:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":273
+ *     with nogil:
+ *         rc = luce_cpu_gdn_tree_verify(&r, tp, sp, op, up, ns)
+ *     return _seq_check(rc, "gdn_tree_verify")             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  __pyx_t_1 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_gdn_tree_verify); if (unlikely(__pyx_t_1 == ((int)-1))) __PYX_ERR(2, 273, __pyx_L1_error)
+  __pyx_t_4 = __Pyx_PyLong_From_int(__pyx_t_1); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 273, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_4;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_4 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":256
+ * 
+ * 
+ * def gdn_tree_verify(q, k, v, g, beta, parents, state, o, u, node_states):             # <<<<<<<<<<<<<<
+ *     """Tree of T nodes (parents int32 [T]) from state [H, Dk, Dv] -> o [T, H, Dv] and either
+ *     u [T, H, Dv] (factor mode; node_states None) or node_states [T, H, Dk, Dv] (u None)."""
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_4);
+  __Pyx_AddTraceback("luce._cpu.gdn_tree_verify", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+/* "luce/_cpu_sequence.pxi":276
+ * 
+ * 
+ * def gdn_tree_commit(k, g, u, parents, path, state):             # <<<<<<<<<<<<<<
+ *     """Replay path (int32, root first) of factors k [n, H, Dk], g [n, H], u [n, H, Dv] on
+ *     state [H, Dk, Dv] in place."""
+*/
+
+/* Python wrapper */
+static PyObject *__pyx_pw_4luce_4_cpu_37gdn_tree_commit(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+); /*proto*/
+PyDoc_STRVAR(__pyx_doc_4luce_4_cpu_36gdn_tree_commit, "Replay path (int32, root first) of factors k [n, H, Dk], g [n, H], u [n, H, Dv] on\n    state [H, Dk, Dv] in place.");
+static PyMethodDef __pyx_mdef_4luce_4_cpu_37gdn_tree_commit = {"gdn_tree_commit", (PyCFunction)(void(*)(void))(__Pyx_PyCFunction_FastCallWithKeywords)__pyx_pw_4luce_4_cpu_37gdn_tree_commit, __Pyx_METH_FASTCALL|METH_KEYWORDS, __pyx_doc_4luce_4_cpu_36gdn_tree_commit};
+static PyObject *__pyx_pw_4luce_4_cpu_37gdn_tree_commit(PyObject *__pyx_self, 
+#if CYTHON_VECTORCALL
+PyObject *const *__pyx_args, Py_ssize_t __pyx_nargs, PyObject *__pyx_kwds
+#else
+PyObject *__pyx_args, PyObject *__pyx_kwds
+#endif
+) {
+  PyObject *__pyx_v_k = 0;
+  PyObject *__pyx_v_g = 0;
+  PyObject *__pyx_v_u = 0;
+  PyObject *__pyx_v_parents = 0;
+  PyObject *__pyx_v_path = 0;
+  PyObject *__pyx_v_state = 0;
+  #if !CYTHON_VECTORCALL
+  CYTHON_UNUSED Py_ssize_t __pyx_nargs;
+  #endif
+  CYTHON_UNUSED PyObject *const *__pyx_kwvalues;
+  PyObject* values[6] = {0,0,0,0,0,0};
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  PyObject *__pyx_r = 0;
+  __Pyx_RefNannyDeclarations
+  __Pyx_RefNannySetupContext("gdn_tree_commit (wrapper)", 0);
+  #if !CYTHON_VECTORCALL
+  #if CYTHON_ASSUME_SAFE_SIZE
+  __pyx_nargs = PyTuple_GET_SIZE(__pyx_args);
+  #else
+  __pyx_nargs = PyTuple_Size(__pyx_args); if (unlikely(__pyx_nargs < 0)) return NULL;
+  #endif
+  #endif
+  __pyx_kwvalues = __Pyx_KwValues_FASTCALL(__pyx_args, __pyx_nargs);
+  {
+    PyObject ** const __pyx_pyargnames[] = {&__pyx_mstate_global->__pyx_n_u_k,&__pyx_mstate_global->__pyx_n_u_g,&__pyx_mstate_global->__pyx_n_u_u,&__pyx_mstate_global->__pyx_n_u_parents,&__pyx_mstate_global->__pyx_n_u_path,&__pyx_mstate_global->__pyx_n_u_state,0};
+    const Py_ssize_t __pyx_kwds_len = (__pyx_kwds) ? __Pyx_NumKwargs_FASTCALL(__pyx_kwds) : 0;
+    if (unlikely(__pyx_kwds_len < 0)) __PYX_ERR(2, 276, __pyx_L3_error)
+    if (__pyx_kwds_len > 0) {
+      switch (__pyx_nargs) {
+        case  6:
+        values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 276, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  5:
+        values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 276, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  4:
+        values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 276, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  3:
+        values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 276, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  2:
+        values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 276, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  1:
+        values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+        if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 276, __pyx_L3_error)
+        CYTHON_FALLTHROUGH;
+        case  0: break;
+        default: goto __pyx_L5_argtuple_error;
+      }
+      const Py_ssize_t kwd_pos_args = __pyx_nargs;
+      if (__Pyx_ParseKeywords(__pyx_kwds, __pyx_kwvalues, __pyx_pyargnames, 0, values, kwd_pos_args, __pyx_kwds_len, "gdn_tree_commit", 0) < (0)) __PYX_ERR(2, 276, __pyx_L3_error)
+      for (Py_ssize_t i = __pyx_nargs; i < 6; i++) {
+        if (unlikely(!values[i])) { __Pyx_RaiseArgtupleInvalid("gdn_tree_commit", 1, 6, 6, i); __PYX_ERR(2, 276, __pyx_L3_error) }
+      }
+    } else if (unlikely(__pyx_nargs != 6)) {
+      goto __pyx_L5_argtuple_error;
+    } else {
+      values[0] = __Pyx_ArgRef_FASTCALL(__pyx_args, 0);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[0])) __PYX_ERR(2, 276, __pyx_L3_error)
+      values[1] = __Pyx_ArgRef_FASTCALL(__pyx_args, 1);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[1])) __PYX_ERR(2, 276, __pyx_L3_error)
+      values[2] = __Pyx_ArgRef_FASTCALL(__pyx_args, 2);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[2])) __PYX_ERR(2, 276, __pyx_L3_error)
+      values[3] = __Pyx_ArgRef_FASTCALL(__pyx_args, 3);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[3])) __PYX_ERR(2, 276, __pyx_L3_error)
+      values[4] = __Pyx_ArgRef_FASTCALL(__pyx_args, 4);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[4])) __PYX_ERR(2, 276, __pyx_L3_error)
+      values[5] = __Pyx_ArgRef_FASTCALL(__pyx_args, 5);
+      if (!CYTHON_ASSUME_SAFE_MACROS && unlikely(!values[5])) __PYX_ERR(2, 276, __pyx_L3_error)
+    }
+    __pyx_v_k = values[0];
+    __pyx_v_g = values[1];
+    __pyx_v_u = values[2];
+    __pyx_v_parents = values[3];
+    __pyx_v_path = values[4];
+    __pyx_v_state = values[5];
+  }
+  goto __pyx_L6_skip;
+  __pyx_L5_argtuple_error:;
+  __Pyx_RaiseArgtupleInvalid("gdn_tree_commit", 1, 6, 6, __pyx_nargs); __PYX_ERR(2, 276, __pyx_L3_error)
+  __pyx_L6_skip:;
+  goto __pyx_L4_argument_unpacking_done;
+  __pyx_L3_error:;
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_AddTraceback("luce._cpu.gdn_tree_commit", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __Pyx_RefNannyFinishContext();
+  return NULL;
+  __pyx_L4_argument_unpacking_done:;
+  __pyx_r = __pyx_pf_4luce_4_cpu_36gdn_tree_commit(__pyx_self, __pyx_v_k, __pyx_v_g, __pyx_v_u, __pyx_v_parents, __pyx_v_path, __pyx_v_state);
+
+  /* function exit code */
+  for (Py_ssize_t __pyx_temp=0; __pyx_temp < (Py_ssize_t)(sizeof(values)/sizeof(values[0])); ++__pyx_temp) {
+    Py_XDECREF(values[__pyx_temp]);
+  }
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
+
+static PyObject *__pyx_pf_4luce_4_cpu_36gdn_tree_commit(CYTHON_UNUSED PyObject *__pyx_self, PyObject *__pyx_v_k, PyObject *__pyx_v_g, PyObject *__pyx_v_u, PyObject *__pyx_v_parents, PyObject *__pyx_v_path, PyObject *__pyx_v_state) {
+  int64_t __pyx_v_n;
+  int64_t __pyx_v_H;
+  int64_t __pyx_v_Dk;
+  int64_t __pyx_v_Dv;
+  int64_t __pyx_v_n_path;
+  float const *__pyx_v_kp;
+  float const *__pyx_v_gp;
+  float const *__pyx_v_up;
+  int32_t const *__pyx_v_tp;
+  int32_t const *__pyx_v_pp;
+  float *__pyx_v_sp;
+  int __pyx_v_rc;
+  PyObject *__pyx_r = NULL;
+  __Pyx_RefNannyDeclarations
+  PyObject *__pyx_t_1 = NULL;
+  PyObject *__pyx_t_2 = NULL;
+  int64_t __pyx_t_3;
+  void *__pyx_t_4;
+  int __pyx_t_5;
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
+  __Pyx_RefNannySetupContext("gdn_tree_commit", 0);
+
+  /* "luce/_cpu_sequence.pxi":279
+ *     """Replay path (int32, root first) of factors k [n, H, Dk], g [n, H], u [n, H, Dv] on
+ *     state [H, Dk, Dv] in place."""
+ *     cdef int64_t n = k.shape[0], H = k.shape[1], Dk = k.shape[2], Dv = u.shape[2], n_path = path.size             # <<<<<<<<<<<<<<
+ *     cdef const float *kp = <const float *>_data(k, cnp.NPY_FLOAT32, n * H * Dk, "factor k")
+ *     cdef const float *gp = <const float *>_data(g, cnp.NPY_FLOAT32, n * H, "factor g")
+*/
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_k, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 0, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_v_n = __pyx_t_3;
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_k, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 1, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_H = __pyx_t_3;
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_k, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_2 = __Pyx_GetItemInt(__pyx_t_1, 2, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_2); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_v_Dk = __pyx_t_3;
+  __pyx_t_2 = __Pyx_PyObject_GetAttrStr(__pyx_v_u, __pyx_mstate_global->__pyx_n_u_shape); if (unlikely(!__pyx_t_2)) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_2);
+  __pyx_t_1 = __Pyx_GetItemInt(__pyx_t_2, 2, long, 1, __Pyx_PyLong_From_long, 0, 0, 1, __Pyx_ReferenceSharing_OwnStrongReference); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __Pyx_DECREF(__pyx_t_2); __pyx_t_2 = 0;
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_Dv = __pyx_t_3;
+  __pyx_t_1 = __Pyx_PyObject_GetAttrStr(__pyx_v_path, __pyx_mstate_global->__pyx_n_u_size); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+  __pyx_t_3 = __Pyx_PyLong_As_int64_t(__pyx_t_1); if (unlikely((__pyx_t_3 == ((int64_t)-1)) && PyErr_Occurred())) __PYX_ERR(2, 279, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
+  __pyx_v_n_path = __pyx_t_3;
+
+  /* "luce/_cpu_sequence.pxi":280
+ *     state [H, Dk, Dv] in place."""
+ *     cdef int64_t n = k.shape[0], H = k.shape[1], Dk = k.shape[2], Dv = u.shape[2], n_path = path.size
+ *     cdef const float *kp = <const float *>_data(k, cnp.NPY_FLOAT32, n * H * Dk, "factor k")             # <<<<<<<<<<<<<<
+ *     cdef const float *gp = <const float *>_data(g, cnp.NPY_FLOAT32, n * H, "factor g")
+ *     cdef const float *up = <const float *>_data(u, cnp.NPY_FLOAT32, n * H * Dv, "factor u")
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__data(__pyx_v_k, NPY_FLOAT32, ((__pyx_v_n * __pyx_v_H) * __pyx_v_Dk), __pyx_mstate_global->__pyx_kp_u_factor_k); if (unlikely(__pyx_t_4 == ((void *)NULL))) __PYX_ERR(2, 280, __pyx_L1_error)
+  __pyx_v_kp = ((float const *)__pyx_t_4);
+
+
+  /* "luce/_cpu_sequence.pxi":281
+ *     cdef int64_t n = k.shape[0], H = k.shape[1], Dk = k.shape[2], Dv = u.shape[2], n_path = path.size
+ *     cdef const float *kp = <const float *>_data(k, cnp.NPY_FLOAT32, n * H * Dk, "factor k")
+ *     cdef const float *gp = <const float *>_data(g, cnp.NPY_FLOAT32, n * H, "factor g")             # <<<<<<<<<<<<<<
+ *     cdef const float *up = <const float *>_data(u, cnp.NPY_FLOAT32, n * H * Dv, "factor u")
+ *     cdef const int32_t *tp = <const int32_t *>_data(parents, cnp.NPY_INT32, n, "tree parents")
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__data(__pyx_v_g, NPY_FLOAT32, (__pyx_v_n * __pyx_v_H), __pyx_mstate_global->__pyx_kp_u_factor_g); if (unlikely(__pyx_t_4 == ((void *)NULL))) __PYX_ERR(2, 281, __pyx_L1_error)
+  __pyx_v_gp = ((float const *)__pyx_t_4);
+
+
+  /* "luce/_cpu_sequence.pxi":282
+ *     cdef const float *kp = <const float *>_data(k, cnp.NPY_FLOAT32, n * H * Dk, "factor k")
+ *     cdef const float *gp = <const float *>_data(g, cnp.NPY_FLOAT32, n * H, "factor g")
+ *     cdef const float *up = <const float *>_data(u, cnp.NPY_FLOAT32, n * H * Dv, "factor u")             # <<<<<<<<<<<<<<
+ *     cdef const int32_t *tp = <const int32_t *>_data(parents, cnp.NPY_INT32, n, "tree parents")
+ *     cdef const int32_t *pp = <const int32_t *>_data(path, cnp.NPY_INT32, n_path, "path")
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__data(__pyx_v_u, NPY_FLOAT32, ((__pyx_v_n * __pyx_v_H) * __pyx_v_Dv), __pyx_mstate_global->__pyx_kp_u_factor_u); if (unlikely(__pyx_t_4 == ((void *)NULL))) __PYX_ERR(2, 282, __pyx_L1_error)
+  __pyx_v_up = ((float const *)__pyx_t_4);
+
+
+  /* "luce/_cpu_sequence.pxi":283
+ *     cdef const float *gp = <const float *>_data(g, cnp.NPY_FLOAT32, n * H, "factor g")
+ *     cdef const float *up = <const float *>_data(u, cnp.NPY_FLOAT32, n * H * Dv, "factor u")
+ *     cdef const int32_t *tp = <const int32_t *>_data(parents, cnp.NPY_INT32, n, "tree parents")             # <<<<<<<<<<<<<<
+ *     cdef const int32_t *pp = <const int32_t *>_data(path, cnp.NPY_INT32, n_path, "path")
+ *     cdef float *sp = <float *>_data(state, cnp.NPY_FLOAT32, H * Dk * Dv, "state")
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__data(__pyx_v_parents, NPY_INT32, __pyx_v_n, __pyx_mstate_global->__pyx_kp_u_tree_parents_2); if (unlikely(__pyx_t_4 == ((void *)NULL))) __PYX_ERR(2, 283, __pyx_L1_error)
+  __pyx_v_tp = ((int32_t const *)__pyx_t_4);
+
+
+  /* "luce/_cpu_sequence.pxi":284
+ *     cdef const float *up = <const float *>_data(u, cnp.NPY_FLOAT32, n * H * Dv, "factor u")
+ *     cdef const int32_t *tp = <const int32_t *>_data(parents, cnp.NPY_INT32, n, "tree parents")
+ *     cdef const int32_t *pp = <const int32_t *>_data(path, cnp.NPY_INT32, n_path, "path")             # <<<<<<<<<<<<<<
+ *     cdef float *sp = <float *>_data(state, cnp.NPY_FLOAT32, H * Dk * Dv, "state")
+ *     cdef int rc
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__data(__pyx_v_path, NPY_INT32, __pyx_v_n_path, __pyx_mstate_global->__pyx_n_u_path); if (unlikely(__pyx_t_4 == ((void *)NULL))) __PYX_ERR(2, 284, __pyx_L1_error)
+  __pyx_v_pp = ((int32_t const *)__pyx_t_4);
+
+
+  /* "luce/_cpu_sequence.pxi":285
+ *     cdef const int32_t *tp = <const int32_t *>_data(parents, cnp.NPY_INT32, n, "tree parents")
+ *     cdef const int32_t *pp = <const int32_t *>_data(path, cnp.NPY_INT32, n_path, "path")
+ *     cdef float *sp = <float *>_data(state, cnp.NPY_FLOAT32, H * Dk * Dv, "state")             # <<<<<<<<<<<<<<
+ *     cdef int rc
+ *     with nogil:
+*/
+  __pyx_t_4 = __pyx_f_4luce_4_cpu__data(__pyx_v_state, NPY_FLOAT32, ((__pyx_v_H * __pyx_v_Dk) * __pyx_v_Dv), __pyx_mstate_global->__pyx_n_u_state); if (unlikely(__pyx_t_4 == ((void *)NULL))) __PYX_ERR(2, 285, __pyx_L1_error)
+  __pyx_v_sp = ((float *)__pyx_t_4);
+
+
+  /* "luce/_cpu_sequence.pxi":287
+ *     cdef float *sp = <float *>_data(state, cnp.NPY_FLOAT32, H * Dk * Dv, "state")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_gdn_tree_commit(kp, gp, up, tp, n, pp, n_path, sp, H, Dk, Dv)
+ *     return _seq_check(rc, "gdn_tree_commit")
+*/
+  {
+      PyThreadState * _save;
+      _save = PyEval_SaveThread();
+      __Pyx_FastGIL_Remember();
+      /*try:*/ {
+
+        /* "luce/_cpu_sequence.pxi":288
+ *     cdef int rc
+ *     with nogil:
+ *         rc = luce_cpu_gdn_tree_commit(kp, gp, up, tp, n, pp, n_path, sp, H, Dk, Dv)             # <<<<<<<<<<<<<<
+ *     return _seq_check(rc, "gdn_tree_commit")
+*/
+        __pyx_v_rc = luce_cpu_gdn_tree_commit(__pyx_v_kp, __pyx_v_gp, __pyx_v_up, __pyx_v_tp, __pyx_v_n, __pyx_v_pp, __pyx_v_n_path, __pyx_v_sp, __pyx_v_H, __pyx_v_Dk, __pyx_v_Dv);
+      }
+
+      /* "luce/_cpu_sequence.pxi":287
+ *     cdef float *sp = <float *>_data(state, cnp.NPY_FLOAT32, H * Dk * Dv, "state")
+ *     cdef int rc
+ *     with nogil:             # <<<<<<<<<<<<<<
+ *         rc = luce_cpu_gdn_tree_commit(kp, gp, up, tp, n, pp, n_path, sp, H, Dk, Dv)
+ *     return _seq_check(rc, "gdn_tree_commit")
+*/
+      /*finally:*/ {
+        /*normal exit:*/{
+          __Pyx_FastGIL_Forget();
+          PyEval_RestoreThread(_save);
+          goto __pyx_L5;
+        }
+        __pyx_L5:;
+      }
+  }
+
+  /* "luce/_cpu_sequence.pxi":289
+ *     with nogil:
+ *         rc = luce_cpu_gdn_tree_commit(kp, gp, up, tp, n, pp, n_path, sp, H, Dk, Dv)
+ *     return _seq_check(rc, "gdn_tree_commit")             # <<<<<<<<<<<<<<
+*/
+  __pyx_t_5 = __pyx_f_4luce_4_cpu__seq_check(__pyx_v_rc, __pyx_mstate_global->__pyx_n_u_gdn_tree_commit); if (unlikely(__pyx_t_5 == ((int)-1))) __PYX_ERR(2, 289, __pyx_L1_error)
+  __pyx_t_1 = __Pyx_PyLong_From_int(__pyx_t_5); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 289, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_1);
+
+  {
+    PyObject *__pyx_temp;
+    {
+      __pyx_temp = __pyx_r;
+      __pyx_r = __pyx_t_1;
+    }
+    __Pyx_XDECREF(__pyx_temp);
+  }
+  __pyx_t_1 = 0;
+  goto __pyx_L0;
+
+  /* "luce/_cpu_sequence.pxi":276
+ * 
+ * 
+ * def gdn_tree_commit(k, g, u, parents, path, state):             # <<<<<<<<<<<<<<
+ *     """Replay path (int32, root first) of factors k [n, H, Dk], g [n, H], u [n, H, Dv] on
+ *     state [H, Dk, Dv] in place."""
+*/
+
+  /* function exit code */
+  __pyx_L1_error:;
+  __Pyx_XDECREF(__pyx_t_1);
+  __Pyx_XDECREF(__pyx_t_2);
+  __Pyx_AddTraceback("luce._cpu.gdn_tree_commit", __pyx_clineno, __pyx_lineno, __pyx_filename);
+  __pyx_r = NULL;
+  __pyx_L0:;
+
+
+
+
+
+
+
+
+
+
+
+
+  __Pyx_XGIVEREF(__pyx_r);
+  __Pyx_RefNannyFinishContext();
+  return __pyx_r;
+}
 /* #### Code section: module_exttypes ### */
 
 static PyMethodDef __pyx_methods[] = {
@@ -7925,7 +13195,7 @@ static int __Pyx_modinit_Type_import_code(__pyx_mstatetype *__pyx_mstate) {
   CYTHON_UNUSED_VAR(__pyx_mstate);
   __Pyx_RefNannySetupContext("__Pyx_modinit_Type_import_code", 0);
   /*--- Type import code ---*/
-  __pyx_t_1 = PyImport_ImportModule(__Pyx_BUILTIN_MODULE_NAME); if (unlikely(!__pyx_t_1)) __PYX_ERR(2, 9, __pyx_L1_error)
+  __pyx_t_1 = PyImport_ImportModule(__Pyx_BUILTIN_MODULE_NAME); if (unlikely(!__pyx_t_1)) __PYX_ERR(3, 9, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
   __pyx_mstate->__pyx_ptype_7cpython_4type_type = __Pyx_ImportType_3_3_1(__pyx_t_1, __Pyx_BUILTIN_MODULE_NAME, "type",
   #if defined(PYPY_VERSION_NUM) && PYPY_VERSION_NUM < 0x050B0000
@@ -7935,7 +13205,7 @@ static int __Pyx_modinit_Type_import_code(__pyx_mstatetype *__pyx_mstate) {
   #else
   sizeof(PyHeapTypeObject), __PYX_GET_STRUCT_ALIGNMENT_3_3_1(PyHeapTypeObject),
   #endif
-  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_7cpython_4type_type) __PYX_ERR(2, 9, __pyx_L1_error)
+  __Pyx_ImportType_CheckSize_Warn_3_3_1); if (!__pyx_mstate->__pyx_ptype_7cpython_4type_type) __PYX_ERR(3, 9, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_1); __pyx_t_1 = 0;
   __pyx_t_1 = PyImport_ImportModule("numpy"); if (unlikely(!__pyx_t_1)) __PYX_ERR(1, 229, __pyx_L1_error)
   __Pyx_GOTREF(__pyx_t_1);
@@ -8653,6 +13923,238 @@ __Pyx_RefNannySetupContext("PyInit__cpu", 0);
   if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_matmuls, __pyx_t_7) < (0)) __PYX_ERR(0, 91, __pyx_L1_error)
   __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
 
+  /* "luce/_cpu_sequence.pxi":52
+ *                                  int64_t Dk, int64_t Dv) nogil
+ * 
+ * UNARY_OPS = {"silu": LUCE_UNARY_SILU, "sigmoid": LUCE_UNARY_SIGMOID, "softplus": LUCE_UNARY_SOFTPLUS,             # <<<<<<<<<<<<<<
+ *              "exp": LUCE_UNARY_EXP}
+ * 
+*/
+  __pyx_t_7 = __Pyx_PyDict_NewPresized(4); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 52, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  __pyx_t_4 = __Pyx_PyLong_From_int(LUCE_UNARY_SILU); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 52, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  if (PyDict_SetItem(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_silu, __pyx_t_4) < (0)) __PYX_ERR(2, 52, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+  __pyx_t_4 = __Pyx_PyLong_From_int(LUCE_UNARY_SIGMOID); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 52, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  if (PyDict_SetItem(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_sigmoid, __pyx_t_4) < (0)) __PYX_ERR(2, 52, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+  __pyx_t_4 = __Pyx_PyLong_From_int(LUCE_UNARY_SOFTPLUS); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 52, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  if (PyDict_SetItem(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_softplus, __pyx_t_4) < (0)) __PYX_ERR(2, 52, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+
+  /* "luce/_cpu_sequence.pxi":53
+ * 
+ * UNARY_OPS = {"silu": LUCE_UNARY_SILU, "sigmoid": LUCE_UNARY_SIGMOID, "softplus": LUCE_UNARY_SOFTPLUS,
+ *              "exp": LUCE_UNARY_EXP}             # <<<<<<<<<<<<<<
+ * 
+ * _SEQ_ERRORS = {
+*/
+  __pyx_t_4 = __Pyx_PyLong_From_int(LUCE_UNARY_EXP); if (unlikely(!__pyx_t_4)) __PYX_ERR(2, 53, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_4);
+  if (PyDict_SetItem(__pyx_t_7, __pyx_mstate_global->__pyx_n_u_exp, __pyx_t_4) < (0)) __PYX_ERR(2, 52, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_4); __pyx_t_4 = 0;
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_UNARY_OPS, __pyx_t_7) < (0)) __PYX_ERR(2, 52, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":56
+ * 
+ * _SEQ_ERRORS = {
+ *     -1: "sizes the kernel does not take",             # <<<<<<<<<<<<<<
+ *     -3: ("the batch is inconsistent: qo_indptr must rise from 0 to T, kv_indptr from 0 within kv_indices, "
+ *          "each live segment's pages lie in the pool with a last page length in 1..page_size, and no "
+*/
+  __pyx_t_7 = __Pyx_PyDict_NewPresized(4); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 56, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  if (PyDict_SetItem(__pyx_t_7, __pyx_mstate_global->__pyx_int_neg_1, __pyx_mstate_global->__pyx_kp_u_sizes_the_kernel_does_not_take) < (0)) __PYX_ERR(2, 56, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_t_7, __pyx_mstate_global->__pyx_int_neg_3, __pyx_mstate_global->__pyx_kp_u_the_batch_is_inconsistent_qo_ind) < (0)) __PYX_ERR(2, 56, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_t_7, __pyx_mstate_global->__pyx_int_neg_4, __pyx_mstate_global->__pyx_kp_u_tree_parents_are_not_a_tree_the) < (0)) __PYX_ERR(2, 56, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_t_7, __pyx_mstate_global->__pyx_int_neg_5, __pyx_mstate_global->__pyx_kp_u_a_live_segment_s_slot_lies_outsi) < (0)) __PYX_ERR(2, 56, __pyx_L1_error)
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_SEQ_ERRORS, __pyx_t_7) < (0)) __PYX_ERR(2, 55, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":114
+ * 
+ * 
+ * def attention(q, k_pages, v_pages, out, batch, float scale, bint causal):             # <<<<<<<<<<<<<<
+ *     """q, out [T, Hq, D]; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; batch: a ForwardBatch."""
+ *     cdef list keep = []
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_15attention, 0, __pyx_mstate_global->__pyx_n_u_attention, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[7])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 114, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_attention, __pyx_t_7) < (0)) __PYX_ERR(2, 114, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":133
+ * 
+ * 
+ * def kv_write(k_pages, v_pages, k, v, batch):             # <<<<<<<<<<<<<<
+ *     """k, v [T, Hkv, D] into k_pages, v_pages [n_pages, page_size, Hkv, D] at the rows' KV slots."""
+ *     cdef list keep = []
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_17kv_write, 0, __pyx_mstate_global->__pyx_n_u_kv_write, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[8])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 133, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_kv_write, __pyx_t_7) < (0)) __PYX_ERR(2, 133, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":149
+ * 
+ * 
+ * def rmsnorm(x, weight, y, int64_t rows, int64_t D, double eps):             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef const float *wp = <const float *>_data(weight, cnp.NPY_FLOAT32, D, "weight")
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_19rmsnorm, 0, __pyx_mstate_global->__pyx_n_u_rmsnorm, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[9])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 149, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_rmsnorm, __pyx_t_7) < (0)) __PYX_ERR(2, 149, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":159
+ * 
+ * 
+ * def l2norm(x, y, int64_t rows, int64_t D, double eps):             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef float *yp = <float *>_data(y, cnp.NPY_FLOAT32, rows * D, "output")
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_21l2norm, 0, __pyx_mstate_global->__pyx_n_u_l2norm, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[10])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 159, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_l2norm, __pyx_t_7) < (0)) __PYX_ERR(2, 159, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":168
+ * 
+ * 
+ * def gated_rmsnorm(x, z, weight, y, int64_t rows, int64_t D, double eps):             # <<<<<<<<<<<<<<
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, rows * D, "x")
+ *     cdef const float *zp = <const float *>_data(z, cnp.NPY_FLOAT32, rows * D, "z")
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_23gated_rmsnorm, 0, __pyx_mstate_global->__pyx_n_u_gated_rmsnorm, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[11])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 168, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_gated_rmsnorm, __pyx_t_7) < (0)) __PYX_ERR(2, 168, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":179
+ * 
+ * 
+ * def rope(x, y, positions, int64_t rope_dim, double theta, sections):             # <<<<<<<<<<<<<<
+ *     """x, y [T, H, D] f32; positions [T] or [T, 4] int64; sections None or int64 [4]."""
+ *     cdef int64_t T = x.shape[0], H = x.shape[1], D = x.shape[2]
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_25rope, 0, __pyx_mstate_global->__pyx_n_u_rope, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[12])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 179, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_rope, __pyx_t_7) < (0)) __PYX_ERR(2, 179, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":195
+ * 
+ * 
+ * def unary(x, y, int op):             # <<<<<<<<<<<<<<
+ *     cdef int64_t n = x.size
+ *     cdef const float *xp = <const float *>_data(x, cnp.NPY_FLOAT32, n, "x")
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_27unary, 0, __pyx_mstate_global->__pyx_n_u_unary, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[13])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 195, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_unary, __pyx_t_7) < (0)) __PYX_ERR(2, 195, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":205
+ * 
+ * 
+ * def swiglu(gate, up, y):             # <<<<<<<<<<<<<<
+ *     cdef int64_t n = gate.size
+ *     cdef const float *gp = <const float *>_data(gate, cnp.NPY_FLOAT32, n, "gate")
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_29swiglu, 0, __pyx_mstate_global->__pyx_n_u_swiglu, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[14])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 205, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_swiglu, __pyx_t_7) < (0)) __PYX_ERR(2, 205, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":227
+ * 
+ * 
+ * def gdn_recurrent(q, k, v, g, beta, state_in, state_out, o):             # <<<<<<<<<<<<<<
+ *     """All tokens from state_in [H, Dk, Dv] into state_out (may be state_in) -> o [T, H, Dv]."""
+ *     cdef luce_cpu_gdn_rows r
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_31gdn_recurrent, 0, __pyx_mstate_global->__pyx_n_u_gdn_recurrent, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[15])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 227, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_gdn_recurrent, __pyx_t_7) < (0)) __PYX_ERR(2, 227, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":240
+ * 
+ * 
+ * def gdn_segments(q, k, v, g, beta, pool, batch, o):             # <<<<<<<<<<<<<<
+ *     """Every live segment from pool[seq_slots[s]] ([slots, H, Dk, Dv], in place) -> o [T, H, Dv]."""
+ *     cdef luce_cpu_gdn_rows r
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_33gdn_segments, 0, __pyx_mstate_global->__pyx_n_u_gdn_segments, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[16])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 240, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_gdn_segments, __pyx_t_7) < (0)) __PYX_ERR(2, 240, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":256
+ * 
+ * 
+ * def gdn_tree_verify(q, k, v, g, beta, parents, state, o, u, node_states):             # <<<<<<<<<<<<<<
+ *     """Tree of T nodes (parents int32 [T]) from state [H, Dk, Dv] -> o [T, H, Dv] and either
+ *     u [T, H, Dv] (factor mode; node_states None) or node_states [T, H, Dk, Dv] (u None)."""
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_35gdn_tree_verify, 0, __pyx_mstate_global->__pyx_n_u_gdn_tree_verify, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[17])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 256, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_gdn_tree_verify, __pyx_t_7) < (0)) __PYX_ERR(2, 256, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
+  /* "luce/_cpu_sequence.pxi":276
+ * 
+ * 
+ * def gdn_tree_commit(k, g, u, parents, path, state):             # <<<<<<<<<<<<<<
+ *     """Replay path (int32, root first) of factors k [n, H, Dk], g [n, H], u [n, H, Dv] on
+ *     state [H, Dk, Dv] in place."""
+*/
+  __pyx_t_7 = __Pyx_CyFunction_New(&__pyx_mdef_4luce_4_cpu_37gdn_tree_commit, 0, __pyx_mstate_global->__pyx_n_u_gdn_tree_commit, NULL, __pyx_mstate_global->__pyx_n_u_luce__cpu, __pyx_mstate_global->__pyx_d, ((PyObject *)__pyx_mstate_global->__pyx_codeobj_tab[18])); if (unlikely(!__pyx_t_7)) __PYX_ERR(2, 276, __pyx_L1_error)
+  __Pyx_GOTREF(__pyx_t_7);
+  #if CYTHON_COMPILING_IN_CPYTHON && PY_VERSION_HEX >= 0x030E0000
+  PyUnstable_Object_EnableDeferredRefcount(__pyx_t_7);
+  #endif
+  if (PyDict_SetItem(__pyx_mstate_global->__pyx_d, __pyx_mstate_global->__pyx_n_u_gdn_tree_commit, __pyx_t_7) < (0)) __PYX_ERR(2, 276, __pyx_L1_error)
+  __Pyx_DECREF(__pyx_t_7); __pyx_t_7 = 0;
+
   /* "luce/_cpu.pyx":1
  * # cython: language_level=3, boundscheck=False, wraparound=False             # <<<<<<<<<<<<<<
  * """Launch layer of the cpu backend's C kernels (luce/cpu/, ABI in luce/cpu/cpu_ops.h).
@@ -8716,10 +14218,53 @@ static int __Pyx_InitCachedBuiltins(__pyx_mstatetype *__pyx_mstate) {
 
 static int __Pyx_InitCachedConstants(__pyx_mstatetype *__pyx_mstate) {
   __Pyx_RefNannyDeclarations
+  int __pyx_lineno = 0;
+  const char *__pyx_filename = NULL;
+  int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
   __Pyx_RefNannySetupContext("__Pyx_InitCachedConstants", 0);
+
+  /* "luce/_cpu_sequence.pxi":89
+ *             and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>a):
+ *         return a
+ *     return np.ascontiguousarray(a, dtype=np.int32)             # <<<<<<<<<<<<<<
+ * 
+ * 
+*/
+  {
+    PyObject* __pyx_temp[1] = {__pyx_mstate_global->__pyx_n_u_dtype};
+    __pyx_mstate_global->__pyx_tuple[0] = __Pyx_PyTuple_FromArray(__pyx_temp, 1); if (unlikely(!__pyx_mstate_global->__pyx_tuple[0])) __PYX_ERR(2, 89, __pyx_L1_error)
+    __Pyx_GOTREF(__pyx_mstate_global->__pyx_tuple[0]);
+  }
+  __Pyx_GIVEREF(__pyx_mstate_global->__pyx_tuple[0]);
+  #if CYTHON_IMMORTAL_CONSTANTS
+  {
+    PyObject **table = __pyx_mstate->__pyx_tuple;
+    for (Py_ssize_t i=0; i<1; ++i) {
+      #if PY_VERSION_HEX >= 0x030F0000
+      PyUnstable_SetImmortal(table[i]);
+      #elif CYTHON_COMPILING_IN_CPYTHON_FREETHREADING
+      if ((PY_SSIZE_T_MAX <= _Py_IMMORTAL_REFCNT_LOCAL)) break;
+      #if PY_VERSION_HEX < 0x030E0000
+      if (_Py_IsOwnedByCurrentThread(table[i]) && Py_REFCNT(table[i]) == 1)
+      #else
+      if (PyUnstable_Object_IsUniquelyReferenced(table[i]))
+      #endif
+      {
+        Py_SET_REFCNT(table[i], ((Py_ssize_t)_Py_IMMORTAL_REFCNT_LOCAL + 1));
+      }
+      #else
+      if ((PY_SSIZE_T_MAX < _Py_IMMORTAL_INITIAL_REFCNT)) break;
+      Py_SET_REFCNT(table[i], _Py_IMMORTAL_INITIAL_REFCNT);
+      #endif
+    }
+  }
+  #endif
   __Pyx_RefNannyFinishContext();
   return 0;
+  __pyx_L1_error:;
+  __Pyx_RefNannyFinishContext();
+  return -1;
 }
 /* #### Code section: init_constants ### */
 
@@ -8729,41 +14274,41 @@ static int __Pyx_InitConstants(__pyx_mstatetype *__pyx_mstate) {
   int __pyx_clineno = 0;
   CYTHON_UNUSED_VAR(__pyx_mstate);
   {
-    const struct { const unsigned int length: 8; } str_length_index[] = {{1},{11},{28},{37},{7},{14},{1},{2},{12},{2},{11},{9},{15},{43},{1},{83},{4},{179},{1},{8},{13},{13},{23},{27},{13},{10},{58},{39},{34},{39},{26},{24},{13},{4},{14},{3},{3},{6},{4},{9},{1},{4},{4},{4},{4},{4},{6},{1},{20},{12},{7},{8},{8},{13},{10},{15},{8},{11},{12},{8},{13},{18},{4},{6},{1},{4},{6},{12},{18},{5},{5},{7},{7},{11},{1},{3},{5},{1},{9},{1},{6},{7},{1},{4},{6},{7},{4},{2},{5},{1},{4},{3},{8},{5},{3},{2},{9},{7},{11},{10},{5},{14},{5},{6},{1},{7},{1},{2},{1}};
-    const struct { const unsigned int length: 10; } bytes_length_index[] = {{32},{14},{10},{54},{30},{49},{544}};
+    const struct { const unsigned int length: 8; } str_length_index[] = {{1},{6},{11},{28},{7},{24},{37},{17},{7},{18},{14},{1},{2},{12},{2},{2},{11},{9},{15},{43},{1},{83},{4},{179},{1},{86},{8},{16},{17},{8},{8},{8},{7},{13},{22},{13},{23},{27},{13},{10},{58},{9},{11},{39},{34},{30},{10},{220},{39},{41},{26},{12},{182},{24},{7},{13},{4},{14},{1},{2},{2},{3},{3},{1},{3},{2},{6},{4},{9},{1},{1},{2},{4},{4},{4},{4},{4},{6},{1},{9},{11},{20},{12},{7},{8},{8},{13},{10},{15},{8},{11},{12},{8},{13},{17},{18},{9},{4},{6},{1},{5},{4},{4},{6},{1},{12},{6},{18},{4},{5},{3},{3},{5},{7},{1},{4},{13},{13},{22},{12},{15},{15},{3},{7},{11},{2},{1},{5},{3},{5},{1},{7},{4},{2},{2},{10},{9},{16},{8},{6},{9},{1},{6},{7},{1},{6},{6},{7},{4},{6},{7},{4},{11},{2},{2},{5},{1},{2},{3},{6},{4},{7},{4},{9},{4},{3},{8},{9},{2},{1},{9},{2},{5},{1},{3},{2},{7},{4},{8},{9},{4},{5},{8},{9},{7},{11},{10},{5},{2},{7},{4},{4},{2},{8},{2},{5},{8},{9},{14},{6},{5},{2},{12},{1},{5},{5},{2},{3},{1},{7},{6},{2},{2},{1},{6},{7},{2},{1},{2},{1},{2},{1},{2}};
+    const struct { const unsigned int length: 10; } bytes_length_index[] = {{32},{14},{10},{72},{89},{75},{118},{95},{54},{30},{198},{282},{225},{49},{155},{544},{225},{164},{244}};
     #ifndef CYTHON_COMPRESS_STRINGS
       #define CYTHON_COMPRESS_STRINGS 90
     #endif
-    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (1301 bytes) */
-static const char cstring[] = "x\332\205TMs\323F\030\256!|t\010\024\047\230\322\257a\235\322\206t\202\251\223\220\006\317\364C\230@2\231f\342\330\224\204\224j\326\322\332\026\221V\362\356*\266\017\235\341\250\243\216:\352\250\243\217>\372\350\243\216>\362\023\370\t}w\355$0\034\352\231\235\335}\367y\277\236\347\225\0212\\*\254\246\357\372\034\231.\341\210\272\0029X\030-$Z\004u\210\325l\tt\204\034\237\013T\047\010\243\362\203\017\\\032\266\213\305\352\n\302\214\341\036:\301\266\017!:\226h!\346v8r\033hi\031-#\322\365\210!\210\211\356//\225\316o%\344R\"Ap\360\205<8\304qY\257\244r\037\023F\211\215\030i\370\034\300\226\340\220\246\351;\204\302\351>\027X@\001\277k\310\360\374\377\301bT\367\233\310\242*\254\201m\233\260I\212:6\216\t5\221\321\"\3061tc1.\226\n\273P\325\256+\010@\260@\345\236h\271\024Y\300\017\261\255:aX\020\273\207\270`\0264\301$\210\242\275\315\275\007k\033k\010C0F\336@{\034q\277n\330\230s\242x\250\373\226-d\t=\217\360\002\332n\240\236\353#J\240Z\341\"\017p\037:@q\024q\"T\225\213\230\202*XX.\325\301\335\242\315EdZ\014\222X\047Dz?\3036\047\205\327\3304u\000\022\3337\310C\035h)x\275.h\351\370\266\344\327\363\305G\2273M\217\246\346\016\226lu\321Qm\031\355\274^F\315\311(\300S\t\325-\314\317.\335\351\211\253\372\271RQ\001\356\273\014I\366\226\024\021J\334I*\017\210\232\314\022\365\035\257W\320\r\227\221\002\204\020\326dt\032\330\262\047TX\216\347\262\217`>dk}\202PZ\202\364\323\342\317\206W\340c\202\232M\307VT\003\201\214`\250\361\264\331\337~E\305Ik>=\246n\007\224\245\240\245oHz\025\345\323\231\257\367\004D|\362\254\270^\366\374\0355_\233\214\271\014\014\317VW\266+k\372Au\273\252\311\245\357j\177nVw\300\264Sy\244\377\014k\247\262\016k\003\316\265\303\275\315jM\327\367z]XOaf\364]\322\025\373\244\241\353S]\211\016?\3235\344\326\360\251\332\035lQ\265\023\201\325P\250\213k\372\266B;\314\325a\266\231E\324\003\305\2162{\214x\230\251c\333\307\366\251\031\032\021\260Y\\\362\t\212X\224`\336\243\206\345\026\316\014\034\237tW`=*\256\324\245\226r\021n\350\347\037\273a\003L\207\262\004\303\006\221\237\216)""\031n\330\270\311\247\377\003M\" \013\226\333\224w\013\256\226 \016?\226SY\220S\351L\024\233\216\020\225ERE65\325,P\323r\250\247\006\300\205\332\270\347zRo\\\267I[&d\270\303\014\370{\321\225\023\237\244\344\347)\341h\222\006\206\331\342-\014\037\233\257\334\211\251`\276E\305\306\344\177\2523\021\232w\273^\357mf<s\345-\013\346\202\342\370\352\215\340M\224I\277z\324\257\364\361x\346N\224\211\262\362\375Z\3608\324\322\334\017qE\335\322kw\243\366\333\314;\360\363\203\347\341\271\337j\277\230\256=\035j\303\332(7\302\243\366\207\236\261\231\344\223\242\364\272\026\024\203\315\360V\370W\364K|/n$\345\204\247+[\243\314(+_sin1n\047W\222\366\247u=\031\346\323\362\313\364\345Azp(cC\270\367\227?\2734\027\316\207ZX\221x\036\344\203\215p5\254G\027\243\325\010G\047q5\271\220|\237\354\047\274\237\237\306\211\262\343\231o\242\215\270\030\227c\225\244\035\\\016\2140{\226f\275\217\373\355\001t\232\013+a#\322\242\003(\277\221h\t\244XH\027\036\017n\017\332\303\013\303\205\241&\263_\036_\235\205~r!\016\333\343\331/\002\036\336\013\233Q%2\343\037\223Lr+\251\365\263\220zv.\314\003S\360\336\016/B\201x|\363v\370&\316\304\337&\225\004\247\017\367\323\375jZ\255\245\265\303\364\360U\372\352(=\372{\022l1\232\217\236DM\350c\006\230:\351\3773\\\035\032\243;i\005\260/\322\027@\305)|\032\360n?\323\237\357o\r\264A5\375c\022\363c\034\204\025a\t*4\342\271\270\224T\001\377\345`fP\206\2462\323 i\2764\310\017\326\244e\230\035\317^\017*A=\274\224\346\226\222\357\200\233\177\207\332\251\355\363(\033\345\317\000@\027>\275\\\207\004\370\374\3450j\3058\346I^\246gR\260\361\315l\230\r\027\302\255H{ws>,\206\317\243\265\250\035g\306\267\276\216~\212\265X\357k\375J\272\276=\312\216\362\243\3429z\013\336\252If|\375\306x6\233f\363q\026\246\310H\346\201\235\266\224\020Cw\305w\240\211\026T\376\003\324\260\nL";
-    PyObject *data = __Pyx_DecompressString(cstring, 1301, 1);
+    #if (CYTHON_COMPRESS_STRINGS) == 1 /* compression: zlib (2701 bytes) */
+static const char cstring[] = "x\332\225V\315w\323\306\026\177&\341\253$\024\047\204\362^\241\035\007Z\240\047\2708\ti\310;\257\255\363E\362hC\034\007H\312\207:\226\307\266\260,\311\032\311\2169\257\347\260\364RK-\275\324RK-\265\324RK/\371\023\372\047\274;#\371+)y<\016\21243w\356\334\373\273\277\373\033#\204u\035\267\220\250*\206T6U\223\242\242J(RT\003\325\260!V\220Q!\250I\244r\305@/QE\225\213\024\241\232I\rT \010\243\265\373C;?6_\222Ul,\314\307G\351j\223\316q\267\005~\000j`\331\204#\243\327\034\"G\032\021\rRD\250)\031\025n\216\324\022\2727\207\206\326\356\316\335[A+\203\361\nR\025\302\314\340\3034\330G\215\324T\275\265\302\017\252\022]!2\322I\311\244`,\031\024b)\2335\242\300\327]j`\003\242\374)\213D\315\374\037\266\030\025\3142\222\024\356V\304\262L\364\2258\027\261J\224\"\022+D\254B\312\222N\215{\351\035\210jG5\010\230`\003\255\265\214\212\252 \t0&\262T :6\210\334B\324\320%HBgF\n\332\335\330\275\277\270\274\21008\323\311[H\217\"j\026D\031SJ8\022\005S\222\r\026BK#4\215\266K\250\245\232H!\020\255\241\"\r\354\2067@p\n\242\304\340Q\336\301\nT\026\033\222\252\010\260]R\312wPQ\322\341\020\251A\330\356M,S\222~\215\221\314&()\263\274\357\200C\031\010!K,\000\323\240R\221pw\0149\2024U\225\347\220\n\3617\325\221}\260\255\202u\302K\303\034\340bQ\200\343\t6\014X\205\030\2303\3154\372\343\025TG\025\014\350a\321\000\177\345\370]\215\337f\025\262+\023*\233\"\371^\200b\245\265\326Q\177 PR7\211\"\222\264v$\001wk\246\034\373\037\031\364I\3722\236nb\026\351\021z\271?\207\236\274\236C\345\210\372\260\264\202\n\022D\323\033\034\305_\224cMyZ\334\340.\304\306*}\217\027\215\0231:J\203\242F\275\243\220f\204\226\242\026c\334\250b\326\264VZ\020U\235\244\301\255!E\375Q\302\222\034\225R\252i\252n\014\233\231\020A\345\204\005\225\336E\205\356\221\267\337\302\006\256\222A\221\006=\007\024\224\024\350P*Q\006=\340\256\n\222R\324\014=\202G\227(A%]\255\241\007\354\030@\246\332\350\031\304\323\2549\201\204\321\274$\362\316\305\340\372\030qx\301\030szM\303\002\211:\033H\206\341,f\201d\242\224a\nl2\3514\233\021XRs\034PE\355\371\343""\344\200\266&\221*\360~y\362\234\017x?B\373\306E\035A\000\225\3135\231\267\313\247\253\201Q\321\t\206\"\367\330\362\343\277P&\342\206\241\023\310\002x\r\346\303\337\210Q\235\035\211\271I$\013\272\n\023w\271\032\2600\357\361\014\242\r\350~\206\247G\032Do!\025\254ufr\247\277\016E\202\374\010\326\001=\276\304\232\237E\033\243\361O8ITk5\211a\010\340A\344:\013\303@\234d\017\270\367\222*\313\014\253\330\247,)Uj*UEm\202\020)\220\200)\362Nd\n\321\210\252\025\253}\241\005\034E\253\233\231\2455\315|\3021\333\320uU__\257\2567`vsa~k\253\332\330\252o\347\026\205\203\374v>\313\036a\047\373\353F\376\311\356n\036f\237\344\036\n\017\340y\222[\202g\031\276\367\017w7\362\373\317v\262{\207\302\323\335\274\220\337\310\t\033{{O\367\362\202\260\333:\202g\035\264P\330!G\306\036)\tB\254WD\200\177EUd\257\222\251\360w\rK\n\177\023\003s\261\343\003\265h\312\334\272\246\253\002d\254\203f\261\241\202k|Z\323\t\203\202}\326M,\367\246!U\003^\022e}\006\335+)\004\323\301\025\306;\023\323\226\"Jj\272oA\373\302\205\033G\363\360<\314\314\027x\203\025 &&\r\354!T\024\205\201+\021\203;Y\204B\020\350\034\301\320\261H\330\345!\2522-2\216\022\215\302\265V\222q\231\306\027g\271\014\010\260\247(\3505\252\250z\255\\T\004PmSgE\035\031\010=\355e\263\303\337\214\223BD\227\376\020\230\047\225Zeb\300\177\310\035\263WL\374\262&I\n\234\r\263\222Aj\264Z\02589\252\020_U\253\322A\337\367\225\001>XCs;\001\032\032\306M\0356\313\363,d\246\323i\246\323\265\250Ec-U\024\201\221\0272\000\226B\304pMPV\024\205\323O)r\344\341\240\032\343\264\020\013\247\246D\342\251\252\032T\"\022[v/\305\235\310\034j*\204\337\004\031cz\243\251\032\323I\\\220aH%V1\252i\365\276\350\325\265:C\036\216j\352b\014\261\256\302\004<\002\234\r\261\t<\036\026$TP&\224\360\266\201\033\266\036\305L#\004\351\000A\370,\222\022\006a\207[\020nj\211J\345\232*\025\251$\233\\\261U\252\226\014\r\006T\213\362\342DgM\311\336,\037\223\207\reg\236iS*\313&\310\004,k\274|q\272\246\t\251.\233\n\326[\246\006[\032\215\250T\321\017\252\206\326\240\315\250\245\243\277\264\251\035""\035i\255\226\366\356\235\366>\321\035?\377^oO\2653\335\013\227\333o\355D\370\367\207n\316\305\335\361\353v\302N\262\365K\355GV6\234\371\246\223\343\243\360\322\327v\235}\315X9\013\354\276\264\177r\276q\352\3569W\361\327\374:\233?\264I\047\323\331t\322\336\230\227\371p\361\263\356\205\311\366\033;c\257w\306;k\235:s\271\002\233\213v*\362\263o\047\007~.z_\3714Hu\307o\330O\235\207n\302\375\302\273\354\213A\362c\216\005;k\357wf:E\047u\314\361pd\033\301T\260\020\340Q\047g\275=\217\372\251\021GW;\317\235\005\007\177\212\253S\047/y?\006\323A\366\224\003\303\311[0\275\356\214;\353\356\270\273\351\335\362r\377\317\251\237r\300M;g\027;\267\001\233o\335173\342\376\003\024\336l?\266\006\205_p3\341\342\272\237\365\367\203\231\000\007\365\341\3223x\235\014\333u\251\235ioXW\255\347\366\017\340\271\344\25494\234\337\n\022A\222\2552R\224\000\310\003\330Rr\262\316\001\220\251\344eYj\327\355\263\366!\337\320t%\257\341\347\374c\030\256\372\205\340L0\033\254\005\307Xt\306\233\365V\275\202?\346C\n7\303\233i\207\270\031w\307\237\013\n\341\356^\270w\020\036\034\302\202\235cdnY\347\255:\317\376+\356\340W\367\206\227\367\023q\221_\333){\3216:\213\235\206\223\007L\026\334\267\376y\277~\014\031\310b\220\312a\007\203q\316\251\270\330mx9\217\223\350\205\275\331Iu\0369\217\335%/\351}\347?\016\226\302\034\204\222\357\216\177\336\256[\tk\332zl/u\246\241\276\274\305\352\355\013\326\330\020\326sN6\274\377\263\237\360\223~\352$\nc\301|\220\017ws\203\225\to\007\220Y\r\3040\227\017\363/\302\027\207\341\341\253\360\325\353O\261\350A\271\345\354p E\177\312_\360y\032\271n\314\024\350ih\316\210\214\tw\332]\007*\345?\216\314\307\322\377-\374\r\207\270\034\226+aE\372K(z\301\374\342^\206\212\236\361o\371{\276\321O\367\364\325a\230\262\376A\260\027\030a\376Y\370,\252\377i\253\275\206\370\312\306\274\370\206\263\010\226c\356C/q<\301p\346N\247\356\234w\352\047\225q\325O\205k\200lt\0364\302\373\304\237\347\376v\366r;\327\306mj\335\262\362\366\230\275`\017\321z\322{\023d\200\320:G\347y\370\234m\r\017\337\204o\204A""\262;n\032\2100\r\225\307<\331\\@\302\374\376h\013$\274i\250\034\206\346\236\205\344\236\005#\032\222\355\344\243\302\215\344\302B\233\002\360\263\026\357\013\332N\265\227\255\005\253\020\305h7`\323\031\347\226\263\347P7\025\247\030\351\3602\270\3442\315h{\256-Z\311>\002K\320\003u/\026\377\341>\207#f\303\331G\3365\257\016e\203\030\331\351\347\272\027&@+f,\014\0359\3619@t\333*sI\372\326I8W\235}7\tGOLY)\350\214\tF\2261\010\020w\257\\\263\336v\022\235\033\320t8\374\236u\025\340\021\356\003p\300\257\227\341\313W\221\263;\366\264\275j\227y\362kN\303}\003\254\026\203\353a\016l\243\272\367\314c\207_sjo\201\034\345\303\237#\237\243v\340\326\260V B\2613\325Y\001\201`\267\317\270\267\006I%b\047aj\305Ky\213l\306Ov\047&\241\366\005\353l8s\317\271\t\330\374\341g{s\027\355\244\235\352\033\360\2732\036L\302\001x\260rhW@a(\\_p\274\316\n\326\275\222\264\222\326\254\265eg?\\\231\2662\320?\213\320\237\211\356\325\177\330\337A\265\0057\353\346\302\245\355 \031\244\202\314\300z\2133!\321\235\274\334\235H\206\311T\047\t\n-:\323\200N\235\225\020Cv\231\017P\223l;\027\361\343\332\2612\036\306\032\047\371\365\340\034\334\001\177\204\257~\017\177\377\210N\257\237h\312H\2732\247\231\367\345\373\027\177\"R\372\376\314\266\367\212Uoo\300\374\177;J,\374\363p)%{\234\217\356\243\333N\321\275\355\212\336U\357\000\026\247c\377\307\032\340\032\323\253\311\223\r:\252L\234\355_\002\310\r\360<\364#a\333y\343-\303\3319\340\325\0244\362:\277n\2009\221\002|R\203\316\202P\262~2\234GP\266\3741\301\371\363\302_\352\307\010J\331`\237\243\322\003\3653/\r\327\3554h=\216%\016\204\205\363\367\364\210\"\301\217\3760i\373\302J\260+\361\320\"\360\333l\263\223\346\335\261\n\014\240pMd\275g\354f:\377\376?\326\017\300\343\236]xc\016n\221\224\267\000U9\251Y\303\005b\224\216JT\364\206\177\231\375\027\021\0317\310";
+    PyObject *data = __Pyx_DecompressString(cstring, 2701, 1);
     #define __Pyx_DecompressString_LZSS_UNUSED
     if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
     const char* const bytes = __Pyx_PyBytes_AsString(data);
     #if !CYTHON_ASSUME_SAFE_MACROS
     if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
     #endif
-    #elif (CYTHON_COMPRESS_STRINGS) > 0 && (CYTHON_COMPRESS_STRINGS) <= 90 /* compression: lzss (1657 bytes) */
-static const char cstring[] = "\377  contig\377uous doe\377s not ma\377tch the \377weight [\377 must be\337 a C-(\010fl\377oat32 ar\377ray valu\376@\000with ro\377ws of ),\377 , expec\377ted (,):>\004\007: one!\001\006\000\373ut*\001memor\373y:w\002kerne\177l refus8\000\367itsd\000gume}n\007\000(stat\261\000\177?A cpu \016\033\377a bug in~\316\002caller]\003\377backend \377checks f\177irst).N\223\000\357Note\377\000at \377Cython i\376\235 elibera\377tely str\365i\320\000r!\001n PE\177P-484 aJ\000\367rej\352\000s su\177bclasse\203\"\337built\177\001yp\377es. If y\337ou ne\222 to\343 p%\000%\t\371 n s\273et\200B\047an\223@a\377tion_typ\377ing\047 dir\366\317 iv\242\000o Fa\377lse.]add\375_\274@eluce/\275_\224 .pyx\311@m\377ul outpuit\000\n\313F[\035\004wa\326!\377x [T, K]\347, g\205c<\000: b\357ias F\003: x\312\003\004s\273\002s\301B\034\002(o\213r \272!)\204\"\330Bs\002 \367per\305dnump\377y._core.\366\226\000ti\265cfail~\205#import\033\t\007uma\316`\022\r\233\204\001\367A\332\004\376\264\204\006take gg\347ml \251 \300Area{ds\270\204\006>= 1\325\003\277unknow\327@n\306\311@uc\333!\356\"\355\204\004by\377tes BF16\357CpuK\207\204\002Err\373or\016\000F32IQ\1774_XSISA\000\001\177_NAMESK\020\000\337KQ5_0\001\000KQ\3376_KQ8\t\000TY\377PEST__Py\365x\001\000D\261`_Nex\277tRef__\321De\177____doc\003\001\367fun\003\002main\236\023\001meta\301b\010\002o\367dul)\002mro_\177entries9\001\367nam@\002prep{arK\002qual\017\005\232\306\000ta\000is\363!\207`i\377neasynci\363o.\205@\013\003savx=2\001\000512b\351A\355Aoesc_\226\207\007cl5\000}_\224\000trace\267\205\001}d\336!flags\201\207\004\177get_isa\003\001\353th\363\"i\014\000ite\347msk\222\204\001\365@pum\254\215\204\003\223\204\003sn\270\001n\350\"n\375d\302\207\002ndimnp\376\243booutspo}p\216aableq\317A\377rawrcrow\305_\235Bsm\003\003\001l\004se\377tdefault\177shapesu:\002\373ed\226\001suint\3658\242\210\003w\327\210\003sxxp\377y\200\001\330\004\007\200r\377\210\022\2101\330\010\016\210\377j\230\001\320\0315\260Q\377\260a\330\004\030\230\001\230\375\021\034""\001\013\2109\220A\320\357\025%\240Q\t\002\320\013\037\337\230q\200\001\3405\000u\210\373G\220.\0073\2601\3204\377D\300A\300T\310\025\310\337a\310q\330\0040\007\240d\357\250!\25012\001\013\2101\377\210E\220\024\220V\2307\377\240$\240f\250C\250s\277\3202H\310\001\310i\000\340\377\004\025\320\025\047\240q\250\367\007\250q\206\017B\300!\320\377CW\320WX\320XY\374X\001L\000\360\006\000\005\022\220\337\023\220A\220Q\304\001s\210\377!\2108\2203\220b\230\377\003\2303\230a\230v\240\377S\250\002\250#\250R\250\367s\260!\331\004\230\021\330\004\377\033\2308\2401\240C\240\376`\002q\210\006\210c\220\021~\366\0066\260a\260q\270\225 \377\025\220Q\220f\230A\230\267X\240Q\245\000A\250`\000\"\377\320\"9\270\026\270q\300\337\002\300\"\300Az\001\006\330\373\010\014\315\000\025\220a\220q\377\330\014\017\210s\220$\220\377g\230Q\230d\240&\250\177\001\250\024\250T\260\021x\000\317\014\022\220!\247 \035\000q\220\375\003\236\000a\330\020\026\220j\377\240\001\240\034\250Q\250a\377\320/R\320RS\320S\377T\320TY\320YZ\320\337Z[\320[\\G\003\047\230_\023\230B\230g\305\000\004\247 \377v\260^\3003\300c\310w\030\320Q)\000U\320U\210 \374\047\005J\004\037\260\001\260\023\260\177H\270A\270S\320@N\003\334\032\013\241\000t\220:\237\000c\240\337\022\240:\250S-\000\027\270\327\004\270C\322\000\001\217\004\320!\337:\270!\2704\016\001\300\021\377\330\014\r\210Q\210b\220\277\005\320\025)\250\035\231 }\373\300A\014\005\t\230\021\230!\224\030\006\254 a&\005\r\200 \004\006\005\377\220Y\230h\240a\240s\335\250*\000\017\210r\255A\330\020\377\021\220\021\220\"\220H\230\377A\340\020\023\2201\220G\377\2304\230q\240\001\330\024\377\032\230*\240A\240_\260\377A\260Q\3206I\310\021\257\310!\3101$\007H\031\000S\377\250\001\330\r\016\330\014\021\337\320\021!\240\021\303`c\250\365\023\305`q\276\204\001a\210t\220;1\340\221@A\210Q";
-    PyObject *data = __Pyx_DecompressString_LZSS(cstring, 1657, 2021);
+    #elif (CYTHON_COMPRESS_STRINGS) > 0 && (CYTHON_COMPRESS_STRINGS) <= 90 /* compression: lzss (3610 bytes) */
+static const char cstring[] = "\377  array \377contiguo\377us does \377not matc\377h the we\377ight [ h\377olds  mu\377st be a \363C-/\010\000\025floa\367t32d\004rows\365,R\002b\\\002 val\371up\000\001\003, exp\377ected  w\357ith +\001 of\357 ), \021\010(,)\367: :\"\007: on\331e#\001\006\000ut,\001me\337mory:\273\002ke\377rnel ref\273usV\000its\364\000g\357umen\007\000(st\373at\365\000?A cp\373u \016\033a bug\367 in\222\"call\373er]\003backe\377nd check\377s first){.N\223\000Note\303 \377at Cytho\367n i\341 elib\377erately \257stri\356\000r!\001n\377 PEP-484\273 aJ\000rej\210 s\377 subclas\371s\226@\207 built\376\177\001ypes. I\377f you ne\036\260 to p%\000%\t\275@\337n set\304B\047a\375n\327@ation_\377typing\047 \267dir\355 iv\242\000o\377 False.]wa l\r\001seg\240!\265\047\177\000l\216`li}\001u/tsid\316\001e\267\000\277\000\377 pool, o\346\275\000wo+\n\266\000har\365e\226Bs>\000add_\236\326`eatt\367 \201\000 \277output\007\006:\337 q ha\273 ac\255tM\000gf\002\003k\001\004u\375k\333\000gesluc\367e/_\252@.pyx\376\004\006_sequen\377ce.pxima\217tmulY\004\000\n\264\204\006[\366\035\004wa\202ax [T\177, K], g\365\204\003\236<\000: bi\213\000F\003:W x P\003s\347\"s\355b\022\034\002(\371\000\346A)\260B\204\204\002\323\002\357 per\265\205\004new\356\250#nod\261$snu\377mpy._cor\333e.\252\000ti\205\206\003fa\373il\305Cimpor\375t\033\tumath >\022\rsizes\335\204\t\272\206\006/take\333\204\001e\240B\307\206\001\376\356\205\003is inco\317nsis\207A\365 o_\277indptr\326\206\003r\377ise fromg 0 \321`\227 kv\031\005\334\020\004\231\206\001in \022\003ic\377es, each&\251mpa\256@\313`e\255\205\005\252a\334\324\206\003\342`ast\316B l\337ength\325\205\0011.\325.0\001_\321\001,\201\205\002no\311 \202\204\004\230bm\255 \220\207\003th\037an KV\236\207\002\243\210\001\273\206\001\374\362D\365\n ggml \357type\344\206\047thr\357eads\342\210\006>= \3351\226ctre\314 ard\271\207\001\000\t \347\204\001\264\211\001a \037\001~\364\207\003root (\211\207\002\352\306\210\001)\332\204\002p8\002 -1\376\340\206\002every o\373th\252`row""\047s\335 \031\004is \335\000ea\207rli\025\003\203\211\001\270\210\001\220\206\004;\377 a commi\326\300!th\212\206\001r\326\210\001t \372\340b0\276\207\002follo\375wK\006linksu\377nknown i?nstruc\212\207\001\235\207\002\371v\331\205\003\347\212\004bytes\377 BF16Cpu\375K\275\211\002ErrorD\357DkDv\023\000F32\377HHkvHqIQ\1774_XSISA\000\001\377_NAMESKP\373PS\023\000KQ5_0\376\001\000KQ6_KQ8\376\t\000TYPESTU\377NARY_OPS\377_SEQ_ERR\377ORS__Pyx\376\001\000Dict_Ne\177xtRef__\251\210\004\377e____doc\356\003\001fun\003\002mai=n\023\001meta\231\211\002\010\002\357odul)\002mro\377_entries\3569\001nam@\002pre<\373!L\001qual\017\005\350\000\355ta\000is\213\206\001out\237ineas\213\215\007\240\215\002a\377syncio.c\353or\034\003s\300\210\006avx\2752\001\000512b\320\214\002b\370\221\000\270\207\001\274\207\001escc_\376\326\215\007causalc\366\206@e_\276\000trac}e\271\213\001colsd\240\204\001\377epsexpfl\367ags\262\215\004ggat\375e\000\001d_rmsn\377ormgdn_rOecur\202\204\001\000\n_\255\212\004\021s\037\001\000\t\263\204\001_\251c:\001\n\002~\367`ifyget\000\000\317_isa\003\001\362\204\004gp\277iint32\023\000i\177temskk_\306\206\002\377keepkpks\374\356\206\007\221\207\006kv_las\375t#\002_lenkv7_wr:\000l2\257\001\261\212\001e.\261\212\001m\226\212\003\305\211\004nnU\000\373th\314\000owsn_j\243\213\001s\250An\372bnd\232\220\002\257ndim\265\211\001_\307\210\002s\367npn\267\211\003oopo{ut\277\213\003outs\323\205\003\336\004\000thpo\274\000wi\273se\232\214\001pop\306\211\001a\333bl\014\000si\373\214\001spwpqq\355\210\005qpq\232\207\001\277rrawrc\334$r\327ope\000\001_y\000ro\363w_\212\205\002\270\220\001scal\373es\257\215\001onsse\035q\256\003set\276!\003\001\264\207\004\377setdefau\377ltshapes\377isigmoid\357silu\255\212\002oso\267ftp\n\000sp\322\003tSat\220a\254\212\002_\314\001u\262\002\373edU\002swigl\377uthetatp\354\311B\350\004uu\247@8un\337aryup0\000vv|\245C\322\221\003vpvsw\273\222\003\376\301\222\003swpxxpy\377ypzzp\200\001\330\377\004\007\200r\210\022\2101\377\330\010\016\210j\230""\001\320\377\0315\260Q\260a\330\004\337\030\230\001\230\021\034\001\013\210\3779\220A\320\025%\240Q\276\t\002\320\013\037\230q4\001\025\367\220Q\220%\000\033\230?\250\377%\250q\260\006\260n\300\377C\300q\330\004\025\220Y\377\230e\2401\240F\250.\377\270\003\2701\340\t\n\330\377\010\r\210^\2301\230D\337\240\004\240C\240 \000\013\210\335::\000d\230!B\003T\230\367\021\330\004@\005\t\270\036\300\377s\310!\330\004\034\230O\377\2505\260\001\260\027\270\016\357\300c\310\021A\025_\230A\177\230T\240\025\240d\2501\000\374L\n\216\tE\310\022\3103\310\375a\220\013\005\270R\270s\300\371!\233\004C\003\024\240V\2503\341\250\375\000)\037K\022\207%\013\270>\357\310\023\310AV\030\320\r#\376\243 D\250\004\250D\260\004\377\260F\270#\270Q\330\004\374L\047=!\035\230Q\230d\240}$\231 &\260\003\2601R\n\275\340\366@u\210G\220\357G3\377\2601\3204D\300A\300?T\310\025\310a\310\243B\363E\276\333!\2501\200\001\340\237\0001\377\210E\220\024\220V\2307\376W\000f\250C\250s\3202\257H\310\001\310\252`\340\372@Q\373\220f\217@X\240Q\240f\357\250A\250X\312`f\270A\276\327\001\030\230\005\230Y\022\000C\377\250w\260i\270v\300Q\375\300\257lB\300b\310\002\310\357\"\310C\310\267l\002\270\"\177\270B\270b\300\003\300\300\000\377\035\320\035.\250e\2601\377\260N\300,\310b\320P\377R\320RX\320XY\330\371\004\352\000\311\204\001y\220\007\220q\356\357`\320\r\036\202\204\002M\260\034\357\270S\300\001\200\204\004]\230!\377\2304\230t\2404\240v\373\250S\221 3\260j\300\007q\300\205\204\013\301\002\301\007Y\240a*\000\377Q\250h\260a\260v\270\373Q\270\300bW\230F\240!\377\2409\250G\2606\270\021\377\270*\300G\3106\320Q\376\210\000S\330\004\017\210q\220\377\001\220\023\220G\2306\240\357\023\240D\250\336\205\002q\210\010\373\220\003\341(,\250A\320-\177@\300\001\300\021\300!\362\204\007\374\300\205\001\202!\003\3102\310S\320\273PQ\214\205\007\014\270N\227 B\377\310c\320QS\320SW\377\320WY\320Y\\\320\\\271]\000\037\207\206\007H\250N\304\"c\357\300\022\3003\371!\025\220Q\375\330\231\206\002\320\r\037\230q\240\373\004\240\207\204\003\001""\260\023\260D\343\270\005\263 \2016\347\025Z\320Z\377a\320ag\320gh\320shi\366\022\226\207\005L\260\016\317@\177\002\300#\300R\300t\346\006\374\000\033\337\207\tA\300X\310R\310?t\320SU\320U\372C\002\031\364\377\207\003\217aa\370Bt\2504\250\177q\260\003\2605\270\001\206\205\014\377\025\320\025\047\240q\250\007\373\250q\210\211\017B\300!\320C\374\371 \352c\013\2101\200\001\360\377\006\000\005\016\210Q\210a\377\210s\220#\220S\230\003\367\2303\230\212\211\010\r\270^\310\3371\310C\310r\230bV\320\375V\247\204\001\320Y^\320^_\356\237\211\007N\260.\206`\023\300B\373\300a\206\"Q\310e\320S\375T\273\211\013\001\270\023\270B\270\377a\270s\300\"\300A\300sU\310\256\210\004\276\207\003A\240S\301\207\002|\276\013\227\001\022\220\023\220A\343@\377\004\007\200s\210!\2108o\2203\220b\236\003\230v2\000\377\002\250#\250R\250s\260\271!\366\212\004\202\212\0038\2401\241\212\003\007\377\200q\210\006\210c\220\021>\223\213\0066\260a\260q\260!\371\212\001\376\334\206\tQ\330\004\"\320\"9?\270\026\270q\300\002\240\001\225!\377\006\330\010\014\210E\220\025\177\220a\220q\330\014\017\240 \367$\220g\216\210\002&\250\001\250\337\024\250T\260\021x\000\014\022\357\220!\2201\034\001q\220\003\376\236\000a\330\020\026\220j\240\377\001\240\034\250Q\250a\320\371/\322\205\001\215 \320TY\320Y\336\335`[\320[\\G\003\047\230\337\023\230B\230g\370\002C\250\377v\260^\3003\300c\310?\030\320QT\320T\220c\047\005\366J\004\037\260\327\204\001H\270A\270\217S\320@SO\002\032\013\241\000t\377\220:\230Q\230c\240\022\357\240:\250S\371\213\002\004\270C\372\322\000\001\217\004\320!:\270!\373\2704\016\001\300\021\330\014\r\376\371@b\220\005\320\025)\250\177\035\260a\260}\300A\014\005\037\t\230\021\230!\030\006\247\215\002\047\004\347\r\230Q\241`3\005\220Y\230\277h\240a\240s\250*\000\017\373\210r\255A\330\020\021\220\021\377\220\"\220H\230A\340\020\377\023\2201\220G\2304\230\377q\240\001\330\024\032\230*\377\240A\240_\260A\260Q\377\3206I\310\021\310!\310\3651$\007H\031\000S\250\001\330\377\r\016\330\014\021\320\021!\377\240\021""\240$\240c\250\023\357\250C\250q\333\216\001a\210tw\2201\340\221@A\210Q\265\204\003\353\026\220\241\212\013Y\335\210\004i\300q\377\310\006\310a\310}\320\\\227`\320`\221\212\024D\225\210\n\262\210\0071p\277\210\017\323\212\001)\003\266\212\006L\300\014\344\212\003\256\310\212\006I\270\\\272AR\271\217\007J\373\250n\362\212\0042\300T\310\021\376\276\206\005%\240Q\240d\250$\377\250d\260$\260c\270\024\177\270X\300T\310\023\310\211\0038\320\217\010\230\206\001\336\000\340\004\r\217\206\017\227\212\013\376\220\220\002\033\2304\230v\240Q\375\240\232\217\010I\250^\2708\300\3772\300Q\300c\310\022\310\3011_\001\210\204\003\354\213\003\336\220\t\210\206\026\"\240]!\313\205\002t\2509\264@S\342\207\014\363\360\010\253\207\022\231*A\310T\320\373QR\230\221\007\n\270.\310\001\277\310\023\310B\310a\372\210\004VK\320V\222\205\002\004u\032\227\222\001Q\000\002\356\357\222\003\027\220\001\226\222\001Y\220e\277\2301\230F\240.\231\205\002B\377\260a\260s\270\"\270A\373\270U\226\214\001\007\200|\2207\373\230!\037\006\320\034,\250N?\270!\2703\270b\241\210\020\225I\014\317\204\001\235Cd\270\216\222\t";
+    PyObject *data = __Pyx_DecompressString_LZSS(cstring, 3610, 5234);
     #define __Pyx_DecompressString_UNUSED
     if (unlikely(!data)) __PYX_ERR(0, 1, __pyx_L1_error)
     const char* const bytes = __Pyx_PyBytes_AsString(data);
     #if !CYTHON_ASSUME_SAFE_MACROS
     if (likely(bytes)); else { Py_DECREF(data); __PYX_ERR(0, 1, __pyx_L1_error) }
     #endif
-    #else /* compression: none (2021 bytes) */
-static const char bytes[] = "  contiguous does not match the weight [ must be a C-contiguous float32 array values with rows of ), , expected (,): expected : one of : out of memory: the kernel refused its arguments (status ?A cpu kernel refused its arguments (a bug in the caller: the backend checks first).NoneNote that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.]add_noteluce/_cpu.pyxmatmul outputmatmul output must be [matmul wants x [T, K], got matmul: bias matmul: x matmuls needs one bias (or None) and one output per weightnumpy._core.multiarray failed to importnumpy._core.umath failed to importthe cpu matmul does not take ggml type threads must be >= 1, got unknown instruction set weight bytes BF16CpuKernelErrorF16F32IQ4_XSISASISA_NAMESKQ4_KQ5_0Q5_KQ6_KQ8_0QTYPEST__Pyx_PyDict_NextRef__annotate____doc____func____main____metaclass____module____mro_entries____name____prepare____qualname____test___is_coroutineasyncio.coroutinesavx2avx512bbiasbiasesc_contiguouscline_in_tracebackdtypeflagsfloat32get_isaget_threadsiisaitemskluce._cpummatmulmatmulsnnamenbytesndarrayndimnpnumpyooutspopportableqtyperawrcrow_bytesset_isaset_threadssetdefaultshapesupported_isasuint8valueswweightsxxpy\200\001\330\004\007\200r\210\022\2101\330\010\016\210j\230\001\320\0315\260Q\260a\330\004\030\230\001\230\021\200\001\330\004\013\2109\220A\320\025%\240Q\200\001\330\004\013\320\013\037\230q\200\001\340\004\007\200u\210G\2201\330\010\016\210j\230\001\320\0313\2601\3204D\300A\300T\310\025\310a\310q\330\004\013\2109\220A\320\025%\240Q\240d\250!\2501\200\001\340\004\013\2101\210E\220\024\220V\2307\240$\240f\250C\250s\3202H\310\001\310\021\200\001\340\004\025\320\025\047\240q\250\007\250q\330\004\007\200r\210\022\2101\330\010\016\210j\230\001\320\031B\300!\320CW\320WX\320XY\330\004\013\2101\200\001\360\006\000\005\022\220\023\220A\220Q\330\004\007\200s\210!\2108\2203\220b\230\003\2303\230a\230v\240S""\250\002\250#\250R\250s\260!\330\010\016\210j\230\001\230\021\330\004\033\2308\2401\240C\240q\330\004\007\200q\210\006\210c\220\021\330\010\016\210j\230\001\320\0316\260a\260q\270\001\330\004\025\220Q\220f\230A\230X\240Q\240f\250A\250Q\330\004\"\320\"9\270\026\270q\300\002\300\"\300A\360\006\000\005\006\330\010\014\210E\220\025\220a\220q\330\014\017\210s\220$\220g\230Q\230d\240&\250\001\250\024\250T\260\021\260!\330\014\022\220!\2201\330\014\017\210q\220\003\2203\220a\330\020\026\220j\240\001\240\034\250Q\250a\320/R\320RS\320ST\320TY\320YZ\320Z[\320[\\\330\014\017\210s\220\047\230\023\230B\230g\240S\250\004\250C\250v\260^\3003\300c\310\030\320QT\320TU\320UX\320XZ\320Z[\320[\\\330\020\026\220j\240\001\240\037\260\001\260\023\260H\270A\270S\320@S\320ST\320TU\320UX\320XZ\320Z[\320[\\\330\014\017\210t\220:\230Q\230c\240\022\240:\250S\260\001\260\027\270\004\270C\270q\300\001\330\020\026\220j\240\001\320!:\270!\2704\270q\300\001\300\021\330\014\r\210Q\210b\220\005\320\025)\250\035\260a\260}\300A\330\014\r\210Q\210b\220\t\230\021\230!\330\014\r\210Q\210b\220\005\220Q\220a\330\014\r\210Q\210b\220\r\230Q\230a\330\014\r\210Q\210b\220\005\220Y\230h\240a\240s\250!\330\014\017\210r\220\023\220A\330\020\021\220\021\220\"\220H\230A\340\020\023\2201\220G\2304\230q\240\001\330\024\032\230*\240A\240_\260A\260Q\3206I\310\021\310!\3101\330\020\021\220\021\220\"\220H\230H\240A\240S\250\001\330\r\016\330\014\021\320\021!\240\021\240$\240c\250\023\250C\250q\330\010\016\210a\210t\2201\340\010\014\210A\210Q";
+    #else /* compression: none (5234 bytes) */
+static const char bytes[] = "  array contiguous does not match the weight [ holds  must be a C-contiguous  must be a C-contiguous float32 array rows, the batch  values values, expected  with rows of ), , expected (,): : expected : one of : out of memory: the kernel refused its arguments (status ?A cpu kernel refused its arguments (a bug in the caller: the backend checks first).NoneNote that Cython is deliberately stricter than PEP-484 and rejects subclasses of builtin types. If you need to pass subclasses then set the \047annotation_typing\047 directive to False.]a live segment\047s slot lies outside the state pool, or two live segments share one slotadd_noteattention outputattention: q has factor gfactor kfactor uk pagesluce/_cpu.pyxluce/_cpu_sequence.pximatmul outputmatmul output must be [matmul wants x [T, K], got matmul: bias matmul: x matmuls needs one bias (or None) and one output per weightnew statenode statesnumpy._core.multiarray failed to importnumpy._core.umath failed to importsizes the kernel does not takestate poolthe batch is inconsistent: qo_indptr must rise from 0 to T, kv_indptr from 0 within kv_indices, each live segment\047s pages lie in the pool with a last page length in 1..page_size, and no segment has more rows than KV rowsthe cpu matmul does not take ggml type the kernel refused its arguments (status threads must be >= 1, got tree parentstree parents are not a tree: the root (first row) has parent -1 and every other row\047s parent is an earlier row of its segment; a commit path starts at node 0 and follows parent linksunknown instruction set v pagesweight bytes BF16CpuKernelErrorDDkDvF16F32HHkvHqIQ4_XSISASISA_NAMESKPPSQ4_KQ5_0Q5_KQ6_KQ8_0QTYPESTUNARY_OPS_SEQ_ERRORS__Pyx_PyDict_NextRef__annotate____doc____func____main____metaclass____module____mro_entries____name____prepare____qualname____test___is_coroutineascontiguousarrayasyncio.coroutinesattentionavx2avx512bbatchbetabiasbiasescc_contiguouscausalcline_in_tracebackcolsdtypeepsexpflagsfloat32ggategated_rmsnormgdn_recurr""entgdn_recurrent_segmentsgdn_segmentsgdn_tree_commitgdn_tree_verifygetget_isaget_threadsgpiint32isaitemskk_pageskeepkpkskv_indiceskv_indptrkv_last_page_lenkv_writel2normluce._cpummatmulmatmulsnn_pathn_rowsn_slotsnamenbytesndarrayndimnode_statesnpnsnumpyoopoutoutputoutsparentspathpointwisepoolpopportablepositionsppqqo_indptrqpqtyperrawrcrmsnormroperope_dimrow_bytesrowsscalesectionsseq_slotsset_isaset_threadssetdefaultshapesisigmoidsilusizesosoftplusspstatestate_instate_outsupported_isasswigluthetatptree_parentsuuint8unaryupuppvv_pagesvaluesvpvswweightweightswpxxpyypzzp\200\001\330\004\007\200r\210\022\2101\330\010\016\210j\230\001\320\0315\260Q\260a\330\004\030\230\001\230\021\200\001\330\004\013\2109\220A\320\025%\240Q\200\001\330\004\013\320\013\037\230q\200\001\330\004\025\220Q\220a\330\004\033\230?\250%\250q\260\006\260n\300C\300q\330\004\025\220Y\230e\2401\240F\250.\270\003\2701\340\t\n\330\010\r\210^\2301\230D\240\004\240C\240q\330\004\013\210:\220Q\220d\230!\200\001\330\004\025\220T\230\021\330\004\033\230?\250%\250q\260\t\270\036\300s\310!\330\004\034\230O\2505\260\001\260\027\270\016\300c\310\021\330\004\025\220Y\230e\2401\240F\250.\270\003\2701\340\t\n\330\010\r\210_\230A\230T\240\025\240d\250!\330\004\013\210:\220Q\220d\230!\200\001\330\004\033\230?\250%\250q\260\006\260n\300E\310\022\3103\310a\330\004\025\220Y\230e\2401\240F\250.\270\005\270R\270s\300!\340\t\n\330\010\r\210_\230A\230T\240\024\240V\2503\250a\330\004\013\210:\220Q\220d\230!\200\001\330\004\033\230?\250%\250q\260\006\260n\300E\310\022\3103\310a\330\004\033\230?\250%\250q\260\006\260n\300E\310\022\3103\310a\330\004\033\230?\250%\250q\260\013\270>\310\023\310A\330\004\025\220Y\230e\2401\240F\250.\270\005\270R\270s\300!\340\t\n\330\010\r\320\r#\2401\240D\250\004\250D\260\004\260F\270#\270Q\330\004\013\210:\220Q\220d\230!\200\001\330\004\033\230?\250%\250q\260\006\260n\300E\310\022\3103\310a\330\004\033\230?\250%\250q\260\013\270>\310\023\310A\330\004\025\220Y\230e\2401\240F\250.\270\005\270R""\270s\300!\340\t\n\330\010\r\320\r\035\230Q\230d\240$\240d\250&\260\003\2601\330\004\013\210:\220Q\220d\230!\200\001\340\004\007\200u\210G\2201\330\010\016\210j\230\001\320\0313\2601\3204D\300A\300T\310\025\310a\310q\330\004\013\2109\220A\320\025%\240Q\240d\250!\2501\200\001\340\004\013\2101\210E\220\024\220V\2307\240$\240f\250C\250s\3202H\310\001\310\021\200\001\340\004\025\220Q\220f\230A\230X\240Q\240f\250A\250X\260Q\260f\270A\270Q\330\004\030\230\005\230Y\240f\250C\250w\260i\270v\300Q\300a\330\004\033\230?\250%\250q\260\006\260n\300B\300b\310\002\310\"\310C\310q\330\004\025\220Y\230e\2401\240F\250.\270\002\270\"\270B\270b\300\003\3001\330\004\035\320\035.\250e\2601\260N\300,\310b\320PR\320RX\320XY\330\004\035\230Q\330\004\007\200y\220\007\220q\330\010\r\320\r\036\230e\2401\240M\260\034\270S\300\001\340\t\n\330\010\r\210]\230!\2304\230t\2404\240v\250S\260\003\2603\260j\300\007\300q\330\004\013\210:\220Q\220d\230!\200\001\340\004\025\220Q\340\004\025\220Q\220f\230A\230Y\240a\240v\250Q\250h\260a\260v\270Q\270a\330\004\025\220W\230F\240!\2409\250G\2606\270\021\270*\300G\3106\320QR\320RS\330\004\017\210q\220\001\220\023\220G\2306\240\023\240D\250\001\330\004\007\200q\210\010\220\003\2201\330\010\016\210j\230\001\320\031,\250A\320-@\300\001\300\021\300!\330\004\033\230?\250%\250q\260\006\260n\300B\300b\310\003\3102\310S\320PQ\330\004\033\230?\250%\250q\260\014\270N\310\"\310B\310c\320QS\320SW\320WY\320Y\\\320\\]\330\004\033\230?\250%\250q\260\014\270N\310\"\310B\310c\320QS\320SW\320WY\320Y\\\320\\]\330\004\025\220Y\230e\2401\240H\250N\270\"\270B\270c\300\022\3003\300a\330\004\025\220Q\330\t\n\330\010\r\320\r\037\230q\240\004\240D\250\004\250D\260\001\260\023\260D\270\005\270S\300\007\300q\330\004\013\210:\220Q\220d\230!\200\001\340\004\025\220Q\340\004\025\220W\230F\240!\2409\250G\2606\270\021\270*\300G\3106\320QR\320RZ\320Za\320ag\320gh\320hi\330\004\017\210q\220\001\220\023\220G\2306\240\023\240D\250\001\330\004\025\220Y\230e\2401\240L\260\016\270b\300\002\300#\300R""\300t\3102\310S\320PQ\330\004\025\220Y\230e\2401\240L\260\016\270b\300\002\300#\300R\300t\3102\310S\320PQ\330\004\033\230?\250%\250q\260\006\260n\300A\300X\310R\310t\320SU\320UX\320XY\330\004\033\230?\250%\250q\260\006\260n\300A\300X\310R\310t\320SU\320UX\320XY\340\t\n\330\010\r\320\r\036\230a\230t\2404\240t\2504\250q\260\003\2605\270\001\330\004\013\210:\220Q\220d\230!\200\001\340\004\025\320\025\047\240q\250\007\250q\330\004\007\200r\210\022\2101\330\010\016\210j\230\001\320\031B\300!\320CW\320WX\320XY\330\004\013\2101\200\001\360\006\000\005\016\210Q\210a\210s\220#\220S\230\003\2303\230a\330\004\033\230?\250%\250q\260\r\270^\3101\310C\310r\320QR\320RV\320VX\320XY\320Y^\320^_\330\004\025\220Y\230e\2401\240N\260.\300\001\300\023\300B\300a\300t\3102\310Q\310e\320ST\330\004\025\220Y\230e\2401\240F\250.\270\001\270\023\270B\270a\270s\300\"\300A\300U\310!\340\t\n\330\010\r\320\r#\2401\240A\240S\250\004\250D\260\001\330\004\013\210:\220Q\220d\230!\200\001\360\006\000\005\022\220\023\220A\220Q\330\004\007\200s\210!\2108\2203\220b\230\003\2303\230a\230v\240S\250\002\250#\250R\250s\260!\330\010\016\210j\230\001\230\021\330\004\033\2308\2401\240C\240q\330\004\007\200q\210\006\210c\220\021\330\010\016\210j\230\001\320\0316\260a\260q\270\001\330\004\025\220Q\220f\230A\230X\240Q\240f\250A\250Q\330\004\"\320\"9\270\026\270q\300\002\300\"\300A\360\006\000\005\006\330\010\014\210E\220\025\220a\220q\330\014\017\210s\220$\220g\230Q\230d\240&\250\001\250\024\250T\260\021\260!\330\014\022\220!\2201\330\014\017\210q\220\003\2203\220a\330\020\026\220j\240\001\240\034\250Q\250a\320/R\320RS\320ST\320TY\320YZ\320Z[\320[\\\330\014\017\210s\220\047\230\023\230B\230g\240S\250\004\250C\250v\260^\3003\300c\310\030\320QT\320TU\320UX\320XZ\320Z[\320[\\\330\020\026\220j\240\001\240\037\260\001\260\023\260H\270A\270S\320@S\320ST\320TU\320UX\320XZ\320Z[\320[\\\330\014\017\210t\220:\230Q\230c\240\022\240:\250S\260\001\260\027\270\004\270C\270q\300\001\330\020\026\220j\240\001\320!:\270!\2704\270q""\300\001\300\021\330\014\r\210Q\210b\220\005\320\025)\250\035\260a\260}\300A\330\014\r\210Q\210b\220\t\230\021\230!\330\014\r\210Q\210b\220\005\220Q\220a\330\014\r\210Q\210b\220\r\230Q\230a\330\014\r\210Q\210b\220\005\220Y\230h\240a\240s\250!\330\014\017\210r\220\023\220A\330\020\021\220\021\220\"\220H\230A\340\020\023\2201\220G\2304\230q\240\001\330\024\032\230*\240A\240_\260A\260Q\3206I\310\021\310!\3101\330\020\021\220\021\220\"\220H\230H\240A\240S\250\001\330\r\016\330\014\021\320\021!\240\021\240$\240c\250\023\250C\250q\330\010\016\210a\210t\2201\340\010\014\210A\210Q\200\001\360\006\000\005\026\220Q\220f\230A\230X\240Q\240f\250A\250Y\260a\260v\270Q\270i\300q\310\006\310a\310}\320\\`\320`a\330\004\033\230?\250%\250q\260\006\260n\300B\300b\310\002\310\"\310D\320PQ\330\004\033\230?\250%\250q\260\006\260n\300B\300b\310\003\3101\330\004\033\230?\250%\250q\260\006\260n\300B\300b\310\002\310\"\310D\320PQ\330\004\035\320\035.\250e\2601\260L\300\014\310C\310q\330\004\035\320\035.\250e\2601\260I\270\\\310\030\320QR\330\004\025\220Y\230e\2401\240J\250n\270B\270b\300\003\3002\300T\310\021\340\t\n\330\010\r\320\r%\240Q\240d\250$\250d\260$\260c\270\024\270X\300T\310\023\310D\320PQ\330\004\013\210:\220Q\220d\230!\200\001\360\006\000\005\026\220Q\340\004\r\210Q\210a\210s\220#\220S\230\003\2303\230a\330\004\017\210q\220\001\220\023\220G\2306\240\023\240C\240q\330\004\033\2304\230v\240Q\240a\330\004\025\220Y\230e\2401\240I\250^\2708\3002\300Q\300c\310\022\3101\310D\320PR\320RS\320SX\320XY\330\004\025\220Y\230e\2401\240F\250.\270\001\270\023\270B\270a\270s\300\"\300A\300U\310!\340\t\n\330\010\r\320\r\"\240!\2401\240C\240t\2509\260A\260S\270\001\330\004\013\210:\220Q\220d\230!\200\001\360\010\000\005\016\210Q\210a\210s\220#\220S\230\003\2303\230a\330\004\035\320\035.\250e\2601\260L\300\014\310A\310T\320QR\330\004\033\230?\250%\250q\260\n\270.\310\001\310\023\310B\310a\310t\320SU\320UV\320V[\320[\\\330\004\025\220Y\230e\2401\240F\250.\270\001\270\023\270B\270a\270s\300\"\300A\300U""\310!\330\004\025\220Q\330\004\025\220Q\330\004\007\200r\210\027\220\001\330\010\r\210Y\220e\2301\230F\240.\260\001\260\023\260B\260a\260s\270\"\270A\270U\300!\330\004\007\200|\2207\230!\330\010\r\210Y\220e\2301\320\034,\250N\270!\2703\270b\300\001\300\023\300B\300a\300t\3102\310Q\310e\320ST\340\t\n\330\010\r\320\r%\240Q\240a\240s\250$\250d\260$\260d\270!\330\004\013\210:\220Q\220d\230!";
     PyObject *data = NULL;
     #define __Pyx_DecompressString_UNUSED
     #define __Pyx_DecompressString_LZSS_UNUSED
     #endif
     PyObject **stringtab = __pyx_mstate->__pyx_string_tab;
     Py_ssize_t pos = 0;
-    for (int i = 0; i < 109; i++) {
+    for (int i = 0; i < 223; i++) {
       Py_ssize_t bytes_length = str_length_index[i].length;
       PyObject *string = PyUnicode_DecodeUTF8(bytes + pos, bytes_length, NULL);
-      if (likely(string) && i >= 33) PyUnicode_InternInPlace(&string);
+      if (likely(string) && i >= 56) PyUnicode_InternInPlace(&string);
       if (unlikely(!string)) {
         Py_XDECREF(data);
         __PYX_ERR(0, 1, __pyx_L1_error)
@@ -8771,8 +14316,8 @@ static const char bytes[] = "  contiguous does not match the weight [ must be a 
       stringtab[i] = string;
       pos += bytes_length;
     }
-    for (int i = 109; i < 116; i++) {
-      Py_ssize_t bytes_length = bytes_length_index[i-109].length;
+    for (int i = 223; i < 242; i++) {
+      Py_ssize_t bytes_length = bytes_length_index[i-223].length;
       PyObject *string = PyBytes_FromStringAndSize(bytes + pos, bytes_length);
       stringtab[i] = string;
       pos += bytes_length;
@@ -8782,15 +14327,15 @@ static const char bytes[] = "  contiguous does not match the weight [ must be a 
       }
     }
     Py_XDECREF(data);
-    for (Py_ssize_t i = 0; i < 116; i++) {
+    for (Py_ssize_t i = 0; i < 242; i++) {
       if (unlikely(PyObject_Hash(stringtab[i]) == -1)) {
         __PYX_ERR(0, 1, __pyx_L1_error)
       }
     }
     #if CYTHON_IMMORTAL_CONSTANTS
     {
-      PyObject **table = stringtab + 109;
-      for (Py_ssize_t i=0; i<7; ++i) {
+      PyObject **table = stringtab + 223;
+      for (Py_ssize_t i=0; i<19; ++i) {
         #if PY_VERSION_HEX >= 0x030F0000
         PyUnstable_SetImmortal(table[i]);
         #elif CYTHON_COMPILING_IN_CPYTHON_FREETHREADING
@@ -8813,8 +14358,8 @@ static const char bytes[] = "  contiguous does not match the weight [ must be a 
   }
   {
     PyObject **numbertab = __pyx_mstate->__pyx_number_tab + 0;
-    int8_t const cint_constants_1[] = {0,1,2,6,8,12,13,14,23,30};
-    for (int i = 0; i < 10; i++) {
+    int8_t const cint_constants_1[] = {0,-1,1,2,-3,-4,-5,6,8,12,13,14,23,30};
+    for (int i = 0; i < 14; i++) {
       numbertab[i] = PyLong_FromLong(cint_constants_1[i - 0]);
       if (unlikely(!numbertab[i])) __PYX_ERR(0, 1, __pyx_L1_error)
     }
@@ -8822,7 +14367,7 @@ static const char bytes[] = "  contiguous does not match the weight [ must be a 
   #if CYTHON_IMMORTAL_CONSTANTS
   {
     PyObject **table = __pyx_mstate->__pyx_number_tab;
-    for (Py_ssize_t i=0; i<10; ++i) {
+    for (Py_ssize_t i=0; i<14; ++i) {
       #if PY_VERSION_HEX >= 0x030F0000
       PyUnstable_SetImmortal(table[i]);
       #elif CYTHON_COMPILING_IN_CPYTHON_FREETHREADING
@@ -8851,12 +14396,12 @@ static const char bytes[] = "  contiguous does not match the weight [ must be a 
 namespace {
 #endif
 typedef struct {
-    unsigned int argcount : 3;
+    unsigned int argcount : 4;
     unsigned int num_posonly_args : 1;
     unsigned int num_kwonly_args : 1;
-    unsigned int nlocals : 4;
+    unsigned int nlocals : 5;
     unsigned int flags : 10;
-    unsigned int first_line : 7;
+    unsigned int first_line : 9;
 } __Pyx_PyCode_New_function_description;
 #ifdef __cplusplus
 } /* anonymous namespace */
@@ -8898,7 +14443,7 @@ static int __Pyx_CreateCodeObjects(__pyx_mstatetype *__pyx_mstate) {
   {
     const __Pyx_PyCode_New_function_description descr = {0, 0, 0, 0, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 73};
     PyObject* const varnames[] = {0};
-    __pyx_mstate_global->__pyx_codeobj_tab[4] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_pyx, __pyx_mstate->__pyx_n_u_get_threads, __pyx_mstate->__pyx_kp_b_iso88591_q, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[4])) goto bad;
+    __pyx_mstate_global->__pyx_codeobj_tab[4] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_pyx, __pyx_mstate->__pyx_n_u_get_threads, __pyx_mstate->__pyx_kp_b_iso88591_q_2, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[4])) goto bad;
   }
   {
     const __Pyx_PyCode_New_function_description descr = {2, 0, 0, 3, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 77};
@@ -8909,6 +14454,66 @@ static int __Pyx_CreateCodeObjects(__pyx_mstatetype *__pyx_mstate) {
     const __Pyx_PyCode_New_function_description descr = {4, 0, 0, 15, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 91};
     PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_x, __pyx_mstate->__pyx_n_u_weights, __pyx_mstate->__pyx_n_u_biases, __pyx_mstate->__pyx_n_u_outs, __pyx_mstate->__pyx_n_u_m, __pyx_mstate->__pyx_n_u_i, __pyx_mstate->__pyx_n_u_xp, __pyx_mstate->__pyx_n_u_T, __pyx_mstate->__pyx_n_u_K, __pyx_mstate->__pyx_n_u_o, __pyx_mstate->__pyx_n_u_raw, __pyx_mstate->__pyx_n_u_rc, __pyx_mstate->__pyx_n_u_w, __pyx_mstate->__pyx_n_u_b, __pyx_mstate->__pyx_n_u_y};
     __pyx_mstate_global->__pyx_codeobj_tab[6] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_pyx, __pyx_mstate->__pyx_n_u_matmuls, __pyx_mstate->__pyx_kp_b_iso88591_AQ_s_83b_3avS_Rs_j_81Cq_q_c_j_6, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[6])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {7, 0, 0, 21, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 114};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_q, __pyx_mstate->__pyx_n_u_k_pages, __pyx_mstate->__pyx_n_u_v_pages, __pyx_mstate->__pyx_n_u_out, __pyx_mstate->__pyx_n_u_batch, __pyx_mstate->__pyx_n_u_scale, __pyx_mstate->__pyx_n_u_causal, __pyx_mstate->__pyx_n_u_keep, __pyx_mstate->__pyx_n_u_b, __pyx_mstate->__pyx_n_u_T, __pyx_mstate->__pyx_n_u_Hq, __pyx_mstate->__pyx_n_u_D, __pyx_mstate->__pyx_n_u_P, __pyx_mstate->__pyx_n_u_PS, __pyx_mstate->__pyx_n_u_Hkv, __pyx_mstate->__pyx_n_u_qp, __pyx_mstate->__pyx_n_u_kp, __pyx_mstate->__pyx_n_u_vp, __pyx_mstate->__pyx_n_u_op, __pyx_mstate->__pyx_n_u_rc, __pyx_mstate->__pyx_n_u_c};
+    __pyx_mstate_global->__pyx_codeobj_tab[7] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_attention, __pyx_mstate->__pyx_kp_b_iso88591_Q_QfAYavQhavQa_WF_9G6_G6QRRS_q, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[7])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {5, 0, 0, 16, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 133};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_k_pages, __pyx_mstate->__pyx_n_u_v_pages, __pyx_mstate->__pyx_n_u_k, __pyx_mstate->__pyx_n_u_v, __pyx_mstate->__pyx_n_u_batch, __pyx_mstate->__pyx_n_u_keep, __pyx_mstate->__pyx_n_u_b, __pyx_mstate->__pyx_n_u_P, __pyx_mstate->__pyx_n_u_PS, __pyx_mstate->__pyx_n_u_Hkv, __pyx_mstate->__pyx_n_u_D, __pyx_mstate->__pyx_n_u_kp, __pyx_mstate->__pyx_n_u_vp, __pyx_mstate->__pyx_n_u_ks, __pyx_mstate->__pyx_n_u_vs, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[8] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_kv_write, __pyx_mstate->__pyx_kp_b_iso88591_Q_WF_9G6_G6QRRZZaagghhi_q_G6_D, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[8])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {6, 0, 0, 10, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 149};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_x, __pyx_mstate->__pyx_n_u_weight, __pyx_mstate->__pyx_n_u_y, __pyx_mstate->__pyx_n_u_rows, __pyx_mstate->__pyx_n_u_D, __pyx_mstate->__pyx_n_u_eps, __pyx_mstate->__pyx_n_u_xp, __pyx_mstate->__pyx_n_u_wp, __pyx_mstate->__pyx_n_u_yp, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[9] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_rmsnorm, __pyx_mstate->__pyx_kp_b_iso88591_q_nE_3a_q_A_Ye1F_Rs_Qd_d_1_Qd, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[9])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {5, 0, 0, 8, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 159};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_x, __pyx_mstate->__pyx_n_u_y, __pyx_mstate->__pyx_n_u_rows, __pyx_mstate->__pyx_n_u_D, __pyx_mstate->__pyx_n_u_eps, __pyx_mstate->__pyx_n_u_xp, __pyx_mstate->__pyx_n_u_yp, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[10] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_l2norm, __pyx_mstate->__pyx_kp_b_iso88591_q_nE_3a_Ye1F_Rs__AT_V3a_Qd, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[10])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {7, 0, 0, 12, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 168};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_x, __pyx_mstate->__pyx_n_u_z, __pyx_mstate->__pyx_n_u_weight, __pyx_mstate->__pyx_n_u_y, __pyx_mstate->__pyx_n_u_rows, __pyx_mstate->__pyx_n_u_D, __pyx_mstate->__pyx_n_u_eps, __pyx_mstate->__pyx_n_u_xp, __pyx_mstate->__pyx_n_u_zp, __pyx_mstate->__pyx_n_u_wp, __pyx_mstate->__pyx_n_u_yp, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[11] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_gated_rmsnorm, __pyx_mstate->__pyx_kp_b_iso88591_q_nE_3a_q_nE_3a_q_A_Ye1F_Rs_1D, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[11])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {6, 0, 0, 15, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 179};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_x, __pyx_mstate->__pyx_n_u_y, __pyx_mstate->__pyx_n_u_positions, __pyx_mstate->__pyx_n_u_rope_dim, __pyx_mstate->__pyx_n_u_theta, __pyx_mstate->__pyx_n_u_sections, __pyx_mstate->__pyx_n_u_T, __pyx_mstate->__pyx_n_u_H, __pyx_mstate->__pyx_n_u_D, __pyx_mstate->__pyx_n_u_cols, __pyx_mstate->__pyx_n_u_xp, __pyx_mstate->__pyx_n_u_yp, __pyx_mstate->__pyx_n_u_pp, __pyx_mstate->__pyx_n_u_sp, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[12] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_rope, __pyx_mstate->__pyx_kp_b_iso88591_QfAXQfAXQfAQ_YfCwivQa_q_nBb_Cq, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[12])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 7, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 195};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_x, __pyx_mstate->__pyx_n_u_y, __pyx_mstate->__pyx_n_u_op, __pyx_mstate->__pyx_n_u_n, __pyx_mstate->__pyx_n_u_xp, __pyx_mstate->__pyx_n_u_yp, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[13] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_unary, __pyx_mstate->__pyx_kp_b_iso88591_Qa_q_nCq_Ye1F_1_1D_Cq_Qd, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[13])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {3, 0, 0, 8, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 205};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_gate, __pyx_mstate->__pyx_n_u_up, __pyx_mstate->__pyx_n_u_y, __pyx_mstate->__pyx_n_u_n, __pyx_mstate->__pyx_n_u_gp, __pyx_mstate->__pyx_n_u_upp, __pyx_mstate->__pyx_n_u_yp, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[14] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_swiglu, __pyx_mstate->__pyx_kp_b_iso88591_T_q_s_O5_c_Ye1F_1__AT_d_Qd, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[14])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {8, 0, 0, 13, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 227};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_q, __pyx_mstate->__pyx_n_u_k, __pyx_mstate->__pyx_n_u_v, __pyx_mstate->__pyx_n_u_g, __pyx_mstate->__pyx_n_u_beta, __pyx_mstate->__pyx_n_u_state_in, __pyx_mstate->__pyx_n_u_state_out, __pyx_mstate->__pyx_n_u_o, __pyx_mstate->__pyx_n_u_r, __pyx_mstate->__pyx_n_u_si, __pyx_mstate->__pyx_n_u_so, __pyx_mstate->__pyx_n_u_op, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[15] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_gdn_recurrent, __pyx_mstate->__pyx_kp_b_iso88591_Qas_S_3a_q_1CrQRRVVXXYY___Ye1N, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[15])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {8, 0, 0, 15, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 240};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_q, __pyx_mstate->__pyx_n_u_k, __pyx_mstate->__pyx_n_u_v, __pyx_mstate->__pyx_n_u_g, __pyx_mstate->__pyx_n_u_beta, __pyx_mstate->__pyx_n_u_pool, __pyx_mstate->__pyx_n_u_batch, __pyx_mstate->__pyx_n_u_o, __pyx_mstate->__pyx_n_u_r, __pyx_mstate->__pyx_n_u_keep, __pyx_mstate->__pyx_n_u_b, __pyx_mstate->__pyx_n_u_n_slots, __pyx_mstate->__pyx_n_u_pp, __pyx_mstate->__pyx_n_u_op, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[16] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_gdn_segments, __pyx_mstate->__pyx_kp_b_iso88591_Q_Qas_S_3a_q_G6_Cq_4vQa_Ye1I_82, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[16])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {10, 0, 0, 17, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 256};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_q, __pyx_mstate->__pyx_n_u_k, __pyx_mstate->__pyx_n_u_v, __pyx_mstate->__pyx_n_u_g, __pyx_mstate->__pyx_n_u_beta, __pyx_mstate->__pyx_n_u_parents, __pyx_mstate->__pyx_n_u_state, __pyx_mstate->__pyx_n_u_o, __pyx_mstate->__pyx_n_u_u, __pyx_mstate->__pyx_n_u_node_states, __pyx_mstate->__pyx_n_u_r, __pyx_mstate->__pyx_n_u_tp, __pyx_mstate->__pyx_n_u_sp, __pyx_mstate->__pyx_n_u_op, __pyx_mstate->__pyx_n_u_up, __pyx_mstate->__pyx_n_u_ns, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[17] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_gdn_tree_verify, __pyx_mstate->__pyx_kp_b_iso88591_Qas_S_3a_e1L_ATQR_q_BatSUUVV_Ye, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[17])) goto bad;
+  }
+  {
+    const __Pyx_PyCode_New_function_description descr = {6, 0, 0, 18, (unsigned int)(CO_OPTIMIZED|CO_NEWLOCALS), 276};
+    PyObject* const varnames[] = {__pyx_mstate->__pyx_n_u_k, __pyx_mstate->__pyx_n_u_g, __pyx_mstate->__pyx_n_u_u, __pyx_mstate->__pyx_n_u_parents, __pyx_mstate->__pyx_n_u_path, __pyx_mstate->__pyx_n_u_state, __pyx_mstate->__pyx_n_u_n, __pyx_mstate->__pyx_n_u_H, __pyx_mstate->__pyx_n_u_Dk, __pyx_mstate->__pyx_n_u_Dv, __pyx_mstate->__pyx_n_u_n_path, __pyx_mstate->__pyx_n_u_kp, __pyx_mstate->__pyx_n_u_gp, __pyx_mstate->__pyx_n_u_up, __pyx_mstate->__pyx_n_u_tp, __pyx_mstate->__pyx_n_u_pp, __pyx_mstate->__pyx_n_u_sp, __pyx_mstate->__pyx_n_u_rc};
+    __pyx_mstate_global->__pyx_codeobj_tab[18] = __Pyx_PyCode_New(descr, varnames, __pyx_mstate->__pyx_kp_u_luce__cpu_sequence_pxi, __pyx_mstate->__pyx_n_u_gdn_tree_commit, __pyx_mstate->__pyx_kp_b_iso88591_QfAXQfAYavQiq_a_a_q_nBb_DPQ_q_n, tuple_dedup_map); if (unlikely(!__pyx_mstate_global->__pyx_codeobj_tab[18])) goto bad;
   }
   Py_DECREF(tuple_dedup_map);
   return 0;
@@ -12479,6 +18084,240 @@ static CYTHON_INLINE void __Pyx_ExceptionSwap(PyObject **type, PyObject **value,
 }
 #endif
 
+/* CIntToPyUnicode */
+static CYTHON_INLINE PyObject* __Pyx_uchar___Pyx_PyUnicode_From_npy_intp(npy_intp value, Py_ssize_t width, char padding_char) {
+#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wconversion"
+#endif
+    const npy_intp neg_one = (npy_intp) -1, const_zero = (npy_intp) 0;
+#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
+#pragma GCC diagnostic pop
+#endif
+    const int is_unsigned = neg_one > const_zero;
+    if (unlikely(!(is_unsigned || value == 0 || value > 0) ||
+                    !(sizeof(value) <= 2 || value & ~ (npy_intp) 0x01fffff || __Pyx_CheckUnicodeValue((int) value)))) {
+        PyErr_SetString(PyExc_OverflowError, "%c arg not in range(0x110000)");
+        return NULL;
+    }
+    if (width <= 1) {
+        return PyUnicode_FromOrdinal((int) value);
+    }
+    return __Pyx_PyUnicode_FromOrdinal_Padded((int) value, width, padding_char);
+}
+static CYTHON_INLINE PyObject* __Pyx____Pyx_PyUnicode_From_npy_intp(npy_intp value, Py_ssize_t width, char padding_char, char format_char) {
+    char digits[sizeof(npy_intp)*3+2];
+    char *dpos, *end = digits + sizeof(npy_intp)*3+2;
+    const char *hex_digits = DIGITS_HEX;
+    Py_ssize_t length, ulength;
+    int prepend_sign, last_one_off;
+    npy_intp remaining;
+#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wconversion"
+#endif
+    const npy_intp neg_one = (npy_intp) -1, const_zero = (npy_intp) 0;
+#ifdef __Pyx_HAS_GCC_DIAGNOSTIC
+#pragma GCC diagnostic pop
+#endif
+    const int is_unsigned = neg_one > const_zero;
+    if (format_char == 'X') {
+        hex_digits += 16;
+        format_char = 'x';
+    }
+    remaining = value;
+    last_one_off = 0;
+    dpos = end;
+    do {
+        int digit_pos;
+        switch (format_char) {
+        case 'o':
+            digit_pos = abs((int)(remaining % (8*8)));
+            remaining = (npy_intp) (remaining / (8*8));
+            dpos -= 2;
+            memcpy(dpos, DIGIT_PAIRS_8 + digit_pos * 2, 2);
+            last_one_off = (digit_pos < 8);
+            break;
+        case 'd':
+            digit_pos = abs((int)(remaining % (10*10)));
+            remaining = (npy_intp) (remaining / (10*10));
+            dpos -= 2;
+            memcpy(dpos, DIGIT_PAIRS_10 + digit_pos * 2, 2);
+            last_one_off = (digit_pos < 10);
+            break;
+        case 'x':
+            *(--dpos) = hex_digits[abs((int)(remaining % 16))];
+            remaining = (npy_intp) (remaining / 16);
+            break;
+        default:
+            assert(0);
+            break;
+        }
+    } while (unlikely(remaining != 0));
+    assert(!last_one_off || *dpos == '0');
+    dpos += last_one_off;
+    length = end - dpos;
+    ulength = length;
+    prepend_sign = 0;
+    if (!is_unsigned && value <= neg_one) {
+        if (padding_char == ' ' || width <= length + 1) {
+            *(--dpos) = '-';
+            ++length;
+        } else {
+            prepend_sign = 1;
+        }
+        ++ulength;
+    }
+    if (width > ulength) {
+        ulength = width;
+    }
+    if (ulength == 1) {
+        return PyUnicode_FromOrdinal(*dpos);
+    }
+    return __Pyx_PyUnicode_BuildFromAscii(ulength, dpos, (int) length, prepend_sign, padding_char);
+}
+
+/* PyObjectVectorcallKwds */
+#if CYTHON_VECTORCALL
+CYTHON_UNUSED static int __Pyx_CheckVectorcallKwarg(PyObject *kwnames, Py_ssize_t i) {
+    PyObject *key = __Pyx_PyTuple_GET_ITEM(kwnames, i);
+#if !CYTHON_ASSUME_SAFE_MACROS
+    if (unlikely(!key)) return -1;
+#endif
+    if (unlikely(!PyUnicode_Check(key))) {
+        PyErr_SetString(PyExc_TypeError, "keywords must be strings");
+        return -1;
+    }
+    return 0;
+}
+#else
+CYTHON_UNUSED static PyObject *__Pyx_MakeKwargDict(PyObject **keys, PyObject **values, Py_ssize_t n) {
+    PyObject *out = PyDict_New();
+    if (unlikely(!out)) return NULL;
+    for (Py_ssize_t i=0; i<n; ++i) {
+        if (unlikely(PyDict_SetItem(out, keys[i], values[i]) < 0)) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+CYTHON_UNUSED static int __Pyx_CheckVectorcallKwarg(PyObject **kwnames, Py_ssize_t i) {
+    PyObject *key = kwnames[i];
+    if (unlikely(!PyUnicode_Check(key))) {
+        PyErr_SetString(PyExc_TypeError, "keywords must be strings");
+        return -1;
+    }
+    return 0;
+}
+#endif
+
+/* ListAppend */
+#if CYTHON_USE_PYLIST_INTERNALS && CYTHON_ASSUME_SAFE_MACROS && CYTHON_ASSUME_SAFE_SIZE
+static CYTHON_INLINE int __Pyx_PyList_Append(PyObject* list, PyObject* x) {
+    PyListObject* L = (PyListObject*) list;
+    Py_ssize_t len = Py_SIZE(list);
+    if (likely(L->allocated > len) & likely(len > (L->allocated >> 1))) {
+        Py_INCREF(x);
+        __Pyx__ListComp_AppendAndDecref(list, len, x);
+        return 0;
+    }
+    return PyList_Append(list, x);
+}
+#endif
+
+/* GetAttr3 */
+#if __PYX_LIMITED_VERSION_HEX < 0x030d0000
+static PyObject *__Pyx_GetAttr3Default(PyObject *d) {
+    __Pyx_PyThreadState_declare
+    __Pyx_PyThreadState_assign
+    if (unlikely(!__Pyx_PyErr_ExceptionMatches(PyExc_AttributeError)))
+        return NULL;
+    __Pyx_PyErr_Clear();
+    Py_INCREF(d);
+    return d;
+}
+#endif
+static CYTHON_INLINE PyObject *__Pyx_GetAttr3(PyObject *o, PyObject *n, PyObject *d) {
+    PyObject *r;
+#if __PYX_LIMITED_VERSION_HEX >= 0x030d0000
+    int res = PyObject_GetOptionalAttr(o, n, &r);
+    return (res != 0) ? r : __Pyx_NewRef(d);
+#else
+  #if CYTHON_USE_TYPE_SLOTS
+    if (likely(PyUnicode_Check(n))) {
+        r = __Pyx_PyObject_GetAttrStrNoError(o, n);
+        if (unlikely(!r) && likely(!PyErr_Occurred())) {
+            r = __Pyx_NewRef(d);
+        }
+        return r;
+    }
+  #endif
+    r = PyObject_GetAttr(o, n);
+    return (likely(r)) ? r : __Pyx_GetAttr3Default(d);
+#endif
+}
+
+/* PyLongCompare */
+static CYTHON_INLINE int __Pyx_PyLong_BoolEqObjC(PyObject *op1, PyObject *op2, long intval, long inplace) {
+    CYTHON_MAYBE_UNUSED_VAR(intval);
+    CYTHON_UNUSED_VAR(inplace);
+    if (op1 == op2) {
+        return 1;
+    }
+    #if CYTHON_USE_PYLONG_INTERNALS
+    if (likely(PyLong_CheckExact(op1))) {
+        int unequal;
+        unsigned long uintval;
+        Py_ssize_t size = __Pyx_PyLong_DigitCount(op1);
+        const digit* digits = __Pyx_PyLong_Digits(op1);
+        if (intval == 0) {
+            return (__Pyx_PyLong_IsZero(op1) == 1);
+        } else if (intval < 0) {
+            if (__Pyx_PyLong_IsNonNeg(op1))
+                return 0;
+            intval = -intval;
+        } else {
+            if (__Pyx_PyLong_IsNeg(op1))
+                return 0;
+        }
+        uintval = (unsigned long) intval;
+#if PyLong_SHIFT * 4 < SIZEOF_LONG*8
+        if (uintval >> (PyLong_SHIFT * 4)) {
+            unequal = (size != 5) || (digits[0] != (uintval & (unsigned long) PyLong_MASK))
+                 | (digits[1] != ((uintval >> (1 * PyLong_SHIFT)) & (unsigned long) PyLong_MASK)) | (digits[2] != ((uintval >> (2 * PyLong_SHIFT)) & (unsigned long) PyLong_MASK)) | (digits[3] != ((uintval >> (3 * PyLong_SHIFT)) & (unsigned long) PyLong_MASK)) | (digits[4] != ((uintval >> (4 * PyLong_SHIFT)) & (unsigned long) PyLong_MASK));
+        } else
+#endif
+#if PyLong_SHIFT * 3 < SIZEOF_LONG*8
+        if (uintval >> (PyLong_SHIFT * 3)) {
+            unequal = (size != 4) || (digits[0] != (uintval & (unsigned long) PyLong_MASK))
+                 | (digits[1] != ((uintval >> (1 * PyLong_SHIFT)) & (unsigned long) PyLong_MASK)) | (digits[2] != ((uintval >> (2 * PyLong_SHIFT)) & (unsigned long) PyLong_MASK)) | (digits[3] != ((uintval >> (3 * PyLong_SHIFT)) & (unsigned long) PyLong_MASK));
+        } else
+#endif
+#if PyLong_SHIFT * 2 < SIZEOF_LONG*8
+        if (uintval >> (PyLong_SHIFT * 2)) {
+            unequal = (size != 3) || (digits[0] != (uintval & (unsigned long) PyLong_MASK))
+                 | (digits[1] != ((uintval >> (1 * PyLong_SHIFT)) & (unsigned long) PyLong_MASK)) | (digits[2] != ((uintval >> (2 * PyLong_SHIFT)) & (unsigned long) PyLong_MASK));
+        } else
+#endif
+#if PyLong_SHIFT * 1 < SIZEOF_LONG*8
+        if (uintval >> (PyLong_SHIFT * 1)) {
+            unequal = (size != 2) || (digits[0] != (uintval & (unsigned long) PyLong_MASK))
+                 | (digits[1] != ((uintval >> (1 * PyLong_SHIFT)) & (unsigned long) PyLong_MASK));
+        } else
+#endif
+            unequal = (size != 1) || (((unsigned long) digits[0]) != (uintval & (unsigned long) PyLong_MASK));
+        return (unequal == 0);
+    }
+    #endif
+    if (PyFloat_CheckExact(op1)) {
+        const long b = intval;
+        double a = __Pyx_PyFloat_AS_DOUBLE(op1);
+        return ((double)a == (double)b);
+    }
+    return __Pyx_PyObject_RichCompareBool(op1, op2, Py_EQ);
+}
+
 /* TypeImport */
 #ifndef __PYX_HAVE_RT_ImportType_3_3_1
 #define __PYX_HAVE_RT_ImportType_3_3_1
@@ -15220,41 +21059,6 @@ bad:
             return z;
         }
     #endif
-#endif
-
-/* PyObjectVectorcallKwds (used by PyObjectVectorcallMethodKwds) */
-#if CYTHON_VECTORCALL
-CYTHON_UNUSED static int __Pyx_CheckVectorcallKwarg(PyObject *kwnames, Py_ssize_t i) {
-    PyObject *key = __Pyx_PyTuple_GET_ITEM(kwnames, i);
-#if !CYTHON_ASSUME_SAFE_MACROS
-    if (unlikely(!key)) return -1;
-#endif
-    if (unlikely(!PyUnicode_Check(key))) {
-        PyErr_SetString(PyExc_TypeError, "keywords must be strings");
-        return -1;
-    }
-    return 0;
-}
-#else
-CYTHON_UNUSED static PyObject *__Pyx_MakeKwargDict(PyObject **keys, PyObject **values, Py_ssize_t n) {
-    PyObject *out = PyDict_New();
-    if (unlikely(!out)) return NULL;
-    for (Py_ssize_t i=0; i<n; ++i) {
-        if (unlikely(PyDict_SetItem(out, keys[i], values[i]) < 0)) {
-            Py_DECREF(out);
-            return NULL;
-        }
-    }
-    return out;
-}
-CYTHON_UNUSED static int __Pyx_CheckVectorcallKwarg(PyObject **kwnames, Py_ssize_t i) {
-    PyObject *key = kwnames[i];
-    if (unlikely(!PyUnicode_Check(key))) {
-        PyErr_SetString(PyExc_TypeError, "keywords must be strings");
-        return -1;
-    }
-    return 0;
-}
 #endif
 
 /* PyObjectVectorcallMethodKwds (used by CIntToPy) */
