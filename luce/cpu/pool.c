@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpu_ops.h"
 #include "pool.h"
 
 #define SPIN_NS 300000   /* how long an idle worker spins before sleeping */
@@ -150,3 +151,24 @@ void pool_run(int64_t n_tasks, pool_task_fn fn, void *ctx, int threads) {
     while (atomic_load(&P.active) > 0) CPU_RELAX();
     pthread_mutex_unlock(&run_lock);
 }
+
+typedef struct {
+    int64_t n, parts;
+    pool_range_fn fn;
+    void *ctx;
+} ranges_job;
+
+static void range_task(void *ctx, int64_t part) {
+    const ranges_job *r = ctx;
+    r->fn(r->ctx, r->n * part / r->parts, r->n * (part + 1) / r->parts);
+}
+
+void pool_ranges(int64_t n, int64_t parts, pool_range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (parts > n) parts = n;
+    if (parts < 1) parts = 1;
+    ranges_job r = {n, parts, fn, ctx};
+    pool_run(parts, range_task, &r, luce_cpu_get_threads());
+}
+
+void pool_tasks(int64_t n, pool_task_fn fn, void *ctx) { pool_run(n, fn, ctx, luce_cpu_get_threads()); }
