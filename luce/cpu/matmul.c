@@ -7,7 +7,18 @@
 #include "matmul.h"
 #include "pool.h"
 
-#define COLUMNS_PER_TASK 64
+/* Columns per task: a multiple of 16 (the widest tile), about TASKS_PER_THREAD tasks per thread
+ * and weight, so each thread streams long runs of consecutive rows (a tile prefetches the
+ * next one) while a slow thread still leaves work for the others. */
+#define TASKS_PER_THREAD 4
+#define MIN_COLUMNS_PER_TASK 64
+
+static int64_t columns_per_task(int64_t n) {
+    int64_t tasks = (int64_t)luce_cpu_get_threads() * TASKS_PER_THREAD;
+    int64_t cols = (n + tasks - 1) / tasks;
+    cols = (cols + 15) / 16 * 16;
+    return cols < MIN_COLUMNS_PER_TASK ? MIN_COLUMNS_PER_TASK : cols;
+}
 
 int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k) {
     int kind = mm_kind(qtype);
@@ -60,7 +71,7 @@ static int quantize_x(const float *x, int64_t T, int64_t K, int format, act_buff
 typedef struct {
     const luce_cpu_matmul_out *outs;
     const mm_job *jobs;
-    const int64_t *first_task;
+    const int64_t *first_task, *task_columns;
     mm_tile_fn tiles[MM_KINDS];
 } columns_job;
 
@@ -68,8 +79,9 @@ static void columns_task(void *ctx, int64_t task) {
     const columns_job *c = ctx;
     int i = 0;
     while (c->first_task[i + 1] <= task) i++;
-    int64_t n0 = (task - c->first_task[i]) * COLUMNS_PER_TASK;
-    int64_t n1 = n0 + COLUMNS_PER_TASK < c->outs[i].n ? n0 + COLUMNS_PER_TASK : c->outs[i].n;
+    const int64_t cols = c->task_columns[i];
+    int64_t n0 = (task - c->first_task[i]) * cols;
+    int64_t n1 = n0 + cols < c->outs[i].n ? n0 + cols : c->outs[i].n;
     c->tiles[mm_kind(c->outs[i].qtype)](&c->jobs[i], n0, n1);
 }
 
@@ -94,20 +106,23 @@ int luce_cpu_matmuls(const float *x, int64_t T, int64_t K, const luce_cpu_matmul
         if (need[f]) rc = quantize_x(x, T, K, f, &act[f]);
     mm_job *jobs = calloc((size_t)n_outs, sizeof(mm_job));
     int64_t *first_task = calloc((size_t)n_outs + 1, sizeof(int64_t));
-    if (!jobs || !first_task) rc = LUCE_CPU_ENOMEM;
+    int64_t *task_columns = calloc((size_t)n_outs, sizeof(int64_t));
+    if (!jobs || !first_task || !task_columns) rc = LUCE_CPU_ENOMEM;
     if (rc == LUCE_CPU_OK) {
         for (int i = 0; i < n_outs; i++) {
             const act_buffers *a = &act[mm_act_format(mm_kind(outs[i].qtype))];
             jobs[i] = (mm_job){x, a->qs, a->dx, a->bsums, T, K, outs[i].w, outs[i].row_bytes,
                                outs[i].bias, outs[i].y, outs[i].n};
-            first_task[i + 1] = first_task[i] + (outs[i].n + COLUMNS_PER_TASK - 1) / COLUMNS_PER_TASK;
+            task_columns[i] = columns_per_task(outs[i].n);
+            first_task[i + 1] = first_task[i] + (outs[i].n + task_columns[i] - 1) / task_columns[i];
         }
-        columns_job c = {outs, jobs, first_task, {0}};
+        columns_job c = {outs, jobs, first_task, task_columns, {0}};
         for (int k = 0; k < MM_KINDS; k++) c.tiles[k] = tile_for(k);
         pool_run(first_task[n_outs], columns_task, &c, luce_cpu_get_threads());
     }
     for (int f = 0; f < 3; f++) free_act(&act[f]);
     free(jobs);
     free(first_task);
+    free(task_columns);
     return rc;
 }
