@@ -8,6 +8,7 @@
  * 2-core machine. Idle workers spin briefly (a decode step calls the pool every few tens of
  * microseconds), then sleep on a condition variable.
  */
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime, pthread_atfork under -std=c11 */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>

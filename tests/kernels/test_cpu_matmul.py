@@ -174,3 +174,25 @@ def test_backend_refuses_shape_mismatch_and_bad_types():
         _cpu.row_bytes(2, 256)   # Q4_0: not a cpu matmul type
     with pytest.raises(ValueError, match="threads"):
         CpuBackend(threads=0)
+
+
+def test_a_weight_type_the_cpu_backend_lacks_is_named_with_the_fix():
+    """The GGUF reader already refuses types luce cannot decode (tests/gguf); the backend's own
+    check names the type and the fix too, never falling back to an f32 copy."""
+    from types import SimpleNamespace
+
+    class FakeGGUF:
+        def tensor_info(self, name):
+            return SimpleNamespace(shape=(4, 32), qtype=Q.Q4_0)
+
+        def raw(self, name):
+            return np.zeros(4 * 18, np.uint8)
+
+    with pytest.raises(ValueError, match=r"Q4_0.*not supported by the cpu backend.*Re-quantize.*--backend numpy"):
+        CpuBackend(threads=1).load_weight(FakeGGUF(), "blk.0.attn_q.weight")
+
+
+def test_a_truncated_weight_is_refused():
+    be = CpuBackend(threads=1)
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        be._weight(np.zeros(100, np.uint8), int(Q.Q4_K), (2, 256), "w")
