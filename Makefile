@@ -67,6 +67,21 @@ cuda-deps: $(STAMP)
 clean:
 	rm -rf build luce/lib luce/*.so luce/_cuda*.c *.egg-info
 
+# CPU benchmark beside llama.cpp (tools/bench_cpu.py; docs/PERF.md): the peer runs from a venv of
+# the prebuilt xllamacpp wheel (made here on first use) and ../shared/peers/cpu_llamacpp.py.
+PEER_VENV ?= .peer
+CPU_BENCH_ARGS ?=
+.PHONY: bench-cpu peer-cpu
+$(PEER_VENV)/.installed:
+	$(PYTHON) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/pip install -q xllamacpp==2026.10.11549
+	touch $@
+
+peer-cpu: $(PEER_VENV)/.installed
+
+bench-cpu: build models peer-cpu
+	$(PY) tools/bench_cpu.py --peer-python $(PEER_VENV)/bin/python $(CPU_BENCH_ARGS)
+
 # Serving benchmark against a running OpenAI-compatible server (docs/BENCHMARKS.md), e.g.
 #   make bench-serving BENCH_ARGS="--url http://127.0.0.1:8080 --plot /tmp/bench.png"
 BENCH_ARGS ?= --url http://127.0.0.1:8080
