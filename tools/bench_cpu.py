@@ -36,10 +36,10 @@ if str(ROOT) not in sys.path:
 
 SPEC_CONFIGS = {   # name -> cpu_run flags (the draft is the pair's draft model)
     "off": [],
-    "chain-model": ["--spec", "chain", "--draft-kind", "model", "--draft", "{draft}"],
-    "ddtree-model": ["--spec", "ddtree", "--draft-kind", "model", "--draft", "{draft}"],
+    "default": ["--draft", "{draft}"],   # what luce-serve does with the pair: chain, adaptive depth 0..8
+    "chain-model-8": ["--spec", "chain", "--draft-kind", "model", "--draft", "{draft}", "--draft-min", "-1"],
+    "ddtree-model": ["--spec", "ddtree", "--draft-kind", "model", "--draft", "{draft}", "--draft-min", "-1"],
     "chain-ngram": ["--spec", "chain", "--draft-kind", "ngram"],
-    "default": ["--spec", "default", "--draft", "{draft}"],
 }
 
 
@@ -181,7 +181,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--prompts", type=int, default=10)
     p.add_argument("--spec-tokens", type=int, default=128)
-    p.add_argument("--spec-configs", default="off,default,chain-model,ddtree-model,chain-ngram")
+    p.add_argument("--spec-configs", default="off,default,chain-model-8,ddtree-model,chain-ngram")
     p.add_argument("--peer-python", default=os.environ.get("PEER_PYTHON", str(ROOT / ".peer" / "bin" / "python")))
     p.add_argument("--peer-script", default=str(ROOT.parent / "shared" / "peers" / "cpu_llamacpp.py"))
     p.add_argument("--json", default=None)

@@ -62,7 +62,8 @@ def measure(args) -> dict:
     model = load_model(args.model, backend)
     tokenizer = Tokenizer.from_gguf(args.model)
     spec = resolve_spec_config(args.spec, args.draft, args.draft_kind, chain_depth=args.draft_max,
-                               ddtree_budget=args.ddtree_budget)
+                               ddtree_budget=args.ddtree_budget,
+                               draft_min=None if args.draft_min < 0 else min(args.draft_min, args.draft_max))
     engine = Engine(model, tokenizer, EngineConfig(max_slots=1, ctx=args.ctx, token_budget=512, spec=spec))
     load_s = time.perf_counter() - t0
     runs = []
@@ -97,6 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--spec", default=None)
     p.add_argument("--draft-kind", default=None)
     p.add_argument("--draft-max", type=int, default=8)
+    p.add_argument("--draft-min", type=int, default=0, help="-1: a fixed depth (draft-max)")
     p.add_argument("--ddtree-budget", type=int, default=22)
     p.add_argument("--json", default="-")
     args = p.parse_args(argv)

@@ -13,11 +13,13 @@ only the pages that path covers.
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 
 from luce.engine.step import Cohort, StepBatch, TreeChunk
+from luce.spec.depth import DepthPolicy
 from luce.spec.speculator import Speculator
 from luce.spec.stats import SpecStats
 
@@ -29,6 +31,11 @@ class EngineSpeculation:
         self.ctx = ctx
         self.max_nodes = speculator.max_nodes()
         self.trees: dict[int, Any] = {}        # slot -> DraftTree of the step being run
+        config = speculator.config
+        self.policy = DepthPolicy(speculator.max_depth,
+                                  speculator.max_depth if config.draft_min is None else min(config.draft_min,
+                                                                                            speculator.max_depth))
+        self._drafted_at: float | None = None  # end of this step's drafting (the step's timing starts)
 
     @property
     def stats(self) -> SpecStats:
@@ -58,9 +65,15 @@ class EngineSpeculation:
                 continue
             lanes.append((row.slot, [*r.prompt_ids, *r.output_ids], depth))
             room -= self.max_nodes - 1
-        if not lanes:
+        depth = self.policy.choose([s for s, _, _ in lanes], max((d for _, _, d in lanes), default=0))
+        if not lanes or depth == 0:
+            self._drafted_at = time.perf_counter()
             return cohort
+        lanes = [(s, t, min(d, depth)) for s, t, d in lanes]
+        t0 = time.perf_counter()
         self.trees = self.speculator.draft_trees(lanes)
+        self._drafted_at = time.perf_counter()
+        self.policy.record_draft(depth, self._drafted_at - t0)
         decode, trees = [], []
         for row in cohort.decode:
             tree = self.trees.get(row.slot)
@@ -89,6 +102,7 @@ class EngineSpeculation:
                                          chunk.start, r.prompt_ids, r.output_ids,
                                          max_tokens=r.params.max_tokens - len(r.output_ids),
                                          target_choice=None if choice is None else choice[mine])
+            self.policy.record_verify(chunk.slot, tree.max_depth, acc.n_accepted)
             out[chunk.slot] = acc
         return out
 
@@ -111,7 +125,12 @@ class EngineSpeculation:
         return kept
 
     def add_features(self, step: StepBatch, features) -> None:
-        """Hand the target features of committed prompt and AR rows to the drafter (DFlash)."""
+        """Hand the target features of committed prompt and AR rows to the drafter (DFlash);
+        time the step for the depth policy (decode steps only: a prompt chunk's cost is not a
+        verify's)."""
+        if self._drafted_at is not None and not step.cohort.prefill:
+            self.policy.record_step(step.cohort.n_rows, time.perf_counter() - self._drafted_at)
+        self._drafted_at = None
         if features is None:
             return
         f = step.forward
@@ -124,6 +143,7 @@ class EngineSpeculation:
     def forget(self, slot: int, state) -> None:
         """The slot's sequence ended or was reset: drop the drafter's and the tree's leftovers."""
         self.speculator.release(slot)
+        self.policy.forget(slot)
         recurrent = getattr(state, "recurrent", None)
         if recurrent is not None and hasattr(recurrent, "drop_tree"):
             recurrent.drop_tree(slot)

@@ -72,6 +72,7 @@ class ServeOptions:
     ddtree_tau: float = 6.0
     spec_top_k: int = 4
     draft_max: int = 8                # tokens a model or n-gram draft proposes per verify
+    draft_min: int = 0                # adaptive depth down to this (0: plain decoding when it is faster)
     backend: str = "auto"
     threads: int | None = None        # cpu backend threads (None: the cores this process may use)
     max_slots: int = 5
@@ -94,6 +95,8 @@ class ServeOptions:
         for name in ("ddtree_budget", "spec_top_k", "draft_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.draft_min < 0:
+            raise ValueError(f"--draft-min must be >= 0, got {self.draft_min}")
         if self.ddtree_tau < 0:
             raise ValueError(f"--ddtree-tau must be >= 0, got {self.ddtree_tau}")
         if self.backend not in BACKENDS:
@@ -124,12 +127,16 @@ def add_spec_arguments(p) -> None:
     p.add_argument("--spec-top-k", type=int, default=4, help="DDTree siblings per node (default 4)")
     p.add_argument("--draft-max", type=int, default=8,
                    help="tokens a model or n-gram draft proposes per verify (default 8; DFlash: its block)")
+    p.add_argument("--draft-min", type=int, default=0,
+                   help="each step drafts the depth in [draft-min, draft-max] that measurably gives the most "
+                        "tokens per second; 0 lets plain decoding win (default 0; = draft-max: fixed depth)")
 
 
 def spec_options(args) -> dict:
     """ServeOptions fields from parsed add_spec_arguments flags."""
     return dict(draft=args.draft, spec=args.spec, draft_kind=args.draft_kind, ddtree_budget=args.ddtree_budget,
-                ddtree_tau=args.ddtree_tau, spec_top_k=args.spec_top_k, draft_max=args.draft_max)
+                ddtree_tau=args.ddtree_tau, spec_top_k=args.spec_top_k, draft_max=args.draft_max,
+                draft_min=args.draft_min)
 
 
 def resolve_backend(name: str, threads: int | None = None):
@@ -183,7 +190,7 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     budget = max(options.token_budget, options.max_slots + 64)
     spec = resolve_spec_config(options.spec, draft, options.draft_kind, ddtree_budget=options.ddtree_budget,
                                ddtree_tau=options.ddtree_tau, spec_top_k=options.spec_top_k,
-                               chain_depth=options.draft_max)
+                               chain_depth=options.draft_max, draft_min=min(options.draft_min, options.draft_max))
     if spec.enabled:
         say(f"luce: speculation {spec.spec} with the {spec.draft_kind} drafter"
             + (f" ({draft})" if spec.draft else "") + " ...")

@@ -3,6 +3,9 @@
     --spec off|chain|ddtree|specla   --draft PATH   --draft-kind dflash|model|ngram
     --ddtree-budget 22   --ddtree-tau 6   --spec-top-k 4
 
+Depth: with `draft_min` below `chain_depth` (luce-serve's default: 0), each step drafts the depth
+that measurably gives the most tokens per second (luce.spec.depth), down to plain decoding.
+
 Modes (every one is lossless: output equals `off` for greedy and seeded sampling):
 - chain: the drafter's top-1 chain, verified as tree rows (GDN layers by factor capture);
 - ddtree: a DDTree (best-first under `ddtree_budget` drafted nodes, `spec_top_k` siblings,
@@ -35,6 +38,8 @@ class SpecConfig:
     spec_top_k: int = 4
     chain_depth: int = 8              # model / n-gram drafts; DFlash: block size - 1
     ngram_max: int = 4                # n-gram drafter: longest suffix looked up
+    draft_min: int | None = None      # adaptive depth in [draft_min, chain_depth] (luce.spec.depth);
+                                      # None: always chain_depth; 0 lets plain decoding win
 
     def __post_init__(self):
         if self.spec not in MODES:
@@ -49,6 +54,8 @@ class SpecConfig:
             raise SpecConfigError(f"--spec-top-k must be >= 1, got {self.spec_top_k}")
         if self.chain_depth < 1:
             raise SpecConfigError(f"chain depth must be >= 1, got {self.chain_depth}")
+        if self.draft_min is not None and not 0 <= self.draft_min <= self.chain_depth:
+            raise SpecConfigError(f"--draft-min must be in 0..--draft-max ({self.chain_depth}), got {self.draft_min}")
         if self.enabled and self.draft_kind in ("dflash", "model") and not self.draft:
             raise SpecConfigError(f"--draft-kind {self.draft_kind} needs a draft model: pass --draft PATH "
                                   "(or use --draft-kind ngram, which needs none)")
