@@ -49,6 +49,11 @@ cdef extern from "cpu_sequence_ops.h":
                                  int64_t n, const int32_t *path, int64_t n_path, float *state, int64_t H,
                                  int64_t Dk, int64_t Dv) nogil
 
+cdef extern from "cpu_sequence_ops.h":
+    int luce_cpu_argmax(const float *logits, int64_t L, int64_t V, int64_t *ids) nogil
+    int luce_cpu_top_k_logprobs(const float *logits, int64_t L, int64_t V, int64_t k, int64_t *ids,
+                                float *logprobs) nogil
+
 UNARY_OPS = {"silu": LUCE_UNARY_SILU, "sigmoid": LUCE_UNARY_SIGMOID, "softplus": LUCE_UNARY_SOFTPLUS,
              "exp": LUCE_UNARY_EXP}
 
@@ -287,3 +292,26 @@ def gdn_tree_commit(k, g, u, parents, path, state):
     with nogil:
         rc = luce_cpu_gdn_tree_commit(kp, gp, up, tp, n, pp, n_path, sp, H, Dk, Dv)
     return _seq_check(rc, "gdn_tree_commit")
+
+
+def argmax(logits, ids):
+    """logits [L, V] f32 -> ids [L] int64 in place (-1 marks a row holding NaN)."""
+    cdef int64_t L = logits.shape[0], V = logits.shape[1]
+    cdef const float *lp = <const float *>_data(logits, cnp.NPY_FLOAT32, L * V, "logits")
+    cdef int64_t *ip = <int64_t *>_data(ids, cnp.NPY_INT64, L, "ids")
+    cdef int rc
+    with nogil:
+        rc = luce_cpu_argmax(lp, L, V, ip)
+    return _seq_check(rc, "argmax")
+
+
+def top_k_logprobs(logits, int64_t k, ids, logprobs):
+    """logits [L, V] f32 -> ids [L, k] int64, logprobs [L, k] f32 in place."""
+    cdef int64_t L = logits.shape[0], V = logits.shape[1]
+    cdef const float *lp = <const float *>_data(logits, cnp.NPY_FLOAT32, L * V, "logits")
+    cdef int64_t *ip = <int64_t *>_data(ids, cnp.NPY_INT64, L * k, "ids")
+    cdef float *op = <float *>_data(logprobs, cnp.NPY_FLOAT32, L * k, "logprobs")
+    cdef int rc
+    with nogil:
+        rc = luce_cpu_top_k_logprobs(lp, L, V, k, ip, op)
+    return _seq_check(rc, "top_k_logprobs")

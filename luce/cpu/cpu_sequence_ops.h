@@ -115,4 +115,10 @@ int luce_cpu_gdn_tree_commit(const float *k, const float *g, const float *u, con
                              int64_t n, const int32_t *path, int64_t n_path, float *state, int64_t H,
                              int64_t Dk, int64_t Dv);
 
+/* logits [L, V] -> ids [L] (argmax, lowest id on ties; -1 for a row holding NaN) */
+int luce_cpu_argmax(const float *logits, int64_t L, int64_t V, int64_t *ids);
+/* logits [L, V] -> ids [L, k] int64 and logprobs [L, k] f32: the k best, best first, ties to the
+ * lowest id, log-softmax over the whole row (k <= 64; ids -1 for a row holding NaN) */
+int luce_cpu_top_k_logprobs(const float *logits, int64_t L, int64_t V, int64_t k, int64_t *ids, float *logprobs);
+
 #endif

@@ -262,3 +262,33 @@ class CpuSequenceOps:
                              f"the state {gdn_state.shape}")
         tp = np.ascontiguousarray(pending.parents, dtype=np.int32)
         self._k.gdn_tree_commit(k, g, u, tp, nodes, gdn_state)
+
+    # ---- greedy and top-k (host logits) ------------------------------------------------------
+    def argmax(self, logits) -> np.ndarray:
+        """logits [L, V] -> [L] int64, ties to the lowest id; NaN rows are an error."""
+        from luce.ref.sampling import reject_nan_rows
+
+        logits = _f32(logits)
+        if logits.ndim != 2 or logits.shape[1] == 0:
+            raise ValueError(f"logits must be [L, V], got shape {logits.shape}")
+        ids = np.empty(logits.shape[0], np.int64)
+        self._k.argmax(logits, ids)
+        reject_nan_rows(ids)
+        return ids
+
+    def top_k_logprobs(self, logits, k: int):
+        """logits [L, V] -> (ids [L, k] int64, logprobs [L, k] f32), best first, ties to the
+        lowest id, log-softmax over the whole row (k <= 64; larger k: the numpy reference)."""
+        from luce.ref.sampling import reject_nan_rows
+
+        logits = _f32(logits)
+        if logits.ndim != 2:
+            raise ValueError(f"logits must be [L, V], got shape {logits.shape}")
+        if not 1 <= k <= logits.shape[1]:
+            raise ValueError(f"top_k_logprobs: k={k} not in 1..{logits.shape[1]}")
+        if k > 64:
+            return super().top_k_logprobs(logits, k)
+        ids, logprobs = np.empty((logits.shape[0], k), np.int64), np.empty((logits.shape[0], k), np.float32)
+        self._k.top_k_logprobs(logits, k, ids, logprobs)
+        reject_nan_rows(ids[:, 0])
+        return ids, logprobs
