@@ -17,6 +17,9 @@
 const int mm_avx512_built = 1;
 
 #define PAIRS 16
+#ifndef GEMV_MAX_ROWS
+#define GEMV_MAX_ROWS 64   /* rows up to which the decode kernels (gemv_avx512.c) beat the tiles */
+#endif
 
 /* lane i = the sum of the 16 lanes of v[i] (exact int32) */
 static inline __m512i reduce16(const __m512i v[PAIRS]) {
@@ -65,7 +68,7 @@ static inline __m512i dot_signed_512(const unpacked_block *u, const __m512i scv[
 static inline int tile_rows(int64_t T) { return T >= 4 ? 4 : (int)T; }
 
 static void tile_k256(const mm_job *j, int64_t n0, int64_t n1, int kind) {
-    if (j->T == 1 && (kind == MM_Q4_K || kind == MM_Q6_K)) {
+    if (j->T <= GEMV_MAX_ROWS && (kind == MM_Q4_K || kind == MM_Q6_K)) {
         (kind == MM_Q4_K ? gemv_q4_k_avx512 : gemv_q6_k_avx512)(j, n0, n1);
         return;
     }

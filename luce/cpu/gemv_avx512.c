@@ -69,24 +69,35 @@ static inline __m256i k4_scales_mins16(const uint8_t *scales) {
     return _mm256_cvtepu8_epi16(_mm_or_si128(_mm_or_si128(E, F), G));
 }
 
-void gemv_q4_k_avx512(const mm_job *j, int64_t n0, int64_t n1) {
-    const int64_t nb = j->K / QK_K, rb = j->row_bytes;
+#define MAX_ROWS 4   /* rows dotted with each decoded block (x of 4 rows: 16 registers) */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Q4_K, R rows t0..t0+R-1: each column's block decoded once into registers (nibbles and
+ * scale vectors), then dotted with every row. */
+ALWAYS_INLINE void gemv_q4_k_rows_impl(const mm_job *j, int64_t n0, int64_t n1, int64_t t0, const int R) {
+    const int64_t nb = j->K / QK_K, rb = j->row_bytes, K = j->K;
     const __m512i m4 = _mm512_set1_epi8(0xF);
     for (int64_t c0 = n0; c0 < n1; c0 += COLS) {
         const int nc = (int)(n1 - c0 < COLS ? n1 - c0 : COLS);
         const uint8_t *w0 = j->w + c0 * rb;
-        __m512 acc = _mm512_setzero_ps();
-        __m512i raw[COLS];
-        __m128i mins[COLS];
-        for (int c = nc; c < COLS; c++) raw[c] = _mm512_setzero_si512(), mins[c] = _mm_setzero_si128();
+        __m512 acc[MAX_ROWS];
+        __m512i raw[MAX_ROWS][COLS];
+        __m128i mins[MAX_ROWS][COLS];
+        for (int r = 0; r < R; r++) {
+            acc[r] = _mm512_setzero_ps();
+            for (int c = nc; c < COLS; c++) raw[r][c] = _mm512_setzero_si512(), mins[r][c] = _mm_setzero_si128();
+        }
         for (int64_t b = 0; b < nb; b++) {
-            const int8_t *x = j->qs + b * QK_K;
             /* x in Q4_K nibble order: low nibbles of qs[64L..64L+63] are values 128L + [0,32) and [64,96) */
-            const __m512i xa0 = pair256(x, x + 64), xb0 = pair256(x + 32, x + 96);
-            const __m512i xa1 = pair256(x + 128, x + 192), xb1 = pair256(x + 160, x + 224);
-            const int16_t *bs = j->bsums + b * 16;
-            const __m128i bs32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs),
-                                                _mm_loadu_si128((const __m128i *)(bs + 8)));
+            __m512i xa0[MAX_ROWS], xb0[MAX_ROWS], xa1[MAX_ROWS], xb1[MAX_ROWS];
+            __m128i bs32[MAX_ROWS];
+            for (int r = 0; r < R; r++) {
+                const int8_t *x = j->qs + (t0 + r) * K + b * QK_K;
+                const int16_t *bs = j->bsums + (t0 + r) * (K / 16) + b * 16;
+                xa0[r] = pair256(x, x + 64), xb0[r] = pair256(x + 32, x + 96);
+                xa1[r] = pair256(x + 128, x + 192), xb1[r] = pair256(x + 160, x + 224);
+                bs32[r] = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs), _mm_loadu_si128((const __m128i *)(bs + 8)));
+            }
             for (int c = 0; c < nc; c++) {
                 const uint8_t *blk = w0 + c * rb + b * BYTES_Q4_K;
                 prefetch_next_tile(blk, COLS * rb, BYTES_Q4_K);
@@ -94,43 +105,62 @@ void gemv_q4_k_avx512(const mm_job *j, int64_t n0, int64_t n1) {
                 const __m512i s = _mm512_castsi256_si512(sm16);
                 const __m512i q0 = _mm512_loadu_si512((const void *)(blk + 16));
                 const __m512i q1 = _mm512_loadu_si512((const void *)(blk + 80));
-                __m512i a = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
-                                                _mm512_maddubs_epi16(_mm512_and_si512(q0, m4), xa0), two_scales(s, 0, 2));
-                a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(q0, 4), m4), xb0),
-                                        two_scales(s, 1, 3));
-                a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(_mm512_and_si512(q1, m4), xa1), two_scales(s, 4, 6));
-                a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(q1, 4), m4), xb1),
-                                        two_scales(s, 5, 7));
-                raw[c] = a;
-                mins[c] = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bs32);
+                const __m512i v0 = _mm512_and_si512(q0, m4), v1 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+                const __m512i v2 = _mm512_and_si512(q1, m4), v3 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+                const __m512i s0 = two_scales(s, 0, 2), s1 = two_scales(s, 1, 3);
+                const __m512i s2 = two_scales(s, 4, 6), s3 = two_scales(s, 5, 7);
+                const __m128i m8 = _mm256_extracti128_si256(sm16, 1);
+                for (int r = 0; r < R; r++) {
+                    __m512i a = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v0, xa0[r]), s0);
+                    a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(v1, xb0[r]), s1);
+                    a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(v2, xa1[r]), s2);
+                    a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(v3, xb1[r]), s3);
+                    raw[r][c] = a;
+                    mins[r][c] = _mm_madd_epi16(m8, bs32[r]);
+                }
             }
             const __m512i pair = gather_rows(w0, rb, b * BYTES_Q4_K, nc);   /* f16 d | f16 dmin */
             const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(pair));
             const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(pair, 16)));
-            const __m512 dx = _mm512_set1_ps(j->dx[b]);
-            acc = _mm512_fmadd_ps(_mm512_mul_ps(dx, d), _mm512_cvtepi32_ps(reduce16(raw)), acc);
-            acc = _mm512_fmadd_ps(negate(_mm512_mul_ps(dx, dmin)), _mm512_cvtepi32_ps(reduce16_128(mins)), acc);
+            for (int r = 0; r < R; r++) {
+                const __m512 dx = _mm512_set1_ps(j->dx[(t0 + r) * nb + b]);
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(dx, d), _mm512_cvtepi32_ps(reduce16(raw[r])), acc[r]);
+                acc[r] = _mm512_fmadd_ps(negate(_mm512_mul_ps(dx, dmin)), _mm512_cvtepi32_ps(reduce16_128(mins[r])), acc[r]);
+            }
         }
-        float out[COLS];
-        _mm512_storeu_ps(out, acc);
-        for (int c = 0; c < nc; c++) store_out(j, 0, c0 + c, out[c]);
+        for (int r = 0; r < R; r++) {
+            float out[COLS];
+            _mm512_storeu_ps(out, acc[r]);
+            for (int c = 0; c < nc; c++) store_out(j, t0 + r, c0 + c, out[c]);
+        }
     }
 }
 
-void gemv_q6_k_avx512(const mm_job *j, int64_t n0, int64_t n1) {
-    const int64_t nb = j->K / QK_K, rb = j->row_bytes;
+/* Q6_K, R rows: values (low nibbles | two high bits) in natural order, +32 offset taken back
+ * with the group sums */
+ALWAYS_INLINE void gemv_q6_k_rows_impl(const mm_job *j, int64_t n0, int64_t n1, int64_t t0, const int R) {
+    const int64_t nb = j->K / QK_K, rb = j->row_bytes, K = j->K;
     const __m512i m4 = _mm512_set1_epi8(0xF), m30 = _mm512_set1_epi8(0x30);
+    const __m512i g = _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17,
+                                                         16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 3);
     for (int64_t c0 = n0; c0 < n1; c0 += COLS) {
         const int nc = (int)(n1 - c0 < COLS ? n1 - c0 : COLS);
         const uint8_t *w0 = j->w + c0 * rb;
-        __m512 acc = _mm512_setzero_ps();
-        __m512i raw[COLS];
-        for (int c = nc; c < COLS; c++) raw[c] = _mm512_setzero_si512();
+        __m512 acc[MAX_ROWS];
+        __m512i raw[MAX_ROWS][COLS];
+        for (int r = 0; r < R; r++) {
+            acc[r] = _mm512_setzero_ps();
+            for (int c = nc; c < COLS; c++) raw[r][c] = _mm512_setzero_si512();
+        }
         for (int64_t b = 0; b < nb; b++) {
-            const int8_t *x = j->qs + b * QK_K;
-            const __m512i x0 = _mm512_loadu_si512((const void *)x), x1 = _mm512_loadu_si512((const void *)(x + 64));
-            const __m512i x2 = _mm512_loadu_si512((const void *)(x + 128)), x3 = _mm512_loadu_si512((const void *)(x + 192));
-            const __m256i bsv = _mm256_loadu_si256((const __m256i *)(j->bsums + b * 16));
+            __m512i x0[MAX_ROWS], x1[MAX_ROWS], x2[MAX_ROWS], x3[MAX_ROWS];
+            __m256i bsv[MAX_ROWS];
+            for (int r = 0; r < R; r++) {
+                const int8_t *x = j->qs + (t0 + r) * K + b * QK_K;
+                x0[r] = _mm512_loadu_si512((const void *)x), x1[r] = _mm512_loadu_si512((const void *)(x + 64));
+                x2[r] = _mm512_loadu_si512((const void *)(x + 128)), x3[r] = _mm512_loadu_si512((const void *)(x + 192));
+                bsv[r] = _mm256_loadu_si256((const __m256i *)(j->bsums + (t0 + r) * (K / 16) + b * 16));
+            }
             for (int c = 0; c < nc; c++) {
                 const uint8_t *blk = w0 + c * rb + b * BYTES_Q6_K;
                 prefetch_next_tile(blk, COLS * rb, BYTES_Q6_K);
@@ -140,40 +170,57 @@ void gemv_q6_k_avx512(const mm_job *j, int64_t n0, int64_t n1) {
                 const __m256i h0 = _mm256_loadu_si256((const __m256i *)(blk + 128));
                 const __m256i h1 = _mm256_loadu_si256((const __m256i *)(blk + 160));
                 /* values 0..63 of a half: low nibbles | bits (hb << 4), (hb << 2); 64..127: high | hb, hb >> 2 */
-                __m512i hA0 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_slli_epi16(h0, 4)),
-                                                                   _mm256_slli_epi16(h0, 2), 1), m30);
-                __m512i hB0 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(h0), _mm256_srli_epi16(h0, 2), 1), m30);
-                __m512i hA1 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_slli_epi16(h1, 4)),
-                                                                   _mm256_slli_epi16(h1, 2), 1), m30);
-                __m512i hB1 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(h1), _mm256_srli_epi16(h1, 2), 1), m30);
-                __m512i v0 = _mm512_or_si512(_mm512_and_si512(l0, m4), hA0);
-                __m512i v1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), hB0);
-                __m512i v2 = _mm512_or_si512(_mm512_and_si512(l1, m4), hA1);
-                __m512i v3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4), hB1);
-                const __m512i g = _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19,
-                                                                     18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5,
-                                                                     4, 3, 2, 1, 0), 3);
-                __m512i a = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v0, x0),
-                                                _mm512_permutexvar_epi16(g, s));
-                a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(v1, x1),
-                                        _mm512_permutexvar_epi16(_mm512_add_epi16(g, _mm512_set1_epi16(4)), s));
-                a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(v2, x2),
-                                        _mm512_permutexvar_epi16(_mm512_add_epi16(g, _mm512_set1_epi16(8)), s));
-                a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(v3, x3),
-                                        _mm512_permutexvar_epi16(_mm512_add_epi16(g, _mm512_set1_epi16(12)), s));
-                /* take back the +32 offset: 32 * sum_g sc[g] bs[g] */
-                __m256i off = _mm256_madd_epi16(_mm256_slli_epi16(sc16, 5), bsv);
-                raw[c] = _mm512_sub_epi32(a, _mm512_zextsi256_si512(off));
+                const __m512i hA0 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_slli_epi16(h0, 4)),
+                                                                         _mm256_slli_epi16(h0, 2), 1), m30);
+                const __m512i hB0 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(h0), _mm256_srli_epi16(h0, 2), 1), m30);
+                const __m512i hA1 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_slli_epi16(h1, 4)),
+                                                                         _mm256_slli_epi16(h1, 2), 1), m30);
+                const __m512i hB1 = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(h1), _mm256_srli_epi16(h1, 2), 1), m30);
+                const __m512i v0 = _mm512_or_si512(_mm512_and_si512(l0, m4), hA0);
+                const __m512i v1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4), hB0);
+                const __m512i v2 = _mm512_or_si512(_mm512_and_si512(l1, m4), hA1);
+                const __m512i v3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4), hB1);
+                const __m512i s0 = _mm512_permutexvar_epi16(g, s);
+                const __m512i s1 = _mm512_permutexvar_epi16(_mm512_add_epi16(g, _mm512_set1_epi16(4)), s);
+                const __m512i s2 = _mm512_permutexvar_epi16(_mm512_add_epi16(g, _mm512_set1_epi16(8)), s);
+                const __m512i s3 = _mm512_permutexvar_epi16(_mm512_add_epi16(g, _mm512_set1_epi16(12)), s);
+                const __m256i sc32 = _mm256_slli_epi16(sc16, 5);
+                for (int r = 0; r < R; r++) {
+                    __m512i a = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(v0, x0[r]), s0);
+                    a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(v1, x1[r]), s1);
+                    a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(v2, x2[r]), s2);
+                    a = _mm512_dpwssd_epi32(a, _mm512_maddubs_epi16(v3, x3[r]), s3);
+                    /* take back the +32 offset: 32 * sum_g sc[g] bs[g] */
+                    raw[r][c] = _mm512_sub_epi32(a, _mm512_zextsi256_si512(_mm256_madd_epi16(sc32, bsv[r])));
+                }
             }
             const __m512i dbits = gather_rows(w0, rb, b * BYTES_Q6_K + 206, nc);   /* bytes 206..209: f16 d high */
             const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dbits, 16)));
-            acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(j->dx[b]), d), _mm512_cvtepi32_ps(reduce16(raw)), acc);
+            for (int r = 0; r < R; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(j->dx[(t0 + r) * nb + b]), d),
+                                         _mm512_cvtepi32_ps(reduce16(raw[r])), acc[r]);
         }
-        float out[COLS];
-        _mm512_storeu_ps(out, acc);
-        for (int c = 0; c < nc; c++) store_out(j, 0, c0 + c, out[c]);
+        for (int r = 0; r < R; r++) {
+            float out[COLS];
+            _mm512_storeu_ps(out, acc[r]);
+            for (int c = 0; c < nc; c++) store_out(j, t0 + r, c0 + c, out[c]);
+        }
     }
 }
+
+#define ROWS_DISPATCH(fn)                                                               \
+    void fn##_avx512(const mm_job *j, int64_t n0, int64_t n1) {                         \
+        for (int64_t t0 = 0; t0 < j->T; t0 += MAX_ROWS) {                              \
+            switch (j->T - t0 >= MAX_ROWS ? MAX_ROWS : (int)(j->T - t0)) {            \
+            case 1: fn##_rows_impl(j, n0, n1, t0, 1); break;                                 \
+            case 2: fn##_rows_impl(j, n0, n1, t0, 2); break;                                 \
+            case 3: fn##_rows_impl(j, n0, n1, t0, 3); break;                                 \
+            default: fn##_rows_impl(j, n0, n1, t0, 4); break;                                \
+            }                                                                           \
+        }                                                                               \
+    }
+ROWS_DISPATCH(gemv_q4_k)
+ROWS_DISPATCH(gemv_q6_k)
 
 /* Q8_0 / Q5_0 (32-value blocks): 16 columns' block b dotted with x, reduced across columns */
 void gemv_k32_avx512(const mm_job *j, int64_t n0, int64_t n1, int q5) {
