@@ -17,6 +17,7 @@
 const int mm_avx2_built = 1;
 
 #define PAIRS 8
+#define GEMV_MAX_ROWS 64   /* rows up to which the decode kernels (gemv_avx2.c) take Q4_K / Q6_K */
 
 /* raw = sum_g sc[g] sum_{i in g} w_i qx_i over a 256-value block, as 8 int32 lanes */
 static inline __m256i dot_unsigned_256(const unpacked_block *u, const __m256i scv[8], const int8_t *qx) {
@@ -44,7 +45,7 @@ static inline __m256i dot_signed_256(const unpacked_block *u, const __m256i scv[
 static inline int tile_rows(int64_t T) { return T == 1 ? 1 : (T >= 4 ? 4 : (int)T); }
 
 static void tile_k256(const mm_job *j, int64_t n0, int64_t n1, int kind) {
-    if (j->T == 1 && (kind == MM_Q4_K || kind == MM_Q6_K)) {
+    if (j->T <= GEMV_MAX_ROWS && (kind == MM_Q4_K || kind == MM_Q6_K)) {
         (kind == MM_Q4_K ? gemv_q4_k_avx2 : gemv_q6_k_avx2)(j, n0, n1);
         return;
     }

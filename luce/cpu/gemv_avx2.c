@@ -48,99 +48,144 @@ static inline __m256i pick2(__m256i dup, int a, int b) {
     return _mm256_shuffle_epi8(dup, ctrl);
 }
 
-void gemv_q4_k_avx2(const mm_job *j, int64_t n0, int64_t n1) {
-    const int64_t nb = j->K / QK_K, rb = j->row_bytes;
+#define MAX_ROWS 4   /* rows dotted with each decoded block */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Q4_K, R rows t0..t0+R-1: each 64-value step of a column's block decoded once, dotted with
+ * every row */
+ALWAYS_INLINE void gemv_q4_k_rows_impl(const mm_job *j, int64_t n0, int64_t n1, int64_t t0, const int R) {
+    const int64_t nb = j->K / QK_K, rb = j->row_bytes, K = j->K;
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int64_t c0 = n0; c0 < n1; c0 += COLS) {
         const int nc = (int)(n1 - c0 < COLS ? n1 - c0 : COLS);
         const uint8_t *w0 = j->w + c0 * rb;
-        __m256 acc = _mm256_setzero_ps();
-        __m256i raw[COLS];
-        __m128i mins[COLS];
-        for (int c = nc; c < COLS; c++) raw[c] = _mm256_setzero_si256(), mins[c] = _mm_setzero_si128();
+        __m256 acc[MAX_ROWS];
+        __m256i raw[MAX_ROWS][COLS];
+        __m128i mins[MAX_ROWS][COLS];
+        for (int r = 0; r < R; r++) {
+            acc[r] = _mm256_setzero_ps();
+            for (int c = nc; c < COLS; c++) raw[r][c] = _mm256_setzero_si256(), mins[r][c] = _mm_setzero_si128();
+        }
         for (int64_t b = 0; b < nb; b++) {
-            const int8_t *x = j->qs + b * QK_K;
-            const int16_t *bs = j->bsums + b * 16;
-            const __m128i bs32 = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs),
-                                                _mm_loadu_si128((const __m128i *)(bs + 8)));
+            __m128i bs32[MAX_ROWS];
+            for (int r = 0; r < R; r++) {
+                const int16_t *bs = j->bsums + (t0 + r) * (K / 16) + b * 16;
+                bs32[r] = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs), _mm_loadu_si128((const __m128i *)(bs + 8)));
+            }
             for (int c = 0; c < nc; c++) {
                 const uint8_t *blk = w0 + c * rb + b * BYTES_Q4_K;
                 prefetch_next_tile(blk, COLS * rb, BYTES_Q4_K);
                 const __m256i sm16 = k4_scales_mins16(blk + 4);
                 const __m256i scd = _mm256_permute2x128_si256(sm16, sm16, 0x00);
-                __m256i a = _mm256_setzero_si256();
+                __m256i a[MAX_ROWS];
+                for (int r = 0; r < R; r++) a[r] = _mm256_setzero_si256();
                 for (int c4 = 0; c4 < 4; c4++) {
                     const __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * c4));
                     const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                    const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(x + 64 * c4)));
-                    const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 64 * c4 + 32)));
-                    a = _mm256_add_epi32(a, _mm256_madd_epi16(plo, pick2(scd, 2 * c4, 2 * c4)));
-                    a = _mm256_add_epi32(a, _mm256_madd_epi16(phi, pick2(scd, 2 * c4 + 1, 2 * c4 + 1)));
+                    const __m256i slo = pick2(scd, 2 * c4, 2 * c4), shi = pick2(scd, 2 * c4 + 1, 2 * c4 + 1);
+                    for (int r = 0; r < R; r++) {
+                        const int8_t *x = j->qs + (t0 + r) * K + b * QK_K + 64 * c4;
+                        const __m256i plo = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)x));
+                        const __m256i phi = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(x + 32)));
+                        a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(plo, slo));
+                        a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(phi, shi));
+                    }
                 }
-                raw[c] = a;
-                mins[c] = _mm_madd_epi16(_mm256_extracti128_si256(sm16, 1), bs32);
+                const __m128i m8 = _mm256_extracti128_si256(sm16, 1);
+                for (int r = 0; r < R; r++) {
+                    raw[r][c] = a[r];
+                    mins[r][c] = _mm_madd_epi16(m8, bs32[r]);
+                }
             }
-            const __m256 dx = _mm256_set1_ps(j->dx[b]);
             const __m256 d = f16_of_rows(w0, rb, b * BYTES_Q4_K, nc, 0);
             const __m256 dmin = f16_of_rows(w0, rb, b * BYTES_Q4_K, nc, 1);
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(dx, d), _mm256_cvtepi32_ps(reduce8(raw)), acc);
-            acc = _mm256_fmadd_ps(negate(_mm256_mul_ps(dx, dmin)), _mm256_cvtepi32_ps(reduce8_128(mins)), acc);
+            for (int r = 0; r < R; r++) {
+                const __m256 dx = _mm256_set1_ps(j->dx[(t0 + r) * nb + b]);
+                acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dx, d), _mm256_cvtepi32_ps(reduce8(raw[r])), acc[r]);
+                acc[r] = _mm256_fmadd_ps(negate(_mm256_mul_ps(dx, dmin)), _mm256_cvtepi32_ps(reduce8_128(mins[r])), acc[r]);
+            }
         }
-        float out[COLS];
-        _mm256_storeu_ps(out, acc);
-        for (int c = 0; c < nc; c++) store_out(j, 0, c0 + c, out[c]);
+        for (int r = 0; r < R; r++) {
+            float out[COLS];
+            _mm256_storeu_ps(out, acc[r]);
+            for (int c = 0; c < nc; c++) store_out(j, t0 + r, c0 + c, out[c]);
+        }
     }
 }
 
-void gemv_q6_k_avx2(const mm_job *j, int64_t n0, int64_t n1) {
-    const int64_t nb = j->K / QK_K, rb = j->row_bytes;
+/* Q6_K, R rows: values (low nibbles | two high bits), the +32 offset taken back with the sums */
+ALWAYS_INLINE void gemv_q6_k_rows_impl(const mm_job *j, int64_t n0, int64_t n1, int64_t t0, const int R) {
+    const int64_t nb = j->K / QK_K, rb = j->row_bytes, K = j->K;
     const __m256i m4 = _mm256_set1_epi8(0xF), m30 = _mm256_set1_epi8(0x30);
     for (int64_t c0 = n0; c0 < n1; c0 += COLS) {
         const int nc = (int)(n1 - c0 < COLS ? n1 - c0 : COLS);
         const uint8_t *w0 = j->w + c0 * rb;
-        __m256 acc = _mm256_setzero_ps();
-        __m256i raw[COLS];
-        for (int c = nc; c < COLS; c++) raw[c] = _mm256_setzero_si256();
+        __m256 acc[MAX_ROWS];
+        __m256i raw[MAX_ROWS][COLS];
+        for (int r = 0; r < R; r++) {
+            acc[r] = _mm256_setzero_ps();
+            for (int c = nc; c < COLS; c++) raw[r][c] = _mm256_setzero_si256();
+        }
         for (int64_t b = 0; b < nb; b++) {
-            const int8_t *x = j->qs + b * QK_K;
-            const __m256i bsv = _mm256_loadu_si256((const __m256i *)(j->bsums + b * 16));
             for (int c = 0; c < nc; c++) {
                 const uint8_t *blk = w0 + c * rb + b * BYTES_Q6_K;
                 prefetch_next_tile(blk, COLS * rb, BYTES_Q6_K);
                 const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192)));
                 const __m256i lo8 = _mm256_permute2x128_si256(sc16, sc16, 0x00);   /* sc0..7 twice */
                 const __m256i hi8 = _mm256_permute2x128_si256(sc16, sc16, 0x11);   /* sc8..15 twice */
-                __m256i a = _mm256_setzero_si256();
+                const __m256i sc32 = _mm256_slli_epi16(sc16, 5);
+                __m256i a[MAX_ROWS];
+                for (int r = 0; r < R; r++)   /* start from minus the +32 offset: 32 * sum_g sc[g] bs[g] */
+                    a[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(sc32,
+                                 _mm256_loadu_si256((const __m256i *)(j->bsums + (t0 + r) * (K / 16) + b * 16))));
                 for (int h = 0; h < 2; h++) {
                     const __m256i l0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
                     const __m256i l1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
                     const __m256i hb = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
-                    const __m256i v0 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
-                    const __m256i v1 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
-                    const __m256i v2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30));
-                    const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                                       _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
-                    const int8_t *xh = x + 128 * h;
-                    const __m256i s8 = h ? hi8 : lo8;   /* groups 8h .. 8h+7: v_k covers groups 8h+2k, 8h+2k+1 */
-                    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(v0, _mm256_loadu_si256((const __m256i *)xh)),
-                                                              pick2(s8, 0, 1)));
-                    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(v1, _mm256_loadu_si256((const __m256i *)(xh + 32))),
-                                                              pick2(s8, 2, 3)));
-                    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(v2, _mm256_loadu_si256((const __m256i *)(xh + 64))),
-                                                              pick2(s8, 4, 5)));
-                    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(v3, _mm256_loadu_si256((const __m256i *)(xh + 96))),
-                                                              pick2(s8, 6, 7)));
+                    const __m256i v[4] = {
+                        _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30)),
+                        _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m30)),
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                        _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30))};
+                    const __m256i s8 = h ? hi8 : lo8;   /* groups 8h .. 8h+7: v[k] covers groups 8h+2k, 8h+2k+1 */
+                    for (int k4 = 0; k4 < 4; k4++) {
+                        const __m256i sk = pick2(s8, 2 * k4, 2 * k4 + 1);
+                        for (int r = 0; r < R; r++) {
+                            const int8_t *x = j->qs + (t0 + r) * K + b * QK_K + 128 * h + 32 * k4;
+                            a[r] = _mm256_add_epi32(a[r], _mm256_madd_epi16(_mm256_maddubs_epi16(v[k4],
+                                                    _mm256_loadu_si256((const __m256i *)x)), sk));
+                        }
+                    }
                 }
-                raw[c] = _mm256_sub_epi32(a, _mm256_madd_epi16(_mm256_slli_epi16(sc16, 5), bsv));
+                for (int r = 0; r < R; r++) raw[r][c] = a[r];
             }
             const __m256 d = f16_of_rows(w0, rb, b * BYTES_Q6_K + 208, nc, 0);
-            acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(j->dx[b]), d), _mm256_cvtepi32_ps(reduce8(raw)), acc);
+            for (int r = 0; r < R; r++)
+                acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(j->dx[(t0 + r) * nb + b]), d),
+                                         _mm256_cvtepi32_ps(reduce8(raw[r])), acc[r]);
         }
-        float out[COLS];
-        _mm256_storeu_ps(out, acc);
-        for (int c = 0; c < nc; c++) store_out(j, 0, c0 + c, out[c]);
+        for (int r = 0; r < R; r++) {
+            float out[COLS];
+            _mm256_storeu_ps(out, acc[r]);
+            for (int c = 0; c < nc; c++) store_out(j, t0 + r, c0 + c, out[c]);
+        }
     }
 }
+
+#define ROWS_DISPATCH(fn)                                                               \
+    void fn##_avx2(const mm_job *j, int64_t n0, int64_t n1) {                           \
+        for (int64_t t0 = 0; t0 < j->T; t0 += MAX_ROWS) {                              \
+            switch (j->T - t0 >= MAX_ROWS ? MAX_ROWS : (int)(j->T - t0)) {            \
+            case 1: fn##_rows_impl(j, n0, n1, t0, 1); break;                            \
+            case 2: fn##_rows_impl(j, n0, n1, t0, 2); break;                            \
+            case 3: fn##_rows_impl(j, n0, n1, t0, 3); break;                            \
+            default: fn##_rows_impl(j, n0, n1, t0, 4); break;                           \
+            }                                                                           \
+        }                                                                               \
+    }
+ROWS_DISPATCH(gemv_q4_k)
+ROWS_DISPATCH(gemv_q6_k)
 
 /* Q8_0 / Q5_0 (32-value blocks): 8 columns' block b dotted with x, reduced across columns */
 void gemv_k32_avx2(const mm_job *j, int64_t n0, int64_t n1, int q5) {
