@@ -58,7 +58,11 @@ def test_draft_model_lanes_batched_and_catch_up_equal_fresh(tiny_models):
         np.testing.assert_array_equal(prop.logprobs, alone[s].logprobs)
     # the sequence grows (two accepted drafts and a bonus): catch-up equals a fresh drafter
     grown = seqs[0] + [int(together[0].ids[0, 0]), int(together[0].ids[1, 0]), 11]
+    rows, forward = [], drafter.forward
+    drafter.forward = lambda batch, state: (rows.append(batch.n_rows), forward(batch, state))[1]
     again = drafter.propose([DraftLane(0, grown, 3, 2)])[0]
+    drafter.forward = forward
+    assert rows[0] == 1   # the accepted drafts' KV rows were kept: only the bonus token is fed
     fresh = DraftModelDrafter(model, 3, 64, 4).propose([DraftLane(0, grown, 3, 2)])[0]
     np.testing.assert_array_equal(again.ids, fresh.ids)
     np.testing.assert_array_equal(again.logprobs, fresh.logprobs)

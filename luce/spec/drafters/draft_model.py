@@ -9,7 +9,10 @@ Per depth it reports the top-k log-probs; the chain follows the top-1 token.
 After drafting, a lane's draft state covers the sequence up to the root: drafted rows lie
 beyond it (KV rows nothing reads; a hybrid draft's recurrent state is restored from a
 snapshot taken after the catch-up), so the next call only catches up on what the target
-committed.
+committed. An attention-only draft also keeps the KV rows of the drafted tokens it fed: the
+ones the target accepted are exactly what a catch-up would write there (same tokens, same
+positions, same prefix), so the next catch-up starts after them (usually one row: the bonus
+token).
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class DraftModelDrafter:
         self.state = model.new_state(max_pages=max_slots * self.pages_per_slot, max_slots=max_slots)
         self.seen = [0] * max_slots          # tokens of each lane's sequence the draft state covers
         self.history: list[list[int]] = [[] for _ in range(max_slots)]
+        self.fed: list[list[int]] = [[] for _ in range(max_slots)]   # drafted tokens whose KV rows follow `seen`
 
     def pages(self, slot: int) -> list[int]:
         return list(range(slot * self.pages_per_slot, (slot + 1) * self.pages_per_slot))
@@ -51,6 +55,7 @@ class DraftModelDrafter:
     def release(self, slot: int) -> None:
         self.seen[slot] = 0
         self.history[slot] = []
+        self.fed[slot] = []
         self.state.reset_slot(slot)
 
     def _sync(self, lane: DraftLane) -> None:
@@ -61,10 +66,16 @@ class DraftModelDrafter:
             if a != b:
                 break
             common += 1
+        if common == self.seen[lane.slot] and self.state.recurrent is None:
+            for t in self.fed[lane.slot]:      # accepted drafts: their KV rows are already right
+                if common >= len(tokens) or tokens[common] != t:
+                    break
+                common += 1
+        self.fed[lane.slot] = []
         common = min(common, len(tokens) - 1)   # the root is always fed: its logits give depth 1
-        if common < self.seen[lane.slot]:
-            if self.state.recurrent is not None:   # a recurrent state cannot be cut back: start over
-                self.state.reset_slot(lane.slot)
+        if common != self.seen[lane.slot]:
+            if common < self.seen[lane.slot] and self.state.recurrent is not None:
+                self.state.reset_slot(lane.slot)   # a recurrent state cannot be cut back: start over
                 common = 0
             self.seen[lane.slot] = common
         self.history[lane.slot] = tokens
@@ -108,6 +119,8 @@ class DraftModelDrafter:
                 lane = lanes[i]
                 segments[i] = SegmentSpec(lane.slot, [int(top_ids[row, 0])], len(lane.tokens) + d,
                                           self.pages(lane.slot))
+                if d + 1 < depths[i]:          # it will be fed at depth d + 1: its KV row written
+                    self.fed[lane.slot].append(int(top_ids[row, 0]))
         for slot, snap in snapshots.items():
             self.state.recurrent.restore(slot, snap)
         return [DraftProposal(a, b) for a, b in zip(ids, lps)]
