@@ -133,7 +133,7 @@ static void tile_k256(const mm_job *j, int64_t n0, int64_t n1, int kind) {
 /* ---- 32-value blocks (Q8_0, Q5_0): per pair, 16 consecutive blocks reduce together ---- */
 
 static void tile_k32(const mm_job *j, int64_t n0, int64_t n1, int kind) {
-    if (j->T == 1) {
+    if (j->T <= GEMV_MAX_ROWS) {
         gemv_k32_avx512(j, n0, n1, kind == MM_Q5_0);
         return;
     }

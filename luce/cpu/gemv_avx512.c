@@ -222,19 +222,24 @@ ALWAYS_INLINE void gemv_q6_k_rows_impl(const mm_job *j, int64_t n0, int64_t n1, 
 ROWS_DISPATCH(gemv_q4_k)
 ROWS_DISPATCH(gemv_q6_k)
 
-/* Q8_0 / Q5_0 (32-value blocks): 16 columns' block b dotted with x, reduced across columns */
-void gemv_k32_avx512(const mm_job *j, int64_t n0, int64_t n1, int q5) {
-    const int64_t nb = j->K / QK_32, rb = j->row_bytes;
+/* Q8_0 / Q5_0 (32-value blocks), R rows: 16 columns' block b decoded once, dotted with every
+ * row, reduced across columns */
+ALWAYS_INLINE void gemv_k32_rows_impl(const mm_job *j, int64_t n0, int64_t n1, int64_t t0, const int R, const int q5) {
+    const int64_t nb = j->K / QK_32, rb = j->row_bytes, K = j->K;
     const int bb = q5 ? BYTES_Q5_0 : BYTES_Q8_0;
     const __m128i m4 = _mm_set1_epi8(0xF);
     for (int64_t c0 = n0; c0 < n1; c0 += COLS) {
         const int nc = (int)(n1 - c0 < COLS ? n1 - c0 : COLS);
         const uint8_t *w0 = j->w + c0 * rb;
-        __m512 acc = _mm512_setzero_ps();
-        __m256i raw[COLS];
-        for (int c = nc; c < COLS; c++) raw[c] = _mm256_setzero_si256();
+        __m512 acc[MAX_ROWS];
+        __m256i raw[MAX_ROWS][COLS];
+        for (int r = 0; r < R; r++) {
+            acc[r] = _mm512_setzero_ps();
+            for (int c = nc; c < COLS; c++) raw[r][c] = _mm256_setzero_si256();
+        }
         for (int64_t b = 0; b < nb; b++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i *)(j->qs + b * QK_32));
+            __m256i x[MAX_ROWS];
+            for (int r = 0; r < R; r++) x[r] = _mm256_loadu_si256((const __m256i *)(j->qs + (t0 + r) * K + b * QK_32));
             for (int c = 0; c < nc; c++) {
                 const uint8_t *blk = w0 + c * rb + b * bb;
                 prefetch_next_tile(blk, COLS * rb, bb);
@@ -243,23 +248,51 @@ void gemv_k32_avx512(const mm_job *j, int64_t n0, int64_t n1, int q5) {
                     const __m256i nib = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
                     const __m256i v = _mm256_mask_blend_epi8((__mmask32)load_u32(blk + 2), nib,
                                                              _mm256_or_si256(nib, _mm256_set1_epi8(0x10)));
-                    raw[c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, x);
+                    for (int r = 0; r < R; r++) raw[r][c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, x[r]);
                 } else {
                     const __m256i w = _mm256_loadu_si256((const __m256i *)(blk + 2));
-                    raw[c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+                    const __m256i aw = _mm256_abs_epi8(w);
+                    for (int r = 0; r < R; r++)
+                        raw[r][c] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(x[r], w));
                 }
             }
-            __m512i isum = _mm512_inserti64x4(_mm512_castsi256_si512(reduce8(raw)), reduce8(raw + 8), 1);
-            if (q5) {
-                const int16_t *bs = j->bsums + 2 * b;
-                isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(16 * (bs[0] + bs[1])));
-            }
             const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(gather_rows(w0, rb, b * bb, nc)));
-            acc = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(j->dx[b]), d), _mm512_cvtepi32_ps(isum), acc);
+            for (int r = 0; r < R; r++) {
+                __m512i isum = _mm512_inserti64x4(_mm512_castsi256_si512(reduce8(raw[r])), reduce8(raw[r] + 8), 1);
+                if (q5) {
+                    const int16_t *bs = j->bsums + (t0 + r) * (K / 16) + 2 * b;
+                    isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(16 * (bs[0] + bs[1])));
+                }
+                acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(j->dx[(t0 + r) * nb + b]), d),
+                                         _mm512_cvtepi32_ps(isum), acc[r]);
+            }
         }
-        float out[COLS];
-        _mm512_storeu_ps(out, acc);
-        for (int c = 0; c < nc; c++) store_out(j, 0, c0 + c, out[c]);
+        for (int r = 0; r < R; r++) {
+            float out[COLS];
+            _mm512_storeu_ps(out, acc[r]);
+            for (int c = 0; c < nc; c++) store_out(j, t0 + r, c0 + c, out[c]);
+        }
+    }
+}
+
+void gemv_k32_avx512(const mm_job *j, int64_t n0, int64_t n1, int q5) {
+    for (int64_t t0 = 0; t0 < j->T; t0 += MAX_ROWS) {
+        const int R = j->T - t0 >= MAX_ROWS ? MAX_ROWS : (int)(j->T - t0);
+        if (q5) {
+            switch (R) {
+            case 1: gemv_k32_rows_impl(j, n0, n1, t0, 1, 1); break;
+            case 2: gemv_k32_rows_impl(j, n0, n1, t0, 2, 1); break;
+            case 3: gemv_k32_rows_impl(j, n0, n1, t0, 3, 1); break;
+            default: gemv_k32_rows_impl(j, n0, n1, t0, 4, 1); break;
+            }
+        } else {
+            switch (R) {
+            case 1: gemv_k32_rows_impl(j, n0, n1, t0, 1, 0); break;
+            case 2: gemv_k32_rows_impl(j, n0, n1, t0, 2, 0); break;
+            case 3: gemv_k32_rows_impl(j, n0, n1, t0, 3, 0); break;
+            default: gemv_k32_rows_impl(j, n0, n1, t0, 4, 0); break;
+            }
+        }
     }
 }
 
