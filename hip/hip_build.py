@@ -268,8 +268,12 @@ def source_digest(src: Path) -> str:
     """Hash of a source, the headers it includes and every HIP header (hip/, hip/check/)."""
     h = hashlib.sha256()
     for path in sorted({src.resolve(), *quoted_includes(src), *HIP_DIR.rglob("*.h")}):
-        h.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+        h.update(_label(path).encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
+
+
+def _label(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def compile_command(tc: Toolchain, src: Path, out: Path, archs: list[str]) -> list[str]:
@@ -289,22 +293,25 @@ def compile_object(tc: Toolchain, src: Path, archs: list[str], obj_dir: Path, co
     result = tc.run(compile_command(tc, src, tmp, archs))
     if result.returncode != 0:
         tmp.unlink(missing_ok=True)
-        return out, f"{src.relative_to(ROOT)}: HIP compile failed\n{(result.stderr or result.stdout).strip()}", True
+        return out, f"{_label(src)}: HIP compile failed\n{(result.stderr or result.stdout).strip()}", True
     for stale in obj_dir.glob(f"{src.stem}.*.o"):
         stale.unlink()
     tmp.rename(out)
     if result.stderr.strip():
-        print(f"{src.relative_to(ROOT)}: warnings\n{result.stderr.strip()}")
+        print(f"{_label(src)}: warnings\n{result.stderr.strip()}")
     return out, None, True
 
 
-def build_library(tc: Toolchain, lib: Path, work_dir: Path, archs: list[str], jobs: int = 2) -> int:
-    """Compile every kernel source into work_dir/obj/<archs>/ (cached) and link `lib`; returns
-    how many objects were rebuilt. Raises HipBuildError with every compiler error."""
+def build_library(tc: Toolchain, lib: Path, work_dir: Path, archs: list[str], jobs: int = 2,
+                  sources: list[Path] | None = None) -> int:
+    """Compile every kernel source (default kernel_sources()) into work_dir/obj/<archs>/
+    (cached) and link `lib`; returns how many objects were rebuilt. Raises HipBuildError with
+    every compiler error."""
+    lib, work_dir = Path(lib), Path(work_dir)
     obj_dir = work_dir / "obj" / "-".join(archs)
     obj_dir.mkdir(parents=True, exist_ok=True)
     common = "\0".join([tc.identity(), tc.cache_key, *compile_command(tc, Path("SRC"), Path("OUT"), archs)])
-    sources = sorted(kernel_sources(), key=lambda p: -p.stat().st_size)  # slowest first
+    sources = sorted(sources or kernel_sources(), key=lambda p: -p.stat().st_size)  # slowest first
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(lambda s: compile_object(tc, s, archs, obj_dir, common), sources))
     errors = [err for _, err, _ in results if err]

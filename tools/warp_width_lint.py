@@ -26,7 +26,7 @@ INTRINSIC = re.compile(r"\b(__shfl\w*|__ballot\w*|__activemask|__any_sync|__all_
 INDEX = r"(?:threadIdx\s*\.\s*[xyz]|\b\w*(?:lane|warp|wave|Lane|Warp|Wave)\w*)"
 ARITHMETIC = re.compile(INDEX + r"\s*(?:(?:%|/)\s*(?:32|64)|&\s*(?:31|63)|>>\s*[56])[uU]?(?![\w.])")
 WIDTH_CONSTANT = re.compile(r"(?:#\s*define\s+|\b(?:int|unsigned|constexpr\s+\w+|const\s+\w+)\s+)"
-                            r"\w*(?:warp|wave|WARP|WAVE|Warp|Wave)\w*\s*=?\s*\(?\s*(?:32|64)\b(?!\s*[*/+-])")
+                            r"\w*(?:warp|wave|WARP|WAVE|Warp|Wave)\w*\b\s*=?\s*\(?\s*(?:32|64)\b(?!\s*[*/+-])")
 
 
 def strip_comments_and_strings(text: str) -> str:
