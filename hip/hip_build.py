@@ -31,8 +31,9 @@ DEFAULT_ARCHS = ("gfx1100", "gfx1151", "gfx1201")
 MIN_ROCM = (6, 0)  # hip_bf16.h (__hip_bfloat16) and compilers that know gfx11/gfx12
 COMMON_FLAGS = ("-x", "hip", "-std=c++17", "-fPIC", "-I", str(CUDA_DIR))
 CHECK_PACKAGES = {  # what the `check` toolchain needs, by Debian package
-    "clang-22": "clang++-22", "lld-22": "ld.lld-22", "llvm-22": "llvm-readelf-22",
-    "libamdhip64-dev": "libamdhip64.so", "rocm-device-libs": "ocml.bc"}
+    "clang-22": "clang++-22", "clang-tools-22": "clang-offload-bundler-22 (bundles each object's code objects)",
+    "lld-22": "ld.lld-22 (links device code)", "llvm-22": "llvm-readelf-22 (reads code objects)",
+    "libamdhip64-dev": "libamdhip64.so (HIP runtime to link against)", "rocm-device-libs": "ocml.bc, ockl.bc"}
 
 
 class HipBuildError(RuntimeError):
@@ -178,9 +179,11 @@ def find_library_file(clang: str, name: str) -> str | None:
 
 def missing_check_packages(clang: str = "clang++-22") -> list[str]:
     """Debian packages the `check` toolchain lacks here (what `make hip-toolchain` installs)."""
-    have = {"clang-22": shutil.which(clang), "lld-22": shutil.which("ld.lld-22"),
+    have = {"clang-22": shutil.which(clang), "clang-tools-22": shutil.which("clang-offload-bundler-22"),
+            "lld-22": shutil.which("ld.lld-22"),
             "llvm-22": shutil.which("llvm-readelf-22"), "rocm-device-libs": find_device_libs(),
-            "libamdhip64-dev": shutil.which(clang) and find_library_file(clang, "libamdhip64.so")}
+            "libamdhip64-dev": (find_library_file(clang, "libamdhip64.so") if shutil.which(clang)
+                                else glob.glob("/usr/lib/*/libamdhip64.so"))}
     return [pkg for pkg in CHECK_PACKAGES if not have[pkg]]
 
 

@@ -124,4 +124,5 @@ def test_kernel_sources_prefer_an_amd_override(tmp_path, monkeypatch):
 def test_missing_packages_are_named(monkeypatch):
     monkeypatch.setattr(hip_build.shutil, "which", lambda name: None)
     monkeypatch.setattr(hip_build, "find_device_libs", lambda: None)
+    monkeypatch.setattr(hip_build.glob, "glob", lambda pattern: [])
     assert hip_build.missing_check_packages() == list(hip_build.CHECK_PACKAGES)
