@@ -1,11 +1,11 @@
 """No literal warp width outside cuda/common.cuh (DESIGN 5): NVIDIA warps and RDNA waves have
 32 lanes, GCN/CDNA waves 64, and only WARP_SIZE (cuda/common.cuh) may say which.
 
-Flagged in cuda/*.cu, cuda/*.cuh (but common.cuh), hip/*.hip and hip/compat.h, comments and
-strings removed:
+Flagged in cuda/*.cu, *.cuh, *.h (but common.cuh), hip/*.hip and hip/compat.h, comments and
+strings removed (tools/check_tree.py and tools/build_check.py both run it):
   - warp intrinsics called directly (__shfl*, __ballot*, __activemask, __any_sync, __all_sync,
-    __match_*_sync, __reduce_*_sync, warpSize): they go through common.cuh's helpers, which
-    take WARP_SIZE (a 0xffffffff lane mask is a 32-lane warp);
+    __match_*_sync, __reduce_*_sync, warpSize) and full-warp masks (0xffffffff is 32 lanes):
+    they go through common.cuh's helpers, which take WARP_SIZE;
   - lane or warp arithmetic on a literal width: threadIdx.x % 32, & 31, / 64, >> 5, and the
     same on a name containing lane, warp or wave;
   - a constant named like a warp width set to 32 or 64 (kWarp = 32, #define WAVE 64).
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXEMPT = {"common.cuh"}
 
 INTRINSIC = re.compile(r"\b(__shfl\w*|__ballot\w*|__activemask|__any_sync|__all_sync|__match_\w+_sync|"
-                       r"__reduce_\w+_sync|warpSize)\b")
+                       r"__reduce_\w+_sync|warpSize|0x[fF]{8}[uU]?)\b")
 INDEX = r"(?:threadIdx\s*\.\s*[xyz]|\b\w*(?:lane|warp|wave|Lane|Warp|Wave)\w*)"
 ARITHMETIC = re.compile(INDEX + r"\s*(?:(?:%|/)\s*(?:32|64)|&\s*(?:31|63)|>>\s*[56])[uU]?(?![\w.])")
 WIDTH_CONSTANT = re.compile(r"(?:#\s*define\s+|\b(?:int|unsigned|constexpr\s+\w+|const\s+\w+)\s+)"
@@ -37,6 +37,7 @@ def strip_comments_and_strings(text: str) -> str:
 
 def scanned_files() -> list[Path]:
     files = [*sorted((ROOT / "cuda").glob("*.cu")), *sorted((ROOT / "cuda").glob("*.cuh")),
+             *sorted((ROOT / "cuda").glob("*.h")),
              *sorted((ROOT / "hip").glob("*.hip")), ROOT / "hip" / "compat.h"]
     return [f for f in files if f.name not in EXEMPT and f.is_file()]
 

@@ -21,6 +21,7 @@ import warp_width_lint  # noqa: E402
     "unsigned m = __ballot_sync(~0u, p);",
     "constexpr int kWarpSize = 32;",
     "#define WAVE_LANES 64",
+    "const unsigned all = 0xFFFFFFFFu;",
     "constexpr int kWaveWidth = (64);",
 ])
 def test_literal_widths_are_flagged(line):
