@@ -195,7 +195,11 @@ def device_lib_overlay(clang: str, device_libs: Path, archs: list[str], out: Pat
     out.mkdir(parents=True, exist_ok=True)
     for src in device_libs.glob("*.bc"):
         link = out / src.name
-        if not src.name.startswith("oclc_isa_version_") and not link.exists():
+        if src.name.startswith("oclc_isa_version_"):
+            continue
+        if link.is_symlink() and os.readlink(link) != str(src):
+            link.unlink()  # made for another device library
+        if not os.path.lexists(link):
             link.symlink_to(src)
     for arch in archs:
         target = out / f"oclc_isa_version_{arch[3:]}.bc"
