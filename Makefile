@@ -6,7 +6,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.luce-installed
 PYTEST_ARGS ?=
 KERNEL_BENCH_ARGS ?=
-# clang for the HIP compile check (tools/build_check.py); installed by `make hip-toolchain`.
+# clang for the HIP build check (tools/build_check.py); `make hip-toolchain` installs it with
+# what the check links against (hip/hip_build.py --missing-apt names the Debian packages).
 HIP_CLANG ?= clang++-22
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
@@ -33,16 +34,19 @@ test: build compile-check
 	$(PY) tools/check_tree.py
 	$(PY) -m pytest -q -m "not real" $(PYTEST_ARGS) tests
 
-# Every kernel compiles for gfx1100/gfx1151/gfx1201 (clang-22, no ROCm needed) and, when nvcc
-# exists, the sm_90 library from `build` exports every entry point of cuda/luce_ops.h.
+# No literal warp width; the HIP library builds and links for gfx1100/gfx1151/gfx1201 (clang-22
+# on stand-in headers, no ROCm or AMD GPU needed), exports every entry point of cuda/luce_ops*.h,
+# has every kernel in each arch's code object and loads; when nvcc exists, the sm_90 library
+# from `build` exports every entry point. Objects are cached in build/hip_check/.
 compile-check: build hip-toolchain
-	$(PY) tools/build_check.py --clang $(HIP_CLANG)
+	$(PY) tools/build_check.py --clang $(HIP_CLANG) -j 2
 
 hip-toolchain:
-	@command -v $(HIP_CLANG) >/dev/null 2>&1 || { \
-	  echo "luce: installing clang-22 and lld-22 for the HIP compile check"; \
+	@pkgs="$$(HIP_CLANG=$(HIP_CLANG) $(PYTHON) hip/hip_build.py --missing-apt)"; \
+	if [ -n "$$pkgs" ]; then \
+	  echo "luce: installing $$pkgs for the HIP build check"; \
 	  $(SUDO) apt-get update -qq >/dev/null && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq clang-22 lld-22 >/dev/null; }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$pkgs >/dev/null; fi
 
 test-real: build models
 	$(PY) -m pytest -q -m real $(PYTEST_ARGS) tests

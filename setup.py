@@ -7,6 +7,11 @@ needs only a C compiler: it dlopen()s the kernel library at run time. When `nvcc
 for sm_90 plus any arch listed in `LUCE_CUDA_ARCHS` (e.g. "80,89"). Without nvcc the package
 still installs and imports with the cpu and numpy backends; the build says so in one line.
 
+Likewise, with a ROCm >= 6.0 HIP toolchain (`$HIPCC`, `$LUCE_HIP_CLANG` over `$ROCM_PATH`, hipcc
+on PATH or in /opt/rocm/bin) the same sources go through hip/compat.h into
+`luce/lib/libluce_hip.so` for `LUCE_HIP_ARCHS` (default "gfx1100;gfx1151;gfx1201"), built by
+hip/hip_build.py (objects cached in build/hip/; LUCE_BUILD_JOBS compiles in parallel).
+
 The cpu backend (`luce._cpu`, C sources in luce/cpu/) compiles each instruction-set file with its
 own flags (CPU_ISA_FLAGS: AVX2, AVX-512 on x86-64; none elsewhere) beside the portable C; the
 path is picked at run time. No file is built with -ffast-math or FP contraction: results are
@@ -64,6 +69,35 @@ def build_cuda_library(out_dir: str) -> None:
     subprocess.run(cmd, check=True)
 
 
+def load_hip_build():
+    """hip/hip_build.py (toolchain discovery and the HIP library build), loaded by path."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("luce_hip_build", os.path.join(ROOT, "hip", "hip_build.py"))
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_hip_library(out_dir: str) -> None:
+    """Every cuda/*.cu (hip/<k>.hip where present) into out_dir/libluce_hip.so for LUCE_HIP_ARCHS
+    with a ROCm >= 6.0 hipcc or $LUCE_HIP_CLANG; skipped with one line when there is none."""
+    hip_build = load_hip_build()
+    toolchain, why = hip_build.find_rocm_toolchain()
+    if toolchain is None:
+        print(f"luce: no HIP toolchain ({why}); the HIP kernel library is not built")
+        return
+    archs = hip_build.hip_archs()
+    jobs = int(os.environ.get("LUCE_BUILD_JOBS", "0")) or os.cpu_count() or 2
+    print(f"luce: building HIP kernels for {', '.join(archs)} with {toolchain.describe}")
+    try:
+        hip_build.build_library(toolchain, os.path.join(out_dir, "libluce_hip.so"),
+                                os.path.join(ROOT, "build", "hip"), archs, jobs)
+    except hip_build.HipBuildError as e:
+        raise SystemExit(f"luce: the HIP kernel library failed to build:\n{e}") from None
+
+
 CPU_COMMON_FLAGS = ["-O3", "-std=c11", "-pthread", "-ffp-contract=off", "-fno-fast-math"]
 # instruction-set files of the cpu backend and their flags (x86-64 only; elsewhere they build empty)
 CPU_ISA_FLAGS = {
@@ -79,6 +113,7 @@ class BuildExtWithCuda(build_ext):
         super().run()
         lib_root = ROOT if self.inplace else self.build_lib
         build_cuda_library(os.path.join(lib_root, "luce", "lib"))
+        build_hip_library(os.path.join(lib_root, "luce", "lib"))
 
     def build_extension(self, ext):
         if ext.name == "luce._cpu":

@@ -14,6 +14,11 @@
 
 #include "common.cuh"
 
+// These layouts are a 32-lane warp's (grp = lane / 4 < 8): a 64-lane wave (GCN/CDNA,
+// LUCE_WAVE64) would compute rows of the next tile. It needs its own hip/matmul.hip.
+static_assert(WARP_SIZE == 32, "the quantized matmul's fragment layout is 32 lanes: a 64-lane wave "
+                               "needs hip/matmul.hip (same ABI)");
+
 namespace mm {
 
 // Accumulator seed that makes an int32 sum v with |v| < 2^22 read as the float 1.5 * 2^23 + v.

@@ -1,29 +1,36 @@
 #!/usr/bin/env python3
-"""Compile checks `make test` runs: every kernel builds for AMD (HIP) and NVIDIA (sm_90).
+"""Build checks `make test` runs (CPU only): every kernel builds and links for AMD (HIP) and
+NVIDIA (sm_90), and no kernel spells a warp width.
 
-HIP: each `cuda/<k>.cu` (or its AMD override `hip/<k>.hip`, DESIGN 5) is compiled with clang-22
-for gfx1100, gfx1151 and gfx1201 down to ISA assembly:
-    clang++-22 -O3 -x hip --offload-arch=<gfx> --offload-device-only -nogpulib -nogpuinc -S
-No ROCm is needed: `-I hip/check` supplies stand-in HIP headers (hip/README.md). The device
-library is not linked (-nogpulib), so the check stops at assembly: it proves the source
-parses, type-checks and lowers to each target's instructions.
+Warp width: tools/warp_width_lint.py (no literal 32/64 lane width outside cuda/common.cuh).
 
-NVIDIA: the normal build (`setup.py build_ext`, run by `make build`) compiles cuda/*.cu into
-luce/lib/libluce_cuda.so for sm_90 when nvcc exists. This script then checks that the
-library is newer than every kernel source and exports every entry point `cuda/luce_ops.h`
-declares. Without nvcc the sm_90 check is skipped with a note (CI machines without CUDA),
-unless --require-nvcc.
+HIP: hip/hip_build.py builds build/hip_check/libluce_hip.so from every `cuda/<k>.cu` (or its
+AMD override `hip/<k>.hip`) for LUCE_HIP_ARCHS (default gfx1100, gfx1151, gfx1201) with
+clang-22 over the stand-in headers hip/check/, linking device code against the ROCm device
+library and host code against libamdhip64 (-Wl,--no-undefined). hip/README.md says why. Then:
+  - every entry point cuda/luce_ops*.h declares is exported;
+  - every arch has a code object per source, with no unresolved symbol, and each kernel's
+    wave size (metadata .wavefront_size) equals the WARP_SIZE it was compiled for;
+  - every kernel the host code can launch (a __device_stub__) is in every arch's code objects,
+    and every __global__ function the sources define is among them;
+  - the library loads (dlopen, in a child process) and answers luce_abi_version().
+A library `make build` made with a real ROCm (luce/lib/libluce_hip.so) gets the same checks.
 
-Results are cached under build/compile_check/ by a hash of the compiler, the flags, the
-source and the headers it includes, so an unchanged kernel costs nothing. Exit status 1 on any failure, each failure with the compiler's message.
+NVIDIA: `make build` compiles cuda/*.cu into luce/lib/libluce_cuda.so for sm_90 when nvcc
+exists; the library must be newer than every kernel source and export every entry point.
+Without nvcc the sm_90 check is skipped with a note, unless --require-nvcc.
 
-    python3 tools/build_check.py [--hip-only | --nvcc-only] [--clang clang++-22] [-j N] [--opt -O3]
+Objects are cached in build/hip_check/obj/<archs>/ by a hash of the compiler, the flags, the device
+library and the source with every header it includes, so an unchanged tree rebuilds nothing.
+Exit status 1 on any failure, each with the tool's own message.
+
+    python3 tools/build_check.py [--hip-only | --nvcc-only] [--clang clang++-22] [-j N]
+                                 [--opt -O3] [--list-kernels]
 """
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
-import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -32,112 +39,33 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import hip_code_objects  # noqa: E402
+import warp_width_lint  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("luce_hip_build", ROOT / "hip" / "hip_build.py")
+hip_build = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(hip_build)
+
 CUDA_DIR, HIP_DIR = ROOT / "cuda", ROOT / "hip"
-CACHE_DIR = ROOT / "build" / "compile_check"
-HIP_ARCHS = ("gfx1100", "gfx1151", "gfx1201")
-HIP_FLAGS = ("-std=c++17", "-x", "hip", "--offload-device-only", "-nogpulib", "-nogpuinc",
-             "-Wno-unused-command-line-argument", "-Wno-pass-failed")
+CHECK_DIR = ROOT / "build" / "hip_check"
+CHECK_LIB = CHECK_DIR / "libluce_hip.so"
+HIP_LIB = ROOT / "luce" / "lib" / "libluce_hip.so"
 CUDA_LIB = ROOT / "luce" / "lib" / "libluce_cuda.so"
-
-
-def kernel_sources() -> list[Path]:
-    """cuda/*.cu with hip/<k>.hip substituted where an AMD override exists."""
-    out = []
-    for cu in sorted(CUDA_DIR.glob("*.cu")):
-        override = HIP_DIR / f"{cu.stem}.hip"
-        out.append(override if override.exists() else cu)
-    return out
-
-
-INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
-
-
-def quoted_includes(src: Path) -> set[Path]:
-    """Every file `src` reaches through #include "..." (resolved beside the includer or in
-    cuda/), transitively."""
-    seen: set[Path] = set()
-    todo = [src]
-    while todo:
-        path = todo.pop()
-        for name in INCLUDE.findall(path.read_text(errors="replace")):
-            for base in (path.parent, CUDA_DIR):
-                cand = (base / name).resolve()
-                if cand.is_file():
-                    if cand not in seen:
-                        seen.add(cand)
-                        todo.append(cand)
-                    break
-    return seen
-
-
-def source_digest(src: Path) -> str:
-    """Hash of a source, the headers it includes and every HIP header (hip/, hip/check/)."""
-    h = hashlib.sha256()
-    for path in sorted({src.resolve(), *quoted_includes(src), *HIP_DIR.rglob("*.h")}):
-        h.update(str(path).encode() + b"\0" + path.read_bytes())
-    return h.hexdigest()
-
-
-def compiler_identity(clang: str) -> str:
-    result = subprocess.run([clang, "--version"], capture_output=True, text=True)
-    return result.stdout.splitlines()[0] if result.returncode == 0 and result.stdout else clang
-
-
-def hip_command(clang: str, src: Path, arch: str, out: Path, opt: str) -> list[str]:
-    return [clang, *HIP_FLAGS, opt, f"--offload-arch={arch}", "-I", str(HIP_DIR / "check"),
-            "-I", str(CUDA_DIR), "-S", str(src), "-o", str(out)]
-
-
-def compile_hip(clang: str, opt: str, src: Path, arch: str, key: str) -> tuple[str, str | None, bool]:
-    """Compile one (source, arch); returns (label, error text or None, was_cached)."""
-    label = f"{src.relative_to(ROOT)} [{arch}]"
-    out_dir = CACHE_DIR / arch
-    out = out_dir / f"{src.stem}.{key[:20]}.s"
-    if out.exists():
-        return label, None, True
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".tmp{os.getpid()}")
-    result = subprocess.run(hip_command(clang, src, arch, tmp, opt), capture_output=True, text=True)
-    if result.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        return label, (result.stderr or result.stdout).strip(), False
-    for stale in out_dir.glob(f"{src.stem}.*.s"):
-        stale.unlink()
-    tmp.rename(out)
-    if result.stderr.strip():
-        print(f"{label}: warnings\n{result.stderr.strip()}")
-    return label, None, False
-
-
-def check_hip(clang: str, jobs: int, opt: str = "-O3") -> list[str]:
-    if shutil.which(clang) is None:
-        return [f"{clang} not found: install it (as root: apt-get install clang-22 lld-22) "
-                "or run 'make test', which installs it"]
-    common = compiler_identity(clang) + "\0" + " ".join(HIP_FLAGS) + " " + opt + "\0"
-    tasks = []
-    # largest sources first: the slowest compiles start early on a 2-core machine
-    for src in sorted(kernel_sources(), key=lambda p: -p.stat().st_size):
-        key = hashlib.sha256((common + source_digest(src)).encode()).hexdigest()
-        for arch in HIP_ARCHS:
-            tasks.append((src, arch, key))
-    errors, built = [], 0
-    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
-        for label, err, cached in pool.map(lambda t: compile_hip(clang, opt, *t), tasks):
-            if err:
-                errors.append(f"{label}: HIP compile failed\n{err}")
-            built += not cached
-    print(f"build_check: HIP {len(tasks) - len(errors)}/{len(tasks)} compiles ok "
-          f"({len(kernel_sources())} sources x {', '.join(HIP_ARCHS)}; {built} rebuilt)")
-    return errors
+kernel_sources, quoted_includes = hip_build.kernel_sources, hip_build.quoted_includes
 
 
 def declared_entry_points() -> list[str]:
     """Function names `cuda/luce_ops.h` and the headers it includes (cuda/luce_ops_*.h)
-    declare (luce_<name>(...);)."""
+    declare (`<return type> luce_<name>(...);`, any return type)."""
     headers = [CUDA_DIR / "luce_ops.h", *sorted(CUDA_DIR.glob("luce_ops_*.h"))]
-    text = re.sub(r"/\*.*?\*/", "", "\n".join(h.read_text() for h in headers), flags=re.S)
-    return sorted(set(re.findall(r"^\s*(?:int|const\s+char\s*\*|void)\s*\**\s*(luce_\w+)\s*\(",
+    text = re.sub(r"/\*.*?\*/|//[^\n]*", "", "\n".join(h.read_text() for h in headers), flags=re.S)
+    return sorted(set(re.findall(r"^[ \t]*(?:const[ \t]+)?[A-Za-z_]\w*[ \t]*[\s*][ \t*]*(luce_\w+)\s*\(",
                                  text, flags=re.M)))
+
+
+def abi_version() -> int:
+    return int(re.search(r"#define\s+LUCE_ABI_VERSION\s+(\d+)", (CUDA_DIR / "luce_ops.h").read_text())[1])
 
 
 def exported_symbols(lib: Path) -> set[str]:
@@ -145,6 +73,85 @@ def exported_symbols(lib: Path) -> set[str]:
     if result.returncode != 0:
         raise RuntimeError(f"nm failed on {lib}: {result.stderr.strip()}")
     return {line.split()[-1] for line in result.stdout.splitlines() if line.strip()}
+
+
+def global_function_names() -> set[str]:
+    """Names of the __global__ functions the kernel sources (and headers) define."""
+    pattern = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(")
+    files = [*kernel_sources(), *CUDA_DIR.glob("*.cuh")]
+    return {name for f in files for name in pattern.findall(warp_width_lint.strip_comments_and_strings(f.read_text()))}
+
+
+def inspect_hip_library(lib: Path, archs: list[str], readelf: str, list_kernels: bool = False
+                        ) -> tuple[list[str], str]:
+    """(errors, one-line summary) of the checks on a built HIP library (module docstring)."""
+    rel = lib.relative_to(ROOT) if lib.is_relative_to(ROOT) else lib
+    missing = [n for n in declared_entry_points() if n not in exported_symbols(lib)]
+    errors = [f"{rel} lacks entry points declared in cuda/luce_ops*.h: {', '.join(missing)}"] if missing else []
+    report = hip_code_objects.check_kernels(lib, {a: hip_build.wave_size(a) for a in archs}, readelf,
+                                            global_function_names())
+    errors += [f"{rel}: {e}" for e in report.errors]
+    if list_kernels:
+        for arch in archs:
+            kernels = report.kernels.get(arch, set())
+            print(f"{arch}: {len(kernels)} kernels")
+            print("\n".join(f"  {n}" for n in sorted(hip_code_objects.demangle(sorted(kernels)))))
+    counts = ", ".join(f"{a} {len(report.kernels.get(a, ()))}" for a in archs)
+    summary = (f"{len(declared_entry_points()) - len(missing)} entry points exported; kernels per arch: "
+               f"{counts} (wave{hip_build.wave_size(archs[0])}; {report.objects_per_arch} code objects "
+               f"per arch; {len(report.launchable)} kernels launchable from host code)")
+    return errors, summary
+
+
+LOAD_PROBE = """import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.luce_error_string.restype = ctypes.c_char_p
+status = lib.luce_device_synchronize()
+print(lib.luce_abi_version(), lib.luce_error_string(0).decode(), status, lib.luce_error_string(status).decode())
+"""
+
+
+def load_hip_library(lib: Path) -> tuple[str | None, str]:
+    """(error or None, what happened): dlopen in a child process (a crash there is a finding,
+    not the end of this script); without an AMD GPU the synchronize fails cleanly."""
+    try:
+        result = subprocess.run([sys.executable, "-c", LOAD_PROBE, str(lib)], capture_output=True,
+                                text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return f"loading {lib.name} hung for 120 s", ""
+    if result.returncode != 0:
+        return f"loading {lib.name} failed (exit {result.returncode}): {result.stderr.strip()[-600:]}", ""
+    version, ok_name, status, status_name = result.stdout.split()
+    if int(version) != abi_version() or ok_name != "hipSuccess":
+        return f"{lib.name} loaded but answers luce_abi_version() = {version}, luce_error_string(0) = {ok_name}", ""
+    return None, (f"loaded (dlopen): luce_abi_version() = {version}; luce_device_synchronize() = "
+                  f"{status} {status_name}" + (" (no AMD GPU here)" if status != "0" else ""))
+
+
+def check_hip(clang: str, jobs: int, opt: str = "-O3", list_kernels: bool = False) -> list[str]:
+    try:
+        archs = hip_build.hip_archs()
+        hip_build.wave_flags(archs)
+        toolchain, why = hip_build.check_toolchain(clang, archs, CHECK_DIR)
+        if toolchain is None:
+            return [why]
+        toolchain.compile_flags = [opt if f == "-O3" else f for f in toolchain.compile_flags]
+        rebuilt = hip_build.build_library(toolchain, CHECK_LIB, CHECK_DIR, archs, jobs)
+    except hip_build.HipBuildError as e:
+        return [str(e)]
+    print(f"build_check: HIP {CHECK_LIB.relative_to(ROOT)} built and linked "
+          f"({len(kernel_sources())} sources x {', '.join(archs)}; {rebuilt} rebuilt) with {toolchain.describe}")
+    errors: list[str] = []
+    readelf = hip_code_objects.find_readelf()
+    for lib in [CHECK_LIB] + ([HIP_LIB] if HIP_LIB.exists() else []):
+        lib_archs = archs if lib == CHECK_LIB else sorted(hip_code_objects.kernels_by_arch(
+            hip_code_objects.code_objects(lib, readelf))) or archs
+        found, summary = inspect_hip_library(lib, lib_archs, readelf, list_kernels and lib == CHECK_LIB)
+        load_error, loaded = load_hip_library(lib)
+        errors += found + ([load_error] if load_error else [])
+        if not found and not load_error:
+            print(f"build_check: HIP {lib.relative_to(ROOT)} ok: {summary}; {loaded}")
+    return errors
 
 
 def find_nvcc() -> str | None:
@@ -171,7 +178,7 @@ def check_nvcc(require: bool) -> list[str]:
                 "rebuild with 'python3 setup.py build_ext --inplace' (make build)"]
     missing = [n for n in declared_entry_points() if n not in exported_symbols(CUDA_LIB)]
     if missing:
-        return [f"{CUDA_LIB.relative_to(ROOT)} lacks entry points declared in cuda/luce_ops.h: "
+        return [f"{CUDA_LIB.relative_to(ROOT)} lacks entry points declared in cuda/luce_ops*.h: "
                 f"{', '.join(missing)} (define them in a cuda/*.cu with extern \"C\")"]
     print(f"build_check: sm_90 library ok ({len(declared_entry_points())} entry points exported)")
     return []
@@ -180,17 +187,19 @@ def check_nvcc(require: bool) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     which = ap.add_mutually_exclusive_group()
-    which.add_argument("--hip-only", action="store_true", help="only the clang-22 gfx compiles")
+    which.add_argument("--hip-only", action="store_true", help="only the warp-width lint and the HIP build")
     which.add_argument("--nvcc-only", action="store_true", help="only the sm_90 library check")
     ap.add_argument("--clang", default=os.environ.get("LUCE_HIP_CLANG", "clang++-22"))
     ap.add_argument("--require-nvcc", action="store_true", help="fail when nvcc is absent")
-    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("-j", "--jobs", type=int, default=min(os.cpu_count() or 2, 4))
     ap.add_argument("--opt", default="-O3", help="HIP optimisation level (-O3 as a real build; "
                     "-O0 compiles matmul.cu ~5x faster for a quick syntax check)")
+    ap.add_argument("--list-kernels", action="store_true", help="print every kernel of each arch")
     args = ap.parse_args(argv)
     errors: list[str] = []
     if not args.nvcc_only:
-        errors += check_hip(args.clang, max(1, args.jobs), args.opt)
+        errors += warp_width_lint.lint()
+        errors += check_hip(args.clang, max(1, args.jobs), args.opt, args.list_kernels)
     if not args.hip_only:
         errors += check_nvcc(args.require_nvcc)
     for e in errors:

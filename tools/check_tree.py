@@ -2,7 +2,7 @@
 """Tree rules `make test` enforces (exit 1 with one line per violation):
 
 1. Size caps: Python modules under luce/ and tools/ and kernel sources stay under MAX_LINES.
-2. No literal warp width in cuda/ outside common.cuh (WARP_SIZE and the warp helpers there).
+2. No literal warp width in cuda/ or hip/ outside common.cuh (tools/warp_width_lint.py).
 3. Every cuda/<k>.cu that defines a __global__ kernel has luce/ref/<k>.py and
    tests/kernels/test_<k>.py.
 """
@@ -14,15 +14,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 450
-WARP_PATTERNS = [
-    (re.compile(r"\bwarpSize\b"), "warpSize (use WARP_SIZE from common.cuh)"),
-    (re.compile(r"__shfl\w*\s*\("), "raw shuffle (use the warp helpers in common.cuh)"),
-    (re.compile(r"threadIdx\.[xyz]\s*(?:%|/)\s*(?:32|64)\b"), "lane/warp index from a literal 32/64"),
-    (re.compile(r"threadIdx\.[xyz]\s*&\s*(?:31|63)\b"), "lane mask from a literal 31/63"),
-    (re.compile(r"\b0xffffffff(?:u|U)?\b"), "full-warp mask literal"),
-]
-
-
 def sized_files():
     for pattern in ("luce/**/*.py", "luce/**/*.pyx", "tools/*.py", "cuda/*", "hip/*"):
         yield from (p for p in ROOT.glob(pattern) if p.is_file())
@@ -35,19 +26,12 @@ def check_sizes(errors: list[str]) -> None:
             errors.append(f"{path.relative_to(ROOT)}: {n} lines > {MAX_LINES}: split it by concept")
 
 
-def strip_comments(src: str) -> str:
-    src = re.sub(r"/\*.*?\*/", "", src, flags=re.S)
-    return re.sub(r"//[^\n]*", "", src)
-
-
 def check_warp_literals(errors: list[str]) -> None:
-    for path in sorted((ROOT / "cuda").glob("*")):
-        if path.name == "common.cuh" or not path.is_file():
-            continue
-        for lineno, line in enumerate(strip_comments(path.read_text()).splitlines(), 1):
-            for pattern, what in WARP_PATTERNS:
-                if pattern.search(line):
-                    errors.append(f"cuda/{path.name}:{lineno}: {what}")
+    """Rule 2, shared with tools/build_check.py: tools/warp_width_lint.py."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import warp_width_lint
+
+    errors.extend(warp_width_lint.lint())
 
 
 def check_kernel_companions(errors: list[str]) -> None:

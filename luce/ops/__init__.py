@@ -1,8 +1,9 @@
 """Backend API the models call: the numpy reference backend, the cpu backend (C kernels) and
-the CUDA backend. BACKENDS is the one list of backend names (the CLIs offer it)."""
+the CUDA backend. BACKENDS is the one list of backend names (the CLIs offer it). 'hip' is
+named but has no runtime yet: asking for it says what this machine has (luce.ops.hip_probe)."""
 from __future__ import annotations
 
-BACKENDS = ("auto", "cuda", "cpu", "numpy")
+BACKENDS = ("auto", "cuda", "hip", "cpu", "numpy")
 
 
 def cuda_device_count() -> int:
@@ -40,11 +41,40 @@ def cpu_unavailable_reason() -> str | None:
     return None
 
 
+def hip_unavailable_reason() -> str | None:
+    """Why the HIP backend cannot start here: always a reason until its runtime exists (what
+    was found, what to install; luce.ops.hip_probe)."""
+    from luce.ops.hip_probe import hip_unavailable_reason as reason
+
+    return reason()
+
+
+def backend_error(name: str) -> str | None:
+    """The one line get_backend(name) would fail with here, or None if it can start (without
+    starting it: no GPU is touched beyond counting devices). 'auto' and 'numpy' always can."""
+    if name == "hip":
+        return f"cannot use the HIP backend: {hip_unavailable_reason()}"
+    probes = {"cuda": ("CUDA", cuda_unavailable_reason), "cpu": ("cpu", cpu_unavailable_reason)}
+    if name in probes:
+        label, probe = probes[name]
+        reason = probe()
+        return None if reason is None else f"cannot use the {label} backend: {reason}; or use --backend numpy"
+    if name not in BACKENDS:
+        return f"unknown backend {name!r}: available: {', '.join(map(repr, BACKENDS))}"
+    return None
+
+
 def auto_backend_choice() -> tuple[str, str]:
-    """(backend name, why) that --backend auto picks: cuda, then cpu, then numpy."""
+    """(backend name, why) that --backend auto picks: cuda, then cpu, then numpy (never hip
+    until its runtime exists)."""
     cuda_reason = cuda_unavailable_reason()
     if cuda_reason is None:
         return "cuda", "a CUDA GPU and the CUDA kernel library are present"
+    from luce.ops.hip_probe import amd_gpus
+
+    amd = amd_gpus()
+    if amd:  # said, not taken: there is no HIP runtime yet
+        cuda_reason += f"; the AMD GPU here ({', '.join(amd)}) needs luce's HIP runtime, not written yet"
     cpu_reason = cpu_unavailable_reason()
     if cpu_reason is None:
         return "cpu", f"no CUDA: {cuda_reason}"
@@ -61,18 +91,15 @@ def get_backend(name: str = "numpy", threads: int | None = None):
         from luce.ops.numpy_backend import NumpyBackend
 
         return NumpyBackend()
+    if name not in BACKENDS:
+        raise ValueError(backend_error(name))
+    error = backend_error(name)
+    if error is not None:
+        raise RuntimeError(error)
     if name == "cpu":
-        reason = cpu_unavailable_reason()
-        if reason is not None:
-            raise RuntimeError(f"cannot use the cpu backend: {reason}; or use --backend numpy")
         from luce.ops.cpu_backend import CpuBackend
 
         return CpuBackend(threads=threads)
-    if name == "cuda":
-        reason = cuda_unavailable_reason()
-        if reason is not None:
-            raise RuntimeError(f"cannot use the CUDA backend: {reason}; or use --backend numpy")
-        from luce.ops.cuda_backend import CudaBackend
+    from luce.ops.cuda_backend import CudaBackend  # 'cuda': 'hip' always has an error above
 
-        return CudaBackend()
-    raise ValueError(f"unknown backend {name!r}: available: {', '.join(map(repr, BACKENDS))}")
+    return CudaBackend()

@@ -139,6 +139,16 @@ def spec_options(args) -> dict:
                 draft_min=args.draft_min)
 
 
+def check_backend_available(name: str) -> None:
+    """ValueError with one line when backend `name` cannot start here (before any model is
+    fetched or loaded); 'auto' always can."""
+    from luce.ops import backend_error
+
+    error = backend_error(name)
+    if error is not None:
+        raise ValueError(f"--backend {name}: {error}")
+
+
 def resolve_backend(name: str, threads: int | None = None):
     """(backend instance, a line saying which backend and why). 'auto' takes cuda, then cpu,
     then numpy (luce.ops.auto_backend_choice)."""
@@ -177,6 +187,7 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     from luce.tokenizer import Tokenizer
 
     options.check()
+    check_backend_available(options.backend)  # before fetching models it could not run
     target, draft = resolve_models(options, progress)
     backend, backend_line = resolve_backend(options.backend, options.threads)
     backend_name = backend.name

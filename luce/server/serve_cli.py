@@ -20,7 +20,8 @@ from luce.server.browser import is_loopback
 from luce.server.chat_request import REASONING_FORMATS
 from luce.server.kv_budget import DEFAULT_KV_MEMORY
 from luce.server.turn import ChatSettings
-from luce.server.engine_core import BACKENDS, ServeOptions, add_spec_arguments, load_bridge, spec_options
+from luce.server.engine_core import (BACKENDS, ServeOptions, add_spec_arguments, check_backend_available,
+                                     load_bridge, spec_options)
 from luce.server.runner import serve_forever
 from luce.server.validation import Defaults
 
@@ -135,6 +136,7 @@ def main(argv=None) -> int:
     try:
         check_server_flags(args)
         options.check()
+        check_backend_available(options.backend)  # one line now, not after listening
         defaults = Defaults(temperature=args.temp, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p)
         from luce.engine.sampler import SamplingParams
         SamplingParams(temperature=defaults.temperature, top_k=defaults.top_k, top_p=defaults.top_p,

@@ -1,4 +1,4 @@
-// Compile-check stand-in for ROCm's <hip/hip_bf16.h> (ROCm >= 6): __hip_bfloat16 stores the
+// Build-check stand-in for ROCm's <hip/hip_bf16.h> (ROCm >= 6): __hip_bfloat16 stores the
 // 16 high bits of an IEEE f32; conversions round to nearest even, NaN stays NaN.
 // See hip_runtime.h beside this (not for real ROCm builds).
 #pragma once

@@ -1,4 +1,4 @@
-// Compile-check stand-in for ROCm's <hip/hip_fp16.h>: __half / __half2 over clang's _Float16 with
+// Build-check stand-in for ROCm's <hip/hip_fp16.h>: __half / __half2 over clang's _Float16 with
 // the conversions luce uses. See hip_runtime.h beside this (not for real ROCm builds).
 #pragma once
 

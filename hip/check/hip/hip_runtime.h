@@ -1,9 +1,11 @@
-// Compile-check stand-in for ROCm's <hip/hip_runtime.h>: ONLY for tools/build_check.py, which
-// compiles cuda/*.cu with clang-22 `-x hip -nogpulib -nogpuinc --offload-device-only` for
-// gfx1100/gfx1151/gfx1201 on a machine without ROCm. It declares the subset of the HIP runtime
-// API and device builtins luce uses, written on clang's AMDGPU builtins and the compiler's own
-// HIP math wrappers (__clang_hip_math.h). Nothing here is linked or run: a real ROCm build
-// (hipcc) must use the real <hip/hip_runtime.h> and never add hip/check to its include path.
+// Build-check stand-in for ROCm's <hip/hip_runtime.h>: ONLY for tools/build_check.py, which
+// builds cuda/*.cu with clang-22 `-x hip -nogpuinc` for gfx1100/gfx1151/gfx1201 on a machine
+// without ROCm >= 6 (hip/README.md). It declares the subset of the HIP runtime API and device
+// builtins luce uses, written on clang's AMDGPU builtins and the compiler's own HIP math
+// wrappers (__clang_hip_math.h). The runtime functions are declared with ROCm's signatures and
+// resolve against libamdhip64 when the check links its library; that library is loaded but no
+// kernel of it has run. A real ROCm build (hipcc) must use the real <hip/hip_runtime.h> and
+// never add hip/check to its include path.
 // Semantics follow the HIP documentation; enum values follow ROCm's hip_runtime_api.h.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Compile-check stand-in for ROCm's vector types (float4, uint2, ...): plain aggregates with
+// Build-check stand-in for ROCm's vector types (float4, uint2, ...): plain aggregates with
 // CUDA's sizes and alignments and make_<type>() builders. See hip_runtime.h beside this.
 #pragma once
 
