@@ -11,7 +11,7 @@ KERNEL_BENCH_ARGS ?=
 HIP_CLANG ?= clang++-22
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install build test test-real test-gpu models serve bench clean compile-check hip-toolchain cuda-deps
+.PHONY: all install build test test-real test-gpu models serve bench clean compile-check hip-toolchain cross-headers cuda-deps
 
 all: build
 
@@ -38,8 +38,16 @@ test: build compile-check
 # on stand-in headers, no ROCm or AMD GPU needed), exports every entry point of cuda/luce_ops*.h,
 # has every kernel in each arch's code object and loads; when nvcc exists, the sm_90 library
 # from `build` exports every entry point. Objects are cached in build/hip_check/.
-compile-check: build hip-toolchain
+compile-check: build hip-toolchain cross-headers
 	$(PY) tools/build_check.py --clang $(HIP_CLANG) -j 2
+	$(PY) tools/cpu_cross_check.py --clang $(subst clang++,clang,$(HIP_CLANG))
+
+# aarch64 C headers for the cpu backend's cross-compile check (tools/cpu_cross_check.py)
+cross-headers:
+	@test -f /usr/aarch64-linux-gnu/include/stdlib.h || { \
+	  echo "luce: installing libc6-dev-arm64-cross for the aarch64 check of the cpu kernels"; \
+	  $(SUDO) apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends libc6-dev-arm64-cross >/dev/null; }
 
 hip-toolchain:
 	@pkgs="$$(HIP_CLANG=$(HIP_CLANG) $(PYTHON) hip/hip_build.py --missing-apt)"; \
