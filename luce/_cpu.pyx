@@ -29,6 +29,8 @@ cdef extern from "cpu_ops.h":
     int luce_cpu_matmuls(const float *x, int64_t T, int64_t k, const luce_cpu_matmul_out *outs, int n_outs) nogil
     int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k) nogil
     uint64_t luce_cpu_read_probe(const uint8_t *buf, int64_t n_bytes) nogil
+    int luce_cpu_dequantize_rows(const uint8_t *w, int32_t qtype, int64_t row_bytes, int64_t k, const int64_t *rows,
+                                 int64_t n, float *out) nogil
 
 ISAS = {"portable": LUCE_ISA_PORTABLE, "avx2": LUCE_ISA_AVX2, "avx512": LUCE_ISA_AVX512}
 ISA_NAMES = {v: k for k, v in ISAS.items()}
@@ -81,6 +83,28 @@ def row_bytes(int qtype, int64_t k):
     if n < 0:
         raise ValueError(f"the cpu matmul does not take ggml type {qtype} with rows of {k} values")
     return n
+
+
+def dequantize_rows(object w, object rows, object out):
+    """Rows `rows` (int64 [n], in range) of the weight w (.raw, .qtype, .k, .row_bytes) decoded
+    into out [n, k] f32."""
+    cdef object raw = w.raw
+    if raw.dtype != np.uint8 or not raw.flags.c_contiguous:
+        raise ValueError("weight bytes must be C-contiguous uint8")
+    if not isinstance(rows, np.ndarray) or rows.dtype != np.int64 or not rows.flags.c_contiguous:
+        raise TypeError("rows must be a C-contiguous int64 array")
+    cdef int64_t n = rows.shape[0], k = w.k
+    if out.shape != (n, k):
+        raise ValueError(f"dequantize_rows: output must be [{n}, {k}]")
+    cdef const uint8_t *wp = <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>raw)
+    cdef const int64_t *rp = <const int64_t *>cnp.PyArray_DATA(<cnp.ndarray>rows)
+    cdef float *op = <float *>_f32_ptr(out, "output")
+    cdef int32_t qtype = w.qtype
+    cdef int64_t row_bytes = w.row_bytes
+    cdef int rc
+    with nogil:
+        rc = luce_cpu_dequantize_rows(wp, qtype, row_bytes, k, rp, n, op)
+    _check(rc, "dequantize_rows")
 
 
 def read_probe(object buf):

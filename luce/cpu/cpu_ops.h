@@ -41,6 +41,10 @@ int luce_cpu_matmuls(const float *x, int64_t T, int64_t k, const luce_cpu_matmul
 /* bytes of one row of k values of `qtype` (-1 if the type is not supported or k not whole blocks) */
 int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k);
 
+/* rows[i] of W [., k] (qtype, row_bytes) decoded to f32 out [n, k] as ggml decodes them */
+int luce_cpu_dequantize_rows(const uint8_t *w, int32_t qtype, int64_t row_bytes, int64_t k, const int64_t *rows,
+                             int64_t n, float *out);
+
 /* stream n_bytes of buf once on every thread (the memory roof of the benchmarks); returns a
  * checksum so the reads cannot be dropped */
 uint64_t luce_cpu_read_probe(const uint8_t *buf, int64_t n_bytes);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "cpu_ops.h"
+#include "decode.h"
 #include "matmul.h"
 #include "pool.h"
 
@@ -125,4 +126,35 @@ int luce_cpu_matmuls(const float *x, int64_t T, int64_t K, const luce_cpu_matmul
     free(first_task);
     free(task_columns);
     return rc;
+}
+
+/* rows [n] of a weight, decoded to f32 out [n, k] (the embedding; float weights are copied) */
+int luce_cpu_dequantize_rows(const uint8_t *w, int32_t qtype, int64_t row_bytes, int64_t k, const int64_t *rows,
+                             int64_t n, float *out) {
+    int kind = mm_kind(qtype);
+    if (kind < 0 || luce_cpu_row_bytes(qtype, k) != row_bytes || n < 0) return LUCE_CPU_EARG;
+    const int bv = mm_block_values(kind), bb = mm_block_bytes(kind);
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *row = w + rows[i] * row_bytes;
+        float *y = out + i * k;
+        if (kind == MM_F32) {
+            memcpy(y, row, (size_t)k * sizeof(float));
+            continue;
+        }
+        if (kind <= MM_BF16) {
+            for (int64_t c = 0; c < k; c++)
+                y[c] = kind == MM_F16 ? f16_to_f32(load_u16(row + 2 * c)) : bf16_to_f32(load_u16(row + 2 * c));
+            continue;
+        }
+        decoded_block blk;
+        for (int64_t b = 0; b < k / bv; b++, y += bv) {
+            decode_block(kind, row + b * bb, &blk);
+            for (int s = 0; s < blk.nsub; s++) {
+                /* ggml's dequantization: d * sc * q - dmin * m, in f32 */
+                const float dl = blk.d * (float)blk.sc[s], ml = blk.dmin * (float)(blk.has_min ? blk.m[s] : 0);
+                for (int i2 = 0; i2 < blk.sub; i2++) y[s * blk.sub + i2] = dl * (float)blk.q[s * blk.sub + i2] - ml;
+            }
+        }
+    }
+    return LUCE_CPU_OK;
 }

@@ -118,13 +118,14 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
                         f"f32 matrix, got {type(w).__name__}")
 
     def embedding(self, table, token_ids: np.ndarray) -> np.ndarray:
-        from luce.gguf import quants
-
+        """Rows of the table decoded in C (bitwise luce.gguf.quants.dequantize, ggml's decode)."""
         table = self.as_weight(table)
-        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        ids = np.ascontiguousarray(token_ids, dtype=np.int64).reshape(-1)
         if ids.size and (ids.min() < 0 or ids.max() >= table.n):
             raise IndexError(f"token id out of range [0, {table.n}): {ids.min()}..{ids.max()}")
-        return quants.dequantize(table.raw[ids], table.qtype, (ids.size, table.k))
+        out = np.empty((ids.size, table.k), np.float32)
+        self._k.dequantize_rows(table, ids, out)
+        return out
 
     def matmul(self, x, w: CpuWeight, bias=None) -> np.ndarray:
         return self.matmuls(x, [w], [bias])[0]

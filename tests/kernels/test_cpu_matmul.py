@@ -196,3 +196,12 @@ def test_a_truncated_weight_is_refused():
     be = CpuBackend(threads=1)
     with pytest.raises(ValueError, match="truncated or corrupt"):
         be._weight(np.zeros(100, np.uint8), int(Q.Q4_K), (2, 256), "w")
+
+
+@pytest.mark.parametrize("qtype", ALL_TYPES, ids=lambda q: q.name)
+def test_embedding_rows_decode_bitwise_as_ggml(qtype):
+    w, _ = weight(qtype)
+    ids = np.array([5, 0, N_ODD - 1, 5])
+    got = CpuBackend(threads=1).embedding(w, ids)
+    want = quants.dequantize(w.raw[ids], qtype, (len(ids), w.k))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
