@@ -8,7 +8,6 @@ import numpy as np
 
 cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
-from libc.stdlib cimport free, malloc
 
 cnp.import_array()
 
@@ -31,6 +30,8 @@ cdef extern from "cpu_ops.h":
     uint64_t luce_cpu_read_probe(const uint8_t *buf, int64_t n_bytes) nogil
     int luce_cpu_dequantize_rows(const uint8_t *w, int32_t qtype, int64_t row_bytes, int64_t k, const int64_t *rows,
                                  int64_t n, float *out) nogil
+
+DEF MAX_MATMULS = 8   # weights one matmuls call takes (q/k/v, gate/up, the GDN in-projections)
 
 ISAS = {"portable": LUCE_ISA_PORTABLE, "avx2": LUCE_ISA_AVX2, "avx512": LUCE_ISA_AVX512}
 ISA_NAMES = {v: k for k, v in ISAS.items()}
@@ -125,9 +126,30 @@ cdef const float *_f32_ptr(object a, str what) except NULL:
     return <const float *>cnp.PyArray_DATA(<cnp.ndarray>a)
 
 
+cdef class CpuWeight:
+    """A matrix [n, k] as GGUF blocks of ggml type `qtype`: raw [n, row_bytes] uint8 (a view of
+    the mapped file, or of an f32 array). Checked once, here; matmuls reads the C fields."""
+    cdef readonly object raw
+    cdef readonly int32_t qtype
+    cdef readonly int64_t n, k, row_bytes
+    cdef const uint8_t *ptr
+
+    def __init__(self, object raw, int qtype, int64_t n, int64_t k, int64_t row_bytes):
+        if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or not raw.flags.c_contiguous:
+            raise TypeError("weight bytes must be a C-contiguous uint8 array")
+        if luce_cpu_row_bytes(qtype, k) != row_bytes or raw.nbytes != n * row_bytes:
+            raise ValueError(f"weight bytes: {raw.nbytes} for [{n}, {k}] of ggml type {qtype} "
+                             f"(rows of {row_bytes} bytes)")
+        self.raw, self.qtype, self.n, self.k, self.row_bytes = raw, qtype, n, k, row_bytes
+        self.ptr = <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>raw)
+
+    @property
+    def shape(self):
+        return (self.n, self.k)
+
+
 def matmuls(object x, list weights, list biases, list outs):
-    """x [T, k] f32; weights: objects with .raw (uint8 [n, row_bytes], C-contiguous), .qtype,
-    .n, .k, .row_bytes; biases: [n] f32 or None; outs: [T, n] f32 written in place."""
+    """x [T, k] f32; weights: CpuWeight; biases: [n] f32 or None; outs: [T, n] f32 written in place."""
     cdef int m = len(weights), i
     if len(biases) != m or len(outs) != m or m == 0:
         raise ValueError("matmuls needs one bias (or None) and one output per weight")
@@ -135,33 +157,33 @@ def matmuls(object x, list weights, list biases, list outs):
     if x.ndim != 2:
         raise ValueError(f"matmul wants x [T, K], got {x.shape}")
     cdef int64_t T = x.shape[0], K = x.shape[1]
-    cdef luce_cpu_matmul_out *o = <luce_cpu_matmul_out *>malloc(m * sizeof(luce_cpu_matmul_out))
-    cdef object raw
+    cdef luce_cpu_matmul_out o[MAX_MATMULS]
+    if m > MAX_MATMULS:
+        raise ValueError(f"matmuls takes at most {MAX_MATMULS} weights at once")
+    cdef CpuWeight w
+    cdef object b, y
     cdef int rc
-    try:
-        for i in range(m):
-            w, b, y = weights[i], biases[i], outs[i]
-            raw = w.raw
-            if w.k != K:
-                raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
-            if raw.dtype != np.uint8 or not raw.flags.c_contiguous or raw.nbytes != w.n * w.row_bytes:
-                raise ValueError(f"weight bytes {raw.dtype} {raw.nbytes}: expected {w.n * w.row_bytes} contiguous")
-            if not isinstance(y, np.ndarray) or y.shape != (T, w.n):
-                raise ValueError(f"matmul output must be [{T}, {w.n}]")
-            o[i].w = <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>raw)
-            o[i].qtype = w.qtype
-            o[i].n = w.n
-            o[i].row_bytes = w.row_bytes
-            o[i].y = <float *>_f32_ptr(y, "matmul output")
-            if b is None:
-                o[i].bias = NULL
-            else:
-                if b.shape != (w.n,):
-                    raise ValueError(f"matmul: bias {b.shape}, expected ({w.n},)")
-                o[i].bias = _f32_ptr(b, "bias")
-        with nogil:
-            rc = luce_cpu_matmuls(xp, T, K, o, m)
-        _check(rc, "matmul")
-    finally:
-        free(o)
+    for i in range(m):
+        w, b, y = <CpuWeight?>weights[i], biases[i], outs[i]
+        if w.k != K:
+            raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
+        if not isinstance(y, np.ndarray) or cnp.PyArray_NDIM(<cnp.ndarray>y) != 2 \
+                or cnp.PyArray_DIM(<cnp.ndarray>y, 0) != T or cnp.PyArray_DIM(<cnp.ndarray>y, 1) != w.n:
+            raise ValueError(f"matmul output must be [{T}, {w.n}]")
+        o[i].w = w.ptr
+        o[i].qtype = w.qtype
+        o[i].n = w.n
+        o[i].row_bytes = w.row_bytes
+        o[i].y = <float *>_f32_ptr(y, "matmul output")
+        if b is None:
+            o[i].bias = NULL
+        else:
+            if cnp.PyArray_SIZE(<cnp.ndarray>b) != w.n:
+                raise ValueError(f"matmul: bias {b.shape}, expected ({w.n},)")
+            o[i].bias = _f32_ptr(b, "bias")
+    with nogil:
+        rc = luce_cpu_matmuls(xp, T, K, o, m)
+    _check(rc, "matmul")
+
+
 include "_cpu_sequence.pxi"

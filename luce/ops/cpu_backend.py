@@ -11,28 +11,11 @@ are the numpy backend's (luce/ref), none of which calls BLAS.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-
 import numpy as np
 
+from luce._cpu import CpuWeight  # noqa: F401  (a matrix in GGUF blocks: raw [n, row_bytes], qtype, n, k)
 from luce.ops.cpu_sequence_ops import CpuSequenceOps
 from luce.ops.numpy_backend import NumpyBackend
-
-
-@dataclass
-class CpuWeight:
-    """A matrix [n, k] as GGUF blocks of ggml type `qtype`: raw [n, row_bytes] uint8 (a view of
-    the mapped file, or of an f32 array for weight_from_array)."""
-
-    raw: np.ndarray
-    qtype: int
-    n: int
-    k: int
-    row_bytes: int
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n, self.k)
 
 
 def default_threads() -> int:
@@ -131,12 +114,14 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
         return self.matmuls(x, [w], [bias])[0]
 
     def matmuls(self, x, weights, biases=None) -> list[np.ndarray]:
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        biases = list(biases) if biases is not None else [None] * len(weights)
+        if type(x) is not np.ndarray or x.dtype != np.float32 or not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2:
             raise ValueError(f"matmul wants x [T, K], got {x.shape}")
-        weights = [self.as_weight(w) for w in weights]
+        weights = [w if type(w) is CpuWeight else self.as_weight(w) for w in weights]
+        biases = [None] * len(weights) if biases is None else \
+            [b if b is None or (type(b) is np.ndarray and b.dtype == np.float32) else np.ascontiguousarray(b, np.float32)
+             for b in biases]
         outs = [np.empty((x.shape[0], w.n), np.float32) for w in weights]
-        biases = [None if b is None else np.ascontiguousarray(b, dtype=np.float32) for b in biases]
-        self._k.matmuls(x, list(weights), biases, outs)
+        self._k.matmuls(x, weights, biases, outs)
         return outs
