@@ -11,7 +11,7 @@
 /* Columns per task: a multiple of 16 (the widest tile), about TASKS_PER_THREAD tasks per thread
  * and weight, so each thread streams long runs of consecutive rows (a tile prefetches the
  * next one) while a slow thread still leaves work for the others. */
-#define TASKS_PER_THREAD 4
+#define TASKS_PER_THREAD 2
 #define MIN_COLUMNS_PER_TASK 64
 
 static int64_t columns_per_task(int64_t n) {
