@@ -1,25 +1,44 @@
 """The engine's side of speculative decoding (DESIGN.md sections 2 and 3): which decoding
-lanes carry a draft tree this step, and what a verified tree leaves behind.
+lanes carry a draft tree this step, how each verified tree is accepted, and what reaches the
+drafter at commit.
 
 Per step, after the scheduler has placed every decoding lane as an AR row and the prompt
 chunks: lanes are upgraded to trees, in order, while the token budget still holds a whole
 tree (prefill never waits for speculation; a lane that does not fit, whose draft is empty,
 or that is too close to its token or context limit stays an AR row). One batched drafter
 call serves every upgraded lane. After the forward pass each tree is accepted losslessly
-(greedy: the longest path equal to the target argmax; sampled: the engine's own draws at
-absolute positions), its accepted root path is committed into the model state (KV rows
-moved into place, recurrent state advanced by factor replay) and the transaction keeps
-only the pages that path covers.
+and purely (greedy: the longest path equal to the target argmax; sampled: the engine's own
+draws at absolute positions, luce.engine.sampler); the transaction then commits exactly the
+accepted root paths (luce.engine.txn) and hands the committed rows' target features to the
+drafter (`promote_features`, device arrays throughout).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from luce.engine.sampler import sample_token
 from luce.engine.step import Cohort, StepBatch, TreeChunk
+from luce.spec.acceptance import Acceptance, accept, accept_greedy
 from luce.spec.speculator import Speculator
 from luce.spec.stats import SpecStats
+
+
+def accept_sampled(tree, logits, params, seed: int, root_position: int, prompt_ids=(), output_ids=(),
+                   max_tokens: int | None = None) -> Acceptance:
+    """Acceptance with the engine sampler (penalties, seeded draws): at node i the target's
+    token is sample_token at position root_position + depth[i] + 1 over the tokens emitted
+    so far. logits: [N, V] rows of the tree's nodes (anything indexable by node giving a
+    host [V] row; only visited rows are read)."""
+    base = list(output_ids)
+
+    def choose(node: int, emitted) -> int:
+        position = root_position + int(tree.depths[node]) + 1
+        return sample_token(np.asarray(logits[node], np.float32), params, seed, position, prompt_ids,
+                            base + list(emitted))
+
+    return accept(tree, choose, max_tokens)
 
 
 class EngineSpeculation:
@@ -44,7 +63,7 @@ class EngineSpeculation:
         return self.max_nodes
 
     # ---- before the forward pass ------------------------------------------------------------
-    def upgrade(self, cohort: Cohort, requests: dict) -> Cohort:
+    def propose(self, cohort: Cohort, requests: dict) -> Cohort:
         """`cohort` with the lanes that speculate this step turned from AR rows into trees."""
         self.trees = {}
         room = self.token_budget - cohort.n_rows
@@ -71,59 +90,38 @@ class EngineSpeculation:
                                        tuple(int(p) for p in tree.parents), row.position))
         return Cohort(cohort.prefill, decode, trees)
 
-    # ---- after the forward pass -------------------------------------------------------------
-    def verify(self, step: StepBatch, logits, choice, slot_request) -> dict[int, Any]:
+    # ---- after the forward pass (pure) --------------------------------------------------------
+    def accept(self, step: StepBatch, logits, choice, request_of: Callable[[int], Any]) -> dict[int, Acceptance]:
         """Accept every tree of the step: slot -> Acceptance. logits [L, V] host rows of the
         step (a tree's rows are consecutive, node order), or None when choice [L] (the
         target's token at every row, drawn on the backend) is given instead."""
-        out = {}
-        rows = {}
+        rows: dict[int, list[int]] = {}
         for i, slot in enumerate(step.logits_slot.tolist()):
             if slot in self.trees:
                 rows.setdefault(slot, []).append(i)
+        out = {}
         for chunk in step.cohort.tree:
-            r = slot_request(chunk.slot)
-            tree = self.trees[chunk.slot]
-            mine = rows[chunk.slot]
-            acc = self.speculator.accept(tree, None if logits is None else logits[mine], r.params, r.seed,
-                                         chunk.start, r.prompt_ids, r.output_ids,
-                                         max_tokens=r.params.max_tokens - len(r.output_ids),
-                                         target_choice=None if choice is None else choice[mine])
-            out[chunk.slot] = acc
+            r, tree, mine = request_of(chunk.slot), self.trees[chunk.slot], rows[chunk.slot]
+            max_tokens = r.params.max_tokens - len(r.output_ids)
+            if choice is not None:
+                out[chunk.slot] = accept_greedy(tree, np.asarray(choice)[mine], max_tokens)
+                continue
+            out[chunk.slot] = accept_sampled(tree, logits[mine], r.params, r.seed, chunk.start, r.prompt_ids,
+                                             r.output_ids, max_tokens)
         return out
 
-    def commit(self, step: StepBatch, accepted: dict[int, Any], state, pool, features) -> dict[int, int]:
-        """Commit each tree's accepted path into the model state (before the transaction
-        commit, while the step's new pages are still only planned); returns the rows kept per
-        tree slot for Transaction.commit. features: [T, W] host target features or None."""
-        kept = {}
-        for s in range(step.forward.n_segments):
-            slot = int(step.forward.seq_slots[s])
-            if slot not in accepted:
-                continue
-            chunk = next(c for c in step.cohort.tree if c.slot == slot)
-            acc = accepted[slot]
-            pages = [*pool.slot_pages(slot), *step.new_pages.get(slot, ())]
-            r0, r1 = step.forward.segment_rows(s)
-            self.speculator.commit(state, slot, pages, chunk.start, self.trees[slot], acc,
-                                   None if features is None else features[r0:r1])
-            kept[slot] = len(acc.path)
-        return kept
+    # ---- at commit ----------------------------------------------------------------------------
+    def promote_features(self, output, rows, segments) -> None:
+        """The committed rows' target features (ForwardOutput.captured) to the drafter."""
+        self.speculator.add_context(output.captured, np.asarray(rows, dtype=np.int64), segments)
 
-    def add_features(self, step: StepBatch, features) -> None:
-        """Hand the target features of committed prompt and AR rows to the drafter (DFlash)."""
-        if features is None:
-            return
-        f = step.forward
-        for s in range(f.n_segments):
-            slot = int(f.seq_slots[s])
-            if slot >= 0 and slot not in self.trees:
-                r0, r1 = f.segment_rows(s)
-                self.speculator.add_features(slot, features[r0:r1])
+    def record(self, step: StepBatch, accepted: dict[int, Acceptance]) -> None:
+        for chunk in step.cohort.tree:
+            acc = accepted[chunk.slot]
+            self.speculator.record(self.trees[chunk.slot], acc.n_accepted, len(acc.tokens))
+        if step.cohort.tree:
+            self.stats.verify_steps += 1
 
-    def forget(self, slot: int, state) -> None:
-        """The slot's sequence ended or was reset: drop the drafter's and the tree's leftovers."""
+    def forget(self, slot: int) -> None:
+        """The slot's sequence ended or was reset: drop the drafter's leftovers."""
         self.speculator.release(slot)
-        recurrent = getattr(state, "recurrent", None)
-        if recurrent is not None and hasattr(recurrent, "drop_tree"):
-            recurrent.drop_tree(slot)

@@ -47,8 +47,9 @@ class LuceEngineCore:
         for update in self.engine.step():
             if update.finish_reason is not None:
                 self.engine.requests.pop(update.request_id, None)
+            stop = update.stop_reason if isinstance(update.stop_reason, str) else None
             outputs.append(StepOutput(update.request_id, tuple(update.token_ids), update.finish_reason,
-                                      update.error))
+                                      update.error, update.text, stop))
         return outputs
 
     def stats(self) -> EngineStats:
@@ -132,7 +133,7 @@ def spec_options(args) -> dict:
                 ddtree_tau=args.ddtree_tau, spec_top_k=args.spec_top_k, draft_max=args.draft_max)
 
 
-def resolve_backend(name: str, threads: int | None = None):
+def backend_line(name: str, threads: int | None = None):
     """(backend instance, a line saying which backend and why). 'auto' takes cuda, then cpu,
     then numpy (luce.ops.auto_backend_choice)."""
     from luce.ops import auto_backend_choice, get_backend
@@ -171,9 +172,9 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
 
     options.check()
     target, draft = resolve_models(options, progress)
-    backend, backend_line = resolve_backend(options.backend, options.threads)
+    backend, chosen = backend_line(options.backend, options.threads)
     backend_name = backend.name
-    say(f"luce: loading {target} on the {backend_line} backend ...")
+    say(f"luce: loading {target} on the {chosen} backend ...")
     t0 = time.monotonic()
     model = load_model(target, backend)
     tokenizer = Tokenizer.from_gguf(target)

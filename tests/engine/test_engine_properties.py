@@ -35,9 +35,9 @@ def checked_preflight(engine):
     """Wrap engine.txn.preflight: every call must leave every structure byte-identical."""
     inner = engine.txn.preflight
 
-    def preflight(step, capture_state=False):
+    def preflight(step):
         before = (engine.pool.digest(), engine.slots.digest(), engine.states.digest())
-        plan = inner(step, capture_state)
+        plan = inner(step)
         assert (engine.pool.digest(), engine.slots.digest(), engine.states.digest()) == before
         assert not isinstance(plan, Reject), plan.reason
         return plan

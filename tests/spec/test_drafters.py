@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from luce.models import SegmentSpec, build_batch, pages_needed
-from luce.models.batch import generate_greedy
+from luce.models.packer import generate_greedy
 from luce.models.dflash import features_from_captured
 from luce.ref.sampling import top_k_logprobs
 from luce.spec.drafters import DraftLane, NgramDrafter
@@ -96,24 +96,30 @@ def target_features(target, draft, tokens):
 
 
 def test_dflash_drafter_matches_single_sequence_api_and_batches(tiny_models):
+    """Committed features reach the drafter through add_context (one batched call per commit,
+    backend arrays); proposals then equal the single-sequence API's, lane by lane."""
     target, draft = tiny_models["qwen35"], tiny_models["dflash"]
     seqs = {1: [3, 9, 27, 81, 5, 6], 0: [7, 7, 2]}
     feats = {s: target_features(target, draft, t[:-1]) for s, t in seqs.items()}
     drafter = DFlashDrafter(draft, max_slots=2, ctx=64)
     assert drafter.max_depth == draft.block_size - 1 and drafter.feature_layers == draft.target_layers
-    props = drafter.propose([DraftLane(s, t, depth=3, top_k=2, features=feats[s]) for s, t in seqs.items()])
+    drafter.add_context([(s, 0, len(feats[s])) for s in seqs], np.concatenate([feats[s] for s in seqs]))
+    props = drafter.propose([DraftLane(s, t, depth=3, top_k=2) for s, t in seqs.items()])
     for prop, (s, t) in zip(props, seqs.items()):
         seq = draft.new_sequence(64)
         logits = draft.propose(seq, feats[s], t[-1])
         ids, lps = top_k_logprobs(logits, 2)
         np.testing.assert_array_equal(prop.ids, ids)
         np.testing.assert_array_equal(prop.logprobs, lps)
-    # the next call hands over only the newly committed positions
+    # the next commit hands over only the newly committed positions
     grown = seqs[0] + [11, 12]
     all_feats = target_features(target, draft, grown[:-1])
-    nxt = drafter.propose([DraftLane(0, grown, 2, 1, features=all_feats[len(seqs[0]) - 1:])])[0]
+    drafter.add_context([(0, len(seqs[0]) - 1, len(all_feats) - len(seqs[0]) + 1)], all_feats[len(seqs[0]) - 1:])
+    nxt = drafter.propose([DraftLane(0, grown, 2, 1)])[0]
     seq = draft.new_sequence(64)
     ids, _ = top_k_logprobs(draft.propose(seq, all_feats, grown[-1]), 1)
     assert nxt.ids[:, 0].tolist() == ids[:2, 0].tolist()
     with pytest.raises(ValueError, match="exactly once"):
-        drafter.propose([DraftLane(0, grown + [1], 2, 1, features=None)])
+        drafter.propose([DraftLane(0, grown + [1], 2, 1)])
+    with pytest.raises(ValueError, match="exactly once"):
+        drafter.add_context([(0, 3, 1)], all_feats[:1])

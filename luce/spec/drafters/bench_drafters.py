@@ -65,6 +65,11 @@ class _ContinuationDrafter(ABC):
         if self.inner is not None:
             self.inner.release(slot)
 
+    def add_context(self, segments, features) -> None:
+        """The inner drafter's (DFlash) committed features."""
+        if self.inner is not None and hasattr(self.inner, "add_context"):
+            self.inner.add_context(segments, features)
+
     def _others(self, token: int, count: int) -> list[int]:
         """`count` distinct tokens, none equal to `token`."""
         return [(token + 1 + j) % self.vocab for j in range(min(count, self.vocab - 1))]
