@@ -32,20 +32,18 @@ from typing import Any, Callable, Sequence
 
 from luce.engine.pages import PagePool
 from luce.engine.request import DECODE, FINISHED, PREFILL, FinishReason, Request, RequestOutput
-from luce.engine.sampler import MASK64, SamplingParams, backend_can_draw, sample_token, splitmix64
+from luce.engine.outcome import decide
+from luce.engine.sampler import MASK64, SamplingParams, splitmix64
 from luce.engine.scheduler import PREFILL_ALIGN, Scheduler
 from luce.engine.slots import SlotManager
 from luce.engine.state_slots import StateSlots
-from luce.engine.step import ROW_TREE, Cohort, StepBatch, StepBuilder
+from luce.engine.step import Cohort, StepBatch, StepBuilder
 from luce.engine.txn import Promotion, Reject, StepOutcome, Transaction
 from luce.models.commit import GraphedCommit
 from luce.models.device_work import host_work
 from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
 from luce.spec.config import SpecConfig
-
-_PAD_PARAMS = SamplingParams(max_tokens=1)   # logits rows that give no token: greedy, no penalties
-
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -217,7 +215,7 @@ class Engine:
         try:
             out = self.forward(step.forward, self.model_state)
             self._hook("after_forward", step)
-            outcome = self._accept(step, out)
+            outcome = decide(step, out, self.model.backend, self._request_in, self.spec)
             self._hook("after_accept", step)
         except Exception as e:  # noqa: BLE001
             if step.durable:   # prefill / AR rows advanced their slots' state: retire the cohort
@@ -256,48 +254,6 @@ class Engine:
 
     def _request_in(self, slot: int) -> Request:
         return self.requests[self.slots.table[slot].request_id]
-
-    # ---- acceptance (pure) ---------------------------------------------------------------------
-    def _accept(self, step: StepBatch, out) -> StepOutcome:
-        """The step's outcome: every prompt-tail and AR row's token, each tree's accepted path."""
-        logits, choice = self._logits(step, out.logits)
-        tokens = {}
-        for i, slot in enumerate(step.logits_slot.tolist()):
-            if slot < 0 or step.logits_kind[i] == ROW_TREE:
-                continue
-            r = self._request_in(slot)
-            tokens[r.request_id] = [int(choice[i])] if choice is not None else \
-                [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]), r.prompt_ids, r.output_ids)]
-        paths = {}
-        if step.cohort.tree:
-            accepted = self.spec.accept(step, logits, choice, self._request_in)
-            for chunk in step.cohort.tree:
-                acc = accepted[chunk.slot]
-                tokens[chunk.request_id] = list(acc.tokens)
-                paths[chunk.slot] = acc.path
-        else:
-            accepted = {}
-        return StepOutcome(out, paths, tokens, accepted)
-
-    def _logits(self, step: StepBatch, logits) -> tuple[Any, Any]:
-        """(host logits [L, V], None), or (None, choice [L]): the target's token for every
-        logits row, drawn on the backend (argmax when all are greedy; the seeded sampler at
-        each row's position when no request has penalties and the backend samples its
-        top-k), so only token ids leave the device. Same tokens either way."""
-        if logits.shape[0] != len(step.logits_slot):
-            raise RuntimeError(f"the model returned {logits.shape[0]} logits rows, the step asked for "
-                               f"{len(step.logits_slot)}")
-        backend = self.model.backend
-        requests = [self._request_in(slot) if slot >= 0 else None for slot in step.logits_slot.tolist()]
-        params = [r.params if r is not None else _PAD_PARAMS for r in requests]
-        if all(p.greedy and not p.has_penalties for p in params):
-            return None, backend.argmax(logits)
-        if hasattr(backend, "sample") and all(backend_can_draw(p) for p in params):
-            seeds = [r.seed & MASK64 if r is not None else 0 for r in requests]
-            return None, backend.sample(logits, [p.temperature for p in params], [max(p.top_k, 1) for p in params],
-                                        [p.top_p for p in params], [p.min_p for p in params], seeds,
-                                        step.logits_position)
-        return backend.to_numpy(logits), None
 
     # ---- commit and outputs ------------------------------------------------------------------
     def _promote(self, promotion: Promotion, output) -> None:

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Sequence
 
 from luce.ops import BACKENDS
+from luce.spec.config import DRAFT_KINDS as KINDS
+from luce.spec.config import MODES
 from luce.server.bridge import EngineBridge, EngineStats, ModelInfo, StepOutput
 from luce.server.kv_budget import DEFAULT_KV_MEMORY, free_memory_bytes, parse_kv_memory, plan_context
 
 log = logging.getLogger("luce.server")
 
-SPEC_MODES = ("off", "chain", "ddtree", "specla")
-DRAFT_KINDS = ("dflash", "model", "ngram")
+SPEC_MODES, DRAFT_KINDS = MODES, KINDS   # the one list of each: luce.spec.config
 
 
 class LuceEngineCore:

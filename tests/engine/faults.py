@@ -25,7 +25,8 @@ class FaultInjector:
         if point == "before_forward":
             self.cohort = {item.request_id for item in step.cohort.items}
         if point == self.point and self.step_no in self.fault_steps:
-            self.fired.append((self.step_no, step.durable))
+            # durable: the forward ran and wrote prefill / AR rows' state before the fault
+            self.fired.append((self.step_no, step.durable and point != "before_forward"))
             raise RuntimeError(f"injected fault at step {self.step_no}")
 
 
@@ -40,14 +41,14 @@ def domain_digests(engine) -> dict[str, str]:
     to_host = getattr(engine.model.backend, "to_numpy", np.asarray)
     kv = hashlib.sha256()
     for slot, entry in enumerate(engine.slots.table):
-        if entry is None or not hasattr(engine.model_state.kv.get(next(iter(engine.model_state.kv), 0), None), "k"):
+        if entry is None:
             continue
         pages = np.asarray(engine.pool.slot_pages(slot), np.int64)
         for il in sorted(engine.model_state.kv):
             layer = engine.model_state.kv[il]
-            k, v = to_host(layer.k), to_host(layer.v)
-            _hash(kv, k[pages].reshape(-1, *k.shape[2:])[:entry.kv_len])
-            _hash(kv, v[pages].reshape(-1, *v.shape[2:])[:entry.kv_len])
+            for pool in ((layer.k, layer.v) if hasattr(layer, "k") else (layer.tokens,)):   # fake models: tokens
+                pool = to_host(pool)
+                _hash(kv, pool[pages].reshape(-1, *pool.shape[2:])[:entry.kv_len])
     ctx = hashlib.sha256()
     drafter = getattr(getattr(engine.spec, "speculator", None), "drafter", None)
     while drafter is not None:

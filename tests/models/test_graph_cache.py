@@ -165,7 +165,10 @@ def test_graph_counters_render_in_metrics():
     from luce.server.bridge import EngineStats
     from luce.server.metrics import ServerMetrics
 
-    text = ServerMetrics().render(EngineStats(graphs={"replays": 7, "captures": 2, "rebuilds": 1}), 0)
+    graphs = {"replays": 7, "captures": 2, "rebuilds": 1, "eager_steps": 5,
+              "eager_reasons": {"first call of a key": 2, "cannot capture: a host synchronisation": 3}}
+    text = ServerMetrics().render(EngineStats(graphs=graphs), 0)
     for line in ("luce_graph_replays_total 7", "luce_graph_captures_total 2", "luce_graph_rebuilds_total 1",
-                 "luce_graph_failures_total 0"):
+                 "luce_graph_failures_total 0", 'luce_graph_eager_total{reason="first call of a key"} 2',
+                 'luce_graph_eager_total{reason="cannot capture: a host synchronisation"} 3'):
         assert line in text
