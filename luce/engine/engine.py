@@ -56,6 +56,7 @@ class EngineConfig:
     cuda_graphs: bool = True      # replay captured graphs for every step (backends that can)
     seed: int = 0                 # requests without a seed get one drawn from (seed, submission number)
     max_step_retries: int = 2     # steps dropped in a row (nothing changed) before a request errors
+    spec_during_prefill: bool = True  # speculate while prompts prefill (False: those steps decode AR rows)
     spec: SpecConfig | None = None  # speculative decoding (None or spec='off': plain decoding)
 
     def __post_init__(self):
@@ -237,7 +238,8 @@ class Engine:
 
         if drafter is None:
             drafter = make_drafter(config.spec, self.model, config.max_slots, config.ctx, draft_model=draft_model)
-        return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx)
+        return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx,
+                                 during_prefill=config.spec_during_prefill)
 
     def _refuse_host_work(self) -> None:
         reasons = host_work(self.model)

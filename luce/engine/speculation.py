@@ -42,8 +42,10 @@ def accept_sampled(tree, logits, params, seed: int, root_position: int, prompt_i
 
 
 class EngineSpeculation:
-    def __init__(self, speculator: Speculator, token_budget: int, ctx: int):
+    def __init__(self, speculator: Speculator, token_budget: int, ctx: int, during_prefill: bool = True):
+        """during_prefill False: no lane speculates in a step that prefills a prompt."""
         self.speculator = speculator
+        self.during_prefill = during_prefill
         self.token_budget = token_budget
         self.ctx = ctx
         self.max_nodes = speculator.max_nodes()
@@ -66,6 +68,8 @@ class EngineSpeculation:
     def propose(self, cohort: Cohort, requests: dict) -> Cohort:
         """`cohort` with the lanes that speculate this step turned from AR rows into trees."""
         self.trees = {}
+        if cohort.prefill and not self.during_prefill:
+            return cohort
         room = self.token_budget - cohort.n_rows
         lanes = []
         for row in cohort.decode:

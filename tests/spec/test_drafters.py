@@ -123,3 +123,28 @@ def test_dflash_drafter_matches_single_sequence_api_and_batches(tiny_models):
         drafter.propose([DraftLane(0, grown + [1], 2, 1)])
     with pytest.raises(ValueError, match="exactly once"):
         drafter.add_context([(0, 3, 1)], all_feats[:1])
+
+
+def test_oracle_with_a_set_acceptance_length_commits_exactly_that_many(tiny_models):
+    """The seed workload's drafter: the truth at the first a - 1 depths only, so a verify of a
+    deep tree commits a tokens (a - 1 drafts and the bonus), whatever the tree's shape."""
+    from luce.engine import Engine, EngineConfig, SamplingParams
+    from luce.spec.config import SpecConfig
+    from luce.spec.drafters.bench_drafters import OracleDrafter
+
+    model = tiny_models["qwen3"]
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
+    plain = Engine(model, None, EngineConfig(max_slots=2, ctx=128, token_budget=80))
+    ids = [plain.add_request(p, SamplingParams(max_tokens=30)) for p in prompts]
+    plain.run()
+    want = [plain.take_output(i).token_ids for i in ids]
+    for mode in ("chain", "specla"):
+        drafter = OracleDrafter([p + w for p, w in zip(prompts, want)], model.config.vocab, acceptance_length=4)
+        spec = SpecConfig(spec=mode, draft_kind="model", draft="oracle", chain_depth=8, ddtree_budget=10,
+                          spec_top_k=3)
+        engine = Engine(model, None, EngineConfig(max_slots=2, ctx=128, token_budget=80, spec=spec), drafter=drafter)
+        ids = [engine.add_request(p, SamplingParams(max_tokens=30)) for p in prompts]
+        engine.run()
+        assert [engine.take_output(i).token_ids for i in ids] == want
+        s = engine.spec.stats
+        assert s.verifies > 4 and s.acceptance_length > 3.5 and s.accepted <= 3 * s.verifies
