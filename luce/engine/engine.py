@@ -36,6 +36,7 @@ from luce.engine.outcome import decide
 from luce.engine.sampler import MASK64, SamplingParams, splitmix64
 from luce.engine.scheduler import PREFILL_ALIGN, Scheduler
 from luce.engine.slots import SlotManager
+from luce.engine.speculation import draft_models, drafter_chain
 from luce.engine.state_slots import StateSlots
 from luce.engine.step import Cohort, StepBatch, StepBuilder
 from luce.engine.txn import Promotion, Reject, StepOutcome, Transaction
@@ -123,7 +124,8 @@ class Engine:
         self.states = StateSlots(self.model_state)
         self.slots = SlotManager(self.pool, self.states, config.max_queue)
         self.txn = Transaction(self.slots, config.ctx, promote=self._promote, vocab=self.vocab,
-                               feature_layers=self.spec.feature_layers if self.spec is not None else ())
+                               feature_layers=self.spec.feature_layers if self.spec is not None else (),
+                               check=self._check_promotion)
         self.builder = StepBuilder(self.pool, pad=config.pad_steps)
         self.scheduler = Scheduler(config.token_budget, config.max_slots, PREFILL_ALIGN)
         self.requests: dict[Any, Request] = {}
@@ -244,7 +246,7 @@ class Engine:
     def _refuse_host_work(self) -> None:
         reasons = host_work(self.model)
         drafter = getattr(getattr(self.spec, "speculator", None), "drafter", None)
-        for model in {id(m): m for m in _draft_models(drafter)}.values():
+        for model in {id(m): m for m in draft_models(drafter)}.values():
             reasons += [f"draft: {r}" for r in host_work(model)]
         if reasons:
             raise ValueError(f"the {getattr(self.model.backend, 'name', 'device')} backend would run these on the "
@@ -264,6 +266,10 @@ class Engine:
         self.committer(self.model_state, output.staged, promotion.trees)
         if self.spec is not None and promotion.feature_segments:
             self.spec.promote_features(output, promotion.feature_rows, promotion.feature_segments)
+
+    def _check_promotion(self, promotion: Promotion) -> None:
+        if self.spec is not None and promotion.feature_segments:
+            self.spec.check_features(promotion.feature_segments)
 
     def _record(self, step: StepBatch, outcome: StepOutcome) -> None:
         s = self.stats
@@ -355,7 +361,7 @@ class Engine:
         model's forward (summed), and `eager_reasons`: why calls ran eagerly."""
         total, reasons = {}, {}
         drafter = getattr(getattr(self.spec, "speculator", None), "drafter", None)
-        owners = [self.forward, self.committer] + [getattr(d, "forward", None) for d in _drafters(drafter)]
+        owners = [self.forward, self.committer] + [getattr(d, "forward", None) for d in drafter_chain(drafter)]
         for owner in owners:
             for name, n in getattr(owner, "counters", {}).items():
                 total[name] = total.get(name, 0) + n
@@ -381,16 +387,3 @@ class Engine:
             if live:
                 kv = self.slots.table[r.slot].kv_len
                 assert kv == (r.n_prefilled if r.phase == PREFILL else r.n_tokens - 1)
-
-
-def _drafters(drafter) -> list:
-    """The drafter and the one it wraps (benchmark drafters), if any."""
-    out = []
-    while drafter is not None:
-        out.append(drafter)
-        drafter = getattr(drafter, "inner", None)
-    return out
-
-
-def _draft_models(drafter) -> list:
-    return [m for d in _drafters(drafter) for m in (getattr(d, "model", None), getattr(d, "draft", None)) if m is not None]

@@ -115,6 +115,10 @@ class EngineSpeculation:
         return out
 
     # ---- at commit ----------------------------------------------------------------------------
+    def check_features(self, segments) -> None:
+        """ValueError (nothing changed) unless the drafter can take these committed rows."""
+        self.speculator.check_context(segments)
+
     def promote_features(self, output, rows, segments) -> None:
         """The committed rows' target features (ForwardOutput.captured) to the drafter."""
         self.speculator.add_context(output.captured, np.asarray(rows, dtype=np.int64), segments)
@@ -129,3 +133,18 @@ class EngineSpeculation:
     def forget(self, slot: int) -> None:
         """The slot's sequence ended or was reset: drop the drafter's leftovers."""
         self.speculator.release(slot)
+
+
+def drafter_chain(drafter) -> list:
+    """The drafter and the ones it wraps (benchmark drafters wrap a real one), if any."""
+    out = []
+    while drafter is not None:
+        out.append(drafter)
+        drafter = getattr(drafter, "inner", None)
+    return out
+
+
+def draft_models(drafter) -> list:
+    """The draft models the drafter chain runs (a DFlash draft, a draft model)."""
+    return [m for d in drafter_chain(drafter) for m in (getattr(d, "model", None), getattr(d, "draft", None))
+            if m is not None]

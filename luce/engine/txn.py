@@ -87,10 +87,11 @@ class StalePlan(RuntimeError):
 
 class Transaction:
     def __init__(self, slots: SlotManager, ctx: int, promote: Callable[[Promotion, Any], None] | None = None,
-                 feature_layers=(), vocab: int | None = None):
+                 feature_layers=(), vocab: int | None = None, check: Callable[[Promotion], None] | None = None):
         """promote(promotion, output): the device side of a commit (the engine's: the graphed
-        tree commit and the drafter's features); feature_layers: target layers a drafter
-        needs captured on every step."""
+        tree commit and the drafter's features); check(promotion): what promote would refuse,
+        raised before any change; feature_layers: target layers a drafter needs captured on
+        every step."""
         self.slots = slots
         self.pool = slots.pool
         self.states = slots.states
@@ -98,6 +99,7 @@ class Transaction:
         self.promote = promote
         self.feature_layers = tuple(feature_layers)
         self.vocab = vocab
+        self.check = check
 
     # ---- preflight ------------------------------------------------------------------------
     def preflight(self, step: StepBatch) -> Plan | Reject:
@@ -206,7 +208,10 @@ class Transaction:
                 kept = [r0 + int(node) for node in paths[slot]] if slot in paths else list(range(r0, r1))
                 segments.append((slot, f.kv_len(s) - (r1 - r0), len(kept)))
                 rows.extend(kept)
-        return finals, Promotion(trees, tuple(rows), tuple(segments))
+        promotion = Promotion(trees, tuple(rows), tuple(segments))
+        if self.check is not None:
+            self.check(promotion)
+        return finals, promotion
 
 
 class _Refusal(Exception):

@@ -52,7 +52,7 @@ class GraphedForward:
                 getattr(self.backend, "tree_attention_kernel", None))
 
     def __call__(self, batch: ForwardBatch, state):
-        ensure_valid(batch, state.max_slots, int(self.model.config.vocab))
+        ensure_valid(batch, state.max_slots, int(getattr(self.model.config, "vocab", 0)) or None)
         if not self.enabled:
             return self.model.forward(batch, state)
         from luce.ops import cuda_step_meta

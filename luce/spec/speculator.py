@@ -66,5 +66,11 @@ class Speculator:
         features = backend.concat_cols([backend.take_rows(captured[il], rows) for il in self.feature_layers])
         self.drafter.add_context(segments, features)
 
+    def check_context(self, segments: Sequence[tuple[int, int, int]]) -> None:
+        """ValueError (nothing changed) unless add_context can take these segments."""
+        check = getattr(self.drafter, "check_context", None)
+        if self.feature_layers and check is not None:
+            check(segments)
+
     def record(self, tree: DraftTree, n_accepted: int, n_emitted: int) -> None:
         self.stats.record(tree.n_nodes, n_accepted, n_emitted)

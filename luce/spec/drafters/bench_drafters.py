@@ -71,6 +71,10 @@ class _ContinuationDrafter(ABC):
         if self.inner is not None:
             self.inner.release(slot)
 
+    def check_context(self, segments) -> None:
+        if self.inner is not None and hasattr(self.inner, "check_context"):
+            self.inner.check_context(segments)
+
     def add_context(self, segments, features) -> None:
         """The inner drafter's (DFlash) committed features."""
         if self.inner is not None and hasattr(self.inner, "add_context"):

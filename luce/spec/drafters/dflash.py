@@ -17,7 +17,7 @@ import numpy as np
 
 from luce.models.packer import SegmentSpec, build_batch
 from luce.models.graphed_forward import GraphedForward
-from luce.models.kv_cache import pages_needed
+from luce.models.kv_cache import PAGE_SIZE, pages_needed
 from luce.spec.drafters.base import DraftLane
 from luce.spec.proposal import DraftProposal
 
@@ -45,17 +45,22 @@ class DFlashDrafter:
     def release(self, slot: int) -> None:
         self.n_context[slot] = 0
 
+    def check_context(self, segments: Sequence[tuple[int, int, int]]) -> None:
+        """ValueError (nothing changed) unless add_context(segments, ...) can take them."""
+        for slot, start, count in segments:
+            if not 0 <= slot < len(self.n_context) or self.n_context[slot] != start \
+                    or start + count + self.block_size > self.pages_per_slot * PAGE_SIZE:
+                held = self.n_context[slot] if 0 <= slot < len(self.n_context) else None
+                raise ValueError(f"DFlash drafter, slot {slot}: it holds features of {held} positions, the commit "
+                                 f"adds {count} from position {start}: hand over the target features of every "
+                                 "committed position exactly once")
+
     def add_context(self, segments: Sequence[tuple[int, int, int]], features) -> None:
         """Cache committed target features: segments (slot, first position, count) of
         features [N, feature_width] (backend array, rows in segment order). Each segment
         must start at its slot's n_context (every committed position exactly once)."""
-        specs = []
-        for slot, start, count in segments:
-            if self.n_context[slot] != start:
-                raise ValueError(f"DFlash drafter, slot {slot}: it holds features of {self.n_context[slot]} "
-                                 f"positions, the commit adds {count} from position {start}: hand over the target "
-                                 "features of every committed position exactly once")
-            specs.append(SegmentSpec(slot, [0] * count, start, self.pages(slot), logits="none"))
+        self.check_context(segments)
+        specs = [SegmentSpec(slot, [0] * count, start, self.pages(slot), logits="none") for slot, start, count in segments]
         if not specs:
             return
         self.draft.inject_context(build_batch(specs), features, self.state)
