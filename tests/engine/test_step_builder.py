@@ -128,6 +128,7 @@ def test_same_replay_key_means_same_shapes(spec, other, data):
     for x, y in ((a, b), (a, unrelated)):
         if x.replay_key == y.replay_key:
             assert x.shapes() == y.shapes()
+            assert arena_layout(x) == arena_layout(y)     # one graph's metadata arena fits both
     assume(a.replay_key == b.replay_key)
     assert a.shapes() == b.shapes()
     f = a.forward
@@ -146,6 +147,17 @@ def test_same_replay_key_means_same_shapes(spec, other, data):
     assert PAGE_SIZE == 16
 
 
+def arena_layout(step):
+    """(dtype, shape) of every array of the step's device metadata arena, and the grid sizes
+    the step ops take from the batch (what a captured graph bakes in)."""
+    from luce.ops.cuda_step_meta import pack
+
+    _, layout = pack(step.forward.step_arrays())
+    f = step.forward
+    return ({k: v[1:] for k, v in layout.items()}, f.max_rows, f.max_tree_rows, f.kv_span, f.tree_start, f.has_trees,
+            tuple(f.kinds.tolist()))
+
+
 def test_key_is_topology_only_slots_and_tree_shapes_stay_out():
     """Two steps with other slots, positions and trees of other shapes (same bucket) share the
     key: one graph serves both (DESIGN 4)."""
@@ -154,7 +166,7 @@ def test_key_is_topology_only_slots_and_tree_shapes_stay_out():
                                        tree=[TreeChunk(3, "d", (1, 2, 3), (-1, 0, 0), 50)]))
     b = StepBuilder(pool).build(Cohort(decode=[DecodeRow(3, "d", 1, 50)],
                                        tree=[TreeChunk(0, "a", (1, 2, 3, 4), (-1, 0, 1, 1), 30)]))
-    assert a.replay_key == b.replay_key and a.shapes() == b.shapes()
+    assert a.replay_key == b.replay_key and a.shapes() == b.shapes() and arena_layout(a) == arena_layout(b)
     assert a.forward.seq_slots.tolist() != b.forward.seq_slots.tolist()
     c = StepBuilder(pool).build(Cohort(decode=[DecodeRow(0, "a", 1, 30)],
                                        tree=[TreeChunk(3, "d", (1, 2, 3, 4, 5), (-1, 0, 1, 2, 3), 50)]))
