@@ -25,6 +25,21 @@ GDN_KEY_DIMS = (64, 128, 256)
 class StepOps:
     """Mixin of CudaBackend (uses its empty/zeros/_f32/_dev/_gdn_args/stream)."""
 
+    def _step_output(self, shape, batch):
+        """An output [T, ...] of a step op: rows of the tree block zeroed (its padding rows
+        reach the LM head, so they must hold finite values; no kernel writes them). Other
+        padding rows never reach it and stay as they are."""
+        from luce.ops.cuda_memory import check
+
+        out = self.empty(shape)
+        t0 = batch.tree_start
+        if batch.has_trees and out.nbytes:
+            row = out.nbytes // shape[0]
+            from cuda.bindings import runtime as cudart
+
+            check(cudart.cudaMemsetAsync(out.ptr + t0 * row, 0, (shape[0] - t0) * row, self.stream), "cudaMemsetAsync")
+        return out
+
     def concat_cols(self, parts):
         from luce import _cuda_gather as kg
 
@@ -49,7 +64,7 @@ class StepOps:
         K = weight.shape[1]
         if weight.shape[0] != C or pool.ndim != 3 or pool.shape[1:] != (K - 1, C) or not 2 <= K <= 8:
             raise ValueError(f"conv1d_step: x {x.shape}, weight {weight.shape}, pool {pool.shape}")
-        y = self.zeros((T, C))   # padding rows stay finite (their logits may be computed)
+        y = self._step_output((T, C), batch)
         if T == 0:
             return y
         meta, kinds = meta_of(self, batch), batch.kinds
@@ -72,7 +87,7 @@ class StepOps:
         args, (T, H, dk, dv) = self._gdn_args(q, k, v, g, beta, pool[0])
         if dk not in GDN_KEY_DIMS or dv % 32:
             raise ValueError(f"gdn_step: Dk {dk}, Dv {dv} (kernels: Dk {GDN_KEY_DIMS}, Dv % 32 == 0)")
-        out = self.zeros((T, H, dv))
+        out = self._step_output((T, H, dv), batch)
         if T == 0:
             return out, None
         meta, kinds, S, n_slots = meta_of(self, batch), batch.kinds, batch.n_segments, pool.shape[0]
