@@ -1,5 +1,6 @@
-// Gated DeltaNet over draft trees: exact verify with factor capture, and commit by factor
-// replay (DESIGN 3). Reference: luce/ref/gdn_tree.py (gdn_tree_verify, gdn_tree_commit).
+// Gated DeltaNet over draft trees: exact verify with factor capture, commit by factor
+// replay (DESIGN 3), and the per-node stored states baseline (`--spec ddtree`). Reference:
+// luce/ref/gdn_tree.py (gdn_tree_verify, gdn_tree_commit, gdn_tree_verify_baseline).
 // Params and shapes: luce_gdn_tree_verify_params / luce_gdn_tree_commit_params in
 // cuda/luce_ops.h: q, k [T, Hv, Dk], v, out, u [T, Hv, Dv], g, beta [T, Hv] f32; state
 // [n_slots, Hv, Dk, Dv] f32; tree_parents [T] global parent rows.
@@ -213,6 +214,59 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_tree_commit_kernel(luce_gdn_t
 }
 
 template <int DK>
+__global__ void __launch_bounds__(GDN_THREADS) gdn_tree_states_kernel(luce_gdn_tree_states_params p) {
+    constexpr int ROWS = DK / GDN_KGROUPS;
+    __shared__ GdnScratch scratch;
+    const int seg = blockIdx.z, head = blockIdx.y;
+    const int lane = threadIdx.x % WARP_SIZE, kgroup = threadIdx.x / WARP_SIZE;
+    const int64_t col = (int64_t)blockIdx.x * WARP_SIZE + lane;
+    const int64_t slot = p.seq_slots[seg];
+    const int64_t r0 = p.qo_indptr[seg];
+    const int32_t n = (int32_t)(p.qo_indptr[seg + 1] - r0);
+    if (slot < 0 || n <= 0) return;  // padding segment: nothing written
+    const int64_t H = p.n_heads, dv = p.dv;
+    bool ok = slot < p.n_slots;      // every thread reads the same parents: a uniform decision
+    for (int32_t i = 0; i < n && ok; ++i) {
+        const int32_t pr = p.tree_parents[r0 + i];
+        const int64_t lp = pr < 0 ? -1 : (int64_t)pr - r0;
+        ok = i == 0 ? lp == -1 : (lp >= 0 && lp < i);
+    }
+    if (!ok) {
+        if (kgroup == 0)
+            for (int64_t t = r0; t < r0 + n; ++t) p.out[(t * H + head) * dv + col] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const int64_t row_off = (int64_t)kgroup * ROWS;
+    float h[ROWS];
+    for (int32_t i = 0; i < n; ++i) {
+        const int64_t t = r0 + i;
+        const int32_t pr = p.tree_parents[t];
+        // a thread reads back only the entries it wrote for the parent: program order suffices
+        const float *hp = pr < 0 ? p.state + ((slot * H + head) * DK + row_off) * dv + col
+                                 : p.node_states + (((int64_t)pr * H + head) * DK + row_off) * dv + col;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) h[r] = hp[r * dv];
+        const int64_t th = t * H + head;
+        float k[ROWS], q[ROWS];
+        gdn_load_rows<ROWS>(p.k + th * DK + row_off, k);
+        gdn_load_rows<ROWS>(p.q + th * DK + row_off, q);
+        float u;
+        const float o = gdn_step<ROWS>(h, k, q, p.v[th * dv + col], expf(p.g[th]), p.beta[th], scratch, &u);
+        if (kgroup == 0) p.out[th * dv + col] = o;
+        float *sp = p.node_states + ((t * H + head) * DK + row_off) * dv + col;
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) sp[r * dv] = h[r];
+    }
+}
+
+template <int DK>
+int launch_states(const luce_gdn_tree_states_params &p, cudaStream_t stream) {
+    const dim3 grid((unsigned)(p.dv / WARP_SIZE), (unsigned)p.n_heads, (unsigned)p.n_segments);
+    gdn_tree_states_kernel<DK><<<grid, GDN_THREADS, 0, stream>>>(p);
+    return luce_status(cudaGetLastError());
+}
+
+template <int DK>
 int launch_verify(const luce_gdn_tree_verify_params &p, cudaStream_t stream) {
     const bool on_chip = saves_on_chip(DK, p.max_tree_rows);
     const int64_t smem = schedule_bytes(p.max_tree_rows) + (on_chip ? save_bytes_per_block(DK, p.max_tree_rows) : 0);
@@ -258,6 +312,19 @@ extern "C" int luce_gdn_tree_verify(const luce_gdn_tree_verify_params *p, void *
         case 64: return launch_verify<64>(*p, s);
         case 128: return launch_verify<128>(*p, s);
         default: return launch_verify<256>(*p, s);
+    }
+}
+
+extern "C" int luce_gdn_tree_verify_states(const luce_gdn_tree_states_params *p, void *stream) {
+    if (p->n_segments == 0) return 0;
+    if (gdn_bad_sizes(p->n_segments, p->n_heads, p->dk, p->dv) || p->n_slots < 0 || p->out == nullptr ||
+        p->node_states == nullptr || ((uintptr_t)p->q | (uintptr_t)p->k) % 16 != 0)
+        return (int)cudaErrorInvalidValue;
+    const cudaStream_t s = (cudaStream_t)stream;
+    switch (p->dk) {
+        case 64: return launch_states<64>(*p, s);
+        case 128: return launch_states<128>(*p, s);
+        default: return launch_states<256>(*p, s);
     }
 }
 

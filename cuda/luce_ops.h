@@ -36,22 +36,6 @@ typedef struct {
     float eps;
 } luce_rmsnorm_params;
 int luce_rmsnorm(const luce_rmsnorm_params *p, void *stream);
-
-/* Residual add fused with RMSNorm (reference: luce/ref/rmsnorm.py rmsnorm_residual).
- * x, residual [rows, cols] f32 -> sum_out = x + residual (f32) and
- * out = sum_out / sqrt(mean(sum_out^2) + eps) * weight, both [rows, cols] f32.
- * sum_out and out may each alias x or residual (element-wise in place), not each other. */
-typedef struct {
-    const float *x;
-    const float *residual;
-    const float *weight;
-    float *sum_out;
-    float *out;
-    int64_t rows;
-    int64_t cols;
-    float eps;
-} luce_rmsnorm_residual_params;
-int luce_rmsnorm_residual(const luce_rmsnorm_residual_params *p, void *stream);
 /* ---- rmsnorm end ---- */
 
 /* ---- gated_rmsnorm ---- */

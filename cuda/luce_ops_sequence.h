@@ -163,6 +163,33 @@ int64_t luce_gdn_tree_verify_workspace_bytes(int32_t n_segments, int32_t n_heads
                                              int32_t dv, int32_t max_tree_rows);
 int luce_gdn_tree_verify(const luce_gdn_tree_verify_params *p, void *stream);
 
+/* Per-node stored states (the baseline Luce DFlash runs, `--spec ddtree`; reference:
+ * luce/ref/gdn_tree.py gdn_tree_verify_baseline): node t starts from its parent's state
+ * (state[seq_slots[s]] for the root, read only), takes the AR step (cuda/gdn_common.cuh)
+ * and writes out [T, Hv, Dv] and its state node_states [T, Hv, Dk, Dv]: every output and
+ * state bitwise luce_gdn_recurrent along the node's root path. Segments, parents, padding
+ * and shapes as luce_gdn_tree_verify_params; a slot >= n_slots or a malformed parent array
+ * gives NaN outputs (node_states then unspecified). */
+typedef struct {
+    const float *q;
+    const float *k;
+    const float *v;
+    const float *g;
+    const float *beta;
+    const float *state;
+    float *out;
+    float *node_states;
+    const int32_t *qo_indptr;
+    const int32_t *seq_slots;
+    const int32_t *tree_parents;
+    int64_t n_slots;
+    int32_t n_segments;
+    int32_t n_heads;
+    int32_t dk;
+    int32_t dv;
+} luce_gdn_tree_states_params;
+int luce_gdn_tree_verify_states(const luce_gdn_tree_states_params *p, void *stream);
+
 /* Commit by factor replay: for segment s, state[seq_slots[s]] [Hv, Dk, Dv] is advanced in
  * place through the factor rows path_rows[path_indptr[s]:path_indptr[s+1]] (root first) with
  * the AR step's own update h = exp(g) h; h += k u^T: bitwise the state luce_gdn_recurrent

@@ -1,8 +1,6 @@
-// RMSNorm over rows, plain and fused with the residual add (references: luce/ref/rmsnorm.py
-// rmsnorm, rmsnorm_residual).
-//   luce_rmsnorm:          out = x * rsqrt(mean(x^2) + eps) * weight
-//   luce_rmsnorm_residual: sum_out = x + residual; out = rmsnorm(sum_out) * weight
-// Shapes: x, residual, sum_out, out [rows, cols] f32 row-major; weight [cols] f32.
+// RMSNorm over rows (reference: luce/ref/rmsnorm.py rmsnorm).
+//   luce_rmsnorm: out = x * rsqrt(mean(x^2) + eps) * weight
+// Shapes: x, out [rows, cols] f32 row-major; weight [cols] f32.
 // Rows of up to kWarpRowMaxCols columns (q/k norms over a head) take one warp each, longer
 // rows (the hidden state) one block of kThreads. The choice depends only on cols, and a
 // thread always owns whole chunks of 4 (common.cuh), so a row's reduction order depends only
@@ -16,8 +14,8 @@ constexpr int kWarpRowMaxCols = 1024;
 constexpr int kWarpRowsPerBlock = kThreads / WARP_SIZE;
 
 struct Row {
-    const float *x, *residual, *weight;
-    float *sum_out, *out;
+    const float *x, *weight;
+    float *out;
     int64_t cols;
     float eps;
 };
@@ -30,7 +28,7 @@ struct Row {
 constexpr int kRegChunks = 8;
 constexpr int64_t kRegisterBlockRowsMax = 512;
 
-template <bool kResidual, typename Reduce>
+template <typename Reduce>
 __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base, int t, int width,
                                                       Reduce reduce) {
     const int64_t chunks = (r.cols + 3) / 4;
@@ -42,13 +40,6 @@ __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base
         if (j >= chunks) break;
         load_chunk4(r.x + base, j, r.cols, v[c]);
         load_chunk4(r.weight, j, r.cols, w[c]);
-        if (kResidual) {
-            float res[4];
-            load_chunk4(r.residual + base, j, r.cols, res);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[c][i] += res[i];
-            store_chunk4(r.sum_out + base, j, r.cols, v[c]);
-        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) ss = fmaf(v[c][i], v[c][i], ss);
     }
@@ -64,30 +55,22 @@ __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base
 }
 
 // One row by a group of `width` threads (this thread is `t`); `reduce` sums over the group.
-template <bool kResidual, bool kRegisters, typename Reduce>
+template <bool kRegisters, typename Reduce>
 __device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int width, Reduce reduce) {
     const int64_t chunks = (r.cols + 3) / 4;
     if (kRegisters && chunks <= (int64_t)kRegChunks * width) {
-        norm_row_in_registers<kResidual>(r, base, t, width, reduce);
+        norm_row_in_registers(r, base, t, width, reduce);
         return;
     }
     float ss = 0.0f;
     for (int64_t j = t; j < chunks; j += width) {
         float v[4];
         load_chunk4(r.x + base, j, r.cols, v);
-        if (kResidual) {
-            float res[4];
-            load_chunk4(r.residual + base, j, r.cols, res);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[i] += res[i];
-            store_chunk4(r.sum_out + base, j, r.cols, v);
-        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) ss = fmaf(v[i], v[i], ss);
     }
     const float scale = rsqrtf(reduce(ss) / (float)r.cols + r.eps);
-    // Each thread re-reads the chunks it wrote itself, so sum_out may alias x or residual.
-    const float *src = (kResidual ? r.sum_out : r.x) + base;
+    const float *src = r.x + base;
     for (int64_t j = t; j < chunks; j += width) {
         float v[4], w[4];
         load_chunk4(src, j, r.cols, v);
@@ -99,32 +82,30 @@ __device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int 
 }
 
 // kRegisters is a template parameter: a kernel's register count is fixed when compiled.
-template <bool kResidual, bool kRegisters>
+template <bool kRegisters>
 __global__ void __launch_bounds__(kThreads) rmsnorm_block_kernel(Row r) {
     __shared__ float scratch[32];
-    norm_row<kResidual, kRegisters>(r, (int64_t)blockIdx.x * r.cols, threadIdx.x, kThreads,
+    norm_row<kRegisters>(r, (int64_t)blockIdx.x * r.cols, threadIdx.x, kThreads,
                                     [&](float v) { return block_sum(v, scratch); });
 }
 
-template <bool kResidual>
 __global__ void __launch_bounds__(kThreads) rmsnorm_warp_kernel(Row r, int64_t rows) {
     const int64_t row = (int64_t)blockIdx.x * kWarpRowsPerBlock + threadIdx.x / WARP_SIZE;
     if (row >= rows) return;  // whole warps leave together
-    norm_row<kResidual, true>(r, row * r.cols, threadIdx.x % WARP_SIZE, WARP_SIZE,
+    norm_row<true>(r, row * r.cols, threadIdx.x % WARP_SIZE, WARP_SIZE,
                               [](float v) { return warp_sum(v); });
 }
 
-template <bool kResidual>
 int launch_rmsnorm(const Row &r, int64_t rows, cudaStream_t stream) {
     if (rows < 0 || r.cols <= 0 || rows > 0x7fffffff) return (int)cudaErrorInvalidValue;
     if (rows == 0) return 0;
     if (r.cols <= kWarpRowMaxCols) {
         const int64_t blocks = (rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
-        rmsnorm_warp_kernel<kResidual><<<(unsigned)blocks, kThreads, 0, stream>>>(r, rows);
+        rmsnorm_warp_kernel<<<(unsigned)blocks, kThreads, 0, stream>>>(r, rows);
     } else if (rows <= kRegisterBlockRowsMax) {
-        rmsnorm_block_kernel<kResidual, true><<<(unsigned)rows, kThreads, 0, stream>>>(r);
+        rmsnorm_block_kernel<true><<<(unsigned)rows, kThreads, 0, stream>>>(r);
     } else {
-        rmsnorm_block_kernel<kResidual, false><<<(unsigned)rows, kThreads, 0, stream>>>(r);
+        rmsnorm_block_kernel<false><<<(unsigned)rows, kThreads, 0, stream>>>(r);
     }
     return luce_status(cudaGetLastError());
 }
@@ -132,12 +113,6 @@ int launch_rmsnorm(const Row &r, int64_t rows, cudaStream_t stream) {
 }  // namespace
 
 extern "C" int luce_rmsnorm(const luce_rmsnorm_params *p, void *stream) {
-    const Row r{p->x, nullptr, p->weight, nullptr, p->out, p->cols, p->eps};
-    return launch_rmsnorm<false>(r, p->rows, (cudaStream_t)stream);
-}
-
-extern "C" int luce_rmsnorm_residual(const luce_rmsnorm_residual_params *p, void *stream) {
-    if (p->sum_out == p->out) return (int)cudaErrorInvalidValue;
-    const Row r{p->x, p->residual, p->weight, p->sum_out, p->out, p->cols, p->eps};
-    return launch_rmsnorm<true>(r, p->rows, (cudaStream_t)stream);
+    const Row r{p->x, p->weight, p->out, p->cols, p->eps};
+    return launch_rmsnorm(r, p->rows, (cudaStream_t)stream);
 }

@@ -6,7 +6,7 @@
 // exact order: scaled = logit / T; p = det_exp(scaled - scaled[0]); p /= sequential sum;
 // top-p keeps candidates up to the first cumulative >= top_p; min-p keeps p >= min_p * p[0];
 // p /= sequential sum; the token is the first candidate whose cumulative probability exceeds
-// u = uniform(seed, position) (luce/engine/rng.py), else the last. Every float64 operation is
+// u = uniform(seed, position) (luce/ref/sample_rng.py), else the last. Every float64 operation is
 // an explicitly rounded intrinsic, never fused, so the host computes the same bits.
 //
 // Two launches: select (grid slices x rows) keeps each kSlice-wide slice's best top_k in the
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) select_kernel(luce_sample_rng_params
     pick_sorted(sv, [i0](int j) { return (int)(i0 + j); }, n, k, out, scratch);
 }
 
-// exp(x) for x <= 0: luce.engine.sampler.det_exp, operation for operation.
+// exp(x) for x <= 0: luce.ref.sample_rng.det_exp, operation for operation.
 __device__ double det_exp(double x) {
     if (x < -700.0) return 0.0;
     const double k = rint(__dmul_rn(x, 0x1.71547652b82fep+0));
@@ -108,7 +108,7 @@ __device__ uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-// luce.engine.rng.uniform(seed, position, stream=0)
+// luce.ref.sample_rng.uniform(seed, position, stream=0)
 __device__ double uniform(uint64_t seed, int64_t position) {
     const uint64_t h = splitmix64(seed ^ splitmix64((uint64_t)position ^ splitmix64(0)));
     return __dmul_rn((double)(h >> 11), 0x1.0p-53);

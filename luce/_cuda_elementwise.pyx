@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Launch layer for the small row-wise kernel families (cuda/luce_ops.h): fused residual
-RMSNorm (cuda/rmsnorm.cu; plain rmsnorm is in luce._cuda), gated RMSNorm, rotary, SwiGLU.
+"""Launch layer for the small row-wise kernel families (cuda/luce_ops.h): gated RMSNorm,
+rotary, SwiGLU (plain rmsnorm is in luce._cuda).
 
 Each wrapper takes raw device addresses (uintptr_t) and sizes, fills the family's params
 struct, calls the entry point with the GIL released and raises luce._cuda.KernelError on a
@@ -14,16 +14,6 @@ include "_cuda_load.pxi"
 
 
 cdef extern from "luce_ops.h":
-    ctypedef struct luce_rmsnorm_residual_params:
-        const float *x
-        const float *residual
-        const float *weight
-        float *sum_out
-        float *out
-        int64_t rows
-        int64_t cols
-        float eps
-
     ctypedef struct luce_gated_rmsnorm_params:
         const float *x
         const float *z
@@ -60,12 +50,10 @@ cdef extern from "luce_ops.h":
         int64_t out_stride
 
 
-ctypedef int (*rmsnorm_residual_fn)(const luce_rmsnorm_residual_params *, void *) noexcept nogil
 ctypedef int (*gated_rmsnorm_fn)(const luce_gated_rmsnorm_params *, void *) noexcept nogil
 ctypedef int (*rotary_fn)(const luce_rotary_params *, void *) noexcept nogil
 ctypedef int (*swiglu_fn)(const luce_swiglu_params *, void *) noexcept nogil
 
-cdef rmsnorm_residual_fn _rmsnorm_residual = NULL
 cdef gated_rmsnorm_fn _gated_rmsnorm = NULL
 cdef rotary_fn _rotary = NULL
 cdef swiglu_fn _swiglu = NULL
@@ -73,32 +61,11 @@ cdef swiglu_fn _swiglu = NULL
 
 def load(str path):
     """Resolve this module's entry points in the kernel library at `path`."""
-    global _rmsnorm_residual, _gated_rmsnorm, _rotary, _swiglu
+    global _gated_rmsnorm, _rotary, _swiglu
     cdef void *lib = _open_library(path)
-    _rmsnorm_residual = <rmsnorm_residual_fn>_symbol(lib, path, "luce_rmsnorm_residual")
     _gated_rmsnorm = <gated_rmsnorm_fn>_symbol(lib, path, "luce_gated_rmsnorm")
     _rotary = <rotary_fn>_symbol(lib, path, "luce_rotary")
     _swiglu = <swiglu_fn>_symbol(lib, path, "luce_swiglu")
-
-
-def rmsnorm_residual(uintptr_t x, uintptr_t residual, uintptr_t weight, uintptr_t sum_out,
-                     uintptr_t out, int64_t rows, int64_t cols, float eps, uintptr_t stream=0):
-    """x, residual, sum_out, out [rows, cols] f32; weight [cols] f32.
-    sum_out = x + residual; out = rmsnorm(sum_out) * weight."""
-    _require_loaded(<void *>_rmsnorm_residual)
-    cdef luce_rmsnorm_residual_params p
-    p.x = <const float *>x
-    p.residual = <const float *>residual
-    p.weight = <const float *>weight
-    p.sum_out = <float *>sum_out
-    p.out = <float *>out
-    p.rows = rows
-    p.cols = cols
-    p.eps = eps
-    cdef int status
-    with nogil:
-        status = _rmsnorm_residual(&p, <void *>stream)
-    raise_for_status(status, "luce_rmsnorm_residual")
 
 
 def gated_rmsnorm(uintptr_t x, uintptr_t z, uintptr_t weight, uintptr_t out, int64_t rows,

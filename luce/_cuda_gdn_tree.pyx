@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Launch layer for the Gated DeltaNet tree kernels (cuda/gdn_tree.cu; ABI in cuda/luce_ops.h):
-exact tree verify with factor capture and commit by factor replay.
+exact tree verify with factor capture, commit by factor replay, and per-node stored states.
 
 Wrappers take raw device addresses (uintptr_t) and sizes, fill the params struct, call the
 entry point with the GIL released and raise luce._cuda.KernelError on a non-zero status.
@@ -37,6 +37,23 @@ cdef extern from "luce_ops.h":
         int32_t dk
         int32_t dv
         int32_t max_tree_rows
+    ctypedef struct luce_gdn_tree_states_params:
+        const float *q
+        const float *k
+        const float *v
+        const float *g
+        const float *beta
+        const float *state
+        float *out
+        float *node_states
+        const int32_t *qo_indptr
+        const int32_t *seq_slots
+        const int32_t *tree_parents
+        int64_t n_slots
+        int32_t n_segments
+        int32_t n_heads
+        int32_t dk
+        int32_t dv
     ctypedef struct luce_gdn_tree_commit_params:
         const float *k
         const float *g
@@ -53,21 +70,24 @@ cdef extern from "luce_ops.h":
 
 
 ctypedef int (*verify_fn)(const luce_gdn_tree_verify_params *, void *) noexcept nogil
+ctypedef int (*states_fn)(const luce_gdn_tree_states_params *, void *) noexcept nogil
 ctypedef int (*commit_fn)(const luce_gdn_tree_commit_params *, void *) noexcept nogil
 ctypedef int64_t (*workspace_fn)(int32_t, int32_t, int32_t, int32_t, int32_t) noexcept nogil
 
 MAX_TREE_ROWS = LUCE_GDN_TREE_MAX_ROWS  # rows of one tree segment at most
 
 cdef verify_fn _verify = NULL
+cdef states_fn _states = NULL
 cdef commit_fn _commit = NULL
 cdef workspace_fn _workspace_bytes = NULL
 
 
 def load(str path):
     """Resolve the GDN tree entry points in the kernel library at `path`."""
-    global _verify, _commit, _workspace_bytes
+    global _verify, _states, _commit, _workspace_bytes
     cdef void *lib = _open_library(path)
     _commit = <commit_fn>_symbol(lib, path, "luce_gdn_tree_commit")
+    _states = <states_fn>_symbol(lib, path, "luce_gdn_tree_verify_states")
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_gdn_tree_verify_workspace_bytes")
     _verify = <verify_fn>_symbol(lib, path, "luce_gdn_tree_verify")
 
@@ -122,6 +142,36 @@ def gdn_tree_verify(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_
     with nogil:
         status = _verify(&p, <void *>stream)
     raise_for_status(status, "luce_gdn_tree_verify")
+
+
+def gdn_tree_verify_states(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta,
+                           uintptr_t state, uintptr_t out, uintptr_t node_states, uintptr_t qo_indptr,
+                           uintptr_t seq_slots, uintptr_t tree_parents, int64_t n_slots, int32_t n_segments,
+                           int32_t n_heads, int32_t dk, int32_t dv, uintptr_t stream=0):
+    """Per-node stored states: as gdn_tree_verify's inputs (state read only); out [T, Hv, Dv]
+    and node_states [T, Hv, Dk, Dv] f32, every node's state after its step."""
+    _require_loaded(<void *>_states)
+    cdef luce_gdn_tree_states_params p
+    p.q = <const float *>q
+    p.k = <const float *>k
+    p.v = <const float *>v
+    p.g = <const float *>g
+    p.beta = <const float *>beta
+    p.state = <const float *>state
+    p.out = <float *>out
+    p.node_states = <float *>node_states
+    p.qo_indptr = <const int32_t *>qo_indptr
+    p.seq_slots = <const int32_t *>seq_slots
+    p.tree_parents = <const int32_t *>tree_parents
+    p.n_slots = n_slots
+    p.n_segments = n_segments
+    p.n_heads = n_heads
+    p.dk = dk
+    p.dv = dv
+    cdef int status
+    with nogil:
+        status = _states(&p, <void *>stream)
+    raise_for_status(status, "luce_gdn_tree_verify_states")
 
 
 def gdn_tree_commit(uintptr_t k, uintptr_t g, uintptr_t u, uintptr_t state,

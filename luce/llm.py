@@ -178,13 +178,9 @@ class LLM:
         request = self.engine.get(rid)
         try:
             while not request.finished:
-                self.engine.step()
-                delta = request.take_delta()
-                if delta:
-                    yield delta
-            delta = request.take_delta()
-            if delta:
-                yield delta
+                for update in self.engine.step():
+                    if update.request_id == rid and update.text:
+                        yield update.text
             if request.finish_reason == FinishReason.ERROR:
                 raise GenerationError(request.error)
         finally:

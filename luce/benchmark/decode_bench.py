@@ -8,12 +8,12 @@ Sections (each returns plain dicts; `run_decode_bench` gathers them into one rep
   when the backend has none), `sample` (argmax to the host). tok/s = C / median step.
   Forwards go through luce.models.graphed_forward (graph replay; `graphs=False` for eager).
 - Engine AR (luce/benchmark/engine_bench.py): the same decode through luce.engine.Engine.
-- Verify: one slot, one draft tree of W rows (W = 1 is the root alone, an AR row) packed
-  by luce.spec.batching.build_spec_batch (tree rows as luce.models.tree_rows defines them); a DDTree
+- Verify: one slot, one draft tree of W rows (W = 1 is the root alone) packed by the one
+  packer (luce.models.packer, tree rows as luce.models.batch defines them); a DDTree
   (luce.spec.tree.ddtree) over a synthetic top-k proposal of depth <= `depth` (`build`
   times the tree and the batch packing, not the proposal). Each repetition verifies the
-  same tree at the same position and drops the staged GDN commit data, so nothing
-  advances. Reported as ms and as a multiple of the median C=1 AR step.
+  same tree at the same position and commits nothing, so nothing advances. Reported as ms
+  and as a multiple of the median C=1 AR step.
 - Draft pass (with a draft file): the drafter's `propose` for C lanes at a fixed root,
   after the lanes' context is in (DFlash: random target features; draft model: the prompt).
 - Speculation through luce.engine.Engine with an oracle drafter (proposes the true
@@ -35,7 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from luce.benchmark.peak_memory import peak_memory
-from luce.models.batch import SegmentSpec, build_batch
+from luce.models.packer import SegmentSpec, build_batch
 from luce.models.kv_cache import pages_needed
 
 PHASES = ("build", "launch", "wait", "sample")
@@ -123,7 +123,8 @@ def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 
     records = []
     for step in range(n_steps):
         t0 = time.perf_counter()
-        batch = build_batch([SegmentSpec(s, [tokens[s][-1]], len(prompts[s]) + step, pages[s]) for s in range(C)])
+        batch = build_batch([SegmentSpec(s, [tokens[s][-1]], len(prompts[s]) + step, pages[s]) for s in range(C)],
+                            pad_pages=True)
         t1 = time.perf_counter()
         out = forward(batch, state)
         t2 = time.perf_counter()
@@ -171,7 +172,6 @@ def synthetic_proposal(depth: int, top_k: int, vocab: int, seed: int):
 
 def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> list[dict]:
     from luce.models.graphed_forward import GraphedForward
-    from luce.spec.batching import TreeSegment, build_spec_batch
     from luce.spec.config import GDN_TREE_MODE
     from luce.spec.tree import ddtree
 
@@ -193,14 +193,13 @@ def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> l
             for rep in range(settings.warmup + settings.steps):
                 t0 = time.perf_counter()
                 tree = ddtree(root, proposal, budget=width - 1, top_k=settings.top_k, tau=None)
-                batch, _ = build_spec_batch([TreeSegment(0, tree, len(prompt), pages)])
+                batch = build_batch([SegmentSpec(0, tree.tokens.tolist(), len(prompt), pages,
+                                                 parents=tree.parents.tolist())], pad_pages=True)
                 t1 = time.perf_counter()
                 out = forward(batch, state)
                 t2 = time.perf_counter()
                 _sync(backend, out.logits)
                 t3 = time.perf_counter()
-                if state.recurrent is not None and hasattr(state.recurrent, "drop_tree"):
-                    state.recurrent.drop_tree(0)
                 if rep >= settings.warmup:
                     records.append({"build": t1 - t0, "launch": t2 - t1, "wait": t3 - t2})
         except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
@@ -244,10 +243,11 @@ def bench_draft(drafter, prompts, settings: BenchSettings, feature_width: int) -
         for slot in range(C):
             drafter.release(slot)
         lanes = [DraftLane(s, list(prompts[s]) + [1], settings.depth, settings.top_k) for s in range(C)]
-        first = [DraftLane(s, lane.tokens, lane.depth, lane.top_k,
-                           rng.standard_normal((len(prompts[s]), feature_width)).astype(np.float32)
-                           if feature_width else None) for s, lane in enumerate(lanes)]
-        drafter.propose(first)
+        if feature_width:   # the context a commit hands over (random target features)
+            feats = [rng.standard_normal((len(prompts[s]), feature_width)).astype(np.float32) for s in range(C)]
+            drafter.add_context([(s, 0, len(feats[s])) for s in range(C)],
+                                drafter.backend.asarray(np.concatenate(feats)))
+        drafter.propose(lanes)
         times = []
         for rep in range(settings.warmup + settings.steps):
             t0 = time.perf_counter()

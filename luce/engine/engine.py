@@ -1,4 +1,4 @@
-"""Engine: continuous batching over one model (DESIGN.md section 2).
+"""Engine: continuous batching over one model (DESIGN.md sections 2 and 9).
 
     engine = Engine(model, tokenizer, EngineConfig(max_slots=5, ctx=4096))
     rid = engine.add_request(prompt_ids, SamplingParams(max_tokens=32))
@@ -6,17 +6,23 @@
         engine.step()
     out = engine.take_output(rid)          # RequestOutput
 
-One step: admit queued requests into free slots (state re-initialised), schedule the cohort
-(AR rows for decoding requests, prompt chunks under the token budget), with speculation on
-(`EngineConfig.spec`) turn the decoding lanes that fit into draft trees
-(luce.engine.speculation), build the StepBatch, preflight it, run the model, sample on the
-host (the token at absolute position n uses the draw (seed, n)) or accept each tree, commit
-(trees: their accepted paths only), then hand the tokens to their requests and retire
-finished ones. Greedy or seeded, the tokens are the same with speculation on or off.
-A failure from the model onward (after it may have written durable state) retires exactly
-that step's cohort, each request finishing with reason 'error'; everything else goes on.
-Cancellation between steps frees the slot and its pages and touches nothing else.
-The engine never imports a backend: it uses the model's (`model.backend.to_numpy`).
+One step, one pass top to bottom: admit queued requests into free slots (state
+re-initialised), `scheduler.schedule` (the cohort: prompt chunks under the token budget and
+an AR row per decoding request), drafters propose (speculation: lanes that fit become draft
+trees; draft state only), `StepBuilder.build` (rows, CSR, the replay key, padding),
+`txn.preflight` (every check; a plan or a reason), the model's forward (durable state for
+prefill and AR rows only; tree rows write scratch), acceptance (pure: sampled tokens and
+each tree's accepted path), `txn.commit` (promotes the accepted paths and features, takes
+the pages) and the outputs: tokens to their requests (luce.engine.output_stream, the one
+stop rule) and finished requests retired. Greedy or seeded, the tokens are the same with
+speculation on or off.
+
+Failures: a step that fails before it wrote durable state (before the forward, or one of
+tree rows only) changed nothing; it is dropped and its cohort runs again next step (a
+request whose steps failed `max_step_retries` times in a row ends with 'error'). A failure
+after the forward of prefill or AR rows retires exactly that step's cohort. Cancellation
+between steps frees the slot and its pages and touches nothing else. The engine never
+imports a backend: it uses the model's (`model.backend`).
 """
 from __future__ import annotations
 
@@ -24,19 +30,21 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from luce.engine.pages import PagePool, PoolExhausted
+from luce.engine.pages import PagePool
 from luce.engine.request import DECODE, FINISHED, PREFILL, FinishReason, Request, RequestOutput
-from luce.engine.rng import MASK64, splitmix64
-from luce.engine.sampler import SamplingParams, backend_can_draw, sample_token
+from luce.engine.outcome import decide
+from luce.engine.sampler import MASK64, SamplingParams, splitmix64
 from luce.engine.scheduler import PREFILL_ALIGN, Scheduler
 from luce.engine.slots import SlotManager
+from luce.engine.speculation import draft_models, drafter_chain
 from luce.engine.state_slots import StateSlots
-from luce.engine.step import ROW_TREE, Cohort, StepBatch, StepBuilder
-from luce.engine.txn import Reject, Transaction
+from luce.engine.step import Cohort, StepBatch, StepBuilder
+from luce.engine.txn import Promotion, Reject, StepOutcome, Transaction
+from luce.models.commit import GraphedCommit
+from luce.models.device_work import host_work
 from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
 from luce.spec.config import SpecConfig
-
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -45,11 +53,11 @@ class EngineConfig:
     token_budget: int = 512       # live rows per step (AR rows + prompt chunks)
     kv_pages: int | None = None   # KV pages in the pool; default max_slots * pages(ctx)
     max_queue: int = 1024         # requests waiting for a slot before add_request refuses
-    max_snapshots: int = 0        # snapshot table entries (prefix cache, rollback)
     pad_steps: bool = True        # pad shapes to replay-key buckets
-    capture_state: bool = False   # keep the cohort's recurrent state per step so abort restores it
-    cuda_graphs: bool = True      # replay captured graphs for decode / verify steps (backends that can)
+    cuda_graphs: bool = True      # replay captured graphs for every step (backends that can)
     seed: int = 0                 # requests without a seed get one drawn from (seed, submission number)
+    max_step_retries: int = 2     # steps dropped in a row (nothing changed) before a request errors
+    spec_during_prefill: bool = True  # speculate while prompts prefill (False: those steps decode AR rows)
     spec: SpecConfig | None = None  # speculative decoding (None or spec='off': plain decoding)
 
     def __post_init__(self):
@@ -58,6 +66,8 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.kv_pages is not None and self.kv_pages < 1:
             raise ValueError(f"EngineConfig.kv_pages must be >= 1, got {self.kv_pages}")
+        if self.max_step_retries < 0:
+            raise ValueError(f"EngineConfig.max_step_retries must be >= 0, got {self.max_step_retries}")
 
     @property
     def n_pages(self) -> int:
@@ -69,14 +79,16 @@ class StepUpdate:
     """What one step did for one request."""
 
     request_id: Any
-    token_ids: tuple[int, ...] = ()   # tokens sampled this step (none mid-prefill)
+    token_ids: tuple[int, ...] = ()   # tokens emitted this step (none mid-prefill), up to the finishing one
     finish_reason: str | None = None  # set when the request finished this step
     error: str | None = None
+    text: str = ""                    # text that can no longer change (stop strings held back, then cut)
+    stop_reason: str | int | None = None
 
 
 @dataclass
 class EngineStats:
-    steps: int = 0                # steps that ran the model
+    steps: int = 0                # steps that ran the model and committed
     prompt_tokens: int = 0        # prompt tokens prefilled
     generated_tokens: int = 0
     live_rows: int = 0            # rows of real work over all steps
@@ -84,7 +96,8 @@ class EngineStats:
     finished: int = 0
     cancelled: int = 0
     failed: int = 0
-    failed_steps: int = 0
+    failed_steps: int = 0         # steps whose cohort was retired
+    dropped_steps: int = 0        # steps that failed before any durable change and ran again
     tree_rows: int = 0            # rows of draft trees verified
     replay_keys: set = field(default_factory=set)
 
@@ -96,18 +109,23 @@ class Engine:
         stop strings and end-of-generation tokens. Keyword overrides replace config fields.
         With config.spec enabled, `drafter` (luce.spec.drafters) replaces the one the config
         names and `draft_model` is an already loaded draft model (else config.spec.draft is
-        loaded on the model's backend)."""
+        loaded on the model's backend). Raises ValueError, naming why, when the model (or the
+        drafter's) would run ops on the host of a device backend."""
         self.config = config = replace(config or EngineConfig(), **overrides)
         self.model = model
         self.forward = GraphedForward(model, enabled=config.cuda_graphs)   # model.forward, graphed on GPUs
+        self.committer = GraphedCommit(model.backend, enabled=config.cuda_graphs)
         self.spec = self._speculation(config, drafter, draft_model)
+        self._refuse_host_work()
         self.tokenizer = tokenizer
         self.vocab = int(model.config.vocab)
         self.model_state = model.new_state(config.n_pages, config.max_slots)
         self.pool = PagePool(config.n_pages)
-        self.states = StateSlots(self.model_state, config.max_snapshots)
+        self.states = StateSlots(self.model_state)
         self.slots = SlotManager(self.pool, self.states, config.max_queue)
-        self.txn = Transaction(self.slots, config.ctx)
+        self.txn = Transaction(self.slots, config.ctx, promote=self._promote, vocab=self.vocab,
+                               feature_layers=self.spec.feature_layers if self.spec is not None else (),
+                               check=self._check_promotion)
         self.builder = StepBuilder(self.pool, pad=config.pad_steps)
         self.scheduler = Scheduler(config.token_budget, config.max_slots, PREFILL_ALIGN)
         self.requests: dict[Any, Request] = {}
@@ -153,7 +171,7 @@ class Engine:
         slot = self.slots.slot_of(request_id)
         self.slots.cancel(request_id)
         if slot is not None and self.spec is not None:
-            self.spec.forget(slot, self.model_state)
+            self.spec.forget(slot)
         request.finish(FinishReason.CANCELLED)
         self.stats.cancelled += 1
         return True
@@ -180,34 +198,38 @@ class Engine:
             request.slot, request.phase = slot, PREFILL
             request.metrics["admitted_step"] = self.stats.steps
             if self.spec is not None:
-                self.spec.forget(slot, self.model_state)
+                self.spec.forget(slot)
         running = [r for r in self.requests.values() if r.phase in (PREFILL, DECODE)]
         cohort = self.scheduler.schedule(running)
         if not cohort:
             return []
+        step = None
         try:
             if self.spec is not None:
-                cohort = self.spec.upgrade(cohort, self.requests)
+                cohort = self.spec.propose(cohort, self.requests)
             layers = self.spec.feature_layers if self.spec is not None else ()
             step = self.builder.build(cohort, capture_layers=layers)
-        except (PoolExhausted, ValueError) as e:
-            return self._fail(cohort, f"the step could not be built: {e}")
-        plan = self.txn.preflight(step, capture_state=self.config.capture_state)
-        if isinstance(plan, Reject):
-            return self._fail(cohort, f"preflight rejected the step: {plan.reason}")
-        try:
+            plan = self.txn.preflight(step)
+            if isinstance(plan, Reject):
+                raise RuntimeError(f"preflight rejected the step: {plan.reason}")
             self._hook("before_forward", step)
+        except Exception as e:  # noqa: BLE001 - nothing durable has changed
+            return self._drop(cohort, f"{type(e).__name__}: {e}")
+        try:
             out = self.forward(step.forward, self.model_state)
             self._hook("after_forward", step)
-            logits, choice = self._logits(step, out.logits)
-            tokens = self._sample(step, logits, choice)
-            kept = self._verify(step, logits, choice, out, tokens)
-        except Exception as e:  # noqa: BLE001 - any runtime failure retires the cohort
-            self.txn.abort(plan)
-            return self._fail(cohort, f"{type(e).__name__}: {e}")
-        self.txn.commit(plan, accepted=kept)
-        self._record(step)
-        return self._apply(step, tokens)
+            outcome = decide(step, out, self.model.backend, self._request_in, self.spec)
+            self._hook("after_accept", step)
+        except Exception as e:  # noqa: BLE001
+            if step.durable:   # prefill / AR rows advanced their slots' state: retire the cohort
+                return self._fail(cohort, f"{type(e).__name__}: {e}")
+            return self._drop(cohort, f"{type(e).__name__}: {e}")
+        try:
+            self.txn.commit(plan, outcome)
+        except Exception as e:  # noqa: BLE001 - never expected: commit checks before it changes anything
+            return self._fail(cohort, f"commit failed: {type(e).__name__}: {e}")
+        self._record(step, outcome)
+        return self._apply(step, outcome.tokens)
 
     def _speculation(self, config: EngineConfig, drafter, draft_model):
         if config.spec is None or not config.spec.enabled:
@@ -218,35 +240,17 @@ class Engine:
 
         if drafter is None:
             drafter = make_drafter(config.spec, self.model, config.max_slots, config.ctx, draft_model=draft_model)
-        return EngineSpeculation(Speculator(config.spec, self.model, drafter, graphs=config.cuda_graphs),
-                                 config.token_budget, config.ctx)
+        return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx,
+                                 during_prefill=config.spec_during_prefill)
 
-    def _verify(self, step: StepBatch, logits, choice, out, tokens: dict) -> dict[int, int]:
-        """Speculation after the forward pass: accept every tree (its tokens join `tokens`),
-        commit the accepted paths into the model state, keep the drafter's features.
-        Returns tree slot -> rows kept, for the transaction."""
-        if self.spec is None:
-            return {}
-        features = None
-        if self.spec.feature_layers:
-            from luce.models.dflash import features_from_captured
-
-            backend = self.model.backend
-            features = backend.to_numpy(features_from_captured(out.captured, self.spec.feature_layers, backend))
-        self.spec.add_features(step, features)
-        if not step.cohort.tree:
-            return {}
-        accepted = self.spec.verify(step, logits, choice, self._request_in)
-        kept = self.spec.commit(step, accepted, self.model_state, self.pool, features)
-        self.spec.stats.verify_steps += 1
-        for chunk in step.cohort.tree:
-            r, acc = self._request_in(chunk.slot), accepted[chunk.slot]
-            tokens[r.request_id] = list(acc.tokens)
-            m = r.metrics
-            m["spec_verifies"] = m.get("spec_verifies", 0) + 1
-            m["spec_drafted"] = m.get("spec_drafted", 0) + len(chunk.token_ids) - 1
-            m["spec_accepted"] = m.get("spec_accepted", 0) + acc.n_accepted
-        return kept
+    def _refuse_host_work(self) -> None:
+        reasons = host_work(self.model)
+        drafter = getattr(getattr(self.spec, "speculator", None), "drafter", None)
+        for model in {id(m): m for m in draft_models(drafter)}.values():
+            reasons += [f"draft: {r}" for r in host_work(model)]
+        if reasons:
+            raise ValueError(f"the {getattr(self.model.backend, 'name', 'device')} backend would run these on the "
+                             f"host: {'; '.join(reasons)}; use a model these kernels take, or --backend cpu")
 
     def _hook(self, point: str, step: StepBatch) -> None:
         if self.fault_hook is not None:
@@ -255,41 +259,19 @@ class Engine:
     def _request_in(self, slot: int) -> Request:
         return self.requests[self.slots.table[slot].request_id]
 
-    def _logits(self, step: StepBatch, logits) -> tuple[Any, Any]:
-        """(host logits [L, V], None), or (None, choice [L]): the target's token for every
-        logits row, drawn on the backend (argmax when all are greedy; the seeded sampler at
-        each row's position when no request has penalties and the backend samples its
-        top-k), so only token ids leave the device. Same tokens either way."""
-        if logits.shape[0] != len(step.logits_slot):
-            raise RuntimeError(f"the model returned {logits.shape[0]} logits rows, the step asked for "
-                               f"{len(step.logits_slot)}")
-        backend = self.model.backend
-        requests = [self._request_in(slot) for slot in step.logits_slot.tolist()]
-        if all(r.params.greedy and not r.params.has_penalties for r in requests):
-            return None, backend.argmax(logits)
-        if hasattr(backend, "sample") and all(backend_can_draw(r.params) for r in requests):
-            p = [r.params for r in requests]
-            return None, backend.sample(logits, [x.temperature for x in p], [max(x.top_k, 1) for x in p],
-                                        [x.top_p for x in p], [x.min_p for x in p],
-                                        [r.seed & MASK64 for r in requests], step.logits_position)
-        return backend.to_numpy(logits), None
+    # ---- commit and outputs ------------------------------------------------------------------
+    def _promote(self, promotion: Promotion, output) -> None:
+        """The device side of txn.commit: the accepted paths into KV, conv and GDN state (one
+        model-level call, graphed), then the committed rows' features to the drafter."""
+        self.committer(self.model_state, output.staged, promotion.trees)
+        if self.spec is not None and promotion.feature_segments:
+            self.spec.promote_features(output, promotion.feature_rows, promotion.feature_segments)
 
-    def _sample(self, step: StepBatch, logits, choice) -> dict[Any, list[int]]:
-        """request id -> [the token] of each prompt-tail or AR logits row (tree rows are
-        accepted by _verify)."""
-        tokens = {}
-        for i, slot in enumerate(step.logits_slot.tolist()):
-            if step.logits_kind[i] == ROW_TREE:
-                continue
-            r = self._request_in(slot)
-            if choice is not None:
-                tokens[r.request_id] = [int(choice[i])]
-            else:
-                tokens[r.request_id] = [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]),
-                                                     r.prompt_ids, r.output_ids)]
-        return tokens
+    def _check_promotion(self, promotion: Promotion) -> None:
+        if self.spec is not None and promotion.feature_segments:
+            self.spec.check_features(promotion.feature_segments)
 
-    def _record(self, step: StepBatch) -> None:
+    def _record(self, step: StepBatch, outcome: StepOutcome) -> None:
         s = self.stats
         live = step.cohort.n_rows
         s.steps += 1
@@ -298,6 +280,15 @@ class Engine:
         s.prompt_tokens += sum(len(c.token_ids) for c in step.cohort.prefill)
         s.tree_rows += sum(len(t.token_ids) for t in step.cohort.tree)
         s.replay_keys.add(step.replay_key)
+        if self.spec is not None:
+            self.spec.record(step, outcome.accepted)
+        if step.cohort.tree:
+            accepted = outcome.accepted
+            for chunk in step.cohort.tree:
+                m, acc = self.requests[chunk.request_id].metrics, accepted[chunk.slot]
+                m["spec_verifies"] = m.get("spec_verifies", 0) + 1
+                m["spec_drafted"] = m.get("spec_drafted", 0) + len(chunk.token_ids) - 1
+                m["spec_accepted"] = m.get("spec_accepted", 0) + acc.n_accepted
 
     def _apply(self, step: StepBatch, tokens: dict[Any, list[int]]) -> list[StepUpdate]:
         """Hand each request its tokens of the step (in order, up to the one that finishes it)."""
@@ -305,30 +296,32 @@ class Engine:
         for chunk in step.cohort.prefill:
             r = self.requests[chunk.request_id]
             r.n_prefilled = chunk.start + len(chunk.token_ids)
+            r.metrics.pop("step_failures", None)
             new[r.request_id] = []
             if chunk.completes_prompt:
                 r.phase = DECODE
                 r.metrics["first_token_step"] = self.stats.steps
         for item in step.cohort.items:
             r = self.requests[item.request_id]
-            for token in tokens.get(item.request_id, ()):
-                if r.finish_reason is not None:
-                    break
-                r.add_token(token)
-                self.stats.generated_tokens += 1
-                new.setdefault(r.request_id, []).append(token)
-        for rid in new:
+            r.metrics.pop("step_failures", None)
+            taken = r.add_tokens(tokens.get(item.request_id, ()))
+            self.stats.generated_tokens += len(taken)
+            new.setdefault(r.request_id, []).extend(taken)
+        updates = []
+        for rid, taken in new.items():
             r = self.requests[rid]
             if r.finished:
                 self._retire(r)
                 self.stats.finished += 1
-        return [StepUpdate(rid, tuple(t), self.requests[rid].finish_reason) for rid, t in new.items()]
+            updates.append(StepUpdate(rid, tuple(taken), r.finish_reason, text=r.take_delta(),
+                                      stop_reason=r.stop_reason))
+        return updates
 
     def _retire(self, request: Request) -> None:
         if request.slot is not None and self.slots.slot_of(request.request_id) == request.slot:
             self.slots.retire(request.slot)
             if self.spec is not None:
-                self.spec.forget(request.slot, self.model_state)
+                self.spec.forget(request.slot)
         request.phase = FINISHED
         request.metrics["finished_step"] = self.stats.steps
 
@@ -340,7 +333,20 @@ class Engine:
             r.finish(FinishReason.ERROR, error=message)
             self._retire(r)
             self.stats.failed += 1
-        return [StepUpdate(item.request_id, (), FinishReason.ERROR, message) for item in cohort.items]
+        return [StepUpdate(item.request_id, (), FinishReason.ERROR, message, text=self.requests[item.request_id].take_delta())
+                for item in cohort.items]
+
+    def _drop(self, cohort: Cohort, message: str) -> list[StepUpdate]:
+        """A step that changed nothing failed: its requests run again next step, unless they
+        failed max_step_retries times in a row (then they end with the error)."""
+        self.stats.dropped_steps += 1
+        given_up = []
+        for item in cohort.items:
+            m = self.requests[item.request_id].metrics
+            m["step_failures"] = m.get("step_failures", 0) + 1
+            if m["step_failures"] > self.config.max_step_retries:
+                given_up.append(item)
+        return self._fail(Cohort(decode=given_up), message) if given_up else []
 
     # ---- convenience --------------------------------------------------------------------------
     def run(self, max_steps: int | None = None) -> int:
@@ -351,16 +357,19 @@ class Engine:
             n += 1
         return n
 
-    def graph_counters(self) -> dict[str, int]:
+    def graph_counters(self) -> dict:
         """Graph replay counters of the target's forward, its tree commits and the draft
-        model's forward (summed)."""
-        total = dict(self.forward.counters)
-        speculator = getattr(self.spec, "speculator", None)
-        drafter = getattr(speculator, "drafter", None)
-        draft_forward = getattr(drafter, "forward", None) or getattr(getattr(drafter, "inner", None), "forward", None)
-        for owner in (getattr(speculator, "committer", None), draft_forward):
+        model's forward (summed), and `eager_reasons`: why calls ran eagerly."""
+        total, reasons = {}, {}
+        drafter = getattr(getattr(self.spec, "speculator", None), "drafter", None)
+        owners = [self.forward, self.committer] + [getattr(d, "forward", None) for d in drafter_chain(drafter)]
+        for owner in owners:
             for name, n in getattr(owner, "counters", {}).items():
                 total[name] = total.get(name, 0) + n
+            cache = getattr(owner, "cache", None)
+            for why, n in getattr(cache, "eager_reasons", {}).items():
+                reasons[why] = reasons.get(why, 0) + n
+        total["eager_reasons"] = reasons
         return total
 
     def gauges(self) -> dict[str, int]:
@@ -373,7 +382,6 @@ class Engine:
         """Every bookkeeping invariant (tests call this after each operation)."""
         self.pool.check()
         self.slots.check()
-        self.states.check()
         for r in self.requests.values():
             live = r.phase in (PREFILL, DECODE)
             assert live == (self.slots.slot_of(r.request_id) is not None), f"request {r.request_id} slot mismatch"

@@ -1,7 +1,8 @@
 """Paged KV bookkeeping: a refcounted pool of 16-token pages and per-slot page lists.
 
-Only ids and counts live here; the KV arrays themselves belong to the model state. The device
-layout of a step is CSR (`kv_indptr`, `kv_indices`, `kv_last_page_len`), built by `csr()`.
+Only ids and counts live here; the KV arrays themselves belong to the model state. A step's
+device layout (the paged-KV CSR) is packed by luce.models.packer from the pages planned here.
+Pages are peeked when a step is planned (`plan_growth`) and taken at its commit (`take`).
 Every mutating call checks first and changes nothing when it cannot succeed.
 """
 from __future__ import annotations
@@ -41,18 +42,6 @@ class PagePool:
     def extra_pages_needed(self, slot: int, n_tokens: int) -> int:
         """Pages `slot` must gain so its list covers `n_tokens` tokens."""
         return max(0, pages_needed(n_tokens) - len(self.slot_pages(slot)))
-
-    def ensure(self, slot: int, n_tokens: int) -> list[int]:
-        """Grow `slot`'s page list to cover n_tokens; returns the new page ids.
-        Raises PoolExhausted (changing nothing) when the pool cannot supply them."""
-        need = self.extra_pages_needed(slot, n_tokens)
-        if need > len(self._free):
-            raise PoolExhausted(f"slot {slot} needs {need} more KV pages for {n_tokens} tokens, "
-                                f"{len(self._free)} free of {self.n_pages}")
-        new = [self._free.pop() for _ in range(need)]
-        self.refcount[new] += 1
-        self.pages.setdefault(slot, []).extend(new)
-        return new
 
     def peek_free(self, n: int, skip: int = 0) -> list[int]:
         """The ids the next allocations would hand out, after the first `skip` of them: pure read.
@@ -99,15 +88,6 @@ class PagePool:
         self.refcount[page_ids] += 1
         self.pages.setdefault(slot, []).extend(page_ids)
 
-    def truncate(self, slot: int, n_tokens: int) -> None:
-        """Drop `slot`'s pages beyond those covering n_tokens."""
-        keep = pages_needed(n_tokens)
-        pages = self.slot_pages(slot)
-        for page in pages[keep:]:
-            self._decref(page)
-        if slot in self.pages:
-            del pages[keep:]
-
     def release(self, slot: int) -> None:
         for page in self.pages.pop(slot, []):
             self._decref(page)
@@ -116,25 +96,6 @@ class PagePool:
         self.refcount[page] -= 1
         if self.refcount[page] == 0:
             self._free.append(page)
-
-    def csr(self, slots, kv_lens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """CSR of the pages covering kv_lens[i] tokens of slots[i].
-
-        Returns kv_indptr [S+1] int32, kv_indices [nnz] int32, kv_last_page_len [S] int32
-        (tokens used in each sequence's last page, 1..page_size; 0 for an empty sequence)."""
-        indptr = [0]
-        indices: list[int] = []
-        last = []
-        for slot, n in zip(slots, kv_lens):
-            n_pages = pages_needed(int(n))
-            pages = self.slot_pages(slot)
-            if n_pages > len(pages):
-                raise ValueError(f"slot {slot} covers {len(pages)} pages, {n} tokens need {n_pages}")
-            indices.extend(pages[:n_pages])
-            indptr.append(len(indices))
-            last.append(0 if n == 0 else (int(n) - 1) % self.page_size + 1)
-        return (np.asarray(indptr, np.int32), np.asarray(indices, np.int32),
-                np.asarray(last, np.int32))
 
     def digest(self) -> str:
         """Hash of every structure (refcounts, free order, page lists): equal iff unchanged."""

@@ -1,16 +1,14 @@
 """One generation request: prompt, progress, output tokens, visible text and how it finished.
 
-Text is decoded incrementally (luce.detokenize.StreamDecoder, so every delta is whole UTF-8
-characters). Stop strings end the text before the match; while a request runs, text that
-could still turn into the start of a stop string is held back from deltas.
-Finish rules, checked after every token, in order: a stop token id, an end-of-generation
-token (unless ignore_eos), a stop string, max_tokens, the context length.
+The output (tokens, text, stop strings, the finish rules) is a luce.engine.output_stream.
+OutputStream: the one stop and end-of-generation rule.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from luce.engine.output_stream import OutputStream
 from luce.engine.sampler import SamplingParams
 
 WAITING, PREFILL, DECODE, FINISHED = "waiting", "prefill", "decode", "finished"
@@ -58,24 +56,26 @@ class Request:
         self.phase = WAITING
         self.slot: int | None = None
         self.n_prefilled = 0               # prompt tokens whose KV is committed
-        self.output_ids: list[int] = []
-        self.finish_reason: str | None = None
-        self.stop_reason: str | int | None = None
         self.error: str | None = None
         self.metrics: dict[str, int] = {}
-        self._eos = frozenset() if params.ignore_eos else frozenset(eos_ids)
-        self._stop_ids = frozenset(params.stop_token_ids)
-        self._decoder = None
-        if tokenizer is not None:
-            from luce.detokenize import StreamDecoder
-
-            self._decoder = StreamDecoder(tokenizer)
-        self._text = ""
-        self._emitted = 0
+        self.out = OutputStream(params, tokenizer=tokenizer, eos_ids=eos_ids, max_total=ctx,
+                                n_prompt=len(self.prompt_ids))
 
     @property
     def finished(self) -> bool:
         return self.phase == FINISHED
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.out.token_ids
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.out.finish_reason
+
+    @property
+    def stop_reason(self):
+        return self.out.stop_reason
 
     @property
     def next_input(self) -> int:
@@ -86,70 +86,30 @@ class Request:
     def n_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
-    # ---- progress ---------------------------------------------------------------------------
-    def add_token(self, token: int) -> None:
-        """Append a sampled token and finish the request if a rule says so."""
-        self.output_ids.append(int(token))
-        if token in self._stop_ids:
-            return self.finish(FinishReason.STOP, stop_reason=int(token))
-        if token in self._eos:
-            return self.finish(FinishReason.STOP)
-        if self._decoder is not None:
-            before = len(self._text)
-            self._text += self._decoder.push(token)
-            if self._match_stop_string(before):
-                return
-        if len(self.output_ids) >= self.params.max_tokens or self.n_tokens >= self.ctx:
-            self.finish(FinishReason.LENGTH)
+    def add_tokens(self, tokens) -> list[int]:
+        """Take emitted tokens in order up to the one that finishes the request (the output
+        rules); returns those taken."""
+        taken = self.out.add_many(tokens)
+        if self.out.finished:
+            self.phase = FINISHED
+        return taken
 
-    def _match_stop_string(self, before: int) -> bool:
-        stops = self.params.stop
-        if not stops:
-            return False
-        lo = max(0, before - max(len(s) for s in stops) + 1)
-        hits = [(i, s) for s in stops if (i := self._text.find(s, lo)) >= 0]
-        if not hits:
-            return False
-        index, stop = min(hits)
-        self._text = self._text[:index]
-        self.finish(FinishReason.STOP, stop_reason=stop, flush=False)
-        return True
-
-    def finish(self, reason: str, *, stop_reason=None, error: str | None = None, flush: bool = True) -> None:
+    def finish(self, reason: str, *, error: str | None = None) -> None:
+        """End from outside (cancelled, error)."""
         if self.phase == FINISHED:
             return
-        if flush and self._decoder is not None:
-            self._text += self._decoder.flush()
+        self.out.finish(reason)
         self.phase = FINISHED
-        self.finish_reason = reason
-        self.stop_reason = stop_reason
         self.error = error
 
-    # ---- text -------------------------------------------------------------------------------
     @property
     def text(self) -> str:
-        """Text so far (final once finished); stop strings already cut."""
-        return self._text
-
-    def _visible_len(self) -> int:
-        if self.finished or not self.params.stop:
-            return len(self._text)
-        hold = 0
-        for s in self.params.stop:
-            for k in range(min(len(s) - 1, len(self._text)), hold, -1):
-                if self._text.endswith(s[:k]):
-                    hold = k
-                    break
-        return len(self._text) - hold
+        return self.out.text
 
     def take_delta(self) -> str:
-        """Text not yet returned by take_delta that can no longer change."""
-        end = max(self._emitted, self._visible_len())
-        delta = self._text[self._emitted:end]
-        self._emitted = end
-        return delta
+        return self.out.take_delta()
 
     def output(self) -> RequestOutput:
-        return RequestOutput(self.request_id, list(self.prompt_ids), self._text, list(self.output_ids),
+        return RequestOutput(self.request_id, list(self.prompt_ids), self.text, list(self.output_ids),
                              self.finish_reason, self.stop_reason, self.error, self.prompt_text,
                              self.seed, dict(self.metrics))

@@ -1,11 +1,9 @@
-"""Sampling parameters (validated) and the deterministic host sampler.
+"""Sampling parameters (validated), penalties, and the deterministic host sampler.
 
-A token at absolute position n is drawn with `rng.uniform(seed, n)`, so the draw depends only on
-(seed, n): identical alone, among other requests, and with or without speculation. The candidate
-order is (logit descending, token id ascending), so ties and cumulative sums are reproducible.
-The float64 maths after the candidate order uses only IEEE-rounded +, -, *, / , rint and ldexp
-in a fixed order (`det_exp`, sequential sums), so the device sampler (cuda/sample_rng.cu)
-draws bitwise the same tokens.
+A token at absolute position n is drawn with `uniform(seed, n)`, so the draw depends only on
+(seed, n): identical alone, among other requests, and with or without speculation. The draw's
+arithmetic (candidate order, det_exp, sequential sums) is luce/ref/sample_rng.py, which the
+device sampler (cuda/sample_rng.cu) reproduces bitwise.
 """
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from luce.engine.rng import uniform
+from luce.ref.sample_rng import MASK64, TOPK_MAX, candidates, det_exp, draw, splitmix64, uniform  # noqa: F401
 
 
 class SamplingError(ValueError):
@@ -104,29 +102,7 @@ def apply_penalties(logits: np.ndarray, params: SamplingParams, prompt_ids, outp
     return out
 
 
-# exp(x) for x <= 0 by Cody-Waite reduction and a degree-13 Taylor polynomial: within 2 ulp
-# of exp, and reproducible bit for bit wherever +, -, *, rint and ldexp round as IEEE says
-# (numpy on the host; __dadd_rn/__dmul_rn on the device, never fused).
-LN2_HI = 6.93147180369123816490e-01   # 32 significant bits: k * LN2_HI is exact for |k| < 2^21
-LN2_LO = 1.90821492927058770002e-10
-INV_LN2 = 1.44269504088896338700e+00
-EXP_COEFFS = tuple(1.0 / math.factorial(n) for n in range(13, -1, -1))   # 1/13!, ..., 1/1!, 1
-EXP_FLOOR = -700.0                    # det_exp is 0 below (and at -inf)
-
-
-def det_exp(x) -> np.ndarray:
-    """x [n] float64, every x <= 0 -> exp(x) [n] float64, deterministic (see above)."""
-    x = np.asarray(x, dtype=np.float64)
-    xc = np.maximum(x, EXP_FLOOR)
-    k = np.rint(xc * INV_LN2)
-    r = (xc - k * LN2_HI) - k * LN2_LO
-    p = np.full_like(r, EXP_COEFFS[0])
-    for c in EXP_COEFFS[1:]:
-        p = p * r + c
-    return np.where(x < EXP_FLOOR, 0.0, np.ldexp(p, k.astype(np.int32)))
-
-
-BACKEND_TOPK_MAX = 64  # = LUCE_SAMPLE_TOPK_MAX: the largest top-k backend.sample draws from
+BACKEND_TOPK_MAX = TOPK_MAX  # the largest top-k backend.sample draws from
 
 
 def backend_can_draw(params: SamplingParams) -> bool:
@@ -142,33 +118,16 @@ def greedy_token(logits: np.ndarray) -> int:
 
 
 def candidate_distribution(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray, np.ndarray]:
-    """Filtered distribution for a sampled draw: (ids [n] in draw order, probs [n] f64 summing to 1).
-
-    Order is logit descending then id ascending; temperature, top-k, top-p and min-p applied.
-    Sums are sequential (np.cumsum), exponentials `det_exp`: the device sampler's order."""
-    scaled = logits.astype(np.float64) / params.temperature
-    order = np.lexsort((np.arange(scaled.shape[0]), -scaled))
-    if params.top_k > 0:
-        order = order[: params.top_k]
-    vals = scaled[order]
-    probs = det_exp(vals - vals[0])
-    probs = probs / np.cumsum(probs)[-1]
-    if params.top_p < 1.0:
-        cut = int(np.searchsorted(np.cumsum(probs), params.top_p, side="left")) + 1
-        order, probs = order[:cut], probs[:cut]
-    if params.min_p > 0.0:
-        keep = probs >= params.min_p * probs[0]
-        order, probs = order[keep], probs[keep]
-    return order, probs / np.cumsum(probs)[-1]
+    """Filtered distribution for a sampled draw: (ids [n] in draw order, probs [n] f64 summing
+    to 1), luce.ref.sample_rng.candidates with the request's parameters."""
+    return candidates(logits, params.temperature, params.top_k, params.top_p, params.min_p)
 
 
 def sample_token(logits: np.ndarray, params: SamplingParams, seed: int, position: int,
                  prompt_ids=(), output_ids=()) -> int:
-    """The token at absolute `position` for one request: greedy or a (seed, position) draw."""
+    """The token at absolute `position` for one request: penalties, then greedy or the
+    (seed, position) draw (luce.ref.sample_rng.draw)."""
     logits = apply_penalties(logits, params, prompt_ids, output_ids)
     if params.greedy:
         return greedy_token(logits)
-    ids, probs = candidate_distribution(logits, params)
-    u = uniform(seed, position)
-    idx = int(np.searchsorted(np.cumsum(probs), u, side="right"))
-    return int(ids[min(idx, len(ids) - 1)])
+    return draw(logits, params.temperature, params.top_k, params.top_p, params.min_p, seed, position)

@@ -1,41 +1,62 @@
 """The engine's side of speculative decoding (DESIGN.md sections 2 and 3): which decoding
-lanes carry a draft tree this step, and what a verified tree leaves behind.
+lanes carry a draft tree this step, how each verified tree is accepted, and what reaches the
+drafter at commit.
 
 Per step, after the scheduler has placed every decoding lane as an AR row and the prompt
 chunks: lanes are upgraded to trees, in order, while the token budget still holds a whole
 tree (prefill never waits for speculation; a lane that does not fit, whose draft is empty,
 or that is too close to its token or context limit stays an AR row). One batched drafter
 call serves every upgraded lane. After the forward pass each tree is accepted losslessly
-(greedy: the longest path equal to the target argmax; sampled: the engine's own draws at
-absolute positions), its accepted root path is committed into the model state (KV rows
-moved into place, recurrent state advanced by factor replay) and the transaction keeps
-only the pages that path covers.
+and purely (greedy: the longest path equal to the target argmax; sampled: the engine's own
+draws at absolute positions, luce.engine.sampler); the transaction then commits exactly the
+accepted root paths (luce.engine.txn) and hands the committed rows' target features to the
+drafter (`promote_features`, device arrays throughout). How deep the lanes draft is the
+depth policy's choice (luce.spec.depth): measured draft and step times, per-lane acceptance.
 """
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
+from luce.engine.sampler import sample_token
 from luce.engine.step import Cohort, StepBatch, TreeChunk
+from luce.spec.acceptance import Acceptance, accept, accept_greedy
 from luce.spec.depth import DepthPolicy
 from luce.spec.speculator import Speculator
 from luce.spec.stats import SpecStats
 
 
+def accept_sampled(tree, logits, params, seed: int, root_position: int, prompt_ids=(), output_ids=(),
+                   max_tokens: int | None = None) -> Acceptance:
+    """Acceptance with the engine sampler (penalties, seeded draws): at node i the target's
+    token is sample_token at position root_position + depth[i] + 1 over the tokens emitted
+    so far. logits: [N, V] rows of the tree's nodes (anything indexable by node giving a
+    host [V] row; only visited rows are read)."""
+    base = list(output_ids)
+
+    def choose(node: int, emitted) -> int:
+        position = root_position + int(tree.depths[node]) + 1
+        return sample_token(np.asarray(logits[node], np.float32), params, seed, position, prompt_ids,
+                            base + list(emitted))
+
+    return accept(tree, choose, max_tokens)
+
+
 class EngineSpeculation:
-    def __init__(self, speculator: Speculator, token_budget: int, ctx: int):
+    def __init__(self, speculator: Speculator, token_budget: int, ctx: int, during_prefill: bool = True):
+        """during_prefill False: no lane speculates in a step that prefills a prompt."""
         self.speculator = speculator
+        self.during_prefill = during_prefill
         self.token_budget = token_budget
         self.ctx = ctx
         self.max_nodes = speculator.max_nodes()
         self.trees: dict[int, Any] = {}        # slot -> DraftTree of the step being run
-        config = speculator.config
+        draft_min = speculator.config.draft_min
         self.policy = DepthPolicy(speculator.max_depth,
-                                  speculator.max_depth if config.draft_min is None else min(config.draft_min,
-                                                                                            speculator.max_depth))
-        self._drafted_at: float | None = None  # end of this step's drafting (the step's timing starts)
+                                  speculator.max_depth if draft_min is None else min(draft_min, speculator.max_depth))
+        self._drafted_at: float | None = None  # end of this step's drafting: its timing starts
 
     @property
     def stats(self) -> SpecStats:
@@ -51,9 +72,12 @@ class EngineSpeculation:
         return self.max_nodes
 
     # ---- before the forward pass ------------------------------------------------------------
-    def upgrade(self, cohort: Cohort, requests: dict) -> Cohort:
+    def propose(self, cohort: Cohort, requests: dict) -> Cohort:
         """`cohort` with the lanes that speculate this step turned from AR rows into trees."""
         self.trees = {}
+        self._drafted_at = None
+        if cohort.prefill and not self.during_prefill:
+            return cohort
         room = self.token_budget - cohort.n_rows
         lanes = []
         for row in cohort.decode:
@@ -69,9 +93,8 @@ class EngineSpeculation:
         if not lanes or depth == 0:
             self._drafted_at = time.perf_counter()
             return cohort
-        lanes = [(s, t, min(d, depth)) for s, t, d in lanes]
         t0 = time.perf_counter()
-        self.trees = self.speculator.draft_trees(lanes)
+        self.trees = self.speculator.draft_trees([(s, t, min(d, depth)) for s, t, d in lanes])
         self._drafted_at = time.perf_counter()
         self.policy.record_draft(depth, self._drafted_at - t0)
         decode, trees = [], []
@@ -84,66 +107,64 @@ class EngineSpeculation:
                                        tuple(int(p) for p in tree.parents), row.position))
         return Cohort(cohort.prefill, decode, trees)
 
-    # ---- after the forward pass -------------------------------------------------------------
-    def verify(self, step: StepBatch, logits, choice, slot_request) -> dict[int, Any]:
+    # ---- after the forward pass (pure) --------------------------------------------------------
+    def accept(self, step: StepBatch, logits, choice, request_of: Callable[[int], Any]) -> dict[int, Acceptance]:
         """Accept every tree of the step: slot -> Acceptance. logits [L, V] host rows of the
         step (a tree's rows are consecutive, node order), or None when choice [L] (the
         target's token at every row, drawn on the backend) is given instead."""
-        out = {}
-        rows = {}
+        rows: dict[int, list[int]] = {}
         for i, slot in enumerate(step.logits_slot.tolist()):
             if slot in self.trees:
                 rows.setdefault(slot, []).append(i)
+        out = {}
         for chunk in step.cohort.tree:
-            r = slot_request(chunk.slot)
-            tree = self.trees[chunk.slot]
-            mine = rows[chunk.slot]
-            acc = self.speculator.accept(tree, None if logits is None else logits[mine], r.params, r.seed,
-                                         chunk.start, r.prompt_ids, r.output_ids,
-                                         max_tokens=r.params.max_tokens - len(r.output_ids),
-                                         target_choice=None if choice is None else choice[mine])
-            self.policy.record_verify(chunk.slot, tree.max_depth, acc.n_accepted)
-            out[chunk.slot] = acc
+            r, tree, mine = request_of(chunk.slot), self.trees[chunk.slot], rows[chunk.slot]
+            max_tokens = r.params.max_tokens - len(r.output_ids)
+            if choice is not None:
+                out[chunk.slot] = accept_greedy(tree, np.asarray(choice)[mine], max_tokens)
+                continue
+            out[chunk.slot] = accept_sampled(tree, logits[mine], r.params, r.seed, chunk.start, r.prompt_ids,
+                                             r.output_ids, max_tokens)
         return out
 
-    def commit(self, step: StepBatch, accepted: dict[int, Any], state, pool, features) -> dict[int, int]:
-        """Commit each tree's accepted path into the model state (before the transaction
-        commit, while the step's new pages are still only planned); returns the rows kept per
-        tree slot for Transaction.commit. features: [T, W] host target features or None."""
-        kept = {}
-        for s in range(step.forward.n_segments):
-            slot = int(step.forward.seq_slots[s])
-            if slot not in accepted:
-                continue
-            chunk = next(c for c in step.cohort.tree if c.slot == slot)
-            acc = accepted[slot]
-            pages = [*pool.slot_pages(slot), *step.new_pages.get(slot, ())]
-            r0, r1 = step.forward.segment_rows(s)
-            self.speculator.commit(state, slot, pages, chunk.start, self.trees[slot], acc,
-                                   None if features is None else features[r0:r1])
-            kept[slot] = len(acc.path)
-        return kept
+    # ---- at commit ----------------------------------------------------------------------------
+    def check_features(self, segments) -> None:
+        """ValueError (nothing changed) unless the drafter can take these committed rows."""
+        self.speculator.check_context(segments)
 
-    def add_features(self, step: StepBatch, features) -> None:
-        """Hand the target features of committed prompt and AR rows to the drafter (DFlash);
-        time the step for the depth policy (decode steps only: a prompt chunk's cost is not a
-        verify's)."""
+    def promote_features(self, output, rows, segments) -> None:
+        """The committed rows' target features (ForwardOutput.captured) to the drafter."""
+        self.speculator.add_context(output.captured, np.asarray(rows, dtype=np.int64), segments)
+
+    def record(self, step: StepBatch, accepted: dict[int, Acceptance]) -> None:
+        """After every committed step: statistics of its trees, and the step's time for the
+        depth policy (decode steps only: a prompt chunk's cost is not a verify's)."""
         if self._drafted_at is not None and not step.cohort.prefill:
             self.policy.record_step(step.cohort.n_rows, time.perf_counter() - self._drafted_at)
         self._drafted_at = None
-        if features is None:
-            return
-        f = step.forward
-        for s in range(f.n_segments):
-            slot = int(f.seq_slots[s])
-            if slot >= 0 and slot not in self.trees:
-                r0, r1 = f.segment_rows(s)
-                self.speculator.add_features(slot, features[r0:r1])
+        for chunk in step.cohort.tree:
+            acc, tree = accepted[chunk.slot], self.trees[chunk.slot]
+            self.speculator.record(tree, acc.n_accepted, len(acc.tokens))
+            self.policy.record_verify(chunk.slot, tree.max_depth, acc.n_accepted)
+        if step.cohort.tree:
+            self.stats.verify_steps += 1
 
-    def forget(self, slot: int, state) -> None:
-        """The slot's sequence ended or was reset: drop the drafter's and the tree's leftovers."""
+    def forget(self, slot: int) -> None:
+        """The slot's sequence ended or was reset: drop the drafter's leftovers."""
         self.speculator.release(slot)
         self.policy.forget(slot)
-        recurrent = getattr(state, "recurrent", None)
-        if recurrent is not None and hasattr(recurrent, "drop_tree"):
-            recurrent.drop_tree(slot)
+
+
+def drafter_chain(drafter) -> list:
+    """The drafter and the ones it wraps (benchmark drafters wrap a real one), if any."""
+    out = []
+    while drafter is not None:
+        out.append(drafter)
+        drafter = getattr(drafter, "inner", None)
+    return out
+
+
+def draft_models(drafter) -> list:
+    """The draft models the drafter chain runs (a DFlash draft, a draft model)."""
+    return [m for d in drafter_chain(drafter) for m in (getattr(d, "model", None), getattr(d, "draft", None))
+            if m is not None]

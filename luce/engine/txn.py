@@ -1,28 +1,33 @@
-"""Step transactions: preflight -> (model runs) -> commit | abort (DESIGN.md section 2).
+"""Step transactions: preflight -> (model runs, acceptance) -> commit (DESIGN.md sections 2, 9).
 
-`preflight(step)` checks every domain the step touches without changing anything: each live
+`preflight(step)` checks everything that can fail without changing anything: the batch
+itself (luce.models.batch.validate_batch: the one validation of a step), each live
 segment's slot is held by the request the cohort names, owns its recurrent state, starts at
 its committed length, reads exactly its own pages (committed ones plus the free pages the
-step adds), stays within the context, and the added pages are free and distinct. A tree's
-rows are KV rows start..start+N-1 like any segment's; only the accepted part stays.
-It returns a Plan, or a Reject carrying the reason.
+step adds), stays within the context, the added pages are free and distinct, and what the
+commit will need is there (the layers whose features a drafter keeps are captured). It
+returns a Plan, or a Reject carrying the reason.
 
-`commit(plan, accepted)` makes the step durable in the bookkeeping: the added pages join
-their slots and committed lengths advance (tree slots by the accepted count only). Every
-check it needs was done by preflight; it validates the plan is still current (and the
-accepted counts) before its first change, so it either raises on misuse with nothing
-changed or completes. `abort(plan)` leaves the bookkeeping as preflight found it (commit
-never ran) and, when the plan captured the cohort's recurrent state (`capture_state`), puts
-that state back exactly, undoing what a failed forward wrote.
-KV rows a failed forward wrote lie beyond the committed lengths, so nothing reads them.
+The forward then writes durable state for prefill and AR rows only (their KV rows, past
+the committed lengths until commit, and their recurrent state); tree rows write scratch.
+Acceptance is pure. `commit(plan, outcome)` checks that the plan is still current and the
+accepted paths are paths of their trees, before any change, then promotes the accepted
+paths into KV, conv and GDN state (one model-level call: luce.models.commit through the
+graphed committer) and the committed rows' features into the drafter, takes the pages and
+advances the committed lengths (tree slots by their accepted path only). Everything it
+could fail on was checked, so after its first change it cannot fail.
+A step that fails before commit and wrote no durable state (it failed before the forward,
+or it had only tree rows) leaves every domain as it was; the engine drops and retries it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 from luce.engine.slots import SlotManager
 from luce.engine.step import StepBatch
+from luce.models.batch import validate_batch
+from luce.models.commit import TreeCommit, plan_tree_commit
 from luce.models.kv_cache import pages_needed
 
 
@@ -38,8 +43,8 @@ class SlotChange:
 
 @dataclass(frozen=True)
 class Plan:
+    step: StepBatch
     changes: tuple[SlotChange, ...]
-    saved_state: Mapping[int, Any] | None = None   # slot -> captured recurrent state (rollback)
 
     @property
     def slots(self) -> list[int]:
@@ -54,27 +59,59 @@ class Reject:
         return False
 
 
+@dataclass
+class StepOutcome:
+    """What a step decided (pure): the forward's output, each tree's accepted path and the
+    tokens every request emits."""
+
+    output: Any                                          # luce.models.batch.ForwardOutput
+    paths: dict[int, tuple[int, ...]] = field(default_factory=dict)   # tree slot -> path (root first)
+    tokens: dict[Any, list[int]] = field(default_factory=dict)        # request id -> emitted tokens
+    accepted: dict[int, Any] = field(default_factory=dict)            # tree slot -> luce.spec Acceptance
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A commit's device work, computed before any change: the trees' accepted paths
+    (luce.models.commit.TreeCommit) and the committed rows whose features a drafter keeps:
+    rows [N] of the step and (slot, first position, count) segments of them."""
+
+    trees: TreeCommit
+    feature_rows: tuple[int, ...]
+    feature_segments: tuple[tuple[int, int, int], ...]
+
+
 class StalePlan(RuntimeError):
     """commit() got a plan whose slots or pages changed since preflight; nothing was changed."""
 
 
 class Transaction:
-    def __init__(self, slots: SlotManager, ctx: int):
+    def __init__(self, slots: SlotManager, ctx: int, promote: Callable[[Promotion, Any], None] | None = None,
+                 feature_layers=(), vocab: int | None = None, check: Callable[[Promotion], None] | None = None):
+        """promote(promotion, output): the device side of a commit (the engine's: the graphed
+        tree commit and the drafter's features); check(promotion): what promote would refuse,
+        raised before any change; feature_layers: target layers a drafter needs captured on
+        every step."""
         self.slots = slots
         self.pool = slots.pool
         self.states = slots.states
         self.ctx = ctx
+        self.promote = promote
+        self.feature_layers = tuple(feature_layers)
+        self.vocab = vocab
+        self.check = check
 
     # ---- preflight ------------------------------------------------------------------------
-    def preflight(self, step: StepBatch, capture_state: bool = False) -> Plan | Reject:
-        """Plan for `step` or Reject(reason); reads only. capture_state: keep the cohort's
-        recurrent state in the plan so abort() can restore it."""
+    def preflight(self, step: StepBatch) -> Plan | Reject:
+        """Plan for `step` or Reject(reason); reads only."""
         try:
-            changes = self._check(step)
-        except _Refusal as r:
+            validate_batch(step.forward, self.slots.max_slots, self.vocab)
+            missing = set(self.feature_layers) - set(step.forward.capture_layers)
+            if missing:
+                raise _Refusal(f"the drafter keeps features of layers {sorted(missing)} the step does not capture")
+            return Plan(step, tuple(self._check(step)))
+        except (_Refusal, ValueError) as r:
             return Reject(str(r))
-        saved = {c.slot: self.states.capture(c.slot) for c in changes} if capture_state else None
-        return Plan(tuple(changes), saved)
 
     def _check(self, step: StepBatch) -> list[SlotChange]:
         pool, table = self.pool, self.slots.table
@@ -129,40 +166,52 @@ class Transaction:
         if seen != set(changes):
             raise _Refusal(f"slots {sorted(set(changes) - seen)} are in the cohort but have no segment")
 
-    # ---- commit / abort ----------------------------------------------------------------------
-    def commit(self, plan: Plan, accepted: Mapping[int, int] | None = None) -> None:
-        """Make the step durable. accepted: tree slot -> tree rows kept (the accepted root
-        path, root included: 1..N; missing slots keep 0)."""
-        accepted = dict(accepted or {})
-        finals = []
+    # ---- commit ------------------------------------------------------------------------------
+    def commit(self, plan: Plan, outcome: StepOutcome) -> None:
+        """Make the step durable: promote the accepted paths and features (device), take the
+        pages, advance the committed lengths. Raises (changing nothing) on a stale plan or a
+        path that is not one of its tree's; after its first change it cannot fail."""
+        finals, promotion = self.prepare(plan, outcome.paths)
+        if self.promote is not None:
+            self.promote(promotion, outcome.output)
+        for slot, length, pages in finals:
+            self.pool.take(slot, pages)
+            self.slots.advance(slot, length)
+
+    def prepare(self, plan: Plan, paths: Mapping[int, tuple[int, ...]]):
+        """The checks and arrays of a commit (pure): ([(slot, length, pages)], Promotion)."""
+        step, finals = plan.step, []
         for c in plan.changes:
             entry = self.slots.table[c.slot]
             if entry is None or entry.request_id != c.request_id or entry.kv_len != c.kv_len_before \
                     or not all(self.pool.is_free(p) for p in c.new_pages):
                 raise StalePlan(f"slot {c.slot} changed since preflight; build and preflight the step again")
             if c.is_tree:
-                n = accepted.pop(c.slot, 0)
-                if not 0 <= n <= c.kv_len_after - c.kv_len_before:
-                    raise ValueError(f"slot {c.slot}: {n} accepted tokens, at most "
+                n = len(paths.get(c.slot, ()))
+                if not 1 <= n <= c.kv_len_after - c.kv_len_before:
+                    raise ValueError(f"slot {c.slot}: an accepted path of {n} nodes, 1 to "
                                      f"{c.kv_len_after - c.kv_len_before} possible")
                 length = c.kv_len_before + n
                 pages = c.new_pages[:self.pool.extra_pages_needed(c.slot, length)]
             else:
                 length, pages = c.kv_len_after, c.new_pages
             finals.append((c.slot, length, pages))
-        if accepted:
-            raise ValueError(f"accepted counts for slots {sorted(accepted)} that have no tree in the plan")
-        for slot, length, pages in finals:
-            self.pool.take(slot, pages)
-            self.slots.advance(slot, length)
-
-    def abort(self, plan: Plan) -> None:
-        """Forget the step: bookkeeping is untouched until commit; captured recurrent state
-        goes back into slots still held by the same request."""
-        if plan.saved_state:
-            for c in plan.changes:
-                if self.states.owns(c.slot, c.request_id):
-                    self.states.put(c.slot, plan.saved_state[c.slot])
+        trees = plan_tree_commit(step.forward, paths)    # every path a path of its tree, or ValueError
+        rows, segments = [], []
+        if self.feature_layers:
+            f = step.forward
+            for s in range(f.n_segments):
+                slot = int(f.seq_slots[s])
+                if slot < 0:
+                    continue
+                r0, r1 = f.segment_rows(s)
+                kept = [r0 + int(node) for node in paths[slot]] if slot in paths else list(range(r0, r1))
+                segments.append((slot, f.kv_len(s) - (r1 - r0), len(kept)))
+                rows.extend(kept)
+        promotion = Promotion(trees, tuple(rows), tuple(segments))
+        if self.check is not None:
+            self.check(promotion)
+        return finals, promotion
 
 
 class _Refusal(Exception):

@@ -1,25 +1,38 @@
 """The model-facing step interface: ForwardBatch in, ForwardOutput out.
 
-A ForwardBatch is the engine's StepBatch (DESIGN.md section 2 step 3) as the model sees it:
-T rows in S segments. A segment is a run of rows of one sequence (a prefill chunk, or one
-AR row); its rows are consecutive positions and sit at consecutive row indices
-`qo_indptr[s]:qo_indptr[s+1]`. The paged-KV CSR describes each segment's KV AFTER this
-step's rows are written, so segment s has `kv_len(s) = (pages - 1) * PAGE_SIZE +
-kv_last_page_len[s]` rows and its row j (0-based within the segment) is stored at KV index
-`kv_len(s) - n_rows(s) + j`, which for linear sequences equals its position. A row attends
-to KV indices 0..its own (causal). Segments with `seq_slots[s] == -1` are padding: their
-rows write nothing and their outputs are unspecified (zeros on the numpy backend).
+A ForwardBatch is one step as the model sees it (built by the one packer,
+luce/models/packer.py): T rows in S segments, in the order
+`[prefill segments][AR rows][tree segments]`, each live segment possibly followed by a
+padding segment (slot -1). A segment is a run of rows of one sequence; its rows sit at
+row indices `qo_indptr[s]:qo_indptr[s+1]`. The paged-KV CSR describes each segment's KV
+AFTER this step's rows are written: segment s has `kv_len(s) = (pages - 1) * PAGE_SIZE +
+kv_last_page_len[s]` rows and its row j is stored at KV index `kv_len(s) - n_rows(s) + j`.
+Ordinary rows sit at that index as their position and attend to KV indices 0..their own
+(causal). Segments with `seq_slots[s] == -1` are padding: their rows write nothing and
+their outputs are unspecified (zeros on the numpy backend).
 
-Tree rows (speculation) set `tree_parents`; their layout is luce.models.tree_rows'.
+Tree segments (speculative verify, `segment_kind` SEG_TREE) set `tree_parents` [T] (the
+global row of each row's parent, -1 for the root and for rows of other segments). With n
+rows and P = kv_len(s) - n committed rows, row j writes its K/V at scratch KV index P + j,
+sits at position P + depth(j) and attends to KV 0..P-1 then P + a for a on its root path
+(luce/ref/tree_attention.py); GDN layers verify it without touching the slot's state and
+leave what commit needs in ForwardOutput.staged (luce.models.commit promotes the accepted
+path). Tree segments come last: rows tree_start..T-1 are the step's tree block.
+
+`validate_batch` is the one check of these rules; a batch is validated once (the engine
+does it in txn.preflight, direct callers in model.forward) and remembers it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
-from luce.models.kv_cache import PAGE_SIZE, ModelState, pages_needed
+from luce.models.kv_cache import PAGE_SIZE, ModelState, bucket
+from luce.ops.api import SEG_AR, SEG_PAD, SEG_PREFILL, SEG_TREE  # noqa: F401 (the engine's row kinds too)
+from luce.ref.tree import tree_depths
+
 
 
 @dataclass
@@ -32,8 +45,12 @@ class ForwardBatch:
     kv_indices: np.ndarray         # [nnz] int32 page ids
     kv_last_page_len: np.ndarray   # [S] int32 rows used in the last page (1..PAGE_SIZE; 0 if no pages)
     logits_indices: np.ndarray     # [L] int32 rows whose logits are computed, in output order
-    capture_layers: tuple[int, ...] = ()   # layers whose outputs [T, hidden] are returned
-    tree_parents: np.ndarray | None = None  # [T] int32 parent row of tree rows (-1: root or ordinary row)
+    capture_layers: tuple[int, ...] = ()    # layers whose outputs [T, hidden] are returned
+    tree_parents: np.ndarray | None = None  # [T] int32 parent row of tree rows (-1: root or not a tree row)
+    segment_kind: np.ndarray | None = None  # [S] int8 SEG_*; None: derived (PAD, PREFILL > 1 row, AR, TREE)
+    replay_key: tuple | None = None         # topology (luce.models.packer): equal keys, equal launches
+    row_capacity: int = 0                   # most rows any segment may hold under this key (0: the actual most)
+    tree_width: int = 0                     # most rows a tree segment may hold under this key (0: actual)
 
     @property
     def n_rows(self) -> int:
@@ -56,60 +73,148 @@ class ForwardBatch:
         n_pages = int(self.kv_indptr[s + 1] - self.kv_indptr[s])
         return 0 if n_pages == 0 else (n_pages - 1) * PAGE_SIZE + int(self.kv_last_page_len[s])
 
+    def _cached(self, name, make):
+        value = self.__dict__.get("_" + name)
+        if value is None:
+            value = self.__dict__["_" + name] = make()
+        return value
+
+    @property
+    def kinds(self) -> np.ndarray:
+        """[S] int8 kind of every segment (segment_kind, or derived from slots and sizes)."""
+        def make():
+            if self.segment_kind is not None:
+                return np.asarray(self.segment_kind, dtype=np.int8)
+            n = np.diff(self.qo_indptr)
+            kinds = np.where(self.seq_slots < 0, SEG_PAD, np.where(n > 1, SEG_PREFILL, SEG_AR)).astype(np.int8)
+            if self.tree_parents is not None:   # hand-made batches: a segment with parented rows is a tree
+                parented = np.asarray(self.tree_parents) >= 0
+                for s in np.nonzero(self.seq_slots >= 0)[0]:
+                    if parented[self.qo_indptr[s]:self.qo_indptr[s + 1]].any():
+                        kinds[s] = SEG_TREE
+            return kinds
+        return self._cached("kinds", make)
+
+    @property
+    def has_trees(self) -> bool:
+        return bool((self.kinds == SEG_TREE).any())
+
+    @property
+    def tree_start(self) -> int:
+        """First row of the tree block (T when the batch has no tree segment)."""
+        def make():
+            trees = np.nonzero(self.kinds == SEG_TREE)[0]
+            return int(self.qo_indptr[trees[0]]) if trees.size else self.n_rows
+        return self._cached("tree_start", make)
+
+    @property
+    def local_tree_parents(self) -> np.ndarray:
+        """[T] int64: each row's parent as a row of its own segment (-1 for roots and for
+        rows of other segments)."""
+        def make():
+            out = np.full(self.n_rows, -1, dtype=np.int64)
+            if self.tree_parents is not None:
+                for s in np.nonzero(self.kinds == SEG_TREE)[0]:
+                    r0, r1 = self.segment_rows(s)
+                    p = np.asarray(self.tree_parents[r0:r1], dtype=np.int64)
+                    out[r0:r1] = np.where(p >= 0, p - r0, -1)
+            return out
+        return self._cached("local_parents", make)
+
+    def tree_segments(self) -> list[int]:
+        return [int(s) for s in np.nonzero(self.kinds == SEG_TREE)[0]]
+
+    def segment_tree_parents(self, s: int) -> np.ndarray:
+        """Local parents [n] int64 (root -1) of tree segment s."""
+        r0, r1 = self.segment_rows(s)
+        return self.local_tree_parents[r0:r1]
+
+    @property
+    def max_rows(self) -> int:
+        """Rows of the largest segment under this topology (grid sizes)."""
+        return self.row_capacity or int(np.diff(self.qo_indptr).max(initial=0))
+
+    @property
+    def max_tree_rows(self) -> int:
+        def make():
+            if self.tree_width:
+                return self.tree_width
+            n = np.diff(self.qo_indptr)[self.kinds == SEG_TREE]
+            return int(n.max(initial=0))
+        return self._cached("max_tree_rows", make)
+
+    @property
+    def kv_span(self) -> int:
+        """KV rows the attention grid covers: the largest live segment's pages, bucketed."""
+        def make():
+            pages = np.diff(self.kv_indptr)[self.seq_slots >= 0]
+            return bucket(int(pages.max(initial=0))) * PAGE_SIZE
+        return self._cached("kv_span", make)
+
     def row_kv_locations(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each row's K/V goes: (pages [T], offsets [T], kv_index [T]) int64; -1 on padding rows."""
-        pages = np.full(self.n_rows, -1, dtype=np.int64)
-        offsets = np.full(self.n_rows, -1, dtype=np.int64)
-        kv_index = np.full(self.n_rows, -1, dtype=np.int64)
-        for s in range(self.n_segments):
-            if self.seq_slots[s] < 0:
-                continue
-            r0, r1 = self.segment_rows(s)
-            idx = np.arange(self.kv_len(s) - (r1 - r0), self.kv_len(s), dtype=np.int64)
-            pages[r0:r1] = self.segment_pages(s)[idx // PAGE_SIZE]
-            offsets[r0:r1] = idx % PAGE_SIZE
-            kv_index[r0:r1] = idx
-        return pages, offsets, kv_index
+        def make():
+            pages = np.full(self.n_rows, -1, dtype=np.int64)
+            offsets = np.full(self.n_rows, -1, dtype=np.int64)
+            kv_index = np.full(self.n_rows, -1, dtype=np.int64)
+            for s in range(self.n_segments):
+                if self.seq_slots[s] < 0:
+                    continue
+                r0, r1 = self.segment_rows(s)
+                idx = np.arange(self.kv_len(s) - (r1 - r0), self.kv_len(s), dtype=np.int64)
+                pages[r0:r1] = self.segment_pages(s)[idx // PAGE_SIZE]
+                offsets[r0:r1] = idx % PAGE_SIZE
+                kv_index[r0:r1] = idx
+            return pages, offsets, kv_index
+        return self._cached("kv_locations", make)
 
-    def validate(self) -> None:
-        """Raise ValueError naming the first inconsistency (shapes, CSR, positions).
-        Batches with tree rows follow the tree-segment rules of luce.models.tree_rows."""
-        if self.tree_parents is not None:
-            from luce.models.tree_rows import validate_batch  # tree_rows builds on this module
+    def step_arrays(self) -> dict[str, np.ndarray]:
+        """Every per-step value the step's kernels read, in arena order and device dtypes
+        (luce/ops/cuda_step_meta.py packs them into one upload): the batch's arrays, each
+        row's flat KV destination, each segment's first position, the slots of each kind of
+        segment (-1 elsewhere) and, with trees, the tree block as a batch of its own (rows
+        tree_start.. renumbered from 0: block_qo, block_slots, block_parents)."""
+        def make():
+            i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32).reshape(-1)  # noqa: E731
+            pages, offsets, _ = self.row_kv_locations()
+            kinds, slots = self.kinds, self.seq_slots
+            first = np.minimum(self.qo_indptr[:-1], max(self.n_rows - 1, 0))
+            start = np.where(np.diff(self.qo_indptr) > 0, self.positions[first] if self.n_rows else 0, 0)
+            out = dict(token_ids=i32(self.token_ids), positions=i32(self.positions), qo_indptr=i32(self.qo_indptr),
+                       kv_indptr=i32(self.kv_indptr), kv_indices=i32(self.kv_indices),
+                       kv_last_page_len=i32(self.kv_last_page_len), seq_slots=i32(slots),
+                       kv_dst=np.where(pages >= 0, pages * PAGE_SIZE + offsets, -1).astype(np.int64),
+                       logits_indices=np.ascontiguousarray(self.logits_indices, dtype=np.int64).reshape(-1),
+                       start_pos=i32(start),
+                       ordinary_slots=i32(np.where((kinds == SEG_PREFILL) | (kinds == SEG_AR), slots, -1)),
+                       ar_slots=i32(np.where(kinds == SEG_AR, slots, -1)),
+                       prefill_slots=i32(np.where(kinds == SEG_PREFILL, slots, -1)))
+            if self.tree_parents is not None:
+                tp = np.asarray(self.tree_parents, dtype=np.int64)
+                t0 = self.tree_start
+                trees = np.nonzero(kinds == SEG_TREE)[0]
+                s0 = int(trees[0]) if trees.size else self.n_segments   # by kind: fixed by the key
+                out.update(tree_parents=i32(np.where(np.isin(np.arange(self.n_rows), self._tree_rows()), tp, -1)),
+                           tree_slots=i32(np.where(kinds == SEG_TREE, slots, -1)),
+                           block_qo=i32(self.qo_indptr[s0:] - t0), block_slots=i32(np.where(kinds[s0:] == SEG_TREE,
+                                                                                             slots[s0:], -1)),
+                           block_parents=i32(np.where(tp[t0:] >= 0, tp[t0:] - t0, -1)))
+            return out
+        return self._cached("step_arrays", make)
 
-            validate_batch(self)
-            return
-        T, S = self.n_rows, self.n_segments
-        for name, arr, n in (("positions", self.positions, T), ("qo_indptr", self.qo_indptr, S + 1),
-                             ("kv_indptr", self.kv_indptr, S + 1), ("kv_last_page_len", self.kv_last_page_len, S)):
-            if arr.shape != (n,):
-                raise ValueError(f"ForwardBatch.{name} has shape {arr.shape}, expected ({n},)")
-        if self.qo_indptr[0] != 0 or self.qo_indptr[-1] != T or np.any(np.diff(self.qo_indptr) < 0):
-            raise ValueError(f"qo_indptr {self.qo_indptr.tolist()} must rise from 0 to T={T}")
-        if self.kv_indptr[0] != 0 or self.kv_indptr[-1] != len(self.kv_indices) or np.any(np.diff(self.kv_indptr) < 0):
-            raise ValueError(f"kv_indptr {self.kv_indptr.tolist()} must rise from 0 to nnz={len(self.kv_indices)}")
-        if len(self.logits_indices) and (self.logits_indices.min() < 0 or self.logits_indices.max() >= T):
-            raise ValueError(f"logits_indices must lie in [0, {T})")
-        for s in range(S):
-            if self.seq_slots[s] < 0:
-                continue
-            r0, r1 = self.segment_rows(s)
-            n_pages = int(self.kv_indptr[s + 1] - self.kv_indptr[s])
-            if n_pages and not 1 <= self.kv_last_page_len[s] <= PAGE_SIZE:
-                raise ValueError(f"segment {s}: kv_last_page_len {self.kv_last_page_len[s]} not in 1..{PAGE_SIZE}")
-            kv_len = self.kv_len(s)
-            if r1 - r0 > kv_len:
-                raise ValueError(f"segment {s}: {r1 - r0} rows but only {kv_len} KV rows after the step")
-            want = np.arange(kv_len - (r1 - r0), kv_len)
-            if not np.array_equal(self.positions[r0:r1], want):
-                raise ValueError(f"segment {s}: positions {self.positions[r0:r1].tolist()} must be the "
-                                 f"segment's KV indices {want.tolist()} (consecutive, ending at kv_len-1)")
+    def _tree_rows(self) -> np.ndarray:
+        rows = [np.arange(*self.segment_rows(s)) for s in self.tree_segments()]
+        return np.concatenate(rows) if rows else np.zeros(0, np.int64)
+
+    def validate(self, max_slots: int | None = None, vocab: int | None = None) -> None:
+        validate_batch(self, max_slots, vocab)
 
 
 @dataclass
 class ForwardOutput:
     logits: object                 # [L, V] f32 backend array (np.ndarray on numpy), rows = logits_indices
     captured: dict = field(default_factory=dict)  # {layer: [T, hidden] f32 backend array}
+    staged: dict = field(default_factory=dict)    # {GDN layer: luce.ops.api.TreeStage of the tree block}
 
 
 class Model(Protocol):
@@ -122,74 +227,76 @@ class Model(Protocol):
         """Fresh state: KV pages for every attention layer, zeroed recurrent state per slot."""
 
     def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
-        """Run one step: writes the rows' KV (and recurrent state) and returns logits of
-        `batch.logits_indices` and the outputs of `batch.capture_layers`."""
+        """Run one step: writes the rows' KV (and, for prefill and AR rows, recurrent state);
+        tree rows write scratch only. Returns logits of `batch.logits_indices`, the outputs
+        of `batch.capture_layers` and what a tree commit needs (luce.models.commit)."""
 
 
-@dataclass
-class SegmentSpec:
-    """One segment for `build_batch`: `token_ids` at positions start_pos.. of the sequence in
-    `slot` whose KV lives in `pages` (enough pages for start_pos + len(token_ids) rows).
-    slot -1 makes a padding segment: no pages, no logits."""
+def validate_batch(batch: ForwardBatch, max_slots: int | None = None, vocab: int | None = None) -> None:
+    """Raise ValueError naming the first inconsistency (shapes, CSR, positions, trees, slots
+    < max_slots and token ids < vocab when given); then remember that `batch` is valid."""
+    T, S = batch.n_rows, batch.n_segments
+    for name, arr, n in (("positions", batch.positions, T), ("qo_indptr", batch.qo_indptr, S + 1),
+                         ("kv_indptr", batch.kv_indptr, S + 1), ("kv_last_page_len", batch.kv_last_page_len, S)):
+        if np.shape(arr) != (n,):
+            raise ValueError(f"ForwardBatch.{name} has shape {np.shape(arr)}, expected ({n},)")
+    if batch.qo_indptr[0] != 0 or batch.qo_indptr[-1] != T or np.any(np.diff(batch.qo_indptr) < 0):
+        raise ValueError(f"qo_indptr {batch.qo_indptr.tolist()} must rise from 0 to T={T}")
+    if batch.kv_indptr[0] != 0 or batch.kv_indptr[-1] != len(batch.kv_indices) or np.any(np.diff(batch.kv_indptr) < 0):
+        raise ValueError(f"kv_indptr {batch.kv_indptr.tolist()} must rise from 0 to nnz={len(batch.kv_indices)}")
+    if len(batch.logits_indices) and (batch.logits_indices.min() < 0 or batch.logits_indices.max() >= T):
+        raise ValueError(f"logits_indices must lie in [0, {T})")
+    if batch.segment_kind is not None and np.shape(batch.segment_kind) != (S,):
+        raise ValueError(f"ForwardBatch.segment_kind has shape {np.shape(batch.segment_kind)}, expected ({S},)")
+    if max_slots is not None and S and int(batch.seq_slots.max()) >= max_slots:
+        raise ValueError(f"slot {int(batch.seq_slots.max())} >= max_slots {max_slots}")
+    if vocab is not None and T and (batch.token_ids.min() < 0 or batch.token_ids.max() >= vocab):
+        raise ValueError(f"token id out of range [0, {vocab}): {batch.token_ids.min()}..{batch.token_ids.max()}")
+    tp = None if batch.tree_parents is None else np.asarray(batch.tree_parents)
+    if tp is not None and tp.shape != (T,):
+        raise ValueError(f"ForwardBatch.tree_parents has shape {tp.shape}, expected ({T},)")
+    kinds, seen_tree = batch.kinds, False
+    for s in range(S):
+        r0, r1 = batch.segment_rows(s)
+        kind = int(kinds[s])
+        if (kind == SEG_PAD) != (batch.seq_slots[s] < 0):
+            raise ValueError(f"segment {s}: kind {kind} does not fit slot {int(batch.seq_slots[s])} (padding is slot -1)")
+        if kind == SEG_PAD:
+            if tp is not None and (tp[r0:r1] >= 0).any():
+                raise ValueError(f"segment {s}: padding rows cannot have tree parents")
+            continue
+        if seen_tree and kind != SEG_TREE:
+            raise ValueError(f"segment {s}: tree segments come last (after prefill and AR rows)")
+        seen_tree |= kind == SEG_TREE
+        if np.diff(batch.kv_indptr)[s] and not 1 <= batch.kv_last_page_len[s] <= PAGE_SIZE:
+            raise ValueError(f"segment {s}: kv_last_page_len {batch.kv_last_page_len[s]} not in 1..{PAGE_SIZE}")
+        kv_len = batch.kv_len(s)
+        if r1 - r0 > kv_len:
+            raise ValueError(f"segment {s}: {r1 - r0} rows but only {kv_len} KV rows after the step")
+        start = kv_len - (r1 - r0)
+        if kind == SEG_TREE:
+            if tp is None or r1 == r0:
+                raise ValueError(f"segment {s}: a tree segment needs tree_parents and at least its root")
+            rows = tp[r0:r1].astype(np.int64)
+            local = np.where(rows >= 0, rows - r0, -1)
+            if (rows[1:] < r0).any():
+                raise ValueError(f"segment {s}: tree_parents {rows.tolist()} must be -1 for the root (row {r0}) and "
+                                 "an earlier row of the segment for every other row")
+            want = start + tree_depths(local)
+        else:
+            if tp is not None and (tp[r0:r1] >= 0).any():
+                raise ValueError(f"segment {s}: rows of a {'prefill' if kind == SEG_PREFILL else 'AR'} segment "
+                                 "cannot have tree parents")
+            want = np.arange(start, kv_len)
+        if not np.array_equal(batch.positions[r0:r1], want):
+            what = "the committed length plus the depth" if kind == SEG_TREE else \
+                "the segment's KV indices (consecutive, ending at kv_len-1)"
+            raise ValueError(f"segment {s}: positions {batch.positions[r0:r1].tolist()} must be {what}: "
+                             f"{want.tolist()}")
+    batch.__dict__["_validated"] = (max_slots, vocab)
 
-    slot: int
-    token_ids: Sequence[int]
-    start_pos: int
-    pages: Sequence[int]
-    logits: str = "last"           # 'last' | 'all' | 'none': which rows reach the LM head
 
-
-def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] = ()) -> ForwardBatch:
-    """Pack segments (in order) into one ForwardBatch; logits rows follow segment order."""
-    token_ids, positions, qo, slots, kv_indptr, kv_indices, last, logits = [], [], [0], [], [0], [], [], []
-    for seg in segments:
-        n = len(seg.token_ids)
-        kv_len = seg.start_pos + n
-        n_pages = pages_needed(kv_len) if seg.slot >= 0 else 0  # padding rows keep no KV
-        if len(seg.pages) < n_pages:
-            raise ValueError(f"slot {seg.slot}: {kv_len} KV rows need {n_pages} pages, got {len(seg.pages)}")
-        row0 = qo[-1]
-        token_ids.extend(int(t) for t in seg.token_ids)
-        positions.extend(range(seg.start_pos, kv_len))
-        qo.append(row0 + n)
-        slots.append(seg.slot)
-        kv_indices.extend(int(p) for p in list(seg.pages)[:n_pages])
-        kv_indptr.append(len(kv_indices))
-        last.append(kv_len - (n_pages - 1) * PAGE_SIZE if n_pages else 0)
-        if seg.slot < 0:
-            pass
-        elif seg.logits == "all":
-            logits.extend(range(row0, row0 + n))
-        elif seg.logits == "last" and n:
-            logits.append(row0 + n - 1)
-        elif seg.logits not in ("last", "none"):
-            raise ValueError(f"SegmentSpec.logits must be 'last', 'all' or 'none', got {seg.logits!r}")
-    i32 = lambda xs: np.asarray(xs, dtype=np.int32)  # noqa: E731
-    return ForwardBatch(
-        token_ids=i32(token_ids), positions=i32(positions), qo_indptr=i32(qo), seq_slots=i32(slots),
-        kv_indptr=i32(kv_indptr), kv_indices=i32(kv_indices), kv_last_page_len=i32(last),
-        logits_indices=i32(logits), capture_layers=tuple(capture_layers))
-
-
-def generate_greedy(model: Model, tokens: Sequence[int], n: int, *, slot: int = 0,
-                    state: ModelState | None = None) -> list[int]:
-    """Greedy-decode `n` tokens after `tokens` (prefill in one step, then one row per step).
-
-    Uses pages 0.. of a fresh state (or `state`, whose slot `slot` is reset first)."""
-    if not tokens:
-        raise ValueError("generate_greedy needs at least one prompt token")
-    total = len(tokens) + n
-    if state is None:
-        state = model.new_state(max_pages=pages_needed(total), max_slots=slot + 1)
-    state.reset_slot(slot)
-    pages = list(range(pages_needed(total)))
-    backend = model.backend
-    out: list[int] = []
-    batch = build_batch([SegmentSpec(slot, list(tokens), 0, pages)])
-    for step in range(n):
-        logits = model.forward(batch, state).logits
-        nxt = int(backend.argmax(logits)[0])
-        out.append(nxt)
-        if step + 1 < n:
-            batch = build_batch([SegmentSpec(slot, [nxt], len(tokens) + step, pages)])
-    return out
+def ensure_valid(batch: ForwardBatch, max_slots: int | None = None, vocab: int | None = None) -> None:
+    """validate_batch unless `batch` was validated already (once per step)."""
+    if "_validated" not in batch.__dict__:
+        validate_batch(batch, max_slots, vocab)

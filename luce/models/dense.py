@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luce.models.batch import ForwardBatch, ForwardOutput
+from luce.models.batch import ForwardBatch, ForwardOutput, ensure_valid
 from luce.models.kv_cache import ModelState, PagedKV
 from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, gqa_attention, swiglu_ffn
 from luce.models.loader import register_arch
@@ -57,7 +57,7 @@ class DenseModel(TokenIO):
         return ModelState(max_pages=max_pages, max_slots=max_slots, kv=kv, backend=self.backend)
 
     def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
-        batch.validate()
+        ensure_valid(batch, state.max_slots, int(self.config.vocab))
         b, eps = self.backend, self.config.rms_eps
         x = self.embed(batch.token_ids)
         captured = {}

@@ -37,10 +37,12 @@ from typing import Sequence
 import numpy as np
 
 from luce.gguf.reader import GGUFModel
-from luce.models.batch import ForwardBatch, ForwardOutput, SegmentSpec, build_batch
+from luce.models.batch import ForwardBatch, ForwardOutput
 from luce.models.kv_cache import PAGE_SIZE, ModelState, PagedKV, pages_needed
 from luce.models.layers import AttentionWeights, FFNWeights, attend, blk, qk_norm_rope, swiglu_ffn
-from luce.models.loader import register_arch, resolve_backend
+from luce.models.loader import register_arch
+from luce.models.packer import SegmentSpec, build_batch
+from luce.ops import get_backend
 
 
 @dataclass
@@ -120,7 +122,7 @@ class DFlashDraft:
                              "or load_model(path, backend, target_model=...)")
         if cfg.mask_token_id < 0:
             raise ValueError(f"{gguf.path}: no tokenizer.ggml.mask_token_id; a DFlash draft needs it")
-        self.gguf, self.config, self.backend = gguf, cfg, resolve_backend(backend)
+        self.gguf, self.config, self.backend = gguf, cfg, get_backend(backend)
         self.block_size, self.mask_token_id = cfg.block_size, cfg.mask_token_id
         self.target_layers = tuple(cfg.target_layers)
         self.feature_width = len(self.target_layers) * cfg.hidden
@@ -194,12 +196,6 @@ class DFlashDraft:
         for il, layer in enumerate(self.layers):
             k, v = self._keys_values(layer, ctx, batch.positions)
             be.kv_write(state.kv[il], batch, k, v)
-
-    @property
-    def graphs_multi_row_segments(self) -> bool:
-        """Block segments are many rows; without GDN layers or DFlash2 convs nothing in the
-        pass depends on where they start, so a graph may hold them (luce.models.graphed_forward)."""
-        return all(layer.attn_conv is None and layer.ffn_conv is None for layer in self.layers)
 
     def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
         """Draft pass over block rows (one segment per slot: [last, MASK, ...] at positions
@@ -290,8 +286,7 @@ class DFlashDraft:
             self.inject_context(ctx_batch, new_features, seq.state)
             seq.n_context = start
         block = build_batch([SegmentSpec(seq.slot, self.block_tokens(last_token, n_block), start,
-                                         seq.pages, logits="all")])
-        block.logits_indices = block.logits_indices[1:]
+                                         seq.pages, logits="block")])
         return self.block_hidden(block, seq.state)
 
     def block_tokens(self, last_token: int, n_block: int) -> list[int]:
@@ -306,13 +301,12 @@ def is_dflash2(gguf) -> bool:
 
 def features_from_captured(captured: dict, target_layers: Sequence[int], backend) -> object:
     """ForwardOutput.captured {layer: [T, hidden]} of the target -> [T, len * hidden] features
-    in draft order (host concat; a GPU backend will want a fused copy)."""
+    in draft order (backend.concat_cols: they stay on the device)."""
     missing = [il for il in target_layers if il not in captured]
     if missing:
         raise KeyError(f"target step did not capture layers {missing}: set batch.capture_layers "
                        f"to the draft's target_layers {list(target_layers)}")
-    parts = [backend.to_numpy(captured[il]) for il in target_layers]
-    return backend.asarray(np.concatenate(parts, axis=-1).astype(np.float32))
+    return backend.concat_cols([captured[il] for il in target_layers])
 
 
 def _windowed_attention(be, q, kv, batch: ForwardBatch, scale: float, causal: bool, window: int):

@@ -1,12 +1,14 @@
 """Captured graphs by key, for any call that launches a fixed sequence per key (DESIGN.md
 section 4): a model's forward (luce.models.graphed_forward) and a tree commit
-(luce.models.graphed_commit).
+(luce.models.commit).
 
 The life of a key: its first call runs eagerly while the backend records the constant
 uploads; its second call is captured (nothing runs during capture) and then launched; later
 calls write their per-call host arrays into the graph's arena and launch it. A call the
 backend cannot capture (luce.ops.cuda_graph.GraphUnsafe: a host synchronisation, a host
 fallback, an upload that is neither arena nor constant) leaves its key eager for good.
+`eager_reasons` counts every eager call by why: 'first call of a key' (warm-up), 'no replay
+key', or the capture failure's reason.
 """
 from __future__ import annotations
 
@@ -30,20 +32,21 @@ class GraphCache:
         self.unsafe: dict = {}        # key -> why it cannot be captured
         self.ever_captured: set = set()
         self.counters = dict.fromkeys(COUNTERS, 0)
+        self.eager_reasons: dict[str, int] = {}
 
-    def call(self, key, run: Callable, bind: Callable, rewrite: Callable, captured: Callable | None = None,
-             replaying: Callable | None = None):
+    def _eager(self, why: str) -> None:
+        self.counters["eager_steps"] += 1
+        self.eager_reasons[why] = self.eager_reasons.get(why, 0) + 1
+
+    def call(self, key, run: Callable, bind: Callable, rewrite: Callable):
         """run() through the key's graph. bind(allocator) -> arena (uploaded into the graph's
-        pool before capture); rewrite(arena) writes this call's arrays into it before a replay;
-        captured(graph) after a capture; replaying(graph) before a replay (host side effects)."""
+        pool before capture); rewrite(arena) writes this call's arrays into it before a replay."""
         if key is None or key in self.unsafe:
-            self.counters["eager_steps"] += 1
+            self._eager("no replay key" if key is None else f"cannot capture: {self.unsafe[key]}")
             return run()
         graph = self.graphs.get(key)
         if graph is not None:
             self.graphs.move_to_end(key)
-            if replaying is not None:
-                replaying(graph)
             rewrite(graph.meta)
             graph.launch()
             self.counters["replays"] += 1
@@ -51,7 +54,7 @@ class GraphCache:
         constants = self.warm.pop(key, None)
         if constants is None:
             return self._warm(key, run)
-        return self._capture(key, constants, run, bind, captured)
+        return self._capture(key, constants, run, bind)
 
     def _warm(self, key, run):
         from luce.ops.cuda_graph import Constants
@@ -65,10 +68,10 @@ class GraphCache:
         self.warm[key] = constants
         while len(self.warm) > self.max_warm:
             self.warm.popitem(last=False)
-        self.counters["eager_steps"] += 1
+        self._eager("first call of a key")
         return out
 
-    def _capture(self, key, constants, run, bind, captured):
+    def _capture(self, key, constants, run, bind):
         from luce.ops.cuda_graph import GraphUnsafe
 
         try:
@@ -76,10 +79,8 @@ class GraphCache:
         except GraphUnsafe as exc:
             self.unsafe[key] = str(exc)
             self.counters["failures"] += 1
-            self.counters["eager_steps"] += 1
+            self._eager(f"cannot capture: {exc}")
             return run()
-        if captured is not None:
-            captured(graph)
         self.counters["captures"] += 1
         if key in self.ever_captured:
             self.counters["rebuilds"] += 1

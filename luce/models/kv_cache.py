@@ -12,7 +12,7 @@ Recurrent state (conv, GDN) of hybrid models is kept per slot by the model that 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -81,8 +81,7 @@ class ModelState:
 
     kv: attention layer index -> that layer's PagedKV (all share page ids).
     recurrent: hybrid models' per-slot state (None for dense models).
-    backend: the luce.ops backend whose arrays these are (KV moves at tree commit go
-    through it); None: host numpy arrays.
+    backend: the luce.ops backend whose arrays these are (tree commits go through it).
     """
 
     max_pages: int
@@ -113,16 +112,3 @@ def bucket(n: int) -> int:
 def pages_needed(kv_len: int) -> int:
     """Number of pages that hold `kv_len` KV rows."""
     return (kv_len + PAGE_SIZE - 1) // PAGE_SIZE
-
-
-def single_sequence_csr(pages: Sequence[int], kv_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Paged-KV CSR of one sequence of `kv_len` rows stored in `pages` (at least
-    pages_needed(kv_len) of them; extra pages are dropped).
-
-    Returns (kv_indptr [2], kv_indices [P], kv_last_page_len [1]) int32."""
-    n = pages_needed(kv_len)
-    if len(pages) < n:
-        raise ValueError(f"{kv_len} KV rows need {n} pages, only {len(pages)} given")
-    indices = np.asarray(list(pages)[:n], dtype=np.int32)
-    last = kv_len - (n - 1) * PAGE_SIZE if n else 0
-    return (np.array([0, n], dtype=np.int32), indices, np.array([last], dtype=np.int32))

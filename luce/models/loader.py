@@ -38,22 +38,15 @@ def model_class(arch: str) -> type:
     return _REGISTRY[arch]
 
 
-def resolve_backend(backend):
-    """A Backend instance from a name ('numpy', ...) or an instance (returned as is)."""
-    if isinstance(backend, str):
-        from luce.ops import get_backend
-
-        return get_backend(backend)
-    return backend
-
-
 def load_model(path: str | os.PathLike, backend="numpy", **kwargs):
-    """Open the GGUF at `path` and build its model on `backend` (a name or a Backend).
+    """Open the GGUF at `path` and build its model on `backend` (a name in luce.ops.BACKENDS
+    or a Backend).
 
     Extra keyword arguments go to the model class (e.g. a draft's target model). Weights
     are loaded through the backend; the GGUF file stays mapped while the model lives."""
     from luce.gguf.reader import GGUFModel
+    from luce.ops import get_backend
 
     gguf = GGUFModel(path)
     cls = model_class(gguf.config.arch)
-    return cls.from_gguf(gguf, resolve_backend(backend), **kwargs)
+    return cls.from_gguf(gguf, get_backend(backend), **kwargs)

@@ -18,15 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from luce.models.batch import ForwardBatch, ForwardOutput
+from luce.models.batch import ForwardBatch, ForwardOutput, ensure_valid
 from luce.models.gdn_layer import GDNDims, GDNWeights, gdn_mixer
 from luce.models.kv_cache import ModelState, PagedKV
-from luce.models.gdn_tree import TREE_MODES
-from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, blk, qk_norm_rope, swiglu_ffn
+from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, attend, blk, qk_norm_rope, swiglu_ffn
 from luce.models.loader import register_arch
 from luce.models.recurrent_state import RecurrentState
-from luce.models.tree_attention import attend_with_trees
-from luce.models.tree_rows import validate_batch
 
 
 def gated_attention(backend, w: AttentionWeights, x, batch, kv, config):
@@ -37,7 +34,7 @@ def gated_attention(backend, w: AttentionWeights, x, batch, kv, config):
     q, gate = b.split(qg.reshape(T, H, 2 * D), [D, D])                   # [T, H, D] each
     k, v = k.reshape(T, config.n_head_kv, D), v.reshape(T, config.n_head_kv, D)
     q, k = qk_norm_rope(b, q, k, batch.positions, config, w.q_norm, w.k_norm)
-    o = attend_with_trees(b, q, k, v, kv, batch, 1.0 / float(np.sqrt(D)))  # [T, H*D]
+    o = attend(b, q, k, v, kv, batch, 1.0 / float(np.sqrt(D)))            # [T, H*D] (tree rows: ancestors)
     o = b.mul(o, b.sigmoid(gate.reshape(T, H * D)))
     return b.matmul(o, w.wo)
 
@@ -65,7 +62,7 @@ class Qwen35Model(TokenIO):
         self.output_norm = output_norm   # [hidden]
         self.output = output             # Weight [V, hidden] (token_embd when tied)
         self.gdn_dims = GDNDims.of(config)
-        self.gdn_tree_mode = "factor"    # tree verify of GDN layers: 'factor' | 'baseline' | 'closed'
+        self.gdn_tree_mode = "factor"    # tree verify of GDN layers: luce.ops.api.TREE_MODES
 
     @classmethod
     def from_gguf(cls, gguf, backend) -> "Qwen35Model":
@@ -98,27 +95,22 @@ class Qwen35Model(TokenIO):
                           backend=self.backend)
 
     def forward(self, batch: ForwardBatch, state: ModelState) -> ForwardOutput:
-        """One step: logits [L, V] of batch.logits_indices and {layer: output [T, hidden]}
-        of batch.capture_layers (the layer's output, before the final norm). Updates the
-        KV of attention layers and each live slot's conv and GDN state. Tree segments
-        (luce.models.tree_rows) write scratch KV rows and stage their GDN commit data
-        instead (commit with luce.models.tree_rows.commit_tree_rows)."""
-        validate_batch(batch)
-        if self.gdn_tree_mode not in TREE_MODES:
-            raise ValueError(f"gdn_tree_mode must be one of {TREE_MODES}, got {self.gdn_tree_mode!r}")
+        """One step: logits [L, V] of batch.logits_indices, {layer: output [T, hidden]} of
+        batch.capture_layers (the layer's output, before the final norm) and, when the step
+        verifies trees, {GDN layer: TreeStage} (ForwardOutput.staged). Prefill and AR rows
+        update the KV of attention layers and their slot's conv and GDN state; tree rows write
+        scratch KV rows only (luce.models.commit promotes the accepted paths)."""
+        ensure_valid(batch, state.max_slots, int(self.config.vocab))
         if state.recurrent is None and self.config.gdn_layers:
             raise ValueError("qwen35 forward needs a state from Qwen35Model.new_state (no recurrent state given)")
-        for s in range(batch.n_segments):
-            if batch.seq_slots[s] >= state.max_slots:
-                raise IndexError(f"segment {s}: slot {batch.seq_slots[s]} >= max_slots {state.max_slots}")
         b, c = self.backend, self.config
         x = self.embed(batch.token_ids)
-        captured = {}
+        captured, staged = {}, {}
         for il, layer in enumerate(self.layers):
             h = b.rmsnorm(x, layer.attn_norm, c.rms_eps)
             if layer.gdn is not None:
                 h = gdn_mixer(b, layer.gdn, h, batch, state.recurrent, il, self.gdn_dims, c.rms_eps,
-                              self.gdn_tree_mode)
+                              self.gdn_tree_mode, staged)
             else:
                 h = gated_attention(b, layer.attn, h, batch, state.kv[il], c)
             x = b.add(x, h)
@@ -126,7 +118,7 @@ class Qwen35Model(TokenIO):
             if il in batch.capture_layers:
                 captured[il] = x
         logits = self.lm_head(b.take_rows(x, batch.logits_indices))
-        return ForwardOutput(logits=logits, captured=captured)
+        return ForwardOutput(logits=logits, captured=captured, staged=staged)
 
 
 register_arch("qwen35", Qwen35Model)

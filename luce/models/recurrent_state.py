@@ -8,9 +8,10 @@ one-launch decode ops update in place and a captured graph keeps; `conv(il, slot
 of a slot, `store` copies an op's result into it, a snapshot is a copy.
 A fresh or reset slot holds zeros, which is what transformers starts a sequence from.
 
-Tree verify (speculation) leaves a slot's state as it is and stages, per layer, what the
-commit of the accepted path needs (`stage_tree`, a luce.models.gdn_tree.PendingTree);
-`commit_tree(slot, path)` advances every layer along the path, `drop_tree` forgets it.
+Tree verify (speculation) leaves a slot's state as it is; what the commit needs comes back
+from the forward (ForwardOutput.staged, one luce.ops.api.TreeStage per layer) and `commit`
+advances every layer of every tree slot of the step along its accepted path, one launch per
+op per layer (luce.models.commit).
 """
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ class RecurrentState:
         self.gdn_shape = tuple(gdn_shape)     # (Hv, Dk, Dv)
         self._conv: dict[int, Any] = {il: backend.zeros((max_slots, *self.conv_shape)) for il in self.gdn_layers}
         self._gdn: dict[int, Any] = {il: backend.zeros((max_slots, *self.gdn_shape)) for il in self.gdn_layers}
-        self._pending: dict[int, dict[int, Any]] = {}   # slot -> {layer: PendingTree}
 
     def _check(self, layer: int, slot: int) -> None:
         if layer not in self._conv:
@@ -76,7 +76,6 @@ class RecurrentState:
         """Zero every layer's state of `slot` (a new sequence starts there)."""
         if not 0 <= slot < self.max_slots:
             raise IndexError(f"slot {slot} out of range [0, {self.max_slots})")
-        self._pending.pop(slot, None)
         for il in self.gdn_layers:
             self.backend.copy_into(self._conv[il][slot], self.backend.zeros(self.conv_shape))
             self.backend.copy_into(self._gdn[il][slot], self.backend.zeros(self.gdn_shape))
@@ -95,50 +94,12 @@ class RecurrentState:
         for il, (conv, gdn) in snap.layers.items():
             self.store(il, slot, conv, gdn)
 
-    # ---- tree verify ------------------------------------------------------------------------
-    def stage_tree(self, layer: int, slot: int, pending) -> None:
-        """Keep a verified tree's commit data for (layer, slot); the state is unchanged."""
-        self._check(layer, slot)
-        self._pending.setdefault(slot, {})[layer] = pending
-
-    def has_tree(self, slot: int) -> bool:
-        return bool(self._pending.get(slot))
-
-    def staged(self, slot: int) -> dict:
-        """{layer: PendingTree} staged for `slot` (a graph keeps it to re-stage on replay)."""
-        return dict(self._pending.get(slot, {}))
-
-    def restage(self, slot: int, staged: dict, parents) -> None:
-        """Stage `staged` again for `slot` with this step's tree `parents` (a replayed graph
-        wrote the same device arrays; only the host-side parents change)."""
-        import dataclasses
-
-        self._pending[slot] = {il: dataclasses.replace(p, parents=parents) for il, p in staged.items()}
-
-    def drop_tree(self, slot: int) -> None:
-        """Forget a staged tree (its step was aborted, or nothing of it is kept)."""
-        self._pending.pop(slot, None)
-
-    def commit_tree(self, slot: int, path) -> None:
-        """Advance every layer of `slot` along the accepted root path (node ids, root
-        first) of its staged tree, then forget the tree. A slot with no staged tree ran
-        as an AR row (its state already advanced): its path must be (0,)."""
-        from luce.models.gdn_tree import commit_layer
-
-        staged = self._pending.get(slot)
-        if not staged:
-            if list(path) != [0]:
-                raise ValueError(f"slot {slot} has no verified tree to commit (path {list(path)})")
-            return
-        if set(staged) != set(self.gdn_layers):
-            raise ValueError(f"slot {slot}: tree staged for layers {sorted(staged)}, expected {list(self.gdn_layers)}")
-        in_place = getattr(self.backend, "gdn_tree_commit_into", None)
-        if in_place is not None:   # straight into the pools (path may be a graphed commit's arena array)
-            for il in self.gdn_layers:
-                in_place(staged[il], self._conv[il][slot], self._gdn[il][slot], path)
-        else:
-            updates = {il: commit_layer(self.backend, staged[il], self._conv[il][slot], self._gdn[il][slot], path)
-                       for il in self.gdn_layers}
-            for il, (conv, gdn) in updates.items():
-                self.store(il, slot, conv, gdn)
-        del self._pending[slot]
+    # ---- tree commit ------------------------------------------------------------------------
+    def commit(self, staged: dict, commit) -> None:
+        """Advance every GDN layer of the slots of `commit` (luce.models.commit.TreeCommit)
+        along their accepted paths; staged: {layer: TreeStage} of the verify step."""
+        missing = [il for il in self.gdn_layers if il not in staged]
+        if missing:
+            raise ValueError(f"tree commit: the verify step staged no tree data for GDN layers {missing}")
+        for il in self.gdn_layers:
+            self.backend.tree_commit(self._conv[il], self._gdn[il], staged[il], commit)

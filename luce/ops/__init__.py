@@ -81,10 +81,13 @@ def auto_backend_choice() -> tuple[str, str]:
     return "numpy", f"no CUDA ({cuda_reason}); no cpu kernels ({cpu_reason})"
 
 
-def get_backend(name: str = "numpy", threads: int | None = None):
-    """The backend called `name` (BACKENDS): 'auto' picks cuda when the kernel library is built
-    and a GPU is visible, else cpu when its C kernels are built, else numpy. `threads` sets the
-    cpu backend's thread count (default: the cores this process may use)."""
+def get_backend(name="numpy", threads: int | None = None):
+    """The backend called `name` (BACKENDS; a backend instance is returned as it is): 'auto'
+    picks cuda when the kernel library is built and a GPU is visible, else cpu when its C
+    kernels are built, else numpy (auto_backend_choice says why). `threads` sets the cpu
+    backend's thread count (default: the cores this process may use)."""
+    if not isinstance(name, str):
+        return name
     if name == "auto":
         name = auto_backend_choice()[0]
     if name == "numpy":

@@ -17,6 +17,7 @@ Conventions:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -24,10 +25,25 @@ import numpy as np
 Array = Any
 Weight = Any
 
+TREE_MODES = ("factor", "baseline")   # how GDN layers verify tree rows (gdn_step)
+SEG_PAD, SEG_PREFILL, SEG_AR, SEG_TREE = -1, 0, 1, 2   # segment kinds of a step (ForwardBatch.kinds)
+
+
+@dataclass
+class TreeStage:
+    """What one GDN layer's tree verify keeps for the commit, in rows of the step's tree
+    block (rows batch.tree_start.. T-1 of the step, Nt of them; ForwardOutput.staged)."""
+
+    conv_inputs: Array         # [Nt, C] f32 the tree rows' conv inputs
+    mode: str                  # one of TREE_MODES
+    factors: Any = None        # 'factor': luce.ref.gdn_tree.TreeFactors, k [Nt, Hv, Dk], g, beta [Nt, Hv], u [Nt, Hv, Dv]
+    node_states: Any = None    # 'baseline': [Nt, Hv, Dk, Dv] f32, every node's state
+    parents: Any = None        # local parents [Nt] when the stage is one tree (gdn_tree_commit)
+
 
 @runtime_checkable
 class Backend(Protocol):
-    name: str  # 'numpy' | 'cuda' | 'hip'
+    name: str  # 'numpy' | 'cpu' | 'cuda' | 'hip'
 
     # ---- memory -------------------------------------------------------------------------
     def asarray(self, x: np.ndarray) -> Array:
@@ -77,6 +93,10 @@ class Backend(Protocol):
     def concat_rows(self, parts: Sequence[Array]) -> Array:
         """Arrays [n_i, ...] (equal trailing shapes) -> [sum n_i, ...] along axis 0."""
 
+    def concat_cols(self, parts: Sequence[Array]) -> Array:
+        """Arrays [n, w_i] f32 (equal row counts) -> [n, sum w_i] along the last axis
+        (DFlash features: captured target layers side by side)."""
+
     def take_rows(self, x: Array, rows: np.ndarray) -> Array:
         """x [T, ...], rows [L] int -> x[rows] [L, ...] (contiguous)."""
 
@@ -119,7 +139,8 @@ class Backend(Protocol):
     def kv_move_rows(self, kv: Any, src_rows: np.ndarray, dst_rows: np.ndarray) -> None:
         """Copy KV rows src_rows[i] -> dst_rows[i] [n] int (flat rows: page * PAGE_SIZE +
         offset) in kv.k and kv.v, every source read before any destination is written
-        (tree commit moves the accepted rows into place)."""
+        (tree commit moves the accepted rows into place). Pairs (-1, -1) are skipped (padding
+        of a commit of fixed size)."""
 
     def attention(self, q: Array, kv: Any, batch, scale: float, causal: bool = True) -> Array:
         """Paged GQA attention. q [T, Hq, D] f32 (Hq a multiple of Hkv; query head h reads KV
@@ -155,6 +176,34 @@ class Backend(Protocol):
 
     def gated_rmsnorm(self, x: Array, z: Array, weight: Array, eps: float) -> Array:
         """x, z [..., D], weight [D] -> rmsnorm(x) * weight * silu(z)."""
+
+    # ---- one step: every segment of a ForwardBatch, one launch per op ----------------------
+    # Segment kinds (batch.kinds): PREFILL and AR segments update pool[slot] in place
+    # (durable); TREE segments (the batch's tree block, rows tree_start..T-1) read pool[slot]
+    # only. Slots and offsets are the batch's (the step's metadata arena on GPU backends).
+    def conv1d_step(self, x: Array, weight: Array, pool: Array, batch, silu: bool = True) -> Array:
+        """x [T, C] the step's conv inputs, weight [C, K], pool [slots, K-1, C] -> y [T, C]:
+        PREFILL and AR segments causal_conv1d from pool[slot], leaving their new window there;
+        TREE segments conv1d_tree from pool[slot]. Padding rows unspecified."""
+
+    def gdn_step(self, q: Array, k: Array, v: Array, g: Array, beta: Array, pool: Array, batch,
+                 mode: str = "factor") -> tuple[Array, dict | None]:
+        """q, k [T, Hv, Dk], v [T, Hv, Dv], g, beta [T, Hv], pool [slots, Hv, Dk, Dv] ->
+        (o [T, Hv, Dv], tree part of a TreeStage or None without trees).
+        PREFILL segments: chunks cut at absolute multiples of GDN_CHUNK from the segment's
+        first position (luce.ref.gdn_chunked.delta_rule_groups: chunked form, one-token
+        chunks the recurrent step); AR segments: the recurrent step; both from pool[slot],
+        updated in place. TREE segments: gdn_tree_verify(mode) from pool[slot]; the result
+        {'factors': TreeFactors} or {'node_states': ...} covers the tree block's rows."""
+
+    def tree_commit(self, conv_pool: Array, gdn_pool: Array, stage: TreeStage, commit) -> None:
+        """Promote every accepted path of a step into the pools, one launch per op. commit
+        (luce.models.commit.TreeCommit): slots [P], path_indptr [P+1], path_rows [R] (tree
+        block rows, root first), tree_rows [P, 2] (each path's tree, rows [a, b) of the
+        block), parents [Nt] (local parents of the block's rows). For path p on slot s:
+        conv_pool[s] = the last K-1 rows of concat(conv_pool[s], conv_inputs[path rows]);
+        gdn_pool[s] 'factor': the path's factors replayed with the AR step's update (h = exp(g)
+        h; h += k u^T), 'baseline': the state of the path's last node. Slots < 0 are padding."""
 
     # ---- sampling (results on the host) --------------------------------------------------
     def argmax(self, logits: Array) -> np.ndarray:

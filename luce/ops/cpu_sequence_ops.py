@@ -5,12 +5,11 @@ Every method here checks its shapes (ValueError naming them) and hands C-contigu
 arrays to one C call; the C kernels compute each output row in an order fixed by the row's
 own sizes, whatever the batch, the row's position or the thread count (luce/cpu/
 cpu_sequence_ops.h). Tree rows: attention reads `batch.tree_parents` (a node attends like the
-AR row at its position once its path is committed); the GDN tree hooks of
-luce.models.gdn_tree (`gdn_tree_verify`, `gdn_tree_commit`, `gdn_tree_commit_into`) run the
-AR step's C function for 'factor' and 'baseline' modes, so node outputs and committed states
-are bitwise AR decoding's. Still on the numpy references (no reduction a test compares
-bitwise, or not exact by design): add, mul, conv1d ops (float64 elementwise), the 'closed'
-tree mode, KV row moves.
+AR row at its position once its path is committed); the one-tree GDN primitives the host
+step ops route tree segments to (luce/ops/host_step_ops.py: `gdn_tree_verify`,
+`gdn_tree_commit`) run the AR step's C function for 'factor' and 'baseline' modes, so node
+outputs and committed states are bitwise AR decoding's. Still on the numpy references (no
+reduction a test compares bitwise): add, mul, conv1d ops (float64 elementwise), KV row moves.
 
 `gdn_chunked` runs the per-token recurrence (the AR step, state f32 after every token), not
 the chunk form: prefill, AR rows and tree rows are then bitwise consistent whatever the
@@ -207,17 +206,15 @@ class CpuSequenceOps:
         return o
 
     def gdn_tree_verify(self, mode, q, k, v, g, beta, parents, state):
-        """luce.models.gdn_tree's hook: q, k [n, Hv, Dk], v [n, Hv, Dv], g, beta [n, Hv],
-        parents [n] (local, root -1), state [Hv, Dk, Dv] (unchanged) -> (o [n, Hv, Dv],
-        {'factors': TreeFactors (u f32)} | {'node_states': [n, Hv, Dk, Dv]})."""
+        """One tree's verify (luce.ops.host_step_ops routes tree segments here): q, k [n, Hv, Dk],
+        v [n, Hv, Dv], g, beta [n, Hv], parents [n] (local, root -1), state [Hv, Dk, Dv]
+        (unchanged) -> (o [n, Hv, Dv], {'factors': TreeFactors (u f32)} | {'node_states':
+        [n, Hv, Dk, Dv]}), every node bitwise the AR step along its root path."""
         q, k, v, g, beta, state = (_f32(a) for a in (q, k, v, g, beta, state))
         n, H, dk, dv = _gdn_shapes(q, k, v, g, beta, state.shape)
         tp = np.ascontiguousarray(parents, dtype=np.int32)
         if tp.shape != (n,):
             raise ValueError(f"gdn_tree_verify: parents {tp.shape} must be [n={n}]")
-        if mode == "closed":
-            o, U = ref_tree.gdn_tree_closed_form(q, k, v, g, beta, tp, state)
-            return o, {"factors": ref_tree.TreeFactors(k=k.copy(), g=g.copy(), beta=beta.copy(), u=U)}
         o = np.empty((n, H, dv), np.float32)
         if mode == "factor":
             u = np.empty((n, H, dv), np.float32)
@@ -227,41 +224,35 @@ class CpuSequenceOps:
             states = np.empty((n, H, dk, dv), np.float32)
             self._k.gdn_tree_verify(q, k, v, g, beta, tp, state, o, None, states)
             return o, {"node_states": states}
-        raise ValueError(f"GDN tree mode must be 'factor', 'baseline' or 'closed', got {mode!r}")
+        raise ValueError(f"GDN tree mode must be 'factor' or 'baseline', got {mode!r}")
 
-    def gdn_tree_commit(self, pending, conv_state, gdn_state, path):
-        """-> new (conv [K-1, C], gdn [Hv, Dk, Dv]) after the accepted path; inputs unchanged."""
-        conv, gdn = np.array(conv_state, dtype=np.float32), np.array(gdn_state, dtype=np.float32)
-        self.gdn_tree_commit_into(pending, conv, gdn, path)
-        return conv, gdn
-
-    def gdn_tree_commit_into(self, pending, conv_state, gdn_state, path) -> None:
-        """Advance one layer's (conv, gdn) state of a slot in place along `path` (node ids,
-        root first) of `pending` (luce.models.gdn_tree.PendingTree)."""
-        gdn_state = _inplace_f32(gdn_state, "gdn_tree_commit: the GDN state")
+    def gdn_tree_commit(self, stage, conv_state, gdn_state, path):
+        """One tree's commit: (conv [K-1, C], gdn [Hv, Dk, Dv]) advanced along `path` (node ids,
+        root first) of `stage` (a luce.ops.api.TreeStage of one tree) -> new (conv, gdn); the
+        inputs stay as they were. 'factor' replays the path's factors with the AR step's C
+        update (bitwise AR decoding of the path); 'baseline' takes the last node's state."""
+        conv_state = np.array(conv_state, dtype=np.float32)
+        gdn_state = np.array(gdn_state, dtype=np.float32)
         nodes = np.ascontiguousarray(path, dtype=np.int32).reshape(-1)
-        parents = np.asarray(pending.parents)
+        parents = np.asarray(stage.parents)
         if (nodes.size == 0 or nodes[0] != 0 or nodes.max() >= len(parents) or nodes.min() < 0
                 or not np.array_equal(parents[nodes[1:]], nodes[:-1])):
             raise ValueError(f"commit path {nodes.tolist()} must start at the root (0) and follow the parent "
                              f"links of the tree of {len(parents)} nodes")
         width = conv_state.shape[0]   # the last K-1 inputs of (state, the path's inputs)
-        conv_state[...] = np.concatenate([conv_state, np.asarray(pending.conv_inputs)[nodes]])[-width:]
-        if pending.mode == "baseline":
-            gdn_state[...] = pending.node_states[int(nodes[-1])]
-            return
-        f = pending.factors
-        if pending.mode == "closed":
-            gdn_state[...] = ref_tree.gdn_tree_commit_closed_form(gdn_state, f.k, f.g, f.u, nodes.tolist(),
-                                                                  pending.parents)
-            return
+        conv_state = np.ascontiguousarray(np.concatenate([conv_state, np.asarray(stage.conv_inputs)[nodes]])[-width:])
+        if stage.mode == "baseline":
+            return conv_state, np.array(stage.node_states[int(nodes[-1])], dtype=np.float32)
+        if stage.mode != "factor":
+            raise ValueError(f"GDN tree mode must be 'factor' or 'baseline', got {stage.mode!r}")
+        f = stage.factors
         k, g, u = _f32(f.k), _f32(f.g), _f32(f.u)
         n, H, dk = k.shape
         if g.shape != (n, H) or u.shape[:2] != (n, H) or gdn_state.shape != (H, dk, u.shape[2]):
             raise ValueError(f"gdn_tree_commit: factors k {k.shape}, g {g.shape}, u {u.shape} do not match "
                              f"the state {gdn_state.shape}")
-        tp = np.ascontiguousarray(pending.parents, dtype=np.int32)
-        self._k.gdn_tree_commit(k, g, u, tp, nodes, gdn_state)
+        self._k.gdn_tree_commit(k, g, u, np.ascontiguousarray(parents, dtype=np.int32), nodes, gdn_state)
+        return conv_state, gdn_state
 
     # ---- greedy and top-k (host logits) ------------------------------------------------------
     def argmax(self, logits) -> np.ndarray:

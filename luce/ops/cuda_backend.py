@@ -6,7 +6,8 @@ them on the fly. Every launch and copy goes to one stream (`self.stream`); ops n
 synchronize with the host except those returning host arrays (`to_numpy`, `argmax`,
 `top_k_logprobs`). Ops never modify their inputs (the recurrent state keeps references:
 a snapshot is the arrays of a slot); `kv_write` / `kv_move_rows` write the KV pages in place.
-Attention, KV and the Gated DeltaNet ops are in luce/ops/cuda_sequence_ops.py, argmax and
+Attention, KV and the Gated DeltaNet ops are in luce/ops/cuda_sequence_ops.py, the step ops
+over every segment (and the tree commit) in luce/ops/cuda_step_ops.py, argmax and
 top-k in luce/ops/cuda_sampling_ops.py, elementwise ops in luce/ops/cuda_pointwise_ops.py,
 graph capture in luce/ops/cuda_graph.py.
 """
@@ -25,6 +26,7 @@ from luce.ops.cuda_memory import check
 from luce.ops.cuda_sampling_ops import SamplingOps
 from luce.ops.cuda_sequence_ops import SequenceOps
 from luce.ops.cuda_step_meta import Mirrors
+from luce.ops.cuda_step_ops import StepOps
 
 DTYPES = (np.float32, np.int32, np.int64)
 
@@ -61,16 +63,13 @@ def _qtype_name(qtype: int) -> str:
         return f"ggml type {qtype}"
 
 
-class CudaBackend(SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
+class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
     """luce.ops.api.Backend on one CUDA device; Array = CudaArray, Weight = QuantWeight."""
 
     name = "cuda"
-    supports_tree_rows = True
     supports_graphs = True
 
-    def __init__(self, tree_kernels: bool = True):
-        """tree_kernels=False keeps tree rows on the host references even when the tree
-        kernels are built (see use_tree_kernels)."""
+    def __init__(self):
         from luce import _cuda_matmul
         from luce.ops.native import load_kernels
 
@@ -82,7 +81,7 @@ class CudaBackend(SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
         self.staging = StagingRing(self.stream)
         self.matmul_qtypes = dict(_cuda_matmul.QTYPES)
         self.mirrors = Mirrors()
-        self._init_sequence_ops(tree_kernels)
+        self._init_sequence_ops()
         self._init_graphs()
 
     # ---- memory ---------------------------------------------------------------------------

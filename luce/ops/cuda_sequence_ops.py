@@ -1,17 +1,14 @@
 """The CUDA backend's sequence ops: paged KV writes and moves, attention over the batch's
-CSR, causal conv1d and the Gated DeltaNet delta rule (mixed into CudaBackend).
+CSR (prefill, AR and tree rows), causal conv1d and the Gated DeltaNet delta rule (mixed into
+CudaBackend; the step ops over every segment are luce/ops/cuda_step_ops.py).
 
 The ForwardBatch metadata (CSR, slots, KV destinations, parents) is read from the step's
-arena (luce/ops/cuda_step_meta.py: one upload per step, fixed addresses in a graph). Tree rows run on the tree kernels
-when the build has them (attention `tree_parents`, and the GDN tree verify / commit of
-luce/ops/cuda_tree_ops.py as the luce.models.gdn_tree hooks), which keep tree nodes bitwise
-equal to AR decoding. Host fallbacks, each named where it is taken:
-- tree rows without the tree kernels (or `use_tree_kernels(False)`): q and the pages the
-  batch reads go to the host, the reference (luce/ref/tree_attention.py) runs there, the
-  result comes back; the GDN tree ops run luce/ref/gdn_tree.py on host copies;
-- shapes the kernels do not take (attention head_dim not 64/128/256 or more than 16 query
-  heads per KV head; GDN Dk not 64/128/256 or Dv not a multiple of 32), with a warning
-  once per op: the same host round trip through the numpy references.
+arena (luce/ops/cuda_step_meta.py: one upload per step, fixed addresses in a graph). Tree
+rows run on the attention kernel's tree path, bitwise equal to AR decoding. Shapes the
+kernels do not take (attention head_dim not 64/128/256 or more than 16 query heads per KV
+head; GDN Dk not 64/128/256 or Dv not a multiple of 32) run the numpy references on a host
+round trip, counted in `host_fallbacks`; `host_work(model)` names them before a model is
+served, so an engine refuses it at start rather than fall back in silence.
 """
 from __future__ import annotations
 
@@ -30,57 +27,26 @@ GDN_CHUNK = 64
 class SequenceOps:
     """Mixin of CudaBackend (uses its empty/upload/to_numpy/_f32/memcpy/stream)."""
 
-    def _init_sequence_ops(self, tree_kernels: bool = True) -> None:
+    def _init_sequence_ops(self) -> None:
         self.host_fallbacks: dict[str, int] = {}   # op -> calls that ran on the host
-        self.use_tree_kernels(tree_kernels)
 
-    @staticmethod
-    def tree_kernels_available() -> bool:
-        """Does the build have the tree kernels (attention tree_parents, GDN tree verify and
-        commit, conv1d tree)?"""
-        from luce import _cuda_attention
-
-        try:
-            from luce import _cuda_gdn_tree, _cuda_tree_conv  # noqa: F401
-        except ImportError:
-            return False
-        return bool(getattr(_cuda_attention, "SUPPORTS_TREE_PARENTS", False))
-
-    def use_tree_kernels(self, on: bool) -> None:
-        """Tree rows on the device kernels (on, when built) or on the host references: the
-        attention's tree path and the luce.models.gdn_tree hooks (conv1d_tree,
-        gdn_tree_verify, gdn_tree_commit; None makes gdn_tree take its host path)."""
-        on = bool(on) and self.tree_kernels_available()
-        self.tree_attention_kernel = on
-        for name in ("conv1d_tree", "gdn_tree_verify", "gdn_tree_commit", "gdn_tree_commit_into"):
-            if on:
-                self.__dict__.pop(name, None)
-            else:
-                setattr(self, name, None)
-
-    # ---- tree verify / commit of GDN layers: luce/ops/cuda_tree_ops.py ------------------------------
-    def conv1d_tree(self, x, weight, state, parents):
-        from luce.ops import cuda_tree_ops
-
-        return cuda_tree_ops.conv1d_tree(self, x, weight, state, parents)
-
-    def gdn_tree_verify(self, mode, q, k, v, g, beta, parents, state):
-        from luce.ops import cuda_tree_ops
-
-        return cuda_tree_ops.gdn_tree_verify(self, mode, q, k, v, g, beta, parents, state)
-
-    def gdn_tree_commit(self, pending, conv_state, gdn_state, path):
-        from luce.ops import cuda_tree_ops
-
-        return cuda_tree_ops.gdn_tree_commit(self, pending, conv_state, gdn_state, path)
-
-    def gdn_tree_commit_into(self, pending, conv_state, gdn_state, path):
-        from luce.ops import cuda_tree_ops
-
-        return cuda_tree_ops.gdn_tree_commit_into(self, pending, conv_state, gdn_state, path)
+    def device_limits(self, op: str, **dims) -> str | None:
+        """Why `op` at these dims would run on the host here (None: on the device); ops:
+        'attention' (head_dim, n_heads, n_kv_heads), 'gdn' (dk, dv), 'windowed attention'."""
+        if op == "attention":
+            D, Hq, Hkv = dims["head_dim"], dims["n_heads"], dims["n_kv_heads"]
+            if D not in ATTENTION_HEAD_DIMS or Hq % Hkv or Hq // Hkv > ATTENTION_MAX_GROUP:
+                return (f"attention with head_dim {D}, {Hq} query / {Hkv} KV heads (kernel: head_dim in "
+                        f"{ATTENTION_HEAD_DIMS}, at most {ATTENTION_MAX_GROUP} query heads per KV head)")
+        elif op == "gdn":
+            if dims["dk"] not in GDN_KEY_DIMS or dims["dv"] % 32:
+                return f"Gated DeltaNet with Dk {dims['dk']}, Dv {dims['dv']} (kernel: Dk in {GDN_KEY_DIMS}, Dv % 32 == 0)"
+        elif op == "windowed attention":
+            return "sliding-window attention of the draft (no window in the attention kernel yet)"
+        return None
 
     def _host_fallback(self, op: str, why: str) -> None:
-        if op not in self.host_fallbacks and not op.startswith("tree"):
+        if op not in self.host_fallbacks:
             warnings.warn(f"CUDA backend: {op} runs on the host ({why})", RuntimeWarning, stacklevel=3)
         self.host_fallbacks[op] = self.host_fallbacks.get(op, 0) + 1
 
@@ -112,13 +78,16 @@ class SequenceOps:
 
     def kv_move_rows(self, kv, src_rows: np.ndarray, dst_rows: np.ndarray) -> None:
         """KV rows (flat: page * PAGE_SIZE + offset) src_rows[i] -> dst_rows[i] in k and v,
-        every source read before any destination is written."""
+        every source read before any destination is written; pairs (-1, -1) are skipped (the
+        gather kernel skips negative rows)."""
         from luce import _cuda_gather as kg
 
         src = np.asarray(src_rows, dtype=np.int64).reshape(-1)
         dst = np.asarray(dst_rows, dtype=np.int64).reshape(-1)
         n_rows = kv.k.shape[0] * kv.k.shape[1]
-        if src.shape != dst.shape or (src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n_rows)):
+        used = (src >= 0) & (dst >= 0) if src.shape == dst.shape else None   # (-1, -1): padding
+        bad = used is None or ((src < 0) != (dst < 0)).any()
+        if bad or (used.any() and max(src[used].max(), dst[used].max()) >= n_rows):
             raise IndexError(f"kv_move_rows: rows {src.tolist()} -> {dst.tolist()} outside [0, {n_rows})")
         if src.size == 0:
             return
@@ -136,12 +105,7 @@ class SequenceOps:
         q = self._f32(q)
         T, Hq, D = q.shape
         Hkv = kv.k.shape[2]
-        parents = getattr(batch, "tree_parents", None)
-        if parents is not None and not self.tree_attention_kernel:
-            if (np.asarray(parents) >= 0).any():
-                self._host_fallback("tree attention", "the attention kernel has no tree_parents yet")
-                return self._host_attention(q, kv, batch, scale, causal)
-            parents = None   # no tree rows: the plain kernel
+        parents = getattr(batch, "tree_parents", None) if batch.has_trees else None
         if D not in ATTENTION_HEAD_DIMS or Hq % Hkv or Hq // Hkv > ATTENTION_MAX_GROUP:
             self._host_fallback("attention", f"head_dim {D} (kernel: {ATTENTION_HEAD_DIMS}), "
                                              f"{Hq} query / {Hkv} KV heads (kernel: group <= {ATTENTION_MAX_GROUP})")
@@ -283,7 +247,7 @@ class SequenceOps:
     def gdn_chunked(self, q, k, v, g, beta, state, chunk: int = GDN_CHUNK):
         """Chunks cut at multiples of 64 from the call's first row (as the numpy reference;
         the model calls it with groups that start on absolute multiples or stay inside one
-        chunk, luce.models.gdn_layer.delta_rule_groups)."""
+        chunk, luce.ref.gdn_chunked.delta_rule_groups)."""
         if chunk != GDN_CHUNK:
             raise ValueError(f"the CUDA gdn_chunked kernel cuts chunks of {GDN_CHUNK} tokens, got chunk={chunk}")
         return self._gdn("gdn_chunked", q, k, v, g, beta, state, chunk=chunk)

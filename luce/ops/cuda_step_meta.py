@@ -8,7 +8,8 @@ same addresses (`pack` gives the same layout), one host-to-device copy.
 
 Ops find the arena by the batch (`meta_of`), and host arrays of the batch by identity
 (`Mirrors`): `backend.embedding(table, batch.token_ids)` reads the arena's copy, and so does
-any numpy view of a mirrored array (segment_tree_parents' slices).
+any numpy view of a mirrored array. What the arena holds is the batch's (ForwardBatch.
+step_arrays): ops never import luce.models.
 """
 from __future__ import annotations
 
@@ -17,36 +18,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from luce.models.kv_cache import PAGE_SIZE, bucket
-
 ALIGN = 16
 
 
 def step_arrays(batch) -> dict[str, np.ndarray]:
-    """The per-step arrays of `batch`, in arena order and device dtypes."""
-    from luce.models.tree_rows import local_tree_parents
-
-    pages, offsets, _ = batch.row_kv_locations()
-    i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32).reshape(-1)  # noqa: E731
-    out = dict(token_ids=i32(batch.token_ids), positions=np.ascontiguousarray(batch.positions, dtype=np.int32),
-               qo_indptr=i32(batch.qo_indptr), kv_indptr=i32(batch.kv_indptr), kv_indices=i32(batch.kv_indices),
-               kv_last_page_len=i32(batch.kv_last_page_len), seq_slots=i32(batch.seq_slots),
-               kv_dst=np.where(pages >= 0, pages * PAGE_SIZE + offsets, -1).astype(np.int64),
-               logits_indices=np.ascontiguousarray(batch.logits_indices, dtype=np.int64).reshape(-1))
-    if batch.tree_parents is not None:
-        out["tree_parents"] = i32(batch.tree_parents)
-        out["local_parents"] = i32(local_tree_parents(batch))
-    return out
-
-
-def max_kv_span(batch) -> int:
-    """KV rows the attention grid covers: the largest live segment's pages, bucketed (the grid
-    of a graph is sized by the bucket)."""
-    most = 0
-    for s in range(batch.n_segments):
-        if batch.seq_slots[s] >= 0:
-            most = max(most, int(batch.kv_indptr[s + 1] - batch.kv_indptr[s]))
-    return bucket(most) * PAGE_SIZE
+    """The per-step arrays of `batch` (a luce.models.batch.ForwardBatch, duck typed: its
+    step_arrays()), in arena order and device dtypes."""
+    return batch.step_arrays()
 
 
 def pack(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, tuple[int, np.dtype, tuple]]]:
@@ -120,7 +98,6 @@ class Mirrors:
 def bind(backend, batch, allocator=None) -> StepMeta:
     """Upload `batch`'s arena (from `allocator`, a graph's pool, when given), remember it on
     the batch and register the batch's host arrays as mirrors."""
-    from luce.models.tree_rows import local_tree_parents
     from luce.ops.cuda_array import Block, CudaArray
 
     arrays = step_arrays(batch)
@@ -129,13 +106,11 @@ def bind(backend, batch, allocator=None) -> StepMeta:
     device = CudaArray(block, block.ptr, buf.shape, np.uint8, backend)
     backend.staging.upload(device.ptr, buf)
     live = [s for s in range(batch.n_segments) if batch.seq_slots[s] >= 0]
-    meta = StepMeta(device, layout, max_kv_span(batch),
+    meta = StepMeta(device, layout, batch.kv_span,
                     any(batch.qo_indptr[s + 1] > batch.qo_indptr[s] for s in live))
     batch.__dict__["_cuda_step_meta"] = meta
     for name in MIRRORED:
         backend.mirrors.add(getattr(batch, name), meta.view(name))
-    if batch.tree_parents is not None:
-        backend.mirrors.add(local_tree_parents(batch), meta.view("local_parents"))
     return meta
 
 
@@ -143,7 +118,7 @@ def rewrite(backend, meta: StepMeta, batch) -> None:
     """Pack `batch` into an existing arena (a replayed graph's); the layout must match."""
     buf, layout = pack(step_arrays(batch))
     if layout.keys() != meta.layout.keys() or any(
-            layout[k][1:] != meta.layout[k][1:] for k in layout) or max_kv_span(batch) != meta.max_kv:
+            layout[k][1:] != meta.layout[k][1:] for k in layout) or batch.kv_span != meta.max_kv:
         raise ValueError("the step does not fit the graph's metadata arena (a graph key that does not fix "
                          "every shape)")
     backend.staging.upload(meta.device.ptr, buf)

@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from luce.ops.host_step_ops import HostStepOps
 from luce.ref import attention as ref_attention
 from luce.ref import matmul as ref_matmul
 from luce.ref import pointwise as ref_pointwise
@@ -32,11 +33,10 @@ def _live_segments(batch):
             yield s, r0, r1, int(batch.seq_slots[s])
 
 
-class NumpyBackend:
+class NumpyBackend(HostStepOps):
     """luce.ops.api.Backend on numpy; Array = np.ndarray, Weight = f32 np.ndarray [N, K]."""
 
     name = "numpy"
-    supports_tree_rows = True
 
     # ---- memory -------------------------------------------------------------------------
     def asarray(self, x: np.ndarray) -> np.ndarray:
@@ -102,6 +102,11 @@ class NumpyBackend:
             raise ValueError("concat_rows needs at least one array")
         return np.concatenate([np.asarray(p) for p in parts], axis=0)
 
+    def concat_cols(self, parts: Sequence[np.ndarray]) -> np.ndarray:
+        if not parts:
+            raise ValueError("concat_cols needs at least one array")
+        return np.ascontiguousarray(np.concatenate([_f32(p) for p in parts], axis=-1))
+
     def take_rows(self, x, rows: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(x[np.asarray(rows, dtype=np.int64)])
 
@@ -139,6 +144,8 @@ class NumpyBackend:
     def kv_move_rows(self, kv, src_rows, dst_rows) -> None:
         src = np.asarray(src_rows, dtype=np.int64).reshape(-1)
         dst = np.asarray(dst_rows, dtype=np.int64).reshape(-1)
+        keep = (src >= 0) & (dst >= 0)
+        src, dst = src[keep], dst[keep]
         for pool in (kv.k, kv.v):
             flat = pool.reshape(-1, *pool.shape[2:])   # a view: rows page * PAGE_SIZE + offset
             flat[dst] = flat[src].copy()               # every source read before any write
@@ -154,7 +161,7 @@ class NumpyBackend:
             _f32(q), kv.k, kv.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
             batch.kv_last_page_len, batch.seq_slots, scale, causal)
 
-    # ---- hybrid ops: the hybrid engineer's references, imported on first use --------------
+    # ---- hybrid ops (step ops and tree primitives: luce/ops/host_step_ops.py) ---------------
     def causal_conv1d(self, x, weight, state, silu: bool = True):
         from luce.ref.conv1d import causal_conv1d
 

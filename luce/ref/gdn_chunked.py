@@ -37,6 +37,26 @@ def chunk_spans(start_pos: int, n_tokens: int, chunk: int = GDN_CHUNK) -> list[t
     return spans
 
 
+def delta_rule_groups(start_pos: int, n: int) -> list[tuple[int, int, str]]:
+    """How a prefill segment of n rows starting at absolute position start_pos runs the delta
+    rule: [(begin, end, 'chunked' | 'recurrent')]. Chunks are cut at absolute multiples of
+    GDN_CHUNK; a chunk of one token takes the recurrent step (the AR-row arithmetic), and
+    aligned chunks of more than one token share one chunked call. A row's result then
+    depends only on its position and the tokens before it, never on how the prompt was cut
+    into segments on chunk multiples, nor on whether a one-row segment is a prefill tail or
+    an AR row (cuda/gdn_chunked.cu walks a segment the same way)."""
+    groups: list[tuple[int, int, str]] = []
+    for begin, end in chunk_spans(start_pos, n, GDN_CHUNK):
+        kind = "recurrent" if end - begin == 1 else "chunked"
+        aligned = (start_pos + begin) % GDN_CHUNK == 0
+        if kind == "chunked" and aligned and groups and groups[-1][2] == "chunked" \
+                and (start_pos + groups[-1][0]) % GDN_CHUNK == 0:
+            groups[-1] = (groups[-1][0], end, kind)
+        else:
+            groups.append((begin, end, kind))
+    return groups
+
+
 def _one_chunk(q, k, v, g, beta, h):
     """float64 per head: q, k [H, L, Dk], v [H, L, Dv], g, beta [H, L], h [H, Dk, Dv]
     -> (o [H, L, Dv], new h)."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from luce.ref.gdn_recurrent import check_gdn_shapes, gdn_replay, gdn_step
+from luce.ref.tree import check_parents, check_path
 
 
 @dataclass
@@ -36,16 +37,6 @@ class TreeFactors:
     g: np.ndarray      # [N, Hv] f32
     beta: np.ndarray   # [N, Hv] f32 (kept for the closed form; replay does not read it)
     u: np.ndarray      # [N, Hv, Dv] float64: beta (v - (exp(g) h_parent)^T k)
-
-
-def check_parents(parents: np.ndarray, n: int) -> np.ndarray:
-    """Validate a parent array [n] (root first, parents precede children) -> int64 copy."""
-    parents = np.asarray(parents, dtype=np.int64)
-    if parents.shape != (n,) or n == 0:
-        raise ValueError(f"tree parents must be [N={n}] with N >= 1, got shape {parents.shape}")
-    if parents[0] != -1 or any(not 0 <= parents[i] < i for i in range(1, n)):
-        raise ValueError(f"tree parents {parents.tolist()} must be -1 for node 0 and < i for node i")
-    return parents
 
 
 def children_lists(parents: np.ndarray) -> list[list[int]]:
@@ -62,14 +53,6 @@ def subtree_sizes(parents: np.ndarray) -> np.ndarray:
     for i in range(len(parents) - 1, 0, -1):
         sizes[parents[i]] += sizes[i]
     return sizes
-
-
-def check_path(path, parents: np.ndarray) -> list[int]:
-    """A committed path: the root then each next node a child of the previous."""
-    path = [int(p) for p in path]
-    if not path or path[0] != 0 or any(parents[b] != a for a, b in zip(path, path[1:])):
-        raise ValueError(f"commit path {path} must start at the root (0) and follow parent links")
-    return path
 
 
 def gdn_tree_verify(q, k, v, g, beta, parents, state) -> tuple[np.ndarray, TreeFactors, int]:

@@ -11,14 +11,3 @@ def rmsnorm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     x64 = x.astype(np.float64)
     scale = 1.0 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
     return (x64 * scale * weight.astype(np.float64)).astype(np.float32)
-
-
-def rmsnorm_residual(x: np.ndarray, residual: np.ndarray, weight: np.ndarray,
-                     eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """x, residual [..., D] f32, weight [D] -> (out, sum) [..., D] f32 with sum = x + residual
-    rounded to f32 (the new hidden state, as the numpy backend's `add` makes it) and
-    out = rmsnorm(sum, weight, eps)."""
-    if x.shape != residual.shape:
-        raise ValueError(f"rmsnorm_residual: x {x.shape} and residual {residual.shape} differ")
-    total = np.add(x, residual, dtype=np.float32)
-    return rmsnorm(total, weight, eps), total

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from luce.ref.attention import attend_row, gather_kv
-from luce.ref.gdn_tree import check_parents
+from luce.ref.tree import check_parents
 
 
 def tree_key_indices(prefix_len: int, parents: np.ndarray, node: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from luce.ref.conv1d import causal_conv1d
-from luce.ref.gdn_tree import check_parents, check_path
+from luce.ref.tree import check_parents, check_path
 
 
 def path_window(x: np.ndarray, state: np.ndarray, parents: np.ndarray, node: int) -> np.ndarray:

@@ -10,8 +10,10 @@ snapshot, so it never blocks the engine and the engine never blocks it.
         send(event.text)                                        # until event.finish_reason
     handle.cancel()                                             # any time; slot freed next step
 
-Token ids become text on the event loop (`OutputAssembler`): stop strings, end-of-generation
-tokens and max_tokens end a request there too, and the engine is told to drop it.
+The core decides everything about a request's output (the engine's one stop rule,
+luce.engine.output_stream: stop ids, end-of-generation tokens, stop strings, max_tokens, the
+context): each StepOutput carries the tokens taken, the text that can no longer change and
+the finish. The bridge only renders it.
 """
 from __future__ import annotations
 
@@ -23,8 +25,6 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from luce.server.textstream import OutputAssembler
-
 log = logging.getLogger("luce.server")
 
 
@@ -35,6 +35,8 @@ class StepOutput:
     token_ids: tuple[int, ...] = ()      # new tokens (several with speculation, none mid-prefill)
     finish_reason: str | None = None     # "stop" | "length" | "error" when the core ended it
     error: str | None = None             # message when finish_reason == "error"
+    text: str = ""                       # text of these tokens that can no longer change
+    stop_string: str | None = None       # the stop string that ended the output, if one did
 
 
 @dataclass(frozen=True)
@@ -105,28 +107,16 @@ class GenerationEvent:
 class RequestHandle:
     """One submitted request on the event loop side: an async iterator of GenerationEvents."""
 
-    def __init__(self, bridge: "EngineBridge", request_id: str, n_prompt: int, assembler: OutputAssembler,
-                 loop: asyncio.AbstractEventLoop):
+    def __init__(self, bridge: "EngineBridge", request_id: str, n_prompt: int, loop: asyncio.AbstractEventLoop):
         self.request_id = request_id
         self.n_prompt = n_prompt
+        self.n_generated = 0                 # tokens the core emitted for this request
+        self.text = ""                       # everything rendered so far
+        self.stop_string: str | None = None  # the stop string that ended the generation, if one did
         self._bridge = bridge
-        self._assembler = assembler
         self._loop = loop
         self._queue: asyncio.Queue[StepOutput] = asyncio.Queue()
         self._closed = False
-
-    @property
-    def n_generated(self) -> int:
-        return self._assembler.n_tokens
-
-    @property
-    def text(self) -> str:
-        return self._assembler.text
-
-    @property
-    def stop_string(self) -> str | None:
-        """The stop string that ended the generation, if one did."""
-        return self._assembler.stop_string
 
     def _deliver(self, out: StepOutput) -> None:
         """Engine thread -> event loop."""
@@ -153,25 +143,25 @@ class RequestHandle:
                 continue
             if event.finish_reason is not None:
                 self._closed = True
-                if out.finish_reason is None:   # we ended it (stop string, eos, max): tell the core
-                    self._bridge._cancel(self.request_id)
                 self._bridge._release(self.request_id)
             return event
         raise StopAsyncIteration
 
     def _event(self, out: StepOutput) -> GenerationEvent | None:
+        """Render one StepOutput (the core already applied every stop rule)."""
+        tokens = tuple(int(t) for t in out.token_ids)
+        self.n_generated += len(tokens)
+        self.text += out.text
+        if out.stop_string is not None:
+            self.stop_string = out.stop_string
         if out.finish_reason == "error":
-            piece = self._assembler.finish("error")
-            return GenerationEvent((), piece.text, "error", out.error or "engine error")
-        piece = self._assembler.push(out.token_ids)
-        text, reason = piece.text, piece.finish_reason
-        if reason is None and out.finish_reason is not None:
-            reason = out.finish_reason if out.finish_reason in ("stop", "length") else "stop"
-            text += self._assembler.finish(reason).text
-        tokens = tuple(int(t) for t in out.token_ids[: piece.n_tokens])
-        if reason is None and not text and not tokens:
+            return GenerationEvent(tokens, out.text, "error", out.error or "engine error")
+        reason = out.finish_reason
+        if reason is not None and reason not in ("stop", "length"):
+            reason = "stop"
+        if reason is None and not out.text and not tokens:
             return None
-        return GenerationEvent(tokens, text, reason)
+        return GenerationEvent(tokens, out.text, reason)
 
 
 class EngineBridge:
@@ -227,9 +217,7 @@ class EngineBridge:
             raise QueueFullError()
         if request_id in self._live:
             raise ValueError(f"request id {request_id!r} is already live")
-        assembler = OutputAssembler(self.tokenizer, max_tokens=params.max_tokens, stop=params.stop,
-                                    stop_token_ids=params.stop_token_ids, ignore_eos=params.ignore_eos)
-        handle = RequestHandle(self, request_id, len(prompt_ids), assembler, asyncio.get_running_loop())
+        handle = RequestHandle(self, request_id, len(prompt_ids), asyncio.get_running_loop())
         self._live.add(request_id)
         with self._cv:
             self._inbox.append((request_id, list(prompt_ids), params, handle))

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Sequence
 
 from luce.ops import BACKENDS
+from luce.spec.config import DRAFT_KINDS as KINDS
+from luce.spec.config import MODES
 from luce.server.bridge import EngineBridge, EngineStats, ModelInfo, StepOutput
 from luce.server.kv_budget import DEFAULT_KV_MEMORY, free_memory_bytes, parse_kv_memory, plan_context
 
 log = logging.getLogger("luce.server")
 
-SPEC_MODES = ("off", "chain", "ddtree", "specla")
-DRAFT_KINDS = ("dflash", "model", "ngram")
+SPEC_MODES, DRAFT_KINDS = MODES, KINDS   # the one list of each: luce.spec.config
 
 
 class LuceEngineCore:
@@ -47,8 +48,9 @@ class LuceEngineCore:
         for update in self.engine.step():
             if update.finish_reason is not None:
                 self.engine.requests.pop(update.request_id, None)
+            stop = update.stop_reason if isinstance(update.stop_reason, str) else None
             outputs.append(StepOutput(update.request_id, tuple(update.token_ids), update.finish_reason,
-                                      update.error))
+                                      update.error, update.text, stop))
         return outputs
 
     def stats(self) -> EngineStats:
@@ -149,7 +151,7 @@ def check_backend_available(name: str) -> None:
         raise ValueError(f"--backend {name}: {error}")
 
 
-def resolve_backend(name: str, threads: int | None = None):
+def backend_line(name: str, threads: int | None = None):
     """(backend instance, a line saying which backend and why). 'auto' takes cuda, then cpu,
     then numpy (luce.ops.auto_backend_choice)."""
     from luce.ops import auto_backend_choice, get_backend
@@ -189,9 +191,9 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     options.check()
     check_backend_available(options.backend)  # before fetching models it could not run
     target, draft = resolve_models(options, progress)
-    backend, backend_line = resolve_backend(options.backend, options.threads)
+    backend, chosen = backend_line(options.backend, options.threads)
     backend_name = backend.name
-    say(f"luce: loading {target} on the {backend_line} backend ...")
+    say(f"luce: loading {target} on the {chosen} backend ...")
     t0 = time.monotonic()
     model = load_model(target, backend)
     tokenizer = Tokenizer.from_gguf(target)

@@ -152,7 +152,8 @@ GRAPH_COUNTERS = {   # luce.models.graph_cache.GraphCache.counters: target forwa
     "replays": "Forward passes and tree commits replayed from a captured CUDA graph (target and draft model).",
     "captures": "CUDA graphs captured (one per graph key).",
     "rebuilds": "CUDA graphs captured again for a key whose graph was dropped (state or slot topology changed).",
-    "eager_steps": "Forward passes and commits run eagerly on a graph-capable backend (prompt chunks, a shape's first step).",
+    "eager_steps": "Forward passes and commits run eagerly on a graph-capable backend (a key's first step, or why in "
+                   "luce_graph_eager_total).",
     "failures": "Graph keys that could not be captured and stay eager.",
 }
 
@@ -189,6 +190,9 @@ class ServerMetrics:
                                 "Mean tokens committed per request per engine step (1 without speculation).")
         self.steps = Counter(f"{p}_engine_steps_total", "Engine steps run.")
         self.graphs = {name: Counter(f"{p}_graph_{name}_total", help_text) for name, help_text in GRAPH_COUNTERS.items()}
+        self.eager = Counter(f"{p}_graph_eager_total", "Eager forward passes and commits on a graph-capable backend, "
+                             "by why ('first call of a key' is warm-up; anything else a step that cannot replay).",
+                             ("reason",))
         self._own = [self.requests, self.finished, self.rejected, self.prompt_tokens, self.generation_tokens,
                      self.ttft, self.itl, self.e2e, self.tokens_per_event]
 
@@ -205,8 +209,10 @@ class ServerMetrics:
             self.steps.mirror(stats.steps)
             for name, counter in self.graphs.items():
                 counter.mirror(stats.graphs.get(name, 0))
+            for reason, n in stats.graphs.get("eager_reasons", {}).items():
+                self.eager.mirror(n, reason=reason)
             engine += [self.slots_busy, self.slots_total, self.queue_depth, self.kv_used, self.kv_free,
-                       self.acceptance, self.steps, *self.graphs.values()]
+                       self.acceptance, self.steps, *self.graphs.values(), self.eager]
         lines: list[str] = []
         for metric in self._own + engine:
             lines += metric.render()

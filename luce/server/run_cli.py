@@ -13,7 +13,6 @@ import sys
 import time
 
 from luce.server.engine_core import BACKENDS, ServeOptions, add_spec_arguments, load_engine, spec_options
-from luce.server.textstream import OutputAssembler
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,8 +77,8 @@ def main(argv=None) -> int:
     params = SamplingParams(max_tokens=min(args.max_tokens, info.n_ctx - len(ids)), temperature=args.temp,
                             top_k=args.top_k, top_p=args.top_p, min_p=args.min_p, seed=args.seed,
                             stop=tuple(args.stop))
-    text = OutputAssembler(tokenizer, max_tokens=params.max_tokens, stop=params.stop)
     t0 = time.monotonic()
+    n_tokens = 0
     rid = engine.add_request(ids, params, request_id="run")
     t_first = None
     decode_steps = 0
@@ -92,17 +91,16 @@ def main(argv=None) -> int:
                     print(f"\nluce-run: generation failed: {update.error}", file=sys.stderr)
                     return 1
                 if update.token_ids:
+                    n_tokens += len(update.token_ids)
                     if t_first is None:
                         t_first = time.monotonic()
                     else:
                         decode_steps += 1
-                piece = text.push(update.token_ids)
-                if piece.finish_reason is None and update.finish_reason is not None:
-                    piece = text.finish(update.finish_reason)
-                sys.stdout.write(piece.text)
+                sys.stdout.write(update.text)     # the engine applied max_tokens and the stop strings
                 sys.stdout.flush()
-            if text.finished:
-                reason = text.finish_reason
+                if update.finish_reason is not None:
+                    reason = update.finish_reason
+            if reason != "cancelled":
                 break
             if not updates and not engine.has_unfinished():
                 break
@@ -111,7 +109,7 @@ def main(argv=None) -> int:
     t_end = time.monotonic()
     sys.stdout.write("\n")
     first = t_first if t_first is not None else t_end
-    say(format_stats(len(ids), first - t0, text.n_tokens, t_end - first, decode_steps, reason))
+    say(format_stats(len(ids), first - t0, n_tokens, t_end - first, decode_steps, reason))
     return 0
 
 

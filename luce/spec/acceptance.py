@@ -1,16 +1,13 @@
 """Lossless acceptance of a verified draft tree (DESIGN.md section 2 step 6).
 
 Walk from the root: at node i the target picks the token at position
-root_position + depth[i] + 1 exactly as plain decoding would (greedy: argmax, lowest id on
-ties; sampled: the engine sampler with the (seed, position) draw and the penalties of the
-tokens emitted so far). If a child of i carries that token, descend into it (a draft
-accepted); otherwise that token is the bonus and the walk ends. The emitted tokens are
-therefore exactly those plain decoding emits, and every verify emits at least one token
-(a tree whose every draft is wrong still yields the target's own next token).
-
-Position convention: `root_position` is the absolute position of the root token (the
-slot's newest token); the draw for the token at absolute position n is rng.uniform(seed, n),
-as in `luce.engine.sampler.sample_token(..., position=n)`.
+root_position + depth[i] + 1 exactly as plain decoding would (`choose`: the caller's
+sampler, e.g. the engine's: argmax with the lowest id on ties, or the (seed, position) draw
+with the penalties of the tokens emitted so far). If a child of i carries that token,
+descend into it (a draft accepted); otherwise that token is the bonus and the walk ends.
+The emitted tokens are therefore exactly those plain decoding emits, and every verify emits
+at least one token (a tree whose every draft is wrong still yields the target's own next
+token). Acceptance is pure: it reads the target's choices and changes nothing.
 """
 from __future__ import annotations
 
@@ -73,24 +70,3 @@ def accept_greedy(tree: DraftTree, target_argmax: np.ndarray, max_tokens: int | 
     if target_argmax.shape != (tree.n_nodes,):
         raise ValueError(f"accept_greedy: need one argmax per tree node ({tree.n_nodes}), got {target_argmax.shape}")
     return accept(tree, lambda node, _: int(target_argmax[node]), max_tokens)
-
-
-def accept_sampled(tree: DraftTree, logits, params, seed: int, root_position: int,
-                   prompt_ids: Sequence[int] = (), output_ids: Sequence[int] = (),
-                   max_tokens: int | None = None) -> Acceptance:
-    """Sampled (or greedy, by params) acceptance with the engine sampler.
-
-    logits: [N, V] target logits of the tree nodes (anything indexable by node giving a
-    host [V] f32 row; only visited rows are read). output_ids: the tokens emitted before
-    this verify (they end with the root unless the root is the prompt's last token).
-    params: luce.engine.sampler.SamplingParams."""
-    from luce.engine.sampler import sample_token  # the engine's own sampler: same draws as plain decoding
-
-    base = list(output_ids)
-
-    def choose(node: int, emitted: Sequence[int]) -> int:
-        position = root_position + int(tree.depths[node]) + 1
-        row = np.asarray(logits[node], dtype=np.float32)
-        return sample_token(row, params, seed, position, prompt_ids, base + list(emitted))
-
-    return accept(tree, choose, max_tokens)

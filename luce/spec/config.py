@@ -70,7 +70,7 @@ class SpecConfig:
 
     @property
     def gdn_tree_mode(self) -> str:
-        """How hybrid targets verify GDN layers on tree rows (luce.models.gdn_tree)."""
+        """How hybrid targets verify GDN layers on tree rows (luce.ops.api.TREE_MODES: gdn_step)."""
         return GDN_TREE_MODE.get(self.spec, "factor")
 
     def notes_for(self, target_config) -> list[str]:

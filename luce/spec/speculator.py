@@ -2,20 +2,16 @@
 
 1. `draft_trees(lanes)`: one batched drafter call for the lanes that may speculate, then
    a tree per lane (chain or DDTree by mode); a lane whose draft is empty gets no tree and
-   decodes as an AR row;
-2. the engine packs the trees as tree rows (luce.spec.batching) beside its prefill and AR
-   rows and runs the target once;
-3. `accept(...)`: lossless acceptance of one lane's verified tree (luce.spec.acceptance);
-4. `commit(...)`: the accepted path into the target's state (luce.models.tree_rows) and
-   its target features kept for the DFlash drafter; statistics recorded.
+   decodes as an AR row. Drafters write only draft state a rejected step may drop;
+2. the engine packs the trees as tree rows beside its prefill and AR rows, runs the target
+   once and accepts each tree (luce.spec.acceptance: pure);
+3. at commit, `add_context(...)` hands the drafter the target features of the committed
+   rows (DFlash; device arrays from capture to the draft pass) and `record(...)` counts.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
-from luce.spec.acceptance import Acceptance, accept_greedy, accept_sampled
 from luce.spec.config import SpecConfig
 from luce.spec.drafters.base import DraftLane
 from luce.spec.stats import SpecStats
@@ -23,46 +19,30 @@ from luce.spec.tree import DraftTree, chain_tree, ddtree
 
 
 class Speculator:
-    def __init__(self, config: SpecConfig, target, drafter, graphs: bool = True):
-        """graphs: commit accepted paths through captured graphs (luce.models.graphed_commit)
-        on backends that have them."""
-        from luce.models.graphed_commit import GraphedCommit
-
+    def __init__(self, config: SpecConfig, target, drafter):
         if not config.enabled or drafter is None:
             raise ValueError("Speculator needs an enabled SpecConfig and a drafter")
         self.config, self.target, self.drafter = config, target, drafter
-        self.committer = GraphedCommit(target.backend, enabled=graphs)
         if hasattr(target, "gdn_tree_mode"):
             target.gdn_tree_mode = config.gdn_tree_mode
-        self.hybrid = bool(getattr(target.config, "gdn_layers", ()))
-        # attention-only targets verify chains as ordinary causal segments (no tree support needed)
-        self.chains_as_segments = not self.hybrid and not getattr(target.backend, "supports_tree_rows", False)
         self.feature_layers = tuple(getattr(drafter, "feature_layers", ()))
         self.max_depth = drafter.max_depth if getattr(drafter, "max_depth", None) else config.chain_depth
         self.stats = SpecStats()
-        self._features: dict[int, list[np.ndarray]] = {}
 
     # ---- drafting ---------------------------------------------------------------------------
     def max_nodes(self) -> int:
         """Rows a tree may take (root included): what the engine reserves scratch for."""
         return 1 + (self.config.ddtree_budget if self.config.uses_tree else self.max_depth)
 
-    def add_features(self, slot: int, features) -> None:
-        """Target features [n, W] of newly committed positions of `slot` (in order)."""
-        if self.feature_layers and len(features):
-            self._features.setdefault(slot, []).append(np.asarray(features, dtype=np.float32))
-
     def release(self, slot: int) -> None:
-        """The slot's sequence ended: forget its features and the drafter's state."""
-        self._features.pop(slot, None)
+        """The slot's sequence ended: forget the drafter's state of it."""
         self.drafter.release(slot)
 
     def draft_trees(self, lanes: Sequence[tuple[int, Sequence[int], int]]) -> dict[int, DraftTree]:
         """lanes: (slot, tokens ending with the root, max drafted depth) -> {slot: tree}
         for the lanes that got at least one drafted node."""
         lanes = [(s, t, min(d, self.max_depth)) for s, t, d in lanes]
-        want = [DraftLane(s, t, d, self.config.spec_top_k, features=self._take_features(s))
-                for s, t, d in lanes if d > 0]
+        want = [DraftLane(s, t, d, self.config.spec_top_k) for s, t, d in lanes if d > 0]
         proposals = self.drafter.propose(want) if want else []
         trees = {}
         for lane, prop in zip(want, proposals):
@@ -75,37 +55,22 @@ class Speculator:
                 trees[lane.slot] = tree
         return trees
 
-    def _take_features(self, slot: int):
-        parts = self._features.pop(slot, None)
-        if not parts:
-            return None
-        return np.concatenate(parts)
+    # ---- commit ------------------------------------------------------------------------------
+    def add_context(self, captured: dict, rows, segments: Sequence[tuple[int, int, int]]) -> None:
+        """Committed rows' target features to the drafter (DFlash), on the device: captured
+        {layer: [T, hidden]} of the step, rows [N] int the committed rows in order, segments
+        (slot, first position, count) splitting them."""
+        if not self.feature_layers or not len(rows):
+            return
+        backend = self.target.backend
+        features = backend.concat_cols([backend.take_rows(captured[il], rows) for il in self.feature_layers])
+        self.drafter.add_context(segments, features)
 
-    # ---- verify results ----------------------------------------------------------------------
-    def accept(self, tree: DraftTree, logits, params, seed: int, root_position: int, prompt_ids,
-               output_ids, max_tokens: int, stop_ids=frozenset(), target_choice=None) -> Acceptance:
-        """Acceptance of one verified tree; logits [N, V] host rows of its nodes. Without
-        penalties the target's token at every node depends only on its row and position, so
-        target_choice [N] (argmax, or the seeded draw at each node's position, e.g. drawn on
-        the device) may replace the logits. Stops at max_tokens emitted tokens and after the
-        first token in `stop_ids`."""
-        if target_choice is not None and not params.has_penalties:
-            acc = accept_greedy(tree, np.asarray(target_choice), max_tokens)
-        elif params.greedy and not params.has_penalties:
-            acc = accept_greedy(tree, np.argmax(np.asarray(logits), axis=1), max_tokens)
-        else:
-            logits = np.asarray(logits)
-            acc = accept_sampled(tree, logits, params, seed, root_position, prompt_ids, output_ids, max_tokens)
-        for i, t in enumerate(acc.tokens):
-            if t in stop_ids:
-                return acc.truncated(i + 1)
-        return acc
+    def check_context(self, segments: Sequence[tuple[int, int, int]]) -> None:
+        """ValueError (nothing changed) unless add_context can take these segments."""
+        check = getattr(self.drafter, "check_context", None)
+        if self.feature_layers and check is not None:
+            check(segments)
 
-    def commit(self, state, slot: int, pages, start: int, tree: DraftTree, acc: Acceptance,
-               features=None) -> None:
-        """Commit `acc.path` of `tree` (verified over `start` committed tokens) into the
-        target state; features [N, W] of the tree rows (DFlash) are kept along the path."""
-        self.committer(state, slot, pages, start, acc.path)
-        if features is not None:
-            self.add_features(slot, np.asarray(features)[list(acc.path)])
-        self.stats.record(tree.n_nodes, acc.n_accepted, len(acc.tokens))
+    def record(self, tree: DraftTree, n_accepted: int, n_emitted: int) -> None:
+        self.stats.record(tree.n_nodes, n_accepted, n_emitted)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from luce.ref.tree import tree_depths
 from luce.spec.proposal import DraftProposal
 
 
@@ -35,15 +36,13 @@ class DraftTree:
         n = tokens.shape[0]
         if n == 0 or tokens.ndim != 1 or any(a.shape != (n,) for a in (parents, depths, scores)):
             raise ValueError("DraftTree: tokens, parents, depths, scores must be non-empty [N] arrays")
-        if parents[0] != -1 or depths[0] != 0:
-            raise ValueError("DraftTree: node 0 is the root (parent -1, depth 0)")
+        want = tree_depths(parents)        # the one parent check (luce.ref.tree)
+        if not np.array_equal(depths, want):
+            i = int(np.argmax(depths != want))
+            raise ValueError(f"DraftTree: node {i} has depth {depths[i]}, its root path is {want[i]} deep")
         children: list[list[int]] = [[] for _ in range(n)]
         for i in range(1, n):
             p = int(parents[i])
-            if not 0 <= p < i:
-                raise ValueError(f"DraftTree: node {i} has parent {p}; parents must precede their children")
-            if depths[i] != depths[p] + 1:
-                raise ValueError(f"DraftTree: node {i} has depth {depths[i]}, its parent {p} depth {depths[p]}")
             if any(tokens[c] == tokens[i] for c in children[p]):
                 raise ValueError(f"DraftTree: node {p} has two children with token {tokens[i]}")
             children[p].append(i)

@@ -1,9 +1,11 @@
 """Engine under random arrivals, cancellations and injected faults (hypothesis, fake model).
 
 After every step: bookkeeping invariants hold (Engine.check), preflight changed nothing, the
-model saw every live slot read exactly its own pages and state. At the end every request
-that finished normally produced exactly its reference output (what it gives alone), a
-cancelled one a prefix of it, and a faulted one an error.
+model saw every live slot read exactly its own pages and state. A fault at any point before
+commit of a step that wrote nothing durable (before the forward) leaves every domain bitwise
+as it was and retires no one; one after the forward of prefill / AR rows retires exactly
+that cohort. At the end every request that finished normally produced exactly its reference
+output (what it gives alone), a cancelled one a prefix of it, and a faulted one an error.
 """
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -13,7 +15,7 @@ from luce.engine import Engine, EngineConfig, FinishReason, SamplingParams
 from luce.engine.txn import Reject
 from luce.models.kv_cache import pages_needed
 from tests.engine.fake_model import FakeModel, reference_output
-from tests.engine.faults import FaultInjector
+from tests.engine.faults import POINTS, FaultInjector, domain_digests
 
 request_st = st.fixed_dictionaries({
     "arrive": st.integers(0, 12),
@@ -35,9 +37,9 @@ def checked_preflight(engine):
     """Wrap engine.txn.preflight: every call must leave every structure byte-identical."""
     inner = engine.txn.preflight
 
-    def preflight(step, capture_state=False):
+    def preflight(step):
         before = (engine.pool.digest(), engine.slots.digest(), engine.states.digest())
-        plan = inner(step, capture_state)
+        plan = inner(step)
         assert (engine.pool.digest(), engine.slots.digest(), engine.states.digest()) == before
         assert not isinstance(plan, Reject), plan.reason
         return plan
@@ -48,15 +50,23 @@ def checked_preflight(engine):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests=st.lists(request_st, min_size=1, max_size=7),
        max_slots=st.integers(1, 5), extra_budget=st.integers(0, 150), tight_pages=st.booleans(),
-       pad=st.booleans(), fault_steps=st.sets(st.integers(0, 30), max_size=2))
+       pad=st.booleans(), fault_steps=st.sets(st.integers(0, 30), max_size=2), point=st.sampled_from(POINTS))
 def test_random_traffic_gives_each_request_its_alone_output(requests, max_slots, extra_budget, tight_pages,
-                                                           pad, fault_steps):
+                                                           pad, fault_steps, point):
     model = FakeModel()
     kv_pages = pages_needed(212) + 3 if tight_pages else None   # tight: reservations make requests queue
     engine = Engine(model, config=EngineConfig(max_slots=max_slots, ctx=256, token_budget=max_slots + 64 + extra_budget,
                                                kv_pages=kv_pages, pad_steps=pad))
     checked_preflight(engine)
-    faults = FaultInjector(engine, fault_steps)
+    faults = FaultInjector(engine, fault_steps, point)
+    inject, seen = engine.fault_hook, {}
+
+    def hook(at, step):
+        if at == "before_forward":
+            seen["before"] = domain_digests(engine)
+        inject(at, step)
+
+    engine.fault_hook = hook
     specs, ids, faulted = {}, {}, set()
     for step_no in range(400):
         faults.step_no = step_no
@@ -69,9 +79,13 @@ def test_random_traffic_gives_each_request_its_alone_output(requests, max_slots,
                 specs[i] = (prompt, params)
             if r["cancel_at"] == step_no and i in ids:
                 engine.cancel(ids[i])
+        n_fired = len(faults.fired)
         updates = engine.step()
         errors = {u.request_id for u in updates if u.finish_reason == FinishReason.ERROR}
-        assert errors in (set(), faults.cohort)  # a fault retires exactly the step's cohort
+        if len(faults.fired) > n_fired and not faults.fired[-1][1]:   # nothing durable: dropped, retried
+            assert not updates and domain_digests(engine) == seen["before"]
+        else:
+            assert errors in (set(), faults.cohort)  # a durable fault retires exactly the step's cohort
         faulted |= errors
         engine.check()
         assert not model.violations, model.violations

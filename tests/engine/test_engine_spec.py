@@ -1,7 +1,8 @@
 """Speculation inside luce.engine.Engine: a draft that is always wrong still commits exactly
-one correct token per verify; per-request statistics add up to the engine's; a failing step
-with trees retires its cohort and the rest stays exact; lanes that do not fit the token
-budget decode as AR rows beside the prefill."""
+one correct token per verify; per-request statistics add up to the engine's; a fault before
+the commit of a tree step changes nothing (digests) and retires no one, a fault after the
+forward of a step with prefill or AR rows retires its cohort and the rest stays exact; lanes
+that do not fit the token budget decode as AR rows beside the prefill."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +11,7 @@ from luce.engine import Engine, EngineConfig, SamplingParams
 from luce.spec.config import SpecConfig
 from luce.spec.drafters.bench_drafters import AlwaysWrongDrafter
 from luce.testing.tiny_models import make_dense, make_qwen35
+from tests.engine.faults import POINTS, domain_digests
 
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7], [9, 10, 11, 12, 13], [21, 22, 23, 21, 22], list(range(30, 100))]
 MAX_TOKENS = 9
@@ -21,13 +23,15 @@ def models(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("engine_spec")
     make_qwen35(root / "q35.gguf", seed=21)
+    make_qwen35(root / "q35_attn.gguf", seed=23, recurrent_layers=(False,) * 4)   # no GDN layer at all
     make_dense(root / "q3.gguf", "qwen3", seed=22)
-    return {"qwen35": load_model(root / "q35.gguf", "cpu"), "qwen3": load_model(root / "q3.gguf", "cpu")}
+    return {name: load_model(root / f"{file}.gguf", "cpu")
+            for name, file in (("qwen35", "q35"), ("q35_attn", "q35_attn"), ("qwen3", "q3"))}
 
 
-def plain(model, prompts=PROMPTS, token_budget=80):
+def plain(model, prompts=PROMPTS, token_budget=80, max_tokens=MAX_TOKENS):
     engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=token_budget))
-    ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in prompts]
+    ids = [engine.add_request(p, SamplingParams(max_tokens=max_tokens)) for p in prompts]
     engine.run()
     return [engine.take_output(i).token_ids for i in ids]
 
@@ -71,15 +75,67 @@ def test_perfect_draft_statistics_add_up(models):
     assert engine.stats.steps < len(PROMPTS) * MAX_TOKENS    # speculation saved steps
 
 
-def test_failed_tree_step_retires_its_cohort_and_the_rest_stays_exact(models):
+@pytest.mark.parametrize("mode", ["chain", "ddtree", "specla"])
+def test_all_attention_qwen35_speculates(models, mode):
+    """A qwen35 GGUF whose layers are all full attention (recurrent_layers all false) accepts
+    drafted tokens like any other target (it used to fail at the first accepted draft: 'slot
+    0 has no verified tree to commit')."""
+    model = models["q35_attn"]
+    assert not model.config.gdn_layers
+    want = plain(model)
+    spec = SpecConfig(spec=mode, draft_kind="model", draft="self", ddtree_budget=6, spec_top_k=2, chain_depth=3)
+    engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=80, spec=spec), draft_model=model)
+    ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in PROMPTS]
+    engine.run()
+    assert [engine.take_output(i).token_ids for i in ids] == want
+    assert engine.spec.stats.accepted > 0 and engine.stats.failed == 0
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_fault_before_commit_of_a_tree_step_changes_nothing_and_retires_no_one(models, point):
+    """A fault at any point before the commit of steps that carry only trees: every domain
+    (pages, slots, recurrent state, committed KV) is bitwise as before the step, no request
+    ends with an error, and every output is what plain decoding gives."""
     model = models["qwen35"]
     want = plain(model)
-    spec = SpecConfig(spec="ddtree", draft_kind="model", draft="self", ddtree_budget=6, spec_top_k=2)
-    engine = Engine(model, None, EngineConfig(max_slots=2, ctx=128, token_budget=80, spec=spec), draft_model=model)
+    drafter = AlwaysWrongDrafter([p + o for p, o in zip(PROMPTS, want)], model.config.vocab)
+    spec = SpecConfig(spec="specla", draft_kind="model", draft="wrong", ddtree_budget=5, spec_top_k=2)
+    engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=80, spec=spec), drafter=drafter)
+    faults, seen = [], {"tree steps": 0}
+
+    def fault(at, step):
+        if at == "before_forward":   # admitted, drafted, built and preflighted: nothing durable yet
+            seen["before"] = domain_digests(engine)
+            seen["tree steps"] += bool(step.cohort.tree and not step.durable)
+        # every other tree-only step faults (a request failing max_step_retries + 1 times in a row errors)
+        if at == point and step.cohort.tree and not step.durable and seen["tree steps"] % 2 and len(faults) < 3:
+            faults.append(step.cohort.slots)
+            raise RuntimeError("injected")
+
+    engine.fault_hook = fault
+    ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in PROMPTS]
+    while engine.has_unfinished():
+        n = len(faults)
+        updates = engine.step()
+        engine.check()
+        if len(faults) > n:
+            assert domain_digests(engine) == seen["before"] and not updates
+    assert len(faults) == 3 and engine.stats.dropped_steps == 3 and engine.stats.failed == 0
+    assert [engine.take_output(i).token_ids for i in ids] == want
+
+
+def test_fault_after_the_forward_of_a_mixed_step_retires_its_cohort_only(models):
+    """Prefill and AR rows write durable state in the forward: a fault after it retires that
+    step's cohort (DESIGN 2 step 7); the other requests stay exact."""
+    model = models["qwen35"]
+    want = plain(model)
+    drafter = AlwaysWrongDrafter([p + o for p, o in zip(PROMPTS, want)], model.config.vocab)
+    spec = SpecConfig(spec="ddtree", draft_kind="model", draft="wrong", ddtree_budget=5, spec_top_k=2)
+    engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=80, spec=spec), drafter=drafter)
     failed = {}
 
     def fault(point, step):
-        if point == "after_forward" and step.cohort.tree and not failed:
+        if point == "after_forward" and step.cohort.tree and step.durable and not failed:
             failed["rids"] = [item.request_id for item in step.cohort.items]
             raise RuntimeError("injected")
 

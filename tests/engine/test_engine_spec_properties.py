@@ -1,8 +1,10 @@
 """Speculation under random traffic (hypothesis, tiny real models): random arrivals, prompt
 lengths (chunked prefill beside trees), greedy and seeded sampled requests, stop tokens,
-cancellations and injected faults, with every speculation mode and drafter. After every step
-the bookkeeping invariants hold; at the end every request that finished normally produced
-exactly what it produces alone without speculation, a cancelled or faulted one a prefix of it.
+cancellations and injected faults at every point before commit, with every speculation mode
+and drafter. After every step the bookkeeping invariants hold, and a fault that hit a step
+before any durable write (before the forward, or a step of trees only) left every domain
+bitwise as it was; at the end every request that finished normally produced exactly what it
+produces alone without speculation, a cancelled or faulted one a prefix of it.
 """
 import functools
 
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 from luce.engine import Engine, EngineConfig, FinishReason, SamplingParams
 from luce.spec.config import SpecConfig
 from luce.testing.tiny_models import make_dense, make_qwen35
-from tests.engine.faults import FaultInjector
+from tests.engine.faults import POINTS, FaultInjector, domain_digests
 
 request_st = st.fixed_dictionaries({
     "arrive": st.integers(0, 8),
@@ -67,11 +69,19 @@ def test_random_traffic_with_speculation_gives_each_request_its_alone_output(mod
     @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(requests=st.lists(request_st, min_size=1, max_size=5), max_slots=st.integers(1, 4),
            extra_budget=st.integers(0, 40), spec_index=st.integers(0, len(SPECS) - 1),
-           fault_steps=st.sets(st.integers(0, 20), max_size=1))
-    def run(requests, max_slots, extra_budget, spec_index, fault_steps):
+           fault_steps=st.sets(st.integers(0, 20), max_size=1), point=st.sampled_from(POINTS))
+    def run(requests, max_slots, extra_budget, spec_index, fault_steps, point):
         engine = Engine(model, None, EngineConfig(max_slots=max_slots, ctx=CTX, spec=SPECS[spec_index],
                                                   token_budget=max_slots + 64 + extra_budget), draft_model=model)
-        faults = FaultInjector(engine, fault_steps)
+        faults = FaultInjector(engine, fault_steps, point)
+        inject, seen = engine.fault_hook, {}
+
+        def hook(at, step):
+            if at == "before_forward":
+                seen["before"] = domain_digests(engine)
+            inject(at, step)
+
+        engine.fault_hook = hook
         specs, ids, faulted = {}, {}, set()
         for step_no in range(300):
             faults.step_no = step_no
@@ -81,8 +91,11 @@ def test_random_traffic_with_speculation_gives_each_request_its_alone_output(mod
                     ids[i] = engine.add_request(list(specs[i][0]), specs[i][1])
                 if r["cancel_at"] == step_no and i in ids:
                     engine.cancel(ids[i])
+            n_fired = len(faults.fired)
             updates = engine.step()
             errors = {u.request_id for u in updates if u.finish_reason == FinishReason.ERROR}
+            if len(faults.fired) > n_fired and not faults.fired[-1][1]:   # nothing durable: dropped
+                assert not updates and domain_digests(engine) == seen["before"]
             assert errors in (set(), faults.cohort)  # a fault retires exactly the step's cohort
             faulted |= errors
             engine.check()

@@ -57,6 +57,8 @@ class LogitsRecorder:
         step, engine = self.engine_ref["step"], self.engine_ref["engine"]
         logits = self.backend.to_numpy(out.logits)
         for i, (slot, pos) in enumerate(zip(step.logits_slot.tolist(), step.logits_position.tolist())):
+            if slot < 0:          # a logits row that gives no token (padding, a prompt chunk's inside)
+                continue
             self.rows[(engine.slots.table[slot].request_id, pos)] = logits[i].tobytes()
         return out
 

@@ -23,7 +23,7 @@ def feed(tok, params, ids=None, ctx=4096, prompt=(1,)):
     for t in tok.encode(TEXT) if ids is None else ids:
         if r.finished:
             break
-        r.add_token(t)
+        r.add_tokens([t])
         deltas.append(r.take_delta())
     deltas.append(r.take_delta())
     return r, deltas

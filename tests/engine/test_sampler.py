@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from luce.engine.rng import uniform
+from luce.ref.sample_rng import uniform
 from luce.engine.sampler import (SamplingError, SamplingParams, apply_penalties,
                                  candidate_distribution, greedy_token, sample_token)
 

@@ -26,7 +26,8 @@ def test_prefill_end(done, n, room, want):
 
 def request(order, n_prompt, phase, prefilled=0, outputs=()):
     r = Request(order, list(range(n_prompt)), SamplingParams(), 0, ctx=4096, order=order)
-    r.phase, r.slot, r.n_prefilled, r.output_ids = phase, order, prefilled, list(outputs)
+    r.phase, r.slot, r.n_prefilled = phase, order, prefilled
+    r.out.token_ids.extend(outputs)
     return r
 
 

@@ -1,13 +1,14 @@
-"""StepBuilder: row order, logits rows, CSR, padding, replay keys (same key => same shapes)."""
+"""StepBuilder: row order, logits rows, CSR, padding, replay keys (same key => same shapes,
+and the key is topology only: slots, positions, pages and tree shapes within a bucket leave
+it unchanged)."""
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from luce.engine.pages import PagePool, PoolExhausted
-from luce.engine.step import (ROW_AR, ROW_PAD, ROW_PREFILL, ROW_TREE, Cohort, DecodeRow, PrefillChunk, StepBuilder,
-                              TreeChunk, bucket)
-from luce.models.kv_cache import PAGE_SIZE, pages_needed
+from luce.engine.step import ROW_AR, ROW_PAD, ROW_PREFILL, ROW_TREE, Cohort, DecodeRow, PrefillChunk, StepBuilder, TreeChunk
+from luce.models.kv_cache import PAGE_SIZE, bucket, pages_needed
 
 
 def test_bucket_values():
@@ -18,7 +19,7 @@ def pool_with(lengths):
     """A pool where slot i already holds pages for lengths[i] tokens."""
     pool = PagePool(256)
     for slot, n in enumerate(lengths):
-        pool.ensure(slot, n)
+        pool.take(slot, pool.plan_growth([(slot, n)])[slot])
     return pool
 
 
@@ -35,10 +36,11 @@ def test_layout_order_logits_and_csr():
     assert f.positions[:5].tolist() == [0, 1, 2, 3, 4] and f.positions[8] == 16
     assert f.positions[9:12].tolist() == [40, 41, 41]                     # tree rows: start + depth
     assert step.tree_parents[9:12].tolist() == [-1, 9, 9]
-    # the prompt is not complete: its rows never reach the LM head; AR and tree rows do
-    assert f.logits_indices.tolist() == [8, 9, 10, 11]
-    assert step.logits_position.tolist() == [17, 41, 42, 42]
-    assert step.logits_slot.tolist() == [1, 2, 2, 2]
+    # the prompt is not complete: its last row's logits are computed (a fixed shape) but give
+    # no token (slot -1); AR and tree rows do, the tree's padding row too (slot -1)
+    assert f.logits_indices.tolist() == [4, 8, 9, 10, 11, 12]
+    assert step.logits_position.tolist() == [5, 17, 41, 42, 42, 0]
+    assert step.logits_slot.tolist() == [-1, 1, 2, 2, 2, -1]
     # slot 0 gets a fresh page, slot 1 a second page for position 16; both only peeked
     assert step.new_pages == {0: (pool.peek_free(1)[0],), 1: (pool.peek_free(2)[1],), 2: ()}
     assert f.segment_pages(2).tolist() == pool.slot_pages(1) + list(step.new_pages[1]) and f.kv_len(2) == 17
@@ -53,10 +55,10 @@ def test_completed_prompt_tail_reaches_lm_head_and_batch_validates():
     pool = pool_with([64])
     cohort = Cohort(prefill=[PrefillChunk(0, "a", tuple(range(70)), 64, True)])
     step = StepBuilder(pool).build(cohort)
-    step.forward.tree_parents = None
     step.forward.validate()
     assert step.forward.logits_indices.tolist() == [69] and step.logits_position.tolist() == [134]
-    assert step.forward.n_rows == 128 and step.replay_key == ((128,), 0, 1, (0, 0), bucket(pages_needed(134)))
+    assert step.forward.n_rows == 128
+    assert step.replay_key == (((ROW_PREFILL, 128),), bucket(pages_needed(134)), 1, bucket(pages_needed(134)) * PAGE_SIZE, ())
 
 
 def test_unpadded_build_is_exact():
@@ -67,7 +69,7 @@ def test_unpadded_build_is_exact():
 
 def test_exhausted_pool_and_malformed_cohorts_change_nothing():
     pool = PagePool(2)
-    pool.ensure(0, 16)
+    pool.take(0, pool.plan_growth([(0, 16)])[0])
     before = pool.digest()
     with pytest.raises(PoolExhausted):
         StepBuilder(pool).build(Cohort(prefill=[PrefillChunk(1, "b", tuple(range(40)), 0, True)]))
@@ -126,17 +128,46 @@ def test_same_replay_key_means_same_shapes(spec, other, data):
     for x, y in ((a, b), (a, unrelated)):
         if x.replay_key == y.replay_key:
             assert x.shapes() == y.shapes()
+            assert arena_layout(x) == arena_layout(y)     # one graph's metadata arena fits both
     assume(a.replay_key == b.replay_key)
     assert a.shapes() == b.shapes()
     f = a.forward
     assert f.kv_indptr[-1] == len(f.kv_indices) and f.qo_indptr[-1] == f.n_rows
     live = a.row_kind != ROW_PAD
     assert (a.row_slot[live] >= 0).all() and (a.row_slot[~live] == -1).all()
-    assert (a.row_kind[f.logits_indices] != ROW_PAD).all()
+    kinds = a.row_kind[f.logits_indices]
+    assert (kinds[a.logits_slot >= 0] != ROW_PAD).all() and (a.logits_slot[kinds == ROW_PAD] == -1).all()
     assert int(live.sum()) == a.cohort.n_rows
     for s in range(f.n_segments):
         if f.seq_slots[s] >= 0:
             assert f.kv_len(s) == a.kv_len_after[int(f.seq_slots[s])]
             assert len(f.segment_pages(s)) == pages_needed(f.kv_len(s))
     np.testing.assert_array_equal(np.diff(f.qo_indptr) >= 0, True)
+    f.validate()
     assert PAGE_SIZE == 16
+
+
+def arena_layout(step):
+    """(dtype, shape) of every array of the step's device metadata arena, and the grid sizes
+    the step ops take from the batch (what a captured graph bakes in)."""
+    from luce.ops.cuda_step_meta import pack
+
+    _, layout = pack(step.forward.step_arrays())
+    f = step.forward
+    return ({k: v[1:] for k, v in layout.items()}, f.max_rows, f.max_tree_rows, f.kv_span, f.tree_start, f.has_trees,
+            tuple(f.kinds.tolist()))
+
+
+def test_key_is_topology_only_slots_and_tree_shapes_stay_out():
+    """Two steps with other slots, positions and trees of other shapes (same bucket) share the
+    key: one graph serves both (DESIGN 4)."""
+    pool = pool_with([30, 0, 0, 50, 0])
+    a = StepBuilder(pool).build(Cohort(decode=[DecodeRow(0, "a", 1, 30)],
+                                       tree=[TreeChunk(3, "d", (1, 2, 3), (-1, 0, 0), 50)]))
+    b = StepBuilder(pool).build(Cohort(decode=[DecodeRow(3, "d", 1, 50)],
+                                       tree=[TreeChunk(0, "a", (1, 2, 3, 4), (-1, 0, 1, 1), 30)]))
+    assert a.replay_key == b.replay_key and a.shapes() == b.shapes() and arena_layout(a) == arena_layout(b)
+    assert a.forward.seq_slots.tolist() != b.forward.seq_slots.tolist()
+    c = StepBuilder(pool).build(Cohort(decode=[DecodeRow(0, "a", 1, 30)],
+                                       tree=[TreeChunk(3, "d", (1, 2, 3, 4, 5), (-1, 0, 1, 2, 3), 50)]))
+    assert c.replay_key != a.replay_key          # a tree of 5 rows: the next bucket

@@ -1,12 +1,13 @@
-"""Transactions under random admit / prefill / decode / speculate / cancel / retire /
-snapshot sequences (hypothesis stateful testing, 200 sequences).
+"""Transactions under random admit / prefill / decode / speculate / cancel / retire
+sequences (hypothesis stateful testing, 200 sequences).
 
 After every operation: free + used == total pages, refcounts >= 0 and equal to owners, no page
-owned by two slots, free slots own no pages or state, snapshot ids in range. Every preflight
-leaves pool, slot table and states byte-identical (digests), whether it plans or rejects.
-Every committed step read only pages and state its slots own (checked twice: by the pages a
-segment lists, and by the fake model comparing each slot's pages with its state).
-Speculation is a stub: tree rows get scratch pages, commit keeps `accepted` tokens.
+owned by two slots, free slots own no pages or state. Every preflight leaves pool, slot table
+and states byte-identical (digests), whether it plans or rejects. A step dropped before commit
+that wrote no durable state (a tree step) leaves them byte-identical too. Every committed
+step read only pages and state its slots own (checked twice: by the pages a segment lists,
+and by the fake model comparing each slot's pages with its state). Speculation is a stub:
+tree rows get scratch pages, commit keeps an accepted root path of the tree.
 """
 import numpy as np
 from hypothesis import HealthCheck, settings
@@ -15,9 +16,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from luce.engine.pages import PagePool, PoolExhausted
 from luce.engine.slots import AdmissionError, QueueFull, SlotManager
-from luce.engine.state_slots import SnapshotTableFull, StateSlots
+from luce.engine.state_slots import StateSlots
 from luce.engine.step import Cohort, DecodeRow, PrefillChunk, StepBuilder, TreeChunk
-from luce.engine.txn import Plan, Reject, Transaction
+from luce.engine.txn import Plan, Reject, StepOutcome, Transaction
 from luce.models.kv_cache import PAGE_SIZE, pages_needed
 from tests.engine.fake_model import FakeModel
 
@@ -30,7 +31,7 @@ class TxnMachine(RuleBasedStateMachine):
         self.model = FakeModel(check_alignment=False)   # the scheduler aligns, not the txn
         self.state = self.model.new_state(N_PAGES, MAX_SLOTS)
         self.pool = PagePool(N_PAGES)
-        self.states = StateSlots(self.state, max_snapshots=3)
+        self.states = StateSlots(self.state)
         self.slots = SlotManager(self.pool, self.states, max_queue=3)
         self.txn = Transaction(self.slots, CTX)
         self.builder = StepBuilder(self.pool)
@@ -79,37 +80,11 @@ class TxnMachine(RuleBasedStateMachine):
         assert where == "unknown" if rid == "nobody" else where in ("queued", "live")
         assert self.slots.slot_of(rid) is None and not self.slots.is_queued(rid)
 
-    # ---- snapshots -------------------------------------------------------------------------
-    @precondition(lambda self: self.live())
-    @rule(data=st.data())
-    def snapshot(self, data):
-        if any(e is not None for e in self.states.snapshots) and data.draw(st.booleans()):
-            return self.snapshot_restore_or_drop(data)
-        slot = data.draw(st.sampled_from(self.live()))
-        before = self.digests()
-        try:
-            sid = self.states.save(slot, self.slots.table[slot].kv_len)
-            assert 0 <= sid < len(self.states.snapshots)
-        except SnapshotTableFull:
-            assert self.digests() == before
-
-    def snapshot_restore_or_drop(self, data):
-        sid = data.draw(st.sampled_from([i for i, e in enumerate(self.states.snapshots) if e is not None]))
-        entry = self.states.entry(sid)
-        slot = entry.source_slot
-        if data.draw(st.booleans()) and self.states.owns(slot, entry.owner) \
-                and entry.length <= self.slots.table[slot].kv_len:
-            # rollback of a slot to an earlier point: state and committed length go back together
-            self.states.restore(slot, sid)
-            self.slots.table[slot].kv_len = entry.length
-            self.pool.truncate(slot, entry.length)
-        self.states.drop(sid)
-
     # ---- steps -----------------------------------------------------------------------------
     @precondition(lambda self: self.live())
     @rule(data=st.data(), corrupt=st.sampled_from([None] * 6 + ["start", "owner", "twice", "stale"]),
-          commit=st.booleans(), capture=st.booleans())
-    def step(self, data, corrupt, commit, capture):
+          commit=st.booleans())
+    def step(self, data, corrupt, commit):
         cohort = Cohort()
         for slot in self.live():
             e = self.slots.table[slot]
@@ -152,7 +127,7 @@ class TxnMachine(RuleBasedStateMachine):
             stolen = planned[0]
             self.pool.take(-5, [stolen])            # someone took a planned page meanwhile
         before = self.digests()
-        plan = self.txn.preflight(step, capture_state=capture)
+        plan = self.txn.preflight(step)
         assert self.digests() == before, "preflight changed something"
         if stolen is not None:
             self.pool.release(-5)
@@ -162,42 +137,42 @@ class TxnMachine(RuleBasedStateMachine):
             assert plan.reason
             return
         assert isinstance(plan, Plan)
-        self.run_and_finish(step, plan, commit, capture, data)
+        self.run_and_finish(step, plan, commit, data)
 
     @precondition(lambda self: self.live())
     @rule(data=st.data(), commit=st.booleans())
     def plain_step(self, data, commit):
         """Steps weigh more than the other rules: a second rule for an uncorrupted step."""
-        self.step(data, None, commit, False)
+        self.step(data, None, commit)
 
-    def run_and_finish(self, step, plan, commit, capture, data):
+    def run_and_finish(self, step, plan, commit, data):
         before = self.digests()
         if not step.cohort.tree:
             self.model.forward(step.forward, self.state)        # writes KV rows and state
             assert not self.model.violations, self.model.violations
-        if not commit:
-            self.txn.abort(plan)
-            if capture or step.cohort.tree:
-                assert self.digests() == before                   # abort restored the state exactly
-            else:   # without captured state the cohort must be retired (the engine's rule)
+        if not commit:   # the step failed before its commit
+            if step.cohort.tree:
+                assert self.digests() == before                   # tree rows wrote scratch only
+            else:   # prefill / AR rows wrote durable state: the cohort is retired (the engine's rule)
                 for slot in plan.slots:
                     self.slots.retire(slot)
             return
-        accepted, paths, pages_before = {}, {}, {}
-        for t in step.cohort.tree:   # stub of the speculation commit: keep the deepest path's first nodes
+        paths, kept_tokens, pages_before = {}, {}, {}
+        for t in step.cohort.tree:   # stub of acceptance: a root path to the deepest node, cut
             assert step.kv_len_after[t.slot] == t.start + len(t.token_ids)
             d = t.depths()
             node, path = int(np.argmax(d)), []
             while node >= 0:
-                path.append(t.token_ids[node])
+                path.append(node)
                 node = t.parents[node]
-            paths[t.slot] = path[::-1]
-            accepted[t.slot] = data.draw(st.integers(1, len(path)))
+            path = path[::-1][:data.draw(st.integers(1, len(path)))]
+            paths[t.slot] = tuple(path)
+            kept_tokens[t.slot] = [t.token_ids[n] for n in path]
             pages_before[t.slot] = len(self.pool.slot_pages(t.slot))
-        self.txn.commit(plan, accepted)
+        self.txn.commit(plan, StepOutcome(output=None, paths=paths))
         self.steps_committed += 1
         for t in step.cohort.tree:
-            kept = np.asarray(paths[t.slot][:accepted[t.slot]], np.int64)
+            kept = np.asarray(kept_tokens[t.slot], np.int64)
             pages = self.pool.slot_pages(t.slot)
             for j, tok in enumerate(kept):
                 pos = t.start + j
@@ -207,11 +182,11 @@ class TxnMachine(RuleBasedStateMachine):
         for s in range(f.n_segments):                            # nobody read what it does not own
             slot = int(f.seq_slots[s])
             if slot >= 0:
-                owned = set(self.pool.slot_pages(slot)) | set(step.new_pages.get(slot, ()) if slot in accepted else ())
+                owned = set(self.pool.slot_pages(slot)) | set(step.new_pages.get(slot, ()) if slot in paths else ())
                 assert set(f.segment_pages(s).tolist()) <= owned
                 assert self.states.owns(slot, self.slots.table[slot].request_id)
         for t in step.cohort.tree:   # a tree keeps only the pages its accepted rows need
-            length = t.start + accepted[t.slot]
+            length = t.start + len(paths[t.slot])
             assert self.slots.table[t.slot].kv_len == length
             assert len(self.pool.slot_pages(t.slot)) == max(pages_before[t.slot], pages_needed(length))
             unkept = set(step.new_pages[t.slot]) - set(self.pool.slot_pages(t.slot))
@@ -222,7 +197,6 @@ class TxnMachine(RuleBasedStateMachine):
     def bookkeeping_is_consistent(self):
         self.pool.check()
         self.slots.check()
-        self.states.check()
         assert self.pool.n_free + self.pool.n_used == N_PAGES
         assert (self.pool.refcount >= 0).all()
         for slot in self.live():

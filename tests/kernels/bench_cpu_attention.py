@@ -20,7 +20,7 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, tree: int =
     """n_seqs sequences of `context` KV rows, the last rows_per_seq of each the query rows
     (1: AR decode; more: a causal prefill chunk); tree > 0 adds one tree segment of that many
     nodes (a chain with side branches) after `context` committed rows."""
-    from luce.models.batch import SegmentSpec, build_batch
+    from luce.models.packer import SegmentSpec, build_batch
     from luce.ops.cpu_backend import CpuBackend
 
     backend = CpuBackend()
@@ -58,7 +58,7 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, tree: int =
 
 
 def kv_write_case(rows: int, hkv: int = 2, d: int = 128):
-    from luce.models.batch import SegmentSpec, build_batch
+    from luce.models.packer import SegmentSpec, build_batch
     from luce.ops.cpu_backend import CpuBackend
 
     backend = CpuBackend()

@@ -29,7 +29,7 @@ def _row_bytes(T: int) -> int:
 
 def segments_case(n_slots: int):
     """n_slots AR rows, each on its own slot of a shuffled pool."""
-    from luce.models.batch import SegmentSpec, build_batch
+    from luce.models.packer import SegmentSpec, build_batch
     from luce.ops.cpu_backend import CpuBackend
 
     b = CpuBackend()
@@ -66,7 +66,7 @@ def verify_case(n: int, mode: str):
 
 
 def commit_case(n: int, path_len: int):
-    from luce.models.gdn_tree import PendingTree
+    from luce.ops.api import TreeStage
     from luce.ops.cpu_backend import CpuBackend
 
     b = CpuBackend()
@@ -74,10 +74,11 @@ def commit_case(n: int, path_len: int):
     h0 = rng.standard_normal((HV, DK, DV), dtype=np.float32) * 0.1
     inputs, parents = _inputs(n, 7), np.arange(-1, n - 1)
     _, kept = b.gdn_tree_verify("factor", *inputs, parents, h0)
-    pending = PendingTree(parents, rng.standard_normal((n, 3 * 2048), dtype=np.float32), "factor", **kept)
+    pending = TreeStage(conv_inputs=rng.standard_normal((n, 3 * 2048), dtype=np.float32), mode="factor",
+                        parents=parents, **kept)
     conv = np.zeros((3, 3 * 2048), np.float32)
     path = np.arange(path_len, dtype=np.int32)
-    return (lambda: b.gdn_tree_commit_into(pending, conv, h0, path)), 2 * STATE_BYTES + _row_bytes(path_len), \
+    return (lambda: b.gdn_tree_commit(pending, conv, h0, path)), 2 * STATE_BYTES + _row_bytes(path_len), \
         path_len * HV * DK * DV * 4
 
 

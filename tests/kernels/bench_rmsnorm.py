@@ -1,5 +1,5 @@
 """Benchmark cases for RMSNorm (cuda/rmsnorm.cu) at Qwen3.6-27B shapes: hidden 5120 for the
-layer norms (plain and fused with the residual add), head_dim 256 for the q/k norms.
+layer norms, head_dim 256 for the q/k norms.
 BENCH_CASES entries return (launch_fn, bytes_moved, flops) for tools/bench.py; bytes_moved
 counts each input read once and each output written once."""
 from __future__ import annotations
@@ -9,22 +9,15 @@ import functools
 HIDDEN, HQ, HEAD_DIM = 5120, 24, 256
 
 
-def rmsnorm_case(rows: int, cols: int, residual: bool):
-    from luce import _cuda_elementwise as ke
+def rmsnorm_case(rows: int, cols: int):
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
     from tests.kernels.bench_attention import random_device_buffer
 
     k = load_kernels()
     x = random_device_buffer(rows * cols, 1)
-    res = random_device_buffer(rows * cols, 2)
     w = random_device_buffer(cols, 3)
-    total, out = DeviceBuffer(rows * cols * 4), DeviceBuffer(rows * cols * 4)
-
-    if residual:
-        def launch(stream: int = 0, _keep=(x, res, w, total, out)):
-            ke.rmsnorm_residual(x.ptr, res.ptr, w.ptr, total.ptr, out.ptr, rows, cols, 1e-6, stream)
-        return launch, rows * cols * 16 + cols * 4, rows * cols * 4
+    out = DeviceBuffer(rows * cols * 4)
 
     def launch(stream: int = 0, _keep=(x, w, out)):
         k.rmsnorm(x.ptr, w.ptr, out.ptr, rows, cols, 1e-6, stream)
@@ -38,12 +31,9 @@ def _case(name, *args):
 
 
 BENCH_CASES = [
-    _case("rmsnorm_hidden_1", 1, HIDDEN, False),
-    _case("rmsnorm_hidden_64", 64, HIDDEN, False),
-    _case("rmsnorm_hidden_4096", 4096, HIDDEN, False),
-    _case("rmsnorm_residual_hidden_1", 1, HIDDEN, True),
-    _case("rmsnorm_residual_hidden_64", 64, HIDDEN, True),
-    _case("rmsnorm_residual_hidden_4096", 4096, HIDDEN, True),
-    _case("rmsnorm_qnorm_64x24x256", 64 * HQ, HEAD_DIM, False),
-    _case("rmsnorm_qnorm_4096x24x256", 4096 * HQ, HEAD_DIM, False),
+    _case("rmsnorm_hidden_1", 1, HIDDEN),
+    _case("rmsnorm_hidden_64", 64, HIDDEN),
+    _case("rmsnorm_hidden_4096", 4096, HIDDEN),
+    _case("rmsnorm_qnorm_64x24x256", 64 * HQ, HEAD_DIM),
+    _case("rmsnorm_qnorm_4096x24x256", 4096 * HQ, HEAD_DIM),
 ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from luce.models.batch import SegmentSpec, build_batch
+from luce.models.packer import SegmentSpec, build_batch
 from luce.models.kv_cache import PAGE_SIZE, pages_needed
 from luce.ref.attention import attend_row, paged_attention
 from luce.ref.tree_attention import paged_attention_with_trees

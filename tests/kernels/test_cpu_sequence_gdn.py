@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from luce.models.batch import SegmentSpec, build_batch
+from luce.models.packer import SegmentSpec, build_batch
 from luce.ref.gdn_chunked import gdn_chunked as ref_chunked
 from luce.ref.gdn_recurrent import gdn_recurrent as ref_recurrent
 from tests.kernels.cpu_sequence_harness import cpu_backend, same_bits, under_threads

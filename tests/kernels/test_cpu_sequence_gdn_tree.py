@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from luce.models import gdn_tree as mt
+from luce.ops.api import TreeStage
 from luce.ref import gdn_tree as ref_tree
 from tests.kernels.cpu_sequence_harness import cpu_backend, same_bits, under_threads
 from tests.kernels.gdn_harness import gdn_inputs, random_states
@@ -82,7 +82,7 @@ def test_nodes_states_and_commits_bitwise_equal_ar_along_root_paths(cpu, kind, n
         path = root_path(parents, leaf)
         _, ar_h = ar_along(cpu, inputs, h0, path)
         for mode, fields in (("factor", kept), ("baseline", base)):
-            pending = mt.PendingTree(parents, x, mode, **fields)
+            pending = TreeStage(conv_inputs=x, mode=mode, parents=parents, **fields)
             conv, gdn = cpu.gdn_tree_commit(pending, conv0, h0, path)
             assert same_bits(gdn, ar_h), f"{mode} commit of {path} differs from AR decoding"
             assert same_bits(conv, np.concatenate([conv0, x[path]])[-3:])
@@ -97,16 +97,16 @@ def test_verify_and_commit_are_thread_invariant(cpu):
     runs = under_threads(lambda: cpu.gdn_tree_verify("factor", *inputs, parents, h0))
     for o, kept in runs[1:]:
         assert same_bits(o, runs[0][0]) and same_bits(kept["factors"].u, runs[0][1]["factors"].u)
-    pending = mt.PendingTree(parents, np.zeros((40, 4), np.float32), "factor", **runs[0][1])
+    pending = TreeStage(conv_inputs=np.zeros((40, 4), np.float32), mode="factor", parents=parents, **runs[0][1])
     path = root_path(parents, leaves(parents)[-1])
     states = under_threads(lambda: cpu.gdn_tree_commit(pending, np.zeros((3, 4), np.float32), h0, path)[1])
     assert all(same_bits(states[0], s) for s in states[1:])
 
 
-@pytest.mark.parametrize("mode", ["factor", "baseline", "closed"])
-def test_model_hooks_against_the_numpy_backend(cpu, mode):
-    """luce.models.gdn_tree drives the cpu hooks exactly as the GDN layer does; results match
-    the numpy backend (the references) and commit_into on a pool row changes only that row."""
+@pytest.mark.parametrize("mode", ["factor", "baseline"])
+def test_one_tree_primitives_against_the_numpy_backend(cpu, mode):
+    """The primitives luce.ops.host_step_ops routes tree segments to: results match the numpy
+    backend (the references), the inputs are unchanged, the commit is AR decoding of the path."""
     from luce.ops.numpy_backend import NumpyBackend
 
     ref = NumpyBackend()
@@ -114,27 +114,21 @@ def test_model_hooks_against_the_numpy_backend(cpu, mode):
     rng = np.random.default_rng(31)
     parents = random_tree(rng, n)
     x = rng.standard_normal((n, C)).astype(np.float32)
-    w = (rng.standard_normal((C, K)) * 0.5).astype(np.float32)
     conv_state = rng.standard_normal((K - 1, C)).astype(np.float32)
     inputs = gdn_inputs(rng, n, H, dk, dv)
     h0 = random_states(rng, 1, H, dk, dv)[0]
-    o, kept = mt.tree_delta_rule(cpu, mode, *inputs, parents, h0)
-    o_ref, kept_ref = mt.tree_delta_rule(ref, mode, *inputs, parents, h0)
+    before = h0.copy()
+    o, kept = cpu.gdn_tree_verify(mode, *inputs, parents, h0)
+    o_ref, kept_ref = ref.gdn_tree_verify(mode, *inputs, parents, h0)
     assert_close(o, o_ref)
     path = root_path(parents, leaves(parents)[-1])
-    pending = mt.PendingTree(parents, x, mode, **kept)
-    conv, gdn = mt.commit_layer(cpu, pending, conv_state, h0, path)
-    conv_ref, gdn_ref = mt.commit_layer(ref, mt.PendingTree(parents, x, mode, **kept_ref), conv_state, h0, path)
+    conv, gdn = cpu.gdn_tree_commit(TreeStage(conv_inputs=x, mode=mode, parents=parents, **kept), conv_state, h0, path)
+    conv_ref, gdn_ref = ref.gdn_tree_commit(TreeStage(conv_inputs=x, mode=mode, parents=parents, **kept_ref),
+                                            conv_state, h0, path)
     assert same_bits(conv, conv_ref)
     assert_close(gdn, gdn_ref)
-    conv_pool, gdn_pool = np.zeros((3, K - 1, C), np.float32), random_states(rng, 3, H, dk, dv)
-    conv_pool[1], gdn_pool[1] = conv_state, h0
-    before = gdn_pool.copy()
-    cpu.gdn_tree_commit_into(pending, conv_pool[1], gdn_pool[1], np.asarray(path, np.int32))
-    assert same_bits(gdn_pool[1], gdn) and same_bits(conv_pool[1], conv)
-    assert same_bits(gdn_pool[0], before[0]) and same_bits(gdn_pool[2], before[2])
-    if mode != "closed":
-        assert same_bits(gdn, ar_along(cpu, inputs, h0, path)[1])
+    assert same_bits(h0, before)
+    assert same_bits(gdn, ar_along(cpu, inputs, h0, path)[1])
 
 
 def test_malformed_trees_and_paths_raise(cpu):
@@ -151,7 +145,7 @@ def test_malformed_trees_and_paths_raise(cpu):
         cpu.gdn_tree_verify("fast", *inputs, np.array([-1, 0, 1, 1]), h0)
     parents = np.array([-1, 0, 1, 1])
     _, kept = cpu.gdn_tree_verify("factor", *inputs, parents, h0)
-    pending = mt.PendingTree(parents, np.zeros((4, 5), np.float32), "factor", **kept)
+    pending = TreeStage(conv_inputs=np.zeros((4, 5), np.float32), mode="factor", parents=parents, **kept)
     for path in ([1, 2], [0, 2, 3], [0, 1, 7]):
         with pytest.raises(ValueError):
             cpu.gdn_tree_commit(pending, np.zeros((3, 5), np.float32), h0, path)

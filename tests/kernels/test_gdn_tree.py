@@ -273,46 +273,55 @@ def test_unsupported_sizes_raise(dk, dv, max_rows):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["factor", "baseline"])
-def test_backend_ops_through_the_model_hooks(mode):
-    """luce/ops/cuda_tree_ops.py hooked as CudaBackend methods, driven by luce.models.gdn_tree
-    exactly as the GDN layer drives it, against the numpy backend (the references)."""
-    from luce.models import gdn_tree as mt
-    from luce.ops import cuda_tree_ops as ops
+def test_step_ops_over_every_segment_kind(mode):
+    """The CUDA backend's step ops (luce/ops/cuda_step_ops.py: conv1d_step, gdn_step,
+    tree_commit; one launch per op over [prefill][AR][tree][tree]) against the numpy
+    backend's (the references), both GDN tree modes on the device; the committed states are
+    bitwise the AR kernel's along the accepted paths."""
+    from luce.models import SegmentSpec, build_batch
+    from luce.models.commit import plan_tree_commit
+    from luce.ops.api import TreeStage
     from luce.ops.cuda_backend import CudaBackend
     from luce.ops.numpy_backend import NumpyBackend
 
-    class TreeBackend(CudaBackend):
-        def conv1d_tree(self, x, weight, state, parents):
-            return ops.conv1d_tree(self, x, weight, state, parents)
-
-        def gdn_tree_verify(self, mode, q, k, v, g, beta, parents, state):
-            return ops.gdn_tree_verify(self, mode, q, k, v, g, beta, parents, state)
-
-        def gdn_tree_commit(self, pending, conv_state, gdn_state, path):
-            return ops.gdn_tree_commit(self, pending, conv_state, gdn_state, path)
-
-    dev, ref = TreeBackend(), NumpyBackend()
-    n, H, dk, dv, C, K = 23, 3, 128, 128, 200, 4
-    rng = np.random.default_rng(31)
-    parents = random_tree(rng, n)
-    x = rng.standard_normal((n, C)).astype(np.float32)
+    dev, ref = CudaBackend(), NumpyBackend()
+    H, dk, dv, C, K, n_slots = 3, 128, 128, 200, 4, 4
+    rng = np.random.default_rng(41 + len(mode))
+    trees = [random_tree(rng, 9), random_tree(rng, 6)]
+    pages = lambda s: list(range(8 * s, 8 * s + 8))  # noqa: E731
+    batch = build_batch([SegmentSpec(0, [1] * 70, 30, pages(0)), SegmentSpec(1, [2], 17, pages(1)),
+                         SegmentSpec(2, [3] * 9, 20, pages(2), parents=trees[0].tolist()),
+                         SegmentSpec(3, [4] * 6, 8, pages(3), parents=trees[1].tolist())])
+    T, t0 = batch.n_rows, batch.tree_start
+    x = rng.standard_normal((T, C)).astype(np.float32)
     w = (rng.standard_normal((C, K)) * 0.5).astype(np.float32)
-    conv_state = rng.standard_normal((K - 1, C)).astype(np.float32)
-    inputs = gdn_inputs(rng, n, H, dk, dv)
-    h0 = random_states(rng, 1, H, dk, dv)[0]
+    conv0 = rng.standard_normal((n_slots, K - 1, C)).astype(np.float32)
+    inputs = gdn_inputs(rng, T, H, dk, dv)
+    h0 = random_states(rng, n_slots, H, dk, dv)
+    conv_ref, gdn_ref = conv0.copy(), h0.copy()
     up = dev.upload
-
-    y = dev.to_numpy(mt.tree_conv(dev, up(x), up(w), up(conv_state), parents))
-    np.testing.assert_allclose(y, mt.tree_conv(ref, x, w, conv_state, parents), *tolerance("conv1d"))
-    o, kept = mt.tree_delta_rule(dev, mode, *(up(a) for a in inputs), parents, up(h0))
-    o_ref, kept_ref = mt.tree_delta_rule(ref, mode, *inputs, parents, h0)
-    assert_close(dev.to_numpy(o), o_ref)
-    path = root_path(parents, leaves(parents)[-1])
-    conv, gdn = mt.commit_layer(dev, mt.PendingTree(parents, up(x), mode, **kept), up(conv_state), up(h0), path)
-    conv_ref, gdn_ref = mt.commit_layer(ref, mt.PendingTree(parents, x, mode, **kept_ref), conv_state, h0, path)
-    assert np.array_equal(dev.to_numpy(conv), conv_ref)
-    assert_close(dev.to_numpy(gdn), gdn_ref)
-    if mode == "factor":
-        assert not any(op.startswith("tree gdn") for op in dev.host_fallbacks), dev.host_fallbacks
-        _, ar_states = ar_along_paths(inputs, h0, [path])
-        assert np.array_equal(dev.to_numpy(gdn), ar_states[0]), "device commit differs from AR decoding"
+    conv_dev, gdn_dev = up(conv0), up(h0)
+    y_ref = ref.conv1d_step(x, w, conv_ref, batch)
+    y_dev = dev.to_numpy(dev.conv1d_step(up(x), up(w), conv_dev, batch))
+    live = np.arange(T) < batch.qo_indptr[-1]
+    np.testing.assert_allclose(y_dev[live], y_ref[live], *tolerance("conv1d"))
+    o_ref, part_ref = ref.gdn_step(*inputs, gdn_ref, batch, mode)
+    o_dev, part_dev = dev.gdn_step(*(up(a) for a in inputs), gdn_dev, batch, mode)
+    assert_close(dev.to_numpy(o_dev), o_ref)
+    for slot in (0, 1):                                  # prefill and AR slots advanced in place
+        assert_close(dev.to_numpy(gdn_dev[slot]), gdn_ref[slot])
+    for slot in (2, 3):                                  # tree slots: read only
+        assert np.array_equal(dev.to_numpy(gdn_dev[slot]), h0[slot])
+    paths = {2: root_path(trees[0], leaves(trees[0])[-1]), 3: root_path(trees[1], leaves(trees[1])[0])}
+    commit = plan_tree_commit(batch, paths)
+    ref.tree_commit(conv_ref, gdn_ref, TreeStage(x[t0:], mode, **part_ref), commit)
+    dev.tree_commit(conv_dev, gdn_dev, TreeStage(dev.take_rows(up(x), np.arange(t0, T)), mode, **part_dev), commit)
+    assert np.array_equal(dev.to_numpy(conv_dev), conv_ref)
+    got = dev.to_numpy(gdn_dev)
+    assert_close(got, gdn_ref)
+    for slot, parents in zip((2, 3), trees):              # bitwise the AR kernel along the path
+        r0 = int(batch.qo_indptr[batch.tree_segments()[slot - 2]])
+        rows = [r0 + node for node in paths[slot]]
+        _, ar = ar_along_paths(inputs, h0[slot], [rows])
+        assert np.array_equal(got[slot], ar[0]), f"{mode}: slot {slot} commit differs from AR decoding"
+    assert dev.host_fallbacks == {}

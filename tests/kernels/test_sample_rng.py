@@ -6,7 +6,7 @@ select pass, the full 248,320-token vocab, NaN rows, and batch invariance."""
 import numpy as np
 import pytest
 
-from luce.engine.rng import MASK64
+from luce.ref.sample_rng import MASK64
 from luce.engine.sampler import BACKEND_TOPK_MAX, SamplingParams, backend_can_draw, det_exp, sample_token
 from luce.ref.sample_rng import sample_rng
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from luce.models import (ForwardBatch, SegmentSpec, build_batch, generate_greedy, load_model,
-                         register_arch, single_sequence_csr)
+import dataclasses
+
+from luce.models import SegmentSpec, build_batch, generate_greedy, load_model, register_arch
 from luce.models.loader import model_class
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,20 +164,18 @@ def test_build_batch_layout():
     assert pages.tolist() == [3, 3, 5, -1, 2] and offsets.tolist() == [14, 15, 0, -1, 0]
     assert kv_index.tolist() == [14, 15, 16, -1, 0]
     b.validate()
-    indptr, indices, last = single_sequence_csr([9, 8, 7], 17)
-    assert indptr.tolist() == [0, 2] and indices.tolist() == [9, 8] and last.tolist() == [1]
 
 
 def test_validate_names_the_problem():
     good = build_batch([SegmentSpec(0, [1, 2, 3], 5, [0])])
-    bad = ForwardBatch(**{**good.__dict__, "positions": np.array([5, 6, 9], np.int32)})
+    bad = dataclasses.replace(good, positions=np.array([5, 6, 9], np.int32))
     with pytest.raises(ValueError, match="positions"):
         bad.validate()
-    bad = ForwardBatch(**{**good.__dict__, "kv_last_page_len": np.array([2], np.int32)})
+    bad = dataclasses.replace(good, kv_last_page_len=np.array([2], np.int32))
     with pytest.raises(ValueError, match="3 rows but only 2 KV rows"):
         bad.validate()
-    with pytest.raises(ValueError, match="tree_parents .* must be -1 for the root"):
-        ForwardBatch(**{**good.__dict__, "tree_parents": np.zeros(3, np.int32)}).validate()
+    with pytest.raises(ValueError, match="node 0 is the root"):
+        dataclasses.replace(good, segment_kind=None, tree_parents=np.zeros(3, np.int32)).validate()
     with pytest.raises(ValueError, match="need 2 pages"):
         build_batch([SegmentSpec(0, [1] * 3, 15, [0])])
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from luce.models.batch import SegmentSpec, build_batch
+from luce.models.packer import SegmentSpec, build_batch
 from luce.models.graph_cache import GraphCache
-from luce.models.graphed_forward import GraphedForward, pad_pages
+from luce.models.graphed_forward import GraphedForward
 from luce.ops import cuda_step_meta
 
 
@@ -63,6 +63,7 @@ def test_a_key_runs_eager_then_is_captured_then_replayed():
     assert step(2) == "out1" and step(3) == "out1"                      # replays return the graph's output
     assert calls == [0, 1] and rewrites == [(("arena", "pool"), 2), (("arena", "pool"), 3)]
     assert cache.counters == dict(replays=2, captures=1, rebuilds=0, eager_steps=1, failures=0, drops=0)
+    assert cache.eager_reasons == {"first call of a key": 1}
 
 
 def test_a_key_that_cannot_be_captured_stays_eager():
@@ -71,6 +72,9 @@ def test_a_key_that_cannot_be_captured_stays_eager():
     assert outs == [0, 1, 2, 3]
     assert cache.counters["failures"] == 1 and cache.counters["replays"] == 0
     assert cache.counters["eager_steps"] == 4 and "host synchronisation" in cache.unsafe["k"]
+    assert cache.eager_reasons == {"first call of a key": 1, "cannot capture: a host synchronisation": 3}
+    cache.call(None, lambda: 0, lambda pool: None, lambda meta: None)
+    assert cache.eager_reasons["no replay key"] == 1
 
 
 def test_eviction_drops_graphs_and_a_recaptured_key_counts_as_rebuild():
@@ -95,12 +99,15 @@ class _Model:
 
 
 def test_graph_keys_fix_topology_and_leave_values_to_the_arena():
+    """The key is the batch's replay key (topology): tokens, positions and slots are arena
+    values; prompt chunks have keys like decode rows (mixed steps replay too)."""
     fwd = GraphedForward(_Model())
-    key = lambda b: fwd.key(pad_pages(b), None)  # noqa: E731
+    key = lambda b: fwd.key(b)  # noqa: E731
     assert key(_decode_batch([0, 2], 0)) == key(_decode_batch([0, 2], 5, tokens=(9, 3)))   # new tokens, positions
-    assert key(_decode_batch([0, 2], 0)) != key(_decode_batch([0, 1], 0))                  # other slots
+    assert key(_decode_batch([0, 2], 0)) == key(_decode_batch([0, 1], 0))                  # other slots
+    assert key(_decode_batch([0, 2], 0)) != key(_decode_batch([0], 0))                     # other topology
     prefill = build_batch([SegmentSpec(0, [1, 2, 3], 0, [0])])
-    assert key(prefill) is None                                                             # prompt chunks: eager
+    assert key(prefill) is not None and key(prefill) != key(_decode_batch([0], 0))
 
 
 def test_padded_pages_give_the_same_logits(tmp_path):
@@ -109,12 +116,11 @@ def test_padded_pages_give_the_same_logits(tmp_path):
     from luce.testing.tiny_models import make_qwen35
 
     make_qwen35(tmp_path / "q35.gguf", seed=3)
-    model = load_model(tmp_path / "q35.gguf")
+    model = load_model(tmp_path / "q35.gguf", "cpu")
     prompt = [int(t) for t in np.random.default_rng(0).integers(3, 200, 40)]
     batch = build_batch([SegmentSpec(1, prompt, 0, [5, 6, 7])])           # 40 rows: 3 pages
-    padded = pad_pages(batch)
+    padded = build_batch([SegmentSpec(1, prompt, 0, [5, 6, 7])], pad_pages=True)
     assert len(padded.kv_indices) == 4 and padded.seq_slots.tolist() == [1, -1]
-    assert pad_pages(padded) is padded
     padded.validate()
     logits = [model.forward(b, model.new_state(max_pages=8, max_slots=2)).logits for b in (batch, padded)]
     np.testing.assert_array_equal(logits[0], logits[1])
@@ -159,7 +165,10 @@ def test_graph_counters_render_in_metrics():
     from luce.server.bridge import EngineStats
     from luce.server.metrics import ServerMetrics
 
-    text = ServerMetrics().render(EngineStats(graphs={"replays": 7, "captures": 2, "rebuilds": 1}), 0)
+    graphs = {"replays": 7, "captures": 2, "rebuilds": 1, "eager_steps": 5,
+              "eager_reasons": {"first call of a key": 2, "cannot capture: a host synchronisation": 3}}
+    text = ServerMetrics().render(EngineStats(graphs=graphs), 0)
     for line in ("luce_graph_replays_total 7", "luce_graph_captures_total 2", "luce_graph_rebuilds_total 1",
-                 "luce_graph_failures_total 0"):
+                 "luce_graph_failures_total 0", 'luce_graph_eager_total{reason="first call of a key"} 2',
+                 'luce_graph_eager_total{reason="cannot capture: a host synchronisation"} 3'):
         assert line in text

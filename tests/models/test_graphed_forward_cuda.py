@@ -80,29 +80,58 @@ def test_graphed_sampling_equals_eager(models):
 @pytest.mark.parametrize("target,mode,draft", [("q35", "chain", "q35"), ("q35", "specla", "q35"),
                                                ("q35", "ddtree", "q35"), ("q3", "chain", "q3_draft")])
 def test_graphed_speculation_equals_eager(models, target, mode, draft):
-    """Tree verify steps replay graphs (trees re-staged with each step's parents) and so do
-    the draft model's passes; the tokens are those of plain eager decoding. (DDTree's trees
-    change size from step to step, so at C3 its verify keys rarely repeat: only chains are
-    required to replay verify steps here. ddtree keeps per-node GDN states on the host, which
-    a graph cannot repeat: those keys are refused at capture and stay eager.)"""
+    """Every step replays graphs once warm, tree verify steps and mixed steps [prefill][AR]
+    [tree] included (every GDN tree mode runs on the device), and so do the tree commits and
+    the draft model's passes; the tokens are those of plain eager decoding."""
+    from luce.models.batch import SEG_PREFILL, SEG_TREE
+
     want, _ = run(models[target], False, 3)
     spec = SpecConfig(spec=mode, draft_kind="model", draft=draft, ddtree_budget=6, spec_top_k=2, chain_depth=4)
     got, engine = run(models[target], True, 3, spec=spec, draft_model=models[draft])
     assert got == want
-    if mode != "ddtree":
-        assert engine.forward.counters["failures"] == 0, list(engine.forward.unsafe.values())
+    assert engine.forward.counters["failures"] == 0, list(engine.forward.unsafe.values())
+    assert set(engine.graph_counters()["eager_reasons"]) <= {"first call of a key"}, engine.graph_counters()
     assert engine.spec.speculator.drafter.forward.counters["replays"] > 0
-    if mode == "chain":
-        assert_replayed(engine.forward)
-        assert any(any(key[5]) for key in engine.forward.graphs), "no verify step was captured"
-        if target == "q35":  # the GDN commit by factor replay, graphed (luce.models.graphed_commit)
-            assert_replayed(engine.spec.speculator.committer)
+    assert_replayed(engine.forward)
+    kinds = [{kind for kind, _ in key[0][0]} for key in engine.forward.graphs]
+    assert any(SEG_TREE in k for k in kinds), "no verify step was captured"
+    if target == "q35":  # the tree commit (KV moves, conv and GDN state of every slot), graphed
+        assert_replayed(engine.committer)
+
+
+@pytest.mark.parametrize("mode", ["specla", "ddtree"])
+def test_mixed_prefill_and_tree_steps_replay(models, mode):
+    """A 600-token prompt prefilled in 64-row chunks while two requests speculate: the
+    steps [prefill][tree][tree] repeat their keys (segments bucketed, slots in the arena),
+    are captured and replayed, and every request's tokens equal plain eager decoding."""
+    from luce.models.batch import SEG_PREFILL, SEG_TREE
+
+    model = models["q35"]
+    rng = np.random.default_rng(12)
+    prompts = [list(rng.integers(3, 400, 9)), list(rng.integers(3, 400, 12)), list(rng.integers(3, 400, 600))]
+
+    def go(graphs, spec):
+        engine = Engine(model, None, EngineConfig(max_slots=3, ctx=700, token_budget=128, cuda_graphs=graphs,
+                                                  spec=spec), draft_model=model)
+        ids = [engine.add_request(p, SamplingParams(max_tokens=48)) for p in prompts[:2]]
+        for _ in range(3):
+            engine.step()
+        ids.append(engine.add_request(prompts[2], SamplingParams(max_tokens=8)))
+        engine.run()
+        return [engine.take_output(i).token_ids for i in ids], engine
+
+    want, _ = go(False, None)
+    got, engine = go(True, SpecConfig(spec=mode, draft_kind="model", draft="q35", ddtree_budget=6, spec_top_k=2))
+    assert got == want
+    kinds = [{kind for kind, _ in key[0][0]} for key in engine.forward.graphs]
+    assert any({SEG_PREFILL, SEG_TREE} <= k for k in kinds), "no mixed step was captured"
+    assert engine.forward.counters["replays"] > 0 and engine.forward.counters["failures"] == 0
 
 
 def test_replayed_logits_and_state_bitwise(models):
     """40 decode steps of 3 slots with fresh random tokens: logits, KV pages and GDN pools of
     GraphedForward equal eager forwards on a twin state bit for bit."""
-    from luce.models.batch import SegmentSpec, build_batch
+    from luce.models.packer import SegmentSpec, build_batch
     from luce.models.graphed_forward import GraphedForward
 
     model = models["q35"]
@@ -132,8 +161,9 @@ def test_replayed_logits_and_state_bitwise(models):
 
 
 def test_graphed_dflash_draft_equals_eager(models, tmp_path):
-    """DFlash block passes (multi-row segments, no GDN layers) replay graphs; the draft's
-    proposals, hence the committed tokens, are the eager ones."""
+    """DFlash block passes (multi-row segments, no GDN layers) replay graphs; the target's
+    features stay on the device from capture to the draft pass; the draft's proposals,
+    hence the committed tokens, are the eager ones."""
     from luce.models import load_model
     from luce.testing.tiny_models import make_dflash_draft
 

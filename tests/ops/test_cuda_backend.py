@@ -4,7 +4,8 @@ CPU: backend selection and its errors, allocator size classes, broadcast strides
 row moves of tree commit. GPU (`gpu` marker): every op against numpy (bitwise where the
 arithmetic is the same: copies, add/mul, embedding), tiny qwen35 / qwen3 models (prefill of
 1, 63, 64, 65, 129 tokens then decode) within a tolerance of numpy, batch invariance of a
-decode row (bitwise), tree rows through the model, and the engine end to end.
+decode row (bitwise), tree rows through the model (both GDN tree modes on the device) and
+the engine end to end.
 Measured differences are printed as 'MEASURE ...' lines (run with -s to see them).
 """
 from __future__ import annotations
@@ -13,8 +14,8 @@ import numpy as np
 import pytest
 
 from luce.models import SegmentSpec, build_batch, load_model, pages_needed
-from luce.models.kv_cache import PAGE_SIZE, ModelState, PagedKV
-from luce.models.tree_rows import commit_tree_kv
+from luce.models.commit import commit_trees, plan_tree_commit, tree_kv_moves
+from luce.models.kv_cache import PAGE_SIZE, PagedKV
 from luce.ops import cuda_unavailable_reason, get_backend
 from luce.ops.cuda_array import bucket_bytes
 from luce.ops.numpy_backend import NumpyBackend
@@ -52,25 +53,22 @@ def test_broadcast_strides_match_numpy(shape, full):
     assert _strides(shape, full) == [s // 4 for s in view.strides]
 
 
-def test_kv_move_rows_reads_every_source_first_and_commit_uses_the_backend():
+def test_kv_move_rows_reads_every_source_first_and_skips_padding():
     rng = np.random.default_rng(0)
     pages = [3, 0, 2]
-    host = PagedKV(4, 2, 8)
-    host.k[:] = rng.standard_normal(host.k.shape)
-    host.v[:] = rng.standard_normal(host.v.shape)
-    via_backend = PagedKV(4, 2, 8)
-    via_backend.k[:], via_backend.v[:] = host.k, host.v
+    kv = PagedKV(4, 2, 8)
+    kv.k[:] = rng.standard_normal(kv.k.shape)
+    kv.v[:] = rng.standard_normal(kv.v.shape)
+    want_k = kv.k.copy().reshape(-1, 2, 8)
     path = [0, 2, 3, 5]        # row 2 is a source (move 2) and a destination (move 3)
-    commit_tree_kv(ModelState(4, 1, kv={0: host}), pages, 14, path)
-    commit_tree_kv(ModelState(4, 1, kv={0: via_backend}, backend=NumpyBackend()), pages, 14, path)
-    assert np.array_equal(host.k, via_backend.k) and np.array_equal(host.v, via_backend.v)
+    src, dst = tree_kv_moves(pages, 14, path)
+    before = want_k.copy()
+    for a, b in zip(src, dst):  # in order: each move reads a row no earlier move wrote
+        want_k[b] = before[a]
+    NumpyBackend().kv_move_rows(kv, src + [-1], dst + [-1])       # a padding pair is skipped
+    assert np.array_equal(kv.k.reshape(-1, 2, 8), want_k)
     flat = lambda i: pages[i // PAGE_SIZE] * PAGE_SIZE + i % PAGE_SIZE  # noqa: E731
-    before = PagedKV(4, 2, 8)
-    before.k[:] = rng.standard_normal(before.k.shape)
-    after = before.k.copy().reshape(-1, 2, 8)
-    NumpyBackend().kv_move_rows(before, [flat(16), flat(17)], [flat(15), flat(16)])
-    assert np.array_equal(before.k.reshape(-1, 2, 8)[flat(16)], after[flat(17)])
-    assert np.array_equal(before.k.reshape(-1, 2, 8)[flat(15)], after[flat(16)])
+    assert (src, dst) == ([flat(16), flat(17), flat(19)], [flat(15), flat(16), flat(17)])
 
 
 # ---- GPU: ops ---------------------------------------------------------------------------------
@@ -183,19 +181,15 @@ def _attention_batch(tree_seed=None):
             SegmentSpec(-1, [0, 0], 0, [])]
     if tree_seed is None:
         return build_batch(segs)
-    from luce.spec.batching import TreeSegment, build_spec_batch
     from tests.spec.test_tree_verify import random_tree
 
     tree = random_tree(5, 11, 4, seed=tree_seed)
-    return build_spec_batch(segs[:2] + [TreeSegment(2, tree, 20, [7, 8, 9])])[0]
+    return build_batch(segs[:2] + [SegmentSpec(2, tree.tokens.tolist(), 20, [7, 8, 9], parents=tree.parents.tolist())])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tree,tree_path", [(None, "host"), (1, "host"), (1, "tree_kernel")],
-                         ids=["ordinary", "tree-host", "tree-tree_kernel"])
-def test_kv_write_and_attention(cuda, tree, tree_path):
-    if tree_path == "tree_kernel" and not _tree_kernels_built():
-        pytest.skip("tree kernels not built")
+@pytest.mark.parametrize("tree", [None, 1], ids=["ordinary", "tree"])
+def test_kv_write_and_attention(cuda, tree):
     batch = _attention_batch(tree)
     T, Hq, Hkv, D = batch.n_rows, 6, 2, 64
     kv_np, kv_cu = PagedKV(10, Hkv, D), PagedKV(10, Hkv, D, zeros=cuda.zeros)
@@ -206,11 +200,7 @@ def test_kv_write_and_attention(cuda, tree, tree_path):
     NP.kv_write(kv_np, batch, k, v)
     cuda.kv_write(kv_cu, batch, cuda.asarray(k), cuda.asarray(v))
     assert np.array_equal(cuda.to_numpy(kv_cu.k), kv_np.k) and np.array_equal(cuda.to_numpy(kv_cu.v), kv_np.v)
-    cuda.use_tree_kernels(tree_path == "tree_kernel")
-    try:
-        got = cuda.to_numpy(cuda.attention(cuda.asarray(q), kv_cu, batch, 0.125))
-    finally:
-        cuda.use_tree_kernels(True)
+    got = cuda.to_numpy(cuda.attention(cuda.asarray(q), kv_cu, batch, 0.125))
     want = NP.attention(q, kv_np, batch, 0.125)
     live = batch.seq_slots[np.searchsorted(batch.qo_indptr, np.arange(T), side="right") - 1] >= 0
     np.testing.assert_allclose(got[live], want[live], rtol=1e-4, atol=2e-6)
@@ -315,27 +305,13 @@ def test_decode_row_is_batch_invariant(models, arch):
     assert np.array_equal(decode_row("ar"), alone)
 
 
-def _tree_kernels_built() -> bool:
-    from luce.ops.cuda_backend import CudaBackend
-
-    return CudaBackend.tree_kernels_available()
-
-
-@pytest.fixture
-def tree_ops(cuda, request):
-    """'host': tree rows on the host references; 'tree_kernel': on the tree kernels."""
-    if request.param == "tree_kernel" and not _tree_kernels_built():
-        pytest.skip("tree kernels not built")
-    cuda.use_tree_kernels(request.param == "tree_kernel")
-    yield request.param
-    cuda.use_tree_kernels(True)
+def _tree_batch(tree, slot, start, pages):
+    return build_batch([SegmentSpec(slot, tree.tokens.tolist(), start, pages, parents=tree.parents.tolist())])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tree_ops", ["host", "tree_kernel"], indirect=True)
-def test_tree_rows_through_the_model(models, tree_ops):
-    from luce.models.tree_rows import commit_tree_rows
-    from luce.spec.batching import TreeSegment, build_spec_batch
+@pytest.mark.parametrize("mode", ["factor", "baseline"])
+def test_tree_rows_through_the_model(models, mode):
     from tests.spec.test_tree_verify import random_tree
 
     prompt = np.random.default_rng(4).integers(0, 400, 30).tolist()
@@ -343,34 +319,40 @@ def test_tree_rows_through_the_model(models, tree_ops):
     path = tree.path(tree.n_nodes - 1)
     results = []
     for model in models[("qwen35", "f32")]:
+        model.gdn_tree_mode = mode
         pages = list(range(4))
         state = model.new_state(max_pages=4, max_slots=1)
         model.forward(build_batch([SegmentSpec(0, prompt, 0, pages)]), state)
-        batch, _ = build_spec_batch([TreeSegment(0, tree, len(prompt), pages)])
-        tree_logits = model.backend.to_numpy(model.forward(batch, state).logits)
-        commit_tree_rows(state, 0, pages, len(prompt), path)
+        batch = _tree_batch(tree, 0, len(prompt), pages)
+        out = model.forward(batch, state)
+        tree_logits = model.backend.to_numpy(out.logits)
+        commit_trees(state, out.staged, plan_tree_commit(batch, {0: path}))
         nxt = build_batch([SegmentSpec(0, [int(tree.tokens[0])], len(prompt) + len(path), pages)])
         results.append((tree_logits, model.backend.to_numpy(model.forward(nxt, state).logits)))
+        model.gdn_tree_mode = "factor"
     (t_np, a_np), (t_cu, a_cu) = results
     scale = max(1.0, np.abs(t_np).max())
     err = max(np.abs(t_cu - t_np).max(), np.abs(a_cu - a_np).max()) / scale
-    print(f"MEASURE tree rows qwen35 f32 ({tree_ops}): max error after verify + commit = {err:.3g} of scale")
+    print(f"MEASURE tree rows qwen35 f32 ({mode}): max error after verify + commit = {err:.3g} of scale")
     assert err <= MODEL_TOL["f32"]
+    assert cuda_backend_of(models).host_fallbacks == {}
+
+
+def cuda_backend_of(models):
+    return models[("qwen35", "f32")][1].backend
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("arch", ["qwen35", "qwen3"])
-def test_tree_kernel_nodes_and_commit_equal_ar_decoding_bitwise(models, cuda, arch):
-    """On the tree kernels, every tree node's logits are bitwise those of AR decoding of its
-    path, and the committed state decodes on bitwise like the AR-decoded one."""
-    from luce.models.tree_rows import commit_tree_rows
-    from luce.spec.batching import TreeSegment, build_spec_batch
+@pytest.mark.parametrize("arch,mode", [("qwen35", "factor"), ("qwen35", "baseline"), ("qwen3", "factor")])
+def test_tree_kernel_nodes_and_commit_equal_ar_decoding_bitwise(models, cuda, arch, mode):
+    """Every tree node's logits are bitwise those of AR decoding of its path, and the
+    committed state decodes on bitwise like the AR-decoded one, in both GDN tree modes
+    (factor capture; per-node stored states, the `--spec ddtree` baseline) on the device."""
     from tests.spec.test_tree_verify import random_tree
 
-    if not _tree_kernels_built():
-        pytest.skip("tree kernels not built")
-    cuda.use_tree_kernels(True)
     model, be = models[(arch, "q4_k_m")][1], cuda
+    if hasattr(model, "gdn_tree_mode"):
+        model.gdn_tree_mode = mode
     prompt = np.random.default_rng(7).integers(0, 400, 37).tolist()
     pages = lambda s: list(range(4 * s, 4 * s + 4))  # noqa: E731
     state = model.new_state(max_pages=8, max_slots=2)
@@ -378,7 +360,9 @@ def test_tree_kernel_nodes_and_commit_equal_ar_decoding_bitwise(models, cuda, ar
         model.forward(build_batch([SegmentSpec(s, prompt, 0, pages(s))]), state)
     tree = random_tree(11, 13, 5, seed=8)
     P = len(prompt)
-    logits = be.to_numpy(model.forward(build_spec_batch([TreeSegment(0, tree, P, pages(0))])[0], state).logits)
+    batch = _tree_batch(tree, 0, P, pages(0))
+    out = model.forward(batch, state)
+    logits = be.to_numpy(out.logits)
     snap = state.recurrent.snapshot(1) if state.recurrent is not None else None
     leaves = [i for i in range(tree.n_nodes) if not tree.children(i)]
     for leaf in leaves:
@@ -386,13 +370,16 @@ def test_tree_kernel_nodes_and_commit_equal_ar_decoding_bitwise(models, cuda, ar
             state.recurrent.restore(1, snap)
         path = tree.path(leaf)
         for d, node in enumerate(path):
-            out = model.forward(build_batch([SegmentSpec(1, [int(tree.tokens[node])], P + d, pages(1))]), state)
-            assert np.array_equal(be.to_numpy(out.logits)[0], logits[node]), f"{arch}: node {node} of leaf {leaf}"
+            ar = model.forward(build_batch([SegmentSpec(1, [int(tree.tokens[node])], P + d, pages(1))]), state)
+            assert np.array_equal(be.to_numpy(ar.logits)[0], logits[node]), f"{arch}: node {node} of leaf {leaf}"
     path = tree.path(leaves[-1])   # slot 1 has just AR-decoded this path
-    commit_tree_rows(state, 0, pages(0), P, path)
+    commit_trees(state, out.staged, plan_tree_commit(batch, {0: path}))
     nxt = [model.backend.to_numpy(model.forward(build_batch([SegmentSpec(s, [5], P + len(path), pages(s))]),
                                                 state).logits) for s in (0, 1)]
     assert np.array_equal(nxt[0], nxt[1])
+    if hasattr(model, "gdn_tree_mode"):
+        model.gdn_tree_mode = "factor"
+    assert be.host_fallbacks == {}
 
 
 @pytest.mark.gpu

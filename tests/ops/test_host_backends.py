@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from luce.models.batch import SegmentSpec, build_batch
+from luce.models.packer import SegmentSpec, build_batch
 from luce.models.kv_cache import PAGE_SIZE, PagedKV
 from luce.ops import get_backend
 from luce.ops.api import Backend

@@ -103,7 +103,7 @@ def assert_f32_close(got, want):
 
 def test_bad_trees_and_paths_are_rejected():
     q, k, v, g, beta, state = gdn_inputs(3, seed=0)
-    with pytest.raises(ValueError, match="parents"):
+    with pytest.raises(ValueError, match="parent"):
         gdn_tree_verify(q, k, v, g, beta, np.array([-1, 2, 0]), state)
     _, factors, _ = gdn_tree_verify(q, k, v, g, beta, np.array([-1, 0, 0]), state)
     with pytest.raises(ValueError, match="path"):

@@ -5,13 +5,16 @@ Each request's output is a script chosen by its prompt: the tokens of one of SCR
 model to say something exact: tool calls, think blocks), then an end-of-generation token. Running requests emit
 `tokens_per_step` tokens per step (several simulate speculation); at most `max_slots` run at
 once, the rest wait. A cancelled request leaves its slot at the next step. Prompts that
-contain FAIL_TEXT make the request end with an engine error.
+contain FAIL_TEXT make the request end with an engine error. Like the engine, the core applies
+the one output rule (luce.engine.output_stream: stop ids, end of generation, stop strings,
+max_tokens) and hands the server text it only renders.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
+from luce.engine.output_stream import OutputStream
 from luce.server.bridge import EngineStats, StepOutput
 
 SCRIPTS = (
@@ -29,6 +32,7 @@ class _Running:
     prompt_ids: list[int]
     params: object
     script: list[int]
+    out: OutputStream
     emitted: int = 0
 
 
@@ -62,7 +66,8 @@ class FakeCore:
         else:
             text = SCRIPTS[sum(prompt_ids) % len(SCRIPTS)] * self.script_repeat
         script = self.tokenizer.encode(text) + [self.tokenizer.eos_id]
-        self.waiting.append(_Running(request_id, list(prompt_ids), params, script))
+        stream = OutputStream(params, tokenizer=self.tokenizer, eos_ids=self.tokenizer.eot_ids)
+        self.waiting.append(_Running(request_id, list(prompt_ids), params, script, stream))
 
     def cancel(self, request_id) -> None:
         self._to_cancel.add(request_id)
@@ -92,16 +97,13 @@ class FakeCore:
                 del self.running[rid]
                 continue
             take = req.script[req.emitted: req.emitted + self.tokens_per_step]
-            take = take[: req.params.max_tokens - req.emitted]
+            taken = req.out.add_many(take)
             req.emitted += len(take)
-            reason = None
-            if take and take[-1] == self.tokenizer.eos_id and not req.params.ignore_eos:
-                reason = "stop"
-            elif req.emitted >= req.params.max_tokens:
-                reason = "length"
-            elif req.emitted >= len(req.script):       # ignore_eos: keep repeating the script
+            if not req.out.finished and req.emitted >= len(req.script):   # ignore_eos: keep repeating
                 req.script = req.script + req.script
-            outputs.append(StepOutput(rid, tuple(take), reason))
+            reason = req.out.finish_reason
+            stop = req.out.stop_reason if isinstance(req.out.stop_reason, str) else None
+            outputs.append(StepOutput(rid, tuple(taken), reason, text=req.out.take_delta(), stop_string=stop))
             if reason is not None:
                 del self.running[rid]
                 self.finished.append(rid)

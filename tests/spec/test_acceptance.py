@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from luce.engine.sampler import SamplingParams, sample_token
-from luce.spec.acceptance import Acceptance, accept_greedy, accept_sampled
+from luce.engine.speculation import accept_sampled
+from luce.spec.acceptance import Acceptance, accept_greedy
 from luce.spec.proposal import DraftProposal
 from luce.spec.tree import DraftTree, chain_tree, ddtree
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from luce.engine.sampler import SamplingParams
+from luce.engine.speculation import accept_sampled
 from luce.spec.config import SpecConfig, SpecConfigError, make_drafter
 from luce.spec.drafters import DFlashDrafter, DraftModelDrafter, NgramDrafter
 from luce.spec.proposal import DraftProposal
@@ -55,14 +56,16 @@ def test_make_drafter_picks_and_checks_the_kind(tiny_models, tiny_paths):
                      draft_model=tiny_models["dflash"])
 
 
-def test_speculator_truncates_at_stop_tokens_and_counts(tiny_models):
+def test_acceptance_stops_at_max_tokens_and_the_speculator_counts(tiny_models):
     spec = Speculator(SpecConfig(spec="chain", draft_kind="ngram"), tiny_models["qwen3"], NgramDrafter())
     tree = chain_tree(1, DraftProposal.from_chain([2, 3, 4]))
     logits = np.full((4, 420), -1.0, np.float32)
     for node, tok in enumerate([2, 3, 4, 5]):
         logits[node, tok] = 1.0
-    acc = spec.accept(tree, logits, SamplingParams(), 0, 10, [1], [1], max_tokens=10)
+    acc = accept_sampled(tree, logits, SamplingParams(), 0, 10, [1], [1], max_tokens=10)
     assert acc.tokens == (2, 3, 4, 5)
-    acc = spec.accept(tree, logits, SamplingParams(), 0, 10, [1], [1], max_tokens=10, stop_ids={3})
+    acc = accept_sampled(tree, logits, SamplingParams(), 0, 10, [1], [1], max_tokens=2)
     assert acc.tokens == (2, 3) and acc.path == (0, 1)
+    spec.record(tree, acc.n_accepted, len(acc.tokens))
+    assert spec.stats.verifies == 1 and spec.stats.accepted == 1 and spec.stats.drafted == 3
     assert spec.max_nodes() == 1 + 8

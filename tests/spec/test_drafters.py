@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from luce.models import SegmentSpec, build_batch, pages_needed
-from luce.models.batch import generate_greedy
+from luce.models.packer import generate_greedy
 from luce.models.dflash import features_from_captured
 from luce.ref.sampling import top_k_logprobs
 from luce.spec.drafters import DraftLane, NgramDrafter
@@ -100,24 +100,55 @@ def target_features(target, draft, tokens):
 
 
 def test_dflash_drafter_matches_single_sequence_api_and_batches(tiny_models):
+    """Committed features reach the drafter through add_context (one batched call per commit,
+    backend arrays); proposals then equal the single-sequence API's, lane by lane."""
     target, draft = tiny_models["qwen35"], tiny_models["dflash"]
     seqs = {1: [3, 9, 27, 81, 5, 6], 0: [7, 7, 2]}
     feats = {s: target_features(target, draft, t[:-1]) for s, t in seqs.items()}
     drafter = DFlashDrafter(draft, max_slots=2, ctx=64)
     assert drafter.max_depth == draft.block_size - 1 and drafter.feature_layers == draft.target_layers
-    props = drafter.propose([DraftLane(s, t, depth=3, top_k=2, features=feats[s]) for s, t in seqs.items()])
+    drafter.add_context([(s, 0, len(feats[s])) for s in seqs], np.concatenate([feats[s] for s in seqs]))
+    props = drafter.propose([DraftLane(s, t, depth=3, top_k=2) for s, t in seqs.items()])
     for prop, (s, t) in zip(props, seqs.items()):
         seq = draft.new_sequence(64)
         logits = draft.propose(seq, feats[s], t[-1])
         ids, lps = top_k_logprobs(logits, 2)
         np.testing.assert_array_equal(prop.ids, ids)
         np.testing.assert_array_equal(prop.logprobs, lps)
-    # the next call hands over only the newly committed positions
+    # the next commit hands over only the newly committed positions
     grown = seqs[0] + [11, 12]
     all_feats = target_features(target, draft, grown[:-1])
-    nxt = drafter.propose([DraftLane(0, grown, 2, 1, features=all_feats[len(seqs[0]) - 1:])])[0]
+    drafter.add_context([(0, len(seqs[0]) - 1, len(all_feats) - len(seqs[0]) + 1)], all_feats[len(seqs[0]) - 1:])
+    nxt = drafter.propose([DraftLane(0, grown, 2, 1)])[0]
     seq = draft.new_sequence(64)
     ids, _ = top_k_logprobs(draft.propose(seq, all_feats, grown[-1]), 1)
     assert nxt.ids[:, 0].tolist() == ids[:2, 0].tolist()
     with pytest.raises(ValueError, match="exactly once"):
-        drafter.propose([DraftLane(0, grown + [1], 2, 1, features=None)])
+        drafter.propose([DraftLane(0, grown + [1], 2, 1)])
+    with pytest.raises(ValueError, match="exactly once"):
+        drafter.add_context([(0, 3, 1)], all_feats[:1])
+
+
+def test_oracle_with_a_set_acceptance_length_commits_exactly_that_many(tiny_models):
+    """The seed workload's drafter: the truth at the first a - 1 depths only, so a verify of a
+    deep tree commits a tokens (a - 1 drafts and the bonus), whatever the tree's shape."""
+    from luce.engine import Engine, EngineConfig, SamplingParams
+    from luce.spec.config import SpecConfig
+    from luce.spec.drafters.bench_drafters import OracleDrafter
+
+    model = tiny_models["qwen3"]
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
+    plain = Engine(model, None, EngineConfig(max_slots=2, ctx=128, token_budget=80))
+    ids = [plain.add_request(p, SamplingParams(max_tokens=30)) for p in prompts]
+    plain.run()
+    want = [plain.take_output(i).token_ids for i in ids]
+    for mode in ("chain", "specla"):
+        drafter = OracleDrafter([p + w for p, w in zip(prompts, want)], model.config.vocab, acceptance_length=4)
+        spec = SpecConfig(spec=mode, draft_kind="model", draft="oracle", chain_depth=8, ddtree_budget=10,
+                          spec_top_k=3)
+        engine = Engine(model, None, EngineConfig(max_slots=2, ctx=128, token_budget=80, spec=spec), drafter=drafter)
+        ids = [engine.add_request(p, SamplingParams(max_tokens=30)) for p in prompts]
+        engine.run()
+        assert [engine.take_output(i).token_ids for i in ids] == want
+        s = engine.spec.stats
+        assert s.verifies > 4 and s.acceptance_length > 3.5 and s.accepted <= 3 * s.verifies

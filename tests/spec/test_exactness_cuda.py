@@ -27,7 +27,7 @@ def cuda_paths(tmp_path_factory):
     q35 = make_qwen35(paths["qwen35"], seed=11, head_dim=64, ssm_state_size=64)
     make_dense(paths["qwen3"], "qwen3", seed=12, head_dim=64)
     make_dense(paths["qwen3_draft"], "qwen3", seed=13, n_layer=1, head_dim=64)
-    make_dflash_draft(paths["dflash"], q35, seed=15, block_size=4, target_layers=(0, 2))
+    make_dflash_draft(paths["dflash"], q35, seed=15, block_size=4, target_layers=(0, 2), head_dim=64)
     return paths
 
 

@@ -41,7 +41,7 @@ def test_real_pair_outputs_equal_plain_decoding_and_acceptance_lengths():
     except Exception as e:  # noqa: BLE001 - the corpus comes from an optional package
         pytest.skip(f"HumanEval prompts unavailable: {e}")
     import luce.engine.speculation  # noqa: F401 - every module the run needs, loaded before it starts
-    import luce.models.tree_rows  # noqa: F401
+    import luce.models.commit  # noqa: F401
     import luce.spec.drafters  # noqa: F401
     from luce.engine import Engine, EngineConfig
     from luce.engine.sampler import SamplingParams

@@ -144,7 +144,7 @@ def test_child_lookup():
 
 @pytest.mark.parametrize("tokens,parents,depths,match", [
     ([0, 1], [0, 0], [0, 1], "root"),
-    ([0, 1, 2], [-1, 2, 0], [0, 2, 1], "precede"),
+    ([0, 1, 2], [-1, 2, 0], [0, 2, 1], "earlier node"),
     ([0, 1], [-1, 0], [0, 2], "depth"),
     ([0, 1, 1], [-1, 0, 0], [0, 1, 1], "two children"),
 ])

@@ -1,5 +1,6 @@
 """Tree rows through the models: every node's logits, the committed KV and recurrent state
-are bitwise what AR decoding of its path gives; tree rows are batch invariant."""
+are bitwise what AR decoding of its path gives (luce.models.commit promotes the path; the
+verify leaves every slot's state alone); tree rows are batch invariant."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,9 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from luce.models import SegmentSpec, build_batch
-from luce.models.tree_rows import commit_tree_rows, validate_batch
-from luce.spec.batching import TreeSegment, build_spec_batch
+from luce.models import SegmentSpec, build_batch, validate_batch
+from luce.models.commit import commit_trees, plan_tree_commit
 from luce.spec.tree import DraftTree
 
 PROMPT = [5, 17, 3, 99, 42, 8, 8, 1, 250, 7, 64, 2, 19]
@@ -60,6 +60,15 @@ def path_to(tree, node):
     return tree.path(node)
 
 
+def tree_segment(slot, tree, start):
+    return SegmentSpec(slot, tree.tokens.tolist(), start, slot_pages(slot), parents=tree.parents.tolist())
+
+
+def commit(state, batch, out, paths):
+    """The accepted paths {slot: path} of `batch`'s trees into `state` (what txn.commit runs)."""
+    commit_trees(state, out.staged, plan_tree_commit(batch, paths))
+
+
 # GDN verify modes apply to the hybrid target only; the dense target has no GDN layers.
 @pytest.mark.parametrize("arch,mode", [("qwen35", "factor"), ("qwen35", "baseline"), ("qwen3", None)])
 def test_tree_nodes_and_commit_equal_ar_decoding(tiny_models, mode, arch):
@@ -71,9 +80,10 @@ def test_tree_nodes_and_commit_equal_ar_decoding(tiny_models, mode, arch):
     assert prefill(model, state, 1, PROMPT) == root
     P = len(PROMPT)
     tree = random_tree(root, 14, 5, seed=1)
-    batch, _ = build_spec_batch([TreeSegment(0, tree, P, slot_pages(0))])
+    batch = build_batch([tree_segment(0, tree, P)])
     before = recurrent_arrays(state, 0) if state.recurrent is not None else {}
-    logits = np.array(model.forward(batch, state).logits)
+    out = model.forward(batch, state)
+    logits = np.array(out.logits)
     after = recurrent_arrays(state, 0) if state.recurrent is not None else {}
     for il in before:  # verify leaves the slot's state alone
         assert all(np.array_equal(a, b) for a, b in zip(before[il], after[il]))
@@ -87,8 +97,7 @@ def test_tree_nodes_and_commit_equal_ar_decoding(tiny_models, mode, arch):
         assert np.array_equal(logits[path], ar), f"{mode}: path to {leaf}"
     # commit the path to the last leaf in slot 0; slot 1 has just AR-decoded it
     path = path_to(tree, leaves[-1])
-    commit_tree_rows(state, 0, slot_pages(0), P, path)
-    assert state.recurrent is None or not state.recurrent.has_tree(0)
+    commit(state, batch, out, {0: path})
     got, want = (recurrent_arrays(state, 0), recurrent_arrays(state, 1)) if snap is not None else ({}, {})
     for il in want:
         assert np.array_equal(got[il][0], want[il][0]) and np.array_equal(got[il][1], want[il][1]), il
@@ -109,57 +118,27 @@ def test_tree_rows_are_batch_invariant(tiny_models):
     tree = random_tree(7, 9, 4, seed=2)
     P = len(PROMPT)
 
-    def run(items_fn):
+    def run(items):
         state = model.new_state(max_pages=3 * PAGES, max_slots=3)
         prefill(model, state, 0, PROMPT)
         prefill(model, state, 2, PROMPT[:5])
-        batch, first = build_spec_batch(items_fn())
-        return np.array(model.forward(batch, state).logits), first
+        batch = build_batch(items)
+        out = model.forward(batch, state)
+        commit(state, batch, out, {0: path_to(tree, tree.n_nodes - 1)})
+        return np.array(out.logits), recurrent_arrays(state, 0)
 
-    tree_item = TreeSegment(0, tree, P, slot_pages(0))
-    alone, _ = run(lambda: [tree_item])
-    mixed, first = run(lambda: [SegmentSpec(1, PROMPT[:9], 0, slot_pages(1)), SegmentSpec(2, [3], 5, slot_pages(2)),
-                                tree_item])
-    assert np.array_equal(mixed[first[2]:first[2] + tree.n_nodes], alone)
-
-
-def test_closed_form_mode_is_close_to_exact(tiny_models):
-    model = tiny_models["qwen35"]
-    tree = random_tree(9, 12, 5, seed=3)
-    P = len(PROMPT)
-    results = {}
-    for mode in ("factor", "closed"):
-        model.gdn_tree_mode = mode
-        state = model.new_state(max_pages=PAGES, max_slots=1)
-        prefill(model, state, 0, PROMPT)
-        batch, _ = build_spec_batch([TreeSegment(0, tree, P, slot_pages(0))])
-        logits = np.array(model.forward(batch, state).logits)
-        commit_tree_rows(state, 0, slot_pages(0), P, path_to(tree, tree.n_nodes - 1))
-        results[mode] = (logits, recurrent_arrays(state, 0))
-    model.gdn_tree_mode = "factor"
-    scale = np.abs(results["factor"][0]).max()
-    assert np.abs(results["closed"][0] - results["factor"][0]).max() <= 1e-5 * scale
-    for il, (conv, gdn) in results["factor"][1].items():  # later layers see slightly other inputs
-        np.testing.assert_allclose(results["closed"][1][il][0], conv, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(results["closed"][1][il][1], gdn, rtol=1e-5, atol=1e-5)
-
-
-def test_dense_chain_as_causal_segment_equals_ar(tiny_models):
-    model = tiny_models["qwen3"]
-    state = model.new_state(max_pages=2 * PAGES, max_slots=2)
-    root = prefill(model, state, 0, PROMPT)
-    prefill(model, state, 1, PROMPT)
-    chain = DraftTree(np.array([root, 4, 9, 16]), np.arange(-1, 3), np.arange(4), np.zeros(4))
-    batch, _ = build_spec_batch([TreeSegment(0, chain, len(PROMPT), slot_pages(0))], chains_as_segments=True)
-    assert batch.tree_parents is None
-    logits = np.array(model.forward(batch, state).logits)
-    assert np.array_equal(logits, ar_path(model, state, 1, len(PROMPT), chain.tokens.tolist()))
-    commit_tree_rows(state, 0, slot_pages(0), len(PROMPT), [0, 1])
+    alone, alone_state = run([tree_segment(0, tree, P)])
+    # the tree beside a prompt chunk and an AR row: one step of every kind (its logits rows come last)
+    mixed, mixed_state = run([SegmentSpec(1, PROMPT[:9], 0, slot_pages(1)), SegmentSpec(2, [3], 5, slot_pages(2)),
+                              tree_segment(0, tree, P)])
+    assert np.array_equal(mixed[2:], alone)
+    for il in alone_state:
+        assert all(np.array_equal(a, b) for a, b in zip(alone_state[il], mixed_state[il]))
 
 
 def test_validate_rejects_malformed_tree_rows(tiny_models):
     tree = random_tree(1, 5, 3, seed=4)
-    batch, _ = build_spec_batch([TreeSegment(0, tree, 10, slot_pages(0))])
+    batch = build_batch([tree_segment(0, tree, 10)])
     validate_batch(batch)
     bad_pos = dataclasses.replace(batch, positions=batch.positions + 1)
     with pytest.raises(ValueError, match="depth"):
@@ -170,6 +149,12 @@ def test_validate_rejects_malformed_tree_rows(tiny_models):
         validate_batch(dataclasses.replace(batch, tree_parents=tp))
     with pytest.raises(ValueError, match="tree_parents"):
         validate_batch(dataclasses.replace(batch, tree_parents=tp[:2]))
-    with pytest.raises(ValueError, match="no verified tree"):
-        state = tiny_models["qwen35"].new_state(max_pages=PAGES, max_slots=1)
-        commit_tree_rows(state, 0, slot_pages(0), 10, [0, 1])
+    with pytest.raises(ValueError, match="tree segments come last"):
+        build_batch([tree_segment(0, tree, 10), SegmentSpec(1, [3], 5, slot_pages(1))]).validate()
+    with pytest.raises(ValueError, match="parent links"):
+        plan_tree_commit(batch, {0: [0, 2] if tree.parents[2] != 0 else [0, 3, 1]})
+    with pytest.raises(ValueError, match="verifies trees of slots"):
+        plan_tree_commit(batch, {})
+    state = tiny_models["qwen35"].new_state(max_pages=PAGES, max_slots=1)
+    with pytest.raises(ValueError, match="staged nothing"):   # a commit without its verify's data
+        commit_trees(state, {}, plan_tree_commit(batch, {0: [0]}))

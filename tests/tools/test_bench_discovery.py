@@ -16,7 +16,7 @@ def test_every_bench_module_contributes_named_cases():
     for family in ("rmsnorm", "gated_rmsnorm", "rotary", "swiglu", "conv1d", "sampling", "gather"):
         assert f"bench_{family}" in modules
     assert all(callable(c) and not name.startswith(("functools.partial", "<")) for name, c in cases)
-    assert any(n.startswith("rmsnorm_residual") for n in names)
+    assert any(n.startswith("rmsnorm_hidden") for n in names)
 
 
 def test_filter_selects_by_name_or_module():

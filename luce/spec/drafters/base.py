@@ -5,12 +5,14 @@ batches its work across lanes. A lane's `tokens` are its whole sequence, prompt 
 output, ending with the root (the newest token, at absolute position len(tokens) - 1,
 which the target has not run yet). Drafters that keep per-slot state (draft KV, DFlash
 context) are told when a slot's sequence ends (`release`) and catch up on their own from
-`tokens` (and, for DFlash, from the target features the lane hands over).
+`tokens`; a drafter with `feature_layers` (DFlash) is handed the target features of every
+committed row at the step's commit (`add_context`). A proposal writes only draft state
+that a dropped step leaves harmless (rows beyond what the drafter holds as committed).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Protocol, Sequence
 
 from luce.spec.proposal import DraftProposal
 
@@ -21,8 +23,6 @@ class DraftLane:
     tokens: Sequence[int]          # prompt + output, root last
     depth: int                     # depths wanted (the drafter may return fewer)
     top_k: int                     # candidates per depth wanted
-    features: Any = None           # DFlash: target features [n, W] of positions the drafter
-                                   # has not seen yet, up to the root's position - 1
 
     @property
     def root_position(self) -> int:
@@ -39,3 +39,8 @@ class Drafter(Protocol):
 
     def release(self, slot: int) -> None:
         """Forget what is kept for `slot` (its sequence ended or was reset)."""
+
+    # drafters with feature_layers only:
+    # def add_context(self, segments: Sequence[tuple[int, int, int]], features) -> None:
+    #     """(slot, first position, count) segments of committed rows and their target
+    #     features [N, W] (backend array), in order."""

@@ -5,7 +5,9 @@ same target): `sequences` are the full token lists, prompt then continuation. A 
 matched to the sequence its tokens are a prefix of.
 - `OracleDrafter`: proposes the true continuation at every depth (best case: a verify of
   depth d commits d + 1 tokens), plus `top_k - 1` wrong siblings per depth so a DDTree
-  has the same shape as with a real drafter.
+  has the same shape as with a real drafter; with `acceptance_length` a the truth is
+  proposed only at the first a - 1 depths (wrong tokens after), so every verify deep enough
+  commits exactly a tokens (the seed workload's set acceptance length).
 - `AlwaysWrongDrafter`: proposes, at every depth, only tokens that differ from the true
   one (worst case: every verify commits exactly one token, at the cost of the whole tree).
 With `inner` (a real drafter: DFlash or a draft model) the inner drafter runs on the same
@@ -27,11 +29,15 @@ from luce.spec.proposal import DraftProposal
 class _ContinuationDrafter(ABC):
     kind = "bench"
 
-    def __init__(self, sequences: Sequence[Sequence[int]], vocab: int, inner=None):
+    def __init__(self, sequences: Sequence[Sequence[int]], vocab: int, inner=None,
+                 acceptance_length: int | None = None):
         if vocab < 2:
             raise ValueError(f"a benchmark drafter needs a vocabulary of at least 2 tokens, got {vocab}")
         self.sequences = [np.asarray(list(s), dtype=np.int64) for s in sequences]
         self.vocab, self.inner = int(vocab), inner
+        if acceptance_length is not None and acceptance_length < 1:
+            raise ValueError(f"acceptance_length must be >= 1, got {acceptance_length}")
+        self.acceptance_length = acceptance_length
         self.feature_layers = tuple(getattr(inner, "feature_layers", ()))
         self.max_depth = getattr(inner, "max_depth", None)
         self.misses = 0
@@ -65,6 +71,15 @@ class _ContinuationDrafter(ABC):
         if self.inner is not None:
             self.inner.release(slot)
 
+    def check_context(self, segments) -> None:
+        if self.inner is not None and hasattr(self.inner, "check_context"):
+            self.inner.check_context(segments)
+
+    def add_context(self, segments, features) -> None:
+        """The inner drafter's (DFlash) committed features."""
+        if self.inner is not None and hasattr(self.inner, "add_context"):
+            self.inner.add_context(segments, features)
+
     def _others(self, token: int, count: int) -> list[int]:
         """`count` distinct tokens, none equal to `token`."""
         return [(token + 1 + j) % self.vocab for j in range(min(count, self.vocab - 1))]
@@ -81,8 +96,11 @@ class OracleDrafter(_ContinuationDrafter):
         depth = min(depth, len(truth))
         ids = np.full((depth, top_k), -1, np.int64)
         lps = np.full((depth, top_k), -np.inf, np.float32)
+        a = self.acceptance_length
         for d in range(depth):
             row = [int(truth[d])] + self._others(int(truth[d]), top_k - 1)
+            if a is not None and d >= a - 1:   # past the set acceptance length the truth is left out
+                row = self._others(int(truth[d]), top_k)
             ids[d, :len(row)] = row
             lps[d, :len(row)] = -np.arange(len(row), dtype=np.float32)   # the truth ranks first
         return DraftProposal(ids, lps)

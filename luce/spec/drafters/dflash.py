@@ -1,11 +1,13 @@
 """DFlash drafter: one draft pass over a slot's captured target features proposes a block.
 
 Wraps `luce.models.dflash.DFlashDraft`. Per slot it keeps the draft's context cache: the
-fused target features of positions 0..n_context-1 as draft K/V in its own pages. A lane
-hands over the features of the positions committed since its last call (the target
-captures `feature_layers` on every row it runs; the engine passes those of committed rows),
-then every lane's block `[root, MASK x (B-1)]` at positions root.. runs in one batched
-pass; block row i > 0 gives depth i's distribution, of which the top-k are reported.
+fused target features of positions 0..n_context-1 as draft K/V in its own pages. At every
+commit the engine hands over the target features of the committed rows (`add_context`: the
+target captures `feature_layers` on every row it runs; the features stay backend arrays
+from capture to the draft pass), so a lane's context always reaches its root; every lane's
+block `[root, MASK x (B-1)]` at positions root.. then runs in one batched pass, whose
+rows lie past n_context (nothing of a dropped step's pass is ever read); block row i > 0
+gives depth i's distribution, of which the top-k are reported.
 """
 from __future__ import annotations
 
@@ -13,9 +15,9 @@ from typing import Sequence
 
 import numpy as np
 
-from luce.models.batch import SegmentSpec, build_batch
+from luce.models.packer import SegmentSpec, build_batch
 from luce.models.graphed_forward import GraphedForward
-from luce.models.kv_cache import pages_needed
+from luce.models.kv_cache import PAGE_SIZE, pages_needed
 from luce.spec.drafters.base import DraftLane
 from luce.spec.proposal import DraftProposal
 
@@ -43,44 +45,44 @@ class DFlashDrafter:
     def release(self, slot: int) -> None:
         self.n_context[slot] = 0
 
-    def truncate(self, slot: int, n_context: int) -> None:
-        """Forget context rows from position n_context on (the target rolled back)."""
-        if not 0 <= n_context <= self.n_context[slot]:
-            raise ValueError(f"slot {slot}: cannot truncate {self.n_context[slot]} context rows to {n_context}")
-        self.n_context[slot] = n_context
+    def check_context(self, segments: Sequence[tuple[int, int, int]]) -> None:
+        """ValueError (nothing changed) unless add_context(segments, ...) can take them."""
+        for slot, start, count in segments:
+            if not 0 <= slot < len(self.n_context) or self.n_context[slot] != start \
+                    or start + count + self.block_size > self.pages_per_slot * PAGE_SIZE:
+                held = self.n_context[slot] if 0 <= slot < len(self.n_context) else None
+                raise ValueError(f"DFlash drafter, slot {slot}: it holds features of {held} positions, the commit "
+                                 f"adds {count} from position {start}: hand over the target features of every "
+                                 "committed position exactly once")
 
-    def _inject(self, lanes: Sequence[DraftLane]) -> None:
-        segments, feats = [], []
-        for lane in lanes:
-            new = np.zeros((0, self.draft.feature_width), np.float32) if lane.features is None else \
-                np.asarray(self.backend.to_numpy(lane.features), dtype=np.float32).reshape(-1, self.draft.feature_width)
-            have = self.n_context[lane.slot]
-            if have + len(new) != lane.root_position:
-                raise ValueError(f"DFlash drafter, slot {lane.slot}: it holds features of {have} positions and "
-                                 f"the lane adds {len(new)}, but the root is at position {lane.root_position}: "
-                                 "hand over the target features of every committed position exactly once")
-            if len(new):
-                segments.append(SegmentSpec(lane.slot, [0] * len(new), have, self.pages(lane.slot), logits="none"))
-                feats.append(new)
-                self.n_context[lane.slot] = lane.root_position
-        if segments:
-            self.draft.inject_context(build_batch(segments), np.concatenate(feats), self.state)
+    def add_context(self, segments: Sequence[tuple[int, int, int]], features) -> None:
+        """Cache committed target features: segments (slot, first position, count) of
+        features [N, feature_width] (backend array, rows in segment order). Each segment
+        must start at its slot's n_context (every committed position exactly once)."""
+        self.check_context(segments)
+        specs = [SegmentSpec(slot, [0] * count, start, self.pages(slot), logits="none") for slot, start, count in segments]
+        if not specs:
+            return
+        self.draft.inject_context(build_batch(specs), features, self.state)
+        for slot, start, count in segments:
+            self.n_context[slot] = start + count
 
     def propose(self, lanes: Sequence[DraftLane]) -> list[DraftProposal]:
         lanes = list(lanes)
         for lane in lanes:
             if not 0 <= lane.slot < len(self.n_context):
                 raise IndexError(f"DFlash drafter serves slots 0..{len(self.n_context) - 1}, got {lane.slot}")
-        self._inject(lanes)
+            if self.n_context[lane.slot] != lane.root_position:
+                raise ValueError(f"DFlash drafter, slot {lane.slot}: it holds features of {self.n_context[lane.slot]} "
+                                 f"positions but the root is at position {lane.root_position}: hand over the target "
+                                 "features of every committed position exactly once (add_context)")
         drafting = [lane for lane in lanes if lane.root_position > 0 and lane.depth > 0]
         out = {id(lane): DraftProposal.empty() for lane in lanes}
         if drafting:
             B = self.block_size
             block = build_batch([SegmentSpec(lane.slot, self.draft.block_tokens(lane.tokens[-1], B),
-                                             lane.root_position, self.pages(lane.slot), logits="all")
-                                 for lane in drafting])
-            block.logits_indices = np.array([i * B + j for i in range(len(drafting)) for j in range(1, B)],
-                                            dtype=np.int32)
+                                             lane.root_position, self.pages(lane.slot), logits="block")
+                                 for lane in drafting], pad_pages=True)
             logits = self.forward(block, self.state).logits            # [lanes * (B-1), V]
             k = max(lane.top_k for lane in drafting)
             ids, lps = self.backend.top_k_logprobs(logits, k)

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from luce.models.batch import SegmentSpec, build_batch
+from luce.models.packer import SegmentSpec, build_batch
 from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
 from luce.spec.drafters.base import DraftLane

@@ -1,24 +1,47 @@
-"""OutputAssembler: detokenized deltas, stop strings across tokens, stop ids, max_tokens, UTF-8."""
+"""OutputStream, the one stop rule (the engine applies it, the server renders it): detokenized
+deltas, stop strings across tokens, stop ids, end of generation, max_tokens, UTF-8, several
+tokens per step (speculation) cut at the finishing one."""
 from __future__ import annotations
 
 import pytest
 
-from luce.server.textstream import OutputAssembler
+from luce.engine.output_stream import OutputStream
+from luce.engine.sampler import SamplingParams
 from tests.server.conftest import tiny_tokenizer
 
 
+class Run:
+    """An OutputStream fed like the engine feeds it, several tokens per step."""
+
+    def __init__(self, tok, **kw):
+        kw.setdefault("max_tokens", 10_000)
+        self.out = OutputStream(SamplingParams(**kw), tokenizer=tok, eos_ids=tok.eot_ids)
+        self.n_tokens = 0
+
+    @property
+    def finish_reason(self):
+        return self.out.finish_reason
+
+    @property
+    def finished(self):
+        return self.out.finished
+
+    @property
+    def text(self):
+        return self.out.text
+
+
 def run(ids, per_push=1, **kw):
-    tok = tiny_tokenizer()
-    kw.setdefault("max_tokens", 10_000)
-    asm = OutputAssembler(tok, **kw)
+    asm = Run(tiny_tokenizer(), **kw)
     deltas = []
     for i in range(0, len(ids), per_push):
-        piece = asm.push(ids[i:i + per_push])
-        deltas.append(piece.text)
-        if piece.finish_reason:
+        asm.n_tokens += len(asm.out.add_many(ids[i:i + per_push]))
+        deltas.append(asm.out.take_delta())
+        if asm.finished:
             break
     if not asm.finished:
-        deltas.append(asm.finish("stop").text)
+        asm.out.finish("stop")
+        deltas.append(asm.out.take_delta())
     return asm, deltas
 
 
@@ -104,8 +127,8 @@ def test_multibyte_characters_are_never_split():
 
 def test_pushes_after_finish_are_ignored():
     tok = tiny_tokenizer()
-    asm = OutputAssembler(tok, max_tokens=2)
-    asm.push(tok.encode("abcdef"))
-    assert asm.finished
-    piece = asm.push(tok.encode("xyz"))
-    assert piece.text == "" and piece.n_tokens == 0 and asm.n_tokens == 2
+    asm = Run(tok, max_tokens=2)
+    assert len(asm.out.add_many(tok.encode("abcdef"))) == 2 and asm.finished
+    text = asm.out.take_delta()
+    assert asm.out.add_many(tok.encode("xyz")) == [] and asm.out.take_delta() == ""
+    assert asm.out.token_ids == tok.encode("abcdef")[:2] and asm.text == text

@@ -1,0 +1,209 @@
+"""The seed workload of issue 15, in process through luce.engine.Engine (no server):
+
+two established decoders, then two prompts (~1,500 and ~4,500 tokens, 64 output tokens each)
+arriving `arrive_after_s` later, `max_slots` slots, an oracle drafter with a set acceptance
+length (luce.spec.drafters.bench_drafters.OracleDrafter, wrapping the real drafter so a step
+pays its draft cost) over the true greedy continuations (a plain run computes them first).
+
+    requests, outputs = prepare(model, cfg)            # the workload and its plain greedy outputs
+    report = run_seed(model, draft, cfg, requests, outputs)      # {"warmup", "A", "B", "A2", ...}
+    modes = compare_modes(model, draft, cfg, requests, outputs)  # {"specla": ..., "ddtree": ...}
+
+Arms: A pauses speculation while prompts prefill (EngineConfig.spec_during_prefill False),
+B keeps it. One engine serves a warm-up run then A, B, A (graphs captured in the warm-up
+replay after it). Per run: established goodput in the prefill window (their tokens emitted
+after the arrival t_a up to the last arriving request's first token t_p, over t_p - t_a),
+the same before the arrival, the arriving requests' TTFT (from t_a), the full round (first
+step to last token), all tokens over the round, the output digest (sha256 of every
+request's tokens: must be equal across runs), the step count and the graph counters of the
+run (eager calls by reason). `compare_modes` runs the B arm with spec modes side by side
+(SpecLA vs per-node-state ddtree): tok/s, goodput and the peak staged verify scratch.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SeedConfig:
+    established: int = 2
+    established_tokens: int = 3072
+    arriving_lens: tuple[int, ...] = (1500, 4500)
+    arriving_tokens: int = 64
+    arrive_after_s: float = 2.0
+    max_slots: int = 5
+    token_budget: int = 512
+    acceptance_length: int = 8
+    spec: str = "specla"
+    budget: int = 22
+    top_k: int = 4
+    tau: float = 6.0
+    seed: int = 0
+
+    @property
+    def ctx(self) -> int:
+        return max(max(self.arriving_lens) + self.arriving_tokens, 64 + self.established_tokens) + self.budget + 32
+
+
+def workload(cfg: SeedConfig, vocab: int) -> list[tuple[list[int], int]]:
+    """(prompt, max_tokens) of the established requests, then the arriving ones."""
+    rng = np.random.default_rng(cfg.seed)
+    prompt = lambda n: [int(t) for t in rng.integers(3, vocab - 1, n)]  # noqa: E731
+    return ([(prompt(64), cfg.established_tokens) for _ in range(cfg.established)]
+            + [(prompt(n), cfg.arriving_tokens) for n in cfg.arriving_lens])
+
+
+def prepare(model, cfg: SeedConfig):
+    """(requests, outputs): the workload and the greedy continuation of every request (plain
+    decoding: what speculation must equal, and the oracle's truth)."""
+    from luce.engine import Engine, EngineConfig, SamplingParams
+
+    requests = workload(cfg, int(model.config.vocab))
+    engine = Engine(model, None, EngineConfig(max_slots=cfg.max_slots, ctx=cfg.ctx, token_budget=cfg.token_budget))
+    ids = [engine.add_request(p, SamplingParams(max_tokens=n, ignore_eos=True)) for p, n in requests]
+    engine.run()
+    return requests, [engine.take_output(i).token_ids for i in ids]
+
+
+def _staged_bytes(out) -> int:
+    total = 0
+    for stage in out.staged.values():
+        for arr in (stage.conv_inputs, stage.node_states, *(() if stage.factors is None else
+                                                             (stage.factors.k, stage.factors.g, stage.factors.beta,
+                                                              stage.factors.u))):
+            total += 0 if arr is None else int(np.prod(arr.shape)) * np.dtype(arr.dtype).itemsize
+    return total
+
+
+def spec_engine(model, draft, cfg: SeedConfig, requests, outputs, mode: str):
+    from luce.engine import Engine, EngineConfig
+    from luce.spec.config import SpecConfig
+    from luce.spec.drafters import DFlashDrafter, DraftModelDrafter
+    from luce.spec.drafters.bench_drafters import OracleDrafter
+
+    if draft is None:
+        inner = None
+    elif draft.config.arch == "dflash":
+        inner = DFlashDrafter(draft, cfg.max_slots, cfg.ctx)
+    else:
+        inner = DraftModelDrafter(draft, cfg.max_slots, cfg.ctx, target_vocab=model.config.vocab)
+    oracle = OracleDrafter([p + o for (p, _), o in zip(requests, outputs)], model.config.vocab, inner=inner,
+                           acceptance_length=cfg.acceptance_length)
+    spec = SpecConfig(spec=mode, draft_kind="model", draft="oracle", ddtree_budget=cfg.budget, spec_top_k=cfg.top_k,
+                      ddtree_tau=cfg.tau, chain_depth=15)
+    engine = Engine(model, None, EngineConfig(max_slots=cfg.max_slots, ctx=cfg.ctx, token_budget=cfg.token_budget,
+                                              spec=spec), drafter=oracle)
+    forward, peak = engine.forward, {"staged_bytes": 0}
+
+    def recording(batch, state):
+        out = forward(batch, state)
+        peak["staged_bytes"] = max(peak["staged_bytes"], _staged_bytes(out))
+        return out
+
+    engine.forward = recording
+    return engine, oracle, peak
+
+
+def _delta(after: dict, before: dict) -> dict:
+    out = {k: v - before.get(k, 0) for k, v in after.items() if isinstance(v, (int, float))}
+    reasons = {k: v - before.get("eager_reasons", {}).get(k, 0) for k, v in after.get("eager_reasons", {}).items()}
+    out["eager_reasons"] = {k: v for k, v in reasons.items() if v}
+    return out
+
+
+def run_once(engine, cfg: SeedConfig, requests, pause_during_prefill: bool) -> dict:
+    """One pass of the workload on `engine` (reused: its graphs stay warm)."""
+    from luce.engine import SamplingParams
+
+    engine.spec.during_prefill = not pause_during_prefill
+    n_est = cfg.established
+    before_graphs, before_stats = engine.graph_counters(), dict(verifies=engine.spec.stats.verifies,
+                                                                emitted=engine.spec.stats.emitted)
+    t0 = time.perf_counter()
+    rids = [engine.add_request(p, SamplingParams(max_tokens=n, ignore_eos=True)) for p, n in requests[:n_est]]
+    events: list[tuple[float, object, int]] = []   # (time, request id, tokens)
+    first: dict = {}
+    t_a, steps = None, 0
+    while engine.has_unfinished() or t_a is None:
+        if t_a is None and time.perf_counter() - t0 >= cfg.arrive_after_s:
+            t_a = time.perf_counter()
+            rids += [engine.add_request(p, SamplingParams(max_tokens=n, ignore_eos=True)) for p, n in requests[n_est:]]
+        updates = engine.step()
+        now = time.perf_counter()
+        steps += 1
+        for u in updates:
+            if u.token_ids:
+                events.append((now, u.request_id, len(u.token_ids)))
+                first.setdefault(u.request_id, now)
+        if steps > 200_000:
+            raise RuntimeError("the seed workload did not finish")
+    outs = [engine.take_output(r) for r in rids]
+    t_end = max(t for t, _, _ in events)
+    arriving = rids[n_est:]
+    t_p = max(first[r] for r in arriving)
+    est = set(rids[:n_est])
+    last = {r: max(t for t, rr, _ in events if rr == r) for r in est}
+    in_window = sum(n for t, r, n in events if r in est and t_a < t <= t_p)
+    t_s = max(first[r] for r in rids[:n_est])
+    before = sum(n for t, r, n in events if r in est and t_s < t <= t_a)
+    digest = hashlib.sha256(repr([o.token_ids for o in outs]).encode()).hexdigest()
+    s = engine.spec.stats
+    return {
+        "pause_during_prefill": pause_during_prefill, "steps": steps,
+        "established_goodput_tok_s": in_window / (t_p - t_a) if t_p > t_a else float("nan"),
+        "established_goodput_before_tok_s": before / (t_a - t_s) if t_a > t_s else float("nan"),
+        "prefill_window_s": t_p - t_a, "arriving_ttft_s": [first[r] - t_a for r in arriving],
+        "round_s": t_end - t0, "tok_s": sum(len(o.token_ids) for o in outs) / (t_end - t0),
+        "established_done_before_window_end": any(last[r] < t_p for r in est),   # True: raise established_tokens
+        "finish_reasons": [o.finish_reason for o in outs], "digest": digest,
+        "acceptance_length": (s.emitted - before_stats["emitted"]) / max(1, s.verifies - before_stats["verifies"]),
+        "graphs": _delta(engine.graph_counters(), before_graphs),
+    }
+
+
+def run_seed(model, draft, cfg: SeedConfig, requests, outputs, log=print) -> dict:
+    """Warm-up, then A / B / A on one engine -> report dict."""
+    from luce.benchmark.peak_memory import peak_memory
+
+    report = {"config": asdict(cfg), "truth_digest": hashlib.sha256(repr(outputs).encode()).hexdigest()}
+    engine, oracle, peak = spec_engine(model, draft, cfg, requests, outputs, cfg.spec)
+    report["warmup"] = run_once(engine, cfg, requests, pause_during_prefill=False)
+    log(f"seed: warm-up {report['warmup']['round_s']:.1f} s")
+    for arm, pause in (("A", True), ("B", False), ("A2", True)):
+        report[arm] = run_once(engine, cfg, requests, pause)
+        log(f"seed: {arm} goodput {report[arm]['established_goodput_tok_s']:.1f} tok/s")
+    a, b, a2 = (report[k]["established_goodput_tok_s"] for k in ("A", "B", "A2"))
+    digests = {report[k]["digest"] for k in ("warmup", "A", "B", "A2")} | {report["truth_digest"]}
+    report["summary"] = {
+        "B_over_A_goodput": b / ((a + a2) / 2), "A_A_drift": abs(a2 - a) / a, "goal_B_4x_A": b >= 4 * (a + a2) / 2,
+        "digests_equal": len(digests) == 1,
+        "oracle_misses": oracle.misses, "peak_staged_bytes": peak["staged_bytes"],
+    }
+    report["memory"] = peak_memory(model.backend)
+    return report
+
+
+def compare_modes(model, draft, cfg: SeedConfig, requests, outputs, modes=("specla", "ddtree"), log=print) -> dict:
+    """The B arm under each spec mode (fresh engine each, one warm-up pass first)."""
+    from luce.benchmark.peak_memory import peak_memory
+
+    digest = hashlib.sha256(repr(outputs).encode()).hexdigest()
+    report = {"config": asdict(cfg)}
+    for mode in modes:
+        engine, _, peak = spec_engine(model, draft, cfg, requests, outputs, mode)
+        run_once(engine, cfg, requests, pause_during_prefill=False)
+        peak["staged_bytes"] = 0
+        row = run_once(engine, cfg, requests, pause_during_prefill=False)
+        row["peak_staged_bytes"] = peak["staged_bytes"]
+        row["matches_plain"] = row["digest"] == digest
+        row["memory"] = peak_memory(model.backend)
+        report[mode] = row
+        log(f"modes: {mode} {row['tok_s']:.1f} tok/s, staged scratch {row['peak_staged_bytes'] / 2**20:.1f} MiB")
+        del engine
+    if "specla" in report and "ddtree" in report:
+        report["specla_over_ddtree_tok_s"] = report["specla"]["tok_s"] / report["ddtree"]["tok_s"]
+    return report

@@ -1,0 +1,56 @@
+"""What a step decided, after the forward pass: every prompt tail's and AR row's token and
+each tree's accepted path (DESIGN.md section 2 step 6). Pure: it reads the logits and
+changes no state; the transaction's commit then makes it durable.
+
+The target's token for every logits row is drawn on the backend when it can (argmax when
+all are greedy; the seeded sampler at each row's position when no request has penalties
+and the backend samples its top-k), so only token ids leave the device; otherwise the
+logits come to the host and the engine sampler draws. Same tokens either way.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from luce.engine.sampler import MASK64, SamplingParams, backend_can_draw, sample_token
+from luce.engine.step import ROW_TREE, StepBatch
+from luce.engine.txn import StepOutcome
+
+_PAD_PARAMS = SamplingParams(max_tokens=1)   # logits rows that give no token: greedy, no penalties
+
+
+def decide(step: StepBatch, out, backend, request_of: Callable[[int], Any], spec=None) -> StepOutcome:
+    """The step's outcome from its ForwardOutput `out`; request_of(slot) -> Request; spec:
+    luce.engine.speculation.EngineSpeculation (trees' acceptance)."""
+    logits, choice = row_choices(step, out.logits, backend, request_of)
+    tokens = {}
+    for i, slot in enumerate(step.logits_slot.tolist()):
+        if slot < 0 or step.logits_kind[i] == ROW_TREE:
+            continue
+        r = request_of(slot)
+        tokens[r.request_id] = [int(choice[i])] if choice is not None else \
+            [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]), r.prompt_ids, r.output_ids)]
+    paths, accepted = {}, {}
+    if step.cohort.tree:
+        accepted = spec.accept(step, logits, choice, request_of)
+        for chunk in step.cohort.tree:
+            tokens[chunk.request_id] = list(accepted[chunk.slot].tokens)
+            paths[chunk.slot] = accepted[chunk.slot].path
+    return StepOutcome(out, paths, tokens, accepted)
+
+
+def row_choices(step: StepBatch, logits, backend, request_of) -> tuple[Any, Any]:
+    """(host logits [L, V], None), or (None, choice [L]): the target's token for every
+    logits row drawn on the backend."""
+    if logits.shape[0] != len(step.logits_slot):
+        raise RuntimeError(f"the model returned {logits.shape[0]} logits rows, the step asked for "
+                           f"{len(step.logits_slot)}")
+    requests = [request_of(slot) if slot >= 0 else None for slot in step.logits_slot.tolist()]
+    params = [r.params if r is not None else _PAD_PARAMS for r in requests]
+    if all(p.greedy and not p.has_penalties for p in params):
+        return None, backend.argmax(logits)
+    if hasattr(backend, "sample") and all(backend_can_draw(p) for p in params):
+        seeds = [r.seed & MASK64 if r is not None else 0 for r in requests]
+        return None, backend.sample(logits, [p.temperature for p in params], [max(p.top_k, 1) for p in params],
+                                    [p.top_p for p in params], [p.min_p for p in params], seeds,
+                                    step.logits_position)
+    return backend.to_numpy(logits), None

@@ -1,0 +1,149 @@
+"""The CUDA backend's step ops (luce.ops.api conv1d_step, gdn_step, tree_commit, concat_cols):
+every segment of a step in one launch per op per layer, slots and offsets read from the step's
+metadata arena (luce/ops/cuda_step_meta.py), so mixed steps [prefill][AR][tree] capture and
+replay like decode steps (mixed into CudaBackend).
+
+Per GDN layer: conv1d over the ordinary segments (in place) and conv_tree over the tree
+segments, both into one output; the recurrent step over AR segments, the chunked form over
+prefill segments (chunks cut at absolute multiples of 64 from each segment's start_pos) and
+the tree verify over the tree block (rows tree_start.. as a batch of its own: block_qo,
+block_slots, block_parents), factor capture ('factor') or per-node stored states
+('baseline'), both bitwise the AR kernel along every path. Commit: conv_tree_commit and
+gdn_tree_commit (or one gather of the accepted leaves' states) over every slot at once.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from luce.ops.api import SEG_AR, SEG_PREFILL, TREE_MODES
+from luce.ops.cuda_step_meta import meta_of
+from luce.ref.gdn_tree import TreeFactors
+
+GDN_KEY_DIMS = (64, 128, 256)
+
+
+class StepOps:
+    """Mixin of CudaBackend (uses its empty/zeros/_f32/_dev/_gdn_args/stream)."""
+
+    def _step_output(self, shape, batch):
+        """An output [T, ...] of a step op: rows of the tree block zeroed (its padding rows
+        reach the LM head, so they must hold finite values; no kernel writes them). Other
+        padding rows never reach it and stay as they are."""
+        from luce.ops.cuda_memory import check
+
+        out = self.empty(shape)
+        t0 = batch.tree_start
+        if batch.has_trees and out.nbytes:
+            row = out.nbytes // shape[0]
+            from cuda.bindings import runtime as cudart
+
+            check(cudart.cudaMemsetAsync(out.ptr + t0 * row, 0, (shape[0] - t0) * row, self.stream), "cudaMemsetAsync")
+        return out
+
+    def concat_cols(self, parts):
+        from luce import _cuda_gather as kg
+
+        parts = [self._f32(p) for p in parts]
+        if not parts or any(p.ndim != 2 or p.shape[0] != parts[0].shape[0] for p in parts):
+            raise ValueError(f"concat_cols wants arrays [n, w_i] of one row count, got {[p.shape for p in parts]}")
+        n, width = parts[0].shape[0], sum(p.shape[1] for p in parts)
+        out = self.empty((n, width))
+        col = 0
+        for p in parts:
+            if n and p.shape[1]:
+                kg.gather(p.ptr, out.ptr + 4 * col, 0, 0, n, 4 * p.shape[1], 4 * p.shape[1], 4 * width, self.stream)
+            col += p.shape[1]
+        return out
+
+    def conv1d_step(self, x, weight, pool, batch, silu: bool = True):
+        from luce import _cuda_conv1d as kc
+        from luce import _cuda_tree_conv as kt
+
+        x, weight = self._f32(x), self._f32(weight)
+        T, C = x.shape
+        K = weight.shape[1]
+        if weight.shape[0] != C or pool.ndim != 3 or pool.shape[1:] != (K - 1, C) or not 2 <= K <= 8:
+            raise ValueError(f"conv1d_step: x {x.shape}, weight {weight.shape}, pool {pool.shape}")
+        y = self._step_output((T, C), batch)
+        if T == 0:
+            return y
+        meta, kinds = meta_of(self, batch), batch.kinds
+        S = batch.n_segments
+        if ((kinds == SEG_PREFILL) | (kinds == SEG_AR)).any():
+            slots = meta.ptr("ordinary_slots")
+            kc.conv1d(x.ptr, weight.ptr, y.ptr, pool.ptr, pool.ptr, meta.ptr("qo_indptr"), slots, slots, S, C, K,
+                      batch.max_rows, silu, stream=self.stream)
+        if batch.has_trees:
+            kt.conv_tree(x.ptr, weight.ptr, y.ptr, pool.ptr, meta.ptr("qo_indptr"), meta.ptr("tree_slots"),
+                         meta.ptr("tree_parents"), S, C, K, batch.max_tree_rows, silu, stream=self.stream)
+        return y
+
+    def gdn_step(self, q, k, v, g, beta, pool, batch, mode: str = "factor"):
+        from luce import _cuda_gdn as kg
+        from luce import _cuda_gdn_tree as kt
+
+        if mode not in TREE_MODES:
+            raise ValueError(f"GDN tree mode must be one of {TREE_MODES}, got {mode!r}")
+        args, (T, H, dk, dv) = self._gdn_args(q, k, v, g, beta, pool[0])
+        if dk not in GDN_KEY_DIMS or dv % 32:
+            raise ValueError(f"gdn_step: Dk {dk}, Dv {dv} (kernels: Dk {GDN_KEY_DIMS}, Dv % 32 == 0)")
+        out = self._step_output((T, H, dv), batch)
+        if T == 0:
+            return out, None
+        meta, kinds, S, n_slots = meta_of(self, batch), batch.kinds, batch.n_segments, pool.shape[0]
+        ptrs = [a.ptr for a in args[:5]]
+        if (kinds == SEG_AR).any():
+            kg.gdn_recurrent(*ptrs, pool.ptr, out.ptr, meta.ptr("qo_indptr"), meta.ptr("ar_slots"), n_slots, S,
+                             H, dk, dv, self.stream)
+        if (kinds == SEG_PREFILL).any():
+            kg.gdn_chunked(*ptrs, pool.ptr, out.ptr, meta.ptr("qo_indptr"), meta.ptr("prefill_slots"),
+                           meta.ptr("start_pos"), n_slots, S, H, dk, dv, self.stream)
+        if not batch.has_trees:
+            return out, None
+        t0 = batch.tree_start
+        n, n_seg = T - t0, len(batch.step_arrays()["block_slots"])
+        row = lambda a, width: a.ptr + 4 * t0 * width  # noqa: E731 - the tree block's first row
+        q_, k_, v_, g_, b_ = (row(args[0], H * dk), row(args[1], H * dk), row(args[2], H * dv), row(args[3], H),
+                              row(args[4], H))
+        block = (meta.ptr("block_qo"), meta.ptr("block_slots"), meta.ptr("block_parents"))
+        if mode == "baseline":
+            states = self.empty((n, H, dk, dv))
+            kt.gdn_tree_verify_states(q_, k_, v_, g_, b_, pool.ptr, row(out, H * dv), states.ptr, *block, n_slots,
+                                      n_seg, H, dk, dv, self.stream)
+            return out, {"node_states": states}
+        width = batch.max_tree_rows
+        u, k_f = self.empty((n, H, dv)), self.empty((n, H, dk))
+        g_f, beta_f = self.empty((n, H)), self.empty((n, H))
+        ws_bytes = kt.verify_workspace_bytes(n_seg, H, dk, dv, width)
+        workspace = self.empty((max(ws_bytes, 4) // 4,))
+        kt.gdn_tree_verify(q_, k_, v_, g_, b_, pool.ptr, row(out, H * dv), u.ptr, *block, n_slots, n_seg, H, dk, dv,
+                           width, workspace.ptr, ws_bytes, k_f.ptr, g_f.ptr, beta_f.ptr, self.stream)
+        return out, {"factors": TreeFactors(k=k_f, g=g_f, beta=beta_f, u=u)}
+
+    def tree_commit(self, conv_pool, gdn_pool, stage, commit) -> None:
+        from luce import _cuda_gather as kga
+        from luce import _cuda_gdn_tree as kt
+        from luce import _cuda_tree_conv as kc
+
+        P = len(commit.slots)
+        if P == 0:
+            return
+        slots = self._dev(commit.slots, np.int32)       # the commit graph's arena copies when graphed
+        indptr = self._dev(commit.path_indptr, np.int32)
+        rows = self._dev(commit.path_rows, np.int32)
+        x = self._f32(stage.conv_inputs)
+        C = x.shape[1]
+        if conv_pool.shape[2] != C:
+            raise ValueError(f"tree commit: conv inputs {x.shape} do not match the pool {conv_pool.shape}")
+        kc.conv_tree_commit(x.ptr, conv_pool.ptr, conv_pool.ptr, indptr.ptr, rows.ptr, slots.ptr, slots.ptr, P, C,
+                            conv_pool.shape[1] + 1, stream=self.stream)
+        n_slots, H, dk, dv = gdn_pool.shape
+        if stage.mode == "factor":
+            f = stage.factors
+            kt.gdn_tree_commit(f.k.ptr, f.g.ptr, f.u.ptr, gdn_pool.ptr, indptr.ptr, rows.ptr, slots.ptr, n_slots, P,
+                               H, dk, dv, self.stream)
+            return
+        leaf, dst = self._dev(commit.path_last, np.int64), self._dev(commit.state_rows, np.int64)
+        state_bytes = 4 * H * dk * dv
+        kga.gather(self._f32(stage.node_states).ptr, gdn_pool.ptr, leaf.ptr, dst.ptr, P, state_bytes, state_bytes,
+                   state_bytes, self.stream)

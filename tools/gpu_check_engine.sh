@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# GPU check of issue 15 (one step, one transaction; segmented step ops; one replay key; the
+# per-node-state ddtree verify on the device; graph replay of mixed steps). Run it on the
+# device machine from the repository root; every figure lands under $OUT:
+#
+#   tools/gpu_check_engine.sh [all | build | tests | seed]      (default: all)
+#
+#   build  compile the CUDA library and the Cython modules here (build.log)
+#   tests  pytest -m gpu tests (gpu_tests.txt, gpu_tests.xml): kernels, the CUDA step ops over
+#          [prefill][AR][tree][tree] in both GDN tree modes (bitwise AR along the accepted
+#          paths), graphed engine == eager engine (mixed steps captured and replayed), the
+#          exactness matrix and the 1,024-token fixture on CUDA
+#   seed   synthetic Qwen3.6-27B IQ4_XS + its DFlash draft (tools/make_synthetic_model.py,
+#          cached in $SYNTH_DIR), then tools/bench_seed_workload.py: the seed workload with an
+#          oracle drafter of acceptance length 8 (wrapping the real DFlash drafter), A/B/A
+#          speculation paused vs kept during prefill (established goodput in the prefill window,
+#          arriving TTFT, full round, A/A drift, output digests), then SpecLA vs per-node-state
+#          ddtree on the same workload (budget 22, top-k 4, tau 6: tok/s and peak staged verify
+#          scratch), graph counters of every run (eager calls by reason) -> seed_workload.json
+#
+# summary.json gathers the test counts and the seed figures. Env: OUT (default
+# /tmp/luce_gpu_check), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
+# (default ~/.cache/luce/synthetic), TEST_TIMEOUT (s, default 1500), SEED_ARGS (extra
+# bench_seed_workload.py flags, e.g. "--established-tokens 4096").
+set -u -o pipefail
+OUT=${OUT:-/tmp/luce_gpu_check}
+mkdir -p "$OUT"
+if [ -z "${PY:-}" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+SYNTH_DIR=${SYNTH_DIR:-$HOME/.cache/luce/synthetic}
+STAGE=${1:-all}
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/log.txt"; }
+
+stage_build() {
+  log "build: $($PY --version 2>&1), $(command -v nvcc || echo 'no nvcc'), commit $(git rev-parse --short HEAD 2>/dev/null)"
+  nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+  $PY -c "import cuda.bindings" 2>/dev/null || $PY -m pip install -q "cuda-python>=12.6" >> "$OUT/build.log" 2>&1 \
+    || log "build: cuda-python missing and not installable"
+  if ! $PY setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1; then
+    log "build: FAILED (build.log)"; tail -40 "$OUT/build.log"; return 1
+  fi
+  $PY -c "from luce.ops import cuda_unavailable_reason as r; print('cuda:', r() or 'ok')" | tee -a "$OUT/log.txt"
+}
+
+stage_tests() {
+  log "tests: pytest -m gpu tests"
+  timeout "${TEST_TIMEOUT:-1500}" $PY -m pytest -q -m gpu tests -p no:cacheprovider -rfE \
+    --junitxml="$OUT/gpu_tests.xml" > "$OUT/gpu_tests.txt" 2>&1
+  log "tests: rc $? ($(tail -1 "$OUT/gpu_tests.txt"))"
+}
+
+stage_seed() {
+  mkdir -p "$SYNTH_DIR"
+  local target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf"
+  [ -f "$target" ] || { log "seed: writing $target"; $PY tools/make_synthetic_model.py qwen36-27b "$target" \
+    --mix iq4_xs --workers "$(nproc)" >> "$OUT/synthetic.log" 2>&1 || { log "seed: target FAILED"; return 1; }; }
+  [ -f "$draft" ] || { log "seed: writing $draft"; $PY tools/make_synthetic_model.py dflash-27b "$draft" \
+    --target "$target" --workers "$(nproc)" >> "$OUT/synthetic.log" 2>&1 || { log "seed: draft FAILED"; return 1; }; }
+  log "seed: bench_seed_workload.py ${SEED_ARGS:-}"
+  # shellcheck disable=SC2086
+  $PY tools/bench_seed_workload.py "$target" --draft "$draft" --backend cuda --json "$OUT/seed_workload.json" \
+    ${SEED_ARGS:-} > "$OUT/seed_workload.txt" 2>&1
+  log "seed: rc $? ($(tail -3 "$OUT/seed_workload.txt" | tr '\n' ' '))"
+}
+
+summary() {
+  $PY - "$OUT" <<'PYEOF'
+import json, sys, pathlib, xml.etree.ElementTree as ET
+out = pathlib.Path(sys.argv[1])
+s = {}
+xml = out / "gpu_tests.xml"
+if xml.exists():
+    suite = ET.parse(xml).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    s["gpu_tests"] = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+    s["gpu_tests"]["failed"] = [f"{c.get('classname')}::{c.get('name')}" for c in suite.iter("testcase")
+                                if c.find("failure") is not None or c.find("error") is not None]
+seed = out / "seed_workload.json"
+if seed.exists():
+    r = json.loads(seed.read_text())
+    aba = r.get("aba", {})
+    s["seed_aba"] = {"summary": aba.get("summary"),
+                     **{arm: {k: aba[arm][k] for k in ("established_goodput_tok_s", "established_goodput_before_tok_s",
+                                                      "arriving_ttft_s", "round_s", "tok_s", "digest", "graphs",
+                                                      "established_done_before_window_end", "acceptance_length")}
+                        for arm in ("warmup", "A", "B", "A2") if arm in aba}}
+    modes = r.get("modes", {})
+    s["specla_vs_ddtree"] = {m: {k: modes[m][k] for k in ("tok_s", "established_goodput_tok_s", "peak_staged_bytes",
+                                                           "matches_plain", "graphs")}
+                             for m in ("specla", "ddtree") if m in modes}
+    s["specla_vs_ddtree"]["specla_over_ddtree_tok_s"] = modes.get("specla_over_ddtree_tok_s")
+(out / "summary.json").write_text(json.dumps(s, indent=1, default=str))
+print(json.dumps(s, indent=1, default=str)[:4000])
+PYEOF
+}
+
+case "$STAGE" in
+  build) stage_build ;;
+  tests) stage_tests ;;
+  seed) stage_seed ;;
+  all) stage_build && { stage_tests; stage_seed; } ;;
+  *) echo "usage: $0 [all | build | tests | seed]"; exit 2 ;;
+esac
+summary
