@@ -113,10 +113,10 @@ def test_mixed_prefill_and_tree_steps_replay(models, mode):
     def go(graphs, spec):
         engine = Engine(model, None, EngineConfig(max_slots=3, ctx=700, token_budget=128, cuda_graphs=graphs,
                                                   spec=spec), draft_model=model)
-        ids = [engine.add_request(p, SamplingParams(max_tokens=48)) for p in prompts[:2]]
+        ids = [engine.add_request(p, SamplingParams(max_tokens=240)) for p in prompts[:2]]
         for _ in range(3):
             engine.step()
-        ids.append(engine.add_request(prompts[2], SamplingParams(max_tokens=8)))
+        ids.append(engine.add_request(prompts[2], SamplingParams(max_tokens=8)))   # 10 chunks beside the trees
         engine.run()
         return [engine.take_output(i).token_ids for i in ids], engine
 
