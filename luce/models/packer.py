@@ -134,11 +134,11 @@ class SegmentSpec:
 
 
 def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] = (),
-                pad_pages: bool = True) -> ForwardBatch:
+                pad_pages: bool = False) -> ForwardBatch:
     """Pack segments (in order; trees last) into one ForwardBatch; logits rows follow
-    segment order. Segments of slot -1 become padding rows. pad_pages (the default) rounds the
-    KV page count up to its bucket, so that the replay key of a step repeats as its sequences
-    grow page by page."""
+    segment order. Segments of slot -1 become padding rows. pad_pages rounds the KV page count
+    up to its bucket, so that the replay key of a step repeats as its sequences grow page by
+    page (what graph replay wants; the exact layout otherwise)."""
     p = Packer()
     for seg in segments:
         n = len(seg.token_ids)

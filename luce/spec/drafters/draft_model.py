@@ -103,7 +103,7 @@ class DraftModelDrafter:
             active = [i for i in active if d < depths[i]]
             if not active:
                 break
-            batch = build_batch([segments[i] for i in active])
+            batch = build_batch([segments[i] for i in active], pad_pages=True)   # keys repeat: graphs replay
             logits = self.forward(batch, self.state).logits
             if d == 0:
                 for i in active:
