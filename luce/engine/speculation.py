@@ -57,6 +57,7 @@ class EngineSpeculation:
         self.policy = DepthPolicy(speculator.max_depth,
                                   speculator.max_depth if draft_min is None else min(draft_min, speculator.max_depth))
         self._drafted_at: float | None = None  # end of this step's drafting: its timing starts
+        self._seen: set[int] = set()           # slots drafted for since their request began
 
     @property
     def stats(self) -> SpecStats:
@@ -96,7 +97,10 @@ class EngineSpeculation:
         t0 = time.perf_counter()
         self.trees = self.speculator.draft_trees([(s, t, min(d, depth)) for s, t, d in lanes])
         self._drafted_at = time.perf_counter()
-        self.policy.record_draft(depth, self._drafted_at - t0)
+        fresh = {s for s, _, _ in lanes} - self._seen   # a draft model catches up on the whole prompt
+        if not fresh:
+            self.policy.record_draft(depth, self._drafted_at - t0)
+        self._seen |= fresh
         decode, trees = [], []
         for row in cohort.decode:
             tree = self.trees.get(row.slot)
@@ -153,6 +157,7 @@ class EngineSpeculation:
         """The slot's sequence ended or was reset: drop the drafter's leftovers."""
         self.speculator.release(slot)
         self.policy.forget(slot)
+        self._seen.discard(slot)
 
 
 def drafter_chain(drafter) -> list:

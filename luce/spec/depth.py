@@ -11,8 +11,10 @@ lane; each step it drafts, for all its speculating lanes together (they share th
 and the step), the depth in [min_depth, max_depth] with the most expected tokens per second,
 where depth 0 is plain decoding (one row per lane, no draft). Row counts and depths not yet
 measured are estimated from the nearest measured ones (linearly in rows, pessimistically past
-the largest), and every EXPLORE_EVERY-th choice tries a neighbour of the best depth, so the
-estimates follow the machine and the text. Any depth gives the same output (speculation is
+the largest); it measures a short chain (PROBE_DEPTH) and the floor first, and every
+EXPLORE_EVERY-th choice tries a neighbour of the best depth, so the estimates follow the
+machine and the text. A lane's first draft (a draft model catching up on the whole prompt) is
+not timed (luce.engine.speculation). Any depth gives the same output (speculation is
 lossless): the policy only decides speed.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ EMA = 0.2                 # weight of a new timing
 ACCEPT_DECAY = 0.97       # per verify: older acceptance counts fade
 PRIOR_ACCEPTED, PRIOR_REJECTED = 3.0, 1.0   # a new lane starts at p = 0.75
 EXPLORE_EVERY = 8
+PROBE_DEPTH = 2           # the first depth measured: cheap when drafts are rarely right
 
 
 def expected_tokens(depth: int, p: float) -> float:
@@ -113,9 +116,9 @@ class DepthPolicy:
         if not self.adaptive or hi <= lo or not slots:
             return hi
         rows = lambda d: len(slots) * (d + 1)  # noqa: E731
-        for d in (hi, lo):               # measure both ends first; between them, estimates
+        for d in (min(PROBE_DEPTH, hi), lo):   # measure a short chain and the floor first; from them,
             if self.step.count.get(rows(d), 0) == 0 or (d > 0 and self.draft.count.get(d, 0) == 0):
-                return d
+                return d                       # estimates, refined by exploring the neighbours
         ps = [self.acceptance(s) for s in slots]
         scores = {d: self.tokens_per_second(d, ps) for d in range(lo, hi + 1)}
         best = max(scores, key=lambda d: (scores[d], -d))
