@@ -24,6 +24,7 @@ from luce.engine.engine import Engine, EngineConfig
 from luce.engine.request import FinishReason, RequestOutput
 from luce.engine.sampler import SamplingParams
 from luce.engine.slots import QueueFull
+from luce.spec.config import DRAFT_VOCAB
 
 
 @dataclass
@@ -75,7 +76,8 @@ class LLM:
     def __init__(self, model_path, draft=None, backend="auto", max_slots: int = 5, ctx: int = 4096,
                  token_budget: int = 512, kv_pages: int | None = None, seed: int = 0, *, spec: str | None = None,
                  draft_kind: str | None = None, ddtree_budget: int = 22, ddtree_tau: float = 6.0,
-                 spec_top_k: int = 4, draft_max: int = 8, draft_min: int | None = 0, **engine_options):
+                 spec_top_k: int = 4, draft_max: int = 8, draft_min: int | None = 0,
+                 draft_vocab: int = DRAFT_VOCAB, **engine_options):
         """Load a GGUF model (and its tokenizer) on `backend` ('auto': CUDA when a GPU and the
         kernel library are there, else the cpu backend's C kernels, else numpy; or a Backend) and start an engine.
         Speculative decoding (luce.spec.config): `draft` (a path or cached model name) turns it
@@ -88,7 +90,8 @@ class LLM:
         draft_path = resolve_model_path(draft) if draft is not None else None
         spec_config = resolve_spec_config(spec, draft_path, draft_kind, ddtree_budget=ddtree_budget,
                                           ddtree_tau=ddtree_tau, spec_top_k=spec_top_k, chain_depth=draft_max,
-                                          draft_min=None if draft_min is None else min(draft_min, draft_max))
+                                          draft_min=None if draft_min is None else min(draft_min, draft_max),
+                                          draft_vocab=draft_vocab)
         path = resolve_model_path(model_path)
         self.model_path = path
         self.model = load_model(path, backend)

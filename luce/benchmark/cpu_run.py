@@ -18,6 +18,8 @@ import resource
 import sys
 import time
 
+from luce.spec.config import DRAFT_VOCAB
+
 README_PROMPT = "Write a Python function that reverses a string."
 
 
@@ -63,7 +65,8 @@ def measure(args) -> dict:
     tokenizer = Tokenizer.from_gguf(args.model)
     spec = resolve_spec_config(args.spec, args.draft, args.draft_kind, chain_depth=args.draft_max,
                                ddtree_budget=args.ddtree_budget,
-                               draft_min=None if args.draft_min < 0 else min(args.draft_min, args.draft_max))
+                               draft_min=None if args.draft_min < 0 else min(args.draft_min, args.draft_max),
+                               draft_vocab=args.draft_vocab)
     engine = Engine(model, tokenizer, EngineConfig(max_slots=1, ctx=args.ctx, token_budget=512, spec=spec))
     load_s = time.perf_counter() - t0
     runs = []
@@ -100,6 +103,7 @@ def main(argv=None) -> int:
     p.add_argument("--draft-max", type=int, default=8)
     p.add_argument("--draft-min", type=int, default=0, help="-1: a fixed depth (draft-max)")
     p.add_argument("--ddtree-budget", type=int, default=22)
+    p.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB, help="0: the whole vocabulary")
     p.add_argument("--json", default="-")
     args = p.parse_args(argv)
     result = measure(args)

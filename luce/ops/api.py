@@ -65,6 +65,10 @@ class Backend(Protocol):
     def weight_from_array(self, w: np.ndarray) -> Weight:
         """A Weight from an f32 host matrix [N, K] (tests, tools)."""
 
+    def weight_rows(self, w: Weight, n: int) -> Weight:
+        """The first n output rows of w [N, K] -> [n, K], a view sharing w's memory (a draft
+        model's output matrix cut to the frequent token ids)."""
+
     def load_tensor(self, gguf, name: str) -> Array:
         """Small tensor `name` (norm weights, biases, ssm_a, conv weights) as an f32 Array,
         numpy shape of the GGUF tensor."""

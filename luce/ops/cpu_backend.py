@@ -77,6 +77,11 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
             raise ValueError(f"a Weight is a matrix [N, K], got shape {w.shape}")
         return self._weight(w.view(np.uint8).reshape(-1), 0, w.shape, "array")
 
+    def weight_rows(self, w: CpuWeight, n: int) -> CpuWeight:
+        if not 1 <= n <= w.n:
+            raise ValueError(f"weight_rows: need 1 <= n <= {w.n}, got {n}")
+        return CpuWeight(w.raw[:n], w.qtype, n, w.k, w.row_bytes)
+
     def _weight(self, raw: np.ndarray, qtype: int, shape, name: str) -> CpuWeight:
         n, k = shape
         try:

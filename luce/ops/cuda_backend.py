@@ -13,6 +13,7 @@ graph capture in luce/ops/cuda_graph.py.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -176,6 +177,11 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
         if len(shape) != 2:
             raise ValueError(f"{name}: a Weight is a matrix [N, K], the tensor has shape {shape}")
         return self._upload_weight(np.asarray(gguf.raw(name)), int(info.qtype), shape, name)
+
+    def weight_rows(self, w: QuantWeight, n: int) -> QuantWeight:
+        if not 1 <= n <= w.n:
+            raise ValueError(f"weight_rows: need 1 <= n <= {w.n}, got {n}")
+        return dataclasses.replace(w, n=n)   # rows are row_bytes apart from ptr: a prefix is a view
 
     def weight_from_array(self, w: np.ndarray) -> QuantWeight:
         w = np.ascontiguousarray(w, dtype=np.float32)

@@ -58,6 +58,11 @@ class NumpyBackend(HostStepOps):
     def load_weight(self, gguf, name: str) -> np.ndarray:
         return self.load_tensor(gguf, name)
 
+    def weight_rows(self, w: np.ndarray, n: int) -> np.ndarray:
+        if not 1 <= n <= w.shape[0]:
+            raise ValueError(f"weight_rows: need 1 <= n <= {w.shape[0]}, got {n}")
+        return w[:n]
+
     def weight_from_array(self, w: np.ndarray) -> np.ndarray:
         w = np.ascontiguousarray(w, dtype=np.float32)
         if w.ndim != 2:

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from luce.ops import BACKENDS
 from luce.spec.config import DRAFT_KINDS as KINDS
-from luce.spec.config import MODES
+from luce.spec.config import DRAFT_VOCAB, MODES
 from luce.server.bridge import EngineBridge, EngineStats, ModelInfo, StepOutput
 from luce.server.kv_budget import DEFAULT_KV_MEMORY, free_memory_bytes, parse_kv_memory, plan_context
 
@@ -75,6 +75,7 @@ class ServeOptions:
     spec_top_k: int = 4
     draft_max: int = 8                # tokens a model or n-gram draft proposes per verify
     draft_min: int = 0                # adaptive depth down to this (0: plain decoding when it is faster)
+    draft_vocab: int = DRAFT_VOCAB    # a draft model proposes ids below this (0: all)
     backend: str = "auto"
     threads: int | None = None        # cpu backend threads (None: the cores this process may use)
     max_slots: int = 5
@@ -99,6 +100,8 @@ class ServeOptions:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.draft_min < 0:
             raise ValueError(f"--draft-min must be >= 0, got {self.draft_min}")
+        if self.draft_vocab < 0:
+            raise ValueError(f"--draft-vocab must be >= 0 (0: the whole vocabulary), got {self.draft_vocab}")
         if self.ddtree_tau < 0:
             raise ValueError(f"--ddtree-tau must be >= 0, got {self.ddtree_tau}")
         if self.backend not in BACKENDS:
@@ -132,13 +135,16 @@ def add_spec_arguments(p) -> None:
     p.add_argument("--draft-min", type=int, default=0,
                    help="each step drafts the depth in [draft-min, draft-max] that measurably gives the most "
                         "tokens per second; 0 lets plain decoding win (default 0; = draft-max: fixed depth)")
+    p.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB,
+                   help=f"a draft model proposes only token ids below this: a smaller read per draft token, "
+                        f"never a different output (default {DRAFT_VOCAB}; 0: the whole vocabulary)")
 
 
 def spec_options(args) -> dict:
     """ServeOptions fields from parsed add_spec_arguments flags."""
     return dict(draft=args.draft, spec=args.spec, draft_kind=args.draft_kind, ddtree_budget=args.ddtree_budget,
                 ddtree_tau=args.ddtree_tau, spec_top_k=args.spec_top_k, draft_max=args.draft_max,
-                draft_min=args.draft_min)
+                draft_min=args.draft_min, draft_vocab=args.draft_vocab)
 
 
 def check_backend_available(name: str) -> None:
@@ -203,7 +209,8 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     budget = max(options.token_budget, options.max_slots + 64)
     spec = resolve_spec_config(options.spec, draft, options.draft_kind, ddtree_budget=options.ddtree_budget,
                                ddtree_tau=options.ddtree_tau, spec_top_k=options.spec_top_k,
-                               chain_depth=options.draft_max, draft_min=min(options.draft_min, options.draft_max))
+                               chain_depth=options.draft_max, draft_min=min(options.draft_min, options.draft_max),
+                               draft_vocab=options.draft_vocab)
     if spec.enabled:
         say(f"luce: speculation {spec.spec} with the {spec.draft_kind} drafter"
             + (f" ({draft})" if spec.draft else "") + " ...")

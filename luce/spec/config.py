@@ -1,7 +1,7 @@
 """Speculation options, named as users of Luce DFlash know them, and the drafter factory.
 
     --spec off|chain|ddtree|specla   --draft PATH   --draft-kind dflash|model|ngram
-    --ddtree-budget 22   --ddtree-tau 6   --spec-top-k 4
+    --ddtree-budget 22   --ddtree-tau 6   --spec-top-k 4   --draft-vocab 32768
 
 Depth: with `draft_min` below `chain_depth` (luce-serve's default: 0), each step drafts the depth
 that measurably gives the most tokens per second (luce.spec.depth), down to plain decoding.
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 MODES = ("off", "chain", "ddtree", "specla")
 DRAFT_KINDS = ("dflash", "model", "ngram")
+DRAFT_VOCAB = 32768   # a draft model scores ids below this (luce.spec.drafters.draft_model); 0: all
 GDN_TREE_MODE = {"chain": "factor", "ddtree": "baseline", "specla": "factor"}
 
 
@@ -40,6 +41,7 @@ class SpecConfig:
     ngram_max: int = 4                # n-gram drafter: longest suffix looked up
     draft_min: int | None = None      # adaptive depth in [draft_min, chain_depth] (luce.spec.depth);
                                       # None: always chain_depth; 0 lets plain decoding win
+    draft_vocab: int = DRAFT_VOCAB    # a draft model proposes ids below this (0: the whole vocabulary)
 
     def __post_init__(self):
         if self.spec not in MODES:
@@ -56,6 +58,8 @@ class SpecConfig:
             raise SpecConfigError(f"chain depth must be >= 1, got {self.chain_depth}")
         if self.draft_min is not None and not 0 <= self.draft_min <= self.chain_depth:
             raise SpecConfigError(f"--draft-min must be in 0..--draft-max ({self.chain_depth}), got {self.draft_min}")
+        if self.draft_vocab < 0:
+            raise SpecConfigError(f"--draft-vocab must be >= 0 (0: the whole vocabulary), got {self.draft_vocab}")
         if self.enabled and self.draft_kind in ("dflash", "model") and not self.draft:
             raise SpecConfigError(f"--draft-kind {self.draft_kind} needs a draft model: pass --draft PATH "
                                   "(or use --draft-kind ngram, which needs none)")
@@ -103,7 +107,7 @@ def make_drafter(config: SpecConfig, target, max_slots: int, ctx: int, draft_mod
     if config.draft_kind == "dflash":
         return DFlashDrafter(draft_model, max_slots, ctx)
     return DraftModelDrafter(draft_model, max_slots, ctx, max_depth=config.chain_depth,
-                             target_vocab=target.config.vocab)
+                             target_vocab=target.config.vocab, head_vocab=config.draft_vocab or None)
 
 
 def resolve_spec_config(spec: str | None = None, draft=None, draft_kind: str | None = None,
@@ -111,7 +115,7 @@ def resolve_spec_config(spec: str | None = None, draft=None, draft_kind: str | N
     """The SpecConfig a user means, as llama-server reads its flags: a draft (or a drafter
     kind) without --spec speculates in chain mode; the drafter kind defaults to what the
     draft file is (a 'dflash' GGUF: dflash, else model) and to ngram without a draft.
-    options: ddtree_budget, ddtree_tau, spec_top_k, chain_depth, ngram_max."""
+    options: ddtree_budget, ddtree_tau, spec_top_k, chain_depth, ngram_max, draft_min, draft_vocab."""
     mode = spec if spec is not None else ("chain" if draft is not None or draft_kind is not None else "off")
     if draft_kind is None:
         if draft is None:

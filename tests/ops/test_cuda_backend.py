@@ -162,6 +162,8 @@ def test_weights_embedding_matmul_sampling(cuda):
     ref = NP.matmul(x, deq)
     got = cuda.to_numpy(cuda.matmul(cuda.asarray(x), wq))
     assert np.abs(got - ref).max() <= 1.5e-4 * np.abs(ref).max(axis=1).max()
+    cut = cuda.weight_rows(wq, 123)   # the first rows, a view: the first output columns, bitwise
+    assert np.array_equal(cuda.to_numpy(cuda.matmul(cuda.asarray(x), cut)), got[:, :123])
     with pytest.raises(ValueError, match="supported"):
         cuda._upload_weight(raw, 2, (300, 512), "q4_0 tensor")   # Q4_0: not a matmul type
     logits = randn(5, 420, seed=8, scale=4)

@@ -54,6 +54,26 @@ def test_matmul_rejects_shape_mismatch(B):
         B.matmul(np.zeros((2, 3), np.float32), np.zeros((4, 5), np.float32))
 
 
+def test_weight_rows_is_the_first_output_columns(B):
+    """weight_rows(w, n): a view of w's first n rows; its matmul is the full matmul's first n
+    columns (bitwise on the cpu backend: a column's reduction never depends on the others)."""
+    from gguf import GGMLQuantizationType as Q
+
+    from luce.gguf import quants
+
+    r = rng(9)
+    x = randn(r, 5, 256)
+    full = B.weight_from_array(randn(r, 40, 256))
+    quant = quants.quantize(randn(r, 40, 256), Q.Q4_K)
+    weights = [full] if B.name == "numpy" else [full, B._weight(quant, int(Q.Q4_K), (40, 256), "q4k")]
+    for w in weights:
+        cut = B.weight_rows(w, 17)
+        assert cut.shape == (17, 256)
+        same(B, B.matmul(x, cut), np.asarray(B.matmul(x, w))[:, :17])
+        with pytest.raises(ValueError, match="weight_rows"):
+            B.weight_rows(w, 41)
+
+
 # ---- elementwise and norms ----------------------------------------------------------------
 
 def _rowwise_invariant(B, fn, x):

@@ -85,6 +85,26 @@ def test_hybrid_draft_model_restores_its_state(tiny_models):
     np.testing.assert_array_equal(grown.ids[:, 0], fresh.ids[:, 0])
 
 
+def test_draft_head_vocab_proposes_the_best_id_below_the_cut(tiny_models):
+    """head_vocab H: at every depth the proposal is the argmax of the full model's logits over
+    ids < H (the reference: plain forwards on the growing chain, sliced in numpy)."""
+    model, H = tiny_models["qwen3_draft"], 150
+    prompt = [4, 8, 15, 16, 23, 42, 7]
+    prop = DraftModelDrafter(model, 1, 64, 4, head_vocab=H).propose([DraftLane(0, prompt, 4, 3)])[0]
+    assert (prop.ids < H).all() and prop.ids.shape == (4, 3)
+    chain = list(prompt)
+    for d in range(4):
+        pages = list(range(pages_needed(len(chain))))
+        state = model.new_state(max_pages=len(pages), max_slots=1)
+        logits = np.asarray(model.forward(build_batch([SegmentSpec(0, chain, 0, pages)]), state).logits)[-1]
+        order = np.argsort(-logits[:H], kind="stable")
+        assert prop.ids[d].tolist() == order[:3].tolist()
+        chain.append(int(order[0]))
+    assert model.output.shape == (model.config.vocab, model.config.hidden)   # the caller's head is whole
+    with pytest.raises(ValueError, match="head vocabulary"):
+        DraftModelDrafter(model, 1, 16, head_vocab=0)
+
+
 def test_draft_model_rejects_other_vocab(tiny_models):
     with pytest.raises(ValueError, match="tokenizer"):
         DraftModelDrafter(tiny_models["qwen3"], 1, 16, target_vocab=1000)

@@ -111,3 +111,18 @@ def test_perfect_draft_accepts_whole_chains(tiny_models):
     assert got == engine_outputs("qwen3", False, id(tiny_models))
     s = engine.spec.stats
     assert s.accepted == s.drafted and s.acceptance_length > 3.0
+
+
+@pytest.mark.parametrize("mode", ["chain", "specla"])
+def test_draft_head_cut_to_frequent_ids_keeps_output(tiny_models, mode):
+    """--draft-vocab: the draft proposes only ids below 200 (the prompts use ids up to 400), so
+    drafts the target would accept are missed; the output is still plain decoding's."""
+    _MODELS[id(tiny_models)] = tiny_models
+    model = tiny_models["qwen35"]
+    spec = SpecConfig(spec=mode, draft_kind="model", draft="self", ddtree_budget=10, spec_top_k=3, chain_depth=4,
+                      draft_vocab=200)
+    got, engine = run_spec(model, spec, 3, False, draft_model=model)
+    assert got == engine_outputs("qwen35", False, id(tiny_models))
+    s = engine.spec.stats
+    assert 0 < s.accepted < s.drafted   # a perfect draft, but not above id 200: some drafts rejected
+    assert model.output.shape[0] == model.config.vocab   # the caller's model keeps its whole head

@@ -13,9 +13,14 @@ committed. An attention-only draft also keeps the KV rows of the drafted tokens 
 ones the target accepted are exactly what a catch-up would write there (same tokens, same
 positions, same prefix), so the next catch-up starts after them (usually one row: the bonus
 token).
+With `head_vocab`, the draft scores only token ids below it: its output matrix cut to its first
+rows (byte-level BPE ids are ranked by merge order, roughly by frequency, so the rare tail goes).
+On a 0.5B draft the output matrix is over a third of the bytes a draft token reads; a token the
+cut head cannot propose is a rejected draft, never a wrong output (the target verifies).
 """
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import numpy as np
@@ -31,15 +36,22 @@ class DraftModelDrafter:
     kind = "model"
     feature_layers: tuple[int, ...] = ()
 
-    def __init__(self, model, max_slots: int, ctx: int, max_depth: int = 8, target_vocab: int | None = None):
+    def __init__(self, model, max_slots: int, ctx: int, max_depth: int = 8, target_vocab: int | None = None,
+                 head_vocab: int | None = None):
         """model: a luce model (luce.models.loader.load_model) sharing the target's
-        tokenizer; max_slots: target slots it may serve; ctx: longest sequence plus drafts."""
+        tokenizer; max_slots: target slots it may serve; ctx: longest sequence plus drafts;
+        head_vocab: propose only ids below this (None or >= the vocabulary: all)."""
         if target_vocab is not None and int(model.config.vocab) != int(target_vocab):
             raise ValueError(f"draft model vocabulary ({model.config.vocab}) differs from the target's "
                              f"({target_vocab}): a draft model must share the target's tokenizer")
         if max_slots < 1 or ctx < 2 or max_depth < 1:
             raise ValueError(f"draft model needs max_slots >= 1, ctx >= 2, max_depth >= 1; got "
                              f"{max_slots}, {ctx}, {max_depth}")
+        if head_vocab is not None and not 1 <= head_vocab:
+            raise ValueError(f"draft head vocabulary must be >= 1, got {head_vocab}")
+        if head_vocab is not None and head_vocab < int(model.config.vocab):
+            model = copy.copy(model)     # the caller's model keeps its whole output matrix
+            model.output = model.backend.weight_rows(model.output, head_vocab)
         self.model, self.backend = model, model.backend
         self.forward = GraphedForward(model)   # draft passes replay graphs on GPUs
         self.max_depth, self.ctx = max_depth, ctx
@@ -111,7 +123,7 @@ class DraftModelDrafter:
                     if self.state.recurrent is not None:
                         snapshots[lanes[i].slot] = self.state.recurrent.snapshot(lanes[i].slot)
             k = max(lanes[i].top_k for i in active)
-            top_ids, top_lps = self.backend.top_k_logprobs(logits, min(k, int(self.model.config.vocab)))
+            top_ids, top_lps = self.backend.top_k_logprobs(logits, min(k, int(logits.shape[-1])))
             for row, i in enumerate(active):
                 kk = min(lanes[i].top_k, top_ids.shape[1])
                 ids[i][d, :kk] = top_ids[row, :kk]
