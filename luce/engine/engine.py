@@ -229,6 +229,9 @@ class Engine:
             outcome = decide(step, out, self.model.backend, self._request_in, self.spec)
             self._hook("after_accept", step)
         except Exception as e:  # noqa: BLE001
+            if isinstance(e, MemoryError):   # the device ran out: the graphs' pools go back before the retry
+                for owner in (self.forward, self.committer):
+                    owner.cache.make_room()
             return self._undo(step, cohort, f"{type(e).__name__}: {e}")
         try:
             self.txn.commit(plan, outcome)
