@@ -6,14 +6,14 @@ import resource
 
 def peak_memory(backend) -> dict:
     """Peak memory figures: `backend.memory_stats()` when the backend has it; else a caching
-    allocator's `reserved_bytes` (it never shrinks: its peak) and, on CUDA, the device's
+    allocator's `peak_reserved_bytes` and, on CUDA, the device's
     used memory (cudaMemGetInfo); always the host's peak RSS."""
     out: dict = {"host_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     stats = getattr(backend, "memory_stats", None)
     if callable(stats):
         out.update(dict(stats()))
         return out
-    reserved = getattr(getattr(backend, "allocator", None), "reserved_bytes", None)
+    reserved = getattr(getattr(backend, "allocator", None), "peak_reserved_bytes", None)
     if reserved is not None:
         out["device_reserved_bytes"] = int(reserved)
     if backend.name == "cuda":

@@ -17,10 +17,13 @@ the pages) and the outputs: tokens to their requests (luce.engine.output_stream,
 stop rule) and finished requests retired. Greedy or seeded, the tokens are the same with
 speculation on or off.
 
-Failures: a step that fails before it wrote durable state (before the forward, or one of
-tree rows only) changed nothing; it is dropped and its cohort runs again next step (a
-request whose steps failed `max_step_retries` times in a row ends with 'error'). A failure
-after the forward of prefill or AR rows retires exactly that step's cohort. Cancellation
+Failures: a step that fails before commit changes nothing: before a step with prefill or
+AR rows (they advance recurrent state in place) the model state is checkpointed
+(ModelState.checkpoint), and a failure after its forward rolls it back; tree rows and KV
+rows past the committed lengths are scratch. The step is dropped and its cohort runs again
+next step (a request whose steps failed `max_step_retries` times in a row ends with 'error',
+naming the cause). Only a failed rollback (or commit, which checks everything before it
+changes anything) retires the step's cohort. Cancellation
 between steps frees the slot and its pages and touches nothing else. The engine never
 imports a backend: it uses the model's (`model.backend`).
 """
@@ -216,14 +219,20 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - nothing durable has changed
             return self._drop(cohort, f"{type(e).__name__}: {e}")
         try:
+            if step.durable:   # prefill / AR rows advance their slots' recurrent state in place
+                self.model_state.checkpoint()
+        except Exception as e:  # noqa: BLE001 - a checkpoint only writes its own save buffers
+            return self._drop(cohort, f"checkpoint failed: {type(e).__name__}: {e}")
+        try:
             out = self.forward(step.forward, self.model_state)
             self._hook("after_forward", step)
             outcome = decide(step, out, self.model.backend, self._request_in, self.spec)
             self._hook("after_accept", step)
         except Exception as e:  # noqa: BLE001
-            if step.durable:   # prefill / AR rows advanced their slots' state: retire the cohort
-                return self._fail(cohort, f"{type(e).__name__}: {e}")
-            return self._drop(cohort, f"{type(e).__name__}: {e}")
+            if isinstance(e, MemoryError):   # the device ran out: the graphs' pools go back before the retry
+                for owner in (self.forward, self.committer):
+                    owner.cache.make_room()
+            return self._undo(step, cohort, f"{type(e).__name__}: {e}")
         try:
             self.txn.commit(plan, outcome)
         except Exception as e:  # noqa: BLE001 - never expected: commit checks before it changes anything
@@ -335,6 +344,17 @@ class Engine:
             self.stats.failed += 1
         return [StepUpdate(item.request_id, (), FinishReason.ERROR, message, text=self.requests[item.request_id].take_delta())
                 for item in cohort.items]
+
+    def _undo(self, step: StepBatch, cohort: Cohort, message: str) -> list[StepUpdate]:
+        """A step failed after its forward: put back the recurrent state its prefill and AR
+        rows advanced (everything else it wrote is scratch), then drop it. Only if that
+        rollback fails too is the cohort retired."""
+        if step.durable:
+            try:
+                self.model_state.rollback()
+            except Exception as e:  # noqa: BLE001
+                return self._fail(cohort, f"{message}; rollback failed: {type(e).__name__}: {e}")
+        return self._drop(cohort, message)
 
     def _drop(self, cohort: Cohort, message: str) -> list[StepUpdate]:
         """A step that changed nothing failed: its requests run again next step, unless they

@@ -16,8 +16,10 @@ paths into KV, conv and GDN state (one model-level call: luce.models.commit thro
 graphed committer) and the committed rows' features into the drafter, takes the pages and
 advances the committed lengths (tree slots by their accepted path only). Everything it
 could fail on was checked, so after its first change it cannot fail.
-A step that fails before commit and wrote no durable state (it failed before the forward,
-or it had only tree rows) leaves every domain as it was; the engine drops and retries it.
+A step that fails before commit leaves every domain as it was: tree rows wrote scratch, and
+the recurrent state that prefill and AR rows advance in place is rolled back to the
+checkpoint the engine took before their forward (ModelState.checkpoint); the engine drops
+and retries the step.
 """
 from __future__ import annotations
 

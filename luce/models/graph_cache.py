@@ -6,9 +6,11 @@ The life of a key: its first call runs eagerly while the backend records the con
 uploads; its second call is captured (nothing runs during capture) and then launched; later
 calls write their per-call host arrays into the graph's arena and launch it. A call the
 backend cannot capture (luce.ops.cuda_graph.GraphUnsafe: a host synchronisation, a host
-fallback, an upload that is neither arena nor constant) leaves its key eager for good.
-`eager_reasons` counts every eager call by why: 'first call of a key' (warm-up), 'no replay
-key', or the capture failure's reason.
+fallback, an upload that is neither arena nor constant) leaves its key eager for good; a
+capture that ran out of device memory drops every graph of the cache (their pools go back)
+and runs eagerly, the key left to be captured on its next call. `eager_reasons` counts every
+eager call by why: 'first call of a key' (warm-up), 'no replay key', 'out of device memory',
+or the capture failure's reason.
 """
 from __future__ import annotations
 
@@ -77,6 +79,11 @@ class GraphCache:
         try:
             graph = self.backend.capture(constants, run, bind)
         except GraphUnsafe as exc:
+            if isinstance(exc.__cause__, MemoryError):   # not the key's fault: room is made, it stays warm
+                self.make_room()
+                self.warm[key] = constants
+                self._eager("out of device memory")
+                return run()
             self.unsafe[key] = str(exc)
             self.counters["failures"] += 1
             self._eager(f"cannot capture: {exc}")
@@ -92,11 +99,16 @@ class GraphCache:
         graph.launch()
         return graph.output
 
-    def invalidate(self) -> None:
-        """Drop every graph (the state, owner or topology they were captured over is gone)."""
+    def make_room(self) -> None:
+        """Drop every graph (their pools go back to the backend's allocator, which returns
+        them to the driver when it runs short)."""
         for graph in self.graphs.values():
             graph.drop()
             self.counters["drops"] += 1
         self.graphs.clear()
+
+    def invalidate(self) -> None:
+        """Drop every graph (the state, owner or topology they were captured over is gone)."""
+        self.make_room()
         self.warm.clear()
         self.unsafe.clear()

@@ -74,6 +74,12 @@ class RecurrentStore(Protocol):
     def reset_slot(self, slot: int) -> None:
         """Zero slot `slot`'s state (a new sequence starts there)."""
 
+    def checkpoint(self) -> None:
+        """Save every slot's state; `rollback` puts the last checkpoint back bitwise."""
+
+    def rollback(self) -> None:
+        """Restore the state of the last checkpoint."""
+
 
 @dataclass
 class ModelState:
@@ -97,6 +103,18 @@ class ModelState:
             raise IndexError(f"slot {slot} out of range [0, {self.max_slots})")
         if self.recurrent is not None:
             self.recurrent.reset_slot(slot)
+
+    def checkpoint(self) -> None:
+        """Save what a step's forward changes in place before commit: the recurrent state
+        (prefill and AR rows advance it). KV needs nothing: a step writes KV rows only past
+        every slot's committed length."""
+        if self.recurrent is not None:
+            self.recurrent.checkpoint()
+
+    def rollback(self) -> None:
+        """Undo everything since `checkpoint` (a step that failed before commit)."""
+        if self.recurrent is not None:
+            self.recurrent.rollback()
 
 
 def bucket(n: int) -> int:

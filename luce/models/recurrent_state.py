@@ -5,7 +5,11 @@ last K-1 inputs of the causal conv1d, oldest first) and the delta-rule state
 `gdn [Hv, Dk, Dv] f32`. They live in one resident pool per layer and kind
 (`pools(il)`: conv [slots, K-1, C], gdn [slots, Hv, Dk, Dv]) at fixed addresses, which the
 one-launch decode ops update in place and a captured graph keeps; `conv(il, slot)` is a view
-of a slot, `store` copies an op's result into it, a snapshot is a copy.
+of a slot, `store` copies an op's result into it, a snapshot is a copy. The pools of every
+layer are views of one array per kind ([layers, slots, ...]), so `checkpoint` saves the whole
+state in two device copies and `rollback` puts it back (the engine's undo of a step that
+failed after its forward advanced prefill or AR rows in place; the save buffers, as large
+as the state, are allocated on the first checkpoint).
 A fresh or reset slot holds zeros, which is what transformers starts a sequence from.
 
 Tree verify (speculation) leaves a slot's state as it is; what the commit needs comes back
@@ -38,8 +42,11 @@ class RecurrentState:
         self.max_slots = max_slots
         self.conv_shape = tuple(conv_shape)   # (K-1, C)
         self.gdn_shape = tuple(gdn_shape)     # (Hv, Dk, Dv)
-        self._conv: dict[int, Any] = {il: backend.zeros((max_slots, *self.conv_shape)) for il in self.gdn_layers}
-        self._gdn: dict[int, Any] = {il: backend.zeros((max_slots, *self.gdn_shape)) for il in self.gdn_layers}
+        n = len(self.gdn_layers)
+        self._all = (backend.zeros((n, max_slots, *self.conv_shape)), backend.zeros((n, max_slots, *self.gdn_shape)))
+        self._conv: dict[int, Any] = {il: self._all[0][i] for i, il in enumerate(self.gdn_layers)}
+        self._gdn: dict[int, Any] = {il: self._all[1][i] for i, il in enumerate(self.gdn_layers)}
+        self._saved = None            # (conv, gdn) copies of _all at the last checkpoint
 
     def _check(self, layer: int, slot: int) -> None:
         if layer not in self._conv:
@@ -93,6 +100,22 @@ class RecurrentState:
             raise ValueError(f"snapshot covers layers {sorted(snap.layers)}, this model has {list(self.gdn_layers)}")
         for il, (conv, gdn) in snap.layers.items():
             self.store(il, slot, conv, gdn)
+
+    def checkpoint(self) -> None:
+        """Save every slot's state (two device copies); `rollback` restores it."""
+        if not self.gdn_layers:
+            return
+        if self._saved is None:
+            self._saved = tuple(self.backend.zeros(tuple(a.shape)) for a in self._all)
+        for saved, live in zip(self._saved, self._all):
+            self.backend.copy_into(saved, live)
+
+    def rollback(self) -> None:
+        """Put back the state of the last checkpoint (bitwise)."""
+        if self._saved is None:
+            raise RuntimeError("rollback without a checkpoint")
+        for saved, live in zip(self._saved, self._all):
+            self.backend.copy_into(live, saved)
 
     # ---- tree commit ------------------------------------------------------------------------
     def commit(self, staged: dict, commit) -> None:

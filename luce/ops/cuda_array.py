@@ -4,7 +4,11 @@ ring and `CudaArray` (pointer, shape, dtype; always C-contiguous).
 Memory is stream-ordered: every launch and copy of the backend goes to its one stream, so a
 block freed by Python (the last array viewing it died) can be handed to the next allocation
 at once; the work queued before on the stream finishes with it first. Steady-state steps
-then allocate nothing from the driver (blocks are kept per size bucket, never returned).
+then allocate nothing from the driver (blocks are kept per size bucket). When the driver
+has no memory left, every cached free block goes back to it and the allocation is tried
+once more (blocks cached in one size class must not starve another: per-node GDN states of
+varying tree blocks take gigabytes each); then OutOfDeviceMemory (a MemoryError) says how
+much was asked and held.
 Uploads go through a pinned staging ring (no host sync unless the ring laps the GPU); only
 `download` waits for the stream.
 """
@@ -17,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from luce.ops.cuda_memory import check
+from luce.ops.cuda_memory import OutOfDeviceMemory, check
 
 ALIGN = 256                 # every block starts on 256 bytes (kernels want 16)
 STAGING_BYTES = 8 << 20     # pinned ring for uploads, two halves
@@ -42,22 +46,47 @@ class DeviceAllocator:
 
     def __init__(self):
         self._free: dict[int, list[int]] = defaultdict(list)
-        self.reserved_bytes = 0     # everything ever taken from cudaMalloc
+        self.reserved_bytes = 0     # held from cudaMalloc now (in use or cached)
+        self.peak_reserved_bytes = 0
         self.driver_allocs = 0      # cudaMalloc calls (a steady-state step adds none)
 
-    def alloc(self, nbytes: int) -> tuple[int, int]:
-        """-> (ptr, bucket) of at least nbytes."""
+    def alloc(self, nbytes: int, trim: bool = True) -> tuple[int, int]:
+        """-> (ptr, bucket) of at least nbytes. trim False (inside a stream capture, where
+        cudaFree may not run): OutOfDeviceMemory at once when the driver has none."""
         size = bucket_bytes(nbytes)
         free = self._free[size]
         if free:
             return free.pop(), size
-        ptr = int(check(_rt().cudaMalloc(size), f"cudaMalloc of {size} bytes"))
+        err, ptr = _rt().cudaMalloc(size)
+        if int(err) != 0:
+            if trim:
+                self.trim()
+                err, ptr = _rt().cudaMalloc(size)
+            if int(err) != 0:
+                _rt().cudaGetLastError()   # the failed cudaMalloc's error must not surface at a later call
+                raise OutOfDeviceMemory(f"cudaMalloc of {size} bytes failed ({err}) with {self.reserved_bytes} "
+                                        "bytes held by this backend's arrays and graphs: lower the slots, "
+                                        "context or tree budget")
+        ptr = int(ptr)
         self.reserved_bytes += size
+        self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
         self.driver_allocs += 1
         return ptr, size
 
     def release(self, ptr: int, size: int) -> None:
         self._free[size].append(ptr)
+
+    def trim(self) -> int:
+        """Give every cached free block back to the driver (cudaFree waits for the device, so
+        no queued work still uses one); returns the bytes freed."""
+        freed = 0
+        for size, ptrs in self._free.items():
+            for ptr in ptrs:
+                check(_rt().cudaFree(ptr), "cudaFree")
+                freed += size
+        self._free.clear()
+        self.reserved_bytes -= freed
+        return freed
 
 
 class GraphAllocator:
@@ -78,7 +107,7 @@ class GraphAllocator:
         free = self._free[size]
         if free:
             return free.pop(), size
-        ptr, size = self.parent.alloc(nbytes)
+        ptr, size = self.parent.alloc(nbytes, trim=False)   # graph pools are taken during capture
         self.owned_bytes += size
         return ptr, size
 

@@ -14,6 +14,10 @@ def _rt():
     return cudart
 
 
+class OutOfDeviceMemory(MemoryError):
+    """The device has no memory left for an allocation, even after the caches were emptied."""
+
+
 def check(result, what: str):
     """Unpack a cuda-python (err, *values) tuple, raising on a non-success code."""
     err, *values = result

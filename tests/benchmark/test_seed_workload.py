@@ -54,3 +54,21 @@ def test_pausing_speculation_during_prefill_keeps_those_steps_plain(pair):
     engine.run()
     assert [engine.take_output(i).token_ids for i in ids] == outputs
     assert (True, True) not in kinds and (False, True) in kinds and (True, False) in kinds
+
+
+def test_a_request_ending_with_an_error_is_reported_with_its_cause(pair):
+    """A run whose arriving request ended with an error (it has no first token) names the
+    request and the engine's error, instead of failing on a missing first-token time."""
+    from luce.benchmark.seed_workload import run_once, spec_engine
+
+    target, draft = pair
+    requests, outputs = prepare(target, CFG)
+    engine, _, _ = spec_engine(target, draft, CFG, requests, outputs, "ddtree")
+
+    def fault(point, step):
+        if point == "after_forward" and any(c.request_id == 2 for c in step.cohort.prefill):
+            raise MemoryError("injected: the device is full")
+
+    engine.fault_hook = fault
+    with pytest.raises(RuntimeError, match=r"requests ended with errors: .*\(2, 'MemoryError: injected: the device is full'"):
+        run_once(engine, CFG, requests, pause_during_prefill=False)

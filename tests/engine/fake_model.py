@@ -55,6 +55,12 @@ class SequenceStore:
     def restore(self, slot: int, snap) -> None:
         self.seq[slot] = snap
 
+    def checkpoint(self) -> None:
+        self.saved = list(self.seq)
+
+    def rollback(self) -> None:
+        self.seq = list(self.saved)
+
 
 class FakeKV:
     def __init__(self, n_pages: int):

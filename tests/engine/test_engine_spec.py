@@ -1,8 +1,7 @@
 """Speculation inside luce.engine.Engine: a draft that is always wrong still commits exactly
 one correct token per verify; per-request statistics add up to the engine's; a fault before
-the commit of a tree step changes nothing (digests) and retires no one, a fault after the
-forward of a step with prefill or AR rows retires its cohort and the rest stays exact; lanes
-that do not fit the token budget decode as AR rows beside the prefill."""
+the commit of a tree step changes nothing (digests) and retires no one (mixed steps:
+tests/engine/test_step_rollback.py); lanes that do not fit the token budget decode as AR rows beside the prefill."""
 from __future__ import annotations
 
 import pytest
@@ -122,35 +121,6 @@ def test_fault_before_commit_of_a_tree_step_changes_nothing_and_retires_no_one(m
             assert domain_digests(engine) == seen["before"] and not updates
     assert len(faults) == 3 and engine.stats.dropped_steps == 3 and engine.stats.failed == 0
     assert [engine.take_output(i).token_ids for i in ids] == want
-
-
-def test_fault_after_the_forward_of_a_mixed_step_retires_its_cohort_only(models):
-    """Prefill and AR rows write durable state in the forward: a fault after it retires that
-    step's cohort (DESIGN 2 step 7); the other requests stay exact."""
-    model = models["qwen35"]
-    want = plain(model)
-    drafter = AlwaysWrongDrafter([p + o for p, o in zip(PROMPTS, want)], model.config.vocab)
-    spec = SpecConfig(spec="ddtree", draft_kind="model", draft="wrong", ddtree_budget=5, spec_top_k=2)
-    engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=80, spec=spec), drafter=drafter)
-    failed = {}
-
-    def fault(point, step):
-        if point == "after_forward" and step.cohort.tree and step.durable and not failed:
-            failed["rids"] = [item.request_id for item in step.cohort.items]
-            raise RuntimeError("injected")
-
-    engine.fault_hook = fault
-    ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in PROMPTS]
-    while engine.has_unfinished():
-        engine.step()
-        engine.check()
-    assert failed["rids"]
-    for i, rid in enumerate(ids):
-        out = engine.take_output(rid)
-        if rid in failed["rids"]:
-            assert out.finish_reason == "error" and "injected" in out.error
-        else:
-            assert out.token_ids == want[i]
 
 
 def test_lanes_that_do_not_fit_the_budget_decode_as_ar_rows(models):

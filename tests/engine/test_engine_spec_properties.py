@@ -2,9 +2,9 @@
 lengths (chunked prefill beside trees), greedy and seeded sampled requests, stop tokens,
 cancellations and injected faults at every point before commit, with every speculation mode
 and drafter. After every step the bookkeeping invariants hold, and a fault that hit a step
-before any durable write (before the forward, or a step of trees only) left every domain
-bitwise as it was; at the end every request that finished normally produced exactly what it
-produces alone without speculation, a cancelled or faulted one a prefix of it.
+before its commit left every domain bitwise as it was (prefill / AR rows rolled back) and
+retired no one; at the end every request that finished normally produced exactly what it
+produces alone without speculation, a cancelled one a prefix of it, none an error.
 """
 import functools
 
@@ -82,7 +82,7 @@ def test_random_traffic_with_speculation_gives_each_request_its_alone_output(mod
             inject(at, step)
 
         engine.fault_hook = hook
-        specs, ids, faulted = {}, {}, set()
+        specs, ids = {}, {}
         for step_no in range(300):
             faults.step_no = step_no
             for i, r in enumerate(requests):
@@ -94,10 +94,9 @@ def test_random_traffic_with_speculation_gives_each_request_its_alone_output(mod
             n_fired = len(faults.fired)
             updates = engine.step()
             errors = {u.request_id for u in updates if u.finish_reason == FinishReason.ERROR}
-            if len(faults.fired) > n_fired and not faults.fired[-1][1]:   # nothing durable: dropped
+            if len(faults.fired) > n_fired:   # rolled back (prefill / AR rows) or nothing durable: dropped
                 assert not updates and domain_digests(engine) == seen["before"]
-            assert errors in (set(), faults.cohort)  # a fault retires exactly the step's cohort
-            faulted |= errors
+            assert not errors                 # one fault never exceeds max_step_retries
             engine.check()
             if step_no > 8 and not engine.has_unfinished():
                 break
@@ -106,8 +105,7 @@ def test_random_traffic_with_speculation_gives_each_request_its_alone_output(mod
         for i, rid in ids.items():
             out = engine.take_output(rid)
             want = alone(model, *specs[i])
-            if out.finish_reason in (FinishReason.ERROR, FinishReason.CANCELLED):
-                assert out.finish_reason != FinishReason.ERROR or rid in faulted
+            if out.finish_reason == FinishReason.CANCELLED:
                 assert tuple(out.token_ids) == want[:len(out.token_ids)]
             else:
                 assert tuple(out.token_ids) == want, (i, SPECS[spec_index].spec)

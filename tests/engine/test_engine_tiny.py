@@ -159,7 +159,9 @@ def test_reused_slot_after_fault_matches_fresh_engine(tiny):
     engine.step()
     engine.step()
     armed.append(True)
-    engine.step()                                   # a's state was written, then the step failed
+    for _ in range(engine.config.max_step_retries):  # a's state was written, the step failed: rolled back
+        assert engine.step() == [] and not engine.get(a).finished
+    engine.step()                                   # failed once more: a ends with the cause
     assert engine.get(a).finish_reason == FinishReason.ERROR and "device fell over" in engine.get(a).error
     armed.clear()
     b = engine.add_request(prompts[1], params[1])    # lands in a's slot

@@ -4,7 +4,8 @@ sequences (hypothesis stateful testing, 200 sequences).
 After every operation: free + used == total pages, refcounts >= 0 and equal to owners, no page
 owned by two slots, free slots own no pages or state. Every preflight leaves pool, slot table
 and states byte-identical (digests), whether it plans or rejects. A step dropped before commit
-that wrote no durable state (a tree step) leaves them byte-identical too. Every committed
+leaves them byte-identical too (a tree step wrote only scratch; a prefill / AR step is rolled
+back to the checkpoint taken before its forward). Every committed
 step read only pages and state its slots own (checked twice: by the pages a segment lists,
 and by the fake model comparing each slot's pages with its state). Speculation is a stub:
 tree rows get scratch pages, commit keeps an accepted root path of the tree.
@@ -148,14 +149,13 @@ class TxnMachine(RuleBasedStateMachine):
     def run_and_finish(self, step, plan, commit, data):
         before = self.digests()
         if not step.cohort.tree:
+            self.state.checkpoint()                               # the engine's, before a durable forward
             self.model.forward(step.forward, self.state)        # writes KV rows and state
             assert not self.model.violations, self.model.violations
         if not commit:   # the step failed before its commit
-            if step.cohort.tree:
-                assert self.digests() == before                   # tree rows wrote scratch only
-            else:   # prefill / AR rows wrote durable state: the cohort is retired (the engine's rule)
-                for slot in plan.slots:
-                    self.slots.retire(slot)
+            if not step.cohort.tree:   # prefill / AR rows advanced state in place: rolled back
+                self.state.rollback()
+            assert self.digests() == before                       # tree rows wrote scratch only
             return
         paths, kept_tokens, pages_before = {}, {}, {}
         for t in step.cohort.tree:   # stub of acceptance: a root path to the deepest node, cut

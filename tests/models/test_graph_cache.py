@@ -172,3 +172,34 @@ def test_graph_counters_render_in_metrics():
                  "luce_graph_failures_total 0", 'luce_graph_eager_total{reason="first call of a key"} 2',
                  'luce_graph_eager_total{reason="cannot capture: a host synchronisation"} 3'):
         assert line in text
+
+
+def test_a_capture_out_of_device_memory_drops_the_graphs_and_the_key_is_captured_later():
+    """An allocation that fails during a capture is no property of the key: every graph of the
+    cache is dropped (their pools return to the allocator), the call runs eagerly, and the key
+    is captured on its next call (the per-node-state ddtree's graphs hold gigabytes each)."""
+    from luce.ops.cuda_graph import GraphUnsafe
+    from luce.ops.cuda_memory import OutOfDeviceMemory
+
+    class ShortOfMemory(FakeBackend):
+        def __init__(self):
+            super().__init__()
+            self.fail_next = False
+
+        def capture(self, constants, run, bind):
+            if self.fail_next:
+                self.fail_next = False
+                raise GraphUnsafe("capture failed: out of memory") from OutOfDeviceMemory("cudaMalloc")
+            return super().capture(constants, run, bind)
+
+    backend = ShortOfMemory()
+    cache = GraphCache(backend)
+    call = lambda key, i: cache.call(key, lambda: f"{key}{i}", lambda pool: None, lambda meta: None)  # noqa: E731
+    call("a", 0), call("a", 1)                       # a: warm, captured
+    call("b", 0)
+    backend.fail_next = True
+    assert call("b", 1) == "b1"                      # its capture ran out of memory: eager
+    assert backend.captured[0].dropped and not cache.graphs and "b" not in cache.unsafe
+    assert cache.eager_reasons["out of device memory"] == 1
+    assert call("b", 2) == "b2" and call("b", 3) == "b2"   # captured now, then replayed
+    assert cache.counters["failures"] == 0 and cache.counters["drops"] == 1
