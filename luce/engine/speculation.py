@@ -57,7 +57,7 @@ class EngineSpeculation:
         self.policy = DepthPolicy(speculator.max_depth,
                                   speculator.max_depth if draft_min is None else min(draft_min, speculator.max_depth))
         self._drafted_at: float | None = None  # end of this step's drafting: its timing starts
-        self._seen: set[int] = set()           # slots drafted for since their request began
+        self._drafted: set[int] = set()        # slots that drafted in the previous step
 
     @property
     def stats(self) -> SpecStats:
@@ -77,6 +77,7 @@ class EngineSpeculation:
         """`cohort` with the lanes that speculate this step turned from AR rows into trees."""
         self.trees = {}
         self._drafted_at = None
+        previous, self._drafted = self._drafted, set()
         if cohort.prefill and not self.during_prefill:
             return cohort
         room = self.token_budget - cohort.n_rows
@@ -97,10 +98,12 @@ class EngineSpeculation:
         t0 = time.perf_counter()
         self.trees = self.speculator.draft_trees([(s, t, min(d, depth)) for s, t, d in lanes])
         self._drafted_at = time.perf_counter()
-        fresh = {s for s, _, _ in lanes} - self._seen   # a draft model catches up on the whole prompt
-        if not fresh:
+        # Timed only when every lane drafted in the previous step too: a draft model then feeds
+        # one or two rows per lane. After plain steps (or a lane's first draft) it catches up on
+        # every token since, a switching cost that must not pass for the cost of this depth.
+        self._drafted = {s for s, _, _ in lanes}
+        if self._drafted <= previous:
             self.policy.record_draft(depth, self._drafted_at - t0)
-        self._seen |= fresh
         decode, trees = [], []
         for row in cohort.decode:
             tree = self.trees.get(row.slot)
@@ -157,7 +160,7 @@ class EngineSpeculation:
         """The slot's sequence ended or was reset: drop the drafter's leftovers."""
         self.speculator.release(slot)
         self.policy.forget(slot)
-        self._seen.discard(slot)
+        self._drafted.discard(slot)
 
 
 def drafter_chain(drafter) -> list:

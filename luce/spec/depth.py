@@ -13,8 +13,9 @@ where depth 0 is plain decoding (one row per lane, no draft). Row counts and dep
 measured are estimated from the nearest measured ones (linearly in rows, pessimistically past
 the largest); it measures a short chain (PROBE_DEPTH) and the floor first, and every
 EXPLORE_EVERY-th choice tries a neighbour of the best depth, so the estimates follow the
-machine and the text. A lane's first draft (a draft model catching up on the whole prompt) is
-not timed (luce.engine.speculation). Any depth gives the same output (speculation is
+machine and the text. A draft is timed only when its lanes drafted in the previous step too
+(luce.engine.speculation): a first draft, or one after plain steps, is a draft model catching
+up on every token since, a switching cost and not the cost of its depth. Any depth gives the same output (speculation is
 lossless): the policy only decides speed.
 """
 from __future__ import annotations

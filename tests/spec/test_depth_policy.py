@@ -123,3 +123,36 @@ def test_adaptive_depth_leaves_greedy_output_unchanged(tiny_models, target):
         got, engine = run(spec)
         assert got == want, kind
         assert engine.spec.policy.adaptive and engine.spec.policy.step.mean   # it measured steps
+
+
+def test_a_draft_is_timed_only_after_a_drafting_step(tiny_models):
+    """A draft model fed only the last one or two rows is timed; its first draft and a draft
+    after plain steps (a catch-up on every token since) are not: they would pass a switching
+    cost for the cost of the depth."""
+    from luce.engine import Engine, EngineConfig, SamplingParams
+    from luce.spec.config import SpecConfig
+
+    model = tiny_models["qwen3"]
+
+    def run(choices):
+        spec = SpecConfig(spec="chain", draft_kind="model", draft="self", chain_depth=2, draft_min=0)
+        engine = Engine(model, None, EngineConfig(max_slots=1, ctx=128, token_budget=96, spec=spec),
+                        draft_model=model)
+        policy, timed, drafts = engine.spec.policy, [], []
+        policy.record_draft = lambda depth, seconds: timed.append(depth)
+        picks = iter(choices)
+
+        def choose(slots, limit):
+            d = min(next(picks, 0), limit) if slots else 0
+            if d:
+                drafts.append(d)
+            return d
+        policy.choose = choose
+        engine.add_request([5, 6, 7, 8, 9], SamplingParams(max_tokens=16))
+        engine.run()
+        return timed, drafts
+
+    timed, drafts = run([2] * 4)
+    assert len(drafts) == 4 and timed == [2, 2, 2]        # every draft but the first
+    timed, drafts = run([2, 0] * 4)
+    assert len(drafts) == 4 and timed == []               # each one follows a plain step
