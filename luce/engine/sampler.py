@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from luce.engine.constraint import Grammar
+from luce.ref.sampling import log_softmax
 from luce.ref.sample_rng import MASK64, TOPK_MAX, candidates, det_exp, draw, splitmix64, uniform  # noqa: F401
 
 
@@ -173,15 +174,15 @@ def sample_token(logits: np.ndarray, params: SamplingParams, seed: int, position
 
 
 def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
-    """(log-prob of `token`, the `top` most likely (id, log-prob), ties to the lower id) under
-    the model's distribution: log_softmax of the raw logits row [V] (before penalties, bias,
-    grammar and temperature, as vLLM's default), in f64."""
-    row = np.asarray(logits, dtype=np.float64)
-    shifted = row - row.max()
-    logp = shifted - np.log(np.exp(shifted).sum())
+    """(log-prob of `token`, the `top` most likely (id, log-prob), best first, ties to the
+    lower id) under the model's distribution: luce.ref.sampling.log_softmax of the raw logits
+    row [V] (before penalties, bias, grammar and temperature, as vLLM's default)."""
+    logp = log_softmax(np.asarray(logits)[None, :])[0]
     best = ()
     if top:
-        ids = np.argpartition(-logp, top - 1)[:top] if top < logp.shape[0] else np.arange(logp.shape[0])
-        ids = sorted(ids.tolist(), key=lambda i: (-logp[i], i))
+        top = min(top, logp.shape[0])
+        cut = -np.partition(-logp, top - 1)[top - 1]       # the top-th largest value
+        ids = np.flatnonzero(logp >= cut)                   # ascending ids: ties to the lower id
+        ids = ids[np.argsort(-logp[ids], kind="stable")][:top]
         best = tuple((int(i), float(logp[i])) for i in ids)
     return float(logp[token]), best

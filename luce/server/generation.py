@@ -183,7 +183,7 @@ class Generation:
         created, model, usage_on = R.now(), self.app.model_id, gen.include_usage
         want = gen.sampling.get("logprobs") is not None
         tok = self.app.bridge.tokenizer
-        offsets = [0] * len(handles)
+        offsets, pending = [0] * len(handles), [[] for _ in handles]
         try:
             async for i, event in merged(handles):
                 if event is None:
@@ -196,9 +196,10 @@ class Generation:
                     yield R.stream_error(f"generation failed: {event.error}")
                     break
                 reasons[i] = event.finish_reason or reasons[i]
-                if event.text or event.finish_reason is not None:
-                    lp = text_logprobs(list(event.logprobs) if want else None, tok, offsets[i])
-                    offsets[i] += len(event.text)
+                pending[i].extend(event.logprobs)
+                if event.text or event.finish_reason is not None:   # tokens of held-back text go with the next
+                    lp = text_logprobs(pending[i] if want else None, tok, offsets[i])
+                    pending[i], offsets[i] = [], offsets[i] + len(event.text)
                     yield R.text_chunk(rid, created, model, event.text, event.finish_reason, include_usage=usage_on,
                                        index=i, logprobs=lp)
             if usage_on:
