@@ -5,9 +5,9 @@
 For each vocabulary size (the GGUF's own, 151,936 for Qwen2.5; and 248,320, Qwen3.5's, made
 by appending tokens built from pairs of existing ones to the same vocabulary) and each
 grammar (a JSON schema and json_object), it walks `--tokens` steps: the mask for the state
-(`TokenConstraint.mask`, llguidance's compute plus unpacking to a bool row), the mask
-applied to a logits row (`TokenConstraint.apply`), then a random allowed token committed
-(`advance`). Reports the median and p90 of mask, apply and advance per token, and the
+(`TokenConstraint.mask`, llguidance's compute plus unpacking to a bool row), the sampler's
+whole per-token cost (`TokenConstraint.apply`: the mask computed again and applied to a
+logits row), then a random allowed token committed (`advance`). Reports the median and p90 of mask, apply and advance per token, and the
 one-off tokenizer build and grammar compile times. Single thread; timings, not asserted.
 """
 from __future__ import annotations
@@ -33,10 +33,11 @@ SCHEMA = {"type": "object", "properties": {
 def tokenizer_of_size(meta: dict, size: int) -> Tokenizer:
     tokens, types = list(meta["tokenizer.ggml.tokens"]), list(meta["tokenizer.ggml.token_type"])
     rng = np.random.default_rng(0)
-    normal = [i for i, t in enumerate(types) if t == 1]
+    normal = np.asarray([i for i, t in enumerate(types) if t == 1])
     seen = set(tokens)
+    pairs = iter(rng.choice(normal, (4 * size, 2)).tolist())
     while len(tokens) < size:
-        a, b = rng.choice(normal, 2)
+        a, b = next(pairs)
         t = tokens[a] + tokens[b]
         if t not in seen:
             seen.add(t)
