@@ -162,7 +162,8 @@ setup(
     description="Speculative-decoding LLM inference runtime and OpenAI-compatible server",
     packages=find_packages(include=["luce", "luce.*"]),
     python_requires=">=3.10",
-    install_requires=["numpy>=1.24", "gguf>=0.17", "tokenizers>=0.19", "jinja2>=3.1", "h11>=0.14"],
+    install_requires=["numpy>=1.24", "gguf>=0.17", "tokenizers>=0.19", "jinja2>=3.1", "h11>=0.14",
+                      "llguidance>=1.0"],
     extras_require={
         "cuda": ["cuda-python>=12.6"],
         "rocm": ["hip-python"],

@@ -6,6 +6,8 @@
     fast = LLM("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
                draft="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", spec="ddtree")   # same output, faster
     print(outs[0].text, outs[0].finish_reason)                      # also outs[0].outputs[0].text (vLLM)
+    outs = llm.generate("def fib(n):", SamplingParams(n=2, seed=1, logprobs=3, temperature=0.8))
+    outs[0].outputs[1].text, outs[0].outputs[0].logprobs[0]         # {token id: Logprob} per token
     for piece in llm.stream("def fib(n):", SamplingParams(max_tokens=32)):
         print(piece, end="")                                         # whole UTF-8 characters
     out = llm.chat([{"role": "user", "content": "Weather in Paris?"}], tools=[...])[0]
@@ -16,7 +18,7 @@ slots); each request's output is the same as it would be alone.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -27,10 +29,21 @@ from luce.engine.slots import QueueFull
 from luce.spec.config import DRAFT_VOCAB
 
 
+@dataclass(frozen=True)
+class Logprob:
+    """vLLM's Logprob: a token's log-prob under the target, its rank among the top entries
+    (1 = most likely; None when it is not among them) and its text."""
+    logprob: float
+    rank: int | None
+    decoded_token: str
+
+
 @dataclass
 class CompletionOutput:
     """One generated sequence, as vLLM's `RequestOutput.outputs[i]`; chat() also fills the
-    parsed content, reasoning and tool calls (luce.server.tool_calls.ToolCall)."""
+    parsed content, reasoning and tool calls (luce.server.tool_calls.ToolCall). logprobs
+    (SamplingParams.logprobs = k): per token, {token id: Logprob} of the chosen token and
+    the k most likely."""
     index: int
     text: str
     token_ids: list[int]
@@ -39,17 +52,36 @@ class CompletionOutput:
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list = field(default_factory=list)
+    logprobs: list[dict[int, Logprob]] | None = None
+    cumulative_logprob: float | None = None
+
+
+def _vllm_logprobs(entries, tokenizer) -> list[dict[int, Logprob]] | None:
+    if entries is None:
+        return None
+    text = lambda t: tokenizer.decode([t]) if tokenizer is not None else ""  # noqa: E731
+    out = []
+    for e in entries:
+        ranked = {t: Logprob(lp, rank, text(t)) for rank, (t, lp) in enumerate(e.top, 1)}
+        ranked.setdefault(e.token_id, Logprob(e.logprob, None, text(e.token_id)))
+        out.append(ranked)
+    return out
 
 
 @dataclass
 class LLMOutput(RequestOutput):
-    """The engine's RequestOutput (`.text`, `.token_ids`, ...) with vLLM's `.outputs` beside it."""
+    """The engine's RequestOutput of the first sequence (`.text`, `.token_ids`, ...) with
+    vLLM's `.outputs` (n sequences) beside it."""
     outputs: list[CompletionOutput] = field(default_factory=list)
 
     @classmethod
-    def of(cls, out: RequestOutput) -> "LLMOutput":
+    def of(cls, out: RequestOutput, others: Sequence[RequestOutput] = (), tokenizer=None) -> "LLMOutput":
         result = cls(**{f.name: getattr(out, f.name) for f in fields(RequestOutput)})
-        result.outputs = [CompletionOutput(0, out.text, list(out.token_ids), out.finish_reason, out.stop_reason)]
+        result.outputs = [CompletionOutput(i, o.text, list(o.token_ids), o.finish_reason, o.stop_reason,
+                                           logprobs=_vllm_logprobs(o.logprobs, tokenizer),
+                                           cumulative_logprob=None if o.logprobs is None else
+                                           sum(e.logprob for e in o.logprobs))
+                          for i, o in enumerate([out, *others])]
         return result
 
 
@@ -123,8 +155,9 @@ class LLM:
         prompt order. Errors and cancellations show as finish_reason, not exceptions."""
         prompts = _as_prompt_list(prompts)
         params = _as_params_list(sampling_params, len(prompts))
-        waiting = list(zip(range(len(prompts)), prompts, params))
-        ids: dict[int, object] = {}
+        waiting = [((i, j), prompt, _choice(p, j)) for i, (prompt, p) in enumerate(zip(prompts, params))
+                   for j in range(p.n)]
+        ids: dict[tuple[int, int], object] = {}
         try:
             while waiting or any(not self.engine.get(rid).finished for rid in ids.values()):
                 while waiting:
@@ -134,7 +167,11 @@ class LLM:
                         break
                     waiting.pop(0)
                 self.engine.step()
-            return [LLMOutput.of(self.engine.take_output(ids[i])) for i in range(len(prompts))]
+            outs = []
+            for i, p in enumerate(params):
+                seqs = [self.engine.take_output(ids[(i, j)]) for j in range(p.n)]
+                outs.append(LLMOutput.of(seqs[0], seqs[1:], self.tokenizer))
+            return outs
         finally:
             for rid in ids.values():
                 if rid in self.engine.requests:
@@ -202,6 +239,13 @@ def _as_prompt_list(prompts) -> list:
         if not isinstance(p, str) and not (isinstance(p, (list, tuple)) and all(isinstance(t, int) for t in p)):
             raise TypeError(f"a prompt is a str or a list of token ids, got {type(p).__name__}")
     return prompts
+
+
+def _choice(params: SamplingParams, j: int) -> SamplingParams:
+    """Sequence j of n: seed + j when a seed is given (else the engine draws distinct seeds)."""
+    if j == 0 or params.seed is None:
+        return params
+    return replace(params, seed=(params.seed + j) & ((1 << 64) - 1))
 
 
 def _as_params_list(params, n: int) -> list[SamplingParams]:

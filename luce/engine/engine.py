@@ -87,6 +87,7 @@ class StepUpdate:
     error: str | None = None
     text: str = ""                    # text that can no longer change (stop strings held back, then cut)
     stop_reason: str | int | None = None
+    logprobs: tuple = ()              # TokenLogprob of each token_ids entry (when the request asked)
 
 
 @dataclass
@@ -160,10 +161,10 @@ class Engine:
         seed = params.seed if params.seed is not None else splitmix64((self.config.seed & MASK64) ^ splitmix64(number))
         extra = self.spec.reserve_tokens() if self.spec is not None else 0
         reserve = pages_needed(min(self.config.ctx, len(prompt) + params.max_tokens + extra))
+        request = Request(request_id, prompt, params, seed, tokenizer=self.tokenizer, eos_ids=self._eos,
+                          ctx=self.config.ctx, prompt_text=prompt_text, order=number, vocab=self.vocab)
         self.slots.submit(request_id, reserve)
-        self.requests[request_id] = Request(request_id, prompt, params, seed, tokenizer=self.tokenizer,
-                                            eos_ids=self._eos, ctx=self.config.ctx,
-                                            prompt_text=prompt_text, order=number)
+        self.requests[request_id] = request
         return request_id
 
     def cancel(self, request_id) -> bool:
@@ -238,7 +239,7 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - never expected: commit checks before it changes anything
             return self._fail(cohort, f"commit failed: {type(e).__name__}: {e}")
         self._record(step, outcome)
-        return self._apply(step, outcome.tokens)
+        return self._apply(step, outcome.tokens, outcome.logprobs)
 
     def _speculation(self, config: EngineConfig, drafter, draft_model):
         if config.spec is None or not config.spec.enabled:
@@ -299,7 +300,7 @@ class Engine:
                 m["spec_drafted"] = m.get("spec_drafted", 0) + len(chunk.token_ids) - 1
                 m["spec_accepted"] = m.get("spec_accepted", 0) + acc.n_accepted
 
-    def _apply(self, step: StepBatch, tokens: dict[Any, list[int]]) -> list[StepUpdate]:
+    def _apply(self, step: StepBatch, tokens: dict[Any, list[int]], logprobs: dict | None = None) -> list[StepUpdate]:
         """Hand each request its tokens of the step (in order, up to the one that finishes it)."""
         new: dict[Any, list[int]] = {}
         for chunk in step.cohort.prefill:
@@ -313,7 +314,7 @@ class Engine:
         for item in step.cohort.items:
             r = self.requests[item.request_id]
             r.metrics.pop("step_failures", None)
-            taken = r.add_tokens(tokens.get(item.request_id, ()))
+            taken = r.add_tokens(tokens.get(item.request_id, ()), (logprobs or {}).get(item.request_id, ()))
             self.stats.generated_tokens += len(taken)
             new.setdefault(r.request_id, []).extend(taken)
         updates = []
@@ -322,8 +323,9 @@ class Engine:
             if r.finished:
                 self._retire(r)
                 self.stats.finished += 1
+            lp = tuple(r.logprobs[len(r.logprobs) - len(taken):]) if r.logprobs is not None and taken else ()
             updates.append(StepUpdate(rid, tuple(taken), r.finish_reason, text=r.take_delta(),
-                                      stop_reason=r.stop_reason))
+                                      stop_reason=r.stop_reason, logprobs=lp))
         return updates
 
     def _retire(self, request: Request) -> None:

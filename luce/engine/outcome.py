@@ -5,13 +5,18 @@ changes no state; the transaction's commit then makes it durable.
 The target's token for every logits row is drawn on the backend when it can (argmax when
 all are greedy; the seeded sampler at each row's position when no request has penalties
 and the backend samples its top-k), so only token ids leave the device; otherwise the
-logits come to the host and the engine sampler draws. Same tokens either way.
+logits come to the host and the engine sampler draws. Same tokens either way. A request
+with a grammar, a logit bias or log-probs (SamplingParams.needs_host_logits) brings its
+step's logits to the host: the mask and bias apply there (luce.engine.constraint), and each
+emitted token's log-prob is the log_softmax of the target's row that chose it (for a tree,
+the verified node's row).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from luce.engine.sampler import MASK64, SamplingParams, backend_can_draw, sample_token
+from luce.engine.request import TokenLogprob
+from luce.engine.sampler import MASK64, SamplingParams, backend_can_draw, sample_token, token_logprobs
 from luce.engine.step import ROW_TREE, StepBatch
 from luce.engine.txn import StepOutcome
 
@@ -22,20 +27,47 @@ def decide(step: StepBatch, out, backend, request_of: Callable[[int], Any], spec
     """The step's outcome from its ForwardOutput `out`; request_of(slot) -> Request; spec:
     luce.engine.speculation.EngineSpeculation (trees' acceptance)."""
     logits, choice = row_choices(step, out.logits, backend, request_of)
-    tokens = {}
+    tokens, rows = {}, {}
     for i, slot in enumerate(step.logits_slot.tolist()):
         if slot < 0 or step.logits_kind[i] == ROW_TREE:
             continue
         r = request_of(slot)
+        rows[r.request_id] = [i]
         tokens[r.request_id] = [int(choice[i])] if choice is not None else \
-            [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]), r.prompt_ids, r.output_ids)]
+            [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]), r.prompt_ids, r.output_ids,
+                          r.constraint)]
     paths, accepted = {}, {}
     if step.cohort.tree:
         accepted = spec.accept(step, logits, choice, request_of)
+        node_rows = tree_rows(step)
         for chunk in step.cohort.tree:
             tokens[chunk.request_id] = list(accepted[chunk.slot].tokens)
             paths[chunk.slot] = accepted[chunk.slot].path
-    return StepOutcome(out, paths, tokens, accepted)
+            rows[chunk.request_id] = [node_rows[chunk.slot][node] for node in accepted[chunk.slot].path]
+    return StepOutcome(out, paths, tokens, accepted, logprobs=_logprobs(step, logits, tokens, rows, request_of))
+
+
+def tree_rows(step: StepBatch) -> dict[int, list[int]]:
+    """slot -> the logits rows of its tree's nodes, in node order."""
+    rows: dict[int, list[int]] = {}
+    for i, slot in enumerate(step.logits_slot.tolist()):
+        if slot >= 0 and step.logits_kind[i] == ROW_TREE:
+            rows.setdefault(slot, []).append(i)
+    return rows
+
+
+def _logprobs(step: StepBatch, logits, tokens: dict, rows: dict, request_of) -> dict:
+    """request id -> [TokenLogprob] for the requests that asked: the j-th emitted token was
+    chosen from logits row rows[id][j] (an AR row, or the j-th node of the accepted path)."""
+    out = {}
+    for slot in set(step.logits_slot.tolist()) - {-1}:
+        r = request_of(slot)
+        top = r.params.logprobs
+        if top is None or r.request_id not in tokens:
+            continue
+        out[r.request_id] = [TokenLogprob(t, *token_logprobs(logits[row], t, top))
+                             for t, row in zip(tokens[r.request_id], rows[r.request_id])]
+    return out
 
 
 def row_choices(step: StepBatch, logits, backend, request_of) -> tuple[Any, Any]:
@@ -46,7 +78,7 @@ def row_choices(step: StepBatch, logits, backend, request_of) -> tuple[Any, Any]
                            f"{len(step.logits_slot)}")
     requests = [request_of(slot) if slot >= 0 else None for slot in step.logits_slot.tolist()]
     params = [r.params if r is not None else _PAD_PARAMS for r in requests]
-    if all(p.greedy and not p.has_penalties for p in params):
+    if all(p.greedy and not p.needs_host_logits for p in params):
         return None, backend.argmax(logits)
     if hasattr(backend, "sample") and all(backend_can_draw(p) for p in params):
         seeds = [r.seed & MASK64 if r is not None else 0 for r in requests]

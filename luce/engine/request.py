@@ -14,6 +14,14 @@ from luce.engine.sampler import SamplingParams
 WAITING, PREFILL, DECODE, FINISHED = "waiting", "prefill", "decode", "finished"
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One emitted token's log-prob under the target and the `top` most likely (id, log-prob)."""
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 class FinishReason:
     STOP = "stop"            # stop token, end-of-generation token or stop string
     LENGTH = "length"        # max_tokens or the context length
@@ -33,6 +41,7 @@ class RequestOutput:
     prompt: str | None = None
     seed: int | None = None
     metrics: dict = field(default_factory=dict)  # admitted_step, first_token_step, finished_step
+    logprobs: list | None = None         # per token: TokenLogprob (when the params asked for them)
 
     @property
     def prompt_tokens(self) -> int:
@@ -45,7 +54,10 @@ class RequestOutput:
 
 class Request:
     def __init__(self, request_id, prompt_ids: list[int], params: SamplingParams, seed: int, *,
-                 tokenizer=None, eos_ids=(), ctx: int, prompt_text: str | None = None, order: int = 0):
+                 tokenizer=None, eos_ids=(), ctx: int, prompt_text: str | None = None, order: int = 0,
+                 vocab: int | None = None):
+        """vocab: the model's (logits width); a grammar in `params` is compiled here
+        (luce.engine.constraint.GrammarError when it cannot be)."""
         self.request_id = request_id
         self.prompt_ids = list(prompt_ids)
         self.params = params
@@ -60,6 +72,12 @@ class Request:
         self.metrics: dict[str, int] = {}
         self.out = OutputStream(params, tokenizer=tokenizer, eos_ids=eos_ids, max_total=ctx,
                                 n_prompt=len(self.prompt_ids))
+        self.constraint = None             # luce.engine.constraint.TokenConstraint
+        if params.grammar is not None:
+            from luce.engine.constraint import TokenConstraint
+
+            self.constraint = TokenConstraint(params.grammar, tokenizer, vocab or tokenizer.vocab_size)
+        self.logprobs: list[TokenLogprob] | None = [] if params.logprobs is not None else None
 
     @property
     def finished(self) -> bool:
@@ -86,10 +104,14 @@ class Request:
     def n_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
-    def add_tokens(self, tokens) -> list[int]:
+    def add_tokens(self, tokens, logprobs=()) -> list[int]:
         """Take emitted tokens in order up to the one that finishes the request (the output
-        rules); returns those taken."""
+        rules), with their TokenLogprobs when asked for; returns those taken."""
         taken = self.out.add_many(tokens)
+        if self.constraint is not None:
+            self.constraint.advance(taken)
+        if self.logprobs is not None:
+            self.logprobs.extend(list(logprobs)[:len(taken)])
         if self.out.finished:
             self.phase = FINISHED
         return taken
@@ -112,4 +134,5 @@ class Request:
     def output(self) -> RequestOutput:
         return RequestOutput(self.request_id, list(self.prompt_ids), self.text, list(self.output_ids),
                              self.finish_reason, self.stop_reason, self.error, self.prompt_text,
-                             self.seed, dict(self.metrics))
+                             self.seed, dict(self.metrics),
+                             list(self.logprobs) if self.logprobs is not None else None)

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from luce.engine.constraint import Grammar
+from luce.ref.sampling import log_softmax
 from luce.ref.sample_rng import MASK64, TOPK_MAX, candidates, det_exp, draw, splitmix64, uniform  # noqa: F401
+
+
+LOGPROBS_MAX = 20   # top_logprobs at most (OpenAI's limit)
 
 
 class SamplingError(ValueError):
@@ -50,6 +55,10 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    logit_bias: tuple[tuple[int, float], ...] = ()   # (token id, added to its logit), as OpenAI's
+    grammar: Grammar | None = None    # the output must match it (luce.engine.constraint)
+    logprobs: int | None = None       # None: none; k >= 0: each token's log-prob and the top k
+    n: int = 1                        # sequences per prompt (luce.LLM; the engine runs one each)
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
@@ -71,6 +80,17 @@ class SamplingParams:
             raise SamplingError("stop", f"at most 16 stop strings, got {len(self.stop)}")
         if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids):
             raise SamplingError("stop_token_ids", "must be a list of non-negative integers")
+        if isinstance(self.logit_bias, dict):
+            object.__setattr__(self, "logit_bias", tuple(sorted((int(k), v) for k, v in self.logit_bias.items())))
+        for token, bias in self.logit_bias:
+            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+                raise SamplingError("logit_bias", f"keys must be token ids (integers >= 0), got {token!r}")
+            _number(f"logit_bias[{token}]", bias, lo=-100, hi=100)
+        if self.grammar is not None and not isinstance(self.grammar, Grammar):
+            raise SamplingError("grammar", f"must be a luce.engine.constraint.Grammar, got {type(self.grammar).__name__}")
+        if self.logprobs is not None:
+            _number("logprobs", self.logprobs, lo=0, hi=LOGPROBS_MAX, integer=True)
+        _number("n", self.n, lo=1, hi=128, integer=True)
 
     @property
     def greedy(self) -> bool:
@@ -80,6 +100,12 @@ class SamplingParams:
     def has_penalties(self) -> bool:
         return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
                 or self.frequency_penalty != 0.0)
+
+    @property
+    def needs_host_logits(self) -> bool:
+        """The host sampler draws this request's tokens: penalties, a logit bias, a grammar
+        mask, or log-probs to report (the step's logits come to the host)."""
+        return self.has_penalties or bool(self.logit_bias) or self.grammar is not None or self.logprobs is not None
 
 
 def apply_penalties(logits: np.ndarray, params: SamplingParams, prompt_ids, output_ids) -> np.ndarray:
@@ -107,9 +133,9 @@ BACKEND_TOPK_MAX = TOPK_MAX  # the largest top-k backend.sample draws from
 
 def backend_can_draw(params: SamplingParams) -> bool:
     """Whether backend.sample draws this request's tokens (luce/ref/sample_rng.py): without
-    penalties a draw depends on the logits row, seed and position only; greedy, or a top-k
-    the kernel keeps (1..BACKEND_TOPK_MAX)."""
-    return not params.has_penalties and (params.greedy or 1 <= params.top_k <= BACKEND_TOPK_MAX)
+    penalties, bias, grammar or log-probs a draw depends on the logits row, seed and position
+    only; greedy, or a top-k the kernel keeps (1..BACKEND_TOPK_MAX)."""
+    return not params.needs_host_logits and (params.greedy or 1 <= params.top_k <= BACKEND_TOPK_MAX)
 
 
 def greedy_token(logits: np.ndarray) -> int:
@@ -123,11 +149,40 @@ def candidate_distribution(logits: np.ndarray, params: SamplingParams) -> tuple[
     return candidates(logits, params.temperature, params.top_k, params.top_p, params.min_p)
 
 
+def apply_logit_bias(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """logits [V] -> a copy with each biased token's bias added (ids past the vocab ignored)."""
+    if not params.logit_bias:
+        return logits
+    out = logits.astype(np.float32, copy=True)
+    for token, bias in params.logit_bias:
+        if token < out.shape[0]:
+            out[token] += np.float32(bias)
+    return out
+
+
 def sample_token(logits: np.ndarray, params: SamplingParams, seed: int, position: int,
-                 prompt_ids=(), output_ids=()) -> int:
-    """The token at absolute `position` for one request: penalties, then greedy or the
-    (seed, position) draw (luce.ref.sample_rng.draw)."""
-    logits = apply_penalties(logits, params, prompt_ids, output_ids)
+                 prompt_ids=(), output_ids=(), constraint=None) -> int:
+    """The token at absolute `position` for one request: penalties, the logit bias, the
+    grammar mask (constraint: luce.engine.constraint.TokenConstraint in the request's state
+    before this token), then greedy or the (seed, position) draw (luce.ref.sample_rng.draw)."""
+    logits = apply_logit_bias(apply_penalties(logits, params, prompt_ids, output_ids), params)
+    if constraint is not None:
+        logits = constraint.apply(logits)
     if params.greedy:
         return greedy_token(logits)
     return draw(logits, params.temperature, params.top_k, params.top_p, params.min_p, seed, position)
+
+
+def token_logprobs(logits: np.ndarray, token: int, top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """(log-prob of `token`, the `top` most likely (id, log-prob), best first, ties to the
+    lower id) under the model's distribution: luce.ref.sampling.log_softmax of the raw logits
+    row [V] (before penalties, bias, grammar and temperature, as vLLM's default)."""
+    logp = log_softmax(np.asarray(logits)[None, :])[0]
+    best = ()
+    if top:
+        top = min(top, logp.shape[0])
+        cut = -np.partition(-logp, top - 1)[top - 1]       # the top-th largest value
+        ids = np.flatnonzero(logp >= cut)                   # ascending ids: ties to the lower id
+        ids = ids[np.argsort(-logp[ids], kind="stable")][:top]
+        best = tuple((int(i), float(logp[i])) for i in ids)
+    return float(logp[token]), best

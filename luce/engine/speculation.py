@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from luce.engine.constraint import Walk
 from luce.engine.sampler import sample_token
 from luce.engine.step import Cohort, StepBatch, TreeChunk
 from luce.spec.acceptance import Acceptance, accept, accept_greedy
@@ -29,19 +30,20 @@ from luce.spec.stats import SpecStats
 
 
 def accept_sampled(tree, logits, params, seed: int, root_position: int, prompt_ids=(), output_ids=(),
-                   max_tokens: int | None = None) -> Acceptance:
-    """Acceptance with the engine sampler (penalties, seeded draws): at node i the target's
-    token is sample_token at position root_position + depth[i] + 1 over the tokens emitted
-    so far. logits: [N, V] rows of the tree's nodes (anything indexable by node giving a
-    host [V] row; only visited rows are read)."""
+                   max_tokens: int | None = None, constraint=None) -> Acceptance:
+    """Acceptance with the engine sampler (penalties, bias, grammar, seeded draws): at node i
+    the target's token is sample_token at position root_position + depth[i] + 1 over the
+    tokens emitted so far, with the grammar (constraint, in the committed state) advanced
+    along the path to node i and rolled back after. logits: [N, V] rows of the tree's nodes
+    (anything indexable by node giving a host [V] row; only visited rows are read)."""
     base = list(output_ids)
+    with Walk(constraint) as walk:
+        def choose(node: int, emitted) -> int:
+            position = root_position + int(tree.depths[node]) + 1
+            return sample_token(np.asarray(logits[node], np.float32), params, seed, position, prompt_ids,
+                                base + list(emitted), walk.at(emitted))
 
-    def choose(node: int, emitted) -> int:
-        position = root_position + int(tree.depths[node]) + 1
-        return sample_token(np.asarray(logits[node], np.float32), params, seed, position, prompt_ids,
-                            base + list(emitted))
-
-    return accept(tree, choose, max_tokens)
+        return accept(tree, choose, max_tokens)
 
 
 class EngineSpeculation:
@@ -131,7 +133,7 @@ class EngineSpeculation:
                 out[chunk.slot] = accept_greedy(tree, np.asarray(choice)[mine], max_tokens)
                 continue
             out[chunk.slot] = accept_sampled(tree, logits[mine], r.params, r.seed, chunk.start, r.prompt_ids,
-                                             r.output_ids, max_tokens)
+                                             r.output_ids, max_tokens, r.constraint)
         return out
 
     # ---- at commit ----------------------------------------------------------------------------

@@ -70,6 +70,7 @@ class StepOutcome:
     paths: dict[int, tuple[int, ...]] = field(default_factory=dict)   # tree slot -> path (root first)
     tokens: dict[Any, list[int]] = field(default_factory=dict)        # request id -> emitted tokens
     accepted: dict[int, Any] = field(default_factory=dict)            # tree slot -> luce.spec Acceptance
+    logprobs: dict[Any, list] = field(default_factory=dict)           # request id -> [TokenLogprob] (if asked)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ class StepOutput:
     error: str | None = None             # message when finish_reason == "error"
     text: str = ""                       # text of these tokens that can no longer change
     stop_string: str | None = None       # the stop string that ended the output, if one did
+    logprobs: tuple = ()                 # luce.engine.request.TokenLogprob per token (when asked)
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,7 @@ class GenerationEvent:
     text: str                            # text delta
     finish_reason: str | None = None     # "stop" | "length" | "error" on the last event
     error: str | None = None
+    logprobs: tuple = ()                 # TokenLogprob per token_ids entry (when asked)
 
 
 class RequestHandle:
@@ -113,6 +115,7 @@ class RequestHandle:
         self.n_generated = 0                 # tokens the core emitted for this request
         self.text = ""                       # everything rendered so far
         self.stop_string: str | None = None  # the stop string that ended the generation, if one did
+        self.logprobs: list = []             # TokenLogprob of every token so far (when asked)
         self._bridge = bridge
         self._loop = loop
         self._queue: asyncio.Queue[StepOutput] = asyncio.Queue()
@@ -152,6 +155,7 @@ class RequestHandle:
         tokens = tuple(int(t) for t in out.token_ids)
         self.n_generated += len(tokens)
         self.text += out.text
+        self.logprobs.extend(out.logprobs)
         if out.stop_string is not None:
             self.stop_string = out.stop_string
         if out.finish_reason == "error":
@@ -161,7 +165,7 @@ class RequestHandle:
             reason = "stop"
         if reason is None and not out.text and not tokens:
             return None
-        return GenerationEvent(tokens, out.text, reason)
+        return GenerationEvent(tokens, out.text, reason, logprobs=tuple(out.logprobs))
 
 
 class EngineBridge:

@@ -13,8 +13,9 @@ import re
 from dataclasses import dataclass, field
 
 from luce.server.errors import bad_request
-from luce.server.validation import (Defaults, GenerationRequest, optional_field, parse_common, text_field,
-                                    type_name)
+from luce.engine.sampler import LOGPROBS_MAX
+from luce.server.validation import (Defaults, GenerationRequest, integer_field, optional_field, parse_common,
+                                    text_field, type_name)
 
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_MESSAGES = 4096
@@ -227,9 +228,15 @@ def parse_reasoning_format(value, where: str = "reasoning_format") -> str | None
 def parse_chat(body: dict, defaults: Defaults) -> ChatRequest:
     """A /v1/chat/completions body."""
     messages = chat_messages(body.get("messages"))
-    if body.get("logprobs") or body.get("top_logprobs"):
-        raise bad_request("is not supported by luce yet", param="logprobs" if body.get("logprobs") else "top_logprobs")
     gen = parse_common(body, "chat", "messages", defaults)
+    logprobs = optional_field(body, "logprobs", bool, "a boolean")
+    top = integer_field(body, "top_logprobs")
+    if top is not None and not 0 <= top <= LOGPROBS_MAX:
+        raise bad_request(f"must be between 0 and {LOGPROBS_MAX}, got {top}", param="top_logprobs")
+    if top is not None and not logprobs:
+        raise bad_request("needs logprobs: true", param="top_logprobs")
+    if logprobs:
+        gen.sampling["logprobs"] = top or 0
     tools = parse_tools(body.get("tools"))
     mode, name = parse_tool_choice(body.get("tool_choice"), tools)
     parallel = optional_field(body, "parallel_tool_calls", bool, "a boolean")

@@ -50,7 +50,7 @@ class LuceEngineCore:
                 self.engine.requests.pop(update.request_id, None)
             stop = update.stop_reason if isinstance(update.stop_reason, str) else None
             outputs.append(StepOutput(update.request_id, tuple(update.token_ids), update.finish_reason,
-                                      update.error, update.text, stop))
+                                      update.error, update.text, stop, tuple(update.logprobs)))
         return outputs
 
     def stats(self) -> EngineStats:

@@ -13,6 +13,7 @@ from luce.server import responses as R
 from luce.server.chat_request import parse_chat
 from luce.server.errors import APIError, internal
 from luce.server.http import EventStream, Request, Response
+from luce.server.logprobs import chat_logprobs, text_logprobs
 from luce.server.submit import Timing, submit
 from luce.server.turn import ChatTurn, GenerationFailed
 from luce.server.validation import parse_completion, parse_json_body
@@ -32,8 +33,35 @@ def stream_failure(e: Exception) -> dict:
     return R.stream_error(f"generation failed: {e}")
 
 
+async def merged(streams):
+    """(index, item) from several async iterators as they come; an iterator's exception is
+    yielded as its item, and each one ends with (index, None). Closing this closes the tasks."""
+    queue: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i, stream):
+        try:
+            async for item in stream:
+                await queue.put((i, item))
+        except Exception as e:  # noqa: BLE001 - handed to the consumer
+            await queue.put((i, e))
+        await queue.put((i, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        open_streams = len(tasks)
+        while open_streams:
+            i, item = await queue.get()
+            open_streams -= item is None
+            yield i, item
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
 class Generation:
-    """The two OpenAI generation endpoints over `app.bridge` (see luce.server.app.App)."""
+    """The two OpenAI generation endpoints over `app.bridge` (see luce.server.app.App). n > 1:
+    n engine requests of the same prompt (seeds seed + i when the request gives one; the
+    prompt is prefilled for each), streamed interleaved by choice index."""
 
     def __init__(self, app):
         self.app = app
@@ -42,39 +70,63 @@ class Generation:
 
     async def chat(self, request: Request):
         chat = parse_chat(parse_json_body(request.body), self.app.config.defaults)
-        turn = await ChatTurn.start(self.app, chat, R.new_id("chatcmpl"), request.received_at)
+        rid = R.new_id("chatcmpl")
+        turns = []
+        try:
+            for i in range(chat.gen.n):
+                turns.append(await ChatTurn.start(self.app, chat, rid if i == 0 else f"{rid}-{i}",
+                                                  request.received_at, choice=i))
+        except BaseException:
+            for t in turns:
+                t.cancel()
+            raise
+        cancel_all = lambda: [t.cancel() for t in turns]  # noqa: E731
         if chat.gen.stream:
-            return EventStream(self._chat_stream(turn, request), on_close=turn.cancel, on_expire=expired_events)
+            return EventStream(self._chat_stream(turns, rid, request), on_close=cancel_all, on_expire=expired_events)
         try:
-            async for _ in turn.deltas():
-                pass
-        except GenerationFailed as e:
-            raise internal(f"generation failed: {e}") from None
-        request.usage = (turn.n_prompt, turn.n_generated)
-        out = turn.output
-        return Response.json(R.chat_completion(turn.request_id, R.now(), self.app.model_id,
-                                               R.chat_message(out.content, out.reasoning, turn.calls),
-                                               turn.finish_reason, R.usage(turn.n_prompt, turn.n_generated)))
+            async for _, item in merged([t.deltas() for t in turns]):
+                if isinstance(item, GenerationFailed):
+                    raise internal(f"generation failed: {item}") from None
+                if isinstance(item, Exception):
+                    raise item
+        finally:
+            cancel_all()
+        n_generated = sum(t.n_generated for t in turns)
+        request.usage = (turns[0].n_prompt, n_generated)
+        tok = self.app.bridge.tokenizer
+        choices = [R.chat_choice(t.choice, R.chat_message(t.output.content, t.output.reasoning, t.calls),
+                                 t.finish_reason, chat_logprobs(t.logprobs, tok)) for t in turns]
+        return Response.json(R.chat_completion(rid, R.now(), self.app.model_id, choices,
+                                               R.usage(turns[0].n_prompt, n_generated)))
 
-    async def _chat_stream(self, turn: ChatTurn, request: Request):
-        rid, created, model = turn.request_id, R.now(), self.app.model_id
-        usage_on = turn.chat.gen.include_usage
+    async def _chat_stream(self, turns: list[ChatTurn], rid: str, request: Request):
+        created, model = R.now(), self.app.model_id
+        usage_on = turns[0].chat.gen.include_usage
+        tok = self.app.bridge.tokenizer
+        chunk = lambda t, delta, reason=None: R.chat_chunk(  # noqa: E731
+            rid, created, model, delta, reason, include_usage=usage_on, index=t.choice,
+            logprobs=chat_logprobs(t.take_logprobs(), tok))
         try:
-            yield R.chat_chunk(rid, created, model, {"role": "assistant", "content": ""}, include_usage=usage_on)
-            try:
-                async for d in turn.deltas():
-                    yield R.chat_chunk(rid, created, model, R.chat_delta(d, len(turn.calls) - 1),
-                                       include_usage=usage_on)
-                yield R.chat_chunk(rid, created, model, {}, turn.finish_reason, include_usage=usage_on)
-            except (GenerationFailed, APIError) as e:
-                yield stream_failure(e)
+            for t in turns:
+                yield R.chat_chunk(rid, created, model, {"role": "assistant", "content": ""},
+                                   include_usage=usage_on, index=t.choice)
+            async for i, item in merged([t.deltas() for t in turns]):
+                t = turns[i]
+                if isinstance(item, (GenerationFailed, APIError)):
+                    yield stream_failure(item)
+                    break
+                if isinstance(item, Exception):
+                    raise item
+                yield chunk(t, {}, t.finish_reason) if item is None else chunk(t, R.chat_delta(item, len(t.calls) - 1))
             if usage_on:
-                yield R.chat_chunk(rid, created, model, None, use=R.usage(turn.n_prompt, turn.n_generated),
+                yield R.chat_chunk(rid, created, model, None, use=R.usage(turns[0].n_prompt,
+                                                                          sum(t.n_generated for t in turns)),
                                    include_usage=True)
             yield "[DONE]"
         finally:
-            request.usage = (turn.n_prompt, turn.n_generated)
-            turn.cancel()
+            request.usage = (turns[0].n_prompt, sum(t.n_generated for t in turns))
+            for t in turns:
+                t.cancel()
 
     # ------------------------------------------------------------------ completions
 
@@ -85,45 +137,77 @@ class Generation:
         ids = gen.prompt_ids
         if ids is None:
             ids = await asyncio.to_thread(bridge.tokenizer.encode, gen.prompt_text)
-        handle, n_prompt = submit(self.app, gen, ids, R.new_id("cmpl"))
-        timing = Timing(self.app.metrics, request.received_at)
-        if gen.stream:
-            return EventStream(self._completion_stream(gen, handle, n_prompt, timing, request),
-                               on_close=lambda: (handle.cancel(), timing.done("cancelled")),
-                               on_expire=expired_events)
-        reason = "cancelled"
+        rid = R.new_id("cmpl")
+        handles = []
         try:
-            async for event in handle:
-                timing.event(event)
-                if event.finish_reason == "error":
-                    reason = "error"
-                    raise internal(f"generation failed: {event.error}")
-                reason = event.finish_reason or reason
-        finally:
-            handle.cancel()
-            timing.done(reason)
-        request.usage = (n_prompt, handle.n_generated)
-        return Response.json(R.text_completion(handle.request_id, R.now(), self.app.model_id, handle.text, reason,
-                                               R.usage(n_prompt, handle.n_generated)))
+            for i in range(gen.n):
+                handles.append(submit(self.app, gen, ids, rid if i == 0 else f"{rid}-{i}", choice=i,
+                                      count_prompt=i == 0)[0])
+        except BaseException:
+            for h in handles:
+                h.cancel()
+            raise
+        n_prompt = len(ids)
+        timings = [Timing(self.app.metrics, request.received_at) for _ in handles]
+        reasons = ["cancelled"] * len(handles)
 
-    async def _completion_stream(self, gen, handle, n_prompt: int, timing: Timing, request: Request):
-        rid, created, model, usage_on = handle.request_id, R.now(), self.app.model_id, gen.include_usage
-        reason = "cancelled"
+        def close():
+            for h, timing, reason in zip(handles, timings, reasons):
+                h.cancel()
+                timing.done(reason)
+
+        if gen.stream:
+            return EventStream(self._completion_stream(gen, rid, handles, timings, reasons, n_prompt, request),
+                               on_close=close, on_expire=expired_events)
         try:
-            async for event in handle:
-                timing.event(event)
+            async for i, event in merged(handles):
+                if event is None:
+                    continue
+                if isinstance(event, Exception):
+                    raise event
+                timings[i].event(event)
                 if event.finish_reason == "error":
-                    reason = "error"
+                    reasons[i] = "error"
+                    raise internal(f"generation failed: {event.error}")
+                reasons[i] = event.finish_reason or reasons[i]
+        finally:
+            close()
+        n_generated = sum(h.n_generated for h in handles)
+        request.usage = (n_prompt, n_generated)
+        want = gen.sampling.get("logprobs") is not None
+        choices = [R.text_choice(i, h.text, reasons[i], text_logprobs(h.logprobs if want else None, bridge.tokenizer))
+                   for i, h in enumerate(handles)]
+        return Response.json(R.text_completion(rid, R.now(), self.app.model_id, choices, R.usage(n_prompt, n_generated)))
+
+    async def _completion_stream(self, gen, rid, handles, timings, reasons, n_prompt: int, request: Request):
+        created, model, usage_on = R.now(), self.app.model_id, gen.include_usage
+        want = gen.sampling.get("logprobs") is not None
+        tok = self.app.bridge.tokenizer
+        offsets, pending = [0] * len(handles), [[] for _ in handles]
+        try:
+            async for i, event in merged(handles):
+                if event is None:
+                    continue
+                if isinstance(event, Exception):
+                    raise event
+                timings[i].event(event)
+                if event.finish_reason == "error":
+                    reasons[i] = "error"
                     yield R.stream_error(f"generation failed: {event.error}")
                     break
-                reason = event.finish_reason or reason
-                if event.text or event.finish_reason is not None:
-                    yield R.text_chunk(rid, created, model, event.text, event.finish_reason, include_usage=usage_on)
+                reasons[i] = event.finish_reason or reasons[i]
+                pending[i].extend(event.logprobs)
+                if event.text or event.finish_reason is not None:   # tokens of held-back text go with the next
+                    lp = text_logprobs(pending[i] if want else None, tok, offsets[i])
+                    pending[i], offsets[i] = [], offsets[i] + len(event.text)
+                    yield R.text_chunk(rid, created, model, event.text, event.finish_reason, include_usage=usage_on,
+                                       index=i, logprobs=lp)
             if usage_on:
-                yield R.text_chunk(rid, created, model, None, use=R.usage(n_prompt, handle.n_generated),
+                yield R.text_chunk(rid, created, model, None, use=R.usage(n_prompt, sum(h.n_generated for h in handles)),
                                    include_usage=True)
             yield "[DONE]"
         finally:
-            request.usage = (n_prompt, handle.n_generated)
-            handle.cancel()
-            timing.done(reason)
+            request.usage = (n_prompt, sum(h.n_generated for h in handles))
+            for h, timing, reason in zip(handles, timings, reasons):
+                h.cancel()
+                timing.done(reason)

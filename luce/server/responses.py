@@ -43,41 +43,44 @@ def chat_delta(delta, call_index: int) -> dict:
     return {"content": delta.text}
 
 
-def chat_completion(rid: str, created: int, model: str, message: dict, finish_reason: str, use: dict) -> dict:
-    return {
-        "id": rid, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}],
-        "usage": use, "system_fingerprint": None,
-    }
+def chat_choice(index: int, message: dict, finish_reason: str, logprobs: dict | None = None) -> dict:
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def chat_completion(rid: str, created: int, model: str, choices: list[dict], use: dict) -> dict:
+    return {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": choices,
+            "usage": use, "system_fingerprint": None}
 
 
 def chat_chunk(rid: str, created: int, model: str, delta: dict | None, finish_reason: str | None = None,
-               use: dict | None = None, include_usage: bool = False) -> dict:
+               use: dict | None = None, include_usage: bool = False, index: int = 0,
+               logprobs: dict | None = None) -> dict:
     """One `chat.completion.chunk`. delta None -> the usage-only chunk (choices: [])."""
     chunk = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
              "system_fingerprint": None,
              "choices": [] if delta is None else
-             [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
+             [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}]}
     if include_usage:
         chunk["usage"] = use
     return chunk
 
 
-def text_completion(rid: str, created: int, model: str, text: str, finish_reason: str, use: dict) -> dict:
-    return {
-        "id": rid, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}],
-        "usage": use, "system_fingerprint": None,
-    }
+def text_choice(index: int, text: str, finish_reason: str | None, logprobs: dict | None = None) -> dict:
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def text_completion(rid: str, created: int, model: str, choices: list[dict], use: dict) -> dict:
+    return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": choices,
+            "usage": use, "system_fingerprint": None}
 
 
 def text_chunk(rid: str, created: int, model: str, text: str | None, finish_reason: str | None = None,
-               use: dict | None = None, include_usage: bool = False) -> dict:
+               use: dict | None = None, include_usage: bool = False, index: int = 0,
+               logprobs: dict | None = None) -> dict:
     """One streamed text_completion. text None -> the usage-only chunk (choices: [])."""
     chunk = {"id": rid, "object": "text_completion", "created": created, "model": model,
              "system_fingerprint": None,
-             "choices": [] if text is None else
-             [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}]}
+             "choices": [] if text is None else [text_choice(index, text, finish_reason, logprobs)]}
     if include_usage:
         chunk["usage"] = use
     return chunk

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from luce.server.bridge import GenerationEvent, QueueFullError, RequestHandle
 from luce.server.errors import bad_request, queue_full
@@ -15,8 +16,9 @@ CTX_FLAG = "luce-serve --ctx (bounded by --kv-memory)"
 
 
 def submit(app, gen: GenerationRequest, ids: list[int], request_id: str, *, max_tokens: int | None = None,
-           count_prompt: bool = True) -> tuple[RequestHandle, int]:
-    """Queue `ids`; max_tokens defaults to the request's, clamped to the room the context leaves."""
+           count_prompt: bool = True, choice: int = 0) -> tuple[RequestHandle, int]:
+    """Queue `ids`; max_tokens defaults to the request's, clamped to the room the context leaves.
+    choice i of n: the request's seed + i when it gave one (else the engine draws distinct seeds)."""
     bridge = app.require_bridge()
     n_ctx = bridge.info.n_ctx
     if not ids:
@@ -29,6 +31,12 @@ def submit(app, gen: GenerationRequest, ids: list[int], request_id: str, *, max_
     room = n_ctx - len(ids)
     wanted = gen.max_tokens if max_tokens is None else max_tokens
     params = gen.sampling_params(room if wanted is None else min(wanted, room))
+    vocab = bridge.tokenizer.vocab_size
+    for token, _ in params.logit_bias:
+        if token >= vocab:
+            raise bad_request(f"token id {token} is outside the vocabulary (0..{vocab - 1})", param="logit_bias")
+    if choice and params.seed is not None:
+        params = dataclasses.replace(params, seed=(params.seed + choice) & ((1 << 64) - 1))
     try:
         handle = bridge.submit(ids, params, request_id)
     except QueueFullError as e:

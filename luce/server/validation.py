@@ -1,9 +1,10 @@
 """Request bodies -> validated generation requests. Every rejection is a 400 naming the field.
 
-Accepted as in the OpenAI API (chat and legacy completions) plus the common llama-server /
-vLLM extensions (top_k, min_p, repetition_penalty, ignore_eos, stop_token_ids). Fields luce
-cannot honour yet (n > 1, logprobs, tools, echo, suffix, logit_bias, JSON response formats)
-are refused with a message rather than silently ignored; unknown fields are ignored.
+Accepted as in the OpenAI API (chat and legacy completions: n, logprobs, logit_bias,
+response_format) plus the common llama-server / vLLM extensions (top_k, min_p,
+repetition_penalty, ignore_eos, stop_token_ids). Fields luce cannot honour yet (best_of > 1,
+echo, suffix, the legacy functions API) are refused with a message rather than silently
+ignored; unknown fields are ignored.
 """
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from luce.engine.sampler import SamplingError, SamplingParams
+from luce.engine.sampler import LOGPROBS_MAX, SamplingError, SamplingParams
 from luce.server.errors import bad_request
 
 MAX_STOP = 16
+MAX_N = 16
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class GenerationRequest:
     max_tokens_field: str = "max_tokens"
     stream: bool = False
     include_usage: bool = False
+    n: int = 1                             # choices: n requests, seeds seed, seed + 1, ... when one is given
 
     def sampling_params(self, max_tokens: int) -> SamplingParams:
         """SamplingParams with the resolved max_tokens; SamplingError -> 400 naming the field."""
@@ -125,22 +128,35 @@ def integer_field(body: dict, name: str):
 
 
 def _refuse_unsupported(body: dict, chat: bool) -> None:
-    n = integer_field(body, "n")
-    if n is not None and n != 1:
-        raise bad_request(f"only n=1 is supported, got {n}", param="n")
     best_of = integer_field(body, "best_of")
     if best_of is not None and best_of != 1:
         raise bad_request(f"only best_of=1 is supported, got {best_of}", param="best_of")
-    if body.get("logit_bias"):
-        raise bad_request("is not supported by luce yet", param="logit_bias")
     if body.get("functions") or body.get("function_call"):
         raise bad_request("the legacy functions API is not supported: send tools (and tool_choice)",
                           param="functions" if body.get("functions") else "function_call")
     if body.get("tools") and not chat:
         raise bad_request("tools are only supported on /v1/chat/completions", param="tools")
-    fmt = body.get("response_format")
-    if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-        raise bad_request("only {\"type\": \"text\"} is supported", param="response_format")
+
+
+def _structured(body: dict, out: dict) -> None:
+    """response_format -> a grammar, logit_bias -> (id, bias) pairs (luce.server.structured)."""
+    from luce.server.structured import parse_logit_bias, response_format_grammar
+
+    grammar = response_format_grammar(body.get("response_format"))
+    if grammar is not None:
+        out["grammar"] = grammar
+    bias = parse_logit_bias(body.get("logit_bias"), None)
+    if bias:
+        out["logit_bias"] = bias
+
+
+def _choices(body: dict) -> int:
+    n = integer_field(body, "n")
+    if n is None:
+        return 1
+    if not 1 <= n <= MAX_N:
+        raise bad_request(f"must be between 1 and {MAX_N}, got {n}", param="n")
+    return n
 
 
 def _sampling(body: dict, defaults: Defaults) -> dict:
@@ -195,9 +211,11 @@ def parse_common(body: dict, kind: str, prompt_field: str, defaults: Defaults) -
     max_tokens = integer_field(body, max_field)
     if max_tokens is not None and max_tokens < 1:
         raise bad_request(f"must be >= 1, got {max_tokens}", param=max_field)
-    req = GenerationRequest(kind=kind, model=model, prompt_field=prompt_field,
-                            sampling=_sampling(body, defaults), max_tokens=max_tokens,
-                            max_tokens_field=max_field, stream=stream, include_usage=include_usage)
+    sampling = _sampling(body, defaults)
+    _structured(body, sampling)
+    req = GenerationRequest(kind=kind, model=model, prompt_field=prompt_field, sampling=sampling,
+                            max_tokens=max_tokens, max_tokens_field=max_field, stream=stream,
+                            include_usage=include_usage, n=_choices(body))
     req.sampling_params(1)   # range-check every sampling field now (400 before any work)
     return req
 
@@ -213,8 +231,8 @@ def parse_completion(body: dict, defaults: Defaults, vocab_size: int) -> Generat
     if body.get("suffix"):
         raise bad_request("is not supported by luce yet (no fill-in-the-middle endpoint)", param="suffix")
     logprobs = integer_field(body, "logprobs")
-    if logprobs:
-        raise bad_request("is not supported by luce yet", param="logprobs")
+    if logprobs is not None and not 0 <= logprobs <= LOGPROBS_MAX:
+        raise bad_request(f"must be between 0 and {LOGPROBS_MAX}, got {logprobs}", param="logprobs")
     prompt = body["prompt"]
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]          # a batch of one
@@ -222,6 +240,8 @@ def parse_completion(body: dict, defaults: Defaults, vocab_size: int) -> Generat
         raise bad_request(f"batched prompts are not supported; send one prompt per request "
                           f"(got {len(prompt)})", param="prompt")
     req = parse_common(body, "completion", "prompt", defaults)
+    if logprobs is not None:
+        req.sampling["logprobs"] = logprobs
     if isinstance(prompt, str):
         req.prompt_text = text_field(prompt, "prompt", allow_empty=False)
     elif isinstance(prompt, list):

@@ -99,3 +99,31 @@ def test_speculative_llm_gives_the_plain_output(tmp_path):
         assert [o.token_ids for o in fast.generate(prompts, params)] == plain, options
         if "draft" in options:   # (n-gram lookup finds nothing to propose in this random text)
             assert fast.engine.spec.stats.accepted > 0
+
+
+def test_n_sequences_and_logprobs_shaped_as_vllm(llm):
+    import numpy as np
+    from luce.models import SegmentSpec, build_batch
+    from luce.models.kv_cache import pages_needed
+
+    params = luce.SamplingParams(max_tokens=4, ignore_eos=True, temperature=0.9, seed=11, n=3, logprobs=2)
+    (out,) = llm.generate(["hello"], params)
+    assert len(out.outputs) == 3 and [o.index for o in out.outputs] == [0, 1, 2]
+    assert out.text == out.outputs[0].text and out.token_ids == out.outputs[0].token_ids
+    for j, seq in enumerate(out.outputs):   # sequence j is the request with seed 11 + j alone
+        (alone,) = llm.generate(["hello"], luce.SamplingParams(max_tokens=4, ignore_eos=True, temperature=0.9,
+                                                                seed=11 + j))
+        assert seq.token_ids == alone.token_ids
+    ids = llm.encode("hello") + out.outputs[0].token_ids
+    state = llm.model.new_state(max_pages=pages_needed(len(ids)), max_slots=1)
+    logits = llm.model.forward(build_batch([SegmentSpec(0, ids, 0, list(range(pages_needed(len(ids)))),
+                                                        logits="all")]), state).logits
+    x = np.asarray(llm.model.backend.to_numpy(logits), np.float64)[len(ids) - 5:-1]
+    want = x - x.max(1, keepdims=True) - np.log(np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True))
+    first = out.outputs[0]
+    assert len(first.logprobs) == 4
+    for j, (token, entry) in enumerate(zip(first.token_ids, first.logprobs)):
+        assert entry[token].logprob == pytest.approx(want[j, token], abs=1e-4)
+        ranked = sorted((lp.rank, t) for t, lp in entry.items() if lp.rank is not None)
+        assert [t for _, t in ranked] == list(np.argsort(-want[j], kind="stable")[:2])
+    assert first.cumulative_logprob == pytest.approx(sum(want[j, t] for j, t in enumerate(first.token_ids)), abs=1e-3)

@@ -126,11 +126,16 @@ def test_tool_choice_required_and_named_start_the_call_in_the_prompt():
 
 
 def test_tool_choice_required_without_a_call_is_an_error_that_says_why():
-    with fake_server(chat_template=QWEN35_TOOLS, script_fn=says("no need.</think>It is sunny.")) as s:
+    """The grammar forces the call; a turn cut before it closes (here: the fake core, which
+    ignores grammars, ends at once) has none, and the error says what cut it. A think block
+    the template opens is closed first: a forced call is not thought about."""
+    with fake_server(chat_template=QWEN35_TOOLS, script_fn=says("")) as s:
         client = openai_client(s)
         with pytest.raises(openai.InternalServerError) as e:
             client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER], tool_choice="required")
-        assert "tool_choice" in e.value.message and "prompting" in e.value.message
+        assert "tool_choice" in e.value.message and "max_tokens" in e.value.message
+        (prompt,) = s.core.prompts.values()
+        assert tokenizer_with(QWEN35_TOOLS).decode(prompt).endswith("</think>\n\n<tool_call>\n<function=")
         with pytest.raises(openai.APIError) as e2:
             list(client.chat.completions.create(model="m", messages=ASK, tools=[WEATHER], tool_choice="required",
                                                 stream=True))
