@@ -36,6 +36,7 @@ import numpy as np
 from luce.models.kv_cache import PAGE_SIZE
 
 SNAPSHOT_ALIGN = 64   # = luce.engine.scheduler.PREFILL_ALIGN, the GDN chunk
+BROKEN = b""          # a cursor whose chain was evicted under it
 
 
 def chain_key(parent: bytes | None, tokens) -> bytes:
@@ -225,21 +226,33 @@ class PrefixCache:
                 cursor.tail.append(int(t))
                 cursor.n_tokens += 1
                 if len(cursor.tail) == PAGE_SIZE:
-                    cursor.key = self._register(cursor.key, tuple(cursor.tail), pages[cursor.n_tokens // PAGE_SIZE - 1],
-                                                cursor.n_tokens // PAGE_SIZE - 1)
+                    cursor.key = self._register(cursor.key, tuple(cursor.tail), pages[cursor.n_tokens // PAGE_SIZE - 1])
                     cursor.tail = []
             if cursor.stop is not None and cursor.n_tokens == cursor.stop:
                 cursor.stop = None
-                self._snapshot(c.slot, self.entries[cursor.key])
+                if cursor.key in self.entries:
+                    self._snapshot(c.slot, self.entries[cursor.key])
         self.make_room()
 
-    def _register(self, parent, tokens, page: int, index: int) -> bytes:
+    def _register(self, parent, tokens, page: int) -> bytes:
+        """Cache the slot's full `page` of `tokens` after the page keyed `parent`; returns its
+        key, or BROKEN when the chain above it was evicted meanwhile (nothing more of this
+        slot is registered then)."""
+        if parent == BROKEN or (parent is not None and parent not in self.entries):
+            return BROKEN
         key = chain_key(parent, tokens)
         entry = self.entries.get(key)
-        if entry is None:      # else another request cached the same tokens first: keep that page
+        if entry is None:
             self.pool.hold(page)
-            entry = self.entries[key] = Entry(key, parent, page, tokens, index)
+            index = 0 if parent is None else self.entries[parent].index + 1
+            self.entries[key] = Entry(key, parent, page, tokens, index)
             self.children.setdefault(parent, set()).add(key)
+        elif entry.page != page and self.pool.refcount[entry.page] == 1:
+            # another request cached the same tokens (the same bits) first and has gone: keep
+            # this slot's page instead, which the slot pins while it lives
+            self.pool.unhold(entry.page)
+            self.pool.hold(page)
+            entry.page = page
         self._touch([key])
         return key
 
