@@ -407,13 +407,23 @@ class Engine:
         total["eager_reasons"] = reasons
         return total
 
+    def prefix_cache_counters(self) -> dict[str, int]:
+        """The prefix cache's counters and size ({} when it is off)."""
+        c = self.cache
+        if c is None:
+            return {}
+        s = c.stats
+        return dict(prompt_tokens=s.hit_tokens, lookups=s.lookups, snapshot_hits=s.snapshot_hits,
+                    snapshot_misses=s.snapshot_misses, evicted_pages=s.evicted_pages,
+                    evicted_snapshots=s.evicted_snapshots, bytes=c.bytes, pages=len(c.entries),
+                    snapshots=c.n_snapshots)
+
     def gauges(self) -> dict[str, int]:
-        """Current occupancy: slots, queue, KV pages, the prefix cache."""
+        """Current occupancy: slots, queue, KV pages, the prefix cache's bytes."""
         c = self.cache
         return dict(slots_total=self.config.max_slots, slots_busy=self.slots.n_live,
                     queue_depth=len(self.slots.queue), kv_pages_total=self.pool.n_pages,
-                    kv_pages_used=self.pool.n_used, prefix_cache_bytes=c.bytes if c else 0,
-                    prefix_cache_pages=len(c.entries) if c else 0, prefix_cache_snapshots=c.n_snapshots if c else 0)
+                    kv_pages_used=self.pool.n_used, prefix_cache_bytes=c.bytes if c else 0)
 
     def check(self) -> None:
         """Every bookkeeping invariant (tests call this after each operation)."""

@@ -54,7 +54,7 @@ class Generation:
         out = turn.output
         return Response.json(R.chat_completion(turn.request_id, R.now(), self.app.model_id,
                                                R.chat_message(out.content, out.reasoning, turn.calls),
-                                               turn.finish_reason, R.usage(turn.n_prompt, turn.n_generated)))
+                                               turn.finish_reason, R.usage(turn.n_prompt, turn.n_generated, turn.n_cached)))
 
     async def _chat_stream(self, turn: ChatTurn, request: Request):
         rid, created, model = turn.request_id, R.now(), self.app.model_id
@@ -69,7 +69,7 @@ class Generation:
             except (GenerationFailed, APIError) as e:
                 yield stream_failure(e)
             if usage_on:
-                yield R.chat_chunk(rid, created, model, None, use=R.usage(turn.n_prompt, turn.n_generated),
+                yield R.chat_chunk(rid, created, model, None, use=R.usage(turn.n_prompt, turn.n_generated, turn.n_cached),
                                    include_usage=True)
             yield "[DONE]"
         finally:
@@ -104,7 +104,7 @@ class Generation:
             timing.done(reason)
         request.usage = (n_prompt, handle.n_generated)
         return Response.json(R.text_completion(handle.request_id, R.now(), self.app.model_id, handle.text, reason,
-                                               R.usage(n_prompt, handle.n_generated)))
+                                               R.usage(n_prompt, handle.n_generated, handle.n_cached)))
 
     async def _completion_stream(self, gen, handle, n_prompt: int, timing: Timing, request: Request):
         rid, created, model, usage_on = handle.request_id, R.now(), self.app.model_id, gen.include_usage
@@ -120,7 +120,7 @@ class Generation:
                 if event.text or event.finish_reason is not None:
                     yield R.text_chunk(rid, created, model, event.text, event.finish_reason, include_usage=usage_on)
             if usage_on:
-                yield R.text_chunk(rid, created, model, None, use=R.usage(n_prompt, handle.n_generated),
+                yield R.text_chunk(rid, created, model, None, use=R.usage(n_prompt, handle.n_generated, handle.n_cached),
                                    include_usage=True)
             yield "[DONE]"
         finally:
