@@ -61,6 +61,7 @@ class EngineConfig:
     spec: SpecConfig | None = None  # speculative decoding (None or spec='off': plain decoding)
     prefix_cache: bool = False    # share prompt KV pages and recurrent snapshots across requests
     cache_memory: int = 4 << 30   # bytes the prefix cache may hold (pages it references + snapshots)
+    snapshot_interval: int = 1024  # hybrid models: a snapshot every this many prompt tokens too (multiple of 64; 0: none)
 
     def __post_init__(self):
         for name in ("max_slots", "ctx", "token_budget"):
@@ -68,6 +69,8 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.kv_pages is not None and self.kv_pages < 1:
             raise ValueError(f"EngineConfig.kv_pages must be >= 1, got {self.kv_pages}")
+        if self.snapshot_interval < 0 or self.snapshot_interval % 64:
+            raise ValueError(f"EngineConfig.snapshot_interval must be a multiple of 64 (0: none), got {self.snapshot_interval}")
         if self.cache_memory < 0:
             raise ValueError(f"EngineConfig.cache_memory must be >= 0 bytes, got {self.cache_memory}")
         if self.max_step_retries < 0:
@@ -252,7 +255,8 @@ class Engine:
                           "which the prefix cache does not hold")
         from luce.engine.prefix_cache import PrefixCache
 
-        cache = PrefixCache(self.pool, self.slots, self.model_state, self.model.backend, config.cache_memory)
+        cache = PrefixCache(self.pool, self.slots, self.model_state, self.model.backend, config.cache_memory,
+                            config.snapshot_interval)
         cache.fault = lambda point: self._hook(point, None)   # tests inject faults inside the cache
         return cache, None
 
@@ -260,7 +264,7 @@ class Engine:
         """A freshly admitted request takes its prompt's cached prefix (pages, state)."""
         n = self.cache.attach(slot, request.prompt_ids)
         request.n_prefilled = n
-        request.prefill_stop = self.cache.cursors[slot].stop
+        request.prefill_stops = self.cache.cursors[slot].stops
         request.metrics["cached_tokens"] = n
         self.stats.cached_prompt_tokens += n
 

@@ -11,8 +11,9 @@ copied into a fresh page of its own (backend.kv_move_rows), so no page is writte
 Snapshots. A hybrid model's recurrent state (conv + GDN of every GDN layer) cannot be rewound,
 so a cached prefix is usable only up to a position where that state was saved. It is saved
 (`recurrent.snapshot`: device copies on GPU backends) when a prompt's prefill reaches its last
-multiple of 64 before the prompt's end; the scheduler ends a chunk there (`Request.prefill_stop`).
-That is a chunk boundary, so the state is bitwise what any cold prefill gives there (section 5
+multiple of 64 before the prompt's end, and every `interval` tokens before (so a prompt that
+edits the middle of a cached history resumes near the edit); the scheduler ends a chunk at each
+(`Request.prefill_stops`). Each is a chunk boundary, so the state is bitwise what any cold prefill gives there (section 5
 rule 3) and a request resumed from it computes exactly what it would have computed cold.
 
 Only prefill rows make cached state: KV and state written by AR and tree rows come from the
@@ -79,7 +80,7 @@ class Cursor:
     key: bytes | None = None
     tail: list[int] = field(default_factory=list)
     n_tokens: int = 0
-    stop: int | None = None                 # where a snapshot is due (a multiple of 64)
+    stops: tuple[int, ...] = ()             # where snapshots are due (multiples of 64)
 
 
 @dataclass
@@ -96,14 +97,16 @@ class CacheStats:
 
 
 class PrefixCache:
-    def __init__(self, pool, slots, model_state, backend, budget_bytes: int):
+    def __init__(self, pool, slots, model_state, backend, budget_bytes: int, interval: int = 1024):
         """pool: luce.engine.pages.PagePool; slots: luce.engine.slots.SlotManager (its
         reservations bound the cache-only pages); model_state: the model's ModelState;
-        backend: its ops (kv_move_rows for partial pages)."""
+        backend: its ops (kv_move_rows for partial pages); interval: hybrid models snapshot every
+        this many prompt tokens besides the prompt's end (a multiple of 64, 0: only there)."""
         if budget_bytes < 0:
             raise ValueError(f"the prefix cache budget must be >= 0 bytes, got {budget_bytes}")
         self.pool, self.slots, self.model_state, self.backend = pool, slots, model_state, backend
         self.budget = int(budget_bytes)
+        self.interval = int(interval)
         rec = model_state.recurrent
         self.needs_snapshots = rec is not None and tuple(getattr(rec, "gdn_layers", (0,))) != ()
         self.page_bytes = _page_bytes(model_state)
@@ -125,11 +128,14 @@ class PrefixCache:
     def n_snapshots(self) -> int:
         return sum(e.snapshot is not None for e in self.entries.values())
 
-    def snapshot_stop(self, prompt_len: int) -> int | None:
-        """Where a hybrid prompt's prefill must pause for its snapshot: the last multiple of 64
-        before its last token; None for dense models or prompts shorter than that."""
-        stop = (prompt_len - 1) // SNAPSHOT_ALIGN * SNAPSHOT_ALIGN
-        return stop if self.needs_snapshots and stop > 0 else None
+    def snapshot_stops(self, prompt_len: int, start: int) -> tuple[int, ...]:
+        """Where a hybrid prompt prefilled from `start` pauses for snapshots: every `interval`
+        tokens and the last multiple of 64 before its last token (none for dense models)."""
+        if not self.needs_snapshots:
+            return ()
+        end = (prompt_len - 1) // SNAPSHOT_ALIGN * SNAPSHOT_ALIGN
+        stops = set(range(self.interval, end, self.interval)) if self.interval else set()
+        return tuple(sorted(s for s in stops | {end} if s > start))
 
     def match(self, prompt) -> Match:
         """The longest usable cached prefix of `prompt` (pure). At least the prompt's last
@@ -174,9 +180,7 @@ class PrefixCache:
             elif len(prompt) > SNAPSHOT_ALIGN:
                 self.stats.snapshot_misses += 1
         cursor = Cursor(m.keys[-1] if m.keys else None, list(prompt[len(m.keys) * PAGE_SIZE:m.n_tokens]),
-                        m.n_tokens, None)
-        stop = self.snapshot_stop(len(prompt))
-        cursor.stop = stop if stop is not None and stop > m.n_tokens else None
+                        m.n_tokens, self.snapshot_stops(len(prompt), m.n_tokens))
         if m.n_tokens:
             try:
                 self.pool.share(slot, m.pages)
@@ -195,7 +199,7 @@ class PrefixCache:
                 self.pool.release(slot)
                 self.model_state.reset_slot(slot)
                 self.slots.table[slot].kv_len = 0
-                m, cursor = Match(), Cursor(stop=stop)
+                m, cursor = Match(), Cursor(stops=self.snapshot_stops(len(prompt), 0))
         self.cursors[slot] = cursor
         self.stats.hit_tokens += m.n_tokens
         return m.n_tokens
@@ -228,8 +232,7 @@ class PrefixCache:
                 if len(cursor.tail) == PAGE_SIZE:
                     cursor.key = self._register(cursor.key, tuple(cursor.tail), pages[cursor.n_tokens // PAGE_SIZE - 1])
                     cursor.tail = []
-            if cursor.stop is not None and cursor.n_tokens == cursor.stop:
-                cursor.stop = None
+            if cursor.n_tokens in cursor.stops:
                 if cursor.key in self.entries:
                     self._snapshot(c.slot, self.entries[cursor.key])
         self.make_room()

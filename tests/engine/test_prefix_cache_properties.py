@@ -41,13 +41,15 @@ def make_prompt(r) -> list[int]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(requests=st.lists(request_st, min_size=1, max_size=9), max_slots=st.integers(1, 4),
-       tight_pages=st.booleans(), budget=st.sampled_from([0, 1500, 4000, 1 << 30]),
+       tight_pages=st.booleans(), budget=st.sampled_from([0, 1500, 4000, 1 << 30]), interval=st.sampled_from([0, 64, 128]),
        faults=st.sets(st.tuples(st.integers(0, 40), st.sampled_from(STEP_POINTS + CACHE_POINTS)), max_size=3))
-def test_random_multi_turn_traffic_keeps_the_cache_consistent(requests, max_slots, tight_pages, budget, faults):
+def test_random_multi_turn_traffic_keeps_the_cache_consistent(requests, max_slots, tight_pages, budget, interval,
+                                                              faults):
     model = FakeModel()
     kv_pages = pages_needed(310) + 4 if tight_pages else None
     engine = Engine(model, config=EngineConfig(max_slots=max_slots, ctx=320, token_budget=max_slots + 64 + 40,
-                                               kv_pages=kv_pages, prefix_cache=True, cache_memory=budget))
+                                               kv_pages=kv_pages, prefix_cache=True, cache_memory=budget,
+                                               snapshot_interval=interval))
     state = {"step": 0}
 
     def hook(point, step):
@@ -95,7 +97,7 @@ def test_shared_pages_are_served_and_evicted_under_pressure():
     a pool too small for the cache and a third request evicts the least recently used pages."""
     model = FakeModel()
     engine = Engine(model, config=EngineConfig(max_slots=1, ctx=320, token_budget=1 + 64 + 40, kv_pages=22,
-                                               prefix_cache=True))
+                                               prefix_cache=True, snapshot_interval=0))
     greedy = SamplingParams(max_tokens=4)
     a = engine.add_request(history(0, 200) + [1, 2], greedy)
     engine.run()
