@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from luce.engine.pages import PagePool
+from luce.engine.prefix_cache import PrefixCache
 from luce.engine.request import DECODE, FINISHED, PREFILL, FinishReason, Request, RequestOutput
 from luce.engine.outcome import decide
 from luce.engine.sampler import MASK64, SamplingParams, splitmix64
@@ -251,10 +252,7 @@ class Engine:
         if not config.prefix_cache:
             return None, "off (prefix_cache=False)"
         if self.spec is not None and self.spec.feature_layers:
-            return None, ("off: the DFlash drafter keeps the target features of every position, "
-                          "which the prefix cache does not hold")
-        from luce.engine.prefix_cache import PrefixCache
-
+            return None, "off: the DFlash drafter needs target features of every position, which it does not hold"
         cache = PrefixCache(self.pool, self.slots, self.model_state, self.model.backend, config.cache_memory,
                             config.snapshot_interval)
         cache.fault = lambda point: self._hook(point, None)   # tests inject faults inside the cache
@@ -413,14 +411,7 @@ class Engine:
 
     def prefix_cache_counters(self) -> dict[str, int]:
         """The prefix cache's counters and size ({} when it is off)."""
-        c = self.cache
-        if c is None:
-            return {}
-        s = c.stats
-        return dict(prompt_tokens=s.hit_tokens, lookups=s.lookups, snapshot_hits=s.snapshot_hits,
-                    snapshot_misses=s.snapshot_misses, evicted_pages=s.evicted_pages,
-                    evicted_snapshots=s.evicted_snapshots, bytes=c.bytes, pages=len(c.entries),
-                    snapshots=c.n_snapshots)
+        return self.cache.counters() if self.cache is not None else {}
 
     def gauges(self) -> dict[str, int]:
         """Current occupancy: slots, queue, KV pages, the prefix cache's bytes."""

@@ -128,6 +128,13 @@ class PrefixCache:
     def n_snapshots(self) -> int:
         return sum(e.snapshot is not None for e in self.entries.values())
 
+    def counters(self) -> dict[str, int]:
+        s = self.stats
+        return dict(prompt_tokens=s.hit_tokens, lookups=s.lookups, snapshot_hits=s.snapshot_hits,
+                    snapshot_misses=s.snapshot_misses, evicted_pages=s.evicted_pages,
+                    evicted_snapshots=s.evicted_snapshots, bytes=self.bytes, pages=len(self.entries),
+                    snapshots=self.n_snapshots)
+
     def snapshot_stops(self, prompt_len: int, start: int) -> tuple[int, ...]:
         """Where a hybrid prompt prefilled from `start` pauses for snapshots: every `interval`
         tokens and the last multiple of 64 before its last token (none for dense models)."""
