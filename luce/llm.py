@@ -109,12 +109,14 @@ class LLM:
                  token_budget: int = 512, kv_pages: int | None = None, seed: int = 0, *, spec: str | None = None,
                  draft_kind: str | None = None, ddtree_budget: int = 22, ddtree_tau: float = 6.0,
                  spec_top_k: int = 4, draft_max: int = 8, draft_min: int | None = 0,
-                 draft_vocab: int = DRAFT_VOCAB, **engine_options):
+                 draft_vocab: int = DRAFT_VOCAB, prefix_cache: bool = True, cache_memory: int = 4 << 30,
+                 **engine_options):
         """Load a GGUF model (and its tokenizer) on `backend` ('auto': CUDA when a GPU and the
         kernel library are there, else the cpu backend's C kernels, else numpy; or a Backend) and start an engine.
         Speculative decoding (luce.spec.config): `draft` (a path or cached model name) turns it
         on in chain mode unless `spec` says otherwise; draft_kind='ngram' needs no draft.
-        `engine_options` are further EngineConfig fields (max_queue, pad_steps, ...)."""
+        prefix_cache: reuse cached prompt prefixes across requests (KV pages, recurrent snapshots)
+        within cache_memory bytes. `engine_options` are further EngineConfig fields (max_queue, pad_steps, ...)."""
         from luce.models.loader import load_model
         from luce.spec.config import resolve_spec_config
         from luce.tokenizer import Tokenizer
@@ -132,7 +134,8 @@ class LLM:
         if limit and ctx > limit:
             raise ValueError(f"ctx {ctx} exceeds the model's context length {limit}")
         config = EngineConfig(max_slots=max_slots, ctx=ctx, token_budget=token_budget, kv_pages=kv_pages,
-                              seed=seed, spec=spec_config, **engine_options)
+                              seed=seed, spec=spec_config, prefix_cache=prefix_cache, cache_memory=cache_memory,
+                              **engine_options)
         self.engine = Engine(self.model, self.tokenizer, config)
 
     @property

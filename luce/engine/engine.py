@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from luce.engine.pages import PagePool
+from luce.engine.prefix_cache import PrefixCache
 from luce.engine.request import DECODE, FINISHED, PREFILL, FinishReason, Request, RequestOutput
 from luce.engine.outcome import decide
 from luce.engine.sampler import MASK64, SamplingParams, splitmix64
@@ -62,6 +63,9 @@ class EngineConfig:
     max_step_retries: int = 2     # steps dropped in a row (nothing changed) before a request errors
     spec_during_prefill: bool = True  # speculate while prompts prefill (False: those steps decode AR rows)
     spec: SpecConfig | None = None  # speculative decoding (None or spec='off': plain decoding)
+    prefix_cache: bool = False    # share prompt KV pages and recurrent snapshots across requests
+    cache_memory: int = 4 << 30   # bytes the prefix cache may hold (pages it references + snapshots)
+    snapshot_interval: int = 1024  # hybrid models: a snapshot every this many prompt tokens too (multiple of 64; 0: none)
 
     def __post_init__(self):
         for name in ("max_slots", "ctx", "token_budget"):
@@ -69,6 +73,10 @@ class EngineConfig:
                 raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.kv_pages is not None and self.kv_pages < 1:
             raise ValueError(f"EngineConfig.kv_pages must be >= 1, got {self.kv_pages}")
+        if self.snapshot_interval < 0 or self.snapshot_interval % 64:
+            raise ValueError(f"EngineConfig.snapshot_interval must be a multiple of 64 (0: none), got {self.snapshot_interval}")
+        if self.cache_memory < 0:
+            raise ValueError(f"EngineConfig.cache_memory must be >= 0 bytes, got {self.cache_memory}")
         if self.max_step_retries < 0:
             raise ValueError(f"EngineConfig.max_step_retries must be >= 0, got {self.max_step_retries}")
 
@@ -94,6 +102,7 @@ class StepUpdate:
 class EngineStats:
     steps: int = 0                # steps that ran the model and committed
     prompt_tokens: int = 0        # prompt tokens prefilled
+    cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache (not prefilled)
     generated_tokens: int = 0
     live_rows: int = 0            # rows of real work over all steps
     padded_rows: int = 0          # rows added by shape padding
@@ -127,9 +136,10 @@ class Engine:
         self.pool = PagePool(config.n_pages)
         self.states = StateSlots(self.model_state)
         self.slots = SlotManager(self.pool, self.states, config.max_queue)
+        self.cache, self.cache_off_reason = self._prefix_cache(config)
         self.txn = Transaction(self.slots, config.ctx, promote=self._promote, vocab=self.vocab,
                                feature_layers=self.spec.feature_layers if self.spec is not None else (),
-                               check=self._check_promotion)
+                               check=self._check_promotion, cache=self.cache)
         self.builder = StepBuilder(self.pool, pad=config.pad_steps)
         self.scheduler = Scheduler(config.token_budget, config.max_slots, PREFILL_ALIGN)
         self.requests: dict[Any, Request] = {}
@@ -176,6 +186,8 @@ class Engine:
         self.slots.cancel(request_id)
         if slot is not None and self.spec is not None:
             self.spec.forget(slot)
+        if slot is not None and self.cache is not None:
+            self.cache.forget(slot)
         request.finish(FinishReason.CANCELLED)
         self.stats.cancelled += 1
         return True
@@ -203,6 +215,10 @@ class Engine:
             request.metrics["admitted_step"] = self.stats.steps
             if self.spec is not None:
                 self.spec.forget(slot)
+            if self.cache is not None:
+                self._attach(request, slot)
+        if self.cache is not None:
+            self.cache.make_room()
         running = [r for r in self.requests.values() if r.phase in (PREFILL, DECODE)]
         cohort = self.scheduler.schedule(running)
         if not cohort:
@@ -240,6 +256,25 @@ class Engine:
             return self._fail(cohort, f"commit failed: {type(e).__name__}: {e}")
         self._record(step, outcome)
         return self._apply(step, outcome.tokens, outcome.logprobs)
+
+    def _prefix_cache(self, config: EngineConfig):
+        """(PrefixCache or None, why it is off)."""
+        if not config.prefix_cache:
+            return None, "off (prefix_cache=False)"
+        if self.spec is not None and self.spec.feature_layers:
+            return None, "off: the DFlash drafter needs target features of every position, which it does not hold"
+        cache = PrefixCache(self.pool, self.slots, self.model_state, self.model.backend, config.cache_memory,
+                            config.snapshot_interval)
+        cache.fault = lambda point: self._hook(point, None)   # tests inject faults inside the cache
+        return cache, None
+
+    def _attach(self, request: Request, slot: int) -> None:
+        """A freshly admitted request takes its prompt's cached prefix (pages, state)."""
+        n = self.cache.attach(slot, request.prompt_ids)
+        request.n_prefilled = n
+        request.prefill_stops = self.cache.cursors[slot].stops
+        request.metrics["cached_tokens"] = n
+        self.stats.cached_prompt_tokens += n
 
     def _speculation(self, config: EngineConfig, drafter, draft_model):
         if config.spec is None or not config.spec.enabled:
@@ -333,6 +368,8 @@ class Engine:
             self.slots.retire(request.slot)
             if self.spec is not None:
                 self.spec.forget(request.slot)
+            if self.cache is not None:
+                self.cache.forget(request.slot)
         request.phase = FINISHED
         request.metrics["finished_step"] = self.stats.steps
 
@@ -394,16 +431,23 @@ class Engine:
         total["eager_reasons"] = reasons
         return total
 
+    def prefix_cache_counters(self) -> dict[str, int]:
+        """The prefix cache's counters and size ({} when it is off)."""
+        return self.cache.counters() if self.cache is not None else {}
+
     def gauges(self) -> dict[str, int]:
-        """Current occupancy: slots, queue, KV pages."""
+        """Current occupancy: slots, queue, KV pages, the prefix cache's bytes."""
+        c = self.cache
         return dict(slots_total=self.config.max_slots, slots_busy=self.slots.n_live,
                     queue_depth=len(self.slots.queue), kv_pages_total=self.pool.n_pages,
-                    kv_pages_used=self.pool.n_used)
+                    kv_pages_used=self.pool.n_used, prefix_cache_bytes=c.bytes if c else 0)
 
     def check(self) -> None:
         """Every bookkeeping invariant (tests call this after each operation)."""
         self.pool.check()
         self.slots.check()
+        if self.cache is not None:
+            self.cache.check()
         for r in self.requests.values():
             live = r.phase in (PREFILL, DECODE)
             assert live == (self.slots.slot_of(r.request_id) is not None), f"request {r.request_id} slot mismatch"

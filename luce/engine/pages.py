@@ -3,7 +3,10 @@
 Only ids and counts live here; the KV arrays themselves belong to the model state. A step's
 device layout (the paged-KV CSR) is packed by luce.models.packer from the pages planned here.
 Pages are peeked when a step is planned (`plan_growth`) and taken at its commit (`take`).
-Every mutating call checks first and changes nothing when it cannot succeed.
+A page may be shared: the prefix cache holds one reference on each page it keeps (`hold`) and
+a request whose prompt starts with cached pages takes references on them (`share`); a page
+returns to the free list when its last reference goes. Every mutating call checks first and
+changes nothing when it cannot succeed.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ class PagePool:
         self.refcount = np.zeros(n_pages, np.int32)      # [n_pages]
         self._free = list(range(n_pages - 1, -1, -1))    # stack; pops the lowest id first
         self.pages: dict[int, list[int]] = {}            # slot -> page ids in sequence order
+        self.held = np.zeros(n_pages, bool)              # [n_pages] the prefix cache holds a reference
 
     @property
     def n_free(self) -> int:
@@ -88,6 +92,38 @@ class PagePool:
         self.refcount[page_ids] += 1
         self.pages.setdefault(slot, []).extend(page_ids)
 
+    def share(self, slot: int, page_ids) -> None:
+        """Start `slot`'s (empty) list with pages the prefix cache holds, one reference each.
+        Raises ValueError, changing nothing, when the slot has pages or one is not held."""
+        page_ids = [int(p) for p in page_ids]
+        if self.slot_pages(slot) or not all(0 <= p < self.n_pages and self.held[p] for p in page_ids):
+            raise ValueError(f"slot {slot} cannot share pages {page_ids}: it has pages or they are not cached")
+        if page_ids:
+            self.refcount[page_ids] += 1
+            self.pages[slot] = list(page_ids)
+
+    def hold(self, page: int) -> None:
+        """The prefix cache takes a reference on a page some slot owns."""
+        if not 0 <= page < self.n_pages or self.held[page] or self.refcount[page] == 0:
+            raise ValueError(f"page {page} cannot be cached: it is free or already cached")
+        self.held[page] = True
+        self.refcount[page] += 1
+
+    def unhold(self, page: int) -> None:
+        """The prefix cache drops its reference (the page is freed when it was the last)."""
+        if not 0 <= page < self.n_pages or not self.held[page]:
+            raise ValueError(f"page {page} is not held by the prefix cache")
+        self.held[page] = False
+        self._decref(page)
+
+    @property
+    def n_cache_only(self) -> int:
+        """Pages only the prefix cache references (evicting them frees them)."""
+        return int((self.held & (self.refcount == 1)).sum())
+
+    def is_shared(self, page: int) -> bool:
+        return self.refcount[page] > 1 or bool(self.held[page])
+
     def release(self, slot: int) -> None:
         for page in self.pages.pop(slot, []):
             self._decref(page)
@@ -100,20 +136,20 @@ class PagePool:
     def digest(self) -> str:
         """Hash of every structure (refcounts, free order, page lists): equal iff unchanged."""
         h = hashlib.sha256(self.refcount.tobytes())
-        h.update(np.asarray(self._free, np.int64).tobytes())
+        h.update(np.asarray(self._free, np.int64).tobytes() + self.held.tobytes())
         for slot in sorted(self.pages):
             h.update(f"|{slot}:".encode() + np.asarray(self.pages[slot], np.int64).tobytes())
         return h.hexdigest()
 
     def check(self) -> None:
-        """Invariants: free + used == total, refcounts >= 0, refcount == owners, free pages unowned,
-        no page owned by two slots (pages are never shared yet)."""
-        owners = np.zeros(self.n_pages, np.int32)
-        for pages in self.pages.values():
+        """Invariants: free + used == total, refcounts >= 0, refcount == owners (slot lists and
+        the cache), free pages unowned, no page twice in one slot's list."""
+        owners = self.held.astype(np.int32)
+        for slot, pages in self.pages.items():
+            assert len(set(pages)) == len(pages), f"slot {slot} lists a page twice"
             np.add.at(owners, np.asarray(pages, np.int64), 1)
         assert (self.refcount >= 0).all(), "negative refcount"
         assert np.array_equal(owners, self.refcount), "refcount differs from owners"
-        assert (owners <= 1).all(), "page owned by two slots"
         free = np.zeros(self.n_pages, bool)
         free[self._free] = True
         assert len(set(self._free)) == len(self._free), "page freed twice"

@@ -68,6 +68,7 @@ class Request:
         self.phase = WAITING
         self.slot: int | None = None
         self.n_prefilled = 0               # prompt tokens whose KV is committed
+        self.prefill_stops: tuple[int, ...] = ()  # prompt chunks end here (prefix cache snapshots)
         self.error: str | None = None
         self.metrics: dict[str, int] = {}
         self.out = OutputStream(params, tokenizer=tokenizer, eos_ids=eos_ids, max_total=ctx,

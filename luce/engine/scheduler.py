@@ -4,7 +4,9 @@ Every decoding request gets one AR row per step (decode first: it keeps inter-to
 flat). The rest of the budget goes to prompts in submission order. A prompt is cut only at
 absolute multiples of `align` (the GDN chunk, 64), whatever the budget left, so its chunks,
 and therefore its arithmetic, are the same alone or among others (DESIGN.md section 5 rule
-3); a chunk that cannot reach the next multiple waits for the next step.
+3); a chunk that cannot reach the next multiple waits for the next step. A request may also
+name multiples of `align` where chunks must end (`Request.prefill_stops`: the prefix cache
+snapshots the recurrent state there, luce.engine.prefix_cache).
 """
 from __future__ import annotations
 
@@ -47,6 +49,9 @@ class Scheduler:
             end = prefill_end(r.n_prefilled, len(r.prompt_ids), room, self.align)
             if end is None:
                 continue
+            stop = next((s for s in r.prefill_stops if s > r.n_prefilled), None)
+            if stop is not None and stop < end:
+                end = stop                    # the prefix cache saves the recurrent state there
             chunk = tuple(r.prompt_ids[r.n_prefilled:end])
             cohort.prefill.append(PrefillChunk(r.slot, r.request_id, chunk, r.n_prefilled,
                                                end == len(r.prompt_ids)))

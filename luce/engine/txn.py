@@ -4,7 +4,7 @@
 itself (luce.models.batch.validate_batch: the one validation of a step), each live
 segment's slot is held by the request the cohort names, owns its recurrent state, starts at
 its committed length, reads exactly its own pages (committed ones plus the free pages the
-step adds), stays within the context, the added pages are free and distinct, and what the
+step adds), writes no page another request or the prefix cache shares, stays within the context, the added pages are free and distinct, and what the
 commit will need is there (the layers whose features a drafter keeps are captured). It
 returns a Plan, or a Reject carrying the reason.
 
@@ -14,7 +14,8 @@ Acceptance is pure. `commit(plan, outcome)` checks that the plan is still curren
 accepted paths are paths of their trees, before any change, then promotes the accepted
 paths into KV, conv and GDN state (one model-level call: luce.models.commit through the
 graphed committer) and the committed rows' features into the drafter, takes the pages and
-advances the committed lengths (tree slots by their accepted path only). Everything it
+advances the committed lengths (tree slots by their accepted path only), and hands the
+committed prompt chunks to the prefix cache (their full pages become shareable). Everything it
 could fail on was checked, so after its first change it cannot fail.
 A step that fails before commit leaves every domain as it was: tree rows wrote scratch, and
 the recurrent state that prefill and AR rows advance in place is rolled back to the
@@ -90,11 +91,13 @@ class StalePlan(RuntimeError):
 
 class Transaction:
     def __init__(self, slots: SlotManager, ctx: int, promote: Callable[[Promotion, Any], None] | None = None,
-                 feature_layers=(), vocab: int | None = None, check: Callable[[Promotion], None] | None = None):
+                 feature_layers=(), vocab: int | None = None, check: Callable[[Promotion], None] | None = None,
+                 cache=None):
         """promote(promotion, output): the device side of a commit (the engine's: the graphed
         tree commit and the drafter's features); check(promotion): what promote would refuse,
         raised before any change; feature_layers: target layers a drafter needs captured on
-        every step."""
+        every step; cache: a luce.engine.prefix_cache.PrefixCache, given the committed prompt
+        chunks (it registers their full pages and takes the snapshots due; it never raises)."""
         self.slots = slots
         self.pool = slots.pool
         self.states = slots.states
@@ -103,6 +106,7 @@ class Transaction:
         self.feature_layers = tuple(feature_layers)
         self.vocab = vocab
         self.check = check
+        self.cache = cache
 
     # ---- preflight ------------------------------------------------------------------------
     def preflight(self, step: StepBatch) -> Plan | Reject:
@@ -141,6 +145,11 @@ class Transaction:
             new = tuple(step.new_pages.get(slot, ()))
             if len(pool.slot_pages(slot)) + len(new) != max(len(pool.slot_pages(slot)), pages_needed(after)):
                 raise _Refusal(f"slot {slot} adds {len(new)} pages, {pool.extra_pages_needed(slot, after)} needed")
+            written = pool.slot_pages(slot)[entry.kv_len // pool.page_size:]
+            shared = [p for p in written if pool.is_shared(p)]
+            if shared:
+                raise _Refusal(f"slot {slot} would write KV rows from {entry.kv_len} into pages {shared}, "
+                               "which other requests or the prefix cache share")
             for page in new:
                 if not pool.is_free(page) or page in claimed:
                     raise _Refusal(f"page {page} planned for slot {slot} is not free")
@@ -180,6 +189,8 @@ class Transaction:
         for slot, length, pages in finals:
             self.pool.take(slot, pages)
             self.slots.advance(slot, length)
+        if self.cache is not None and plan.step.cohort.prefill:
+            self.cache.commit_prefill(plan.step.cohort.prefill)
 
     def prepare(self, plan: Plan, paths: Mapping[int, tuple[int, ...]]):
         """The checks and arrays of a commit (pure): ([(slot, length, pages)], Promotion)."""

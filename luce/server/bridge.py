@@ -38,6 +38,7 @@ class StepOutput:
     text: str = ""                       # text of these tokens that can no longer change
     stop_string: str | None = None       # the stop string that ended the output, if one did
     logprobs: tuple = ()                 # luce.engine.request.TokenLogprob per token (when asked)
+    cached_tokens: int | None = None     # prompt tokens served from the prefix cache (once known)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class EngineStats:
     acceptance_length: float | None = None   # mean tokens committed per request-step
     steps: int = 0
     graphs: dict = field(default_factory=dict)   # graph replay counters (luce.models.graph_cache.COUNTERS)
+    prefix_cache: dict = field(default_factory=dict)  # luce.engine Engine.prefix_cache_counters()
     slots: tuple = ()                    # per engine slot: (request id, KV tokens) or None when free
 
     @property
@@ -113,6 +115,7 @@ class RequestHandle:
         self.request_id = request_id
         self.n_prompt = n_prompt
         self.n_generated = 0                 # tokens the core emitted for this request
+        self.n_cached = 0                    # prompt tokens the prefix cache served
         self.text = ""                       # everything rendered so far
         self.stop_string: str | None = None  # the stop string that ended the generation, if one did
         self.logprobs: list = []             # TokenLogprob of every token so far (when asked)
@@ -154,6 +157,8 @@ class RequestHandle:
         """Render one StepOutput (the core already applied every stop rule)."""
         tokens = tuple(int(t) for t in out.token_ids)
         self.n_generated += len(tokens)
+        if out.cached_tokens is not None:
+            self.n_cached = out.cached_tokens
         self.text += out.text
         self.logprobs.extend(out.logprobs)
         if out.stop_string is not None:

@@ -20,7 +20,8 @@ from luce.ops import BACKENDS
 from luce.spec.config import DRAFT_KINDS as KINDS
 from luce.spec.config import DRAFT_VOCAB, MODES
 from luce.server.bridge import EngineBridge, EngineStats, ModelInfo, StepOutput
-from luce.server.kv_budget import DEFAULT_KV_MEMORY, free_memory_bytes, parse_kv_memory, plan_context
+from luce.server.kv_budget import (DEFAULT_CACHE_MEMORY, DEFAULT_KV_MEMORY, free_memory_bytes, parse_cache_memory,
+                                   parse_kv_memory, plan_context)
 
 log = logging.getLogger("luce.server")
 
@@ -46,11 +47,13 @@ class LuceEngineCore:
     def step(self) -> list[StepOutput]:
         outputs = []
         for update in self.engine.step():
+            request = self.engine.requests.get(update.request_id)
+            cached = request.metrics.get("cached_tokens") if request is not None else None
             if update.finish_reason is not None:
                 self.engine.requests.pop(update.request_id, None)
             stop = update.stop_reason if isinstance(update.stop_reason, str) else None
             outputs.append(StepOutput(update.request_id, tuple(update.token_ids), update.finish_reason,
-                                      update.error, update.text, stop, tuple(update.logprobs)))
+                                      update.error, update.text, stop, tuple(update.logprobs), cached))
         return outputs
 
     def stats(self) -> EngineStats:
@@ -59,6 +62,7 @@ class LuceEngineCore:
         return EngineStats(slots_total=g["slots_total"], slots_busy=g["slots_busy"], queue_depth=g["queue_depth"],
                            kv_pages_total=g["kv_pages_total"], kv_pages_used=g["kv_pages_used"],
                            steps=self.engine.stats.steps, graphs=self.engine.graph_counters(),
+                           prefix_cache=self.engine.prefix_cache_counters(),
                            slots=tuple(None if e is None else (e.request_id, e.kv_len)
                                        for e in self.engine.slots.table),
                            acceptance_length=spec.acceptance_length if spec and spec.verifies else None)
@@ -86,6 +90,8 @@ class ServeOptions:
     alias: str | None = None          # model id reported to clients
     seed: int = 0
     enforce_eager: bool = False       # no CUDA graph replay (debugging; vLLM's --enforce-eager)
+    prefix_cache: bool = True         # share prompt KV and recurrent snapshots across requests
+    cache_memory: str = DEFAULT_CACHE_MEMORY  # the prefix cache's byte budget (luce.server.kv_budget)
 
     def check(self) -> None:
         if self.spec is not None and self.spec not in SPEC_MODES:
@@ -117,6 +123,7 @@ class ServeOptions:
         if self.token_budget < 1:
             raise ValueError(f"--token-budget must be >= 1, got {self.token_budget}")
         parse_kv_memory(self.kv_memory)
+        parse_cache_memory(self.cache_memory)
 
 
 def add_spec_arguments(p) -> None:
@@ -138,6 +145,20 @@ def add_spec_arguments(p) -> None:
     p.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB,
                    help=f"a draft model proposes only token ids below this: a smaller read per draft token, "
                         f"never a different output (default {DRAFT_VOCAB}; 0: the whole vocabulary)")
+
+
+def add_cache_arguments(p) -> None:
+    """The prefix cache flags of luce-serve and luce-run."""
+    p.add_argument("--no-prefix-cache", action="store_true",
+                   help="prefill every prompt in full (default: reuse cached prompt prefixes across requests)")
+    p.add_argument("--cache-memory", default=DEFAULT_CACHE_MEMORY,
+                   help=f"bytes the prefix cache may hold, KV pages and recurrent snapshots (default "
+                        f"{DEFAULT_CACHE_MEMORY}; least recently used evicted first)")
+
+
+def cache_options(args) -> dict:
+    """ServeOptions fields from parsed add_cache_arguments flags."""
+    return dict(prefix_cache=not args.no_prefix_cache, cache_memory=args.cache_memory)
 
 
 def spec_options(args) -> dict:
@@ -218,7 +239,11 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
                                                    kv_pages=plan.kv_pages,
                                                    max_queue=options.max_slots + options.max_queue + 1,
                                                    seed=options.seed, spec=spec,
-                                                   cuda_graphs=not options.enforce_eager))
+                                                   cuda_graphs=not options.enforce_eager,
+                                                   prefix_cache=options.prefix_cache,
+                                                   cache_memory=parse_cache_memory(options.cache_memory)))
+    if engine.cache_off_reason and options.prefix_cache:
+        say(f"luce: note: prefix cache {engine.cache_off_reason}")
     say(f"luce: loaded {model.config.arch} ({model.config.n_layer} layers, vocab {tokenizer.vocab_size}) "
         f"in {time.monotonic() - t0:.1f} s; ctx {ctx} (model {plan.model_ctx}), KV {plan.kv_tokens} tokens "
         f"({plan.kv_bytes / 2**20:.0f} MiB, --kv-memory {options.kv_memory}), {options.max_slots} slots")

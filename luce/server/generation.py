@@ -97,7 +97,7 @@ class Generation:
         choices = [R.chat_choice(t.choice, R.chat_message(t.output.content, t.output.reasoning, t.calls),
                                  t.finish_reason, chat_logprobs(t.logprobs, tok)) for t in turns]
         return Response.json(R.chat_completion(rid, R.now(), self.app.model_id, choices,
-                                               R.usage(turns[0].n_prompt, n_generated)))
+                                               R.usage(turns[0].n_prompt, n_generated, turns[0].n_cached)))
 
     async def _chat_stream(self, turns: list[ChatTurn], rid: str, request: Request):
         created, model = R.now(), self.app.model_id
@@ -120,7 +120,8 @@ class Generation:
                 yield chunk(t, {}, t.finish_reason) if item is None else chunk(t, R.chat_delta(item, len(t.calls) - 1))
             if usage_on:
                 yield R.chat_chunk(rid, created, model, None, use=R.usage(turns[0].n_prompt,
-                                                                          sum(t.n_generated for t in turns)),
+                                                                          sum(t.n_generated for t in turns),
+                                                                          turns[0].n_cached),
                                    include_usage=True)
             yield "[DONE]"
         finally:
@@ -177,7 +178,8 @@ class Generation:
         want = gen.sampling.get("logprobs") is not None
         choices = [R.text_choice(i, h.text, reasons[i], text_logprobs(h.logprobs if want else None, bridge.tokenizer))
                    for i, h in enumerate(handles)]
-        return Response.json(R.text_completion(rid, R.now(), self.app.model_id, choices, R.usage(n_prompt, n_generated)))
+        return Response.json(R.text_completion(rid, R.now(), self.app.model_id, choices,
+                                               R.usage(n_prompt, n_generated, handles[0].n_cached)))
 
     async def _completion_stream(self, gen, rid, handles, timings, reasons, n_prompt: int, request: Request):
         created, model, usage_on = R.now(), self.app.model_id, gen.include_usage
@@ -203,7 +205,8 @@ class Generation:
                     yield R.text_chunk(rid, created, model, event.text, event.finish_reason, include_usage=usage_on,
                                        index=i, logprobs=lp)
             if usage_on:
-                yield R.text_chunk(rid, created, model, None, use=R.usage(n_prompt, sum(h.n_generated for h in handles)),
+                use = R.usage(n_prompt, sum(h.n_generated for h in handles), handles[0].n_cached)
+                yield R.text_chunk(rid, created, model, None, use=use,
                                    include_usage=True)
             yield "[DONE]"
         finally:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 PAGE_TOKENS = 16             # luce.models.kv_cache.PAGE_SIZE
 KV_BYTES_PER_VALUE = 4       # the paged KV cache is float32
 DEFAULT_KV_MEMORY = "0.8"
+DEFAULT_CACHE_MEMORY = "4G"   # the prefix cache's budget (luce-serve --cache-memory)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.I)
 
 
@@ -35,6 +36,15 @@ def parse_kv_memory(text: str) -> tuple[str, float]:
     unit = (match.group(2) or "B").upper().rstrip("B").rstrip("I")
     scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit]
     return "bytes", float(match.group(1)) * scale
+
+
+def parse_cache_memory(text) -> int:
+    """--cache-memory: a size (4G, 512M, or bytes; 0 keeps nothing) -> bytes; ValueError otherwise."""
+    match = _SIZE.match(str(text))
+    if match is None:
+        raise ValueError(f"--cache-memory {text!r}: give a size (e.g. 4G, 512M, or bytes; 0 caches nothing)")
+    unit = (match.group(2) or "B").upper().rstrip("B").rstrip("I")
+    return int(float(match.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
 
 
 def kv_bytes_per_token(config) -> int:

@@ -193,6 +193,14 @@ class ServerMetrics:
         self.eager = Counter(f"{p}_graph_eager_total", "Eager forward passes and commits on a graph-capable backend, "
                              "by why ('first call of a key' is warm-up; anything else a step that cannot replay).",
                              ("reason",))
+        self.cache_tokens = Counter(f"{p}_prefix_cache_prompt_tokens_total",
+                                    "Prompt tokens served from the prefix cache (not prefilled).")
+        self.cache_snapshots = Counter(f"{p}_prefix_cache_snapshot_lookups_total", "Prefix cache lookups of hybrid "
+                                       "models, by whether a recurrent snapshot was found (hit, miss).", ("result",))
+        self.cache_evictions = Counter(f"{p}_prefix_cache_evictions_total",
+                                       "Prefix cache evictions, by kind (page, snapshot).", ("kind",))
+        self.cache_bytes = Gauge(f"{p}_prefix_cache_bytes", "Bytes the prefix cache holds (KV pages it references "
+                                 "and recurrent snapshots).")
         self._own = [self.requests, self.finished, self.rejected, self.prompt_tokens, self.generation_tokens,
                      self.ttft, self.itl, self.e2e, self.tokens_per_event]
 
@@ -213,7 +221,19 @@ class ServerMetrics:
                 self.eager.mirror(n, reason=reason)
             engine += [self.slots_busy, self.slots_total, self.queue_depth, self.kv_used, self.kv_free,
                        self.acceptance, self.steps, *self.graphs.values(), self.eager]
+            engine += self._prefix_cache(stats.prefix_cache)
         lines: list[str] = []
         for metric in self._own + engine:
             lines += metric.render()
         return "\n".join(lines) + "\n"
+
+    def _prefix_cache(self, counters: dict) -> list:
+        if not counters:
+            return []
+        self.cache_tokens.mirror(counters["prompt_tokens"])
+        self.cache_snapshots.mirror(counters["snapshot_hits"], result="hit")
+        self.cache_snapshots.mirror(counters["snapshot_misses"], result="miss")
+        self.cache_evictions.mirror(counters["evicted_pages"], kind="page")
+        self.cache_evictions.mirror(counters["evicted_snapshots"], kind="snapshot")
+        self.cache_bytes.set(counters["bytes"])
+        return [self.cache_tokens, self.cache_snapshots, self.cache_evictions, self.cache_bytes]

@@ -12,7 +12,8 @@ import argparse
 import sys
 import time
 
-from luce.server.engine_core import BACKENDS, ServeOptions, add_spec_arguments, load_engine, spec_options
+from luce.server.engine_core import (BACKENDS, ServeOptions, add_cache_arguments, add_spec_arguments, cache_options,
+                                     load_engine, spec_options)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("prompt", help="the prompt ('-' reads it from stdin)")
     p.add_argument("-m", "--model", help="GGUF file or cached model name (default: the default pair, fetched)")
     add_spec_arguments(p)
+    add_cache_arguments(p)
     p.add_argument("--backend", choices=BACKENDS, default="auto")
     p.add_argument("--threads", "-t", type=int, default=None, help="cpu backend threads (default: all cores)")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graph replay (debugging)")
@@ -55,7 +57,8 @@ def main(argv=None) -> int:
         print(message, file=sys.stderr, flush=True)
 
     options = ServeOptions(model=args.model, backend=args.backend, threads=args.threads, max_slots=1, ctx=args.ctx, max_queue=0,
-                           enforce_eager=args.enforce_eager, **spec_options(args))
+                           enforce_eager=args.enforce_eager, **spec_options(args),
+                           **cache_options(args))
     try:
         options.check()
         SamplingParams(max_tokens=max(args.max_tokens, 1), temperature=args.temp, top_k=args.top_k,

@@ -20,8 +20,8 @@ from luce.server.browser import is_loopback
 from luce.server.chat_request import REASONING_FORMATS
 from luce.server.kv_budget import DEFAULT_KV_MEMORY
 from luce.server.turn import ChatSettings
-from luce.server.engine_core import (BACKENDS, ServeOptions, add_spec_arguments, check_backend_available,
-                                     load_bridge, spec_options)
+from luce.server.engine_core import (BACKENDS, ServeOptions, add_cache_arguments, add_spec_arguments, cache_options,
+                                     check_backend_available, load_bridge, spec_options)
 from luce.server.runner import serve_forever
 from luce.server.validation import Defaults
 
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "Qwen2.5-Coder-1.5B-Instruct with the 0.5B draft)")
     p.add_argument("-m", "--model", dest="model_opt", metavar="MODEL", help="same as the positional MODEL")
     add_spec_arguments(p)
+    add_cache_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--max-slots", "-np", type=int, default=5, help="requests decoding together (default 5)")
@@ -128,7 +129,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model = args.model_opt or args.model
-    options = ServeOptions(model=model, backend=args.backend, threads=args.threads, **spec_options(args),
+    options = ServeOptions(model=model, backend=args.backend, threads=args.threads, **spec_options(args), **cache_options(args),
                            max_slots=args.max_slots, ctx=args.ctx, max_queue=args.max_queue,
                            token_budget=args.token_budget, alias=args.alias, seed=args.seed,
                            kv_memory=args.kv_memory,

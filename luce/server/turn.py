@@ -91,6 +91,7 @@ class ChatTurn:
         self.handle = None
         self.output: AssistantOutput | None = None   # the parser (set by start)
         self.n_prompt = 0
+        self._first_cached: int | None = None
         self.finish_reason: str | None = None
         self.calls: list[ToolCall] = []
         self.stop_string: str | None = None   # the stop string that ended the turn, if one did
@@ -130,6 +131,12 @@ class ChatTurn:
         if self._budget is None:
             return wanted
         return self._budget if wanted is None else min(wanted, self._budget)
+
+    @property
+    def n_cached(self) -> int:
+        """Prompt tokens the prefix cache served (the first submission's)."""
+        return self._first_cached if self._first_cached is not None else (
+            self.handle.n_cached if self.handle is not None else 0)
 
     @property
     def n_generated(self) -> int:
@@ -207,6 +214,8 @@ class ChatTurn:
 
     def _next_phase(self) -> None:
         self._done_tokens += self.handle.n_generated
+        if self._first_cached is None:
+            self._first_cached = self.handle.n_cached
         self._budget = None                   # the budget applies once
         wanted = self.chat.gen.max_tokens
         ids = self._ids + self._output_ids

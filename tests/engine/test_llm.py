@@ -30,7 +30,7 @@ def test_generate_keeps_order_and_matches_a_plain_greedy_loop(llm):
         assert out.token_ids == generate_greedy(llm.model, ids, 5)
         assert out.text == llm.tokenizer.decode(out.token_ids, skip_special=True)
         assert out.finish_reason == FinishReason.LENGTH
-    assert not llm.engine.requests and llm.engine.pool.n_used == 0
+    assert not llm.engine.requests and llm.engine.pool.n_used == llm.engine.pool.n_cache_only
 
 
 def test_params_per_prompt_and_single_prompt_forms(llm):
@@ -58,7 +58,7 @@ def test_closing_a_stream_early_cancels_it(llm):
     stream = llm.stream("hello", params)
     next(stream)
     stream.close()
-    assert not llm.engine.requests and llm.engine.pool.n_used == 0 and llm.engine.stats.cancelled >= 1
+    assert not llm.engine.requests and llm.engine.pool.n_used == llm.engine.pool.n_cache_only and llm.engine.stats.cancelled >= 1
 
 
 def test_engine_error_surfaces_in_stream_and_generate(llm):
