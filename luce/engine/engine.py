@@ -30,10 +30,11 @@ imports a backend: it uses the model's (`model.backend`).
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from luce.engine.pages import PagePool
+from luce.engine.engine_config import EngineConfig, EngineStats, StepUpdate  # noqa: F401 (re-exported)
 from luce.engine.prefix_cache import PrefixCache
 from luce.engine.request import DECODE, FINISHED, PREFILL, FinishReason, Request, RequestOutput
 from luce.engine.outcome import decide
@@ -48,72 +49,6 @@ from luce.models.commit import GraphedCommit
 from luce.models.device_work import host_work
 from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
-from luce.spec.config import SpecConfig
-
-@dataclass(frozen=True)
-class EngineConfig:
-    max_slots: int = 5            # requests decoding together
-    ctx: int = 4096               # tokens per sequence (prompt + output)
-    token_budget: int = 512       # live rows per step (AR rows + prompt chunks)
-    kv_pages: int | None = None   # KV pages in the pool; default max_slots * pages(ctx)
-    max_queue: int = 1024         # requests waiting for a slot before add_request refuses
-    pad_steps: bool = True        # pad shapes to replay-key buckets
-    cuda_graphs: bool = True      # replay captured graphs for every step (backends that can)
-    seed: int = 0                 # requests without a seed get one drawn from (seed, submission number)
-    max_step_retries: int = 2     # steps dropped in a row (nothing changed) before a request errors
-    spec_during_prefill: bool = True  # speculate while prompts prefill (False: those steps decode AR rows)
-    spec: SpecConfig | None = None  # speculative decoding (None or spec='off': plain decoding)
-    prefix_cache: bool = False    # share prompt KV pages and recurrent snapshots across requests
-    cache_memory: int = 4 << 30   # bytes the prefix cache may hold (pages it references + snapshots)
-    snapshot_interval: int = 1024  # hybrid models: a snapshot every this many prompt tokens too (multiple of 64; 0: none)
-
-    def __post_init__(self):
-        for name in ("max_slots", "ctx", "token_budget"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.kv_pages is not None and self.kv_pages < 1:
-            raise ValueError(f"EngineConfig.kv_pages must be >= 1, got {self.kv_pages}")
-        if self.snapshot_interval < 0 or self.snapshot_interval % 64:
-            raise ValueError(f"EngineConfig.snapshot_interval must be a multiple of 64 (0: none), got {self.snapshot_interval}")
-        if self.cache_memory < 0:
-            raise ValueError(f"EngineConfig.cache_memory must be >= 0 bytes, got {self.cache_memory}")
-        if self.max_step_retries < 0:
-            raise ValueError(f"EngineConfig.max_step_retries must be >= 0, got {self.max_step_retries}")
-
-    @property
-    def n_pages(self) -> int:
-        return self.kv_pages if self.kv_pages is not None else self.max_slots * pages_needed(self.ctx)
-
-
-@dataclass(frozen=True)
-class StepUpdate:
-    """What one step did for one request."""
-
-    request_id: Any
-    token_ids: tuple[int, ...] = ()   # tokens emitted this step (none mid-prefill), up to the finishing one
-    finish_reason: str | None = None  # set when the request finished this step
-    error: str | None = None
-    text: str = ""                    # text that can no longer change (stop strings held back, then cut)
-    stop_reason: str | int | None = None
-    logprobs: tuple = ()              # TokenLogprob of each token_ids entry (when the request asked)
-
-
-@dataclass
-class EngineStats:
-    steps: int = 0                # steps that ran the model and committed
-    prompt_tokens: int = 0        # prompt tokens prefilled
-    cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache (not prefilled)
-    generated_tokens: int = 0
-    live_rows: int = 0            # rows of real work over all steps
-    padded_rows: int = 0          # rows added by shape padding
-    finished: int = 0
-    cancelled: int = 0
-    failed: int = 0
-    failed_steps: int = 0         # steps whose cohort was retired
-    dropped_steps: int = 0        # steps that failed before any durable change and ran again
-    tree_rows: int = 0            # rows of draft trees verified
-    replay_keys: set = field(default_factory=set)
-
 
 class Engine:
     def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, *, drafter=None,
