@@ -125,8 +125,11 @@ def _delta(after: dict, before: dict) -> dict:
     return out
 
 
-def run_once(engine, cfg: SeedConfig, requests, pause_during_prefill: bool) -> dict:
-    """One pass of the workload on `engine` (reused: its graphs stay warm)."""
+def run_once(engine, cfg: SeedConfig, requests, pause_during_prefill: bool, arrive_step: int | None = None) -> dict:
+    """One pass of the workload on `engine` (reused: its graphs stay warm). The prompts arrive
+    before step `arrive_step`, or (None: the warm-up) at the first step `cfg.arrive_after_s`
+    after the start; the report's `arrive_step` lets later passes arrive at the same step, so
+    their steps have the warm-up's shapes (replay keys) instead of a wall-clock-dependent mix."""
     from luce.engine import SamplingParams
 
     engine.spec.during_prefill = not pause_during_prefill
@@ -137,9 +140,11 @@ def run_once(engine, cfg: SeedConfig, requests, pause_during_prefill: bool) -> d
     rids = [engine.add_request(p, SamplingParams(max_tokens=n, ignore_eos=True)) for p, n in requests[:n_est]]
     events: list[tuple[float, object, int]] = []   # (time, request id, tokens)
     first: dict = {}
-    t_a, steps = None, 0
+    t_a, steps, arrived_at = None, 0, None
     while engine.has_unfinished() or t_a is None:
-        if t_a is None and time.perf_counter() - t0 >= cfg.arrive_after_s:
+        due = steps >= arrive_step if arrive_step is not None else time.perf_counter() - t0 >= cfg.arrive_after_s
+        if t_a is None and due:
+            arrived_at = steps
             t_a = time.perf_counter()
             rids += [engine.add_request(p, SamplingParams(max_tokens=n, ignore_eos=True)) for p, n in requests[n_est:]]
         updates = engine.step()
@@ -166,7 +171,7 @@ def run_once(engine, cfg: SeedConfig, requests, pause_during_prefill: bool) -> d
     digest = hashlib.sha256(repr([o.token_ids for o in outs]).encode()).hexdigest()
     s = engine.spec.stats
     return {
-        "pause_during_prefill": pause_during_prefill, "steps": steps,
+        "pause_during_prefill": pause_during_prefill, "steps": steps, "arrive_step": arrived_at,
         "established_goodput_tok_s": in_window / (t_p - t_a) if t_p > t_a else float("nan"),
         "established_goodput_before_tok_s": before / (t_a - t_s) if t_a > t_s else float("nan"),
         "prefill_window_s": t_p - t_a, "arriving_ttft_s": [first[r] - t_a for r in arriving],
@@ -187,7 +192,7 @@ def run_seed(model, draft, cfg: SeedConfig, requests, outputs, log=print) -> dic
     report["warmup"] = run_once(engine, cfg, requests, pause_during_prefill=False)
     log(f"seed: warm-up {report['warmup']['round_s']:.1f} s")
     for arm, pause in (("A", True), ("B", False), ("A2", True)):
-        report[arm] = run_once(engine, cfg, requests, pause)
+        report[arm] = run_once(engine, cfg, requests, pause, arrive_step=report["warmup"]["arrive_step"])
         log(f"seed: {arm} goodput {report[arm]['established_goodput_tok_s']:.1f} tok/s")
     a, b, a2 = (report[k]["established_goodput_tok_s"] for k in ("A", "B", "A2"))
     digests = {report[k]["digest"] for k in ("warmup", "A", "B", "A2")} | {report["truth_digest"]}
@@ -208,9 +213,9 @@ def compare_modes(model, draft, cfg: SeedConfig, requests, outputs, modes=("spec
     report = {"config": asdict(cfg)}
     for mode in modes:
         engine, _, peak = spec_engine(model, draft, cfg, requests, outputs, mode)
-        run_once(engine, cfg, requests, pause_during_prefill=False)
+        warm = run_once(engine, cfg, requests, pause_during_prefill=False)
         peak["staged_bytes"] = 0
-        row = run_once(engine, cfg, requests, pause_during_prefill=False)
+        row = run_once(engine, cfg, requests, pause_during_prefill=False, arrive_step=warm["arrive_step"])
         row["peak_staged_bytes"] = peak["staged_bytes"]
         row["matches_plain"] = row["digest"] == digest
         row["memory"] = peak_memory(model.backend)

@@ -21,7 +21,7 @@ def pair(tmp_path_factory):
     return target, load_model(root / "d.gguf", "cpu", target_model=target)
 
 
-CFG = SeedConfig(established_tokens=24, arriving_lens=(70, 150), arriving_tokens=6, arrive_after_s=0.0,
+CFG = SeedConfig(established_tokens=24, arriving_lens=(70, 150), arriving_tokens=6, arrive_after_s=0.05,
                  max_slots=4, token_budget=128, acceptance_length=3, budget=5, top_k=2)
 
 
@@ -32,6 +32,9 @@ def test_seed_runs_are_exact_and_the_arms_differ_in_speculation(pair):
     assert report["summary"]["digests_equal"] and report["summary"]["oracle_misses"] == 0
     for arm in ("warmup", "A", "B", "A2"):
         assert report[arm]["finish_reasons"] == ["length"] * 4 and len(report[arm]["arriving_ttft_s"]) == 2
+    # the arms arrive at the warm-up's step: B (same mode as the warm-up) runs its very steps
+    assert all(report[arm]["arrive_step"] == report["warmup"]["arrive_step"] for arm in ("A", "B", "A2"))
+    assert report["B"]["steps"] == report["warmup"]["steps"]
     modes = compare_modes(target, draft, CFG, requests, outputs, log=lambda *_: None)
     assert modes["specla"]["matches_plain"] and modes["ddtree"]["matches_plain"]
     assert modes["ddtree"]["peak_staged_bytes"] > modes["specla"]["peak_staged_bytes"] > 0
