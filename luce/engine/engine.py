@@ -261,7 +261,7 @@ class Engine:
         s.tree_rows += sum(len(t.token_ids) for t in step.cohort.tree)
         s.replay_keys.add(step.replay_key)
         if self.spec is not None:
-            self.spec.record(step, outcome.accepted)
+            self.spec.record(step, outcome.accepted, self._request_in)
         if step.cohort.tree:
             accepted = outcome.accepted
             for chunk in step.cohort.tree:

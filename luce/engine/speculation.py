@@ -145,12 +145,15 @@ class EngineSpeculation:
         """The committed rows' target features (ForwardOutput.captured) to the drafter."""
         self.speculator.add_context(output.captured, np.asarray(rows, dtype=np.int64), segments)
 
-    def record(self, step: StepBatch, accepted: dict[int, Acceptance]) -> None:
+    def record(self, step: StepBatch, accepted: dict[int, Acceptance], request_of: Callable[[int], Any]) -> None:
         """After every committed step: statistics of its trees, and the step's time for the
-        depth policy (decode steps only: a prompt chunk's cost is not a verify's)."""
+        depth policy (decode steps only: a prompt chunk's cost is not a verify's); prompts
+        completed this step go to the drafter (a draft model prefills them in this step)."""
         if self._drafted_at is not None and not step.cohort.prefill:
             self.policy.record_step(step.cohort.n_rows, time.perf_counter() - self._drafted_at)
         self._drafted_at = None
+        self.speculator.prefill([(c.slot, request_of(c.slot).prompt_ids) for c in step.cohort.prefill
+                                 if c.completes_prompt])
         for chunk in step.cohort.tree:
             acc, tree = accepted[chunk.slot], self.trees[chunk.slot]
             self.speculator.record(tree, acc.n_accepted, len(acc.tokens))

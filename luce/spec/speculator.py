@@ -38,6 +38,18 @@ class Speculator:
         """The slot's sequence ended: forget the drafter's state of it."""
         self.drafter.release(slot)
 
+    def prefill(self, lanes: Sequence[tuple[int, Sequence[int]]]) -> None:
+        """(slot, prompt) of prompts completed this step, to a drafter that keeps per-sequence
+        model state (luce.spec.drafters.base: `prefill`); the others catch up when they draft."""
+        prefill = getattr(self.drafter, "prefill", None)
+        if prefill is None or not lanes:
+            return
+        try:       # after the commit nothing may fail: a drafter that could not catch up starts over
+            prefill(lanes)
+        except Exception:
+            for slot, _ in lanes:
+                self.drafter.release(slot)
+
     def draft_trees(self, lanes: Sequence[tuple[int, Sequence[int], int]]) -> dict[int, DraftTree]:
         """lanes: (slot, tokens ending with the root, max drafted depth) -> {slot: tree}
         for the lanes that got at least one drafted node."""

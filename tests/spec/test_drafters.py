@@ -172,3 +172,20 @@ def test_oracle_with_a_set_acceptance_length_commits_exactly_that_many(tiny_mode
         assert [engine.take_output(i).token_ids for i in ids] == want
         s = engine.spec.stats
         assert s.verifies > 4 and s.acceptance_length > 3.5 and s.accepted <= 3 * s.verifies
+
+
+def test_draft_model_prefill_leaves_one_row_for_the_first_draft(tiny_models):
+    """prefill(slot, prompt): the draft state covers the prompt, so the first draft feeds only
+    the new root, and proposes what a drafter that caught up inside propose does."""
+    model = tiny_models["qwen3_draft"]
+    prompt, first = [4, 8, 15, 16, 23, 42, 7], 11
+    drafter = DraftModelDrafter(model, 2, 64, 4)
+    drafter.prefill([(1, prompt)])
+    assert drafter.seen[1] == len(prompt)
+    rows, forward = [], drafter.forward
+    drafter.forward = lambda batch, state: (rows.append(batch.n_rows), forward(batch, state))[1]
+    got = drafter.propose([DraftLane(1, prompt + [first], 3, 2)])[0]
+    assert rows == [1, 1, 1]
+    want = DraftModelDrafter(model, 2, 64, 4).propose([DraftLane(1, prompt + [first], 3, 2)])[0]
+    np.testing.assert_array_equal(got.ids, want.ids)
+    np.testing.assert_array_equal(got.logprobs, want.logprobs)

@@ -40,6 +40,10 @@ class Drafter(Protocol):
     def release(self, slot: int) -> None:
         """Forget what is kept for `slot` (its sequence ended or was reset)."""
 
+    # drafters that keep a model's state of each sequence (a draft model) only:
+    # def prefill(self, lanes: Sequence[tuple[int, Sequence[int]]]) -> None:
+    #     """(slot, prompt) of prompts the target finished prefilling this step: catch up now."""
+
     # drafters with feature_layers only:
     # def add_context(self, segments: Sequence[tuple[int, int, int]], features) -> None:
     #     """(slot, first position, count) segments of committed rows and their target

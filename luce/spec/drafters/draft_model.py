@@ -70,6 +70,12 @@ class DraftModelDrafter:
         self.fed[slot] = []
         self.state.reset_slot(slot)
 
+    def prefill(self, lanes: Sequence[tuple[int, Sequence[int]]]) -> None:
+        """(slot, prompt) of prompts the target finished prefilling: the draft state catches up
+        on them now, so the lane's first draft feeds one row. The draft's share of the prompt is
+        then paid where the target's is (time to first token), not inside the first decode step."""
+        self.propose([DraftLane(slot, tokens, 1, 1) for slot, tokens in lanes])
+
     def _sync(self, lane: DraftLane) -> None:
         """Forget the lane's draft state from the first token that differs from `tokens`."""
         tokens, hist = list(lane.tokens), self.history[lane.slot]
