@@ -18,7 +18,9 @@
 //    block NT, row tiles per block WM) or on the path.
 //    A block is 4 warps (one per k part) x WM row tiles of 16 rows x TS token sets of 8 * NT
 //    tokens; each warp streams its 16 rows' chunks through shared memory (cp.async, 2 to 4
-//    stages deep, matmul_stage.cuh) and padding tokens read no activations.
+//    stages deep, matmul_stage.cuh) and padding tokens read no activations. Launch shapes
+//    (launch_quant): one block per block tile, or a one-wave grid whose blocks take several
+//    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
 #include "matmul_kquants.cuh"
 #include "matmul_blocks.cuh"
 #include "matmul_float.cuh"
@@ -49,10 +51,10 @@ struct MmqArgs {
 // across tiles: the next tile's first chunks are in flight while a tile ends. Weights are
 // read before wait_for_prior_kernels (pdl.cuh), activations and outputs only after it.
 // kEven: one row (only even token columns are live).
-// Launch shapes of the same kernel (results are the same bits): kRing, the default (a
-// one-wave grid, blocks stream several tiles, overlapped with the kernel ahead); kRingWide
-// (tune 1: the same with shallower stages and registers for 5 blocks of 4 warps per SM at one
-// token column, more warps to hide latency); kLegacy (tune 3: the launch before the ring).
+// Launch shapes of the same kernel (results are the same bits): kRing (a one-wave grid whose
+// blocks stream several tiles, overlapped with the kernel ahead); kRingWide (the same with
+// shallower stages and registers for 5 blocks of 4 warps per SM at one token column: more
+// warps to hide latency); kLegacy (one block per tile, not overlapped: the launch before).
 enum Shape { kRing, kRingWide, kLegacy };
 
 __host__ __device__ constexpr int clamp_stages(int s) { return s > 4 ? 4 : s < 2 ? 2 : s; }
@@ -210,9 +212,26 @@ int launch_mmq(const MmqArgs &a, cudaStream_t stream) {
     return luce_status(launch_overlapped(kernel, grid, dim3(kThreads), kSmem, stream, overlap, a));
 }
 
-// Launch shape from the row count (decode) or fixed (prefill); `tune` 1 is kRingWide at one
-// token column, 2 doubles the row tiles per block, 3 is kLegacy. Every shape computes the same
-// bits (see the header).
+// Waves of 16-row tiles for n rows at 4 blocks per SM (0 if the device is unknown). The ring
+// beat one block per tile (measured on an H200, docs/PERF.md, 2026-12-01) at up to 8 rows when
+// the tiles fill 1 to 4 waves (gate/up, qkv; under one wave, down and out, and far over it, the
+// LM head, one block per tile did better), and at 9 to 16 rows from one wave up.
+inline double tile_waves(int64_t n) {
+    static int sms = 0;
+    if (sms == 0) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+            sms = -1;
+    }
+    return sms > 0 ? (double)((n + 15) / 16) / (4.0 * sms) : 0.0;
+}
+
+// Launch shape from the row count (decode) or fixed (prefill). `tune` 0: the measured choice
+// (tile_waves; kRingWide for Q8_0 and Q5_0 up to 8 rows, whose large stages leave few blocks),
+// else the launch before, as for more than 16 rows and the prefill path. 1: the ring at every row count (kRingWide
+// up to 8 rows), 2: two row tiles per block, 3: the launch before (kLegacy) everywhere. Every
+// shape computes the same bits (see the header).
 template <class Q>
 int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     const int64_t t = path == LUCE_MATMUL_PREFILL ? (int64_t)1 << 40 : a.rows;
@@ -221,15 +240,19 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
         if (t <= 16) return launch_mmq<Q, 2, 2, 1>(a, stream);
         return launch_mmq<Q, 2, 2, 2>(a, stream);
     }
-    if (tune == 3) {
+    const double waves = tune == 0 && t <= 16 ? tile_waves(a.n) : 0.0;
+    const bool ring = tune == 1 || (t <= 8 ? waves >= 1.0 && waves <= 4.0 : t <= 16 && waves >= 1.0);
+    if (!ring) {
         if (t == 1) return launch_mmq<Q, 1, 1, 1, true, kLegacy>(a, stream);
         if (t <= 8) return launch_mmq<Q, 1, 1, 1, false, kLegacy>(a, stream);
         if (t <= 16) return launch_mmq<Q, 2, 1, 1, false, kLegacy>(a, stream);
         if (t <= 32) return launch_mmq<Q, 2, 1, 2, false, kLegacy>(a, stream);
         return launch_mmq<Q, 2, 1, 4, false, kLegacy>(a, stream);
     }
-    if (tune == 1 && t == 1) return launch_mmq<Q, 1, 1, 1, true, kRingWide>(a, stream);
-    if (tune == 1 && t <= 8) return launch_mmq<Q, 1, 1, 1, false, kRingWide>(a, stream);
+    if (tune == 1 || !Q::kIntScale) {
+        if (t == 1) return launch_mmq<Q, 1, 1, 1, true, kRingWide>(a, stream);
+        if (t <= 8) return launch_mmq<Q, 1, 1, 1, false, kRingWide>(a, stream);
+    }
     if (t == 1) return launch_mmq<Q, 1, 1, 1, true>(a, stream);
     if (t <= 8) return launch_mmq<Q, 1, 1, 1>(a, stream);
     if (t <= 16) return launch_mmq<Q, 2, 1, 1>(a, stream);

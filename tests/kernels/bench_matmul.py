@@ -2,7 +2,8 @@
 FFN gate/up 5120 -> 17408, down 17408 -> 5120, GDN qkv 5120 -> 10240, attention/GDN out
 6144 -> 5120, LM head 5120 -> 248320. Every goal type at 1, 16 and 32 rows, each also with
 tune 3 (`_tune3`: one block per row tile, no overlap with the kernel ahead: the launch before
-the one-wave grid), so one run gives before and after.
+the one-wave ring grid), so one run gives before and after, and at 1 row with tune 1 (the ring
+with 5 blocks per SM).
 
 BENCH_CASES: callables that allocate and fill device buffers and return
 (launch_fn, bytes_moved, flops); launch_fn(stream: int = 0) launches once (x quantization +
@@ -69,7 +70,7 @@ def _case(qtype_name, shape, rows, path=0, reuse_x=False, tune=0):
 
 
 BENCH_CASES = [c for q in GOAL_TYPES for s in SHAPES for c in (
-    _case(q, s, 1), _case(q, s, 1, tune=1), _case(q, s, 16), _case(q, s, 32),  # tune 1: 5 blocks per SM
+    _case(q, s, 1), _case(q, s, 1, tune=1), _case(q, s, 16), _case(q, s, 32),  # tune 1: the ring
     _case(q, s, 1, tune=3), _case(q, s, 16, tune=3), _case(q, s, 32, tune=3))]
 BENCH_CASES += [_case(q, s, 1, reuse_x=True) for q in GOAL_TYPES for s in ("gate", "down")]
 BENCH_CASES += [_case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),
