@@ -23,9 +23,12 @@ extern "C" {
  * multiply x as is (SIMT) and need no workspace.
  * Batch invariance: each output is reduced over k in an order fixed by k alone, so a row's
  * result is bitwise the same whatever rows share the call, whatever `path` or `tune`.
- * `path` (LUCE_MATMUL_DECODE / _PREFILL) and `tune` (0 or 1: automatic; 2: two row tiles of 16
- * per block) only pick the launch shape. x and workspace 16-byte aligned; y must not overlap
- * x, w or workspace. */
+ * `path` (LUCE_MATMUL_DECODE / _PREFILL) and `tune` (0: automatic, by measured speed; 1: the
+ * one-wave ring grid at every row count; 2: two row tiles of 16 per block; 3: one block per
+ * row tile everywhere, the launch before the ring, kept for comparison) only pick the launch
+ * shape. The block-type kernel may start before the kernel ahead of it in the stream ends
+ * (cuda/pdl.cuh): until that kernel has finished it reads only the weights. x and workspace
+ * 16-byte aligned; y must not overlap x, w or workspace. */
 #define LUCE_QT_F32 0
 #define LUCE_QT_F16 1
 #define LUCE_QT_Q5_0 6

@@ -18,12 +18,15 @@
 //    block NT, row tiles per block WM) or on the path.
 //    A block is 4 warps (one per k part) x WM row tiles of 16 rows x TS token sets of 8 * NT
 //    tokens; each warp streams its 16 rows' chunks through shared memory (cp.async, 2 to 4
-//    stages deep, matmul_stage.cuh) and padding tokens read no activations.
+//    stages deep, matmul_stage.cuh) and padding tokens read no activations. Launch shapes
+//    (launch_quant): one block per block tile, or a one-wave grid whose blocks take several
+//    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
 #include "matmul_kquants.cuh"
 #include "matmul_blocks.cuh"
 #include "matmul_float.cuh"
 #include "matmul_stage.cuh"
 #include "matmul_chunk.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -42,114 +45,193 @@ struct MmqArgs {
 };
 
 // Block: 4 * WM * TS warps = 4 k parts x WM row tiles of 16 rows x TS token sets of 8 * NT
-// tokens; each warp multiplies its row tile's chunks kw, kw + 4, ... for its tokens, with the
-// weight chunks staged kStages deep in its own shared memory (matmul_stage.cuh). kEven: one
-// row (only even token columns are live).
-template <class Q, int NT>
-__host__ __device__ constexpr int stages() { return NT > 1 ? 2 : Stage<Q>::kBytes > 3000 ? 3 : 4; }
+// tokens. A block multiplies block tiles (WM row tiles) blockIdx.x, + gridDim.x, ...; each
+// warp multiplies its row tile's chunks kw, kw + 4, ... for its tokens, with the weight
+// chunks staged kStages deep in its own shared memory (matmul_stage.cuh). The ring runs on
+// across tiles: the next tile's first chunks are in flight while a tile ends. Weights are
+// read before wait_for_prior_kernels (pdl.cuh), activations and outputs only after it.
+// kEven: one row (only even token columns are live).
+// Launch shapes of the same kernel (results are the same bits): kRing (a one-wave grid whose
+// blocks stream several tiles, overlapped with the kernel ahead); kRingWide (the same with
+// shallower stages and registers for 5 blocks of 4 warps per SM at one token column: more
+// warps to hide latency); kLegacy (one block per tile, not overlapped: the launch before).
+enum Shape { kRing, kRingWide, kLegacy };
 
-template <class Q, int NT, int WM, int TS>
-__host__ __device__ constexpr int stage_smem_bytes() { return kKSplit * WM * TS * stages<Q, NT>() * Stage<Q>::kBytes; }
+__host__ __device__ constexpr int clamp_stages(int s) { return s > 4 ? 4 : s < 2 ? 2 : s; }
 
-template <class Q, int NT, int WM, int TS, bool kEven>
-__global__ void __launch_bounds__(kKSplit * WM * TS * WARP_SIZE, 512 / (kKSplit * WM * TS * WARP_SIZE))
+// Stages per warp: kRing about 14.6 KB of chunks in flight per warp with one token set (2 with
+// several: shared memory), kRingWide about 10 KB; kLegacy 3 or 4 at one token column, else 2.
+template <class Q, int NT, int TS, Shape S>
+__host__ __device__ constexpr int stages() {
+    return S == kLegacy ? (NT > 1 ? 2 : Stage<Q>::kBytes > 3000 ? 3 : 4)
+           : TS > 1     ? 2
+                        : clamp_stages((S == kRingWide ? 10240 : 14600) / Stage<Q>::kBytes);
+}
+
+// Blocks per SM the compiler must leave registers for.
+template <int NT, int WM, int TS, Shape S>
+__host__ __device__ constexpr int min_blocks() {
+    return S == kRingWide && NT == 1 && WM == 1 && TS == 1 ? 5 : 512 / (kKSplit * WM * TS * WARP_SIZE);
+}
+
+template <class Q, int WM, int TS, int kStages>
+__host__ __device__ constexpr int stage_smem_bytes() { return kKSplit * WM * TS * kStages * Stage<Q>::kBytes; }
+
+template <class Q, int NT, int WM, int TS, bool kEven, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(kKSplit * WM * TS * WARP_SIZE, kMinBlocks)
 mmq_kernel(MmqArgs a) {
     constexpr int KS = kKSplit;
-    constexpr int kStages = stages<Q, NT>();
     extern __shared__ uint4 stage_words[];  // 16-byte aligned
     uint8_t *stage_mem = reinterpret_cast<uint8_t *>(stage_words);
-    __shared__ float partial[KS - 1][WM * TS][NT * 4][WARP_SIZE];
+    __shared__ float partial[2][KS - 1][WM * TS][NT * 4][WARP_SIZE];  // two tiles' worth
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     const int kw = warp % KS, mw = (warp / KS) % WM, ts = warp / (KS * WM);
     const int slot = warp / KS, grp = lane >> 2, quad = lane & 3;
-    const int64_t tile = ((int64_t)blockIdx.x * WM + mw) * 16;
-    const uint8_t *w0 = a.w + imin64(tile + grp, a.n - 1) * a.row_bytes;
-    const uint8_t *w1 = a.w + imin64(tile + grp + 8, a.n - 1) * a.row_bytes;
-    const int64_t t_first = ((int64_t)blockIdx.y * TS + ts) * 8 * NT;
-    XTile xt[NT];
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-        const int64_t live = a.rows - (t_first + 8 * n);  // real tokens in the tile
-        const int64_t tb = imin64(t_first + 8 * n, a.x.tp - 8);  // clamped into the padded rows
-        xt[n].xb = a.x.xq + (tb + grp) * a.x.groups * 4 + quad;
-        xt[n].xd = a.x.xd + tb + 2 * quad;
-        xt[n].xqp = a.x.xqp + (tb + 2 * quad) * 2;
-        xt[n].xs = a.x.xs + tb / 2 + quad;
-        xt[n].b_live = grp < live;
-        xt[n].s_live = 2 * quad < live;
-    }
-    float acc[NT][4] = {};
-    uint8_t *stages_of_warp = stage_mem + warp * kStages * Stage<Q>::kBytes;
-    LaneCopier<Q, kStages> copier(stages_of_warp, a.w, a.w_end, a.row_bytes, a.n, tile, lane);
+    const int64_t block_tiles = (a.n + 16 * WM - 1) / (16 * WM);
+    const int tiles = blockIdx.x < block_tiles ? (int)((block_tiles - 1 - blockIdx.x) / gridDim.x + 1) : 0;
+    auto tile_row = [&](int t) { return (((int64_t)blockIdx.x + (int64_t)t * gridDim.x) * WM + mw) * 16; };
     const int count = a.x.chunks > kw ? (int)((a.x.chunks - kw + KS - 1) / KS) : 0;
-#pragma unroll
-    for (int n = 0; n < NT; ++n) xt[n].advance(a.x, kw);  // to chunk kw
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        if (s < count) copier.copy(s, kw + (int64_t)KS * s, lane);
+    uint8_t *stages_of_warp = stage_mem + warp * kStages * Stage<Q>::kBytes;
+    LaneCopier<Q, kStages> copier(stages_of_warp, a.w, a.w_end, a.row_bytes, a.n, lane);
+    int fill_t = 0, fill_c = 0;  // the next chunk to copy: tile fill_t, chunk kw + KS * fill_c
+    auto copy_next = [&](int s) {
+        if (fill_t < tiles) {
+            copier.copy(s, tile_row(fill_t), kw + (int64_t)KS * fill_c, lane);
+            if (++fill_c == count) { fill_c = 0; ++fill_t; }
+        }
         copier.commit();
-    }
-    int fill = kStages - 1, use = 0;  // stages of chunk i + kStages - 1 and of chunk i
-    for (int i = 0; i < count; ++i) {
-        if (i + kStages - 1 < count) copier.copy(fill, kw + (int64_t)KS * (i + kStages - 1), lane);
-        copier.commit();
-        copier.wait(use);  // chunk i has landed, for every lane
-        const int64_t ch = kw + (int64_t)KS * i;
-        const uint8_t *st = stages_of_warp + use * Stage<Q>::kBytes;
-        fill = fill + 1 == kStages ? 0 : fill + 1;
-        use = use + 1 == kStages ? 0 : use + 1;
-        Q rd;
-        rd.load(staged_row<Q>(st, grp, w0 + ch * Q::kChunkBytes), staged_row<Q>(st, grp + 8, w1 + ch * Q::kChunkBytes),
-                quad, chunk_groups<Q>(a.x, ch));
-        if constexpr (Q::kIntScale)
-            mmq_chunk_int<Q, NT, kEven>(rd, xt, quad, acc);
-        else
-            mmq_chunk_float<Q, NT, (NT > 1)>(rd, a.x, ch, xt, quad, acc);
+    };
+    if (count == 0) fill_t = tiles;
 #pragma unroll
-        for (int n = 0; n < NT; ++n) xt[n].advance(a.x, KS);
-        __syncwarp();  // every lane is done with the stage before a later iteration refills it
-    }
-    if (kw != 0) {
+    for (int s = 0; s < kStages - 1; ++s) copy_next(s);
+    wait_for_prior_kernels();  // x is written by the kernel ahead (quantize_x or another)
+    const int64_t t_first = ((int64_t)blockIdx.y * TS + ts) * 8 * NT;
+    int fill = kStages - 1, use = 0;  // the stages of the next copy and of the next chunk used
+    for (int t = 0; t < tiles; ++t) {
+        const int64_t tile = tile_row(t);
+        const uint8_t *w0 = a.w + imin64(tile + grp, a.n - 1) * a.row_bytes;
+        const uint8_t *w1 = a.w + imin64(tile + grp + 8, a.n - 1) * a.row_bytes;
+        XTile xt[NT];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {  // at chunk kw
+            const int64_t live = a.rows - (t_first + 8 * n);  // real tokens in the tile
+            const int64_t tb = imin64(t_first + 8 * n, a.x.tp - 8);  // clamped into the padded rows
+            xt[n].xb = a.x.xq + (tb + grp) * a.x.groups * 4 + quad;
+            xt[n].xd = a.x.xd + tb + 2 * quad;
+            xt[n].xqp = a.x.xqp + (tb + 2 * quad) * 2;
+            xt[n].xs = a.x.xs + tb / 2 + quad;
+            xt[n].b_live = grp < live;
+            xt[n].s_live = 2 * quad < live;
+            xt[n].advance(a.x, kw);
+        }
+        float acc[NT][4] = {};
+        for (int i = 0; i < count; ++i) {
+            copy_next(fill);
+            copier.wait();  // the chunk in stage `use` has landed, for every lane
+            const int64_t ch = kw + (int64_t)KS * i;
+            const uint8_t *st = stages_of_warp + use * Stage<Q>::kBytes;
+            fill = fill + 1 == kStages ? 0 : fill + 1;
+            use = use + 1 == kStages ? 0 : use + 1;
+            Q rd;
+            rd.load(staged_row<Q>(st, grp, w0 + ch * Q::kChunkBytes), staged_row<Q>(st, grp + 8, w1 + ch * Q::kChunkBytes),
+                    quad, chunk_groups<Q>(a.x, ch));
+            if constexpr (Q::kIntScale)
+                mmq_chunk_int<Q, NT, kEven>(rd, xt, quad, acc);
+            else
+                mmq_chunk_float<Q, NT, (NT > 1)>(rd, a.x, ch, xt, quad, acc);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) xt[n].advance(a.x, KS);
+            __syncwarp();  // every lane is done with the stage before a later iteration refills it
+        }
+        float (*part)[WM * TS][NT * 4][WARP_SIZE] = partial[t & 1];
+        if (kw != 0) {
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) part[kw - 1][slot][n * 4 + e][lane] = acc[n][e];
+        }
+        __syncthreads();
+        if (kw != 0) continue;
 #pragma unroll
         for (int n = 0; n < NT; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) partial[kw - 1][slot][n * 4 + e][lane] = acc[n][e];
-    }
-    __syncthreads();
-    if (kw != 0) return;
+            for (int e = 0; e < 4; ++e) {
+                if (kEven && (e & 1)) continue;
+                float v = acc[n][e];
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            if (kEven && (e & 1)) continue;
-            float v = acc[n][e];
-#pragma unroll
-            for (int s = 0; s < KS - 1; ++s) v = v + partial[s][slot][n * 4 + e][lane];
-            const int64_t row = tile + grp + 8 * (e >> 1), t = t_first + 8 * n + 2 * quad + (e & 1);
-            if (row < a.n && t < a.rows) {
-                if (a.bias) v = v + a.bias[row];
-                a.y[t * a.n + row] = v;
+                for (int s = 0; s < KS - 1; ++s) v = v + part[s][slot][n * 4 + e][lane];
+                const int64_t row = tile + grp + 8 * (e >> 1), tok = t_first + 8 * n + 2 * quad + (e & 1);
+                if (row < a.n && tok < a.rows) {
+                    if (a.bias) v = v + a.bias[row];
+                    a.y[tok * a.n + row] = v;
+                }
             }
-        }
-}
-
-template <class Q, int NT, int WM, int TS, bool kEven = false>
-int launch_mmq(const MmqArgs &a, cudaStream_t stream) {
-    constexpr int kTokens = 8 * NT * TS, kSmem = stage_smem_bytes<Q, NT, WM, TS>();
-    static bool smem_set = false;  // raise the dynamic shared-memory limit once per kernel
-    if (!smem_set) {
-        const cudaError_t err = cudaFuncSetAttribute(mmq_kernel<Q, NT, WM, TS, kEven>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-        if (err != cudaSuccess) return luce_status(err);
-        smem_set = true;
     }
-    const dim3 grid((unsigned)((a.n + 16 * WM - 1) / (16 * WM)), (unsigned)((a.rows + kTokens - 1) / kTokens));
-    mmq_kernel<Q, NT, WM, TS, kEven><<<grid, kKSplit * WM * TS * WARP_SIZE, kSmem, stream>>>(a);
-    return luce_status(cudaGetLastError());
 }
 
-// Launch shape from the row count (decode) or fixed (prefill); `tune` 2 doubles the row tiles
-// per block. Every shape computes the same bits (see the header).
+// Blocks resident at once on the device for a kernel (0 if unknown).
+template <class K>
+int resident_blocks(K kernel, int threads, int smem) {
+    int device = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+        return 0;
+#ifdef __HIPCC__
+    (void)kernel; (void)threads; (void)smem;
+    per_sm = 2;
+#else
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) return 0;
+#endif
+    return sms * per_sm;
+}
+
+// Blocks: one per block tile up to what the device holds at once; past that, that many
+// blocks, block b taking tiles b, b + grid, ... (the ring runs on across them). `single`
+// keeps one block per tile (the launch before).
+inline unsigned grid_x(int64_t block_tiles, int64_t grid_y, int resident, bool single) {
+    const int64_t room = resident > 0 ? resident / grid_y : 0;
+    if (single || room <= 0 || block_tiles <= room) return (unsigned)block_tiles;
+    return (unsigned)room;
+}
+
+template <class Q, int NT, int WM, int TS, bool kEven = false, Shape S = kRing>
+int launch_mmq(const MmqArgs &a, cudaStream_t stream) {
+    constexpr int kStages = stages<Q, NT, TS, S>(), kMinBlocks = min_blocks<NT, WM, TS, S>();
+    constexpr bool single = S == kLegacy, overlap = S != kLegacy;
+    constexpr int kTokens = 8 * NT * TS, kSmem = stage_smem_bytes<Q, WM, TS, kStages>();
+    constexpr int kThreads = kKSplit * WM * TS * WARP_SIZE;
+    auto kernel = mmq_kernel<Q, NT, WM, TS, kEven, kStages, kMinBlocks>;
+    static int resident = -1;  // raise the dynamic shared-memory limit and size the wave once per kernel
+    if (resident < 0) {
+        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+        if (err != cudaSuccess) return luce_status(err);
+        resident = resident_blocks(kernel, kThreads, kSmem);
+    }
+    const int64_t grid_y = (a.rows + kTokens - 1) / kTokens, block_tiles = (a.n + 16 * WM - 1) / (16 * WM);
+    const dim3 grid(grid_x(block_tiles, grid_y, resident, single), (unsigned)grid_y);
+    return luce_status(launch_overlapped(kernel, grid, dim3(kThreads), kSmem, stream, overlap, a));
+}
+
+// Waves of 16-row tiles for n rows at 4 blocks per SM (0 if the device is unknown). The ring
+// beat one block per tile (measured on an H200, docs/PERF.md, 2026-12-01) at up to 8 rows when
+// the tiles fill 1 to 4 waves (gate/up, qkv; under one wave, down and out, and far over it, the
+// LM head, one block per tile did better), and at 9 to 16 rows from one wave up.
+inline double tile_waves(int64_t n) {
+    static int sms = 0;
+    if (sms == 0) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+            sms = -1;
+    }
+    return sms > 0 ? (double)((n + 15) / 16) / (4.0 * sms) : 0.0;
+}
+
+// Launch shape from the row count (decode) or fixed (prefill). `tune` 0: the measured choice
+// (tile_waves; kRingWide for Q8_0 and Q5_0 up to 8 rows, whose large stages leave few blocks),
+// else the launch before, as for more than 16 rows and the prefill path. 1: the ring at every row count (kRingWide
+// up to 8 rows), 2: two row tiles per block, 3: the launch before (kLegacy) everywhere. Every
+// shape computes the same bits (see the header).
 template <class Q>
 int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     const int64_t t = path == LUCE_MATMUL_PREFILL ? (int64_t)1 << 40 : a.rows;
@@ -157,6 +239,19 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
         if (t <= 8) return launch_mmq<Q, 1, 2, 1>(a, stream);
         if (t <= 16) return launch_mmq<Q, 2, 2, 1>(a, stream);
         return launch_mmq<Q, 2, 2, 2>(a, stream);
+    }
+    const double waves = tune == 0 && t <= 16 ? tile_waves(a.n) : 0.0;
+    const bool ring = tune == 1 || (t <= 8 ? waves >= 1.0 && waves <= 4.0 : t <= 16 && waves >= 1.0);
+    if (!ring) {
+        if (t == 1) return launch_mmq<Q, 1, 1, 1, true, kLegacy>(a, stream);
+        if (t <= 8) return launch_mmq<Q, 1, 1, 1, false, kLegacy>(a, stream);
+        if (t <= 16) return launch_mmq<Q, 2, 1, 1, false, kLegacy>(a, stream);
+        if (t <= 32) return launch_mmq<Q, 2, 1, 2, false, kLegacy>(a, stream);
+        return launch_mmq<Q, 2, 1, 4, false, kLegacy>(a, stream);
+    }
+    if (tune == 1 || !Q::kIntScale) {
+        if (t == 1) return launch_mmq<Q, 1, 1, 1, true, kRingWide>(a, stream);
+        if (t <= 8) return launch_mmq<Q, 1, 1, 1, false, kRingWide>(a, stream);
     }
     if (t == 1) return launch_mmq<Q, 1, 1, 1, true>(a, stream);
     if (t <= 8) return launch_mmq<Q, 1, 1, 1>(a, stream);
@@ -196,7 +291,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p, void *stream_ptr) {
     if (p->rows == 0) return 0;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || p->tune < 0 ||
-        p->tune > 2 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
+        p->tune > 3 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     if (!is_block_type(p->qtype)) {

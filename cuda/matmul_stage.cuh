@@ -44,55 +44,58 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// Warp-wide copier of one row tile's chunks into stages with per-lane cp.async: item
+// Warp-wide copier of row tiles' chunks into stages with per-lane cp.async: item
 // lane + 32 i is word (item % kWords) of row (item / kWords), so one instruction moves 512
-// contiguous bytes (about two rows). Each lane's row offsets (rows clamped to n - 1) and
-// word positions are computed once. Only the tile holding the matrix's last row can reach
-// past w_end: it alone checks bounds (bytes at or past w_end are zero-filled, not read).
+// contiguous bytes (about two rows). Each lane's row offsets and word positions are computed
+// once; the tile is an argument of each copy, so one warp streams chunks of successive tiles
+// through one ring. Only the tile holding the matrix's last row can reach past w_end: it alone
+// clamps rows to n - 1 and checks bounds (bytes at or past w_end are zero-filled, not read).
 template <class Q, int kStages>
 struct LaneCopier {
     using St = Stage<Q>;
     static constexpr int kItems = 16 * St::kWords;
     static constexpr int kIters = (kItems + WARP_SIZE - 1) / WARP_SIZE;
-    const uint8_t *tile_w;     // the tile's first row
-    const uint8_t *w_end;
+    const uint8_t *w, *w_end;
     uint8_t *stages;           // the warp's kStages stages
-    uint32_t row_off[kIters];  // from tile_w to the item's row
+    int64_t row_bytes, n;
+    uint32_t row_off[kIters];  // from a tile's first row to the item's row
     uint32_t at[kIters];       // 16 * word (low 16 bits) | offset in the stage (high 16 bits)
-    bool edge;
 
-    __device__ __forceinline__ LaneCopier(uint8_t *warp_stages, const uint8_t *w, const uint8_t *end,
-                                          int64_t row_bytes, int64_t n, int64_t tile, int lane) {
+    __device__ __forceinline__ LaneCopier(uint8_t *warp_stages, const uint8_t *w_, const uint8_t *end,
+                                          int64_t row_bytes_, int64_t n_, int lane) {
         stages = warp_stages;
-        tile_w = w + tile * row_bytes;
+        w = w_;
         w_end = end;
-        edge = tile + 16 >= n;
+        row_bytes = row_bytes_;
+        n = n_;
 #pragma unroll
         for (int i = 0; i < kIters; ++i) {
             const int item = lane + i * WARP_SIZE, r = item / St::kWords, word = item % St::kWords;
-            const int64_t row = tile + r < n ? tile + r : n - 1;
-            row_off[i] = (uint32_t)((row - tile) * row_bytes);
+            row_off[i] = (uint32_t)(r * row_bytes);
             at[i] = (uint32_t)(16 * word) | ((uint32_t)(r * St::kSlotBytes + 16 * word) << 16);
         }
     }
 
-    // Start copying chunk `ch` into stage s; commit() closes the chunk's group.
-    __device__ __forceinline__ void copy(int s, int64_t ch, int lane) const {
-        const uint8_t *base = tile_w + ch * Q::kChunkBytes;
+    // Start copying chunk `ch` of the row tile starting at row `tile` into stage s; commit()
+    // closes the chunk's group.
+    __device__ __forceinline__ void copy(int s, int64_t tile, int64_t ch, int lane) const {
+        const uint8_t *base = w + tile * row_bytes + ch * Q::kChunkBytes;
 #ifndef __HIPCC__
         asm("" : "+l"(base));  // one 64-bit base per chunk (else nvcc redoes ch * kChunkBytes per item)
 #endif
         uint8_t *stage = stages + s * St::kBytes;
-        if (!edge) {
+        if (tile + 16 < n) {
 #pragma unroll
             for (int i = 0; i < kIters; ++i)
                 if (kItems % WARP_SIZE == 0 || lane + i * WARP_SIZE < kItems)
-                    cp_async16(stage + (at[i] >> 16), source(base, i), 16);
+                    cp_async16(stage + (at[i] >> 16), source(base, row_off[i], i), 16);
         } else {
 #pragma unroll
             for (int i = 0; i < kIters; ++i) {
                 if (kItems % WARP_SIZE != 0 && lane + i * WARP_SIZE >= kItems) continue;
-                const uint8_t *src = source(base, i);
+                const int64_t r = (lane + i * WARP_SIZE) / St::kWords;
+                const int64_t row = tile + r < n ? tile + r : n - 1;
+                const uint8_t *src = source(base, (uint32_t)((row - tile) * row_bytes), i);
                 const int64_t left = w_end - src;
                 cp_async16(stage + (at[i] >> 16), left > 0 ? src : w_end - 1,
                            left >= 16 ? 16 : (left > 0 ? (int)left : 0));
@@ -101,15 +104,15 @@ struct LaneCopier {
     }
 
     // Item i's aligned 16-byte word of the chunk starting at base (in the tile's first row).
-    __device__ __forceinline__ const uint8_t *source(const uint8_t *base, int i) const {
-        return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(base + row_off[i]) & ~(uintptr_t)15) +
+    __device__ __forceinline__ const uint8_t *source(const uint8_t *base, uint32_t off, int i) const {
+        return reinterpret_cast<const uint8_t *>(reinterpret_cast<uintptr_t>(base + off) & ~(uintptr_t)15) +
                (at[i] & 0xFFFFu);
     }
 
     __device__ __forceinline__ void commit() const { cp_async_commit(); }
 
-    // Stage s (holding the oldest chunk in flight) has landed, for every lane.
-    __device__ __forceinline__ void wait(int) {
+    // The oldest chunk in flight has landed, for every lane.
+    __device__ __forceinline__ void wait() {
         cp_async_wait<kStages - 1>();
         __syncwarp();
     }

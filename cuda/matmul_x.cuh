@@ -4,6 +4,7 @@
 #pragma once
 
 #include "matmul_mma.cuh"
+#include "pdl.cuh"
 
 namespace mm {
 
@@ -51,6 +52,7 @@ inline XLayout x_layout(void *ws, int64_t rows, int64_t k) {
 // One warp per (row, chunk): lane = 4 * group + quad holds values 4q..4q+3 and 16+4q..16+4q+3.
 __global__ void __launch_bounds__(256) quantize_x_kernel(const float *x, int64_t rows, int64_t k,
                                                          XLayout l) {
+    let_dependents_start();  // the matmul may launch now; it waits for this kernel before reading x
     const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
     const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
     if (item >= l.tp * l.chunks) return;  // whole warps

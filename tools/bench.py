@@ -143,13 +143,17 @@ def measure_gemm(dtype_name: str, n: int = 8192, repeats: int = 5) -> float | No
 
 
 def discover(filter_text: str | None) -> list[tuple[str, object]]:
-    """[(name, case)] from every tests/kernels/bench_*.py, in file order."""
+    """[(name, case)] from every tests/kernels/bench_*.py, in file order; filter_text: substrings
+    separated by commas, a case is kept when its name or module contains any of them (one
+    ending in '$' must end the name)."""
+    wanted = filter_text.split(",") if filter_text else None
     cases = []
     for path in sorted((ROOT / "tests" / "kernels").glob("bench_*.py")):
         module = importlib.import_module(f"tests.kernels.{path.stem}")
         for case in getattr(module, "BENCH_CASES", []):
             name = getattr(case, "__name__", None) or repr(case)
-            if filter_text is None or filter_text in name or filter_text in path.stem:
+            if wanted is None or any(name.endswith(w[:-1]) if w.endswith("$") else (w in name or w in path.stem)
+                                     for w in wanted):
                 cases.append((name, case))
     return cases
 
@@ -194,7 +198,7 @@ def format_row(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--filter", help="only cases whose name or module contains this")
+    ap.add_argument("--filter", help="only cases whose name or module contains this (or one of a,b,c; x$: names ending in x)")
     ap.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     ap.add_argument("--json-out", help="also write the JSON document to this file")
     ap.add_argument("--repeats", type=int, default=25, help="timed graph replays per case (median)")

@@ -1,5 +1,9 @@
 """Benchmark cases for the quantized matmul (cuda/matmul.cu) at Qwen3.6-27B shapes:
-FFN gate/up 5120 -> 17408, down 17408 -> 5120, GDN qkv 5120 -> 10240, LM head 5120 -> 248320.
+FFN gate/up 5120 -> 17408, down 17408 -> 5120, GDN qkv 5120 -> 10240, attention/GDN out
+6144 -> 5120, LM head 5120 -> 248320. Every goal type at 1, 16 and 32 rows, each also with
+tune 3 (`_tune3`: one block per row tile, no overlap with the kernel ahead: the launch before
+the one-wave ring grid), so one run gives before and after, and at 1 row with tune 1 (the ring
+with 5 blocks per SM).
 
 BENCH_CASES: callables that allocate and fill device buffers and return
 (launch_fn, bytes_moved, flops); launch_fn(stream: int = 0) launches once (x quantization +
@@ -17,8 +21,9 @@ import sys
 
 import numpy as np
 
-SHAPES = {"gate": (17408, 5120), "down": (5120, 17408), "qkv": (10240, 5120), "lmhead": (248320, 5120)}
-GOAL_TYPES = ("Q4_K", "IQ4_XS", "Q6_K", "Q8_0")
+SHAPES = {"gate": (17408, 5120), "down": (5120, 17408), "qkv": (10240, 5120), "out": (5120, 6144),
+          "lmhead": (248320, 5120)}
+GOAL_TYPES = ("IQ4_XS", "Q4_K", "Q6_K", "Q8_0", "Q5_K", "Q5_0")
 L2_BYTES = 60 << 20
 
 
@@ -64,25 +69,35 @@ def _case(qtype_name, shape, rows, path=0, reuse_x=False, tune=0):
     return c
 
 
-BENCH_CASES = [_case(q, s, r) for q in GOAL_TYPES for s in SHAPES for r in (1, 16, 32)]
-BENCH_CASES += [_case("Q4_K", "gate", 1, reuse_x=True), _case("Q4_K", "down", 1, reuse_x=True),
-                _case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),
-                _case("Q5_K", "gate", 1), _case("Q5_0", "gate", 1), _case("F16", "gate", 1),
-                _case("BF16", "gate", 1)]
+BENCH_CASES = [c for q in GOAL_TYPES for s in SHAPES for c in (
+    _case(q, s, 1), _case(q, s, 1, tune=1), _case(q, s, 16), _case(q, s, 32),  # tune 1: the ring
+    _case(q, s, 1, tune=3), _case(q, s, 16, tune=3), _case(q, s, 32, tune=3))]
+BENCH_CASES += [_case(q, s, 1, reuse_x=True) for q in GOAL_TYPES for s in ("gate", "down")]
+BENCH_CASES += [_case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),
+                _case("F16", "gate", 1), _case("BF16", "gate", 1)]
 BENCH_CASES += [_case(q, s, r, tune=2) for q in ("Q4_K", "Q6_K") for s in ("gate", "down") for r in (1, 32)]
 
 
 def ratio_table(results: list[dict]) -> list[str]:
-    """'16 and 32 rows vs 1 row' per type and shape (the decode goal: <= 1.3x)."""
-    us = {r["case"]: r["us"] for r in results if "us" in r}
+    """Per type and shape, after (tune 0) and before (tune 3): the 1-row time, % of copy
+    bandwidth at 1, 16 and 32 rows, and 16 and 32 rows vs 1 row (goal <= 1.3x and <= 1.6x)."""
+    by = {}
+    for r in results:  # rows of run_cases ("case", "us", "pct_copy_bw") or tools/bench.py ("name", ...)
+        if "us" in r or "time_us" in r:
+            by[r.get("case") or r["name"]] = {"us": r.get("us") or r["time_us"],
+                                              "pct_copy_bw": r.get("pct_copy_bw") or r["pct_bw"]}
     lines = []
     for q in GOAL_TYPES:
         for s in SHAPES:
-            one = us.get(f"matmul_{q}_{s}_t1")
-            if one:
-                r16, r32 = us.get(f"matmul_{q}_{s}_t16"), us.get(f"matmul_{q}_{s}_t32")
-                lines.append(f"{q:7s} {s:7s} 1 row {one:8.1f} us   16 rows x{(r16 or 0) / one:5.2f}"
-                             f"   32 rows x{(r32 or 0) / one:5.2f}")
+            for tag, sfx in (("after", ""), ("before", "_tune3")):
+                one = by.get(f"matmul_{q}_{s}_t1{sfx}")
+                if not one:
+                    continue
+                r16, r32 = by.get(f"matmul_{q}_{s}_t16{sfx}"), by.get(f"matmul_{q}_{s}_t32{sfx}")
+                pct = "/".join(f"{r['pct_copy_bw']:.0f}" if r else "-" for r in (one, r16, r32))
+                lines.append(f"{q:7s} {s:7s} {tag:6s} 1 row {one['us']:8.1f} us  % copy 1/16/32 {pct:>10s}"
+                             f"  16 rows x{(r16['us'] if r16 else 0) / one['us']:5.2f}"
+                             f"  32 rows x{(r32['us'] if r32 else 0) / one['us']:5.2f}")
     return lines
 
 
@@ -110,6 +125,12 @@ def torch_copy_bandwidth(n_bytes: int = 2 << 30, reps: int = 20) -> float | None
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--table"]:  # the table from a `tools/bench.py --json-out` file
+        import json
+
+        for line in ratio_table(json.load(open(sys.argv[2]))["cases"]):
+            print(line)
+        sys.exit(0)
     from tests.kernels.bench_attention import run_cases
 
     bw = torch_copy_bandwidth()

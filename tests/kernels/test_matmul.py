@@ -142,7 +142,7 @@ def test_wide_k_parity_and_invariance(qtype):
     for r in (0, 1, 32):
         alone = run_kernel(x[r:r + 1], raw, qtype, 40)
         assert np.array_equal(alone[0], batch[r]), f"row {r} alone differs from row {r} of 33"
-    for path, tune in ((1, 0), (0, 2)):
+    for path, tune in ((1, 0), (0, 1), (0, 2), (0, 3)):
         assert np.array_equal(run_kernel(x, raw, qtype, 40, path=path, tune=tune), batch), \
             f"path {path}, tune {tune} changed bits"
     assert np.array_equal(run_kernel(x[:9], raw, qtype, 40), batch[:9]), "first 9 rows differ"
@@ -164,12 +164,40 @@ def test_batch_invariance(qtype):
     big = np.concatenate([x[::-1], activations(65, k, seed=78)])  # row r of x at 63 - r
     moved = run_kernel(big, raw, qtype, N_ODD, bias=bias)
     assert np.array_equal(moved[:64][::-1], batch), "rows moved in a batch of 129 changed bits"
-    for path, tune in ((1, 0), (0, 2), (1, 2)):
+    for path, tune in ((1, 0), (0, 1), (0, 2), (1, 2), (0, 3)):
         other = run_kernel(x, raw, qtype, N_ODD, bias=bias, path=path, tune=tune)
         assert np.array_equal(other, batch), f"path {path}, tune {tune} changed bits"
     for rows in (2, 9, 17, 33):
         part = run_kernel(x[:rows], raw, qtype, N_ODD, bias=bias)
         assert np.array_equal(part, batch[:rows]), f"first {rows} rows differ from the batch of 64"
+
+
+MANY_TILES_N = 16 * 1500 + 5  # more row tiles than an H200 holds blocks: blocks take several
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qtype", BLOCK_TYPES)
+def test_blocks_of_several_tiles(qtype):
+    """n = 24005 rows (1501 row tiles, the last partial): the one-wave grid gives each block
+    several tiles and streams them through one ring (cuda/matmul.cu). Parity at 1, 2, 17 and
+    33 rows; bitwise equal to the other launch shapes (tune 1, and tune 3: one block per tile)
+    and to the first rows of the batch of 33."""
+    k = K_OF[qtype]
+    raw97, wd97 = weights(qtype, N_ODD, k)
+    reps = -(-MANY_TILES_N // N_ODD)
+    raw = np.tile(raw97, (reps, 1))[:MANY_TILES_N]
+    wd = np.tile(wd97, (reps, 1))[:MANY_TILES_N]
+    x = activations(33, k, seed=21)
+    batch = None
+    for rows in (1, 2, 17, 33):
+        got = run_kernel(x[:rows], raw, qtype, MANY_TILES_N)
+        assert_rows_close(got, ref_matmul(x[:rows], wd), "matmul_blocks")
+        for tune in (1, 3):
+            other = run_kernel(x[:rows], raw, qtype, MANY_TILES_N, tune=tune)
+            assert np.array_equal(got.view(np.uint32), other.view(np.uint32)), f"{rows} rows: tune {tune} changed bits"
+        if batch is None:
+            batch = run_kernel(x, raw, qtype, MANY_TILES_N)
+        assert np.array_equal(got, batch[:rows]), f"first {rows} rows differ from the batch of 33"
 
 
 @pytest.mark.gpu
@@ -217,7 +245,7 @@ def test_bad_arguments_raise():
     with pytest.raises(KernelError, match="luce_matmul"):
         run_kernel(x, raw, 2, 16)  # unsupported type id
     with pytest.raises(KernelError, match="luce_matmul"):
-        run_kernel(x, raw, Q.Q4_K, 16, tune=3)
+        run_kernel(x, raw, Q.Q4_K, 16, tune=4)
     from luce.ops.cuda_memory import DeviceBuffer
     small = DeviceBuffer(64)
     with pytest.raises(KernelError, match="luce_matmul"):
