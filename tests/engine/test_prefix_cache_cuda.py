@@ -1,7 +1,7 @@
 """The prefix cache on the CUDA backend: the multi-turn conversation of
 test_prefix_cache_exact (a middle edit, a repeat, concurrent sharers) gives with the cache on
-exactly the tokens and logits of the cache-off run, graphs replayed, greedy and seeded, plain
-and n-gram DDTree; snapshots are device copies (the backend's arrays, not host arrays) and
+exactly the tokens and logits of the cache-off run, greedy and seeded, plain and n-gram
+DDTree (eagerly: the logits recorder reads every step's rows on the host, which capture refuses); snapshots are device copies (the backend's arrays, not host arrays) and
 partly used pages of the dense model are copied on the device (kv_move_rows)."""
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ def test_cuda_cache_hit_is_byte_identical_to_cache_off(cuda_tiny, sampled, spec)
     (cold, cold_logits, _), (warm, warm_logits, engine) = runs[False], runs[True]
     assert [t for t, _ in warm] == [t for t, _ in cold] and warm_logits == cold_logits
     assert sum(c for _, c in warm) > 0 and engine.stats.cached_prompt_tokens == sum(c for _, c in warm)
-    assert engine.graph_counters().get("replays", 0) > 0
     if name == "qwen35":
         snaps = [e.snapshot for e in engine.cache.entries.values() if e.snapshot is not None]
         assert snaps and engine.cache.stats.snapshot_hits > 0
