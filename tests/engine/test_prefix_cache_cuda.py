@@ -1,8 +1,9 @@
 """The prefix cache on the CUDA backend: the multi-turn conversation of
 test_prefix_cache_exact (a middle edit, a repeat, concurrent sharers) gives with the cache on
 exactly the tokens and logits of the cache-off run, greedy and seeded, plain and n-gram
-DDTree (eagerly: the logits recorder reads every step's rows on the host, which capture refuses); snapshots are device copies (the backend's arrays, not host arrays) and
-partly used pages of the dense model are copied on the device (kv_move_rows)."""
+DDTree (eagerly: the logits recorder reads every step's rows on the host, which capture
+refuses); snapshots are device copies (the backend's arrays, not host arrays) and partly used
+pages of the dense model are copied on the device (kv_move_rows)."""
 from __future__ import annotations
 
 import numpy as np
