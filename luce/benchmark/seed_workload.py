@@ -197,7 +197,8 @@ def run_seed(model, draft, cfg: SeedConfig, requests, outputs, log=print) -> dic
     a, b, a2 = (report[k]["established_goodput_tok_s"] for k in ("A", "B", "A2"))
     digests = {report[k]["digest"] for k in ("warmup", "A", "B", "A2")} | {report["truth_digest"]}
     report["summary"] = {
-        "B_over_A_goodput": b / ((a + a2) / 2), "A_A_drift": abs(a2 - a) / a, "goal_B_4x_A": b >= 4 * (a + a2) / 2,
+        "B_over_A_goodput": b / ((a + a2) / 2) if a + a2 > 0 else float("nan"),
+        "A_A_drift": abs(a2 - a) / a if a > 0 else float("nan"), "goal_B_4x_A": b >= 4 * (a + a2) / 2,
         "digests_equal": len(digests) == 1,
         "oracle_misses": oracle.misses, "peak_staged_bytes": peak["staged_bytes"],
     }

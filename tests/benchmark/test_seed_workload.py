@@ -21,7 +21,7 @@ def pair(tmp_path_factory):
     return target, load_model(root / "d.gguf", "cpu", target_model=target)
 
 
-CFG = SeedConfig(established_tokens=24, arriving_lens=(70, 150), arriving_tokens=6, arrive_after_s=0.05,
+CFG = SeedConfig(established_tokens=24, arriving_lens=(70, 150), arriving_tokens=6, arrive_after_s=0.0,
                  max_slots=4, token_budget=128, acceptance_length=3, budget=5, top_k=2)
 
 
