@@ -11,6 +11,14 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 cnp.import_array()
 
+cdef extern from "sys/mman.h":
+    int madvise(void *addr, size_t length, int advice) nogil
+    int MADV_DONTNEED
+
+cdef extern from "unistd.h":
+    long sysconf(int name) nogil
+    int _SC_PAGESIZE
+
 cdef extern from "cpu_ops.h":
     int LUCE_ISA_PORTABLE, LUCE_ISA_AVX2, LUCE_ISA_AVX512
     int luce_cpu_isa_supported(int isa) nogil
@@ -20,6 +28,7 @@ cdef extern from "cpu_ops.h":
     int luce_cpu_get_threads() nogil
     ctypedef struct luce_cpu_matmul_out:
         const uint8_t *w
+        const uint8_t *packed
         int32_t qtype
         int64_t n
         int64_t row_bytes
@@ -27,6 +36,8 @@ cdef extern from "cpu_ops.h":
         float *y
     int luce_cpu_matmuls(const float *x, int64_t T, int64_t k, const luce_cpu_matmul_out *outs, int n_outs) nogil
     int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k) nogil
+    int64_t luce_cpu_packed_bytes(int32_t qtype, int64_t n, int64_t k) nogil
+    int luce_cpu_pack(const uint8_t *w, int32_t qtype, int64_t n, int64_t k, int64_t row_bytes, uint8_t *out) nogil
     uint64_t luce_cpu_read_probe(const uint8_t *buf, int64_t n_bytes) nogil
     int luce_cpu_dequantize_rows(const uint8_t *w, int32_t qtype, int64_t row_bytes, int64_t k, const int64_t *rows,
                                  int64_t n, float *out) nogil
@@ -128,13 +139,16 @@ cdef const float *_f32_ptr(object a, str what) except NULL:
 
 cdef class CpuWeight:
     """A matrix [n, k] as GGUF blocks of ggml type `qtype`: raw [n, row_bytes] uint8 (a view of
-    the mapped file, or of an f32 array). Checked once, here; matmuls reads the C fields."""
-    cdef readonly object raw
+    the mapped file, or of an f32 array), and optionally the same blocks packed
+    (luce/cpu/packed.h: `pack`), which the AVX-512 path multiplies instead. Checked once, here;
+    matmuls reads the C fields."""
+    cdef readonly object raw, packed
     cdef readonly int32_t qtype
     cdef readonly int64_t n, k, row_bytes
     cdef const uint8_t *ptr
+    cdef const uint8_t *pptr
 
-    def __init__(self, object raw, int qtype, int64_t n, int64_t k, int64_t row_bytes):
+    def __init__(self, object raw, int qtype, int64_t n, int64_t k, int64_t row_bytes, object packed=None):
         if not isinstance(raw, np.ndarray) or raw.dtype != np.uint8 or not raw.flags.c_contiguous:
             raise TypeError("weight bytes must be a C-contiguous uint8 array")
         if luce_cpu_row_bytes(qtype, k) != row_bytes or raw.nbytes != n * row_bytes:
@@ -142,10 +156,47 @@ cdef class CpuWeight:
                              f"(rows of {row_bytes} bytes)")
         self.raw, self.qtype, self.n, self.k, self.row_bytes = raw, qtype, n, k, row_bytes
         self.ptr = <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>raw)
+        self.packed, self.pptr = None, NULL
+        if packed is not None:
+            if not isinstance(packed, np.ndarray) or packed.dtype != np.uint8 or not packed.flags.c_contiguous \
+                    or packed.nbytes != luce_cpu_packed_bytes(qtype, n, k):
+                raise ValueError(f"packed bytes of a [{n}, {k}] ggml type {qtype} weight: expected "
+                                 f"{luce_cpu_packed_bytes(qtype, n, k)} uint8")
+            self.packed, self.pptr = packed, <const uint8_t *>cnp.PyArray_DATA(<cnp.ndarray>packed)
 
     @property
     def shape(self):
         return (self.n, self.k)
+
+
+def packed_bytes(int qtype, int64_t n, int64_t k):
+    """Bytes of the packed form of a [n, k] weight, or -1 if it has none (type, n % 16)."""
+    return luce_cpu_packed_bytes(qtype, n, k)
+
+
+def pack(CpuWeight w):
+    """The weight's blocks in the column-interleaved layout of luce/cpu/packed.h (a new
+    uint8 array), or None if its type or shape has no packed form."""
+    cdef int64_t nbytes = luce_cpu_packed_bytes(w.qtype, w.n, w.k)
+    if nbytes < 0:
+        return None
+    cdef cnp.ndarray out = np.empty(nbytes, np.uint8)
+    cdef int rc
+    with nogil:
+        rc = luce_cpu_pack(w.ptr, w.qtype, w.n, w.k, w.row_bytes, <uint8_t *>cnp.PyArray_DATA(out))
+    _check(rc, "pack")
+    return out
+
+
+def release_file_pages(cnp.ndarray a):
+    """Drop this process's mapping of the whole pages inside `a` (a view of a file mapped
+    read-only: the pages stay in the page cache and fault back in when read), so a weight
+    read once to pack it does not stay resident twice. Never call it on anonymous memory."""
+    cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
+    cdef size_t start = <size_t>cnp.PyArray_DATA(a), end = start + <size_t>a.nbytes
+    cdef size_t lo = (start + page - 1) // page * page, hi = end // page * page
+    if hi > lo:
+        madvise(<void *>lo, hi - lo, MADV_DONTNEED)
 
 
 def matmuls(object x, list weights, list biases, list outs):
@@ -171,6 +222,7 @@ def matmuls(object x, list weights, list biases, list outs):
                 or cnp.PyArray_DIM(<cnp.ndarray>y, 0) != T or cnp.PyArray_DIM(<cnp.ndarray>y, 1) != w.n:
             raise ValueError(f"matmul output must be [{T}, {w.n}]")
         o[i].w = w.ptr
+        o[i].packed = w.pptr
         o[i].qtype = w.qtype
         o[i].n = w.n
         o[i].row_bytes = w.row_bytes

@@ -23,10 +23,11 @@ int luce_cpu_get_isa(void);
 void luce_cpu_set_threads(int n);      /* threads of every parallel kernel (>= 1) */
 int luce_cpu_get_threads(void);
 
-/* One weight of a matmul: W [n, k] in blocks of ggml type `qtype`, row r at w + r * row_bytes;
- * writes y [T, n] (= x W^T + bias). */
+/* One weight of a matmul: W [n, k] in blocks of ggml type `qtype`, row r at w + r * row_bytes
+ * (and, or NULL, the same weight packed: luce_cpu_pack); writes y [T, n] (= x W^T + bias). */
 typedef struct {
     const uint8_t *w;
+    const uint8_t *packed;
     int32_t qtype;
     int64_t n;
     int64_t row_bytes;
@@ -37,6 +38,11 @@ typedef struct {
 /* x [T, k] f32 times every weight of outs (all with the same k), sharing the activation
  * quantization; one parallel region over all weights' output columns. */
 int luce_cpu_matmuls(const float *x, int64_t T, int64_t k, const luce_cpu_matmul_out *outs, int n_outs);
+
+/* Packed weights (luce/cpu/packed.h): the column-interleaved copy the AVX-512 path multiplies
+ * (Q4_K, Q6_K with n % 16 == 0; -1 / LUCE_CPU_EARG otherwise). */
+int64_t luce_cpu_packed_bytes(int32_t qtype, int64_t n, int64_t k);
+int luce_cpu_pack(const uint8_t *w, int32_t qtype, int64_t n, int64_t k, int64_t row_bytes, uint8_t *out);
 
 /* bytes of one row of k values of `qtype` (-1 if the type is not supported or k not whole blocks) */
 int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k);

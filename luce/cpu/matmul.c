@@ -6,6 +6,7 @@
 #include "cpu_ops.h"
 #include "decode.h"
 #include "matmul.h"
+#include "packed.h"
 #include "pool.h"
 
 /* Columns per task: a multiple of 16 (the widest tile), about TASKS_PER_THREAD tasks per thread
@@ -25,6 +26,11 @@ int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k) {
     int kind = mm_kind(qtype);
     if (kind < 0 || k <= 0 || k % mm_block_values(kind)) return -1;
     return k / mm_block_values(kind) * mm_block_bytes(kind);
+}
+
+/* the packed kernel of a kind on this path, or NULL (the weight's row-major bytes are used) */
+static mm_tile_fn packed_tile_for(int kind) {
+    return luce_cpu_get_isa() == LUCE_ISA_AVX512 ? mm_packed_avx512[kind] : NULL;
 }
 
 static mm_tile_fn tile_for(int kind) {
@@ -73,7 +79,7 @@ typedef struct {
     const luce_cpu_matmul_out *outs;
     const mm_job *jobs;
     const int64_t *first_task, *task_columns;
-    mm_tile_fn tiles[MM_KINDS];
+    const mm_tile_fn *tiles;   /* [n_outs] */
 } columns_job;
 
 static void columns_task(void *ctx, int64_t task) {
@@ -83,7 +89,7 @@ static void columns_task(void *ctx, int64_t task) {
     const int64_t cols = c->task_columns[i];
     int64_t n0 = (task - c->first_task[i]) * cols;
     int64_t n1 = n0 + cols < c->outs[i].n ? n0 + cols : c->outs[i].n;
-    c->tiles[mm_kind(c->outs[i].qtype)](&c->jobs[i], n0, n1);
+    c->tiles[i](&c->jobs[i], n0, n1);
 }
 
 static void free_act(act_buffers *a) {
@@ -108,23 +114,27 @@ int luce_cpu_matmuls(const float *x, int64_t T, int64_t K, const luce_cpu_matmul
     mm_job *jobs = calloc((size_t)n_outs, sizeof(mm_job));
     int64_t *first_task = calloc((size_t)n_outs + 1, sizeof(int64_t));
     int64_t *task_columns = calloc((size_t)n_outs, sizeof(int64_t));
-    if (!jobs || !first_task || !task_columns) rc = LUCE_CPU_ENOMEM;
+    mm_tile_fn *tiles = calloc((size_t)n_outs, sizeof(mm_tile_fn));
+    if (!jobs || !first_task || !task_columns || !tiles) rc = LUCE_CPU_ENOMEM;
     if (rc == LUCE_CPU_OK) {
         for (int i = 0; i < n_outs; i++) {
-            const act_buffers *a = &act[mm_act_format(mm_kind(outs[i].qtype))];
-            jobs[i] = (mm_job){x, a->qs, a->dx, a->bsums, T, K, outs[i].w, outs[i].row_bytes,
+            const int kind = mm_kind(outs[i].qtype);
+            const act_buffers *a = &act[mm_act_format(kind)];
+            const mm_tile_fn packed = outs[i].packed ? packed_tile_for(kind) : NULL;
+            tiles[i] = packed ? packed : tile_for(kind);
+            jobs[i] = (mm_job){x, a->qs, a->dx, a->bsums, T, K, packed ? outs[i].packed : outs[i].w, outs[i].row_bytes,
                                outs[i].bias, outs[i].y, outs[i].n};
             task_columns[i] = columns_per_task(outs[i].n);
             first_task[i + 1] = first_task[i] + (outs[i].n + task_columns[i] - 1) / task_columns[i];
         }
-        columns_job c = {outs, jobs, first_task, task_columns, {0}};
-        for (int k = 0; k < MM_KINDS; k++) c.tiles[k] = tile_for(k);
+        columns_job c = {outs, jobs, first_task, task_columns, tiles};
         pool_run(first_task[n_outs], columns_task, &c, luce_cpu_get_threads());
     }
     for (int f = 0; f < 3; f++) free_act(&act[f]);
     free(jobs);
     free(first_task);
     free(task_columns);
+    free(tiles);
     return rc;
 }
 

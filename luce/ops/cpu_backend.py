@@ -10,6 +10,7 @@ are the numpy backend's (luce/ref), none of which calls BLAS.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import numpy as np
 
@@ -35,6 +36,15 @@ def _qtype_name(qtype: int) -> str:
         return f"ggml type {qtype}"
 
 
+def _maps_a_file(a: np.ndarray) -> bool:
+    """True if a is a view of a memory-mapped file (np.memmap / mmap.mmap of a file)."""
+    while a is not None:
+        if isinstance(a, np.memmap) or isinstance(a, mmap.mmap):
+            return True
+        a = getattr(a, "base", None)
+    return False
+
+
 class CpuBackend(CpuSequenceOps, NumpyBackend):
     """luce.ops.api.Backend on the CPU; Array = np.ndarray f32, Weight = CpuWeight."""
 
@@ -53,6 +63,9 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
             raise ValueError(f"--threads must be >= 1, got {self.threads}")
         _cpu.set_threads(self.threads)
         self.isa = _cpu.set_isa(isa or os.environ.get("LUCE_CPU_ISA", "avx512"))
+        # Q4_K / Q6_K weights also held column-interleaved (luce/cpu/packed.h) for the AVX-512
+        # path: bitwise the same products, a third of the instructions per row (LUCE_CPU_PACK=0: off)
+        self.pack_weights = self.isa == "avx512" and os.environ.get("LUCE_CPU_PACK", "1") != "0"
 
     def describe(self) -> str:
         return f"cpu ({self.isa}, {self.threads} threads)"
@@ -69,7 +82,18 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
                 f"{name}: weights of type {_qtype_name(qtype)} are not supported by the cpu backend; "
                 f"supported: {', '.join(sorted(self._k.QTYPES))}. Re-quantize the model to one of these "
                 "(e.g. llama-quantize model.gguf out.gguf Q4_K_M), or use --backend numpy")
-        return self._weight(np.asarray(gguf.raw(name)), qtype, shape, name)
+        w = self._weight(np.asarray(gguf.raw(name)), qtype, shape, name)
+        return self.packed(w, file_backed=True) if self.pack_weights else w
+
+    def packed(self, w: CpuWeight, file_backed: bool = False) -> CpuWeight:
+        """w with its packed copy (luce/cpu/packed.h), or w if its type or shape has none.
+        file_backed: w.raw maps the GGUF file; its pages are let go once packed."""
+        packed = self._k.pack(w)
+        if packed is None:
+            return w
+        if file_backed and _maps_a_file(w.raw):
+            self._k.release_file_pages(w.raw)
+        return CpuWeight(w.raw, w.qtype, w.n, w.k, w.row_bytes, packed)
 
     def weight_from_array(self, w: np.ndarray) -> CpuWeight:
         w = np.ascontiguousarray(w, dtype=np.float32)
@@ -80,7 +104,10 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
     def weight_rows(self, w: CpuWeight, n: int) -> CpuWeight:
         if not 1 <= n <= w.n:
             raise ValueError(f"weight_rows: need 1 <= n <= {w.n}, got {n}")
-        return CpuWeight(w.raw[:n], w.qtype, n, w.k, w.row_bytes)
+        packed = None
+        if w.packed is not None and n % 16 == 0:   # whole 16-column groups: a prefix of the packed bytes
+            packed = w.packed[:self._k.packed_bytes(w.qtype, n, w.k)]
+        return CpuWeight(w.raw[:n], w.qtype, n, w.k, w.row_bytes, packed)
 
     def _weight(self, raw: np.ndarray, qtype: int, shape, name: str) -> CpuWeight:
         n, k = shape

@@ -1,0 +1,49 @@
+/* Column-interleaved ("packed") Q4_K and Q6_K weights for the AVX-512 VNNI matmul.
+ *
+ * The GGUF layout puts one output column's blocks in a row, so a SIMD dot product runs along
+ * K and every block ends in a horizontal sum per column. The packed layout holds the same
+ * integers for 16 consecutive columns side by side: one 32-bit lane per column, four
+ * consecutive values of that column per lane. A VNNI instruction then multiplies four values
+ * of 16 columns by one broadcast activation word, sums stay per column in their lane, and
+ * no horizontal sum is needed: about a third of the instructions per row of the row-major
+ * kernel (the multi-row verify and prompt steps were compute bound).
+ *
+ * The integers are exact and the float combine per block is blocks.h's, in block order, so
+ * a packed matmul is bitwise the row-major one (tests/kernels/test_cpu_packed.py).
+ *
+ * A weight [N, K] (N % 16 == 0) packs to N / 16 groups; a group is K / 256 records, one per
+ * block, in block order; record (g, b) holds block b of columns 16 g .. 16 g + 15:
+ *
+ * Q4_K, PACKED_Q4_K bytes (the GGUF blocks' 2304 plus 64 of unpacked scales):
+ *   0     u32 dd[16]          the column's f16 d | f16 dmin << 16 (block bytes 0..3)
+ *   64    u8  sc[8][16]       6-bit scale of sub-block j (32 values)
+ *   192   u8  m[4][16][2]     mins of sub-blocks 2p, 2p + 1
+ *   320   u8  q[8][4][16][4]  [j][h][column][e]: low nibble q[32 j + 8 h + e], high nibble
+ *                             q[32 j + 8 h + 4 + e] (values 0..15)
+ * Q6_K, PACKED_Q6_K bytes (exactly the GGUF blocks' 16 * 210), u = q + 32 in 0..63:
+ *   0     u16 d[16]           f16 d
+ *   32    i8  sc[8][16][2]    scales of sub-blocks 2p, 2p + 1 (16 values each)
+ *   288   u8  lo[4][8][16][4] [quarter][h][column][e]: low nibble u[64 q + 8 h + e] & 15, high
+ *                             nibble u[64 q + 8 h + 4 + e] & 15
+ *   2336  u8  hi[4][4][16][4] [quarter][p][column][e]: bits 2 i, 2 i + 1 = u[64 q + 16 p + 4 i + e] >> 4
+ */
+#ifndef LUCE_CPU_PACKED_H
+#define LUCE_CPU_PACKED_H
+
+#include "matmul.h"
+
+#define PACK_COLS 16
+#define PACKED_Q4_K 2368
+#define PACKED_Q6_K 3360
+
+/* bytes of a packed [n, k] weight of ggml type qtype; -1 if it does not pack (type, n % 16, k) */
+int64_t luce_cpu_packed_bytes(int32_t qtype, int64_t n, int64_t k);
+
+/* W [n, k] (rows row_bytes apart) -> out [luce_cpu_packed_bytes]; 0 or LUCE_CPU_EARG */
+int luce_cpu_pack(const uint8_t *w, int32_t qtype, int64_t n, int64_t k, int64_t row_bytes, uint8_t *out);
+
+/* tile kernels over packed weights (j->w = the packed bytes; n0, n1 multiples of 16) per kind,
+ * NULL where a kind has none or the build lacks AVX-512 */
+extern const mm_tile_fn mm_packed_avx512[MM_KINDS];
+
+#endif
