@@ -126,6 +126,11 @@ def test_copies_and_rowwise_ops(cuda):
                           np.concatenate([x, x]))
     for rows in (np.arange(10, 30), np.array([64, 0, 5, 5, 17])):
         assert np.array_equal(cuda.to_numpy(cuda.take_rows(dx, rows)), x[rows])
+    dst, rows = cuda.asarray(x), np.array([64, 0, 17])
+    cuda.put_rows(dst, rows, cuda.take_rows(dx, np.array([1, 2, 3])))
+    want = x.copy()
+    want[rows] = x[[1, 2, 3]]
+    assert np.array_equal(cuda.to_numpy(dst), want)
     w = randn(64, seed=4) + 1
     close = lambda got, want: np.testing.assert_allclose(cuda.to_numpy(got), want, rtol=2e-5, atol=1e-5)  # noqa: E731
     close(cuda.rmsnorm(dx, cuda.asarray(w), 1e-6), NP.rmsnorm(x, w, 1e-6))
@@ -418,3 +423,29 @@ def measure_decode_step(path, n_steps: int = 50) -> float:
         nxt = int(model.backend.argmax(out.logits)[0])
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+@pytest.mark.gpu
+def test_recurrent_checkpoint_copies_the_given_slots_on_the_device(cuda, monkeypatch):
+    """RecurrentState.checkpoint(slots) / rollback on CUDA: device copies of those slots'
+    rows only (no download, no upload of state), every slot bitwise as before."""
+    from luce.models.recurrent_state import RecurrentState
+
+    rs = RecurrentState(cuda, (0, 2, 5), 4, (3, 64), (2, 32, 32))
+    for il in rs.gdn_layers:
+        for slot in range(4):
+            rs.store(il, slot, randn(3, 64, seed=il * 8 + slot), randn(2, 32, 32, seed=il * 8 + slot + 100))
+    digest = lambda: [cuda.to_numpy(a).tobytes() for a in rs._all]  # noqa: E731
+    before = digest()
+    per_slot = 4 * 3 * (3 * 64 + 2 * 32 * 32)
+    with monkeypatch.context() as m:
+        m.setattr(cuda, "to_numpy", lambda *a: pytest.fail("checkpoint downloaded state"))
+        rs.checkpoint([3, 1])
+        assert rs.saved_slots == (1, 3) and rs.copied_bytes == 2 * per_slot
+        for il in rs.gdn_layers:
+            for slot in (1, 3):
+                cuda.copy_into(rs.gdn(il, slot), cuda.zeros((2, 32, 32)))
+                cuda.copy_into(rs.conv(il, slot), cuda.zeros((3, 64)))
+        rs.rollback()
+        assert rs.copied_bytes == 4 * per_slot
+    assert digest() == before
