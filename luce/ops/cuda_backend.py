@@ -83,6 +83,7 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
         self.matmul_qtypes = dict(_cuda_matmul.QTYPES)
         self.mirrors = Mirrors()
         self._init_sequence_ops()
+        self._init_step_ops()
         self._init_graphs()
 
     # ---- memory ---------------------------------------------------------------------------

@@ -53,6 +53,44 @@ def test_broadcast_strides_match_numpy(shape, full):
     assert _strides(shape, full) == [s // 4 for s in view.strides]
 
 
+def test_per_node_state_scratch_is_one_buffer_per_layer_that_grows_by_doubling():
+    """CUDA ddtree verify writes per-node GDN states into one scratch per layer (shared by
+    every captured graph): a smaller tree block reuses its address, a larger one doubles it
+    and keeps the outgrown buffer (a graph may still write it), and inside a capture the
+    allocation never gives cached blocks back (no cudaFree may run there)."""
+    from luce.ops.cuda_step_ops import StepOps
+
+    class Allocator:
+        def __init__(self):
+            self.calls, self.next = [], 1 << 20
+
+        def alloc(self, nbytes, trim=True):
+            self.calls.append((nbytes, trim))
+            self.next += nbytes
+            return self.next - nbytes, nbytes
+
+        def release(self, ptr, size):
+            pass
+
+    class Ops(StepOps):
+        capturing = False
+        allocator = Allocator()
+
+    ops, pool_a, pool_b = Ops(), type("P", (), {"ptr": 10})(), type("P", (), {"ptr": 20})()
+    ops._init_step_ops()
+    row = 4 * 2 * 8 * 8
+    first = ops._node_states(pool_a, (32, 2, 8, 8))
+    assert first.shape == (32, 2, 8, 8) and ops.allocator.calls == [(32 * row, True)]
+    assert ops._node_states(pool_a, (16, 2, 8, 8)).ptr == first.ptr and len(ops.allocator.calls) == 1
+    other = ops._node_states(pool_b, (8, 2, 8, 8))
+    assert other.ptr != first.ptr and ops.allocator.calls[-1] == (8 * row, True)
+    ops.capturing = True
+    grown = ops._node_states(pool_a, (40, 2, 8, 8))
+    assert ops.allocator.calls[-1] == (64 * row, False) and grown.ptr != first.ptr
+    assert ops._node_scratch_outgrown[0].ptr == first.ptr
+    assert ops._node_states(pool_a, (64, 2, 8, 8)).ptr == grown.ptr and len(ops.allocator.calls) == 3
+
+
 def test_kv_move_rows_reads_every_source_first_and_skips_padding():
     rng = np.random.default_rng(0)
     pages = [3, 0, 2]
