@@ -20,6 +20,7 @@ op per layer (luce.models.commit).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -54,7 +55,8 @@ class RecurrentState:
         self._conv: dict[int, Any] = {il: self._all[0][i] for i, il in enumerate(self.gdn_layers)}
         self._gdn: dict[int, Any] = {il: self._all[1][i] for i, il in enumerate(self.gdn_layers)}
         # the pools as rows [layers * slots, K-1 * C] and [layers * slots, Hv * Dk * Dv] (row il * slots + slot)
-        self._flat = tuple(a.reshape(n * max_slots, -1) for a in self._all)
+        self._flat = tuple(a.reshape(n * max_slots, math.prod(shape))
+                           for a, shape in zip(self._all, (self.conv_shape, self.gdn_shape)))
         self._saved = None            # (slots, rows, (conv, gdn) saved rows) of the last checkpoint
         self.copied_bytes = 0         # bytes copied by checkpoints and rollbacks
 
