@@ -5,6 +5,8 @@ paused vs kept during prefill, then SpecLA vs per-node-state ddtree on the same 
     python tools/bench_seed_workload.py TARGET.gguf --draft DFLASH.gguf --backend cuda --json out.json
     python tools/bench_seed_workload.py T.gguf --draft D.gguf --backend cpu --established-tokens 40 \\
         --arriving 70,150 --arrive-after 0.2          # a small smoke run
+    python tools/bench_seed_workload.py T.gguf --draft D.gguf --backend cuda --sections modes \
+        --established-tokens 256 --arrive-after 0.5   # SpecLA vs ddtree, bounded
 """
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arriving", default=",".join(map(str, d.arriving_lens)), help="prompt lengths, e.g. 1500,4500")
     p.add_argument("--arrive-after", type=float, default=d.arrive_after_s, help="seconds after the first step")
     p.add_argument("--acceptance-length", type=int, default=d.acceptance_length)
+    p.add_argument("--arriving-tokens", type=int, default=d.arriving_tokens, help="tokens each arriving prompt generates")
     p.add_argument("--sections", default="aba,modes", help="subset of aba,modes")
+    p.add_argument("--modes", default="specla,ddtree", help="spec modes the modes section compares")
     p.add_argument("--json", metavar="PATH", help="write the report (also after each section)")
     args = p.parse_args(argv)
     from luce.models.loader import load_model
@@ -37,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = dataclasses.replace(d, established_tokens=args.established_tokens, arrive_after_s=args.arrive_after,
                               arriving_lens=tuple(int(x) for x in args.arriving.split(",")),
-                              acceptance_length=args.acceptance_length)
+                              arriving_tokens=args.arriving_tokens, acceptance_length=args.acceptance_length)
     backend = get_backend(args.backend)
     model = load_model(args.model, backend)
     draft = None
@@ -58,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         report["aba"] = run_seed(model, draft, cfg, requests, outputs)
         save()
     if "modes" in sections:
-        report["modes"] = compare_modes(model, draft, cfg, requests, outputs)
+        report["modes"] = compare_modes(model, draft, cfg, requests, outputs, modes=tuple(args.modes.split(",")))
         save()
-    print(json.dumps({k: v.get("summary", {k2: v2 for k2, v2 in v.items() if k2.endswith("tok_s")})
-                      for k, v in report.items() if isinstance(v, dict)}, indent=1, default=str))
+    print(json.dumps({k: v["summary"] for k, v in report.items() if isinstance(v, dict) and "summary" in v},
+                     indent=1, default=str))
     return 0
 
 

@@ -18,6 +18,7 @@ step to last token), all tokens over the round, the output digest (sha256 of eve
 request's tokens: must be equal across runs), the step count and the graph counters of the
 run (eager calls by reason). `compare_modes` runs the B arm with spec modes side by side
 (SpecLA vs per-node-state ddtree): tok/s, goodput and the peak staged verify scratch.
+Both summaries list the eager calls after the warm-up by reason (`eager_after_warmup`).
 """
 from __future__ import annotations
 
@@ -193,7 +194,8 @@ def run_seed(model, draft, cfg: SeedConfig, requests, outputs, log=print) -> dic
     log(f"seed: warm-up {report['warmup']['round_s']:.1f} s")
     for arm, pause in (("A", True), ("B", False), ("A2", True)):
         report[arm] = run_once(engine, cfg, requests, pause, arrive_step=report["warmup"]["arrive_step"])
-        log(f"seed: {arm} goodput {report[arm]['established_goodput_tok_s']:.1f} tok/s")
+        log(f"seed: {arm} goodput {report[arm]['established_goodput_tok_s']:.1f} tok/s, "
+            f"eager {report[arm]['graphs'].get('eager_reasons', {})}")
     a, b, a2 = (report[k]["established_goodput_tok_s"] for k in ("A", "B", "A2"))
     digests = {report[k]["digest"] for k in ("warmup", "A", "B", "A2")} | {report["truth_digest"]}
     report["summary"] = {
@@ -201,6 +203,7 @@ def run_seed(model, draft, cfg: SeedConfig, requests, outputs, log=print) -> dic
         "A_A_drift": abs(a2 - a) / a if a > 0 else float("nan"), "goal_B_4x_A": b >= 4 * (a + a2) / 2,
         "digests_equal": len(digests) == 1,
         "oracle_misses": oracle.misses, "peak_staged_bytes": peak["staged_bytes"],
+        **after_warmup({arm: report[arm] for arm in ("A", "B", "A2")}),
     }
     report["memory"] = peak_memory(model.backend)
     return report
@@ -221,8 +224,26 @@ def compare_modes(model, draft, cfg: SeedConfig, requests, outputs, modes=("spec
         row["matches_plain"] = row["digest"] == digest
         row["memory"] = peak_memory(model.backend)
         report[mode] = row
-        log(f"modes: {mode} {row['tok_s']:.1f} tok/s, staged scratch {row['peak_staged_bytes'] / 2**20:.1f} MiB")
+        log(f"modes: {mode} {row['tok_s']:.1f} tok/s, staged scratch {row['peak_staged_bytes'] / 2**20:.1f} MiB, "
+            f"eager after warm-up {row['graphs'].get('eager_reasons', {})}")
         del engine
+    rows = {mode: report[mode] for mode in modes}
+    report["summary"] = {
+        "tok_s": {m: r["tok_s"] for m, r in rows.items()},
+        "peak_staged_MiB": {m: r["peak_staged_bytes"] / 2**20 for m, r in rows.items()},
+        "peak_device_reserved_MiB": {m: r["memory"].get("device_reserved_bytes", 0) / 2**20 for m, r in rows.items()},
+        "matches_plain": {m: r["matches_plain"] for m, r in rows.items()},
+        **after_warmup(rows),
+    }
     if "specla" in report and "ddtree" in report:
-        report["specla_over_ddtree_tok_s"] = report["specla"]["tok_s"] / report["ddtree"]["tok_s"]
+        report["summary"]["specla_over_ddtree_tok_s"] = report["specla"]["tok_s"] / report["ddtree"]["tok_s"]
     return report
+
+
+def after_warmup(runs: dict) -> dict:
+    """Eager calls (forward, tree commit, draft passes) of runs after the warm-up, by reason,
+    and their captures: the acceptance's "no eager steps after warm-up" (empty on a backend
+    without graphs, where nothing is captured)."""
+    return {"eager_after_warmup": {name: r["graphs"].get("eager_reasons", {}) for name, r in runs.items()},
+            "eager_steps_after_warmup": {name: r["graphs"].get("eager_steps", 0) for name, r in runs.items()},
+            "captures_after_warmup": {name: r["graphs"].get("captures", 0) for name, r in runs.items()}}

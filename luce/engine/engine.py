@@ -18,9 +18,9 @@ stop rule) and finished requests retired. Greedy or seeded, the tokens are the s
 speculation on or off.
 
 Failures: a step that fails before commit changes nothing: before a step with prefill or
-AR rows (they advance recurrent state in place) the model state is checkpointed
-(ModelState.checkpoint), and a failure after its forward rolls it back; tree rows and KV
-rows past the committed lengths are scratch. The step is dropped and its cohort runs again
+AR rows (they advance recurrent state in place) the state of those rows' slots is
+checkpointed (ModelState.checkpoint; other slots are not copied), and a failure after its
+forward rolls it back; tree rows and KV rows past the committed lengths are scratch. The step is dropped and its cohort runs again
 next step (a request whose steps failed `max_step_retries` times in a row ends with 'error',
 naming the cause). Only a failed rollback (or commit, which checks everything before it
 changes anything) retires the step's cohort. Cancellation
@@ -172,7 +172,7 @@ class Engine:
             return self._drop(cohort, f"{type(e).__name__}: {e}")
         try:
             if step.durable:   # prefill / AR rows advance their slots' recurrent state in place
-                self.model_state.checkpoint()
+                self.model_state.checkpoint(step.durable_slots)
         except Exception as e:  # noqa: BLE001 - a checkpoint only writes its own save buffers
             return self._drop(cohort, f"checkpoint failed: {type(e).__name__}: {e}")
         try:

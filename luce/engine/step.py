@@ -118,6 +118,11 @@ class StepBatch:
         return np.full(self.forward.n_rows, -1, np.int32) if tp is None else tp
 
     @property
+    def durable_slots(self) -> tuple[int, ...]:
+        """Slots whose state the forward changes in place (prefill and AR rows)."""
+        return tuple(item.slot for item in (*self.cohort.prefill, *self.cohort.decode))
+
+    @property
     def durable(self) -> bool:
         """Does the forward write durable state (prefill or AR rows)?"""
         return bool(self.cohort.prefill or self.cohort.decode)

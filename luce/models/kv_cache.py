@@ -74,8 +74,8 @@ class RecurrentStore(Protocol):
     def reset_slot(self, slot: int) -> None:
         """Zero slot `slot`'s state (a new sequence starts there)."""
 
-    def checkpoint(self) -> None:
-        """Save every slot's state; `rollback` puts the last checkpoint back bitwise."""
+    def checkpoint(self, slots) -> None:
+        """Save the state of `slots`; `rollback` puts the last checkpoint back bitwise."""
 
     def rollback(self) -> None:
         """Restore the state of the last checkpoint."""
@@ -104,12 +104,12 @@ class ModelState:
         if self.recurrent is not None:
             self.recurrent.reset_slot(slot)
 
-    def checkpoint(self) -> None:
-        """Save what a step's forward changes in place before commit: the recurrent state
-        (prefill and AR rows advance it). KV needs nothing: a step writes KV rows only past
-        every slot's committed length."""
+    def checkpoint(self, slots) -> None:
+        """Save what a step's forward changes in place before commit: the recurrent state of
+        `slots`, the step's prefill and AR slots (their rows advance it; tree rows write
+        scratch). KV needs nothing: a step writes KV rows only past every slot's committed length."""
         if self.recurrent is not None:
-            self.recurrent.checkpoint()
+            self.recurrent.checkpoint(slots)
 
     def rollback(self) -> None:
         """Undo everything since `checkpoint` (a step that failed before commit)."""

@@ -6,10 +6,11 @@ last K-1 inputs of the causal conv1d, oldest first) and the delta-rule state
 (`pools(il)`: conv [slots, K-1, C], gdn [slots, Hv, Dk, Dv]) at fixed addresses, which the
 one-launch decode ops update in place and a captured graph keeps; `conv(il, slot)` is a view
 of a slot, `store` copies an op's result into it, a snapshot is a copy. The pools of every
-layer are views of one array per kind ([layers, slots, ...]), so `checkpoint` saves the whole
-state in two device copies and `rollback` puts it back (the engine's undo of a step that
-failed after its forward advanced prefill or AR rows in place; the save buffers, as large
-as the state, are allocated on the first checkpoint).
+layer are views of one array per kind ([layers, slots, ...]), so `checkpoint(slots)` saves the
+state of a step's prefill and AR slots in one gather per kind (take_rows over rows
+il * max_slots + slot; save buffers [layers * len(slots), ...]) and `rollback` scatters them
+back (put_rows): the engine's undo of a step that failed after its forward advanced those
+rows in place. Slots outside the step are never copied (`copied_bytes` counts what is).
 A fresh or reset slot holds zeros, which is what transformers starts a sequence from.
 
 Tree verify (speculation) leaves a slot's state as it is; what the commit needs comes back
@@ -19,8 +20,15 @@ op per layer (luce.models.commit).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
+
+import numpy as np
+
+
+def _nbytes(a) -> int:
+    return int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -46,7 +54,11 @@ class RecurrentState:
         self._all = (backend.zeros((n, max_slots, *self.conv_shape)), backend.zeros((n, max_slots, *self.gdn_shape)))
         self._conv: dict[int, Any] = {il: self._all[0][i] for i, il in enumerate(self.gdn_layers)}
         self._gdn: dict[int, Any] = {il: self._all[1][i] for i, il in enumerate(self.gdn_layers)}
-        self._saved = None            # (conv, gdn) copies of _all at the last checkpoint
+        # the pools as rows [layers * slots, K-1 * C] and [layers * slots, Hv * Dk * Dv] (row il * slots + slot)
+        self._flat = tuple(a.reshape(n * max_slots, math.prod(shape))
+                           for a, shape in zip(self._all, (self.conv_shape, self.gdn_shape)))
+        self._saved = None            # (slots, rows, (conv, gdn) saved rows) of the last checkpoint
+        self.copied_bytes = 0         # bytes copied by checkpoints and rollbacks
 
     def _check(self, layer: int, slot: int) -> None:
         if layer not in self._conv:
@@ -101,21 +113,33 @@ class RecurrentState:
         for il, (conv, gdn) in snap.layers.items():
             self.store(il, slot, conv, gdn)
 
-    def checkpoint(self) -> None:
-        """Save every slot's state (two device copies); `rollback` restores it."""
-        if not self.gdn_layers:
-            return
-        if self._saved is None:
-            self._saved = tuple(self.backend.zeros(tuple(a.shape)) for a in self._all)
-        for saved, live in zip(self._saved, self._all):
-            self.backend.copy_into(saved, live)
+    def checkpoint(self, slots: Sequence[int]) -> None:
+        """Save the state of `slots` (a step's prefill and AR slots: all its forward changes in
+        place), one gather per kind into save buffers [layers * len(slots), ...]; `rollback`
+        puts exactly those rows back. Other slots are never copied."""
+        slots = sorted({int(s) for s in slots})
+        for s in slots:
+            if not 0 <= s < self.max_slots:
+                raise IndexError(f"checkpoint: slot {s} out of range [0, {self.max_slots})")
+        n = len(self.gdn_layers)
+        rows = (np.arange(n)[:, None] * self.max_slots + np.asarray(slots, np.int64)[None, :]).reshape(-1)
+        saved = tuple(self.backend.take_rows(flat, rows) for flat in self._flat)
+        self._saved = (tuple(slots), rows, saved)
+        self.copied_bytes += sum(_nbytes(a) for a in saved)
+
+    @property
+    def saved_slots(self) -> tuple[int, ...]:
+        """The slots the last checkpoint saved."""
+        return () if self._saved is None else self._saved[0]
 
     def rollback(self) -> None:
-        """Put back the state of the last checkpoint (bitwise)."""
+        """Put back the state of the slots of the last checkpoint (bitwise)."""
         if self._saved is None:
             raise RuntimeError("rollback without a checkpoint")
-        for saved, live in zip(self._saved, self._all):
-            self.backend.copy_into(live, saved)
+        _, rows, saved = self._saved
+        for flat, rows_saved in zip(self._flat, saved):
+            self.backend.put_rows(flat, rows, rows_saved)
+        self.copied_bytes += sum(_nbytes(a) for a in saved)
 
     # ---- tree commit ------------------------------------------------------------------------
     def commit(self, staged: dict, commit) -> None:

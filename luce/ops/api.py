@@ -104,6 +104,10 @@ class Backend(Protocol):
     def take_rows(self, x: Array, rows: np.ndarray) -> Array:
         """x [T, ...], rows [L] int -> x[rows] [L, ...] (contiguous)."""
 
+    def put_rows(self, dst: Array, rows: np.ndarray, src: Array) -> None:
+        """dst [N, ...], rows [L] int (distinct), src [L, ...] -> dst[rows] = src in place (the
+        inverse of take_rows: saved rows put back; device copies only on GPU backends)."""
+
     def rmsnorm(self, x: Array, weight: Array, eps: float) -> Array:
         """x [..., D], weight [D] -> x / sqrt(mean(x^2) + eps) * weight, per row of D."""
 

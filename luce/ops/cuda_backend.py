@@ -83,6 +83,7 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
         self.matmul_qtypes = dict(_cuda_matmul.QTYPES)
         self.mirrors = Mirrors()
         self._init_sequence_ops()
+        self._init_step_ops()
         self._init_graphs()
 
     # ---- memory ---------------------------------------------------------------------------
@@ -313,6 +314,21 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
         idx = self._dev(host_rows, np.int64)  # step rows (logits) from the arena: the same launch every step
         kg.gather(x.ptr, out.ptr, idx.ptr, 0, rows.size, row_bytes, row_bytes, row_bytes, self.stream)
         return out
+
+    def put_rows(self, dst, rows: np.ndarray, src) -> None:
+        from luce import _cuda_gather as kg
+
+        src = src if isinstance(src, CudaArray) else self.asarray(src)
+        idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if src.shape != (idx.size,) + tuple(dst.shape[1:]) or src.dtype != dst.dtype:
+            raise ValueError(f"put_rows: src {src.shape} {src.dtype} is not {idx.size} rows of dst {dst.shape} {dst.dtype}")
+        if idx.size and (idx.min() < 0 or idx.max() >= dst.shape[0]):
+            raise IndexError(f"put_rows: row ids {idx.min()}..{idx.max()} outside [0, {dst.shape[0]})")
+        row_bytes = dst.nbytes // max(dst.shape[0], 1)
+        if idx.size == 0 or row_bytes == 0:
+            return
+        dev = self._dev(rows, np.int64)
+        kg.gather(src.ptr, dst.ptr, 0, dev.ptr, idx.size, row_bytes, row_bytes, row_bytes, self.stream)
 
     def rmsnorm(self, x, weight, eps: float) -> CudaArray:
         from luce import _cuda

@@ -25,6 +25,11 @@ GDN_KEY_DIMS = (64, 128, 256)
 class StepOps:
     """Mixin of CudaBackend (uses its empty/zeros/_f32/_dev/_gdn_args/stream)."""
 
+    def _init_step_ops(self) -> None:
+        self._scratch_allocator = self.allocator     # the backend's, not a graph's pool
+        self._node_scratch: dict = {}                # GDN pool address -> per-node state scratch [rows, Hv*Dk*Dv]
+        self._node_scratch_outgrown: list = []
+
     def _step_output(self, shape, batch):
         """An output [T, ...] of a step op: rows of the tree block zeroed (its padding rows
         reach the LM head, so they must hold finite values; no kernel writes them). Other
@@ -39,6 +44,27 @@ class StepOps:
 
             check(cudart.cudaMemsetAsync(out.ptr + t0 * row, 0, (shape[0] - t0) * row, self.stream), "cudaMemsetAsync")
         return out
+
+    def _node_states(self, pool, shape):
+        """[n, Hv, Dk, Dv] per-node states of one GDN layer's tree verify ('baseline'): the first
+        n rows of a scratch of the layer (keyed by its state pool), shared by every captured
+        graph and eager step instead of one copy in each graph's pool (up to 18 GiB a key at
+        the 27B shape with 4 trees: a few keys held the H200). Only one forward's staged
+        states are live at a time: the commit reads them before the next forward, as a
+        replayed graph's own outputs. It grows by doubling; an outgrown buffer is kept, as a
+        captured graph may still write it (at most as much again as the largest)."""
+        from luce.ops.cuda_array import Block, CudaArray
+
+        n, row = shape[0], shape[1] * shape[2] * shape[3]
+        buf = self._node_scratch.get(pool.ptr)
+        if buf is None or buf.shape[0] < n or buf.shape[1] != row:
+            if buf is not None:
+                self._node_scratch_outgrown.append(buf)
+            rows = max(n, 2 * buf.shape[0] if buf is not None and buf.shape[1] == row else 0)
+            block = Block(_Untrimmed(self._scratch_allocator) if self.capturing else self._scratch_allocator,
+                          rows * row * 4)   # in a capture no cudaFree may run: out of memory is a MemoryError
+            buf = self._node_scratch[pool.ptr] = CudaArray(block, block.ptr, (rows, row), np.float32, self)
+        return CudaArray(buf.block, buf.ptr, shape, np.float32, self)
 
     def concat_cols(self, parts):
         from luce import _cuda_gather as kg
@@ -107,7 +133,7 @@ class StepOps:
                               row(args[4], H))
         block = (meta.ptr("block_qo"), meta.ptr("block_slots"), meta.ptr("block_parents"))
         if mode == "baseline":
-            states = self.empty((n, H, dk, dv))
+            states = self._node_states(pool, (n, H, dk, dv))
             kt.gdn_tree_verify_states(q_, k_, v_, g_, b_, pool.ptr, row(out, H * dv), states.ptr, *block, n_slots,
                                       n_seg, H, dk, dv, self.stream)
             return out, {"node_states": states}
@@ -147,3 +173,16 @@ class StepOps:
         state_bytes = 4 * H * dk * dv
         kga.gather(self._f32(stage.node_states).ptr, gdn_pool.ptr, leaf.ptr, dst.ptr, P, state_bytes, state_bytes,
                    state_bytes, self.stream)
+
+
+class _Untrimmed:
+    """A DeviceAllocator that does not give cached blocks back on a failed cudaMalloc."""
+
+    def __init__(self, allocator):
+        self.allocator = allocator
+
+    def alloc(self, nbytes: int):
+        return self.allocator.alloc(nbytes, trim=False)
+
+    def release(self, ptr: int, size: int) -> None:
+        self.allocator.release(ptr, size)

@@ -115,6 +115,15 @@ class NumpyBackend(HostStepOps):
     def take_rows(self, x, rows: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(x[np.asarray(rows, dtype=np.int64)])
 
+    def put_rows(self, dst: np.ndarray, rows: np.ndarray, src) -> None:
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        src = np.asarray(src)
+        if src.shape != (rows.size,) + dst.shape[1:] or src.dtype != dst.dtype:
+            raise ValueError(f"put_rows: src {src.shape} {src.dtype} is not {rows.size} rows of dst {dst.shape} {dst.dtype}")
+        if rows.size and (rows.min() < 0 or rows.max() >= dst.shape[0]):
+            raise IndexError(f"put_rows: row ids {rows.min()}..{rows.max()} outside [0, {dst.shape[0]})")
+        dst[rows] = src
+
     def rmsnorm(self, x, weight, eps: float) -> np.ndarray:
         return ref_rmsnorm(_f32(x), _f32(weight), eps)
 

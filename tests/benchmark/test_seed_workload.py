@@ -38,6 +38,9 @@ def test_seed_runs_are_exact_and_the_arms_differ_in_speculation(pair):
     modes = compare_modes(target, draft, CFG, requests, outputs, log=lambda *_: None)
     assert modes["specla"]["matches_plain"] and modes["ddtree"]["matches_plain"]
     assert modes["ddtree"]["peak_staged_bytes"] > modes["specla"]["peak_staged_bytes"] > 0
+    for summary, runs in ((report["summary"], {"A", "B", "A2"}), (modes["summary"], {"specla", "ddtree"})):
+        assert set(summary["eager_after_warmup"]) == set(summary["eager_steps_after_warmup"]) == runs
+    assert modes["summary"]["tok_s"]["ddtree"] == modes["ddtree"]["tok_s"]
 
 
 def test_pausing_speculation_during_prefill_keeps_those_steps_plain(pair):

@@ -55,11 +55,12 @@ class SequenceStore:
     def restore(self, slot: int, snap) -> None:
         self.seq[slot] = snap
 
-    def checkpoint(self) -> None:
-        self.saved = list(self.seq)
+    def checkpoint(self, slots) -> None:
+        self.saved = {int(s): self.seq[s] for s in slots}   # only these: what the step's forward changes
 
     def rollback(self) -> None:
-        self.seq = list(self.saved)
+        for s, seq in self.saved.items():
+            self.seq[s] = seq
 
 
 class FakeKV:

@@ -3,9 +3,13 @@ qwen35 + DFlash draft, numpy and cpu backends, SpecLA and per-node-state ddtree)
 domain (pages, slots, conv and GDN state, committed KV, the drafter's features and draft KV)
 is bitwise as before the step, no request is retired, the step runs again and every output
 is what plain decoding gives. The prefill and AR rows' forward advanced recurrent state in
-place; the engine's checkpoint (ModelState.checkpoint) put it back."""
+place; the engine's checkpoint (ModelState.checkpoint) of those rows' slots, and of no other
+slot, put it back. The cuda parameter (gpu marker) runs the same on the device."""
 from __future__ import annotations
 
+import hashlib
+
+import numpy as np
 import pytest
 
 from luce.engine import Engine, EngineConfig, SamplingParams
@@ -20,7 +24,7 @@ MAX_TOKENS, CTX, SLOTS = 12, 160, 4
 BUDGET = 64 + 3 + 5 + 1   # the chunk and 3 AR rows leave room for one tree of 6 nodes: [P][AR AR][T]
 
 
-@pytest.fixture(scope="module", params=["numpy", "cpu"])
+@pytest.fixture(scope="module", params=["numpy", "cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def pair(request, tmp_path_factory):
     from luce.models import load_model
     from luce.testing.tiny_models import make_dflash_draft, make_qwen35
@@ -32,7 +36,7 @@ def pair(request, tmp_path_factory):
     return target, load_model(root / "d.gguf", request.param, target_model=target)
 
 
-def run(target, draft, mode, want=None, fault=None, after_step=None):
+def run(target, draft, mode, want=None, fault=None, after_step=None, slots=SLOTS):
     """Outputs of the workload ([decoders], then LONG after two steps); want: the plain
     outputs (the drafter drafts wrong tokens after them: one token per verify); fault(engine,
     point, step) is the engine's fault hook, after_step(engine, updates) sees every step's updates."""
@@ -40,9 +44,9 @@ def run(target, draft, mode, want=None, fault=None, after_step=None):
     drafter = None
     if mode != "off":
         truth = [list(p) + list(o) for p, o in zip(DECODERS + [LONG], want)]
-        drafter = AlwaysWrongDrafter(truth, target.config.vocab, inner=DFlashDrafter(draft, SLOTS, CTX))
+        drafter = AlwaysWrongDrafter(truth, target.config.vocab, inner=DFlashDrafter(draft, slots, CTX))
         spec = SpecConfig(spec=mode, draft_kind="model", draft="wrong", ddtree_budget=5, spec_top_k=2)
-    engine = Engine(target, None, EngineConfig(max_slots=SLOTS, ctx=CTX, token_budget=BUDGET, spec=spec),
+    engine = Engine(target, None, EngineConfig(max_slots=slots, ctx=CTX, token_budget=BUDGET, spec=spec),
                     drafter=drafter)
     if fault is not None:
         engine.fault_hook = lambda point, step: fault(engine, point, step)
@@ -107,3 +111,58 @@ def test_a_step_failing_every_retry_ends_its_requests_with_the_cause(pair):
     for o, w in zip(outs, want):
         assert o.token_ids == w[:len(o.token_ids)]
         assert o.finish_reason == "error" or o.token_ids == w
+
+
+def slot_digests(engine) -> list[str]:
+    """Digest of every slot's recurrent state (conv and GDN, every GDN layer)."""
+    rs, to_host = engine.model_state.recurrent, engine.model.backend.to_numpy
+    out = []
+    for slot in range(rs.max_slots):
+        h = hashlib.sha256()
+        for il in rs.gdn_layers:
+            h.update(to_host(rs.conv(il, slot)).tobytes())
+            h.update(to_host(rs.gdn(il, slot)).tobytes())
+        out.append(h.hexdigest())
+    return out
+
+
+@pytest.mark.parametrize("mode", ["specla", "ddtree"])
+def test_the_checkpoint_saves_only_the_prefill_and_ar_slots_and_rollback_restores_every_slot(pair, mode):
+    """A fault after the forward of a mixed step [prefill][AR AR][tree] with a fifth, idle
+    slot: the forward advanced the prefill and AR slots, the rollback put every slot's state
+    back bitwise, and the checkpoint copied those slots' rows only (the tree slot and the
+    idle slot never: save buffers of len(durable slots) rows per GDN layer)."""
+    target, draft = pair
+    want = [o.token_ids for o in run(target, draft, "off")[0]]
+    seen: dict = {}
+
+    def fault(engine, at, step):
+        c = step.cohort
+        mixed = c.prefill and c.decode and c.tree and "shape" not in seen
+        if at == "before_forward" and mixed:
+            seen["before"], seen["copied"] = slot_digests(engine), engine.model_state.recurrent.copied_bytes
+        if at == "after_forward" and mixed:
+            seen["shape"] = (len(c.prefill), len(c.decode), len(c.tree))
+            seen["durable"], seen["tree"] = set(step.durable_slots), {t.slot for t in c.tree}
+            seen["forward"] = slot_digests(engine)
+            seen["saved"] = set(engine.model_state.recurrent.saved_slots)
+            seen["checkpoint_bytes"] = engine.model_state.recurrent.copied_bytes - seen["copied"]
+            raise RuntimeError("injected")
+
+    def after_step(engine, updates):
+        if "shape" in seen and "after" not in seen:
+            seen["after"] = slot_digests(engine)
+            seen["rollback_bytes"] = (engine.model_state.recurrent.copied_bytes - seen["copied"]
+                                      - seen["checkpoint_bytes"])
+
+    outs, engine = run(target, draft, mode, want, fault, after_step, slots=SLOTS + 1)
+    assert seen["shape"] == (1, 2, 1) and len(seen["durable"]) == 3
+    assert seen["saved"] == seen["durable"]
+    rs = engine.model_state.recurrent
+    per_slot = 4 * len(rs.gdn_layers) * (int(np.prod(rs.conv_shape)) + int(np.prod(rs.gdn_shape)))
+    assert seen["checkpoint_bytes"] == seen["rollback_bytes"] == 3 * per_slot   # not 5 slots' worth
+    changed = {s for s, (a, b) in enumerate(zip(seen["before"], seen["forward"])) if a != b}
+    assert changed == seen["durable"]          # the forward advanced exactly the prefill and AR slots
+    assert seen["after"] == seen["before"]      # every slot bitwise as before, the tree slot and the idle one too
+    assert not seen["tree"] & seen["saved"]
+    assert [o.token_ids for o in outs] == want

@@ -149,7 +149,7 @@ class TxnMachine(RuleBasedStateMachine):
     def run_and_finish(self, step, plan, commit, data):
         before = self.digests()
         if not step.cohort.tree:
-            self.state.checkpoint()                               # the engine's, before a durable forward
+            self.state.checkpoint(step.durable_slots)             # the engine's, before a durable forward
             self.model.forward(step.forward, self.state)        # writes KV rows and state
             assert not self.model.violations, self.model.violations
         if not commit:   # the step failed before its commit

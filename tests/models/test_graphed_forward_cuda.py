@@ -190,3 +190,22 @@ def test_graph_counters_in_metrics(models):
     assert counters["replays"] > 0
     for name in ("replays", "captures", "rebuilds"):
         assert f"luce_graph_{name}_total {counters[name]}" in text
+
+
+def test_ddtree_graphs_share_one_per_node_state_scratch(models):
+    """Per-node GDN states (ddtree) are written to one scratch per layer that every captured
+    graph shares (at 27B one graph's copy would be up to 18 GiB): the tree graphs' staged
+    states of a layer start at one address, outside every graph's pool, and the tokens are
+    those of plain eager decoding."""
+    want, _ = run(models["q35"], False, 3)
+    spec = SpecConfig(spec="ddtree", draft_kind="model", draft="q35", ddtree_budget=6, spec_top_k=2)
+    got, engine = run(models["q35"], True, 3, spec=spec, draft_model=models["q35"])
+    assert got == want
+    starts: dict = {}
+    for graph in engine.forward.graphs.values():
+        for il, stage in (graph.output.staged or {}).items():
+            if stage.node_states is not None:
+                assert stage.node_states.block.allocator is not graph.allocator
+                starts.setdefault(il, set()).add(stage.node_states.ptr)
+    assert starts and all(len(s) == 1 for s in starts.values()), starts
+    assert sum(1 for g in engine.forward.graphs.values() if g.output.staged) >= 2

@@ -53,6 +53,44 @@ def test_broadcast_strides_match_numpy(shape, full):
     assert _strides(shape, full) == [s // 4 for s in view.strides]
 
 
+def test_per_node_state_scratch_is_one_buffer_per_layer_that_grows_by_doubling():
+    """CUDA ddtree verify writes per-node GDN states into one scratch per layer (shared by
+    every captured graph): a smaller tree block reuses its address, a larger one doubles it
+    and keeps the outgrown buffer (a graph may still write it), and inside a capture the
+    allocation never gives cached blocks back (no cudaFree may run there)."""
+    from luce.ops.cuda_step_ops import StepOps
+
+    class Allocator:
+        def __init__(self):
+            self.calls, self.next = [], 1 << 20
+
+        def alloc(self, nbytes, trim=True):
+            self.calls.append((nbytes, trim))
+            self.next += nbytes
+            return self.next - nbytes, nbytes
+
+        def release(self, ptr, size):
+            pass
+
+    class Ops(StepOps):
+        capturing = False
+        allocator = Allocator()
+
+    ops, pool_a, pool_b = Ops(), type("P", (), {"ptr": 10})(), type("P", (), {"ptr": 20})()
+    ops._init_step_ops()
+    row = 4 * 2 * 8 * 8
+    first = ops._node_states(pool_a, (32, 2, 8, 8))
+    assert first.shape == (32, 2, 8, 8) and ops.allocator.calls == [(32 * row, True)]
+    assert ops._node_states(pool_a, (16, 2, 8, 8)).ptr == first.ptr and len(ops.allocator.calls) == 1
+    other = ops._node_states(pool_b, (8, 2, 8, 8))
+    assert other.ptr != first.ptr and ops.allocator.calls[-1] == (8 * row, True)
+    ops.capturing = True
+    grown = ops._node_states(pool_a, (40, 2, 8, 8))
+    assert ops.allocator.calls[-1] == (64 * row, False) and grown.ptr != first.ptr
+    assert ops._node_scratch_outgrown[0].ptr == first.ptr
+    assert ops._node_states(pool_a, (64, 2, 8, 8)).ptr == grown.ptr and len(ops.allocator.calls) == 3
+
+
 def test_kv_move_rows_reads_every_source_first_and_skips_padding():
     rng = np.random.default_rng(0)
     pages = [3, 0, 2]
@@ -126,6 +164,11 @@ def test_copies_and_rowwise_ops(cuda):
                           np.concatenate([x, x]))
     for rows in (np.arange(10, 30), np.array([64, 0, 5, 5, 17])):
         assert np.array_equal(cuda.to_numpy(cuda.take_rows(dx, rows)), x[rows])
+    dst, rows = cuda.asarray(x), np.array([64, 0, 17])
+    cuda.put_rows(dst, rows, cuda.take_rows(dx, np.array([1, 2, 3])))
+    want = x.copy()
+    want[rows] = x[[1, 2, 3]]
+    assert np.array_equal(cuda.to_numpy(dst), want)
     w = randn(64, seed=4) + 1
     close = lambda got, want: np.testing.assert_allclose(cuda.to_numpy(got), want, rtol=2e-5, atol=1e-5)  # noqa: E731
     close(cuda.rmsnorm(dx, cuda.asarray(w), 1e-6), NP.rmsnorm(x, w, 1e-6))
@@ -418,3 +461,29 @@ def measure_decode_step(path, n_steps: int = 50) -> float:
         nxt = int(model.backend.argmax(out.logits)[0])
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+@pytest.mark.gpu
+def test_recurrent_checkpoint_copies_the_given_slots_on_the_device(cuda, monkeypatch):
+    """RecurrentState.checkpoint(slots) / rollback on CUDA: device copies of those slots'
+    rows only (no download, no upload of state), every slot bitwise as before."""
+    from luce.models.recurrent_state import RecurrentState
+
+    rs = RecurrentState(cuda, (0, 2, 5), 4, (3, 64), (2, 32, 32))
+    for il in rs.gdn_layers:
+        for slot in range(4):
+            rs.store(il, slot, randn(3, 64, seed=il * 8 + slot), randn(2, 32, 32, seed=il * 8 + slot + 100))
+    digest = lambda: [cuda.to_numpy(a).tobytes() for a in rs._all]  # noqa: E731
+    before = digest()
+    per_slot = 4 * 3 * (3 * 64 + 2 * 32 * 32)
+    with monkeypatch.context() as m:
+        m.setattr(cuda, "to_numpy", lambda *a: pytest.fail("checkpoint downloaded state"))
+        rs.checkpoint([3, 1])
+        assert rs.saved_slots == (1, 3) and rs.copied_bytes == 2 * per_slot
+        for il in rs.gdn_layers:
+            for slot in (1, 3):
+                cuda.copy_into(rs.gdn(il, slot), cuda.zeros((2, 32, 32)))
+                cuda.copy_into(rs.conv(il, slot), cuda.zeros((3, 64)))
+        rs.rollback()
+        assert rs.copied_bytes == 4 * per_slot
+    assert digest() == before

@@ -113,6 +113,13 @@ def test_split_take_rows_embedding(B):
     a, b = B.split(x, [2, 4])
     assert np.array_equal(a, x[:, :2]) and np.array_equal(b, x[:, 2:]) and b.flags.c_contiguous
     assert np.array_equal(B.take_rows(x, np.array([3, 0])), x[[3, 0]])
+    dst = x.copy()
+    B.put_rows(dst, np.array([3, 0]), x[[1, 2]])
+    assert np.array_equal(dst, x[[2, 1, 2, 1]])
+    with pytest.raises(IndexError, match="outside"):
+        B.put_rows(dst, np.array([4]), x[:1])
+    with pytest.raises(ValueError, match="is not 2 rows"):
+        B.put_rows(dst, np.array([0, 1]), x[:1])
     assert np.array_equal(B.concat_rows([x[:1], x[1:3], x[3:]]), x)
     assert np.array_equal(B.embedding(x, np.array([2, 2, 1])), x[[2, 2, 1]])
     with pytest.raises(IndexError):
