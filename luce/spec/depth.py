@@ -10,9 +10,9 @@ count (exponential averages of wall time, what the engine observed), and accepta
 lane; each step it drafts, for all its speculating lanes together (they share the draft call
 and the step), the depth in [min_depth, max_depth] with the most expected tokens per second,
 where depth 0 is plain decoding (one row per lane, no draft). Row counts and depths not yet
-measured are estimated from the nearest measured ones (linearly in rows, pessimistically past
-the largest); it measures a short chain (PROBE_DEPTH) and the floor first, and every
-EXPLORE_EVERY-th choice tries a neighbour of the best depth, so the estimates follow the
+measured are estimated from the nearest measured ones (linearly in rows; past the largest,
+along the slope of the last two, or proportionally from one); it measures a short chain
+(PROBE_DEPTH) and the floor first, and every EXPLORE_EVERY-th choice tries a neighbour of the best depth, so the estimates follow the
 machine and the text. A draft is timed only when its lanes drafted in the previous step too
 (luce.engine.speculation): a first draft, or one after plain steps, is a draft model catching
 up on every token since, a switching cost and not the cost of its depth. Any depth gives the same output (speculation is
@@ -62,7 +62,10 @@ class Timings:
         if above:
             b = min(above)
             return self.mean[b] * key / b if self.through_zero else self.mean[b]
-        a = max(below)                 # more rows than any measured: as if compute-bound from there
+        a = max(below)                 # more rows than any measured: the slope of the last two
+        if len(below) >= 2:            # (an optimistic guess is corrected once tried, a pessimistic one
+            b = max(k for k in below if k != a)   # only by exploring)
+            return self.mean[a] + max(0.0, self.mean[a] - self.mean[b]) / (a - b) * (key - a)
         return self.mean[a] * key / a if a > 0 else self.mean[a]
 
 

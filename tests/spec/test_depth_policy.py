@@ -23,7 +23,14 @@ def test_timings_interpolate_and_extrapolate_as_documented():
     steps.add(6, 30.0)
     assert steps.seconds(4) == pytest.approx(20.0)     # between: linear
     assert steps.seconds(1) == 10.0                    # fewer rows: never cheaper
-    assert steps.seconds(12) == pytest.approx(60.0)    # more rows: compute-bound from the last
+    assert steps.seconds(12) == pytest.approx(60.0)    # more rows: the slope of the last two
+    flat = Timings()
+    flat.add(1, 30.0)
+    assert flat.seconds(3) == pytest.approx(90.0)      # one point: as if compute-bound from it
+    flat.add(3, 31.0)
+    assert flat.seconds(4) == pytest.approx(31.5)      # memory-bound so far: it stays nearly flat
+    flat.add(2, 32.0)
+    assert flat.seconds(5) == pytest.approx(31.0)      # a falling slope never makes more rows cheaper
     drafts = Timings(through_zero=True)
     drafts.add(4, 8.0)
     assert drafts.seconds(1) == pytest.approx(2.0)     # a draft of fewer passes: proportional
@@ -68,6 +75,7 @@ def settle(policy, machine, slots, steps=300):
 
 @pytest.mark.parametrize("name, machine, lanes", [
     ("cpu: verify turns compute-bound at 2 rows, a draft pass ~0.4 step", Machine(25e-3, 2, 10e-3, 0.88), 1),
+    ("cpu, packed weights: flat to 4 rows", Machine(25e-3, 4, 10e-3, 0.88), 1),
     ("gpu: flat to 16 rows, cheap drafts", Machine(10e-3, 16, 1e-3, 0.88), 1),
     ("gpu, 4 lanes share the verify", Machine(10e-3, 16, 1.5e-3, 0.8), 4),
     ("a draft that is rarely right", Machine(25e-3, 2, 10e-3, 0.1), 1),
