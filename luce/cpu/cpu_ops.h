@@ -40,7 +40,7 @@ typedef struct {
 int luce_cpu_matmuls(const float *x, int64_t T, int64_t k, const luce_cpu_matmul_out *outs, int n_outs);
 
 /* Packed weights (luce/cpu/packed.h): the column-interleaved copy the AVX-512 path multiplies
- * (Q4_K, Q6_K with n % 16 == 0; -1 / LUCE_CPU_EARG otherwise). */
+ * (Q4_K, Q6_K, Q5_0, Q8_0 with n % 16 == 0; -1 / LUCE_CPU_EARG otherwise). */
 int64_t luce_cpu_packed_bytes(int32_t qtype, int64_t n, int64_t k);
 int luce_cpu_pack(const uint8_t *w, int32_t qtype, int64_t n, int64_t k, int64_t row_bytes, uint8_t *out);
 

@@ -1,4 +1,4 @@
-/* AVX-512 VNNI matmul over packed Q4_K / Q6_K weights (layout: packed.h). One 16-column
+/* AVX-512 VNNI matmul over packed Q4_K / Q6_K / Q5_0 / Q8_0 weights (layout: packed.h). One 16-column
  * group at a time, up to MAX_ROWS rows per pass over it: lane c of every vector is column
  * 16 g + c, so each dpbusd (four weight values x one broadcast activation word) adds into
  * that column's own sum. Integer sums are exact; the float combine per block is blocks.h's,
@@ -132,6 +132,53 @@ ALWAYS_INLINE void q6_k_rows(const mm_job *j, int64_t g, int64_t t0, const int R
     for (int r = 0; r < R; r++) store_group(j, t0 + r, g * PACK_COLS, acc[r]);
 }
 
+/* Q5_0 / Q8_0 (32-value blocks, activations per 32): isum = sum of 8 dpbusd of u - off * bs32,
+ * u = q + off (off 16 for Q5_0, 128 for Q8_0) */
+ALWAYS_INLINE void k32_rows(const mm_job *j, int64_t g, int64_t t0, const int R, const int q5) {
+    const int64_t nb = j->K / QK_32, K = j->K;
+    const int pb = q5 ? PACKED_Q5_0 : PACKED_Q8_0, off = q5 ? 16 : 128;
+    const uint8_t *rec = j->w + g * nb * pb;
+    const __m512i m4 = _mm512_set1_epi8(0xF), m10 = _mm512_set1_epi8(0x10);
+    __m512 acc[MAX_ROWS];
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, rec += pb) {
+        prefetch_record(rec + 4 * pb, pb);
+        __m512i w[8];
+        if (q5) {
+            const __m512i hb = _mm512_loadu_si512((const void *)(rec + 288));
+            for (int h = 0; h < 4; h++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(rec + 32 + 64 * h));
+                w[2 * h] = _mm512_and_si512(v, m4);
+                w[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+            /* bit i of each byte of hb is bit 4 of group i's values */
+            w[0] = _mm512_or_si512(w[0], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m10));
+            w[1] = _mm512_or_si512(w[1], _mm512_and_si512(_mm512_slli_epi16(hb, 3), m10));
+            w[2] = _mm512_or_si512(w[2], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m10));
+            w[3] = _mm512_or_si512(w[3], _mm512_and_si512(_mm512_slli_epi16(hb, 1), m10));
+            w[4] = _mm512_or_si512(w[4], _mm512_and_si512(hb, m10));
+            w[5] = _mm512_or_si512(w[5], _mm512_and_si512(_mm512_srli_epi16(hb, 1), m10));
+            w[6] = _mm512_or_si512(w[6], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m10));
+            w[7] = _mm512_or_si512(w[7], _mm512_and_si512(_mm512_srli_epi16(hb, 3), m10));
+        } else {
+            for (int i = 0; i < 8; i++) w[i] = _mm512_loadu_si512((const void *)(rec + 32 + 64 * i));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)rec));
+        for (int r = 0; r < R; r++) {
+            const int8_t *x = j->qs + (t0 + r) * K + b * QK_32;
+            const int16_t *bs = j->bsums + (t0 + r) * (K / 16) + 2 * b;
+            __m512i a = _mm512_dpbusd_epi32(_mm512_set1_epi32(-off * (bs[0] + bs[1])), w[0], bcast4(x));
+            for (int i = 1; i < 8; i++) a = _mm512_dpbusd_epi32(a, w[i], bcast4(x + 4 * i));
+            acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(j->dx[(t0 + r) * nb + b]), d),
+                                     _mm512_cvtepi32_ps(a), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) store_group(j, t0 + r, g * PACK_COLS, acc[r]);
+}
+
+ALWAYS_INLINE void q5_0_rows(const mm_job *j, int64_t g, int64_t t0, const int R) { k32_rows(j, g, t0, R, 1); }
+ALWAYS_INLINE void q8_0_rows(const mm_job *j, int64_t g, int64_t t0, const int R) { k32_rows(j, g, t0, R, 0); }
+
 #define PACKED_DISPATCH(name, rows)                                                     \
     static void name(const mm_job *j, int64_t n0, int64_t n1) {                                \
         for (int64_t g = n0 / PACK_COLS; g < n1 / PACK_COLS; g++)                       \
@@ -147,8 +194,12 @@ ALWAYS_INLINE void q6_k_rows(const mm_job *j, int64_t g, int64_t t0, const int R
 
 PACKED_DISPATCH(gemv_q4_k_packed_avx512, q4_k_rows)
 PACKED_DISPATCH(gemv_q6_k_packed_avx512, q6_k_rows)
+PACKED_DISPATCH(gemv_q5_0_packed_avx512, q5_0_rows)
+PACKED_DISPATCH(gemv_q8_0_packed_avx512, q8_0_rows)
 
-const mm_tile_fn mm_packed_avx512[MM_KINDS] = {[MM_Q4_K] = gemv_q4_k_packed_avx512, [MM_Q6_K] = gemv_q6_k_packed_avx512};
+const mm_tile_fn mm_packed_avx512[MM_KINDS] = {
+    [MM_Q4_K] = gemv_q4_k_packed_avx512, [MM_Q6_K] = gemv_q6_k_packed_avx512,
+    [MM_Q5_0] = gemv_q5_0_packed_avx512, [MM_Q8_0] = gemv_q8_0_packed_avx512};
 #else
 #include "packed.h"
 const mm_tile_fn mm_packed_avx512[MM_KINDS] = {0};   /* built without AVX-512: no kernels here */

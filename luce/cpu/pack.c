@@ -1,18 +1,24 @@
-/* Packing of Q4_K and Q6_K weights into the column-interleaved layout of packed.h, from the
+/* Packing of Q4_K, Q6_K, Q5_0 and Q8_0 weights into the column-interleaved layout of packed.h, from the
  * canonical integers of decode.h (portable C; runs once per weight at load). */
 #include "cpu_ops.h"
 #include "decode.h"
 #include "packed.h"
 
-static int packed_kind(int32_t qtype) {
-    const int kind = mm_kind(qtype);
-    return kind == MM_Q4_K || kind == MM_Q6_K ? kind : -1;
+/* bytes of one packed record (16 columns' block) of a kind, 0 if the kind does not pack */
+static int record_bytes(int kind) {
+    switch (kind) {
+    case MM_Q4_K: return PACKED_Q4_K;
+    case MM_Q6_K: return PACKED_Q6_K;
+    case MM_Q5_0: return PACKED_Q5_0;
+    case MM_Q8_0: return PACKED_Q8_0;
+    default: return 0;
+    }
 }
 
 int64_t luce_cpu_packed_bytes(int32_t qtype, int64_t n, int64_t k) {
-    const int kind = packed_kind(qtype);
-    if (kind < 0 || n <= 0 || n % PACK_COLS || k <= 0 || k % QK_K) return -1;
-    return n / PACK_COLS * (k / QK_K) * (kind == MM_Q4_K ? PACKED_Q4_K : PACKED_Q6_K);
+    const int kind = mm_kind(qtype);
+    if (kind < 0 || !record_bytes(kind) || n <= 0 || n % PACK_COLS || k <= 0 || k % mm_block_values(kind)) return -1;
+    return n / PACK_COLS * (k / mm_block_values(kind)) * record_bytes(kind);
 }
 
 static void pack_q4_k(const uint8_t *blk, int c, uint8_t *rec) {
@@ -56,17 +62,45 @@ static void pack_q6_k(const uint8_t *blk, int c, uint8_t *rec) {
     }
 }
 
+static void pack_q5_0(const uint8_t *blk, int c, uint8_t *rec) {
+    decoded_block d;
+    decode_q5_0(blk, &d);
+    memcpy(rec + 2 * c, blk, 2);
+    for (int h = 0; h < 4; h++)
+        for (int e = 0; e < 4; e++) {
+            const int lo = (d.q[8 * h + e] + 16) & 15, hi = (d.q[8 * h + 4 + e] + 16) & 15;
+            rec[32 + 64 * h + 4 * c + e] = (uint8_t)(lo | (hi << 4));
+        }
+    for (int e = 0; e < 4; e++) {
+        int bits = 0;
+        for (int i = 0; i < 8; i++) bits |= ((d.q[4 * i + e] + 16) >> 4) << i;
+        rec[288 + 4 * c + e] = (uint8_t)bits;
+    }
+}
+
+static void pack_q8_0(const uint8_t *blk, int c, uint8_t *rec) {
+    decoded_block d;
+    decode_q8_0(blk, &d);
+    memcpy(rec + 2 * c, blk, 2);
+    for (int g = 0; g < 8; g++)
+        for (int e = 0; e < 4; e++) rec[32 + 64 * g + 4 * c + e] = (uint8_t)(d.q[4 * g + e] + 128);
+}
+
 int luce_cpu_pack(const uint8_t *w, int32_t qtype, int64_t n, int64_t k, int64_t row_bytes, uint8_t *out) {
-    const int kind = packed_kind(qtype);
+    const int kind = mm_kind(qtype);
     if (luce_cpu_packed_bytes(qtype, n, k) < 0 || luce_cpu_row_bytes(qtype, k) != row_bytes) return LUCE_CPU_EARG;
-    const int64_t nb = k / QK_K, bb = mm_block_bytes(kind), pb = kind == MM_Q4_K ? PACKED_Q4_K : PACKED_Q6_K;
+    const int64_t nb = k / mm_block_values(kind), bb = mm_block_bytes(kind), pb = record_bytes(kind);
     for (int64_t g = 0; g < n / PACK_COLS; g++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *rec = out + (g * nb + b) * pb;
             for (int c = 0; c < PACK_COLS; c++) {
                 const uint8_t *blk = w + (g * PACK_COLS + c) * row_bytes + b * bb;
-                if (kind == MM_Q4_K) pack_q4_k(blk, c, rec);
-                else pack_q6_k(blk, c, rec);
+                switch (kind) {
+                case MM_Q4_K: pack_q4_k(blk, c, rec); break;
+                case MM_Q6_K: pack_q6_k(blk, c, rec); break;
+                case MM_Q5_0: pack_q5_0(blk, c, rec); break;
+                default: pack_q8_0(blk, c, rec); break;
+                }
             }
         }
     return LUCE_CPU_OK;

@@ -1,4 +1,4 @@
-/* Column-interleaved ("packed") Q4_K and Q6_K weights for the AVX-512 VNNI matmul.
+/* Column-interleaved ("packed") Q4_K, Q6_K, Q5_0 and Q8_0 weights for the AVX-512 VNNI matmul.
  *
  * The GGUF layout puts one output column's blocks in a row, so a SIMD dot product runs along
  * K and every block ends in a horizontal sum per column. The packed layout holds the same
@@ -11,8 +11,8 @@
  * The integers are exact and the float combine per block is blocks.h's, in block order, so
  * a packed matmul is bitwise the row-major one (tests/kernels/test_cpu_packed.py).
  *
- * A weight [N, K] (N % 16 == 0) packs to N / 16 groups; a group is K / 256 records, one per
- * block, in block order; record (g, b) holds block b of columns 16 g .. 16 g + 15:
+ * A weight [N, K] (N % 16 == 0) packs to N / 16 groups; a group is K / 256 (K / 32) records,
+ * one per block, in block order; record (g, b) holds block b of columns 16 g .. 16 g + 15:
  *
  * Q4_K, PACKED_Q4_K bytes (the GGUF blocks' 2304 plus 64 of unpacked scales):
  *   0     u32 dd[16]          the column's f16 d | f16 dmin << 16 (block bytes 0..3)
@@ -26,6 +26,13 @@
  *   288   u8  lo[4][8][16][4] [quarter][h][column][e]: low nibble u[64 q + 8 h + e] & 15, high
  *                             nibble u[64 q + 8 h + 4 + e] & 15
  *   2336  u8  hi[4][4][16][4] [quarter][p][column][e]: bits 2 i, 2 i + 1 = u[64 q + 16 p + 4 i + e] >> 4
+ * Q5_0, PACKED_Q5_0 bytes (16 * 22), u = q + 16 in 0..31:
+ *   0     u16 d[16]           f16 d
+ *   32    u8  lo[4][16][4]    [h][column][e]: low nibble u[8 h + e] & 15, high nibble u[8 h + 4 + e] & 15
+ *   288   u8  hi[16][4]       [column][e]: bit i = u[4 i + e] >> 4
+ * Q8_0, PACKED_Q8_0 bytes (16 * 34), u = q + 128 in 0..255:
+ *   0     u16 d[16]           f16 d
+ *   32    u8  u[8][16][4]     [g][column][e]: u[4 g + e]
  */
 #ifndef LUCE_CPU_PACKED_H
 #define LUCE_CPU_PACKED_H
@@ -35,6 +42,8 @@
 #define PACK_COLS 16
 #define PACKED_Q4_K 2368
 #define PACKED_Q6_K 3360
+#define PACKED_Q5_0 352
+#define PACKED_Q8_0 544
 
 /* bytes of a packed [n, k] weight of ggml type qtype; -1 if it does not pack (type, n % 16, k) */
 int64_t luce_cpu_packed_bytes(int32_t qtype, int64_t n, int64_t k);

@@ -1,4 +1,4 @@
-"""Packed (column-interleaved) Q4_K / Q6_K weights of the cpu backend (luce/cpu/packed.h,
+"""Packed (column-interleaved) Q4_K / Q6_K / Q5_0 / Q8_0 weights of the cpu backend (luce/cpu/packed.h,
 pack.c, gemv_packed_avx512.c): the layout holds exactly the GGUF blocks' values (decoded here
 in numpy, independently of the C), the AVX-512 kernel over it is bitwise the portable
 row-major kernel for any row count, position and thread count, and a packed weight stays
@@ -15,7 +15,8 @@ from luce import _cpu
 from luce.gguf import quants
 from luce.ops.cpu_backend import CpuBackend, CpuWeight
 
-PACKED_TYPES = [Q.Q4_K, Q.Q6_K]
+PACKED_TYPES = [Q.Q4_K, Q.Q6_K, Q.Q5_0, Q.Q8_0]
+K_OF = {Q.Q4_K: 512, Q.Q6_K: 768, Q.Q5_0: 352, Q.Q8_0: 608}
 AVX512 = "avx512" in _cpu.supported_isas()
 
 
@@ -43,8 +44,24 @@ def f16(b: np.ndarray) -> np.ndarray:
 
 def unpack_numpy(w: CpuWeight) -> np.ndarray:
     """The packed bytes decoded back to f32 [n, k] following packed.h's table, in numpy."""
-    nb, groups = w.k // 256, w.n // 16
+    groups = w.n // 16
     out = np.empty((w.n, w.k), np.float32)
+    if w.qtype in (Q.Q5_0, Q.Q8_0):
+        nb = w.k // 32
+        rec = w.packed.reshape(groups, nb, 352 if w.qtype == Q.Q5_0 else 544)
+        d = f16(rec[:, :, :32].copy()).reshape(groups, nb, 16)
+        if w.qtype == Q.Q8_0:
+            u = rec[:, :, 32:].reshape(groups, nb, 8, 16, 4).astype(np.int32) - 128        # [g, b, grp, c, e]
+        else:
+            lo = rec[:, :, 32:288].reshape(groups, nb, 4, 16, 4)
+            lo = np.stack([lo & 15, lo >> 4], axis=3).reshape(groups, nb, 8, 16, 4)
+            hb = rec[:, :, 288:].reshape(groups, nb, 16, 4)
+            hi = np.stack([(hb >> i) & 1 for i in range(8)], axis=2)                        # [g, b, grp, c, e]
+            u = (lo | (hi << 4)).astype(np.int32) - 16
+        q = u.transpose(0, 3, 1, 2, 4).reshape(groups, 16, nb, 32).astype(np.float32)
+        out[:] = (d.transpose(0, 2, 1)[..., None] * q).reshape(w.n, w.k)
+        return out
+    nb = w.k // 256
     if w.qtype == Q.Q4_K:
         rec = w.packed.reshape(groups, nb, 2368)
         dd = rec[:, :, :64].reshape(groups, nb, 16, 4)
@@ -73,15 +90,16 @@ def unpack_numpy(w: CpuWeight) -> np.ndarray:
 
 @pytest.mark.parametrize("qtype", PACKED_TYPES, ids=lambda q: q.name)
 def test_the_packed_layout_holds_exactly_the_blocks_values(qtype):
-    w, wd = weight(qtype, n=32, k=512)
-    assert w.packed.nbytes == _cpu.packed_bytes(int(qtype), 32, 512)
+    w, wd = weight(qtype, n=32, k=K_OF[qtype])
+    assert w.packed.nbytes == _cpu.packed_bytes(int(qtype), 32, K_OF[qtype]) == w.raw.nbytes + (
+        64 * 2 * (K_OF[qtype] // 256) if qtype == Q.Q4_K else 0)
     assert np.array_equal(unpack_numpy(w), wd)
 
 
 @pytest.mark.skipif(not AVX512, reason="the packed kernel is AVX-512 VNNI; this CPU lacks it")
 @pytest.mark.parametrize("qtype", PACKED_TYPES, ids=lambda q: q.name)
 def test_packed_kernel_is_bitwise_the_portable_kernel_for_any_rows_and_threads(qtype):
-    w, _ = weight(qtype, n=80, k=768, seed=3)
+    w, _ = weight(qtype, n=80, k=K_OF[qtype], seed=3)
     plain = CpuWeight(w.raw, w.qtype, w.n, w.k, w.row_bytes)
     for threads in (1, 2, 4):
         _cpu.set_threads(threads)
@@ -100,7 +118,7 @@ def test_packed_kernel_is_bitwise_the_portable_kernel_for_any_rows_and_threads(q
 
 @pytest.mark.parametrize("qtype", PACKED_TYPES, ids=lambda q: q.name)
 def test_a_packed_weight_is_right_on_every_path_with_bias(qtype):
-    w, wd = weight(qtype, n=32, k=512, seed=5)
+    w, wd = weight(qtype, n=32, k=K_OF[qtype], seed=5)
     x = np.random.default_rng(6).integers(-127, 128, (3, w.k)).astype(np.float32)
     x[:, ::32] = 127.0   # exact in 8 bits: only the f32 combine rounds
     bias = np.random.default_rng(7).standard_normal(w.n).astype(np.float32)
@@ -114,7 +132,7 @@ def test_a_packed_weight_is_right_on_every_path_with_bias(qtype):
 
 def test_shapes_and_types_without_a_packed_form():
     assert _cpu.packed_bytes(int(Q.Q4_K), 40, 512) == -1      # 40 columns: not whole groups of 16
-    assert _cpu.packed_bytes(int(Q.Q8_0), 32, 512) == -1
+    assert _cpu.packed_bytes(int(Q.IQ4_XS), 32, 512) == -1
     odd, _ = weight(Q.Q4_K, n=16, k=256)
     cut = CpuWeight(odd.raw[:8], odd.qtype, 8, 256, odd.row_bytes)
     assert _cpu.pack(cut) is None
