@@ -21,6 +21,22 @@ static inline __m512i bcast4(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
+/* sum over i < n of dpbusd(w[i], x[4 i .. 4 i + 3] broadcast), plus `init`, as `chains`
+ * independent dependency chains (integer sums: any split is exact). One row alone would
+ * otherwise wait on the instruction's latency n times in a row. */
+ALWAYS_INLINE __m512i dot_words(__m512i init, const __m512i *w, const int8_t *x, const int n, const int chains) {
+    __m512i a[4];
+    a[0] = _mm512_dpbusd_epi32(init, w[0], bcast4(x));
+    for (int c = 1; c < chains; c++) a[c] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[c], bcast4(x + 4 * c));
+    for (int i = chains; i < n; i++) a[i % chains] = _mm512_dpbusd_epi32(a[i % chains], w[i], bcast4(x + 4 * i));
+    if (chains == 4) return _mm512_add_epi32(_mm512_add_epi32(a[0], a[1]), _mm512_add_epi32(a[2], a[3]));
+    if (chains == 2) return _mm512_add_epi32(a[0], a[1]);
+    return a[0];
+}
+
+/* independent chains per row for R rows processed together (R rows are R chains already) */
+#define CHAINS(R) ((R) >= 4 ? 1 : (R) >= 2 ? 2 : 4)
+
 static inline __m512 negate(__m512 t) {
     return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(t), _mm512_set1_epi32((int)0x80000000u)));
 }
@@ -56,9 +72,7 @@ ALWAYS_INLINE void q4_k_rows(const mm_job *j, int64_t g, int64_t t0, const int R
             }
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(rec + 64 + 16 * s)));
             for (int r = 0; r < R; r++) {
-                const int8_t *x = j->qs + (t0 + r) * K + b * QK_K + 32 * s;
-                __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast4(x));
-                for (int i = 1; i < 8; i++) a = _mm512_dpbusd_epi32(a, w[i], bcast4(x + 4 * i));
+                const __m512i a = dot_words(_mm512_setzero_si512(), w, j->qs + (t0 + r) * K + b * QK_K + 32 * s, 8, CHAINS(R));
                 isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(a, sc));
             }
         }
@@ -110,9 +124,8 @@ ALWAYS_INLINE void q6_k_rows(const mm_job *j, int64_t g, int64_t t0, const int R
                 w[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo1, 4), m4),
                                        _mm512_and_si512(_mm512_srli_epi16(hb, 2), m30));
                 for (int r = 0; r < R; r++) {
-                    const int8_t *x = j->qs + (t0 + r) * K + b * QK_K + 16 * s;
-                    __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], bcast4(x));
-                    for (int i = 1; i < 4; i++) a = _mm512_dpbusd_epi32(a, w[i], bcast4(x + 4 * i));
+                    const __m512i a = dot_words(_mm512_setzero_si512(), w, j->qs + (t0 + r) * K + b * QK_K + 16 * s, 4,
+                                                CHAINS(R) > 2 ? 2 : CHAINS(R));
                     isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(a, sc));
                 }
             }
@@ -167,8 +180,7 @@ ALWAYS_INLINE void k32_rows(const mm_job *j, int64_t g, int64_t t0, const int R,
         for (int r = 0; r < R; r++) {
             const int8_t *x = j->qs + (t0 + r) * K + b * QK_32;
             const int16_t *bs = j->bsums + (t0 + r) * (K / 16) + 2 * b;
-            __m512i a = _mm512_dpbusd_epi32(_mm512_set1_epi32(-off * (bs[0] + bs[1])), w[0], bcast4(x));
-            for (int i = 1; i < 8; i++) a = _mm512_dpbusd_epi32(a, w[i], bcast4(x + 4 * i));
+            const __m512i a = dot_words(_mm512_set1_epi32(-off * (bs[0] + bs[1])), w, x, 8, CHAINS(R));
             acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(j->dx[(t0 + r) * nb + b]), d),
                                      _mm512_cvtepi32_ps(a), acc[r]);
         }
