@@ -83,7 +83,9 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
                 f"supported: {', '.join(sorted(self._k.QTYPES))}. Re-quantize the model to one of these "
                 "(e.g. llama-quantize model.gguf out.gguf Q4_K_M), or use --backend numpy")
         w = self._weight(np.asarray(gguf.raw(name)), qtype, shape, name)
-        return self.packed(w, file_backed=True) if self.pack_weights else w
+        # an untied embedding table is only read by rows (embedding), never multiplied
+        rows_only = name == "token_embd.weight" and "output.weight" in getattr(gguf, "tensors", ())
+        return self.packed(w, file_backed=True) if self.pack_weights and not rows_only else w
 
     def packed(self, w: CpuWeight, file_backed: bool = False) -> CpuWeight:
         """w with its packed copy (luce/cpu/packed.h), or w if its type or shape has none.
