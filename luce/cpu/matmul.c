@@ -58,9 +58,10 @@ static void quantize_task(void *ctx, int64_t task) {
     const quantize_job *q = ctx;
     const int64_t K = q->K, nb = K / (q->format == ACT_Q8_K ? QK_K : QK_32);
     const int64_t t0 = task * q->rows_per_task, t1 = t0 + q->rows_per_task < q->T ? t0 + q->rows_per_task : q->T;
-    if (luce_cpu_get_isa() == LUCE_ISA_AVX512 && quantize_avx512_built) {
-        quantize_rows_avx512(q->x + t0 * K, t1 - t0, K, (int)(K / nb), q->a->qs + t0 * K, q->a->dx + t0 * nb,
-                             q->a->bsums + t0 * (K / 16));
+    const int isa = luce_cpu_get_isa();
+    if ((isa == LUCE_ISA_AVX512 && quantize_avx512_built) || (isa == LUCE_ISA_AVX2 && quantize_avx2_built)) {
+        (isa == LUCE_ISA_AVX512 ? quantize_rows_avx512 : quantize_rows_avx2)(
+            q->x + t0 * K, t1 - t0, K, (int)(K / nb), q->a->qs + t0 * K, q->a->dx + t0 * nb, q->a->bsums + t0 * (K / 16));
         return;
     }
     void (*rows)(const float *, int64_t, int64_t, int8_t *, float *, int16_t *) =

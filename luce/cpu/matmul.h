@@ -71,10 +71,11 @@ extern const mm_tile_fn mm_tiles_avx2[MM_KINDS];
 extern const mm_tile_fn mm_tiles_avx512[MM_KINDS];
 
 /* activation quantization (quantize_act.c): row-major x [T, K]; the AVX-512 path computes the
- * same bits (quantize_act_avx512.c; quantize_avx512_built says whether it was compiled in) */
+ * same bits (quantize_act_avx512.c / _avx2.c; quantize_*_built say whether each was compiled in) */
 void quantize_rows_q8k(const float *x, int64_t T, int64_t K, int8_t *qs, float *dx, int16_t *bsums);
 void quantize_rows_q8_32(const float *x, int64_t T, int64_t K, int8_t *qs, float *dx, int16_t *bsums);
 void quantize_rows_avx512(const float *x, int64_t T, int64_t K, int block, int8_t *qs, float *dx, int16_t *bsums);
-extern const int quantize_avx512_built;
+void quantize_rows_avx2(const float *x, int64_t T, int64_t K, int block, int8_t *qs, float *dx, int16_t *bsums);
+extern const int quantize_avx512_built, quantize_avx2_built;
 
 #endif
