@@ -30,8 +30,10 @@ def pair(request, tmp_path_factory):
     from luce.testing.tiny_models import make_dflash_draft, make_qwen35
 
     root = tmp_path_factory.mktemp("rollback")
-    q35 = make_qwen35(root / "t.gguf", seed=41)
-    make_dflash_draft(root / "d.gguf", q35, seed=42, block_size=4, target_layers=(0, 2))
+    dims = {"head_dim": 64, "ssm_state_size": 64} if request.param == "cuda" else {}   # the CUDA kernels' sizes
+    q35 = make_qwen35(root / "t.gguf", seed=41, **dims)
+    make_dflash_draft(root / "d.gguf", q35, seed=42, block_size=4, target_layers=(0, 2),
+                      **({"head_dim": 64} if dims else {}))
     target = load_model(root / "t.gguf", request.param)
     return target, load_model(root / "d.gguf", request.param, target_model=target)
 

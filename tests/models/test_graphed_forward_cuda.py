@@ -193,10 +193,11 @@ def test_graph_counters_in_metrics(models):
 
 
 def test_ddtree_graphs_share_one_per_node_state_scratch(models):
-    """Per-node GDN states (ddtree) are written to one scratch per layer that every captured
-    graph shares (at 27B one graph's copy would be up to 18 GiB): the tree graphs' staged
-    states of a layer start at one address, outside every graph's pool, and the tokens are
-    those of plain eager decoding."""
+    """Per-node GDN states (ddtree) are written to the backend's scratch of the layer, which
+    every captured graph shares (at 27B one graph's copy would be up to 18 GiB): each tree
+    graph's staged states lie in one of the scratch buffers the backend holds for it (the
+    current one, or one it outgrew by doubling while an older graph still writes it), outside
+    every graph's pool, and the tokens are those of plain eager decoding."""
     want, _ = run(models["q35"], False, 3)
     spec = SpecConfig(spec="ddtree", draft_kind="model", draft="q35", ddtree_budget=6, spec_top_k=2)
     got, engine = run(models["q35"], True, 3, spec=spec, draft_model=models["q35"])
@@ -207,5 +208,7 @@ def test_ddtree_graphs_share_one_per_node_state_scratch(models):
             if stage.node_states is not None:
                 assert stage.node_states.block.allocator is not graph.allocator
                 starts.setdefault(il, set()).add(stage.node_states.ptr)
-    assert starts and all(len(s) == 1 for s in starts.values()), starts
+    backend = models["q35"].backend
+    held = {b.ptr for b in [*backend._node_scratch.values(), *backend._node_scratch_outgrown]}
+    assert starts and all(s <= held for s in starts.values()), (starts, held)
     assert sum(1 for g in engine.forward.graphs.values() if g.output.staged) >= 2
