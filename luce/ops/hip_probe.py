@@ -65,7 +65,8 @@ def hip_python_version() -> str | None:
     module = sys.modules.get("hip")
     if module is not None:
         return str(getattr(module, "__version__", "unknown"))
-    return None if importlib.util.find_spec("hip") is None else "unknown"
+    spec = importlib.util.find_spec("hip")
+    return "unknown" if spec is not None and spec.origin else None   # not the namespace of luce's hip/ folder
 
 
 @dataclass
