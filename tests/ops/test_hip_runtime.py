@@ -1,5 +1,7 @@
 """The GPU backend on its HIP runtime (luce/ops/hip_runtime.py), driven against the recording
-double of hip-python and the kernel library (tests/ops/fake_hip.py), no AMD GPU needed.
+double of hip-python and the kernel library (tests/ops/fake_hip.py), no AMD GPU needed; the
+memory and graph tests run on the CUDA runtime too (cuda-python served by the same double,
+tests/ops/fake_cuda.py), and a decode step makes the same calls through either.
 
 What is exercised: `--backend hip` selection, the HIP calls of every memory path (caching
 allocator with its out-of-memory retry, the pinned upload ring and its events, copies each
@@ -23,21 +25,37 @@ from luce.ops.cuda_memory import OutOfDeviceMemory
 from luce.ops.cuda_runtime import CudaRuntime
 from luce.ops.gpu_runtime import GpuRuntime
 from luce.ops.hip_runtime import HipRuntime
-from tests.ops import fake_hip
+from tests.ops import fake_cuda, fake_hip
 
 MB = 1 << 20
 
 
-@pytest.fixture
-def fake(monkeypatch, tmp_path):
-    """hip-python, a HIP device and libluce_hip.so, all fakes."""
+def install_fakes(monkeypatch, tmp_path, runtime: str):
+    """hip-python (and cuda-python for 'cuda') over one FakeHip, a device and the runtime's
+    kernel library, all fakes."""
     hip = fake_hip.FakeHip()
     fake_hip.install(monkeypatch, hip)
-    library = tmp_path / "libluce_hip.so"
+    if runtime == "cuda":
+        fake_cuda.install(monkeypatch, hip)
+    library = tmp_path / f"libluce_{runtime}.so"
     library.write_bytes(b"")
     monkeypatch.setenv("LUCE_KERNEL_LIB", str(library))
     fake_hip.install_kernels(monkeypatch, hip, str(library))
     return hip
+
+
+@pytest.fixture
+def fake(monkeypatch, tmp_path):
+    return install_fakes(monkeypatch, tmp_path, "hip")
+
+
+@pytest.fixture(params=["cuda", "hip"])
+def gpu(request, monkeypatch, tmp_path):
+    """(the backend on runtime `param`, its FakeHip)."""
+    hip = install_fakes(monkeypatch, tmp_path, request.param)
+    backend = get_backend(request.param)
+    assert backend.name == request.param
+    return backend, hip
 
 
 def names(hip) -> list[str]:
@@ -78,6 +96,29 @@ def test_the_double_has_hip_pythons_signatures_and_values():
         assert int(getattr(hip, flag)) == getattr(fake_hip.FakeHip, flag), flag
 
 
+def _cuda_python() -> bool:
+    try:
+        from cuda.bindings import runtime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _cuda_python(), reason="cuda-python is not installed")
+def test_the_cuda_double_has_cuda_pythons_signatures_and_values():
+    from cuda.bindings import runtime
+
+    for name, fn in inspect.getmembers(fake_cuda.FakeCudart, inspect.isfunction):
+        if name.startswith("cuda"):
+            real = list(inspect.signature(getattr(runtime, name)).parameters)
+            assert list(inspect.signature(fn).parameters)[1:] == real, name
+    for enum in (fake_cuda.cudaMemcpyKind, fake_cuda.cudaStreamCaptureMode):
+        for member in enum:
+            assert int(getattr(getattr(runtime, enum.__name__), member.name)) == int(member), member
+    for flag in ("cudaStreamNonBlocking", "cudaEventDisableTiming"):
+        assert int(getattr(runtime, flag)) == getattr(fake_cuda.FakeCudart, flag), flag
+
+
 # ---- selection ----------------------------------------------------------------------------------
 def test_backend_hip_is_the_gpu_backend_on_the_hip_runtime(fake, tmp_path):
     backend = get_backend("hip")
@@ -97,8 +138,8 @@ def test_auto_takes_a_hip_device_after_cuda(fake, monkeypatch):
 
 
 # ---- memory -------------------------------------------------------------------------------------
-def test_copies_round_trip_through_the_hip_runtime(fake):
-    backend = get_backend("hip")
+def test_copies_round_trip_through_the_runtime(gpu):
+    backend, fake = gpu
     rng = np.random.default_rng(0)
     x = rng.standard_normal((65, 3, 8)).astype(np.float32)
     d = backend.asarray(x)
@@ -121,27 +162,29 @@ def test_copies_round_trip_through_the_hip_runtime(fake):
     assert copies and all(args[-1] == backend.stream for args in copies)   # all on the backend's stream
 
 
-def test_out_of_memory_gives_cached_blocks_back_then_names_hip(fake):
-    backend = get_backend("hip")
+def test_out_of_memory_gives_cached_blocks_back_then_names_the_call(gpu):
+    backend, fake = gpu
     fake.capacity = fake.used + 100 * MB
     held = [backend.empty((mb * MB // 4,)) for mb in (8, 16, 32)]   # three size classes, 56 MiB
     del held                                                     # cached, not freed
     big = backend.empty((60 * MB // 4,))                         # a 64 MiB class: needs them back
     assert names(fake).count("hipFree") == 3 and backend.allocator.reserved_bytes == 64 * MB
-    with pytest.raises(OutOfDeviceMemory, match=r"hipMalloc of \d+ bytes failed \(hipErrorOutOfMemory \(2\)\)"):
+    malloc = {"cuda": "cudaMalloc", "hip": "hipMalloc"}[backend.name]
+    with pytest.raises(OutOfDeviceMemory, match=malloc + r" of \d+ bytes failed \(hipErrorOutOfMemory \(2\)\)"):
         backend.empty((60 * MB // 4,))
     assert names(fake)[-1] == "hipGetLastError" and fake.last_error == 0
     del big
 
 
 # ---- a decode step, captured and replayed ---------------------------------------------------------
-def test_decode_steps_are_captured_and_replayed_as_hip_graphs(fake, tmp_path):
+def decode_steps(backend, fake, tmp_path) -> list[str]:
+    """6 decode steps of 3 slots of a tiny qwen35 through GraphedForward, checked -> the
+    names of the runtime calls they made."""
     from luce.models import load_model
     from luce.models.graphed_forward import GraphedForward
     from luce.models.packer import SegmentSpec, build_batch
     from luce.testing.tiny_models import make_qwen35
 
-    backend = get_backend("hip")
     make_qwen35(tmp_path / "q35.gguf", seed=21, head_dim=64, ssm_state_size=64)
     model = load_model(tmp_path / "q35.gguf", backend)
     state = model.new_state(max_pages=48, max_slots=4)
@@ -172,16 +215,32 @@ def test_decode_steps_are_captured_and_replayed_as_hip_graphs(fake, tmp_path):
     assert names(fake).count("hipGraphLaunch") == fake.graph_launches == steps - 1   # the captured step too
     graphed.invalidate()
     assert {"hipGraphExecDestroy", "hipGraphDestroy"} <= set(names(fake))
+    return names(fake)
 
 
-def test_a_capture_that_synchronizes_is_refused_and_the_stream_stays_usable(fake):
+def test_decode_steps_are_captured_and_replayed_as_graphs(gpu, tmp_path):
+    decode_steps(*gpu, tmp_path)
+
+
+def test_a_decode_step_makes_the_same_calls_through_either_runtime(tmp_path):
+    calls = {}
+    for runtime in ("cuda", "hip"):
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            (tmp_path / runtime).mkdir()
+            fake = install_fakes(monkeypatch, tmp_path / runtime, runtime)
+            calls[runtime] = decode_steps(get_backend(runtime), fake, tmp_path / runtime)
+    assert len(calls["hip"]) > 100 and calls["cuda"] == calls["hip"]
+
+
+def test_a_capture_that_synchronizes_is_refused_and_the_stream_stays_usable(gpu):
     """A host synchronisation inside a capture (a forward that is not graph-safe) invalidates
-    it on HIP as on CUDA: GraphUnsafe, the graph's pool back to the allocator, copies work."""
+    it: GraphUnsafe naming the call, the stream usable after."""
     from luce.ops.cuda_graph import Constants, GraphUnsafe
 
-    backend = get_backend("hip")
+    backend, fake = gpu
     x = backend.asarray(np.arange(6, dtype=np.float32))
-    with pytest.raises(GraphUnsafe, match="hipStreamSynchronize failed: hipErrorStreamCaptureUnsupported"):
+    sync = {"cuda": "cudaStreamSynchronize", "hip": "hipStreamSynchronize"}[backend.name]
+    with pytest.raises(GraphUnsafe, match=sync + " failed: hipErrorStreamCaptureUnsupported"):
         backend.capture(Constants(), lambda: backend.to_numpy(x), lambda allocator: None)
     assert not fake.captures and fake.last_error == 0
     assert np.array_equal(backend.to_numpy(backend.copy(x)), np.arange(6, dtype=np.float32))
