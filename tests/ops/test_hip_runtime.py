@@ -108,6 +108,10 @@ def _cuda_python() -> bool:
 def test_the_cuda_double_has_cuda_pythons_signatures_and_values():
     from cuda.bindings import runtime
 
+    try:
+        inspect.signature(runtime.cudaMalloc)
+    except ValueError:
+        pytest.skip("this cuda-python's functions carry no signatures")
     for name, fn in inspect.getmembers(fake_cuda.FakeCudart, inspect.isfunction):
         if name.startswith("cuda"):
             real = list(inspect.signature(getattr(runtime, name)).parameters)
