@@ -14,10 +14,9 @@ def gpu_available() -> bool:
 
         if kernel_library_path("cuda") is None:
             return False
-        from cuda.bindings import runtime as cudart  # noqa: F401
+        from luce.ops.gpu_runtime import get_runtime
 
-        err, count = cudart.cudaGetDeviceCount()
-        return int(err) == 0 and count > 0
+        return get_runtime("cuda").device_count() > 0
     except Exception:
         return False
 

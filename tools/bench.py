@@ -46,7 +46,7 @@ def rt():
 
 
 def check(result, what: str):
-    from luce.ops.cuda_memory import check as _check
+    from luce.ops.gpu_runtime import check as _check
 
     return _check(result, what)
 

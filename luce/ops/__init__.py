@@ -1,6 +1,7 @@
 """Backend API the models call: the numpy reference backend, the cpu backend (C kernels) and
-the CUDA backend. BACKENDS is the one list of backend names (the CLIs offer it). 'hip' is
-named but has no runtime yet: asking for it says what this machine has (luce.ops.hip_probe)."""
+the GPU backend over a GPU runtime ('cuda': cuda-python and libluce_cuda.so; 'hip': hip-python
+and libluce_hip.so; luce.ops.gpu_runtime). BACKENDS is the one list of backend names (the CLIs
+offer it). A backend that cannot start here says what this machine has and what is missing."""
 from __future__ import annotations
 
 BACKENDS = ("auto", "cuda", "hip", "cpu", "numpy")
@@ -8,13 +9,9 @@ BACKENDS = ("auto", "cuda", "hip", "cpu", "numpy")
 
 def cuda_device_count() -> int:
     """Visible CUDA devices through cuda-python (0 without cuda-python, a driver or a GPU)."""
-    try:
-        from cuda.bindings import runtime as cudart
+    from luce.ops.gpu_runtime import get_runtime
 
-        err, count = cudart.cudaGetDeviceCount()
-        return int(count) if int(err) == 0 else 0
-    except Exception:
-        return 0
+    return get_runtime("cuda").device_count()
 
 
 def cuda_unavailable_reason() -> str | None:
@@ -42,8 +39,8 @@ def cpu_unavailable_reason() -> str | None:
 
 
 def hip_unavailable_reason() -> str | None:
-    """Why the HIP backend cannot start here: always a reason until its runtime exists (what
-    was found, what to install; luce.ops.hip_probe)."""
+    """Why the HIP backend cannot start here (None if it can): what was found, what to install
+    (luce.ops.hip_probe)."""
     from luce.ops.hip_probe import hip_unavailable_reason as reason
 
     return reason()
@@ -53,7 +50,8 @@ def backend_error(name: str) -> str | None:
     """The one line get_backend(name) would fail with here, or None if it can start (without
     starting it: no GPU is touched beyond counting devices). 'auto' and 'numpy' always can."""
     if name == "hip":
-        return f"cannot use the HIP backend: {hip_unavailable_reason()}"
+        reason = hip_unavailable_reason()
+        return None if reason is None else f"cannot use the HIP backend: {reason}"
     probes = {"cuda": ("CUDA", cuda_unavailable_reason), "cpu": ("cpu", cpu_unavailable_reason)}
     if name in probes:
         label, probe = probes[name]
@@ -65,16 +63,19 @@ def backend_error(name: str) -> str | None:
 
 
 def auto_backend_choice() -> tuple[str, str]:
-    """(backend name, why) that --backend auto picks: cuda, then cpu, then numpy (never hip
-    until its runtime exists)."""
+    """(backend name, why) that --backend auto picks: cuda, then hip (when the kernel driver
+    lists an AMD GPU), then cpu, then numpy."""
     cuda_reason = cuda_unavailable_reason()
     if cuda_reason is None:
         return "cuda", "a CUDA GPU and the CUDA kernel library are present"
     from luce.ops.hip_probe import amd_gpus
 
     amd = amd_gpus()
-    if amd:  # said, not taken: there is no HIP runtime yet
-        cuda_reason += f"; the AMD GPU here ({', '.join(amd)}) needs luce's HIP runtime, not written yet"
+    if amd:
+        hip_reason = hip_unavailable_reason()
+        if hip_reason is None:
+            return "hip", f"no CUDA; an AMD GPU ({', '.join(amd)}), hip-python and the HIP kernel library are present"
+        cuda_reason += f"; the AMD GPU here ({', '.join(amd)}) cannot be used: {hip_reason}"
     cpu_reason = cpu_unavailable_reason()
     if cpu_reason is None:
         return "cpu", f"no CUDA: {cuda_reason}"
@@ -83,8 +84,8 @@ def auto_backend_choice() -> tuple[str, str]:
 
 def get_backend(name="numpy", threads: int | None = None):
     """The backend called `name` (BACKENDS; a backend instance is returned as it is): 'auto'
-    picks cuda when the kernel library is built and a GPU is visible, else cpu when its C
-    kernels are built, else numpy (auto_backend_choice says why). `threads` sets the cpu
+    picks cuda when the kernel library is built and a GPU is visible, else hip likewise, else
+    cpu when its C kernels are built, else numpy (auto_backend_choice says why). `threads` sets the cpu
     backend's thread count (default: the cores this process may use)."""
     if not isinstance(name, str):
         return name
@@ -103,6 +104,7 @@ def get_backend(name="numpy", threads: int | None = None):
         from luce.ops.cpu_backend import CpuBackend
 
         return CpuBackend(threads=threads)
-    from luce.ops.cuda_backend import CudaBackend  # 'cuda': 'hip' always has an error above
+    from luce.ops.cuda_backend import CudaBackend
+    from luce.ops.gpu_runtime import get_runtime
 
-    return CudaBackend()
+    return CudaBackend(get_runtime(name))   # 'cuda' or 'hip': one GPU backend, two runtimes

@@ -1,5 +1,6 @@
-"""Device arrays of the CUDA backend: a caching allocator on one stream, a pinned upload
-ring and `CudaArray` (pointer, shape, dtype; always C-contiguous).
+"""Device arrays of the GPU backend: a caching allocator on one stream, a pinned upload
+ring and `CudaArray` (pointer, shape, dtype; always C-contiguous). Device calls go through
+the backend's runtime (luce.ops.gpu_runtime: CUDA or HIP).
 
 Memory is stream-ordered: every launch and copy of the backend goes to its one stream, so a
 block freed by Python (the last array viewing it died) can be handed to the next allocation
@@ -21,16 +22,11 @@ from typing import Sequence
 
 import numpy as np
 
-from luce.ops.cuda_memory import OutOfDeviceMemory, check
+from luce.ops.cuda_memory import OutOfDeviceMemory
+from luce.ops.gpu_runtime import GpuError, GpuRuntime
 
 ALIGN = 256                 # every block starts on 256 bytes (kernels want 16)
 STAGING_BYTES = 8 << 20     # pinned ring for uploads, two halves
-
-
-def _rt():
-    from cuda.bindings import runtime as cudart
-
-    return cudart
 
 
 def bucket_bytes(nbytes: int) -> int:
@@ -44,45 +40,50 @@ def bucket_bytes(nbytes: int) -> int:
 class DeviceAllocator:
     """Size-bucketed free lists of device blocks, reused in stream order."""
 
-    def __init__(self):
+    def __init__(self, runtime: GpuRuntime):
+        self.runtime = runtime
         self._free: dict[int, list[int]] = defaultdict(list)
-        self.reserved_bytes = 0     # held from cudaMalloc now (in use or cached)
+        self.reserved_bytes = 0     # held from the driver now (in use or cached)
         self.peak_reserved_bytes = 0
-        self.driver_allocs = 0      # cudaMalloc calls (a steady-state step adds none)
+        self.driver_allocs = 0      # runtime.malloc calls (a steady-state step adds none)
 
     def alloc(self, nbytes: int, trim: bool = True) -> tuple[int, int]:
         """-> (ptr, bucket) of at least nbytes. trim False (inside a stream capture, where
-        cudaFree may not run): OutOfDeviceMemory at once when the driver has none."""
+        no free may run): OutOfDeviceMemory at once when the driver has none."""
         size = bucket_bytes(nbytes)
         free = self._free[size]
         if free:
             return free.pop(), size
-        err, ptr = _rt().cudaMalloc(size)
-        if int(err) != 0:
-            if trim:
-                self.trim()
-                err, ptr = _rt().cudaMalloc(size)
-            if int(err) != 0:
-                _rt().cudaGetLastError()   # the failed cudaMalloc's error must not surface at a later call
-                raise OutOfDeviceMemory(f"cudaMalloc of {size} bytes failed ({err}) with {self.reserved_bytes} "
-                                        "bytes held by this backend's arrays and graphs: lower the slots, "
-                                        "context or tree budget")
-        ptr = int(ptr)
+        ptr, error = self._malloc(size)
+        if error is not None and trim:
+            self.trim()
+            ptr, error = self._malloc(size)
+        if error is not None:
+            self.runtime.clear_error()   # the failed allocation's error must not surface at a later call
+            raise OutOfDeviceMemory(f"{error.what} of {size} bytes failed ({error.reason}) with "
+                                    f"{self.reserved_bytes} bytes held by this backend's arrays and graphs: "
+                                    "lower the slots, context or tree budget")
         self.reserved_bytes += size
         self.peak_reserved_bytes = max(self.peak_reserved_bytes, self.reserved_bytes)
         self.driver_allocs += 1
         return ptr, size
 
+    def _malloc(self, size: int) -> tuple[int, GpuError | None]:
+        try:
+            return self.runtime.malloc(size), None
+        except GpuError as error:
+            return 0, error
+
     def release(self, ptr: int, size: int) -> None:
         self._free[size].append(ptr)
 
     def trim(self) -> int:
-        """Give every cached free block back to the driver (cudaFree waits for the device, so
+        """Give every cached free block back to the driver (a free waits for the device, so
         no queued work still uses one); returns the bytes freed."""
         freed = 0
         for size, ptrs in self._free.items():
             for ptr in ptrs:
-                check(_rt().cudaFree(ptr), "cudaFree")
+                self.runtime.free(ptr)
                 freed += size
         self._free.clear()
         self.reserved_bytes -= freed
@@ -146,29 +147,26 @@ class StagingRing:
     """Pinned host memory for host -> device copies on `stream`, in two halves: a half is
     refilled only after the copies queued from it have run (an event per half)."""
 
-    def __init__(self, stream: int, nbytes: int = STAGING_BYTES):
-        rt = _rt()
+    def __init__(self, runtime: GpuRuntime, stream: int, nbytes: int = STAGING_BYTES):
+        self.runtime = runtime
         self.stream, self.half = stream, nbytes // 2
-        self.base = int(check(rt.cudaMallocHost(nbytes), "cudaMallocHost (upload ring)"))
+        self.base = runtime.malloc_host(nbytes)
         self.host = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(self.base))
-        self.events = [check(rt.cudaEventCreateWithFlags(rt.cudaEventDisableTiming), "cudaEventCreate")
-                       for _ in range(2)]
+        self.events = [runtime.event_create() for _ in range(2)]
         self.recorded = [False, False]
         self.current, self.offset = 0, 0
         self.forbidden = False   # set while a graph is captured: a copy from the ring would replay stale bytes
 
     def _switch(self) -> None:
-        rt = _rt()
-        check(rt.cudaEventRecord(self.events[self.current], self.stream), "cudaEventRecord")
+        self.runtime.event_record(self.events[self.current], self.stream)
         self.recorded[self.current] = True
         self.current ^= 1
         if self.recorded[self.current]:
-            check(rt.cudaEventSynchronize(self.events[self.current]), "cudaEventSynchronize")
+            self.runtime.event_synchronize(self.events[self.current])
         self.offset = 0
 
     def upload(self, dst: int, host: np.ndarray) -> None:
         """Queue a copy of `host` (contiguous) to device address dst."""
-        rt = _rt()
         n = host.nbytes
         if n == 0:
             return
@@ -177,16 +175,14 @@ class StagingRing:
 
             raise GraphUnsafe("a host upload inside a graph capture")
         if n > self.half:  # big (weights, large inputs): pageable copy, then wait for it
-            check(rt.cudaMemcpyAsync(dst, host.ctypes.data, n, rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
-                                     self.stream), "cudaMemcpyAsync H2D")
-            check(rt.cudaStreamSynchronize(self.stream), "cudaStreamSynchronize")
+            self.runtime.copy_h2d_async(dst, host.ctypes.data, n, self.stream)
+            self.runtime.synchronize(self.stream)
             return
         if self.offset + n > self.half:
             self._switch()
         start = self.current * self.half + self.offset
         self.host[start:start + n] = host.reshape(-1).view(np.uint8)
-        check(rt.cudaMemcpyAsync(dst, self.base + start, n, rt.cudaMemcpyKind.cudaMemcpyHostToDevice,
-                                 self.stream), "cudaMemcpyAsync H2D")
+        self.runtime.copy_h2d_async(dst, self.base + start, n, self.stream)
         self.offset += -(-n // ALIGN) * ALIGN
 
 

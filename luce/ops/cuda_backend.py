@@ -1,5 +1,7 @@
-"""The CUDA backend: luce.ops.api.Backend on device arrays (luce/ops/cuda_array.py) and the
-kernel library (cuda/*.cu through the luce._cuda_<family> launch modules).
+"""The GPU backend: luce.ops.api.Backend on device arrays (luce/ops/cuda_array.py) and the
+kernel library (cuda/*.cu through the luce._cuda_<family> launch modules), over a GPU runtime
+(luce/ops/gpu_runtime.py): CUDA (libluce_cuda.so) or HIP (libluce_hip.so); `name` is the
+runtime's.
 
 Weights stay in their GGUF blocks on the device (`QuantWeight`); matmul and embedding decode
 them on the fly. Every launch and copy goes to one stream (`self.stream`); ops never
@@ -23,7 +25,6 @@ import numpy as np
 from luce.ops.cuda_array import Block, CudaArray, DeviceAllocator, StagingRing
 from luce.ops.cuda_graph import GraphMixin
 from luce.ops.cuda_pointwise_ops import PointwiseOps
-from luce.ops.cuda_memory import check
 from luce.ops.cuda_sampling_ops import SamplingOps
 from luce.ops.cuda_sequence_ops import SequenceOps
 from luce.ops.cuda_step_meta import Mirrors
@@ -49,12 +50,6 @@ class QuantWeight:
         return (self.n, self.k)
 
 
-def _rt():
-    from cuda.bindings import runtime as cudart
-
-    return cudart
-
-
 def _qtype_name(qtype: int) -> str:
     try:
         from gguf import GGMLQuantizationType
@@ -65,21 +60,22 @@ def _qtype_name(qtype: int) -> str:
 
 
 class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
-    """luce.ops.api.Backend on one CUDA device; Array = CudaArray, Weight = QuantWeight."""
+    """luce.ops.api.Backend on one GPU; Array = CudaArray, Weight = QuantWeight. `runtime`:
+    a luce.ops.gpu_runtime.GpuRuntime (default CUDA's)."""
 
     name = "cuda"
     supports_graphs = True
 
-    def __init__(self):
+    def __init__(self, runtime=None):
         from luce import _cuda_matmul
-        from luce.ops.native import load_kernels
+        from luce.ops.gpu_runtime import get_runtime
 
-        self.lib = load_kernels("cuda")
-        rt = _rt()
-        self._stream_handle = check(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking), "cudaStreamCreate")
-        self.stream = int(self._stream_handle)
-        self.allocator = DeviceAllocator()
-        self.staging = StagingRing(self.stream)
+        self.runtime = runtime or get_runtime("cuda")
+        self.name = self.runtime.name
+        self.lib = self.runtime.load_kernels()
+        self.stream = self.runtime.stream_create()
+        self.allocator = DeviceAllocator(self.runtime)
+        self.staging = StagingRing(self.runtime, self.stream)
         self.matmul_qtypes = dict(_cuda_matmul.QTYPES)
         self.mirrors = Mirrors()
         self._init_sequence_ops()
@@ -139,28 +135,24 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
     def memcpy(self, dst: int, src: int, nbytes: int) -> None:
         """Device-to-device copy on the stream."""
         if nbytes:
-            rt = _rt()
-            check(rt.cudaMemcpyAsync(dst, src, nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToDevice, self.stream),
-                  "cudaMemcpyAsync D2D")
+            self.runtime.copy_d2d_async(dst, src, nbytes, self.stream)
 
     def to_numpy(self, x) -> np.ndarray:
         if not isinstance(x, CudaArray):
             return np.asarray(x)
         out = np.empty(x.shape, x.dtype)
         if out.nbytes:
-            rt = _rt()
-            check(rt.cudaMemcpyAsync(out.ctypes.data, x.ptr, out.nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost,
-                                     self.stream), "cudaMemcpyAsync D2H")
+            self.runtime.copy_d2h_async(out.ctypes.data, x.ptr, out.nbytes, self.stream)
         self.synchronize()
         return out
 
     def synchronize(self) -> None:
-        check(_rt().cudaStreamSynchronize(self.stream), "cudaStreamSynchronize")
+        self.runtime.synchronize(self.stream)
 
     def zeros(self, shape: Sequence[int], dtype=np.float32) -> CudaArray:
         out = self.empty(shape, dtype)
         if out.nbytes:
-            check(_rt().cudaMemsetAsync(out.ptr, 0, out.nbytes, self.stream), "cudaMemsetAsync")
+            self.runtime.memset_async(out.ptr, 0, out.nbytes, self.stream)
         return out
 
     def _f32(self, x) -> CudaArray:

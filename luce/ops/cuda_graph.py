@@ -1,5 +1,5 @@
-"""CUDA graphs of the CUDA backend (DESIGN.md section 4): capture one step's launches on the
-backend stream, replay them with one call.
+"""Graphs of the GPU backend (DESIGN.md section 4): capture one step's launches on the
+backend stream, replay them with one call (through the backend's runtime, CUDA or HIP).
 
 The life of a graph key (luce.models.graphed_forward decides keys):
 1. first step with the key: eager, with `record_constants()` on, so every host upload that
@@ -10,25 +10,19 @@ The life of a graph key (luce.models.graphed_forward decides keys):
    allocations from the graph's own pool (`GraphAllocator`: eager work never reuses them),
    step metadata read from the graph's arena, constants from step 1's copies; any other
    upload or host synchronisation raises GraphUnsafe and the key stays eager;
-3. then `launch()`: one cudaGraphLaunch after one arena copy.
+3. then `launch()`: one graph launch after one arena copy.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from luce.ops.cuda_array import GraphAllocator
-from luce.ops.cuda_memory import check
+from luce.ops.gpu_runtime import GpuError
 
 
 class GraphUnsafe(RuntimeError):
     """The forward did something a captured graph cannot repeat (a per-step upload that is not
     in the metadata arena, a host synchronisation, a host fallback)."""
-
-
-def _rt():
-    from cuda.bindings import runtime as cudart
-
-    return cudart
 
 
 def constant_key(host: np.ndarray) -> tuple:
@@ -66,7 +60,7 @@ class StepGraph:
         self.extra: dict = {}     # the caller's (host side effects to repeat on replay)
 
     def launch(self) -> None:
-        check(_rt().cudaGraphLaunch(self.exec, self.backend.stream), "cudaGraphLaunch")
+        self.backend.runtime.graph_launch(self.exec, self.backend.stream)
 
     def __del__(self):
         try:
@@ -77,11 +71,11 @@ class StepGraph:
     def drop(self) -> None:
         if self.allocator.closed:
             return
-        rt = _rt()
+        runtime = self.backend.runtime
         if self.exec is not None:
-            rt.cudaGraphExecDestroy(self.exec)
+            runtime.graph_exec_destroy(self.exec)
         if self.graph is not None:
-            rt.cudaGraphDestroy(self.graph)
+            runtime.graph_destroy(self.graph)
         self.exec = self.graph = self.output = self.meta = None
         self.constants = Constants()
         self.allocator.close()
@@ -115,17 +109,16 @@ class GraphMixin:
         """Capture `run()` into a new StepGraph -> graph (run's result in graph.output).
         bind_meta(allocator) uploads the step's arena into the graph's pool (before capture).
         Raises GraphUnsafe (the stream is left usable) when the forward cannot be captured."""
-        rt = _rt()
+        rt = self.runtime
         graph = StepGraph(self, GraphAllocator(self.allocator), constants)
         graph.meta = bind_meta(graph.allocator)
         self.synchronize()
+        rt.begin_capture(self.stream)
         saved = self.allocator
         self.allocator = graph.allocator
         self._capturing = graph
         self.staging.forbidden = True
-        check(rt.cudaStreamBeginCapture(self.stream, rt.cudaStreamCaptureMode.cudaStreamCaptureModeRelaxed),
-              "cudaStreamBeginCapture")
-        failure = None
+        failure, captured, end_error = None, None, None
         try:
             graph.output = run()
         except Exception as exc:  # noqa: BLE001 - every failure ends the capture first
@@ -134,18 +127,22 @@ class GraphMixin:
             self.allocator = saved
             self._capturing = None
             self.staging.forbidden = False
-            err, captured = rt.cudaStreamEndCapture(self.stream)
-        if failure is None and int(err) != 0:
-            failure = GraphUnsafe(f"cudaStreamEndCapture failed: {err}")
+            try:
+                captured = rt.end_capture(self.stream)
+            except GpuError as e:
+                end_error = e
+        if failure is None and end_error is not None:
+            failure = GraphUnsafe(str(end_error))
         if failure is None:
             graph.graph = captured
-            err, graph.exec = rt.cudaGraphInstantiate(captured, 0)
-            if int(err) != 0:
-                failure = GraphUnsafe(f"cudaGraphInstantiate failed: {err}")
-        elif int(err) == 0 and captured is not None:
-            rt.cudaGraphDestroy(captured)
+            try:
+                graph.exec = rt.graph_instantiate(captured)
+            except GpuError as e:
+                failure = GraphUnsafe(str(e))
+        elif captured is not None:
+            rt.graph_destroy(captured)
         if failure is not None:
-            rt.cudaGetLastError()  # clear the (non-sticky) error a call refused during capture left behind
+            rt.clear_error()  # clear the (non-sticky) error a call refused during capture left behind
             graph.drop()
             if isinstance(failure, GraphUnsafe):
                 raise failure

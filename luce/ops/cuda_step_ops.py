@@ -34,15 +34,11 @@ class StepOps:
         """An output [T, ...] of a step op: rows of the tree block zeroed (its padding rows
         reach the LM head, so they must hold finite values; no kernel writes them). Other
         padding rows never reach it and stay as they are."""
-        from luce.ops.cuda_memory import check
-
         out = self.empty(shape)
         t0 = batch.tree_start
         if batch.has_trees and out.nbytes:
             row = out.nbytes // shape[0]
-            from cuda.bindings import runtime as cudart
-
-            check(cudart.cudaMemsetAsync(out.ptr + t0 * row, 0, (shape[0] - t0) * row, self.stream), "cudaMemsetAsync")
+            self.runtime.memset_async(out.ptr + t0 * row, 0, (shape[0] - t0) * row, self.stream)
         return out
 
     def _node_states(self, pool, shape):
@@ -176,7 +172,7 @@ class StepOps:
 
 
 class _Untrimmed:
-    """A DeviceAllocator that does not give cached blocks back on a failed cudaMalloc."""
+    """A DeviceAllocator that does not give cached blocks back on a failed allocation."""
 
     def __init__(self, allocator):
         self.allocator = allocator

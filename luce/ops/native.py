@@ -1,7 +1,8 @@
-"""Locate and load the compiled kernel library behind luce._cuda.
+"""Locate and load the compiled kernel library behind luce._cuda: libluce_cuda.so or, with the
+same C ABI, libluce_hip.so (the GPU runtime's `name` picks; luce.ops.gpu_runtime).
 
-The library is optional: without nvcc at build time there is none, and luce runs on the numpy
-backend. Nothing here touches a GPU until `load_kernels()` is called.
+The library is optional: without nvcc (or hipcc) at build time there is none, and luce runs
+on the cpu or numpy backend. Nothing here touches a GPU until `load_kernels()` is called.
 """
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def load_kernels(kind: str = "cuda"):
 
     path = kernel_library_path(kind)
     if path is None:
+        toolkit = "ROCm >= 6.0 (hipcc)" if kind == "hip" else "the CUDA toolkit (nvcc on PATH)"
         raise RuntimeError(
             f"luce was built without {kind.upper()} kernels ({LIB_DIR / LIB_NAMES[kind]} is missing): "
-            "install the toolkit (nvcc on PATH) and run 'python setup.py build_ext --inplace', "
-            "or use --backend numpy")
+            f"install {toolkit} and run 'python setup.py build_ext --inplace', or use --backend numpy")
     if _cuda.loaded_path() != str(path):
         _cuda.load(str(path))
         for name in family_modules():

@@ -179,8 +179,8 @@ def check_backend_available(name: str) -> None:
 
 
 def backend_line(name: str, threads: int | None = None):
-    """(backend instance, a line saying which backend and why). 'auto' takes cuda, then cpu,
-    then numpy (luce.ops.auto_backend_choice)."""
+    """(backend instance, a line saying which backend and why). 'auto' takes cuda, then hip,
+    then cpu, then numpy (luce.ops.auto_backend_choice)."""
     from luce.ops import auto_backend_choice, get_backend
 
     why = "as asked"

@@ -55,16 +55,10 @@ def kv_bytes_per_token(config) -> int:
 def free_memory_bytes(backend_name: str) -> int | None:
     """Free device memory (cuda, hip) or available host memory; None when it cannot be read."""
     try:
-        if backend_name == "cuda":
-            from cuda.bindings import runtime as cudart
+        if backend_name in ("cuda", "hip"):
+            from luce.ops.gpu_runtime import get_runtime
 
-            err, free, _ = cudart.cudaMemGetInfo()
-            return int(free) if int(err) == 0 else None
-        if backend_name == "hip":
-            from hip import hip
-
-            err, free, _ = hip.hipMemGetInfo()
-            return int(free) if int(err) == 0 else None
+            return get_runtime(backend_name).mem_get_info()[0]
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):

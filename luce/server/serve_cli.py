@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(12G, 512M)")
     p.add_argument("--token-budget", type=int, default=512, help="rows per engine step (default 512)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
-                   help="compute backend (default auto: cuda, else cpu, else numpy)")
+                   help="compute backend (default auto: cuda, else hip, else cpu, else numpy)")
     p.add_argument("--threads", "-t", type=int, default=None,
                    help="cpu backend threads (default: the cores this process may use)")
     p.add_argument("--enforce-eager", action="store_true",

@@ -28,7 +28,8 @@ def _rt():
 
 def random_device_buffer(n_floats: int, seed: int, scale: float = 1.0):
     """A DeviceBuffer of n_floats f32: a random 64 MiB tile repeated (fast to set up)."""
-    from luce.ops.cuda_memory import DeviceBuffer, check
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.gpu_runtime import check
 
     rt = _rt()
     tile = (np.random.default_rng(seed).standard_normal(min(n_floats, _TILE_FLOATS)) * scale).astype(np.float32)
@@ -139,7 +140,7 @@ BENCH_CASES += TREE_CASES
 # ---- a small graph-replay timer (stand-in until tools/bench.py runs these cases) ----------
 
 def _ok(result, what):
-    from luce.ops.cuda_memory import check
+    from luce.ops.gpu_runtime import check
 
     return check(result, what)
 
