@@ -35,6 +35,8 @@ ctypedef int64_t (*workspace_fn)(int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*row_bytes_fn)(int32_t, int64_t) noexcept nogil
 
 cdef matmul_fn _matmul = NULL
+cdef matmul_fn _matmul_prefill = NULL
+cdef workspace_fn _prefill_workspace_bytes = NULL
 cdef workspace_fn _workspace_bytes = NULL
 cdef row_bytes_fn _row_bytes = NULL
 
@@ -49,11 +51,13 @@ REUSE_X = 1
 
 def load(str path):
     """Resolve the matmul entry points in the kernel library at `path`."""
-    global _matmul, _workspace_bytes, _row_bytes
+    global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes
     cdef void *lib = _open_library(path)
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_workspace_bytes")
     _row_bytes = <row_bytes_fn>_symbol(lib, path, "luce_matmul_row_bytes")
     _matmul = <matmul_fn>_symbol(lib, path, "luce_matmul")
+    _prefill_workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_prefill_workspace_bytes")
+    _matmul_prefill = <matmul_fn>_symbol(lib, path, "luce_matmul_prefill")
 
 
 def workspace_bytes(int64_t rows, int64_t k):
@@ -71,6 +75,12 @@ def row_bytes(int32_t qtype, int64_t k):
                          f"{sorted(QTYPES)}; k must be whole blocks: 256 values for K-quants "
                          f"and IQ4_XS, 32 for Q8_0/Q5_0)")
     return nb
+
+
+def prefill_workspace_bytes(int64_t rows, int64_t k):
+    """Bytes of workspace matmul_prefill of `rows` rows of length k needs."""
+    _require_loaded(<void *>_matmul_prefill)
+    return _prefill_workspace_bytes(rows, k)
 
 
 def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
@@ -99,3 +109,31 @@ def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t work
     with nogil:
         status = _matmul(&p, <void *>stream)
     raise_for_status(status, "luce_matmul")
+
+
+def matmul_prefill(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+                   int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
+                   int32_t flags=0, uintptr_t stream=0):
+    """Prompt rows (cuda/matmul_prefill.cu): as matmul for block types, x quantized to 8 bits
+    per 32 values (luce/ref/matmul_prefill.py); workspace of prefill_workspace_bytes(rows, k)."""
+    _require_loaded(<void *>_matmul_prefill)
+    if qtype in FLOAT_QTYPES:
+        raise ValueError(f"matmul_prefill: ggml type {qtype} is a float type; use matmul")
+    cdef luce_matmul_params p
+    p.x = <const float *>x
+    p.w = <const void *>w
+    p.bias = <const float *>bias
+    p.y = <float *>y
+    p.workspace = <void *>workspace
+    p.workspace_bytes = workspace_bytes
+    p.rows = rows
+    p.n = n
+    p.k = k
+    p.qtype = qtype
+    p.path = PATH_PREFILL
+    p.flags = flags
+    p.tune = 0
+    cdef int status
+    with nogil:
+        status = _matmul_prefill(&p, <void *>stream)
+    raise_for_status(status, "luce_matmul_prefill")

@@ -96,6 +96,22 @@ class ForwardBatch:
         return self._cached("kinds", make)
 
     @property
+    def prefill_rows(self) -> int:
+        """Rows [0, prefill_rows) are the prefill block (prefill segments, packed first, and
+        the padding between them): the rows whose matmuls take the prompt-row arithmetic
+        (DESIGN 5 rule 1; luce.ops.api.Backend.matmul)."""
+        def make():
+            pre = np.nonzero(self.kinds == SEG_PREFILL)[0]
+            if not pre.size:
+                return 0
+            before = self.kinds[:pre[-1]]
+            if ((before != SEG_PREFILL) & (before != SEG_PAD)).any():
+                raise ValueError(f"segment kinds {self.kinds.tolist()}: prefill segments must come first "
+                                 "(order [prefill][AR][tree]; build steps with luce.models.packer)")
+            return int(self.qo_indptr[pre[-1] + 1])
+        return self._cached("prefill_rows", make)
+
+    @property
     def has_trees(self) -> bool:
         return bool((self.kinds == SEG_TREE).any())
 

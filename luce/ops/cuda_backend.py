@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -81,6 +82,7 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
         self.allocator = DeviceAllocator()
         self.staging = StagingRing(self.stream)
         self.matmul_qtypes = dict(_cuda_matmul.QTYPES)
+        self.prefill_gemm = os.environ.get("LUCE_PREFILL_GEMM", "1") != "0"  # prompt rows: matmul_prefill
         self.mirrors = Mirrors()
         self._init_sequence_ops()
         self._init_graphs()
@@ -228,18 +230,22 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
                          table.row_bytes, t, table.qtype, stream=self.stream)
         return out
 
-    def matmul(self, x, w: QuantWeight, bias=None) -> CudaArray:
-        return self.matmuls(x, [w], [bias])[0]
+    def matmul(self, x, w: QuantWeight, bias=None, prefill_rows: int = 0) -> CudaArray:
+        return self.matmuls(x, [w], [bias], prefill_rows)[0]
 
-    def matmuls(self, x, weights: Sequence[QuantWeight], biases=None) -> list[CudaArray]:
+    def matmuls(self, x, weights: Sequence[QuantWeight], biases=None, prefill_rows: int = 0) -> list[CudaArray]:
         """[x @ w^T (+ b)] for each weight: block-type weights share one quantization of x
-        (LUCE_MATMUL_REUSE_X), so the activation pass runs once for q/k/v or gate/up."""
+        (LUCE_MATMUL_REUSE_X), so the activation pass runs once for q/k/v or gate/up. Block
+        types multiply rows [0, prefill_rows) (prompt rows, DESIGN 5 rule 1) with the prompt-row
+        GEMM (8-bit x, cuda/matmul_prefill.cu) and the rest with the decode family; with
+        LUCE_PREFILL_GEMM=0 in the environment at start every row takes the decode family."""
         from luce import _cuda_matmul as km
 
         x = self._f32(x)
         biases = list(biases) if biases is not None else [None] * len(weights)
         rows = x.shape[0] if x.ndim == 2 else -1
-        outs, workspace, ws_bytes = [], None, 0
+        p = min(max(int(prefill_rows), 0), rows) if self.prefill_gemm else 0
+        outs, workspaces = [], {}
         for w, bias in zip(weights, biases):
             if x.ndim != 2 or x.shape[1] != w.k:
                 raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
@@ -253,16 +259,29 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
                 if bias.shape != (w.n,):
                     raise ValueError(f"matmul: bias {bias.shape}, expected ({w.n},)")
                 bias_ptr = bias.ptr
-            flags = 0
-            if w.qtype not in km.FLOAT_QTYPES:
-                if workspace is None:
-                    ws_bytes = km.workspace_bytes(rows, w.k)
-                    workspace = self.empty((ws_bytes,), np.uint8)
-                else:
-                    flags = km.REUSE_X   # this x is already quantized in the workspace
-            km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0 if workspace is None else workspace.ptr, ws_bytes,
-                      rows, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0, self.stream)
+            if w.qtype in km.FLOAT_QTYPES:
+                km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0, 0, rows, w.n, w.k, w.qtype, km.PATH_DECODE, 0, 0,
+                          self.stream)
+                continue
+            if p:
+                ws, nb, flags = self._matmul_workspace(workspaces, "prefill", p, w.k, km.prefill_workspace_bytes)
+                km.matmul_prefill(x.ptr, w.ptr, bias_ptr, y.ptr, ws.ptr, nb, p, w.n, w.k, w.qtype, flags, self.stream)
+            if rows > p:   # decode rows: x and y from row p on (k % 32 == 0 keeps x 16-byte aligned)
+                ws, nb, flags = self._matmul_workspace(workspaces, "decode", rows - p, w.k, km.workspace_bytes)
+                km.matmul(x.ptr + 4 * p * w.k, w.ptr, bias_ptr, y.ptr + 4 * p * w.n, ws.ptr, nb, rows - p, w.n, w.k,
+                          w.qtype, km.PATH_DECODE, flags, 0, self.stream)
         return outs
+
+    def _matmul_workspace(self, workspaces: dict, kind: str, rows: int, k: int, size_of):
+        """(buffer, bytes, flags) of the quantized x of `kind` for one matmuls call: allocated
+        by its first weight (flags 0: quantize x), REUSE_X for the others."""
+        from luce import _cuda_matmul as km
+
+        if kind in workspaces:
+            return (*workspaces[kind], km.REUSE_X)
+        nb = size_of(rows, k)
+        workspaces[kind] = (self.empty((max(nb, 16),), np.uint8), nb)
+        return (*workspaces[kind], 0)
 
     def split(self, x, sizes: Sequence[int]) -> list[CudaArray]:
         from luce import _cuda_gather as kg
