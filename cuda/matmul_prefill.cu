@@ -85,7 +85,7 @@ __device__ __forceinline__ void group_ops(const Q &rd, int j, int quad, uint32_t
 __device__ __forceinline__ float magic_to_f32(int v) { return __int_as_float(v) - kMagicFloat; }
 
 template <class Q, int kWarps>
-__global__ void __launch_bounds__(kWarps * WARP_SIZE, kWarps >= 8 ? 2 : 3) mmp_kernel(PrefillArgs a) {
+__global__ void __launch_bounds__(kWarps * WARP_SIZE, kWarps >= 8 ? 2 : 4 / kWarps + 2) mmp_kernel(PrefillArgs a) {
     using Sm = PrefillSmem<Q, kWarps>;
     constexpr int NT = kTokTile / 8, kThreads = kWarps * WARP_SIZE;
     extern __shared__ uint4 smem_words[];  // 16-byte aligned
@@ -192,15 +192,23 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, kWarps >= 8 ? 2 : 3) mmp_k
         }
 }
 
-int device_sms() {
-    static int sms = 0;
-    if (sms == 0) {
+// The device's multiprocessor count and opt-in shared memory per block (0 if unknown).
+struct DeviceShape {
+    int sms = 0, smem = 0;
+};
+
+const DeviceShape &device_shape() {
+    static DeviceShape d;
+    static bool known = false;
+    if (!known) {
         int device = 0;
         if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-            sms = -1;
+            cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&d.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+            d = DeviceShape{};
+        known = true;
     }
-    return sms;
+    return d;
 }
 
 template <class Q, int kWarps>
@@ -217,14 +225,22 @@ int launch_prefill_warps(const PrefillArgs &a, cudaStream_t stream) {
     return luce_status(launch_overlapped(kernel, grid, dim3(kWarps * WARP_SIZE), kSmem, stream, true, a));
 }
 
-// 8 warps (128 weight rows) per block when that still gives two blocks per SM, else 4 (more
-// blocks for small n or few tokens). Both give the same bits (see the header).
+// 8 warps (128 weight rows) per block when that still gives two blocks per SM and its shared
+// memory fits (up to 120 KB: not on sm_86 / sm_89, 99 KB), else 4 (more blocks for small n or
+// few tokens), else 2 (64 KB LDS of RDNA). Every shape gives the same bits (see the header).
+// tune 2, 4 or 8: that many warps per block (tests: the bits of every shape).
 template <class Q>
-int launch_prefill(const PrefillArgs &a, cudaStream_t stream) {
+int launch_prefill(const PrefillArgs &a, int tune, cudaStream_t stream) {
+    if (tune == 8) return launch_prefill_warps<Q, 8>(a, stream);
+    if (tune == 4) return launch_prefill_warps<Q, 4>(a, stream);
+    if (tune == 2) return launch_prefill_warps<Q, 2>(a, stream);
     const int64_t blocks8 = (a.n + 127) / 128 * (a.x.tp / kTokTile);
-    const int sms = device_sms();
-    if (sms > 0 && blocks8 < 2 * (int64_t)sms) return launch_prefill_warps<Q, 4>(a, stream);
-    return launch_prefill_warps<Q, 8>(a, stream);
+    const DeviceShape &d = device_shape();
+    auto fits = [&](int bytes) { return d.smem <= 0 || bytes <= d.smem; };
+    if (fits(PrefillSmem<Q, 8>::kBytes) && !(d.sms > 0 && blocks8 < 2 * (int64_t)d.sms))
+        return launch_prefill_warps<Q, 8>(a, stream);
+    if (fits(PrefillSmem<Q, 4>::kBytes)) return launch_prefill_warps<Q, 4>(a, stream);
+    return launch_prefill_warps<Q, 2>(a, stream);
 }
 
 }  // namespace
@@ -238,7 +254,8 @@ extern "C" int luce_matmul_prefill(const luce_matmul_params *p, void *stream_ptr
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || !p->workspace ||
         p->workspace_bytes < x8_bytes(p->rows, p->k) || (reinterpret_cast<uintptr_t>(p->x) & 15) ||
-        (reinterpret_cast<uintptr_t>(p->workspace) & 15) || p->rows > 65535LL * kTokTile)
+        (reinterpret_cast<uintptr_t>(p->workspace) & 15) || p->rows > 65535LL * kTokTile ||
+        (p->tune != 0 && p->tune != 2 && p->tune != 4 && p->tune != 8))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     const X8Layout xl = x8_layout(p->workspace, p->rows, p->k);
@@ -252,12 +269,12 @@ extern "C" int luce_matmul_prefill(const luce_matmul_params *p, void *stream_ptr
     const uint8_t *w = static_cast<const uint8_t *>(p->w);
     const PrefillArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
     switch (p->qtype) {
-        case LUCE_QT_Q4_K: return launch_prefill<ReaderQ4K>(a, stream);
-        case LUCE_QT_Q5_K: return launch_prefill<ReaderQ5K>(a, stream);
-        case LUCE_QT_Q6_K: return launch_prefill<ReaderQ6K>(a, stream);
-        case LUCE_QT_IQ4_XS: return launch_prefill<ReaderIQ4XS>(a, stream);
-        case LUCE_QT_Q8_0: return launch_prefill<ReaderQ80>(a, stream);
-        case LUCE_QT_Q5_0: return launch_prefill<ReaderQ50>(a, stream);
+        case LUCE_QT_Q4_K: return launch_prefill<ReaderQ4K>(a, p->tune, stream);
+        case LUCE_QT_Q5_K: return launch_prefill<ReaderQ5K>(a, p->tune, stream);
+        case LUCE_QT_Q6_K: return launch_prefill<ReaderQ6K>(a, p->tune, stream);
+        case LUCE_QT_IQ4_XS: return launch_prefill<ReaderIQ4XS>(a, p->tune, stream);
+        case LUCE_QT_Q8_0: return launch_prefill<ReaderQ80>(a, p->tune, stream);
+        case LUCE_QT_Q5_0: return launch_prefill<ReaderQ50>(a, p->tune, stream);
         default: return (int)cudaErrorInvalidValue;  // float types: luce_matmul
     }
 }

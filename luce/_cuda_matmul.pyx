@@ -83,14 +83,10 @@ def prefill_workspace_bytes(int64_t rows, int64_t k):
     return _prefill_workspace_bytes(rows, k)
 
 
-def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
-           int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
-           int32_t path=0, int32_t flags=0, int32_t tune=0, uintptr_t stream=0):
-    """x [rows, k] f32, w [n, row_bytes(qtype, k)] u8, bias [n] f32 or 0, y [rows, n] f32,
-    workspace (block types) of workspace_bytes (device addresses; x, workspace 16-byte
-    aligned). path PATH_DECODE or PATH_PREFILL, flags REUSE_X, tune 0/1/2/3: launch shape only,
-    the result is bitwise the same for any of them."""
-    _require_loaded(<void *>_matmul)
+cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+                 int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t path,
+                 int32_t flags, int32_t tune, uintptr_t stream) noexcept:
+    """fn (luce_matmul or luce_matmul_prefill) on these params, the GIL released; its status."""
     cdef luce_matmul_params p
     p.x = <const float *>x
     p.w = <const void *>w
@@ -107,33 +103,30 @@ def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t work
     p.tune = tune
     cdef int status
     with nogil:
-        status = _matmul(&p, <void *>stream)
-    raise_for_status(status, "luce_matmul")
+        status = fn(&p, <void *>stream)
+    return status
+
+
+def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+           int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
+           int32_t path=0, int32_t flags=0, int32_t tune=0, uintptr_t stream=0):
+    """x [rows, k] f32, w [n, row_bytes(qtype, k)] u8, bias [n] f32 or 0, y [rows, n] f32,
+    workspace (block types) of workspace_bytes (device addresses; x, workspace 16-byte
+    aligned). path PATH_DECODE or PATH_PREFILL, flags REUSE_X, tune 0/1/2/3: launch shape only,
+    the result is bitwise the same for any of them."""
+    _require_loaded(<void *>_matmul)
+    raise_for_status(_launch(_matmul, x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, path, flags,
+                             tune, stream), "luce_matmul")
 
 
 def matmul_prefill(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
                    int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
-                   int32_t flags=0, uintptr_t stream=0):
+                   int32_t flags=0, uintptr_t stream=0, int32_t tune=0):
     """Prompt rows (cuda/matmul_prefill.cu): as matmul for block types, x quantized to 8 bits
-    per 32 values (luce/ref/matmul_prefill.py); workspace of prefill_workspace_bytes(rows, k)."""
+    per 32 values (luce/ref/matmul_prefill.py); workspace of prefill_workspace_bytes(rows, k).
+    tune 0: the block shape by device and size; 2, 4, 8: warps per block (the same bits)."""
     _require_loaded(<void *>_matmul_prefill)
     if qtype in FLOAT_QTYPES:
         raise ValueError(f"matmul_prefill: ggml type {qtype} is a float type; use matmul")
-    cdef luce_matmul_params p
-    p.x = <const float *>x
-    p.w = <const void *>w
-    p.bias = <const float *>bias
-    p.y = <float *>y
-    p.workspace = <void *>workspace
-    p.workspace_bytes = workspace_bytes
-    p.rows = rows
-    p.n = n
-    p.k = k
-    p.qtype = qtype
-    p.path = PATH_PREFILL
-    p.flags = flags
-    p.tune = 0
-    cdef int status
-    with nogil:
-        status = _matmul_prefill(&p, <void *>stream)
-    raise_for_status(status, "luce_matmul_prefill")
+    raise_for_status(_launch(_matmul_prefill, x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype,
+                             PATH_PREFILL, flags, tune, stream), "luce_matmul_prefill")

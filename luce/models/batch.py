@@ -96,20 +96,22 @@ class ForwardBatch:
         return self._cached("kinds", make)
 
     @property
-    def prefill_rows(self) -> int:
-        """Rows [0, prefill_rows) are the prefill block (prefill segments, packed first, and
-        the padding between them): the rows whose matmuls take the prompt-row arithmetic
-        (DESIGN 5 rule 1; luce.ops.api.Backend.matmul)."""
+    def prefill_spans(self) -> tuple[tuple[int, int], ...]:
+        """Row ranges [start, end) of the runs of prefill segments (padding between two
+        prefill segments joins them): the rows whose matmuls take the prompt-row arithmetic
+        (DESIGN 5 rule 1; luce.ops.api.Backend.matmul). The packer's order gives one run
+        starting at row 0 (or none)."""
         def make():
-            pre = np.nonzero(self.kinds == SEG_PREFILL)[0]
-            if not pre.size:
-                return 0
-            before = self.kinds[:pre[-1]]
-            if ((before != SEG_PREFILL) & (before != SEG_PAD)).any():
-                raise ValueError(f"segment kinds {self.kinds.tolist()}: prefill segments must come first "
-                                 "(order [prefill][AR][tree]; build steps with luce.models.packer)")
-            return int(self.qo_indptr[pre[-1] + 1])
-        return self._cached("prefill_rows", make)
+            spans, cur = [], None
+            for s, kind in enumerate(self.kinds):
+                r0, r1 = self.segment_rows(s)
+                if kind == SEG_PREFILL:
+                    cur = [r0, r1] if cur is None else [cur[0], r1]
+                elif kind != SEG_PAD and cur is not None:
+                    spans.append(tuple(cur))
+                    cur = None
+            return tuple(spans) + ((tuple(cur),) if cur is not None else ())
+        return self._cached("prefill_spans", make)
 
     @property
     def has_trees(self) -> bool:

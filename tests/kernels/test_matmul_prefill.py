@@ -69,7 +69,7 @@ def test_quantize_x8_nonfinite_block():
 
 # ---- GPU ---------------------------------------------------------------------------------
 
-def run_prefill(x, raw, qtype, n, bias=None, flags=0, workspace=None):
+def run_prefill(x, raw, qtype, n, bias=None, flags=0, workspace=None, tune=0):
     """y [rows, n] from luce_matmul_prefill on device copies (output between guard bands)."""
     from luce import _cuda_matmul as km
     from luce.ops.cuda_memory import DeviceBuffer
@@ -83,13 +83,14 @@ def run_prefill(x, raw, qtype, n, bias=None, flags=0, workspace=None):
     ws_bytes = km.prefill_workspace_bytes(rows, k)
     ws = workspace if workspace is not None else DeviceBuffer(max(ws_bytes, 16))
     out = GuardedOutput((rows, n))
-    km.matmul_prefill(dx.ptr, dw.ptr, db.ptr if db else 0, out.ptr, ws.ptr, ws_bytes, rows, n, k, int(qtype), flags)
+    km.matmul_prefill(dx.ptr, dw.ptr, db.ptr if db else 0, out.ptr, ws.ptr, ws_bytes, rows, n, k, int(qtype), flags,
+                      tune=tune)
     lib.synchronize()
     return out, ws
 
 
-def prefill(x, raw, qtype, n, bias=None):
-    return run_prefill(x, raw, qtype, n, bias)[0].result()
+def prefill(x, raw, qtype, n, bias=None, tune=0):
+    return run_prefill(x, raw, qtype, n, bias, tune=tune)[0].result()
 
 
 @pytest.mark.gpu
@@ -139,7 +140,8 @@ def test_prefill_chunk_4096_rows(qtype):
 @pytest.mark.parametrize("qtype", BLOCK_TYPES)
 def test_row_bits_do_not_depend_on_the_chunk(qtype):
     """A row's bits: in 4096 rows (8-warp blocks, n = 1000) == alone == in the first 64 ==
-    moved to other positions among other rows (4-warp blocks: few blocks)."""
+    moved to other positions among other rows (4-warp blocks: few blocks) == with 2, 4 or 8
+    warps per block set."""
     k = K_OF[qtype]
     n = 1000
     raw, _ = tiled_weights(qtype, n, k)
@@ -153,6 +155,8 @@ def test_row_bits_do_not_depend_on_the_chunk(qtype):
     part = np.concatenate([x[100:165][::-1], activations(7, k, seed=89)])  # rows 164..100 at 0..64
     moved = prefill(part, raw, qtype, n, bias)
     assert np.array_equal(moved[:65][::-1], full[100:165]), "rows moved within a chunk changed bits"
+    for tune in (2, 4, 8):
+        assert np.array_equal(prefill(x[:129], raw, qtype, n, bias, tune=tune), full[:129]), f"{tune} warps per block"
 
 
 @pytest.mark.gpu

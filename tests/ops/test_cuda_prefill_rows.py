@@ -1,34 +1,41 @@
-"""Prompt rows on the CUDA backend (DESIGN 5 rule 1): ForwardBatch.prefill_rows (CPU), and
-(GPU) Backend.matmuls sending rows [0, prefill_rows) to the prompt-row GEMM
-(cuda/matmul_prefill.cu) and the rest to the decode family, bitwise what each kernel gives
-those rows alone; LUCE_PREFILL_GEMM=0 sends every row to the decode family; through a tiny
+"""Prompt rows on the CUDA backend (DESIGN 5 rule 1): ForwardBatch.prefill_spans and the
+backend's row runs (CPU), and (GPU) Backend.matmuls sending the rows of prefill_spans to the
+prompt-row GEMM (cuda/matmul_prefill.cu) and the rest to the decode family, bitwise what each
+kernel gives those rows alone; LUCE_PREFILL_GEMM=0 sends every row to the decode family; through a tiny
 qwen35 model, a prompt's logits are bitwise the same alone, after another prompt, and beside
 an AR row, and the AR row's are what they are alone.
 """
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
 from luce.models import SegmentSpec, build_batch, load_model, pages_needed
-from luce.models.batch import SEG_AR, SEG_PREFILL
 
 # ---- CPU ------------------------------------------------------------------------------------
 
 
-def test_prefill_rows_of_a_step():
+def test_prefill_spans_of_a_step():
     prompt = SegmentSpec(0, list(range(40)), 0, [0, 1, 2])
     other = SegmentSpec(2, list(range(20)), 0, [6, 7])
     ar = SegmentSpec(1, [3], 17, [4, 5])
-    assert build_batch([prompt, ar]).prefill_rows == 40
-    assert build_batch([prompt, SegmentSpec(-1, [0, 0], 0, []), other, ar]).prefill_rows == 62
-    assert build_batch([ar]).prefill_rows == 0
-    batch = dataclasses.replace(build_batch([ar, prompt]), segment_kind=np.array([SEG_AR, SEG_PREFILL], np.int8))
-    with pytest.raises(ValueError, match="prefill segments must come first"):
-        _ = batch.prefill_rows
+    pad = SegmentSpec(-1, [0, 0], 0, [])
+    assert build_batch([prompt, ar]).prefill_spans == ((0, 40),)
+    assert build_batch([prompt, pad, other, ar]).prefill_spans == ((0, 62),)   # padding between joins
+    assert build_batch([prompt, pad, ar]).prefill_spans == ((0, 40),)          # trailing padding does not
+    assert build_batch([ar]).prefill_spans == ()
+    assert build_batch([ar, prompt, ar, other]).prefill_spans == ((1, 41), (42, 62))  # hand-made orders
+
+
+def test_row_runs_cover_every_row_once():
+    from luce.ops.cuda_backend import row_runs
+
+    assert row_runs(70, ()) == [(0, 70, False)]
+    assert row_runs(70, ((0, 70),)) == [(0, 70, True)]
+    assert row_runs(70, ((0, 40),)) == [(0, 40, True), (40, 70, False)]
+    assert row_runs(62, ((1, 41), (42, 62))) == [(0, 1, False), (1, 41, True), (41, 42, False), (42, 62, True)]
+    assert row_runs(30, ((10, 50),)) == [(0, 10, False), (10, 30, True)]
 
 
 # ---- GPU ------------------------------------------------------------------------------------
@@ -48,20 +55,24 @@ def _weight(cuda, qtype, n, k, seed):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("P", [0, 1, 40, 70])
-def test_matmuls_split_prompt_rows(cuda, P):
+@pytest.mark.parametrize("spans", [(), ((0, 1),), ((0, 40),), ((0, 70),), ((5, 30), (33, 64))])
+def test_matmuls_split_prompt_rows(cuda, spans):
     from tests.kernels.test_matmul import activations, run_kernel
     from tests.kernels.test_matmul_prefill import prefill
 
     k, n = 512, 97
     (wa, raw_a), (wb, raw_b) = _weight(cuda, Q.Q4_K, n, k, 0), _weight(cuda, Q.IQ4_XS, n, k, 1)
     x = activations(70, k, seed=31)
-    got = [cuda.to_numpy(y) for y in cuda.matmuls(cuda.asarray(x), [wa, wb], prefill_rows=P)]
+    got = [cuda.to_numpy(y) for y in cuda.matmuls(cuda.asarray(x), [wa, wb], prefill_spans=spans)]
+    prompt = np.zeros(70, bool)
+    for r0, r1 in spans:
+        prompt[r0:r1] = True
     for y, raw, qtype in zip(got, (raw_a, raw_b), (Q.Q4_K, Q.IQ4_XS)):
-        if P:
-            assert np.array_equal(y[:P], prefill(x[:P], raw, qtype, n)), "prompt rows are not the prefill GEMM's"
-        if P < 70:
-            assert np.array_equal(y[P:], run_kernel(x[P:], raw, qtype, n)), "decode rows are not the decode family's"
+        for r0, r1 in spans:
+            assert np.array_equal(y[r0:r1], prefill(x[r0:r1], raw, qtype, n)), "prompt rows are not the prefill GEMM's"
+        if not prompt.all():
+            want = run_kernel(x[~prompt], raw, qtype, n)
+            assert np.array_equal(y[~prompt], want), "decode rows are not the decode family's"
 
 
 @pytest.mark.gpu
@@ -72,7 +83,7 @@ def test_switch_off_sends_every_row_to_decode(cuda):
     x = activations(65, 768, seed=32)
     cuda.prefill_gemm = False
     try:
-        y = cuda.to_numpy(cuda.matmul(cuda.asarray(x), w, prefill_rows=65))
+        y = cuda.to_numpy(cuda.matmul(cuda.asarray(x), w, prefill_spans=((0, 65),)))
     finally:
         cuda.prefill_gemm = True
     assert np.array_equal(y, run_kernel(x, raw, Q.Q6_K, 97))
