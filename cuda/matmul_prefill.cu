@@ -19,10 +19,14 @@
 // block's 64 tokens of int8 x plus {d, xs} go to shared memory by cp.async, double-buffered.
 // A warp decodes each group's weights once into A fragments and multiplies them by 8 B
 // fragments (8 tokens each, one 8-byte shared load per lane).
-// Per chunk per block (kWarps 8, IQ4_XS): 8.7 KB of weights + 16 KB x + 2 KB {d, xs} from L2
-// for 2 * 128 * 64 * 256 = 4.2 MFLOP (~155 FLOP/B); shared reads ~160 KB (B fragments 128 KB)
-// against 512 mma: ~40% of the int8 peak at 128 B/clk, so the float combine (3-4 f32 ops per
-// element per group, 128 elements per mma) bounds it near 25% of the int8 peak.
+// Counted per k step of a 128 x 64 block (kWarps 8, IQ4_XS): 2 * 128 * 64 * 256 = 4.2 MFLOP
+// for 17 KB of weights + 16 KB of int8 x + 4 KB of {d, xs} from L2 (~112 FLOP/B: 250 TFLOP/s
+// needs ~2.2 TB/s of L2). Per warp and group, 8 mma against ~28 shared-memory wavefronts (B
+// fragments 16, {d, xs} 8, weights ~4: ~3.5 clocks per mma at one wavefront per clock) and
+// ~15-19 issue slots per mma (the f32 combine: 3-4 ops on each of 4 elements per lane, plus
+// loads and the weight decode shared by 8 mma): ~4.75 clocks per mma at 4 issues per clock.
+// An SM's int8 peak is ~0.9 m16n8k32 per clock, so the bound is ~20% of the int8 peak
+// (~400 TOPS on an H200); expect 200-300 TFLOP/s measured.
 #include "matmul_kquants.cuh"
 #include "matmul_blocks.cuh"
 #include "matmul_stage.cuh"
