@@ -64,7 +64,7 @@ class DenseModel(TokenIO):
         for il, layer in enumerate(self.layers):
             h = gqa_attention(b, layer.attn, b.rmsnorm(x, layer.attn_norm, eps), batch, state.kv[il], self.config)
             x = b.add(x, h)
-            x = b.add(x, swiglu_ffn(b, layer.ffn, b.rmsnorm(x, layer.ffn_norm, eps)))
+            x = b.add(x, swiglu_ffn(b, layer.ffn, b.rmsnorm(x, layer.ffn_norm, eps), batch.prefill_spans))
             if il in batch.capture_layers:
                 captured[il] = x
         logits = self.lm_head(b.take_rows(x, batch.logits_indices))

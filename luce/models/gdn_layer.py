@@ -114,7 +114,8 @@ def gdn_mixer(backend, w: GDNWeights, x, batch, recurrent, il: int, dims: GDNDim
         raise ValueError(f"GDN tree mode must be one of {TREE_MODES}, got {tree_mode!r}")
     b, d = backend, dims
     T = x.shape[0]
-    qkv, z, beta, alpha = b.matmuls(x, [w.qkv, w.gate, w.beta, w.alpha])   # [T, C], [T, Hv*Dv], [T, Hv] x 2
+    P = batch.prefill_spans   # prompt rows (Backend.matmul)
+    qkv, z, beta, alpha = b.matmuls(x, [w.qkv, w.gate, w.beta, w.alpha], prefill_spans=P)  # [T, C], [T, Hv*Dv], [T, Hv] x 2
     z = z.reshape(T, d.n_v_heads, d.head_dim)
     beta = b.sigmoid(beta)
     g = b.mul(b.softplus(b.add(alpha, w.dt_bias)), w.ssm_a)
@@ -126,4 +127,4 @@ def gdn_mixer(backend, w: GDNWeights, x, batch, recurrent, il: int, dims: GDNDim
         conv_inputs = b.take_rows(qkv, np.arange(batch.tree_start, T))      # [Nt, C] until commit
         staged[il] = TreeStage(conv_inputs=conv_inputs, mode=tree_mode, **tree_part)
     normed = b.gated_rmsnorm(o, z, w.norm, rms_eps)
-    return b.matmul(normed.reshape(T, d.value_dim), w.out)
+    return b.matmul(normed.reshape(T, d.value_dim), w.out, prefill_spans=P)

@@ -74,11 +74,12 @@ def attend(backend, q, k, v, kv, batch, scale: float, causal: bool = True):
 def gqa_attention(backend, w: AttentionWeights, x, batch, kv, config):
     """Self-attention of one dense layer: x [T, hidden] (already normed) -> [T, hidden]."""
     T, D = x.shape[0], config.head_dim
-    q, k, v = backend.matmuls(x, [w.wq, w.wk, w.wv], [w.bq, w.bk, w.bv])
+    P = batch.prefill_spans
+    q, k, v = backend.matmuls(x, [w.wq, w.wk, w.wv], [w.bq, w.bk, w.bv], prefill_spans=P)
     q, k, v = q.reshape(T, config.n_head, D), k.reshape(T, config.n_head_kv, D), v.reshape(T, config.n_head_kv, D)
     q, k = qk_norm_rope(backend, q, k, batch.positions, config, w.q_norm, w.k_norm)
     o = attend(backend, q, k, v, kv, batch, 1.0 / float(np.sqrt(D)))
-    return backend.matmul(o, w.wo)
+    return backend.matmul(o, w.wo, prefill_spans=P)
 
 
 @dataclass
@@ -96,10 +97,11 @@ class FFNWeights:
                    down=backend.load_weight(gguf, blk(il, "ffn_down.weight")))
 
 
-def swiglu_ffn(backend, w: FFNWeights, x):
-    """x [T, hidden] (already normed) -> down(silu(gate x) * up x) [T, hidden]."""
-    gate, up = backend.matmuls(x, [w.gate, w.up])
-    return backend.matmul(backend.swiglu(gate, up), w.down)
+def swiglu_ffn(backend, w: FFNWeights, x, prefill_spans=()):
+    """x [T, hidden] (already normed) -> down(silu(gate x) * up x) [T, hidden]; the rows of
+    prefill_spans are prompt rows (Backend.matmul)."""
+    gate, up = backend.matmuls(x, [w.gate, w.up], prefill_spans=prefill_spans)
+    return backend.matmul(backend.swiglu(gate, up), w.down, prefill_spans=prefill_spans)
 
 
 class TokenIO:

@@ -30,13 +30,13 @@ def gated_attention(backend, w: AttentionWeights, x, batch, kv, config):
     """Gated full attention of one layer: x [T, hidden] (normed) -> [T, hidden]."""
     b = backend
     T, H, D = x.shape[0], config.n_head, config.head_dim
-    qg, k, v = b.matmuls(x, [w.wq, w.wk, w.wv])
+    qg, k, v = b.matmuls(x, [w.wq, w.wk, w.wv], prefill_spans=batch.prefill_spans)
     q, gate = b.split(qg.reshape(T, H, 2 * D), [D, D])                   # [T, H, D] each
     k, v = k.reshape(T, config.n_head_kv, D), v.reshape(T, config.n_head_kv, D)
     q, k = qk_norm_rope(b, q, k, batch.positions, config, w.q_norm, w.k_norm)
     o = attend(b, q, k, v, kv, batch, 1.0 / float(np.sqrt(D)))            # [T, H*D] (tree rows: ancestors)
     o = b.mul(o, b.sigmoid(gate.reshape(T, H * D)))
-    return b.matmul(o, w.wo)
+    return b.matmul(o, w.wo, prefill_spans=batch.prefill_spans)
 
 
 @dataclass
@@ -114,7 +114,8 @@ class Qwen35Model(TokenIO):
             else:
                 h = gated_attention(b, layer.attn, h, batch, state.kv[il], c)
             x = b.add(x, h)
-            x = b.add(x, swiglu_ffn(b, layer.ffn, b.rmsnorm(x, layer.post_attention_norm, c.rms_eps)))
+            x = b.add(x, swiglu_ffn(b, layer.ffn, b.rmsnorm(x, layer.post_attention_norm, c.rms_eps),
+                                      batch.prefill_spans))
             if il in batch.capture_layers:
                 captured[il] = x
         logits = self.lm_head(b.take_rows(x, batch.logits_indices))

@@ -77,13 +77,18 @@ class Backend(Protocol):
     def embedding(self, table: Weight, token_ids: np.ndarray) -> Array:
         """table [V, D], token_ids [T] int -> [T, D] f32 (rows of the table)."""
 
-    def matmul(self, x: Array, w: Weight, bias: Array | None = None) -> Array:
+    def matmul(self, x: Array, w: Weight, bias: Array | None = None,
+               prefill_spans: Sequence[tuple[int, int]] = ()) -> Array:
         """x [T, K] f32, w [N, K], bias [N] | None -> y [T, N] f32 = x @ w^T (+ bias).
-        Batch-invariant: row t of y depends only on row t of x."""
+        Batch-invariant: row t of y depends only on row t of x and on whether t lies in one of
+        prefill_spans (row ranges [start, end) of prompt rows, ForwardBatch.prefill_spans;
+        DESIGN 5 rule 1: a backend may give them its prompt-row arithmetic, CUDA's 8-bit x
+        GEMM; numpy and cpu ignore it)."""
 
-    def matmuls(self, x: Array, weights: Sequence[Weight], biases: Sequence[Array | None] | None = None) -> list[Array]:
-        """[matmul(x, w, b) for each weight]: the same results, with the activation work
-        shared where the backend can (CUDA: x quantized once for the block-type weights)."""
+    def matmuls(self, x: Array, weights: Sequence[Weight], biases: Sequence[Array | None] | None = None,
+                prefill_spans: Sequence[tuple[int, int]] = ()) -> list[Array]:
+        """[matmul(x, w, b, prefill_spans) for each weight]: the same results, with the activation
+        work shared where the backend can (CUDA: x quantized once for the block-type weights)."""
 
     def add(self, a: Array, b: Array) -> Array:
         """Elementwise a + b (numpy broadcasting, f32)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -64,6 +65,23 @@ def _qtype_name(qtype: int) -> str:
         return f"ggml type {qtype}"
 
 
+def row_runs(rows: int, prefill_spans) -> list[tuple[int, int, bool]]:
+    """[(start, end, is_prompt)] covering rows 0..rows-1 in order: the prefill spans (clipped,
+    in order, not overlapping) and the decode rows between them."""
+    runs, at = [], 0
+    for r0, r1 in prefill_spans:
+        r0, r1 = max(int(r0), at), min(int(r1), rows)
+        if r1 <= r0:
+            continue
+        if r0 > at:
+            runs.append((at, r0, False))
+        runs.append((r0, r1, True))
+        at = r1
+    if at < rows:
+        runs.append((at, rows, False))
+    return runs
+
+
 class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
     """luce.ops.api.Backend on one CUDA device; Array = CudaArray, Weight = QuantWeight."""
 
@@ -81,6 +99,7 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
         self.allocator = DeviceAllocator()
         self.staging = StagingRing(self.stream)
         self.matmul_qtypes = dict(_cuda_matmul.QTYPES)
+        self.prefill_gemm = os.environ.get("LUCE_PREFILL_GEMM", "1") != "0"  # prompt rows: matmul_prefill
         self.mirrors = Mirrors()
         self._init_sequence_ops()
         self._init_step_ops()
@@ -229,18 +248,23 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
                          table.row_bytes, t, table.qtype, stream=self.stream)
         return out
 
-    def matmul(self, x, w: QuantWeight, bias=None) -> CudaArray:
-        return self.matmuls(x, [w], [bias])[0]
+    def matmul(self, x, w: QuantWeight, bias=None, prefill_spans=()) -> CudaArray:
+        return self.matmuls(x, [w], [bias], prefill_spans)[0]
 
-    def matmuls(self, x, weights: Sequence[QuantWeight], biases=None) -> list[CudaArray]:
+    def matmuls(self, x, weights: Sequence[QuantWeight], biases=None, prefill_spans=()) -> list[CudaArray]:
         """[x @ w^T (+ b)] for each weight: block-type weights share one quantization of x
-        (LUCE_MATMUL_REUSE_X), so the activation pass runs once for q/k/v or gate/up."""
+        (LUCE_MATMUL_REUSE_X), so the activation pass runs once for q/k/v or gate/up. Block
+        types multiply the rows of prefill_spans (prompt rows, DESIGN 5 rule 1) with the
+        prompt-row GEMM (8-bit x, cuda/matmul_prefill.cu) and the others with the decode
+        family; with LUCE_PREFILL_GEMM=0 in the environment at start every row takes the
+        decode family."""
         from luce import _cuda_matmul as km
 
         x = self._f32(x)
         biases = list(biases) if biases is not None else [None] * len(weights)
         rows = x.shape[0] if x.ndim == 2 else -1
-        outs, workspace, ws_bytes = [], None, 0
+        runs = row_runs(rows, prefill_spans if self.prefill_gemm else ())
+        outs, workspaces = [], {}
         for w, bias in zip(weights, biases):
             if x.ndim != 2 or x.shape[1] != w.k:
                 raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
@@ -254,16 +278,32 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
                 if bias.shape != (w.n,):
                     raise ValueError(f"matmul: bias {bias.shape}, expected ({w.n},)")
                 bias_ptr = bias.ptr
-            flags = 0
-            if w.qtype not in km.FLOAT_QTYPES:
-                if workspace is None:
-                    ws_bytes = km.workspace_bytes(rows, w.k)
-                    workspace = self.empty((ws_bytes,), np.uint8)
+            if w.qtype in km.FLOAT_QTYPES:
+                km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0, 0, rows, w.n, w.k, w.qtype, km.PATH_DECODE, 0, 0,
+                          self.stream)
+                continue
+            for r0, r1, prompt in runs:   # x and y from row r0 on (k % 32 == 0 keeps x 16-byte aligned)
+                size_of = km.prefill_workspace_bytes if prompt else km.workspace_bytes
+                ws, nb, flags = self._matmul_workspace(workspaces, r0, r1 - r0, w.k, size_of)
+                xr, yr = x.ptr + 4 * r0 * w.k, y.ptr + 4 * r0 * w.n
+                if prompt:
+                    km.matmul_prefill(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, flags,
+                                      self.stream)
                 else:
-                    flags = km.REUSE_X   # this x is already quantized in the workspace
-            km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0 if workspace is None else workspace.ptr, ws_bytes,
-                      rows, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0, self.stream)
+                    km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0,
+                              self.stream)
         return outs
+
+    def _matmul_workspace(self, workspaces: dict, run: int, rows: int, k: int, size_of):
+        """(buffer, bytes, flags) of the quantized x of the run of rows starting at `run` for
+        one matmuls call: allocated by its first weight (flags 0: quantize x), REUSE_X after."""
+        from luce import _cuda_matmul as km
+
+        if run in workspaces:
+            return (*workspaces[run], km.REUSE_X)
+        nb = size_of(rows, k)
+        workspaces[run] = (self.empty((max(nb, 16),), np.uint8), nb)
+        return (*workspaces[run], 0)
 
     def split(self, x, sizes: Sequence[int]) -> list[CudaArray]:
         from luce import _cuda_gather as kg
