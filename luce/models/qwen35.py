@@ -21,7 +21,7 @@ import numpy as np
 from luce.models.batch import ForwardBatch, ForwardOutput, ensure_valid
 from luce.models.gdn_layer import GDNDims, GDNWeights, gdn_mixer
 from luce.models.kv_cache import ModelState, PagedKV
-from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, attend, blk, qk_norm_rope, swiglu_ffn
+from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, blk, ffn_block
 from luce.models.loader import register_arch
 from luce.models.recurrent_state import RecurrentState
 
@@ -32,9 +32,9 @@ def gated_attention(backend, w: AttentionWeights, x, batch, kv, config):
     T, H, D = x.shape[0], config.n_head, config.head_dim
     qg, k, v = b.matmuls(x, [w.wq, w.wk, w.wv])
     q, gate = b.split(qg.reshape(T, H, 2 * D), [D, D])                   # [T, H, D] each
-    k, v = k.reshape(T, config.n_head_kv, D), v.reshape(T, config.n_head_kv, D)
-    q, k = qk_norm_rope(b, q, k, batch.positions, config, w.q_norm, w.k_norm)
-    o = attend(b, q, k, v, kv, batch, 1.0 / float(np.sqrt(D)))            # [T, H*D] (tree rows: ancestors)
+    q = b.rope_kv_write([q.reshape(T, H * D), k, v], kv, batch, H, config.rope_dim, config.rope_theta,
+                        config.rope_sections, w.q_norm, w.k_norm, config.rms_eps)   # q/k norm, rotary, KV write
+    o = b.attention(q, kv, batch, 1.0 / float(np.sqrt(D))).reshape(T, H * D)   # tree rows: ancestors
     o = b.mul(o, b.sigmoid(gate.reshape(T, H * D)))
     return b.matmul(o, w.wo)
 
@@ -113,8 +113,8 @@ class Qwen35Model(TokenIO):
                               self.gdn_tree_mode, staged)
             else:
                 h = gated_attention(b, layer.attn, h, batch, state.kv[il], c)
-            x = b.add(x, h)
-            x = b.add(x, swiglu_ffn(b, layer.ffn, b.rmsnorm(x, layer.post_attention_norm, c.rms_eps)))
+            x, ffn_out = ffn_block(b, layer.post_attention_norm, layer.ffn, x, h, c.rms_eps)
+            x = b.add(x, ffn_out)
             if il in batch.capture_layers:
                 captured[il] = x
         logits = self.lm_head(b.take_rows(x, batch.logits_indices))

@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from luce.ops.cuda_array import Block, CudaArray, DeviceAllocator, StagingRing
+from luce.ops.cuda_fused_ops import CudaFusedOps
 from luce.ops.cuda_graph import GraphMixin
 from luce.ops.cuda_pointwise_ops import PointwiseOps
 from luce.ops.cuda_memory import check
@@ -64,7 +65,7 @@ def _qtype_name(qtype: int) -> str:
         return f"ggml type {qtype}"
 
 
-class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
+class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
     """luce.ops.api.Backend on one CUDA device; Array = CudaArray, Weight = QuantWeight."""
 
     name = "cuda"
@@ -234,12 +235,16 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
     def matmuls(self, x, weights: Sequence[QuantWeight], biases=None) -> list[CudaArray]:
         """[x @ w^T (+ b)] for each weight: block-type weights share one quantization of x
         (LUCE_MATMUL_REUSE_X), so the activation pass runs once for q/k/v or gate/up."""
+        return self._matmuls(self._f32(x), weights, biases, None, 0)
+
+    def _matmuls(self, x: CudaArray, weights, biases, workspace, ws_bytes: int) -> list[CudaArray]:
+        """matmuls with `workspace` None, or holding x already quantized (a fused producer,
+        luce/ops/cuda_fused_ops.py) for every block-type weight."""
         from luce import _cuda_matmul as km
 
-        x = self._f32(x)
         biases = list(biases) if biases is not None else [None] * len(weights)
         rows = x.shape[0] if x.ndim == 2 else -1
-        outs, workspace, ws_bytes = [], None, 0
+        outs, quantized = [], workspace is not None
         for w, bias in zip(weights, biases):
             if x.ndim != 2 or x.shape[1] != w.k:
                 raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
@@ -255,11 +260,12 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
                 bias_ptr = bias.ptr
             flags = 0
             if w.qtype not in km.FLOAT_QTYPES:
-                if workspace is None:
+                if quantized:
+                    flags = km.REUSE_X   # this x is already quantized in the workspace
+                else:
                     ws_bytes = km.workspace_bytes(rows, w.k)
                     workspace = self.empty((ws_bytes,), np.uint8)
-                else:
-                    flags = km.REUSE_X   # this x is already quantized in the workspace
+                    quantized = True
             km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0 if workspace is None else workspace.ptr, ws_bytes,
                       rows, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0, self.stream)
         return outs
