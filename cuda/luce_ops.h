@@ -100,7 +100,7 @@ int luce_swiglu(const luce_swiglu_params *p, void *stream);
 
 /* ---- norm_quant ---- */
 /* Fused producers of a quantized matmul's input (cuda/norm_quant.cu; reference:
- * luce/ref/fused.py). With a workspace (luce_matmul_workspace_bytes(rows, cols) bytes,
+ * luce/ref/norm_quant.py). With a workspace (luce_matmul_workspace_bytes(rows, cols) bytes,
  * 16-byte aligned; cols a multiple of 32, out 16-byte aligned) `out` is also quantized there
  * bitwise as luce_matmul quantizes its x: luce_matmul(x = out, flags LUCE_MATMUL_REUSE_X)
  * then equals luce_matmul(x = out) bitwise, one launch fewer.
@@ -141,7 +141,7 @@ int luce_swiglu_quant(const luce_swiglu_quant_params *p, void *stream);
 /* ---- rope_kv ---- */
 /* Per-head RMSNorm (q_norm / k_norm [head_dim], or NULL) then rotary (as luce_rotary: NEOX,
  * plain or IMROPE sections, positions int32 [rows] or [rows, 4]) of q and k, and the paged
- * KV write of k and v (reference: luce/ref/fused.py rope_kv_write), the bits of luce_rmsnorm,
+ * KV write of k and v (reference: luce/ref/rope_kv.py rope_kv_write), the bits of luce_rmsnorm,
  * luce_rotary and the KV gathers in one launch. q, k, v [rows, H*, head_dim] f32 at row
  * strides (elements; views into a merged projection); q_out [rows, heads_q, head_dim];
  * k_pages, v_pages [flat KV rows, heads_kv, head_dim]; kv_dst [rows] int64, the flat KV row

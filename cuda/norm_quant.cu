@@ -1,4 +1,4 @@
-// Fused producers of a quantized matmul's input (references: luce/ref/fused.py):
+// Fused producers of a quantized matmul's input (references: luce/ref/norm_quant.py):
 //   luce_add_rmsnorm:  sum = x + residual (optional); out = rmsnorm(sum or x) * weight
 //   luce_swiglu_quant: out = silu(gate) * up
 // each optionally also quantized into a luce_matmul workspace exactly as quantize_x_kernel

@@ -1,4 +1,4 @@
-// Fused attention input of one step (reference: luce/ref/fused.py rope_kv_write): per row,
+// Fused attention input of one step (reference: luce/ref/rope_kv.py rope_kv_write): per row,
 // per-head RMSNorm of q and k (optional, qwen3), NEOX / IMROPE rotary of both, and the KV
 // write of k and v to the row's paged KV location, in one launch instead of 3 (rotary q,
 // rotary k, the two KV gathers: 4) or 6 with the norms.

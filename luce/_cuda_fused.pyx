@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Launch layer for the fused kernels: the producers of a quantized matmul's input
 (cuda/norm_quant.cu) and the attention input of a step (cuda/rope_kv.cu); ABI in
-cuda/luce_ops.h, sections norm_quant and rope_kv; references in luce/ref/fused.py.
+cuda/luce_ops.h, sections norm_quant and rope_kv; references in luce/ref/norm_quant.py and rope_kv.py.
 
 Wrappers take raw device addresses (uintptr_t) and sizes, fill the params struct, call the
 entry point with the GIL released and raise luce._cuda.KernelError on a non-zero status.

@@ -120,7 +120,7 @@ class Backend(Protocol):
     def swiglu(self, gate: Array, up: Array) -> Array:
         """gate, up [T, F] -> silu(gate) * up [T, F]."""
 
-    # ---- fused (FusedOps below composes them; references in luce/ref/fused.py) -------------
+    # ---- fused (FusedOps below composes them; references: luce/ref/norm_quant.py, rope_kv.py) -
     def add_rmsnorm_matmuls(self, x: Array, residual: Array | None, weight: Array, eps: float,
                             weights: Sequence[Weight], biases: Sequence[Array | None] | None = None
                             ) -> tuple[Array, list[Array]]:

@@ -1,5 +1,5 @@
 """The CUDA backend's fused ops (mixed into CudaBackend; kernels in cuda/norm_quant.cu and
-cuda/rope_kv.cu, references in luce/ref/fused.py): residual add + RMSNorm + the next matmul's
+cuda/rope_kv.cu, references in luce/ref/norm_quant.py and rope_kv.py): residual add + RMSNorm + the next matmul's
 activation quantization in one launch, SwiGLU + quantization in one launch, q/k norm +
 rotary + KV write in one launch, and merged weights so q/k/v or gate/up go through one
 matmul launch. Every result is bitwise the unfused ops'

@@ -141,7 +141,10 @@ class GraphMixin:
             failure = GraphUnsafe(f"cudaStreamEndCapture failed: {err}")
         if failure is None:
             graph.graph = captured
-            graph.nodes = count_graph_nodes(rt, captured)
+            try:
+                graph.nodes = count_graph_nodes(rt, captured)
+            except Exception:  # noqa: BLE001 - a count is a report, never a reason to lose the graph
+                graph.nodes = None
             err, graph.exec = rt.cudaGraphInstantiate(captured, 0)
             if int(err) != 0:
                 failure = GraphUnsafe(f"cudaGraphInstantiate failed: {err}")

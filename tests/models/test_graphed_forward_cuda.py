@@ -190,3 +190,16 @@ def test_graph_counters_in_metrics(models):
     assert counters["replays"] > 0
     for name in ("replays", "captures", "rebuilds"):
         assert f"luce_graph_{name}_total {counters[name]}" in text
+
+
+@pytest.mark.parametrize("name", ["q35", "q3"])
+def test_replayed_step_launches_are_counted(models, name):
+    """bench_decode's launches per step: the captured decode graph's nodes, counted by kind
+    (luce.ops.launch_count); every layer launches at least its matmuls and attention."""
+    from luce.benchmark.decode_bench import run_ar
+
+    model = models[name]
+    _, _, counters = run_ar(model, [PROMPTS[0]], 4)
+    nodes = counters["nodes"]
+    assert nodes["launches"] == nodes["kernels"] + nodes["memsets"] + nodes["memcpys"]
+    assert nodes["kernels"] >= 3 * model.config.n_layer, nodes

@@ -1,11 +1,11 @@
 """luce.ops.api.FusedOps on the host backends: the fused ops are their composition, equal to
-luce/ref/fused.py, and host backends keep weights apart (merge_weights -> None)."""
+luce/ref/norm_quant.py, and host backends keep weights apart (merge_weights -> None)."""
 from __future__ import annotations
 
 import numpy as np
 
 from luce.ops.numpy_backend import NumpyBackend
-from luce.ref import fused as ref_fused
+from luce.ref import norm_quant as ref_fused
 from luce.ref.matmul import matmul as ref_matmul
 from luce.ref.rmsnorm import rmsnorm
 from luce.ref.swiglu import swiglu

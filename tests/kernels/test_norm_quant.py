@@ -1,7 +1,7 @@
 """The fused producers of a quantized matmul's input (cuda/norm_quant.cu, through the CUDA
 backend's add_rmsnorm_matmuls / swiglu_matmul, luce/ops/cuda_fused_ops.py) and merged weights:
 bitwise the unfused ops (the composition in luce.ops.api.FusedOps on the same device), close
-to luce/ref/fused.py, and batch-invariant (a row alone == the same row among others)."""
+to luce/ref/norm_quant.py, and batch-invariant (a row alone == the same row among others)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from luce.ops.api import FusedOps
-from luce.ref import fused as ref_fused
+from luce.ref import norm_quant as ref_fused
 from tests.kernels.test_matmul import assert_rows_close, weights
 
 ROWS = [1, 2, 63, 64, 65, 129]
@@ -130,3 +130,4 @@ def test_merged_weights_give_each_weights_bits(cuda, T):
     assert np.array_equal(both[:, :97], apart[0]) and np.array_equal(both[:, 97:], apart[1])
     w6, _ = upload(cuda, Q.Q6_K, 40, 1536, 3)
     assert cuda.merge_weights([wg, w6]) is None   # types differ: kept apart
+

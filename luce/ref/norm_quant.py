@@ -1,5 +1,5 @@
-"""References of the fused kernels (cuda/norm_quant.cu, cuda/rope_kv.cu): each is the composition of the
-references of the ops it fuses, which is all a fused kernel may compute.
+"""References of the fused producers of a quantized matmul's input (cuda/norm_quant.cu): each
+is the composition of the references of the ops it fuses, which is all the kernel may compute.
 
 The CUDA kernels also quantize their output for the next matmul (cuda/matmul_x.cuh); that
 quantization is the matmul's own, so its reference is luce.ref.matmul on the f32 output.
@@ -13,7 +13,6 @@ import numpy as np
 from luce.ref.matmul import matmul
 from luce.ref.pointwise import add
 from luce.ref.rmsnorm import rmsnorm
-from luce.ref.rotary import rope
 from luce.ref.swiglu import swiglu
 
 
@@ -41,15 +40,3 @@ def swiglu_matmul(gate: np.ndarray, up: np.ndarray | None, w: np.ndarray) -> np.
         gate, up = gate[..., :F], gate[..., F:]
     return matmul(swiglu(gate, up), w)
 
-
-def rope_kv_write(q: np.ndarray, k: np.ndarray, v: np.ndarray, positions: np.ndarray, rope_dim: int,
-                  theta: float, sections: Sequence[int] = (), q_norm: np.ndarray | None = None,
-                  k_norm: np.ndarray | None = None, eps: float = 0.0):
-    """The attention input of a step (cuda/rope_kv.cu): q [T, Hq, D], k, v [T, Hkv, D] ->
-    (q', k', v) with q' = rope(rmsnorm(q) * q_norm), k' likewise (no norm where None); the
-    kernel also writes k' and v to each row's KV location (kv_write)."""
-    if q_norm is not None:
-        q = rmsnorm(q, q_norm, eps)
-    if k_norm is not None:
-        k = rmsnorm(k, k_norm, eps)
-    return rope(q, positions, rope_dim, theta, sections), rope(k, positions, rope_dim, theta, sections), v
