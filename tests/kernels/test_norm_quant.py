@@ -63,7 +63,7 @@ def test_add_rmsnorm_matmuls_is_the_unfused_bits(cuda, T, D, qtype, residual):
     s_ref, outs_ref = ref_fused.add_rmsnorm_matmuls(x, res if residual else None, norm, EPS, [d1, d2], [bias, None])
     assert np.array_equal(s, s_ref)      # one f32 add, as numpy's
     for got, want in zip(outs, outs_ref):
-        assert_rows_close(got, want, "matmul_blocks")
+        assert_rows_close(got, want, "matmul_blocks_normed")
 
 
 @pytest.mark.gpu
