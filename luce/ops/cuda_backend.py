@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 
 from luce.ops.cuda_array import Block, CudaArray, DeviceAllocator, StagingRing
+from luce.ops.cuda_fused_ops import CudaFusedOps
 from luce.ops.cuda_graph import GraphMixin
 from luce.ops.cuda_pointwise_ops import PointwiseOps
 from luce.ops.cuda_memory import check
@@ -82,7 +83,7 @@ def row_runs(rows: int, prefill_spans) -> list[tuple[int, int, bool]]:
     return runs
 
 
-class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
+class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
     """luce.ops.api.Backend on one CUDA device; Array = CudaArray, Weight = QuantWeight."""
 
     name = "cuda"
@@ -258,13 +259,29 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
         prompt-row GEMM (8-bit x, cuda/matmul_prefill.cu) and the others with the decode
         family; with LUCE_PREFILL_GEMM=0 in the environment at start every row takes the
         decode family."""
+        return self._matmuls(self._f32(x), weights, biases, prefill_spans)
+
+    def has_prompt_rows(self, rows: int, prefill_spans) -> bool:
+        """Whether matmuls of `rows` rows sends any of prefill_spans to the prompt-row GEMM."""
+        return any(prompt for _, _, prompt in self._row_runs(rows, prefill_spans))
+
+    def _row_runs(self, rows: int, prefill_spans) -> list[tuple[int, int, bool]]:
+        return row_runs(rows, prefill_spans if self.prefill_gemm else ())
+
+    def _matmuls(self, x: CudaArray, weights, biases, prefill_spans=(), quantized=None) -> list[CudaArray]:
+        """matmuls; `quantized` None, or (workspace, bytes) holding all of x already quantized
+        for the decode family (a fused producer, luce/ops/cuda_fused_ops.py; no prompt rows
+        then) for every block-type weight."""
         from luce import _cuda_matmul as km
 
-        x = self._f32(x)
         biases = list(biases) if biases is not None else [None] * len(weights)
         rows = x.shape[0] if x.ndim == 2 else -1
-        runs = row_runs(rows, prefill_spans if self.prefill_gemm else ())
+        runs = self._row_runs(rows, prefill_spans)
         outs, workspaces = [], {}
+        if quantized is not None:
+            if runs != [(0, rows, False)]:
+                raise ValueError(f"matmul: x quantized for the decode family, but the rows run {runs}")
+            workspaces[0] = quantized
         for w, bias in zip(weights, biases):
             if x.ndim != 2 or x.shape[1] != w.k:
                 raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")

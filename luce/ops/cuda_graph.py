@@ -18,6 +18,7 @@ import numpy as np
 
 from luce.ops.cuda_array import GraphAllocator
 from luce.ops.cuda_memory import check
+from luce.ops.launch_count import count_graph_nodes
 
 
 class GraphUnsafe(RuntimeError):
@@ -64,6 +65,7 @@ class StepGraph:
         self.meta = None          # luce.ops.cuda_step_meta.StepMeta in the pool
         self.output = None        # what the captured call returned (arrays in the pool)
         self.extra: dict = {}     # the caller's (host side effects to repeat on replay)
+        self.nodes = None         # luce.ops.launch_count.NodeCounts: the launches one replay runs
 
     def launch(self) -> None:
         check(_rt().cudaGraphLaunch(self.exec, self.backend.stream), "cudaGraphLaunch")
@@ -139,6 +141,10 @@ class GraphMixin:
             failure = GraphUnsafe(f"cudaStreamEndCapture failed: {err}")
         if failure is None:
             graph.graph = captured
+            try:
+                graph.nodes = count_graph_nodes(rt, captured)
+            except Exception:  # noqa: BLE001 - a count is a report, never a reason to lose the graph
+                graph.nodes = None
             err, graph.exec = rt.cudaGraphInstantiate(captured, 0)
             if int(err) != 0:
                 failure = GraphUnsafe(f"cudaGraphInstantiate failed: {err}")

@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from luce.ops.api import FusedOps
 from luce.ops.host_step_ops import HostStepOps
 from luce.ref import attention as ref_attention
 from luce.ref import matmul as ref_matmul
@@ -33,7 +34,7 @@ def _live_segments(batch):
             yield s, r0, r1, int(batch.seq_slots[s])
 
 
-class NumpyBackend(HostStepOps):
+class NumpyBackend(FusedOps, HostStepOps):
     """luce.ops.api.Backend on numpy; Array = np.ndarray, Weight = f32 np.ndarray [N, K]."""
 
     name = "numpy"
