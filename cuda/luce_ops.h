@@ -98,6 +98,81 @@ typedef struct {
 int luce_swiglu(const luce_swiglu_params *p, void *stream);
 /* ---- swiglu end ---- */
 
+/* ---- norm_quant ---- */
+/* Fused producers of a quantized matmul's input (cuda/norm_quant.cu; reference:
+ * luce/ref/norm_quant.py). With a workspace (luce_matmul_workspace_bytes(rows, cols) bytes,
+ * 16-byte aligned; cols a multiple of 32, out 16-byte aligned) `out` is also quantized there
+ * bitwise as luce_matmul quantizes its x: luce_matmul(x = out, flags LUCE_MATMUL_REUSE_X)
+ * then equals luce_matmul(x = out) bitwise, one launch fewer.
+ * luce_add_rmsnorm: x, residual (or NULL), sum, out [rows, cols] f32, weight [cols]:
+ *   sum = x + residual (when given); out = rmsnorm(sum or x) * weight, the f32 bits of
+ *   luce_pointwise add then luce_rmsnorm. Workspace optional (NULL: no quantization).
+ * luce_swiglu_quant: gate, up [rows, cols] with row strides (gate|up fused: gate = base,
+ *   up = base + F, strides 2F), out [rows, cols] contiguous = silu(gate) * up, the bits of
+ *   luce_swiglu. Workspace required. */
+typedef struct {
+    const float *x;
+    const float *residual;
+    const float *weight;
+    float *sum;
+    float *out;
+    void *workspace;
+    int64_t workspace_bytes;
+    int64_t rows;
+    int64_t cols;
+    float eps;
+} luce_add_rmsnorm_params;
+int luce_add_rmsnorm(const luce_add_rmsnorm_params *p, void *stream);
+
+typedef struct {
+    const float *gate;
+    const float *up;
+    float *out;
+    void *workspace;
+    int64_t workspace_bytes;
+    int64_t rows;
+    int64_t cols;
+    int64_t gate_stride;
+    int64_t up_stride;
+} luce_swiglu_quant_params;
+int luce_swiglu_quant(const luce_swiglu_quant_params *p, void *stream);
+/* ---- norm_quant end ---- */
+
+/* ---- rope_kv ---- */
+/* Per-head RMSNorm (q_norm / k_norm [head_dim], or NULL) then rotary (as luce_rotary: NEOX,
+ * plain or IMROPE sections, positions int32 [rows] or [rows, 4]) of q and k, and the paged
+ * KV write of k and v (reference: luce/ref/rope_kv.py rope_kv_write), the bits of luce_rmsnorm,
+ * luce_rotary and the KV gathers in one launch. q, k, v [rows, H*, head_dim] f32 at row
+ * strides (elements; views into a merged projection); q_out [rows, heads_q, head_dim];
+ * k_pages, v_pages [flat KV rows, heads_kv, head_dim]; kv_dst [rows] int64, the flat KV row
+ * of each row (< 0: padding, nothing written). head_dim <= 1024. */
+typedef struct {
+    const float *q;
+    const float *k;
+    const float *v;
+    const float *q_norm;
+    const float *k_norm;
+    float *q_out;
+    float *k_pages;
+    float *v_pages;
+    const int64_t *kv_dst;
+    const int32_t *positions;
+    int64_t rows;
+    int64_t q_stride;
+    int64_t k_stride;
+    int64_t v_stride;
+    int32_t heads_q;
+    int32_t heads_kv;
+    int32_t head_dim;
+    int32_t rope_dim;
+    int32_t n_pos;
+    int32_t sections[4];
+    float theta;
+    float eps;
+} luce_rope_kv_params;
+int luce_rope_kv(const luce_rope_kv_params *p, void *stream);
+/* ---- rope_kv end ---- */
+
 /* ---- conv1d ---- */
 /* Causal depthwise conv1d with carried state, then SiLU (reference: luce/ref/conv1d.py).
  * Segment s owns rows qo_indptr[s]:qo_indptr[s+1] of x [T, C] (row stride x_stride) and y

@@ -61,6 +61,15 @@ int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k);
 /* Bytes of one weight row of k values of qtype; -1 if unsupported or k is not whole blocks. */
 int64_t luce_matmul_row_bytes(int32_t qtype, int64_t k);
 int luce_matmul(const luce_matmul_params *p, void *stream);
+/* Prompt rows (DESIGN 5 rule 1; cuda/matmul_prefill.cu, reference luce/ref/matmul_prefill.py):
+ * the same product for block types with x quantized to 8 bits per 32 values (ggml's q8_1),
+ * int8 tensor cores over 64-token tiles; |error| against f32 within
+ * sum_k |W[r, k]| * max|x[t, block of k]| / 254 (+ f32 rounding). Same params; `path` is
+ * ignored, `tune` 0 picks the block shape, 2, 4 or 8 sets its warps (the same bits); REUSE_X as
+ * above (its own workspace). Batch-invariant: one fixed f32
+ * chain over k per output element. Float types are refused (use luce_matmul). */
+int64_t luce_matmul_prefill_workspace_bytes(int64_t rows, int64_t k);
+int luce_matmul_prefill(const luce_matmul_params *p, void *stream);
 /* ---- matmul end ---- */
 
 /* ---- embedding ---- */

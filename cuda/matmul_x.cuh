@@ -49,21 +49,13 @@ inline XLayout x_layout(void *ws, int64_t rows, int64_t k) {
     return l;
 }
 
-// One warp per (row, chunk): lane = 4 * group + quad holds values 4q..4q+3 and 16+4q..16+4q+3.
-__global__ void __launch_bounds__(256) quantize_x_kernel(const float *x, int64_t rows, int64_t k,
-                                                         XLayout l) {
-    let_dependents_start();  // the matmul may launch now; it waits for this kernel before reading x
+// Quantizes values v[8] of token t, chunk ch (lane = 4 * group + quad holds values 4q..4q+3
+// and 16+4q..16+4q+3 of group ch * 8 + group; zeros past the row or on padding rows) into l.
+// Called by one whole warp. Shared by quantize_x_kernel and the fused producers of the
+// matmul's input (cuda/norm_quant.cu), which therefore quantize bitwise alike.
+__device__ __forceinline__ void quantize_x_values(float v[8], const XLayout &l, int64_t t, int64_t ch) {
     const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
-    const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
-    if (item >= l.tp * l.chunks) return;  // whole warps
-    const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * kGroups + j;
-    float v[8] = {};
-    if (t < rows && g < l.groups) {
-        const float *src = x + t * k + 32 * g;
-        const float4 a = __ldg(reinterpret_cast<const float4 *>(src + 4 * quad));
-        const float4 b = __ldg(reinterpret_cast<const float4 *>(src + 16 + 4 * quad));
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    }
+    const int64_t g = ch * kGroups + j;
     float amax = 0.0f, bad = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
@@ -117,6 +109,24 @@ __global__ void __launch_bounds__(256) quantize_x_kernel(const float *x, int64_t
         w[4] = p2;
         w[6] = 0;
     }
+}
+
+// One warp per (row, chunk): lane = 4 * group + quad holds values 4q..4q+3 and 16+4q..16+4q+3.
+static __global__ void __launch_bounds__(256) quantize_x_kernel(const float *x, int64_t rows, int64_t k,
+                                                                XLayout l) {
+    let_dependents_start();  // the matmul may launch now; it waits for this kernel before reading x
+    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
+    const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
+    if (item >= l.tp * l.chunks) return;  // whole warps
+    const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * kGroups + j;
+    float v[8] = {};
+    if (t < rows && g < l.groups) {
+        const float *src = x + t * k + 32 * g;
+        const float4 a = __ldg(reinterpret_cast<const float4 *>(src + 4 * quad));
+        const float4 b = __ldg(reinterpret_cast<const float4 *>(src + 16 + 4 * quad));
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+    }
+    quantize_x_values(v, l, t, ch);
 }
 
 }  // namespace mm

@@ -5,81 +5,11 @@
 // rows (the hidden state) one block of kThreads. The choice depends only on cols, and a
 // thread always owns whole chunks of 4 (common.cuh), so a row's reduction order depends only
 // on cols: batch-invariant by construction (DESIGN 5).
-#include "common.cuh"
+#include "rmsnorm.cuh"
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarpRowMaxCols = 1024;
-constexpr int kWarpRowsPerBlock = kThreads / WARP_SIZE;
-
-struct Row {
-    const float *x, *weight;
-    float *out;
-    int64_t cols;
-    float eps;
-};
-
-// Rows of up to kRegChunks chunks per thread can stay in registers (one pass over memory,
-// the weight loaded alongside x): the decode path, where latency is the cost. Long launches
-// of block rows take the two-pass path instead (86 registers a thread cost occupancy). Both
-// paths sum the same chunks in the same order and scale the same values, so they produce
-// bitwise the same row: switching on the row count cannot break batch invariance.
-constexpr int kRegChunks = 8;
-constexpr int64_t kRegisterBlockRowsMax = 512;
-
-template <typename Reduce>
-__device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base, int t, int width,
-                                                      Reduce reduce) {
-    const int64_t chunks = (r.cols + 3) / 4;
-    float v[kRegChunks][4], w[kRegChunks][4];
-    float ss = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kRegChunks; ++c) {
-        const int64_t j = t + (int64_t)c * width;
-        if (j >= chunks) break;
-        load_chunk4(r.x + base, j, r.cols, v[c]);
-        load_chunk4(r.weight, j, r.cols, w[c]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ss = fmaf(v[c][i], v[c][i], ss);
-    }
-    const float scale = rsqrtf(reduce(ss) / (float)r.cols + r.eps);
-#pragma unroll
-    for (int c = 0; c < kRegChunks; ++c) {
-        const int64_t j = t + (int64_t)c * width;
-        if (j >= chunks) break;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[c][i] = v[c][i] * scale * w[c][i];
-        store_chunk4(r.out + base, j, r.cols, v[c]);
-    }
-}
-
-// One row by a group of `width` threads (this thread is `t`); `reduce` sums over the group.
-template <bool kRegisters, typename Reduce>
-__device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int width, Reduce reduce) {
-    const int64_t chunks = (r.cols + 3) / 4;
-    if (kRegisters && chunks <= (int64_t)kRegChunks * width) {
-        norm_row_in_registers(r, base, t, width, reduce);
-        return;
-    }
-    float ss = 0.0f;
-    for (int64_t j = t; j < chunks; j += width) {
-        float v[4];
-        load_chunk4(r.x + base, j, r.cols, v);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ss = fmaf(v[i], v[i], ss);
-    }
-    const float scale = rsqrtf(reduce(ss) / (float)r.cols + r.eps);
-    const float *src = r.x + base;
-    for (int64_t j = t; j < chunks; j += width) {
-        float v[4], w[4];
-        load_chunk4(src, j, r.cols, v);
-        load_chunk4(r.weight, j, r.cols, w);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = v[i] * scale * w[i];
-        store_chunk4(r.out + base, j, r.cols, v);
-    }
-}
+using namespace rms;
 
 // kRegisters is a template parameter: a kernel's register count is fixed when compiled.
 template <bool kRegisters>

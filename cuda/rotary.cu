@@ -7,36 +7,17 @@
 // One block per row: the row's cos/sin table (rope_dim/2 entries, computed in double: angles
 // reach 1e5+ rad, where f32 would lose whole radians) goes to shared memory, then every head
 // rotates in f32. No reductions: batch-invariant.
-#include "common.cuh"
+#include "rotary.cuh"
 
 namespace {
 
 constexpr int kThreads = 128;
 
-// Which of the 4 positions (t, h, w, e) pair i takes under IMROPE (ggml's mrope rule).
-__device__ __forceinline__ int imrope_section(int pair, const int32_t *sections, int total) {
-    const int sector = pair % total;
-    if (sector % 3 == 1 && sector < 3 * sections[1]) return 1;
-    if (sector % 3 == 2 && sector < 3 * sections[2]) return 2;
-    if (sector % 3 == 0 && sector < 3 * sections[0]) return 0;
-    return 3;
-}
-
 __global__ void __launch_bounds__(kThreads) rotary_kernel(luce_rotary_params p) {
     extern __shared__ float table[];  // cos [half] then sin [half]
     const int64_t row = blockIdx.x;
     const int half = p.rope_dim / 2;
-    const int total = p.sections[0] + p.sections[1] + p.sections[2] + p.sections[3];
-    for (int i = threadIdx.x; i < half; i += kThreads) {
-        int section = 0;
-        if (total > 0 && p.n_pos == 4) section = imrope_section(i, p.sections, total);
-        const double pos = (double)p.positions[row * p.n_pos + section];
-        const double inv_freq = pow((double)p.theta, -2.0 * (double)i / (double)p.rope_dim);
-        double s, c;
-        sincos(pos * inv_freq, &s, &c);
-        table[i] = (float)c;
-        table[half + i] = (float)s;
-    }
+    rope::fill_table(table, p.positions, row, p.n_pos, p.sections, p.rope_dim, p.theta, threadIdx.x, kThreads);
     __syncthreads();
     const float *x = p.x + row * p.x_row_stride;
     float *out = p.out + row * p.out_row_stride;
@@ -45,9 +26,7 @@ __global__ void __launch_bounds__(kThreads) rotary_kernel(luce_rotary_params p) 
         const float *xh = x + h * p.x_head_stride;
         float *oh = out + h * p.out_head_stride;
         const float x0 = xh[i], x1 = xh[i + half];
-        const float c = table[i], s = table[half + i];
-        oh[i] = x0 * c - x1 * s;
-        oh[i + half] = x0 * s + x1 * c;
+        rope::rotate(x0, x1, table[i], table[half + i], &oh[i], &oh[i + half]);
     }
     const int pass = p.head_dim - p.rope_dim;
     if (p.x == p.out && p.x_row_stride == p.out_row_stride && p.x_head_stride == p.out_head_stride)

@@ -35,6 +35,8 @@ ctypedef int64_t (*workspace_fn)(int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*row_bytes_fn)(int32_t, int64_t) noexcept nogil
 
 cdef matmul_fn _matmul = NULL
+cdef matmul_fn _matmul_prefill = NULL
+cdef workspace_fn _prefill_workspace_bytes = NULL
 cdef workspace_fn _workspace_bytes = NULL
 cdef row_bytes_fn _row_bytes = NULL
 
@@ -49,11 +51,13 @@ REUSE_X = 1
 
 def load(str path):
     """Resolve the matmul entry points in the kernel library at `path`."""
-    global _matmul, _workspace_bytes, _row_bytes
+    global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes
     cdef void *lib = _open_library(path)
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_workspace_bytes")
     _row_bytes = <row_bytes_fn>_symbol(lib, path, "luce_matmul_row_bytes")
     _matmul = <matmul_fn>_symbol(lib, path, "luce_matmul")
+    _prefill_workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_prefill_workspace_bytes")
+    _matmul_prefill = <matmul_fn>_symbol(lib, path, "luce_matmul_prefill")
 
 
 def workspace_bytes(int64_t rows, int64_t k):
@@ -73,14 +77,16 @@ def row_bytes(int32_t qtype, int64_t k):
     return nb
 
 
-def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
-           int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
-           int32_t path=0, int32_t flags=0, int32_t tune=0, uintptr_t stream=0):
-    """x [rows, k] f32, w [n, row_bytes(qtype, k)] u8, bias [n] f32 or 0, y [rows, n] f32,
-    workspace (block types) of workspace_bytes (device addresses; x, workspace 16-byte
-    aligned). path PATH_DECODE or PATH_PREFILL, flags REUSE_X, tune 0/1/2/3: launch shape only,
-    the result is bitwise the same for any of them."""
-    _require_loaded(<void *>_matmul)
+def prefill_workspace_bytes(int64_t rows, int64_t k):
+    """Bytes of workspace matmul_prefill of `rows` rows of length k needs."""
+    _require_loaded(<void *>_matmul_prefill)
+    return _prefill_workspace_bytes(rows, k)
+
+
+cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+                 int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t path,
+                 int32_t flags, int32_t tune, uintptr_t stream) noexcept:
+    """fn (luce_matmul or luce_matmul_prefill) on these params, the GIL released; its status."""
     cdef luce_matmul_params p
     p.x = <const float *>x
     p.w = <const void *>w
@@ -97,5 +103,30 @@ def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t work
     p.tune = tune
     cdef int status
     with nogil:
-        status = _matmul(&p, <void *>stream)
-    raise_for_status(status, "luce_matmul")
+        status = fn(&p, <void *>stream)
+    return status
+
+
+def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+           int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
+           int32_t path=0, int32_t flags=0, int32_t tune=0, uintptr_t stream=0):
+    """x [rows, k] f32, w [n, row_bytes(qtype, k)] u8, bias [n] f32 or 0, y [rows, n] f32,
+    workspace (block types) of workspace_bytes (device addresses; x, workspace 16-byte
+    aligned). path PATH_DECODE or PATH_PREFILL, flags REUSE_X, tune 0/1/2/3: launch shape only,
+    the result is bitwise the same for any of them."""
+    _require_loaded(<void *>_matmul)
+    raise_for_status(_launch(_matmul, x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, path, flags,
+                             tune, stream), "luce_matmul")
+
+
+def matmul_prefill(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+                   int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
+                   int32_t flags=0, uintptr_t stream=0, int32_t tune=0):
+    """Prompt rows (cuda/matmul_prefill.cu): as matmul for block types, x quantized to 8 bits
+    per 32 values (luce/ref/matmul_prefill.py); workspace of prefill_workspace_bytes(rows, k).
+    tune 0: the block shape by device and size; 2, 4, 8: warps per block (the same bits)."""
+    _require_loaded(<void *>_matmul_prefill)
+    if qtype in FLOAT_QTYPES:
+        raise ValueError(f"matmul_prefill: ggml type {qtype} is a float type; use matmul")
+    raise_for_status(_launch(_matmul_prefill, x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype,
+                             PATH_PREFILL, flags, tune, stream), "luce_matmul_prefill")

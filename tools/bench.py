@@ -181,7 +181,9 @@ def run_case(timer: GraphTimer, name: str, case, repeats: int, bw: float, f32: f
     launch, bytes_moved, flops = case()
     seconds, per_graph = timer.time(launch, repeats)
     floor = max(bytes_moved / bw, (flops / f32) if (f32 and flops) else 0.0)
-    return {"name": name, "time_us": seconds * 1e6, "per_graph": per_graph,
+    peak = getattr(case, "peak_ops_per_s", None)  # a case's own compute peak (int8 tensor cores)
+    extra = {"pct_peak": 100.0 * flops / seconds / peak} if peak else {}
+    return {**extra, "name": name, "time_us": seconds * 1e6, "per_graph": per_graph,
             "bytes": int(bytes_moved), "flops": int(flops),
             "GBps": bytes_moved / seconds / 1e9, "TFLOPs": flops / seconds / 1e12,
             "pct_bw": 100.0 * bytes_moved / bw / seconds,
@@ -193,7 +195,8 @@ def format_row(r: dict) -> str:
     if "error" in r:
         return f"{r['name']:<44} ERROR {r['error']}"
     return (f"{r['name']:<44} {r['time_us']:>10.2f} {r['bytes'] / 1e6:>10.3f} {r['GBps']:>9.1f} "
-            f"{r['TFLOPs']:>8.3f} {r['pct_bw']:>7.1f} {r['pct_roofline']:>7.1f}  {r['bound']}")
+            f"{r['TFLOPs']:>8.3f} {r['pct_bw']:>7.1f} {r['pct_roofline']:>7.1f}  {r['bound']}" +
+            (f"  {r['pct_peak']:.1f}% of int8 peak" if "pct_peak" in r else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -109,7 +109,8 @@ def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 
     """Greedy decode of len(prompts) slots together: one prefill step, then n_steps steps of
     one AR row per slot (through GraphedForward: the first step of a key eager, the second
     captured, then replays). -> (tokens per slot [C][n_steps + 1], timed records of the steps
-    after `warmup`, graph counters)."""
+    after `warmup`, graph counters; with graphs, 'nodes': the launches of one replayed step,
+    luce.ops.launch_count.NodeCounts.as_dict)."""
     from luce.models.graphed_forward import GraphedForward
 
     forward = GraphedForward(model, enabled=graphs)
@@ -136,8 +137,11 @@ def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 
             tokens[s].append(int(last[s]))
         if step >= warmup:
             records.append({"build": t1 - t0, "launch": t2 - t1, "wait": t3 - t2, "sample": t4 - t3})
+    counters = dict(forward.counters)
+    if forward.cache.last_nodes is not None:
+        counters["nodes"] = forward.cache.last_nodes.as_dict()
     forward.invalidate()   # free the graphs' pools before the next run
-    return tokens, records, dict(forward.counters)
+    return tokens, records, counters
 
 
 def bench_ar(model, prompts, settings: BenchSettings) -> list[dict]:
@@ -151,6 +155,10 @@ def bench_ar(model, prompts, settings: BenchSettings) -> list[dict]:
             continue
         row = {"concurrency": C, **_summary(records), "graphs": graphs}
         row["tok_s"] = C / (row["step_ms"] / 1e3)
+        nodes = graphs.get("nodes")
+        if nodes:
+            row["launches"] = nodes["launches"]
+            row["launches_per_layer"] = nodes["launches"] / model.config.n_layer
         rows.append(row)
         gc.collect()
     return rows

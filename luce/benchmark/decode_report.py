@@ -34,13 +34,16 @@ def format_report(report: dict) -> str:
            f"loaded in {report['load_s']:.1f} s",
            f"prompt {s['prompt_len']} tokens; medians of {s['steps']} steps after {s['warmup']} warm-up steps; "
            "build = Python packing the batch, launch = inside model.forward, wait = until the device is done, "
-           "sample = argmax to host; graphs = replays/captures/eager forwards (luce.models.graphed_forward)", ""]
+           "sample = argmax to host; graphs = replays/captures/eager forwards (luce.models.graphed_forward); "
+           "launches = kernels, memsets and copies of one replayed step (its graph's nodes), /layer = that over "
+           "the layer count", ""]
     if report.get("ar"):
         out += _table("AR decode", ["C", "tok/s", "step ms", "build ms", "launch ms", "wait ms", "sample ms", "steps",
-                                    "graphs"],
+                                    "graphs", "launches", "/layer"],
                       _rows(report["ar"], "concurrency", lambda r: [
                           _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r["build_ms"], 3), _f(r["launch_ms"], 3),
-                          _f(r["wait_ms"]), _f(r["sample_ms"], 3), str(r["steps"]), _replays(r)], 9))
+                          _f(r["wait_ms"]), _f(r["sample_ms"], 3), str(r["steps"]), _replays(r),
+                          str(r.get("launches", "-")), _f(r.get("launches_per_layer", "-"), 1)], 11))
     if report.get("engine_ar"):
         out += _table("AR decode through luce.engine.Engine (scheduler, batch packing, graph replay, argmax)",
                       ["C", "tok/s", "step ms", "steps", "graphs"],

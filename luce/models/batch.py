@@ -96,6 +96,24 @@ class ForwardBatch:
         return self._cached("kinds", make)
 
     @property
+    def prefill_spans(self) -> tuple[tuple[int, int], ...]:
+        """Row ranges [start, end) of the runs of prefill segments (padding between two
+        prefill segments joins them): the rows whose matmuls take the prompt-row arithmetic
+        (DESIGN 5 rule 1; luce.ops.api.Backend.matmul). The packer's order gives one run
+        starting at row 0 (or none)."""
+        def make():
+            spans, cur = [], None
+            for s, kind in enumerate(self.kinds):
+                r0, r1 = self.segment_rows(s)
+                if kind == SEG_PREFILL:
+                    cur = [r0, r1] if cur is None else [cur[0], r1]
+                elif kind != SEG_PAD and cur is not None:
+                    spans.append(tuple(cur))
+                    cur = None
+            return tuple(spans) + ((tuple(cur),) if cur is not None else ())
+        return self._cached("prefill_spans", make)
+
+    @property
     def has_trees(self) -> bool:
         return bool((self.kinds == SEG_TREE).any())
 

@@ -3,6 +3,7 @@ src/models/qwen2.cpp and qwen3.cpp and transformers' Qwen2/Qwen3ForCausalLM:
 
     x = token_embd[ids]
     per layer: x += attn(rmsnorm(x) * attn_norm);  x += ffn(rmsnorm(x) * ffn_norm)
+    (each residual add is fused with the norm after it: backend.add_rmsnorm_matmuls)
     logits = (rmsnorm(x) * output_norm) @ output^T    (output = token_embd when tied)
 
 qwen2 adds q/k/v biases; qwen3 has per-head q/k RMSNorm before rotary. Rotary is NEOX.
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from luce.models.batch import ForwardBatch, ForwardOutput, ensure_valid
 from luce.models.kv_cache import ModelState, PagedKV
-from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, gqa_attention, swiglu_ffn
+from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, ffn_block, gqa_attention
 from luce.models.loader import register_arch
 
 
@@ -42,7 +43,7 @@ class DenseModel(TokenIO):
         if config.arch not in ("qwen2", "qwen3"):
             raise ValueError(f"DenseModel serves archs qwen2 and qwen3, not {config.arch!r}")
         layers = [DenseLayer(attn_norm=backend.load_tensor(gguf, f"blk.{il}.attn_norm.weight"),
-                             attn=AttentionWeights.load(backend, gguf, il),
+                             attn=AttentionWeights.load(backend, gguf, il).merge(backend),
                              ffn_norm=backend.load_tensor(gguf, f"blk.{il}.ffn_norm.weight"),
                              ffn=FFNWeights.load(backend, gguf, il))
                   for il in range(config.n_layer)]
@@ -60,13 +61,18 @@ class DenseModel(TokenIO):
         ensure_valid(batch, state.max_slots, int(self.config.vocab))
         b, eps = self.backend, self.config.rms_eps
         x = self.embed(batch.token_ids)
+        pending = None   # the last FFN's output, not yet added to x (fused into the next norm)
         captured = {}
         for il, layer in enumerate(self.layers):
-            h = gqa_attention(b, layer.attn, b.rmsnorm(x, layer.attn_norm, eps), batch, state.kv[il], self.config)
-            x = b.add(x, h)
-            x = b.add(x, swiglu_ffn(b, layer.ffn, b.rmsnorm(x, layer.ffn_norm, eps)))
+            x, qkv = b.add_rmsnorm_matmuls(x, pending, layer.attn_norm, eps, layer.attn.projections,
+                                           layer.attn.biases, batch.prefill_spans)
+            h = gqa_attention(b, layer.attn, qkv, batch, state.kv[il], self.config)
+            x, pending = ffn_block(b, layer.ffn_norm, layer.ffn, x, h, eps, batch.prefill_spans)
             if il in batch.capture_layers:
+                x, pending = b.add(x, pending), None
                 captured[il] = x
+        if pending is not None:
+            x = b.add(x, pending)
         logits = self.lm_head(b.take_rows(x, batch.logits_indices))
         return ForwardOutput(logits=logits, captured=captured)
 

@@ -104,17 +104,23 @@ def qkv_heads(b, mixed, n: int, d: GDNDims):
     return q, k, v.reshape(n, d.n_v_heads, d.head_dim)
 
 
-def gdn_mixer(backend, w: GDNWeights, x, batch, recurrent, il: int, dims: GDNDims, rms_eps: float,
+def gdn_projections(w: GDNWeights) -> list:
+    """The weights gdn_mixer's input goes through, in its order: qkv, gate (z), beta, alpha."""
+    return [w.qkv, w.gate, w.beta, w.alpha]
+
+
+def gdn_mixer(backend, w: GDNWeights, projections, batch, recurrent, il: int, dims: GDNDims, rms_eps: float,
               tree_mode: str = "factor", staged: dict | None = None):
-    """Gated DeltaNet layer il over all rows: x [T, hidden] (normed) -> [T, hidden].
+    """Gated DeltaNet layer il over all rows from the normed input's projections through
+    gdn_projections(w) -> [T, hidden].
     Prefill and AR segments read and advance their slot's (il) state in `recurrent`'s pools;
     tree segments read it only and put layer il's TreeStage into `staged` (`tree_mode`
     'factor' | 'baseline', luce.ops.api.TREE_MODES)."""
     if tree_mode not in TREE_MODES:
         raise ValueError(f"GDN tree mode must be one of {TREE_MODES}, got {tree_mode!r}")
     b, d = backend, dims
-    T = x.shape[0]
-    qkv, z, beta, alpha = b.matmuls(x, [w.qkv, w.gate, w.beta, w.alpha])   # [T, C], [T, Hv*Dv], [T, Hv] x 2
+    qkv, z, beta, alpha = projections   # [T, C], [T, Hv*Dv], [T, Hv] x 2
+    T = qkv.shape[0]
     z = z.reshape(T, d.n_v_heads, d.head_dim)
     beta = b.sigmoid(beta)
     g = b.mul(b.softplus(b.add(alpha, w.dt_bias)), w.ssm_a)
@@ -126,4 +132,4 @@ def gdn_mixer(backend, w: GDNWeights, x, batch, recurrent, il: int, dims: GDNDim
         conv_inputs = b.take_rows(qkv, np.arange(batch.tree_start, T))      # [Nt, C] until commit
         staged[il] = TreeStage(conv_inputs=conv_inputs, mode=tree_mode, **tree_part)
     normed = b.gated_rmsnorm(o, z, w.norm, rms_eps)
-    return b.matmul(normed.reshape(T, d.value_dim), w.out)
+    return b.matmul(normed.reshape(T, d.value_dim), w.out, prefill_spans=batch.prefill_spans)

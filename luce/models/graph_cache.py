@@ -35,6 +35,7 @@ class GraphCache:
         self.ever_captured: set = set()
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.eager_reasons: dict[str, int] = {}
+        self.last_nodes = None    # NodeCounts of the latest captured graph (luce.ops.launch_count)
 
     def _eager(self, why: str) -> None:
         self.counters["eager_steps"] += 1
@@ -93,6 +94,7 @@ class GraphCache:
             self.counters["rebuilds"] += 1
         self.ever_captured.add(key)
         self.graphs[key] = graph
+        self.last_nodes = getattr(graph, "nodes", None)
         while len(self.graphs) > self.max_graphs:
             self.graphs.popitem(last=False)[1].drop()
             self.counters["drops"] += 1

@@ -35,6 +35,38 @@ class AttentionWeights:
     q_norm: Any = None         # [D] | None
     k_norm: Any = None         # [D] | None
 
+    merged: Any = None         # [wqkv] or [wqk, wv] (merge()) | None
+    merged_biases: Any = None  # their biases, [b] per merged weight | None
+
+    @property
+    def projections(self) -> list:
+        """The weights the normed input goes through: columns side by side [q | k | v]."""
+        return self.merged if self.merged is not None else [self.wq, self.wk, self.wv]
+
+    @property
+    def biases(self) -> list:
+        return self.merged_biases if self.merged is not None else [self.bq, self.bk, self.bv]
+
+    def merge(self, backend) -> "AttentionWeights":
+        """q, k, v (or q, k) as one weight where the backend multiplies them as one
+        (backend.merge_weights); wq, wk, wv and their biases are then dropped (projections
+        and biases are the only way in). Plain GQA only: the column layout is [q | k | v]."""
+        groups = ([self.wq, self.wk, self.wv], [self.bq, self.bk, self.bv]), \
+                 ([self.wq, self.wk], [self.bq, self.bk])
+        for ws, bs in groups:
+            w = backend.merge_weights(ws)
+            if w is None:
+                continue
+            b = None if all(x is None for x in bs) else backend.concat_rows(
+                [x if x is not None else backend.zeros((wi.shape[0],)) for x, wi in zip(bs, ws)])
+            self.merged, self.merged_biases = [w], [b]
+            if len(ws) == 2:
+                self.merged.append(self.wv)
+                self.merged_biases.append(self.bv)
+            self.wq = self.wk = self.wv = self.bq = self.bk = self.bv = None
+            break
+        return self
+
     @classmethod
     def load(cls, backend, gguf, il: int) -> "AttentionWeights":
         return cls(
@@ -71,35 +103,64 @@ def attend(backend, q, k, v, kv, batch, scale: float, causal: bool = True):
     return o.reshape(o.shape[0], -1)
 
 
-def gqa_attention(backend, w: AttentionWeights, x, batch, kv, config):
-    """Self-attention of one dense layer: x [T, hidden] (already normed) -> [T, hidden]."""
-    T, D = x.shape[0], config.head_dim
-    q, k, v = backend.matmuls(x, [w.wq, w.wk, w.wv], [w.bq, w.bk, w.bv])
-    q, k, v = q.reshape(T, config.n_head, D), k.reshape(T, config.n_head_kv, D), v.reshape(T, config.n_head_kv, D)
-    q, k = qk_norm_rope(backend, q, k, batch.positions, config, w.q_norm, w.k_norm)
-    o = attend(backend, q, k, v, kv, batch, 1.0 / float(np.sqrt(D)))
-    return backend.matmul(o, w.wo)
+def gqa_attention(backend, w: AttentionWeights, projections, batch, kv, config):
+    """Self-attention of one dense layer from the outputs of w.projections (with w.biases) on
+    the normed input, columns [q | k | v] -> [T, hidden]: q/k norm, rotary and the KV write
+    in one op (backend.rope_kv_write), then attention over the pages."""
+    q = backend.rope_kv_write(projections, kv, batch, config.n_head, config.rope_dim, config.rope_theta,
+                              config.rope_sections, w.q_norm, w.k_norm, config.rms_eps)
+    o = backend.attention(q, kv, batch, 1.0 / float(np.sqrt(config.head_dim)), True)
+    return backend.matmul(o.reshape(o.shape[0], -1), w.wo, prefill_spans=batch.prefill_spans)
 
 
 @dataclass
 class FFNWeights:
-    """SwiGLU feed-forward of one layer."""
+    """SwiGLU feed-forward of one layer. gate_up: gate and up merged into one weight [2F,
+    hidden] where the backend multiplies them as one (backend.merge_weights; gate and up
+    are then None: the merged copy is the only one kept)."""
 
-    gate: Any                  # [ffn, hidden]
-    up: Any                    # [ffn, hidden]
+    gate: Any                  # [ffn, hidden] | None
+    up: Any                    # [ffn, hidden] | None
     down: Any                  # [hidden, ffn]
+    gate_up: Any = None        # [2 ffn, hidden] | None
 
     @classmethod
     def load(cls, backend, gguf, il: int) -> "FFNWeights":
-        return cls(gate=backend.load_weight(gguf, blk(il, "ffn_gate.weight")),
-                   up=backend.load_weight(gguf, blk(il, "ffn_up.weight")),
-                   down=backend.load_weight(gguf, blk(il, "ffn_down.weight")))
+        gate = backend.load_weight(gguf, blk(il, "ffn_gate.weight"))
+        up = backend.load_weight(gguf, blk(il, "ffn_up.weight"))
+        down = backend.load_weight(gguf, blk(il, "ffn_down.weight"))
+        merged = backend.merge_weights([gate, up])
+        if merged is not None:
+            return cls(gate=None, up=None, down=down, gate_up=merged)
+        return cls(gate=gate, up=up, down=down)
+
+    @property
+    def input_weights(self) -> list:
+        """The weights x goes through before the SwiGLU: [gate_up] or [gate, up]."""
+        return [self.gate_up] if self.gate_up is not None else [self.gate, self.up]
 
 
-def swiglu_ffn(backend, w: FFNWeights, x):
-    """x [T, hidden] (already normed) -> down(silu(gate x) * up x) [T, hidden]."""
-    gate, up = backend.matmuls(x, [w.gate, w.up])
-    return backend.matmul(backend.swiglu(gate, up), w.down)
+def swiglu_of(backend, projections: list):
+    """swiglu_matmul's (gate, up) from the outputs of FFNWeights.input_weights."""
+    return (projections[0], None) if len(projections) == 1 else tuple(projections)
+
+
+def swiglu_ffn(backend, w: FFNWeights, x, prefill_spans=()):
+    """x [T, hidden] (already normed) -> down(silu(gate x) * up x) [T, hidden]; the rows of
+    prefill_spans are prompt rows (Backend.matmul)."""
+    gate, up = swiglu_of(backend, backend.matmuls(x, w.input_weights, prefill_spans=prefill_spans))
+    return backend.swiglu_matmul(gate, up, w.down, prefill_spans)
+
+
+def ffn_block(backend, norm, w: FFNWeights, x, residual, eps: float, prefill_spans=()):
+    """The FFN half of a pre-norm block on the residual stream: s = x + residual (residual
+    None: s = x), -> (s, ffn(rmsnorm(s) * norm) [T, hidden]); the add, the norm and the
+    matmuls' activation quantization are one fused op (backend.add_rmsnorm_matmuls). The
+    rows of prefill_spans are prompt rows (Backend.matmul)."""
+    s, projections = backend.add_rmsnorm_matmuls(x, residual, norm, eps, w.input_weights,
+                                                 prefill_spans=prefill_spans)
+    gate, up = swiglu_of(backend, projections)
+    return s, backend.swiglu_matmul(gate, up, w.down, prefill_spans)
 
 
 class TokenIO:

@@ -19,24 +19,25 @@ from typing import Any
 import numpy as np
 
 from luce.models.batch import ForwardBatch, ForwardOutput, ensure_valid
-from luce.models.gdn_layer import GDNDims, GDNWeights, gdn_mixer
+from luce.models.gdn_layer import GDNDims, GDNWeights, gdn_mixer, gdn_projections
 from luce.models.kv_cache import ModelState, PagedKV
-from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, attend, blk, qk_norm_rope, swiglu_ffn
+from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, blk, ffn_block
 from luce.models.loader import register_arch
 from luce.models.recurrent_state import RecurrentState
 
 
-def gated_attention(backend, w: AttentionWeights, x, batch, kv, config):
-    """Gated full attention of one layer: x [T, hidden] (normed) -> [T, hidden]."""
+def gated_attention(backend, w: AttentionWeights, projections, batch, kv, config):
+    """Gated full attention of one layer from the normed input's projections through
+    [w.wq, w.wk, w.wv] (q interleaved with its gate per head) -> [T, hidden]."""
     b = backend
-    T, H, D = x.shape[0], config.n_head, config.head_dim
-    qg, k, v = b.matmuls(x, [w.wq, w.wk, w.wv])
+    qg, k, v = projections
+    T, H, D = qg.shape[0], config.n_head, config.head_dim
     q, gate = b.split(qg.reshape(T, H, 2 * D), [D, D])                   # [T, H, D] each
-    k, v = k.reshape(T, config.n_head_kv, D), v.reshape(T, config.n_head_kv, D)
-    q, k = qk_norm_rope(b, q, k, batch.positions, config, w.q_norm, w.k_norm)
-    o = attend(b, q, k, v, kv, batch, 1.0 / float(np.sqrt(D)))            # [T, H*D] (tree rows: ancestors)
+    q = b.rope_kv_write([q.reshape(T, H * D), k, v], kv, batch, H, config.rope_dim, config.rope_theta,
+                        config.rope_sections, w.q_norm, w.k_norm, config.rms_eps)   # q/k norm, rotary, KV write
+    o = b.attention(q, kv, batch, 1.0 / float(np.sqrt(D))).reshape(T, H * D)   # tree rows: ancestors
     o = b.mul(o, b.sigmoid(gate.reshape(T, H * D)))
-    return b.matmul(o, w.wo)
+    return b.matmul(o, w.wo, prefill_spans=batch.prefill_spans)
 
 
 @dataclass
@@ -106,17 +107,23 @@ class Qwen35Model(TokenIO):
         b, c = self.backend, self.config
         x = self.embed(batch.token_ids)
         captured, staged = {}, {}
+        pending = None   # the last FFN's output, not yet added to x (fused into the next norm)
         for il, layer in enumerate(self.layers):
-            h = b.rmsnorm(x, layer.attn_norm, c.rms_eps)
+            weights = gdn_projections(layer.gdn) if layer.gdn is not None else [layer.attn.wq, layer.attn.wk,
+                                                                                  layer.attn.wv]
+            x, projections = b.add_rmsnorm_matmuls(x, pending, layer.attn_norm, c.rms_eps, weights,
+                                                   prefill_spans=batch.prefill_spans)
             if layer.gdn is not None:
-                h = gdn_mixer(b, layer.gdn, h, batch, state.recurrent, il, self.gdn_dims, c.rms_eps,
+                h = gdn_mixer(b, layer.gdn, projections, batch, state.recurrent, il, self.gdn_dims, c.rms_eps,
                               self.gdn_tree_mode, staged)
             else:
-                h = gated_attention(b, layer.attn, h, batch, state.kv[il], c)
-            x = b.add(x, h)
-            x = b.add(x, swiglu_ffn(b, layer.ffn, b.rmsnorm(x, layer.post_attention_norm, c.rms_eps)))
+                h = gated_attention(b, layer.attn, projections, batch, state.kv[il], c)
+            x, pending = ffn_block(b, layer.post_attention_norm, layer.ffn, x, h, c.rms_eps, batch.prefill_spans)
             if il in batch.capture_layers:
+                x, pending = b.add(x, pending), None
                 captured[il] = x
+        if pending is not None:
+            x = b.add(x, pending)
         logits = self.lm_head(b.take_rows(x, batch.logits_indices))
         return ForwardOutput(logits=logits, captured=captured, staged=staged)
 

@@ -77,13 +77,18 @@ class Backend(Protocol):
     def embedding(self, table: Weight, token_ids: np.ndarray) -> Array:
         """table [V, D], token_ids [T] int -> [T, D] f32 (rows of the table)."""
 
-    def matmul(self, x: Array, w: Weight, bias: Array | None = None) -> Array:
+    def matmul(self, x: Array, w: Weight, bias: Array | None = None,
+               prefill_spans: Sequence[tuple[int, int]] = ()) -> Array:
         """x [T, K] f32, w [N, K], bias [N] | None -> y [T, N] f32 = x @ w^T (+ bias).
-        Batch-invariant: row t of y depends only on row t of x."""
+        Batch-invariant: row t of y depends only on row t of x and on whether t lies in one of
+        prefill_spans (row ranges [start, end) of prompt rows, ForwardBatch.prefill_spans;
+        DESIGN 5 rule 1: a backend may give them its prompt-row arithmetic, CUDA's 8-bit x
+        GEMM; numpy and cpu ignore it)."""
 
-    def matmuls(self, x: Array, weights: Sequence[Weight], biases: Sequence[Array | None] | None = None) -> list[Array]:
-        """[matmul(x, w, b) for each weight]: the same results, with the activation work
-        shared where the backend can (CUDA: x quantized once for the block-type weights)."""
+    def matmuls(self, x: Array, weights: Sequence[Weight], biases: Sequence[Array | None] | None = None,
+                prefill_spans: Sequence[tuple[int, int]] = ()) -> list[Array]:
+        """[matmul(x, w, b, prefill_spans) for each weight]: the same results, with the activation
+        work shared where the backend can (CUDA: x quantized once for the block-type weights)."""
 
     def add(self, a: Array, b: Array) -> Array:
         """Elementwise a + b (numpy broadcasting, f32)."""
@@ -123,6 +128,34 @@ class Backend(Protocol):
 
     def swiglu(self, gate: Array, up: Array) -> Array:
         """gate, up [T, F] -> silu(gate) * up [T, F]."""
+
+    # ---- fused (FusedOps below composes them; references: luce/ref/norm_quant.py, rope_kv.py) -
+    def add_rmsnorm_matmuls(self, x: Array, residual: Array | None, weight: Array, eps: float,
+                            weights: Sequence[Weight], biases: Sequence[Array | None] | None = None,
+                            prefill_spans: Sequence[tuple[int, int]] = ()) -> tuple[Array, list[Array]]:
+        """x, residual [T, D] (residual None: x alone), weight [D] -> (s, matmuls(rmsnorm(s,
+        weight, eps), weights, biases, prefill_spans)) with s = add(x, residual): bitwise the
+        composition (CUDA fuses the decode family's quantization; a step with prompt rows
+        takes the composition, the prompt-row GEMM quantizes its own way)."""
+
+    def swiglu_matmul(self, gate: Array, up: Array | None, w: Weight,
+                      prefill_spans: Sequence[tuple[int, int]] = ()) -> Array:
+        """matmul(swiglu(gate, up), w, prefill_spans=prefill_spans), bitwise; up None: gate is
+        [T, 2F], gate | up."""
+
+    def rope_kv_write(self, parts: Sequence[Array], kv: Any, batch, n_head: int, rope_dim: int, theta: float,
+                      sections: Sequence[int] = (), q_norm: Array | None = None, k_norm: Array | None = None,
+                      eps: float = 0.0) -> Array:
+        """The attention input of a step: parts are the q/k/v projections of its T rows, whose
+        columns side by side are [q | k | v] = [n_head*D | Hkv*D | Hkv*D] ([q, k, v], [qk, v]
+        or [qkv]; D, Hkv from kv). Per head RMSNorm of q and k (q_norm / k_norm [D], eps; none
+        where None), then rope(batch.positions, rope_dim, theta, sections) of both; k and v
+        go to the rows' KV locations (kv_write) -> q [T, n_head, D]. Bitwise the composition."""
+
+    def merge_weights(self, weights: Sequence[Weight]) -> Weight | None:
+        """One Weight [sum N_i, K] with the rows of each in turn, or None where the backend
+        does not multiply them as one (then callers keep them apart). matmul through the
+        merged weight equals each weight's matmul, bitwise, in its columns."""
 
     def silu(self, x: Array) -> Array:
         """x * sigmoid(x), elementwise."""
@@ -226,3 +259,38 @@ class Backend(Protocol):
         temperature, top_p, min_p [L] float64; top_k [L] int (1..BACKEND_TOPK_MAX where the
         temperature is not 0); seed [L] uint64; position [L] int64 -> [L] int64 host tokens,
         bitwise the engine's host sampler. NaN rows are an error."""
+
+
+class FusedOps:
+    """The fused ops of Backend as the composition of the ops they fuse (mixed into every
+    backend; the CUDA backend overrides them with one-launch kernels of the same bits)."""
+
+    def add_rmsnorm_matmuls(self, x, residual, weight, eps: float, weights, biases=None, prefill_spans=()):
+        s = x if residual is None else self.add(x, residual)
+        return s, self.matmuls(self.rmsnorm(s, weight, eps), weights, biases, prefill_spans=prefill_spans)
+
+    def swiglu_matmul(self, gate, up, w, prefill_spans=()):
+        if up is None:
+            F = gate.shape[-1] // 2
+            gate, up = self.split(gate, [F, F])
+        return self.matmul(self.swiglu(gate, up), w, prefill_spans=prefill_spans)
+
+    def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
+                      q_norm=None, k_norm=None, eps: float = 0.0):
+        Hkv, D = kv.k.shape[2], kv.k.shape[3]
+        T = parts[0].shape[0]
+        if len(parts) != 3:
+            whole = parts[0] if len(parts) == 1 else self.concat_cols(parts)
+            parts = self.split(whole, [n_head * D, Hkv * D, Hkv * D])
+        q, k, v = (p.reshape(T, -1, D) for p in parts)
+        if q_norm is not None:
+            q = self.rmsnorm(q, q_norm, eps)
+        if k_norm is not None:
+            k = self.rmsnorm(k, k_norm, eps)
+        q = self.rope(q, batch.positions, rope_dim, theta, sections)
+        k = self.rope(k, batch.positions, rope_dim, theta, sections)
+        self.kv_write(kv, batch, k, v)
+        return q
+
+    def merge_weights(self, weights):
+        return None

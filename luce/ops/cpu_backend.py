@@ -144,10 +144,10 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
         self._k.dequantize_rows(table, ids, out)
         return out
 
-    def matmul(self, x, w: CpuWeight, bias=None) -> np.ndarray:
+    def matmul(self, x, w: CpuWeight, bias=None, prefill_spans=()) -> np.ndarray:
         return self.matmuls(x, [w], [bias])[0]
 
-    def matmuls(self, x, weights, biases=None) -> list[np.ndarray]:
+    def matmuls(self, x, weights, biases=None, prefill_spans=()) -> list[np.ndarray]:  # every row alike
         if type(x) is not np.ndarray or x.dtype != np.float32 or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2:

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from luce.ops.cuda_array import Block, CudaArray, DeviceAllocator, StagingRing
+from luce.ops.cuda_fused_ops import CudaFusedOps
 from luce.ops.cuda_graph import GraphMixin
 from luce.ops.cuda_pointwise_ops import PointwiseOps
 from luce.ops.cuda_sampling_ops import SamplingOps
@@ -59,7 +61,24 @@ def _qtype_name(qtype: int) -> str:
         return f"ggml type {qtype}"
 
 
-class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
+def row_runs(rows: int, prefill_spans) -> list[tuple[int, int, bool]]:
+    """[(start, end, is_prompt)] covering rows 0..rows-1 in order: the prefill spans (clipped,
+    in order, not overlapping) and the decode rows between them."""
+    runs, at = [], 0
+    for r0, r1 in prefill_spans:
+        r0, r1 = max(int(r0), at), min(int(r1), rows)
+        if r1 <= r0:
+            continue
+        if r0 > at:
+            runs.append((at, r0, False))
+        runs.append((r0, r1, True))
+        at = r1
+    if at < rows:
+        runs.append((at, rows, False))
+    return runs
+
+
+class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
     """luce.ops.api.Backend on one GPU; Array = CudaArray, Weight = QuantWeight. `runtime`:
     a luce.ops.gpu_runtime.GpuRuntime (default CUDA's)."""
 
@@ -77,6 +96,7 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
         self.allocator = DeviceAllocator(self.runtime)
         self.staging = StagingRing(self.runtime, self.stream)
         self.matmul_qtypes = dict(_cuda_matmul.QTYPES)
+        self.prefill_gemm = os.environ.get("LUCE_PREFILL_GEMM", "1") != "0"  # prompt rows: matmul_prefill
         self.mirrors = Mirrors()
         self._init_sequence_ops()
         self._init_step_ops()
@@ -221,18 +241,39 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
                          table.row_bytes, t, table.qtype, stream=self.stream)
         return out
 
-    def matmul(self, x, w: QuantWeight, bias=None) -> CudaArray:
-        return self.matmuls(x, [w], [bias])[0]
+    def matmul(self, x, w: QuantWeight, bias=None, prefill_spans=()) -> CudaArray:
+        return self.matmuls(x, [w], [bias], prefill_spans)[0]
 
-    def matmuls(self, x, weights: Sequence[QuantWeight], biases=None) -> list[CudaArray]:
+    def matmuls(self, x, weights: Sequence[QuantWeight], biases=None, prefill_spans=()) -> list[CudaArray]:
         """[x @ w^T (+ b)] for each weight: block-type weights share one quantization of x
-        (LUCE_MATMUL_REUSE_X), so the activation pass runs once for q/k/v or gate/up."""
+        (LUCE_MATMUL_REUSE_X), so the activation pass runs once for q/k/v or gate/up. Block
+        types multiply the rows of prefill_spans (prompt rows, DESIGN 5 rule 1) with the
+        prompt-row GEMM (8-bit x, cuda/matmul_prefill.cu) and the others with the decode
+        family; with LUCE_PREFILL_GEMM=0 in the environment at start every row takes the
+        decode family."""
+        return self._matmuls(self._f32(x), weights, biases, prefill_spans)
+
+    def has_prompt_rows(self, rows: int, prefill_spans) -> bool:
+        """Whether matmuls of `rows` rows sends any of prefill_spans to the prompt-row GEMM."""
+        return any(prompt for _, _, prompt in self._row_runs(rows, prefill_spans))
+
+    def _row_runs(self, rows: int, prefill_spans) -> list[tuple[int, int, bool]]:
+        return row_runs(rows, prefill_spans if self.prefill_gemm else ())
+
+    def _matmuls(self, x: CudaArray, weights, biases, prefill_spans=(), quantized=None) -> list[CudaArray]:
+        """matmuls; `quantized` None, or (workspace, bytes) holding all of x already quantized
+        for the decode family (a fused producer, luce/ops/cuda_fused_ops.py; no prompt rows
+        then) for every block-type weight."""
         from luce import _cuda_matmul as km
 
-        x = self._f32(x)
         biases = list(biases) if biases is not None else [None] * len(weights)
         rows = x.shape[0] if x.ndim == 2 else -1
-        outs, workspace, ws_bytes = [], None, 0
+        runs = self._row_runs(rows, prefill_spans)
+        outs, workspaces = [], {}
+        if quantized is not None:
+            if runs != [(0, rows, False)]:
+                raise ValueError(f"matmul: x quantized for the decode family, but the rows run {runs}")
+            workspaces[0] = quantized
         for w, bias in zip(weights, biases):
             if x.ndim != 2 or x.shape[1] != w.k:
                 raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
@@ -246,16 +287,32 @@ class CudaBackend(StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
                 if bias.shape != (w.n,):
                     raise ValueError(f"matmul: bias {bias.shape}, expected ({w.n},)")
                 bias_ptr = bias.ptr
-            flags = 0
-            if w.qtype not in km.FLOAT_QTYPES:
-                if workspace is None:
-                    ws_bytes = km.workspace_bytes(rows, w.k)
-                    workspace = self.empty((ws_bytes,), np.uint8)
+            if w.qtype in km.FLOAT_QTYPES:
+                km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0, 0, rows, w.n, w.k, w.qtype, km.PATH_DECODE, 0, 0,
+                          self.stream)
+                continue
+            for r0, r1, prompt in runs:   # x and y from row r0 on (k % 32 == 0 keeps x 16-byte aligned)
+                size_of = km.prefill_workspace_bytes if prompt else km.workspace_bytes
+                ws, nb, flags = self._matmul_workspace(workspaces, r0, r1 - r0, w.k, size_of)
+                xr, yr = x.ptr + 4 * r0 * w.k, y.ptr + 4 * r0 * w.n
+                if prompt:
+                    km.matmul_prefill(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, flags,
+                                      self.stream)
                 else:
-                    flags = km.REUSE_X   # this x is already quantized in the workspace
-            km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0 if workspace is None else workspace.ptr, ws_bytes,
-                      rows, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0, self.stream)
+                    km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0,
+                              self.stream)
         return outs
+
+    def _matmul_workspace(self, workspaces: dict, run: int, rows: int, k: int, size_of):
+        """(buffer, bytes, flags) of the quantized x of the run of rows starting at `run` for
+        one matmuls call: allocated by its first weight (flags 0: quantize x), REUSE_X after."""
+        from luce import _cuda_matmul as km
+
+        if run in workspaces:
+            return (*workspaces[run], km.REUSE_X)
+        nb = size_of(rows, k)
+        workspaces[run] = (self.empty((max(nb, 16),), np.uint8), nb)
+        return (*workspaces[run], 0)
 
     def split(self, x, sizes: Sequence[int]) -> list[CudaArray]:
         from luce import _cuda_gather as kg

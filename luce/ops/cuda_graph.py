@@ -18,6 +18,7 @@ import numpy as np
 
 from luce.ops.cuda_array import GraphAllocator
 from luce.ops.gpu_runtime import GpuError
+from luce.ops.launch_count import count_graph_nodes
 
 
 class GraphUnsafe(RuntimeError):
@@ -58,6 +59,7 @@ class StepGraph:
         self.meta = None          # luce.ops.cuda_step_meta.StepMeta in the pool
         self.output = None        # what the captured call returned (arrays in the pool)
         self.extra: dict = {}     # the caller's (host side effects to repeat on replay)
+        self.nodes = None         # luce.ops.launch_count.NodeCounts: the launches one replay runs
 
     def launch(self) -> None:
         self.backend.runtime.graph_launch(self.exec, self.backend.stream)
@@ -135,6 +137,10 @@ class GraphMixin:
             failure = GraphUnsafe(str(end_error))
         if failure is None:
             graph.graph = captured
+            try:
+                graph.nodes = count_graph_nodes(rt, captured)
+            except Exception:  # noqa: BLE001 - a count is a report, never a reason to lose the graph
+                graph.nodes = None
             try:
                 graph.exec = rt.graph_instantiate(captured)
             except GpuError as e:

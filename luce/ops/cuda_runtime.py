@@ -97,3 +97,12 @@ class CudaRuntime(GpuRuntime):
 
     def graph_exec_destroy(self, graph_exec) -> None:
         _rt().cudaGraphExecDestroy(graph_exec)
+
+    def graph_node_types(self, graph) -> list[str]:
+        rt = _rt()
+        _, n = check(rt.cudaGraphGetNodes(graph, 0), "cudaGraphGetNodes")
+        if n == 0:
+            return []
+        nodes, n = check(rt.cudaGraphGetNodes(graph, n), "cudaGraphGetNodes")
+        return [getattr(t, "name", str(t)) for t in (check(rt.cudaGraphNodeGetType(node), "cudaGraphNodeGetType")
+                                                     for node in nodes[:n])]

@@ -136,6 +136,11 @@ class GpuRuntime:
     def graph_exec_destroy(self, graph_exec) -> None:
         raise NotImplementedError
 
+    def graph_node_types(self, graph) -> list[str]:
+        """The type name of every node of a captured graph, in the runtime's spelling
+        (cudaGraphNodeTypeKernel, hipGraphNodeTypeMemset, ...): what one replay launches."""
+        raise NotImplementedError
+
     # ---- the kernel library ------------------------------------------------------------------
     def library_path(self):
         """Path of this runtime's kernel library (luce/lib/libluce_<name>.so), None if not built."""

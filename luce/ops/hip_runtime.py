@@ -103,3 +103,12 @@ class HipRuntime(GpuRuntime):
 
     def graph_exec_destroy(self, graph_exec) -> None:
         _hip().hipGraphExecDestroy(graph_exec)
+
+    def graph_node_types(self, graph) -> list[str]:
+        hip = _hip()
+        _, n = check(hip.hipGraphGetNodes(graph, None, 0), "hipGraphGetNodes")
+        if n == 0:
+            return []
+        nodes, n = check(hip.hipGraphGetNodes(graph, None, n), "hipGraphGetNodes")
+        return [getattr(t, "name", str(t)) for t in (check(hip.hipGraphNodeGetType(node), "hipGraphNodeGetType")
+                                                     for node in list(nodes)[:n])]

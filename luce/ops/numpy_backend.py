@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from luce.ops.api import FusedOps
 from luce.ops.host_step_ops import HostStepOps
 from luce.ref import attention as ref_attention
 from luce.ref import matmul as ref_matmul
@@ -33,7 +34,7 @@ def _live_segments(batch):
             yield s, r0, r1, int(batch.seq_slots[s])
 
 
-class NumpyBackend(HostStepOps):
+class NumpyBackend(FusedOps, HostStepOps):
     """luce.ops.api.Backend on numpy; Array = np.ndarray, Weight = f32 np.ndarray [N, K]."""
 
     name = "numpy"
@@ -83,10 +84,10 @@ class NumpyBackend(HostStepOps):
             raise IndexError(f"token id out of range [0, {table.shape[0]}): {ids.min()}..{ids.max()}")
         return table[ids].astype(np.float32)
 
-    def matmul(self, x, w, bias=None) -> np.ndarray:
+    def matmul(self, x, w, bias=None, prefill_spans=()) -> np.ndarray:  # every row alike
         return ref_matmul.matmul(_f32(x), w, None if bias is None else _f32(bias))
 
-    def matmuls(self, x, weights, biases=None) -> list[np.ndarray]:
+    def matmuls(self, x, weights, biases=None, prefill_spans=()) -> list[np.ndarray]:
         biases = list(biases) if biases is not None else [None] * len(weights)
         return [self.matmul(x, w, b) for w, b in zip(weights, biases)]
 

@@ -23,6 +23,7 @@ UNLOADED_CALLS = {
     "_cuda_conv1d": "conv1d(*[0] * 12)",
     "_cuda_elementwise": "swiglu(0, 0, 0, 0, 0)",
     "_cuda_embedding": "row_bytes(0, 0)",
+    "_cuda_fused": "swiglu_quant(*[0] * 7)",
     "_cuda_gather": "gather(*[0] * 8)",
     "_cuda_gdn": "gdn_chunked(*[0] * 15)",
     "_cuda_gdn_tree": "verify_workspace_bytes(0, 0, 0, 0, 0)",

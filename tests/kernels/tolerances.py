@@ -18,6 +18,13 @@ TOLERANCES["gdn_recurrent"] = (1e-4, 1e-6)  # f32 state per token vs float64 wit
 # float types only reorder an f32 sum.
 TOLERANCES["matmul_blocks"] = (1e-5, 1.5e-4)
 TOLERANCES["matmul_float"] = (1e-5, 1e-5)
+# prompt-row GEMM vs luce.ref.matmul_prefill (the same 8-bit x): f32 combine order only. Its
+# error against f32 x is error_bound's, checked separately (tests/kernels/test_matmul_prefill.py).
+TOLERANCES["matmul_prefill"] = (1e-5, 2e-5)
+# the same kernels on RMSNorm outputs (tests/kernels/test_norm_quant.py): rows with a few large
+# values make max |y| small against sum |w| |x|, so the 16-bit x error reads larger in its units
+# (worst seen on the H200: 1.8e-4, Q5_0, K 352, row 111 of 129; the fused op equals the unfused bitwise)
+TOLERANCES["matmul_blocks_normed"] = (1e-5, 3e-4)
 TOLERANCES["gdn_chunked"] = (1e-4, 1e-6)    # f32 chunk form vs float64; a numpy f32 emulation errs ~4e-7 rel
 
 # build engineer's families: float64 references, f32 kernels.

@@ -212,3 +212,16 @@ def test_ddtree_graphs_share_one_per_node_state_scratch(models):
     held = {b.ptr for b in [*backend._node_scratch.values(), *backend._node_scratch_outgrown]}
     assert starts and all(s <= held for s in starts.values()), (starts, held)
     assert sum(1 for g in engine.forward.graphs.values() if g.output.staged) >= 2
+
+
+@pytest.mark.parametrize("name", ["q35", "q3"])
+def test_replayed_step_launches_are_counted(models, name):
+    """bench_decode's launches per step: the captured decode graph's nodes, counted by kind
+    (luce.ops.launch_count); every layer launches at least its matmuls and attention."""
+    from luce.benchmark.decode_bench import run_ar
+
+    model = models[name]
+    _, _, counters = run_ar(model, [PROMPTS[0]], 4)
+    nodes = counters["nodes"]
+    assert nodes["launches"] == nodes["kernels"] + nodes["memsets"] + nodes["memcpys"]
+    assert nodes["kernels"] >= 3 * model.config.n_layer, nodes

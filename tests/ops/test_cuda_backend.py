@@ -23,7 +23,9 @@ from luce.ops.numpy_backend import NumpyBackend
 # logits tolerance, in units of max(1, max |numpy logits|): f32 weights only reorder f32
 # sums (and attention / GDN run in f32 against float64 references); block-quantized weights
 # also quantize x to 16 bits per 256 values in every matmul.
-MODEL_TOL = {"f32": 2e-3, "q4_k_m": 3e-2}
+# q4_k_m: prompt rows take 8-bit x (cuda/matmul_prefill.cu); numpy with luce.ref.matmul_prefill
+# on the prompt rows alone measured 2.1e-2 of scale on these models (T = 129).
+MODEL_TOL = {"f32": 2e-3, "q4_k_m": 4e-2}
 
 
 # ---- CPU ------------------------------------------------------------------------------------

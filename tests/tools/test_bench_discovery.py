@@ -20,5 +20,8 @@ def test_every_bench_module_contributes_named_cases():
 
 
 def test_filter_selects_by_name_or_module():
-    assert {n for n, _ in bench.discover("swiglu")} == {"swiglu_1x17408", "swiglu_64x17408", "swiglu_4096x17408"}
+    assert {n for n, _ in bench.discover("swiglu")} == {"swiglu_1x17408", "swiglu_64x17408", "swiglu_4096x17408",
+                                                        "swiglu_quant_1x8960", "swiglu_quant_1x17408",
+                                                        "swiglu_quant_64x8960", "swiglu_quant_64x17408"}
+    assert {n for n, _ in bench.discover("swiglu_64x17408$")} == {"swiglu_64x17408"}
     assert all("argmax" in n or "logprobs" in n for n, _ in bench.discover("bench_sampling"))

@@ -1,0 +1,122 @@
+// Fused producers of a quantized matmul's input (references: luce/ref/norm_quant.py):
+//   luce_add_rmsnorm:  sum = x + residual (optional); out = rmsnorm(sum or x) * weight
+//   luce_swiglu_quant: out = silu(gate) * up
+// each optionally also quantized into a luce_matmul workspace exactly as quantize_x_kernel
+// would quantize `out` (cuda/matmul_x.cuh), so luce_matmul with LUCE_MATMUL_REUSE_X then
+// gives bitwise the result of luce_matmul on `out`: one launch instead of three (add,
+// rmsnorm, quantize_x) or two (swiglu, quantize_x).
+// The norm is rmsnorm.cuh's (the warp path up to kWarpRowMaxCols columns, else the block
+// path, as luce_rmsnorm chooses), the SwiGLU swiglu.cu's element formula: the f32 outputs
+// equal the unfused kernels' bitwise. No reduction spans rows: batch-invariant (DESIGN 5).
+#include "rmsnorm.cuh"
+#include "matmul_x.cuh"
+
+namespace {
+
+using namespace rms;
+
+constexpr int kWarps = kThreads / WARP_SIZE;
+
+// Lane's 8 values of token t, chunk ch of a row `src` of k values (zeros past the row);
+// plain loads: the row may have been written by this block.
+__device__ __forceinline__ void lane_values(const float *src, int64_t k, int64_t ch, float v[8]) {
+    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
+    const int64_t g = ch * mm::kGroups + j;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
+    if (src == nullptr || 32 * g >= k) return;
+    const float4 a = *reinterpret_cast<const float4 *>(src + 32 * g + 4 * quad);
+    const float4 b = *reinterpret_cast<const float4 *>(src + 32 * g + 16 + 4 * quad);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+// Block b: row b (rows <= b < tp: a padding row of the workspace, only zeros quantized).
+__global__ void __launch_bounds__(kThreads) add_rmsnorm_kernel(Row r, int64_t rows, mm::XLayout l, bool quant) {
+    __shared__ float scratch[32];
+    let_dependents_start();  // the matmul may launch; it waits for this kernel before reading x
+    const int64_t row = blockIdx.x;
+    if (row < rows) {
+        if (r.cols <= kWarpRowMaxCols) {
+            if (threadIdx.x < WARP_SIZE)
+                norm_row<true>(r, row * r.cols, threadIdx.x, WARP_SIZE, [](float v) { return warp_sum(v); });
+        } else {
+            norm_row<true>(r, row * r.cols, threadIdx.x, kThreads, [&](float v) { return block_sum(v, scratch); });
+        }
+    }
+    if (!quant) return;
+    __syncthreads();  // the row's `out` is written: quantize it
+    for (int64_t ch = threadIdx.x / WARP_SIZE; ch < l.chunks; ch += kWarps) {
+        float v[8];
+        lane_values(row < rows ? r.out + row * r.cols : nullptr, r.cols, ch, v);
+        mm::quantize_x_values(v, l, row, ch);
+    }
+}
+
+// One warp per (token, chunk), as quantize_x_kernel; out written in f32 as well.
+__global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(luce_swiglu_quant_params p, mm::XLayout l) {
+    let_dependents_start();
+    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
+    const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
+    if (item >= l.tp * l.chunks) return;  // whole warps
+    const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * mm::kGroups + j;
+    float v[8] = {};
+    if (t < p.rows && 32 * g < p.cols) {
+        const float *gate = p.gate + t * p.gate_stride + 32 * g, *up = p.up + t * p.up_stride + 32 * g;
+        float *out = p.out + t * p.cols + 32 * g;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int at = 16 * half + 4 * quad;
+            float gv[4], uv[4];
+            load_chunk4(gate + at, 0, 4, gv);
+            load_chunk4(up + at, 0, 4, uv);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[4 * half + i] = silu_f32(gv[i]) * uv[i];
+            store_chunk4(out + at, 0, 4, v + 4 * half);
+        }
+    }
+    mm::quantize_x_values(v, l, t, ch);
+}
+
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// The workspace layout for a quantized `out` [rows, cols], or an error: cols must be whole
+// 32-value groups, out and workspace 16-byte aligned and the workspace big enough.
+int quant_layout(void *workspace, int64_t workspace_bytes, const float *out, int64_t rows, int64_t cols,
+                 mm::XLayout *l) {
+    if (cols % 32 || !aligned16(out) || !aligned16(workspace) || workspace_bytes < mm::x_bytes(rows, cols))
+        return (int)cudaErrorInvalidValue;
+    *l = mm::x_layout(workspace, rows, cols);
+    return 0;
+}
+
+}  // namespace
+
+extern "C" int luce_add_rmsnorm(const luce_add_rmsnorm_params *p, void *stream) {
+    if (p->rows < 0 || p->cols <= 0 || p->rows > 0x7fffffff || !p->x || !p->weight || !p->out ||
+        (p->residual && !p->sum))
+        return (int)cudaErrorInvalidValue;
+    if (p->rows == 0) return 0;
+    Row r{p->x, p->weight, p->out, p->cols, p->eps, p->residual, p->sum};
+    mm::XLayout l{};
+    const bool quant = p->workspace != nullptr;
+    if (quant) {
+        const int err = quant_layout(p->workspace, p->workspace_bytes, p->out, p->rows, p->cols, &l);
+        if (err) return err;
+    }
+    const int64_t blocks = quant ? l.tp : p->rows;
+    add_rmsnorm_kernel<<<(unsigned)blocks, kThreads, 0, (cudaStream_t)stream>>>(r, p->rows, l, quant);
+    return luce_status(cudaGetLastError());
+}
+
+extern "C" int luce_swiglu_quant(const luce_swiglu_quant_params *p, void *stream) {
+    if (p->rows < 0 || p->cols <= 0 || p->gate_stride < p->cols || p->up_stride < p->cols || !p->gate ||
+        !p->up || !p->out || p->rows > 65535LL * 64)
+        return (int)cudaErrorInvalidValue;
+    if (p->rows == 0) return 0;
+    mm::XLayout l{};
+    const int err = quant_layout(p->workspace, p->workspace_bytes, p->out, p->rows, p->cols, &l);
+    if (err) return err;
+    const int64_t warps = l.tp * l.chunks;
+    swiglu_quant_kernel<<<(unsigned)((warps + kWarps - 1) / kWarps), kThreads, 0, (cudaStream_t)stream>>>(*p, l);
+    return luce_status(cudaGetLastError());
+}

@@ -1,0 +1,97 @@
+// RMSNorm of one row by a group of threads, shared by cuda/rmsnorm.cu and the fused
+// residual-add + RMSNorm (+ activation quantization) of cuda/norm_quant.cu, so both produce
+// bitwise the same normed row (reference: luce/ref/rmsnorm.py).
+// A thread owns whole chunks of 4 (common.cuh): a row's reduction order depends only on
+// cols and the group width, never on the row count (DESIGN 5).
+#pragma once
+
+#include "common.cuh"
+
+namespace rms {
+
+constexpr int kThreads = 256;
+constexpr int kWarpRowMaxCols = 1024;  // rows up to this many columns take one warp, longer one block
+constexpr int kWarpRowsPerBlock = kThreads / WARP_SIZE;
+
+// out = rmsnorm(x (+ residual)) * weight; with a residual, sum = x + residual is stored too.
+struct Row {
+    const float *x, *weight;
+    float *out;
+    int64_t cols;
+    float eps;
+    const float *residual = nullptr;
+    float *sum = nullptr;
+};
+
+// Chunk j of the row at `base`: x (+ residual, stored into sum when `store_sum`).
+__device__ __forceinline__ void load_input(const Row &r, int64_t base, int64_t j, bool store_sum, float v[4]) {
+    load_chunk4(r.x + base, j, r.cols, v);
+    if (r.residual) {
+        float b[4];
+        load_chunk4(r.residual + base, j, r.cols, b);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = v[i] + b[i];
+        if (store_sum) store_chunk4(r.sum + base, j, r.cols, v);
+    }
+}
+// Rows of up to kRegChunks chunks per thread can stay in registers (one pass over memory,
+// the weight loaded alongside x): the decode path, where latency is the cost. Long launches
+// of block rows take the two-pass path instead (86 registers a thread cost occupancy). Both
+// paths sum the same chunks in the same order and scale the same values, so they produce
+// bitwise the same row: switching on the row count cannot break batch invariance.
+constexpr int kRegChunks = 8;
+constexpr int64_t kRegisterBlockRowsMax = 512;
+
+template <typename Reduce>
+__device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base, int t, int width,
+                                                      Reduce reduce) {
+    const int64_t chunks = (r.cols + 3) / 4;
+    float v[kRegChunks][4], w[kRegChunks][4];
+    float ss = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kRegChunks; ++c) {
+        const int64_t j = t + (int64_t)c * width;
+        if (j >= chunks) break;
+        load_input(r, base, j, true, v[c]);
+        load_chunk4(r.weight, j, r.cols, w[c]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ss = fmaf(v[c][i], v[c][i], ss);
+    }
+    const float scale = rsqrtf(reduce(ss) / (float)r.cols + r.eps);
+#pragma unroll
+    for (int c = 0; c < kRegChunks; ++c) {
+        const int64_t j = t + (int64_t)c * width;
+        if (j >= chunks) break;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[c][i] = v[c][i] * scale * w[c][i];
+        store_chunk4(r.out + base, j, r.cols, v[c]);
+    }
+}
+
+// One row by a group of `width` threads (this thread is `t`); `reduce` sums over the group.
+template <bool kRegisters, typename Reduce>
+__device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int width, Reduce reduce) {
+    const int64_t chunks = (r.cols + 3) / 4;
+    if (kRegisters && chunks <= (int64_t)kRegChunks * width) {
+        norm_row_in_registers(r, base, t, width, reduce);
+        return;
+    }
+    float ss = 0.0f;
+    for (int64_t j = t; j < chunks; j += width) {
+        float v[4];
+        load_input(r, base, j, true, v);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ss = fmaf(v[i], v[i], ss);
+    }
+    const float scale = rsqrtf(reduce(ss) / (float)r.cols + r.eps);
+    for (int64_t j = t; j < chunks; j += width) {
+        float v[4], w[4];
+        load_input(r, base, j, false, v);
+        load_chunk4(r.weight, j, r.cols, w);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = v[i] * scale * w[i];
+        store_chunk4(r.out + base, j, r.cols, v);
+    }
+}
+
+}  // namespace rms

@@ -1,0 +1,47 @@
+"""luce.ops.api.FusedOps on the host backends: the fused ops are their composition, equal to
+luce/ref/norm_quant.py, and host backends keep weights apart (merge_weights -> None)."""
+from __future__ import annotations
+
+import numpy as np
+
+from luce.ops.numpy_backend import NumpyBackend
+from luce.ref import norm_quant as ref_fused
+from luce.ref.matmul import matmul as ref_matmul
+from luce.ref.rmsnorm import rmsnorm
+from luce.ref.swiglu import swiglu
+
+NP = NumpyBackend()
+
+
+def randn(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_add_rmsnorm_matmuls_composes_add_norm_and_matmuls():
+    x, res, norm = randn(5, 64, seed=1), randn(5, 64, seed=2), randn(64, seed=3)
+    w1, w2, b1 = randn(7, 64, seed=4), randn(3, 64, seed=5), randn(7, seed=6)
+    s, (y1, y2) = NP.add_rmsnorm_matmuls(x, res, norm, 1e-6, [w1, w2], [b1, None])
+    assert np.array_equal(s, x + res)
+    normed = rmsnorm(x + res, norm, 1e-6)
+    assert np.array_equal(y1, ref_matmul(normed, w1, b1)) and np.array_equal(y2, ref_matmul(normed, w2))
+    s_ref, outs_ref = ref_fused.add_rmsnorm_matmuls(x, res, norm, 1e-6, [w1, w2], [b1, None])
+    assert np.array_equal(s, s_ref) and all(np.array_equal(a, b) for a, b in zip((y1, y2), outs_ref))
+
+
+def test_add_rmsnorm_matmuls_without_residual_keeps_x():
+    x, norm, w = randn(3, 32, seed=1), randn(32, seed=2), randn(4, 32, seed=3)
+    s, (y,) = NP.add_rmsnorm_matmuls(x, None, norm, 1e-5, [w])
+    assert s is x
+    assert np.array_equal(y, ref_matmul(rmsnorm(x, norm, 1e-5), w))
+
+
+def test_swiglu_matmul_fused_layout_is_gate_then_up():
+    gate, up, w = randn(4, 16, seed=1), randn(4, 16, seed=2), randn(5, 16, seed=3)
+    want = ref_matmul(swiglu(gate, up), w)
+    assert np.array_equal(NP.swiglu_matmul(gate, up, w), want)
+    assert np.array_equal(NP.swiglu_matmul(np.concatenate([gate, up], axis=1), None, w), want)
+    assert np.array_equal(ref_fused.swiglu_matmul(np.concatenate([gate, up], axis=1), None, w), want)
+
+
+def test_host_backends_keep_weights_apart():
+    assert NP.merge_weights([randn(3, 8), randn(3, 8)]) is None
