@@ -1,5 +1,5 @@
 /* GGUF weight blocks as the cpu backend reads them, and the canonical arithmetic every
- * instruction-set path of the quantized matmul shares (luce/cpu/README.md).
+ * instruction-set path of the quantized matmul shares (packed.h: the AVX-512 packed layout).
  *
  * A block of a weight row decodes to integers q (per-value), integer sub-block scales sc
  * (and mins m for Q4_K/Q5_K) and float block scales d (and dmin). Against an activation
