@@ -3,6 +3,8 @@ the default pair: Qwen2.5-Coder-1.5B (hidden 1536, FFN 8960, 2 KV heads x 128, v
 Q4_K and Q6_K) and 0.5B (hidden 896, FFN 4864; Q5_0 and Q8_0), at 1 row (decode), 9 (a
 depth-8 chain verify), 23 (a DDTree verify) and 128 (a prompt chunk). CPU_BENCH_CASES entries
 return (run_fn, bytes_moved, flops) for tools/bench_cpu.py; run_fn() runs once, synchronously.
+The `_packed` cases multiply the weight's packed copy (luce/cpu/packed.h) as a model step does
+on the AVX-512 and AVX2 paths; the others its row-major bytes.
 Each case cycles through enough copies of its weight to exceed the last-level cache, so the
 weights stream from memory as in a model step."""
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 LLC_BYTES = 64 << 20   # copies of a weight until their total exceeds this
 
 
-def matmul_case(qtype_name: str, n: int, k: int, rows: int):
+def matmul_case(qtype_name: str, n: int, k: int, rows: int, packed: bool = False):
     from gguf import GGMLQuantizationType as Q
 
     from luce import _cpu
@@ -27,6 +29,9 @@ def matmul_case(qtype_name: str, n: int, k: int, rows: int):
     raw = raw.reshape(n, -1)
     copies = max(1, -(-LLC_BYTES // raw.nbytes))
     weights = [CpuWeight(raw.copy(), int(qtype), n, k, raw.shape[1]) for _ in range(copies)]
+    if packed:
+        weights = [CpuWeight(w.raw, w.qtype, n, k, w.row_bytes, _cpu.pack(w)) for w in weights]
+    w_bytes = weights[0].packed.nbytes if packed else raw.nbytes
     x = rng.standard_normal((rows, k)).astype(np.float32)
     y = np.empty((rows, n), np.float32)
     turn = [0]
@@ -35,7 +40,7 @@ def matmul_case(qtype_name: str, n: int, k: int, rows: int):
         w = weights[turn[0] % copies]
         turn[0] += 1
         _cpu.matmuls(x, [w], [None], [y])
-    return run, raw.nbytes + x.nbytes + y.nbytes, 2 * rows * n * k
+    return run, w_bytes + x.nbytes + y.nbytes, 2 * rows * n * k
 
 
 def _case(name, *args):
@@ -52,5 +57,6 @@ SHAPES = [
     ("0.5b_gate_q5_0", "Q5_0", 4864, 896),
     ("0.5b_down_q8_0", "Q8_0", 896, 4864),
 ]
-CPU_BENCH_CASES = [_case(f"matmul_{name}_T{rows}", q, n, k, rows)
-                   for name, q, n, k in SHAPES for rows in ((1, 9, 23, 128) if "lm_head" not in name else (1, 9))]
+CPU_BENCH_CASES = [_case(f"matmul_{name}_T{rows}{'_packed' if packed else ''}", q, n, k, rows, packed)
+                   for packed in (False, True) for name, q, n, k in SHAPES
+                   for rows in ((1, 9, 23, 128) if "lm_head" not in name else (1, 9))]
