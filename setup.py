@@ -107,6 +107,7 @@ CPU_ISA_FLAGS = {
 CPU_ISA_FLAGS["gemv_avx2.c"] = CPU_ISA_FLAGS["dot_avx2.c"]
 CPU_ISA_FLAGS["gemv_avx512.c"] = CPU_ISA_FLAGS["dot_avx512.c"]
 CPU_ISA_FLAGS["gemv_packed_avx512.c"] = CPU_ISA_FLAGS["dot_avx512.c"]
+CPU_ISA_FLAGS["gemv_packed_avx2.c"] = CPU_ISA_FLAGS["dot_avx2.c"]
 CPU_ISA_FLAGS["quantize_act_avx512.c"] = CPU_ISA_FLAGS["dot_avx512.c"]
 CPU_ISA_FLAGS["quantize_act_avx2.c"] = CPU_ISA_FLAGS["dot_avx2.c"]
 

@@ -30,7 +30,8 @@ int64_t luce_cpu_row_bytes(int32_t qtype, int64_t k) {
 
 /* the packed kernel of a kind on this path, or NULL (the weight's row-major bytes are used) */
 static mm_tile_fn packed_tile_for(int kind) {
-    return luce_cpu_get_isa() == LUCE_ISA_AVX512 ? mm_packed_avx512[kind] : NULL;
+    const int isa = luce_cpu_get_isa();
+    return isa == LUCE_ISA_AVX512 ? mm_packed_avx512[kind] : isa == LUCE_ISA_AVX2 ? mm_packed_avx2[kind] : NULL;
 }
 
 static mm_tile_fn tile_for(int kind) {

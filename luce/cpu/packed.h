@@ -1,4 +1,4 @@
-/* Column-interleaved ("packed") Q4_K, Q6_K, Q5_0 and Q8_0 weights for the AVX-512 VNNI matmul.
+/* Column-interleaved ("packed") Q4_K, Q6_K, Q5_0 and Q8_0 weights for the AVX-512 VNNI and AVX2 matmuls.
  *
  * The GGUF layout puts one output column's blocks in a row, so a SIMD dot product runs along
  * K and every block ends in a horizontal sum per column. The packed layout holds the same
@@ -52,7 +52,8 @@ int64_t luce_cpu_packed_bytes(int32_t qtype, int64_t n, int64_t k);
 int luce_cpu_pack(const uint8_t *w, int32_t qtype, int64_t n, int64_t k, int64_t row_bytes, uint8_t *out);
 
 /* tile kernels over packed weights (j->w = the packed bytes; n0, n1 multiples of 16) per kind,
- * NULL where a kind has none or the build lacks AVX-512 */
+ * NULL where a kind has none or the build lacks the instruction set */
 extern const mm_tile_fn mm_packed_avx512[MM_KINDS];
+extern const mm_tile_fn mm_packed_avx2[MM_KINDS];   /* gemv_packed_avx2.c: the same layout, 8 lanes */
 
 #endif

@@ -63,9 +63,9 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
             raise ValueError(f"--threads must be >= 1, got {self.threads}")
         _cpu.set_threads(self.threads)
         self.isa = _cpu.set_isa(isa or os.environ.get("LUCE_CPU_ISA", "avx512"))
-        # Q4_K / Q6_K weights also held column-interleaved (luce/cpu/packed.h) for the AVX-512
-        # path: bitwise the same products, a third of the instructions per row (LUCE_CPU_PACK=0: off)
-        self.pack_weights = self.isa == "avx512" and os.environ.get("LUCE_CPU_PACK", "1") != "0"
+        # Q4_K / Q6_K / Q5_0 / Q8_0 weights also held column-interleaved (luce/cpu/packed.h) for the
+        # AVX-512 and AVX2 paths: bitwise the same products, no horizontal sums (LUCE_CPU_PACK=0: off)
+        self.pack_weights = self.isa in ("avx512", "avx2") and os.environ.get("LUCE_CPU_PACK", "1") != "0"
 
     def describe(self) -> str:
         return f"cpu ({self.isa}, {self.threads} threads)"

@@ -1,8 +1,8 @@
 """Packed (column-interleaved) Q4_K / Q6_K / Q5_0 / Q8_0 weights of the cpu backend (luce/cpu/packed.h,
-pack.c, gemv_packed_avx512.c): the layout holds exactly the GGUF blocks' values (decoded here
-in numpy, independently of the C), the AVX-512 kernel over it is bitwise the portable
-row-major kernel for any row count, position and thread count, and a packed weight stays
-correct on every other path (which multiplies its row-major bytes)."""
+pack.c, gemv_packed_avx512.c, gemv_packed_avx2.c): the layout holds exactly the GGUF blocks'
+values (decoded here in numpy, independently of the C), the AVX-512 and AVX2 kernels over it
+are bitwise the portable row-major kernel for any row count, position and thread count, and a
+packed weight stays correct on every other path (which multiplies its row-major bytes)."""
 from __future__ import annotations
 
 import mmap
@@ -17,7 +17,7 @@ from luce.ops.cpu_backend import CpuBackend, CpuWeight
 
 PACKED_TYPES = [Q.Q4_K, Q.Q6_K, Q.Q5_0, Q.Q8_0]
 K_OF = {Q.Q4_K: 512, Q.Q6_K: 768, Q.Q5_0: 352, Q.Q8_0: 608}
-AVX512 = "avx512" in _cpu.supported_isas()
+PACKED_ISAS = [isa for isa in ("avx2", "avx512") if isa in _cpu.supported_isas()]   # paths with packed kernels
 
 
 @pytest.fixture(autouse=True)
@@ -96,9 +96,10 @@ def test_the_packed_layout_holds_exactly_the_blocks_values(qtype):
     assert np.array_equal(unpack_numpy(w), wd)
 
 
-@pytest.mark.skipif(not AVX512, reason="the packed kernel is AVX-512 VNNI; this CPU lacks it")
+@pytest.mark.skipif(not PACKED_ISAS, reason="the packed kernels are AVX2 / AVX-512; this CPU has neither")
+@pytest.mark.parametrize("isa", PACKED_ISAS or ["none"])
 @pytest.mark.parametrize("qtype", PACKED_TYPES, ids=lambda q: q.name)
-def test_packed_kernel_is_bitwise_the_portable_kernel_for_any_rows_and_threads(qtype):
+def test_packed_kernel_is_bitwise_the_portable_kernel_for_any_rows_and_threads(qtype, isa):
     w, _ = weight(qtype, n=80, k=K_OF[qtype], seed=3)
     plain = CpuWeight(w.raw, w.qtype, w.n, w.k, w.row_bytes)
     for threads in (1, 2, 4):
@@ -110,10 +111,10 @@ def test_packed_kernel_is_bitwise_the_portable_kernel_for_any_rows_and_threads(q
             _cpu.set_isa("portable")
             want = np.empty((rows, w.n), np.float32)
             _cpu.matmuls(x, [plain], [None], [want])
-            assert _cpu.set_isa("avx512") == "avx512"
+            assert _cpu.set_isa(isa) == isa
             got = np.empty_like(want)
             _cpu.matmuls(x, [w], [None], [got])
-            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (threads, rows)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (isa, threads, rows)
 
 
 @pytest.mark.parametrize("qtype", PACKED_TYPES, ids=lambda q: q.name)
