@@ -191,27 +191,7 @@ ALWAYS_INLINE void k32_rows(const mm_job *j, int64_t g, int64_t t0, const int R,
 ALWAYS_INLINE void q5_0_rows(const mm_job *j, int64_t g, int64_t t0, const int R) { k32_rows(j, g, t0, R, 1); }
 ALWAYS_INLINE void q8_0_rows(const mm_job *j, int64_t g, int64_t t0, const int R) { k32_rows(j, g, t0, R, 0); }
 
-#define PACKED_DISPATCH(name, rows)                                                     \
-    static void name(const mm_job *j, int64_t n0, int64_t n1) {                                \
-        for (int64_t g = n0 / PACK_COLS; g < n1 / PACK_COLS; g++)                       \
-            for (int64_t t0 = 0; t0 < j->T; t0 += MAX_ROWS) {                           \
-                switch (j->T - t0 >= MAX_ROWS ? MAX_ROWS : (int)(j->T - t0)) {         \
-                case 1: rows(j, g, t0, 1); break;                                       \
-                case 2: rows(j, g, t0, 2); break;                                       \
-                case 3: rows(j, g, t0, 3); break;                                       \
-                default: rows(j, g, t0, 4); break;                                      \
-                }                                                                       \
-            }                                                                           \
-    }
-
-PACKED_DISPATCH(gemv_q4_k_packed_avx512, q4_k_rows)
-PACKED_DISPATCH(gemv_q6_k_packed_avx512, q6_k_rows)
-PACKED_DISPATCH(gemv_q5_0_packed_avx512, q5_0_rows)
-PACKED_DISPATCH(gemv_q8_0_packed_avx512, q8_0_rows)
-
-const mm_tile_fn mm_packed_avx512[MM_KINDS] = {
-    [MM_Q4_K] = gemv_q4_k_packed_avx512, [MM_Q6_K] = gemv_q6_k_packed_avx512,
-    [MM_Q5_0] = gemv_q5_0_packed_avx512, [MM_Q8_0] = gemv_q8_0_packed_avx512};
+PACKED_KERNELS(avx512)
 #else
 #include "packed.h"
 const mm_tile_fn mm_packed_avx512[MM_KINDS] = {0};   /* built without AVX-512: no kernels here */

@@ -56,4 +56,30 @@ int luce_cpu_pack(const uint8_t *w, int32_t qtype, int64_t n, int64_t k, int64_t
 extern const mm_tile_fn mm_packed_avx512[MM_KINDS];
 extern const mm_tile_fn mm_packed_avx2[MM_KINDS];   /* gemv_packed_avx2.c: the same layout, 8 lanes */
 
+/* A packed tile kernel per type and the instruction set's table, from the including file's
+ * q4_k_rows, q6_k_rows, q5_0_rows and q8_0_rows(j, group, t0, R): each 16-column group of
+ * [n0, n1) once per MAX_ROWS (4) rows, the group's records staying in cache between passes. */
+#define PACKED_ROWS_DISPATCH(name, rows)                                                \
+    static void name(const mm_job *j, int64_t n0, int64_t n1) {                         \
+        for (int64_t g = n0 / PACK_COLS; g < n1 / PACK_COLS; g++)                       \
+            for (int64_t t0 = 0; t0 < j->T; t0 += 4) {                                  \
+                switch (j->T - t0 >= 4 ? 4 : (int)(j->T - t0)) {                       \
+                case 1: rows(j, g, t0, 1); break;                                       \
+                case 2: rows(j, g, t0, 2); break;                                       \
+                case 3: rows(j, g, t0, 3); break;                                       \
+                default: rows(j, g, t0, 4); break;                                      \
+                }                                                                       \
+            }                                                                           \
+    }
+
+#define PACKED_KERNELS(isa)                                                             \
+    _Static_assert(MAX_ROWS == 4, "PACKED_ROWS_DISPATCH passes up to 4 rows");          \
+    PACKED_ROWS_DISPATCH(gemv_q4_k_packed_##isa, q4_k_rows)                             \
+    PACKED_ROWS_DISPATCH(gemv_q6_k_packed_##isa, q6_k_rows)                             \
+    PACKED_ROWS_DISPATCH(gemv_q5_0_packed_##isa, q5_0_rows)                             \
+    PACKED_ROWS_DISPATCH(gemv_q8_0_packed_##isa, q8_0_rows)                             \
+    const mm_tile_fn mm_packed_##isa[MM_KINDS] = {                                      \
+        [MM_Q4_K] = gemv_q4_k_packed_##isa, [MM_Q6_K] = gemv_q6_k_packed_##isa,         \
+        [MM_Q5_0] = gemv_q5_0_packed_##isa, [MM_Q8_0] = gemv_q8_0_packed_##isa};
+
 #endif
