@@ -16,6 +16,8 @@ never raise (they run from __del__ and after failed captures).
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import functools
 
 RUNTIMES = ("cuda", "hip")
@@ -43,103 +45,113 @@ def check(result, what: str):
     return values[0] if len(values) == 1 else tuple(values)
 
 
-class GpuRuntime:
+class GpuRuntime(ABC):
     """The interface (every implementation defines each method with this signature;
     tests/ops/test_gpu_runtime.py checks it)."""
 
     name = ""   # 'cuda' | 'hip': the backend's name and the kernel library's kind
 
     # ---- device ------------------------------------------------------------------------------
+    @abstractmethod
     def device_count(self) -> int:
         """Visible devices; 0 when the binding, its driver or a device is missing (never raises)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def mem_get_info(self) -> tuple[int, int]:
         """(free, total) bytes of the current device."""
-        raise NotImplementedError
 
+    @abstractmethod
     def device_synchronize(self) -> None:
-        raise NotImplementedError
+        """Wait until the current device is idle."""
 
+    @abstractmethod
     def clear_error(self) -> None:
         """Reset the last error (a refused call must not surface at a later one)."""
-        raise NotImplementedError
 
     # ---- memory ------------------------------------------------------------------------------
+    @abstractmethod
     def malloc(self, nbytes: int) -> int:
         """Device address of `nbytes` (> 0) new bytes; GpuError when the device has none."""
-        raise NotImplementedError
 
+    @abstractmethod
     def free(self, ptr: int) -> None:
         """Give a malloc'ed block back (waits for the device; not allowed inside a capture)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def malloc_host(self, nbytes: int) -> int:
         """Address of `nbytes` of page-locked host memory (copies from it run asynchronously)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def free_host(self, ptr: int) -> None:
-        raise NotImplementedError
+        """Give a malloc_host'ed block back."""
 
+    @abstractmethod
     def memset_async(self, ptr: int, value: int, nbytes: int, stream: int) -> None:
-        raise NotImplementedError
+        """Set `nbytes` at device address ptr to the byte `value`, queued on `stream`."""
 
+    @abstractmethod
     def copy_h2d_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
         """Host address src -> device address dst, queued on `stream`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def copy_d2h_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        raise NotImplementedError
+        """Device address src -> host address dst, queued on `stream`."""
 
+    @abstractmethod
     def copy_d2d_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
-        raise NotImplementedError
+        """Device address src -> device address dst, queued on `stream`."""
 
     # ---- streams and events ------------------------------------------------------------------
+    @abstractmethod
     def stream_create(self) -> int:
         """A new stream that does not synchronize with the default stream."""
-        raise NotImplementedError
 
+    @abstractmethod
     def synchronize(self, stream: int) -> None:
         """Wait until everything queued on `stream` has run."""
-        raise NotImplementedError
 
+    @abstractmethod
     def event_create(self):
         """A new event without timing."""
-        raise NotImplementedError
 
+    @abstractmethod
     def event_record(self, event, stream: int) -> None:
-        raise NotImplementedError
+        """Record `event` on `stream` (it completes when the work queued before it has run)."""
 
+    @abstractmethod
     def event_synchronize(self, event) -> None:
-        raise NotImplementedError
+        """Wait until `event` has completed."""
 
     # ---- graphs ------------------------------------------------------------------------------
+    @abstractmethod
     def begin_capture(self, stream: int) -> None:
         """Record, not run, what is queued on `stream` from now on (relaxed mode: other
         threads' calls are not checked)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def end_capture(self, stream: int):
         """Stop recording -> the captured graph (GpuError if the capture was invalidated)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def graph_instantiate(self, graph):
         """An executable graph of `graph`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def graph_launch(self, graph_exec, stream: int) -> None:
-        raise NotImplementedError
+        """Queue one replay of an executable graph on `stream`."""
 
+    @abstractmethod
     def graph_destroy(self, graph) -> None:
-        raise NotImplementedError
+        """Free a captured graph."""
 
+    @abstractmethod
     def graph_exec_destroy(self, graph_exec) -> None:
-        raise NotImplementedError
+        """Free an executable graph."""
 
+    @abstractmethod
     def graph_node_types(self, graph) -> list[str]:
         """The type name of every node of a captured graph, in the runtime's spelling
         (cudaGraphNodeTypeKernel, hipGraphNodeTypeMemset, ...): what one replay launches."""
-        raise NotImplementedError
 
     # ---- the kernel library ------------------------------------------------------------------
     def library_path(self):
