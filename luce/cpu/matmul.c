@@ -60,14 +60,11 @@ static void quantize_task(void *ctx, int64_t task) {
     const int64_t K = q->K, nb = K / (q->format == ACT_Q8_K ? QK_K : QK_32);
     const int64_t t0 = task * q->rows_per_task, t1 = t0 + q->rows_per_task < q->T ? t0 + q->rows_per_task : q->T;
     const int isa = luce_cpu_get_isa();
-    if ((isa == LUCE_ISA_AVX512 && quantize_avx512_built) || (isa == LUCE_ISA_AVX2 && quantize_avx2_built)) {
-        (isa == LUCE_ISA_AVX512 ? quantize_rows_avx512 : quantize_rows_avx2)(
-            q->x + t0 * K, t1 - t0, K, (int)(K / nb), q->a->qs + t0 * K, q->a->dx + t0 * nb, q->a->bsums + t0 * (K / 16));
-        return;
-    }
-    void (*rows)(const float *, int64_t, int64_t, int8_t *, float *, int16_t *) =
-        q->format == ACT_Q8_K ? quantize_rows_q8k : quantize_rows_q8_32;
-    rows(q->x + t0 * K, t1 - t0, K, q->a->qs + t0 * K, q->a->dx + t0 * nb, q->a->bsums + t0 * (K / 16));
+    const quantize_block_fn fn = isa == LUCE_ISA_AVX512 && quantize_avx512_built ? quantize_block_avx512
+                                 : isa >= LUCE_ISA_AVX2 && quantize_avx2_built    ? quantize_block_avx2
+                                                                                   : quantize_block_portable;
+    quantize_rows(fn, q->x + t0 * K, t1 - t0, K, (int)(K / nb), q->a->qs + t0 * K, q->a->dx + t0 * nb,
+                  q->a->bsums + t0 * (K / 16));
 }
 
 static int quantize_x(const float *x, int64_t T, int64_t K, int format, act_buffers *a) {

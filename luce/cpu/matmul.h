@@ -70,12 +70,15 @@ extern const mm_tile_fn mm_tiles_portable[MM_KINDS];
 extern const mm_tile_fn mm_tiles_avx2[MM_KINDS];
 extern const mm_tile_fn mm_tiles_avx512[MM_KINDS];
 
-/* activation quantization (quantize_act.c): row-major x [T, K]; the AVX-512 path computes the
- * same bits (quantize_act_avx512.c / _avx2.c; quantize_*_built say whether each was compiled in) */
-void quantize_rows_q8k(const float *x, int64_t T, int64_t K, int8_t *qs, float *dx, int16_t *bsums);
-void quantize_rows_q8_32(const float *x, int64_t T, int64_t K, int8_t *qs, float *dx, int16_t *bsums);
-void quantize_rows_avx512(const float *x, int64_t T, int64_t K, int block, int8_t *qs, float *dx, int16_t *bsums);
-void quantize_rows_avx2(const float *x, int64_t T, int64_t K, int block, int8_t *qs, float *dx, int16_t *bsums);
+/* activation quantization (quantize_act.c): row-major x [T, K] in blocks of `block` values, each
+ * by block_fn: the portable C or the AVX2 / AVX-512 one, which compute the same bits
+ * (quantize_act_avx2.c / _avx512.c; quantize_*_built say whether each was compiled in) */
+typedef void (*quantize_block_fn)(const float *x, int n, int8_t *q, float *d, int16_t *sums);
+void quantize_block_portable(const float *x, int n, int8_t *q, float *d, int16_t *sums);
+void quantize_block_avx2(const float *x, int n, int8_t *q, float *d, int16_t *sums);
+void quantize_block_avx512(const float *x, int n, int8_t *q, float *d, int16_t *sums);
+void quantize_rows(quantize_block_fn block_fn, const float *x, int64_t T, int64_t K, int block, int8_t *qs,
+                   float *dx, int16_t *bsums);
 extern const int quantize_avx512_built, quantize_avx2_built;
 
 #endif

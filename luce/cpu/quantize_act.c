@@ -11,7 +11,8 @@
 
 #include "matmul.h"
 
-static void quantize_block(const float *x, int n, int8_t *q, float *d, int16_t *sums) {
+void quantize_block_portable(const float *x, int n, int8_t *q, float *d, int16_t *sums) {
+    if (n <= 0) return;   /* blocks hold 32 or 256 values */
     float amax = 0.0f;
     int finite = 1;
     for (int i = 0; i < n; i++) {
@@ -38,19 +39,11 @@ static void quantize_block(const float *x, int n, int8_t *q, float *d, int16_t *
     }
 }
 
-static void quantize_rows(const float *x, int64_t T, int64_t K, int block, int8_t *qs, float *dx,
-                          int16_t *bsums) {
+void quantize_rows(quantize_block_fn block_fn, const float *x, int64_t T, int64_t K, int block, int8_t *qs,
+                   float *dx, int16_t *bsums) {
     int64_t nb = K / block;
     for (int64_t t = 0; t < T; t++)
         for (int64_t b = 0; b < nb; b++)
-            quantize_block(x + t * K + b * block, block, qs + t * K + b * block, dx + t * nb + b,
-                           bsums + t * (K / 16) + b * (block / 16));
-}
-
-void quantize_rows_q8k(const float *x, int64_t T, int64_t K, int8_t *qs, float *dx, int16_t *bsums) {
-    quantize_rows(x, T, K, QK_K, qs, dx, bsums);
-}
-
-void quantize_rows_q8_32(const float *x, int64_t T, int64_t K, int8_t *qs, float *dx, int16_t *bsums) {
-    quantize_rows(x, T, K, QK_32, qs, dx, bsums);
+            block_fn(x + t * K + b * block, block, qs + t * K + b * block, dx + t * nb + b,
+                     bsums + t * (K / 16) + b * (block / 16));
 }

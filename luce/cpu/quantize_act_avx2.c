@@ -6,7 +6,7 @@
 #include <float.h>
 #include <immintrin.h>
 
-static void quantize_block_avx2(const float *x, int n, int8_t *q, float *d, int16_t *sums) {
+void quantize_block_avx2(const float *x, int n, int8_t *q, float *d, int16_t *sums) {
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)), fmax = _mm256_set1_ps(FLT_MAX);
     __m256 amax = _mm256_setzero_ps(), finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
     for (int i = 0; i < n; i += 8) {
@@ -46,18 +46,10 @@ static void quantize_block_avx2(const float *x, int n, int8_t *q, float *d, int1
     *d = m / 127.0f;
 }
 
-void quantize_rows_avx2(const float *x, int64_t T, int64_t K, int block, int8_t *qs, float *dx, int16_t *bsums) {
-    const int64_t nb = K / block;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t b = 0; b < nb; b++)
-            quantize_block_avx2(x + t * K + b * block, block, qs + t * K + b * block, dx + t * nb + b,
-                                bsums + t * (K / 16) + b * (block / 16));
-}
-
 const int quantize_avx2_built = 1;
 #else
-void quantize_rows_avx2(const float *x, int64_t T, int64_t K, int block, int8_t *qs, float *dx, int16_t *bsums) {
-    (void)x, (void)T, (void)K, (void)block, (void)qs, (void)dx, (void)bsums;
+void quantize_block_avx2(const float *x, int n, int8_t *q, float *d, int16_t *sums) {
+    (void)x, (void)n, (void)q, (void)d, (void)sums;
 }
 const int quantize_avx2_built = 0;   /* built without AVX2: never called */
 #endif

@@ -10,7 +10,7 @@
 #include <immintrin.h>
 
 /* one block of n values (n a multiple of 16) */
-static void quantize_block_avx512(const float *x, int n, int8_t *q, float *d, int16_t *sums) {
+void quantize_block_avx512(const float *x, int n, int8_t *q, float *d, int16_t *sums) {
     const __m512 fmax = _mm512_set1_ps(FLT_MAX);
     __m512 amax = _mm512_setzero_ps();
     __mmask16 finite = 0xFFFF;
@@ -38,18 +38,10 @@ static void quantize_block_avx512(const float *x, int n, int8_t *q, float *d, in
     *d = m / 127.0f;
 }
 
-void quantize_rows_avx512(const float *x, int64_t T, int64_t K, int block, int8_t *qs, float *dx, int16_t *bsums) {
-    const int64_t nb = K / block;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t b = 0; b < nb; b++)
-            quantize_block_avx512(x + t * K + b * block, block, qs + t * K + b * block, dx + t * nb + b,
-                                  bsums + t * (K / 16) + b * (block / 16));
-}
-
 const int quantize_avx512_built = 1;
 #else
-void quantize_rows_avx512(const float *x, int64_t T, int64_t K, int block, int8_t *qs, float *dx, int16_t *bsums) {
-    (void)x, (void)T, (void)K, (void)block, (void)qs, (void)dx, (void)bsums;
+void quantize_block_avx512(const float *x, int n, int8_t *q, float *d, int16_t *sums) {
+    (void)x, (void)n, (void)q, (void)d, (void)sums;
 }
 const int quantize_avx512_built = 0;   /* built without AVX-512: never called */
 #endif
