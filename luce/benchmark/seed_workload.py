@@ -6,12 +6,14 @@ length (luce.spec.drafters.bench_drafters.OracleDrafter, wrapping the real draft
 pays its draft cost) over the true greedy continuations (a plain run computes them first).
 
     requests, outputs = prepare(model, cfg)            # the workload and its plain greedy outputs
-    report = run_seed(model, draft, cfg, requests, outputs)      # {"warmup", "A", "B", "A2", ...}
+    report = run_seed(model, draft, cfg, requests, outputs)      # {"warmup", "warmup_paused", "A", "B", "A2", ...}
     modes = compare_modes(model, draft, cfg, requests, outputs)  # {"specla": ..., "ddtree": ...}
 
 Arms: A pauses speculation while prompts prefill (EngineConfig.spec_during_prefill False),
-B keeps it. One engine serves a warm-up run then A, B, A (graphs captured in the warm-up
-replay after it). Per run: established goodput in the prefill window (their tokens emitted
+B keeps it. One engine serves a warm-up run of each arm (B's, then A's at B's arrival step:
+the arms' prefill-window steps differ in topology, A's carrying no trees, so a warm-up of one
+arm leaves the other's replay keys unseen), then A, B, A; the measured runs meet only keys
+the warm-ups met (graphs captured in them, or captured on their second call). Per run: established goodput in the prefill window (their tokens emitted
 after the arrival t_a up to the last arriving request's first token t_p, over t_p - t_a),
 the same before the arrival, the arriving requests' TTFT (from t_a), the full round (first
 step to last token), all tokens over the round, the output digest (sha256 of every
@@ -191,13 +193,15 @@ def run_seed(model, draft, cfg: SeedConfig, requests, outputs, log=print) -> dic
     report = {"config": asdict(cfg), "truth_digest": hashlib.sha256(repr(outputs).encode()).hexdigest()}
     engine, oracle, peak = spec_engine(model, draft, cfg, requests, outputs, cfg.spec)
     report["warmup"] = run_once(engine, cfg, requests, pause_during_prefill=False)
-    log(f"seed: warm-up {report['warmup']['round_s']:.1f} s")
+    arrive = report["warmup"]["arrive_step"]
+    report["warmup_paused"] = run_once(engine, cfg, requests, pause_during_prefill=True, arrive_step=arrive)
+    log(f"seed: warm-up {report['warmup']['round_s']:.1f} s + {report['warmup_paused']['round_s']:.1f} s")
     for arm, pause in (("A", True), ("B", False), ("A2", True)):
-        report[arm] = run_once(engine, cfg, requests, pause, arrive_step=report["warmup"]["arrive_step"])
+        report[arm] = run_once(engine, cfg, requests, pause, arrive_step=arrive)
         log(f"seed: {arm} goodput {report[arm]['established_goodput_tok_s']:.1f} tok/s, "
             f"eager {report[arm]['graphs'].get('eager_reasons', {})}")
     a, b, a2 = (report[k]["established_goodput_tok_s"] for k in ("A", "B", "A2"))
-    digests = {report[k]["digest"] for k in ("warmup", "A", "B", "A2")} | {report["truth_digest"]}
+    digests = {report[k]["digest"] for k in ("warmup", "warmup_paused", "A", "B", "A2")} | {report["truth_digest"]}
     report["summary"] = {
         "B_over_A_goodput": b / ((a + a2) / 2) if a + a2 > 0 else float("nan"),
         "A_A_drift": abs(a2 - a) / a if a > 0 else float("nan"), "goal_B_4x_A": b >= 4 * (a + a2) / 2,

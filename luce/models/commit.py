@@ -114,14 +114,23 @@ def _address(x):
 
 class GraphedCommit:
     """commit_trees through a GraphCache: one graph launch per commit on GPU backends. The key
-    is the commit's topology and the addresses of the staged arrays (a replayed verify graph
-    leaves them at the same addresses every step); the paths and moves are the arena."""
+    (`key`) is the commit's topology and the addresses of the staged arrays, which the graph
+    reads: GPU backends keep a layer's stage at one address whether the verify ran eagerly,
+    was captured or replayed (luce.ops.cuda_step_ops), so the key repeats with the topology;
+    the paths and moves are the arena."""
 
     def __init__(self, backend, enabled: bool = True, max_graphs: int = 64):
         self.backend = backend
         self.enabled = bool(enabled) and bool(getattr(backend, "supports_graphs", False))
         self.cache = GraphCache(backend, max_graphs)
         self.counters = self.cache.counters
+
+    @staticmethod
+    def key(state, staged: dict, commit: TreeCommit) -> tuple:
+        staged_at = tuple((il, st.mode, _address(st.conv_inputs),
+                           _address(st.factors.u if st.factors is not None else st.node_states))
+                          for il, st in sorted(staged.items()))
+        return commit.replay_key, id(state), staged_at
 
     def __call__(self, state, staged: dict, commit: TreeCommit) -> None:
         if not len(commit.slots):
@@ -130,10 +139,7 @@ class GraphedCommit:
             return commit_trees(state, staged, commit)
         from luce.ops import cuda_step_meta
 
-        staged_at = tuple((il, st.mode, _address(st.conv_inputs),
-                           _address(st.factors.u if st.factors is not None else st.node_states))
-                          for il, st in sorted(staged.items()))
         arrays = commit.arrays()
-        self.cache.call((commit.replay_key, id(state), staged_at), lambda: commit_trees(state, staged, commit),
+        self.cache.call(self.key(state, staged, commit), lambda: commit_trees(state, staged, commit),
                         lambda allocator: cuda_step_meta.bind_arrays(self.backend, arrays, allocator),
                         lambda meta: cuda_step_meta.rewrite_arrays(self.backend, meta, arrays))

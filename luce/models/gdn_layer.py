@@ -129,7 +129,6 @@ def gdn_mixer(backend, w: GDNWeights, projections, batch, recurrent, il: int, di
     q, k, v = qkv_heads(b, mixed, T, d)
     o, tree_part = b.gdn_step(q, k, v, g, beta, gdn_pool, batch, tree_mode)
     if tree_part is not None and staged is not None:
-        conv_inputs = b.take_rows(qkv, np.arange(batch.tree_start, T))      # [Nt, C] until commit
-        staged[il] = TreeStage(conv_inputs=conv_inputs, mode=tree_mode, **tree_part)
+        staged[il] = TreeStage(conv_inputs=b.stage_tree_rows(qkv, batch, conv_pool), mode=tree_mode, **tree_part)
     normed = b.gated_rmsnorm(o, z, w.norm, rms_eps)
     return b.matmul(normed.reshape(T, d.value_dim), w.out, prefill_spans=batch.prefill_spans)

@@ -237,6 +237,12 @@ class Backend(Protocol):
         updated in place. TREE segments: gdn_tree_verify(mode) from pool[slot]; the result
         {'factors': TreeFactors} or {'node_states': ...} covers the tree block's rows."""
 
+    def stage_tree_rows(self, x: Array, batch, pool: Array) -> Array:
+        """x [T, C] -> [Nt, C] a copy of its tree block's rows (batch.tree_start..T-1), kept until
+        the commit (TreeStage.conv_inputs of the layer whose state pool is `pool`). GPU backends
+        put it, like the rest of a layer's TreeStage, at one address per layer, so that the
+        tree commit's captured graph repeats (luce.models.commit)."""
+
     def tree_commit(self, conv_pool: Array, gdn_pool: Array, stage: TreeStage, commit) -> None:
         """Promote every accepted path of a step into the pools, one launch per op. commit
         (luce.models.commit.TreeCommit): slots [P], path_indptr [P+1], path_rows [R] (tree

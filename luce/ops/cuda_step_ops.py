@@ -10,6 +10,8 @@ the tree verify over the tree block (rows tree_start.. as a batch of its own: bl
 block_slots, block_parents), factor capture ('factor') or per-node stored states
 ('baseline'), both bitwise the AR kernel along every path. Commit: conv_tree_commit and
 gdn_tree_commit (or one gather of the accepted leaves' states) over every slot at once.
+What the commit reads (TreeStage: conv inputs, factors or per-node states) lies in one
+scratch per layer (`_stage`), so the commit's captured graph repeats with the topology.
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ class StepOps:
 
     def _init_step_ops(self) -> None:
         self._scratch_allocator = self.allocator     # the backend's, not a graph's pool
-        self._node_scratch: dict = {}                # GDN pool address -> per-node state scratch [rows, Hv*Dk*Dv]
-        self._node_scratch_outgrown: list = []
+        self._stage_buffers: dict = {}               # (state pool address, name) -> stage scratch [rows, row]
+        self._stage_outgrown: list = []
 
     def _step_output(self, shape, batch):
         """An output [T, ...] of a step op: rows of the tree block zeroed (its padding rows
@@ -41,26 +43,42 @@ class StepOps:
             self.runtime.memset_async(out.ptr + t0 * row, 0, (shape[0] - t0) * row, self.stream)
         return out
 
-    def _node_states(self, pool, shape):
-        """[n, Hv, Dk, Dv] per-node states of one GDN layer's tree verify ('baseline'): the first
-        n rows of a scratch of the layer (keyed by its state pool), shared by every captured
-        graph and eager step instead of one copy in each graph's pool (up to 18 GiB a key at
-        the 27B shape with 4 trees: a few keys held the H200). Only one forward's staged
-        states are live at a time: the commit reads them before the next forward, as a
-        replayed graph's own outputs. It grows by doubling; an outgrown buffer is kept, as a
-        captured graph may still write it (at most as much again as the largest)."""
+    def _stage(self, pool, name: str, shape, capacity: int = 0):
+        """[n, ...] f32 of what a GDN layer's tree verify keeps for the commit (ForwardOutput.staged:
+        'conv_inputs', the factors 'k' 'g' 'beta' 'u', or 'node_states'): the first n rows of a
+        scratch of the layer (keyed by its state pool) and name, at one address for every
+        captured graph and eager step. So a tree commit's graph, which reads them at fixed
+        addresses, repeats whether the verify ran eagerly, was captured or replayed (an address
+        in each graph's pool made the commit's key new after every capture), and the graphs
+        hold no copy each (per-node states: up to 18 GiB a key at the 27B shape with 4 trees).
+        Only one forward's stage is live at a time: the commit reads it before the next
+        forward. The factors and conv inputs are first made `capacity` rows (a tree of the
+        step's width on every slot), so their address stays put when later steps carry more
+        trees (a buffer grown after the warm-up makes the commits' keys new again); per-node
+        states (~60x a factor row: 3 MiB a row and layer at 27B) start at what the step needs,
+        so a commit topology met only before they grew meets a new key once. Past that it
+        grows by doubling; an outgrown buffer is kept, as a captured graph may still write it."""
         from luce.ops.cuda_array import Block, CudaArray
 
-        n, row = shape[0], shape[1] * shape[2] * shape[3]
-        buf = self._node_scratch.get(pool.ptr)
+        n, row = shape[0], int(np.prod(shape[1:], dtype=np.int64))
+        key = (pool.ptr, name)
+        buf = self._stage_buffers.get(key)
         if buf is None or buf.shape[0] < n or buf.shape[1] != row:
             if buf is not None:
-                self._node_scratch_outgrown.append(buf)
-            rows = max(n, 2 * buf.shape[0] if buf is not None and buf.shape[1] == row else 0)
+                self._stage_outgrown.append(buf)
+            rows = max(n, capacity, 2 * buf.shape[0] if buf is not None and buf.shape[1] == row else 0, 1)
             block = Block(_Untrimmed(self._scratch_allocator) if self.capturing else self._scratch_allocator,
                           rows * row * 4)   # in a capture no cudaFree may run: out of memory is a MemoryError
-            buf = self._node_scratch[pool.ptr] = CudaArray(block, block.ptr, (rows, row), np.float32, self)
-        return CudaArray(buf.block, buf.ptr, shape, np.float32, self)
+            buf = self._stage_buffers[key] = CudaArray(block, block.ptr, (rows, row), np.float32, self)
+        return CudaArray(buf.block, buf.ptr, tuple(shape), np.float32, self)
+
+    def stage_tree_rows(self, x, batch, pool):
+        x = self._f32(x)
+        t0, T = batch.tree_start, x.shape[0]
+        out = self._stage(pool, "conv_inputs", (T - t0,) + tuple(x.shape[1:]), _stage_capacity(pool, batch))
+        if out.nbytes:
+            self.memcpy(out.ptr, x.ptr + t0 * (x.nbytes // T), out.nbytes)
+        return out
 
     def concat_cols(self, parts):
         from luce import _cuda_gather as kg
@@ -129,13 +147,13 @@ class StepOps:
                               row(args[4], H))
         block = (meta.ptr("block_qo"), meta.ptr("block_slots"), meta.ptr("block_parents"))
         if mode == "baseline":
-            states = self._node_states(pool, (n, H, dk, dv))
+            states = self._stage(pool, "node_states", (n, H, dk, dv))   # ~60x a factor row: what the step needs
             kt.gdn_tree_verify_states(q_, k_, v_, g_, b_, pool.ptr, row(out, H * dv), states.ptr, *block, n_slots,
                                       n_seg, H, dk, dv, self.stream)
             return out, {"node_states": states}
         width = batch.max_tree_rows
-        u, k_f = self.empty((n, H, dv)), self.empty((n, H, dk))
-        g_f, beta_f = self.empty((n, H)), self.empty((n, H))
+        stage = lambda name, shape: self._stage(pool, name, shape, _stage_capacity(pool, batch))  # noqa: E731
+        u, k_f, g_f, beta_f = stage("u", (n, H, dv)), stage("k", (n, H, dk)), stage("g", (n, H)), stage("beta", (n, H))
         ws_bytes = kt.verify_workspace_bytes(n_seg, H, dk, dv, width)
         workspace = self.empty((max(ws_bytes, 4) // 4,))
         kt.gdn_tree_verify(q_, k_, v_, g_, b_, pool.ptr, row(out, H * dv), u.ptr, *block, n_slots, n_seg, H, dk, dv,
@@ -169,6 +187,11 @@ class StepOps:
         state_bytes = 4 * H * dk * dv
         kga.gather(self._f32(stage.node_states).ptr, gdn_pool.ptr, leaf.ptr, dst.ptr, P, state_bytes, state_bytes,
                    state_bytes, self.stream)
+
+
+def _stage_capacity(pool, batch) -> int:
+    """Tree block rows a stage scratch is first made for: a tree of the step's width on every slot."""
+    return int(pool.shape[0]) * int(batch.max_tree_rows)
 
 
 class _Untrimmed:

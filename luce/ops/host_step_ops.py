@@ -110,6 +110,9 @@ class HostStepOps:
             parts.setdefault("part", []).append(part)
         return o, _assemble(mode, parts, T - t0, q, v)
 
+    def stage_tree_rows(self, x, batch, pool):
+        return np.array(x[batch.tree_start:], np.float32)
+
     def tree_commit(self, conv_pool, gdn_pool, stage: TreeStage, commit) -> None:
         indptr, rows = np.asarray(commit.path_indptr), np.asarray(commit.path_rows)
         for p, slot in enumerate(np.asarray(commit.slots).tolist()):

@@ -30,11 +30,14 @@ def test_seed_runs_are_exact_and_the_arms_differ_in_speculation(pair):
     requests, outputs = prepare(target, CFG)
     report = run_seed(target, draft, CFG, requests, outputs, log=lambda *_: None)
     assert report["summary"]["digests_equal"] and report["summary"]["oracle_misses"] == 0
-    for arm in ("warmup", "A", "B", "A2"):
+    for arm in ("warmup", "warmup_paused", "A", "B", "A2"):
         assert report[arm]["finish_reasons"] == ["length"] * 4 and len(report[arm]["arriving_ttft_s"]) == 2
-    # the arms arrive at the warm-up's step: B (same mode as the warm-up) runs its very steps
-    assert all(report[arm]["arrive_step"] == report["warmup"]["arrive_step"] for arm in ("A", "B", "A2"))
+    # the arms arrive at the warm-up's step: each arm runs the very steps of its mode's warm-up
+    runs = ("warmup_paused", "A", "B", "A2")
+    assert all(report[arm]["arrive_step"] == report["warmup"]["arrive_step"] for arm in runs)
     assert report["B"]["steps"] == report["warmup"]["steps"]
+    assert report["A"]["steps"] == report["A2"]["steps"] == report["warmup_paused"]["steps"]
+    assert report["warmup_paused"]["pause_during_prefill"] and not report["warmup"]["pause_during_prefill"]
     modes = compare_modes(target, draft, CFG, requests, outputs, log=lambda *_: None)
     assert modes["specla"]["matches_plain"] and modes["ddtree"]["matches_plain"]
     assert modes["ddtree"]["peak_staged_bytes"] > modes["specla"]["peak_staged_bytes"] > 0

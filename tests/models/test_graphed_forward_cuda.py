@@ -192,26 +192,32 @@ def test_graph_counters_in_metrics(models):
         assert f"luce_graph_{name}_total {counters[name]}" in text
 
 
-def test_ddtree_graphs_share_one_per_node_state_scratch(models):
-    """Per-node GDN states (ddtree) are written to the backend's scratch of the layer, which
-    every captured graph shares (at 27B one graph's copy would be up to 18 GiB): each tree
-    graph's staged states lie in one of the scratch buffers the backend holds for it (the
-    current one, or one it outgrew by doubling while an older graph still writes it), outside
-    every graph's pool, and the tokens are those of plain eager decoding."""
+@pytest.mark.parametrize("mode", ["ddtree", "specla"])
+def test_tree_graphs_share_one_stage_scratch_per_layer(models, mode):
+    """What a tree verify keeps for the commit (per-node GDN states for ddtree, factors for
+    specla, and the conv inputs) is written to the backend's scratch of the layer, which
+    every captured graph and eager step shares (at 27B one graph's copy of per-node states
+    would be up to 18 GiB; and the commit's graph, which reads them at fixed addresses, keys
+    on them): each tree graph's staged arrays lie in one of the scratch buffers the backend
+    holds for it (the current one, or one it outgrew by doubling while an older graph still
+    writes it), outside every graph's pool, the commits replay, and the tokens are those of
+    plain eager decoding."""
     want, _ = run(models["q35"], False, 3)
-    spec = SpecConfig(spec="ddtree", draft_kind="model", draft="q35", ddtree_budget=6, spec_top_k=2)
+    spec = SpecConfig(spec=mode, draft_kind="model", draft="q35", ddtree_budget=6, spec_top_k=2)
     got, engine = run(models["q35"], True, 3, spec=spec, draft_model=models["q35"])
     assert got == want
     starts: dict = {}
     for graph in engine.forward.graphs.values():
         for il, stage in (graph.output.staged or {}).items():
-            if stage.node_states is not None:
-                assert stage.node_states.block.allocator is not graph.allocator
-                starts.setdefault(il, set()).add(stage.node_states.ptr)
+            kept = [stage.conv_inputs, stage.node_states if mode == "ddtree" else stage.factors.u]
+            for array in kept:
+                assert array.block.allocator is not graph.allocator
+                starts.setdefault(il, set()).add(array.ptr)
     backend = models["q35"].backend
-    held = {b.ptr for b in [*backend._node_scratch.values(), *backend._node_scratch_outgrown]}
+    held = {b.ptr for b in [*backend._stage_buffers.values(), *backend._stage_outgrown]}
     assert starts and all(s <= held for s in starts.values()), (starts, held)
     assert sum(1 for g in engine.forward.graphs.values() if g.output.staged) >= 2
+    assert_replayed(engine.committer)
 
 
 @pytest.mark.parametrize("name", ["q35", "q3"])

@@ -55,11 +55,12 @@ def test_broadcast_strides_match_numpy(shape, full):
     assert _strides(shape, full) == [s // 4 for s in view.strides]
 
 
-def test_per_node_state_scratch_is_one_buffer_per_layer_that_grows_by_doubling():
-    """CUDA ddtree verify writes per-node GDN states into one scratch per layer (shared by
-    every captured graph): a smaller tree block reuses its address, a larger one doubles it
-    and keeps the outgrown buffer (a graph may still write it), and inside a capture the
-    allocation never gives cached blocks back (no cudaFree may run there)."""
+def test_tree_stage_scratch_is_one_buffer_per_layer_and_name_that_grows_by_doubling():
+    """CUDA tree verify writes what the commit reads (per-node GDN states, factors, conv
+    inputs) into one scratch per layer and name (shared by every captured graph and eager
+    step, so the commit's graph key repeats), first made for `capacity` rows when given: a
+    smaller tree block reuses its address, a larger one doubles it and keeps the outgrown buffer (a graph may still write it), and
+    inside a capture the allocation never gives cached blocks back (no cudaFree may run there)."""
     from luce.ops.cuda_step_ops import StepOps
 
     class Allocator:
@@ -81,16 +82,21 @@ def test_per_node_state_scratch_is_one_buffer_per_layer_that_grows_by_doubling()
     ops, pool_a, pool_b = Ops(), type("P", (), {"ptr": 10})(), type("P", (), {"ptr": 20})()
     ops._init_step_ops()
     row = 4 * 2 * 8 * 8
-    first = ops._node_states(pool_a, (32, 2, 8, 8))
+    first = ops._stage(pool_a, "node_states", (32, 2, 8, 8))
     assert first.shape == (32, 2, 8, 8) and ops.allocator.calls == [(32 * row, True)]
-    assert ops._node_states(pool_a, (16, 2, 8, 8)).ptr == first.ptr and len(ops.allocator.calls) == 1
-    other = ops._node_states(pool_b, (8, 2, 8, 8))
+    assert ops._stage(pool_a, "node_states", (16, 2, 8, 8)).ptr == first.ptr and len(ops.allocator.calls) == 1
+    other = ops._stage(pool_b, "node_states", (8, 2, 8, 8))
     assert other.ptr != first.ptr and ops.allocator.calls[-1] == (8 * row, True)
+    u = ops._stage(pool_a, "u", (32, 2, 8))
+    assert u.ptr not in (first.ptr, other.ptr) and ops.allocator.calls[-1] == (32 * 4 * 2 * 8, True)
+    assert ops._stage(pool_a, "u", (8, 2, 8)).ptr == u.ptr and len(ops.allocator.calls) == 3
+    k = ops._stage(pool_b, "k", (8, 2, 8), capacity=24)     # made for the capacity: 24 rows
+    assert ops.allocator.calls[-1] == (24 * 4 * 2 * 8, True) and ops._stage(pool_b, "k", (24, 2, 8)).ptr == k.ptr
     ops.capturing = True
-    grown = ops._node_states(pool_a, (40, 2, 8, 8))
+    grown = ops._stage(pool_a, "node_states", (40, 2, 8, 8))
     assert ops.allocator.calls[-1] == (64 * row, False) and grown.ptr != first.ptr
-    assert ops._node_scratch_outgrown[0].ptr == first.ptr
-    assert ops._node_states(pool_a, (64, 2, 8, 8)).ptr == grown.ptr and len(ops.allocator.calls) == 3
+    assert ops._stage_outgrown[0].ptr == first.ptr
+    assert ops._stage(pool_a, "node_states", (64, 2, 8, 8)).ptr == grown.ptr and len(ops.allocator.calls) == 5
 
 
 def test_kv_move_rows_reads_every_source_first_and_skips_padding():
