@@ -9,8 +9,9 @@ backend cannot capture (luce.ops.cuda_graph.GraphUnsafe: a host synchronisation,
 fallback, an upload that is neither arena nor constant) leaves its key eager for good; a
 capture that ran out of device memory drops every graph of the cache (their pools go back)
 and runs eagerly, the key left to be captured on its next call. `eager_reasons` counts every
-eager call by why: 'first call of a key' (warm-up), 'no replay key', 'out of device memory',
-or the capture failure's reason.
+eager call by why: 'first call of a key' (warm-up: a key never captured), 'graph dropped,
+captured again next call' (its graph went: max_graphs or out of memory), 'no replay key',
+'out of device memory', or the capture failure's reason.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from collections import OrderedDict
 from typing import Callable
 
 COUNTERS = ("replays", "captures", "rebuilds", "eager_steps", "failures", "drops")
+DROPPED = "graph dropped, captured again next call"   # a key met before whose graph went (max_graphs, memory)
 
 
 class GraphCache:
@@ -71,7 +73,7 @@ class GraphCache:
         self.warm[key] = constants
         while len(self.warm) > self.max_warm:
             self.warm.popitem(last=False)
-        self._eager("first call of a key")
+        self._eager(DROPPED if key in self.ever_captured else "first call of a key")
         return out
 
     def _capture(self, key, constants, run, bind):

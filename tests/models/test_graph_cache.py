@@ -84,6 +84,8 @@ def test_eviction_drops_graphs_and_a_recaptured_key_counts_as_rebuild():
         cache.call(key, lambda: key, lambda pool: None, lambda meta: None)
     assert backend.captured[0].dropped and cache.counters["drops"] == 2
     assert cache.counters["captures"] == 3 and cache.counters["rebuilds"] == 1
+    # the eager call before the rebuild is not a new key: the counters say the graph was dropped
+    assert cache.eager_reasons == {"first call of a key": 2, "graph dropped, captured again next call": 1}
     cache.invalidate()
     assert not cache.graphs and backend.captured[-1].dropped
 
