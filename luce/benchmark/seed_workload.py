@@ -13,7 +13,8 @@ Arms: A pauses speculation while prompts prefill (EngineConfig.spec_during_prefi
 B keeps it. One engine serves a warm-up run of each arm (B's, then A's at B's arrival step:
 the arms' prefill-window steps differ in topology, A's carrying no trees, so a warm-up of one
 arm leaves the other's replay keys unseen), then A, B, A; the measured runs meet only keys
-the warm-ups met (graphs captured in them, or captured on their second call). Per run: established goodput in the prefill window (their tokens emitted
+the warm-ups met (their graphs captured then, or on their second call). Per run:
+established goodput in the prefill window (their tokens emitted
 after the arrival t_a up to the last arriving request's first token t_p, over t_p - t_a),
 the same before the arrival, the arriving requests' TTFT (from t_a), the full round (first
 step to last token), all tokens over the round, the output digest (sha256 of every
