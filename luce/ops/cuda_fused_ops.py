@@ -132,11 +132,11 @@ class CudaFusedOps(FusedOps):
         if qkv.shape != (T, C) or z.size != T * Hv * dv or b.shape != (T, Hv) or a.shape != (T, Hv) \
                 or conv.shape != (C, K) or conv_pool.shape != (n_slots, K - 1, C) or dt_bias.shape != (Hv,) \
                 or ssm_a.shape != (Hv,) or norm.shape != (dv,):
-            raise ValueError(f"conv_gdn_norm: qkv {qkv.shape}, z {z.shape}, b {b.shape}, a {a.shape}, conv {conv.shape}, "
-                             f"conv_pool {conv_pool.shape}, dt_bias {dt_bias.shape}, ssm_a {ssm_a.shape}, norm "
-                             f"{norm.shape} for {n_k_heads} key heads and gdn_pool {gdn_pool.shape}: want qkv [T, "
-                             f"{C}], z [T, {Hv * dv}], b, a [T, {Hv}], conv [{C}, K], conv_pool [{n_slots}, K-1, {C}], "
-                             f"dt_bias, ssm_a [{Hv}], norm [{dv}]")
+            raise ValueError(f"conv_gdn_norm: qkv {qkv.shape}, z {z.shape}, b {b.shape}, a {a.shape}, conv "
+                             f"{conv.shape}, conv_pool {conv_pool.shape}, dt_bias {dt_bias.shape}, ssm_a {ssm_a.shape}, "
+                             f"norm {norm.shape} for {n_k_heads} key heads and gdn_pool {gdn_pool.shape}: want qkv "
+                             f"[T, {C}], z [T, {Hv * dv}], b, a [T, {Hv}], conv [{C}, K], conv_pool [{n_slots}, K-1, "
+                             f"{C}], dt_bias, ssm_a [{Hv}], norm [{dv}]")
         S, meta = batch.n_segments, meta_of(self, batch)
         q, k = self.empty((T, Hv, dk)), self.empty((T, Hv, dk))
         v, o, normed = self.empty((T, Hv, dv)), self.empty((T, Hv, dv)), self.empty((T, Hv, dv))

@@ -126,8 +126,8 @@ def test_conv_gdn_norm_row_alone_is_the_row_beside_others(cuda):
     x = step_inputs(rng, together_batch.n_rows, shape)
     together = run(cuda, True, x, w, pools, together_batch, shape[0])
     row = live_rows(together_batch)[0][2]         # slot 4, the third AR row
-    alone_batch = ar_batch([4], 0)
-    alone_x = {k: v[row:row + 1] for k, v in x.items()}
+    alone_batch = ar_batch([4], 0)              # the row, then a padding row
+    alone_x = {k: np.concatenate([v[row:row + 1], np.zeros_like(v[:1])]) for k, v in x.items()}
     alone = run(cuda, True, alone_x, w, pools, alone_batch, shape[0])
     assert np.array_equal(alone[0][0], together[0][row])
     assert np.array_equal(alone[1][4], together[1][4]) and np.array_equal(alone[2][4], together[2][4])
