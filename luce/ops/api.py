@@ -129,7 +129,7 @@ class Backend(Protocol):
     def swiglu(self, gate: Array, up: Array) -> Array:
         """gate, up [T, F] -> silu(gate) * up [T, F]."""
 
-    # ---- fused (FusedOps below composes them; references: luce/ref/norm_quant.py, rope_kv.py) -
+    # ---- fused (FusedOps below composes them; references: luce/ref/norm_quant.py, rope_kv.py, gdn_decode.py)
     def add_rmsnorm_matmuls(self, x: Array, residual: Array | None, weight: Array, eps: float,
                             weights: Sequence[Weight], biases: Sequence[Array | None] | None = None,
                             prefill_spans: Sequence[tuple[int, int]] = ()) -> tuple[Array, list[Array]]:
