@@ -7,7 +7,7 @@
 // its channel's K-tap window in registers and walks its chunk. Only chunk 0 reads the old
 // state, and the same thread writes the new one after reading everything it needs, so
 // state_out may be state_in. Each y[t, c] sums its K taps in a fixed order: batch-invariant.
-#include "common.cuh"
+#include "conv1d.cuh"
 
 namespace {
 
@@ -43,9 +43,7 @@ __global__ void __launch_bounds__(kThreads) conv1d_kernel(luce_conv1d_params p) 
     float *y = p.y + r0 * p.y_stride + c;
     for (int64_t t = t0; t < t1; ++t) {
         win[K - 1] = x[t * p.x_stride];
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < K; ++j) acc = fmaf(w[j], win[j], acc);
+        const float acc = conv1d_dot<K>(w, win);
         y[t * p.y_stride] = p.silu ? silu_f32(acc) : acc;
 #pragma unroll
         for (int j = 0; j < K - 1; ++j) win[j] = win[j + 1];

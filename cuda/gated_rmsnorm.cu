@@ -1,10 +1,9 @@
 // Gated RMSNorm, the Gated DeltaNet output norm (reference: luce/ref/gated_rmsnorm.py):
 //   out = x * rsqrt(mean(x^2) + eps) * weight * silu(z)
 // Shapes: x, z, out [rows, cols] f32 row-major (rows = tokens x value heads, cols = head dim);
-// weight [cols] f32. One warp per row (kRowsPerBlock rows a block), each lane owning whole
-// chunks of 4 (common.cuh): a row's reduction order depends only on cols, so the result is
-// batch-invariant. out may alias x or z: each lane rewrites only the chunks it read.
-#include "common.cuh"
+// weight [cols] f32. One warp per row (kRowsPerBlock rows a block; gated_rmsnorm.cuh): a row's
+// reduction order depends only on cols, so the result is batch-invariant. out may alias x or z.
+#include "gated_rmsnorm.cuh"
 
 namespace {
 
@@ -12,30 +11,9 @@ constexpr int kRowsPerBlock = 8;
 constexpr int kThreads = kRowsPerBlock * WARP_SIZE;
 
 __global__ void __launch_bounds__(kThreads) gated_rmsnorm_kernel(luce_gated_rmsnorm_params p) {
-    const int lane = threadIdx.x % WARP_SIZE;
     const int64_t row = (int64_t)blockIdx.x * kRowsPerBlock + threadIdx.x / WARP_SIZE;
-    if (row >= p.rows) return;  // whole warps leave together: warp_sum below stays full
-    const float *x = p.x + row * p.cols;
-    const float *z = p.z + row * p.cols;
-    float *out = p.out + row * p.cols;
-    const int64_t chunks = (p.cols + 3) / 4;
-    float ss = 0.0f;
-    for (int64_t j = lane; j < chunks; j += WARP_SIZE) {
-        float v[4];
-        load_chunk4(x, j, p.cols, v);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ss = fmaf(v[i], v[i], ss);
-    }
-    const float scale = rsqrtf(warp_sum(ss) / (float)p.cols + p.eps);
-    for (int64_t j = lane; j < chunks; j += WARP_SIZE) {
-        float v[4], g[4], w[4];
-        load_chunk4(x, j, p.cols, v);
-        load_chunk4(z, j, p.cols, g);
-        load_chunk4(p.weight, j, p.cols, w);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = v[i] * scale * w[i] * silu_f32(g[i]);
-        store_chunk4(out, j, p.cols, v);
-    }
+    if (row >= p.rows) return;  // whole warps leave together: the row's warp_sum stays full
+    gated_rmsnorm_row(p.x + row * p.cols, p.z + row * p.cols, p.weight, p.out + row * p.cols, p.cols, p.eps);
 }
 
 int launch_gated_rmsnorm(const luce_gated_rmsnorm_params &p, cudaStream_t stream) {

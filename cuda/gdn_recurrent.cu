@@ -1,60 +1,13 @@
-// Gated DeltaNet recurrent step (decode path: AR rows, one-token prefill chunks).
-// Reference: luce/ref/gdn_recurrent.py. Params and shapes: luce_gdn_recurrent_params in
-// cuda/luce_ops.h: q, k [T, Hv, Dk], v [T, Hv, Dv], g, beta [T, Hv], out [T, Hv, Dv] f32,
-// state [n_slots, Hv, Dk, Dv] f32 resident and updated in place.
-//
-// Grid (Dv / WARP_SIZE, Hv, segments), GDN_THREADS threads: a block owns WARP_SIZE columns
-// of one head's state for one segment, loads them into registers once, runs the segment's
-// tokens through gdn_step (cuda/gdn_common.cuh) and stores them once, so state traffic is
-// the floor: Dk * Dv * 4 bytes read and written per head per segment. A column's
-// arithmetic depends only on its own data: batch-invariant.
-#include "gdn_common.cuh"
+// Gated DeltaNet recurrent step (decode path: AR rows, one-token prefill chunks): the kernel
+// of cuda/gdn_recurrent.cuh, launched plainly. Reference: luce/ref/gdn_recurrent.py.
+#include "gdn_recurrent.cuh"
 
 namespace {
 
 template <int DK>
-__global__ void __launch_bounds__(GDN_THREADS) gdn_recurrent_kernel(luce_gdn_recurrent_params p) {
-    constexpr int ROWS = DK / GDN_KGROUPS;
-    __shared__ GdnScratch scratch;
-    const int seg = blockIdx.z;
-    const int head = blockIdx.y;
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int kgroup = threadIdx.x / WARP_SIZE;
-    const int64_t col = (int64_t)blockIdx.x * WARP_SIZE + lane;
-    const int64_t slot = p.seq_slots[seg];
-    const int64_t r0 = p.qo_indptr[seg], r1 = p.qo_indptr[seg + 1];
-    if (slot < 0 || r1 <= r0) return;  // padding segment: nothing written
-    const int64_t H = p.n_heads, dv = p.dv;
-    if (slot >= p.n_slots) {           // bad slot: poison the outputs, leave every state alone
-        if (kgroup == 0)
-            for (int64_t t = r0; t < r1; ++t) p.out[(t * H + head) * dv + col] = __int_as_float(0x7fc00000);
-        return;
-    }
-    float *hp = p.state + ((slot * H + head) * DK + (int64_t)kgroup * ROWS) * dv + col;
-    float h[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) h[r] = hp[r * dv];
-
-    for (int64_t t = r0; t < r1; ++t) {
-        const int64_t th = t * H + head;
-        float k[ROWS], q[ROWS];
-        gdn_load_rows<ROWS>(p.k + th * DK + kgroup * ROWS, k);
-        gdn_load_rows<ROWS>(p.q + th * DK + kgroup * ROWS, q);
-        const float v = p.v[th * dv + col];
-        const float decay = expf(p.g[th]);
-        float u;
-        const float o = gdn_step<ROWS>(h, k, q, v, decay, p.beta[th], scratch, &u);
-        if (kgroup == 0) p.out[th * dv + col] = o;
-    }
-
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) hp[r * dv] = h[r];
-}
-
-template <int DK>
 int launch_gdn_recurrent(const luce_gdn_recurrent_params &p, cudaStream_t stream) {
     const dim3 grid((unsigned)(p.dv / WARP_SIZE), (unsigned)p.n_heads, (unsigned)p.n_segments);
-    gdn_recurrent_kernel<DK><<<grid, GDN_THREADS, 0, stream>>>(p);
+    gdn_recurrent_kernel<DK, false><<<grid, GDN_THREADS, 0, stream>>>(p, GdnNormEpilogue{});
     return luce_status(cudaGetLastError());
 }
 

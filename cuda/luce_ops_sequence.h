@@ -116,6 +116,55 @@ typedef struct {
 int luce_gdn_chunked(const luce_gdn_chunked_params *p, void *stream);
 /* ---- gdn end ---- */
 
+/* ---- gdn_decode ---- */
+/* The Gated DeltaNet decode chain of AR rows from the projections to the output norm, in two
+ * launches (cuda/gdn_decode.cu; reference: luce/ref/gdn_decode.py), bitwise the unfused ops:
+ * luce_conv1d (SiLU) on qkv [T, C] (C = 2 Hk Dk + Hv Dv, columns q | k | v) with weight
+ * conv_weight [C, K] and conv_state [n_slots, K-1, C] (in place); per key head luce_l2norm
+ * (l2_eps) of q and k, q then times q_scale (luce_binary mul), written to q, k [T, Hv, Dk]
+ * (value head j reads key head j % Hk); v [T, Hv, Dv]; beta = sigmoid(b), g = softplus(a +
+ * dt_bias) * ssm_a [T, Hv] (b, a [T, Hv]; dt_bias, ssm_a [Hv]; luce_unary / luce_binary);
+ * luce_gdn_recurrent on state [n_slots, Hv, Dk, Dv] (in place) into out [T, Hv, Dv]; then
+ * luce_gated_rmsnorm(out, z [T, Hv, Dv], norm_weight [Dv], rms_eps) into normed.
+ * q, k, v, g, beta, out, normed and arrivals [n_segments, Hv] int32 are the caller's
+ * buffers (q, k 16-byte aligned). Segments as luce_gdn_recurrent_params (every live segment
+ * an AR segment: its rows advance both states); padding segments (slot < 0) write nothing
+ * but their arrivals. Dk in {64, 128, 256}; Dv a multiple of 32; 2 <= K <= 8. */
+typedef struct {
+    const float *qkv;
+    const float *conv_weight;
+    float *conv_state;
+    const float *b;
+    const float *a;
+    const float *dt_bias;
+    const float *ssm_a;
+    const float *z;
+    const float *norm_weight;
+    float *state;
+    float *q;
+    float *k;
+    float *v;
+    float *g;
+    float *beta;
+    float *out;
+    float *normed;
+    int32_t *arrivals;
+    const int32_t *qo_indptr;
+    const int32_t *seq_slots;
+    int64_t n_slots;
+    int32_t n_segments;
+    int32_t n_k_heads;
+    int32_t n_v_heads;
+    int32_t dk;
+    int32_t dv;
+    int32_t kernel_size;
+    float q_scale;
+    float l2_eps;
+    float rms_eps;
+} luce_gdn_decode_params;
+int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream);
+/* ---- gdn_decode end ---- */
+
 /* ---- gdn_tree ---- */
 /* Gated DeltaNet over draft trees, exact factor capture (reference: luce/ref/gdn_tree.py,
  * DESIGN 3). Tree segment s owns rows qo_indptr[s]:qo_indptr[s+1] (n <= max_tree_rows <=

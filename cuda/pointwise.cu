@@ -8,7 +8,7 @@
 // - l2norm: x [rows, cols] -> x / sqrt(sum(x^2) + eps) per row, in double; one warp per
 //   row, lanes over strided columns, partial sums combined in a fixed butterfly order, so a
 //   row's result never depends on the other rows.
-#include "common.cuh"
+#include "pointwise.cuh"
 
 namespace {
 
@@ -31,15 +31,6 @@ __global__ void __launch_bounds__(kThreads) binary_kernel(luce_binary_params p, 
     p.out[i] = p.op == LUCE_PW_MUL ? __fmul_rn(a, b) : __fadd_rn(a, b);
 }
 
-__device__ __forceinline__ double unary_op(int op, double x) {
-    switch (op) {
-        case LUCE_PW_SILU: return x / (1.0 + exp(-x));
-        case LUCE_PW_SIGMOID: return 1.0 / (1.0 + exp(-x));
-        case LUCE_PW_SOFTPLUS: return fmax(x, 0.0) + log1p(exp(-fabs(x)));
-        default: return exp(x);
-    }
-}
-
 __global__ void __launch_bounds__(kThreads) unary_kernel(luce_unary_params p) {
     const int64_t i = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (i >= p.n) return;
@@ -52,15 +43,10 @@ __global__ void __launch_bounds__(kThreads) l2norm_kernel(luce_l2norm_params p) 
     if (row >= p.rows) return;
     const float *x = p.x + row * p.cols;
     double sum = 0.0;
-    for (int64_t c = lane; c < p.cols; c += WARP_SIZE) {
-        const double v = x[c];
-        sum += v * v;
-    }
-#pragma unroll
-    for (int m = WARP_SIZE / 2; m > 0; m >>= 1) sum += warp_shfl_xor(sum, m);
-    const double inv = 1.0 / sqrt(sum + (double)p.eps);
+    for (int64_t c = lane; c < p.cols; c += WARP_SIZE) sum = l2norm_accumulate(sum, x[c]);
+    const double inv = l2norm_inverse(sum, p.eps);
     float *out = p.out + row * p.cols;
-    for (int64_t c = lane; c < p.cols; c += WARP_SIZE) out[c] = (float)((double)x[c] * inv);
+    for (int64_t c = lane; c < p.cols; c += WARP_SIZE) out[c] = l2norm_apply(x[c], inv);
 }
 
 unsigned blocks_for(int64_t n, int64_t per_block) { return (unsigned)((n + per_block - 1) / per_block); }

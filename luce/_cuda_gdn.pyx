@@ -1,6 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Launch layer for the Gated DeltaNet kernels (cuda/gdn_recurrent.cu, cuda/gdn_chunked.cu;
-ABI in cuda/luce_ops.h).
+"""Launch layer for the Gated DeltaNet kernels (cuda/gdn_recurrent.cu, cuda/gdn_chunked.cu, the
+fused decode chain cuda/gdn_decode.cu; ABI in cuda/luce_ops.h).
 
 Wrappers take raw device addresses (uintptr_t) and sizes, fill the params struct, call the
 entry point with the GIL released and raise luce._cuda.KernelError on a non-zero status.
@@ -45,23 +45,57 @@ cdef extern from "luce_ops.h":
         int32_t n_heads
         int32_t dk
         int32_t dv
+    ctypedef struct luce_gdn_decode_params:
+        const float *qkv
+        const float *conv_weight
+        float *conv_state
+        const float *b
+        const float *a
+        const float *dt_bias
+        const float *ssm_a
+        const float *z
+        const float *norm_weight
+        float *state
+        float *q
+        float *k
+        float *v
+        float *g
+        float *beta
+        float *out
+        float *normed
+        int32_t *arrivals
+        const int32_t *qo_indptr
+        const int32_t *seq_slots
+        int64_t n_slots
+        int32_t n_segments
+        int32_t n_k_heads
+        int32_t n_v_heads
+        int32_t dk
+        int32_t dv
+        int32_t kernel_size
+        float q_scale
+        float l2_eps
+        float rms_eps
 
 
 ctypedef int (*gdn_recurrent_fn)(const luce_gdn_recurrent_params *, void *) noexcept nogil
 ctypedef int (*gdn_chunked_fn)(const luce_gdn_chunked_params *, void *) noexcept nogil
+ctypedef int (*gdn_decode_fn)(const luce_gdn_decode_params *, void *) noexcept nogil
 
 CHUNK = LUCE_GDN_CHUNK  # chunked prefill cuts segments at multiples of this absolute position
 
 cdef gdn_recurrent_fn _gdn_recurrent = NULL
 cdef gdn_chunked_fn _gdn_chunked = NULL
+cdef gdn_decode_fn _gdn_decode = NULL
 
 
 def load(str path):
     """Resolve the GDN entry points in the kernel library at `path`."""
-    global _gdn_recurrent, _gdn_chunked
+    global _gdn_recurrent, _gdn_chunked, _gdn_decode
     cdef void *lib = _open_library(path)
     _gdn_recurrent = <gdn_recurrent_fn>_symbol(lib, path, "luce_gdn_recurrent")
     _gdn_chunked = <gdn_chunked_fn>_symbol(lib, path, "luce_gdn_chunked")
+    _gdn_decode = <gdn_decode_fn>_symbol(lib, path, "luce_gdn_decode")
 
 
 def gdn_recurrent(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta,
@@ -121,3 +155,52 @@ def gdn_chunked(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t be
     with nogil:
         status = _gdn_chunked(&p, <void *>stream)
     raise_for_status(status, "luce_gdn_chunked")
+
+
+def gdn_decode(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state, uintptr_t b, uintptr_t a,
+               uintptr_t dt_bias, uintptr_t ssm_a, uintptr_t z, uintptr_t norm_weight, uintptr_t state,
+               uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta, uintptr_t out,
+               uintptr_t normed, uintptr_t arrivals, uintptr_t qo_indptr, uintptr_t seq_slots, int64_t n_slots,
+               int32_t n_segments, int32_t n_k_heads, int32_t n_v_heads, int32_t dk, int32_t dv,
+               int32_t kernel_size, float q_scale, float l2_eps, float rms_eps, uintptr_t stream=0):
+    """The GDN decode chain of AR segments in two launches (luce_gdn_decode_params): qkv [T, C],
+    conv_weight [C, K], conv_state [n_slots, K-1, C], b, a [T, Hv], dt_bias, ssm_a [Hv], z
+    [T, Hv, Dv], norm_weight [Dv], state [n_slots, Hv, Dk, Dv] (both states in place); the
+    caller's buffers q, k [T, Hv, Dk], v, out [T, Hv, Dv], g, beta [T, Hv], arrivals int32
+    [n_segments, Hv]; result normed [T, Hv, Dv]."""
+    _require_loaded(<void *>_gdn_decode)
+    cdef luce_gdn_decode_params p
+    p.qkv = <const float *>qkv
+    p.conv_weight = <const float *>conv_weight
+    p.conv_state = <float *>conv_state
+    p.b = <const float *>b
+    p.a = <const float *>a
+    p.dt_bias = <const float *>dt_bias
+    p.ssm_a = <const float *>ssm_a
+    p.z = <const float *>z
+    p.norm_weight = <const float *>norm_weight
+    p.state = <float *>state
+    p.q = <float *>q
+    p.k = <float *>k
+    p.v = <float *>v
+    p.g = <float *>g
+    p.beta = <float *>beta
+    p.out = <float *>out
+    p.normed = <float *>normed
+    p.arrivals = <int32_t *>arrivals
+    p.qo_indptr = <const int32_t *>qo_indptr
+    p.seq_slots = <const int32_t *>seq_slots
+    p.n_slots = n_slots
+    p.n_segments = n_segments
+    p.n_k_heads = n_k_heads
+    p.n_v_heads = n_v_heads
+    p.dk = dk
+    p.dv = dv
+    p.kernel_size = kernel_size
+    p.q_scale = q_scale
+    p.l2_eps = l2_eps
+    p.rms_eps = rms_eps
+    cdef int status
+    with nogil:
+        status = _gdn_decode(&p, <void *>stream)
+    raise_for_status(status, "luce_gdn_decode")

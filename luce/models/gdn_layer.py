@@ -10,10 +10,12 @@ For rows x [T, hidden] (already RMS-normed):
                  GGUF's tiled value heads), delta rule with the slot's state
     out = ssm_out (gated_rmsnorm(o, z, ssm_norm) reshaped [T, Hv Dv])   [T, hidden]
 
-One launch per op per layer over every segment of the step (luce.ops.api conv1d_step,
-gdn_step): prefill chunks are cut at absolute multiples of GDN_CHUNK (chunked form, one-token
-chunks the recurrent step), AR rows take the recurrent step, both advancing their slot's
-state in place; tree segments (speculative verify) run that same step along the tree
+The chain from the projections to the output norm is one backend op, luce.ops.api
+conv_gdn_norm (the composition of conv1d_step, gdn_step and the pointwise ops, one launch per
+op per layer over every segment of the step; CUDA runs a step of AR rows in two launches,
+bitwise the same): prefill chunks are cut at absolute multiples of GDN_CHUNK (chunked form,
+one-token chunks the recurrent step), AR rows take the recurrent step, both advancing their
+slot's state in place; tree segments (speculative verify) run that same step along the tree
 without advancing the slot's state and leave what the commit needs (a TreeStage of the
 step's tree block) in `staged` (luce.models.commit promotes the accepted path).
 """
@@ -84,26 +86,6 @@ class GDNDims:
         return (self.n_v_heads, self.head_dim, self.head_dim)
 
 
-def tiled_head_rows(n_rows: int, n_k_heads: int, n_v_heads: int) -> np.ndarray:
-    """Row ids [n_rows * n_v_heads] into x [n_rows * n_k_heads, D] that repeat key heads to
-    value heads in tiled order: value head j of row t reads key head j % n_k_heads."""
-    t = np.arange(n_rows)[:, None] * n_k_heads
-    return (t + np.arange(n_v_heads)[None, :] % n_k_heads).reshape(-1)
-
-
-def qkv_heads(b, mixed, n: int, d: GDNDims):
-    """Conv output [n, C] -> q, k [n, Hv, Dk] (L2-normed, q / sqrt(Dk), key heads tiled to
-    value heads) and v [n, Hv, Dv]."""
-    q_scale = b.asarray(np.full(1, 1.0 / np.sqrt(d.head_dim), dtype=np.float32))
-    q, k, v = b.split(mixed, [d.key_dim, d.key_dim, d.value_dim])
-    q = b.mul(b.l2norm(q.reshape(n, d.n_k_heads, d.head_dim), L2NORM_EPS), q_scale)
-    k = b.l2norm(k.reshape(n, d.n_k_heads, d.head_dim), L2NORM_EPS)
-    repeat = tiled_head_rows(n, d.n_k_heads, d.n_v_heads)
-    q = b.take_rows(q.reshape(n * d.n_k_heads, d.head_dim), repeat).reshape(n, d.n_v_heads, d.head_dim)
-    k = b.take_rows(k.reshape(n * d.n_k_heads, d.head_dim), repeat).reshape(n, d.n_v_heads, d.head_dim)
-    return q, k, v.reshape(n, d.n_v_heads, d.head_dim)
-
-
 def gdn_projections(w: GDNWeights) -> list:
     """The weights gdn_mixer's input goes through, in its order: qkv, gate (z), beta, alpha."""
     return [w.qkv, w.gate, w.beta, w.alpha]
@@ -121,14 +103,9 @@ def gdn_mixer(backend, w: GDNWeights, projections, batch, recurrent, il: int, di
     b, d = backend, dims
     qkv, z, beta, alpha = projections   # [T, C], [T, Hv*Dv], [T, Hv] x 2
     T = qkv.shape[0]
-    z = z.reshape(T, d.n_v_heads, d.head_dim)
-    beta = b.sigmoid(beta)
-    g = b.mul(b.softplus(b.add(alpha, w.dt_bias)), w.ssm_a)
     conv_pool, gdn_pool = recurrent.pools(il)
-    mixed = b.conv1d_step(qkv, w.conv, conv_pool, batch)
-    q, k, v = qkv_heads(b, mixed, T, d)
-    o, tree_part = b.gdn_step(q, k, v, g, beta, gdn_pool, batch, tree_mode)
+    normed, tree_part = b.conv_gdn_norm(qkv, z, beta, alpha, w.conv, w.dt_bias, w.ssm_a, w.norm, conv_pool, gdn_pool,
+                                        batch, d.n_k_heads, L2NORM_EPS, rms_eps, tree_mode)
     if tree_part is not None and staged is not None:
         staged[il] = TreeStage(conv_inputs=b.stage_tree_rows(qkv, batch, conv_pool), mode=tree_mode, **tree_part)
-    normed = b.gated_rmsnorm(o, z, w.norm, rms_eps)
     return b.matmul(normed.reshape(T, d.value_dim), w.out, prefill_spans=batch.prefill_spans)

@@ -129,7 +129,7 @@ class Backend(Protocol):
     def swiglu(self, gate: Array, up: Array) -> Array:
         """gate, up [T, F] -> silu(gate) * up [T, F]."""
 
-    # ---- fused (FusedOps below composes them; references: luce/ref/norm_quant.py, rope_kv.py) -
+    # ---- fused (FusedOps below composes them; references: luce/ref/norm_quant.py, rope_kv.py, gdn_decode.py)
     def add_rmsnorm_matmuls(self, x: Array, residual: Array | None, weight: Array, eps: float,
                             weights: Sequence[Weight], biases: Sequence[Array | None] | None = None,
                             prefill_spans: Sequence[tuple[int, int]] = ()) -> tuple[Array, list[Array]]:
@@ -151,6 +151,17 @@ class Backend(Protocol):
         or [qkv]; D, Hkv from kv). Per head RMSNorm of q and k (q_norm / k_norm [D], eps; none
         where None), then rope(batch.positions, rope_dim, theta, sections) of both; k and v
         go to the rows' KV locations (kv_write) -> q [T, n_head, D]. Bitwise the composition."""
+
+    def conv_gdn_norm(self, qkv: Array, z: Array, b: Array, a: Array, conv: Array, dt_bias: Array, ssm_a: Array,
+                      norm: Array, conv_pool: Array, gdn_pool: Array, batch, n_k_heads: int, l2_eps: float,
+                      rms_eps: float, tree_mode: str = "factor") -> tuple[Array, dict | None]:
+        """A Gated DeltaNet layer's chain from its projections to the output norm (luce/ref/
+        gdn_decode.py): qkv [T, C] (C = 2 Hk Dk + Hv Dv), z [T, Hv*Dv], b, a [T, Hv], conv [C, K],
+        dt_bias, ssm_a [Hv], norm [Dv], conv_pool [slots, K-1, C], gdn_pool [slots, Hv, Dk, Dv],
+        n_k_heads = Hk -> (gated_rmsnorm(o, z, norm, rms_eps) [T, Hv, Dv], gdn_step's tree part)
+        with beta = sigmoid(b), g = softplus(a + dt_bias) * ssm_a, conv1d_step of qkv, q and k
+        l2norm'ed (l2_eps; q times gdn_q_scale) and tiled to the value heads (gdn_qkv_heads), o
+        from gdn_step(tree_mode). Bitwise the composition (CUDA: steps of AR rows in two launches)."""
 
     def merge_weights(self, weights: Sequence[Weight]) -> Weight | None:
         """One Weight [sum N_i, K] with the rows of each in turn, or None where the backend
@@ -298,5 +309,41 @@ class FusedOps:
         self.kv_write(kv, batch, k, v)
         return q
 
+    def conv_gdn_norm(self, qkv, z, b, a, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
+                      l2_eps: float, rms_eps: float, tree_mode: str = "factor"):
+        T = qkv.shape[0]
+        _, Hv, dk, dv = gdn_pool.shape
+        beta = self.sigmoid(b)
+        g = self.mul(self.softplus(self.add(a, dt_bias)), ssm_a)
+        mixed = self.conv1d_step(qkv, conv, conv_pool, batch)
+        q, k, v = gdn_qkv_heads(self, mixed, T, n_k_heads, Hv, dk, dv, l2_eps)
+        o, tree_part = self.gdn_step(q, k, v, g, beta, gdn_pool, batch, tree_mode)
+        return self.gated_rmsnorm(o, z.reshape(T, Hv, dv), norm, rms_eps), tree_part
+
     def merge_weights(self, weights):
         return None
+
+
+def gdn_q_scale(dk: int) -> float:
+    """The f32 factor 1 / sqrt(Dk) a GDN layer's q takes after its L2 norm."""
+    return float(np.float32(1.0 / np.sqrt(dk)))
+
+
+def tiled_head_rows(n_rows: int, n_k_heads: int, n_v_heads: int) -> np.ndarray:
+    """Row ids [n_rows * n_v_heads] into x [n_rows * n_k_heads, D] that repeat key heads to
+    value heads in tiled order: value head j of row t reads key head j % n_k_heads."""
+    t = np.arange(n_rows)[:, None] * n_k_heads
+    return (t + np.arange(n_v_heads)[None, :] % n_k_heads).reshape(-1)
+
+
+def gdn_qkv_heads(b, mixed, n: int, n_k_heads: int, n_v_heads: int, dk: int, dv: int, l2_eps: float):
+    """Conv output [n, C] on backend b -> q, k [n, Hv, Dk] (L2-normed, q times gdn_q_scale(Dk),
+    key heads tiled to value heads, tiled_head_rows) and v [n, Hv, Dv]."""
+    q_scale = b.asarray(np.full(1, gdn_q_scale(dk), dtype=np.float32))
+    q, k, v = b.split(mixed, [n_k_heads * dk, n_k_heads * dk, n_v_heads * dv])
+    q = b.mul(b.l2norm(q.reshape(n, n_k_heads, dk), l2_eps), q_scale)
+    k = b.l2norm(k.reshape(n, n_k_heads, dk), l2_eps)
+    repeat = tiled_head_rows(n, n_k_heads, n_v_heads)
+    q = b.take_rows(q.reshape(n * n_k_heads, dk), repeat).reshape(n, n_v_heads, dk)
+    k = b.take_rows(k.reshape(n * n_k_heads, dk), repeat).reshape(n, n_v_heads, dk)
+    return q, k, v.reshape(n, n_v_heads, dv)

@@ -231,3 +231,21 @@ def test_replayed_step_launches_are_counted(models, name):
     nodes = counters["nodes"]
     assert nodes["launches"] == nodes["kernels"] + nodes["memsets"] + nodes["memcpys"]
     assert nodes["kernels"] >= 3 * model.config.n_layer, nodes
+
+
+def test_fused_gdn_chain_tokens_and_launches(models, monkeypatch):
+    """A decode step's GDN chain in 2 launches (conv_gdn_norm, cuda/gdn_decode.cu) instead of the
+    composition's 15 (4 gates, conv1d, 3 split copies, 2 l2norms and the q scale, 2 head
+    gathers, the recurrent step, the gated norm): 13 launches fewer per GDN layer, the same
+    tokens."""
+    from luce.benchmark.decode_bench import run_ar
+    from luce.ops.api import FusedOps
+    from luce.ops.cuda_fused_ops import CudaFusedOps
+
+    model = models["q35"]
+    prompts = [PROMPTS[0], PROMPTS[3], PROMPTS[4]]
+    fused_tokens, _, fused = run_ar(model, prompts, 6)
+    monkeypatch.setattr(CudaFusedOps, "conv_gdn_norm", FusedOps.conv_gdn_norm)
+    unfused_tokens, _, unfused = run_ar(model, prompts, 6)
+    assert fused_tokens == unfused_tokens
+    assert unfused["nodes"]["launches"] - fused["nodes"]["launches"] == 13 * len(model.config.gdn_layers)

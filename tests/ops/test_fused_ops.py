@@ -45,3 +45,30 @@ def test_swiglu_matmul_fused_layout_is_gate_then_up():
 
 def test_host_backends_keep_weights_apart():
     assert NP.merge_weights([randn(3, 8), randn(3, 8)]) is None
+
+
+def test_conv_gdn_norm_composes_the_gdn_chain_per_slot():
+    """AR rows on slots 2 and 0 (and a padding row): each row's output and both states are
+    luce/ref/gdn_decode.py on its slot; the slot no row names keeps its states."""
+    from luce.models import SegmentSpec, build_batch
+    from luce.ref.gdn_decode import gdn_decode
+
+    Hk, Hv, dk, dv, K = 2, 4, 8, 8, 4
+    C = 2 * Hk * dk + Hv * dv
+    batch = build_batch([SegmentSpec(2, [5], 9, [0]), SegmentSpec(-1, [0], 0, []), SegmentSpec(0, [6], 3, [1])])
+    qkv, z = randn(3, C, seed=1), randn(3, Hv * dv, seed=2)
+    b, a = randn(3, Hv, seed=3), randn(3, Hv, seed=4)
+    conv, dt_bias, ssm_a, norm = randn(C, K, seed=5), randn(Hv, seed=6), -np.abs(randn(Hv, seed=7)), randn(dv, seed=8)
+    conv_pool, gdn_pool = randn(3, K - 1, C, seed=9), randn(3, Hv, dk, dv, seed=10) * np.float32(0.1)
+    conv_before, gdn_before = conv_pool.copy(), gdn_pool.copy()
+    normed, tree_part = NP.conv_gdn_norm(qkv, z, b, a, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, Hk,
+                                         1e-6, 1e-6)
+    assert tree_part is None and normed.shape == (3, Hv, dv)
+    for row, slot in ((0, 2), (2, 0)):
+        r = slice(row, row + 1)
+        want, want_conv, want_state = gdn_decode(qkv[r], z[r], b[r], a[r], conv, dt_bias, ssm_a, norm,
+                                                 conv_before[slot], gdn_before[slot], Hk, 1e-6, 1e-6)
+        assert np.array_equal(normed[row], want[0])
+        assert np.array_equal(conv_pool[slot], want_conv)
+        assert np.array_equal(gdn_pool[slot], want_state)
+    assert np.array_equal(conv_pool[1], conv_before[1]) and np.array_equal(gdn_pool[1], gdn_before[1])

@@ -1,0 +1,180 @@
+// The Gated DeltaNet decode chain of AR rows in two launches (reference: luce/ref/gdn_decode.py,
+// the composition of the unfused ops; params and shapes: luce_gdn_decode_params in
+// cuda/luce_ops_sequence.h). Every value is computed by the device functions of the unfused
+// kernels, in their order, so the results are bitwise theirs:
+//   1. prepare: causal conv1d step (conv1d.cuh) + SiLU of every channel, advancing the slot's
+//      conv state in place; per key head L2 norm of q and k (pointwise.cuh; q then times
+//      q_scale), written to the value heads that read them (value head j reads key head
+//      j % Hk); v; beta = sigmoid(b) and g = softplus(a + dt_bias) * ssm_a; the arrival
+//      counters of launch 2 zeroed.
+//   2. the recurrent step (gdn_recurrent.cuh) with the gated RMSNorm epilogue.
+// Launch 1 grid (roles, segments): blocks [0, qk) hold one q or k head a warp (lanes over the
+// head's channels lane, lane + WARP_SIZE, ..., the l2norm kernel's order), blocks [qk, qk + vb)
+// one v channel a thread, the rest one value head's gates a thread. A channel's conv state
+// is read and written by its one thread: in place is safe.
+#include "conv1d.cuh"
+#include "gdn_recurrent.cuh"
+#include "pointwise.cuh"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / WARP_SIZE;
+constexpr int kMaxLaneChannels = 256 / WARP_SIZE;  // Dk <= 256
+
+struct Layout {
+    int64_t C, key_dim, qk_blocks, v_blocks;
+};
+
+__host__ __device__ inline Layout layout_of(const luce_gdn_decode_params &p) {
+    const int64_t key_dim = (int64_t)p.n_k_heads * p.dk, value_dim = (int64_t)p.n_v_heads * p.dv;
+    return {2 * key_dim + value_dim, key_dim, (2 * p.n_k_heads + kWarps - 1) / kWarps,
+            (value_dim + kThreads - 1) / kThreads};
+}
+
+// SiLU(conv) of channel c at token t of the segment whose first row is r0; state_c is the
+// channel's window column in the slot's state [K-1, C].
+template <int K>
+__device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, const float *state_c,
+                                              int64_t C, int64_t c, int64_t r0, int64_t t) {
+    float w[K], window[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+        w[j] = p.conv_weight[c * K + j];
+        const int64_t i = t + j;   // window row i: rows 0..K-2 the carried state, K-1+t token t
+        window[j] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * C + c];
+    }
+    return silu_f32(conv1d_dot<K>(w, window));
+}
+
+// The window after the segment's n >= 1 rows: rows n .. n+K-2, in increasing order (row j
+// reads row n + j > j, not yet rewritten).
+template <int K>
+__device__ __forceinline__ void conv_state_advance(const luce_gdn_decode_params &p, float *state_c, int64_t C,
+                                                   int64_t c, int64_t r0, int64_t n) {
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) {
+        const int64_t i = n + j;
+        state_c[j * C] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * C + c];
+    }
+}
+
+template <int K>
+__global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_decode_params p) {
+    const Layout L = layout_of(p);
+    const int64_t seg = blockIdx.y, Hk = p.n_k_heads, Hv = p.n_v_heads, dk = p.dk, dv = p.dv;
+    const int64_t slot = p.seq_slots[seg];
+    const int64_t r0 = p.qo_indptr[seg], n = p.qo_indptr[seg + 1] - r0;
+    const int64_t bx = blockIdx.x;
+    if (bx >= L.qk_blocks + L.v_blocks) {   // gates of value head h
+        const int64_t h = (bx - L.qk_blocks - L.v_blocks) * kThreads + threadIdx.x;
+        if (h >= Hv) return;
+        p.arrivals[seg * Hv + h] = 0;
+        if (slot < 0) return;
+        for (int64_t t = r0; t < r0 + n; ++t) {
+            const int64_t th = t * Hv + h;
+            p.beta[th] = (float)unary_op(LUCE_PW_SIGMOID, (double)p.b[th]);
+            const float sp = (float)unary_op(LUCE_PW_SOFTPLUS, (double)__fadd_rn(p.a[th], p.dt_bias[h]));
+            p.g[th] = __fmul_rn(sp, p.ssm_a[h]);
+        }
+        return;
+    }
+    if (slot < 0 || n <= 0) return;
+    const int64_t C = L.C;
+    float *state = p.conv_state + slot * (K - 1) * C;
+    if (bx >= L.qk_blocks) {                // one v channel
+        const int64_t c = 2 * L.key_dim + (bx - L.qk_blocks) * kThreads + threadIdx.x;
+        if (c >= C) return;
+        for (int64_t t = 0; t < n; ++t)
+            p.v[(r0 + t) * (Hv * dv) + c - 2 * L.key_dim] = conv_silu_at<K>(p, state + c, C, c, r0, t);
+        conv_state_advance<K>(p, state + c, C, c, r0, n);
+        return;
+    }
+    const int64_t u = bx * kWarps + threadIdx.x / WARP_SIZE;   // q head u, or k head u - Hk
+    if (u >= 2 * Hk) return;                                   // the whole warp
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int per_lane = (int)(dk / WARP_SIZE);
+    const bool is_q = u < Hk;
+    const int64_t key_head = is_q ? u : u - Hk;
+    float *dst = is_q ? p.q : p.k;
+    for (int64_t t = 0; t < n; ++t) {
+        float y[kMaxLaneChannels];
+        double sum = 0.0;
+#pragma unroll
+        for (int i = 0; i < kMaxLaneChannels; ++i) {
+            if (i >= per_lane) break;
+            const int64_t c = u * dk + lane + i * WARP_SIZE;
+            y[i] = conv_silu_at<K>(p, state + c, C, c, r0, t);
+            sum = l2norm_accumulate(sum, y[i]);
+        }
+        const double inv = l2norm_inverse(sum, p.l2_eps);
+#pragma unroll
+        for (int i = 0; i < kMaxLaneChannels; ++i) {
+            if (i >= per_lane) break;
+            y[i] = l2norm_apply(y[i], inv);
+            if (is_q) y[i] = __fmul_rn(y[i], p.q_scale);
+        }
+        for (int64_t j = key_head; j < Hv; j += Hk) {          // the value heads reading this key head
+            float *row = dst + ((r0 + t) * Hv + j) * dk;
+#pragma unroll
+            for (int i = 0; i < kMaxLaneChannels; ++i) {
+                if (i >= per_lane) break;
+                row[lane + i * WARP_SIZE] = y[i];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxLaneChannels; ++i) {
+        if (i >= per_lane) break;
+        const int64_t c = u * dk + lane + i * WARP_SIZE;
+        conv_state_advance<K>(p, state + c, C, c, r0, n);
+    }
+}
+
+template <int K>
+cudaError_t launch_prepare(const luce_gdn_decode_params &p, dim3 grid, cudaStream_t stream) {
+    gdn_decode_prepare_kernel<K><<<grid, kThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+}
+
+template <int DK>
+cudaError_t launch_recurrent_norm(const luce_gdn_decode_params &p, cudaStream_t stream) {
+    const luce_gdn_recurrent_params r = {p.q, p.k, p.v, p.g, p.beta, p.state, p.out, p.qo_indptr, p.seq_slots,
+                                         p.n_slots, p.n_segments, p.n_v_heads, p.dk, p.dv};
+    const GdnNormEpilogue e = {p.z, p.norm_weight, p.normed, p.arrivals, p.rms_eps};
+    const dim3 grid((unsigned)(p.dv / WARP_SIZE), (unsigned)p.n_v_heads, (unsigned)p.n_segments);
+    gdn_recurrent_kernel<DK, true><<<grid, GDN_THREADS, 0, stream>>>(r, e);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+extern "C" int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream) {
+    if (p->n_segments == 0) return 0;
+    if (gdn_bad_sizes(p->n_segments, p->n_v_heads, p->dk, p->dv) || p->n_slots < 0 || p->n_k_heads <= 0 ||
+        p->dk % WARP_SIZE != 0 || p->kernel_size < 2 || p->kernel_size > 8 ||
+        ((uintptr_t)p->q | (uintptr_t)p->k) % 16 != 0)  // rows of q, k move as float4
+        return (int)cudaErrorInvalidValue;
+    const Layout L = layout_of(*p);
+    const int64_t blocks = L.qk_blocks + L.v_blocks + (p->n_v_heads + kThreads - 1) / kThreads;
+    if (blocks > 0x7fffffff) return (int)cudaErrorInvalidValue;
+    const dim3 grid((unsigned)blocks, (unsigned)p->n_segments);
+    const cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t err;
+    switch (p->kernel_size) {
+        case 2: err = launch_prepare<2>(*p, grid, s); break;
+        case 3: err = launch_prepare<3>(*p, grid, s); break;
+        case 4: err = launch_prepare<4>(*p, grid, s); break;
+        case 5: err = launch_prepare<5>(*p, grid, s); break;
+        case 6: err = launch_prepare<6>(*p, grid, s); break;
+        case 7: err = launch_prepare<7>(*p, grid, s); break;
+        default: err = launch_prepare<8>(*p, grid, s); break;
+    }
+    if (err != cudaSuccess) return luce_status(err);
+    switch (p->dk) {
+        case 64: err = launch_recurrent_norm<64>(*p, s); break;
+        case 128: err = launch_recurrent_norm<128>(*p, s); break;
+        default: err = launch_recurrent_norm<256>(*p, s); break;
+    }
+    return luce_status(err);
+}

@@ -1,0 +1,56 @@
+"""Benchmark cases for the fused GDN decode chain (cuda/gdn_decode.cu, two launches) at the
+Qwen3.6-27B GDN shape: 16 key / 48 value heads of 128, conv 4 taps over 10240 channels, one
+AR row per segment, each segment its own slot (the unfused chain is conv1d + 12 pointwise
+and gather launches + gdn_recurrent + gated_rmsnorm: compare with bench_conv1d and
+bench_gdn_recurrent). BENCH_CASES entries return (launch_fn, bytes_moved, flops); both states
+evolve in place across replays (g < 0 keeps the recurrent state bounded). bytes_moved is the
+floor: each segment's conv and recurrent state read and written once, its projections read,
+the output written."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+HK, HV, DK, DV, TAPS = 16, 48, 128, 128, 4
+CHANNELS = 2 * HK * DK + HV * DV
+
+
+def gdn_decode_case(n_segments: int):
+    from luce import _cuda_gdn as kg
+    from luce.ops.api import gdn_q_scale
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+    from tests.kernels.bench_attention import random_device_buffer
+
+    load_kernels()
+    T, rng = n_segments, np.random.default_rng(0)
+    up = DeviceBuffer.from_numpy
+    b = {"qkv": random_device_buffer(T * CHANNELS, 1), "conv": random_device_buffer(CHANNELS * TAPS, 2, scale=0.3),
+         "conv_state": random_device_buffer(n_segments * (TAPS - 1) * CHANNELS, 3),
+         "b": random_device_buffer(T * HV, 4), "a": random_device_buffer(T * HV, 5),
+         "dt_bias": random_device_buffer(HV, 6), "ssm_a": up(-np.exp(rng.standard_normal(HV)).astype(np.float32)),
+         "z": random_device_buffer(T * HV * DV, 7), "norm": random_device_buffer(DV, 8),
+         "state": random_device_buffer(n_segments * HV * DK * DV, 9, scale=0.1),
+         "q": DeviceBuffer(T * HV * DK * 4), "k": DeviceBuffer(T * HV * DK * 4), "v": DeviceBuffer(T * HV * DV * 4),
+         "g": DeviceBuffer(T * HV * 4), "beta": DeviceBuffer(T * HV * 4), "out": DeviceBuffer(T * HV * DV * 4),
+         "normed": DeviceBuffer(T * HV * DV * 4), "arrivals": DeviceBuffer(n_segments * HV * 4),
+         "qo": up(np.arange(n_segments + 1, dtype=np.int32)),
+         "slots": up(rng.permutation(n_segments).astype(np.int32))}
+    scale = gdn_q_scale(DK)
+
+    def launch(stream: int = 0, b=b):
+        kg.gdn_decode(*(b[n].ptr for n in ("qkv", "conv", "conv_state", "b", "a", "dt_bias", "ssm_a", "z", "norm",
+                                           "state", "q", "k", "v", "g", "beta", "out", "normed", "arrivals", "qo",
+                                           "slots")),
+                      n_segments, n_segments, HK, HV, DK, DV, TAPS, scale, 1e-6, 1e-6, stream)
+
+    state_bytes = n_segments * (HV * DK * DV + (TAPS - 1) * CHANNELS) * 4 * 2
+    io_bytes = T * (CHANNELS + 2 * HV + 2 * HV * DV) * 4 + CHANNELS * TAPS * 4
+    flops = T * (HV * DK * DV * 8 + CHANNELS * TAPS * 2)
+    return launch, state_bytes + io_bytes, flops
+
+
+BENCH_CASES = [functools.partial(gdn_decode_case, n) for n in (1, 8, 32, 64)]
+for _c in BENCH_CASES:
+    _c.__name__ = f"gdn_decode_{_c.args[0]}x{HK}x{HV}x{DK}"

@@ -1,0 +1,150 @@
+"""The GDN decode chain of AR rows in two launches (cuda/gdn_decode.cu, through the CUDA
+backend's conv_gdn_norm, luce/ops/cuda_fused_ops.py): bitwise the unfused ops
+(luce.ops.api.FusedOps on the same device) in the output, the conv state and the recurrent
+state, step after step, for AR rows on scattered slots beside padding; close to
+luce/ref/gdn_decode.py; a row's bits do not depend on the rows beside it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luce.ops.api import FusedOps
+from luce.ref.gdn_decode import gdn_decode as ref_gdn_decode
+
+# (Hk, Hv, Dk, Dv, K): a small shape, the Qwen3.6-27B GDN shape, Dk 256 and Dv 96 (3 column blocks a head)
+SHAPES = [(2, 6, 64, 64, 4), (16, 48, 128, 128, 4), (2, 4, 256, 96, 3)]
+SLOTS = {1: [3], 3: [5, 0, 2], 5: [1, 6, 4, 0, 7]}
+N_SLOTS = 8
+L2_EPS, RMS_EPS = 1e-6, 1e-6
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    from luce.ops import get_backend
+
+    return get_backend("cuda")
+
+
+def ar_batch(slots, step: int):
+    """One AR row per slot (positions 10 + step), a padding row between the first two."""
+    from luce.models import SegmentSpec, build_batch
+
+    specs = [SegmentSpec(s, [7], 10 + step, [i]) for i, s in enumerate(slots)]
+    return build_batch(specs[:1] + [SegmentSpec(-1, [0], 0, [])] + specs[1:])
+
+
+def layer_weights(rng, shape):
+    Hk, Hv, dk, dv, K = shape
+    C = 2 * Hk * dk + Hv * dv
+    return dict(conv=(rng.standard_normal((C, K)) * 0.5).astype(np.float32),
+                dt_bias=rng.standard_normal(Hv).astype(np.float32),
+                ssm_a=(-np.exp(rng.standard_normal(Hv) * 0.5)).astype(np.float32),
+                norm=(1.0 + 0.1 * rng.standard_normal(dv)).astype(np.float32))
+
+
+def step_inputs(rng, T, shape):
+    Hk, Hv, dk, dv, _ = shape
+    C = 2 * Hk * dk + Hv * dv
+    return dict(qkv=rng.standard_normal((T, C)).astype(np.float32),
+                z=rng.standard_normal((T, Hv * dv)).astype(np.float32),
+                b=rng.standard_normal((T, Hv)).astype(np.float32),
+                a=rng.standard_normal((T, Hv)).astype(np.float32))
+
+
+def initial_pools(rng, shape):
+    Hk, Hv, dk, dv, K = shape
+    C = 2 * Hk * dk + Hv * dv
+    return (rng.standard_normal((N_SLOTS, K - 1, C)).astype(np.float32),
+            (rng.standard_normal((N_SLOTS, Hv, dk, dv)) * 0.1).astype(np.float32))
+
+
+def run(cuda, fused: bool, x, w, pools, batch, Hk):
+    """conv_gdn_norm on device copies -> (normed [T, Hv, Dv], conv pool, gdn pool) host arrays."""
+    conv_pool, gdn_pool = (cuda.asarray(p) for p in pools)
+    dev = {k: cuda.asarray(v) for k, v in {**x, **w}.items()}
+    args = (dev["qkv"], dev["z"], dev["b"], dev["a"], dev["conv"], dev["dt_bias"], dev["ssm_a"], dev["norm"],
+            conv_pool, gdn_pool, batch, Hk, L2_EPS, RMS_EPS)
+    normed, tree_part = cuda.conv_gdn_norm(*args) if fused else FusedOps.conv_gdn_norm(cuda, *args)
+    assert tree_part is None
+    return cuda.to_numpy(normed), cuda.to_numpy(conv_pool), cuda.to_numpy(gdn_pool)
+
+
+def live_rows(batch):
+    """(rows [n], slots [n]) of the batch's AR rows."""
+    live = [s for s in range(batch.n_segments) if batch.seq_slots[s] >= 0]
+    return np.array([batch.qo_indptr[s] for s in live]), np.array([batch.seq_slots[s] for s in live])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("n_rows", sorted(SLOTS))
+def test_conv_gdn_norm_is_the_unfused_bits(cuda, shape, n_rows):
+    rng = np.random.default_rng(n_rows * 100 + shape[2])
+    w = layer_weights(rng, shape)
+    fused_pools = unfused_pools = initial_pools(rng, shape)
+    for step in range(3):
+        batch = ar_batch(SLOTS[n_rows], step)
+        x = step_inputs(rng, batch.n_rows, shape)
+        got = run(cuda, True, x, w, fused_pools, batch, shape[0])
+        want = run(cuda, False, x, w, unfused_pools, batch, shape[0])
+        rows, _ = live_rows(batch)
+        assert np.array_equal(got[0][rows], want[0][rows]), f"normed output differs at step {step}"
+        assert np.array_equal(got[1], want[1]), f"conv state differs at step {step}"
+        assert np.array_equal(got[2], want[2]), f"recurrent state differs at step {step}"
+        fused_pools, unfused_pools = got[1:], want[1:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", SHAPES[:1] + SHAPES[2:], ids=lambda s: "x".join(map(str, s)))
+def test_conv_gdn_norm_matches_the_reference(cuda, shape):
+    rng = np.random.default_rng(7)
+    w = layer_weights(rng, shape)
+    pools = initial_pools(rng, shape)
+    batch = ar_batch(SLOTS[3], 0)
+    x = step_inputs(rng, batch.n_rows, shape)
+    normed, conv_pool, gdn_pool = run(cuda, True, x, w, pools, batch, shape[0])
+    for row, slot in zip(*live_rows(batch)):
+        r = slice(row, row + 1)
+        want, want_conv, want_state = ref_gdn_decode(x["qkv"][r], x["z"][r], x["b"][r], x["a"][r], w["conv"],
+                                                     w["dt_bias"], w["ssm_a"], w["norm"], pools[0][slot],
+                                                     pools[1][slot], shape[0], L2_EPS, RMS_EPS)
+        np.testing.assert_allclose(normed[row], want[0], rtol=1e-3, atol=1e-4)
+        assert np.array_equal(conv_pool[slot], want_conv)
+        np.testing.assert_allclose(gdn_pool[slot], want_state, rtol=1e-3, atol=1e-4)
+    untouched = sorted(set(range(N_SLOTS)) - set(SLOTS[3]))
+    assert np.array_equal(conv_pool[untouched], pools[0][untouched])
+    assert np.array_equal(gdn_pool[untouched], pools[1][untouched])
+
+
+@pytest.mark.gpu
+def test_conv_gdn_norm_row_alone_is_the_row_beside_others(cuda):
+    shape = SHAPES[1]
+    rng = np.random.default_rng(11)
+    w = layer_weights(rng, shape)
+    pools = initial_pools(rng, shape)
+    together_batch = ar_batch(SLOTS[5], 0)
+    x = step_inputs(rng, together_batch.n_rows, shape)
+    together = run(cuda, True, x, w, pools, together_batch, shape[0])
+    row = live_rows(together_batch)[0][2]         # slot 4, the third AR row
+    alone_batch = ar_batch([4], 0)              # the row, then a padding row
+    alone_x = {k: np.concatenate([v[row:row + 1], np.zeros_like(v[:1])]) for k, v in x.items()}
+    alone = run(cuda, True, alone_x, w, pools, alone_batch, shape[0])
+    assert np.array_equal(alone[0][0], together[0][row])
+    assert np.array_equal(alone[1][4], together[1][4]) and np.array_equal(alone[2][4], together[2][4])
+
+
+@pytest.mark.gpu
+def test_conv_gdn_norm_step_with_prompt_rows_takes_the_composition(cuda):
+    """A prompt segment beside an AR row: the chunked form, not the AR kernels."""
+    from luce.models import SegmentSpec, build_batch
+
+    shape = SHAPES[0]
+    rng = np.random.default_rng(3)
+    w = layer_weights(rng, shape)
+    pools = initial_pools(rng, shape)
+    batch = build_batch([SegmentSpec(1, [1, 2, 3], 0, [0]), SegmentSpec(2, [4], 5, [1])])
+    x = step_inputs(rng, batch.n_rows, shape)
+    got = run(cuda, True, x, w, pools, batch, shape[0])
+    want = run(cuda, False, x, w, pools, batch, shape[0])
+    for a, b in zip(got, want):
+        assert np.array_equal(a, b)
