@@ -1,5 +1,6 @@
 // Tiled paged attention for prompt rows: rows 0..prompt_rows-1 of a luce_attention launch
-// (cuda/luce_ops.h; reference luce/ref/attention.py). It writes the partition kernel's
+// (cuda/luce_ops.h; reference luce/ref/attention.py, the shared f32 operation order
+// luce/ref/attention_prefill.py). It writes the partition kernel's
 // workspace entries (cuda/attention.cu: unnormalized partial_o, max score m, sum of
 // exponentials l per row, query head and partition of LUCE_ATTN_PARTITION absolute keys)
 // bitwise, and the one combine kernel merges them: a row's output is the same whichever

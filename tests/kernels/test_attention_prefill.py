@@ -112,3 +112,28 @@ def test_tree_row_under_prompt_rows_gets_nan(hq, hkv, d):
     parented = tp >= 0
     assert np.isnan(got[parented]).all()
     assert np.isfinite(run_kernel(q, pool, batch, 0.088, tree_parents=tp, raw=True)).all()
+
+
+def test_prompt_rows_are_the_leading_run_of_prefill_segments():
+    """The CUDA op sends the packer's leading prefill run (and nothing else) to the tiled kernel."""
+    from luce.ops.cuda_sequence_ops import prompt_rows
+
+    rng = np.random.default_rng(0)
+    pool = Pool(rng, 20, 1, 8)
+    assert prompt_rows(pack([pool.seq(0, 40, 5), pool.seq(1, 9, 1), pool.seq(2, 30, 1)])) == 5
+    assert prompt_rows(pack([pool.seq(0, 40, 5), pool.seq(-1, 0, 2), pool.seq(1, 30, 7)])) == 14
+    assert prompt_rows(pack([pool.seq(0, 9, 1), pool.seq(1, 30, 1)])) == 0
+    assert prompt_rows(object()) == 0  # a batch view without prefill_spans
+
+
+@pytest.mark.parametrize("n,d", [(1, 64), (255, 128), (257, 256), (700, 128)])
+def test_f32_order_model_matches_the_float64_reference(n, d):
+    """luce/ref/attention_prefill.py (the kernels' f32 order) against luce/ref/attention.py."""
+    from luce.ref.attention import attend_row
+    from luce.ref.attention_prefill import attend_row_f32
+
+    rng = np.random.default_rng(n + d)
+    q = rng.standard_normal((6, d)).astype(np.float32)
+    k, v = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(2))
+    want = attend_row(q, k[:, None, :].astype(np.float64), v[:, None, :].astype(np.float64), 1 / np.sqrt(d))
+    np.testing.assert_allclose(attend_row_f32(q, k, v, 1 / np.sqrt(d)), want, rtol=2e-5, atol=2e-6)
