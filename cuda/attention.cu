@@ -2,9 +2,11 @@
 // luce/models/batch.py. Reference: luce/ref/attention.py. Params: luce_attention_params in
 // cuda/luce_ops.h: q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D].
 //
-// Two launches:
-// 1. partition kernel, grid (n_rows, Hkv, n_parts): block (row, KV head, part) takes the
-//    row's keys [part * P, (part + 1) * P) (P = LUCE_ATTN_PARTITION, absolute KV indices)
+// Two launches (three with prompt rows):
+// 0. rows 0..prompt_rows-1: the tiled kernel (cuda/attention_prefill.cu), one block per tile
+//    of rows, KV head and partition, writing the partition kernel's workspace entries bitwise.
+// 1. partition kernel, grid (rows, Hkv, n_parts) over the other rows: block (row, KV head,
+//    part) takes the row's keys [part * P, (part + 1) * P) (P = LUCE_ATTN_PARTITION, absolute KV indices)
 //    for the Hq / Hkv query heads that share the KV head (each K/V row is read once), and
 //    writes an unnormalized partial output with its max score m and sum of exponentials l
 //    to the workspace: partial_o [n_rows, Hq, n_parts, D], partial_ml [n_rows, Hq, n_parts, 2].
@@ -18,72 +20,15 @@
 // above (partitions, reduction order) runs on logical indices; only the address of a
 // logical key past the prefix comes from a per-block table of its scratch KV row. So a tree
 // row reduces bitwise like the AR row it becomes once its path is committed.
-#include "common.cuh"
+#include "attention_common.cuh"
 
 namespace {
 
-constexpr int kPartition = LUCE_ATTN_PARTITION;
-constexpr int kThreads = 128;
-constexpr int kLanesPerKey = 8;   // lanes that share one key's dot products (score pass)
-constexpr int kMaxGroup = 16;     // query heads per KV head
-
-struct RowKeys {
-    int32_t keys;       // logical keys the row attends (0..keys-1); -1 on padding rows
-    int32_t page_base;  // index in kv_indices of the segment's first page
-    int32_t direct;     // logical keys 0..direct-1 are KV rows 0..direct-1 (all, but for tree rows)
-    int32_t tree_base;  // tree rows: KV index of segment row r is tree_base + r
-};
-
-__device__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t row) {
-    int lo = 0, hi = p.n_segments - 1;  // last segment whose first row is <= row
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        if (p.qo_indptr[mid] <= row) lo = mid; else hi = mid - 1;
-    }
-    RowKeys rk{-1, 0, 0, 0};
-    if (p.seq_slots[lo] < 0) return rk;
-    const int32_t n_pages = p.kv_indptr[lo + 1] - p.kv_indptr[lo];
-    const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + p.kv_last_page_len[lo] : 0;
-    const int32_t seg_rows = p.qo_indptr[lo + 1] - p.qo_indptr[lo];
-    int32_t keys = p.causal ? kv_len - seg_rows + (row - p.qo_indptr[lo]) + 1 : kv_len;
-    rk.page_base = p.kv_indptr[lo];
-    if (p.tree_parents != nullptr && p.tree_parents[row] >= 0) {
-        // Tree row: the committed prefix, then its root path (depth + 1 nodes). The walk is
-        // bounded by the segment's rows so a malformed parent array cannot hang the kernel.
-        int32_t depth = 0;
-        for (int32_t r = row; p.tree_parents[r] >= 0 && depth < seg_rows; r = p.tree_parents[r]) ++depth;
-        const int32_t prefix = kv_len - seg_rows;
-        keys = prefix + depth + 1;
-        rk.direct = max(0, prefix);
-        rk.tree_base = prefix - p.qo_indptr[lo];
-    }
-    rk.keys = max(0, min(keys, kv_len));
-    if (p.tree_parents == nullptr || p.tree_parents[row] < 0) rk.direct = rk.keys;
-    return rk;
-}
-
-// Float offset of the (KV row, KV head) of local key j: direct keys through the partition's
-// page table, a tree row's path keys through its table of scratch rows (launches without
-// tree_parents compile the page table alone: TREE = false).
-template <bool TREE>
-__device__ __forceinline__ int64_t key_offset(const int64_t *page_off, const int64_t *tree_off,
-                                              int32_t j, int32_t n_direct, int32_t page_shift,
-                                              int32_t page_mask, int64_t key_stride) {
-    return (!TREE || j < n_direct) ? page_off[j >> page_shift] + (int64_t)(j & page_mask) * key_stride : tree_off[j];
-}
-
-__device__ __forceinline__ float4 zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
-
-__device__ __forceinline__ void fma4(float w, const float4 &x, float4 &acc) {
-    acc.x = fmaf(w, x.x, acc.x);
-    acc.y = fmaf(w, x.y, acc.y);
-    acc.z = fmaf(w, x.z, acc.z);
-    acc.w = fmaf(w, x.w, acc.w);
-}
+using namespace luce_attn;
 
 template <int D, int MAXG, bool TREE>
 __global__ void __launch_bounds__(kThreads)
-attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift) {
+attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0) {
     constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
     constexpr int COLS = D / 4;                    // float4 columns of a row
     constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
@@ -95,7 +40,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     __shared__ int64_t tree_off[TREE ? kPartition : 1];  // tree rows: offset of path key j >= n_direct
     __shared__ float m_s[MAXG], l_s[MAXG];
 
-    const int32_t row = blockIdx.x, hk = blockIdx.y, part = blockIdx.z;
+    const int32_t row = row0 + (int32_t)blockIdx.x, hk = blockIdx.y, part = blockIdx.z;
     const RowKeys rk = attention_row_keys(p, row);
     const int32_t key0 = part * kPartition;
     if (rk.keys <= key0) return;                   // padding row, or past the row's keys
@@ -166,18 +111,8 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     // Softmax statistics of the partition, one warp per query head.
     const int lane = threadIdx.x % WARP_SIZE;
     for (int g = threadIdx.x / WARP_SIZE; g < G; g += WARPS) {
-        float *s = s_s + g * kPartition;
-        float m = -INFINITY;
-        for (int j = lane; j < n_local; j += WARP_SIZE) m = fmaxf(m, s[j]);
-        m = warp_max(m);
-        float l = 0.0f;
-        for (int j = lane; j < n_local; j += WARP_SIZE) {
-            const float e = expf(s[j] - m);
-            s[j] = e;
-            l += e;
-        }
-        l = warp_sum(l);
-        if (lane == 0) { m_s[g] = m; l_s[g] = l; }
+        const float2 ml = partition_softmax(s_s + g * kPartition, n_local, lane);
+        if (lane == 0) { m_s[g] = ml.x; l_s[g] = ml.y; }
     }
     __syncthreads();
 
@@ -266,16 +201,24 @@ int32_t parts_for(int32_t max_kv_len) {
 template <int D, int MAXG>
 int launch_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
                      cudaStream_t stream) {
+    int32_t row0 = 0;  // rows row0.. take the partition kernel
+    if (p.prompt_rows > 0) {
+        const int status = launch_tiled_attention(p, n_parts, page_shift, stream);
+        if (status != (int)cudaErrorNotSupported && status != 0) return status;
+        if (status == 0) row0 = p.prompt_rows;
+    }
     const int G = p.n_heads_q / p.n_heads_kv;
     const int key_lanes = kThreads / (D / 4);
     const size_t smem = sizeof(float) * (size_t)max(G * D + G * kPartition, key_lanes * G * D);
-    const dim3 grid((unsigned)p.n_rows, (unsigned)p.n_heads_kv, (unsigned)n_parts);
-    if (p.tree_parents != nullptr)
-        attention_partition_kernel<D, MAXG, true><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift);
-    else
-        attention_partition_kernel<D, MAXG, false><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return luce_status(err);
+    const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)p.n_heads_kv, (unsigned)n_parts);
+    if (row0 < p.n_rows) {
+        if (p.tree_parents != nullptr)
+            attention_partition_kernel<D, MAXG, true><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0);
+        else
+            attention_partition_kernel<D, MAXG, false><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0);
+        const cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return luce_status(err);
+    }
     attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, stream>>>(
         p, n_parts);
     return luce_status(cudaGetLastError());
@@ -306,7 +249,8 @@ extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
     const bool bad_shape = p->n_rows < 0 || p->n_segments <= 0 || p->n_heads_kv <= 0 ||
         p->n_heads_q <= 0 || p->n_heads_q % p->n_heads_kv != 0 ||
         p->n_heads_q / p->n_heads_kv > kMaxGroup || p->n_heads_q > 65535 ||
-        ps <= 0 || (ps & (ps - 1)) != 0 || ps > kPartition || p->max_kv_len < 0;
+        ps <= 0 || (ps & (ps - 1)) != 0 || ps > kPartition || p->max_kv_len < 0 ||
+        p->prompt_rows < 0 || p->prompt_rows > p->n_rows;
     if (bad_shape) return (int)cudaErrorInvalidValue;
     const int32_t n_parts = parts_for(p->max_kv_len);
     if (n_parts > 65535) return (int)cudaErrorInvalidValue;
@@ -318,10 +262,12 @@ extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
     int32_t page_shift = 0;
     while ((1 << page_shift) < ps) ++page_shift;
     const cudaStream_t s = (cudaStream_t)stream;
+    luce_attention_params q = *p;
+    if ((uintptr_t)q.q % 16 != 0) q.prompt_rows = 0;  // the tiled kernel moves q as float4 (same bits either way)
     switch (p->head_dim) {
-        case 64: return launch_attention_d<64>(*p, n_parts, page_shift, s);
-        case 128: return launch_attention_d<128>(*p, n_parts, page_shift, s);
-        case 256: return launch_attention_d<256>(*p, n_parts, page_shift, s);
+        case 64: return launch_attention_d<64>(q, n_parts, page_shift, s);
+        case 128: return launch_attention_d<128>(q, n_parts, page_shift, s);
+        case 256: return launch_attention_d<256>(q, n_parts, page_shift, s);
         default: return (int)cudaErrorInvalidValue;
     }
 }

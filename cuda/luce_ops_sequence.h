@@ -31,7 +31,12 @@ extern "C" {
  * P + a for each node a on its root path, root first. Partitions are cut on that logical
  * key index, so the row is bitwise the AR row at position P + depth once its path is
  * committed. Tree roots and rows without a parent follow the ordinary rule (trees need
- * causal = 1). */
+ * causal = 1).
+ * prompt_rows: rows 0..prompt_rows-1 (none may be a tree row; the packer puts prefill
+ * segments first) take the tiled prompt-row kernel, which reads each KV partition once per
+ * tile of rows instead of once per row and computes every row bitwise as the per-row kernel
+ * does: any prompt_rows in 0..n_rows gives the same output bits. A tree row below
+ * prompt_rows gets NaN. */
 #define LUCE_ATTN_PARTITION 256
 typedef struct {
     const float *q;
@@ -55,6 +60,7 @@ typedef struct {
     int32_t max_kv_len;
     int32_t causal;
     float scale;
+    int32_t prompt_rows;
 } luce_attention_params;
 int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t n_heads_q, int32_t head_dim,
                                        int32_t max_kv_len);

@@ -35,6 +35,7 @@ cdef extern from "luce_ops.h":
         int32_t max_kv_len
         int32_t causal
         float scale
+        int32_t prompt_rows
 
 
 ctypedef int (*attention_fn)(const luce_attention_params *, void *) noexcept nogil
@@ -71,12 +72,14 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
               uintptr_t kv_last_page_len, uintptr_t seq_slots,
               int32_t n_rows, int32_t n_segments, int32_t n_heads_q, int32_t n_heads_kv,
               int32_t head_dim, int32_t page_size, int32_t max_kv_len, float scale,
-              bint causal=True, uintptr_t stream=0, uintptr_t tree_parents=0):
+              bint causal=True, uintptr_t stream=0, uintptr_t tree_parents=0, int32_t prompt_rows=0):
     """q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; CSR
     int32 arrays as luce/models/batch.py (device addresses). max_kv_len bounds every row's
     key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len) bytes.
     tree_parents: device address of [n_rows] int32 global parent rows (-1: root or ordinary
-    row; 0: no trees); tree rows attend the committed prefix plus their root path."""
+    row; 0: no trees); tree rows attend the committed prefix plus their root path.
+    prompt_rows: rows 0..prompt_rows-1 (no tree rows among them) take the tiled prompt-row
+    kernel; the output bits are the same for any value in 0..n_rows."""
     _require_loaded(<void *>_attention)
     cdef luce_attention_params p
     p.q = <const float *>q
@@ -100,6 +103,7 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     p.max_kv_len = max_kv_len
     p.causal = 1 if causal else 0
     p.scale = scale
+    p.prompt_rows = prompt_rows
     cdef int status
     with nogil:
         status = _attention(&p, <void *>stream)

@@ -24,6 +24,14 @@ GDN_KEY_DIMS = (64, 128, 256)
 GDN_CHUNK = 64
 
 
+def prompt_rows(batch) -> int:
+    """Rows 0..n-1 that take the tiled prompt-row attention kernel: the run of prefill
+    segments the packer puts first (never tree rows). The kernel computes every row bitwise
+    as the per-row kernel does, so this choice moves time, never bits."""
+    spans = getattr(batch, "prefill_spans", ())   # a ForwardBatch's; other batch views: none
+    return spans[0][1] if spans and spans[0][0] == 0 else 0
+
+
 class SequenceOps:
     """Mixin of CudaBackend (uses its empty/upload/to_numpy/_f32/memcpy/stream)."""
 
@@ -119,6 +127,7 @@ class SequenceOps:
         ws_bytes = ka.workspace_bytes(T, Hq, D, max_kv)
         workspace = self.empty((max(ws_bytes, 4) // 4,))
         extra = {"tree_parents": meta.ptr("tree_parents")} if parents is not None else {}
+        extra["prompt_rows"] = prompt_rows(batch)
         ka.attention(q.ptr, kv.k.ptr, kv.v.ptr, out.ptr, workspace.ptr, ws_bytes, meta.ptr("qo_indptr"),
                      meta.ptr("kv_indptr"), meta.ptr("kv_indices"), meta.ptr("kv_last_page_len"),
                      meta.ptr("seq_slots"), T, S, Hq, Hkv, D, kv.k.shape[1], max_kv, scale, causal, self.stream,

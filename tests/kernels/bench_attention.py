@@ -44,9 +44,12 @@ def random_device_buffer(n_floats: int, seed: int, scale: float = 1.0):
     return buf
 
 
-def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1):
+def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tuple = (HQ, HKV, D),
+                   tiled: bool = False):
     """n_seqs sequences of `context` KV rows each, the last rows_per_seq of them queries
-    (1: AR decode rows; more: a prefill chunk)."""
+    (1: AR decode rows; more: a prefill chunk). heads (Hq, Hkv, D); tiled: every row takes
+    the tiled prompt-row kernel (prompt_rows = all rows; bitwise the same output)."""
+    hq, hkv, d = heads
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
@@ -54,29 +57,30 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1):
     load_kernels()
     pages_per_seq = -(-context // PAGE)
     n_pages = n_seqs * pages_per_seq
-    page_floats = PAGE * HKV * D
+    page_floats = PAGE * hkv * d
     k = random_device_buffer(n_pages * page_floats, 1)
     v = random_device_buffer(n_pages * page_floats, 2)
     rows = n_seqs * rows_per_seq
-    q = random_device_buffer(rows * HQ * D, 3)
-    out = DeviceBuffer(rows * HQ * D * 4)
+    q = random_device_buffer(rows * hq * d, 3)
+    out = DeviceBuffer(rows * hq * d * 4)
     perm = np.random.default_rng(0).permutation(n_pages).astype(np.int32)
     meta = [np.arange(n_seqs + 1, dtype=np.int32) * rows_per_seq,
             np.arange(n_seqs + 1, dtype=np.int32) * pages_per_seq, perm,
             np.full(n_seqs, context - (pages_per_seq - 1) * PAGE, np.int32),
             np.arange(n_seqs, dtype=np.int32)]
     meta_bufs = [DeviceBuffer.from_numpy(a) for a in meta]
-    ws_bytes = ka.workspace_bytes(rows, HQ, D, context)
+    ws_bytes = ka.workspace_bytes(rows, hq, d, context)
     ws = DeviceBuffer(ws_bytes)
     keep = (k, v, q, out, ws, meta_bufs)
 
     def launch(stream: int = 0, _keep=keep):
         ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs),
-                     rows, n_seqs, HQ, HKV, D, PAGE, context, 1.0 / 16, True, stream)
+                     rows, n_seqs, hq, hkv, d, PAGE, context, 1.0 / 16, True, stream,
+                     prompt_rows=rows if tiled else 0)
 
     keys = n_seqs * sum(context - rows_per_seq + j + 1 for j in range(rows_per_seq))
-    bytes_moved = n_seqs * context * HKV * D * 4 * 2 + 2 * rows * HQ * D * 4
-    return launch, bytes_moved, 4 * keys * HQ * D
+    bytes_moved = n_seqs * context * hkv * d * 4 * 2 + 2 * rows * hq * d * 4
+    return launch, bytes_moved, 4 * keys * hq * d
 
 
 def tree_attention_case(n_decoders: int, context: int, width: int):
@@ -130,11 +134,24 @@ BENCH_CASES = [
 ]
 for _c in BENCH_CASES:
     _c.__name__ = "attention_" + "_".join(map(str, _c.args))
+# Prompt chunks of 512 rows ending at 4K and 12K keys, tiled and per-row, at the 27B shape
+# and the Coder-1.5B one (Hq 12, Hkv 2, D 128).
+SHAPES = {"27b": (HQ, HKV, D), "1p5b": (12, 2, 128)}
+PREFILL_CASES = []
+for _shape, _heads in SHAPES.items():
+    for _ctx in (4096, 12288):
+        for _tiled in (True, False):
+            _c = functools.partial(attention_case, 1, _ctx, 512, _heads, _tiled)
+            _c.__name__ = f"attention_prompt_{'tiled' if _tiled else 'per_row'}_{_shape}_{_ctx}_512"
+            PREFILL_CASES.append(_c)
+_c = functools.partial(attention_case, 1, 4096, 64, (HQ, HKV, D), True)
+_c.__name__ = "attention_prompt_tiled_27b_4096_64"
+PREFILL_CASES.append(_c)
 TREE_CASES = [functools.partial(tree_attention_case, n, ctx, w) for n, ctx, w in [(2, 1024, 8), (0, 4096, 64),
                                                                                  (0, 4096, 8)]]
 for _c in TREE_CASES:
     _c.__name__ = "attention_tree_" + "_".join(map(str, _c.args))
-BENCH_CASES += TREE_CASES
+BENCH_CASES += TREE_CASES + PREFILL_CASES
 
 
 # ---- a small graph-replay timer (stand-in until tools/bench.py runs these cases) ----------

@@ -59,9 +59,10 @@ def reference(q, pool: Pool, batch, scale, causal=True):
 
 
 def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=np.nan, raw=False,
-               tree_parents=None):
+               tree_parents=None, prompt_rows=0):
     """Launch luce_attention; returns the output after the guard-band and NaN checks
-    (raw=True: the plain download, NaN allowed). tree_parents [T] int32 or None (NULL)."""
+    (raw=True: the plain download, NaN allowed). tree_parents [T] int32 or None (NULL);
+    rows 0..prompt_rows-1 take the tiled prompt-row kernel."""
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
@@ -81,7 +82,7 @@ def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=n
     tp = None if tree_parents is None else DeviceBuffer.from_numpy(np.asarray(tree_parents, np.int32))
     ka.attention(*(b.ptr for b in bufs[:3]), out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in bufs[3:]),
                  T, batch.n_segments, hq, pool.k.shape[2], d, PAGE_SIZE, max_kv_len, scale, causal,
-                 tree_parents=0 if tp is None else tp.ptr)
+                 tree_parents=0 if tp is None else tp.ptr, prompt_rows=prompt_rows)
     k.synchronize()
     return out.buf.download(out.shape, np.float32, GUARD_BYTES) if raw else out.result()
 

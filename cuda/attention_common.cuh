@@ -1,0 +1,99 @@
+// Device helpers shared by the paged attention kernels: the partition kernel for every row
+// kind (cuda/attention.cu) and the tiled prompt-row kernel (cuda/attention_prefill.cu), which
+// reproduces the partition kernel's arithmetic bit for bit and so needs the same row-key rule,
+// key addressing and constants. Reference: luce/ref/attention.py.
+#pragma once
+
+#include "common.cuh"
+
+namespace luce_attn {
+
+constexpr int kPartition = LUCE_ATTN_PARTITION;
+constexpr int kThreads = 128;     // partition kernel block; fixes its value-pass key lanes
+constexpr int kLanesPerKey = 8;   // lanes that share one key's dot products (score pass)
+constexpr int kMaxGroup = 16;     // query heads per KV head
+
+struct RowKeys {
+    int32_t keys;       // logical keys the row attends (0..keys-1); -1 on padding rows
+    int32_t page_base;  // index in kv_indices of the segment's first page
+    int32_t direct;     // logical keys 0..direct-1 are KV rows 0..direct-1 (all, but for tree rows)
+    int32_t tree_base;  // tree rows: KV index of segment row r is tree_base + r
+};
+
+// The segment holding `row`: the last one whose first row is <= row.
+__device__ __forceinline__ int32_t attention_segment_of(const luce_attention_params &p, int32_t row) {
+    int lo = 0, hi = p.n_segments - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (p.qo_indptr[mid] <= row) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t row) {
+    const int32_t lo = attention_segment_of(p, row);
+    RowKeys rk{-1, 0, 0, 0};
+    if (p.seq_slots[lo] < 0) return rk;
+    const int32_t n_pages = p.kv_indptr[lo + 1] - p.kv_indptr[lo];
+    const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + p.kv_last_page_len[lo] : 0;
+    const int32_t seg_rows = p.qo_indptr[lo + 1] - p.qo_indptr[lo];
+    int32_t keys = p.causal ? kv_len - seg_rows + (row - p.qo_indptr[lo]) + 1 : kv_len;
+    rk.page_base = p.kv_indptr[lo];
+    if (p.tree_parents != nullptr && p.tree_parents[row] >= 0) {
+        // Tree row: the committed prefix, then its root path (depth + 1 nodes). The walk is
+        // bounded by the segment's rows so a malformed parent array cannot hang the kernel.
+        int32_t depth = 0;
+        for (int32_t r = row; p.tree_parents[r] >= 0 && depth < seg_rows; r = p.tree_parents[r]) ++depth;
+        const int32_t prefix = kv_len - seg_rows;
+        keys = prefix + depth + 1;
+        rk.direct = max(0, prefix);
+        rk.tree_base = prefix - p.qo_indptr[lo];
+    }
+    rk.keys = max(0, min(keys, kv_len));
+    if (p.tree_parents == nullptr || p.tree_parents[row] < 0) rk.direct = rk.keys;
+    return rk;
+}
+
+// Float offset of the (KV row, KV head) of local key j: direct keys through the partition's
+// page table, a tree row's path keys through its table of scratch rows (launches without
+// tree_parents compile the page table alone: TREE = false).
+template <bool TREE>
+__device__ __forceinline__ int64_t key_offset(const int64_t *page_off, const int64_t *tree_off,
+                                              int32_t j, int32_t n_direct, int32_t page_shift,
+                                              int32_t page_mask, int64_t key_stride) {
+    return (!TREE || j < n_direct) ? page_off[j >> page_shift] + (int64_t)(j & page_mask) * key_stride : tree_off[j];
+}
+
+__device__ __forceinline__ float4 zero4() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+
+__device__ __forceinline__ void fma4(float w, const float4 &x, float4 &acc) {
+    acc.x = fmaf(w, x.x, acc.x);
+    acc.y = fmaf(w, x.y, acc.y);
+    acc.z = fmaf(w, x.z, acc.z);
+    acc.w = fmaf(w, x.w, acc.w);
+}
+
+// Softmax statistics of one query head over a partition's scores s[0..n-1], one warp:
+// m = max, s[j] = exp(s[j] - m) in place, l = sum of those (lane-strided, then the butterfly).
+// Both kernels call it, so their m, l and weights agree bit for bit. Returns (m, l).
+__device__ __forceinline__ float2 partition_softmax(float *s, int32_t n, int lane) {
+    float m = -INFINITY;
+    for (int j = lane; j < n; j += WARP_SIZE) m = fmaxf(m, s[j]);
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int j = lane; j < n; j += WARP_SIZE) {
+        const float e = expf(s[j] - m);
+        s[j] = e;
+        l += e;
+    }
+    return make_float2(m, warp_sum(l));
+}
+
+// The tiled kernel over rows [0, p.prompt_rows) (cuda/attention_prefill.cu): writes the same
+// partial_o / partial_ml workspace entries as the partition kernel, bitwise. Returns
+// cudaErrorNotSupported (launching nothing) where its shared memory does not fit the device;
+// the caller then sends those rows to the partition kernel.
+int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
+                           cudaStream_t stream);
+
+}  // namespace luce_attn

@@ -1,0 +1,39 @@
+"""Compile CUDA kernel sources for the host against tests/kernels/emu/cuda_runtime.h.
+
+Two textual edits make a .cu file plain C++: the dynamic shared-memory declaration becomes
+the stand-in's buffer and each `kernel<<<grid, block, smem, stream>>>(args)` launch becomes
+`emu_launch(kernel, grid, block, smem, stream, args)`. The result is a shared library with
+the sources' extern "C" entry points (ctypes). Needs g++ with C++20 <barrier>.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+EMU = Path(__file__).resolve().parent
+CUDA = EMU.parent.parent.parent / "cuda"
+LAUNCH = re.compile(r"([\w:]+(?:<[^;{}]*?>)?)\s*<<<(.*?)>>>\s*\((.*?)\);", re.S)
+DYNAMIC_SMEM = "extern __shared__ float4 smem4[];"
+
+
+def host_source(text: str) -> str:
+    text = text.replace(DYNAMIC_SMEM, "float4 *smem4 = reinterpret_cast<float4 *>(emu::dyn_smem.data());")
+    return LAUNCH.sub(lambda m: f"emu_launch({m[1]}, {m[2]}, {m[3]});", text)
+
+
+def build(names: list[str], out_dir: Path) -> Path | None:
+    """cuda/<name> for each name -> out_dir/libemu.so (None: no g++ here)."""
+    cxx = shutil.which("g++")
+    if cxx is None:
+        return None
+    sources = []
+    for name in names:
+        src = out_dir / (Path(name).stem + ".cpp")
+        src.write_text(host_source((CUDA / name).read_text()))
+        sources.append(str(src))
+    lib = out_dir / "libemu.so"
+    subprocess.run([cxx, "-std=c++20", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
+                    "-I", str(EMU), "-I", str(CUDA), *sources, "-o", str(lib)], check=True)
+    return lib

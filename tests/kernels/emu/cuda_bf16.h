@@ -1,0 +1,1 @@
+// Empty: the emulated kernels use no half types.

@@ -1,0 +1,89 @@
+// Host stand-in for the CUDA subset the attention kernels use (tests/kernels/emu/build.py
+// compiles cuda/attention*.cu against it with g++): blocks run one after another, each CUDA
+// thread is a std::thread, __syncthreads is a block barrier, a shuffle goes through a per-warp
+// exchange (32 lanes), __shared__ arrays are statics and dynamic shared memory is one buffer
+// filled with NaN bytes before each block. It runs the kernels' own arithmetic and indexing,
+// not the device's libm: only comparisons between two kernels of this build mean anything.
+#pragma once
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+#include <algorithm>
+#include <memory>
+
+#define __device__
+#define __host__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__ static
+
+struct dim3 { unsigned x = 1, y = 1, z = 1; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+struct alignas(8) float2 { float x, y; };
+inline float2 make_float2(float a, float b) { return float2{a, b}; }
+typedef int cudaError_t;
+typedef void *cudaStream_t;
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNotSupported = 801 };
+enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int *v, int, int) { *v = 232448; return cudaSuccess; }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+template <class F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
+
+using std::min; using std::max;
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+
+namespace emu {
+inline thread_local dim3 tIdx, bIdx;
+inline dim3 bDim, gDim;
+inline std::barrier<> *block_barrier;
+inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
+inline std::vector<float> exchange;
+inline std::vector<unsigned char> dyn_smem(1 << 20);
+constexpr int kWarp = 32;
+}
+#define threadIdx emu::tIdx
+#define blockIdx emu::bIdx
+#define blockDim emu::bDim
+#define gridDim emu::gDim
+inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+template <class T> T __shfl_xor_sync(unsigned, T v, int m, int) {
+    const int t = threadIdx.x, w = t / emu::kWarp, l = t % emu::kWarp;
+    emu::exchange[t] = v;
+    emu::warp_barriers[w]->arrive_and_wait();
+    const T r = emu::exchange[w * emu::kWarp + (l ^ m)];
+    emu::warp_barriers[w]->arrive_and_wait();
+    return r;
+}
+template <class K, class... A>
+void emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+    const unsigned n = block.x;
+    emu::bDim = block; emu::gDim = grid;
+    emu::exchange.assign(n, 0.f);
+    if (emu::dyn_smem.size() < smem) emu::dyn_smem.resize(smem);
+    std::barrier<> bb(n);
+    emu::block_barrier = &bb;
+    emu::warp_barriers.clear();
+    for (unsigned w = 0; w < n / emu::kWarp; ++w) emu::warp_barriers.emplace_back(new std::barrier<>(emu::kWarp));
+    std::vector<std::thread> th;
+    for (unsigned t = 0; t < n; ++t)
+        th.emplace_back([=, &bb] {
+            emu::tIdx = dim3(t);
+            for (unsigned z = 0; z < grid.z; ++z) for (unsigned y = 0; y < grid.y; ++y) for (unsigned x = 0; x < grid.x; ++x) {
+                if (t == 0) std::memset(emu::dyn_smem.data(), 0xff, std::min<size_t>(emu::dyn_smem.size(), smem + 64));
+                bb.arrive_and_wait();
+                emu::bIdx = dim3(x, y, z);
+                kernel(args...);
+                bb.arrive_and_wait();
+            }
+        });
+    for (auto &h : th) h.join();
+}
