@@ -120,15 +120,20 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) G::load(raw[r], row_ptr(row0 + 2 * pair + r) + (int64_t)ch * G::Tensor::kChunkBytes, a.w_end, lane);
     };
+    auto item_chunk = [&](int it) { return (it < items ? it : items - 1) % chunks; };
     load(grp, cur);
     wait_for_prior_kernels();  // x is written by the kernel ahead
+    GroupX gx, gx_next;
+    load_group_x<G::kOffset>(a.x, item_chunk(grp), lane, gx);
     // Rounds are block-uniform (the shuffles need whole warps); a group past the items idles.
+    // The next round's weights and x are loaded before this round multiplies.
     for (int base = 0; base < items; base += kGemvGroups) {
         const int it = base + grp;
-        if (base + kGemvGroups < items) load(it + kGemvGroups, nxt);
+        if (base + kGemvGroups < items) {
+            load(it + kGemvGroups, nxt);
+            load_group_x<G::kOffset>(a.x, item_chunk(it + kGemvGroups), lane, gx_next);
+        }
         const int at = it < items ? it : items - 1, pair = at / chunks, ch = at % chunks;
-        GroupX gx;
-        load_group_x<G::kOffset>(a.x, ch, lane, gx);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             int sh, sl, ms;
@@ -144,17 +149,25 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
+        gx = gx_next;
     }
     __syncthreads();
-    if (threadIdx.x >= RB) return;
-    const int64_t row = row0 + threadIdx.x;
-    if (row >= a.n) return;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const float *c_row = c_s + threadIdx.x * chunks;
-    for (int ch = 0; ch < chunks; ++ch) acc[ch & 3] = fmaf(__ldg(a.x.xd + ch * a.x.tp), c_row[ch], acc[ch & 3]);
-    float v = acc[0];
+    // The ordered chain: thread 4 r + kp runs acc[kp] of row r over chunks kp, kp + 4, ...;
+    // lane 4 r adds the four in order.
+    const int r = threadIdx.x / 4, kp = threadIdx.x % 4;
+    if (r >= RB) return;  // whole warps: 4 * RB is 8 or a multiple of 32
+    const float *c_row = c_s + r * chunks;
+    float acc = 0.0f;
+#pragma unroll 4
+    for (int ch = kp; ch < chunks; ch += 4) acc = fmaf(__ldg(a.x.xd + (int64_t)ch * a.x.tp), c_row[ch], acc);
+    __shared__ float acc_s[4 * RB];
+    acc_s[threadIdx.x] = acc;
+    __syncwarp();  // a row's four threads are in one warp
+    float v = acc_s[4 * r];
 #pragma unroll
-    for (int s = 1; s < 4; ++s) v = v + acc[s];
+    for (int s = 1; s < 4; ++s) v = v + acc_s[4 * r + s];
+    const int64_t row = row0 + r;
+    if (kp != 0 || row >= a.n) return;
     if (a.bias) v = v + a.bias[row];
     a.y[row] = v;
 }
@@ -166,11 +179,11 @@ int launch_gemv_rb(const GemvArgs &a, cudaStream_t stream) {
     return luce_status(launch_overlapped(gemv_kernel<G, RB>, dim3(blocks), dim3(kGemvThreads), smem, stream, true, a));
 }
 
-// Rows per block: enough items to keep the 16 groups busy for about two rounds, as long as
+// Rows per block: enough items to keep the 16 groups busy for about four rounds, as long as
 // the grid keeps about 4 blocks per SM (`sms` 0: unknown).
 inline int gemv_rows_per_block(int64_t n, int64_t chunks, int sms) {
     int rb = 2;
-    while (rb < 16 && (rb / 2) * chunks < 2 * kGemvGroups) rb *= 2;
+    while (rb < 16 && (rb / 2) * chunks < 4 * kGemvGroups) rb *= 2;
     while (rb > 2 && sms > 0 && (n + rb - 1) / rb < 4 * sms) rb /= 2;
     return rb;
 }

@@ -16,13 +16,45 @@ struct GroupWords {
     uint32_t lo[4], hi[4];
 };
 
+// Weight loads stream past L1 (no allocation there: L1 keeps x, which every row reads).
+__device__ __forceinline__ uint4 ldg16(const uint8_t *p) {
+#if defined(__HIPCC__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+    return __ldg(reinterpret_cast<const uint4 *>(p));
+#else
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#endif
+}
+
+__device__ __forceinline__ uint2 ldg8(const uint8_t *p) {
+#if defined(__HIPCC__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+    return __ldg(reinterpret_cast<const uint2 *>(p));
+#else
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+#endif
+}
+
+__device__ __forceinline__ uint32_t ldg4(const uint32_t *p) {
+#if defined(__HIPCC__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+    return __ldg(p);
+#else
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+#endif
+}
+
 // Words at p + 4i, i < N, of a 2-byte aligned p: N + 1 aligned loads, none at or past `end`.
 template <int N>
 __device__ __forceinline__ void load_words_a2(const uint8_t *p, const uint8_t *end, uint32_t w[N + 1]) {
     const uint32_t *base = reinterpret_cast<const uint32_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)3);
     const uint32_t *last = reinterpret_cast<const uint32_t *>(reinterpret_cast<uintptr_t>(end - 1) & ~(uintptr_t)3);
 #pragma unroll
-    for (int i = 0; i <= N; ++i) w[i] = base + i <= last ? __ldg(base + i) : 0u;
+    for (int i = 0; i <= N; ++i) w[i] = base + i <= last ? ldg4(base + i) : 0u;
 }
 
 // The N words at p from load_words_a2's N + 1 aligned words.
@@ -32,9 +64,6 @@ __device__ __forceinline__ void align_words_a2(const uint8_t *p, const uint32_t 
 #pragma unroll
     for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], shift);
 }
-
-__device__ __forceinline__ uint4 ldg16(const uint8_t *p) { return __ldg(reinterpret_cast<const uint4 *>(p)); }
-__device__ __forceinline__ uint2 ldg8(const uint8_t *p) { return __ldg(reinterpret_cast<const uint2 *>(p)); }
 
 __device__ __forceinline__ uint32_t word_of(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
