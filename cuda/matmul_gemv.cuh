@@ -17,10 +17,7 @@
 // (RB / 2 row pairs x chunks items, item = (pair, chunk), consecutive chunks on neighbouring
 // groups); a group's lanes j = 0..7 take the chunk's groups, reduce the three sums over the
 // 8 lanes, and lane 0 writes c for both rows. Each group loads its next item's weights
-// before it multiplies the current one. x (token 0) is copied into shared memory once per
-// block (blocks stay resident and take several row sets): read from L1 per row pair it made
-// L1 the busiest unit (ncu, 2026-12-02: 77% L1/TEX at 35% DRAM), its 16-byte words 64 bytes
-// apart in every load.
+// before it multiplies the current one.
 #pragma once
 
 #include "matmul_gemv_types.cuh"
@@ -60,67 +57,45 @@ struct GemvArgs {
     int64_t n, row_bytes;
 };
 
-// Token 0's x in shared memory: per group the 4 quads' words at a stride of 5 words (80 B:
-// the 8 lanes of a lane group read 8 groups in one conflict-free pass), then per chunk the
-// scale and (kOffset) the 8 group sums.
-constexpr int kXStride = 5;
-
-inline size_t gemv_smem_bytes(int64_t chunks, int rb) {
-    return (size_t)chunks * (kGroups * kXStride * 16 + 4 + kGroups * 4 + (size_t)rb * 4);
-}
-
-struct GemvShared {
-    uint4 *xq;   // [groups][kXStride]
-    float *xd;   // [chunks]
-    int *xsum;   // [chunks][8]: exact integer sum of each group's x (kOffset types)
-    float *c;    // [RB][chunks]: c of each (row, chunk)
+// x operands of group g of token 0: the 4 quads' words and (kOffset) the group's integer sum.
+struct GroupX {
+    uint4 v[4];
+    int s;
 };
 
-__device__ __forceinline__ GemvShared gemv_shared(void *smem, int chunks) {
-    GemvShared sh;
-    sh.xq = static_cast<uint4 *>(smem);
-    sh.xd = reinterpret_cast<float *>(sh.xq + chunks * kGroups * kXStride);
-    sh.xsum = reinterpret_cast<int *>(sh.xd + chunks);
-    sh.c = reinterpret_cast<float *>(sh.xsum + chunks * kGroups);
-    return sh;
-}
-
-// Copies token 0's x into shared memory (the whole block; x is final: after the wait).
 template <bool kOffset>
-__device__ __forceinline__ void stage_x(const XLayout &x, const GemvShared &sh, int chunks) {
-    const int groups = chunks * kGroups;
-    for (int i = threadIdx.x; i < groups * 4; i += blockDim.x) sh.xq[(i >> 2) * kXStride + (i & 3)] = __ldg(x.xq + i);
-    for (int ch = threadIdx.x; ch < chunks; ch += blockDim.x) sh.xd[ch] = __ldg(x.xd + (int64_t)ch * x.tp);
-    if (kOffset) {  // byte planes of the 8 group sums (matmul_x.cuh) to integers
-        for (int i = threadIdx.x; i < groups; i += blockDim.x) {
-            const int ch = i / kGroups, j = i % kGroups;
-            const uint32_t *pl = reinterpret_cast<const uint32_t *>(x.xqp + (int64_t)ch * x.tp * 2) + (j >> 2);
-            const uint32_t p0 = byte_of(__ldg(pl), j & 3), p1 = byte_of(__ldg(pl + 2), j & 3);
-            const int p2 = (int)(int8_t)byte_of(__ldg(pl + 4), j & 3);
-            sh.xsum[i] = p2 * 65536 + (int)(p1 * 256 + p0);
-        }
+__device__ __forceinline__ void load_group_x(const XLayout &x, int64_t ch, int j, GroupX &gx) {
+    const int64_t g = ch * kGroups + j;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) gx.v[q] = __ldg(x.xq + g * 4 + q);
+    gx.s = 0;
+    if (kOffset) {  // byte planes of the chunk's 8 group sums (matmul_x.cuh)
+        const uint32_t *pl = reinterpret_cast<const uint32_t *>(x.xqp + ch * x.tp * 2) + (j >> 2);
+        const uint32_t p0 = byte_of(__ldg(pl), j & 3), p1 = byte_of(__ldg(pl + 2), j & 3);
+        const int p2 = (int)(int8_t)byte_of(__ldg(pl + 4), j & 3);
+        gx.s = p2 * 65536 + (int)(p1 * 256 + p0);
     }
 }
 
-// The three exact sums of one row's group j against x (xv: the group's 4 quad words).
+// The three exact sums of one row's group j against x.
 template <class G>
-__device__ __forceinline__ void group_sums(const typename G::Raw &raw, int j, const uint4 (&xv)[4], int xsum,
-                                           int &sh, int &sl, int &ms) {
+__device__ __forceinline__ void group_sums(const typename G::Raw &raw, int j, const GroupX &gx, int &sh, int &sl,
+                                           int &ms) {
     GroupWords w;
     G::words(raw, j, w);
     int ph0 = 0, ph1 = 0, pl0 = 0, pl1 = 0;  // values 0..15 / 16..31, high / low x bytes
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-        ph0 = dp4<false>(w.lo[q], xv[q].x, ph0);
-        ph1 = dp4<false>(w.hi[q], xv[q].y, ph1);
-        pl0 = dp4<true>(w.lo[q], xv[q].z, pl0);
-        pl1 = dp4<true>(w.hi[q], xv[q].w, pl1);
+        ph0 = dp4<false>(w.lo[q], gx.v[q].x, ph0);
+        ph1 = dp4<false>(w.hi[q], gx.v[q].y, ph1);
+        pl0 = dp4<true>(w.lo[q], gx.v[q].z, pl0);
+        pl1 = dp4<true>(w.hi[q], gx.v[q].w, pl1);
     }
     int s[2], m;
     G::scales(raw, j, s, m);
     sh = s[0] * ph0 + s[1] * ph1;
     sl = s[0] * pl0 + s[1] * pl1;
-    ms = m * xsum;
+    ms = m * gx.s;
 }
 
 __device__ __forceinline__ int group8_sum(int v) {  // over the 8 lanes of an aligned group
@@ -130,117 +105,86 @@ __device__ __forceinline__ int group8_sum(int v) {  // over the 8 lanes of an al
     return v;
 }
 
-// A block takes row sets (RB rows) blockIdx.x, + gridDim.x, ...; per set, items (row pair,
-// chunk) go round-robin to the 16 lane groups in block-uniform rounds, each group loading
-// its next round's weights (the next set's first, across a set's end) before it multiplies;
-// then the set's ordered chains run on 4 threads per row.
+// RB rows per block (RB / 2 pairs); dynamic shared memory: c [RB][chunks] floats.
 template <class G, int RB>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
-    extern __shared__ uint4 gemv_words[];
+    extern __shared__ float c_s[];
     const int lane = threadIdx.x % 8, grp = threadIdx.x / 8;
     const int chunks = (int)a.x.chunks, items = (RB / 2) * chunks;
-    const int rounds = (items + kGemvGroups - 1) / kGemvGroups;
-    const int64_t sets = (a.n + RB - 1) / RB;
-    const GemvShared sh = gemv_shared(gemv_words, chunks);
+    const int64_t row0 = (int64_t)blockIdx.x * RB;
     auto row_ptr = [&](int64_t r) { return a.w + (r < a.n ? r : a.n - 1) * a.row_bytes; };
-    // Round t of the block's sequence: set blockIdx.x + (t / rounds) * gridDim.x, round t % rounds.
-    auto load = [&](int64_t set, int round, typename G::Raw (&raw)[2]) {
-        int it = round * kGemvGroups + grp;
+    typename G::Raw cur[2], nxt[2];
+    auto load = [&](int it, typename G::Raw (&raw)[2]) {
         it = it < items ? it : items - 1;  // a group past the last item loads the last one again
         const int pair = it / chunks, ch = it % chunks;
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
-            G::load(raw[r], row_ptr(set * RB + 2 * pair + r) + (int64_t)ch * G::Tensor::kChunkBytes, a.w_end, lane);
+        for (int r = 0; r < 2; ++r) G::load(raw[r], row_ptr(row0 + 2 * pair + r) + (int64_t)ch * G::Tensor::kChunkBytes, a.w_end, lane);
     };
-    typename G::Raw cur[2], nxt[2];
-    if ((int64_t)blockIdx.x < sets) load(blockIdx.x, 0, cur);
+    auto item_chunk = [&](int it) { return (it < items ? it : items - 1) % chunks; };
+    load(grp, cur);
     wait_for_prior_kernels();  // x is written by the kernel ahead
-    stage_x<G::kOffset>(a.x, sh, chunks);
-    __syncthreads();
-    for (int64_t set = blockIdx.x; set < sets; set += gridDim.x) {
-        for (int round = 0; round < rounds; ++round) {
-            if (round + 1 < rounds) load(set, round + 1, nxt);
-            else if (set + gridDim.x < sets) load(set + gridDim.x, 0, nxt);
-            const int it = round * kGemvGroups + grp;
-            const int at = it < items ? it : items - 1, pair = at / chunks, ch = at % chunks;
-            uint4 xv[4];
-            const uint4 *xg = sh.xq + (ch * kGroups + lane) * kXStride;
-#pragma unroll
-            for (int q = 0; q < 4; ++q) xv[q] = xg[q];
-            const int xsum = G::kOffset ? sh.xsum[ch * kGroups + lane] : 0;
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                int s_hi, s_lo, ms;
-                group_sums<G>(cur[r], lane, xv, xsum, s_hi, s_lo, ms);
-                s_hi = group8_sum(s_hi);
-                s_lo = group8_sum(s_lo);
-                if (G::kOffset) ms = group8_sum(ms);
-                if (lane == 0 && it < items) {
-                    float c = __fmul_rn(G::d(cur[r]), fmaf((float)s_hi, 256.0f, (float)s_lo));
-                    if (G::kOffset) c = fmaf(G::negmin(cur[r]), (float)ms, c);
-                    sh.c[(2 * pair + r) * chunks + ch] = c;
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
+    GroupX gx, gx_next;
+    load_group_x<G::kOffset>(a.x, item_chunk(grp), lane, gx);
+    // Rounds are block-uniform (the shuffles need whole warps); a group past the items idles.
+    // The next round's weights and x are loaded before this round multiplies.
+    for (int base = 0; base < items; base += kGemvGroups) {
+        const int it = base + grp;
+        if (base + kGemvGroups < items) {
+            load(it + kGemvGroups, nxt);
+            load_group_x<G::kOffset>(a.x, item_chunk(it + kGemvGroups), lane, gx_next);
         }
-        __syncthreads();
-        // The ordered chain: thread 4 r + kp runs acc[kp] of row r over chunks kp, kp + 4, ...;
-        // the row's first thread adds the four in order.
-        __shared__ float acc_s[4 * RB];
-        const int r = threadIdx.x / 4, kp = threadIdx.x % 4;
-        if (r < RB) {
-            const float *c_row = sh.c + r * chunks;
-            float acc = 0.0f;
-#pragma unroll 4
-            for (int ch = kp; ch < chunks; ch += 4) acc = fmaf(sh.xd[ch], c_row[ch], acc);
-            acc_s[threadIdx.x] = acc;
-            __syncwarp();  // a row's four threads are in one warp
-            const int64_t row = set * RB + r;
-            if (kp == 0 && row < a.n) {
-                float v = acc_s[4 * r];
+        const int at = it < items ? it : items - 1, pair = at / chunks, ch = at % chunks;
 #pragma unroll
-                for (int s = 1; s < 4; ++s) v = v + acc_s[4 * r + s];
-                if (a.bias) v = v + a.bias[row];
-                a.y[row] = v;
+        for (int r = 0; r < 2; ++r) {
+            int sh, sl, ms;
+            group_sums<G>(cur[r], lane, gx, sh, sl, ms);
+            sh = group8_sum(sh);
+            sl = group8_sum(sl);
+            if (G::kOffset) ms = group8_sum(ms);
+            if (lane == 0 && it < items) {
+                float c = __fmul_rn(G::d(cur[r]), fmaf((float)sh, 256.0f, (float)sl));
+                if (G::kOffset) c = fmaf(G::negmin(cur[r]), (float)ms, c);
+                c_s[(2 * pair + r) * chunks + ch] = c;
             }
         }
-        __syncthreads();  // the set's c and acc_s are read before the next set writes them
+#pragma unroll
+        for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
+        gx = gx_next;
     }
+    __syncthreads();
+    // The ordered chain: thread 4 r + kp runs acc[kp] of row r over chunks kp, kp + 4, ...;
+    // lane 4 r adds the four in order.
+    const int r = threadIdx.x / 4, kp = threadIdx.x % 4;
+    if (r >= RB) return;  // whole warps: 4 * RB is 8 or a multiple of 32
+    const float *c_row = c_s + r * chunks;
+    float acc = 0.0f;
+#pragma unroll 4
+    for (int ch = kp; ch < chunks; ch += 4) acc = fmaf(__ldg(a.x.xd + (int64_t)ch * a.x.tp), c_row[ch], acc);
+    __shared__ float acc_s[4 * RB];
+    acc_s[threadIdx.x] = acc;
+    __syncwarp();  // a row's four threads are in one warp
+    float v = acc_s[4 * r];
+#pragma unroll
+    for (int s = 1; s < 4; ++s) v = v + acc_s[4 * r + s];
+    const int64_t row = row0 + r;
+    if (kp != 0 || row >= a.n) return;
+    if (a.bias) v = v + a.bias[row];
+    a.y[row] = v;
 }
 
 template <class G, int RB>
 int launch_gemv_rb(const GemvArgs &a, cudaStream_t stream) {
-    const size_t smem = gemv_smem_bytes(a.x.chunks, RB);
-    auto kernel = gemv_kernel<G, RB>;
-    static int per_sm = -1;  // blocks per SM, once per kernel at its largest shared memory
-    static size_t raised = 0;
-    if (smem > raised) {
-        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (err != cudaSuccess) return luce_status(err);
-        raised = smem;
-        per_sm = -1;
-    }
-    if (per_sm < 0) {
-#ifdef __HIPCC__
-        per_sm = 4;
-#else
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, smem) != cudaSuccess) per_sm = 4;
-#endif
-    }
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-        sms = 132;
-    const int64_t sets = (a.n + RB - 1) / RB, resident = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
-    const unsigned blocks = (unsigned)(sets < resident ? sets : resident);
-    return luce_status(launch_overlapped(kernel, dim3(blocks), dim3(kGemvThreads), smem, stream, true, a));
+    const size_t smem = (size_t)RB * a.x.chunks * sizeof(float);
+    const unsigned blocks = (unsigned)((a.n + RB - 1) / RB);
+    return luce_status(launch_overlapped(gemv_kernel<G, RB>, dim3(blocks), dim3(kGemvThreads), smem, stream, true, a));
 }
 
-// Rows per block set: 16 for short rows (fewer than 8 chunks: rounds stay busy), else 8; fewer
-// while there would be under 2 sets per SM (`sms` 0: unknown).
+// Rows per block: enough items to keep the 16 groups busy for about four rounds, as long as
+// the grid keeps about 4 blocks per SM (`sms` 0: unknown).
 inline int gemv_rows_per_block(int64_t n, int64_t chunks, int sms) {
-    int rb = chunks < 8 ? 16 : 8;
-    while (rb > 2 && sms > 0 && (n + rb - 1) / rb < 2 * sms) rb /= 2;
+    int rb = 2;
+    while (rb < 16 && (rb / 2) * chunks < 4 * kGemvGroups) rb *= 2;
+    while (rb > 2 && sms > 0 && (n + rb - 1) / rb < 4 * sms) rb /= 2;
     return rb;
 }
 
