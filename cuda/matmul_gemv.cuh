@@ -153,21 +153,22 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
     }
     __syncthreads();
     // The ordered chain: thread 4 r + kp runs acc[kp] of row r over chunks kp, kp + 4, ...;
-    // lane 4 r adds the four in order.
-    const int r = threadIdx.x / 4, kp = threadIdx.x % 4;
-    if (r >= RB) return;  // whole warps: 4 * RB is 8 or a multiple of 32
-    const float *c_row = c_s + r * chunks;
-    float acc = 0.0f;
-#pragma unroll 4
-    for (int ch = kp; ch < chunks; ch += 4) acc = fmaf(__ldg(a.x.xd + (int64_t)ch * a.x.tp), c_row[ch], acc);
+    // thread r then adds row r's four in order.
     __shared__ float acc_s[4 * RB];
-    acc_s[threadIdx.x] = acc;
-    __syncwarp();  // a row's four threads are in one warp
-    float v = acc_s[4 * r];
+    const int r = threadIdx.x / 4, kp = threadIdx.x % 4;
+    if (r < RB) {
+        const float *c_row = c_s + r * chunks;
+        float acc = 0.0f;
+#pragma unroll 4
+        for (int ch = kp; ch < chunks; ch += 4) acc = fmaf(__ldg(a.x.xd + (int64_t)ch * a.x.tp), c_row[ch], acc);
+        acc_s[threadIdx.x] = acc;
+    }
+    __syncthreads();
+    const int64_t row = row0 + threadIdx.x;
+    if (threadIdx.x >= RB || row >= a.n) return;
+    float v = acc_s[4 * threadIdx.x];
 #pragma unroll
-    for (int s = 1; s < 4; ++s) v = v + acc_s[4 * r + s];
-    const int64_t row = row0 + r;
-    if (kp != 0 || row >= a.n) return;
+    for (int s = 1; s < 4; ++s) v = v + acc_s[4 * threadIdx.x + s];
     if (a.bias) v = v + a.bias[row];
     a.y[row] = v;
 }
