@@ -21,11 +21,14 @@
 //    stages deep, matmul_stage.cuh) and padding tokens read no activations. Launch shapes
 //    (launch_quant): one block per block tile, or a one-wave grid whose blocks take several
 //    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
+// One-row decode calls of the integer-scale types may take instead the dp4a kernel of
+// matmul_gemv.cuh, which computes the same integers and float steps (the same bits).
 #include "matmul_kquants.cuh"
 #include "matmul_blocks.cuh"
 #include "matmul_float.cuh"
 #include "matmul_stage.cuh"
 #include "matmul_chunk.cuh"
+#include "matmul_gemv.cuh"
 #include "pdl.cuh"
 
 namespace {
@@ -216,14 +219,19 @@ int launch_mmq(const MmqArgs &a, cudaStream_t stream) {
 // beat one block per tile (measured on an H200, docs/PERF.md, 2026-12-01) at up to 8 rows when
 // the tiles fill 1 to 4 waves (gate/up, qkv; under one wave, down and out, and far over it, the
 // LM head, one block per tile did better), and at 9 to 16 rows from one wave up.
-inline double tile_waves(int64_t n) {
-    static int sms = 0;
-    if (sms == 0) {
+inline int device_sms() {  // 0 if unknown
+    static int sms = -1;
+    if (sms < 0) {
         int device = 0;
         if (cudaGetDevice(&device) != cudaSuccess ||
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-            sms = -1;
+            sms = 0;
     }
+    return sms;
+}
+
+inline double tile_waves(int64_t n) {
+    const int sms = device_sms();
     return sms > 0 ? (double)((n + 15) / 16) / (4.0 * sms) : 0.0;
 }
 
@@ -240,7 +248,7 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
         if (t <= 16) return launch_mmq<Q, 2, 2, 1>(a, stream);
         return launch_mmq<Q, 2, 2, 2>(a, stream);
     }
-    const double waves = tune == 0 && t <= 16 ? tile_waves(a.n) : 0.0;
+    const double waves = (tune == 0 || tune >= 4) && t <= 16 ? tile_waves(a.n) : 0.0;
     const bool ring = tune == 1 || (t <= 8 ? waves >= 1.0 && waves <= 4.0 : t <= 16 && waves >= 1.0);
     if (!ring) {
         if (t == 1) return launch_mmq<Q, 1, 1, 1, true, kLegacy>(a, stream);
@@ -291,7 +299,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p, void *stream_ptr) {
     if (p->rows == 0) return 0;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || p->tune < 0 ||
-        p->tune > 3 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
+        p->tune > 5 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     if (!is_block_type(p->qtype)) {
@@ -312,6 +320,22 @@ extern "C" int luce_matmul(const luce_matmul_params *p, void *stream_ptr) {
         if (err != cudaSuccess) return luce_status(err);
     }
     const uint8_t *w = static_cast<const uint8_t *>(p->w);
+    // The one-row kernel (matmul_gemv.cuh, the same bits): tune 0 takes it where it measured
+    // faster than the tile kernel (IQ4_XS from 4 MiB of weights; docs/PERF.md, 2026-12-02),
+    // tune 5 for every integer-scale type.
+    const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
+                      (p->tune == 5 || (p->tune == 0 && p->qtype == LUCE_QT_IQ4_XS && p->n * row_bytes >= (4 << 20)));
+    if (gemv) {
+        const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes};
+        const bool a16 = aligned16(w), a8 = (reinterpret_cast<uintptr_t>(w) & 7) == 0;
+        switch (p->qtype) {
+            case LUCE_QT_Q4_K: if (a16) return launch_gemv<GemvQ4K>(g, device_sms(), stream); break;
+            case LUCE_QT_Q5_K: if (a16) return launch_gemv<GemvQ5K>(g, device_sms(), stream); break;
+            case LUCE_QT_Q6_K: if (a8) return launch_gemv<GemvQ6K>(g, device_sms(), stream); break;
+            case LUCE_QT_IQ4_XS: if (a8) return launch_gemv<GemvIQ4XS>(g, device_sms(), stream); break;
+            default: break;
+        }
+    }
     const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
     switch (p->qtype) {
         case LUCE_QT_Q4_K: return launch_quant<ReaderQ4K>(a, p->path, p->tune, stream);

@@ -23,6 +23,10 @@ import numpy as np
 
 SHAPES = {"gate": (17408, 5120), "down": (5120, 17408), "qkv": (10240, 5120), "out": (5120, 6144),
           "lmhead": (248320, 5120)}
+# Qwen2.5-Coder-1.5B: merged gate/up 1536 -> 2 x 8960, down, merged q/k/v 1536 -> 2048, out, LM head.
+SMALL_SHAPES = {"c15gateup": (17920, 1536), "c15down": (1536, 8960), "c15qkv": (2048, 1536),
+                "c15out": (1536, 1536), "c15lmhead": (151936, 1536)}
+SHAPES.update(SMALL_SHAPES)
 GOAL_TYPES = ("IQ4_XS", "Q4_K", "Q6_K", "Q8_0", "Q5_K", "Q5_0")
 L2_BYTES = 60 << 20
 
@@ -69,9 +73,13 @@ def _case(qtype_name, shape, rows, path=0, reuse_x=False, tune=0):
     return c
 
 
-BENCH_CASES = [c for q in GOAL_TYPES for s in SHAPES for c in (
+BENCH_CASES = [c for q in GOAL_TYPES for s in SHAPES if s not in SMALL_SHAPES for c in (
     _case(q, s, 1), _case(q, s, 1, tune=1), _case(q, s, 16), _case(q, s, 32),  # tune 1: the ring
     _case(q, s, 1, tune=3), _case(q, s, 16, tune=3), _case(q, s, 32, tune=3))]
+# tune 5: the one-row kernel (matmul_gemv.cuh) for every integer-scale type (tune 0 takes it
+# for IQ4_XS only, where it measured faster), beside tune 0 at the Coder-1.5B shapes.
+BENCH_CASES += [_case(q, s, 1, tune=5) for q in ("IQ4_XS", "Q4_K", "Q6_K", "Q5_K") for s in SHAPES]
+BENCH_CASES += [_case(q, s, 1) for q in GOAL_TYPES for s in SMALL_SHAPES]
 BENCH_CASES += [_case(q, s, 1, reuse_x=True) for q in GOAL_TYPES for s in ("gate", "down")]
 BENCH_CASES += [_case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),
                 _case("F16", "gate", 1), _case("BF16", "gate", 1)]

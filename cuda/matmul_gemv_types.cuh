@@ -1,0 +1,182 @@
+// Group readers of the one-row matmul (cuda/matmul_gemv.cuh): straight from global memory,
+// one lane per 32-value group j of a row's 256-value chunk. A reader loads what group j needs
+// (load, no arithmetic, so loads can run ahead) and turns it into the group's weights as int8
+// words in the mma operand pairing of matmul_mma.cuh: lo[q] = values 4q..4q+3, hi[q] = values
+// 16+4q..16+4q+3 (lo[q] meets the high/low x bytes .x/.z of quad q's x word, hi[q] .y/.w).
+// The integers are those of the tensor-core readers (matmul_kquants.cuh, matmul_blocks.cuh):
+// the same weights, scales and mins per group, so the exact integer sums are the same.
+#pragma once
+
+#include "matmul_blocks.cuh"
+#include "matmul_kquants.cuh"
+
+namespace mm {
+
+struct GroupWords {
+    uint32_t lo[4], hi[4];
+};
+
+// Weight loads stream past L1 (no allocation there: L1 keeps x, which every row reads).
+__device__ __forceinline__ uint4 ldg16(const uint8_t *p) {
+#if defined(__HIPCC__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+    return __ldg(reinterpret_cast<const uint4 *>(p));
+#else
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+#endif
+}
+
+__device__ __forceinline__ uint2 ldg8(const uint8_t *p) {
+#if defined(__HIPCC__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+    return __ldg(reinterpret_cast<const uint2 *>(p));
+#else
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+#endif
+}
+
+__device__ __forceinline__ uint32_t ldg4(const uint32_t *p) {
+#if defined(__HIPCC__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+    return __ldg(p);
+#else
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+#endif
+}
+
+// Words at p + 4i, i < N, of a 2-byte aligned p: N + 1 aligned loads, none at or past `end`.
+template <int N>
+__device__ __forceinline__ void load_words_a2(const uint8_t *p, const uint8_t *end, uint32_t w[N + 1]) {
+    const uint32_t *base = reinterpret_cast<const uint32_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)3);
+    const uint32_t *last = reinterpret_cast<const uint32_t *>(reinterpret_cast<uintptr_t>(end - 1) & ~(uintptr_t)3);
+#pragma unroll
+    for (int i = 0; i <= N; ++i) w[i] = base + i <= last ? ldg4(base + i) : 0u;
+}
+
+// The N words at p from load_words_a2's N + 1 aligned words.
+template <int N>
+__device__ __forceinline__ void align_words_a2(const uint8_t *p, const uint32_t raw[N + 1], uint32_t w[N]) {
+    const uint32_t shift = (uint32_t)(reinterpret_cast<uintptr_t>(p) & 2) * 8;
+#pragma unroll
+    for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], shift);
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+// Q4_K (144 B, 16-byte aligned rows): header, then qs[32i + l] (i = j / 2) low / high nibble.
+struct GemvQ4K {
+    using Tensor = ReaderQ4K;
+    static constexpr bool kHalves = false, kOffset = true, kAlign16 = true;
+    struct Raw { uint4 h, qa, qb; };
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
+        r.h = ldg16(c);
+        r.qa = ldg16(c + 16 + 32 * (j >> 1));
+        r.qb = ldg16(c + 32 + 32 * (j >> 1));
+    }
+    static __device__ __forceinline__ void words(const Raw &r, int j, GroupWords &g) {
+        const int sh = 4 * (j & 1);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            g.lo[q] = (word_of(r.qa, q) >> sh) & 0x0F0F0F0Fu;
+            g.hi[q] = (word_of(r.qb, q) >> sh) & 0x0F0F0F0Fu;
+        }
+    }
+    static __device__ __forceinline__ void scales(const Raw &r, int j, int s[2], int &m) {
+        uint32_t sc[2], mn[2];
+        k_scales_mins(r.h, sc, mn);
+        s[0] = s[1] = (int)byte_of(sc[j >> 2], j & 3);
+        m = (int)byte_of(mn[j >> 2], j & 3);
+    }
+    static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.h.x); }
+    static __device__ __forceinline__ float negmin(const Raw &r) { return -f16_to_f32(r.h.x >> 16); }
+};
+
+// Q5_K (176 B, 16-byte aligned rows): as Q4_K with qh[32] after the header (bit j of qh[l]).
+struct GemvQ5K {
+    using Tensor = ReaderQ5K;
+    static constexpr bool kHalves = false, kOffset = true, kAlign16 = true;
+    struct Raw { uint4 h, ha, hb, qa, qb; };
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
+        r.h = ldg16(c);
+        r.ha = ldg16(c + 16);
+        r.hb = ldg16(c + 32);
+        r.qa = ldg16(c + 48 + 32 * (j >> 1));
+        r.qb = ldg16(c + 64 + 32 * (j >> 1));
+    }
+    static __device__ __forceinline__ void words(const Raw &r, int j, GroupWords &g) {
+        const int sh = 4 * (j & 1);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            g.lo[q] = ((word_of(r.qa, q) >> sh) & 0x0F0F0F0Fu) | (((word_of(r.ha, q) >> j) & 0x01010101u) << 4);
+            g.hi[q] = ((word_of(r.qb, q) >> sh) & 0x0F0F0F0Fu) | (((word_of(r.hb, q) >> j) & 0x01010101u) << 4);
+        }
+    }
+    static __device__ __forceinline__ void scales(const Raw &r, int j, int s[2], int &m) { GemvQ4K::scales({r.h, r.qa, r.qb}, j, s, m); }
+    static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.h.x); }
+    static __device__ __forceinline__ float negmin(const Raw &r) { return -f16_to_f32(r.h.x >> 16); }
+};
+
+// Q6_K (210 B, 2-byte aligned): group j = half h = j / 4, G = j % 4; ql 32 bytes at
+// 64h + 32 (G & 1) (nibble G / 2), qh 32 bytes at 128 + 32h (bits 2G, 2G + 1); int8 scales
+// 2j, 2j + 1 of the 16 at 192 (values 0..15, 16..31); f16 d at 208.
+struct GemvQ6K {
+    using Tensor = ReaderQ6K;
+    static constexpr bool kHalves = true, kOffset = false, kAlign16 = false;
+    struct Raw { uint32_t ql[9], qh[9], sd; const uint8_t *c; };
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *end, int j) {
+        const int h = j >> 2, G = j & 3;
+        r.c = c;
+        load_words_a2<8>(c + 64 * h + 32 * (G & 1), end, r.ql);
+        load_words_a2<8>(c + 128 + 32 * h, end, r.qh);
+        r.sd = (uint32_t)ld16(c + 192 + 2 * j) | ((uint32_t)ld16(c + 208) << 16);
+    }
+    static __device__ __forceinline__ void words(const Raw &r, int j, GroupWords &g) {
+        const int h = j >> 2, G = j & 3;
+        uint32_t ql[8], qh[8];
+        align_words_a2<8>(r.c + 64 * h + 32 * (G & 1), r.ql, ql);
+        align_words_a2<8>(r.c + 128 + 32 * h, r.qh, qh);
+        const int nib = 4 * (G >> 1), bits = 2 * G;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            g.lo[q] = minus32_bytes(((ql[q] >> nib) & 0x0F0F0F0Fu) | (((qh[q] >> bits) & 0x03030303u) << 4));
+            g.hi[q] = minus32_bytes(((ql[4 + q] >> nib) & 0x0F0F0F0Fu) | (((qh[4 + q] >> bits) & 0x03030303u) << 4));
+        }
+    }
+    static __device__ __forceinline__ void scales(const Raw &r, int, int s[2], int &m) {
+        s[0] = (int)(int8_t)(r.sd & 0xFF);
+        s[1] = (int)(int8_t)((r.sd >> 8) & 0xFF);
+        m = 0;
+    }
+    static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.sd >> 16); }
+    static __device__ __forceinline__ float negmin(const Raw &) { return 0.0f; }
+};
+
+// IQ4_XS (136 B, 8-byte aligned rows): 8-byte header (f16 d, scales_h, scales_l), qs[16j + l].
+struct GemvIQ4XS {
+    using Tensor = ReaderIQ4XS;
+    static constexpr bool kHalves = false, kOffset = false, kAlign16 = false;
+    struct Raw { uint2 head, qa, qb; };
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
+        r.head = ldg8(c);
+        r.qa = ldg8(c + 8 + 16 * j);
+        r.qb = ldg8(c + 16 + 16 * j);
+    }
+    static __device__ __forceinline__ void words(const Raw &r, int, GroupWords &g) {
+        const uint32_t w[4] = {r.qa.x, r.qa.y, r.qb.x, r.qb.y};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) iq4_lookup(w[q], g.lo[q], g.hi[q]);
+    }
+    static __device__ __forceinline__ void scales(const Raw &r, int j, int s[2], int &m) {
+        const uint32_t ls_lo = r.head.y, ls_hi = r.head.x >> 16;
+        s[0] = s[1] = (int)(((ls_lo >> (4 * j)) & 15) | (((ls_hi >> (2 * j)) & 3) << 4)) - 32;
+        m = 0;
+    }
+    static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.head.x); }
+    static __device__ __forceinline__ float negmin(const Raw &) { return 0.0f; }
+};
+
+}  // namespace mm
