@@ -24,8 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from luce.models.layers import blk
 from luce.ops.api import TREE_MODES, TreeStage
 
