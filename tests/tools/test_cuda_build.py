@@ -270,3 +270,16 @@ def test_device_check_passes_the_guarded_pdl_calls_and_caches_the_pass(tmp_path,
     assert "(1 sources; 2 of 2 compiled" in capsys.readouterr().out
     assert build_check.nvcc_device_check(NVCC, 2, ("86", "90"), [src], tmp_path / "cache") == []
     assert "0 of 2 compiled" in capsys.readouterr().out
+
+
+# ---- on a GPU (the lead's device run) -----------------------------------------------------------
+@pytest.mark.gpu
+def test_on_a_gpu_the_start_up_line_names_it_and_the_librarys_archs():
+    from luce.ops.native import kernel_library_path
+
+    probe = nvidia_probe.probe()
+    archs = nvidia_probe.library_archs(kernel_library_path("cuda"))
+    assert probe.gpus and archs, "nvidia-smi lists the GPU and the build recorded its archs"
+    assert all(any(nvidia_probe.runs_on(a, g.arch) for a in archs) for g in probe.gpus)
+    assert auto_backend_choice() == ("cuda", f"{probe.describe()}, library built for {nvidia_probe.sm_list(archs)}")
+    assert backend_line("auto")[1] == f"backend cuda: {probe.describe()}, library built for {nvidia_probe.sm_list(archs)}"
