@@ -23,6 +23,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -135,7 +136,7 @@ def ensure(dry_run: bool = False, probe=None, say=print) -> list[str]:
     if not reqs:
         return []
     cmd = [sys.executable, "-m", "pip", "install", "-q", *reqs]
-    say("luce: " + " ".join(cmd))
+    say("luce: " + shlex.join(cmd))
     if not dry_run and subprocess.run(cmd).returncode != 0:
         # the build goes on without them; the start-up line then names the GPU and what is missing
         say(f"luce: the install failed (offline?): {probe.describe()} will not be used until "
