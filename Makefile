@@ -11,7 +11,7 @@ KERNEL_BENCH_ARGS ?=
 HIP_CLANG ?= clang++-22
 SUDO   := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install build test test-real test-gpu models serve bench clean compile-check hip-toolchain cross-headers cuda-deps
+.PHONY: all install build test test-real test-gpu models serve bench clean compile-check hip-toolchain cross-headers cuda-deps cuda-toolchain
 
 all: build
 
@@ -26,9 +26,15 @@ $(STAMP): setup.py pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-# Rebuilds the Cython extension and, when nvcc exists, the CUDA kernel library (incremental).
-build: $(STAMP)
+# Rebuilds the Cython extension and, when nvcc exists, the CUDA kernel library for the local GPU
+# (incremental; tools/cuda_build.py).
+build: $(STAMP) cuda-toolchain
 	$(PY) setup.py -q build_ext --inplace
+
+# Only when nvidia-smi lists a GPU: nvcc from the CUDA wheels of the driver's version when there is
+# no toolkit, and cuda-python, into .venv (tools/cuda_build.py ensure; nothing without a GPU).
+cuda-toolchain: $(STAMP)
+	@$(PY) tools/cuda_build.py ensure
 
 test: build compile-check
 	$(PY) tools/check_tree.py
@@ -36,8 +42,9 @@ test: build compile-check
 
 # No literal warp width; the HIP library builds and links for gfx1100/gfx1151/gfx1201 (clang-22
 # on stand-in headers, no ROCm or AMD GPU needed), exports every entry point of cuda/luce_ops*.h,
-# has every kernel in each arch's code object and loads; when nvcc exists, the sm_90 library
-# from `build` exports every entry point. Objects are cached in build/hip_check/.
+# has every kernel in each arch's code object and loads; when nvcc exists, every kernel compiles
+# to device code for sm_86/sm_89/sm_90/sm_120 and the library from `build` exports every entry
+# point. Objects are cached in build/hip_check/, CUDA passes in build/cuda_check/.
 compile-check: build hip-toolchain cross-headers
 	$(PY) tools/build_check.py --clang $(HIP_CLANG) -j 2
 	$(PY) tools/cpu_cross_check.py --clang $(subst clang++,clang,$(HIP_CLANG))

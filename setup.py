@@ -2,10 +2,12 @@
 library when nvcc is found.
 
 `pip install -e .` (or `python setup.py build_ext --inplace`) compiles `luce/_cuda.pyx`, which
-needs only a C compiler: it dlopen()s the kernel library at run time. When `nvcc` is on PATH
-(or `$NVCC` names it) the build also compiles every `cuda/*.cu` into `luce/lib/libluce_cuda.so`
-for sm_90 plus any arch listed in `LUCE_CUDA_ARCHS` (e.g. "80,89"). Without nvcc the package
-still installs and imports with the cpu and numpy backends; the build says so in one line.
+needs only a C compiler: it dlopen()s the kernel library at run time. When there is an nvcc
+(tools/cuda_build.py: $NVCC, PATH, $CUDA_HOME, /usr/local/cuda, or the nvidia-cuda-nvcc wheel
+`make build` installs for a local GPU) the build also compiles every `cuda/*.cu` into
+`luce/lib/libluce_cuda.so` for the local GPU's arch (nvidia-smi; sm_90 when none) plus any arch
+listed in `LUCE_CUDA_ARCHS` (e.g. "80,89"). Without nvcc the package still installs and imports
+with the cpu and numpy backends; the build says so in one line (naming a GPU that is here).
 
 Likewise, with a ROCm >= 6.0 HIP toolchain (`$HIPCC`, `$LUCE_HIP_CLANG` over `$ROCM_PATH`, hipcc
 on PATH or in /opt/rocm/bin) the same sources go through hip/compat.h into
@@ -20,8 +22,6 @@ bitwise the same on every path (luce/cpu/blocks.h).
 import glob
 import os
 import platform
-import shutil
-import subprocess
 
 import numpy
 from setuptools import Extension, find_packages, setup
@@ -30,54 +30,25 @@ from setuptools.command.build_ext import build_ext
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
-def cuda_archs() -> list[str]:
-    """sm_90 always, then `LUCE_CUDA_ARCHS` ("80,89" or "sm_80;sm_89"), deduplicated."""
-    archs = ["90"]
-    for item in os.environ.get("LUCE_CUDA_ARCHS", "").replace(";", ",").split(","):
-        arch = item.strip().lower().replace("sm_", "").replace("compute_", "")
-        if arch and arch not in archs:
-            archs.append(arch)
-    return archs
-
-
-def find_nvcc() -> str | None:
-    if os.environ.get("LUCE_NO_CUDA"):
-        return None
-    for cand in (os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
-        if cand and os.path.exists(cand):
-            return cand
-    return None
-
-
-def build_cuda_library(out_dir: str) -> None:
-    """nvcc every cuda/*.cu into out_dir/libluce_cuda.so; skipped when up to date."""
-    nvcc = find_nvcc()
-    if nvcc is None:
-        print("luce: nvcc not found; building the numpy backend only (set NVCC to add CUDA)")
-        return
-    sources = sorted(glob.glob(os.path.join(ROOT, "cuda", "*.cu")))
-    headers = glob.glob(os.path.join(ROOT, "cuda", "*.h")) + glob.glob(os.path.join(ROOT, "cuda", "*.cuh"))
-    target = os.path.join(out_dir, "libluce_cuda.so")
-    newest = max(os.path.getmtime(p) for p in sources + headers + [__file__])
-    if os.path.exists(target) and os.path.getmtime(target) >= newest:
-        return
-    os.makedirs(out_dir, exist_ok=True)
-    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in cuda_archs()]
-    cmd = [nvcc, "-O3", "-std=c++17", "-shared", "-Xcompiler", "-fPIC", "--threads", "0",
-           "-I", os.path.join(ROOT, "cuda"), *gencode, "-o", target, *sources]
-    print("luce: building CUDA kernels for sm_" + ", sm_".join(cuda_archs()))
-    subprocess.run(cmd, check=True)
-
-
-def load_hip_build():
-    """hip/hip_build.py (toolchain discovery and the HIP library build), loaded by path."""
+def load_by_path(name: str, rel: str):
+    """A build helper module of this tree (stdlib only), loaded by path."""
     import importlib.util
     import sys
 
-    spec = importlib.util.spec_from_file_location("luce_hip_build", os.path.join(ROOT, "hip", "hip_build.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, rel))
     module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
     spec.loader.exec_module(module)
     return module
+
+
+def build_cuda_library(out_dir: str) -> None:
+    """Every cuda/*.cu into out_dir/libluce_cuda.so for the local GPU's arch (tools/cuda_build.py)."""
+    load_by_path("luce_cuda_build", os.path.join("tools", "cuda_build.py")).build_library(out_dir)
+
+
+def load_hip_build():
+    """hip/hip_build.py (toolchain discovery and the HIP library build)."""
+    return load_by_path("luce_hip_build", os.path.join("hip", "hip_build.py"))
 
 
 def build_hip_library(out_dir: str) -> None:

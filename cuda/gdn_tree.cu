@@ -39,12 +39,27 @@ int64_t save_bytes_per_block(int32_t dk, int32_t max_tree_rows) {
     return (int64_t)max_saves_for(max_tree_rows) * dk * WARP_SIZE * (int64_t)sizeof(float);
 }
 
-bool saves_on_chip(int32_t dk, int32_t max_tree_rows) {
-    return save_bytes_per_block(dk, max_tree_rows) <= kOnChipSaveBytes;
-}
-
 __host__ __device__ inline int64_t schedule_bytes(int32_t max_tree_rows) {
     return ((int64_t)kScheduleArrays * max_tree_rows * (int64_t)sizeof(int32_t) + 15) / 16 * 16;
+}
+
+// Saves stay on chip up to kOnChipSaveBytes and what a block of this device may opt in to
+// (sm_90: 227 KB; sm_86, sm_89, sm_120: 99 KB) beside the schedule and the kernel's static
+// shared memory; beyond that they go to the workspace (the same bits: only where they live).
+bool saves_on_chip(int32_t dk, int32_t max_tree_rows) {
+    int64_t limit = kOnChipSaveBytes;
+#ifndef __HIPCC__
+    static int optin = -1;  // per process, as the device shape of matmul_prefill.cu
+    if (optin < 0) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+            optin = 0;
+    }
+    const int64_t room = (int64_t)optin - schedule_bytes(max_tree_rows) - (int64_t)sizeof(GdnScratch) - 16;
+    if (optin > 0 && room < limit) limit = room;
+#endif
+    return save_bytes_per_block(dk, max_tree_rows) <= limit;
 }
 
 // Shared arrays of the walk, each [n] int32.

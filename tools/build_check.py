@@ -16,9 +16,12 @@ library and host code against libamdhip64 (-Wl,--no-undefined). hip/README.md sa
   - the library loads (dlopen, in a child process) and answers luce_abi_version().
 A library `make build` made with a real ROCm (luce/lib/libluce_hip.so) gets the same checks.
 
-NVIDIA: `make build` compiles cuda/*.cu into luce/lib/libluce_cuda.so for sm_90 when nvcc
-exists; the library must be newer than every kernel source and export every entry point.
-Without nvcc the sm_90 check is skipped with a note, unless --require-nvcc.
+NVIDIA, when there is an nvcc (tools/cuda_build.py finds it): every cuda/*.cu compiles to
+device code for sm_86, sm_89, sm_90 and sm_120 (RTX 3090, RTX 4090, H100/H200, RTX 5090; one
+unoptimized -cubin per source and arch, in parallel, passes cached in build/cuda_check/), and
+the library `make build` made (luce/lib/libluce_cuda.so, for the local GPU or sm_90) must be
+newer than every kernel source and export every entry point. Without nvcc these checks are
+skipped with a note, unless --require-nvcc.
 
 Objects are cached in build/hip_check/obj/<archs>/ by a hash of the compiler, the flags, the device
 library and the source with every header it includes, so an unchanged tree rebuilds nothing.
@@ -30,18 +33,24 @@ Exit status 1 on any failure, each with the tool's own message.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import os
 import re
-import shutil
 import subprocess
 import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+import cuda_build  # noqa: E402
 import hip_code_objects  # noqa: E402
 import warp_width_lint  # noqa: E402
+
+nvidia_probe = cuda_build.nvidia_probe
 
 _spec = importlib.util.spec_from_file_location("luce_hip_build", ROOT / "hip" / "hip_build.py")
 hip_build = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))
@@ -154,41 +163,86 @@ def check_hip(clang: str, jobs: int, opt: str = "-O3", list_kernels: bool = Fals
     return errors
 
 
-def find_nvcc() -> str | None:
-    for cand in (os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
-        if cand and os.path.exists(cand):
-            return cand
-    return None
+CHECK_ARCHS = ("86", "89", "90", "120")   # RTX 3090, RTX 4090, H100/H200, RTX 5090
+CUDA_CHECK_DIR = ROOT / "build" / "cuda_check"
 
 
-def check_nvcc(require: bool) -> list[str]:
-    if os.environ.get("LUCE_NO_CUDA") or find_nvcc() is None:
-        msg = "nvcc not found: the sm_90 compile check is skipped (set NVCC or install CUDA)"
+def nvcc_device_check(nvcc, jobs: int, archs=CHECK_ARCHS, sources: list[Path] | None = None,
+                      cache_dir: Path = CUDA_CHECK_DIR) -> list[str]:
+    """Every cuda/*.cu compiled to device code alone (-cubin, no host pass) for each arch, the
+    front end and ptxas unoptimized: the check is that every construct exists on the arch (a
+    Hopper-only instruction outside its __CUDA_ARCH__ guard fails here), not its speed. A pass is
+    remembered by a hash of nvcc, the flags and the source with its headers; cubins go to a
+    temporary directory."""
+    listed = subprocess.run([nvcc.path, "--list-gpu-code"], capture_output=True, text=True)
+    known = set(listed.stdout.split())
+    skipped = [a for a in archs if known and f"sm_{a}" not in known]
+    archs = [a for a in archs if a not in skipped]
+    version = subprocess.run([nvcc.path, "--version"], capture_output=True, text=True).stdout
+    common = cuda_build.COMMON_FLAGS + ["-cubin", "-Xcicc", "-O0", "-Xptxas", "-O0"]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    work = [(src, arch) for src in (sources or sorted(CUDA_DIR.glob("*.cu"))) for arch in archs]
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max(1, jobs)) as pool:
+        def one(item):
+            src, arch = item
+            key = hashlib.sha256("\0".join([version, nvcc.path, *common, arch,
+                                             hip_build.source_digest(src)]).encode()).hexdigest()[:20]
+            stamp = cache_dir / f"{src.stem}.sm_{arch}.{key}.ok"
+            if stamp.exists():
+                return None, False
+            cmd = [nvcc.path, *common, f"-arch=sm_{arch}", "-o", os.path.join(tmp, f"{src.stem}.{arch}.cubin"), str(src)]
+            result = subprocess.run(cmd, capture_output=True, text=True)
+            if result.returncode != 0:
+                name = src.relative_to(ROOT) if src.is_relative_to(ROOT) else src
+                return f"{name} does not compile for sm_{arch}:\n{(result.stderr or result.stdout).strip()}", True
+            stamp.touch()
+            return None, True
+        results = list(pool.map(one, work))
+    errors = [e for e, _ in results if e]
+    if not errors:
+        compiled = sum(rebuilt for _, rebuilt in results)
+        print(f"build_check: CUDA device code compiles for {', '.join(f'sm_{a}' for a in archs)} "
+              f"({len(work) // max(1, len(archs))} sources; {compiled} of {len(work)} compiled, the rest "
+              f"unchanged; {time.monotonic() - t0:.0f} s) with {nvcc.source}")
+    if skipped:
+        print(f"build_check: this nvcc cannot target {', '.join(f'sm_{a}' for a in skipped)}: not checked")
+    return errors
+
+
+def check_nvcc(require: bool, jobs: int) -> list[str]:
+    nvcc = cuda_build.find_nvcc()
+    if nvcc is None:
+        msg = (f"nvcc not found: the CUDA compile checks ({', '.join(f'sm_{a}' for a in CHECK_ARCHS)}) "
+               "are skipped (set NVCC or CUDA_HOME, or install CUDA)")
         if require:
             return [msg]
         print(f"build_check: {msg}")
         return []
+    errors = nvcc_device_check(nvcc, jobs)
     if not CUDA_LIB.exists():
-        return [f"{CUDA_LIB.relative_to(ROOT)} missing although nvcc exists: run "
+        return errors + [f"{CUDA_LIB.relative_to(ROOT)} missing although nvcc exists: run "
                 "'python3 setup.py build_ext --inplace' (make build) and read its errors"]
     sources = [*CUDA_DIR.glob("*.cu"), *CUDA_DIR.glob("*.h"), *CUDA_DIR.glob("*.cuh")]
     stale = [p.name for p in sources if p.stat().st_mtime > CUDA_LIB.stat().st_mtime]
     if stale:
-        return [f"{CUDA_LIB.relative_to(ROOT)} is older than {', '.join(sorted(stale))}: "
+        return errors + [f"{CUDA_LIB.relative_to(ROOT)} is older than {', '.join(sorted(stale))}: "
                 "rebuild with 'python3 setup.py build_ext --inplace' (make build)"]
     missing = [n for n in declared_entry_points() if n not in exported_symbols(CUDA_LIB)]
     if missing:
-        return [f"{CUDA_LIB.relative_to(ROOT)} lacks entry points declared in cuda/luce_ops*.h: "
+        return errors + [f"{CUDA_LIB.relative_to(ROOT)} lacks entry points declared in cuda/luce_ops*.h: "
                 f"{', '.join(missing)} (define them in a cuda/*.cu with extern \"C\")"]
-    print(f"build_check: sm_90 library ok ({len(declared_entry_points())} entry points exported)")
-    return []
+    archs = nvidia_probe.library_archs(CUDA_LIB)
+    built = nvidia_probe.sm_list(archs) if archs else "unrecorded archs"
+    print(f"build_check: {CUDA_LIB.relative_to(ROOT)} ({built}) ok: {len(declared_entry_points())} entry points exported")
+    return errors
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     which = ap.add_mutually_exclusive_group()
     which.add_argument("--hip-only", action="store_true", help="only the warp-width lint and the HIP build")
-    which.add_argument("--nvcc-only", action="store_true", help="only the sm_90 library check")
+    which.add_argument("--nvcc-only", action="store_true", help="only the CUDA checks (device code per arch, the library)")
     ap.add_argument("--clang", default=os.environ.get("LUCE_HIP_CLANG", "clang++-22"))
     ap.add_argument("--require-nvcc", action="store_true", help="fail when nvcc is absent")
     ap.add_argument("-j", "--jobs", type=int, default=min(os.cpu_count() or 2, 4))
@@ -201,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         errors += warp_width_lint.lint()
         errors += check_hip(args.clang, max(1, args.jobs), args.opt, args.list_kernels)
     if not args.hip_only:
-        errors += check_nvcc(args.require_nvcc)
+        errors += check_nvcc(args.require_nvcc, max(1, args.jobs))
     for e in errors:
         print(e, file=sys.stderr)
     return 1 if errors else 0

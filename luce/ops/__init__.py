@@ -15,17 +15,51 @@ def cuda_device_count() -> int:
 
 
 def cuda_unavailable_reason() -> str | None:
-    """Why the CUDA backend cannot start here (None if it can): no kernel library, no GPU."""
+    """Why the CUDA backend cannot start here (None if it can), naming a GPU that nvidia-smi
+    lists (luce.ops.nvidia_probe): no kernel library, one built for other archs, no cuda-python,
+    no visible device."""
+    from luce.ops import nvidia_probe
     from luce.ops.native import LIB_DIR, LIB_NAMES, kernel_library_path
 
-    if kernel_library_path("cuda") is None:
-        return (f"the CUDA kernel library {LIB_DIR / LIB_NAMES['cuda']} is not built ($LUCE_KERNEL_LIB "
-                "names another): install the CUDA toolkit (nvcc on PATH) and run "
-                "'python setup.py build_ext --inplace'")
+    nvidia = nvidia_probe.probe()
+    library = kernel_library_path("cuda")
+    if library is None:
+        missing = (f"the CUDA kernel library {LIB_DIR / LIB_NAMES['cuda']} is not built "
+                   "($LUCE_KERNEL_LIB names another)")
+        if not nvidia.gpus:
+            return f"no NVIDIA GPU found ({nvidia.why_none()}) and {missing}"
+        return (f"an NVIDIA GPU is here ({nvidia.describe()}) but {missing}: run 'make build' (it builds "
+                "for this GPU, with nvcc from the CUDA wheels when no toolkit is installed)")
+    mismatch = nvidia_probe.library_mismatch(library, nvidia.gpus)
+    if mismatch:
+        return mismatch
     if cuda_device_count() == 0:
-        return ("no CUDA GPU is visible (or cuda-python is missing: pip install cuda-python); "
-                "check nvidia-smi and CUDA_VISIBLE_DEVICES")
+        if not nvidia.gpus:
+            return (f"no NVIDIA GPU found ({nvidia.why_none()}) and no CUDA device is visible (or cuda-python is "
+                    "missing: pip install cuda-python); check CUDA_VISIBLE_DEVICES")
+        import importlib.util
+
+        try:
+            bindings = importlib.util.find_spec("cuda.bindings") is not None
+        except ImportError:
+            bindings = False
+        if not bindings:
+            return (f"an NVIDIA GPU is here ({nvidia.describe()}) but cuda-python is missing: run 'make build' "
+                    "(it installs the version of the driver) or pip install cuda-python")
+        return (f"nvidia-smi lists {nvidia.describe()} but CUDA sees no device: check CUDA_VISIBLE_DEVICES "
+                "and that the driver matches cuda-python's CUDA version")
     return None
+
+
+def cuda_backend_why() -> str:
+    """What the CUDA backend runs on: 'NVIDIA H200 (sm_90), library built for sm_90'."""
+    from luce.ops import nvidia_probe
+    from luce.ops.native import kernel_library_path
+
+    nvidia = nvidia_probe.probe()
+    archs = nvidia_probe.library_archs(kernel_library_path("cuda"))
+    built = f"library built for {nvidia_probe.sm_list(archs)}" if archs else "library archs not recorded"
+    return f"{nvidia.describe() or 'a CUDA device (nvidia-smi absent)'}, {built}"
 
 
 def cpu_unavailable_reason() -> str | None:
@@ -67,7 +101,7 @@ def auto_backend_choice() -> tuple[str, str]:
     lists an AMD GPU), then cpu, then numpy."""
     cuda_reason = cuda_unavailable_reason()
     if cuda_reason is None:
-        return "cuda", "a CUDA GPU and the CUDA kernel library are present"
+        return "cuda", cuda_backend_why()
     from luce.ops.hip_probe import amd_gpus
 
     amd = amd_gpus()
@@ -78,8 +112,8 @@ def auto_backend_choice() -> tuple[str, str]:
         cuda_reason += f"; the AMD GPU here ({', '.join(amd)}) cannot be used: {hip_reason}"
     cpu_reason = cpu_unavailable_reason()
     if cpu_reason is None:
-        return "cpu", f"no CUDA: {cuda_reason}"
-    return "numpy", f"no CUDA ({cuda_reason}); no cpu kernels ({cpu_reason})"
+        return "cpu", cuda_reason
+    return "numpy", f"{cuda_reason}; no cpu kernels ({cpu_reason})"
 
 
 def get_backend(name="numpy", threads: int | None = None):

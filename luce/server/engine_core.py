@@ -179,9 +179,10 @@ def check_backend_available(name: str) -> None:
 
 
 def backend_line(name: str, threads: int | None = None):
-    """(backend instance, a line saying which backend and why). 'auto' takes cuda, then hip,
-    then cpu, then numpy (luce.ops.auto_backend_choice)."""
-    from luce.ops import auto_backend_choice, get_backend
+    """(backend instance, the start-up line naming it and why: 'backend cuda: NVIDIA H200
+    (sm_90), library built for sm_90'). 'auto' takes cuda, then hip, then cpu, then numpy
+    (luce.ops.auto_backend_choice)."""
+    from luce.ops import auto_backend_choice, cuda_backend_why, get_backend
 
     why = "as asked"
     if name == "auto":
@@ -190,8 +191,10 @@ def backend_line(name: str, threads: int | None = None):
         backend = get_backend(name, threads=threads)
     except Exception as e:
         raise ValueError(f"--backend {name}: {e}") from None
+    if name == "cuda" and why == "as asked":
+        why = f"as asked; {cuda_backend_why()}"
     describe = getattr(backend, "describe", None)
-    return backend, f"{describe() if describe else backend.name} ({why})"
+    return backend, f"backend {describe() if describe else backend.name}: {why}"
 
 
 def resolve_models(options: ServeOptions, progress: bool = True) -> tuple[Path, Path | None]:
@@ -220,7 +223,8 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     target, draft = resolve_models(options, progress)
     backend, chosen = backend_line(options.backend, options.threads)
     backend_name = backend.name
-    say(f"luce: loading {target} on the {chosen} backend ...")
+    say(f"luce: {chosen}")
+    say(f"luce: loading {target} on {backend_name} ...")
     t0 = time.monotonic()
     model = load_model(target, backend)
     tokenizer = Tokenizer.from_gguf(target)

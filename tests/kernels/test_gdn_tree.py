@@ -147,7 +147,7 @@ def test_verify_parity_and_factors(n, H, dk, dv):
 def test_nodes_and_commit_bitwise_equal_ar_along_root_paths(shape, n, max_rows):
     """Every node's output equals cuda gdn_recurrent's along its root path, and committing a
     leaf's path replays to the state gdn_recurrent leaves (Dk 256 x 64 rows keeps the saved
-    states in the workspace, Dk 128 on chip; max 512 rows sizes the schedule arrays)."""
+    states in the workspace, Dk 128 x 23 rows on chip; max 512 rows sizes the schedule arrays)."""
     H, dk, dv = shape
     rng = np.random.default_rng(n + dk)
     parents = random_tree(rng, n, chain=0.5)
@@ -156,7 +156,7 @@ def test_nodes_and_commit_bitwise_equal_ar_along_root_paths(shape, n, max_rows):
     got = run_verify(inputs, states, [parents], [1], max_tree_rows=max_rows)
     if dk == 256 and n == 64:
         assert got["workspace_bytes"] > 0, "6 saved 256-row states should not fit on chip"
-    elif dk == 128:
+    elif dk == 128 and n < 32:  # 4 saves, 64 KB: on chip on every sm_80+ (6, 96 KB: not in 99 KB)
         assert got["workspace_bytes"] == 0
     paths = [root_path(parents, leaf) for leaf in leaves(parents)]
     ar_out, ar_states = ar_along_paths(inputs, states[1], paths)
