@@ -215,6 +215,22 @@ int launch_mmq(const MmqArgs &a, cudaStream_t stream) {
     return luce_status(launch_overlapped(kernel, grid, dim3(kThreads), kSmem, stream, overlap, a));
 }
 
+// Shared memory of a launch shape (its stages plus the static partials) fits one block of this
+// device (RTX 30/40/50: 99 KB; H200: 227 KB). Where four token sets do not, two do: the same bits
+// (every launch shape computes the same per-element order).
+template <class Q, int NT, int WM, int TS, Shape S>
+bool fits_device() {
+    static int limit = -1;
+    if (limit < 0) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+            limit = 0;
+    }
+    constexpr int kStatic = 2 * (kKSplit - 1) * WM * TS * NT * 4 * WARP_SIZE * (int)sizeof(float);
+    return limit == 0 || stage_smem_bytes<Q, WM, TS, stages<Q, NT, TS, S>()>() + kStatic <= limit;
+}
+
 // Waves of 16-row tiles for n rows at 4 blocks per SM (0 if the device is unknown). The ring
 // beat one block per tile (measured on an H200, docs/PERF.md, 2026-12-01) at up to 8 rows when
 // the tiles fill 1 to 4 waves (gate/up, qkv; under one wave, down and out, and far over it, the
@@ -254,7 +270,7 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
         if (t == 1) return launch_mmq<Q, 1, 1, 1, true, kLegacy>(a, stream);
         if (t <= 8) return launch_mmq<Q, 1, 1, 1, false, kLegacy>(a, stream);
         if (t <= 16) return launch_mmq<Q, 2, 1, 1, false, kLegacy>(a, stream);
-        if (t <= 32) return launch_mmq<Q, 2, 1, 2, false, kLegacy>(a, stream);
+        if (t <= 32 || !fits_device<Q, 2, 1, 4, kLegacy>()) return launch_mmq<Q, 2, 1, 2, false, kLegacy>(a, stream);
         return launch_mmq<Q, 2, 1, 4, false, kLegacy>(a, stream);
     }
     if (tune == 1 || !Q::kIntScale) {
@@ -264,7 +280,7 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     if (t == 1) return launch_mmq<Q, 1, 1, 1, true>(a, stream);
     if (t <= 8) return launch_mmq<Q, 1, 1, 1>(a, stream);
     if (t <= 16) return launch_mmq<Q, 2, 1, 1>(a, stream);
-    if (t <= 32) return launch_mmq<Q, 2, 1, 2>(a, stream);
+    if (t <= 32 || !fits_device<Q, 2, 1, 4, kRing>()) return launch_mmq<Q, 2, 1, 2>(a, stream);
     return launch_mmq<Q, 2, 1, 4>(a, stream);
 }
 
