@@ -60,9 +60,9 @@ __device__ __forceinline__ void load_words_a2(const uint8_t *p, const uint8_t *e
 // The N words at p from load_words_a2's N + 1 aligned words.
 template <int N>
 __device__ __forceinline__ void align_words_a2(const uint8_t *p, const uint32_t raw[N + 1], uint32_t w[N]) {
-    const uint32_t shift = (uint32_t)(reinterpret_cast<uintptr_t>(p) & 2) * 8;
+    const uint32_t sel = (reinterpret_cast<uintptr_t>(p) & 2) ? 0x5432u : 0x3210u;  // from byte 2 or 0
 #pragma unroll
-    for (int i = 0; i < N; ++i) w[i] = __funnelshift_r(raw[i], raw[i + 1], shift);
+    for (int i = 0; i < N; ++i) w[i] = byte_perm(raw[i], raw[i + 1], sel);
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
