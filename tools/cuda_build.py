@@ -144,6 +144,11 @@ def ensure(dry_run: bool = False, probe=None, say=print) -> list[str]:
     return cmd
 
 
+def host_compiler() -> str | None:
+    """The C++ compiler nvcc will call: $NVCC_CCBIN, else g++ or c++ on PATH (None: none)."""
+    return os.environ.get("NVCC_CCBIN") or shutil.which("g++") or shutil.which("c++")
+
+
 def build_library(out_dir: str, say=print) -> None:
     """nvcc every cuda/*.cu into out_dir/libluce_cuda.so for build_archs(), and the build record
     beside it; skipped when the library is newer than every source and was built for these archs
@@ -158,6 +163,10 @@ def build_library(out_dir: str, say=print) -> None:
         else:
             say(f"luce: nvcc not found ({probe.why_none()}); building the cpu backend only "
                 "(set NVCC or CUDA_HOME to add CUDA)")
+        return
+    if host_compiler() is None:
+        say("luce: nvcc needs a C++ host compiler and none was found (g++ or c++ on PATH, or NVCC_CCBIN): "
+            "the CUDA kernel library is not built; install g++ (e.g. apt-get install g++) and run 'make build'")
         return
     archs = build_archs(probe)
     sources = sorted(CUDA_DIR.glob("*.cu"))

@@ -283,3 +283,30 @@ def test_on_a_gpu_the_start_up_line_names_it_and_the_librarys_archs():
     assert all(any(nvidia_probe.runs_on(a, g.arch) for a in archs) for g in probe.gpus)
     assert auto_backend_choice() == ("cuda", f"{probe.describe()}, library built for {nvidia_probe.sm_list(archs)}")
     assert backend_line("auto")[1] == f"backend cuda: {probe.describe()}, library built for {nvidia_probe.sm_list(archs)}"
+
+
+def test_build_without_a_host_compiler_says_so_and_builds_nothing(machine, monkeypatch, tmp_path):
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\nexit 1\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("NVCC", str(nvcc))
+    monkeypatch.delenv("NVCC_CCBIN", raising=False)
+    monkeypatch.setattr(cuda_build, "host_compiler", lambda: None)
+    said = []
+    out = tmp_path / "lib"
+    cuda_build.build_library(str(out), say=said.append)
+    assert any("C++ host compiler" in line and "g++" in line for line in said), said
+    assert not (out / "libluce_cuda.so").exists()
+
+
+def test_host_compiler_is_nvcc_ccbin_then_gxx_then_cxx(monkeypatch, tmp_path):
+    monkeypatch.delenv("NVCC_CCBIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert cuda_build.host_compiler() is None
+    cxx = tmp_path / "c++"
+    cxx.write_text("#!/bin/sh\n")
+    cxx.chmod(0o755)
+    assert cuda_build.host_compiler() == str(cxx)
+    monkeypatch.setenv("NVCC_CCBIN", "/opt/gcc/bin/g++")
+    assert cuda_build.host_compiler() == "/opt/gcc/bin/g++"
