@@ -215,18 +215,24 @@ int launch_mmq(const MmqArgs &a, cudaStream_t stream) {
     return luce_status(launch_overlapped(kernel, grid, dim3(kThreads), kSmem, stream, overlap, a));
 }
 
+// An attribute of the current device, 0 if unknown.
+inline int device_attribute(cudaDeviceAttr attr) {
+    int device = 0, value = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) return 0;
+    return value;
+}
+
+inline int device_sms() {
+    static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
+    return sms;
+}
+
 // Shared memory of a launch shape (its stages plus the static partials) fits one block of this
 // device (RTX 30/40/50: 99 KB; H200: 227 KB). Where four token sets do not, two do: the same bits
 // (every launch shape computes the same per-element order).
 template <class Q, int NT, int WM, int TS, Shape S>
 bool fits_device() {
-    static int limit = -1;
-    if (limit < 0) {
-        int device = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-            limit = 0;
-    }
+    static const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     constexpr int kStatic = 2 * (kKSplit - 1) * WM * TS * NT * 4 * WARP_SIZE * (int)sizeof(float);
     return limit == 0 || stage_smem_bytes<Q, WM, TS, stages<Q, NT, TS, S>()>() + kStatic <= limit;
 }
@@ -235,17 +241,6 @@ bool fits_device() {
 // beat one block per tile (measured on an H200, docs/PERF.md, 2026-12-01) at up to 8 rows when
 // the tiles fill 1 to 4 waves (gate/up, qkv; under one wave, down and out, and far over it, the
 // LM head, one block per tile did better), and at 9 to 16 rows from one wave up.
-inline int device_sms() {  // 0 if unknown
-    static int sms = -1;
-    if (sms < 0) {
-        int device = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-            sms = 0;
-    }
-    return sms;
-}
-
 inline double tile_waves(int64_t n) {
     const int sms = device_sms();
     return sms > 0 ? (double)((n + 15) / 16) / (4.0 * sms) : 0.0;

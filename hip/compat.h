@@ -38,6 +38,7 @@
 #define cudaEvent_t hipEvent_t
 #define cudaGetDevice hipGetDevice
 #define cudaDeviceGetAttribute hipDeviceGetAttribute
+#define cudaDeviceAttr hipDeviceAttribute_t
 #define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #define cudaDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeMaxSharedMemoryPerBlock
 #define cudaFuncSetAttribute hipFuncSetAttribute
