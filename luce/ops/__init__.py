@@ -14,14 +14,14 @@ def cuda_device_count() -> int:
     return get_runtime("cuda").device_count()
 
 
-def cuda_unavailable_reason() -> str | None:
+def cuda_unavailable_reason(nvidia=None) -> str | None:
     """Why the CUDA backend cannot start here (None if it can), naming a GPU that nvidia-smi
-    lists (luce.ops.nvidia_probe): no kernel library, one built for other archs, no cuda-python,
-    no visible device."""
+    lists (luce.ops.nvidia_probe; `nvidia`: a probe already taken): no kernel library, one built
+    for other archs, no cuda-python, no visible device."""
     from luce.ops import nvidia_probe
     from luce.ops.native import LIB_DIR, LIB_NAMES, kernel_library_path
 
-    nvidia = nvidia_probe.probe()
+    nvidia = nvidia or nvidia_probe.probe()
     library = kernel_library_path("cuda")
     if library is None:
         missing = (f"the CUDA kernel library {LIB_DIR / LIB_NAMES['cuda']} is not built "
@@ -51,12 +51,12 @@ def cuda_unavailable_reason() -> str | None:
     return None
 
 
-def cuda_backend_why() -> str:
+def cuda_backend_why(nvidia=None) -> str:
     """What the CUDA backend runs on: 'NVIDIA H200 (sm_90), library built for sm_90'."""
     from luce.ops import nvidia_probe
     from luce.ops.native import kernel_library_path
 
-    nvidia = nvidia_probe.probe()
+    nvidia = nvidia or nvidia_probe.probe()
     archs = nvidia_probe.library_archs(kernel_library_path("cuda"))
     built = f"library built for {nvidia_probe.sm_list(archs)}" if archs else "library archs not recorded"
     return f"{nvidia.describe() or 'a CUDA device (nvidia-smi absent)'}, {built}"
@@ -99,9 +99,12 @@ def backend_error(name: str) -> str | None:
 def auto_backend_choice() -> tuple[str, str]:
     """(backend name, why) that --backend auto picks: cuda, then hip (when the kernel driver
     lists an AMD GPU), then cpu, then numpy."""
-    cuda_reason = cuda_unavailable_reason()
+    from luce.ops import nvidia_probe
+
+    nvidia = nvidia_probe.probe()   # nvidia-smi runs once for the choice and its line
+    cuda_reason = cuda_unavailable_reason(nvidia)
     if cuda_reason is None:
-        return "cuda", cuda_backend_why()
+        return "cuda", cuda_backend_why(nvidia)
     from luce.ops.hip_probe import amd_gpus
 
     amd = amd_gpus()
