@@ -92,8 +92,9 @@ __device__ __forceinline__ float2 partition_softmax(float *s, int32_t n, int lan
 // The tiled kernel over rows [0, p.prompt_rows) (cuda/attention_prefill.cu): writes the same
 // partial_o / partial_ml workspace entries as the partition kernel, bitwise. Returns
 // cudaErrorNotSupported (launching nothing) where its shared memory does not fit the device;
-// the caller then sends those rows to the partition kernel.
-int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
+// the caller then sends those rows to the partition kernel. Internal to the library (not
+// exported beside the luce_* ABI).
+__attribute__((visibility("hidden"))) int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
                            cudaStream_t stream);
 
 }  // namespace luce_attn

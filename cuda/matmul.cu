@@ -283,6 +283,10 @@ bool is_block_type(int qtype) { return qtype != LUCE_QT_F32 && qtype != LUCE_QT_
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
+// The weights sit as the one-row kernel's loads of type G need (otherwise the tile kernel runs).
+template <class G>
+bool gemv_aligned(const uint8_t *w) { return reinterpret_cast<uintptr_t>(w) % G::kAlign == 0; }
+
 }  // namespace
 
 extern "C" int64_t luce_matmul_row_bytes(int32_t qtype, int64_t k) {
@@ -338,12 +342,11 @@ extern "C" int luce_matmul(const luce_matmul_params *p, void *stream_ptr) {
                       (p->tune == 5 || (p->tune == 0 && p->qtype == LUCE_QT_IQ4_XS && p->n * row_bytes >= (4 << 20)));
     if (gemv) {
         const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes};
-        const bool a16 = aligned16(w), a8 = (reinterpret_cast<uintptr_t>(w) & 7) == 0;
         switch (p->qtype) {
-            case LUCE_QT_Q4_K: if (a16) return launch_gemv<GemvQ4K>(g, device_sms(), stream); break;
-            case LUCE_QT_Q5_K: if (a16) return launch_gemv<GemvQ5K>(g, device_sms(), stream); break;
-            case LUCE_QT_Q6_K: if (a8) return launch_gemv<GemvQ6K>(g, device_sms(), stream); break;
-            case LUCE_QT_IQ4_XS: if (a8) return launch_gemv<GemvIQ4XS>(g, device_sms(), stream); break;
+            case LUCE_QT_Q4_K: if (gemv_aligned<GemvQ4K>(w)) return launch_gemv<GemvQ4K>(g, device_sms(), stream); break;
+            case LUCE_QT_Q5_K: if (gemv_aligned<GemvQ5K>(w)) return launch_gemv<GemvQ5K>(g, device_sms(), stream); break;
+            case LUCE_QT_Q6_K: if (gemv_aligned<GemvQ6K>(w)) return launch_gemv<GemvQ6K>(g, device_sms(), stream); break;
+            case LUCE_QT_IQ4_XS: if (gemv_aligned<GemvIQ4XS>(w)) return launch_gemv<GemvIQ4XS>(g, device_sms(), stream); break;
             default: break;
         }
     }

@@ -70,7 +70,8 @@ __device__ __forceinline__ uint32_t word_of(const uint4 &v, int i) { return i ==
 // Q4_K (144 B, 16-byte aligned rows): header, then qs[32i + l] (i = j / 2) low / high nibble.
 struct GemvQ4K {
     using Tensor = ReaderQ4K;
-    static constexpr bool kHalves = false, kOffset = true, kAlign16 = true;
+    static constexpr bool kHalves = false, kOffset = true;
+    static constexpr int kAlign = 16;  // of the weights: 16-byte loads
     struct Raw { uint4 h, qa, qb; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
         r.h = ldg16(c);
@@ -98,7 +99,8 @@ struct GemvQ4K {
 // Q5_K (176 B, 16-byte aligned rows): as Q4_K with qh[32] after the header (bit j of qh[l]).
 struct GemvQ5K {
     using Tensor = ReaderQ5K;
-    static constexpr bool kHalves = false, kOffset = true, kAlign16 = true;
+    static constexpr bool kHalves = false, kOffset = true;
+    static constexpr int kAlign = 16;
     struct Raw { uint4 h, ha, hb, qa, qb; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
         r.h = ldg16(c);
@@ -125,7 +127,8 @@ struct GemvQ5K {
 // 2j, 2j + 1 of the 16 at 192 (values 0..15, 16..31); f16 d at 208.
 struct GemvQ6K {
     using Tensor = ReaderQ6K;
-    static constexpr bool kHalves = true, kOffset = false, kAlign16 = false;
+    static constexpr bool kHalves = true, kOffset = false;
+    static constexpr int kAlign = 2;  // words realigned from 4-byte loads
     struct Raw { uint32_t ql[9], qh[9], sd; const uint8_t *c; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *end, int j) {
         const int h = j >> 2, G = j & 3;
@@ -158,7 +161,8 @@ struct GemvQ6K {
 // IQ4_XS (136 B, 8-byte aligned rows): 8-byte header (f16 d, scales_h, scales_l), qs[16j + l].
 struct GemvIQ4XS {
     using Tensor = ReaderIQ4XS;
-    static constexpr bool kHalves = false, kOffset = false, kAlign16 = false;
+    static constexpr bool kHalves = false, kOffset = false;
+    static constexpr int kAlign = 8;  // 8-byte loads
     struct Raw { uint2 head, qa, qb; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
         r.head = ldg8(c);
