@@ -33,8 +33,11 @@ import types
 
 import numpy as np
 
-DEVICE_BASE = 0x7E00_0000_0000        # fake device addresses: no host allocation lives here
-DEVICE_END = 0x7F00_0000_0000
+# Fake device addresses. Linux places host mmaps top-down from a base randomized over ~1 TiB
+# below the stack (0x7Exx.. to 0x7Fxx..) and PIE images at 0x55..-0x56..: 16 TiB from 2^44 up
+# is below both and above any brk heap, so no host allocation lives here.
+DEVICE_BASE = 0x1000_0000_0000
+DEVICE_END = 0x2000_0000_0000
 HANDLE_BASE = 0x5000_0000_0000        # streams, events, graphs: opaque
 
 
@@ -192,6 +195,8 @@ class FakeHip:
     def hipHostMalloc(self, size, flags):
         self._record("hipHostMalloc", size, flags)
         host = np.zeros(size, np.uint8)
+        if self.is_device(host.ctypes.data):
+            raise FakeFault(f"host memory at 0x{host.ctypes.data:x} lies in the fake device range: move DEVICE_BASE")
         self.pinned[host.ctypes.data] = host
         return (S, host.ctypes.data)
 
