@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Decode benchmark of a model file: AR tok/s at concurrency 1..5, verify cost against tree
-width, draft-pass time, and speculation bounds (oracle and always-wrong drafters).
+width, draft-pass time, speculation bounds (oracle and always-wrong drafters), and prefill
+(time to the first token and prompt tok/s at 512 .. 32,000 tokens).
 
     python tools/bench_decode.py MODEL.gguf --backend cuda --draft DRAFT.gguf
     python tools/bench_decode.py MODEL.gguf --backend numpy --prompt-len 16 --steps 4 --json out.json
@@ -20,7 +21,7 @@ from luce.benchmark.decode_bench import BenchSettings, run_decode_bench  # noqa:
 from luce.benchmark.decode_report import format_report  # noqa: E402
 from luce.spec.config import MODES  # noqa: E402
 
-SECTIONS = ("ar", "engine", "verify", "draft", "spec")
+SECTIONS = ("ar", "engine", "verify", "draft", "spec", "prefill")
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -52,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="tokens per request in spec runs (default: enough for --steps oracle steps)")
     p.add_argument("--spec-concurrency", type=_ints, default=d.spec_concurrency,
                    help="requests decoded together in the spec runs, e.g. 1,5")
+    p.add_argument("--prefill-lengths", type=_ints, default=d.prefill_lengths,
+                   help="prompt tokens of the prefill section, e.g. 512,4096,12000,32000")
+    p.add_argument("--prefill-budget", type=int, default=d.prefill_budget, help="token budget of a prefill step")
+    p.add_argument("--prefill-reps", type=int, default=d.prefill_reps, help="timed prompts per length")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--no-graphs", action="store_true", help="run every forward eagerly (no graph replay)")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
@@ -62,10 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--sections takes {','.join(SECTIONS)}")
     if args.steps < 1 or args.warmup < 0 or args.prompt_len < 1 or args.spec_tokens < 0:
         p.error("need --steps >= 1, --warmup >= 0, --prompt-len >= 1, --spec-tokens >= 0")
+    if args.prefill_budget < 1 or args.prefill_reps < 1:
+        p.error("need --prefill-budget >= 1 and --prefill-reps >= 1")
     settings = BenchSettings(prompt_len=args.prompt_len, concurrency=args.concurrency, warmup=args.warmup,
                              steps=args.steps, tree_widths=args.widths, depth=args.depth, top_k=args.top_k,
                              spec_mode=args.spec_mode, budget=args.budget, spec_tokens=args.spec_tokens,
-                             spec_concurrency=args.spec_concurrency, seed=args.seed, graphs=not args.no_graphs)
+                             spec_concurrency=args.spec_concurrency, seed=args.seed, graphs=not args.no_graphs,
+                             prefill_lengths=args.prefill_lengths, prefill_budget=args.prefill_budget,
+                             prefill_reps=args.prefill_reps)
 
     def log(message: str, partial: dict) -> None:
         print(message, file=sys.stderr, flush=True)

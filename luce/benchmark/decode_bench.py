@@ -22,6 +22,8 @@ Sections (each returns plain dicts; `run_decode_bench` gathers them into one rep
   Only steady steps are timed (every request decoding, none near its end), after `warmup`
   of them; tok/s = tokens committed / time over the timed steps. The outputs are compared
   with plain greedy AR.
+- Prefill (luce/benchmark/prefill_bench.py): time to the first token of one prompt of each
+  length through the engine, prompt tok/s.
 Medians are over `steps` timed repetitions after `warmup` untimed ones.
 """
 from __future__ import annotations
@@ -56,6 +58,9 @@ class BenchSettings:
     spec_concurrency: tuple[int, ...] = (1,)
     seed: int = 0
     graphs: bool = True             # replay captured graphs (luce.models.graphed_forward) where the backend can
+    prefill_lengths: tuple[int, ...] = (512, 4096, 12000, 32000)   # prompt tokens of the prefill section
+    prefill_budget: int = 512       # the engine's token budget there (rows a prefill step holds)
+    prefill_reps: int = 3           # timed prompts per length (best reported)
 
 
 def open_backend(name: str):
@@ -334,7 +339,7 @@ def bench_spec(model, prompts, sequences, drafter, settings: BenchSettings) -> d
 
 
 def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = None,
-                     settings: BenchSettings = BenchSettings(), sections=("ar", "engine", "verify", "draft", "spec"),
+                     settings: BenchSettings = BenchSettings(), sections=("ar", "engine", "verify", "draft", "spec", "prefill"),
                      log=None) -> dict:
     """Load the model (and draft) and run the sections; returns the report dict.
     log(message, report) is called after loading and after each section (progress, and a
@@ -363,6 +368,12 @@ def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = 
 
         report["engine_ar"] = bench_engine_ar(model, prompts, settings)
         log("engine AR done", report)
+    if "prefill" in sections:
+        from luce.benchmark.prefill_bench import bench_prefill
+
+        report["prefill"] = bench_prefill(model, settings.prefill_lengths, settings.prefill_budget,
+                                          settings.prefill_reps, graphs=settings.graphs, seed=settings.seed)
+        log("prefill done", report)
     if "verify" in sections:
         ar1 = next((r["step_ms"] for r in report["ar"] if r["concurrency"] == 1 and "error" not in r), None)
         if ar1 is None:

@@ -68,6 +68,13 @@ def format_report(report: dict) -> str:
                           str(r["concurrency"]), _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r["tokens_per_step"]),
                           _f(r["acceptance_length"]), _f(r["rows_per_verify"], 1), str(r["steps"]),
                           f"{_f(r['matches_ar'])} ({r['misses']} misses)", _replays(r)], 10))
+    if report.get("prefill"):
+        out += _table(f"Prefill through luce.engine.Engine (one prompt, time to first token, best of "
+                      f"{s.get('prefill_reps', '-')}, token budget {s.get('prefill_budget', '-')})",
+                      ["prompt", "tok/s", "TTFT s", "median s", "steps", "graphs"],
+                      _rows(report["prefill"], "prompt_tokens", lambda r: ["-"] * 4 + [r["skipped"]] if "skipped" in r else [
+                          _f(r["tok_s"], 1), _f(r["ttft_s"], 3), _f(r["ttft_median_s"], 3), str(r["steps"]),
+                          _replays(r)], 6))
     mem = report.get("memory", {})
     if mem:
         out.append("memory: " + ", ".join(f"{k}={v}" for k, v in mem.items()))

@@ -21,7 +21,8 @@ from luce.testing import synthetic_model as sm
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = BenchSettings(prompt_len=8, concurrency=(1, 2), warmup=1, steps=2, tree_widths=(1, 7),
-                     depth=7, top_k=3, budget=6, spec_concurrency=(2,))
+                     depth=7, top_k=3, budget=6, spec_concurrency=(2,), prefill_lengths=(70, 300),
+                     prefill_budget=128, prefill_reps=2)
 
 
 def _synthetic(directory: Path, preset: str, mix: str = "q4_k_m", **kw) -> Path:
@@ -95,6 +96,32 @@ def test_hybrid_with_dflash_draft(models):
     text = format_report(report)
     assert "AR decode" in text and "Speculation bounds" in text and "always-wrong" in text
     assert "through luce.engine.Engine" in text
+    _check_prefill(report, FAST)
+    assert "Prefill through luce.engine.Engine" in text
+
+
+def _check_prefill(report, settings):
+    assert [r["prompt_tokens"] for r in report["prefill"]] == list(settings.prefill_lengths)
+    for r in report["prefill"]:
+        assert "error" not in r and "skipped" not in r, r
+        # chunks of the budget (a multiple of 64, the alignment) a step; the last one samples the first token
+        assert r["steps"] == -(-r["prompt_tokens"] // settings.prefill_budget)
+        assert r["reps"] == settings.prefill_reps
+        assert 0 < r["ttft_s"] <= r["ttft_median_s"]
+        assert r["tok_s"] == pytest.approx(r["prompt_tokens"] / r["ttft_s"])
+
+
+def test_prefill_skips_lengths_past_the_trained_context(models):
+    from luce.benchmark.prefill_bench import bench_prefill
+    from luce.models.loader import load_model
+
+    model = load_model(str(models["qwen2"]), "numpy")
+    trained = model.config.context_length
+    rows = bench_prefill(model, (130, trained), token_budget=128, reps=1, warmup=0)
+    assert rows[0]["steps"] == 2 and rows[0]["tok_s"] > 0
+    assert rows[1] == {"prompt_tokens": trained, "skipped": f"past the model's trained context ({trained} tokens)"}
+    with pytest.raises(ValueError, match="reps >= 1"):
+        bench_prefill(model, (130,), reps=0)
 
 
 @pytest.mark.parametrize("mode", ["chain", "ddtree"])
@@ -112,12 +139,15 @@ def test_cli_json(models, tmp_path):
     out = tmp_path / "report.json"
     cmd = [sys.executable, str(ROOT / "tools" / "bench_decode.py"), str(models["qwen35"]), "--backend", "numpy",
            "--prompt-len", "6", "--concurrency", "2", "--steps", "2", "--warmup", "1", "--widths", "1,3",
-           "--depth", "3", "--spec-mode", "chain", "--json", str(out)]
+           "--depth", "3", "--spec-mode", "chain", "--prefill-lengths", "150", "--prefill-budget", "128",
+           "--prefill-reps", "1", "--json", str(out)]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
     assert run.returncode == 0, run.stderr
     report = json.loads(out.read_text())
     assert "medians of 2 steps after 1 warm-up steps" in run.stdout
     assert [r["concurrency"] for r in report["ar"]] == [2]
+    assert [(r["prompt_tokens"], r["steps"]) for r in report["prefill"]] == [(150, 2)]
+    assert "Prefill through luce.engine.Engine" in run.stdout
     assert report["backend"] == "numpy" and report["draft"] is None
     _check_spec(report, BenchSettings(prompt_len=6, depth=3, steps=2, warmup=1, spec_mode="chain"))
 
