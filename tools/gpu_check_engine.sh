@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# GPU check of issue 15 (one step, one transaction; segmented step ops; one replay key; the
+# GPU check of issues 15, 17 and 18 (one step, one transaction; segmented step ops; one replay key; the
 # per-node-state ddtree verify on the device; graph replay of mixed steps). Run it on the
 # device machine from the repository root; every figure lands under $OUT:
 #
-#   tools/gpu_check_engine.sh [all | build | tests | seed]      (default: all)
+#   tools/gpu_check_engine.sh [all | build | tests | seed | peer]      (default: all)
 #
 #   build  compile the CUDA library and the Cython modules here (build.log)
 #   tests  pytest -m gpu tests (gpu_tests.txt, gpu_tests.xml): kernels, the CUDA step ops over
@@ -17,11 +17,18 @@
 #          arriving TTFT, full round, A/A drift, output digests), then SpecLA vs per-node-state
 #          ddtree on the same workload (budget 22, top-k 4, tau 6: tok/s and peak staged verify
 #          scratch), graph counters of every run (eager calls by reason) -> seed_workload.json
+#   peer   decode and prefill beside llama.cpp on the same synthetic files (issues 17, 18):
+#          tools/bench_decode.py --sections ar,prefill (C1/C5, TTFT at $PREFILL_LENGTHS) on the
+#          Qwen3.6-27B IQ4_XS, Coder-1.5B and Coder-0.5B Q4_K_M shapes (decode_<file>.json), then
+#          llama-bench tg128/pp512/pp4096 on each (llamacpp.json). Needs the peers folder in the
+#          checkout (PEERS, default .peers: `cp -r ../shared/peers .peers`, git-ignored, carried);
+#          `all` starts its llama.cpp build first, in the background, so it builds meanwhile.
 #
-# summary.json gathers the test counts and the seed figures. Env: OUT (default
+# summary.json gathers the test counts, the seed figures and the side-by-side table. Env: OUT (default
 # /tmp/luce_gpu_check), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
 # (default ~/.cache/luce/synthetic), TEST_TIMEOUT (s, default 1500), SEED_ARGS (extra
-# bench_seed_workload.py flags, e.g. "--established-tokens 4096").
+# bench_seed_workload.py flags, e.g. "--established-tokens 4096"), PEERS, PREFILL_LENGTHS
+# (default 512,4096,12000), PEER_FILES (default: all three shapes).
 set -u -o pipefail
 OUT=${OUT:-/tmp/luce_gpu_check}
 mkdir -p "$OUT"
@@ -64,6 +71,31 @@ stage_seed() {
   log "seed: rc $? ($(tail -3 "$OUT/seed_workload.txt" | tr '\n' ' '))"
 }
 
+stage_peer() {
+  local peers=${PEERS:-.peers} files=() f name
+  [ -f "$peers/llamacpp.sh" ] || { log "peer: no $peers/llamacpp.sh (cp -r ../shared/peers $peers)"; return 1; }
+  grep -q LLAMA_BUILD_OK /tmp/llamacpp-peer/build.log 2>/dev/null || pgrep -f llamacpp-peer/build.sh >/dev/null \
+    || bash "$peers/llamacpp.sh" build >> "$OUT/log.txt"
+  mkdir -p "$SYNTH_DIR"
+  for f in ${PEER_FILES:-qwen36-27b:iq4_xs qwen2.5-coder-1.5b:q4_k_m qwen2.5-coder-0.5b:q4_k_m}; do
+    name="$SYNTH_DIR/${f%%:*}-${f##*:}.gguf"
+    [ -f "$name" ] || $PY tools/make_synthetic_model.py "${f%%:*}" "$name" --mix "${f##*:}" --workers "$(nproc)" \
+      >> "$OUT/synthetic.log" 2>&1 || { log "peer: writing $name FAILED"; continue; }
+    files+=("$name")
+  done
+  for f in "${files[@]}"; do
+    name=$(basename "$f" .gguf)
+    log "peer: luce bench_decode $name"
+    $PY tools/bench_decode.py "$f" --backend cuda --sections ar,prefill --concurrency 1,5 --steps 12 --warmup 3 \
+      --prefill-lengths "${PREFILL_LENGTHS:-512,4096,12000}" --json "$OUT/decode_$name.json" \
+      > "$OUT/decode_$name.txt" 2>&1 || log "peer: bench_decode $name rc $?"
+  done
+  log "peer: llama-bench tg128 pp512 pp4096"
+  LLAMA_REPS=${LLAMA_REPS:-3} LLAMA_TESTS="tg pp" LLAMA_JSON="$OUT/llamacpp.json" bash "$peers/llamacpp.sh" bench \
+    "${files[@]}" > "$OUT/llamacpp.txt" 2>&1
+  log "peer: llama-bench rc $?"
+}
+
 summary() {
   $PY - "$OUT" <<'PYEOF'
 import json, sys, pathlib, xml.etree.ElementTree as ET
@@ -90,6 +122,19 @@ if seed.exists():
                                                            "matches_plain", "graphs")}
                              for m in ("specla", "ddtree") if m in modes}
     s["specla_vs_ddtree"]["specla_over_ddtree_tok_s"] = modes.get("specla_over_ddtree_tok_s")
+peer = json.loads((out / "llamacpp.json").read_text()) if (out / "llamacpp.json").exists() else []
+side = {}
+for path in sorted(out.glob("decode_*.json")):
+    r, name = json.loads(path.read_text()), path.stem[len("decode_"):]
+    theirs = {row["test"]: row["tok_s"] for row in peer if row["file"] == name + ".gguf"}
+    mine = {f"C{a['concurrency']}": a.get("tok_s") for a in r.get("ar", [])}
+    mine.update({f"pp{p['prompt_tokens']}": p.get("tok_s") for p in r.get("prefill", [])})
+    pairs = {"C1 / tg128": ("C1", "tg128"), "pp512": ("pp512", "pp512"), "pp4096": ("pp4096", "pp4096")}
+    side[name] = {"luce": mine, "llama.cpp": theirs,
+                  "ratio": {k: mine[a] / theirs[b] for k, (a, b) in pairs.items() if mine.get(a) and theirs.get(b)},
+                  "launches_per_step": next((a.get("launches") for a in r.get("ar", []) if a.get("concurrency") == 1), None)}
+if side:
+    s["beside_llamacpp"] = side
 (out / "summary.json").write_text(json.dumps(s, indent=1, default=str))
 print(json.dumps(s, indent=1, default=str)[:4000])
 PYEOF
@@ -99,7 +144,9 @@ case "$STAGE" in
   build) stage_build ;;
   tests) stage_tests ;;
   seed) stage_seed ;;
-  all) stage_build && { stage_tests; stage_seed; } ;;
-  *) echo "usage: $0 [all | build | tests | seed]"; exit 2 ;;
+  peer) stage_peer ;;
+  all) [ -f "${PEERS:-.peers}/llamacpp.sh" ] && bash "${PEERS:-.peers}/llamacpp.sh" build >> "$OUT/log.txt"
+       stage_build && { stage_tests; stage_seed; stage_peer; } ;;
+  *) echo "usage: $0 [all | build | tests | seed | peer]"; exit 2 ;;
 esac
 summary
