@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """The seed workload of issue 15 (luce/benchmark/seed_workload.py): A/B/A of speculation
-paused vs kept during prefill, then SpecLA vs per-node-state ddtree on the same workload.
+paused vs kept during prefill, then SpecLA vs per-node-state ddtree on the same workload; and
+the seed's C1-C5 waves (luce/benchmark/seed_waves.py, section `waves`): AR and speculation
+with the oracle drafter, goodput per concurrency, output digests; `--compare A B A2` gives the
+A/B/A of three such reports (previous commit, this one, previous again).
 
     python tools/bench_seed_workload.py TARGET.gguf --draft DFLASH.gguf --backend cuda --json out.json
     python tools/bench_seed_workload.py T.gguf --draft D.gguf --backend cpu --established-tokens 40 \\
         --arriving 70,150 --arrive-after 0.2          # a small smoke run
     python tools/bench_seed_workload.py T.gguf --draft D.gguf --backend cuda --sections modes \
         --established-tokens 256 --arrive-after 0.5   # SpecLA vs ddtree, bounded
+    python tools/bench_seed_workload.py T.gguf --draft D.gguf --backend cuda --sections waves --json b.json
+    python tools/bench_seed_workload.py --compare a.json b.json a2.json
 """
 from __future__ import annotations
 
@@ -18,13 +23,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from luce.benchmark.seed_waves import WaveConfig, compare_waves, prepare_waves, run_waves  # noqa: E402
 from luce.benchmark.seed_workload import SeedConfig, compare_modes, prepare, run_seed  # noqa: E402
+
+SECTIONS = ("aba", "modes", "waves")
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
 
 
 def main(argv: list[str] | None = None) -> int:
-    d = SeedConfig()
+    d, w = SeedConfig(), WaveConfig()
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", type=Path)
+    p.add_argument("model", type=Path, nargs="?")
     p.add_argument("--draft", type=Path, help="DFlash draft (or draft model) the oracle wraps: its cost is paid")
     p.add_argument("--backend", default="auto")
     p.add_argument("--established-tokens", type=int, default=d.established_tokens)
@@ -32,10 +50,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arrive-after", type=float, default=d.arrive_after_s, help="seconds after the first step")
     p.add_argument("--acceptance-length", type=int, default=d.acceptance_length)
     p.add_argument("--arriving-tokens", type=int, default=d.arriving_tokens, help="tokens each arriving prompt generates")
-    p.add_argument("--sections", default="aba,modes", help="subset of aba,modes")
+    p.add_argument("--sections", default="aba,modes", help=f"subset of {','.join(SECTIONS)}")
     p.add_argument("--modes", default="specla,ddtree", help="spec modes the modes section compares")
+    p.add_argument("--concurrency", type=_ints, default=w.concurrency, help="waves: concurrencies, e.g. 1,2,3,4,5")
+    p.add_argument("--waves", type=int, default=w.waves, help="waves: timed waves per concurrency")
+    p.add_argument("--wave-prompt-len", type=int, default=w.prompt_len, help="waves: prompt tokens")
+    p.add_argument("--wave-tokens", type=int, default=w.max_tokens, help="waves: output tokens per request")
     p.add_argument("--json", metavar="PATH", help="write the report (also after each section)")
+    p.add_argument("--compare", nargs=3, type=Path, metavar=("A", "B", "A2"),
+                   help="A/B/A of three reports of the waves section (no model is run)")
     args = p.parse_args(argv)
+    if args.compare:
+        reports = [json.loads(path.read_text()).get("waves", {}) for path in args.compare]
+        print(json.dumps(compare_waves(reports), indent=1))
+        return 0
+    sections = set(args.sections.split(","))
+    if args.model is None or sections - set(SECTIONS):
+        p.error(f"give a model file and --sections from {','.join(SECTIONS)} (or --compare A B A2)")
+    if args.waves < 1 or args.wave_prompt_len < 1 or args.wave_tokens < 1:
+        p.error("need --waves, --wave-prompt-len and --wave-tokens >= 1")
     from luce.models.loader import load_model
     from luce.ops import get_backend
 
@@ -56,13 +89,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=1, default=str))
 
-    requests, outputs = prepare(model, cfg)
-    sections = set(args.sections.split(","))
+    if sections & {"aba", "modes"}:
+        requests, outputs = prepare(model, cfg)
     if "aba" in sections:
         report["aba"] = run_seed(model, draft, cfg, requests, outputs)
         save()
     if "modes" in sections:
         report["modes"] = compare_modes(model, draft, cfg, requests, outputs, modes=tuple(args.modes.split(",")))
+        save()
+    if "waves" in sections:
+        wcfg = dataclasses.replace(w, concurrency=args.concurrency, waves=args.waves, prompt_len=args.wave_prompt_len,
+                                   max_tokens=args.wave_tokens, acceptance_length=args.acceptance_length)
+        prompts, truth = prepare_waves(model, wcfg)
+        report["waves"] = run_waves(model, draft, wcfg, prompts, truth)
         save()
     print(json.dumps({k: v["summary"] for k, v in report.items() if isinstance(v, dict) and "summary" in v},
                      indent=1, default=str))

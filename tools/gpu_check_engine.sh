@@ -16,7 +16,8 @@
 #          speculation paused vs kept during prefill (established goodput in the prefill window,
 #          arriving TTFT, full round, A/A drift, output digests), then SpecLA vs per-node-state
 #          ddtree on the same workload (budget 22, top-k 4, tau 6: tok/s and peak staged verify
-#          scratch), graph counters of every run (eager calls by reason) -> seed_workload.json
+#          scratch), graph counters of every run (eager calls by reason), and the C1-C5 waves
+#          (AR and SpecLA with the oracle, goodput per C, digests; issue 17) -> seed_workload.json
 #   peer   decode and prefill beside llama.cpp on the same synthetic files (issues 17, 18):
 #          tools/bench_decode.py --sections ar,prefill (C1/C5, TTFT at $PREFILL_LENGTHS) on the
 #          Qwen3.6-27B IQ4_XS, Coder-1.5B and Coder-0.5B Q4_K_M shapes (decode_<file>.json), then
@@ -28,7 +29,8 @@
 # /tmp/luce_gpu_check), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
 # (default ~/.cache/luce/synthetic), TEST_TIMEOUT (s, default 1500), SEED_ARGS (extra
 # bench_seed_workload.py flags, e.g. "--established-tokens 4096"), PEERS, PREFILL_LENGTHS
-# (default 512,4096,12000), PEER_FILES (default: all three shapes).
+# (default 512,4096,12000), PEER_FILES (default: all three shapes), SEED_SECTIONS (default
+# aba,modes,waves).
 set -u -o pipefail
 OUT=${OUT:-/tmp/luce_gpu_check}
 mkdir -p "$OUT"
@@ -67,7 +69,7 @@ stage_seed() {
   log "seed: bench_seed_workload.py ${SEED_ARGS:-}"
   # shellcheck disable=SC2086
   $PY tools/bench_seed_workload.py "$target" --draft "$draft" --backend cuda --json "$OUT/seed_workload.json" \
-    ${SEED_ARGS:-} > "$OUT/seed_workload.txt" 2>&1
+    --sections "${SEED_SECTIONS:-aba,modes,waves}" ${SEED_ARGS:-} > "$OUT/seed_workload.txt" 2>&1
   log "seed: rc $? ($(tail -3 "$OUT/seed_workload.txt" | tr '\n' ' '))"
 }
 
@@ -122,6 +124,8 @@ if seed.exists():
                                                            "matches_plain", "graphs")}
                              for m in ("specla", "ddtree") if m in modes}
     s["specla_vs_ddtree"]["specla_over_ddtree_tok_s"] = modes.get("specla_over_ddtree_tok_s")
+    if "waves" in r:
+        s["waves"] = r["waves"].get("summary")
 peer = json.loads((out / "llamacpp.json").read_text()) if (out / "llamacpp.json").exists() else []
 side = {}
 for path in sorted(out.glob("decode_*.json")):

@@ -1,0 +1,156 @@
+"""The seed's C1-C5 measurement (issue 17 deliverable 9), in process through luce.engine.Engine:
+fixed-concurrency waves, plain decoding (AR) and speculation with an oracle drafter of a set
+acceptance length (luce.spec.drafters.bench_drafters.OracleDrafter, wrapping the real drafter
+so every step pays its draft cost), goodput per concurrency, output digests.
+
+    prompts, truth = prepare_waves(model, cfg)                 # the prompts, their greedy outputs
+    report = run_waves(model, draft, cfg, prompts, truth)      # {"ar": {C: row}, "specla": {C: row}, "summary"}
+    table = compare_waves([a, b, a2])                          # A/B/A across commits: ratios, drift, digests
+
+A wave at concurrency C sends C requests together (`max_tokens` forced output tokens each) and
+the next wave starts only when all C have ended; wave w sends prompts (w * C + i) mod
+`n_prompts`, so successive waves rotate through the prompts (as luce.benchmark.waves does over
+HTTP). One engine per arm serves every C (max_slots = the largest C): per C one untimed
+warm-up wave (its graph keys captured), then `waves` timed waves. Per C: goodput = output
+tokens of the timed waves / their wall time, the waves' times, the digest (sha256 of every
+timed request's tokens, in order: equal across arms and commits when everything is exact),
+whether every output equals plain greedy decoding, acceptance length, graph counters.
+A/B/A against the previous commit: run the tool on the previous commit (A), this one (B), the
+previous again (A2) and compare the three reports: B/A goodput per arm and C, the A/A drift,
+digests equal.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class WaveConfig:
+    concurrency: tuple[int, ...] = (1, 2, 3, 4, 5)
+    waves: int = 2                 # timed waves per C (after one warm-up wave)
+    prompt_len: int = 256
+    max_tokens: int = 128
+    n_prompts: int = 10
+    acceptance_length: int = 8
+    spec: str = "specla"
+    budget: int = 22
+    top_k: int = 4
+    tau: float = 6.0
+    token_budget: int = 512
+    seed: int = 0
+
+    @property
+    def max_slots(self) -> int:
+        return max(self.concurrency)
+
+    @property
+    def ctx(self) -> int:
+        return self.prompt_len + self.max_tokens + self.budget + 32
+
+
+def prepare_waves(model, cfg: WaveConfig) -> tuple[list[list[int]], list[list[int]]]:
+    """(prompts, greedy outputs): `n_prompts` random prompts and their plain greedy continuations."""
+    from luce.engine import Engine, EngineConfig, SamplingParams
+
+    rng = np.random.default_rng(cfg.seed)
+    vocab = int(model.config.vocab)
+    prompts = [[int(t) for t in rng.integers(3, vocab - 1, cfg.prompt_len)] for _ in range(cfg.n_prompts)]
+    engine = Engine(model, None, EngineConfig(max_slots=cfg.max_slots, ctx=cfg.ctx, token_budget=cfg.token_budget))
+    ids = [engine.add_request(p, SamplingParams(max_tokens=cfg.max_tokens, ignore_eos=True)) for p in prompts]
+    engine.run()
+    return prompts, [list(engine.take_output(i).token_ids) for i in ids]
+
+
+def _engine(model, draft, cfg: WaveConfig, prompts, truth, arm: str):
+    from luce.benchmark.seed_workload import spec_engine
+    from luce.engine import Engine, EngineConfig
+
+    if arm == "ar":
+        return Engine(model, None, EngineConfig(max_slots=cfg.max_slots, ctx=cfg.ctx, token_budget=cfg.token_budget))
+    engine, _, _ = spec_engine(model, draft, cfg, [(p, cfg.max_tokens) for p in prompts], truth, arm)
+    return engine
+
+
+def _wave(engine, prompts: Sequence[Sequence[int]], max_tokens: int) -> tuple[float, list[list[int]]]:
+    from luce.engine import SamplingParams
+
+    t0 = time.perf_counter()
+    ids = [engine.add_request(list(p), SamplingParams(max_tokens=max_tokens, ignore_eos=True)) for p in prompts]
+    engine.run()
+    seconds = time.perf_counter() - t0
+    outs = [engine.take_output(i) for i in ids]
+    failed = [o.error for o in outs if o.finish_reason == "error"]
+    if failed:
+        raise RuntimeError(f"waves: requests ended with errors: {failed}")
+    return seconds, [list(o.token_ids) for o in outs]
+
+
+def run_arm(engine, cfg: WaveConfig, prompts, truth, C: int) -> dict:
+    """One warm-up wave, then cfg.waves timed waves of C requests on `engine`."""
+    from luce.benchmark.seed_workload import _delta
+
+    pick = lambda w: [(w * C + i) % len(prompts) for i in range(C)]  # noqa: E731
+    _wave(engine, [prompts[i] for i in pick(0)], cfg.max_tokens)
+    stats = getattr(engine.spec, "stats", None)
+    before_graphs = engine.graph_counters()
+    before = (stats.verifies, stats.emitted) if stats is not None else (0, 0)
+    times, outputs, exact = [], [], True
+    for w in range(1, cfg.waves + 1):
+        seconds, outs = _wave(engine, [prompts[i] for i in pick(w)], cfg.max_tokens)
+        times.append(seconds)
+        outputs += outs
+        exact &= all(o == truth[i] for o, i in zip(outs, pick(w)))
+    tokens = sum(len(o) for o in outputs)
+    row = {"concurrency": C, "goodput_tok_s": tokens / sum(times), "wave_s": times, "tokens": tokens,
+           "digest": hashlib.sha256(repr(outputs).encode()).hexdigest(), "matches_plain": exact,
+           "graphs": _delta(engine.graph_counters(), before_graphs)}
+    if stats is not None:
+        row["acceptance_length"] = (stats.emitted - before[1]) / max(1, stats.verifies - before[0])
+    return row
+
+
+def run_waves(model, draft, cfg: WaveConfig, prompts, truth, arms=("ar", "specla"), log=print) -> dict:
+    """-> {"config", arm: {C: row}, "summary"} (arms: 'ar' and spec modes, luce.spec.config.MODES)."""
+    from luce.benchmark.peak_memory import peak_memory
+
+    report: dict = {"config": asdict(cfg)}
+    for arm in arms:
+        engine = _engine(model, draft, cfg, prompts, truth, arm)
+        report[arm] = {}
+        for C in cfg.concurrency:
+            row = run_arm(engine, cfg, prompts, truth, C)
+            report[arm][C] = row
+            log(f"waves: {arm} C{C} {row['goodput_tok_s']:.1f} tok/s, exact {row['matches_plain']}, "
+                f"eager {row['graphs'].get('eager_reasons', {})}")
+        del engine
+    report["summary"] = {
+        "goodput_tok_s": {arm: {C: report[arm][C]["goodput_tok_s"] for C in cfg.concurrency} for arm in arms},
+        "digests_equal": all(len({report[arm][C]["digest"] for arm in arms}) == 1 for C in cfg.concurrency),
+        "matches_plain": all(report[arm][C]["matches_plain"] for arm in arms for C in cfg.concurrency),
+        "eager_steps_after_warmup": {arm: {C: report[arm][C]["graphs"].get("eager_steps", 0) for C in cfg.concurrency}
+                                     for arm in arms},
+    }
+    report["memory"] = peak_memory(model.backend)
+    return report
+
+
+def compare_waves(reports: Sequence[dict]) -> dict:
+    """A/B/A of three waves reports (previous commit, this one, previous again):
+    {arm: {"C": {"B_over_A", "A_A_drift"}}, "digests_equal"}, C as a string (as JSON keeps it)."""
+    if len(reports) != 3:
+        raise ValueError(f"A/B/A compares three reports (A, B, A again), got {len(reports)}")
+    a, b, a2 = ({str(k): v for k, v in r.get("summary", {}).get("goodput_tok_s", {}).items()} for r in reports)
+    out: dict = {}
+    for arm in sorted(set(a) & set(b) & set(a2)):
+        ga, gb, ga2 = ({str(c): v for c, v in g[arm].items()} for g in (a, b, a2))
+        out[arm] = {C: {"B_over_A": gb[C] / ((ga[C] + ga2[C]) / 2), "A_A_drift": abs(ga2[C] - ga[C]) / ga[C]}
+                    for C in sorted(set(ga) & set(gb) & set(ga2), key=int)}
+    digests = {(arm, str(C), row["digest"]) for r in reports for arm, rows in r.items()
+               if isinstance(rows, dict) and arm not in ("config", "summary", "memory") for C, row in rows.items()}
+    out["digests_equal"] = len(digests) == len({(arm, C) for arm, C, _ in digests})
+    return out

@@ -1,0 +1,95 @@
+"""The seed's C1-C5 waves (luce/benchmark/seed_waves.py) at tiny size on the cpu backend: every
+wave's outputs equal plain greedy decoding, AR and speculation give the same digests, the oracle's
+set acceptance length shows, and the A/B/A comparison of three reports (through the CLI's JSON
+too) gives ratios, drift and digest equality. Timings are reported, not asserted."""
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from luce.benchmark.seed_waves import WaveConfig, compare_waves, prepare_waves, run_waves
+
+ROOT = Path(__file__).resolve().parents[2]
+CFG = WaveConfig(concurrency=(1, 3), waves=2, prompt_len=20, max_tokens=13, n_prompts=4, acceptance_length=3,
+                 budget=5, top_k=2, token_budget=128)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    from luce.models import load_model
+    from luce.testing.tiny_models import make_dflash_draft, make_qwen35
+
+    root = tmp_path_factory.mktemp("waves")
+    q35 = make_qwen35(root / "t.gguf", seed=4)
+    make_dflash_draft(root / "d.gguf", q35, seed=5, block_size=4, target_layers=(0, 2))
+    target = load_model(root / "t.gguf", "cpu")
+    return target, load_model(root / "d.gguf", "cpu", target_model=target), root
+
+
+@pytest.fixture(scope="module")
+def report(pair):
+    target, draft, _ = pair
+    prompts, truth = prepare_waves(target, CFG)
+    return run_waves(target, draft, CFG, prompts, truth, log=lambda *_: None), truth
+
+
+def test_waves_are_exact_in_both_arms(report):
+    r, truth = report
+    assert len(truth) == CFG.n_prompts and all(len(t) == CFG.max_tokens for t in truth)
+    for arm in ("ar", "specla"):
+        for C in CFG.concurrency:
+            row = r[arm][C]
+            assert row["matches_plain"] and row["tokens"] == CFG.waves * C * CFG.max_tokens
+            assert len(row["wave_s"]) == CFG.waves and row["goodput_tok_s"] > 0
+    assert r["summary"]["digests_equal"] and r["summary"]["matches_plain"]
+    assert r["ar"][1]["digest"] != r["ar"][3]["digest"]      # other prompts, other outputs
+    # the oracle's truth stops after acceptance_length - 1 drafted tokens: at most 3 per verify,
+    # fewer only where a request has fewer tokens left
+    for C in CFG.concurrency:
+        assert 2.0 < r["specla"][C]["acceptance_length"] <= CFG.acceptance_length
+    assert "acceptance_length" not in r["ar"][1]
+
+
+def test_aba_comparison(report, tmp_path):
+    r, _ = report
+    b = copy.deepcopy(r)
+    for C in CFG.concurrency:
+        b["summary"]["goodput_tok_s"]["specla"][C] *= 2
+    a2 = copy.deepcopy(r)
+    a2["summary"]["goodput_tok_s"]["ar"][1] *= 1.1
+    out = compare_waves([r, b, a2])
+    assert out["specla"]["1"]["B_over_A"] == pytest.approx(2.0) and out["specla"]["1"]["A_A_drift"] == 0
+    assert out["ar"]["1"]["A_A_drift"] == pytest.approx(0.1) and out["ar"]["1"]["B_over_A"] == pytest.approx(1 / 1.05)
+    assert out["digests_equal"]
+    b["specla"][3]["digest"] = "0" * 64
+    assert not compare_waves([r, b, a2])["digests_equal"]
+    with pytest.raises(ValueError, match="three reports"):
+        compare_waves([r, b])
+    # the CLI reads the reports back from JSON (concurrency keys become strings)
+    paths = []
+    for name, rep in (("a", r), ("b", r), ("a2", a2)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps({"waves": rep}, default=str))
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_seed_workload.py"), "--compare", *map(str, paths)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    cli = json.loads(run.stdout)
+    assert cli["digests_equal"] and cli["ar"]["1"]["A_A_drift"] == pytest.approx(0.1)
+
+
+def test_cli_waves_section(pair, tmp_path):
+    _, _, root = pair
+    out = tmp_path / "w.json"
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_seed_workload.py"), str(root / "t.gguf"),
+                          "--draft", str(root / "d.gguf"), "--backend", "cpu", "--sections", "waves",
+                          "--concurrency", "2", "--waves", "1", "--wave-prompt-len", "12", "--wave-tokens", "6",
+                          "--acceptance-length", "3", "--json", str(out)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    waves = json.loads(out.read_text())["waves"]
+    assert list(waves["specla"]) == ["2"] and waves["summary"]["digests_equal"] and waves["summary"]["matches_plain"]
+    assert "aba" not in json.loads(out.read_text())        # only the section asked for ran
