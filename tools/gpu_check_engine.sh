@@ -23,7 +23,8 @@
 #          Qwen3.6-27B IQ4_XS, Coder-1.5B and Coder-0.5B Q4_K_M shapes (decode_<file>.json), then
 #          llama-bench tg128/pp512/pp4096 on each (llamacpp.json). Needs the peers folder in the
 #          checkout (PEERS, default .peers: `cp -r ../shared/peers .peers`, git-ignored, carried);
-#          `all` starts its llama.cpp build first, in the background, so it builds meanwhile.
+#          `all` starts its llama.cpp build first, in the background, so it builds meanwhile. With
+#          the seed's DFlash draft: its pass at C1/C5 with LUCE_DRAFT_PROMPT_GEMM=0 and 1.
 #
 # summary.json gathers the test counts, the seed figures and the side-by-side table. Env: OUT (default
 # /tmp/luce_gpu_check), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
@@ -92,6 +93,15 @@ stage_peer() {
       --prefill-lengths "${PREFILL_LENGTHS:-512,4096,12000}" --json "$OUT/decode_$name.json" \
       > "$OUT/decode_$name.txt" 2>&1 || log "peer: bench_decode $name rc $?"
   done
+  local draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" g
+  if [ -f "$draft" ] && [ -f "$target" ]; then   # the DFlash pass, decode family vs prompt-row GEMM for its rows
+    for g in 0 1; do
+      log "peer: DFlash draft pass, LUCE_DRAFT_PROMPT_GEMM=$g"
+      LUCE_DRAFT_PROMPT_GEMM=$g $PY tools/bench_decode.py "$target" --draft "$draft" --backend cuda --sections draft \
+        --concurrency 1,5 --steps 12 --warmup 3 --json "$OUT/draft_gemm$g.json" > "$OUT/draft_gemm$g.txt" 2>&1 \
+        || log "peer: draft pass rc $?"
+    done
+  fi
   log "peer: llama-bench tg128 pp512 pp4096"
   LLAMA_REPS=${LLAMA_REPS:-3} LLAMA_TESTS="tg pp" LLAMA_JSON="$OUT/llamacpp.json" bash "$peers/llamacpp.sh" bench \
     "${files[@]}" > "$OUT/llamacpp.txt" 2>&1
@@ -139,6 +149,11 @@ for path in sorted(out.glob("decode_*.json")):
                   "launches_per_step": next((a.get("launches") for a in r.get("ar", []) if a.get("concurrency") == 1), None)}
 if side:
     s["beside_llamacpp"] = side
+for g in (0, 1):
+    path = out / f"draft_gemm{g}.json"
+    if path.exists():
+        s[f"dflash_pass_ms_prompt_gemm{g}"] = {f"C{r['concurrency']}": r.get("pass_ms")
+                                              for r in json.loads(path.read_text()).get("draft_pass", [])}
 (out / "summary.json").write_text(json.dumps(s, indent=1, default=str))
 print(json.dumps(s, indent=1, default=str)[:4000])
 PYEOF

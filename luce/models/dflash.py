@@ -105,7 +105,8 @@ class _Layer:
 class DFlashDraft:
     """The DFlash draft on a backend. Attributes: config (ModelConfig), backend,
     block_size, target_layers (0-based target layers whose outputs, concatenated in this
-    order, form a feature row), mask_token_id, feature_width (= len(target_layers) * hidden)."""
+    order, form a feature row), mask_token_id, feature_width (= len(target_layers) * hidden),
+    prompt_gemm (see `spans`)."""
 
     dflash2 = False  # True on luce.models.dflash2.DFlash2Draft
 
@@ -136,6 +137,16 @@ class DFlashDraft:
         self.hidden_norm = be.load_tensor(gguf, "enc.output_norm.weight")
         self.output_norm = be.load_tensor(gguf, "output_norm.weight")
         self.layers = [self._load_layer(il) for il in range(cfg.n_layer)]
+        self.prompt_gemm = os.environ.get("LUCE_DRAFT_PROMPT_GEMM", "0") == "1"
+
+    def spans(self, rows: int) -> tuple[tuple[int, int], ...]:
+        """The prefill_spans of the draft's matmuls over `rows` rows. No exactness rule binds
+        draft rows (they only propose; acceptance is lossless), so with `prompt_gemm`
+        (LUCE_DRAFT_PROMPT_GEMM=1 at load) every row is multiplied as a prompt row: on CUDA
+        the 8-bit tensor-core GEMM (cuda/matmul_prefill.cu) instead of the decode family's
+        exact 16-bit activations, for a block pass's 16 rows per lane. Results stay
+        per-row (batch-invariant) either way; backends without a prompt-row GEMM ignore it."""
+        return ((0, rows),) if self.prompt_gemm and rows > 0 else ()
 
     @classmethod
     def from_gguf(cls, gguf, backend, target_model=None, **_):
@@ -185,7 +196,8 @@ class DFlashDraft:
                              f"{self.feature_width}] (outputs of target layers {list(self.target_layers)} "
                              "concatenated in that order)")
         be = self.backend
-        return be.rmsnorm(be.matmul(features, self.fc), self.hidden_norm, self.config.rms_eps)
+        return be.rmsnorm(be.matmul(features, self.fc, prefill_spans=self.spans(features.shape[0])), self.hidden_norm,
+                          self.config.rms_eps)
 
     def inject_context(self, batch: ForwardBatch, features, state: ModelState) -> None:
         """Cache the K/V of new context rows. batch: one segment per slot whose rows are the
@@ -218,7 +230,7 @@ class DFlashDraft:
             x = be.rmsnorm(h, layer.ffn_norm, eps)
             if layer.ffn_conv is not None:
                 x, kernel = layer.ffn_conv.prepare(be, x, batch)
-            o = swiglu_ffn(be, layer.ffn, x)
+            o = swiglu_ffn(be, layer.ffn, x, self.spans(x.shape[0]))
             h = be.add(h, o if layer.ffn_conv is None else layer.ffn_conv.finish(be, o, kernel, batch))
         return be.rmsnorm(be.take_rows(h, batch.logits_indices), self.output_norm, eps)
 
@@ -227,17 +239,17 @@ class DFlashDraft:
         (k_norm, rotary), v [T, Hkv, D]."""
         be, c, w = self.backend, self.config, layer.attn
         T = x.shape[0]
-        k = be.rmsnorm(be.matmul(x, w.wk).reshape(T, c.n_head_kv, c.head_dim), w.k_norm, c.rms_eps)
+        k, v = be.matmuls(x, [w.wk, w.wv], prefill_spans=self.spans(T))   # one quantization of x
+        k = be.rmsnorm(k.reshape(T, c.n_head_kv, c.head_dim), w.k_norm, c.rms_eps)
         k = be.rope(k, positions, c.rope_dim, c.rope_theta, c.rope_sections)
-        return k, be.matmul(x, w.wv).reshape(T, c.n_head_kv, c.head_dim)
+        return k, v.reshape(T, c.n_head_kv, c.head_dim)
 
     def _attention(self, layer: _Layer, kv, batch: ForwardBatch, x):
         """Block rows: x [T, hidden] (normed) -> attention output [T, hidden] over context + block KV."""
         be, c, w = self.backend, self.config, layer.attn
         T, D = x.shape[0], c.head_dim
-        q = be.matmul(x, w.wq).reshape(T, c.n_head, D)
-        k = be.matmul(x, w.wk).reshape(T, c.n_head_kv, D)
-        v = be.matmul(x, w.wv).reshape(T, c.n_head_kv, D)
+        q, k, v = be.matmuls(x, [w.wq, w.wk, w.wv], prefill_spans=self.spans(T))   # one quantization of x
+        q, k, v = q.reshape(T, c.n_head, D), k.reshape(T, c.n_head_kv, D), v.reshape(T, c.n_head_kv, D)
         q, k = qk_norm_rope(be, q, k, batch.positions, c, w.q_norm, w.k_norm)
         scale = 1.0 / float(np.sqrt(D))
         if layer.window is None:
@@ -245,11 +257,11 @@ class DFlashDraft:
         else:
             be.kv_write(kv, batch, k, v)
             o = _windowed_attention(be, q, kv, batch, scale, layer.causal, layer.window).reshape(T, -1)
-        return be.matmul(o, w.wo)
+        return be.matmul(o, w.wo, prefill_spans=self.spans(T))
 
     def _logits(self, h):
         be = self.backend
-        logits = be.matmul(h, self.head.output)
+        logits = be.matmul(h, self.head.output, prefill_spans=self.spans(h.shape[0]))
         if self.logit_scale != 1.0:
             logits = be.mul(logits, np.float32(self.logit_scale))
         if self.softcap > 0:  # softcap * tanh(x / softcap), tanh(y) = 2 sigmoid(2y) - 1

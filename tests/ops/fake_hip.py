@@ -350,7 +350,7 @@ def install_kernels(monkeypatch, fake: FakeHip, library: str) -> None:
             fn = getattr(module, attr)
             if attr.startswith("_") or not callable(fn) or isinstance(fn, type):
                 continue
-            if attr in ("workspace_bytes", "verify_workspace_bytes"):
+            if attr in ("workspace_bytes", "verify_workspace_bytes", "prefill_workspace_bytes"):
                 monkeypatch.setattr(module, attr, lambda *args: 4096)
             elif attr == "row_bytes":
                 monkeypatch.setattr(module, attr, _row_bytes)

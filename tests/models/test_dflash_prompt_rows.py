@@ -1,0 +1,67 @@
+"""DFlash draft rows and the prompt-row GEMM (DFlashDraft.spans): with prompt_gemm every
+matmul of a draft pass (context injection and block pass, the target's head included) is
+launched as the prompt-row GEMM on the GPU backend, without it none is, and the numpy and cpu
+backends, which have one matmul for every row, give the same logits either way. The GPU
+backend runs on the recording double of cuda-python and the kernel library
+(tests/ops/fake_cuda.py): it counts launches, it computes nothing."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luce.models.packer import SegmentSpec, build_batch
+from tests.ops.test_hip_runtime import install_fakes
+
+
+def _pair(tmp_path, backend):
+    from luce.models import load_model
+    from luce.testing.tiny_models import make_dflash_draft, make_qwen35
+
+    if not (tmp_path / "t.gguf").exists():
+        q35 = make_qwen35(tmp_path / "t.gguf", seed=21, quant_mix="q4_k_m", head_dim=64, ssm_state_size=64)
+        make_dflash_draft(tmp_path / "d.gguf", q35, seed=22, block_size=4, target_layers=(0, 2), head_dim=64,
+                          quant_mix="q4_k_m")
+    target = load_model(tmp_path / "t.gguf", backend)
+    return target, load_model(tmp_path / "d.gguf", backend, target_model=target)
+
+
+def _draft_pass(draft, lanes=2):
+    """Context rows 0..8 of `lanes` slots injected, then one block pass: -> logits [lanes * 3, V]."""
+    state = draft.new_state(max_pages=lanes, max_slots=lanes)
+    feats = np.random.default_rng(0).standard_normal((lanes * 9, draft.feature_width)).astype(np.float32)
+    context = build_batch([SegmentSpec(s, [0] * 9, 0, [s], logits="none") for s in range(lanes)])
+    draft.inject_context(context, draft.backend.asarray(feats), state)
+    block = build_batch([SegmentSpec(s, draft.block_tokens(2 + s, draft.block_size), 9, [s], logits="block")
+                         for s in range(lanes)])
+    return draft.forward(block, state).logits
+
+
+@pytest.mark.parametrize("prompt_gemm", [False, True])
+def test_draft_matmuls_follow_prompt_gemm_on_the_gpu_backend(monkeypatch, tmp_path, prompt_gemm):
+    from luce.ops import get_backend
+
+    fake = install_fakes(monkeypatch, tmp_path, "cuda")
+    monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM", "1" if prompt_gemm else "0")
+    _, draft = _pair(tmp_path, get_backend("cuda"))
+    assert draft.prompt_gemm == prompt_gemm
+    before = len(fake.launches)
+    _draft_pass(draft)
+    kernels = [k for k, *_ in fake.launches[before:]]
+    prompt, decode = kernels.count("_cuda_matmul.matmul_prefill"), kernels.count("_cuda_matmul.matmul")
+    # per layer: k, v of the context rows; q, k, v, out, gate/up (one merged weight), down of the
+    # block rows; fc and the head
+    n = len(draft.layers)
+    assert prompt + decode == 1 + n * (2 + 4 + 2) + 1, kernels
+    assert (prompt, decode) == ((prompt + decode, 0) if prompt_gemm else (0, prompt + decode))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "cpu"])
+def test_prompt_gemm_changes_nothing_on_one_matmul_backends(monkeypatch, tmp_path, backend):
+    logits = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM", flag)
+        _, draft = _pair(tmp_path, backend)
+        assert draft.prompt_gemm == (flag == "1")
+        logits.append(draft.backend.to_numpy(_draft_pass(draft)))
+    assert logits[0].shape == (2 * 3, draft.config.vocab) and np.isfinite(logits[0]).all()
+    assert np.array_equal(logits[0], logits[1])
