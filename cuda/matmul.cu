@@ -314,7 +314,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p, void *stream_ptr) {
     if (p->rows == 0) return 0;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || p->tune < 0 ||
-        p->tune > 5 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
+        p->tune > 6 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     if (!is_block_type(p->qtype)) {
@@ -337,16 +337,17 @@ extern "C" int luce_matmul(const luce_matmul_params *p, void *stream_ptr) {
     const uint8_t *w = static_cast<const uint8_t *>(p->w);
     // The one-row kernel (matmul_gemv.cuh, the same bits): tune 0 takes it where it measured
     // faster than the tile kernel (IQ4_XS from 4 MiB of weights; docs/PERF.md, 2026-12-02),
-    // tune 5 for every integer-scale type.
+    // tune 5 for every integer-scale type, tune 6 likewise with 4 rows per x load.
+    const int gemv_kr = p->tune == 6 ? 4 : 2;
     const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
-                      (p->tune == 5 || (p->tune == 0 && p->qtype == LUCE_QT_IQ4_XS && p->n * row_bytes >= (4 << 20)));
+                      (p->tune >= 5 || (p->tune == 0 && p->qtype == LUCE_QT_IQ4_XS && p->n * row_bytes >= (4 << 20)));
     if (gemv) {
         const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes};
         switch (p->qtype) {
-            case LUCE_QT_Q4_K: if (gemv_aligned<GemvQ4K>(w)) return launch_gemv<GemvQ4K>(g, device_sms(), stream); break;
-            case LUCE_QT_Q5_K: if (gemv_aligned<GemvQ5K>(w)) return launch_gemv<GemvQ5K>(g, device_sms(), stream); break;
-            case LUCE_QT_Q6_K: if (gemv_aligned<GemvQ6K>(w)) return launch_gemv<GemvQ6K>(g, device_sms(), stream); break;
-            case LUCE_QT_IQ4_XS: if (gemv_aligned<GemvIQ4XS>(w)) return launch_gemv<GemvIQ4XS>(g, device_sms(), stream); break;
+            case LUCE_QT_Q4_K: if (gemv_aligned<GemvQ4K>(w)) return launch_gemv<GemvQ4K>(g, device_sms(), gemv_kr, stream); break;
+            case LUCE_QT_Q5_K: if (gemv_aligned<GemvQ5K>(w)) return launch_gemv<GemvQ5K>(g, device_sms(), gemv_kr, stream); break;
+            case LUCE_QT_Q6_K: if (gemv_aligned<GemvQ6K>(w)) return launch_gemv<GemvQ6K>(g, device_sms(), gemv_kr, stream); break;
+            case LUCE_QT_IQ4_XS: if (gemv_aligned<GemvIQ4XS>(w)) return launch_gemv<GemvIQ4XS>(g, device_sms(), gemv_kr, stream); break;
             default: break;
         }
     }

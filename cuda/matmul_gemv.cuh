@@ -14,10 +14,10 @@
 //   in increasing ch; y = ((acc0 + acc1) + acc2) + acc3 (+ bias).
 // Lanes compute c_ch in any order into shared memory; one thread per row then runs the
 // ordered chain. Layout: a block of kThreads lanes = 16 groups of 8 lanes takes RB rows
-// (RB / 2 row pairs x chunks items, item = (pair, chunk), consecutive chunks on neighbouring
-// groups); a group's lanes j = 0..7 take the chunk's groups, reduce the three sums over the
-// 8 lanes, and lane 0 writes c for both rows. Each group loads its next item's weights
-// before it multiplies the current one.
+// (RB / KR sets of KR rows x chunks items, item = (set, chunk), consecutive chunks on
+// neighbouring groups); a group's lanes j = 0..7 take the chunk's groups, reduce the three sums
+// over the 8 lanes, and lane 0 writes c for each row of the set. Each group loads its next
+// item's weights before it multiplies the current one.
 #pragma once
 
 #include "matmul_gemv_types.cuh"
@@ -105,20 +105,21 @@ __device__ __forceinline__ int group8_sum(int v) {  // over the 8 lanes of an al
     return v;
 }
 
-// RB rows per block (RB / 2 pairs); dynamic shared memory: c [RB][chunks] floats.
-template <class G, int RB>
+// RB rows per block in sets of KR rows (RB / KR sets); dynamic shared memory: c [RB][chunks]
+// floats. KR rows share each x load: more rows per set, less x traffic per weight byte.
+template <class G, int RB, int KR>
 __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
     extern __shared__ float c_s[];
     const int lane = threadIdx.x % 8, grp = threadIdx.x / 8;
-    const int chunks = (int)a.x.chunks, items = (RB / 2) * chunks;
+    const int chunks = (int)a.x.chunks, items = (RB / KR) * chunks;
     const int64_t row0 = (int64_t)blockIdx.x * RB;
     auto row_ptr = [&](int64_t r) { return a.w + (r < a.n ? r : a.n - 1) * a.row_bytes; };
-    typename G::Raw cur[2], nxt[2];
-    auto load = [&](int it, typename G::Raw (&raw)[2]) {
+    typename G::Raw cur[KR], nxt[KR];
+    auto load = [&](int it, typename G::Raw (&raw)[KR]) {
         it = it < items ? it : items - 1;  // a group past the last item loads the last one again
-        const int pair = it / chunks, ch = it % chunks;
+        const int set = it / chunks, ch = it % chunks;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) G::load(raw[r], row_ptr(row0 + 2 * pair + r) + (int64_t)ch * G::Tensor::kChunkBytes, a.w_end, lane);
+        for (int r = 0; r < KR; ++r) G::load(raw[r], row_ptr(row0 + KR * set + r) + (int64_t)ch * G::Tensor::kChunkBytes, a.w_end, lane);
     };
     auto item_chunk = [&](int it) { return (it < items ? it : items - 1) % chunks; };
     load(grp, cur);
@@ -133,9 +134,9 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
             load(it + kGemvGroups, nxt);
             load_group_x<G::kOffset>(a.x, item_chunk(it + kGemvGroups), lane, gx_next);
         }
-        const int at = it < items ? it : items - 1, pair = at / chunks, ch = at % chunks;
+        const int at = it < items ? it : items - 1, set = at / chunks, ch = at % chunks;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
+        for (int r = 0; r < KR; ++r) {
             int sh, sl, ms;
             group_sums<G>(cur[r], lane, gx, sh, sl, ms);
             sh = group8_sum(sh);
@@ -144,11 +145,11 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
             if (lane == 0 && it < items) {
                 float c = __fmul_rn(G::d(cur[r]), fmaf((float)sh, 256.0f, (float)sl));
                 if (G::kOffset) c = fmaf(G::negmin(cur[r]), (float)ms, c);
-                c_s[(2 * pair + r) * chunks + ch] = c;
+                c_s[(KR * set + r) * chunks + ch] = c;
             }
         }
 #pragma unroll
-        for (int r = 0; r < 2; ++r) cur[r] = nxt[r];
+        for (int r = 0; r < KR; ++r) cur[r] = nxt[r];
         gx = gx_next;
     }
     __syncthreads();
@@ -173,29 +174,37 @@ __global__ void __launch_bounds__(kGemvThreads) gemv_kernel(GemvArgs a) {
     a.y[row] = v;
 }
 
-template <class G, int RB>
+template <class G, int RB, int KR>
 int launch_gemv_rb(const GemvArgs &a, cudaStream_t stream) {
     const size_t smem = (size_t)RB * a.x.chunks * sizeof(float);
     const unsigned blocks = (unsigned)((a.n + RB - 1) / RB);
-    return luce_status(launch_overlapped(gemv_kernel<G, RB>, dim3(blocks), dim3(kGemvThreads), smem, stream, true, a));
+    return luce_status(launch_overlapped(gemv_kernel<G, RB, KR>, dim3(blocks), dim3(kGemvThreads), smem, stream, true, a));
 }
 
 // Rows per block: enough items to keep the 16 groups busy for about four rounds, as long as
-// the grid keeps about 4 blocks per SM (`sms` 0: unknown).
-inline int gemv_rows_per_block(int64_t n, int64_t chunks, int sms) {
-    int rb = 2;
-    while (rb < 16 && (rb / 2) * chunks < 4 * kGemvGroups) rb *= 2;
-    while (rb > 2 && sms > 0 && (n + rb - 1) / rb < 4 * sms) rb /= 2;
+// the grid keeps about 4 blocks per SM (`sms` 0: unknown). At least one set of `kr` rows.
+inline int gemv_rows_per_block(int64_t n, int64_t chunks, int sms, int kr) {
+    int rb = kr;
+    while (rb < 16 && (rb / kr) * chunks < 4 * kGemvGroups) rb *= 2;
+    while (rb > kr && sms > 0 && (n + rb - 1) / rb < 4 * sms) rb /= 2;
     return rb;
 }
 
+// kr: rows per set (2, or 4 where tune 6 asks: an experiment in x reuse, the same bits).
 template <class G>
-int launch_gemv(const GemvArgs &a, int sms, cudaStream_t stream) {
-    switch (gemv_rows_per_block(a.n, a.x.chunks, sms)) {
-        case 2: return launch_gemv_rb<G, 2>(a, stream);
-        case 4: return launch_gemv_rb<G, 4>(a, stream);
-        case 8: return launch_gemv_rb<G, 8>(a, stream);
-        default: return launch_gemv_rb<G, 16>(a, stream);
+int launch_gemv(const GemvArgs &a, int sms, int kr, cudaStream_t stream) {
+    if (kr == 4) {
+        switch (gemv_rows_per_block(a.n, a.x.chunks, sms, 4)) {
+            case 4: return launch_gemv_rb<G, 4, 4>(a, stream);
+            case 8: return launch_gemv_rb<G, 8, 4>(a, stream);
+            default: return launch_gemv_rb<G, 16, 4>(a, stream);
+        }
+    }
+    switch (gemv_rows_per_block(a.n, a.x.chunks, sms, 2)) {
+        case 2: return launch_gemv_rb<G, 2, 2>(a, stream);
+        case 4: return launch_gemv_rb<G, 4, 2>(a, stream);
+        case 8: return launch_gemv_rb<G, 8, 2>(a, stream);
+        default: return launch_gemv_rb<G, 16, 2>(a, stream);
     }
 }
 

@@ -3,13 +3,23 @@
 # per-node-state ddtree verify on the device; graph replay of mixed steps). Run it on the
 # device machine from the repository root; every figure lands under $OUT:
 #
-#   tools/gpu_check_engine.sh [all | build | tests | seed | peer]      (default: all)
+#   tools/gpu_check_engine.sh [all | build | synth | tests | kernels | peer | seed | draft]   (default: all,
+#   in this order)
 #
-#   build  compile the CUDA library and the Cython modules here (build.log)
+#   build  compile the CUDA library and the Cython modules here (build.log; LUCE_NO_CUDA=1 builds
+#          only the Cython modules, for a library built elsewhere and carried in luce/lib)
+#   synth  the synthetic files the seed and peer stages read (synthetic.log), if not in $SYNTH_DIR
 #   tests  pytest -m gpu tests (gpu_tests.txt, gpu_tests.xml): kernels, the CUDA step ops over
 #          [prefill][AR][tree][tree] in both GDN tree modes (bitwise AR along the accepted
 #          paths), graphed engine == eager engine (mixed steps captured and replayed), the
 #          exactness matrix and the 1,024-token fixture on CUDA
+#   kernels  tools/bench.py over the one-row matmul cases (tune 0, 5, 6 at one row; kernels.json)
+#   peer   decode and prefill beside llama.cpp on the same synthetic files (issues 17, 18):
+#          tools/bench_decode.py --sections ar,verify,prefill (C1/C5, TTFT at $PREFILL_LENGTHS) on the
+#          Qwen3.6-27B IQ4_XS, Coder-1.5B and Coder-0.5B Q4_K_M shapes (decode_<file>.json), then
+#          llama-bench tg128/pp512/pp4096 on each (llamacpp.json). Needs the peers folder in the
+#          checkout (PEERS, default .peers: `cp -r ../shared/peers .peers`, git-ignored, carried);
+#          `all` starts its llama.cpp build first, in the background, so it builds meanwhile.
 #   seed   synthetic Qwen3.6-27B IQ4_XS + its DFlash draft (tools/make_synthetic_model.py,
 #          cached in $SYNTH_DIR), then tools/bench_seed_workload.py: the seed workload with an
 #          oracle drafter of acceptance length 8 (wrapping the real DFlash drafter), A/B/A
@@ -18,13 +28,7 @@
 #          ddtree on the same workload (budget 22, top-k 4, tau 6: tok/s and peak staged verify
 #          scratch), graph counters of every run (eager calls by reason), and the C1-C5 waves
 #          (AR and SpecLA with the oracle, goodput per C, digests; issue 17) -> seed_workload.json
-#   peer   decode and prefill beside llama.cpp on the same synthetic files (issues 17, 18):
-#          tools/bench_decode.py --sections ar,prefill (C1/C5, TTFT at $PREFILL_LENGTHS) on the
-#          Qwen3.6-27B IQ4_XS, Coder-1.5B and Coder-0.5B Q4_K_M shapes (decode_<file>.json), then
-#          llama-bench tg128/pp512/pp4096 on each (llamacpp.json). Needs the peers folder in the
-#          checkout (PEERS, default .peers: `cp -r ../shared/peers .peers`, git-ignored, carried);
-#          `all` starts its llama.cpp build first, in the background, so it builds meanwhile. With
-#          the seed's DFlash draft: its pass at C1/C5 with LUCE_DRAFT_PROMPT_GEMM=0 and 1.
+#   draft  the seed's DFlash draft pass at C1/C5 with LUCE_DRAFT_PROMPT_GEMM=0 and 1 (draft_gemm*.json)
 #
 # summary.json gathers the test counts, the seed figures and the side-by-side table. Env: OUT (default
 # /tmp/luce_gpu_check), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
@@ -53,6 +57,28 @@ stage_build() {
   $PY -c "from luce.ops import cuda_unavailable_reason as r; print('cuda:', r() or 'ok')" | tee -a "$OUT/log.txt"
 }
 
+synth_file() {  # preset mix path [extra args]: writes path unless it exists
+  [ -f "$3" ] || $PY tools/make_synthetic_model.py "$1" "$3" ${2:+--mix "$2"} "${@:4}" --workers "$(nproc)" \
+    >> "$OUT/synthetic.log" 2>&1 || { log "synth: $3 FAILED"; return 1; }
+}
+
+stage_synth() {
+  mkdir -p "$SYNTH_DIR"
+  log "synth: writing the synthetic files"
+  synth_file qwen36-27b iq4_xs "$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" &&
+    synth_file dflash-27b "" "$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" --target "$SYNTH_DIR/qwen36-27b-iq4_xs.gguf"
+  synth_file qwen2.5-coder-1.5b q4_k_m "$SYNTH_DIR/qwen2.5-coder-1.5b-q4_k_m.gguf"
+  synth_file qwen2.5-coder-0.5b q4_k_m "$SYNTH_DIR/qwen2.5-coder-0.5b-q4_k_m.gguf"
+  log "synth: done"
+}
+
+stage_kernels() {
+  log "kernels: tools/bench.py one-row matmul cases"
+  $PY tools/bench.py --filter "${KERNEL_FILTER:-_t1\$,_t1_tune5\$,_t1_tune6\$}" --repeats 10 --no-gemm --json-out "$OUT/kernels.json" \
+    > "$OUT/kernels.txt" 2>&1
+  log "kernels: rc $?"
+}
+
 stage_tests() {
   log "tests: pytest -m gpu tests"
   timeout "${TEST_TIMEOUT:-1500}" $PY -m pytest -q -m gpu tests -p no:cacheprovider -rfE \
@@ -63,10 +89,7 @@ stage_tests() {
 stage_seed() {
   mkdir -p "$SYNTH_DIR"
   local target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf"
-  [ -f "$target" ] || { log "seed: writing $target"; $PY tools/make_synthetic_model.py qwen36-27b "$target" \
-    --mix iq4_xs --workers "$(nproc)" >> "$OUT/synthetic.log" 2>&1 || { log "seed: target FAILED"; return 1; }; }
-  [ -f "$draft" ] || { log "seed: writing $draft"; $PY tools/make_synthetic_model.py dflash-27b "$draft" \
-    --target "$target" --workers "$(nproc)" >> "$OUT/synthetic.log" 2>&1 || { log "seed: draft FAILED"; return 1; }; }
+  synth_file qwen36-27b iq4_xs "$target" && synth_file dflash-27b "" "$draft" --target "$target" || return 1
   log "seed: bench_seed_workload.py ${SEED_ARGS:-}"
   # shellcheck disable=SC2086
   $PY tools/bench_seed_workload.py "$target" --draft "$draft" --backend cuda --json "$OUT/seed_workload.json" \
@@ -82,30 +105,31 @@ stage_peer() {
   mkdir -p "$SYNTH_DIR"
   for f in ${PEER_FILES:-qwen36-27b:iq4_xs qwen2.5-coder-1.5b:q4_k_m qwen2.5-coder-0.5b:q4_k_m}; do
     name="$SYNTH_DIR/${f%%:*}-${f##*:}.gguf"
-    [ -f "$name" ] || $PY tools/make_synthetic_model.py "${f%%:*}" "$name" --mix "${f##*:}" --workers "$(nproc)" \
-      >> "$OUT/synthetic.log" 2>&1 || { log "peer: writing $name FAILED"; continue; }
+    synth_file "${f%%:*}" "${f##*:}" "$name" || continue
     files+=("$name")
   done
   for f in "${files[@]}"; do
     name=$(basename "$f" .gguf)
     log "peer: luce bench_decode $name"
-    $PY tools/bench_decode.py "$f" --backend cuda --sections ar,prefill --concurrency 1,5 --steps 12 --warmup 3 \
+    $PY tools/bench_decode.py "$f" --backend cuda --sections ar,verify,prefill --concurrency 1,5 --steps 12 --warmup 3 \
       --prefill-lengths "${PREFILL_LENGTHS:-512,4096,12000}" --json "$OUT/decode_$name.json" \
       > "$OUT/decode_$name.txt" 2>&1 || log "peer: bench_decode $name rc $?"
   done
-  local draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" g
-  if [ -f "$draft" ] && [ -f "$target" ]; then   # the DFlash pass, decode family vs prompt-row GEMM for its rows
-    for g in 0 1; do
-      log "peer: DFlash draft pass, LUCE_DRAFT_PROMPT_GEMM=$g"
-      LUCE_DRAFT_PROMPT_GEMM=$g $PY tools/bench_decode.py "$target" --draft "$draft" --backend cuda --sections draft \
-        --concurrency 1,5 --steps 12 --warmup 3 --json "$OUT/draft_gemm$g.json" > "$OUT/draft_gemm$g.txt" 2>&1 \
-        || log "peer: draft pass rc $?"
-    done
-  fi
-  log "peer: llama-bench tg128 pp512 pp4096"
-  LLAMA_REPS=${LLAMA_REPS:-3} LLAMA_TESTS="tg pp" LLAMA_JSON="$OUT/llamacpp.json" bash "$peers/llamacpp.sh" bench \
+  log "peer: llama-bench tg128 pp512 pp4096, passes of W tokens at 1,024"
+  LLAMA_REPS=${LLAMA_REPS:-3} LLAMA_TESTS="${LLAMA_TESTS:-tg pp widths}" LLAMA_JSON="$OUT/llamacpp.json" bash "$peers/llamacpp.sh" bench \
     "${files[@]}" > "$OUT/llamacpp.txt" 2>&1
   log "peer: llama-bench rc $?"
+}
+
+stage_draft() {  # the DFlash pass: decode-family matmuls vs the prompt-row GEMM for its rows
+  local draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" g
+  [ -f "$draft" ] && [ -f "$target" ] || { log "draft: no synthetic 27B + DFlash files"; return 1; }
+  for g in 0 1; do
+    log "draft: DFlash draft pass, LUCE_DRAFT_PROMPT_GEMM=$g"
+    LUCE_DRAFT_PROMPT_GEMM=$g $PY tools/bench_decode.py "$target" --draft "$draft" --backend cuda --sections draft \
+      --concurrency 1,5 --steps 12 --warmup 3 --json "$OUT/draft_gemm$g.json" > "$OUT/draft_gemm$g.txt" 2>&1 \
+      || log "draft: pass rc $?"
+  done
 }
 
 summary() {
@@ -149,6 +173,10 @@ for path in sorted(out.glob("decode_*.json")):
                   "launches_per_step": next((a.get("launches") for a in r.get("ar", []) if a.get("concurrency") == 1), None)}
 if side:
     s["beside_llamacpp"] = side
+kern = out / "kernels.json"
+if kern.exists():
+    s["one_row_matmul"] = {r["name"]: (round(r["time_us"], 2), round(r["pct_bw"], 1)) if "time_us" in r else r.get("error")
+                           for r in json.loads(kern.read_text()).get("cases", [])}
 for g in (0, 1):
     path = out / f"draft_gemm{g}.json"
     if path.exists():
@@ -161,11 +189,15 @@ PYEOF
 
 case "$STAGE" in
   build) stage_build ;;
+  synth) stage_synth ;;
   tests) stage_tests ;;
+  kernels) stage_kernels ;;
+  draft) stage_draft ;;
   seed) stage_seed ;;
   peer) stage_peer ;;
   all) [ -f "${PEERS:-.peers}/llamacpp.sh" ] && bash "${PEERS:-.peers}/llamacpp.sh" build >> "$OUT/log.txt"
-       stage_build && { stage_tests; stage_seed; stage_peer; } ;;
-  *) echo "usage: $0 [all | build | tests | seed | peer]"; exit 2 ;;
+       stage_synth & synth=$!   # on the CPU, beside the GPU tests
+       stage_build && { stage_tests; stage_kernels; wait $synth; stage_peer; stage_seed; stage_draft; } ;;
+  *) echo "usage: $0 [all | build | synth | tests | kernels | peer | seed | draft]"; exit 2 ;;
 esac
 summary

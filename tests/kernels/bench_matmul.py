@@ -78,7 +78,7 @@ BENCH_CASES = [c for q in GOAL_TYPES for s in SHAPES if s not in SMALL_SHAPES fo
     _case(q, s, 1, tune=3), _case(q, s, 16, tune=3), _case(q, s, 32, tune=3))]
 # tune 5: the one-row kernel (matmul_gemv.cuh) for every integer-scale type (tune 0 takes it
 # for IQ4_XS only, where it measured faster), beside tune 0 at the Coder-1.5B shapes.
-BENCH_CASES += [_case(q, s, 1, tune=5) for q in ("IQ4_XS", "Q4_K", "Q6_K", "Q5_K") for s in SHAPES]
+BENCH_CASES += [_case(q, s, 1, tune=t) for t in (5, 6) for q in ("IQ4_XS", "Q4_K", "Q6_K", "Q5_K") for s in SHAPES]
 BENCH_CASES += [_case(q, s, 1) for q in GOAL_TYPES for s in SMALL_SHAPES]
 BENCH_CASES += [_case(q, s, 1, reuse_x=True) for q in GOAL_TYPES for s in ("gate", "down")]
 BENCH_CASES += [_case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),

@@ -140,7 +140,7 @@ def test_wide_k_parity_and_invariance(qtype):
     batch = run_kernel(x, raw, qtype, 40)
     assert_rows_close(batch, ref_matmul(x, wd), "matmul_blocks")
     for r in (0, 1, 32):
-        for tune in (0, 4, 5):  # 5: the one-row kernel (matmul_gemv.cuh), 4: the tile kernel
+        for tune in (0, 4, 5, 6):  # 5/6: the one-row kernel (matmul_gemv.cuh, 2/4 rows a set), 4: the tile kernel
             alone = run_kernel(x[r:r + 1], raw, qtype, 40, tune=tune)
             assert np.array_equal(alone[0], batch[r]), f"row {r} alone (tune {tune}) differs from row {r} of 33"
     for path, tune in ((1, 0), (0, 1), (0, 2), (0, 3)):
@@ -160,7 +160,7 @@ def test_batch_invariance(qtype):
     bias = np.random.default_rng(3).standard_normal(N_ODD).astype(np.float32)
     batch = run_kernel(x, raw, qtype, N_ODD, bias=bias)
     for r in (0, 17, 63):
-        for tune in (0, 4, 5):  # 5: the one-row kernel (matmul_gemv.cuh), 4: the tile kernel
+        for tune in (0, 4, 5, 6):  # 5/6: the one-row kernel (matmul_gemv.cuh, 2/4 rows a set), 4: the tile kernel
             alone = run_kernel(x[r:r + 1], raw, qtype, N_ODD, bias=bias, tune=tune)
             assert np.array_equal(alone[0], batch[r]), f"row {r} alone (tune {tune}) differs from row {r} of 64"
     big = np.concatenate([x[::-1], activations(65, k, seed=78)])  # row r of x at 63 - r
@@ -194,7 +194,7 @@ def test_blocks_of_several_tiles(qtype):
     for rows in (1, 2, 17, 33):
         got = run_kernel(x[:rows], raw, qtype, MANY_TILES_N)
         assert_rows_close(got, ref_matmul(x[:rows], wd), "matmul_blocks")
-        for tune in (1, 3, 5):
+        for tune in (1, 3, 5, 6):
             other = run_kernel(x[:rows], raw, qtype, MANY_TILES_N, tune=tune)
             assert np.array_equal(got.view(np.uint32), other.view(np.uint32)), f"{rows} rows: tune {tune} changed bits"
         if batch is None:
@@ -247,7 +247,7 @@ def test_bad_arguments_raise():
     with pytest.raises(KernelError, match="luce_matmul"):
         run_kernel(x, raw, 2, 16)  # unsupported type id
     with pytest.raises(KernelError, match="luce_matmul"):
-        run_kernel(x, raw, Q.Q4_K, 16, tune=6)
+        run_kernel(x, raw, Q.Q4_K, 16, tune=7)
     from luce.ops.cuda_memory import DeviceBuffer
     small = DeviceBuffer(64)
     with pytest.raises(KernelError, match="luce_matmul"):
