@@ -51,7 +51,7 @@ stage_build() {
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
   $PY -c "import cuda.bindings" 2>/dev/null || $PY -m pip install -q "cuda-python>=12.6" >> "$OUT/build.log" 2>&1 \
     || log "build: cuda-python missing and not installable"
-  if ! $PY setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1; then
+  if ! $PY setup.py -q build_ext --inplace -j "$(nproc)" > "$OUT/build.log" 2>&1; then
     log "build: FAILED (build.log)"; tail -40 "$OUT/build.log"; return 1
   fi
   $PY -c "from luce.ops import cuda_unavailable_reason as r; print('cuda:', r() or 'ok')" | tee -a "$OUT/log.txt"
