@@ -29,6 +29,16 @@ __device__ __forceinline__ T warp_shfl_xor(T v, int lane_mask) {
 #endif
 }
 
+// Full-mask shuffle: the value of lane `src` of the warp.
+template <typename T>
+__device__ __forceinline__ T warp_shfl(T v, int src) {
+#ifdef __HIPCC__
+    return __shfl(v, src, WARP_SIZE);
+#else
+    return __shfl_sync(0xffffffffu, v, src, WARP_SIZE);
+#endif
+}
+
 // Butterfly sum: every lane ends with the same total, added in a fixed order.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -23,6 +23,8 @@
 //    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
 // One-row decode calls of the integer-scale types may take instead the dp4a kernel of
 // matmul_gemv.cuh, which computes the same integers and float steps (the same bits).
+#include <stdlib.h>
+
 #include "matmul_kquants.cuh"
 #include "matmul_blocks.cuh"
 #include "matmul_float.cuh"
@@ -287,6 +289,17 @@ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 template <class G>
 bool gemv_aligned(const uint8_t *w) { return reinterpret_cast<uintptr_t>(w) % G::kAlign == 0; }
 
+// The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..6) where set, for benchmarks that time a
+// launch shape end to end (every tune gives the same bits), else 0.
+int default_tune() {
+    static const int tune = [] {
+        const char *v = getenv("LUCE_MATMUL_TUNE");
+        const int t = v ? atoi(v) : 0;
+        return t >= 1 && t <= 6 ? t : 0;
+    }();
+    return tune;
+}
+
 }  // namespace
 
 extern "C" int64_t luce_matmul_row_bytes(int32_t qtype, int64_t k) {
@@ -310,7 +323,11 @@ extern "C" int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k) {
     return rows <= 0 || k <= 0 ? 0 : x_bytes(rows, k);
 }
 
-extern "C" int luce_matmul(const luce_matmul_params *p, void *stream_ptr) {
+
+extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
+    luce_matmul_params tuned = *p_in;
+    if (tuned.tune == 0) tuned.tune = default_tune();
+    const luce_matmul_params *p = &tuned;
     if (p->rows == 0) return 0;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || p->tune < 0 ||
@@ -337,17 +354,17 @@ extern "C" int luce_matmul(const luce_matmul_params *p, void *stream_ptr) {
     const uint8_t *w = static_cast<const uint8_t *>(p->w);
     // The one-row kernel (matmul_gemv.cuh, the same bits): tune 0 takes it where it measured
     // faster than the tile kernel (IQ4_XS from 4 MiB of weights; docs/PERF.md, 2026-12-02),
-    // tune 5 for every integer-scale type, tune 6 likewise with 4 rows per x load.
-    const int gemv_kr = p->tune == 6 ? 4 : 2;
-    const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
+    // tune 5 for every integer-scale type, tune 6 likewise with twice the rows a batch.
+    const bool deep = p->tune == 6;
+    const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&
                       (p->tune >= 5 || (p->tune == 0 && p->qtype == LUCE_QT_IQ4_XS && p->n * row_bytes >= (4 << 20)));
     if (gemv) {
-        const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes};
+        const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0};
         switch (p->qtype) {
-            case LUCE_QT_Q4_K: if (gemv_aligned<GemvQ4K>(w)) return launch_gemv<GemvQ4K>(g, device_sms(), gemv_kr, stream); break;
-            case LUCE_QT_Q5_K: if (gemv_aligned<GemvQ5K>(w)) return launch_gemv<GemvQ5K>(g, device_sms(), gemv_kr, stream); break;
-            case LUCE_QT_Q6_K: if (gemv_aligned<GemvQ6K>(w)) return launch_gemv<GemvQ6K>(g, device_sms(), gemv_kr, stream); break;
-            case LUCE_QT_IQ4_XS: if (gemv_aligned<GemvIQ4XS>(w)) return launch_gemv<GemvIQ4XS>(g, device_sms(), gemv_kr, stream); break;
+            case LUCE_QT_Q4_K: if (gemv_aligned<GemvQ4K>(w)) return launch_gemv<GemvQ4K>(g, deep, stream); break;
+            case LUCE_QT_Q5_K: if (gemv_aligned<GemvQ5K>(w)) return launch_gemv<GemvQ5K>(g, deep, stream); break;
+            case LUCE_QT_Q6_K: if (gemv_aligned<GemvQ6K>(w)) return launch_gemv<GemvQ6K>(g, deep, stream); break;
+            case LUCE_QT_IQ4_XS: if (gemv_aligned<GemvIQ4XS>(w)) return launch_gemv<GemvIQ4XS>(g, deep, stream); break;
             default: break;
         }
     }

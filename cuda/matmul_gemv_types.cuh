@@ -72,6 +72,7 @@ struct GemvQ4K {
     using Tensor = ReaderQ4K;
     static constexpr bool kHalves = false, kOffset = true;
     static constexpr int kAlign = 16;  // of the weights: 16-byte loads
+    static constexpr int kRows = 2;    // rows a lane loads at once (12 registers a row)
     struct Raw { uint4 h, qa, qb; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
         r.h = ldg16(c);
@@ -101,6 +102,7 @@ struct GemvQ5K {
     using Tensor = ReaderQ5K;
     static constexpr bool kHalves = false, kOffset = true;
     static constexpr int kAlign = 16;
+    static constexpr int kRows = 2;  // 20 registers a row
     struct Raw { uint4 h, ha, hb, qa, qb; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
         r.h = ldg16(c);
@@ -129,6 +131,7 @@ struct GemvQ6K {
     using Tensor = ReaderQ6K;
     static constexpr bool kHalves = true, kOffset = false;
     static constexpr int kAlign = 2;  // words realigned from 4-byte loads
+    static constexpr int kRows = 2;   // 21 registers a row
     struct Raw { uint32_t ql[9], qh[9], sd; const uint8_t *c; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *end, int j) {
         const int h = j >> 2, G = j & 3;
@@ -163,6 +166,7 @@ struct GemvIQ4XS {
     using Tensor = ReaderIQ4XS;
     static constexpr bool kHalves = false, kOffset = false;
     static constexpr int kAlign = 8;  // 8-byte loads
+    static constexpr int kRows = 4;   // 6 registers a row (tune 6: 8)
     struct Raw { uint2 head, qa, qb; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
         r.head = ldg8(c);
