@@ -352,12 +352,17 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         if (err != cudaSuccess) return luce_status(err);
     }
     const uint8_t *w = static_cast<const uint8_t *>(p->w);
-    // The one-row kernel (matmul_gemv.cuh, the same bits): tune 0 takes it where it measured
-    // faster than the tile kernel (IQ4_XS from 4 MiB of weights; docs/PERF.md, 2026-12-02),
-    // tune 5 for every integer-scale type, tune 6 likewise with twice the rows a batch.
-    const bool deep = p->tune == 6;
+    // The one-row kernel (matmul_gemv.cuh, the same bits) where it measured faster than the
+    // tile kernel (tune 0; H200, docs/PERF.md, 2026-12-03): IQ4_XS everywhere; Q4_K and Q5_K with
+    // twice the rows a batch where k fits one block of lanes (not the 27B down projection) and the
+    // matrix is under 256 MiB (not the 27B LM head); Q6_K never. Tune 5 takes it for every
+    // integer-scale type, tune 6 likewise with twice the rows a batch.
+    const bool kquant45 = p->qtype == LUCE_QT_Q4_K || p->qtype == LUCE_QT_Q5_K;
+    const bool measured_faster = p->qtype == LUCE_QT_IQ4_XS ||
+                                 (kquant45 && gemv_slots(xl.chunks) == 1 && p->n * row_bytes < ((int64_t)256 << 20));
+    const bool deep = p->tune == 6 || (p->tune == 0 && kquant45);
     const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&
-                      (p->tune >= 5 || (p->tune == 0 && p->qtype == LUCE_QT_IQ4_XS && p->n * row_bytes >= (4 << 20)));
+                      (p->tune >= 5 || (p->tune == 0 && measured_faster));
     if (gemv) {
         const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0};
         switch (p->qtype) {

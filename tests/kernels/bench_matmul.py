@@ -76,8 +76,8 @@ def _case(qtype_name, shape, rows, path=0, reuse_x=False, tune=0):
 BENCH_CASES = [c for q in GOAL_TYPES for s in SHAPES if s not in SMALL_SHAPES for c in (
     _case(q, s, 1), _case(q, s, 1, tune=1), _case(q, s, 16), _case(q, s, 32),  # tune 1: the ring
     _case(q, s, 1, tune=3), _case(q, s, 16, tune=3), _case(q, s, 32, tune=3))]
-# tune 5: the one-row kernel (matmul_gemv.cuh) for every integer-scale type (tune 0 takes it
-# for IQ4_XS only, where it measured faster), beside tune 0 at the Coder-1.5B shapes.
+# tune 5 / 6: the one-row kernel (matmul_gemv.cuh; 6: twice the rows a batch) for every
+# integer-scale type (tune 0 takes it where it measured faster), beside tune 0 at the Coder-1.5B shapes.
 BENCH_CASES += [_case(q, s, 1, tune=t) for t in (5, 6) for q in ("IQ4_XS", "Q4_K", "Q6_K", "Q5_K") for s in SHAPES]
 BENCH_CASES += [_case(q, s, 1) for q in GOAL_TYPES for s in SMALL_SHAPES]
 BENCH_CASES += [_case(q, s, 1, reuse_x=True) for q in GOAL_TYPES for s in ("gate", "down")]

@@ -140,7 +140,7 @@ def test_wide_k_parity_and_invariance(qtype):
     batch = run_kernel(x, raw, qtype, 40)
     assert_rows_close(batch, ref_matmul(x, wd), "matmul_blocks")
     for r in (0, 1, 32):
-        for tune in (0, 4, 5, 6):  # 5/6: the one-row kernel (matmul_gemv.cuh, 2/4 rows a set), 4: the tile kernel
+        for tune in (0, 4, 5, 6):  # 5/6: the one-row kernel (matmul_gemv.cuh; 6: twice the rows a batch), 4: the tile kernel
             alone = run_kernel(x[r:r + 1], raw, qtype, 40, tune=tune)
             assert np.array_equal(alone[0], batch[r]), f"row {r} alone (tune {tune}) differs from row {r} of 33"
     for path, tune in ((1, 0), (0, 1), (0, 2), (0, 3)):
@@ -160,7 +160,7 @@ def test_batch_invariance(qtype):
     bias = np.random.default_rng(3).standard_normal(N_ODD).astype(np.float32)
     batch = run_kernel(x, raw, qtype, N_ODD, bias=bias)
     for r in (0, 17, 63):
-        for tune in (0, 4, 5, 6):  # 5/6: the one-row kernel (matmul_gemv.cuh, 2/4 rows a set), 4: the tile kernel
+        for tune in (0, 4, 5, 6):  # 5/6: the one-row kernel (matmul_gemv.cuh; 6: twice the rows a batch), 4: the tile kernel
             alone = run_kernel(x[r:r + 1], raw, qtype, N_ODD, bias=bias, tune=tune)
             assert np.array_equal(alone[0], batch[r]), f"row {r} alone (tune {tune}) differs from row {r} of 64"
     big = np.concatenate([x[::-1], activations(65, k, seed=78)])  # row r of x at 63 - r
