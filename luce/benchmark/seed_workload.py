@@ -21,13 +21,18 @@ step to last token), all tokens over the round, the output digest (sha256 of eve
 request's tokens: must be equal across runs), the step count and the graph counters of the
 run (eager calls by reason). `compare_modes` runs the B arm with spec modes side by side
 (SpecLA vs per-node-state ddtree): tok/s, goodput and the peak staged verify scratch.
-Both summaries list the eager calls after the warm-up by reason (`eager_after_warmup`).
+Both summaries list the eager calls after the warm-up by reason (`eager_after_warmup`) and
+the graph keys a measured run met that no warm-up met (`new_keys_after_warmup`, by topology:
+the target's and the draft's forward keys, the tree commits' replay keys; recorded on the
+host, so on every backend). On a GPU, eager calls after the warm-up with no new key there
+mean the cache let graphs go or a commit's staged scratch moved; new keys mean the runs'
+steps differ in shape.
 """
 from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -101,22 +106,54 @@ def spec_engine(model, draft, cfg: SeedConfig, requests, outputs, mode: str):
                       ddtree_tau=cfg.tau, chain_depth=15)
     engine = Engine(model, None, EngineConfig(max_slots=cfg.max_slots, ctx=cfg.ctx, token_budget=cfg.token_budget,
                                               spec=spec), drafter=oracle)
-    peak = {"staged_bytes": 0}
-    engine.forward = _RecordingForward(engine.forward, peak)
-    return engine, oracle, peak
+    record = RunRecord()
+    engine.forward = _RecordingForward(engine.forward, record, "target")
+    engine.committer = _RecordingCommit(engine.committer, record)
+    if inner is not None:
+        inner.forward = _RecordingForward(inner.forward, record, "draft")
+    return engine, oracle, record
+
+
+@dataclass
+class RunRecord:
+    """What the graph owners of a seed engine met: the peak staged verify scratch and the
+    graph keys by topology (`keys`: (owner, key), the current run's; run_once resets it)."""
+
+    staged_bytes: int = 0
+    keys: set = field(default_factory=set)
 
 
 class _RecordingForward:
-    """The engine's GraphedForward, recording the peak staged verify scratch; its counters
-    and graph cache stay visible (Engine.graph_counters, the engine's room-making)."""
+    """A GraphedForward (the target's or the draft's) recording its graph keys and, for the
+    target, the peak staged verify scratch; its counters and graph cache stay visible
+    (Engine.graph_counters, the engine's room-making)."""
 
-    def __init__(self, forward, peak: dict):
-        self.inner, self.peak = forward, peak
+    def __init__(self, forward, record: RunRecord, owner: str):
+        self.inner, self.record, self.owner = forward, record, owner
 
     def __call__(self, batch, state):
+        self.record.keys.add((self.owner, self.inner.key(batch)))
         out = self.inner(batch, state)
-        self.peak["staged_bytes"] = max(self.peak["staged_bytes"], _staged_bytes(out))
+        if self.owner == "target":
+            self.record.staged_bytes = max(self.record.staged_bytes, _staged_bytes(out))
         return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class _RecordingCommit:
+    """The engine's GraphedCommit, recording each commit's topology (its replay key and the
+    stage modes; the graph key adds the staged arrays' addresses, which only a GPU fixes)."""
+
+    def __init__(self, committer, record: RunRecord):
+        self.inner, self.record = committer, record
+
+    def __call__(self, state, staged: dict, commit) -> None:
+        if len(commit.slots):
+            modes = tuple((il, st.mode) for il, st in sorted(staged.items()))
+            self.record.keys.add(("commit", (commit.replay_key, modes)))
+        return self.inner(state, staged, commit)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -137,6 +174,9 @@ def run_once(engine, cfg: SeedConfig, requests, pause_during_prefill: bool, arri
     from luce.engine import SamplingParams
 
     engine.spec.during_prefill = not pause_during_prefill
+    record = getattr(engine.forward, "record", None)   # spec_engine's RunRecord
+    if record is not None:
+        record.keys = set()
     n_est = cfg.established
     before_graphs, before_stats = engine.graph_counters(), dict(verifies=engine.spec.stats.verifies,
                                                                 emitted=engine.spec.stats.emitted)
@@ -184,6 +224,7 @@ def run_once(engine, cfg: SeedConfig, requests, pause_during_prefill: bool, arri
         "finish_reasons": [o.finish_reason for o in outs], "digest": digest,
         "acceptance_length": (s.emitted - before_stats["emitted"]) / max(1, s.verifies - before_stats["verifies"]),
         "graphs": _delta(engine.graph_counters(), before_graphs),
+        "keys": sorted(map(repr, record.keys)) if record is not None else [],
     }
 
 
@@ -192,22 +233,23 @@ def run_seed(model, draft, cfg: SeedConfig, requests, outputs, log=print) -> dic
     from luce.benchmark.peak_memory import peak_memory
 
     report = {"config": asdict(cfg), "truth_digest": hashlib.sha256(repr(outputs).encode()).hexdigest()}
-    engine, oracle, peak = spec_engine(model, draft, cfg, requests, outputs, cfg.spec)
+    engine, oracle, record = spec_engine(model, draft, cfg, requests, outputs, cfg.spec)
     report["warmup"] = run_once(engine, cfg, requests, pause_during_prefill=False)
     arrive = report["warmup"]["arrive_step"]
     report["warmup_paused"] = run_once(engine, cfg, requests, pause_during_prefill=True, arrive_step=arrive)
     log(f"seed: warm-up {report['warmup']['round_s']:.1f} s + {report['warmup_paused']['round_s']:.1f} s")
     for arm, pause in (("A", True), ("B", False), ("A2", True)):
         report[arm] = run_once(engine, cfg, requests, pause, arrive_step=arrive)
+        report[arm]["new_keys"] = new_keys(report[arm], [report["warmup"], report["warmup_paused"]])
         log(f"seed: {arm} goodput {report[arm]['established_goodput_tok_s']:.1f} tok/s, "
-            f"eager {report[arm]['graphs'].get('eager_reasons', {})}")
+            f"eager {report[arm]['graphs'].get('eager_reasons', {})}, new keys {len(report[arm]['new_keys'])}")
     a, b, a2 = (report[k]["established_goodput_tok_s"] for k in ("A", "B", "A2"))
     digests = {report[k]["digest"] for k in ("warmup", "warmup_paused", "A", "B", "A2")} | {report["truth_digest"]}
     report["summary"] = {
         "B_over_A_goodput": b / ((a + a2) / 2) if a + a2 > 0 else float("nan"),
         "A_A_drift": abs(a2 - a) / a if a > 0 else float("nan"), "goal_B_4x_A": b >= 4 * (a + a2) / 2,
         "digests_equal": len(digests) == 1,
-        "oracle_misses": oracle.misses, "peak_staged_bytes": peak["staged_bytes"],
+        "oracle_misses": oracle.misses, "peak_staged_bytes": record.staged_bytes,
         **after_warmup({arm: report[arm] for arm in ("A", "B", "A2")}),
     }
     report["memory"] = peak_memory(model.backend)
@@ -221,16 +263,17 @@ def compare_modes(model, draft, cfg: SeedConfig, requests, outputs, modes=("spec
     digest = hashlib.sha256(repr(outputs).encode()).hexdigest()
     report = {"config": asdict(cfg)}
     for mode in modes:
-        engine, _, peak = spec_engine(model, draft, cfg, requests, outputs, mode)
+        engine, _, record = spec_engine(model, draft, cfg, requests, outputs, mode)
         warm = run_once(engine, cfg, requests, pause_during_prefill=False)
-        peak["staged_bytes"] = 0
+        record.staged_bytes = 0
         row = run_once(engine, cfg, requests, pause_during_prefill=False, arrive_step=warm["arrive_step"])
-        row["peak_staged_bytes"] = peak["staged_bytes"]
+        row["new_keys"] = new_keys(row, [warm])
+        row["peak_staged_bytes"] = record.staged_bytes
         row["matches_plain"] = row["digest"] == digest
         row["memory"] = peak_memory(model.backend)
         report[mode] = row
         log(f"modes: {mode} {row['tok_s']:.1f} tok/s, staged scratch {row['peak_staged_bytes'] / 2**20:.1f} MiB, "
-            f"eager after warm-up {row['graphs'].get('eager_reasons', {})}")
+            f"eager after warm-up {row['graphs'].get('eager_reasons', {})}, new keys {len(row['new_keys'])}")
         del engine
     rows = {mode: report[mode] for mode in modes}
     report["summary"] = {
@@ -245,10 +288,17 @@ def compare_modes(model, draft, cfg: SeedConfig, requests, outputs, modes=("spec
     return report
 
 
+def new_keys(run: dict, warmups: list[dict]) -> list[str]:
+    """The graph keys `run` met that none of the warm-up runs met."""
+    return sorted(set(run["keys"]).difference(*(w["keys"] for w in warmups)))
+
+
 def after_warmup(runs: dict) -> dict:
     """Eager calls (forward, tree commit, draft passes) of runs after the warm-up, by reason,
     and their captures: the acceptance's "no eager steps after warm-up" (empty on a backend
-    without graphs, where nothing is captured)."""
+    without graphs, where nothing is captured); and the graph keys each met that its
+    warm-ups did not (`new_keys_after_warmup`, on every backend)."""
     return {"eager_after_warmup": {name: r["graphs"].get("eager_reasons", {}) for name, r in runs.items()},
             "eager_steps_after_warmup": {name: r["graphs"].get("eager_steps", 0) for name, r in runs.items()},
-            "captures_after_warmup": {name: r["graphs"].get("captures", 0) for name, r in runs.items()}}
+            "captures_after_warmup": {name: r["graphs"].get("captures", 0) for name, r in runs.items()},
+            "new_keys_after_warmup": {name: r["new_keys"] for name, r in runs.items()}}

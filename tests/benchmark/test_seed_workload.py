@@ -1,12 +1,14 @@
 """The seed workload harness (luce/benchmark/seed_workload.py) at tiny size on the cpu backend:
 every run's outputs equal plain decoding (digests), the oracle never misses, both arms and
 both GDN tree modes run, and the A arm really pauses speculation during prefill. Timings are
-reported, not asserted."""
+reported, not asserted. A measured run meets only graph keys its warm-ups met (recorded on
+the host: the target's and the draft's forward keys and the commits' topologies)."""
 from __future__ import annotations
 
 import pytest
 
 from luce.benchmark.seed_workload import SeedConfig, compare_modes, prepare, run_seed
+from luce.models.batch import SEG_PREFILL, SEG_TREE
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +46,32 @@ def test_seed_runs_are_exact_and_the_arms_differ_in_speculation(pair):
     for summary, runs in ((report["summary"], {"A", "B", "A2"}), (modes["summary"], {"specla", "ddtree"})):
         assert set(summary["eager_after_warmup"]) == set(summary["eager_steps_after_warmup"]) == runs
     assert modes["summary"]["tok_s"]["ddtree"] == modes["ddtree"]["tok_s"]
+    # no graph key after the warm-ups: the measured runs' steps have the warm-ups' shapes
+    owners = {eval(key)[0] for key in report["warmup"]["keys"]}   # noqa: S307 - our own repr of tuples
+    assert owners == {"target", "draft", "commit"}, owners
+    assert report["summary"]["new_keys_after_warmup"] == {"A": [], "B": [], "A2": []}
+    assert modes["summary"]["new_keys_after_warmup"] == {"specla": [], "ddtree": []}
+    assert set(report["A"]["keys"]) == set(report["warmup_paused"]["keys"]) != set(report["warmup"]["keys"])
+
+
+def test_a_run_of_the_paused_arm_after_only_the_kept_arm_warmed_up_meets_new_keys(pair):
+    """Why the seed run warms up both arms (on the H200 at 679cb28, with the kept arm's warm-up
+    alone, the first A run met 11 eager steps, all 'first call of a key'): the paused arm's
+    prefill steps carry AR rows where the kept arm's carry trees, so their target forward
+    keys are new (here the lanes also meet other tree counts; at the seed's size they did
+    not). A second paused run meets none."""
+    from luce.benchmark.seed_workload import new_keys, run_once, spec_engine
+
+    target, draft = pair
+    requests, outputs = prepare(target, CFG)
+    engine, _, _ = spec_engine(target, draft, CFG, requests, outputs, "specla")
+    kept = run_once(engine, CFG, requests, pause_during_prefill=False)
+    paused = run_once(engine, CFG, requests, pause_during_prefill=True, arrive_step=kept["arrive_step"])
+    again = run_once(engine, CFG, requests, pause_during_prefill=True, arrive_step=kept["arrive_step"])
+    new = [eval(key) for key in new_keys(paused, [kept])]   # noqa: S307
+    segment_kinds = [{kind for kind, _ in key[0][0]} for owner, key in new if owner == "target"]
+    assert any(SEG_PREFILL in kinds and SEG_TREE not in kinds for kinds in segment_kinds), new
+    assert new_keys(again, [kept, paused]) == []
 
 
 def test_pausing_speculation_during_prefill_keeps_those_steps_plain(pair):

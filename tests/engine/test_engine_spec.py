@@ -90,6 +90,30 @@ def test_all_attention_qwen35_speculates(models, mode):
     assert engine.spec.stats.accepted > 0 and engine.stats.failed == 0
 
 
+@pytest.mark.parametrize("mode", ["chain", "ddtree", "specla"])
+def test_all_attention_qwen35_speculates_with_a_dflash_draft(models, tmp_path, mode):
+    """The all-attention qwen35 with a DFlash draft (behind an oracle with a set acceptance
+    length, so drafts are accepted while the DFlash pass and the target features it reads
+    run every step): greedy output equals --spec off."""
+    from luce.models import load_model
+    from luce.spec.drafters import DFlashDrafter
+    from luce.spec.drafters.bench_drafters import OracleDrafter
+    from luce.testing.tiny_models import make_dflash_draft
+
+    model = models["q35_attn"]
+    want = plain(model)
+    make_dflash_draft(tmp_path / "d.gguf", model.config, seed=5, block_size=4, target_layers=(0, 2))
+    dflash = DFlashDrafter(load_model(tmp_path / "d.gguf", "cpu", target_model=model), 4, 128)
+    oracle = OracleDrafter([p + o for p, o in zip(PROMPTS, want)], model.config.vocab, inner=dflash,
+                           acceptance_length=3)
+    spec = SpecConfig(spec=mode, draft_kind="model", draft="oracle", ddtree_budget=6, spec_top_k=2, chain_depth=3)
+    engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=80, spec=spec), drafter=oracle)
+    ids = [engine.add_request(p, SamplingParams(max_tokens=MAX_TOKENS)) for p in PROMPTS]
+    engine.run()
+    assert [engine.take_output(i).token_ids for i in ids] == want
+    assert engine.spec.stats.accepted > 0 and engine.stats.failed == 0 and oracle.misses == 0
+
+
 @pytest.mark.parametrize("point", POINTS)
 def test_fault_before_commit_of_a_tree_step_changes_nothing_and_retires_no_one(models, point):
     """A fault at any point before the commit of steps that carry only trees: every domain

@@ -6,7 +6,8 @@ Every `import` / `from ... import` of every module under luce/ (found by walking
 syntax tree, so an import moved into a function counts), and every
 importlib.import_module("luce....") with a literal name, must go to a layer its own layer
 may use. The engine and the drafters never import a backend (they use the model's); ref and
-gguf import nothing above them.
+gguf import nothing above them. luce.testing (tiny and synthetic models for tests and tools)
+sits at the ops layer and no runtime layer imports it; luce.benchmark sits on top (a tool).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ LUCE = Path(__file__).resolve().parents[2] / "luce"
 LAYER_OF = {  # top-level name under luce -> layer
     "server": "frontend", "llm": "frontend", "engine": "engine", "spec": "spec", "models": "models",
     "ops": "ops", "ref": "ref", "gguf": "gguf", "tokenizer": "util", "detokenize": "util",
-    "chat_template": "util", "fetch": "util", "model_paths": "util", "benchmark": "tools", "testing": "tools",
+    "chat_template": "util", "fetch": "util", "model_paths": "util", "benchmark": "tools", "testing": "testing",
 }
 ALLOWED = {  # layer -> layers it may import
     "frontend": {"frontend", "engine", "spec", "models", "ops", "ref", "gguf", "util"},
@@ -26,6 +27,7 @@ ALLOWED = {  # layer -> layers it may import
     "spec": {"spec", "models", "ref", "gguf"},
     "models": {"models", "ops", "ref", "gguf"},
     "ops": {"ops", "ref", "gguf", "native"},
+    "testing": {"testing", "ops", "ref", "gguf", "native", "util"},
     "ref": {"ref", "gguf"},
     "gguf": {"gguf"},
     "util": {"util", "gguf"},
@@ -93,3 +95,5 @@ def test_the_check_sees_imports_inside_functions_and_relative_ones():
     assert violations("from ..models import batch\n", "luce.ref.tree")[0].startswith("luce.ref.tree:1 (ref)")
     assert violations("import importlib\nimportlib.import_module('luce.engine.step')\n", "luce.ops.api")
     assert violations("from luce.ref.tree import check_parents\n", "luce.engine.step") == []
+    assert violations("def f():\n    import luce.models.loader\n", "luce.testing.tiny_models")   # testing: ops and below
+    assert violations("from luce.testing.tiny_models import make_qwen35\n", "luce.models.loader")  # no runtime layer

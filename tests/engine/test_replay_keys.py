@@ -99,7 +99,8 @@ def one_pass(model, state, pool, forward, commit):
     return step
 
 
-@pytest.mark.parametrize("tree_mode", ["factor", "baseline"])   # specla's and ddtree's GDN tree verify
+# specla's and ddtree's GDN tree verify; a qwen35 whose layers are all full attention (its commit: KV moves only)
+@pytest.mark.parametrize("tree_mode", ["factor", "baseline", "no GDN layer"])
 def test_after_a_warm_up_pass_no_step_runs_eagerly(monkeypatch, tmp_path, tree_mode):
     from luce.models import load_model
     from luce.ops import get_backend
@@ -107,9 +108,12 @@ def test_after_a_warm_up_pass_no_step_runs_eagerly(monkeypatch, tmp_path, tree_m
 
     install_fakes(monkeypatch, tmp_path, "cuda")
     backend = get_backend("cuda")
-    make_qwen35(tmp_path / "q35.gguf", seed=21, head_dim=64, ssm_state_size=64)
+    layers = dict(recurrent_layers=(False,) * 4) if tree_mode == "no GDN layer" else {}
+    make_qwen35(tmp_path / "q35.gguf", seed=21, head_dim=64, ssm_state_size=64, **layers)
     model = load_model(tmp_path / "q35.gguf", backend)
-    model.gdn_tree_mode = tree_mode
+    if not layers:
+        model.gdn_tree_mode = tree_mode
+    assert bool(model.config.gdn_layers) != bool(layers)
     n_pages = 4 * pages_needed(700)
     state, pool = model.new_state(max_pages=n_pages, max_slots=4), PagePool(n_pages)
     forward, commit = GraphedForward(model), GraphedCommit(backend)
