@@ -1,7 +1,7 @@
 // Host stand-in for the CUDA subset the attention kernels use (tests/kernels/emu/build.py
 // compiles cuda/attention*.cu against it with g++): blocks run one after another, each CUDA
 // thread is a std::thread, __syncthreads is a block barrier, a shuffle goes through a per-warp
-// exchange (32 lanes), __shared__ arrays are statics and dynamic shared memory is one buffer
+// exchange (32 lanes; xor and indexed), __shared__ arrays are statics and dynamic shared memory is one buffer
 // filled with NaN bytes before each block. It runs the kernels' own arithmetic and indexing,
 // not the device's libm: only comparisons between two kernels of this build mean anything.
 #pragma once
@@ -39,6 +39,8 @@ template <class F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSu
 using std::min; using std::max;
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 
 namespace emu {
 inline thread_local dim3 tIdx, bIdx;
@@ -59,6 +61,14 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int m, int) {
     emu::exchange[t] = v;
     emu::warp_barriers[w]->arrive_and_wait();
     const T r = emu::exchange[w * emu::kWarp + (l ^ m)];
+    emu::warp_barriers[w]->arrive_and_wait();
+    return r;
+}
+inline float __shfl_sync(unsigned, float v, int src, int) {  // float lanes only (the exchange is float)
+    const int t = threadIdx.x, w = t / emu::kWarp;
+    emu::exchange[t] = v;
+    emu::warp_barriers[w]->arrive_and_wait();
+    const float r = emu::exchange[w * emu::kWarp + (src % emu::kWarp)];
     emu::warp_barriers[w]->arrive_and_wait();
     return r;
 }
