@@ -26,13 +26,9 @@ __device__ __forceinline__ float tf32_round(float x) {
 }
 
 #if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
-// Lane `src`'s v (width WARP_SIZE): the fallback's only cross-lane primitive.
+// Lane `src`'s v: the fallback's only cross-lane primitive (a per-lane xor mask reaches any lane).
 __device__ __forceinline__ float lane_value(float v, int src) {
-#ifdef __HIPCC__
-    return __shfl(v, src, WARP_SIZE);
-#else
-    return __shfl_sync(0xffffffffu, v, src, WARP_SIZE);
-#endif
+    return warp_shfl_xor(v, (int)(threadIdx.x % WARP_SIZE) ^ src);
 }
 #endif
 

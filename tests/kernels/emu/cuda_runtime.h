@@ -1,7 +1,7 @@
 // Host stand-in for the CUDA subset the attention kernels use (tests/kernels/emu/build.py
 // compiles cuda/attention*.cu against it with g++): blocks run one after another, each CUDA
 // thread is a std::thread, __syncthreads is a block barrier, a shuffle goes through a per-warp
-// exchange (32 lanes; xor and indexed), __shared__ arrays are statics and dynamic shared memory is one buffer
+// exchange (32 lanes), __shared__ arrays are statics and dynamic shared memory is one buffer
 // filled with NaN bytes before each block. It runs the kernels' own arithmetic and indexing,
 // not the device's libm: only comparisons between two kernels of this build mean anything.
 #pragma once
@@ -61,14 +61,6 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int m, int) {
     emu::exchange[t] = v;
     emu::warp_barriers[w]->arrive_and_wait();
     const T r = emu::exchange[w * emu::kWarp + (l ^ m)];
-    emu::warp_barriers[w]->arrive_and_wait();
-    return r;
-}
-inline float __shfl_sync(unsigned, float v, int src, int) {  // float lanes only (the exchange is float)
-    const int t = threadIdx.x, w = t / emu::kWarp;
-    emu::exchange[t] = v;
-    emu::warp_barriers[w]->arrive_and_wait();
-    const float r = emu::exchange[w * emu::kWarp + (src % emu::kWarp)];
     emu::warp_barriers[w]->arrive_and_wait();
     return r;
 }
