@@ -3,14 +3,16 @@
 // cuda/luce_ops.h: q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D].
 //
 // Two launches (three with prompt rows):
-// 0. rows 0..prompt_rows-1: the tiled kernel (cuda/attention_prefill.cu), one block per tile
-//    of rows, KV head and partition, writing the partition kernel's workspace entries bitwise.
+// 0. rows 0..prompt_rows-1: the prompt-row kernel (cuda/attention_prefill.cu; TF32 tensor
+//    cores, its own arithmetic: DESIGN 5 rule 1), one block per tile of rows, KV head and
+//    split of kSplitKeys absolute keys, writing one workspace entry per split.
 // 1. partition kernel, grid (rows, Hkv, n_parts) over the other rows: block (row, KV head,
 //    part) takes the row's keys [part * P, (part + 1) * P) (P = LUCE_ATTN_PARTITION, absolute KV indices)
 //    for the Hq / Hkv query heads that share the KV head (each K/V row is read once), and
 //    writes an unnormalized partial output with its max score m and sum of exponentials l
 //    to the workspace: partial_o [n_rows, Hq, n_parts, D], partial_ml [n_rows, Hq, n_parts, 2].
-// 2. combine kernel, grid (n_rows, Hq): merges the row's own partitions 0..used-1 in order.
+// 2. combine kernel, grid (n_rows, Hq): merges the row's own partitions 0..used-1 in order
+//    (prompt rows: its splits, with m in log2 units).
 // Every reduction's order is fixed by the key positions and the row's key count alone, so a
 // row's output is bitwise the same in any batch (DESIGN 5 rule 2). n_parts comes from the
 // launch's max_kv_len (the padded KV span) and only sizes the grid: parts past a row's keys
@@ -168,28 +170,36 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
 }
 
 __global__ void __launch_bounds__(kThreads)
-attention_combine_kernel(luce_attention_params p, int32_t n_parts) {
+attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t prompt_rows) {
     const int32_t row = blockIdx.x, h = blockIdx.y;
     const RowKeys rk = attention_row_keys(p, row);
     if (rk.keys < 0) return;  // padding: nothing written
     const int D = p.head_dim;
     float *out = p.out + ((int64_t)row * p.n_heads_q + h) * D;
-    const int32_t used = (rk.keys + kPartition - 1) / kPartition;
-    if (used == 0 || used > n_parts) {  // no keys: zeros; more keys than max_kv_len: NaN
-        const float fill = used == 0 ? 0.0f : __int_as_float(0x7fc00000);
+    const int32_t parts = (rk.keys + kPartition - 1) / kPartition;
+    if (parts == 0 || parts > n_parts) {  // no keys: zeros; more keys than max_kv_len: NaN
+        const float fill = parts == 0 ? 0.0f : __int_as_float(0x7fc00000);
         for (int d = threadIdx.x; d < D; d += kThreads) out[d] = fill;
         return;
     }
+    const bool prompt = row < prompt_rows;  // entries are the prompt kernel's splits, m in log2 units
+    const int32_t used = prompt ? (rk.keys + kSplitKeys - 1) / kSplitKeys : parts;
     const int64_t head = (int64_t)row * p.n_heads_q + h;
     const float *part_o = p.workspace + head * n_parts * D;
     const float *ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D + head * n_parts * 2;
     float m = -INFINITY;
     for (int i = 0; i < used; ++i) m = fmaxf(m, ml[2 * i]);
     float l = 0.0f;
-    for (int i = 0; i < used; ++i) l = fmaf(ml[2 * i + 1], expf(ml[2 * i] - m), l);
+    for (int i = 0; i < used; ++i) {
+        const float w = prompt ? exp2f(ml[2 * i] - m) : expf(ml[2 * i] - m);
+        l = fmaf(ml[2 * i + 1], w, l);
+    }
     for (int d = threadIdx.x; d < D; d += kThreads) {
         float o = 0.0f;
-        for (int i = 0; i < used; ++i) o = fmaf(part_o[(int64_t)i * D + d], expf(ml[2 * i] - m), o);
+        for (int i = 0; i < used; ++i) {
+            const float w = prompt ? exp2f(ml[2 * i] - m) : expf(ml[2 * i] - m);
+            o = fmaf(part_o[(int64_t)i * D + d], w, o);
+        }
         out[d] = o / l;
     }
 }
@@ -220,7 +230,7 @@ int launch_attention(const luce_attention_params &p, int32_t n_parts, int32_t pa
         if (err != cudaSuccess) return luce_status(err);
     }
     attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, stream>>>(
-        p, n_parts);
+        p, n_parts, row0);
     return luce_status(cudaGetLastError());
 }
 
@@ -262,8 +272,7 @@ extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
     int32_t page_shift = 0;
     while ((1 << page_shift) < ps) ++page_shift;
     const cudaStream_t s = (cudaStream_t)stream;
-    luce_attention_params q = *p;
-    if ((uintptr_t)q.q % 16 != 0) q.prompt_rows = 0;  // the tiled kernel moves q as float4 (same bits either way)
+    const luce_attention_params &q = *p;
     switch (p->head_dim) {
         case 64: return launch_attention_d<64>(q, n_parts, page_shift, s);
         case 128: return launch_attention_d<128>(q, n_parts, page_shift, s);

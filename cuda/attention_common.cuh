@@ -1,7 +1,7 @@
 // Device helpers shared by the paged attention kernels: the partition kernel for every row
-// kind (cuda/attention.cu) and the tiled prompt-row kernel (cuda/attention_prefill.cu), which
-// reproduces the partition kernel's arithmetic bit for bit and so needs the same row-key rule,
-// key addressing and constants. Reference: luce/ref/attention.py.
+// kind (cuda/attention.cu) and the tensor-core prompt-row kernel (cuda/attention_prefill.cu),
+// which share the row-key rule, the workspace layout and the combine kernel.
+// Reference: luce/ref/attention.py.
 #pragma once
 
 #include "common.cuh"
@@ -12,6 +12,14 @@ constexpr int kPartition = LUCE_ATTN_PARTITION;
 constexpr int kThreads = 128;     // partition kernel block; fixes its value-pass key lanes
 constexpr int kLanesPerKey = 8;   // lanes that share one key's dot products (score pass)
 constexpr int kMaxGroup = 16;     // query heads per KV head
+// Prompt rows (cuda/attention_prefill.cu) cut their keys into splits of kSplitKeys absolute
+// keys; split s's partial sits in workspace entry s (n_parts entries per head suffice).
+constexpr int kSplitKeys = 1024;
+static_assert(kSplitKeys % kPartition == 0, "a split is whole partitions");
+
+__host__ __device__ __forceinline__ int32_t prompt_splits(int32_t n_parts) {
+    return (int32_t)(((int64_t)n_parts * kPartition + kSplitKeys - 1) / kSplitKeys);
+}
 
 struct RowKeys {
     int32_t keys;       // logical keys the row attends (0..keys-1); -1 on padding rows
@@ -75,7 +83,7 @@ __device__ __forceinline__ void fma4(float w, const float4 &x, float4 &acc) {
 
 // Softmax statistics of one query head over a partition's scores s[0..n-1], one warp:
 // m = max, s[j] = exp(s[j] - m) in place, l = sum of those (lane-strided, then the butterfly).
-// Both kernels call it, so their m, l and weights agree bit for bit. Returns (m, l).
+// Returns (m, l).
 __device__ __forceinline__ float2 partition_softmax(float *s, int32_t n, int lane) {
     float m = -INFINITY;
     for (int j = lane; j < n; j += WARP_SIZE) m = fmaxf(m, s[j]);
@@ -89,8 +97,8 @@ __device__ __forceinline__ float2 partition_softmax(float *s, int32_t n, int lan
     return make_float2(m, warp_sum(l));
 }
 
-// The tiled kernel over rows [0, p.prompt_rows) (cuda/attention_prefill.cu): writes the same
-// partial_o / partial_ml workspace entries as the partition kernel, bitwise. Returns
+// The prompt-row kernel over rows [0, p.prompt_rows) (cuda/attention_prefill.cu): writes
+// workspace entries 0..splits-1 of those rows (o unnormalized, m in log2 units, l). Returns
 // cudaErrorNotSupported (launching nothing) where its shared memory does not fit the device;
 // the caller then sends those rows to the partition kernel. Internal to the library (not
 // exported beside the luce_* ABI).

@@ -1,286 +1,244 @@
-// Tiled paged attention for prompt rows: rows 0..prompt_rows-1 of a luce_attention launch
-// (cuda/luce_ops.h; reference luce/ref/attention.py, the shared f32 operation order
-// luce/ref/attention_prefill.py). It writes the partition kernel's
-// workspace entries (cuda/attention.cu: unnormalized partial_o, max score m, sum of
-// exponentials l per row, query head and partition of LUCE_ATTN_PARTITION absolute keys)
-// bitwise, and the one combine kernel merges them: a row's output is the same whichever
-// kernel computed it, whatever rows share its tile and whatever else is in the launch.
+// Prompt-row paged attention on TF32 tensor cores: rows 0..prompt_rows-1 of a luce_attention
+// launch (cuda/luce_ops.h), flash-attention style over the paged f32 KV cache, causal or not,
+// GQA. Reference: luce/ref/attention.py (math, float64) and luce/ref/attention_prefill.py
+// (this kernel's arithmetic: TF32 roundings, key blocks, online softmax; tolerance model).
 //
-// Grid (tiles, Hkv, n_parts): block (tile, hk, part) takes the tile's rows (kTileQV / G
-// consecutive rows; G = Hq / Hkv query heads each, kTileQV query vectors in all), splits them
-// at segment boundaries, and for each piece streams the partition's K rows, then its V rows,
-// through shared memory in sub-tiles of kSubKeys keys: each K/V row is read once per tile,
-// not once per row. Per query vector it repeats the partition kernel's arithmetic exactly:
-//   score(j) = (((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7))) * scale, p_i the fmaf
-//              chain over float4 slices c * 8 + i of q . k (the kernel's 8 lanes per key and
-//              its xor-shuffle tree), x, y, z, w in order;
-//   m, l        partition_softmax (attention_common.cuh), the function both kernels call;
-//   o           KL = kThreads / (D / 4) chains per column, chain u summing keys j = u mod KL
-//               in increasing j with fmaf, then chain 0 + chain 1 + ... in order.
-// A thread owns kScoreQV x kScoreKeys (query vector, key) pairs in the score pass and
-// kValueQV query vectors x one float4 column (all KL chains) in the value pass. Rows past a
-// row's own keys are skipped (never weighted by 0), so the bits do not depend on its tile.
+// Grid (tiles, Hkv, splits). A tile is kTileQV = 64 query vectors (row r0 + v / G, query head
+// hk * G + v % G; 64 / G consecutive rows), one warp per 16 of them (the mma's M). Block
+// (tile, hk, s) takes keys [s * S, (s + 1) * S) (S = kSplitKeys, absolute KV indices; only up
+// to the tile's last key) in blocks of B keys (B = 32 at D = 256, else 64), each block's K
+// then V rows read once from the pages into shared memory as TF32 (tf32_round), and writes per
+// row and head an unnormalized partial output o, its running max m (log2 units) and sum l into
+// the workspace entry of split s; the combine kernel (cuda/attention.cu) merges a prompt row's
+// splits 0..ceil(keys / S) - 1 in order. Q is rounded to TF32 once per tile.
+// Per row, query head and key block (all in the row's own absolute key positions):
+//   s_j = (q . k_j) * (scale * log2 e)   m16n8k8 TF32 MMAs over D in increasing 8-dim steps;
+//                                        s_j = -inf for keys j >= the row's key count
+//   m' = max(m, max_j s_j); a = exp2(m - m'); p_j = tf32(exp2(s_j - m'))
+//   l = l * a + sum_j p_j (per lane, keys in order; the 4 lanes of a row added at the end)
+//   o = o * a + P V                      MMAs over the block's keys in increasing 8-key steps
+// Nothing a row computes reads another row: a row's bits do not depend on its tile, the chunk
+// or the launch. Key blocks past a row's keys are exact no-ops for it (a = 1, p = 0), and a
+// warp skips those past all its rows. Keys past the tile's last key read as zeros.
 //
-// Roof. Per row, query head and attended key: 2D FMA (q.k and the weighted v) = 4D FLOP and
-// one expf. A tile reads its keys' K and V once: per partition 2 * P * D * 4 bytes against
-// kTileQV * P * 4D FLOP, kTileQV / 2 = 16 FLOP per byte (G = 6: 30 of the 32 query slots
-// live, 15) against the H200's f32 ridge of 67 TFLOP/s / 4.8 TB/s = 14; the tiles of one
-// (KV head, partition) run side by side, so most K/V reads hit L2. So the roof is the f32 FMA
-// rate, 67 TFLOP/s (CUDA cores: bitwise equality with the per-row kernel rules out tensor
-// cores). A 512-row prompt chunk ending at 4,096 / 12,288 keys is 48 / 151 GFLOP at the 27B
-// shape (Hq 24, D 256): 0.72 / 2.3 ms at the roof; 12 / 38 GFLOP at the Coder-1.5B shape
-// (Hq 12, D 128): 0.18 / 0.56 ms. A whole prompt: the 27B at 12,000 tokens (16 attention
-// layers) is 28 TFLOP, 0.42 s at the roof; the 1.5B at 4,096 tokens (28 layers) 1.4 TFLOP, 21 ms.
+// Roof. Per row, query head and attended key: 4D FLOP (q.k and p v), one exp2. K and V rows
+// are read once per tile: 2 * D * 4 bytes per key against 64 * 4D FLOP, 32 FLOP/byte (G = 6:
+// 60 live query vectors, 30), mostly L2 hits (the tiles of one KV head run side by side).
+// Workspace: (D + 2) * 4 bytes written and read per row, head and split. A 512-row prompt
+// chunk ending at 4,096 keys is 48 GFLOP at the 27B shape (Hq 24, Hkv 4, D 256; 208 tiles x 4
+// splits) and 12 GFLOP at the Coder-1.5B shape (Hq 12, Hkv 2, D 128); against the H200's TF32
+// mma.sync rate (~half its 495 TFLOP/s dense TF32) that is ~0.2 / 0.05 ms, so the kernel is
+// bound by its loads, the online softmax and the f32 -> TF32 conversions, not the MMAs.
 #include "attention_common.cuh"
+#include "attention_mma.cuh"
 
 namespace luce_attn {
 namespace {
 
-constexpr int kTileThreads = 256;
-constexpr int kTileQV = 32;     // query vectors (row, head) per tile; rows per tile = kTileQV / G
-constexpr int kScoreQV = 4;     // query vectors per thread in the score pass
-constexpr int kScoreBlock = 32; // threads of one 8 key x 4 query group block (any wave width)
-constexpr int kSStride = kPartition + 8;  // score row stride: 8 banks apart, float4-aligned
+constexpr int kWarps = 4;
+constexpr int kPromptThreads = kWarps * WARP_SIZE;
+constexpr int kTileQV = 16 * kWarps;  // query vectors per tile
 
 template <int D>
-struct TileShape {
-    static constexpr int kRowStride = D + 4;                 // Q and K/V rows: conflict-free float4 columns
-    static constexpr int kSubKeys = D >= 256 ? 32 : 64;      // keys per K/V sub-tile
-    static constexpr int kScoreKeys = kSubKeys / 32;         // keys per thread in the score pass
-    static constexpr int kCols = D / 4;                      // float4 columns of a row
-    static constexpr int kKeyLanes = kThreads / kCols;       // the partition kernel's value chains (KL)
-    static constexpr int kValueGroups = kTileThreads / kCols;
-    static constexpr int kValueQV = kTileQV / kValueGroups;  // query vectors per thread, value pass
-    static constexpr int kKeyStep = kKeyLanes > 4 ? kKeyLanes : 4;  // keys per value-pass step
-    static constexpr size_t kSmemFloats =
-        (size_t)kTileQV * kRowStride + (size_t)kTileQV * kSStride + (size_t)kSubKeys * kRowStride;
-    static constexpr size_t kSmemBytes = kSmemFloats * sizeof(float);
-    static_assert(kTileThreads == 256 && kTileQV == 8 * kScoreQV, "score layout: 32 key x 8 query groups");
-    static_assert(kSubKeys % kKeyStep == 0 && kPartition % kSubKeys == 0, "sub-tiles cut at key steps");
-    static_assert(kValueQV * kValueGroups == kTileQV, "value layout");
+struct PromptShape {
+    static constexpr int kStride = D + 4;                 // Q / K / V rows: conflict-free fragments
+    static constexpr int kBlockKeys = D >= 256 ? 32 : 64;
+    static constexpr int kKeyTiles = kBlockKeys / 8;      // n-tiles of S, k-steps of P V
+    static constexpr int kDimTiles = D / 8;               // k-steps of Q K^T, n-tiles of P V
+    static constexpr int kCols = D / 4;                   // float4 columns of a row
+    static constexpr size_t kSmemBytes = sizeof(float) * (size_t)(kTileQV + kBlockKeys) * kStride;
+    static constexpr int kMinBlocks = D >= 256 ? 2 : 3;
+    static_assert(kSplitKeys % kBlockKeys == 0, "key blocks tile a split");
 };
 
-// Keys sub0..sub0+n_sub-1 of the partition (K or V rows of KV head hk: page_off) into
-// kv_s [kSubKeys][kRowStride]; rows past n_sub are zero.
+// Rows of one key block (K or V of KV head hk; key_off[j] < 0: a zero row) into kv_s as TF32.
 template <int D>
-__device__ __forceinline__ void load_sub_tile(const float *pages, const int64_t *page_off, int sub0, int n_sub,
-                                              int32_t page_shift, int64_t key_stride, float *kv_s) {
-    using S = TileShape<D>;
-    const int32_t page_mask = (1 << page_shift) - 1;
-    for (int i = threadIdx.x; i < S::kSubKeys * S::kCols; i += kTileThreads) {
-        const int j = i / S::kCols, c = i % S::kCols, jj = sub0 + j;
-        const float4 x = j < n_sub ? reinterpret_cast<const float4 *>(
-            pages + page_off[jj >> page_shift] + (int64_t)(jj & page_mask) * key_stride)[c] : zero4();
-        reinterpret_cast<float4 *>(kv_s + j * S::kRowStride)[c] = x;
+__device__ __forceinline__ void load_block(const float *pages, const int64_t *key_off, float *kv_s) {
+    using S = PromptShape<D>;
+    for (int i = threadIdx.x; i < S::kBlockKeys * S::kCols; i += kPromptThreads) {
+        const int j = i / S::kCols, c = i % S::kCols;
+        const int64_t off = key_off[j];
+        float4 x = off >= 0 ? reinterpret_cast<const float4 *>(pages + off)[c] : zero4();
+        x = make_float4(tf32_round(x.x), tf32_round(x.y), tf32_round(x.z), tf32_round(x.w));
+        reinterpret_cast<float4 *>(kv_s + j * S::kStride)[c] = x;
     }
 }
 
-// The value pass over keys sub0..sub0+n_sub-1 (V rows in kv_s, weights exp(s - m) in s_s):
-// key sub0 + j goes to chain j % KL of each of the thread's query vectors, in increasing j.
-// MASKED: a vector takes only its own keys (< n_v); unmasked where all of them are its own.
-template <int D, bool MASKED>
-__device__ __forceinline__ void value_keys(const float *kv_s, const float *s_s, int vg, int col, int sub0,
-                                           int n_sub, const int32_t (&n_v)[TileShape<D>::kValueQV],
-                                           float4 (&acc)[TileShape<D>::kValueQV][TileShape<D>::kKeyLanes]) {
-    using S = TileShape<D>;
-    constexpr int KL = S::kKeyLanes;
-    for (int j0 = 0; j0 < n_sub; j0 += S::kKeyStep) {
-        float4 vr[S::kKeyStep];
-#pragma unroll
-        for (int u = 0; u < S::kKeyStep; ++u)
-            vr[u] = reinterpret_cast<const float4 *>(kv_s + (j0 + u) * S::kRowStride)[col];
-#pragma unroll
-        for (int i = 0; i < S::kValueQV; ++i) {
-            const float *e = s_s + (vg + S::kValueGroups * i) * kSStride + sub0 + j0;
-#pragma unroll
-            for (int u4 = 0; u4 < S::kKeyStep; u4 += 4) {
-                const float4 e4 = *reinterpret_cast<const float4 *>(e + u4);
-                const float w[4] = {e4.x, e4.y, e4.z, e4.w};
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    const int u = u4 + k;  // chain u % KL: sub0 and j0 are multiples of KL
-                    if (!MASKED || sub0 + j0 + u < n_v[i]) fma4(w[k], vr[u], acc[i][u % KL]);
-                }
-            }
-        }
-    }
+// Keys of query vector v in this split (0: none, or a tree row or a dead slot).
+__device__ __forceinline__ int32_t qv_keys(const int32_t *row_n, const int32_t *row_state, int v, int nq, int G) {
+    return v < nq && !row_state[v / G] ? max(row_n[v / G], 0) : 0;
 }
 
 // One block-uniform piece: rows r0..r1-1 of one segment, all in the tile.
 template <int D>
-__device__ void tile_piece(const luce_attention_params &p, int32_t r0, int32_t r1, int32_t hk,
-                           int32_t part, int32_t n_parts, int32_t page_shift, float *smem,
-                           int64_t *page_off, int32_t *row_n, int32_t *row_state) {
-    using S = TileShape<D>;
-    constexpr int C4 = D / (4 * kLanesPerKey);
+__device__ void prompt_piece(const luce_attention_params &p, int32_t r0, int32_t r1, int32_t hk, int32_t split,
+                             int32_t n_parts, int32_t page_shift, float *smem, int64_t *key_off,
+                             int32_t *row_n, int32_t *row_state) {
+    using S = PromptShape<D>;
+    constexpr int NT = S::kKeyTiles, DT = S::kDimTiles, KS = S::kStride;
     const int G = p.n_heads_q / p.n_heads_kv;
-    const int nq = (r1 - r0) * G;  // live query vectors
-    const int32_t key0 = part * kPartition;
+    const int nq = (r1 - r0) * G;
+    const int32_t key0 = split * kSplitKeys;
     const int64_t key_stride = (int64_t)p.n_heads_kv * D;
     const int32_t page_mask = (1 << page_shift) - 1;
-    float *q_s = smem;                                  // [kTileQV][kRowStride]
-    float *s_s = q_s + kTileQV * S::kRowStride;         // [kTileQV][kSStride] scores, then exp(s - m)
-    float *kv_s = s_s + kTileQV * kSStride;             // [kSubKeys][kRowStride]
+    float *q_s = smem;                      // [kTileQV][KS]
+    float *kv_s = smem + kTileQV * KS;      // [kBlockKeys][KS]
 
-    // Each row's keys in this partition (row_n; <= 0: none) and its kind (row_state:
-    // 0 ordinary, 1 tree row, which this kernel does not address: NaN statistics).
-    if (threadIdx.x < kTileQV) {
+    if (threadIdx.x < kTileQV) {  // row_n: the row's keys in this split (<= 0: none)
         int32_t n = 0, state = 0;
         const int32_t row = r0 + (int32_t)threadIdx.x;
         if (row < r1) {
             const RowKeys rk = attention_row_keys(p, row);
-            n = min(kPartition, rk.keys - key0);
+            n = min(kSplitKeys, rk.keys - key0);
             state = p.tree_parents != nullptr && p.tree_parents[row] >= 0;
         }
         row_n[threadIdx.x] = n;
         row_state[threadIdx.x] = state;
     }
     __syncthreads();
-    int32_t n_tile = 0, n_min = kPartition;  // most and fewest keys a live row attends here
-    for (int r = 0; r < r1 - r0; ++r) {
-        if (row_state[r] || row_n[r] <= 0) continue;
-        n_tile = max(n_tile, row_n[r]);
-        n_min = min(n_min, row_n[r]);
+    int32_t n_tile = 0;
+    for (int r = 0; r < r1 - r0; ++r)
+        if (!row_state[r]) n_tile = max(n_tile, row_n[r]);
+    const float *q0 = p.q + ((int64_t)r0 * p.n_heads_q + (int64_t)hk * G) * D;
+    if (n_tile > 0) {
+        for (int i = threadIdx.x; i < kTileQV * D; i += kPromptThreads) {  // scalar: q needs no alignment
+            const int v = i / D, c = i % D;
+            q_s[v * KS + c] = v < nq ? tf32_round(q0[(int64_t)(v / G) * p.n_heads_q * D + (int64_t)(v % G) * D + c]) : 0.0f;
+        }
     }
     const int32_t page_base = p.kv_indptr[attention_segment_of(p, r0)];
-    const int32_t pages = (n_tile + page_mask) >> page_shift;
-    for (int i = threadIdx.x; i < pages; i += kTileThreads) {
-        const int64_t page = p.kv_indices[page_base + (key0 >> page_shift) + i];
-        page_off[i] = (page << page_shift) * key_stride + (int64_t)hk * D;
-    }
-    if (n_tile > 0) {
-        // Query vector v = (row r0 + v / G, head hk * G + v % G): G * D contiguous floats per row.
-        const float *q0 = p.q + ((int64_t)r0 * p.n_heads_q + (int64_t)hk * G) * D;
-        for (int i = threadIdx.x; i < kTileQV * S::kCols; i += kTileThreads) {
-            const int v = i / S::kCols, c = i % S::kCols;
-            const int64_t src = (int64_t)(v / G) * p.n_heads_q * D + (int64_t)(v % G) * D;
-            reinterpret_cast<float4 *>(q_s + v * S::kRowStride)[c] =
-                v < nq ? reinterpret_cast<const float4 *>(q0 + src)[c] : zero4();
-        }
-    }
 
-    // Scores. Thread t = 32 b + 8 y + x (b < 8, y < 4, x < 8): key group kg = 8 (b % 4) + x owns
-    // keys kg + 32 s, query group qg = 4 (b / 4) + y owns query vectors qg + 8 i. Eight threads
-    // in a row read eight consecutive K rows and four query rows (no bank conflicts).
-    const int tid = threadIdx.x, tb = tid / kScoreBlock, ty = (tid / 8) % 4, tx = tid % 8;
-    const int kg = 8 * (tb & 3) + tx, qg = 4 * (tb >> 2) + ty;
-    for (int sub0 = 0; sub0 < n_tile; sub0 += S::kSubKeys) {
-        const int n_sub = min(S::kSubKeys, n_tile - sub0);
-        __syncthreads();  // page_off / q_s written; the previous sub-tile's readers are done
-        load_sub_tile<D>(p.k_pages, page_off, sub0, n_sub, page_shift, key_stride, kv_s);
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
+    const int v0 = 16 * warp + g;  // this lane's query vectors: v0 (fragment rows g) and v0 + 8
+    const int32_t n_row[2] = {qv_keys(row_n, row_state, v0, nq, G), qv_keys(row_n, row_state, v0 + 8, nq, G)};
+    int32_t n_warp = 0;
+    for (int v = 16 * warp; v < 16 * warp + 16; ++v) n_warp = max(n_warp, qv_keys(row_n, row_state, v, nq, G));
+    const float scale_log2 = p.scale * 1.44269504088896340736f;
+
+    float o[DT][4];
+#pragma unroll
+    for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int32_t b0 = 0; b0 < n_tile; b0 += S::kBlockKeys) {
+        __syncthreads();  // q_s written; the previous block's V readers are done
+        if (threadIdx.x < S::kBlockKeys) {
+            const int32_t j = b0 + (int32_t)threadIdx.x, key = key0 + j;
+            int64_t off = -1;
+            if (j < n_tile) {
+                const int64_t page = p.kv_indices[page_base + (key >> page_shift)];
+                off = ((page << page_shift) + (key & page_mask)) * key_stride + (int64_t)hk * D;
+            }
+            key_off[threadIdx.x] = off;
+        }
         __syncthreads();
-        float part_dot[kLanesPerKey][kScoreQV][S::kScoreKeys];
+        load_block<D>(p.k_pages, key_off, kv_s);
+        __syncthreads();
+        const bool live = b0 < n_warp;  // warp-uniform: some row of the warp attends a key here
+        float s[NT][4];
+        if (live) {
 #pragma unroll
-        for (int li = 0; li < kLanesPerKey; ++li)
+            for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+            const float *qa = q_s + v0 * KS + t;
+            const float *kb = kv_s + g * KS + t;
+#pragma unroll 4
+            for (int kd = 0; kd < DT; ++kd) {
+                const float a[4] = {qa[8 * kd], qa[8 * KS + 8 * kd], qa[8 * kd + 4], qa[8 * KS + 8 * kd + 4]};
 #pragma unroll
-            for (int i = 0; i < kScoreQV; ++i)
+                for (int nt = 0; nt < NT; ++nt) {
+                    const float b[2] = {kb[8 * nt * KS + 8 * kd], kb[8 * nt * KS + 8 * kd + 4]};
+                    mma_tf32_16x8x8(s[nt], a, b);
+                }
+            }
+            // Online softmax; entry i of s[nt]: row v0 + 8 (i >> 1), key b0 + 8 nt + 2t + (i & 1).
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-                for (int t = 0; t < S::kScoreKeys; ++t) part_dot[li][i][t] = 0.0f;
+            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int c = 0; c < C4; ++c) {
+                for (int i = 0; i < 4; ++i) {
+                    const int32_t j = b0 + 8 * nt + 2 * t + (i & 1);
+                    const float x = j < n_row[i >> 1] ? s[nt][i] * scale_log2 : -INFINITY;
+                    s[nt][i] = x;
+                    mx[i >> 1] = fmaxf(mx[i >> 1], x);
+                }
+            float alpha[2];
 #pragma unroll
-            for (int li = 0; li < kLanesPerKey; ++li) {
-                const int col = c * kLanesPerKey + li;
-                float4 a[kScoreQV], b[S::kScoreKeys];
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = fmaxf(mx[r], warp_shfl_xor(mx[r], 1));
+                mx[r] = fmaxf(mx[r], warp_shfl_xor(mx[r], 2));
+                const float m_new = fmaxf(m[r], mx[r]);
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+                alpha[r] = exp2f(m[r] - m_use);
+                m[r] = m_new;
+                mx[r] = m_use;
+                l[r] *= alpha[r];
+            }
 #pragma unroll
-                for (int i = 0; i < kScoreQV; ++i)
-                    a[i] = reinterpret_cast<const float4 *>(q_s + (qg + 8 * i) * S::kRowStride)[col];
+            for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int t = 0; t < S::kScoreKeys; ++t)
-                    b[t] = reinterpret_cast<const float4 *>(kv_s + (kg + 32 * t) * S::kRowStride)[col];
+                for (int i = 0; i < 4; ++i) {
+                    const float e = tf32_round(exp2f(s[nt][i] - mx[i >> 1]));
+                    s[nt][i] = e;
+                    l[i >> 1] += e;
+                }
 #pragma unroll
-                for (int i = 0; i < kScoreQV; ++i)
-#pragma unroll
-                    for (int t = 0; t < S::kScoreKeys; ++t) {
-                        float d = part_dot[li][i][t];
-                        d = fmaf(a[i].x, b[t].x, d);
-                        d = fmaf(a[i].y, b[t].y, d);
-                        d = fmaf(a[i].z, b[t].z, d);
-                        d = fmaf(a[i].w, b[t].w, d);
-                        part_dot[li][i][t] = d;
-                    }
+            for (int d = 0; d < DT; ++d) {
+                o[d][0] *= alpha[0];
+                o[d][1] *= alpha[0];
+                o[d][2] *= alpha[1];
+                o[d][3] *= alpha[1];
             }
         }
+        __syncthreads();  // K readers done
+        load_block<D>(p.v_pages, key_off, kv_s);
+        __syncthreads();
+        if (live) {
+            // P as the A operand: k index t is key 2t of the 8-key step, k index t + 4 key 2t + 1
+            // (the C layout of S, so no shuffles); V rows are read in the same key order.
 #pragma unroll
-        for (int i = 0; i < kScoreQV; ++i)
+            for (int kk = 0; kk < NT; ++kk) {
+                const float a[4] = {s[kk][0], s[kk][2], s[kk][1], s[kk][3]};
+                const float *vb = kv_s + (8 * kk + 2 * t) * KS + g;
 #pragma unroll
-            for (int t = 0; t < S::kScoreKeys; ++t) {
-                const int j = kg + 32 * t;
-                const float (*pd)[kScoreQV][S::kScoreKeys] = part_dot;
-                // The partition kernel's xor tree over its 8 lanes (masks 4, 2, 1), as lane 0 sees it.
-                const float lo = (pd[0][i][t] + pd[4][i][t]) + (pd[2][i][t] + pd[6][i][t]);
-                const float hi = (pd[1][i][t] + pd[5][i][t]) + (pd[3][i][t] + pd[7][i][t]);
-                if (j < n_sub) s_s[(qg + 8 * i) * kSStride + sub0 + j] = __fmul_rn(lo + hi, p.scale);
+                for (int d = 0; d < DT; ++d) {
+                    const float b[2] = {vb[8 * d], vb[KS + 8 * d]};
+                    mma_tf32_16x8x8(o[d], a, b);
+                }
             }
+        }
     }
-    __syncthreads();
 
-    // Softmax statistics, one warp per query vector (the partition kernel's loop).
-    const int lane = threadIdx.x % WARP_SIZE;
-    const int64_t head_row = (int64_t)r0 * p.n_heads_q + (int64_t)hk * G;  // + (v / G) * Hq + v % G
+    // Partials of the split: the 4 lanes of a row add their l (xor 1, then xor 2).
     float *part_o = p.workspace;
     float *part_ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D;
-    for (int v = threadIdx.x / WARP_SIZE; v < nq; v += kTileThreads / WARP_SIZE) {
-        const int32_t n_local = row_n[v / G];
-        if (n_local <= 0) continue;
-        const int64_t head = head_row + (int64_t)(v / G) * p.n_heads_q + v % G;
-        float *ml = part_ml + (head * n_parts + part) * 2;
-        if (row_state[v / G]) {
-            if (lane == 0) ml[0] = ml[1] = __int_as_float(0x7fc00000);
-            continue;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        l[r] += warp_shfl_xor(l[r], 1);
+        l[r] += warp_shfl_xor(l[r], 2);
+        const int v = v0 + 8 * r;
+        if (n_row[r] <= 0) continue;
+        const int64_t head = (int64_t)r0 * p.n_heads_q + (int64_t)hk * G + (int64_t)(v / G) * p.n_heads_q + v % G;
+        float *dst = part_o + (head * n_parts + split) * D + 2 * t;
+#pragma unroll
+        for (int d = 0; d < DT; ++d) *reinterpret_cast<float2 *>(dst + 8 * d) = make_float2(o[d][2 * r], o[d][2 * r + 1]);
+        if (t == 0) {
+            part_ml[(head * n_parts + split) * 2] = m[r];
+            part_ml[(head * n_parts + split) * 2 + 1] = l[r];
         }
-        const float2 st = partition_softmax(s_s + v * kSStride, n_local, lane);
-        if (lane == 0) { ml[0] = st.x; ml[1] = st.y; }
     }
-
-    // Values: thread (group vg, float4 column col) owns query vectors vg + kValueGroups * i
-    // and, per vector, the KL chains of its column.
-    constexpr int KL = S::kKeyLanes, QV = S::kValueQV;
-    const int col = threadIdx.x % S::kCols, vg = threadIdx.x / S::kCols;
-    int32_t n_v[QV];
-#pragma unroll
-    for (int i = 0; i < QV; ++i) {
-        const int v = vg + S::kValueGroups * i;
-        n_v[i] = v < nq && !row_state[v / G] ? row_n[v / G] : 0;
+    // Tree rows (never sent here by the engine) get NaN statistics: a NaN output, not a wrong one.
+    for (int v = threadIdx.x; v < nq; v += kPromptThreads) {
+        if (!row_state[v / G] || row_n[v / G] <= 0) continue;
+        const int64_t head = (int64_t)r0 * p.n_heads_q + (int64_t)hk * G + (int64_t)(v / G) * p.n_heads_q + v % G;
+        part_ml[(head * n_parts + split) * 2] = part_ml[(head * n_parts + split) * 2 + 1] = __int_as_float(0x7fc00000);
     }
-    float4 acc[QV][KL];
-#pragma unroll
-    for (int i = 0; i < QV; ++i)
-#pragma unroll
-        for (int u = 0; u < KL; ++u) acc[i][u] = zero4();
-    for (int sub0 = 0; sub0 < n_tile; sub0 += S::kSubKeys) {
-        const int n_sub = min(S::kSubKeys, n_tile - sub0);
-        __syncthreads();  // exp(s - m) written; the previous sub-tile's readers are done
-        load_sub_tile<D>(p.v_pages, page_off, sub0, n_sub, page_shift, key_stride, kv_s);
-        __syncthreads();
-        if (n_sub == S::kSubKeys && sub0 + n_sub <= n_min)  // every live row attends all these keys
-            value_keys<D, false>(kv_s, s_s, vg, col, sub0, n_sub, n_v, acc);
-        else
-            value_keys<D, true>(kv_s, s_s, vg, col, sub0, n_sub, n_v, acc);
-    }
-#pragma unroll
-    for (int i = 0; i < QV; ++i) {
-        const int v = vg + S::kValueGroups * i;
-        if (n_v[i] <= 0) continue;
-        float4 o = acc[i][0];
-#pragma unroll
-        for (int u = 1; u < KL; ++u) {
-            o.x += acc[i][u].x;
-            o.y += acc[i][u].y;
-            o.z += acc[i][u].z;
-            o.w += acc[i][u].w;
-        }
-        const int64_t head = head_row + (int64_t)(v / G) * p.n_heads_q + v % G;
-        reinterpret_cast<float4 *>(part_o + (head * n_parts + part) * D)[col] = o;
-    }
-    __syncthreads();  // the next piece reuses row_n, page_off and the tiles
+    __syncthreads();  // the next piece reuses row_n, key_off and the tiles
 }
 
 template <int D>
-__global__ void __launch_bounds__(kTileThreads, 2)  // two resident blocks: one loads while one computes
-attention_tiled_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift) {
+__global__ void __launch_bounds__(kPromptThreads, PromptShape<D>::kMinBlocks)
+attention_prompt_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift) {
     extern __shared__ float4 smem4[];
-    __shared__ int64_t page_off[kPartition];
+    __shared__ int64_t key_off[PromptShape<D>::kBlockKeys];
     __shared__ int32_t row_n[kTileQV], row_state[kTileQV];
     const int G = p.n_heads_q / p.n_heads_kv;
     const int32_t rows_per_tile = kTileQV / G;
@@ -289,26 +247,26 @@ attention_tiled_kernel(luce_attention_params p, int32_t n_parts, int32_t page_sh
     for (int32_t r0 = t0; r0 < t1;) {  // one piece per segment the tile touches
         const int32_t seg = attention_segment_of(p, r0);
         const int32_t r1 = min(t1, p.qo_indptr[seg + 1]);
-        tile_piece<D>(p, r0, r1, blockIdx.y, blockIdx.z, n_parts, page_shift,
-                      reinterpret_cast<float *>(smem4), page_off, row_n, row_state);
+        prompt_piece<D>(p, r0, r1, blockIdx.y, blockIdx.z, n_parts, page_shift,
+                        reinterpret_cast<float *>(smem4), key_off, row_n, row_state);
         r0 = r1;
     }
 }
 
 template <int D>
-int launch_tiled(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
-    constexpr size_t smem = TileShape<D>::kSmemBytes;
+int launch_prompt(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
+    constexpr size_t smem = PromptShape<D>::kSmemBytes;
     static int ready = 0;  // 1: the shared-memory limit is raised; -1: the device cannot hold a tile
     if (ready == 0) {  // once, before any graph capture reaches here
         int device = 0, optin = 0;
         cudaError_t err = cudaGetDevice(&device);
         if (err == cudaSuccess)
             err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-        const size_t static_bytes = sizeof(int64_t) * kPartition + 2 * sizeof(int32_t) * kTileQV;
+        const size_t static_bytes = sizeof(int64_t) * PromptShape<D>::kBlockKeys + 2 * sizeof(int32_t) * kTileQV;
         if (err == cudaSuccess && (size_t)optin < smem + static_bytes)
             err = cudaErrorNotSupported;  // e.g. a 64 KiB LDS: every row takes the partition kernel
         if (err == cudaSuccess)
-            err = cudaFuncSetAttribute(attention_tiled_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            err = cudaFuncSetAttribute(attention_prompt_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)smem);
         ready = err == cudaSuccess ? 1 : -1;
         if (err != cudaSuccess) (void)cudaGetLastError();
@@ -317,8 +275,9 @@ int launch_tiled(const luce_attention_params &p, int32_t n_parts, int32_t page_s
     const int G = p.n_heads_q / p.n_heads_kv;
     const int32_t rows_per_tile = kTileQV / G;
     const unsigned tiles = (unsigned)((p.prompt_rows + rows_per_tile - 1) / rows_per_tile);
-    attention_tiled_kernel<D><<<dim3(tiles, (unsigned)p.n_heads_kv, (unsigned)n_parts), kTileThreads, smem,
-                                stream>>>(p, n_parts, page_shift);
+    const unsigned splits = (unsigned)prompt_splits(n_parts);
+    attention_prompt_kernel<D><<<dim3(tiles, (unsigned)p.n_heads_kv, splits), kPromptThreads, smem,
+                                 stream>>>(p, n_parts, page_shift);
     return luce_status(cudaGetLastError());
 }
 
@@ -326,12 +285,16 @@ int launch_tiled(const luce_attention_params &p, int32_t n_parts, int32_t page_s
 
 int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
                            cudaStream_t stream) {
+#if WARP_SIZE != 32
+    return (int)cudaErrorNotSupported;  // the fragment layouts are a 32-lane warp's
+#else
     switch (p.head_dim) {
-        case 64: return launch_tiled<64>(p, n_parts, page_shift, stream);
-        case 128: return launch_tiled<128>(p, n_parts, page_shift, stream);
-        case 256: return launch_tiled<256>(p, n_parts, page_shift, stream);
+        case 64: return launch_prompt<64>(p, n_parts, page_shift, stream);
+        case 128: return launch_prompt<128>(p, n_parts, page_shift, stream);
+        case 256: return launch_prompt<256>(p, n_parts, page_shift, stream);
         default: return (int)cudaErrorInvalidValue;
     }
+#endif
 }
 
 }  // namespace luce_attn

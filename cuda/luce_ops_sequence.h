@@ -33,10 +33,11 @@ extern "C" {
  * committed. Tree roots and rows without a parent follow the ordinary rule (trees need
  * causal = 1).
  * prompt_rows: rows 0..prompt_rows-1 (none may be a tree row; the packer puts prefill
- * segments first) take the tiled prompt-row kernel, which reads each KV partition once per
- * tile of rows instead of once per row and computes every row bitwise as the per-row kernel
- * does: any prompt_rows in 0..n_rows gives the same output bits. A tree row below
- * prompt_rows gets NaN. */
+ * segments first) take the prompt-row kernel (TF32 tensor cores, flash-attention style; its
+ * arithmetic: luce/ref/attention_prefill.py), which reads each key once per tile of rows.
+ * A prompt row's bits depend only on the row (its keys and position), never on the chunk,
+ * its tile or the other rows; they differ from the per-row kernel's (DESIGN 5 rule 1). A
+ * tree row below prompt_rows gets NaN. */
 #define LUCE_ATTN_PARTITION 256
 typedef struct {
     const float *q;

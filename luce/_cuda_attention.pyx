@@ -78,8 +78,9 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len) bytes.
     tree_parents: device address of [n_rows] int32 global parent rows (-1: root or ordinary
     row; 0: no trees); tree rows attend the committed prefix plus their root path.
-    prompt_rows: rows 0..prompt_rows-1 (no tree rows among them) take the tiled prompt-row
-    kernel; the output bits are the same for any value in 0..n_rows."""
+    prompt_rows: rows 0..prompt_rows-1 (no tree rows among them) take the prompt-row kernel
+    (TF32 tensor cores, luce/ref/attention_prefill.py); a prompt row's bits depend only on
+    the row, never on prompt_rows or the other rows."""
     _require_loaded(<void *>_attention)
     cdef luce_attention_params p
     p.q = <const float *>q

@@ -25,9 +25,10 @@ GDN_CHUNK = 64
 
 
 def prompt_rows(batch) -> int:
-    """Rows 0..n-1 that take the tiled prompt-row attention kernel: the run of prefill
-    segments the packer puts first (never tree rows). The kernel computes every row bitwise
-    as the per-row kernel does, so this choice moves time, never bits."""
+    """Rows 0..n-1 that take the prompt-row attention kernel (TF32 tensor cores, its own
+    arithmetic: DESIGN 5 rule 1): the run of prefill segments the packer puts first (never
+    tree rows), so every prefill row takes it and no other row does. A prompt row's bits do
+    not depend on its chunk or on the rows beside it."""
     spans = getattr(batch, "prefill_spans", ())   # a ForwardBatch's; other batch views: none
     return spans[0][1] if spans and spans[0][0] == 0 else 0
 

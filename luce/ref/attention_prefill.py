@@ -1,72 +1,87 @@
-"""The f32 operation order of paged attention (kernels: cuda/attention.cu, per row, and
-cuda/attention_prefill.cu, tiles of prompt rows, which must agree bit for bit).
+"""The arithmetic of prompt-row attention (kernel: cuda/attention_prefill.cu, TF32 tensor cores).
 
-The math is luce/ref/attention.py (float64, the tolerance reference of both kernels). This
-module spells out the ORDER of the f32 operations both kernels share, the contract that makes
-a prompt row's bits independent of its tile and of the kernel that took it (DESIGN 5):
-  - keys are cut into partitions of PARTITION at absolute KV indices;
-  - score(j) = (((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7))) * scale, p_i the running
-    sum over float4 slices c * 8 + i of q . k_j (c increasing, components x, y, z, w);
-  - per partition m = max score; l = the 32 lane sums (lane L: keys j = L mod 32 in order)
-    folded by the butterfly (masks 16, 8, 4, 2, 1); weights exp(score - m);
-  - o = chain 0 + chain 1 + ... (in order), chain u summing weight * v over keys j = u mod KL,
-    KL = 512 / D, in increasing j;
-  - partitions merge in order: M = max m_i, L = sum l_i exp(m_i - M), O = sum o_i exp(m_i - M) / L.
-The kernels multiply-add with fmaf (one rounding); numpy rounds a * b + c twice, so this model
-agrees with them to f32 rounding, not bitwise. [G, D] arrays hold the G query heads of one
-KV head.
+The math is luce/ref/attention.py. Prompt rows (DESIGN 5 rule 1: a row's kind picks its
+arithmetic) take their own kernel, whose definition this module writes down in float64 except
+for the roundings that set its accuracy:
+  - q, k and v are rounded to TF32 (10 mantissa bits, nearest, ties away: `tf32`);
+  - keys are cut into splits of SPLIT at absolute KV indices, each split into blocks of
+    block_keys(D) keys; per block, s = (q . k) * (scale * log2 e), m' = max(m, max s),
+    p = tf32(exp2(s - m')), l = l exp2(m - m') + sum p, o = o exp2(m - m') + p v;
+  - the splits merge in order: M = max m_i, O = sum o_i exp2(m_i - M) / sum l_i exp2(m_i - M).
+The kernel accumulates in f32 (the tensor core's own order inside one MMA), so it agrees
+with this model to f32 accumulation error plus the rare p whose TF32 rounding flips, not
+bitwise; against the exact math its error is TF32's (tests/kernels/tolerances.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-PARTITION = 256   # LUCE_ATTN_PARTITION
-LANES = 32        # lanes of the softmax sums
-SLICES = 8        # lanes that share one key's dot product in the per-row kernel
+from luce.ref.attention import gather_kv
+
+PARTITION = 256   # LUCE_ATTN_PARTITION (the partition kernel's unit)
+SPLIT = 1024      # kSplitKeys (cuda/attention_common.cuh)
+LOG2E = np.float32(1.44269504088896340736)
 
 
-def _butterfly(x: np.ndarray) -> np.ndarray:
-    """[..., LANES] -> [...]: lane 0 after the xor butterfly sum."""
-    for mask in (16, 8, 4, 2, 1):
-        x = x + x[..., np.arange(LANES) ^ mask]
-    return x[..., 0]
+def block_keys(d: int) -> int:
+    """Keys per block of the kernel at head dim d."""
+    return 32 if d >= 256 else 64
 
 
-def partition_partial(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float):
-    """q [G, D], k, v [n, D] f32 (n <= PARTITION) -> (o [G, D], m [G], l [G]) f32 unnormalized."""
-    q, k, v = (np.asarray(a, np.float32) for a in (q, k, v))
-    g, d = q.shape
-    n = k.shape[0]
-    q4, k4 = q.reshape(g, -1, SLICES, 4), k.reshape(n, -1, SLICES, 4)
-    p = np.zeros((SLICES, g, n), np.float32)
-    for c in range(q4.shape[1]):
-        for x in range(4):
-            p += q4[:, c, :, x].T[:, :, None] * k4[None, :, c, :, x].transpose(2, 0, 1)
-    s = (((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]))) * np.float32(scale)   # [G, n]
-    m = s.max(axis=1)
-    e = np.exp(s - m[:, None])
-    lanes = np.zeros((g, LANES), np.float32)
-    for j in range(n):
-        lanes[:, j % LANES] += e[:, j]
-    kl = 512 // d
-    chains = np.zeros((kl, g, d), np.float32)
-    for j in range(n):
-        chains[j % kl] += e[:, j, None] * v[j][None, :]
-    o = chains[0].copy()
-    for u in range(1, kl):
-        o += chains[u]
-    return o, m, _butterfly(lanes)
+def tf32(x) -> np.ndarray:
+    """f32 -> TF32 values (as f32): round to nearest, ties away from zero; inf / NaN unchanged."""
+    x = np.ascontiguousarray(x, np.float32)
+    u = x.view(np.uint32)
+    r = ((u.astype(np.uint64) + 0x1000) & 0xFFFFE000).astype(np.uint32)
+    return np.where((u & 0x7F800000) == 0x7F800000, u, r).view(np.float32)
 
 
-def attend_row_f32(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
-    """One row over its n keys in the kernels' order: q [G, D], k, v [n, D] -> [G, D] f32."""
-    parts = [partition_partial(q, k[i:i + PARTITION], v[i:i + PARTITION], scale)
-             for i in range(0, k.shape[0], PARTITION)]
+def attend_row_prompt(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float) -> np.ndarray:
+    """One prompt row over its n keys: q [G, D], k, v [n, D] f32 -> [G, D] f32."""
+    qr = tf32(q).astype(np.float64)
+    kr, vr = tf32(k).astype(np.float64), tf32(v).astype(np.float64)
+    scale_log2 = float(np.float32(scale) * LOG2E)
+    n, d = k.shape
+    nb = block_keys(d)
+    parts = []
+    for s0 in range(0, n, SPLIT):
+        m = np.full(q.shape[0], -np.inf)
+        l, o = np.zeros(q.shape[0]), np.zeros(q.shape, np.float64)
+        for b0 in range(s0, min(s0 + SPLIT, n), nb):
+            b1 = min(b0 + nb, n)
+            s = (qr @ kr[b0:b1].T) * scale_log2
+            m_new = np.maximum(m, s.max(axis=1))
+            alpha = np.exp2(m - m_new)
+            p = tf32(np.exp2(s - m_new[:, None]).astype(np.float32)).astype(np.float64)
+            l = l * alpha + p.sum(axis=1)
+            o = o * alpha[:, None] + p @ vr[b0:b1]
+            m = m_new
+        parts.append((o, m, l))
     big_m = np.max([m for _, m, _ in parts], axis=0)
-    big_l = np.zeros_like(big_m)
-    out = np.zeros_like(q, dtype=np.float32)
-    for o, m, l in parts:
-        w = np.exp(m - big_m)
-        big_l += l * w
-        out += o * w[:, None]
-    return out / big_l[:, None]
+    w = [np.exp2(m - big_m) for _, m, _ in parts]
+    big_l = sum(l * wi for (_, _, l), wi in zip(parts, w))
+    out = sum(o * wi[:, None] for (o, _, _), wi in zip(parts, w))
+    return (out / big_l[:, None]).astype(np.float32)
+
+
+def paged_attention_prompt(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len,
+                           seq_slots, scale: float, causal: bool = True, rows: int | None = None):
+    """luce.ref.attention.paged_attention's layout and key rule with every row (or rows
+    0..rows-1; None: all) in the prompt-row arithmetic; other rows are zeros."""
+    T, hq, d = q.shape
+    page_size, hkv = k_pages.shape[1], k_pages.shape[2]
+    group, rows = hq // hkv, T if rows is None else rows
+    out = np.zeros((T, hq, d), np.float32)
+    for s in range(len(seq_slots)):
+        r0, r1 = int(qo_indptr[s]), int(qo_indptr[s + 1])
+        if seq_slots[s] < 0 or r0 >= rows:
+            continue
+        pages = kv_indices[kv_indptr[s]:kv_indptr[s + 1]].astype(np.int64)
+        kv_len = 0 if len(pages) == 0 else (len(pages) - 1) * page_size + int(kv_last_page_len[s])
+        k, v = (a.astype(np.float32) for a in gather_kv(k_pages, v_pages, pages, kv_len))
+        for j, row in enumerate(range(r0, min(r1, rows))):
+            n = kv_len - (r1 - r0) + j + 1 if causal else kv_len
+            for h in range(hkv):
+                out[row, h * group:(h + 1) * group] = attend_row_prompt(
+                    q[row, h * group:(h + 1) * group], k[:n, h], v[:n, h], scale)
+    return out

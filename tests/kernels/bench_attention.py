@@ -48,7 +48,8 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
                    tiled: bool = False):
     """n_seqs sequences of `context` KV rows each, the last rows_per_seq of them queries
     (1: AR decode rows; more: a prefill chunk). heads (Hq, Hkv, D); tiled: every row takes
-    the tiled prompt-row kernel (prompt_rows = all rows; bitwise the same output)."""
+    the prompt-row kernel (prompt_rows = all rows; TF32 tensor cores, cuda/attention_prefill.cu),
+    else the per-row partition kernel (the decode rows' arithmetic)."""
     hq, hkv, d = heads
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
@@ -134,8 +135,9 @@ BENCH_CASES = [
 ]
 for _c in BENCH_CASES:
     _c.__name__ = "attention_" + "_".join(map(str, _c.args))
-# Prompt chunks of 512 rows ending at 4K and 12K keys, tiled and per-row, at the 27B shape
-# and the Coder-1.5B one (Hq 12, Hkv 2, D 128).
+# Prompt chunks of 512 rows ending at 4K and 12K keys, prompt kernel ("tiled": the names of
+# the f32 tiled kernel it replaced, so PERF.md's session-6 rows compare directly: 2,797 us and
+# 726 us at 4K) and per-row, at the 27B shape and the Coder-1.5B one (Hq 12, Hkv 2, D 128).
 SHAPES = {"27b": (HQ, HKV, D), "1p5b": (12, 2, 128)}
 PREFILL_CASES = []
 for _shape, _heads in SHAPES.items():

@@ -62,7 +62,7 @@ def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=n
                tree_parents=None, prompt_rows=0):
     """Launch luce_attention; returns the output after the guard-band and NaN checks
     (raw=True: the plain download, NaN allowed). tree_parents [T] int32 or None (NULL);
-    rows 0..prompt_rows-1 take the tiled prompt-row kernel."""
+    rows 0..prompt_rows-1 take the prompt-row kernel (cuda/attention_prefill.cu)."""
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels

@@ -1,10 +1,11 @@
-"""Tiled prompt-row attention (cuda/attention_prefill.cu) against the per-row partition kernel.
+"""Prompt-row attention on TF32 tensor cores (cuda/attention_prefill.cu) on a GPU.
 
-The tiled kernel takes rows 0..prompt_rows-1 of a luce_attention launch and must give every
-row bitwise what the per-row kernel gives (same dot-product tree, softmax and value order),
-so the test is exact equality, row by row, whatever the tile rows, the other segments in the
-launch and the chunking of the prompt; the reference check (tolerance) guards both kernels.
-Helpers: tests/kernels/test_attention.py.
+Prompt rows take their own arithmetic (DESIGN 5 rule 1): they are checked against its model
+luce/ref/attention_prefill.py and the exact math luce/ref/attention.py within
+tests/kernels/tolerances.py, and a prompt row's bits must not depend on anything but itself:
+the same in any chunk of the prompt, at any tile position, beside decoders, trees, padding and
+other prompts. Rows past prompt_rows keep the per-row kernel's bits. The CPU emulation of the
+same source: tests/kernels/test_attention_emulated.py. Helpers: tests/kernels/test_attention.py.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import numpy as np
 import pytest
 
 from luce.models.kv_cache import pages_needed
+from luce.ref.attention_prefill import paged_attention_prompt
 from tests.kernels.test_attention import SENTINEL, Pool, Seq, assert_close, pack, pack_trees, run_kernel, tree_reference
 from tests.kernels.test_gdn_tree import random_tree
+from tests.kernels.tolerances import tolerance
 
 PROMPT_ROWS = [1, 17, 64, 65, 300]
 # (Hq, Hkv, D): G = 6 at both model shapes (27B, Coder-1.5B), then G 2, 3, 4, 8
@@ -31,28 +34,54 @@ def mixed_launch(rng, hq, hkv, d, rows, context):
     return pool, batch, tp, q
 
 
+def prompt_ref(q, pool, batch, scale, rows, causal=True):
+    return paged_attention_prompt(q, pool.k, pool.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
+                                  batch.kv_last_page_len, batch.seq_slots, scale, causal, rows)
+
+
+def assert_prompt_close(got, q, pool, batch, scale, rows, exact=None, causal=True):
+    """got[:rows] (live rows) against the TF32 model and, given, the exact math."""
+    live = got[:rows, 0, 0] != np.float32(SENTINEL)
+    model = prompt_ref(q, pool, batch, scale, rows, causal)[:rows]
+    np.testing.assert_allclose(got[:rows][live], model[live], *tolerance("attention_prompt"))
+    assert np.median(np.abs(got[:rows][live] - model[live])) < 1e-6
+    if exact is not None:
+        np.testing.assert_allclose(got[:rows][live], exact[:rows][live], *tolerance("attention_prompt_exact"))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("rows", PROMPT_ROWS)
-def test_tiled_rows_bitwise_equal_per_row_kernel_in_mixed_launch(rows, heads):
+def test_prompt_rows_in_mixed_launch(rows, heads):
+    """Prompt rows match the TF32 model and are bitwise what they are alone; the decoders and
+    the tree after them keep the per-row kernel's bits."""
     hq, hkv, d = heads
     rng = np.random.default_rng(rows * 31 + hq + d)
-    context = 250 if rows < 100 else 470  # the chunk's keys cross the 256- and 512-key boundaries
+    context = 250 if rows < 100 else 900  # the chunk's keys cross the 256- and 1,024-key boundaries
     pool, batch, tp, q = mixed_launch(rng, hq, hkv, d, rows, context)
     scale = 1.0 / np.sqrt(d)
     per_row = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp)
-    tiled = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=rows)
-    for r in range(batch.n_rows):
-        assert np.array_equal(tiled[r], per_row[r]), f"row {r} differs between the kernels"
+    got = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=rows)
+    for r in range(rows, batch.n_rows):
+        assert np.array_equal(got[r], per_row[r]), f"row {r} differs from the per-row kernel"
+    exact = tree_reference(q, pool, batch, tp, scale)
     live = per_row[:, 0, 0] != np.float32(SENTINEL)
-    assert_close(tiled[live], tree_reference(q, pool, batch, tp, scale)[live])
+    assert_close(per_row[live], exact[live])
+    assert_prompt_close(got, q, pool, batch, scale, rows, exact)
+    alone = run_kernel(q[:rows], pool, pack([pool_seq_of(batch, 0, context + rows, rows)]), scale, prompt_rows=rows)
+    assert np.array_equal(alone, got[:rows]), "a prompt row changed beside decoders and a tree"
+
+
+def pool_seq_of(batch, s, kv_len, n_rows):
+    return Seq(0, kv_len, n_rows, [int(p) for p in batch.kv_indices[batch.kv_indptr[s]:batch.kv_indptr[s + 1]]])
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads", [(24, 4, 256), (12, 2, 128)])
 def test_prompt_rows_bitwise_at_any_chunking(heads):
     """A 300-row prompt at 200 tokens of context: one chunk, or chunks cut at absolute
-    multiples of 64 (each its own launch, the chunk's rows tiled), gives every row the same bits."""
+    multiples of 64 (each its own launch: every row at another tile position), gives every row
+    the same bits."""
     hq, hkv, d = heads
     rng = np.random.default_rng(hq)
     start, total = 200, 300
@@ -61,6 +90,7 @@ def test_prompt_rows_bitwise_at_any_chunking(heads):
     q = rng.standard_normal((total, hq, d)).astype(np.float32)
     scale = 1.0 / np.sqrt(d)
     one = run_kernel(q, pool, pack([whole]), scale, prompt_rows=total)
+    assert_prompt_close(one, q, pool, pack([whole]), scale, total)
     cuts = [start, 256, 320, 448, start + total]  # absolute positions
     for a, b in zip(cuts, cuts[1:]):
         chunk = Seq(0, b, b - a, whole.pages[:pages_needed(b)])   # the prompt's KV after the chunk
@@ -86,24 +116,27 @@ def test_tiles_across_prompt_segments_and_padding_change_no_bits():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [True, False])
-def test_tiled_rows_bitwise_over_long_context(causal):
-    """64 rows at 4,100 keys (17 partitions), causal and not."""
+def test_prompt_rows_over_long_context(causal):
+    """64 rows at 4,100 keys (5 splits), causal and not: the model, and the last 20 rows
+    alone give the same bits."""
     hq, hkv, d = 24, 4, 256
     rng = np.random.default_rng(9)
     pool = Pool(rng, pages_needed(4100) + 1, hkv, d)
-    batch = pack([pool.seq(0, 4100, 64)])
+    seq = pool.seq(0, 4100, 64)
     q = (rng.standard_normal((64, hq, d)) * 2).astype(np.float32)
-    per_row = run_kernel(q, pool, batch, 1.0 / 16, causal)
-    assert np.array_equal(run_kernel(q, pool, batch, 1.0 / 16, causal, prompt_rows=64), per_row)
+    got = run_kernel(q, pool, pack([seq]), 1.0 / 16, causal, prompt_rows=64)
+    assert_prompt_close(got, q, pool, pack([seq]), 1.0 / 16, 64, causal=causal)
+    tail = run_kernel(q[44:], pool, pack([Seq(0, 4100, 20, seq.pages)]), 1.0 / 16, causal, prompt_rows=20)
+    assert np.array_equal(tail, got[44:])
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("hq,hkv,d", [(24, 4, 256), (12, 2, 128), (7, 1, 64)])
 def test_tree_row_under_prompt_rows_gets_nan(hq, hkv, d):
-    """prompt_rows must not cover a tree row: the tiled kernel does not address tree keys and
+    """prompt_rows must not cover a tree row: the prompt kernel does not address tree keys and
     says so with NaN rather than a plausible wrong output. (The per-row kernel gives those rows
-    finite values, so this also shows the tiled kernel runs at each D rather than falling
-    back to the per-row kernel, which would make the bitwise tests above vacuous.)"""
+    finite values, so this also shows the prompt kernel runs at each D rather than falling
+    back to the per-row kernel, which would make the tests above vacuous.)"""
     rng = np.random.default_rng(12)
     pool = Pool(rng, 40, hkv, d)
     batch, tp = pack_trees([pool.seq(0, 250 + 8, 8)], [random_tree(rng, 8)])
@@ -115,7 +148,7 @@ def test_tree_row_under_prompt_rows_gets_nan(hq, hkv, d):
 
 
 def test_prompt_rows_are_the_leading_run_of_prefill_segments():
-    """The CUDA op sends the packer's leading prefill run (and nothing else) to the tiled kernel."""
+    """The CUDA op sends the packer's leading prefill run (and nothing else) to the prompt kernel."""
     from luce.ops.cuda_sequence_ops import prompt_rows
 
     rng = np.random.default_rng(0)
@@ -126,14 +159,23 @@ def test_prompt_rows_are_the_leading_run_of_prefill_segments():
     assert prompt_rows(object()) == 0  # a batch view without prefill_spans
 
 
-@pytest.mark.parametrize("n,d", [(1, 64), (255, 128), (257, 256), (700, 128)])
-def test_f32_order_model_matches_the_float64_reference(n, d):
-    """luce/ref/attention_prefill.py (the kernels' f32 order) against luce/ref/attention.py."""
+@pytest.mark.parametrize("n,d", [(1, 64), (255, 128), (257, 256), (1100, 128)])
+def test_tf32_model_matches_the_float64_reference(n, d):
+    """luce/ref/attention_prefill.py (the prompt kernel's arithmetic) against luce/ref/attention.py:
+    TF32's error, and the model with TF32 rounding taken out is the exact math."""
+    from luce.ref import attention_prefill as pf
     from luce.ref.attention import attend_row
-    from luce.ref.attention_prefill import attend_row_f32
 
     rng = np.random.default_rng(n + d)
     q = rng.standard_normal((6, d)).astype(np.float32)
     k, v = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(2))
     want = attend_row(q, k[:, None, :].astype(np.float64), v[:, None, :].astype(np.float64), 1 / np.sqrt(d))
-    np.testing.assert_allclose(attend_row_f32(q, k, v, 1 / np.sqrt(d)), want, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(pf.attend_row_prompt(q, k, v, 1 / np.sqrt(d)), want, *tolerance("attention_prompt_exact"))
+    x = np.array([1.0, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, -(1 + 2.0 ** -11), 1 + 2.0 ** -12, np.inf], np.float32)
+    assert pf.tf32(x).tolist() == [1.0, 1 + 2.0 ** -10, 1 + 2 * 2.0 ** -10, -(1 + 2.0 ** -10), 1.0, np.inf]
+    exact = pf.tf32
+    try:
+        pf.tf32 = lambda a: np.asarray(a, np.float32)
+        np.testing.assert_allclose(pf.attend_row_prompt(q, k, v, 1 / np.sqrt(d)), want, rtol=2e-5, atol=2e-6)
+    finally:
+        pf.tf32 = exact

@@ -39,6 +39,8 @@ template <class F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSu
 using std::min; using std::max;
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 
 namespace emu {
 inline thread_local dim3 tIdx, bIdx;
