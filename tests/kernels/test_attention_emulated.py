@@ -88,7 +88,8 @@ CASES = {  # (Hq, Hkv, D), [(slot, kv_len, rows)], tree segment, prompt_rows
     "g6_d64_prompt_then_tree_and_decoder": ((6, 1, 64), [(0, 150, 40), (1, 100, 1), (3, 90, 8)], 2, 40),
     "g8_d64_two_prompts_and_padding_in_tiles": ((8, 1, 64), [(0, 90, 13), (-1, 0, 3), (1, 47, 6), (2, 57, 1)],
                                                 None, 22),
-    "g2_d128_split_boundary": ((4, 2, 128), [(0, 1100, 20)], None, 20),
+    "g2_d64_split_boundary": ((2, 1, 64), [(0, 1100, 8)], None, 8),
+    "g2_d128": ((2, 1, 128), [(0, 90, 9)], None, 9),
 }
 
 
