@@ -1,8 +1,10 @@
 // Gated DeltaNet chunked prefill (WY / UT-transform form). Reference: luce/ref/gdn_chunked.py.
-// luce_gdn_chunked runs the tensor-core kernel of cuda/gdn_chunked_tc.cuh; the f32 CUDA-core
-// kernel below stays for comparison: LUCE_GDN_CHUNKED_F32=1 in the environment (read at each
-// call, so a bench can time both in one process) routes to it. Each is bitwise invariant on its
-// own; they differ from each other within tests/kernels/tolerances.py's gdn_chunked_tc.
+// luce_gdn_chunked runs the tensor-core kernel of cuda/gdn_chunked_tc.cuh, 3xTF32 (f32-class
+// products). The environment variable LUCE_GDN_CHUNKED (read at each call, so a bench can time
+// every variant in one process; a switch for measurement, not for serving) picks another:
+// "tf32" (one TF32 pass: ~5e-4 relative error) or "f32" (the f32 CUDA-core kernel below); any
+// other value is refused. Each variant is bitwise invariant on its own; they differ from each
+// other within tests/kernels/tolerances.py.
 //
 // The f32 kernel:
 // Params: luce_gdn_chunked_params in cuda/luce_ops.h: q, k [T, Hv, Dk], v [T, Hv, Dv],
@@ -19,6 +21,7 @@
 // A one-token chunk runs gdn_step (cuda/gdn_common.cuh), the recurrent kernel's arithmetic.
 // Every sum runs in a fixed order set by the segment's own sizes: batch-invariant.
 #include <stdlib.h>
+#include <string.h>
 
 #include "gdn_common.cuh"
 #include "gdn_chunked_tc.cuh"
@@ -230,24 +233,39 @@ int launch_gdn_chunked(const luce_gdn_chunked_params &p, cudaStream_t stream) {
     return luce_status(cudaGetLastError());
 }
 
-template <int DK, int BV>
-int launch_gdn_chunked_tc(const luce_gdn_chunked_params &p, cudaStream_t stream) {
+template <int DK, int BV, bool SP>
+__global__ void __launch_bounds__(GDN_THREADS, 1) gdn_chunked_tc_kernel(luce_gdn_chunked_params p) {
+    extern __shared__ float4 smem4[];
+    gdntc::run_block<DK, BV, SP>(*reinterpret_cast<gdntc::Smem<DK, BV> *>(smem4), p);
+}
+
+template <int DK, int BV, bool SP>
+int launch_tc(const luce_gdn_chunked_params &p, cudaStream_t stream) {
     const size_t smem = sizeof(gdntc::Smem<DK, BV>);
     static bool attribute_set = false;  // once, before any graph capture reaches here
     if (!attribute_set) {
-        const cudaError_t err = cudaFuncSetAttribute(gdntc::gdn_chunked_tc_kernel<DK, BV>,
+        const cudaError_t err = cudaFuncSetAttribute(gdn_chunked_tc_kernel<DK, BV, SP>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return luce_status(err);
         attribute_set = true;
     }
     const dim3 grid((unsigned)(p.dv / BV), (unsigned)p.n_heads, (unsigned)p.n_segments);
-    gdntc::gdn_chunked_tc_kernel<DK, BV><<<grid, GDN_THREADS, smem, stream>>>(p);
+    gdn_chunked_tc_kernel<DK, BV, SP><<<grid, GDN_THREADS, smem, stream>>>(p);
     return luce_status(cudaGetLastError());
 }
 
-bool f32_requested() {
-    const char *e = getenv("LUCE_GDN_CHUNKED_F32");
-    return e != nullptr && e[0] == '1';
+template <int DK, int BV>
+int launch_gdn_chunked_tc(const luce_gdn_chunked_params &p, cudaStream_t stream, bool split) {
+    return split ? launch_tc<DK, BV, true>(p, stream) : launch_tc<DK, BV, false>(p, stream);
+}
+
+// LUCE_GDN_CHUNKED: unset or "tf32x3" the default kernel, "tf32" one TF32 pass, "f32" the f32 kernel.
+int chunked_mode() {
+    const char *e = getenv("LUCE_GDN_CHUNKED");
+    if (e == nullptr || e[0] == '\0' || strcmp(e, "tf32x3") == 0) return 3;
+    if (strcmp(e, "tf32") == 0) return 1;
+    if (strcmp(e, "f32") == 0) return 0;
+    return -1;
 }
 
 }  // namespace
@@ -261,10 +279,12 @@ extern "C" int luce_gdn_chunked(const luce_gdn_chunked_params *p, void *stream) 
     const cudaStream_t s = (cudaStream_t)stream;
     // Column blocks of 64 where Dv allows it and shared memory holds them (Dk 256: 32).
     const bool wide = p->dv % 64 == 0;
-    if (!f32_requested()) switch (p->dk) {
-        case 64: return wide ? launch_gdn_chunked_tc<64, 64>(*p, s) : launch_gdn_chunked_tc<64, 32>(*p, s);
-        case 128: return wide ? launch_gdn_chunked_tc<128, 64>(*p, s) : launch_gdn_chunked_tc<128, 32>(*p, s);
-        case 256: return launch_gdn_chunked_tc<256, 32>(*p, s);
+    const int mode = chunked_mode();
+    if (mode < 0) return (int)cudaErrorInvalidValue;
+    if (mode > 0) switch (p->dk) {
+        case 64: return wide ? launch_gdn_chunked_tc<64, 64>(*p, s, mode == 3) : launch_gdn_chunked_tc<64, 32>(*p, s, mode == 3);
+        case 128: return wide ? launch_gdn_chunked_tc<128, 64>(*p, s, mode == 3) : launch_gdn_chunked_tc<128, 32>(*p, s, mode == 3);
+        case 256: return launch_gdn_chunked_tc<256, 32>(*p, s, mode == 3);
         default: return (int)cudaErrorInvalidValue;
     }
     switch (p->dk) {

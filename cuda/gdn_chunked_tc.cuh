@@ -55,7 +55,7 @@ struct Smem {
 
 // Load chunk rows [begin, begin + L) of q, k, v (this block's columns), g, beta; rows past L
 // are zero. Warp 0 also forms G (a warp scan, two tokens a lane), exp(G), exp(G_last - G).
-template <int DK, int BV>
+template <int DK, int BV, bool SP>
 __device__ void load_chunk(Smem<DK, BV> &sm, const luce_gdn_chunked_params &p, int64_t begin, int L,
                            int head, int64_t col0) {
     using S = Smem<DK, BV>;
@@ -100,7 +100,7 @@ __device__ void load_chunk(Smem<DK, BV> &sm, const luce_gdn_chunked_params &p, i
 
 // Warps 0-3 (row block w of K): A and R. Warps 4-7 (row block w - 4 of Q): QK and, in o,
 // the output's first term exp(G) Q S.
-template <int DK, int BV>
+template <int DK, int BV, bool SP>
 __device__ void gram(Smem<DK, BV> &sm, float (&o)[BV / 8][4]) {
     using namespace gdnmma;
     using S = Smem<DK, BV>;
@@ -109,18 +109,19 @@ __device__ void gram(Smem<DK, BV> &sm, float (&o)[BV / 8][4]) {
     const float *x = qside ? sm.q : sm.k;
     float gacc[8][4] = {}, sacc[BV / 8][4] = {};
     for (int k0 = 0; k0 < DK; k0 += 8) {
-        float a[4], b[2];
+        Frag<4, SP> a;
+        Frag<2, SP> b;
         load_a(a, x, S::KS, r0, k0);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
             if (j <= 2 * rb + 1) {  // tiles on or below the diagonal (warp-uniform)
                 load_b_nk(b, sm.k, S::KS, k0, 8 * j);
-                mma_tf32(gacc[j], a, b);
+                mma(gacc[j], a, b);
             }
 #pragma unroll
         for (int n = 0; n < BV / 8; ++n) {
             load_b_kn(b, sm.s, S::SS, k0, 8 * n);
-            mma_tf32(sacc[n], a, b);
+            mma(sacc[n], a, b);
         }
     }
 #pragma unroll
@@ -148,7 +149,7 @@ __device__ void gram(Smem<DK, BV> &sm, float (&o)[BV / 8][4]) {
 // T = (I + A)^-1 into q's place (row-major [64][TS]; blocks above the diagonal unwritten).
 // Diagonal 16 x 16 blocks: one column a thread (threads 0-63), forward substitution. Then row
 // blocks i = 1..3: P = A[i, <i] T[<i, <i], T[i, <i] = -T[i, i] P. f32, fixed order.
-template <int DK, int BV>
+template <int DK, int BV, bool SP>
 __device__ void invert(Smem<DK, BV> &sm) {
     using S = Smem<DK, BV>;
     float *T = sm.q;
@@ -186,7 +187,7 @@ __device__ void invert(Smem<DK, BV> &sm) {
 }
 
 // V' = T R into a's place ([64][SS]): warp w, row block w % 4, column half w / 4.
-template <int DK, int BV>
+template <int DK, int BV, bool SP>
 __device__ void solve(Smem<DK, BV> &sm) {
     using namespace gdnmma;
     using S = Smem<DK, BV>;
@@ -194,12 +195,13 @@ __device__ void solve(Smem<DK, BV> &sm) {
     const int warp = threadIdx.x / WARP_SIZE, rb = warp & 3, n0 = (warp >> 2) * NT;
     float acc[NT][4] = {};
     for (int k0 = 0; k0 < 16 * rb + 16; k0 += 8) {
-        float a[4], b[2];
+        Frag<4, SP> a;
+        Frag<2, SP> b;
         load_a(a, sm.q, S::TS, 16 * rb, k0);
 #pragma unroll
         for (int n = 0; n < NT; ++n) {
             load_b_kn(b, sm.v, S::SS, k0, 8 * (n0 + n));
-            mma_tf32(acc[n], a, b);
+            mma(acc[n], a, b);
         }
     }
 #pragma unroll
@@ -211,7 +213,7 @@ __device__ void solve(Smem<DK, BV> &sm) {
 
 // Warps 4-7: O = O0 + QK V' for their row block, written for rows < L. Every warp: row blocks
 // w, w + 8, .. of S = exp(G_L) S + (K exp(G_L - G))^T V'.
-template <int DK, int BV>
+template <int DK, int BV, bool SP>
 __device__ void finish(Smem<DK, BV> &sm, float (&o)[BV / 8][4], const luce_gdn_chunked_params &p,
                        int64_t begin, int L, int head, int64_t col0) {
     using namespace gdnmma;
@@ -222,12 +224,13 @@ __device__ void finish(Smem<DK, BV> &sm, float (&o)[BV / 8][4], const luce_gdn_c
     if (warp >= 4) {
         const int rb = warp - 4;
         for (int k0 = 0; k0 < 16 * rb + 16; k0 += 8) {
-            float a[4], b[2];
+            Frag<4, SP> a;
+            Frag<2, SP> b;
             load_a(a, sm.qk, S::TS, 16 * rb, k0);
 #pragma unroll
             for (int n = 0; n < BV / 8; ++n) {
                 load_b_kn(b, vn, S::SS, k0, 8 * n);
-                mma_tf32(o[n], a, b);
+                mma(o[n], a, b);
             }
         }
 #pragma unroll
@@ -249,13 +252,16 @@ __device__ void finish(Smem<DK, BV> &sm, float (&o)[BV / 8][4], const luce_gdn_c
         for (int k0 = 0; k0 < kChunk; k0 += 8) {
             const int d = 16 * rb + grp, t = k0 + quad;
             const float t0 = sm.tail[t], t4 = sm.tail[t + 4];
-            const float a[4] = {gdn_tf32(sm.k[t * S::KS + d] * t0), gdn_tf32(sm.k[t * S::KS + d + 8] * t0),
-                                gdn_tf32(sm.k[(t + 4) * S::KS + d] * t4), gdn_tf32(sm.k[(t + 4) * S::KS + d + 8] * t4)};
+            Frag<4, SP> a;
+            a.set(0, sm.k[t * S::KS + d] * t0);
+            a.set(1, sm.k[t * S::KS + d + 8] * t0);
+            a.set(2, sm.k[(t + 4) * S::KS + d] * t4);
+            a.set(3, sm.k[(t + 4) * S::KS + d + 8] * t4);
 #pragma unroll
             for (int n = 0; n < BV / 8; ++n) {
-                float b[2];
+                Frag<2, SP> b;
                 load_b_kn(b, vn, S::SS, k0, 8 * n);
-                mma_tf32(acc[n], a, b);
+                mma(acc[n], a, b);
             }
         }
 #pragma unroll
@@ -267,7 +273,7 @@ __device__ void finish(Smem<DK, BV> &sm, float (&o)[BV / 8][4], const luce_gdn_c
 }
 
 // One-token chunk: gdn_step on each 32-column half, the recurrent kernel's arithmetic.
-template <int DK, int BV>
+template <int DK, int BV, bool SP>
 __device__ void one_token(Smem<DK, BV> &sm, const luce_gdn_chunked_params &p, int64_t t, int head,
                           int64_t col0) {
     using S = Smem<DK, BV>;
@@ -291,11 +297,11 @@ __device__ void one_token(Smem<DK, BV> &sm, const luce_gdn_chunked_params &p, in
     __syncthreads();
 }
 
-template <int DK, int BV>
-__global__ void __launch_bounds__(GDN_THREADS, 1) gdn_chunked_tc_kernel(luce_gdn_chunked_params p) {
+// The body of cuda/gdn_chunked.cu's gdn_chunked_tc_kernel<DK, BV> (which owns the dynamic shared
+// memory declaration) for one (column block, head, segment).
+template <int DK, int BV, bool SP>
+__device__ void run_block(Smem<DK, BV> &sm, const luce_gdn_chunked_params &p) {
     using S = Smem<DK, BV>;
-    extern __shared__ float4 smem4[];
-    S &sm = *reinterpret_cast<S *>(smem4);
     const int seg = blockIdx.z, head = blockIdx.y;
     const int64_t col0 = (int64_t)blockIdx.x * BV;
     const int64_t slot = p.seq_slots[seg];
@@ -317,14 +323,14 @@ __global__ void __launch_bounds__(GDN_THREADS, 1) gdn_chunked_tc_kernel(luce_gdn
         if (end > r1) end = r1;
         const int L = (int)(end - begin);
         if (L == 1) {
-            one_token<DK, BV>(sm, p, begin, head, col0);
+            one_token<DK, BV, SP>(sm, p, begin, head, col0);
         } else {
             float o[BV / 8][4];
-            load_chunk<DK, BV>(sm, p, begin, L, head, col0);
-            gram<DK, BV>(sm, o);
-            invert<DK, BV>(sm);
-            solve<DK, BV>(sm);
-            finish<DK, BV>(sm, o, p, begin, L, head, col0);
+            load_chunk<DK, BV, SP>(sm, p, begin, L, head, col0);
+            gram<DK, BV, SP>(sm, o);
+            invert<DK, BV, SP>(sm);
+            solve<DK, BV, SP>(sm);
+            finish<DK, BV, SP>(sm, o, p, begin, L, head, col0);
         }
         begin = end;
         end = begin + kChunk;
