@@ -17,12 +17,18 @@
 // Every product and sum runs in an order fixed by the chunk alone, so a segment cut on chunk
 // multiples, or run among other segments, gives bitwise the same outputs and state.
 //
-// Per chunk and block (Dk = Dv = 128, BV = 64): 2,496 mma (5.1 MFLOP; KK^T / QK^T are computed
-// by both column blocks of a head) and ~50 KFLOP of f32 inversion. The 27B layer, 4,096
-// tokens: 48 heads x 64 chunks x 2 blocks -> 31 GFLOP of TF32; bytes: q, k, v read and out
-// written once (402 MB; q and k read by 2 blocks, the second mostly from L2) plus the state
-// (6 MB). The chunks of one head are sequential: the floor is the per-chunk latency x 64,
-// not FLOPs or bytes.
+// SP (3xTF32, the default): every product as hi/lo tf32 terms, three mma each (cuda/gdn_mma.cuh),
+// f32-class results; SP false: one TF32 pass (~5e-4 relative error).
+// Per chunk and block (Dk = Dv = 128, BV = 64): 2,496 m16n8k8 products (5.1 MFLOP; x3 with SP;
+// KK^T / QK^T are computed by both column blocks of a head) and ~50 KFLOP of f32 inversion.
+// The 27B layer, 4,096 tokens: 48 heads x 64 chunks x 2 blocks -> 31 GFLOP of TF32 (94 with
+// SP; the chunk form proper is 35 GFLOP by tests/kernels/bench_gdn_chunked.py's count, which
+// includes QS/KS at full Dv and the solve as a product); bytes: q, k, v read and out written
+// once (402 MB; q and k read by 2 blocks, the second mostly from L2) plus the state (6 MB):
+// 94 us at 4.3 TB/s. The chunks of one head are sequential: the floor is the per-chunk latency
+// (load, 5 phases, 12 barriers) x 64, not FLOPs or bytes.
+// Shared memory: sizeof(Smem<DK, BV>) = 165,120 B (128, 64), 226,560 B (256, 32), 113,920 B
+// (64, 64): one block per SM; above the 99 KB of sm_86/89/120 for Dk 128 (as the f32 kernel).
 #pragma once
 
 #include "gdn_common.cuh"
