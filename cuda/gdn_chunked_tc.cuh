@@ -104,13 +104,17 @@ __device__ void load_chunk(Smem<DK, BV> &sm, const luce_gdn_chunked_params &p, i
     __syncthreads();
 }
 
-// Warps 0-3 (row block w of K): A and R. Warps 4-7 (row block w - 4 of Q): QK and, in o,
+// Warps w and w + 4 share a scheduler (SM sub-partition): row blocks pair up as (rb, 3 - rb)
+// so each sub-partition gets the same number of products on the triangular tiles.
+__device__ __forceinline__ int paired_row_block(int warp) { return warp < 4 ? warp : 7 - warp; }
+
+// Warps 0-3 (row block w of K): A and R. Warps 4-7 (row block 7 - w of Q): QK and, in o,
 // the output's first term exp(G) Q S.
 template <int DK, int BV, bool SP>
 __device__ void gram(Smem<DK, BV> &sm, float (&o)[BV / 8][4]) {
     using namespace gdnmma;
     using S = Smem<DK, BV>;
-    const int warp = threadIdx.x / WARP_SIZE, rb = warp & 3, r0 = 16 * rb;
+    const int warp = threadIdx.x / WARP_SIZE, rb = paired_row_block(warp), r0 = 16 * rb;
     const bool qside = warp >= 4;
     const float *x = qside ? sm.q : sm.k;
     float gacc[8][4] = {}, sacc[BV / 8][4] = {};
@@ -192,13 +196,13 @@ __device__ void invert(Smem<DK, BV> &sm) {
     }
 }
 
-// V' = T R into a's place ([64][SS]): warp w, row block w % 4, column half w / 4.
+// V' = T R into a's place ([64][SS]): warp w, row block paired_row_block(w), column half w / 4.
 template <int DK, int BV, bool SP>
 __device__ void solve(Smem<DK, BV> &sm) {
     using namespace gdnmma;
     using S = Smem<DK, BV>;
     constexpr int NT = BV / 16;
-    const int warp = threadIdx.x / WARP_SIZE, rb = warp & 3, n0 = (warp >> 2) * NT;
+    const int warp = threadIdx.x / WARP_SIZE, rb = paired_row_block(warp), n0 = (warp >> 2) * NT;
     float acc[NT][4] = {};
     for (int k0 = 0; k0 < 16 * rb + 16; k0 += 8) {
         Frag<4, SP> a;
@@ -217,7 +221,7 @@ __device__ void solve(Smem<DK, BV> &sm) {
     __syncthreads();
 }
 
-// Warps 4-7: O = O0 + QK V' for their row block, written for rows < L. Every warp: row blocks
+// Warps 4-7: O = O0 + QK V' for their row block (as in gram), written for rows < L. Every warp: row blocks
 // w, w + 8, .. of S = exp(G_L) S + (K exp(G_L - G))^T V'.
 template <int DK, int BV, bool SP>
 __device__ void finish(Smem<DK, BV> &sm, float (&o)[BV / 8][4], const luce_gdn_chunked_params &p,
@@ -228,7 +232,7 @@ __device__ void finish(Smem<DK, BV> &sm, float (&o)[BV / 8][4], const luce_gdn_c
     const int grp = lane >> 2, quad = lane & 3;
     const float *vn = sm.a;
     if (warp >= 4) {
-        const int rb = warp - 4;
+        const int rb = paired_row_block(warp);
         for (int k0 = 0; k0 < 16 * rb + 16; k0 += 8) {
             Frag<4, SP> a;
             Frag<2, SP> b;
