@@ -85,21 +85,39 @@ __device__ void load_chunk(Smem<DK, BV> &sm, const luce_gdn_chunked_params &p, i
         sm.eg[t0] = expf(G0); sm.eg[t0 + 1] = expf(G1);
         sm.tail[t0] = expf(last - G0); sm.tail[t0 + 1] = expf(last - G1);
     }
-    constexpr int D4 = DK / 4;
-    for (int i = threadIdx.x; i < kChunk * D4; i += GDN_THREADS) {
-        const int t = i / D4, d = 4 * (i % D4);
-        float4 kv = make_float4(0.0f, 0.0f, 0.0f, 0.0f), qv = kv;
-        if (t < L) {
-            const int64_t off = ((begin + t) * H + head) * DK + d;
-            kv = *reinterpret_cast<const float4 *>(p.k + off);
-            qv = *reinterpret_cast<const float4 *>(p.q + off);
+    // Loads in flight together (unrolled batches of 8 float4 of k and of q a thread), then stores.
+    constexpr int D4 = DK / 4, PER_THREAD = kChunk * D4 / GDN_THREADS, BATCH = PER_THREAD < 8 ? PER_THREAD : 8;
+    static_assert(PER_THREAD % BATCH == 0 && (kChunk * BV) % GDN_THREADS == 0, "whole batches");
+    for (int b0 = 0; b0 < PER_THREAD; b0 += BATCH) {
+        float4 kv[BATCH], qv[BATCH];
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) {
+            const int i = threadIdx.x + (b0 + b) * GDN_THREADS, t = i / D4, d = 4 * (i % D4);
+            kv[b] = qv[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (t < L) {
+                const int64_t off = ((begin + t) * H + head) * DK + d;
+                kv[b] = *reinterpret_cast<const float4 *>(p.k + off);
+                qv[b] = *reinterpret_cast<const float4 *>(p.q + off);
+            }
         }
-        *reinterpret_cast<float4 *>(&sm.k[t * S::KS + d]) = kv;
-        *reinterpret_cast<float4 *>(&sm.q[t * S::KS + d]) = qv;
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) {
+            const int i = threadIdx.x + (b0 + b) * GDN_THREADS, t = i / D4, d = 4 * (i % D4);
+            *reinterpret_cast<float4 *>(&sm.k[t * S::KS + d]) = kv[b];
+            *reinterpret_cast<float4 *>(&sm.q[t * S::KS + d]) = qv[b];
+        }
     }
-    for (int i = threadIdx.x; i < kChunk * BV; i += GDN_THREADS) {
-        const int t = i / BV, c = i % BV;
-        sm.v[t * S::SS + c] = t < L ? p.v[((begin + t) * H + head) * p.dv + col0 + c] : 0.0f;
+    constexpr int VPT = kChunk * BV / GDN_THREADS;
+    float vv[VPT];
+#pragma unroll
+    for (int b = 0; b < VPT; ++b) {
+        const int i = threadIdx.x + b * GDN_THREADS, t = i / BV, c = i % BV;
+        vv[b] = t < L ? p.v[((begin + t) * H + head) * p.dv + col0 + c] : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < VPT; ++b) {
+        const int i = threadIdx.x + b * GDN_THREADS;
+        sm.v[(i / BV) * S::SS + i % BV] = vv[b];
     }
     __syncthreads();
 }
