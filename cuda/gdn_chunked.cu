@@ -1,10 +1,11 @@
 // Gated DeltaNet chunked prefill (WY / UT-transform form). Reference: luce/ref/gdn_chunked.py.
 // luce_gdn_chunked runs the tensor-core kernel of cuda/gdn_chunked_tc.cuh, 3xTF32 (f32-class
-// products). The environment variable LUCE_GDN_CHUNKED (read at each call, so a bench can time
-// every variant in one process; a switch for measurement, not for serving) picks another:
-// "tf32" (one TF32 pass: ~5e-4 relative error) or "f32" (the f32 CUDA-core kernel below); any
-// other value is refused. Each variant is bitwise invariant on its own; they differ from each
-// other within tests/kernels/tolerances.py.
+// products), on CUDA; on HIP the f32 kernel below (see chunked_mode). The environment variable
+// LUCE_GDN_CHUNKED (read at each call, so a bench can time every variant in one process; a
+// switch for measurement, not for serving) picks a variant: "tf32x3", "tf32" (one TF32 pass:
+// ~5e-4 relative error) or "f32" (the f32 CUDA-core kernel below); any other value is refused.
+// Each variant is bitwise invariant on its own; they differ from each other within
+// tests/kernels/tolerances.py.
 //
 // The f32 kernel:
 // Params: luce_gdn_chunked_params in cuda/luce_ops.h: q, k [T, Hv, Dk], v [T, Hv, Dv],
@@ -259,9 +260,14 @@ int launch_gdn_chunked_tc(const luce_gdn_chunked_params &p, cudaStream_t stream,
     return split ? launch_tc<DK, BV, true>(p, stream) : launch_tc<DK, BV, false>(p, stream);
 }
 
-// LUCE_GDN_CHUNKED: unset or "tf32x3" the default kernel, "tf32" one TF32 pass, "f32" the f32 kernel.
+// LUCE_GDN_CHUNKED: "tf32x3" the tensor-core kernel (the default on CUDA), "tf32" its one-pass
+// form, "f32" the f32 kernel (the default on HIP: without mma.sync the tensor-core kernel runs
+// its shuffle fallback, ~100 instructions a product, slower than plain f32 FMAs).
 int chunked_mode() {
     const char *e = getenv("LUCE_GDN_CHUNKED");
+#ifdef __HIPCC__
+    if (e == nullptr || e[0] == '\0') return 0;
+#endif
     if (e == nullptr || e[0] == '\0' || strcmp(e, "tf32x3") == 0) return 3;
     if (strcmp(e, "tf32") == 0) return 1;
     if (strcmp(e, "f32") == 0) return 0;
