@@ -152,8 +152,8 @@ def test_unsupported_head_dims_raise(dk, dv):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", list(VARIANTS))
-@pytest.mark.parametrize("T,start", [(64, 0), (129, 5), (1000, 40)])
+@pytest.mark.parametrize("mode,T,start", [(m, T, s) for m in VARIANTS for T, s in [(64, 0), (129, 5)]]
+                         + [("tf32x3", 1000, 40), ("tf32", 1000, 40)])
 def test_variant_parity_27b_head_dims(monkeypatch, mode, T, start):
     monkeypatch.setenv("LUCE_GDN_CHUNKED", mode)
     H, dk, dv = 4, 128, 128
