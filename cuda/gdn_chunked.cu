@@ -287,10 +287,12 @@ extern "C" int luce_gdn_chunked(const luce_gdn_chunked_params *p, void *stream) 
     const bool wide = p->dv % 64 == 0;
     const int mode = chunked_mode();
     if (mode < 0) return (int)cudaErrorInvalidValue;
+    const bool split = mode == 3;
     if (mode > 0) switch (p->dk) {
-        case 64: return wide ? launch_gdn_chunked_tc<64, 64>(*p, s, mode == 3) : launch_gdn_chunked_tc<64, 32>(*p, s, mode == 3);
-        case 128: return wide ? launch_gdn_chunked_tc<128, 64>(*p, s, mode == 3) : launch_gdn_chunked_tc<128, 32>(*p, s, mode == 3);
-        case 256: return launch_gdn_chunked_tc<256, 32>(*p, s, mode == 3);
+        case 64: return wide ? launch_gdn_chunked_tc<64, 64>(*p, s, split) : launch_gdn_chunked_tc<64, 32>(*p, s, split);
+        case 128: return wide ? launch_gdn_chunked_tc<128, 64>(*p, s, split)
+                              : launch_gdn_chunked_tc<128, 32>(*p, s, split);
+        case 256: return launch_gdn_chunked_tc<256, 32>(*p, s, split);
         default: return (int)cudaErrorInvalidValue;
     }
     switch (p->dk) {
