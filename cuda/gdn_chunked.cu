@@ -1,4 +1,13 @@
 // Gated DeltaNet chunked prefill (WY / UT-transform form). Reference: luce/ref/gdn_chunked.py.
+// luce_gdn_chunked runs the tensor-core kernel of cuda/gdn_chunked_tc.cuh, 3xTF32 (f32-class
+// products), on CUDA; on HIP the f32 kernel below (see chunked_mode). The environment variable
+// LUCE_GDN_CHUNKED (read at each call, so a bench can time every variant in one process; a
+// switch for measurement, not for serving) picks a variant: "tf32x3", "tf32" (one TF32 pass:
+// ~5e-4 relative error) or "f32" (the f32 CUDA-core kernel below); any other value is refused.
+// Each variant is bitwise invariant on its own; they differ from each other within
+// tests/kernels/tolerances.py.
+//
+// The f32 kernel:
 // Params: luce_gdn_chunked_params in cuda/luce_ops.h: q, k [T, Hv, Dk], v [T, Hv, Dv],
 // g, beta [T, Hv], out [T, Hv, Dv] f32; state [n_slots, Hv, Dk, Dv] f32 updated in place.
 //
@@ -12,7 +21,11 @@
 //   S = exp(G_L) S + sum_s exp(G_L - G_s) k_s u_s^T
 // A one-token chunk runs gdn_step (cuda/gdn_common.cuh), the recurrent kernel's arithmetic.
 // Every sum runs in a fixed order set by the segment's own sizes: batch-invariant.
+#include <stdlib.h>
+#include <string.h>
+
 #include "gdn_common.cuh"
+#include "gdn_chunked_tc.cuh"
 
 namespace {
 
@@ -173,8 +186,8 @@ __device__ void run_chunk(ChunkSmem<DK> &sm, const luce_gdn_chunked_params &p, i
 template <int DK>
 __global__ void __launch_bounds__(GDN_THREADS, 1) gdn_chunked_kernel(luce_gdn_chunked_params p) {
     constexpr int ROWS = DK / GDN_KGROUPS;
-    extern __shared__ float4 smem_raw[];
-    ChunkSmem<DK> &sm = *reinterpret_cast<ChunkSmem<DK> *>(smem_raw);
+    extern __shared__ float4 smem4[];
+    ChunkSmem<DK> &sm = *reinterpret_cast<ChunkSmem<DK> *>(smem4);
     const int seg = blockIdx.z, head = blockIdx.y;
     const int lane = threadIdx.x % WARP_SIZE, kgroup = threadIdx.x / WARP_SIZE;
     const int64_t col = (int64_t)blockIdx.x * kTile + lane;
@@ -221,6 +234,46 @@ int launch_gdn_chunked(const luce_gdn_chunked_params &p, cudaStream_t stream) {
     return luce_status(cudaGetLastError());
 }
 
+template <int DK, int BV, bool SP>
+__global__ void __launch_bounds__(GDN_THREADS, 1) gdn_chunked_tc_kernel(luce_gdn_chunked_params p) {
+    extern __shared__ float4 smem4[];
+    gdntc::run_block<DK, BV, SP>(*reinterpret_cast<gdntc::Smem<DK, BV> *>(smem4), p);
+}
+
+template <int DK, int BV, bool SP>
+int launch_tc(const luce_gdn_chunked_params &p, cudaStream_t stream) {
+    const size_t smem = sizeof(gdntc::Smem<DK, BV>);
+    static bool attribute_set = false;  // once, before any graph capture reaches here
+    if (!attribute_set) {
+        const cudaError_t err = cudaFuncSetAttribute(gdn_chunked_tc_kernel<DK, BV, SP>,
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess) return luce_status(err);
+        attribute_set = true;
+    }
+    const dim3 grid((unsigned)(p.dv / BV), (unsigned)p.n_heads, (unsigned)p.n_segments);
+    gdn_chunked_tc_kernel<DK, BV, SP><<<grid, GDN_THREADS, smem, stream>>>(p);
+    return luce_status(cudaGetLastError());
+}
+
+template <int DK, int BV>
+int launch_gdn_chunked_tc(const luce_gdn_chunked_params &p, cudaStream_t stream, bool split) {
+    return split ? launch_tc<DK, BV, true>(p, stream) : launch_tc<DK, BV, false>(p, stream);
+}
+
+// LUCE_GDN_CHUNKED: "tf32x3" the tensor-core kernel (the default on CUDA), "tf32" its one-pass
+// form, "f32" the f32 kernel (the default on HIP: without mma.sync the tensor-core kernel runs
+// its shuffle fallback, ~100 instructions a product, slower than plain f32 FMAs).
+int chunked_mode() {
+    const char *e = getenv("LUCE_GDN_CHUNKED");
+#ifdef __HIPCC__
+    if (e == nullptr || e[0] == '\0') return 0;
+#endif
+    if (e == nullptr || e[0] == '\0' || strcmp(e, "tf32x3") == 0) return 3;
+    if (strcmp(e, "tf32") == 0) return 1;
+    if (strcmp(e, "f32") == 0) return 0;
+    return -1;
+}
+
 }  // namespace
 
 extern "C" int luce_gdn_chunked(const luce_gdn_chunked_params *p, void *stream) {
@@ -230,6 +283,18 @@ extern "C" int luce_gdn_chunked(const luce_gdn_chunked_params *p, void *stream) 
         ((uintptr_t)p->q | (uintptr_t)p->k) % 16 != 0)  // rows of q, k move as float4
         return (int)cudaErrorInvalidValue;
     const cudaStream_t s = (cudaStream_t)stream;
+    // Column blocks of 64 where Dv allows it and shared memory holds them (Dk 256: 32).
+    const bool wide = p->dv % 64 == 0;
+    const int mode = chunked_mode();
+    if (mode < 0) return (int)cudaErrorInvalidValue;
+    const bool split = mode == 3;
+    if (mode > 0) switch (p->dk) {
+        case 64: return wide ? launch_gdn_chunked_tc<64, 64>(*p, s, split) : launch_gdn_chunked_tc<64, 32>(*p, s, split);
+        case 128: return wide ? launch_gdn_chunked_tc<128, 64>(*p, s, split)
+                              : launch_gdn_chunked_tc<128, 32>(*p, s, split);
+        case 256: return launch_gdn_chunked_tc<256, 32>(*p, s, split);
+        default: return (int)cudaErrorInvalidValue;
+    }
     switch (p->dk) {
         case 64: return launch_gdn_chunked<64>(*p, s);
         case 128: return launch_gdn_chunked<128>(*p, s);

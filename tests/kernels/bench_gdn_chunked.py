@@ -1,17 +1,21 @@
 """Benchmark cases for GDN chunked prefill (cuda/gdn_chunked.cu) at Qwen3.6-27B shapes:
 48 value heads, Dk = Dv = 128. BENCH_CASES as in bench_gdn_recurrent.py: one prompt segment
 per slot; bytes_moved is the floor (state read and written once per segment, q, k, v, g,
-beta read and out written once); flops count the chunk form's matrix products."""
+beta read and out written once); flops count the chunk form's matrix products (the same count
+for every variant, so TFLOP/s compares them). Variants (LUCE_GDN_CHUNKED, set around the captured
+launch): tf32x3 the default tensor-core kernel, tf32 its one-pass form, f32 the CUDA-core kernel:
+`python3 tools/bench.py --filter gdn_chunked` times all of them in one run."""
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
 from tests.kernels.bench_gdn_recurrent import DK, DV, HV, gdn_buffers
 
 
-def gdn_chunked_case(n_segments: int, tokens: int):
+def gdn_chunked_case(n_segments: int, tokens: int, variant: str = "tf32x3"):
     from luce import _cuda_gdn as kg
     from luce.ops.cuda_memory import DeviceBuffer
 
@@ -19,9 +23,17 @@ def gdn_chunked_case(n_segments: int, tokens: int):
     b["start"] = DeviceBuffer.from_numpy(np.zeros(n_segments, np.int32))
 
     def launch(stream: int = 0, b=b):
-        kg.gdn_chunked(b["q"].ptr, b["k"].ptr, b["v"].ptr, b["g"].ptr, b["beta"].ptr, b["state"].ptr,
-                       b["out"].ptr, b["qo"].ptr, b["slots"].ptr, b["start"].ptr, n_segments,
-                       n_segments, HV, DK, DV, stream)
+        before = os.environ.get("LUCE_GDN_CHUNKED")
+        os.environ["LUCE_GDN_CHUNKED"] = variant
+        try:
+            kg.gdn_chunked(b["q"].ptr, b["k"].ptr, b["v"].ptr, b["g"].ptr, b["beta"].ptr, b["state"].ptr,
+                           b["out"].ptr, b["qo"].ptr, b["slots"].ptr, b["start"].ptr, n_segments,
+                           n_segments, HV, DK, DV, stream)
+        finally:
+            if before is None:
+                del os.environ["LUCE_GDN_CHUNKED"]
+            else:
+                os.environ["LUCE_GDN_CHUNKED"] = before
 
     L = 64
     per_chunk = HV * (2 * L * L * DK + 4 * L * DK * DV + L * L * DV)  # KK/QK, KS/QS + S update, UT solve
@@ -29,6 +41,8 @@ def gdn_chunked_case(n_segments: int, tokens: int):
     return launch, b["bytes"], flops
 
 
-BENCH_CASES = [functools.partial(gdn_chunked_case, n, t) for n, t in [(1, 4096), (4, 1024), (16, 256)]]
+SHAPES = [(1, 4096), (4, 1024), (16, 256)]
+BENCH_CASES = [functools.partial(gdn_chunked_case, n, t, v) for v in ("f32", "tf32x3") for n, t in SHAPES]
+BENCH_CASES.append(functools.partial(gdn_chunked_case, 1, 4096, "tf32"))
 for _c in BENCH_CASES:
-    _c.__name__ = "gdn_chunked_" + "_".join(map(str, _c.args))
+    _c.__name__ = f"gdn_chunked_{_c.args[2]}_{_c.args[0]}_{_c.args[1]}"

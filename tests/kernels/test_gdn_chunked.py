@@ -1,7 +1,9 @@
-"""Gated DeltaNet chunked-prefill kernel (cuda/gdn_chunked.cu) against
-luce/ref/gdn_chunked.py: outputs and resident states, chunks at absolute multiples of 64
-(start_pos), padding, untouched slots; bitwise: cuts on chunk multiples, batch invariance,
-and one-token chunks equal to the recurrent kernel (DESIGN 5 rules 3 and 4)."""
+"""Gated DeltaNet chunked-prefill kernel (cuda/gdn_chunked.cu: the tensor-core kernel of
+cuda/gdn_chunked_tc.cuh, 3xTF32 by default) against luce/ref/gdn_chunked.py: outputs and
+resident states, chunks at absolute multiples of 64 (start_pos), padding, untouched slots;
+bitwise: cuts on chunk multiples, batch invariance, and one-token chunks equal to the recurrent
+kernel (DESIGN 5 rules 3 and 4). The variants LUCE_GDN_CHUNKED=tf32 (one TF32 pass) and f32 (the
+f32 CUDA-core kernel) are checked for parity and bitwise cuts too."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,8 +24,13 @@ def run_kernel(inputs, states, qo_indptr, seq_slots, start_pos, out_fill=np.nan,
                           raw_out)
 
 
-def assert_close(got, want):
-    rtol, atol = tolerance("gdn_chunked")
+VARIANTS = {"tf32x3": "gdn_chunked_tc", "tf32": "gdn_chunked_tf32", "f32": "gdn_chunked"}
+
+
+def assert_close(got, want, mode="tf32x3"):
+    rtol, atol = tolerance(VARIANTS[mode])
+    if mode == "tf32":  # atol in units of the largest |value|
+        atol *= float(np.abs(want).max())
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
@@ -142,3 +149,62 @@ def test_unsupported_head_dims_raise(dk, dv):
     inputs = gdn_inputs(rng, 3, 1, dk, dv)
     with pytest.raises(KernelError, match="luce_gdn_chunked"):
         run_kernel(inputs, random_states(rng, 1, 1, dk, dv), [0, 3], [0], [0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,T,start", [(m, T, s) for m in VARIANTS for T, s in [(64, 0), (129, 5)]]
+                         + [("tf32x3", 1000, 40), ("tf32", 1000, 40)])
+def test_variant_parity_27b_head_dims(monkeypatch, mode, T, start):
+    monkeypatch.setenv("LUCE_GDN_CHUNKED", mode)
+    H, dk, dv = 4, 128, 128
+    rng = np.random.default_rng(T + start)
+    inputs = gdn_inputs(rng, T, H, dk, dv)
+    states = random_states(rng, 2, H, dk, dv)
+    got_o, got_states = run_kernel(inputs, states, [0, T], [1], [start])
+    want_o, want_h = gdn_chunked(*inputs, states[1], start_pos=start)
+    assert_close(got_o, want_o, mode)
+    assert_close(got_states[1], want_h, mode)
+    assert np.array_equal(got_states[0], states[0])
+
+
+@pytest.mark.gpu
+def test_long_prompt_error_stays_bounded():
+    """4,096 tokens (64 chunks) at the 27B head dims: the state error does not grow chunk by chunk."""
+    H, dk, dv, T = 2, 128, 128, 4096
+    rng = np.random.default_rng(40)
+    inputs = gdn_inputs(rng, T, H, dk, dv)
+    states = random_states(rng, 1, H, dk, dv)
+    got_o, got_states = run_kernel(inputs, states, [0, T], [0], [0])
+    want_o, want_h = gdn_chunked(*inputs, states[0])
+    assert_close(got_o, want_o)
+    assert_close(got_states[0], want_h)
+    err = np.abs(got_states[0] - want_h).max() / np.abs(want_h).max()
+    print(f"MEASURE gdn_chunked_tc 4096 tokens: state error {err:.3g} of max |state|, "
+          f"output error {np.abs(got_o - want_o).max() / np.abs(want_o).max():.3g} of max |out|")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", list(VARIANTS))
+def test_variant_cuts_on_chunk_multiples_and_among_others_are_bitwise(monkeypatch, mode):
+    monkeypatch.setenv("LUCE_GDN_CHUNKED", mode)
+    H, dk, dv = 3, 128, 128
+    rng = np.random.default_rng(13)
+    inputs = gdn_inputs(rng, 300, H, dk, dv)
+    states = random_states(rng, 3, H, dk, dv)
+    whole_o, whole_s = run_kernel(rows(inputs, 0, 200), states, [0, 200], [2], [20])
+    a_o, mid_s = run_kernel(rows(inputs, 0, 108), states, [0, 108], [2], [20])   # up to position 128
+    # the rest among a padding segment and another slot's segment
+    mixed = tuple(np.concatenate([x[200:210], x[108:200], x[210:300]]) for x in inputs)
+    b_o, end_s = run_kernel(mixed, mid_s, [0, 10, 102, 192], [-1, 2, 0], [0, 128, 7], out_fill=SENTINEL)
+    assert np.array_equal(whole_o, np.concatenate([a_o, b_o[10:102]]))
+    assert np.array_equal(whole_s[2], end_s[2])
+
+
+@pytest.mark.gpu
+def test_unknown_variant_is_refused(monkeypatch):
+    from luce._cuda import KernelError
+
+    monkeypatch.setenv("LUCE_GDN_CHUNKED", "fp8")
+    rng = np.random.default_rng(0)
+    with pytest.raises(KernelError, match="luce_gdn_chunked"):
+        run_kernel(gdn_inputs(rng, 3, 1, 64, 64), random_states(rng, 1, 1, 64, 64), [0, 3], [0], [0])

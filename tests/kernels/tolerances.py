@@ -32,6 +32,13 @@ TOLERANCES["matmul_prefill"] = (1e-5, 2e-5)
 # (worst seen on the H200: 1.8e-4, Q5_0, K 352, row 111 of 129; the fused op equals the unfused bitwise)
 TOLERANCES["matmul_blocks_normed"] = (1e-5, 3e-4)
 TOLERANCES["gdn_chunked"] = (1e-4, 1e-6)    # f32 chunk form vs float64; a numpy f32 emulation errs ~4e-7 rel
+# the tensor-core chunk kernel (cuda/gdn_chunked_tc.cuh) vs float64, per element. Default 3xTF32:
+# f32-class products (the host emulation, exact f32, errs 1e-6 abs on states of max 0.7, like the
+# f32 kernel), atol 1e-5 for the device's own mma accumulation. "tf32" (one pass, operands rounded
+# to 10 bits): errs ~6e-4 of the largest |value| (emulated: 4e-4 on a state of max 0.7), so its
+# atol is in units of max |want| (tests/kernels/test_gdn_chunked.py scales it).
+TOLERANCES["gdn_chunked_tc"] = (1e-4, 1e-5)
+TOLERANCES["gdn_chunked_tf32"] = (2e-3, 2e-3)
 
 # build engineer's families: float64 references, f32 kernels.
 TOLERANCES["gated_rmsnorm"] = (1e-5, 1e-6)
