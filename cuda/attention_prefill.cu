@@ -30,10 +30,13 @@
 // mma.sync rate (~half its 495 TFLOP/s dense TF32) that is ~0.2 / 0.05 ms, so the kernel is
 // bound by its loads, the online softmax and the f32 -> TF32 conversions, not the MMAs.
 #include "attention_common.cuh"
-#include "attention_mma.cuh"
+#include "mma_tf32.cuh"
 
 namespace luce_attn {
 namespace {
+
+using tc::mma_tf32_16x8x8;
+using tc::tf32_round;
 
 constexpr int kWarps = 4;
 constexpr int kPromptThreads = kWarps * WARP_SIZE;

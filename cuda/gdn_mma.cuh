@@ -20,70 +20,11 @@
 static_assert(WARP_SIZE == 32, "the GDN tensor-core fragments are 32 lanes: a 64-lane wave needs its own "
                                "hip/gdn_chunked.hip (same ABI)");
 
-#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
-#define GDN_MMA_NATIVE 1
-#endif
+#include "mma_tf32.cuh"
 
 namespace gdnmma {
 
-__device__ __forceinline__ uint32_t bits_of(float x) {
-    uint32_t u;
-    __builtin_memcpy(&u, &x, 4);
-    return u;
-}
-
-__device__ __forceinline__ float float_of(uint32_t u) {
-    float x;
-    __builtin_memcpy(&x, &u, 4);
-    return x;
-}
-
-// x rounded to tf32 (10 mantissa bits; nearest, ties away from zero), as an f32 value.
-__device__ __forceinline__ float gdn_tf32(float x) {
-#ifdef GDN_MMA_NATIVE
-    uint32_t u;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
-    return float_of(u);
-#else
-    const uint32_t u = bits_of(x);
-    if ((u & 0x7f800000u) == 0x7f800000u) return x;  // inf / NaN as they are
-    return float_of((u + 0x1000u) & 0xffffe000u);
-#endif
-}
-
-#ifndef GDN_MMA_NATIVE
-__device__ __forceinline__ float lane_value(float v, int src) {
-    const int lane = threadIdx.x % WARP_SIZE;
-    return warp_shfl_xor(v, lane ^ src);
-}
-#endif
-
-#ifndef GDN_MMA_NATIVE
-// d += A x B over f32 operands gathered with shuffles, k = 0..7 in order (fmaf).
-__device__ __forceinline__ void mma_shuffled(float d[4], const float a[4], const float b[2]) {
-    const int lane = threadIdx.x % WARP_SIZE, grp = lane >> 2, quad = lane & 3;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        const int src_a = 4 * grp + (k & 3);
-        const float r0 = lane_value(k < 4 ? a[0] : a[2], src_a);
-        const float r1 = lane_value(k < 4 ? a[1] : a[3], src_a);
-        const float c0 = lane_value(k < 4 ? b[0] : b[1], 8 * quad + (k & 3));
-        const float c1 = lane_value(k < 4 ? b[0] : b[1], 8 * quad + 4 + (k & 3));
-        d[0] = fmaf(r0, c0, d[0]);
-        d[1] = fmaf(r0, c1, d[1]);
-        d[2] = fmaf(r1, c0, d[2]);
-        d[3] = fmaf(r1, c1, d[3]);
-    }
-}
-#else
-__device__ __forceinline__ void mma_native(float d[4], const float a[4], const float b[2]) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(bits_of(a[0])), "r"(bits_of(a[1])), "r"(bits_of(a[2])), "r"(bits_of(a[3])),
-                   "r"(bits_of(b[0])), "r"(bits_of(b[1])));
-}
-#endif
+__device__ __forceinline__ float gdn_tf32(float x) { return tc::tf32_round(x); }
 
 // A fragment (N = 4) or B fragment (N = 2) of one product. kSplit (3xTF32): x = hi + lo, both
 // tf32, and d += A_lo B_hi + A_hi B_lo + A_hi B_hi: f32-class products (the dropped A_lo B_lo
@@ -93,7 +34,7 @@ template <int N, bool kSplit>
 struct Frag {
     float hi[N], lo[N];
     __device__ __forceinline__ void set(int i, float x) {
-#ifdef GDN_MMA_NATIVE
+#ifdef LUCE_MMA_TF32_NATIVE
         hi[i] = gdn_tf32(x);
         lo[i] = kSplit ? gdn_tf32(x - hi[i]) : 0.0f;
 #else
@@ -106,15 +47,13 @@ struct Frag {
 // d += A x B (every lane of the warp calls it together).
 template <bool kSplit>
 __device__ __forceinline__ void mma(float d[4], const Frag<4, kSplit> &a, const Frag<2, kSplit> &b) {
-#ifdef GDN_MMA_NATIVE
+#ifdef LUCE_MMA_TF32_NATIVE
     if (kSplit) {
-        mma_native(d, a.lo, b.hi);
-        mma_native(d, a.hi, b.lo);
+        tc::mma_tf32_16x8x8(d, a.lo, b.hi);
+        tc::mma_tf32_16x8x8(d, a.hi, b.lo);
     }
-    mma_native(d, a.hi, b.hi);
-#else
-    mma_shuffled(d, a.hi, b.hi);
 #endif
+    tc::mma_tf32_16x8x8(d, a.hi, b.hi);
 }
 
 // Fragment loads from f32 shared memory.

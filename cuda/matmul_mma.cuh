@@ -137,10 +137,7 @@ __device__ __forceinline__ int dot4(uint32_t a, uint32_t b) {
     return s;
 }
 
-__device__ __forceinline__ uint32_t lane_value(uint32_t v, int src) {
-    const int lane = threadIdx.x % WARP_SIZE;
-    return (uint32_t)warp_shfl_xor((int)v, lane ^ src);
-}
+__device__ __forceinline__ uint32_t lane_value(uint32_t v, int src) { return (uint32_t)warp_shfl((int)v, src); }
 
 // d = A x B + seed over the values whose a/b registers are given (k = 16 uses one pair).
 template <bool kUnsignedB, int kPairs>

@@ -67,6 +67,14 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int m, int) {
     emu::warp_barriers[w]->arrive_and_wait();
     return r;
 }
+template <class T> T __shfl_sync(unsigned, T v, int src, int) {
+    const int t = threadIdx.x, w = t / emu::kWarp;
+    emu::exchange[t] = v;
+    emu::warp_barriers[w]->arrive_and_wait();
+    const T r = emu::exchange[w * emu::kWarp + (src % emu::kWarp)];
+    emu::warp_barriers[w]->arrive_and_wait();
+    return r;
+}
 template <class K, class... A>
 void emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;

@@ -1,7 +1,7 @@
-// TF32 tensor-core product of the prompt-row attention kernel (cuda/attention_prefill.cu):
-// one warp computes C[16 x 8] += A[16 x 8] B[8 x 8] in f32 from operands that are already
-// TF32 values (f32 words whose low 13 mantissa bits are zero: tf32_round). Reference of the
-// rounding: luce/ref/attention_prefill.py (tf32).
+// TF32 tensor-core product shared by the prompt-row attention (cuda/attention_prefill.cu) and the
+// GDN chunk kernel (cuda/gdn_chunked_tc.cuh): one warp computes C[16 x 8] += A[16 x 8] B[8 x 8]
+// in f32 from operands that are already TF32 values (f32 words whose low 13 mantissa bits are
+// zero: tf32_round). Reference of the rounding: luce/ref/attention_prefill.py (tf32).
 //
 // Lane = 4 * g + t (g 0..7, t 0..3); the PTX m16n8k8 .row.col fragment layouts:
 //   A: a[0] = A[g][t], a[1] = A[g + 8][t], a[2] = A[g][t + 4], a[3] = A[g + 8][t + 4]
@@ -15,7 +15,11 @@
 
 #include "common.cuh"
 
-namespace luce_attn {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIPCC__)
+#define LUCE_MMA_TF32_NATIVE 1
+#endif
+
+namespace tc {
 
 // f32 -> TF32 (10 mantissa bits), round to nearest, ties away from zero (PTX cvt.rna.tf32.f32);
 // inf and NaN pass unchanged. One definition on every target.
@@ -25,15 +29,8 @@ __device__ __forceinline__ float tf32_round(float x) {
     return __uint_as_float((u + 0x1000u) & 0xffffe000u);
 }
 
-#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800)
-// Lane `src`'s v: the fallback's only cross-lane primitive (a per-lane xor mask reaches any lane).
-__device__ __forceinline__ float lane_value(float v, int src) {
-    return warp_shfl_xor(v, (int)(threadIdx.x % WARP_SIZE) ^ src);
-}
-#endif
-
-__device__ __forceinline__ void mma_tf32_16x8x8(float (&c)[4], const float (&a)[4], const float (&b)[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void mma_tf32_16x8x8(float *c, const float *a, const float *b) {
+#ifdef LUCE_MMA_TF32_NATIVE
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
@@ -41,19 +38,20 @@ __device__ __forceinline__ void mma_tf32_16x8x8(float (&c)[4], const float (&a)[
         : "r"(__float_as_uint(a[0])), "r"(__float_as_uint(a[1])), "r"(__float_as_uint(a[2])),
           "r"(__float_as_uint(a[3])), "r"(__float_as_uint(b[0])), "r"(__float_as_uint(b[1])));
 #else
+    static_assert(WARP_SIZE == 32, "the m16n8k8 fragments are 32 lanes");
     const int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
     float ar[2][8], bc[2][8];  // A rows g, g + 8 and B columns 2t, 2t + 1 over k = 0..7
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const int la = 4 * g + k, lb0 = 4 * (2 * t) + k, lb1 = lb0 + 4;
-        ar[0][k] = lane_value(a[0], la);
-        ar[1][k] = lane_value(a[1], la);
-        ar[0][k + 4] = lane_value(a[2], la);
-        ar[1][k + 4] = lane_value(a[3], la);
-        bc[0][k] = lane_value(b[0], lb0);
-        bc[0][k + 4] = lane_value(b[1], lb0);
-        bc[1][k] = lane_value(b[0], lb1);
-        bc[1][k + 4] = lane_value(b[1], lb1);
+        ar[0][k] = warp_shfl(a[0], la);
+        ar[1][k] = warp_shfl(a[1], la);
+        ar[0][k + 4] = warp_shfl(a[2], la);
+        ar[1][k + 4] = warp_shfl(a[3], la);
+        bc[0][k] = warp_shfl(b[0], lb0);
+        bc[0][k + 4] = warp_shfl(b[1], lb0);
+        bc[1][k] = warp_shfl(b[0], lb1);
+        bc[1][k + 4] = warp_shfl(b[1], lb1);
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -65,4 +63,4 @@ __device__ __forceinline__ void mma_tf32_16x8x8(float (&c)[4], const float (&a)[
 #endif
 }
 
-}  // namespace luce_attn
+}  // namespace tc
