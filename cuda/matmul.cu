@@ -174,22 +174,6 @@ mmq_kernel(MmqArgs a) {
     }
 }
 
-// Blocks resident at once on the device for a kernel (0 if unknown).
-template <class K>
-int resident_blocks(K kernel, int threads, int smem) {
-    int device = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-        return 0;
-#ifdef __HIPCC__
-    (void)kernel; (void)threads; (void)smem;
-    per_sm = 2;
-#else
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) return 0;
-#endif
-    return sms * per_sm;
-}
-
 // Blocks: one per block tile up to what the device holds at once; past that, that many
 // blocks, block b taking tiles b, b + grid, ... (the ring runs on across them). `single`
 // keeps one block per tile (the launch before).

@@ -228,9 +228,10 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     }
 }
 
-// Blocks of `threads` threads with `smem` bytes resident at once on the device (0 if unknown).
+// Blocks of `kernel` with `threads` threads and `smem` bytes resident at once on the device (0 if
+// unknown); the tile kernel's one-wave grids use it too (cuda/matmul.cu).
 template <class K>
-int gemv_resident(K kernel, int threads, size_t smem) {
+int resident_blocks(K kernel, int threads, size_t smem) {
     int device = 0, sms = 0, per_sm = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
@@ -252,7 +253,7 @@ int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     static int resident[kGemvMaxThreads / WARP_SIZE + 1] = {};  // by warps; k fixes both threads and smem per shape
     auto kernel = gemv_kernel<G, CPL, R>;
     int &res = resident[a.warps];
-    if (res == 0) res = gemv_resident(kernel, threads, smem);
+    if (res == 0) res = resident_blocks(kernel, threads, smem);
     // A one-wave grid of balanced blocks: every block takes the same number of batches (+-1).
     const int64_t batches = (a.n + R - 1) / R;
     int64_t grid = res > 0 && res < batches ? res : batches;

@@ -34,13 +34,7 @@ class Params(C.Structure):
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    try:
-        path = emu.build(["attention.cu", "attention_prefill.cu"], tmp_path_factory.mktemp("emu"))
-    except Exception as exc:  # noqa: BLE001 - a host without C++20 <barrier> cannot emulate
-        pytest.skip(f"no host build of the attention kernels: {exc}")
-    if path is None:
-        pytest.skip("no g++")
-    lib = C.CDLL(str(path))
+    lib = emu.load(["attention.cu", "attention_prefill.cu"], tmp_path_factory.mktemp("emu"), "the attention kernels")
     lib.luce_attention.argtypes = [C.POINTER(Params), _P]
     lib.luce_attention_workspace_bytes.restype = C.c_int64
     lib.luce_attention_workspace_bytes.argtypes = [C.c_int32] * 4

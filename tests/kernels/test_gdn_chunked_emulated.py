@@ -36,13 +36,7 @@ class RecurrentParams(C.Structure):
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    try:
-        path = emu.build(["gdn_chunked.cu", "gdn_recurrent.cu"], tmp_path_factory.mktemp("emu_gdn"))
-    except Exception as exc:  # noqa: BLE001 - a host without C++20 <barrier> cannot emulate
-        pytest.skip(f"no host build of the GDN kernels: {exc}")
-    if path is None:
-        pytest.skip("no g++")
-    return C.CDLL(str(path))
+    return emu.load(["gdn_chunked.cu", "gdn_recurrent.cu"], tmp_path_factory.mktemp("emu_gdn"), "the GDN kernels")
 
 
 def run(lib, inputs, states, qo, slots, starts, fill=np.nan, recurrent=False):

@@ -37,3 +37,18 @@ def build(names: list[str], out_dir: Path) -> Path | None:
     subprocess.run([cxx, "-std=c++20", "-O2", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
                     "-I", str(EMU), "-I", str(CUDA), *sources, "-o", str(lib)], check=True)
     return lib
+
+
+def load(names: list[str], out_dir: Path, what: str):
+    """ctypes.CDLL of build(names, out_dir), or pytest.skip naming why this host cannot emulate `what`."""
+    import ctypes
+
+    import pytest
+
+    try:
+        path = build(names, out_dir)
+    except Exception as exc:  # noqa: BLE001 - a host without C++20 <barrier> cannot emulate
+        pytest.skip(f"no host build of {what}: {exc}")
+    if path is None:
+        pytest.skip("no g++")
+    return ctypes.CDLL(str(path))
