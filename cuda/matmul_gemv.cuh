@@ -16,14 +16,14 @@
 //
 // Layout. Lane L of warp w takes group j = L % 8 of chunk (s * W + w) * CW + L / 8 for each of
 // its CPL chunk slots s (CW = WARP_SIZE / 8 chunks per warp, W warps = all the chunks of k):
-// a block covers the whole of k, so it owns whole rows. Rows go in batches of R (G::kRows);
-// block b takes batches b, b + grid, ... For a batch a lane loads its groups of the R rows
-// (all loads first), multiplies, and the 8 lanes of a chunk add their R partial sums by a
+// a block covers the whole of k, so it owns whole rows. Rows go in batches of R (launch_gemv);
+// block b takes batches b, b + grid, ... For a batch a lane multiplies its groups of the R rows
+// (loaded the batch before), issues the next batch's loads, and the 8 lanes of a chunk add their R partial sums by a
 // transposing butterfly (7 shuffles for 8 rows, not 24), after which lane j holds the sums of
 // row j * R / 8 and writes that row's c into shared memory. The last warp of the block to
 // finish a batch (a shared counter) runs the ordered chains of its R rows: thread 4r + kp
 // takes acc[kp] of row r, and the four meet in order by shuffles. c lives in a ring of
-// kRing batches; the block synchronizes once per kRing batches before reusing it.
+// kGemvRing batches; the block synchronizes once per kGemvRing batches before reusing it.
 #pragma once
 
 #include "matmul_gemv_types.cuh"
@@ -250,7 +250,9 @@ int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     a.warps = (int)((a.x.chunks + CPL * kGemvChunksPerWarp - 1) / (CPL * kGemvChunksPerWarp));
     const int threads = a.warps * WARP_SIZE;
     const size_t smem = (size_t)(kGemvRing * R + 1) * a.x.chunks * sizeof(float);
-    static int resident[kGemvMaxThreads / WARP_SIZE + 1] = {};  // by warps; k fixes both threads and smem per shape
+    // Occupancy by block width, sized at its first call: widths differ in shared memory by a few
+    // chunks' c at most, and registers, not shared memory, bound the blocks per SM.
+    static int resident[kGemvMaxThreads / WARP_SIZE + 1] = {};
     auto kernel = gemv_kernel<G, CPL, R>;
     int &res = resident[a.warps];
     if (res == 0) res = resident_blocks(kernel, threads, smem);
