@@ -50,7 +50,7 @@ inline thread_local dim3 tIdx, bIdx;
 inline dim3 bDim, gDim;
 inline std::barrier<> *block_barrier;
 inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
-inline std::vector<float> exchange;
+inline std::vector<uint32_t> exchange;  // a lane's shuffled word, as bits (floats and ints alike)
 inline std::vector<unsigned char> dyn_smem(1 << 20);
 constexpr int kWarp = 32;
 }
@@ -59,28 +59,24 @@ constexpr int kWarp = 32;
 #define blockDim emu::bDim
 #define gridDim emu::gDim
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
-template <class T> T __shfl_xor_sync(unsigned, T v, int m, int) {
-    const int t = threadIdx.x, w = t / emu::kWarp, l = t % emu::kWarp;
-    emu::exchange[t] = v;
-    emu::warp_barriers[w]->arrive_and_wait();
-    const T r = emu::exchange[w * emu::kWarp + (l ^ m)];
-    emu::warp_barriers[w]->arrive_and_wait();
-    return r;
-}
-template <class T> T __shfl_sync(unsigned, T v, int src, int) {
+template <class T> T emu_shfl(T v, int src_lane) {  // lane src_lane's v, every lane of the warp calling
+    static_assert(sizeof(T) == 4, "the emulator shuffles 4-byte words");
     const int t = threadIdx.x, w = t / emu::kWarp;
-    emu::exchange[t] = v;
+    std::memcpy(&emu::exchange[t], &v, 4);
     emu::warp_barriers[w]->arrive_and_wait();
-    const T r = emu::exchange[w * emu::kWarp + (src % emu::kWarp)];
+    T r;
+    std::memcpy(&r, &emu::exchange[w * emu::kWarp + src_lane % emu::kWarp], 4);
     emu::warp_barriers[w]->arrive_and_wait();
     return r;
 }
+template <class T> T __shfl_xor_sync(unsigned, T v, int m, int) { return emu_shfl(v, (threadIdx.x % emu::kWarp) ^ m); }
+template <class T> T __shfl_sync(unsigned, T v, int src, int) { return emu_shfl(v, src); }
 template <class K, class... A>
 void emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
     const unsigned n = block.x;
     emu::bDim = block; emu::gDim = grid;
-    emu::exchange.assign(n, 0.f);
+    emu::exchange.assign(n, 0u);
     if (emu::dyn_smem.size() < smem) emu::dyn_smem.resize(smem);
     std::barrier<> bb(n);
     emu::block_barrier = &bb;
