@@ -12,7 +12,12 @@
 //    writes an unnormalized partial output with its max score m and sum of exponentials l
 //    to the workspace: partial_o [n_rows, Hq, n_parts, D], partial_ml [n_rows, Hq, n_parts, 2].
 // 2. combine kernel, grid (n_rows, Hq): merges the row's own partitions 0..used-1 in order
-//    (prompt rows: its splits, with m in log2 units).
+//    (prompt rows: its splits, with m in log2 units). Without prompt rows and with the
+//    caller's zeroed counters, no combine launch: the last partition block of a row's head
+//    group to finish (an atomic count per row and group) merges them, by the same code.
+// A block takes a group of the KV head's query heads (all G, or fewer when the launch has
+// few rows: a decode step of one row and a short context is a handful of blocks otherwise);
+// each head's arithmetic is the same in any group, so the bits do not depend on it.
 // Every reduction's order is fixed by the key positions and the row's key count alone, so a
 // row's output is bitwise the same in any batch (DESIGN 5 rule 2). n_parts comes from the
 // launch's max_kv_len (the padded KV span) and only sizes the grid: parts past a row's keys
@@ -22,15 +27,62 @@
 // above (partitions, reduction order) runs on logical indices; only the address of a
 // logical key past the prefix comes from a per-block table of its scratch KV row. So a tree
 // row reduces bitwise like the AR row it becomes once its path is committed.
+#include <cstdlib>
+
 #include "attention_common.cuh"
 
 namespace {
 
 using namespace luce_attn;
 
+// Reads what other blocks of this launch wrote (the fused combine): from L2, never a stale L1 line.
+__device__ __forceinline__ float load_coherent(const float *a) {
+#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
+    return __ldcg(a);
+#else
+    return *reinterpret_cast<const volatile float *>(a);
+#endif
+}
+
+// Row `row`, query head h: merges the row's partitions 0..used-1 (prompt rows: splits, m in
+// log2 units) into out [D], threads tid, tid + nthreads, ...; `parts` = the row's
+// partitions: none -> zeros, more than n_parts (keys past max_kv_len) -> NaN.
+__device__ void combine_head(const luce_attention_params &p, int32_t n_parts, int32_t row, int32_t h, int32_t parts,
+                             bool prompt, int tid, int nthreads) {
+    const int D = p.head_dim;
+    float *out = p.out + ((int64_t)row * p.n_heads_q + h) * D;
+    if (parts <= 0 || parts > n_parts) {
+        const float fill = parts <= 0 ? 0.0f : __int_as_float(0x7fc00000);
+        for (int d = tid; d < D; d += nthreads) out[d] = fill;
+        return;
+    }
+    const int32_t used = prompt ? (parts * kPartition + kSplitKeys - 1) / kSplitKeys : parts;
+    const int64_t head = (int64_t)row * p.n_heads_q + h;
+    const float *part_o = p.workspace + head * n_parts * D;
+    const float *ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D + head * n_parts * 2;
+    float m = -INFINITY;
+    for (int i = 0; i < used; ++i) m = fmaxf(m, load_coherent(ml + 2 * i));
+    float l = 0.0f;
+    for (int i = 0; i < used; ++i) {
+        const float w = prompt ? exp2f(load_coherent(ml + 2 * i) - m) : expf(load_coherent(ml + 2 * i) - m);
+        l = fmaf(load_coherent(ml + 2 * i + 1), w, l);
+    }
+    for (int d = tid; d < D; d += nthreads) {
+        float o = 0.0f;
+        for (int i = 0; i < used; ++i) {
+            const float w = prompt ? exp2f(load_coherent(ml + 2 * i) - m) : expf(load_coherent(ml + 2 * i) - m);
+            o = fmaf(load_coherent(part_o + (int64_t)i * D + d), w, o);
+        }
+        out[d] = o / l;
+    }
+}
+
+// Grid (rows, Hkv * groups, n_parts): block (row, hk * groups + gi, part) takes query heads
+// hk * G + gi * group_heads .. (at most group_heads of them) over partition `part`.
 template <int D, int MAXG, bool TREE>
 __global__ void __launch_bounds__(kThreads)
-attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0) {
+attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0,
+                           int32_t group_heads) {
     constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
     constexpr int COLS = D / 4;                    // float4 columns of a row
     constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
@@ -42,13 +94,21 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     __shared__ int64_t tree_off[TREE ? kPartition : 1];  // tree rows: offset of path key j >= n_direct
     __shared__ float m_s[MAXG], l_s[MAXG];
 
-    const int32_t row = row0 + (int32_t)blockIdx.x, hk = blockIdx.y, part = blockIdx.z;
+    const int groups = (p.n_heads_q / p.n_heads_kv + group_heads - 1) / group_heads;
+    const int32_t row = row0 + (int32_t)blockIdx.x, hk = blockIdx.y / groups, part = blockIdx.z;
+    const int g_first = (blockIdx.y % groups) * group_heads;
+    const int G = min(group_heads, p.n_heads_q / p.n_heads_kv - g_first);  // this block's heads
+    const bool fused = p.counters != nullptr;
     const RowKeys rk = attention_row_keys(p, row);
     const int32_t key0 = part * kPartition;
-    if (rk.keys <= key0) return;                   // padding row, or past the row's keys
+    if (rk.keys <= key0) {                         // padding row, or past the row's keys
+        if (fused && part == 0 && rk.keys == 0)    // a row without keys: zeros (padding: nothing)
+            for (int g = 0; g < G; ++g) combine_head(p, n_parts, row, hk * (p.n_heads_q / p.n_heads_kv) + g_first + g,
+                                                     0, false, threadIdx.x, kThreads);
+        return;
+    }
     const int32_t n_local = min(kPartition, rk.keys - key0);
     const int32_t n_direct = TREE ? max(0, min(n_local, rk.direct - key0)) : n_local;
-    const int G = p.n_heads_q / p.n_heads_kv;
     const int64_t key_stride = (int64_t)p.n_heads_kv * D;
     const int32_t page_mask = (1 << page_shift) - 1;
     float *q_s = smem;                             // [G][D]
@@ -72,7 +132,8 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
             if (p.tree_parents[r] < 0) break;
         }
     }
-    const float *qrow = p.q + ((int64_t)row * p.n_heads_q + (int64_t)hk * G) * D;
+    const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * (p.n_heads_q / p.n_heads_kv) + g_first;
+    const float *qrow = p.q + head0 * D;
     for (int i = threadIdx.x; i < G * D; i += kThreads) q_s[i] = qrow[i];
     __syncthreads();
 
@@ -153,7 +214,6 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         reinterpret_cast<float4 *>(red + ((int64_t)kl * G + g) * D)[col] = acc[g];
     }
     __syncthreads();
-    const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * G;
     float *part_o = p.workspace;
     float *part_ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D;
     for (int i = threadIdx.x; i < G * D; i += kThreads) {
@@ -167,6 +227,24 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         ml[0] = m_s[threadIdx.x];
         ml[1] = l_s[threadIdx.x];
     }
+    if (!fused) return;
+    // The last of the row's partition blocks of this head group merges them (the
+    // threadFenceReduction pattern): every writer fences, then one atomic count per group.
+    __shared__ int last;
+    const int32_t parts = (rk.keys + kPartition - 1) / kPartition;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *count = p.counters + ((int64_t)(row - row0) * gridDim.y + blockIdx.y);
+        last = atomicAdd(count, 1) == min(parts, n_parts) - 1;
+        if (last) *count = 0;  // zero again for the next launch
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int g = 0; g < G; ++g)
+        combine_head(p, n_parts, row, (int32_t)(head0 - (int64_t)row * p.n_heads_q) + g, parts, false, threadIdx.x,
+                     kThreads);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -174,75 +252,66 @@ attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t promp
     const int32_t row = blockIdx.x, h = blockIdx.y;
     const RowKeys rk = attention_row_keys(p, row);
     if (rk.keys < 0) return;  // padding: nothing written
-    const int D = p.head_dim;
-    float *out = p.out + ((int64_t)row * p.n_heads_q + h) * D;
-    const int32_t parts = (rk.keys + kPartition - 1) / kPartition;
-    if (parts == 0 || parts > n_parts) {  // no keys: zeros; more keys than max_kv_len: NaN
-        const float fill = parts == 0 ? 0.0f : __int_as_float(0x7fc00000);
-        for (int d = threadIdx.x; d < D; d += kThreads) out[d] = fill;
-        return;
-    }
-    const bool prompt = row < prompt_rows;  // entries are the prompt kernel's splits, m in log2 units
-    const int32_t used = prompt ? (rk.keys + kSplitKeys - 1) / kSplitKeys : parts;
-    const int64_t head = (int64_t)row * p.n_heads_q + h;
-    const float *part_o = p.workspace + head * n_parts * D;
-    const float *ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D + head * n_parts * 2;
-    float m = -INFINITY;
-    for (int i = 0; i < used; ++i) m = fmaxf(m, ml[2 * i]);
-    float l = 0.0f;
-    for (int i = 0; i < used; ++i) {
-        const float w = prompt ? exp2f(ml[2 * i] - m) : expf(ml[2 * i] - m);
-        l = fmaf(ml[2 * i + 1], w, l);
-    }
-    for (int d = threadIdx.x; d < D; d += kThreads) {
-        float o = 0.0f;
-        for (int i = 0; i < used; ++i) {
-            const float w = prompt ? exp2f(ml[2 * i] - m) : expf(ml[2 * i] - m);
-            o = fmaf(part_o[(int64_t)i * D + d], w, o);
-        }
-        out[d] = o / l;
-    }
+    combine_head(p, n_parts, row, h, (rk.keys + kPartition - 1) / kPartition, row < prompt_rows, threadIdx.x,
+                 kThreads);
 }
 
 int32_t parts_for(int32_t max_kv_len) {
     return max_kv_len <= kPartition ? 1 : (int32_t)(((int64_t)max_kv_len + kPartition - 1) / kPartition);
 }
 
+// Query heads per partition block: all G of a KV head, or fewer (halving) while the launch
+// has under kFewBlocks blocks (a one-row decode step over a short context is otherwise Hkv
+// blocks). LUCE_ATTN_GROUP_HEADS sets it (tests, benchmarks); the bits are the same.
+constexpr int64_t kFewBlocks = 256;
+
+int group_heads_for(int G, int64_t blocks) {
+    if (const char *e = getenv("LUCE_ATTN_GROUP_HEADS"))
+        if (atoi(e) >= 1) return min(atoi(e), G);
+    int gh = G;
+    while (gh > 1 && blocks * ((G + gh - 1) / gh) < kFewBlocks) gh = (gh + 1) / 2;
+    return gh;
+}
+
 template <int D, int MAXG>
-int launch_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
-                     cudaStream_t stream) {
-    int32_t row0 = 0;  // rows row0.. take the partition kernel
-    if (p.prompt_rows > 0) {
-        const int status = launch_tiled_attention(p, n_parts, page_shift, stream);
-        if (status != (int)cudaErrorNotSupported && status != 0) return status;
-        if (status == 0) row0 = p.prompt_rows;
-    }
-    const int G = p.n_heads_q / p.n_heads_kv;
+int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, int32_t row0, int gh,
+                      cudaStream_t stream) {
+    const int groups = (p.n_heads_q / p.n_heads_kv + gh - 1) / gh;
     const int key_lanes = kThreads / (D / 4);
-    const size_t smem = sizeof(float) * (size_t)max(G * D + G * kPartition, key_lanes * G * D);
-    const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)p.n_heads_kv, (unsigned)n_parts);
-    if (row0 < p.n_rows) {
-        if (p.tree_parents != nullptr)
-            attention_partition_kernel<D, MAXG, true><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0);
-        else
-            attention_partition_kernel<D, MAXG, false><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0);
-        const cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess) return luce_status(err);
-    }
-    attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, stream>>>(
-        p, n_parts, row0);
+    const size_t smem = sizeof(float) * (size_t)max(gh * D + gh * kPartition, key_lanes * gh * D);
+    const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)n_parts);
+    if (p.tree_parents != nullptr)
+        attention_partition_kernel<D, MAXG, true><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh);
+    else
+        attention_partition_kernel<D, MAXG, false><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh);
     return luce_status(cudaGetLastError());
 }
 
 template <int D>
-int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
-                       cudaStream_t s) {
-    const int G = p.n_heads_q / p.n_heads_kv;
-    if (G <= 1) return launch_attention<D, 1>(p, n_parts, page_shift, s);
-    if (G <= 2) return launch_attention<D, 2>(p, n_parts, page_shift, s);
-    if (G <= 4) return launch_attention<D, 4>(p, n_parts, page_shift, s);
-    if (G <= 8) return launch_attention<D, 8>(p, n_parts, page_shift, s);
-    return launch_attention<D, kMaxGroup>(p, n_parts, page_shift, s);
+int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t s) {
+    int32_t row0 = 0;  // rows row0.. take the partition kernel
+    if (p.prompt_rows > 0) {
+        const int status = launch_tiled_attention(p, n_parts, page_shift, s);
+        if (status != (int)cudaErrorNotSupported && status != 0) return status;
+        if (status == 0) row0 = p.prompt_rows;
+    }
+    if (row0 < p.n_rows) {
+        const int G = p.n_heads_q / p.n_heads_kv;
+        const int gh = group_heads_for(G, (int64_t)(p.n_rows - row0) * p.n_heads_kv * n_parts);
+        const int64_t counts = (int64_t)p.n_rows * p.n_heads_kv * ((G + gh - 1) / gh);
+        luce_attention_params q = p;
+        const bool fused = row0 == 0 && p.counters != nullptr && counts <= p.n_counters;
+        if (!fused) q.counters = nullptr;
+        int status;
+        if (gh <= 1) status = launch_partitions<D, 1>(q, n_parts, page_shift, row0, gh, s);
+        else if (gh <= 2) status = launch_partitions<D, 2>(q, n_parts, page_shift, row0, gh, s);
+        else if (gh <= 4) status = launch_partitions<D, 4>(q, n_parts, page_shift, row0, gh, s);
+        else if (gh <= 8) status = launch_partitions<D, 8>(q, n_parts, page_shift, row0, gh, s);
+        else status = launch_partitions<D, kMaxGroup>(q, n_parts, page_shift, row0, gh, s);
+        if (status != 0 || fused) return status;
+    }
+    attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, s>>>(p, n_parts, row0);
+    return luce_status(cudaGetLastError());
 }
 
 }  // namespace

@@ -62,6 +62,8 @@ typedef struct {
     int32_t causal;
     float scale;
     int32_t prompt_rows;
+    int32_t *counters;      /* [n_counters] int32, zero between launches (0: no fused combine) */
+    int64_t n_counters;
 } luce_attention_params;
 int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t n_heads_q, int32_t head_dim,
                                        int32_t max_kv_len);

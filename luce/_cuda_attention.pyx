@@ -36,6 +36,8 @@ cdef extern from "luce_ops.h":
         int32_t causal
         float scale
         int32_t prompt_rows
+        int32_t *counters
+        int64_t n_counters
 
 
 ctypedef int (*attention_fn)(const luce_attention_params *, void *) noexcept nogil
@@ -72,7 +74,8 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
               uintptr_t kv_last_page_len, uintptr_t seq_slots,
               int32_t n_rows, int32_t n_segments, int32_t n_heads_q, int32_t n_heads_kv,
               int32_t head_dim, int32_t page_size, int32_t max_kv_len, float scale,
-              bint causal=True, uintptr_t stream=0, uintptr_t tree_parents=0, int32_t prompt_rows=0):
+              bint causal=True, uintptr_t stream=0, uintptr_t tree_parents=0, int32_t prompt_rows=0,
+              uintptr_t counters=0, int64_t n_counters=0):
     """q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; CSR
     int32 arrays as luce/models/batch.py (device addresses). max_kv_len bounds every row's
     key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len) bytes.
@@ -80,7 +83,10 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     row; 0: no trees); tree rows attend the committed prefix plus their root path.
     prompt_rows: rows 0..prompt_rows-1 (no tree rows among them) take the prompt-row kernel
     (TF32 tensor cores, luce/ref/attention_prefill.py); a prompt row's bits depend only on
-    the row, never on prompt_rows or the other rows."""
+    the row, never on prompt_rows or the other rows.
+    counters: device address of [n_counters] int32, all zero (the launch leaves them zero):
+    without prompt rows, the last partition block of a row's heads merges the partitions
+    (no combine launch) where n_rows * Hkv * head groups <= n_counters. The same bits."""
     _require_loaded(<void *>_attention)
     cdef luce_attention_params p
     p.q = <const float *>q
@@ -105,6 +111,8 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     p.causal = 1 if causal else 0
     p.scale = scale
     p.prompt_rows = prompt_rows
+    p.counters = <int32_t *>counters
+    p.n_counters = n_counters
     cdef int status
     with nogil:
         status = _attention(&p, <void *>stream)

@@ -20,6 +20,7 @@ from luce.ops.cuda_step_meta import meta_of
 
 ATTENTION_HEAD_DIMS = (64, 128, 256)
 ATTENTION_MAX_GROUP = 16
+ATTENTION_COUNTERS = 1 << 16   # rows x KV heads x head groups a launch merges without a combine launch
 GDN_KEY_DIMS = (64, 128, 256)
 GDN_CHUNK = 64
 
@@ -38,6 +39,9 @@ class SequenceOps:
 
     def _init_sequence_ops(self) -> None:
         self.host_fallbacks: dict[str, int] = {}   # op -> calls that ran on the host
+        # attention's merge counters: zero between launches (each launch leaves them zero);
+        # allocated here, never inside a graph capture
+        self.attention_counters = self.zeros((ATTENTION_COUNTERS,), np.int32)
 
     def device_limits(self, op: str, **dims) -> str | None:
         """Why `op` at these dims would run on the host here (None: on the device); ops:
@@ -129,6 +133,7 @@ class SequenceOps:
         workspace = self.empty((max(ws_bytes, 4) // 4,))
         extra = {"tree_parents": meta.ptr("tree_parents")} if parents is not None else {}
         extra["prompt_rows"] = prompt_rows(batch)
+        extra["counters"], extra["n_counters"] = self.attention_counters.ptr, self.attention_counters.size
         ka.attention(q.ptr, kv.k.ptr, kv.v.ptr, out.ptr, workspace.ptr, ws_bytes, meta.ptr("qo_indptr"),
                      meta.ptr("kv_indptr"), meta.ptr("kv_indices"), meta.ptr("kv_last_page_len"),
                      meta.ptr("seq_slots"), T, S, Hq, Hkv, D, kv.k.shape[1], max_kv, scale, causal, self.stream,

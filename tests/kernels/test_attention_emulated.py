@@ -1,7 +1,9 @@
 """The attention kernels' own source on the CPU (tests/kernels/emu): the prompt-row kernel
 (cuda/attention_prefill.cu, here through its shuffle form of the TF32 MMA) against its
 arithmetic model luce/ref/attention_prefill.py and the exact math luce/ref/attention.py, and a
-prompt row's bits invariant to its chunk, its tile position and the rows beside it. The
+prompt row's bits invariant to its chunk, its tile position and the rows beside it; decode and
+tree rows (cuda/attention.cu) the same bits whatever query-head group a block takes and
+whether the last partition block or the combine launch merges the partitions. The
 emulation runs each CUDA thread as a host thread, so the cases are small;
 tests/kernels/test_attention_prefill.py runs the set on a GPU (the MMA itself).
 """
@@ -29,7 +31,7 @@ class Params(C.Structure):
     _fields_ = ([(n, _P) for n in "q k v out ws qo kv_indptr kv_indices last slots tree".split()]
                 + [("workspace_bytes", C.c_int64)]
                 + [(n, C.c_int32) for n in "n_rows n_seg hq hkv d page max_kv causal".split()]
-                + [("scale", C.c_float), ("prompt_rows", C.c_int32)])
+                + [("scale", C.c_float), ("prompt_rows", C.c_int32), ("counters", _P), ("n_counters", C.c_int64)])
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,7 @@ def lib(tmp_path_factory):
     return lib
 
 
-def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True):
+def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True, counters=None):
     T, hq, d = q.shape
     max_kv = max([batch.kv_len(s) for s in range(batch.n_segments) if batch.seq_slots[s] >= 0] + [1])
     ws_bytes = lib.luce_attention_workspace_bytes(T, hq, d, max_kv)
@@ -53,6 +55,8 @@ def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True):
     p = Params(q.ctypes.data, pool.k.ctypes.data, pool.v.ctypes.data, out.ctypes.data, ws.ctypes.data,
                *(a.ctypes.data for a in meta), ws_bytes, T, batch.n_segments, hq, pool.k.shape[2], d, PAGE_SIZE,
                max_kv, int(causal), scale, prompt_rows)
+    if counters is not None:
+        p.counters, p.n_counters = counters.ctypes.data, counters.size
     assert lib.luce_attention(C.byref(p), None) == 0
     return out
 
@@ -138,3 +142,27 @@ def test_non_causal_prompt_rows_emulated(lib):
                                *tolerance("attention_prompt"))
     tail = launch(lib, q[5:], pool, pack([Seq(0, 100, 7, seq.pages)]), None, 0.125, 7, causal=False)
     assert np.array_equal(tail, got[5:])
+
+
+def test_decode_rows_same_bits_in_any_head_group_and_merged_in_kernel_emulated(lib, monkeypatch):
+    """AR rows over 1-3 partitions, padding and a tree: the combine launch
+    (no counters) and the in-kernel merge (counters) at 1, 4 (groups of 4 and 2) and 6 query heads a block give
+    the same bits, every counter is zero again after the launch, and padding stays unwritten."""
+    hq, hkv, d = 12, 2, 64
+    rng = np.random.default_rng(17)
+    specs = [(0, 1, 1), (1, 256, 1), (2, 257, 1), (-1, 0, 2), (3, 600, 1), (5, 140, 6)]
+    pool = Pool(rng, sum(pages_needed(max(n, 1)) for _, n, _ in specs) + 2, hkv, d)
+    seqs = [pool.seq(*s) for s in specs]
+    batch, tp = pack_trees(seqs, [None] * 5 + [random_tree(rng, 6)])
+    q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
+    scale = 1.0 / 8
+    base = launch(lib, q, pool, batch, tp, scale, 0)
+    live = batch.seq_slots[np.searchsorted(batch.qo_indptr, np.arange(batch.n_rows), side="right") - 1] >= 0
+    np.testing.assert_allclose(base[live], tree_reference(q, pool, batch, tp, scale)[live], *tolerance("attention"))
+    assert (base[~live] == FILL).all(), "a padding row was written"
+    counters = np.zeros(1 << 10, np.int32)
+    for heads, merged in (("1", counters), ("4", counters), ("6", counters), ("6", None)):   # base: 1, combine
+        monkeypatch.setenv("LUCE_ATTN_GROUP_HEADS", heads)
+        got = launch(lib, q, pool, batch, tp, scale, 0, counters=merged)
+        assert np.array_equal(got, base), f"{heads} heads a block, merged in kernel: {merged is not None}"
+        assert not counters.any(), "a launch left a merge counter set"
