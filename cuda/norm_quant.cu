@@ -17,39 +17,59 @@ using namespace rms;
 
 constexpr int kWarps = kThreads / WARP_SIZE;
 
-// Lane's 8 values of token t, chunk ch of a row `src` of k values (zeros past the row);
-// plain loads: the row may have been written by this block.
-__device__ __forceinline__ void lane_values(const float *src, int64_t k, int64_t ch, float v[8]) {
-    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
-    const int64_t g = ch * mm::kGroups + j;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = 0.0f;
-    if (src == nullptr || 32 * g >= k) return;
-    const float4 a = *reinterpret_cast<const float4 *>(src + 32 * g + 4 * quad);
-    const float4 b = *reinterpret_cast<const float4 *>(src + 32 * g + 16 + 4 * quad);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+// Block b: row b, normed in place of the unfused rmsnorm kernel.
+__global__ void __launch_bounds__(kThreads) add_rmsnorm_kernel(Row r) {
+    __shared__ float scratch[32];
+    const int64_t row = blockIdx.x;
+    if (r.cols <= kWarpRowMaxCols) {
+        if (threadIdx.x < WARP_SIZE)
+            norm_row<true>(r, row * r.cols, threadIdx.x, WARP_SIZE, [](float v) { return warp_sum(v); });
+    } else {
+        norm_row<true>(r, row * r.cols, threadIdx.x, kThreads, [&](float v) { return block_sum(v, scratch); });
+    }
 }
 
-// Block b: row b (rows <= b < tp: a padding row of the workspace, only zeros quantized).
-__global__ void __launch_bounds__(kThreads) add_rmsnorm_kernel(Row r, int64_t rows, mm::XLayout l, bool quant) {
+constexpr int kQuantChunks = 2;  // 256-value chunks a block of add_rmsnorm_quant_kernel finishes
+
+// Block (b, c): row b's scale, summed by the threads and in the order norm_row uses (every
+// block of the row gets its bits), then chunks c * kQuantChunks .. of the row, a warp each:
+// x + residual (stored as sum), out = x * scale * weight (norm_row's formula) and their
+// quantization. Rows rows <= b < tp: padding rows of the workspace, zeros quantized.
+// A row is several blocks so a one-row decode step is not one SM's work.
+__global__ void __launch_bounds__(kThreads) add_rmsnorm_quant_kernel(Row r, int64_t rows, mm::XLayout l) {
     __shared__ float scratch[32];
+    __shared__ float warp_scale;
     let_dependents_start();  // the matmul may launch; it waits for this kernel before reading x
-    const int64_t row = blockIdx.x;
-    if (row < rows) {
-        if (r.cols <= kWarpRowMaxCols) {
-            if (threadIdx.x < WARP_SIZE)
-                norm_row<true>(r, row * r.cols, threadIdx.x, WARP_SIZE, [](float v) { return warp_sum(v); });
-        } else {
-            norm_row<true>(r, row * r.cols, threadIdx.x, kThreads, [&](float v) { return block_sum(v, scratch); });
+    const int64_t row = blockIdx.x, base = row * r.cols;
+    const bool live = row < rows;
+    float scale = 0.0f;
+    if (live && r.cols <= kWarpRowMaxCols) {
+        if (threadIdx.x < WARP_SIZE) {
+            const float s = norm_scale(r, base, threadIdx.x, WARP_SIZE, false, [](float v) { return warp_sum(v); });
+            if (threadIdx.x == 0) warp_scale = s;
+        }
+        __syncthreads();
+        scale = warp_scale;
+    } else if (live) {
+        scale = norm_scale(r, base, threadIdx.x, kThreads, false, [&](float v) { return block_sum(v, scratch); });
+    }
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, quad = lane & 3;
+    const int64_t ch = (int64_t)blockIdx.y * kQuantChunks + warp, g = ch * mm::kGroups + (lane >> 2);
+    if (warp >= kQuantChunks || ch >= l.chunks) return;  // whole warps
+    float v[8] = {};
+    if (live && 32 * g < r.cols) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int64_t c4 = 8 * g + 4 * half + quad;  // chunk of 4: values 32 g + 16 half + 4 quad ..
+            float w[4];
+            load_input(r, base, c4, true, v + 4 * half);
+            load_chunk4(r.weight, c4, r.cols, w);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[4 * half + i] = v[4 * half + i] * scale * w[i];
+            store_chunk4(r.out + base, c4, r.cols, v + 4 * half);
         }
     }
-    if (!quant) return;
-    __syncthreads();  // the row's `out` is written: quantize it
-    for (int64_t ch = threadIdx.x / WARP_SIZE; ch < l.chunks; ch += kWarps) {
-        float v[8];
-        lane_values(row < rows ? r.out + row * r.cols : nullptr, r.cols, ch, v);
-        mm::quantize_x_values(v, l, row, ch);
-    }
+    mm::quantize_x_values(v, l, row, ch);
 }
 
 // One warp per (token, chunk), as quantize_x_kernel; out written in f32 as well.
@@ -103,8 +123,15 @@ extern "C" int luce_add_rmsnorm(const luce_add_rmsnorm_params *p, void *stream) 
         const int err = quant_layout(p->workspace, p->workspace_bytes, p->out, p->rows, p->cols, &l);
         if (err) return err;
     }
-    const int64_t blocks = quant ? l.tp : p->rows;
-    add_rmsnorm_kernel<<<(unsigned)blocks, kThreads, 0, (cudaStream_t)stream>>>(r, p->rows, l, quant);
+    // every block of a row reads all of x and residual: out and sum must not overwrite them
+    const bool aliased = p->out == p->x || p->out == p->residual || (p->sum && (p->sum == p->x || p->sum == p->residual));
+    if (quant && aliased) return (int)cudaErrorInvalidValue;
+    if (quant) {
+        const dim3 grid((unsigned)l.tp, (unsigned)((l.chunks + kQuantChunks - 1) / kQuantChunks));
+        add_rmsnorm_quant_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(r, p->rows, l);
+    } else {
+        add_rmsnorm_kernel<<<(unsigned)p->rows, kThreads, 0, (cudaStream_t)stream>>>(r);
+    }
     return luce_status(cudaGetLastError());
 }
 

@@ -68,6 +68,23 @@ __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base
     }
 }
 
+// The row's scale 1 / rms, summed as norm_row sums it (thread t of `width` takes chunks t,
+// t + width, ...): any group of threads computing it gets the bits norm_row uses. With
+// store_sum, x + residual is stored too.
+template <typename Reduce>
+__device__ __forceinline__ float norm_scale(const Row &r, int64_t base, int t, int width, bool store_sum,
+                                            Reduce reduce) {
+    const int64_t chunks = (r.cols + 3) / 4;
+    float ss = 0.0f;
+    for (int64_t j = t; j < chunks; j += width) {
+        float v[4];
+        load_input(r, base, j, store_sum, v);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) ss = fmaf(v[i], v[i], ss);
+    }
+    return rsqrtf(reduce(ss) / (float)r.cols + r.eps);
+}
+
 // One row by a group of `width` threads (this thread is `t`); `reduce` sums over the group.
 template <bool kRegisters, typename Reduce>
 __device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int width, Reduce reduce) {
@@ -76,14 +93,7 @@ __device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int 
         norm_row_in_registers(r, base, t, width, reduce);
         return;
     }
-    float ss = 0.0f;
-    for (int64_t j = t; j < chunks; j += width) {
-        float v[4];
-        load_input(r, base, j, true, v);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) ss = fmaf(v[i], v[i], ss);
-    }
-    const float scale = rsqrtf(reduce(ss) / (float)r.cols + r.eps);
+    const float scale = norm_scale(r, base, t, width, true, reduce);
     for (int64_t j = t; j < chunks; j += width) {
         float v[4], w[4];
         load_input(r, base, j, false, v);

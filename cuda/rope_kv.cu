@@ -6,8 +6,10 @@
 // and its cos/sin table rotary.cuh's: the bits of the unfused kernels.
 // Shapes: q, k, v [rows, H*, head_dim] at element row strides (views into a merged qkv
 // projection); q_out [rows, Hq, head_dim] contiguous; k_pages, v_pages [n_rows, Hkv, head_dim]
-// (flat page rows), kv_dst [rows] int64 (-1: padding, no KV written). One block per row, a
-// warp per head: no reduction spans rows, batch-invariant (DESIGN 5).
+// (flat page rows), kv_dst [rows] int64 (-1: padding, no KV written). Grid (rows, head
+// groups): block (row, y) takes heads y * kWarps .. of the row's q | k | v heads, a warp per
+// head (several blocks a row, so a one-row decode step is not one SM's work); no reduction
+// spans rows or heads: batch-invariant (DESIGN 5).
 #include "rmsnorm.cuh"
 #include "rotary.cuh"
 
@@ -43,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(luce_rope_kv_params p
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, D = p.head_dim;
     const int64_t dst = p.kv_dst[row];
     const int heads = p.heads_q + 2 * p.heads_kv;
-    for (int h = warp; h < heads; h += kWarps) {
+    for (int h = blockIdx.y * kWarps + warp; h < heads; h += kWarps * gridDim.y) {
         if (h < p.heads_q) {
             head_norm_rope(p.q + row * p.q_stride + (int64_t)h * D, p.q_out + (row * p.heads_q + h) * D, p.q_norm,
                            p.eps, table, D, p.rope_dim, lane);
@@ -72,6 +74,7 @@ extern "C" int luce_rope_kv(const luce_rope_kv_params *p, void *stream) {
         return (int)cudaErrorInvalidValue;
     if (p->rows == 0) return 0;
     const size_t shmem = (size_t)p->rope_dim * sizeof(float);
-    rope_kv_kernel<<<(unsigned)p->rows, kThreads, shmem, (cudaStream_t)stream>>>(*p);
+    const unsigned groups = (unsigned)((p->heads_q + 2 * p->heads_kv + kWarps - 1) / kWarps);
+    rope_kv_kernel<<<dim3((unsigned)p->rows, groups), kThreads, shmem, (cudaStream_t)stream>>>(*p);
     return luce_status(cudaGetLastError());
 }
