@@ -15,6 +15,7 @@
 #include "conv1d.cuh"
 #include "gdn_recurrent.cuh"
 #include "pointwise.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -61,6 +62,8 @@ __device__ __forceinline__ void conv_state_advance(const luce_gdn_decode_params 
 
 template <int K>
 __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_decode_params p) {
+    wait_for_prior_kernels();  // q, k, v, z, b, a come from the matmuls ahead
+    let_dependents_start();
     const Layout L = layout_of(p);
     const int64_t seg = blockIdx.y, Hk = p.n_k_heads, Hv = p.n_v_heads, dk = p.dk, dv = p.dv;
     const int64_t slot = p.seq_slots[seg];
@@ -133,8 +136,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
 
 template <int K>
 cudaError_t launch_prepare(const luce_gdn_decode_params &p, dim3 grid, cudaStream_t stream) {
-    gdn_decode_prepare_kernel<K><<<grid, kThreads, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_overlapped(gdn_decode_prepare_kernel<K>, grid, dim3(kThreads), 0, stream, true, p);
 }
 
 template <int DK>
@@ -143,8 +145,7 @@ cudaError_t launch_recurrent_norm(const luce_gdn_decode_params &p, cudaStream_t 
                                          p.n_slots, p.n_segments, p.n_v_heads, p.dk, p.dv};
     const GdnNormEpilogue e = {p.z, p.norm_weight, p.normed, p.arrivals, p.rms_eps};
     const dim3 grid((unsigned)(p.dv / WARP_SIZE), (unsigned)p.n_v_heads, (unsigned)p.n_segments);
-    gdn_recurrent_kernel<DK, true><<<grid, GDN_THREADS, 0, stream>>>(r, e);
-    return cudaGetLastError();
+    return launch_overlapped(gdn_recurrent_kernel<DK, true>, grid, dim3(GDN_THREADS), 0, stream, true, r, e);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "gated_rmsnorm.cuh"
 #include "gdn_common.cuh"
+#include "pdl.cuh"
 
 struct GdnNormEpilogue {
     const float *z;        // [T, Hv, Dv]
@@ -32,6 +33,8 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_recurrent_kernel(luce_gdn_rec
                                                                     GdnNormEpilogue e) {
     constexpr int ROWS = DK / GDN_KGROUPS;
     __shared__ GdnScratch scratch;
+    wait_for_prior_kernels();  // a no-op unless launched overlapped (the fused decode chain)
+    let_dependents_start();
     const int seg = blockIdx.z;
     const int head = blockIdx.y;
     const int lane = threadIdx.x % WARP_SIZE;

@@ -110,6 +110,7 @@ mmq_kernel(MmqArgs a) {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) copy_next(s);
     wait_for_prior_kernels();  // x is written by the kernel ahead (quantize_x or another)
+    let_dependents_start();
     const int64_t t_first = ((int64_t)blockIdx.y * TS + ts) * 8 * NT;
     int fill = kStages - 1, use = 0;  // the stages of the next copy and of the next chunk used
     for (int t = 0; t < tiles; ++t) {
@@ -331,8 +332,8 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     if (!(p->flags & LUCE_MATMUL_REUSE_X)) {
         const int64_t warps = xl.tp * xl.chunks;
         const int per_block = 256 / WARP_SIZE;
-        quantize_x_kernel<<<(unsigned)((warps + per_block - 1) / per_block), 256, 0, stream>>>(p->x, p->rows, p->k, xl);
-        const cudaError_t err = cudaGetLastError();
+        const cudaError_t err = launch_overlapped(quantize_x_kernel, dim3((unsigned)((warps + per_block - 1) / per_block)),
+                                                  dim3(256), 0, stream, true, p->x, p->rows, p->k, xl);
         if (err != cudaSuccess) return luce_status(err);
     }
     const uint8_t *w = static_cast<const uint8_t *>(p->w);

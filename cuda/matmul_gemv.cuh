@@ -166,6 +166,7 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     if (blockIdx.x < batches) load_batch(blockIdx.x);  // weights before the kernel ahead ends
     if (threadIdx.x < kGemvRing) arrived[threadIdx.x] = 0;
     wait_for_prior_kernels();  // x is written by the kernel ahead
+    let_dependents_start();    // the kernel after may be scheduled (it waits for this one to end)
     GroupX gx[CPL];
 #pragma unroll
     for (int s = 0; s < CPL; ++s) load_group_x<G::kOffset>(a.x, ch[s], j, gx[s]);

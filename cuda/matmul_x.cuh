@@ -114,7 +114,8 @@ __device__ __forceinline__ void quantize_x_values(float v[8], const XLayout &l, 
 // One warp per (row, chunk): lane = 4 * group + quad holds values 4q..4q+3 and 16+4q..16+4q+3.
 static __global__ void __launch_bounds__(256) quantize_x_kernel(const float *x, int64_t rows, int64_t k,
                                                                 XLayout l) {
-    let_dependents_start();  // the matmul may launch now; it waits for this kernel before reading x
+    wait_for_prior_kernels();  // x comes from the kernel ahead
+    let_dependents_start();    // the matmul may launch now; it waits for this kernel before reading x
     const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
     const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
     if (item >= l.tp * l.chunks) return;  // whole warps

@@ -39,7 +39,8 @@ constexpr int kQuantChunks = 2;  // 256-value chunks a block of add_rmsnorm_quan
 __global__ void __launch_bounds__(kThreads) add_rmsnorm_quant_kernel(Row r, int64_t rows, mm::XLayout l) {
     __shared__ float scratch[32];
     __shared__ float warp_scale;
-    let_dependents_start();  // the matmul may launch; it waits for this kernel before reading x
+    wait_for_prior_kernels();  // x and residual come from the kernels ahead
+    let_dependents_start();    // the matmul may launch; it waits for this kernel before reading x
     const int64_t row = blockIdx.x, base = row * r.cols;
     const bool live = row < rows;
     float scale = 0.0f;
@@ -74,6 +75,7 @@ __global__ void __launch_bounds__(kThreads) add_rmsnorm_quant_kernel(Row r, int6
 
 // One warp per (token, chunk), as quantize_x_kernel; out written in f32 as well.
 __global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(luce_swiglu_quant_params p, mm::XLayout l) {
+    wait_for_prior_kernels();
     let_dependents_start();
     const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
     const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
@@ -128,7 +130,8 @@ extern "C" int luce_add_rmsnorm(const luce_add_rmsnorm_params *p, void *stream) 
     if (quant && aliased) return (int)cudaErrorInvalidValue;
     if (quant) {
         const dim3 grid((unsigned)l.tp, (unsigned)((l.chunks + kQuantChunks - 1) / kQuantChunks));
-        add_rmsnorm_quant_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(r, p->rows, l);
+        return luce_status(launch_overlapped(add_rmsnorm_quant_kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream,
+                                             true, r, p->rows, l));
     } else {
         add_rmsnorm_kernel<<<(unsigned)p->rows, kThreads, 0, (cudaStream_t)stream>>>(r);
     }
@@ -144,6 +147,6 @@ extern "C" int luce_swiglu_quant(const luce_swiglu_quant_params *p, void *stream
     const int err = quant_layout(p->workspace, p->workspace_bytes, p->out, p->rows, p->cols, &l);
     if (err) return err;
     const int64_t warps = l.tp * l.chunks;
-    swiglu_quant_kernel<<<(unsigned)((warps + kWarps - 1) / kWarps), kThreads, 0, (cudaStream_t)stream>>>(*p, l);
-    return luce_status(cudaGetLastError());
+    return luce_status(launch_overlapped(swiglu_quant_kernel, dim3((unsigned)((warps + kWarps - 1) / kWarps)),
+                                         dim3(kThreads), 0, (cudaStream_t)stream, true, *p, l));
 }

@@ -12,6 +12,7 @@
 // spans rows or heads: batch-invariant (DESIGN 5).
 #include "rmsnorm.cuh"
 #include "rotary.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -41,6 +42,8 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(luce_rope_kv_params p
     extern __shared__ float table[];  // cos [half] then sin [half]
     const int64_t row = blockIdx.x;
     rope::fill_table(table, p.positions, row, p.n_pos, p.sections, p.rope_dim, p.theta, threadIdx.x, kThreads);
+    wait_for_prior_kernels();  // positions come from the step's upload; q, k, v from the matmul ahead
+    let_dependents_start();
     __syncthreads();
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, D = p.head_dim;
     const int64_t dst = p.kv_dst[row];
@@ -75,6 +78,6 @@ extern "C" int luce_rope_kv(const luce_rope_kv_params *p, void *stream) {
     if (p->rows == 0) return 0;
     const size_t shmem = (size_t)p->rope_dim * sizeof(float);
     const unsigned groups = (unsigned)((p->heads_q + 2 * p->heads_kv + kWarps - 1) / kWarps);
-    rope_kv_kernel<<<dim3((unsigned)p->rows, groups), kThreads, shmem, (cudaStream_t)stream>>>(*p);
-    return luce_status(cudaGetLastError());
+    return luce_status(launch_overlapped(rope_kv_kernel, dim3((unsigned)p->rows, groups), dim3(kThreads), shmem,
+                                         (cudaStream_t)stream, true, *p));
 }
