@@ -1,8 +1,13 @@
-// Prompt-row paged attention on TF32 tensor cores: rows 0..prompt_rows-1 of a luce_attention
-// launch (cuda/luce_ops.h), flash-attention style over the paged f32 KV cache, causal or not,
-// GQA. Reference: luce/ref/attention.py (math, float64) and luce/ref/attention_prefill.py
-// (this kernel's arithmetic: TF32 roundings, key blocks, online softmax; tolerance model).
+// Prompt-row paged attention on tensor cores: rows 0..prompt_rows-1 of a luce_attention launch
+// (cuda/luce_ops.h), flash-attention style over the paged f32 KV cache, causal or not, GQA.
+// Two kernels share the grid, the key splits and the workspace: the f16 one (mma.sync
+// m16n8k16, f32 accumulation; device code and its counts in cuda/attention_prefill_f16.cuh,
+// kernel and launch at the end of this file) is the default; the TF32 one below (m16n8k8) runs
+// when the environment sets LUCE_ATTN_PROMPT=tf32, read by each launch, for comparison runs.
+// Reference: luce/ref/attention.py (math, float64) and luce/ref/attention_prefill.py (each
+// kernel's arithmetic: roundings, key blocks, online softmax; tolerance model).
 //
+// The TF32 kernel.
 // Grid (tiles, Hkv, splits). A tile is kTileQV = 64 query vectors (row r0 + v / G, query head
 // hk * G + v % G; 64 / G consecutive rows), one warp per 16 of them (the mma's M). Block
 // (tile, hk, s) takes keys [s * S, (s + 1) * S) (S = kSplitKeys, absolute KV indices; only up

@@ -1,6 +1,7 @@
-// Prompt-row paged attention on f16 tensor cores (f32 accumulation), the default prompt-row
-// kernel of cuda/attention_prefill.cu (LUCE_ATTN_PROMPT=tf32 picks the older TF32 one there).
-// Rows 0..prompt_rows-1 of a luce_attention launch, flash-attention style over the paged f32
+// Prompt-row paged attention on f16 tensor cores (f32 accumulation): the device code of the
+// default prompt-row kernel (its __global__ kernel and launch sit at the end of
+// cuda/attention_prefill.cu, which the host emulator's build rewrites; LUCE_ATTN_PROMPT=tf32
+// picks the older TF32 kernel there). Rows 0..prompt_rows-1 of a luce_attention launch, flash-attention style over the paged f32
 // KV cache, causal or not, GQA. Reference: luce/ref/attention_prefill.py (kind "f16": this
 // kernel's roundings, key blocks and online softmax; tolerance model).
 //
@@ -12,7 +13,9 @@
 // units) and sum l into workspace entry s; the combine kernel (cuda/attention.cu) merges a
 // prompt row's splits in order. Shared memory, f16, rows padded to D + 8 halves (16-byte
 // aligned, ldmatrix conflict-free): Q [kTileQV][D + 8], K and V [B][D + 8]; per key block the
-// block's K and V rows are read once from the pages (f32) and stored as f16.
+// block's K and V rows are read once from the pages (f32) and stored as f16. Bytes: D = 64:
+// 36,864 | D = 128: 69,632 | D = 256: 67,584 dynamic, plus 1-2 KiB static; all fit the 99 KiB
+// a block may take on sm_86/89/120.
 // Per row, query head and key block (all in the row's own absolute key positions):
 //   q16 = f16(q * (scale * log2 e))        once per tile (f32 product, then round to nearest even)
 //   s_j = q16 . f16(k_j)                   m16n8k16 MMAs over D in increasing 16-dim steps;
