@@ -1,8 +1,13 @@
-// Prompt-row paged attention on TF32 tensor cores: rows 0..prompt_rows-1 of a luce_attention
-// launch (cuda/luce_ops.h), flash-attention style over the paged f32 KV cache, causal or not,
-// GQA. Reference: luce/ref/attention.py (math, float64) and luce/ref/attention_prefill.py
-// (this kernel's arithmetic: TF32 roundings, key blocks, online softmax; tolerance model).
+// Prompt-row paged attention on tensor cores: rows 0..prompt_rows-1 of a luce_attention launch
+// (cuda/luce_ops.h), flash-attention style over the paged f32 KV cache, causal or not, GQA.
+// Two kernels share the grid, the key splits and the workspace: the f16 one (mma.sync
+// m16n8k16, f32 accumulation; device code and its counts in cuda/attention_prefill_f16.cuh,
+// kernel and launch at the end of this file) is the default; the TF32 one below (m16n8k8) runs
+// when the environment sets LUCE_ATTN_PROMPT=tf32, read by each launch, for comparison runs.
+// Reference: luce/ref/attention.py (math, float64) and luce/ref/attention_prefill.py (each
+// kernel's arithmetic: roundings, key blocks, online softmax; tolerance model).
 //
+// The TF32 kernel.
 // Grid (tiles, Hkv, splits). A tile is kTileQV = 64 query vectors (row r0 + v / G, query head
 // hk * G + v % G; 64 / G consecutive rows), one warp per 16 of them (the mma's M). Block
 // (tile, hk, s) takes keys [s * S, (s + 1) * S) (S = kSplitKeys, absolute KV indices; only up
@@ -29,7 +34,11 @@
 // splits) and 12 GFLOP at the Coder-1.5B shape (Hq 12, Hkv 2, D 128); against the H200's TF32
 // mma.sync rate (~half its 495 TFLOP/s dense TF32) that is ~0.2 / 0.05 ms, so the kernel is
 // bound by its loads, the online softmax and the f32 -> TF32 conversions, not the MMAs.
+#include <stdlib.h>
+#include <string.h>
+
 #include "attention_common.cuh"
+#include "attention_prefill_f16.cuh"
 #include "mma_tf32.cuh"
 
 namespace luce_attn {
@@ -284,6 +293,55 @@ int launch_prompt(const luce_attention_params &p, int32_t n_parts, int32_t page_
     return luce_status(cudaGetLastError());
 }
 
+// ---- the f16 kernel (its device code: cuda/attention_prefill_f16.cuh) ----------------------
+
+template <int D>
+__global__ void __launch_bounds__(F16Shape<D>::kThreads, F16Shape<D>::kMinBlocks)
+attention_prompt_f16_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift) {
+    using S = F16Shape<D>;
+    extern __shared__ float4 smem4[];
+    __shared__ int64_t key_off[2][S::kBlockKeys];
+    __shared__ int32_t row_n[S::kTileQV], row_state[S::kTileQV];
+    const int G = p.n_heads_q / p.n_heads_kv;
+    const int32_t rows_per_tile = S::kTileQV / G;
+    const int32_t t0 = blockIdx.x * rows_per_tile;
+    const int32_t t1 = min(t0 + rows_per_tile, p.prompt_rows);
+    for (int32_t r0 = t0; r0 < t1;) {  // one piece per segment the tile touches
+        const int32_t seg = attention_segment_of(p, r0);
+        const int32_t r1 = min(t1, p.qo_indptr[seg + 1]);
+        f16_prompt_piece<D>(p, r0, r1, blockIdx.y, blockIdx.z, n_parts, page_shift,
+                            reinterpret_cast<uint16_t *>(smem4), key_off, row_n, row_state);
+        r0 = r1;
+    }
+}
+
+template <int D>
+int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
+    using S = F16Shape<D>;
+    static int ready = 0;  // 1: the shared-memory limit is raised; -1: the device cannot hold a tile
+    if (ready == 0) {  // once, before any graph capture reaches here
+        int device = 0, optin = 0;
+        cudaError_t err = cudaGetDevice(&device);
+        if (err == cudaSuccess)
+            err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        if (err == cudaSuccess && (size_t)optin < S::kSmemBytes + S::kStaticBytes)
+            err = cudaErrorNotSupported;  // e.g. a 64 KiB LDS: every row takes the partition kernel
+        if (err == cudaSuccess)
+            err = cudaFuncSetAttribute(attention_prompt_f16_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)S::kSmemBytes);
+        ready = err == cudaSuccess ? 1 : -1;
+        if (err != cudaSuccess) (void)cudaGetLastError();
+    }
+    if (ready < 0) return (int)cudaErrorNotSupported;
+    const int G = p.n_heads_q / p.n_heads_kv;
+    const int32_t rows_per_tile = S::kTileQV / G;
+    const unsigned tiles = (unsigned)((p.prompt_rows + rows_per_tile - 1) / rows_per_tile);
+    const unsigned splits = (unsigned)prompt_splits(n_parts);
+    attention_prompt_f16_kernel<D><<<dim3(tiles, (unsigned)p.n_heads_kv, splits), S::kThreads, S::kSmemBytes,
+                                     stream>>>(p, n_parts, page_shift);
+    return luce_status(cudaGetLastError());
+}
+
 }  // namespace
 
 int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
@@ -291,6 +349,17 @@ int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int3
 #if WARP_SIZE != 32
     return (int)cudaErrorNotSupported;  // the fragment layouts are a 32-lane warp's
 #else
+    // LUCE_ATTN_PROMPT=tf32: the TF32 kernel above (kept for comparison runs), read per launch
+    // so one process can time both; anything else: the f16 kernel (cuda/attention_prefill_f16.cuh).
+    const char *kind = getenv("LUCE_ATTN_PROMPT");
+    if (kind == nullptr || strcmp(kind, "tf32") != 0) {
+        switch (p.head_dim) {
+            case 64: return launch_prompt_f16<64>(p, n_parts, page_shift, stream);
+            case 128: return launch_prompt_f16<128>(p, n_parts, page_shift, stream);
+            case 256: return launch_prompt_f16<256>(p, n_parts, page_shift, stream);
+            default: return (int)cudaErrorInvalidValue;
+        }
+    }
     switch (p.head_dim) {
         case 64: return launch_prompt<64>(p, n_parts, page_shift, stream);
         case 128: return launch_prompt<128>(p, n_parts, page_shift, stream);

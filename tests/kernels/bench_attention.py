@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import statistics
 import sys
 
@@ -45,11 +46,12 @@ def random_device_buffer(n_floats: int, seed: int, scale: float = 1.0):
 
 
 def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tuple = (HQ, HKV, D),
-                   tiled: bool = False):
+                   tiled: bool = False, prompt_kernel: str = "f16"):
     """n_seqs sequences of `context` KV rows each, the last rows_per_seq of them queries
     (1: AR decode rows; more: a prefill chunk). heads (Hq, Hkv, D); tiled: every row takes
-    the prompt-row kernel (prompt_rows = all rows; TF32 tensor cores, cuda/attention_prefill.cu),
-    else the per-row partition kernel (the decode rows' arithmetic)."""
+    the prompt-row kernel (prompt_rows = all rows), prompt_kernel "f16" (f16 tensor cores,
+    cuda/attention_prefill_f16.cuh) or "tf32" (the older TF32 one; LUCE_ATTN_PROMPT, set around
+    each launch), else the per-row partition kernel (the decode rows' arithmetic)."""
     hq, hkv, d = heads
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
@@ -75,9 +77,17 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     keep = (k, v, q, out, ws, meta_bufs)
 
     def launch(stream: int = 0, _keep=keep):
-        ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs),
-                     rows, n_seqs, hq, hkv, d, PAGE, context, 1.0 / 16, True, stream,
-                     prompt_rows=rows if tiled else 0)
+        before = os.environ.get("LUCE_ATTN_PROMPT")
+        os.environ["LUCE_ATTN_PROMPT"] = prompt_kernel
+        try:
+            ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs),
+                         rows, n_seqs, hq, hkv, d, PAGE, context, 1.0 / 16, True, stream,
+                         prompt_rows=rows if tiled else 0)
+        finally:
+            if before is None:
+                del os.environ["LUCE_ATTN_PROMPT"]
+            else:
+                os.environ["LUCE_ATTN_PROMPT"] = before
 
     keys = n_seqs * sum(context - rows_per_seq + j + 1 for j in range(rows_per_seq))
     bytes_moved = n_seqs * context * hkv * d * 4 * 2 + 2 * rows * hq * d * 4
@@ -135,20 +145,21 @@ BENCH_CASES = [
 ]
 for _c in BENCH_CASES:
     _c.__name__ = "attention_" + "_".join(map(str, _c.args))
-# Prompt chunks of 512 rows ending at 4K and 12K keys, prompt kernel ("tiled": the names of
-# the f32 tiled kernel it replaced, so PERF.md's session-6 rows compare directly: 2,797 us and
-# 726 us at 4K) and per-row, at the 27B shape and the Coder-1.5B one (Hq 12, Hkv 2, D 128).
+# Prompt chunks of 512 rows ending at 4K and 12K keys at the 27B shape and the Coder-1.5B one
+# (Hq 12, Hkv 2, D 128): the f16 prompt kernel (the default), the TF32 one it replaced ("tiled":
+# the names PERF.md's earlier rows use, e.g. 1,954 us and 364 us at 4K) and per-row.
 SHAPES = {"27b": (HQ, HKV, D), "1p5b": (12, 2, 128)}
 PREFILL_CASES = []
 for _shape, _heads in SHAPES.items():
     for _ctx in (4096, 12288):
-        for _tiled in (True, False):
-            _c = functools.partial(attention_case, 1, _ctx, 512, _heads, _tiled)
-            _c.__name__ = f"attention_prompt_{'tiled' if _tiled else 'per_row'}_{_shape}_{_ctx}_512"
+        for _name, _tiled, _kernel in (("f16", True, "f16"), ("tiled", True, "tf32"), ("per_row", False, "f16")):
+            _c = functools.partial(attention_case, 1, _ctx, 512, _heads, _tiled, _kernel)
+            _c.__name__ = f"attention_prompt_{_name}_{_shape}_{_ctx}_512"
             PREFILL_CASES.append(_c)
-_c = functools.partial(attention_case, 1, 4096, 64, (HQ, HKV, D), True)
-_c.__name__ = "attention_prompt_tiled_27b_4096_64"
-PREFILL_CASES.append(_c)
+for _name, _kernel in (("f16", "f16"), ("tiled", "tf32")):
+    _c = functools.partial(attention_case, 1, 4096, 64, (HQ, HKV, D), True, _kernel)
+    _c.__name__ = f"attention_prompt_{_name}_27b_4096_64"
+    PREFILL_CASES.append(_c)
 TREE_CASES = [functools.partial(tree_attention_case, n, ctx, w) for n, ctx, w in [(2, 1024, 8), (0, 4096, 64),
                                                                                  (0, 4096, 8)]]
 for _c in TREE_CASES:

@@ -1,9 +1,11 @@
-"""The attention kernels' own source on the CPU (tests/kernels/emu): the prompt-row kernel
-(cuda/attention_prefill.cu, here through its shuffle form of the TF32 MMA) against its
-arithmetic model luce/ref/attention_prefill.py and the exact math luce/ref/attention.py, and a
-prompt row's bits invariant to its chunk, its tile position and the rows beside it; decode and
-tree rows (cuda/attention.cu) the same bits whatever query-head group a block takes and
-whether the last partition block or the combine launch merges the partitions. The
+"""The attention kernels' own source on the CPU (tests/kernels/emu): the prompt-row kernels
+(cuda/attention_prefill_f16.cuh, the default, and the TF32 one of cuda/attention_prefill.cu
+under LUCE_ATTN_PROMPT=tf32; here through the shuffle forms of their MMAs and ldmatrix)
+against their arithmetic model luce/ref/attention_prefill.py and the exact math
+luce/ref/attention.py, and a prompt row's bits invariant to its chunk, its tile position and
+the rows beside it; decode and tree rows (cuda/attention.cu) the same bits whatever
+query-head group a block takes and whether the last partition block or the combine launch
+merges the partitions. The
 emulation runs each CUDA thread as a host thread, so the cases are small;
 tests/kernels/test_attention_prefill.py runs the set on a GPU (the MMA itself).
 """
@@ -61,16 +63,23 @@ def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True, counters=No
     return out
 
 
-def prompt_ref(q, pool, batch, scale, rows, causal=True):
+@pytest.fixture(params=["f16"])
+def kind(request, monkeypatch):
+    """The prompt-row kernel a test runs (LUCE_ATTN_PROMPT, read by each launch)."""
+    monkeypatch.setenv("LUCE_ATTN_PROMPT", request.param)
+    return request.param
+
+
+def prompt_ref(q, pool, batch, scale, rows, causal=True, kind="f16"):
     return paged_attention_prompt(q, pool.k, pool.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
-                                  batch.kv_last_page_len, batch.seq_slots, scale, causal, rows)
+                                  batch.kv_last_page_len, batch.seq_slots, scale, causal, rows, kind)
 
 
-def check_prompt_rows(got, q, pool, batch, tp, scale, rows, causal=True):
-    """Prompt rows against the TF32 model and the exact math; rows past them the per-row kernel's."""
+def check_prompt_rows(got, q, pool, batch, tp, scale, rows, causal=True, kind="f16"):
+    """Prompt rows against their kernel's model and the exact math; rows past them the per-row kernel's."""
     tp = np.full(batch.n_rows, -1, np.int32) if tp is None else tp
     exact = tree_reference(q, pool, batch, tp, scale) if causal else None
-    model = prompt_ref(q, pool, batch, scale, rows, causal)
+    model = prompt_ref(q, pool, batch, scale, rows, causal, kind)
     live = got[:, 0, 0] != FILL
     head = np.zeros(len(live), bool)
     head[:rows] = True
@@ -88,11 +97,13 @@ CASES = {  # (Hq, Hkv, D), [(slot, kv_len, rows)], tree segment, prompt_rows
                                                 None, 22),
     "g2_d64_split_boundary": ((2, 1, 64), [(0, 1100, 8)], None, 8),
     "g2_d128": ((2, 1, 128), [(0, 90, 9)], None, 9),
+    "g4_d256": ((4, 2, 256), [(0, 70, 5)], None, 5),
 }
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_prompt_rows_match_the_tf32_model_emulated(lib, name):
+@pytest.mark.parametrize("kind,name", [("f16", name) for name in CASES]
+                         + [("tf32", "g2_d128")], indirect=["kind"])
+def test_prompt_rows_match_their_model_emulated(lib, kind, name):
     (hq, hkv, d), specs, tree_seg, prompt_rows = CASES[name]
     rng = np.random.default_rng(len(name))
     pool = Pool(rng, sum(pages_needed(max(n, 1)) for _, n, _ in specs) + 2, hkv, d)
@@ -101,14 +112,14 @@ def test_prompt_rows_match_the_tf32_model_emulated(lib, name):
     batch, tp = pack_trees(seqs, trees)
     q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
     got = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows)
-    check_prompt_rows(got, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows)
+    check_prompt_rows(got, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows, kind=kind)
     # the rows past prompt_rows took the per-row kernel exactly as in a launch without prompt rows
     per_row = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), 0)
     assert np.array_equal(got[prompt_rows:], per_row[prompt_rows:])
 
 
-def test_prompt_row_bits_independent_of_chunk_tile_and_neighbours_emulated(lib):
-    """A 30-row prompt at 60 tokens of context (G = 6: 10 rows a tile) in one launch, cut into
+def test_prompt_row_bits_independent_of_chunk_tile_and_neighbours_emulated(lib, kind):
+    """A 30-row prompt at 60 tokens of context (G = 6: 21 rows a tile) in one launch, cut into
     chunks that move every row to another tile position, and beside another prompt and a
     decoder: every row the same bits."""
     hq, hkv, d = 6, 1, 64
@@ -132,7 +143,7 @@ def test_prompt_row_bits_independent_of_chunk_tile_and_neighbours_emulated(lib):
     assert np.array_equal(mixed[7:7 + total - 4], one[4:]), "a row changed beside another prompt"
 
 
-def test_non_causal_prompt_rows_emulated(lib):
+def test_non_causal_prompt_rows_emulated(lib, kind):
     rng = np.random.default_rng(1)
     pool = Pool(rng, pages_needed(100) + 1, 1, 64)
     seq = pool.seq(0, 100, 12)

@@ -1,4 +1,5 @@
-"""Prompt-row attention on TF32 tensor cores (cuda/attention_prefill.cu) on a GPU.
+"""Prompt-row attention on tensor cores (cuda/attention_prefill.cu: the f16 kernel, or the
+older TF32 one when LUCE_ATTN_PROMPT=tf32 is set for the run) on a GPU.
 
 Prompt rows take their own arithmetic (DESIGN 5 rule 1): they are checked against its model
 luce/ref/attention_prefill.py and the exact math luce/ref/attention.py within
@@ -8,6 +9,8 @@ other prompts. Rows past prompt_rows keep the per-row kernel's bits. The CPU emu
 same source: tests/kernels/test_attention_emulated.py. Helpers: tests/kernels/test_attention.py.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -21,6 +24,8 @@ from tests.kernels.tolerances import tolerance
 PROMPT_ROWS = [1, 17, 64, 65, 300]
 # (Hq, Hkv, D): G = 6 at both model shapes (27B, Coder-1.5B), then G 2, 3, 4, 8
 HEADS = [(24, 4, 256), (12, 2, 128), (4, 2, 128), (6, 2, 256), (8, 2, 128), (16, 2, 256)]
+# the kernel the library launches for prompt rows (read by each launch), so its model
+KIND = "tf32" if os.environ.get("LUCE_ATTN_PROMPT") == "tf32" else "f16"
 
 
 def mixed_launch(rng, hq, hkv, d, rows, context):
@@ -36,11 +41,11 @@ def mixed_launch(rng, hq, hkv, d, rows, context):
 
 def prompt_ref(q, pool, batch, scale, rows, causal=True):
     return paged_attention_prompt(q, pool.k, pool.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
-                                  batch.kv_last_page_len, batch.seq_slots, scale, causal, rows)
+                                  batch.kv_last_page_len, batch.seq_slots, scale, causal, rows, KIND)
 
 
 def assert_prompt_close(got, q, pool, batch, scale, rows, exact=None, causal=True):
-    """got[:rows] (live rows) against the TF32 model and, given, the exact math."""
+    """got[:rows] (live rows) against the kernel's model and, given, the exact math."""
     live = got[:rows, 0, 0] != np.float32(SENTINEL)
     model = prompt_ref(q, pool, batch, scale, rows, causal)[:rows]
     np.testing.assert_allclose(got[:rows][live], model[live], *tolerance("attention_prompt"))
@@ -53,7 +58,7 @@ def assert_prompt_close(got, q, pool, batch, scale, rows, exact=None, causal=Tru
 @pytest.mark.parametrize("heads", HEADS)
 @pytest.mark.parametrize("rows", PROMPT_ROWS)
 def test_prompt_rows_in_mixed_launch(rows, heads):
-    """Prompt rows match the TF32 model and are bitwise what they are alone; the decoders and
+    """Prompt rows match their kernel's model and are bitwise what they are alone; the decoders and
     the tree after them keep the per-row kernel's bits."""
     hq, hkv, d = heads
     rng = np.random.default_rng(rows * 31 + hq + d)
@@ -160,9 +165,10 @@ def test_prompt_rows_are_the_leading_run_of_prefill_segments():
 
 
 @pytest.mark.parametrize("n,d", [(1, 64), (255, 128), (257, 256), (1100, 128)])
-def test_tf32_model_matches_the_float64_reference(n, d):
-    """luce/ref/attention_prefill.py (the prompt kernel's arithmetic) against luce/ref/attention.py:
-    TF32's error, and the model with TF32 rounding taken out is the exact math."""
+@pytest.mark.parametrize("kind", ["f16", "tf32"])
+def test_prompt_model_matches_the_float64_reference(n, d, kind):
+    """luce/ref/attention_prefill.py (the prompt kernels' arithmetic) against luce/ref/attention.py:
+    a 10-bit mantissa's error, and the model with its roundings taken out is the exact math."""
     from luce.ref import attention_prefill as pf
     from luce.ref.attention import attend_row
 
@@ -170,12 +176,16 @@ def test_tf32_model_matches_the_float64_reference(n, d):
     q = rng.standard_normal((6, d)).astype(np.float32)
     k, v = (rng.standard_normal((n, d)).astype(np.float32) for _ in range(2))
     want = attend_row(q, k[:, None, :].astype(np.float64), v[:, None, :].astype(np.float64), 1 / np.sqrt(d))
-    np.testing.assert_allclose(pf.attend_row_prompt(q, k, v, 1 / np.sqrt(d)), want, *tolerance("attention_prompt_exact"))
+    np.testing.assert_allclose(pf.attend_row_prompt(q, k, v, 1 / np.sqrt(d), kind), want,
+                               *tolerance("attention_prompt_exact"))
     x = np.array([1.0, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, -(1 + 2.0 ** -11), 1 + 2.0 ** -12, np.inf], np.float32)
     assert pf.tf32(x).tolist() == [1.0, 1 + 2.0 ** -10, 1 + 2 * 2.0 ** -10, -(1 + 2.0 ** -10), 1.0, np.inf]
-    exact = pf.tf32
+    # f16: ties to even, overflow at 65,520, subnormals below 2^-14
+    y = np.array([1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, 65519.0, 65520.0, 2.0 ** -20 * 1.75], np.float32)
+    assert pf.f16(y).tolist() == [1.0, 1 + 2 * 2.0 ** -10, 65504.0, np.inf, 2.0 ** -20 * 1.75]
+    rounding = getattr(pf, kind)
     try:
-        pf.tf32 = lambda a: np.asarray(a, np.float32)
-        np.testing.assert_allclose(pf.attend_row_prompt(q, k, v, 1 / np.sqrt(d)), want, rtol=2e-5, atol=2e-6)
+        setattr(pf, kind, lambda a: np.asarray(a, np.float32))
+        np.testing.assert_allclose(pf.attend_row_prompt(q, k, v, 1 / np.sqrt(d), kind), want, rtol=2e-5, atol=2e-6)
     finally:
-        pf.tf32 = exact
+        setattr(pf, kind, rounding)
