@@ -2,7 +2,7 @@
 (cuda/attention_prefill.cu, here through its shuffle form of the TF32 MMA) against its
 arithmetic model luce/ref/attention_prefill.py and the exact math luce/ref/attention.py, and a
 prompt row's bits invariant to its chunk, its tile position and the rows beside it. The
-emulation runs each CUDA thread as a host thread, so the cases are small;
+emulation runs a block's CUDA threads as fibers on one host thread, so the cases are small;
 tests/kernels/test_attention_prefill.py runs the set on a GPU (the MMA itself).
 """
 from __future__ import annotations

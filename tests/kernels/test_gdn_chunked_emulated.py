@@ -2,8 +2,8 @@
 kernel (cuda/gdn_chunked_tc.cuh through luce_gdn_chunked) with its shuffle fallback of the mma
 (cuda/gdn_mma.cuh), against luce/ref/gdn_chunked.py; bitwise: a prompt cut on chunk multiples,
 a segment alone or among others and padding, one-token chunks equal to the recurrent kernel.
-The emulation runs each CUDA thread as a host thread (about 10 s a chunk at Dk 64), so the
-shapes are small; tests/kernels/test_gdn_chunked.py runs the full set on a GPU. The fallback
+The emulation runs a block's CUDA threads as fibers on one host thread (about 0.1 s a
+chunk and column block at Dk 64), so the shapes are small; tests/kernels/test_gdn_chunked.py runs the full set on a GPU. The fallback
 computes the default (3xTF32) products in exact f32 and the "tf32" variant with its operands
 rounded to tf32, as the device does.
 """
