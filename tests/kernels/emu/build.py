@@ -29,14 +29,19 @@ def build(names: list[str], out_dir: Path) -> Path | None:
     cxx = shutil.which("g++")
     if cxx is None:
         return None
-    sources = [str(EMU / "fibers.cpp")]
+    sources = [EMU / "fibers.cpp"]
     for name in names:
         src = out_dir / (Path(name).stem + ".cpp")
         src.write_text(host_source((CUDA / name).read_text()))
-        sources.append(str(src))
+        sources.append(src)
+    flags = ["-std=c++20", "-O2", "-ffp-contract=off", "-fPIC", "-I", str(EMU), "-I", str(CUDA)]
+    objects = [out_dir / (src.stem + ".o") for src in sources]
+    jobs = [subprocess.Popen([cxx, *flags, "-c", str(src), "-o", str(obj)]) for src, obj in zip(sources, objects)]
+    failed = [src.name for src, job in zip(sources, jobs) if job.wait() != 0]
+    if failed:
+        raise RuntimeError(f"g++ failed on {', '.join(failed)}")
     lib = out_dir / "libemu.so"
-    subprocess.run([cxx, "-std=c++20", "-O2", "-ffp-contract=off", "-fPIC", "-shared",
-                    "-I", str(EMU), "-I", str(CUDA), *sources, "-o", str(lib)], check=True)
+    subprocess.run([cxx, "-shared", *map(str, objects), "-o", str(lib)], check=True)
     return lib
 
 

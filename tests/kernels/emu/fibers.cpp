@@ -1,8 +1,11 @@
 // The emulator's CUDA threads (tests/kernels/emu/cuda_runtime.h): one block's threads run as
 // fibers on the calling host thread, switched only at barriers, so a shuffle costs a few
-// context switches instead of waking 32 OS threads. Each scheduling pass runs every ready
-// fiber until it blocks, in ascending thread order, then the next pass in descending order:
-// a missing barrier between a writer and a reader shows in one of the two orders.
+// context switches instead of waking 32 OS threads. A scheduling pass runs the warps one after
+// another, each until every lane waits at a block barrier or has exited (its shuffles in
+// between), lanes in the warp's order; each pass takes the warps and lanes in ascending or
+// descending order (a fixed pseudo-random sequence). So between two block barriers each warp
+// runs all its work before or after each other warp, and a missing barrier between a writer
+// in one warp and a reader in another shows in one of the two orders.
 // Exited threads count as arrived at every barrier (as on the GPU).
 #include <sys/mman.h>
 
@@ -46,8 +49,9 @@ std::vector<int> at_warp, done_in_warp;
 }  // namespace emu
 
 #if defined(__x86_64__)
-// emu_switch(save, next): saves the callee-saved registers, MXCSR and the x87 control word on
-// this stack, stores the stack pointer in *save and resumes the context whose pointer is next.
+// emu_switch(save, next): saves the callee-saved registers on this stack, stores the stack
+// pointer in *save and resumes the context whose pointer is next. The floating-point control
+// state (MXCSR, x87 control word) is the host thread's, shared by every fiber: no kernel sets it.
 extern "C" void emu_switch(void **save, void *next);
 asm(R"(
     .text
@@ -60,14 +64,8 @@ emu_switch:
     pushq %r13
     pushq %r14
     pushq %r15
-    subq $8, %rsp
-    stmxcsr (%rsp)
-    fnstcw 4(%rsp)
     movq %rsp, (%rdi)
     movq %rsi, %rsp
-    ldmxcsr (%rsp)
-    fldcw 4(%rsp)
-    addq $8, %rsp
     popq %r15
     popq %r14
     popq %r13
@@ -96,18 +94,16 @@ namespace {
 }
 
 void start_fiber(int t) {
-    unsigned char *top = stacks[t] + kStackBytes;
+    // Stack tops staggered by 832 bytes a fiber: equally aligned tops would share cache sets.
+    unsigned char *top = stacks[t] + kStackBytes - (t % 64) * 832;
 #if defined(__x86_64__)
-    // The frame emu_switch pops: MXCSR / control word, six registers, then fiber_main as the
-    // return address (entered with the stack 8 mod 16, as after a call).
+    // The frame emu_switch pops: six registers, then fiber_main as the return address (entered
+    // with the stack 8 mod 16, as after a call).
     void **sp = reinterpret_cast<void **>(top) - 2;
     sp[0] = reinterpret_cast<void *>(&fiber_main);
     sp[1] = nullptr;
-    sp -= 7;
-    for (int i = 1; i < 7; ++i) sp[i] = nullptr;
-    uint32_t control[2] = {0, 0};
-    asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(control[0]), "=m"(control[1]));
-    std::memcpy(sp, control, 8);
+    sp -= 6;
+    for (int i = 0; i < 6; ++i) sp[i] = nullptr;
     fibers[t].sp = sp;
 #else
     getcontext(&fibers[t].ctx);
@@ -180,22 +176,33 @@ void run_block(unsigned n_threads, const std::function<void()> &kernel_body) {
     at_block = done = 0;
     body = &kernel_body;
     for (unsigned t = 0; t < n_threads; ++t) start_fiber((int)t);
-    bool ascending = true;
+    uint32_t order = 0x9e3779b9u;  // xorshift32: the direction of each pass
+    const int n_warps = (int)n_threads / kWarp;
     while (done < (int)n_threads) {
+        order ^= order << 13; order ^= order >> 17; order ^= order << 5;
+        const bool ascending = order & 1;
         bool ran = false;
-        for (unsigned i = 0; i < n_threads; ++i) {
-            const int t = ascending ? (int)i : (int)(n_threads - 1 - i);
-            if (fibers[t].state != kReady) continue;
-            resume(t);
-            ran = true;
+        for (int i = 0; i < n_warps; ++i) {
+            const int w = ascending ? i : n_warps - 1 - i;
+            for (bool ready = true; ready;) {  // the warp's lanes until none is ready
+                ready = false;
+                for (int j = 0; j < kWarp; ++j) {
+                    const int t = w * kWarp + (ascending ? j : kWarp - 1 - j);
+                    if (fibers[t].state != kReady) continue;
+                    resume(t);
+                    ran = ready = true;
+                }
+            }
         }
         if (!ran) {
             std::fprintf(stderr, "emu: every live thread waits at a barrier the others never reach\n");
             std::abort();
         }
-        ascending = !ascending;
     }
     body = nullptr;
 }
 
 }  // namespace emu
+
+// Tests read which configuration a launch took by its shared memory.
+extern "C" size_t emu_last_launch_smem() { return emu::last_launch_smem; }
