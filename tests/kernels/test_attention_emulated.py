@@ -6,7 +6,7 @@ luce/ref/attention.py, and a prompt row's bits invariant to its chunk, its tile 
 the rows beside it; decode and tree rows (cuda/attention.cu) the same bits whatever
 query-head group a block takes and whether the last partition block or the combine launch
 merges the partitions. The
-emulation runs each CUDA thread as a host thread, so the cases are small;
+emulation runs a block's CUDA threads as fibers on one host thread, so the cases are small;
 tests/kernels/test_attention_prefill.py runs the set on a GPU (the MMA itself).
 """
 from __future__ import annotations

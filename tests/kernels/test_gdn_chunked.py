@@ -3,7 +3,8 @@ cuda/gdn_chunked_tc.cuh, 3xTF32 by default) against luce/ref/gdn_chunked.py: out
 resident states, chunks at absolute multiples of 64 (start_pos), padding, untouched slots;
 bitwise: cuts on chunk multiples, batch invariance, and one-token chunks equal to the recurrent
 kernel (DESIGN 5 rules 3 and 4). The variants LUCE_GDN_CHUNKED=tf32 (one TF32 pass) and f32 (the
-f32 CUDA-core kernel) are checked for parity and bitwise cuts too."""
+f32 CUDA-core kernel) are checked for parity and bitwise cuts too, and the shared-memory
+configurations of smaller GPUs (LUCE_SMEM_LIMIT) for the same bits as this GPU's."""
 from __future__ import annotations
 
 import numpy as np
@@ -208,3 +209,35 @@ def test_unknown_variant_is_refused(monkeypatch):
     rng = np.random.default_rng(0)
     with pytest.raises(KernelError, match="luce_gdn_chunked"):
         run_kernel(gdn_inputs(rng, 3, 1, 64, 64), random_states(rng, 1, 1, 64, 64), [0, 3], [0], [0])
+
+
+# LUCE_SMEM_LIMIT values: the 99 KB of RTX 3090 / 4090 / 5090, a limit between two compact
+# layouts, the 64 KB of RDNA3/4 (configurations: cuda/gdn_chunked.cu's header).
+SMEM_LIMITS = [101_376, 94_463, 65_536]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", list(VARIANTS))
+@pytest.mark.parametrize("dk,dv", [(128, 128), (128, 96), (64, 64), (256, 32)])
+def test_smaller_shared_memory_configurations_are_bitwise(monkeypatch, mode, dk, dv):
+    from luce._cuda import KernelError
+
+    monkeypatch.setenv("LUCE_GDN_CHUNKED", mode)
+    H = 3
+    rng = np.random.default_rng(dk + dv)
+    # 130 tokens from position 40 (chunks of 24, 64, 42), 2 from 127 (one-token chunks), padding
+    lengths, slots, starts = [130, 2, 3], [1, 0, -1], [40, 127, 0]
+    qo = csr_indptr(lengths)
+    inputs = gdn_inputs(rng, int(qo[-1]), H, dk, dv)
+    states = random_states(rng, 2, H, dk, dv)
+    monkeypatch.delenv("LUCE_SMEM_LIMIT", raising=False)
+    want_o, want_s = run_kernel(inputs, states, qo, slots, starts, out_fill=SENTINEL)
+    for limit in SMEM_LIMITS:
+        monkeypatch.setenv("LUCE_SMEM_LIMIT", str(limit))
+        if mode != "f32" and dk == 256 and limit < 90_368:  # no tensor-core layout fits
+            with pytest.raises(KernelError, match="luce_gdn_chunked"):
+                run_kernel(inputs, states, qo, slots, starts)
+            continue
+        got_o, got_s = run_kernel(inputs, states, qo, slots, starts, out_fill=SENTINEL)
+        assert np.array_equal(got_o, want_o), f"limit {limit}: outputs differ"
+        assert np.array_equal(got_s, want_s), f"limit {limit}: states differ"

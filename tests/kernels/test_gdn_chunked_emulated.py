@@ -2,8 +2,8 @@
 kernel (cuda/gdn_chunked_tc.cuh through luce_gdn_chunked) with its shuffle fallback of the mma
 (cuda/gdn_mma.cuh), against luce/ref/gdn_chunked.py; bitwise: a prompt cut on chunk multiples,
 a segment alone or among others and padding, one-token chunks equal to the recurrent kernel.
-The emulation runs each CUDA thread as a host thread (about 10 s a chunk at Dk 64), so the
-shapes are small; tests/kernels/test_gdn_chunked.py runs the full set on a GPU. The fallback
+The emulation runs a block's CUDA threads as fibers on one host thread (about 0.1 s a
+chunk and column block at Dk 64), so the shapes are small; tests/kernels/test_gdn_chunked.py runs the full set on a GPU. The fallback
 computes the default (3xTF32) products in exact f32 and the "tf32" variant with its operands
 rounded to tf32, as the device does.
 """
@@ -36,7 +36,9 @@ class RecurrentParams(C.Structure):
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    return emu.load(["gdn_chunked.cu", "gdn_recurrent.cu"], tmp_path_factory.mktemp("emu_gdn"), "the GDN kernels")
+    lib = emu.load(["gdn_chunked.cu", "gdn_recurrent.cu"], tmp_path_factory.mktemp("emu_gdn"), "the GDN kernels")
+    lib.emu_last_launch_smem.restype = C.c_size_t
+    return lib
 
 
 def run(lib, inputs, states, qo, slots, starts, fill=np.nan, recurrent=False):
@@ -66,7 +68,7 @@ def assert_close(got, want, mode="tf32x3"):
         rtol, atol = tolerance("gdn_chunked_tf32")
         atol *= float(np.abs(want).max())
     else:
-        rtol, atol = tolerance("gdn_chunked_tc")
+        rtol, atol = tolerance("gdn_chunked_tc" if mode == "tf32x3" else "gdn_chunked")
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
@@ -136,3 +138,81 @@ def test_unknown_variant_is_refused(lib, monkeypatch):
     meta = [np.array(a, np.int32) for a in ([0, 2], [0], [0])]
     p = Params(*(a.ctypes.data for a in (q, k, v, g, beta, st, out, *meta)), 1, 1, 1, 64, 32)
     assert lib.luce_gdn_chunked(C.byref(p), None) != 0
+
+
+# Shared memory a launch takes without a limit (the H200's configuration) and under each
+# LUCE_SMEM_LIMIT: the 99 KB of sm_86/89/120, a limit between two compact layouts, RDNA's 64 KB
+# (sizes: cuda/gdn_chunked.cu's header).
+SMEM_27B = {"tf32x3": {None: 165_120, 101_376: 94_464, 94_463: 69_888, 65_536: 57_600},
+            "f32": {None: 126_976, 65_536: 42_496}}
+
+
+@pytest.mark.parametrize("mode", ["tf32x3", "f32"])
+def test_smaller_shared_memory_configurations_give_the_same_bits_27b_shape(lib, monkeypatch, mode):
+    # The 27B's GDN heads (Dk = Dv = 128), 2 of them. Segment 0: 100 tokens from position 40
+    # (chunks of 24, 64 and 12); segment 1: 2 tokens from 127 (two one-token chunks); padding.
+    monkeypatch.setenv("LUCE_GDN_CHUNKED", mode)
+    H, dk, dv = 2, 128, 128
+    rng = np.random.default_rng(27)
+    lengths, slots, starts = [100, 2, 2], [1, 0, -1], [40, 127, 0]
+    qo = np.concatenate([[0], np.cumsum(lengths)])
+    inputs = gdn_inputs(rng, int(qo[-1]), H, dk, dv)
+    states = random_states(rng, 2, H, dk, dv)
+    results = {}
+    for limit, smem in SMEM_27B[mode].items():
+        if limit is None:
+            monkeypatch.delenv("LUCE_SMEM_LIMIT", raising=False)
+        else:
+            monkeypatch.setenv("LUCE_SMEM_LIMIT", str(limit))
+        results[limit] = run(lib, inputs, states, qo, slots, starts, fill=-777.25)
+        assert lib.emu_last_launch_smem() == smem, f"limit {limit}: not the configuration expected"
+    want_o, want_s = results.pop(None)
+    for s in range(2):
+        r = slice(qo[s], qo[s + 1])
+        ref_o, ref_h = gdn_chunked(*rows(inputs, qo[s], qo[s + 1]), states[slots[s]], start_pos=starts[s])
+        assert_close(want_o[r], ref_o, mode)
+        assert_close(want_s[slots[s]], ref_h, mode)
+    for limit, (got_o, got_s) in results.items():
+        assert np.array_equal(got_o, want_o), f"limit {limit}: outputs differ from the H200 configuration"
+        assert np.array_equal(got_s, want_s), f"limit {limit}: states differ from the H200 configuration"
+
+
+# The other head dims: (variant, Dk, Dv) -> shared memory by limit (0: refused, nothing fits).
+SMEM_OTHER = {("tf32x3", 64, 64): {None: 113_920, 101_376: 97_536, 65_536: 59_648},
+              ("tf32x3", 256, 32): {None: 226_560, 101_376: 90_368, 65_536: 0},
+              ("f32", 64, 32): {None: 86_016, 65_536: 34_304},
+              ("f32", 256, 32): {None: 208_896, 65_536: 58_880}}
+
+
+@pytest.mark.parametrize("mode, dk, dv", list(SMEM_OTHER))
+def test_smaller_shared_memory_configurations_give_the_same_bits_other_head_dims(lib, monkeypatch, mode, dk, dv):
+    # 2 heads; 70 tokens from position 10 (chunks of 54 and 16).
+    monkeypatch.setenv("LUCE_GDN_CHUNKED", mode)
+    H = 2
+    rng = np.random.default_rng(dk + dv)
+    inputs = gdn_inputs(rng, 70, H, dk, dv)
+    states = random_states(rng, 1, H, dk, dv)
+    results = {}
+    for limit, smem in SMEM_OTHER[mode, dk, dv].items():
+        if limit is None:
+            monkeypatch.delenv("LUCE_SMEM_LIMIT", raising=False)
+        else:
+            monkeypatch.setenv("LUCE_SMEM_LIMIT", str(limit))
+        if smem == 0:
+            st = states.copy()
+            q, k, v, g, beta = inputs
+            out = np.zeros((70, H, dv), np.float32)
+            meta = [np.array(a, np.int32) for a in ([0, 70], [0], [10])]
+            p = Params(*(a.ctypes.data for a in (q, k, v, g, beta, st, out, *meta)), 1, 1, H, dk, dv)
+            assert lib.luce_gdn_chunked(C.byref(p), None) != 0, f"limit {limit}: no configuration fits"
+            assert np.array_equal(st, states), "a refused launch changed the state"
+            continue
+        results[limit] = run(lib, inputs, states, [0, 70], [0], [10])
+        assert lib.emu_last_launch_smem() == smem, f"limit {limit}: not the configuration expected"
+    want_o, want_s = results.pop(None)
+    ref_o, ref_h = gdn_chunked(*inputs, states[0], start_pos=10)
+    assert_close(want_o, ref_o, mode)
+    assert_close(want_s[0], ref_h, mode)
+    for limit, (got_o, got_s) in results.items():
+        assert np.array_equal(got_o, want_o), f"limit {limit}: outputs differ from the H200 configuration"
+        assert np.array_equal(got_s, want_s), f"limit {limit}: states differ from the H200 configuration"

@@ -1,15 +1,15 @@
-// Host stand-in for the CUDA subset the attention kernels use (tests/kernels/emu/build.py
-// compiles cuda/attention*.cu against it with g++): blocks run one after another, each CUDA
-// thread is a std::thread, __syncthreads is a block barrier, a shuffle goes through a per-warp
-// exchange (32 lanes), __shared__ arrays are statics and dynamic shared memory is one buffer
-// filled with NaN bytes before each block. It runs the kernels' own arithmetic and indexing,
-// not the device's libm: only comparisons between two kernels of this build mean anything.
+// Host stand-in for the CUDA subset the kernels use (tests/kernels/emu/build.py compiles
+// cuda/*.cu against it with g++): blocks run one after another; a block's threads are fibers
+// on one host thread (tests/kernels/emu/fibers.cpp), switched at __syncthreads (a block
+// barrier) and at each shuffle, which goes through a per-warp exchange (32 lanes) and a warp
+// barrier; __shared__ arrays are statics and dynamic shared memory is one buffer filled
+// with NaN bytes before each block. It runs the kernels' own arithmetic and indexing, not the
+// device's libm: only comparisons between two kernels of this build mean anything.
 #pragma once
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <thread>
+#include <functional>
 #include <vector>
 #include <algorithm>
 #include <memory>
@@ -47,27 +47,33 @@ inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 
 namespace emu {
-inline thread_local dim3 tIdx, bIdx;
+inline dim3 tIdx, bIdx;  // the running fiber's (fibers.cpp sets tIdx at each switch)
 inline dim3 bDim, gDim;
-inline std::barrier<> *block_barrier;
-inline std::vector<std::unique_ptr<std::barrier<>>> warp_barriers;
-inline std::vector<uint32_t> exchange;  // a lane's shuffled word, as bits (floats and ints alike)
+inline std::vector<uint32_t> exchange;  // [2][threads]: a lane's shuffled word, as bits (floats and ints alike)
+inline std::vector<uint32_t> shuffles;  // per thread: shuffles so far (picks the exchange buffer)
 inline std::vector<unsigned char> dyn_smem(1 << 20);
+inline size_t last_launch_smem = 0;  // dynamic shared memory of the last launch (emu_last_launch_smem)
 constexpr int kWarp = 32;
+void block_barrier();  // fibers.cpp
+void warp_barrier();
+void run_block(unsigned n_threads, const std::function<void()> &kernel_body);
 }
 #define threadIdx emu::tIdx
 #define blockIdx emu::bIdx
 #define blockDim emu::bDim
 #define gridDim emu::gDim
-inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
-template <class T> T emu_shfl(T v, int src_lane) {  // lane src_lane's v, every lane of the warp calling
+inline void __syncthreads() { emu::block_barrier(); }
+// Lane src_lane's v, every lane of the warp calling. Two exchange buffers used in turn: a lane
+// writes one again only after the next shuffle's barrier, which every lane reaches after
+// reading this one, so one barrier a shuffle suffices.
+template <class T> T emu_shfl(T v, int src_lane) {
     static_assert(sizeof(T) == 4, "the emulator shuffles 4-byte words");
     const int t = threadIdx.x, w = t / emu::kWarp;
-    std::memcpy(&emu::exchange[t], &v, 4);
-    emu::warp_barriers[w]->arrive_and_wait();
+    uint32_t *buf = emu::exchange.data() + (emu::shuffles[t]++ & 1) * emu::bDim.x;
+    std::memcpy(&buf[t], &v, 4);
+    emu::warp_barrier();
     T r;
-    std::memcpy(&r, &emu::exchange[w * emu::kWarp + src_lane % emu::kWarp], 4);
-    emu::warp_barriers[w]->arrive_and_wait();
+    std::memcpy(&r, &buf[w * emu::kWarp + src_lane % emu::kWarp], 4);
     return r;
 }
 template <class T> T __shfl_xor_sync(unsigned, T v, int m, int) { return emu_shfl(v, (threadIdx.x % emu::kWarp) ^ m); }
@@ -75,25 +81,15 @@ template <class T> T __shfl_sync(unsigned, T v, int src, int) { return emu_shfl(
 template <class K, class... A>
 void emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
-    const unsigned n = block.x;
     emu::bDim = block; emu::gDim = grid;
-    emu::exchange.assign(n, 0u);
+    emu::last_launch_smem = smem;
+    emu::exchange.assign(2 * block.x, 0u);
     if (emu::dyn_smem.size() < smem) emu::dyn_smem.resize(smem);
-    std::barrier<> bb(n);
-    emu::block_barrier = &bb;
-    emu::warp_barriers.clear();
-    for (unsigned w = 0; w < n / emu::kWarp; ++w) emu::warp_barriers.emplace_back(new std::barrier<>(emu::kWarp));
-    std::vector<std::thread> th;
-    for (unsigned t = 0; t < n; ++t)
-        th.emplace_back([=, &bb] {
-            emu::tIdx = dim3(t);
-            for (unsigned z = 0; z < grid.z; ++z) for (unsigned y = 0; y < grid.y; ++y) for (unsigned x = 0; x < grid.x; ++x) {
-                if (t == 0) std::memset(emu::dyn_smem.data(), 0xff, std::min<size_t>(emu::dyn_smem.size(), smem + 64));
-                bb.arrive_and_wait();
-                emu::bIdx = dim3(x, y, z);
-                kernel(args...);
-                bb.arrive_and_wait();
-            }
-        });
-    for (auto &h : th) h.join();
+    const std::function<void()> body = [&] { kernel(args...); };
+    for (unsigned z = 0; z < grid.z; ++z) for (unsigned y = 0; y < grid.y; ++y) for (unsigned x = 0; x < grid.x; ++x) {
+        std::memset(emu::dyn_smem.data(), 0xff, std::min<size_t>(emu::dyn_smem.size(), smem + 64));
+        emu::bIdx = dim3(x, y, z);
+        emu::shuffles.assign(block.x, 0u);
+        emu::run_block(block.x, body);
+    }
 }
