@@ -1,9 +1,10 @@
 // Prompt-row paged attention on f16 tensor cores (f32 accumulation): the device code of the
 // default prompt-row kernel (its __global__ kernel and launch sit at the end of
 // cuda/attention_prefill.cu, which the host emulator's build rewrites; LUCE_ATTN_PROMPT=tf32
-// picks the older TF32 kernel there). Rows 0..prompt_rows-1 of a luce_attention launch, flash-attention style over the paged f32
-// KV cache, causal or not, GQA. Reference: luce/ref/attention_prefill.py (kind "f16": this
-// kernel's roundings, key blocks and online softmax; tolerance model).
+// picks the older TF32 kernel there). Rows 0..prompt_rows-1 of a luce_attention launch,
+// flash-attention style over the paged f32 KV cache, causal or not, GQA. Reference:
+// luce/ref/attention_prefill.py (kind "f16": this kernel's roundings, key blocks and online
+// softmax; tolerance model).
 //
 // Grid (tiles, Hkv, splits). A tile is kTileQV = 16 W query vectors (W warps: 8 at D <= 128,
 // 4 at D = 256; vector v is row r0 + v / G, query head hk * G + v % G), one warp per 16 of
@@ -12,10 +13,17 @@
 // else 64) and writes per row and head an unnormalized partial o, its running max m (log2
 // units) and sum l into workspace entry s; the combine kernel (cuda/attention.cu) merges a
 // prompt row's splits in order. Shared memory, f16, rows padded to D + 8 halves (16-byte
-// aligned, ldmatrix conflict-free): Q [kTileQV][D + 8], K and V [B][D + 8]; per key block the
-// block's K and V rows are read once from the pages (f32) and stored as f16. Bytes: D = 64:
-// 36,864 | D = 128: 69,632 | D = 256: 67,584 dynamic, plus 1-2 KiB static; all fit the 99 KiB
-// a block may take on sm_86/89/120.
+// aligned, ldmatrix conflict-free): Q [kTileQV][D + 8], then one or two buffers of K and V
+// [B][D + 8] each; a key block's K and V rows are read once from the pages (f32) and stored as
+// f16. Two buffers (PIPE, D <= 128): block i + 1's K rows load into registers before block
+// i's Q K^T and land in the other buffer after it, its V rows likewise around P V; one
+// __syncthreads a block. One buffer: all of a block's rows load between blocks (two syncs).
+// Dynamic bytes: D = 64: 36,864 (two: 55,296) | D = 128: 69,632 (two: 104,448) | D = 256:
+// 67,584, plus 1-2 KiB static. The launch takes two buffers where they fit (sm_80, sm_90),
+// else one (the 99 KiB of sm_86/89/120), else the partition kernel; both do the same
+// arithmetic in the same order, so a row's bits do not depend on the choice. Registers (sm_90,
+// ptxas): D = 128 two buffers 229 (one 256-thread block an SM), one buffer 128 (two blocks);
+// D = 256: 240 (two 128-thread blocks).
 // Per row, query head and key block (all in the row's own absolute key positions):
 //   q16 = f16(q * (scale * log2 e))        once per tile (f32 product, then round to nearest even)
 //   s_j = q16 . f16(k_j)                   m16n8k16 MMAs over D in increasing 16-dim steps;
@@ -34,8 +42,8 @@
 //   P V    B/16 * D/16 ldmatrix.x4.trans (V) + B/16 * D/8 MMAs                      32, 64   | 32, 64
 //   softmax B/2 ex2 + 2 (alpha), B/2 fadd (l), B/4 cvt.f16x2, D/2 fmul (o *= a)   34/32/16/64 | 18/16/8/128
 // Per block and key block (W warps): B * D / 4 float4 loads of K and of V (f32 pages, L2
-// mostly), each 2 cvt.f16x2 and one 8-byte shared store: B * D * 8 bytes read
-// (64 KiB at D = 128, B = 64) against 16 W * B * 4D FLOP: 32 W FLOP/byte.
+// mostly), each 2 cvt.f16x2 and one 8-byte shared store: 8 B D bytes read (64 KiB at D = 128,
+// B = 64) against 16 W * B * 4D FLOP: 8 W FLOP/byte (64 at D <= 128, 32 at D = 256).
 // Roof: a 512-row chunk ending at 4,096 keys is 12 GFLOP at the Coder-1.5B shape and 48 GFLOP
 // at the 27B shape; at ~600 TFLOP/s (mma.sync f16) that is 20 / 80 us, so the kernel is bound
 // by the staging (f32 loads and conversion) and the softmax between the MMAs, not the MMAs.
