@@ -295,8 +295,8 @@ int launch_prompt(const luce_attention_params &p, int32_t n_parts, int32_t page_
 
 // ---- the f16 kernel (its device code: cuda/attention_prefill_f16.cuh) ----------------------
 
-template <int D>
-__global__ void __launch_bounds__(F16Shape<D>::kThreads, F16Shape<D>::kMinBlocks)
+template <int D, bool PIPE>
+__global__ void __launch_bounds__(F16Shape<D>::kThreads, F16Shape<D>::min_blocks(PIPE))
 attention_prompt_f16_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift) {
     using S = F16Shape<D>;
     extern __shared__ float4 smem4[];
@@ -309,36 +309,48 @@ attention_prompt_f16_kernel(luce_attention_params p, int32_t n_parts, int32_t pa
     for (int32_t r0 = t0; r0 < t1;) {  // one piece per segment the tile touches
         const int32_t seg = attention_segment_of(p, r0);
         const int32_t r1 = min(t1, p.qo_indptr[seg + 1]);
-        f16_prompt_piece<D>(p, r0, r1, blockIdx.y, blockIdx.z, n_parts, page_shift,
-                            reinterpret_cast<uint16_t *>(smem4), key_off, row_n, row_state);
+        f16_prompt_piece<D, PIPE>(p, r0, r1, blockIdx.y, blockIdx.z, n_parts, page_shift,
+                                  reinterpret_cast<uint16_t *>(smem4), key_off, row_n, row_state);
         r0 = r1;
     }
 }
 
+// Sets the kernel's shared-memory limit once (before any graph capture reaches here): 1 when it
+// fits the device, -1 when not (or on error).
+template <int D, bool PIPE>
+int prepare_prompt_f16() {
+    using S = F16Shape<D>;
+    int device = 0, optin = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err == cudaSuccess && (size_t)optin < S::smem_bytes(PIPE) + S::kStaticBytes) err = cudaErrorNotSupported;
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(attention_prompt_f16_kernel<D, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)S::smem_bytes(PIPE));
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    return err == cudaSuccess ? 1 : -1;
+}
+
+// The two-buffer form where it fits (D <= 128 and ~104 KiB at D = 128: sm_80, sm_90), else one
+// buffer (e.g. a 99 KiB sm_86/89/120 block), else the partition kernel (cudaErrorNotSupported).
+// Both forms do the same arithmetic in the same order: a row's bits do not depend on the choice.
 template <int D>
 int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
     using S = F16Shape<D>;
-    static int ready = 0;  // 1: the shared-memory limit is raised; -1: the device cannot hold a tile
-    if (ready == 0) {  // once, before any graph capture reaches here
-        int device = 0, optin = 0;
-        cudaError_t err = cudaGetDevice(&device);
-        if (err == cudaSuccess)
-            err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-        if (err == cudaSuccess && (size_t)optin < S::kSmemBytes + S::kStaticBytes)
-            err = cudaErrorNotSupported;  // e.g. a 64 KiB LDS: every row takes the partition kernel
-        if (err == cudaSuccess)
-            err = cudaFuncSetAttribute(attention_prompt_f16_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)S::kSmemBytes);
-        ready = err == cudaSuccess ? 1 : -1;
-        if (err != cudaSuccess) (void)cudaGetLastError();
-    }
-    if (ready < 0) return (int)cudaErrorNotSupported;
+    constexpr bool kCanPipe = D <= 128;
+    static int ready_pipe = 0, ready_one = 0;
+    if (kCanPipe && ready_pipe == 0) ready_pipe = prepare_prompt_f16<D, kCanPipe>();
+    if ((!kCanPipe || ready_pipe < 0) && ready_one == 0) ready_one = prepare_prompt_f16<D, false>();
+    const bool pipe = kCanPipe && ready_pipe > 0;
+    if (!pipe && ready_one < 0) return (int)cudaErrorNotSupported;
     const int G = p.n_heads_q / p.n_heads_kv;
     const int32_t rows_per_tile = S::kTileQV / G;
-    const unsigned tiles = (unsigned)((p.prompt_rows + rows_per_tile - 1) / rows_per_tile);
-    const unsigned splits = (unsigned)prompt_splits(n_parts);
-    attention_prompt_f16_kernel<D><<<dim3(tiles, (unsigned)p.n_heads_kv, splits), S::kThreads, S::kSmemBytes,
-                                     stream>>>(p, n_parts, page_shift);
+    const dim3 grid((unsigned)((p.prompt_rows + rows_per_tile - 1) / rows_per_tile), (unsigned)p.n_heads_kv,
+                    (unsigned)prompt_splits(n_parts));
+    if (pipe)
+        attention_prompt_f16_kernel<D, kCanPipe><<<grid, S::kThreads, S::smem_bytes(true), stream>>>(p, n_parts, page_shift);
+    else
+        attention_prompt_f16_kernel<D, false><<<grid, S::kThreads, S::smem_bytes(false), stream>>>(p, n_parts, page_shift);
     return luce_status(cudaGetLastError());
 }
 

@@ -1,9 +1,10 @@
 // Prompt-row paged attention on f16 tensor cores (f32 accumulation): the device code of the
 // default prompt-row kernel (its __global__ kernel and launch sit at the end of
 // cuda/attention_prefill.cu, which the host emulator's build rewrites; LUCE_ATTN_PROMPT=tf32
-// picks the older TF32 kernel there). Rows 0..prompt_rows-1 of a luce_attention launch, flash-attention style over the paged f32
-// KV cache, causal or not, GQA. Reference: luce/ref/attention_prefill.py (kind "f16": this
-// kernel's roundings, key blocks and online softmax; tolerance model).
+// picks the older TF32 kernel there). Rows 0..prompt_rows-1 of a luce_attention launch,
+// flash-attention style over the paged f32 KV cache, causal or not, GQA. Reference:
+// luce/ref/attention_prefill.py (kind "f16": this kernel's roundings, key blocks and online
+// softmax; tolerance model).
 //
 // Grid (tiles, Hkv, splits). A tile is kTileQV = 16 W query vectors (W warps: 8 at D <= 128,
 // 4 at D = 256; vector v is row r0 + v / G, query head hk * G + v % G), one warp per 16 of
@@ -12,10 +13,17 @@
 // else 64) and writes per row and head an unnormalized partial o, its running max m (log2
 // units) and sum l into workspace entry s; the combine kernel (cuda/attention.cu) merges a
 // prompt row's splits in order. Shared memory, f16, rows padded to D + 8 halves (16-byte
-// aligned, ldmatrix conflict-free): Q [kTileQV][D + 8], K and V [B][D + 8]; per key block the
-// block's K and V rows are read once from the pages (f32) and stored as f16. Bytes: D = 64:
-// 36,864 | D = 128: 69,632 | D = 256: 67,584 dynamic, plus 1-2 KiB static; all fit the 99 KiB
-// a block may take on sm_86/89/120.
+// aligned, ldmatrix conflict-free): Q [kTileQV][D + 8], then one or two buffers of K and V
+// [B][D + 8] each; a key block's K and V rows are read once from the pages (f32) and stored as
+// f16. Two buffers (PIPE, D <= 128): block i + 1's K rows load into registers before block
+// i's Q K^T and land in the other buffer after it, its V rows likewise around P V; one
+// __syncthreads a block. One buffer: all of a block's rows load between blocks (two syncs).
+// Dynamic bytes: D = 64: 36,864 (two: 55,296) | D = 128: 69,632 (two: 104,448) | D = 256:
+// 67,584, plus 1-2 KiB static. The launch takes two buffers where they fit (sm_80, sm_90),
+// else one (the 99 KiB of sm_86/89/120), else the partition kernel; both do the same
+// arithmetic in the same order, so a row's bits do not depend on the choice. Registers (sm_90,
+// ptxas): D = 128 two buffers 229 (one 256-thread block an SM), one buffer 128 (two blocks);
+// D = 256: 240 (two 128-thread blocks).
 // Per row, query head and key block (all in the row's own absolute key positions):
 //   q16 = f16(q * (scale * log2 e))        once per tile (f32 product, then round to nearest even)
 //   s_j = q16 . f16(k_j)                   m16n8k16 MMAs over D in increasing 16-dim steps;
@@ -34,8 +42,8 @@
 //   P V    B/16 * D/16 ldmatrix.x4.trans (V) + B/16 * D/8 MMAs                      32, 64   | 32, 64
 //   softmax B/2 ex2 + 2 (alpha), B/2 fadd (l), B/4 cvt.f16x2, D/2 fmul (o *= a)   34/32/16/64 | 18/16/8/128
 // Per block and key block (W warps): B * D / 4 float4 loads of K and of V (f32 pages, L2
-// mostly), each 2 cvt.f16x2 and one 8-byte shared store: B * D * 8 bytes read
-// (64 KiB at D = 128, B = 64) against 16 W * B * 4D FLOP: 32 W FLOP/byte.
+// mostly), each 2 cvt.f16x2 and one 8-byte shared store: 8 B D bytes read (64 KiB at D = 128,
+// B = 64) against 16 W * B * 4D FLOP: 8 W FLOP/byte (64 at D <= 128, 32 at D = 256).
 // Roof: a 512-row chunk ending at 4,096 keys is 12 GFLOP at the Coder-1.5B shape and 48 GFLOP
 // at the 27B shape; at ~600 TFLOP/s (mma.sync f16) that is 20 / 80 us, so the kernel is bound
 // by the staging (f32 loads and conversion) and the softmax between the MMAs, not the MMAs.
@@ -55,17 +63,49 @@ struct F16Shape {
     static constexpr int kStride = D + 8;                 // halves per Q / K / V row in shared memory
     static constexpr int kBlockKeys = D >= 256 ? 32 : 64;
     static constexpr int kKeyTiles = kBlockKeys / 8;      // n-tiles of S
-    static constexpr int kKeySteps = kBlockKeys / 16;     // k-steps of P V
-    static constexpr int kDimSteps = D / 16;              // k-steps of Q K^T
     static constexpr int kDimTiles = D / 8;               // n-tiles of P V
     static constexpr int kCols = D / 4;                   // float4 columns of a K / V row
-    static constexpr size_t kSmemBytes = sizeof(uint16_t) * (size_t)(kTileQV + 2 * kBlockKeys) * kStride;
+    static constexpr int kLoadBatch = 8;                  // float4 loads in flight per thread (one buffer)
+    static constexpr int kRowItems = kBlockKeys * kCols / kThreads;  // float4s of K (or V) a thread moves
+    // PIPE (two K / V buffers, D <= 128): block i + 1's K and V rows load into registers while
+    // block i's MMAs run and land in the other buffer; one buffer: they load between blocks.
+    static constexpr size_t smem_bytes(bool pipe) {
+        return sizeof(uint16_t) * (size_t)(kTileQV + (pipe ? 4 : 2) * kBlockKeys) * kStride;
+    }
     static constexpr size_t kStaticBytes = sizeof(int64_t) * 2 * kBlockKeys + 2 * sizeof(int32_t) * kTileQV;
-    static constexpr int kMinBlocks = 2;
-    static constexpr int kLoadBatch = 8;                  // float4 loads in flight per thread
+    static constexpr int min_blocks(bool pipe) { return pipe ? 1 : 2; }
     static_assert(kSplitKeys % kBlockKeys == 0, "key blocks tile a split");
     static_assert((2 * kBlockKeys * kCols) % (kThreads * kLoadBatch) == 0, "staging batches tile a block");
+    static_assert((kBlockKeys * kCols) % kThreads == 0, "threads tile a block's rows");
 };
+
+// The float4s of one key block's K or V rows (key_off < 0: zeros) this thread moves: item
+// threadIdx.x + u * kThreads is row item / kCols, float4 column item % kCols.
+template <int D>
+__device__ __forceinline__ void f16_load_rows(const float *pages, const int64_t *key_off,
+                                              float4 (&x)[F16Shape<D>::kRowItems]) {
+    using S = F16Shape<D>;
+#pragma unroll
+    for (int u = 0; u < S::kRowItems; ++u) {
+        const int i = threadIdx.x + u * S::kThreads, j = i / S::kCols, c = i % S::kCols;
+        const int64_t off = key_off[j];
+        x[u] = off >= 0 ? reinterpret_cast<const float4 *>(pages + off)[c] : zero4();
+    }
+}
+
+// f16_load_rows' float4s into rows dst[B][kStride] as f16.
+template <int D>
+__device__ __forceinline__ void f16_store_rows(const float4 (&x)[F16Shape<D>::kRowItems], uint16_t *dst) {
+    using S = F16Shape<D>;
+#pragma unroll
+    for (int u = 0; u < S::kRowItems; ++u) {
+        const int i = threadIdx.x + u * S::kThreads, j = i / S::kCols, c = i % S::kCols;
+        uint2 h;
+        h.x = tc::pack_f16x2(x[u].x, x[u].y);
+        h.y = tc::pack_f16x2(x[u].z, x[u].w);
+        *reinterpret_cast<uint2 *>(dst + j * S::kStride + 4 * c) = h;
+    }
+}
 
 // Keys of query vector v in this split (0: none, or a tree row or a dead slot).
 __device__ __forceinline__ int32_t f16_qv_keys(const int32_t *row_n, const int32_t *row_state, int v, int nq, int G) {
@@ -115,7 +155,7 @@ __device__ __forceinline__ void f16_stage_block(const luce_attention_params &p, 
 }
 
 // One block-uniform piece: rows r0..r1-1 of one segment, all in the tile.
-template <int D>
+template <int D, bool PIPE>
 __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int32_t r1, int32_t hk, int32_t split,
                                  int32_t n_parts, int32_t page_shift, uint16_t *smem, int64_t (*key_off)[F16Shape<D>::kBlockKeys],
                                  int32_t *row_n, int32_t *row_state) {
@@ -124,9 +164,9 @@ __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int
     const int G = p.n_heads_q / p.n_heads_kv;
     const int nq = (r1 - r0) * G;
     const int32_t key0 = split * kSplitKeys;
-    uint16_t *q_s = smem;                    // [kTileQV][KS]
-    uint16_t *k_s = smem + S::kTileQV * KS;  // [B][KS]
-    uint16_t *v_s = k_s + B * KS;            // [B][KS]
+    static_assert(!PIPE || D <= 128, "two buffers of D = 256 rows would not fit 99 KiB");
+    uint16_t *q_s = smem;                       // [kTileQV][KS]
+    uint16_t *kv_s = smem + S::kTileQV * KS;    // buffer b (0, 1 with PIPE): K [B][KS], then V [B][KS]
 
     if (threadIdx.x < S::kTileQV) {  // row_n: the row's keys in this split (<= 0: none)
         int32_t n = 0, state = 0;
@@ -158,6 +198,11 @@ __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int
             *reinterpret_cast<uint32_t *>(q_s + v * KS + c) = tc::pack_f16x2(x0, x1);
         }
         f16_key_offsets<D>(p, 0, n_tile, key0, page_base, page_shift, hk, key_off[0]);
+        if (PIPE) {  // block 0 into buffer 0 now; block b's offsets sit in key_off[b & 1]
+            __syncthreads();
+            f16_stage_block<D>(p, key_off[0], kv_s);
+            f16_key_offsets<D>(p, B, n_tile, key0, page_base, page_shift, hk, key_off[1]);
+        }
     }
 
     const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
@@ -179,13 +224,29 @@ __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int
 #pragma unroll
     for (int d = 0; d < DT; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    int cur = 0;
+    int cur = 0;  // block b0 / B's offsets: key_off[cur]; with PIPE its rows: buffer cur
     for (int32_t b0 = 0; b0 < n_tile; b0 += B, cur ^= 1) {
-        __syncthreads();  // q_s and key_off[cur] written; the previous block's readers are done
-        f16_stage_block<D>(p, key_off[cur], k_s);
-        f16_key_offsets<D>(p, b0 + B, n_tile, key0, page_base, page_shift, hk, key_off[cur ^ 1]);
-        __syncthreads();
-        if (b0 >= n_warp) continue;  // warp-uniform: no row of the warp attends a key here
+        __syncthreads();  // q_s and key_off written; the previous block's readers are done
+        if (!PIPE) {
+            f16_stage_block<D>(p, key_off[cur], kv_s);
+            f16_key_offsets<D>(p, b0 + B, n_tile, key0, page_base, page_shift, hk, key_off[cur ^ 1]);
+            __syncthreads();
+        }
+        const uint16_t *k_s = kv_s + (PIPE ? cur : 0) * 2 * B * KS, *v_s = k_s + B * KS;
+        uint16_t *k_next = kv_s + (cur ^ 1) * 2 * B * KS;  // PIPE: block b0 + B's rows go here
+        const bool more = PIPE && b0 + B < n_tile;
+        const bool live = b0 < n_warp;  // warp-uniform: some row of the warp attends a key here
+        float4 x[S::kRowItems];
+        if (more) f16_load_rows<D>(p.k_pages, key_off[cur ^ 1], x);
+        if (!live) {  // the next block's rows still move through this warp's threads
+            if (more) {
+                f16_store_rows<D>(x, k_next);
+                f16_load_rows<D>(p.v_pages, key_off[cur ^ 1], x);
+                f16_store_rows<D>(x, k_next + B * KS);
+                f16_key_offsets<D>(p, b0 + 2 * B, n_tile, key0, page_base, page_shift, hk, key_off[cur]);
+            }
+            continue;
+        }
         float s[NT][4];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
@@ -200,6 +261,10 @@ __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int
                 tc::mma_f16_16x8x16(s[2 * np], a, b);
                 tc::mma_f16_16x8x16(s[2 * np + 1], a, b + 2);
             }
+        }
+        if (more) {
+            f16_store_rows<D>(x, k_next);
+            f16_load_rows<D>(p.v_pages, key_off[cur ^ 1], x);
         }
         // Online softmax; entry i of s[nt]: row v0 + 8 (i >> 1), key b0 + 8 nt + 2t + (i & 1).
         if (b0 + B > n_warp_min) {  // some vector of the warp ends in this block
@@ -254,6 +319,10 @@ __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int
                 tc::mma_f16_16x8x16(o[2 * dp], pa[kk], b);
                 tc::mma_f16_16x8x16(o[2 * dp + 1], pa[kk], b + 2);
             }
+        if (more) {
+            f16_store_rows<D>(x, k_next + B * KS);
+            f16_key_offsets<D>(p, b0 + 2 * B, n_tile, key0, page_base, page_shift, hk, key_off[cur]);
+        }
     }
 
     // Partials of the split: the 4 lanes of a row add their l (xor 1, then xor 2).

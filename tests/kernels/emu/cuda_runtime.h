@@ -8,6 +8,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -33,7 +34,13 @@ enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNotSupported = 801 }
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-inline cudaError_t cudaDeviceGetAttribute(int *v, int, int) { *v = 232448; return cudaSuccess; }
+// The only attribute asked is the opt-in shared memory per block: an H100/H200's 227 KiB, or
+// $LUCE_EMU_SMEM_OPTIN bytes (e.g. 101376: the 99 KiB of sm_86/89/120).
+inline cudaError_t cudaDeviceGetAttribute(int *v, int, int) {
+    const char *optin = std::getenv("LUCE_EMU_SMEM_OPTIN");
+    *v = optin ? std::atoi(optin) : 232448;
+    return cudaSuccess;
+}
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 template <class F> cudaError_t cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }
 
