@@ -23,6 +23,7 @@ __device__ __forceinline__ void let_dependents_start() {
 #endif
 }
 
+#if defined(__CUDACC__) || defined(__HIPCC__)  // (not in the host emulator: it launches plainly)
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the kernel ahead of it
 // when `overlap` is set (CUDA 12+ runtime; the attribute is ignored where unsupported).
 template <typename... KArgs, typename... Args>
@@ -46,3 +47,4 @@ cudaError_t launch_overlapped(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 #endif
 }
+#endif

@@ -25,12 +25,16 @@ struct dim3 { unsigned x = 1, y = 1, z = 1; dim3(unsigned a = 1, unsigned b = 1,
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 struct alignas(8) float2 { float x, y; };
+struct alignas(8) uint2 { unsigned x, y; };
+inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 inline float2 make_float2(float a, float b) { return float2{a, b}; }
 typedef int cudaError_t;
 typedef void *cudaStream_t;
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNotSupported = 801 };
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaDevAttrMultiProcessorCount = 16 };
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaDeviceGetAttribute(int *v, int, int) { *v = 232448; return cudaSuccess; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
@@ -59,6 +63,7 @@ constexpr int kWarp = 32;
 #define blockDim emu::bDim
 #define gridDim emu::gDim
 inline void __syncthreads() { emu::block_barrier->arrive_and_wait(); }
+inline void __syncwarp() { emu::warp_barriers[threadIdx.x / emu::kWarp]->arrive_and_wait(); }
 template <class T> T emu_shfl(T v, int src_lane) {  // lane src_lane's v, every lane of the warp calling
     static_assert(sizeof(T) == 4, "the emulator shuffles 4-byte words");
     const int t = threadIdx.x, w = t / emu::kWarp;
