@@ -14,6 +14,12 @@
 
 #include "common.cuh"
 
+// NVIDIA device code uses the byte-permute, dp4a and mma instructions; HIP and the host
+// emulator (tests/kernels/emu, g++) take the portable forms below (same results).
+#if defined(__HIPCC__) || !defined(__CUDA_ARCH__)
+#define LUCE_MM_PORTABLE 1
+#endif
+
 // These layouts are a 32-lane warp's (grp = lane / 4 < 8): a 64-lane wave (GCN/CDNA,
 // LUCE_WAVE64) would compute rows of the next tile. It needs its own hip/matmul.hip.
 static_assert(WARP_SIZE == 32, "the quantized matmul's fragment layout is 32 lanes: a 64-lane wave "
@@ -26,7 +32,7 @@ constexpr int kMagicSeed = 0x4B400000;
 constexpr float kMagicFloat = 12582912.0f;
 
 __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
-#ifdef __HIPCC__
+#ifdef LUCE_MM_PORTABLE
     const uint64_t src = ((uint64_t)b << 32) | a;
     uint32_t out = 0;
     for (int i = 0; i < 4; ++i) out |= (uint32_t)((src >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i);
@@ -37,7 +43,11 @@ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s
 }
 
 __device__ __forceinline__ uint32_t ld16(const uint8_t *p) {  // global, p 2-byte aligned
+#ifdef LUCE_MM_PORTABLE
+    return *reinterpret_cast<const unsigned short *>(p);
+#else
     return __ldg(reinterpret_cast<const unsigned short *>(p));
+#endif
 }
 
 // Loads from a shared-memory weight stage (cuda/matmul_stage.cuh).
@@ -54,7 +64,15 @@ __device__ __forceinline__ uint32_t lds32_a2(const uint8_t *p) {  // p 2-byte al
 }
 
 __device__ __forceinline__ float f16_to_f32(uint32_t bits) {
+#if defined(__CUDACC__) || defined(__HIPCC__)
     return __half2float(__ushort_as_half((unsigned short)(bits & 0xFFFF)));
+#else  // the host emulator: exact (every f16 is an f32)
+    const uint32_t e = (bits >> 10) & 0x1F, m = bits & 0x3FF;
+    const float s = (bits & 0x8000u) ? -1.0f : 1.0f;
+    if (e == 0x1F) return m ? __uint_as_float(0x7FC00000u) : s * __uint_as_float(0x7F800000u);
+    if (e == 0) return s * (float)m * __uint_as_float(0x33800000u);  // m 2^-24
+    return s * __uint_as_float(((e + 112) << 23) | (m << 13));
+#endif
 }
 
 // Exact float of 0 <= v < 2^23 without the (quarter-rate) integer-to-float unit.
@@ -77,7 +95,7 @@ __device__ __forceinline__ uint32_t byte_of(uint32_t v, int i) { return (v >> (8
 
 // Byte i (compile-time) of v in one instruction where there is a byte permute.
 __device__ __forceinline__ uint32_t ubyte(uint32_t v, int i) {
-#ifdef __HIPCC__
+#ifdef LUCE_MM_PORTABLE
     return byte_of(v, i);
 #else
     return __byte_perm(v, 0, 0x4440 | i);
@@ -86,7 +104,7 @@ __device__ __forceinline__ uint32_t ubyte(uint32_t v, int i) {
 
 // Byte i (compile-time) of v as a signed int8.
 __device__ __forceinline__ int sbyte(uint32_t v, int i) {
-#ifdef __HIPCC__
+#ifdef LUCE_MM_PORTABLE
     return (int)(int8_t)byte_of(v, i);
 #else
     int out;  // prmt: selector nibble bit 3 replicates the selected byte's sign
@@ -97,7 +115,7 @@ __device__ __forceinline__ int sbyte(uint32_t v, int i) {
 
 // c + sum of the 4 byte products of a and b: unsigned bytes (dot4_u) or signed (dot4_s).
 __device__ __forceinline__ int dot4_u(uint32_t a, uint32_t b, int c) {
-#ifdef __HIPCC__
+#ifdef LUCE_MM_PORTABLE
     for (int i = 0; i < 4; ++i) c += (int)(byte_of(a, i) * byte_of(b, i));
     return c;
 #else
@@ -106,7 +124,7 @@ __device__ __forceinline__ int dot4_u(uint32_t a, uint32_t b, int c) {
 }
 
 __device__ __forceinline__ int dot4_s(uint32_t a, uint32_t b, int c) {
-#ifdef __HIPCC__
+#ifdef LUCE_MM_PORTABLE
     for (int i = 0; i < 4; ++i) c += (int)(int8_t)byte_of(a, i) * (int)(int8_t)byte_of(b, i);
     return c;
 #else
@@ -125,7 +143,7 @@ __device__ __forceinline__ float group_sum(int hi, int lo) {
     return (float)(hi * 256 + lo);
 }
 
-#ifdef __HIPCC__
+#ifdef LUCE_MM_PORTABLE
 template <bool kUnsignedB>
 __device__ __forceinline__ int dot4(uint32_t a, uint32_t b) {
     int s = 0;
@@ -164,7 +182,7 @@ __device__ __forceinline__ void mma_emulated(const uint32_t *a_lo, const uint32_
 template <bool kUnsignedB>
 __device__ __forceinline__ void mma_k32(const uint32_t a[4], uint32_t b0, uint32_t b1, int seed,
                                         int d[4]) {
-#ifdef __HIPCC__
+#ifdef LUCE_MM_PORTABLE
     const uint32_t lo[2] = {a[0], a[1]}, hi[2] = {a[2], a[3]};
     mma_emulated<kUnsignedB, 2>(lo, hi, b0, b1, seed, d);
 #else
@@ -185,7 +203,7 @@ __device__ __forceinline__ void mma_k32(const uint32_t a[4], uint32_t b0, uint32
 // k = 16 over a0 (row grp) / a1 (row grp + 8) and b (token grp), 4 values per lane.
 template <bool kUnsignedB>
 __device__ __forceinline__ void mma_k16(uint32_t a0, uint32_t a1, uint32_t b, int seed, int d[4]) {
-#ifdef __HIPCC__
+#ifdef LUCE_MM_PORTABLE
     const uint32_t lo[2] = {a0, a1};
     mma_emulated<kUnsignedB, 1>(lo, lo, b, b, seed, d);
 #else

@@ -32,8 +32,20 @@
 #include "matmul_stage.cuh"
 #include "matmul_prefill_x.cuh"
 #include "pdl.cuh"
+#include <stdlib.h>
+#include <string.h>
+
+// The f16 tensor-core GEMM (cuda/matmul_prefill_f16.cu), taken with LUCE_PREFILL_GEMM=f16 in
+// the environment (read at each call); otherwise this file's int8 GEMM.
+extern "C" int luce_matmul_prefill_f16(const luce_matmul_params *p, void *stream);
+extern "C" int64_t luce_matmul_prefill_f16_workspace_bytes(int64_t rows, int64_t k);
 
 namespace {
+
+bool prefill_gemm_f16() {
+    const char *v = getenv("LUCE_PREFILL_GEMM");
+    return v != nullptr && strcmp(v, "f16") == 0;
+}
 
 using namespace mm;
 using namespace mmp;
@@ -249,12 +261,16 @@ int launch_prefill(const PrefillArgs &a, int tune, cudaStream_t stream) {
 
 }  // namespace
 
+// Enough for either GEMM (the f16 one needs more: 2 bytes per value).
 extern "C" int64_t luce_matmul_prefill_workspace_bytes(int64_t rows, int64_t k) {
-    return rows <= 0 || k <= 0 ? 0 : x8_bytes(rows, k);
+    if (rows <= 0 || k <= 0) return 0;
+    const int64_t f16 = luce_matmul_prefill_f16_workspace_bytes(rows, k), int8 = x8_bytes(rows, k);
+    return f16 > int8 ? f16 : int8;
 }
 
 extern "C" int luce_matmul_prefill(const luce_matmul_params *p, void *stream_ptr) {
     if (p->rows == 0) return 0;
+    if (prefill_gemm_f16()) return luce_matmul_prefill_f16(p, stream_ptr);
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || !p->workspace ||
         p->workspace_bytes < x8_bytes(p->rows, p->k) || (reinterpret_cast<uintptr_t>(p->x) & 15) ||

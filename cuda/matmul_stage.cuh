@@ -22,7 +22,7 @@ struct Stage {
 };
 
 __device__ __forceinline__ void cp_async16(uint8_t *dst, const uint8_t *src, int src_bytes) {
-#ifdef __HIPCC__
+#ifdef LUCE_MM_PORTABLE
     for (int i = 0; i < 16; ++i) dst[i] = i < src_bytes ? src[i] : 0;
 #else
     const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
@@ -31,7 +31,7 @@ __device__ __forceinline__ void cp_async16(uint8_t *dst, const uint8_t *src, int
 }
 
 __device__ __forceinline__ void cp_async_commit() {
-#ifndef __HIPCC__
+#ifndef LUCE_MM_PORTABLE
     asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
@@ -39,7 +39,7 @@ __device__ __forceinline__ void cp_async_commit() {
 // Wait until at most `kPending` of this thread's committed groups are still in flight.
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
-#ifndef __HIPCC__
+#ifndef LUCE_MM_PORTABLE
     asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 #endif
 }
@@ -80,7 +80,7 @@ struct LaneCopier {
     // closes the chunk's group.
     __device__ __forceinline__ void copy(int s, int64_t tile, int64_t ch, int lane) const {
         const uint8_t *base = w + tile * row_bytes + ch * Q::kChunkBytes;
-#ifndef __HIPCC__
+#ifndef LUCE_MM_PORTABLE
         asm("" : "+l"(base));  // one 64-bit base per chunk (else nvcc redoes ch * kChunkBytes per item)
 #endif
         uint8_t *stage = stages + s * St::kBytes;

@@ -25,6 +25,7 @@ __device__ __forceinline__ void let_dependents_start() {
 #endif
 }
 
+#if defined(__CUDACC__) || defined(__HIPCC__)  // (not in the host emulator: it launches plainly)
 // LUCE_PDL=0 launches every kernel plainly (a check that no result depends on the overlap).
 inline bool overlap_allowed() {
     static const bool allowed = [] {
@@ -57,3 +58,4 @@ cudaError_t launch_overlapped(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 #endif
 }
+#endif

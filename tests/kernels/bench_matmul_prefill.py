@@ -2,7 +2,10 @@
 (bench_matmul.SHAPES: gate/up 5120 -> 17408, down 17408 -> 5120, qkv 5120 -> 10240, out
 6144 -> 5120): every goal type at 4096 rows (the prefill chunk of docs/PERF.md), IQ4_XS also
 at 512 and 1024, and the decode family on the same prompt rows (`_decode`: the path prompt rows
-took before) for IQ4_XS and Q4_K, so one run gives before and after.
+took before) for IQ4_XS and Q4_K, so one run gives before and after. `_f16` cases run the f16
+tensor-core GEMM (cuda/matmul_prefill_f16.cu, LUCE_PREFILL_GEMM=f16) beside the int8 one at
+the 27B shapes at 512 rows (one prefill chunk) and gate at 4096; its `pct_peak` is over the
+same int8 figure (the dense f16 peak is half of it: 989 TFLOP/s).
 
 A launch is x quantization (8-bit, per 32 values) + the GEMM; flops = 2 * rows * n * k.
 `pct_peak` (tools/bench.py) is TFLOP/s over INT8_PEAK_OPS, NVIDIA's dense int8 tensor-core
@@ -12,6 +15,7 @@ f32 combine, about 15-19 issue slots per m16n8k32, bounds it near 20-25% of that
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
@@ -20,7 +24,7 @@ from tests.kernels.bench_matmul import GOAL_TYPES, SHAPES, random_bytes
 INT8_PEAK_OPS = 1979e12
 
 
-def prefill_case(qtype_name: str, shape: str, rows: int, decode: bool = False):
+def prefill_case(qtype_name: str, shape: str, rows: int, decode: bool = False, gemm: str = "int8", tune: int = 0):
     from luce import _cuda_matmul as km
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
@@ -37,16 +41,25 @@ def prefill_case(qtype_name: str, shape: str, rows: int, decode: bool = False):
     def launch(stream: int = 0, _keep=(w, x, y, ws)):
         if decode:
             km.matmul(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, rows, n, k, qtype, km.PATH_PREFILL, 0, 0, stream)
-        else:
-            km.matmul_prefill(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, rows, n, k, qtype, 0, stream)
+            return
+        before = os.environ.get("LUCE_PREFILL_GEMM")
+        os.environ["LUCE_PREFILL_GEMM"] = gemm  # read by luce_matmul_prefill at each call
+        try:
+            km.matmul_prefill(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, rows, n, k, qtype, 0, stream, tune)
+        finally:
+            if before is None:
+                del os.environ["LUCE_PREFILL_GEMM"]
+            else:
+                os.environ["LUCE_PREFILL_GEMM"] = before
 
     launch()
     return launch, n * km.row_bytes(qtype, k) + rows * (k + n) * 4, 2 * rows * n * k
 
 
-def _case(qtype_name, shape, rows, decode=False):
-    c = functools.partial(prefill_case, qtype_name, shape, rows, decode)
-    c.__name__ = f"matmul_prefill_{qtype_name}_{shape}_t{rows}" + ("_decode" if decode else "")
+def _case(qtype_name, shape, rows, decode=False, gemm="int8", tune=0):
+    c = functools.partial(prefill_case, qtype_name, shape, rows, decode, gemm, tune)
+    c.__name__ = f"matmul_prefill_{qtype_name}_{shape}_t{rows}" + ("_decode" if decode else "") + \
+        ("_f16" if gemm == "f16" else "") + (f"_tune{tune}" if tune else "")
     c.peak_ops_per_s = INT8_PEAK_OPS
     return c
 
@@ -56,6 +69,14 @@ BENCH_CASES += [_case("IQ4_XS", s, 4096) for s in ("down", "qkv", "out")]
 BENCH_CASES += [_case("IQ4_XS", "gate", r) for r in (512, 1024)]
 BENCH_CASES += [_case(q, "gate", 4096, decode=True) for q in ("IQ4_XS", "Q4_K")]
 BENCH_CASES += [_case("IQ4_XS", "down", 4096, decode=True)]
+# the f16 GEMM beside the int8 one: 27B shapes at one 512-row chunk, gate at 4096 rows
+BENCH_CASES += [_case("IQ4_XS", s, 512) for s in ("down", "qkv", "out")]
+BENCH_CASES += [_case("IQ4_XS", s, 512, gemm="f16") for s in ("gate", "down", "qkv", "out")]
+BENCH_CASES += [_case(q, "gate", 512, gemm="f16") for q in GOAL_TYPES if q != "IQ4_XS"]
+BENCH_CASES += [_case("IQ4_XS", "gate", 4096, gemm="f16")]
+# launch shapes of the f16 GEMM (tune 8: 256 x 64 tiles, the default on an H200; 16: 128 x 128)
+BENCH_CASES += [_case("IQ4_XS", s, 512, gemm="f16", tune=16) for s in ("gate", "down")]
+BENCH_CASES += [_case("IQ4_XS", "gate", 4096, gemm="f16", tune=16)]
 
 
 if __name__ == "__main__":

@@ -26,19 +26,22 @@ struct dim3 { unsigned x = 1, y = 1, z = 1; dim3(unsigned a = 1, unsigned b = 1,
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 struct alignas(8) float2 { float x, y; };
-inline float2 make_float2(float a, float b) { return float2{a, b}; }
 struct alignas(8) uint2 { unsigned x, y; };
+inline uint2 make_uint2(unsigned a, unsigned b) { return uint2{a, b}; }
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+inline float2 make_float2(float a, float b) { return float2{a, b}; }
 typedef int cudaError_t;
 typedef void *cudaStream_t;
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNotSupported = 801 };
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaDevAttrMultiProcessorCount = 16 };
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-// The only attribute asked is the opt-in shared memory per block: an H100/H200's 227 KiB, or
-// $LUCE_EMU_SMEM_OPTIN bytes (e.g. 101376: the 99 KiB of sm_86/89/120).
-inline cudaError_t cudaDeviceGetAttribute(int *v, int, int) {
+// Attributes: an H200's 132 multiprocessors; the opt-in shared memory per block: an H100/H200's
+// 227 KiB, or $LUCE_EMU_SMEM_OPTIN bytes (e.g. 101376: the 99 KiB of sm_86/89/120).
+inline cudaError_t cudaDeviceGetAttribute(int *v, int attr, int) {
     const char *optin = std::getenv("LUCE_EMU_SMEM_OPTIN");
-    *v = optin ? std::atoi(optin) : 232448;
+    *v = attr == cudaDevAttrMultiProcessorCount ? 132 : optin ? std::atoi(optin) : 232448;
     return cudaSuccess;
 }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
@@ -70,6 +73,7 @@ void run_block(unsigned n_threads, const std::function<void()> &kernel_body);
 #define blockDim emu::bDim
 #define gridDim emu::gDim
 inline void __syncthreads() { emu::block_barrier(); }
+inline void __syncwarp() { emu::warp_barrier(); }
 // Lane src_lane's v, every lane of the warp calling. Two exchange buffers used in turn: a lane
 // writes one again only after the next shuffle's barrier, which every lane reaches after
 // reading this one, so one barrier a shuffle suffices.

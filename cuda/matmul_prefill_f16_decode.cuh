@@ -1,0 +1,79 @@
+// Weight decode of the f16 prompt-row GEMM (cuda/matmul_prefill_f16.cu): one 32-value group
+// of a warp's 16 weight rows (the readers of matmul_kquants.cuh / matmul_blocks.cuh) to the
+// A fragments of two m16n8k16 products, as f16. Per value, with the group's (or Q6_K's
+// 16-value half's) f32 scale and offset of the reader:
+//   s = f16_rn(scale), o = f16_rn(offset)         (scale = d * sc, offset = -dmin * m: exact in f32)
+//   w = f16_rn(q * s + o)                         (one rounding; w = f16_rn(q * s) without offset)
+// q the reader's small integer (unsigned with an offset: Q4_K, Q5_K, Q5_0; signed: Q6_K,
+// IQ4_XS, Q8_0). Q8_0 / Q5_0 scales are f16 already (s = d exactly, o = -16 d).
+// Reference: luce/ref/matmul_prefill.py (decode_f16), bit for bit.
+//
+// Lane quad q holds the group's values 4q..4q+3 (byte word a[r]) and 16+4q..16+4q+3 (a[2+r])
+// of rows grp (r = 0) and grp + 8 (r = 1). Product s = 0 takes values 0..15, s = 1 16..31,
+// in the k order of matmul_prefill_xh.cuh: fragment word a0 (positions 2q, 2q+1) = values
+// (4q, 4q+2), a2 (positions 2q+8, 2q+9) = (4q+1, 4q+3): bytes 0, 2 and 1, 3 of one word.
+// Cost per byte word (4 values): 2 byte permutes into f16 1024 + byte, 2 exact subtractions,
+// 2 multiplies or fmas (pairs), plus an xor for signed bytes.
+#pragma once
+
+#include "matmul_kquants.cuh"
+#include "matmul_blocks.cuh"
+#include "matmul_mma_f16.cuh"
+
+namespace mmh {
+
+using namespace mm;
+
+constexpr uint32_t kMagic1024 = 0x64006400u;  // f16 pair {1024, 1024}
+constexpr uint32_t kMagic1152 = 0x64806480u;  // f16 pair {1152, 1152}: 1024 + 128 (signed bytes)
+
+// Bytes (0, 2) and (1, 3) of a word of small integers -> f16 pairs of the integers.
+template <bool kSigned>
+__device__ __forceinline__ void bytes_to_h2(uint32_t w, uint32_t &even, uint32_t &odd) {
+    if (kSigned) w ^= 0x80808080u;  // q + 128 in 0..255
+    const uint32_t m02 = byte_perm(w, 0x64646464u, 0x4240), m13 = byte_perm(w, 0x64646464u, 0x4341);
+    even = hc::h2_sub(m02, kSigned ? kMagic1152 : kMagic1024);
+    odd = hc::h2_sub(m13, kSigned ? kMagic1152 : kMagic1024);
+}
+
+// Group j of reader rd -> a[s][0..3]: the A fragments of products s = 0, 1.
+template <class Q>
+__device__ __forceinline__ void decode_group_f16(const Q &rd, int j, int quad, uint32_t a[2][4]) {
+    uint32_t q[4], s[2][2], o[2];
+    if constexpr (Q::kIntScale) {
+        rd.weights(j, quad, q);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            s[0][r] = hc::h2_dup(__fmul_rn(rd.d[r], (float)rd.scale(j, 0, r)));
+            s[1][r] = Q::kHalves ? hc::h2_dup(__fmul_rn(rd.d[r], (float)rd.scale(j, 1, r))) : s[0][r];
+            if constexpr (Q::kOffset) o[r] = hc::h2_dup(__fmul_rn(rd.negmin[r], (float)ubyte(rd.mn[r][j >> 2], j & 3)));
+            else o[r] = 0;
+        }
+    } else {
+        GroupOperands op;
+        rd.group(j, quad, op);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            q[r] = op.a[r];
+            q[2 + r] = op.a[2 + r];
+            s[0][r] = s[1][r] = hc::h2_dup(op.scale[0][r]);
+            o[r] = Q::kOffset ? hc::h2_dup(op.offset[0][r]) : 0;
+        }
+    }
+#pragma unroll
+    for (int step = 0; step < 2; ++step)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            uint32_t even, odd;
+            bytes_to_h2<!Q::kOffset>(q[2 * step + r], even, odd);
+            if constexpr (Q::kOffset) {
+                a[step][r] = hc::h2_fma(even, s[step][r], o[r]);
+                a[step][2 + r] = hc::h2_fma(odd, s[step][r], o[r]);
+            } else {
+                a[step][r] = hc::h2_mul(even, s[step][r]);
+                a[step][2 + r] = hc::h2_mul(odd, s[step][r]);
+            }
+        }
+}
+
+}  // namespace mmh
