@@ -28,12 +28,13 @@ def decide(step: StepBatch, out, backend, request_of: Callable[[int], Any], spec
     luce.engine.speculation.EngineSpeculation (trees' acceptance)."""
     logits, choice = row_choices(step, out.logits, backend, request_of)
     tokens, rows = {}, {}
-    for i, slot in enumerate(step.logits_slot.tolist()):
-        if slot < 0 or step.logits_kind[i] == ROW_TREE:
+    chosen = choice.tolist() if choice is not None else None
+    for i, (slot, kind) in enumerate(zip(step.logits_slot.tolist(), step.logits_kind.tolist())):
+        if slot < 0 or kind == ROW_TREE:
             continue
         r = request_of(slot)
         rows[r.request_id] = [i]
-        tokens[r.request_id] = [int(choice[i])] if choice is not None else \
+        tokens[r.request_id] = [chosen[i]] if chosen is not None else \
             [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]), r.prompt_ids, r.output_ids,
                           r.constraint)]
     paths, accepted = {}, {}
