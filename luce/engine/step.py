@@ -186,8 +186,7 @@ class StepBuilder:
         n_rows = np.diff(forward.qo_indptr)
         i32 = lambda xs: np.asarray(xs, dtype=np.int32)  # noqa: E731
         return StepBatch(
-            forward=forward, row_kind=np.repeat(forward.kinds, n_rows).astype(np.int8),
-            row_slot=np.repeat(forward.seq_slots, n_rows).astype(np.int32),
+            forward=forward, row_kind=np.repeat(forward.kinds, n_rows), row_slot=np.repeat(forward.seq_slots, n_rows),
             logits_slot=i32([x[0] for x in logits]), logits_kind=np.asarray([x[1] for x in logits], np.int8),
             logits_position=i32([x[2] for x in logits]), new_pages={s: tuple(v) for s, v in new_pages.items()},
             kv_len_after={s: n for s, n in demands}, cohort=cohort)
