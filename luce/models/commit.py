@@ -25,6 +25,7 @@ import numpy as np
 from luce.models.batch import ForwardBatch
 from luce.models.graph_cache import GraphCache
 from luce.models.kv_cache import PAGE_SIZE
+from luce.ops import cuda_step_meta
 from luce.ref.tree import check_path
 
 
@@ -147,8 +148,6 @@ class GraphedCommit:
             return
         if not self.enabled:
             return commit_trees(state, staged, commit)
-        from luce.ops import cuda_step_meta
-
         arrays = commit.arrays()
         self.cache.call(self.key(state, staged, commit), lambda: commit_trees(state, staged, commit),
                         lambda allocator: cuda_step_meta.bind_arrays(self.backend, arrays, allocator),

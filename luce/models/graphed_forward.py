@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from luce.models.batch import ForwardBatch, ensure_valid
 from luce.models.graph_cache import GraphCache
+from luce.ops import cuda_step_meta
 
 
 class GraphedForward:
@@ -55,8 +56,6 @@ class GraphedForward:
         ensure_valid(batch, state.max_slots, int(getattr(self.model.config, "vocab", 0)) or None)
         if not self.enabled:
             return self.model.forward(batch, state)
-        from luce.ops import cuda_step_meta
-
         if state is not self._state:
             self.invalidate()
             self._state = state

@@ -29,15 +29,18 @@ def step_arrays(batch) -> dict[str, np.ndarray]:
 
 def pack(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, tuple[int, np.dtype, tuple]]]:
     """-> (bytes [n] uint8, layout {name: (byte offset, dtype, shape)}): each array's bytes at
-    its offset, zeros up to the next multiple of ALIGN."""
+    its offset, zeros up to the next multiple of ALIGN (an empty array takes ALIGN bytes)."""
     layout, parts, offset = {}, [], 0
     for name, a in arrays.items():
         data = a.tobytes()
-        size = -(-max(len(data), 1) // ALIGN) * ALIGN
+        size = -(-len(data) // ALIGN) * ALIGN or ALIGN
         layout[name] = (offset, a.dtype, a.shape)
-        parts += (data, bytes(size - len(data)))
+        parts += (data, _ZEROS[:size - len(data)])
         offset += size
     return np.frombuffer(b"".join(parts), np.uint8), layout
+
+
+_ZEROS = bytes(ALIGN)
 
 
 @dataclass
