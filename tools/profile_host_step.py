@@ -98,15 +98,26 @@ def install(monkeypatch, tmp: Path) -> FakeClock:
 
     hip.hipMemcpyAsync = device_copy_moves_nothing
 
-    def graph_launch_runs_nothing(graph_exec, stream):
+    instantiate = hip.hipGraphInstantiateWithFlags
+
+    def keep_computing_nodes(graph, flags):
+        err, graph_exec = instantiate(graph, flags)
+        if graph_exec is not None:
+            graph_exec.computing = [node for node in graph_exec.nodes if getattr(node, "computes", False)]
+        return err, graph_exec
+
+    def graph_launch_runs_computing_nodes(graph_exec, stream):
         """A replay's nodes are kernels that compute nothing here and memsets of memory no host
-        code reads: the double skips running them (hundreds of Python calls a step, which would
-        also evict luce's working set)."""
+        code reads, but for the argmax (_argmax): the double runs only that (hundreds of Python
+        calls a step otherwise, which would also evict luce's own working set)."""
         hip._stream(stream)
         hip.graph_launches += 1
+        for node in graph_exec.computing:
+            node()
         return (0,)
 
-    hip.hipGraphLaunch = graph_launch_runs_nothing
+    hip.hipGraphInstantiateWithFlags = keep_computing_nodes
+    hip.hipGraphLaunch = graph_launch_runs_computing_nodes
     clock = FakeClock()
     cudart = sys.modules["cuda.bindings"].runtime
     for name in dir(type(cudart)):
@@ -127,7 +138,11 @@ def _argmax(hip, logits, ids_out, rows, vocab, logits_stride=None, stream=0):
     """The argmax kernel of the double, choosing token TOKEN for every row (the recorder
     leaves the output as the memory held, which is no token id)."""
     hip.launch("_cuda_sampling.argmax", stream, [int(logits), int(ids_out)])
-    hip._enqueue(stream, lambda: hip._device(int(ids_out), 8 * rows).view("<i8").fill(TOKEN))
+
+    def write_ids():
+        hip._device(int(ids_out), 8 * rows).view("<i8").fill(TOKEN)
+    write_ids.computes = True
+    hip._enqueue(stream, write_ids)
 
 
 class _Discard(list):
@@ -175,15 +190,30 @@ class PhaseClock:
         return timed
 
 
-def count_calls(step, n: int) -> int:
+def count_calls(step, n: int) -> tuple[int, dict[str, int]]:
     """Python and C function calls that luce makes in n calls of step() (the double's own not
-    counted): a deterministic proxy of host work, where times are noisy."""
-    count = 0
+    counted), in all and inside each phase of PHASES: a deterministic proxy of host work,
+    where times are noisy."""
+    import importlib
+
+    labels = {}
+    for label, module, owner, attr in PHASES:
+        target = importlib.import_module(module)
+        fn = getattr(getattr(target, owner) if owner else target, attr)
+        labels[getattr(fn, "__wrapped__", fn).__code__] = label
+    count, by_phase, inside = 0, {}, []       # inside: (frame, label) of the phases entered
 
     def profile(frame, event, arg):
         nonlocal count
-        if event in ("call", "c_call") and "/tests/ops/fake_" not in frame.f_code.co_filename:
-            count += 1
+        if event == "return" and inside and inside[-1][0] is frame:
+            inside.pop()
+        if event not in ("call", "c_call") or "/tests/ops/fake_" in frame.f_code.co_filename:
+            return
+        count += 1
+        if inside:
+            by_phase[inside[-1][1]] = by_phase.get(inside[-1][1], 0) + 1
+        if event == "call" and frame.f_code in labels:
+            inside.append((frame, labels[frame.f_code]))
 
     sys.setprofile(profile)
     try:
@@ -191,7 +221,7 @@ def count_calls(step, n: int) -> int:
             step()
     finally:
         sys.setprofile(None)
-    return count
+    return count, by_phase
 
 
 def make_model(shape: str, tmp: Path, backend):
@@ -252,11 +282,13 @@ def run(shape: str, concurrency: int, args) -> dict:
         row = dict(shape=shape, concurrency=concurrency, host_us=1e6 * statistics.median(host),
                    host_p10=1e6 * host[len(host) // 10], host_min=1e6 * host[0],
                    wall_us=1e6 * statistics.median(walls), fake_us=1e6 * statistics.median(fakes),
-                   calls=count_calls(engine.step, 20) / 20, rt_calls=statistics.median(calls),
+                   rt_calls=statistics.median(calls),
                    kernels=statistics.median(kernels), replays=replays / args.steps,
                    eager=after["eager_steps"] - before["eager_steps"])
+        calls, by_phase = count_calls(engine.step, 20)
+        row["calls"] = calls / 20
         if args.phases:
-            row["phases"] = {k: 1e6 * v / args.steps for k, v in phases.seconds.items()}
+            row["phases"] = {k: (1e6 * v / args.steps, by_phase.get(k, 0) / 20) for k, v in phases.seconds.items()}
         if args.profile:
             profiler = cProfile.Profile()
             profiler.enable()
@@ -284,8 +316,8 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--profile", type=int, default=0, help="steps to run under cProfile after the timed ones")
-    parser.add_argument("--phases", action="store_true", help="also the mean host us of each part of the step "
-                        "(scheduler, builder, preflight, checkpoint, forward, decide, commit, outputs)")
+    parser.add_argument("--phases", action="store_true", help="also the mean host us and calls of each part of the "
+                        "step (scheduler, builder, preflight, checkpoint, forward, decide, commit, outputs)")
     parser.add_argument("--sort", default="tottime", help="pstats sort key (tottime, cumulative)")
     parser.add_argument("--top", type=int, default=40)
     args = parser.parse_args(argv)
@@ -295,7 +327,7 @@ def main(argv=None) -> int:
             r = run(shape, c, args)
             print(f"{shape:>5} {c:>2} " + " ".join(format(r[name], fmt) for name, fmt in COLUMNS), flush=True)
             if "phases" in r:
-                print("       " + "  ".join(f"{k} {v:.1f}" for k, v in r["phases"].items()))
+                print("       " + "  ".join(f"{k} {us:.1f} us/{n:.0f} calls" for k, (us, n) in r["phases"].items()))
             if "profile" in r:
                 print(r["profile"])
     return 0

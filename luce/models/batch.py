@@ -238,6 +238,7 @@ class ForwardOutput:
     logits: object                 # [L, V] f32 backend array (np.ndarray on numpy), rows = logits_indices
     captured: dict = field(default_factory=dict)  # {layer: [T, hidden] f32 backend array}
     staged: dict = field(default_factory=dict)    # {GDN layer: luce.ops.api.TreeStage of the tree block}
+    greedy_ids: object = None      # [L] int64 backend array: each logits row's argmax, when asked (GraphedForward)
 
 
 class Model(Protocol):

@@ -4,9 +4,10 @@ results copied to the host (the one place a step waits for the GPU). Rows are la
 groups of 65,535 (the kernels' grid limit); a row holding NaN is an error naming the rows,
 as on numpy.
 
-A decode step calls argmax (or sample) once: the ids land in a device buffer kept for the
-next call and come back with one copy into pinned host memory (`IdsBuffer`) and one stream
-synchronisation; sample's per-row parameters go up in one upload."""
+`argmax_ids` leaves the ids on the device without waiting, so a captured forward can hold
+the argmax (luce.models.graphed_forward, greedy_ids); `ids_to_host` brings ids back with one
+copy into pinned host memory (`PinnedIds`) and one stream synchronisation. `argmax` is the
+two; `sample` sends its six per-row parameters up in one upload."""
 from __future__ import annotations
 
 import ctypes
@@ -18,68 +19,68 @@ from luce.ref.sampling import reject_nan_rows
 MAX_ROWS_PER_LAUNCH = 65535
 
 
-class IdsBuffer:
-    """int64 ids [n] on the device and in pinned host memory, reused call after call (grown
-    when a call has more rows). `fetch` waits for the stream, so when it returns nothing queued
-    still reads or writes either buffer and the next call may reuse them."""
+class PinnedIds:
+    """Pinned host memory for int64 ids, reused call after call (grown when a call has more).
+    `fetch` waits for the stream, so when it returns no copy into the buffer is queued and the
+    next call may reuse it."""
 
     def __init__(self, backend):
         self.backend = backend
         self.capacity = 0
-        self.device = None          # CudaArray [capacity] int64
-        self.host = None            # np.ndarray [capacity] int64 over pinned memory
-        self._pinned = 0            # its address (runtime.malloc_host)
+        self.host = None            # np.ndarray [capacity] int64 over the pinned memory
+        self._address = 0           # runtime.malloc_host's
 
-    def device_ids(self, n: int):
-        """The device buffer's first n ids (CudaArray [n] int64)."""
-        from luce.ops.cuda_array import CudaArray
-
+    def fetch(self, ids) -> np.ndarray:
+        """Device ids [n] int64 -> a host copy the caller owns, after everything queued."""
+        b, n = self.backend, ids.size
+        if n == 0:
+            b.synchronize()
+            return np.zeros(0, np.int64)
         if n > self.capacity:
             self._grow(n)
-        return CudaArray(self.device.block, self.device.ptr, (n,), np.int64, self.backend)
-
-    def fetch(self, n: int) -> np.ndarray:
-        """The first n ids on the host (a copy the caller owns), after everything queued."""
-        b = self.backend
-        if n:
-            b.runtime.copy_d2h_async(self._pinned, self.device.ptr, 8 * n, b.stream)
+        b.runtime.copy_d2h_async(self._address, ids.ptr, 8 * n, b.stream)
         b.synchronize()
         return self.host[:n].copy()
 
     def _grow(self, n: int) -> None:
         rt = self.backend.runtime
         capacity = max(n, 2 * self.capacity, 64)
-        if self._pinned:
+        if self._address:
             self.backend.synchronize()          # no copy into the old buffer is still queued
-            rt.free_host(self._pinned)
-        self._pinned = rt.malloc_host(8 * capacity)
-        self.host = np.ctypeslib.as_array((ctypes.c_int64 * capacity).from_address(self._pinned))
-        self.device = self.backend.empty((capacity,), np.int64)
+            rt.free_host(self._address)
+        self._address = rt.malloc_host(8 * capacity)
+        self.host = np.ctypeslib.as_array((ctypes.c_int64 * capacity).from_address(self._address))
         self.capacity = capacity
 
 
 class SamplingOps:
     """Mixin of CudaBackend (uses its empty / upload / to_numpy / _f32 / runtime / stream)."""
 
-    @property
-    def _ids(self) -> IdsBuffer:
-        ids = self.__dict__.get("_ids_buffer")
-        if ids is None:
-            ids = self.__dict__["_ids_buffer"] = IdsBuffer(self)
-        return ids
-
     def argmax(self, logits) -> np.ndarray:
+        return self.ids_to_host(self.argmax_ids(logits))
+
+    def argmax_ids(self, logits):
+        """logits [L, V] -> [L] int64 device array of each row's argmax (lowest id on ties, -1
+        on a row holding NaN), queued on the stream: nothing waits."""
         from luce import _cuda_sampling as ks
 
         logits = self._f32(logits)
         if logits.ndim != 2:
             raise ValueError(f"logits must be [L, V], got shape {logits.shape}")
         L, V = logits.shape
-        ids = self._ids.device_ids(L)
+        ids = self.empty((L,), np.int64)
         for r0 in range(0, L, MAX_ROWS_PER_LAUNCH):
             r = min(MAX_ROWS_PER_LAUNCH, L - r0)
             ks.argmax(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0, r, V, stream=self.stream)
-        out = self._ids.fetch(L)
+        return ids
+
+    def ids_to_host(self, ids) -> np.ndarray:
+        """Device ids [L] int64 (argmax_ids') -> host array, after the work queued before; a
+        NaN row (-1) is an error naming the rows."""
+        pinned = self.__dict__.get("_pinned_ids")
+        if pinned is None:
+            pinned = self.__dict__["_pinned_ids"] = PinnedIds(self)
+        out = pinned.fetch(ids)
         reject_nan_rows(out)
         return out
 
@@ -119,7 +120,7 @@ class SamplingOps:
                              f"{sorted(set(top_k[sampled].tolist()))}: sample those rows on the host")
         if L == 0:
             return np.zeros(0, np.int64)
-        ids = self._ids.device_ids(L)
+        ids = self.empty((L,), np.int64)
         work = self.empty((-(-int(kr.workspace_bytes(min(L, MAX_ROWS_PER_LAUNCH), V)) // 8),), np.int64)
         # the six per-row parameters, one 8-byte row each, in one upload (top_k: int32 in its row's first half)
         params = np.zeros((6, L), np.int64)
@@ -136,6 +137,4 @@ class SamplingOps:
             k = device.ptr + 8 * L + 4 * r0
             kr.sample_rng(logits.ptr + 4 * r0 * V, t, k, p, m, s, pos, ids.ptr + 8 * r0, work.ptr, work.nbytes,
                           r, V, stream=self.stream)
-        out = self._ids.fetch(L)
-        reject_nan_rows(out)
-        return out
+        return self.ids_to_host(ids)

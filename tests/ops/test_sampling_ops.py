@@ -1,9 +1,10 @@
 """The CUDA backend's argmax and sample (luce/ops/cuda_sampling_ops.py) over the recording
 double of cuda-python (tests/ops/fake_cuda.py), with kernels that compute from what they are
-given: the ids land in a reused device buffer and come back with one copy into pinned memory
-and one synchronisation per call, each call's result is the caller's own array, and sample's
-per-row parameters reach the kernel from one upload as the kernel reads them (f64
-temperature, top-p, min-p; int32 top-k; u64 seed; int64 position)."""
+given: ids come back with one copy into reused pinned memory and one synchronisation per
+call, each call's result the caller's own array; argmax_ids leaves them on the device, and
+GraphedForward(greedy_ids=True) holds that argmax in the forward's graph; sample's per-row
+parameters reach the kernel from one upload as the kernel reads them (f64 temperature,
+top-p, min-p; int32 top-k; u64 seed; int64 position)."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,10 +21,15 @@ def cuda(monkeypatch, tmp_path):
 
 
 def _argmax_kernel(hip):
-    """An argmax that computes: the lowest id of each row's largest logit."""
+    """An argmax that computes, in stream order (a captured graph runs it on each replay): the
+    lowest id of each row's largest logit."""
     def argmax(logits, ids_out, rows, vocab, logits_stride=None, stream=0):
-        x = hip._device(int(logits), 4 * rows * vocab).view(np.float32).reshape(rows, vocab)
-        hip._device(int(ids_out), 8 * rows).view(np.int64)[:] = np.argmax(x, axis=1)
+        hip.launch("_cuda_sampling.argmax", stream, [int(logits), int(ids_out)])
+
+        def run():
+            x = hip._device(int(logits), 4 * rows * vocab).view(np.float32).reshape(rows, vocab)
+            hip._device(int(ids_out), 8 * rows).view(np.int64)[:] = np.argmax(x, axis=1)
+        hip._enqueue(stream, run)
     return argmax
 
 
@@ -31,29 +37,73 @@ def _calls(hip, name):
     return [args for call, args in hip.calls if call == name]
 
 
-def test_argmax_copies_once_into_pinned_memory_and_reuses_its_buffers(cuda, monkeypatch):
+def test_argmax_copies_once_into_pinned_memory_and_reuses_it(cuda, monkeypatch):
     backend, hip = cuda
     from luce import _cuda_sampling
 
     monkeypatch.setattr(_cuda_sampling, "argmax", _argmax_kernel(hip))
     rng = np.random.default_rng(0)
     results = []
-    for L, grows in ((3, True), (1, False), (3, False), (70, True), (2, False)):    # 70 rows outgrow the first buffers
+    for L, grows in ((3, True), (1, False), (3, False), (70, True), (2, False)):    # 70 rows outgrow the first buffer
         logits = rng.standard_normal((L, 50)).astype(np.float32)
         dev = backend.upload(logits)
         hip.calls.clear()
         got = backend.argmax(dev)
         assert got.dtype == np.int64 and np.array_equal(got, np.argmax(logits, axis=1))
-        names = [name for name, _ in hip.calls]
+        names = [name for name, _ in hip.calls if name != "hipMalloc"]   # the ids' block: the caching allocator's
         assert names[-2:] == ["hipMemcpyAsync", "hipStreamSynchronize"]
         dst, _, nbytes, kind, _ = hip.calls[-2][1]
         assert kind == hip.hipMemcpyKind.hipMemcpyDeviceToHost and nbytes == 8 * L and dst in hip.pinned
-        assert ("hipHostMalloc" in names) == grows       # pinned memory only when the buffers grow
+        assert ("hipHostMalloc" in names) == grows       # pinned memory only when the buffer grows
         if not grows:
             assert names == ["hipMemcpyAsync", "hipStreamSynchronize"]      # one copy and one sync, nothing else
         results.append((got, np.argmax(logits, axis=1)))
     for got, want in results:          # every call's result is its own, not a view of the buffer
         assert np.array_equal(got, want)
+
+
+def test_argmax_ids_stay_on_the_device_until_asked_for(cuda, monkeypatch):
+    backend, hip = cuda
+    from luce import _cuda_sampling
+
+    monkeypatch.setattr(_cuda_sampling, "argmax", _argmax_kernel(hip))
+    logits = np.random.default_rng(1).standard_normal((4, 30)).astype(np.float32)
+    dev = backend.upload(logits)
+    hip.calls.clear()
+    ids = backend.argmax_ids(dev)
+    assert ids.shape == (4,) and ids.dtype == np.int64 and hip.is_device(ids.ptr)
+    assert not [name for name, _ in hip.calls if name in ("hipStreamSynchronize", "hipMemcpyAsync")]
+    assert np.array_equal(backend.ids_to_host(ids), np.argmax(logits, axis=1))
+    assert backend.ids_to_host(backend.argmax_ids(backend.upload(np.zeros((0, 30), np.float32)))).shape == (0,)
+
+
+def test_greedy_ids_are_part_of_the_forward_graph(cuda, monkeypatch, tmp_path):
+    """GraphedForward(greedy_ids=True): the argmax is captured with the forward, a replay
+    launches nothing outside its graph, and the ids are those of the replay's logits."""
+    backend, hip = cuda
+    from luce import _cuda_sampling
+    from luce.models import SegmentSpec, build_batch, load_model
+    from luce.models.graphed_forward import GraphedForward
+    from luce.testing.tiny_models import make_dense
+
+    monkeypatch.setattr(_cuda_sampling, "argmax", _argmax_kernel(hip))
+    make_dense(tmp_path / "d.gguf", "qwen3", seed=5, head_dim=64)
+    model = load_model(tmp_path / "d.gguf", backend)
+    state = model.new_state(max_pages=4, max_slots=2)
+    forward = GraphedForward(model)
+    for step in range(4):                    # eager, captured, replayed twice
+        batch = build_batch([SegmentSpec(0, [3 + step], 5 + step, [0, 1]), SegmentSpec(1, [9], 2 + step, [2, 3])],
+                            pad_pages=True)
+        eager_before = sum(not captured for _, _, captured in hip.launches)
+        out = forward(batch, state, greedy_ids=True)
+        eager = sum(not captured for _, _, captured in hip.launches) - eager_before
+        logits = backend.to_numpy(out.logits)          # what the kernels left there: the double computes none
+        assert np.array_equal(backend.ids_to_host(out.greedy_ids), np.argmax(logits, axis=1))
+        if step >= 2:
+            assert eager == 0, "a replay launched kernels outside its graph"
+    assert forward.counters["replays"] == 2 and forward.counters["captures"] == 1
+    plain = forward(batch, state)                         # without ids: another graph, no argmax in it
+    assert plain.greedy_ids is None and len(forward.graphs) == 1
 
 
 def test_argmax_names_the_rows_holding_nan(cuda, monkeypatch):
@@ -95,3 +145,33 @@ def test_sample_parameters_reach_the_kernel_from_one_upload(cuda, monkeypatch):
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-v"]))
+
+
+def test_a_greedy_engine_step_launches_nothing_outside_its_graph(cuda, monkeypatch, tmp_path):
+    """The engine asks its forward for greedy ids when every request of the step is greedy:
+    a replayed decode step then launches no kernel of its own (the argmax is in the graph),
+    and its tokens are that argmax's."""
+    backend, hip = cuda
+    from luce import _cuda_sampling
+    from luce.engine import Engine, EngineConfig
+    from luce.engine.sampler import SamplingParams
+    from luce.models import load_model
+    from luce.testing.tiny_models import make_dense
+
+    monkeypatch.setattr(_cuda_sampling, "argmax", _argmax_kernel(hip))
+    make_dense(tmp_path / "d.gguf", "qwen3", seed=5, head_dim=64)
+    model = load_model(tmp_path / "d.gguf", backend)
+    engine = Engine(model, None, EngineConfig(max_slots=2, ctx=64, token_budget=80))
+    for prompt in ([1, 2, 3], [4, 5, 6, 7]):
+        engine.add_request(prompt, SamplingParams(max_tokens=12, ignore_eos=True))
+    argmaxes = []
+    ids_to_host = backend.ids_to_host
+    monkeypatch.setattr(backend, "ids_to_host", lambda ids: argmaxes.append(ids_to_host(ids)) or argmaxes[-1])
+    eager = []
+    while engine.has_unfinished():
+        before = sum(not captured for _, _, captured in hip.launches)
+        updates = engine.step()
+        eager.append(sum(not captured for _, _, captured in hip.launches) - before)
+        assert [u.token_ids for u in updates if u.token_ids] == [(int(t),) for t in argmaxes[-1][:len(updates)]]
+    replayed = engine.forward.counters["replays"]
+    assert replayed >= 6 and eager[-replayed:] == [0] * replayed, eager
