@@ -132,7 +132,8 @@ def random_step(rng, pad: bool):
         kind = rng.integers(3) if committed else 0
         if kind == 0:
             n = int(rng.integers(1, 70))
-            prefill.append(PrefillChunk(slot, i, tuple(rng.integers(0, 500, n).tolist()), committed, bool(rng.integers(2))))
+            tokens = tuple(rng.integers(0, 500, n).tolist())
+            prefill.append(PrefillChunk(slot, i, tokens, committed, bool(rng.integers(2))))
         elif kind == 1:
             decode.append(DecodeRow(slot, i, int(rng.integers(0, 500)), committed))
         else:

@@ -125,7 +125,8 @@ def test_sample_parameters_reach_the_kernel_from_one_upload(cuda, monkeypatch):
 
     def sample_rng(logits, t, k, p, m, s, pos, ids_out, work, work_bytes, rows, vocab, logits_stride=None,
                    stream=0):
-        read = lambda ptr, dtype: hip._device(int(ptr), rows * np.dtype(dtype).itemsize).view(dtype).copy()  # noqa: E731
+        def read(ptr, dtype):
+            return hip._device(int(ptr), rows * np.dtype(dtype).itemsize).view(dtype).copy()
         seen.update(t=read(t, np.float64), k=read(k, np.int32), p=read(p, np.float64), m=read(m, np.float64),
                     s=read(s, np.uint64), pos=read(pos, np.int64))
         hip._device(int(ids_out), 8 * rows).view(np.int64)[:] = seen["k"] * 1000 + seen["pos"]
