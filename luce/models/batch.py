@@ -24,6 +24,7 @@ does it in txn.preflight, direct callers in model.forward) and remembers it.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -201,7 +202,7 @@ class ForwardBatch:
         tree_start.. renumbered from 0: block_qo, block_slots, block_parents). Per-segment
         values are made on Python lists (a step has few segments)."""
         def make():
-            i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32).reshape(-1)  # noqa: E731
+            i32 = functools.partial(np.ascontiguousarray, dtype=np.int32)    # every array here is 1-D
             pages, offsets, _ = self._row_kv()
             kinds, slots, qo = self.kinds.tolist(), self.seq_slots.tolist(), self.qo_indptr.tolist()
             positions = self.positions.tolist()
@@ -211,7 +212,7 @@ class ForwardBatch:
                        kv_last_page_len=i32(self.kv_last_page_len), seq_slots=i32(self.seq_slots),
                        kv_dst=np.asarray([p * PAGE_SIZE + o if p >= 0 else -1 for p, o in zip(pages, offsets)],
                                          np.int64),
-                       logits_indices=np.ascontiguousarray(self.logits_indices, dtype=np.int64).reshape(-1),
+                       logits_indices=np.ascontiguousarray(self.logits_indices, dtype=np.int64),
                        start_pos=i32([positions[a] if b > a else 0 for a, b in zip(qo, qo[1:])]),
                        ordinary_slots=i32(of_kind(SEG_PREFILL, SEG_AR)), ar_slots=i32(of_kind(SEG_AR)),
                        prefill_slots=i32(of_kind(SEG_PREFILL)))
