@@ -248,7 +248,7 @@ def run(shape: str, concurrency: int, args) -> dict:
         model = make_model(shape, Path(tmp), get_backend("cuda"))
         n_tokens = args.warmup + args.steps + args.profile + 28
         engine = Engine(model, None, EngineConfig(max_slots=concurrency, ctx=args.prompt + n_tokens + 16,
-                                                  token_budget=args.prompt * concurrency + concurrency))
+                                                  token_budget=max(args.prompt * concurrency, 64) + concurrency))
 
         def add_requests():
             return [engine.get(engine.add_request([1 + (i + j) % 300 for j in range(args.prompt)],

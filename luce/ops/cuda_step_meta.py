@@ -33,9 +33,10 @@ def pack(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, tuple[int
     layout, parts, offset = {}, [], 0
     for name, a in arrays.items():
         data = a.tobytes()
-        size = -(-len(data) // ALIGN) * ALIGN or ALIGN
+        n = len(data)
+        size = -(-n // ALIGN) * ALIGN or ALIGN
         layout[name] = (offset, a.dtype, a.shape)
-        parts += (data, _ZEROS[:size - len(data)])
+        parts += (data, _ZEROS[:size - n])
         offset += size
     return np.frombuffer(b"".join(parts), np.uint8), layout
 
