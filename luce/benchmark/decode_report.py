@@ -45,10 +45,13 @@ def format_report(report: dict) -> str:
                           _f(r["wait_ms"]), _f(r["sample_ms"], 3), str(r["steps"]), _replays(r),
                           str(r.get("launches", "-")), _f(r.get("launches_per_layer", "-"), 1)], 11))
     if report.get("engine_ar"):
-        out += _table("AR decode through luce.engine.Engine (scheduler, batch packing, graph replay, argmax)",
-                      ["C", "tok/s", "step ms", "steps", "graphs"],
+        out += _table("AR decode through luce.engine.Engine (scheduler, batch packing, graph replay, argmax; "
+                      "host = step minus the wait for the device, launch = its part in graph launches)",
+                      ["C", "tok/s", "step ms", "host ms", "launch ms", "wait ms", "steps", "graphs"],
                       _rows(report["engine_ar"], "concurrency", lambda r: [
-                          _f(r["tok_s"], 1), _f(r["step_ms"]), str(r["steps"]), _replays(r)], 5))
+                          _f(r["tok_s"], 1), _f(r["step_ms"]), _f(r.get("host_ms", float("nan")), 3),
+                          _f(r.get("launch_ms", float("nan")), 3), _f(r.get("wait_ms", float("nan"))),
+                          str(r["steps"]), _replays(r)], 8))
     if report.get("verify"):
         out += _table(f"Verify (one slot, DDTree rows, mode {s['spec_mode']}; x AR = multiple of the C=1 AR step, "
                       f"{_f(report.get('verify_ar_step_ms', float('nan')))} ms)",

@@ -131,9 +131,9 @@ class _RecordingForward:
     def __init__(self, forward, record: RunRecord, owner: str):
         self.inner, self.record, self.owner = forward, record, owner
 
-    def __call__(self, batch, state):
+    def __call__(self, batch, state, **kw):
         self.record.keys.add((self.owner, self.inner.key(batch)))
-        out = self.inner(batch, state)
+        out = self.inner(batch, state, **kw)
         if self.owner == "target":
             self.record.staged_bytes = max(self.record.staged_bytes, _staged_bytes(out))
         return out

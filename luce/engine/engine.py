@@ -37,7 +37,7 @@ from luce.engine.pages import PagePool
 from luce.engine.engine_config import EngineConfig, EngineStats, StepUpdate  # noqa: F401 (re-exported)
 from luce.engine.prefix_cache import PrefixCache
 from luce.engine.request import DECODE, FINISHED, PREFILL, FinishReason, Request, RequestOutput
-from luce.engine.outcome import decide
+from luce.engine.outcome import decide, greedy
 from luce.engine.sampler import MASK64, SamplingParams, splitmix64
 from luce.engine.scheduler import PREFILL_ALIGN, Scheduler
 from luce.engine.slots import SlotManager
@@ -176,7 +176,8 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - a checkpoint only writes its own save buffers
             return self._drop(cohort, f"checkpoint failed: {type(e).__name__}: {e}")
         try:
-            out = self.forward(step.forward, self.model_state)
+            out = self.forward(step.forward, self.model_state,
+                               greedy_ids=greedy(self.requests[item.request_id].params for item in step.cohort.items))
             self._hook("after_forward", step)
             outcome = decide(step, out, self.model.backend, self._request_in, self.spec)
             self._hook("after_accept", step)

@@ -26,14 +26,15 @@ _PAD_PARAMS = SamplingParams(max_tokens=1)   # logits rows that give no token: g
 def decide(step: StepBatch, out, backend, request_of: Callable[[int], Any], spec=None) -> StepOutcome:
     """The step's outcome from its ForwardOutput `out`; request_of(slot) -> Request; spec:
     luce.engine.speculation.EngineSpeculation (trees' acceptance)."""
-    logits, choice = row_choices(step, out.logits, backend, request_of)
+    logits, choice = row_choices(step, out, backend, request_of)
     tokens, rows = {}, {}
-    for i, slot in enumerate(step.logits_slot.tolist()):
-        if slot < 0 or step.logits_kind[i] == ROW_TREE:
+    chosen = choice.tolist() if choice is not None else None
+    for i, (slot, kind) in enumerate(zip(step.logits_slot.tolist(), step.logits_kind.tolist())):
+        if slot < 0 or kind == ROW_TREE:
             continue
         r = request_of(slot)
         rows[r.request_id] = [i]
-        tokens[r.request_id] = [int(choice[i])] if choice is not None else \
+        tokens[r.request_id] = [chosen[i]] if chosen is not None else \
             [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]), r.prompt_ids, r.output_ids,
                           r.constraint)]
     paths, accepted = {}, {}
@@ -70,16 +71,23 @@ def _logprobs(step: StepBatch, logits, tokens: dict, rows: dict, request_of) -> 
     return out
 
 
-def row_choices(step: StepBatch, logits, backend, request_of) -> tuple[Any, Any]:
+def greedy(params) -> bool:
+    """Do these requests' tokens come from the argmax of their logits rows on the backend?"""
+    return all(p.greedy and not p.needs_host_logits for p in params)
+
+
+def row_choices(step: StepBatch, out, backend, request_of) -> tuple[Any, Any]:
     """(host logits [L, V], None), or (None, choice [L]): the target's token for every
-    logits row drawn on the backend."""
+    logits row drawn on the backend (greedy: the forward's greedy_ids when it made them)."""
+    logits = out.logits
     if logits.shape[0] != len(step.logits_slot):
         raise RuntimeError(f"the model returned {logits.shape[0]} logits rows, the step asked for "
                            f"{len(step.logits_slot)}")
     requests = [request_of(slot) if slot >= 0 else None for slot in step.logits_slot.tolist()]
     params = [r.params if r is not None else _PAD_PARAMS for r in requests]
-    if all(p.greedy and not p.needs_host_logits for p in params):
-        return None, backend.argmax(logits)
+    if greedy(params):
+        ids = getattr(out, "greedy_ids", None)
+        return None, backend.argmax(logits) if ids is None else backend.ids_to_host(ids)
     if hasattr(backend, "sample") and all(backend_can_draw(p) for p in params):
         seeds = [r.seed & MASK64 if r is not None else 0 for r in requests]
         return None, backend.sample(logits, [p.temperature for p in params], [max(p.top_k, 1) for p in params],

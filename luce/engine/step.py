@@ -93,14 +93,22 @@ class Cohort:
 @dataclass
 class StepBatch:
     forward: ForwardBatch                # what the model runs (T rows, S segments, L logits rows)
-    row_kind: np.ndarray                 # [T] int8 ROW_PREFILL | ROW_AR | ROW_TREE | ROW_PAD
-    row_slot: np.ndarray                 # [T] int32 slot of each row, -1 on padding
     logits_slot: np.ndarray              # [L] int32 slot whose token a logits row gives; -1: none
     logits_kind: np.ndarray              # [L] int8 kind of each logits row
     logits_position: np.ndarray          # [L] int32 absolute position of the token it predicts
     new_pages: dict[int, tuple[int, ...]]  # slot -> pages its rows need (taken at commit; trees: as accepted)
     kv_len_after: dict[int, int]         # slot -> KV rows the step writes (trees: start + N, the most)
     cohort: Cohort
+
+    @property
+    def row_kind(self) -> np.ndarray:
+        """[T] int8 ROW_PREFILL | ROW_AR | ROW_TREE | ROW_PAD of each row."""
+        return np.repeat(self.forward.kinds, np.diff(self.forward.qo_indptr))
+
+    @property
+    def row_slot(self) -> np.ndarray:
+        """[T] int32 slot of each row, -1 on padding."""
+        return np.repeat(self.forward.seq_slots, np.diff(self.forward.qo_indptr))
 
     @property
     def replay_key(self) -> tuple:
@@ -183,11 +191,9 @@ class StepBuilder:
             logits.extend((t.slot, ROW_TREE, t.start + x + 1) for x in d)
             logits.extend((-1, ROW_PAD, 0) for _ in range(width - n if pad else 0))
         forward = p.finish(capture_layers, pad_pages=pad)
-        n_rows = np.diff(forward.qo_indptr)
         i32 = lambda xs: np.asarray(xs, dtype=np.int32)  # noqa: E731
         return StepBatch(
-            forward=forward, row_kind=np.repeat(forward.kinds, n_rows).astype(np.int8),
-            row_slot=np.repeat(forward.seq_slots, n_rows).astype(np.int32),
-            logits_slot=i32([x[0] for x in logits]), logits_kind=np.asarray([x[1] for x in logits], np.int8),
-            logits_position=i32([x[2] for x in logits]), new_pages={s: tuple(v) for s, v in new_pages.items()},
-            kv_len_after={s: n for s, n in demands}, cohort=cohort)
+            forward=forward, logits_slot=i32([x[0] for x in logits]),
+            logits_kind=np.asarray([x[1] for x in logits], np.int8), logits_position=i32([x[2] for x in logits]),
+            new_pages={s: tuple(v) for s, v in new_pages.items()}, kv_len_after={s: n for s, n in demands},
+            cohort=cohort)

@@ -31,7 +31,7 @@ from luce.engine.slots import SlotManager
 from luce.engine.step import StepBatch
 from luce.models.batch import validate_batch
 from luce.models.commit import TreeCommit, plan_tree_commit
-from luce.models.kv_cache import pages_needed
+from luce.models.kv_cache import PAGE_SIZE, pages_needed
 
 
 @dataclass(frozen=True)
@@ -123,13 +123,13 @@ class Transaction:
     def _check(self, step: StepBatch) -> list[SlotChange]:
         pool, table = self.pool, self.slots.table
         trees = {t.slot for t in step.cohort.tree}
-        changes: list[SlotChange] = []
+        changes: dict[int, SlotChange] = {}
         claimed: set[int] = set()
         for item in step.cohort.items:
             slot, rid = item.slot, item.request_id
             if not 0 <= slot < self.slots.max_slots:
                 raise _Refusal(f"slot {slot} is not a live slot id (0..{self.slots.max_slots - 1})")
-            if any(c.slot == slot for c in changes):
+            if slot in changes:
                 raise _Refusal(f"slot {slot} appears twice in one step")
             entry = table[slot]
             if entry is None or entry.request_id != rid:
@@ -143,10 +143,10 @@ class Transaction:
             if after is None or after > self.ctx:
                 raise _Refusal(f"slot {slot} would reach {after} tokens, beyond the context of {self.ctx}")
             new = tuple(step.new_pages.get(slot, ()))
-            if len(pool.slot_pages(slot)) + len(new) != max(len(pool.slot_pages(slot)), pages_needed(after)):
+            held = pool.slot_pages(slot)
+            if len(held) + len(new) != max(len(held), pages_needed(after)):
                 raise _Refusal(f"slot {slot} adds {len(new)} pages, {pool.extra_pages_needed(slot, after)} needed")
-            written = pool.slot_pages(slot)[entry.kv_len // pool.page_size:]
-            shared = [p for p in written if pool.is_shared(p)]
+            shared = [p for p in held[entry.kv_len // pool.page_size:] if pool.is_shared(p)]
             if shared:
                 raise _Refusal(f"slot {slot} would write KV rows from {entry.kv_len} into pages {shared}, "
                                "which other requests or the prefix cache share")
@@ -154,16 +154,16 @@ class Transaction:
                 if not pool.is_free(page) or page in claimed:
                     raise _Refusal(f"page {page} planned for slot {slot} is not free")
                 claimed.add(page)
-            changes.append(SlotChange(slot, rid, entry.kv_len, after, new, slot in trees))
-        self._check_reads(step, {c.slot: c for c in changes})
-        return changes
+            changes[slot] = SlotChange(slot, rid, entry.kv_len, after, new, slot in trees)
+        self._check_reads(step, changes)
+        return list(changes.values())
 
     def _check_reads(self, step: StepBatch, changes: dict[int, SlotChange]) -> None:
         """Every live segment reads exactly the pages its own slot will hold."""
         f = step.forward
+        kv_ptr, kv, last = f.kv_indptr.tolist(), f.kv_indices.tolist(), f.kv_last_page_len.tolist()
         seen = set()
-        for s in range(f.n_segments):
-            slot = int(f.seq_slots[s])
+        for s, slot in enumerate(f.seq_slots.tolist()):
             if slot < 0:
                 continue
             c = changes.get(slot)
@@ -172,9 +172,9 @@ class Transaction:
             seen.add(slot)
             kv_len = c.kv_len_after
             want = (self.pool.slot_pages(slot) + list(c.new_pages))[:pages_needed(kv_len)]
-            if f.segment_pages(s).tolist() != want or (want and f.kv_len(s) != kv_len):
-                raise _Refusal(f"segment {s} (slot {slot}) reads pages {f.segment_pages(s).tolist()}, "
-                               f"it owns {want}")
+            reads = kv[kv_ptr[s]:kv_ptr[s + 1]]
+            if reads != want or (want and (len(reads) - 1) * PAGE_SIZE + last[s] != kv_len):
+                raise _Refusal(f"segment {s} (slot {slot}) reads pages {reads}, it owns {want}")
         if seen != set(changes):
             raise _Refusal(f"slots {sorted(set(changes) - seen)} are in the cohort but have no segment")
 

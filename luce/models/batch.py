@@ -24,6 +24,7 @@ does it in txn.preflight, direct callers in model.forward) and remembers it.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -165,64 +166,69 @@ class ForwardBatch:
     def kv_span(self) -> int:
         """KV rows the attention grid covers: the largest live segment's pages, bucketed."""
         def make():
-            pages = np.diff(self.kv_indptr)[self.seq_slots >= 0]
-            return bucket(int(pages.max(initial=0))) * PAGE_SIZE
+            kv_ptr = self.kv_indptr.tolist()
+            pages = [b - a for a, b, slot in zip(kv_ptr, kv_ptr[1:], self.seq_slots.tolist()) if slot >= 0]
+            return bucket(max(pages, default=0)) * PAGE_SIZE
         return self._cached("kv_span", make)
+
+    def _row_kv(self) -> tuple[list[int], list[int], list[int]]:
+        """(pages, offsets, kv_index) of every row as lists; -1 on padding rows."""
+        def make():
+            T = self.n_rows
+            pages, offsets, kv_index = [-1] * T, [-1] * T, [-1] * T
+            qo, kv_ptr, last = self.qo_indptr.tolist(), self.kv_indptr.tolist(), self.kv_last_page_len.tolist()
+            kv = self.kv_indices.tolist()
+            for s, slot in enumerate(self.seq_slots.tolist()):
+                if slot < 0 or qo[s] == qo[s + 1]:
+                    continue
+                r0, r1, first_page = qo[s], qo[s + 1], kv_ptr[s]
+                kv_len = (kv_ptr[s + 1] - first_page - 1) * PAGE_SIZE + last[s]
+                idx = range(kv_len - (r1 - r0), kv_len)
+                pages[r0:r1] = [kv[first_page + i // PAGE_SIZE] for i in idx]
+                offsets[r0:r1] = [i % PAGE_SIZE for i in idx]
+                kv_index[r0:r1] = idx
+            return pages, offsets, kv_index
+        return self._cached("kv_lists", make)
 
     def row_kv_locations(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each row's K/V goes: (pages [T], offsets [T], kv_index [T]) int64; -1 on padding rows."""
-        def make():
-            pages = np.full(self.n_rows, -1, dtype=np.int64)
-            offsets = np.full(self.n_rows, -1, dtype=np.int64)
-            kv_index = np.full(self.n_rows, -1, dtype=np.int64)
-            for s in range(self.n_segments):
-                if self.seq_slots[s] < 0:
-                    continue
-                r0, r1 = self.segment_rows(s)
-                idx = np.arange(self.kv_len(s) - (r1 - r0), self.kv_len(s), dtype=np.int64)
-                pages[r0:r1] = self.segment_pages(s)[idx // PAGE_SIZE]
-                offsets[r0:r1] = idx % PAGE_SIZE
-                kv_index[r0:r1] = idx
-            return pages, offsets, kv_index
-        return self._cached("kv_locations", make)
+        return self._cached("kv_locations", lambda: tuple(np.asarray(x, np.int64) for x in self._row_kv()))
 
     def step_arrays(self) -> dict[str, np.ndarray]:
         """Every per-step value the step's kernels read, in arena order and device dtypes
         (luce/ops/cuda_step_meta.py packs them into one upload): the batch's arrays, each
         row's flat KV destination, each segment's first position, the slots of each kind of
         segment (-1 elsewhere) and, with trees, the tree block as a batch of its own (rows
-        tree_start.. renumbered from 0: block_qo, block_slots, block_parents)."""
+        tree_start.. renumbered from 0: block_qo, block_slots, block_parents). Per-segment
+        values are made on Python lists (a step has few segments)."""
         def make():
-            i32 = lambda a: np.ascontiguousarray(a, dtype=np.int32).reshape(-1)  # noqa: E731
-            pages, offsets, _ = self.row_kv_locations()
-            kinds, slots = self.kinds, self.seq_slots
-            first = np.minimum(self.qo_indptr[:-1], max(self.n_rows - 1, 0))
-            start = np.where(np.diff(self.qo_indptr) > 0, self.positions[first] if self.n_rows else 0, 0)
+            i32 = functools.partial(np.ascontiguousarray, dtype=np.int32)    # every array here is 1-D
+            pages, offsets, _ = self._row_kv()
+            kinds, slots, qo = self.kinds.tolist(), self.seq_slots.tolist(), self.qo_indptr.tolist()
+            positions = self.positions.tolist()
+            of_kind = lambda *want: [s if k in want else -1 for k, s in zip(kinds, slots)]  # noqa: E731
             out = dict(token_ids=i32(self.token_ids), positions=i32(self.positions), qo_indptr=i32(self.qo_indptr),
                        kv_indptr=i32(self.kv_indptr), kv_indices=i32(self.kv_indices),
-                       kv_last_page_len=i32(self.kv_last_page_len), seq_slots=i32(slots),
-                       kv_dst=np.where(pages >= 0, pages * PAGE_SIZE + offsets, -1).astype(np.int64),
-                       logits_indices=np.ascontiguousarray(self.logits_indices, dtype=np.int64).reshape(-1),
-                       start_pos=i32(start),
-                       ordinary_slots=i32(np.where((kinds == SEG_PREFILL) | (kinds == SEG_AR), slots, -1)),
-                       ar_slots=i32(np.where(kinds == SEG_AR, slots, -1)),
-                       prefill_slots=i32(np.where(kinds == SEG_PREFILL, slots, -1)))
+                       kv_last_page_len=i32(self.kv_last_page_len), seq_slots=i32(self.seq_slots),
+                       kv_dst=np.asarray([p * PAGE_SIZE + o if p >= 0 else -1 for p, o in zip(pages, offsets)],
+                                         np.int64),
+                       logits_indices=np.ascontiguousarray(self.logits_indices, dtype=np.int64),
+                       start_pos=i32([positions[a] if b > a else 0 for a, b in zip(qo, qo[1:])]),
+                       ordinary_slots=i32(of_kind(SEG_PREFILL, SEG_AR)), ar_slots=i32(of_kind(SEG_AR)),
+                       prefill_slots=i32(of_kind(SEG_PREFILL)))
             if self.tree_parents is not None:
-                tp = np.asarray(self.tree_parents, dtype=np.int64)
-                t0 = self.tree_start
-                trees = np.nonzero(kinds == SEG_TREE)[0]
-                s0 = int(trees[0]) if trees.size else self.n_segments   # by kind: fixed by the key
-                out.update(tree_parents=i32(np.where(np.isin(np.arange(self.n_rows), self._tree_rows()), tp, -1)),
-                           tree_slots=i32(np.where(kinds == SEG_TREE, slots, -1)),
-                           block_qo=i32(self.qo_indptr[s0:] - t0), block_slots=i32(np.where(kinds[s0:] == SEG_TREE,
-                                                                                             slots[s0:], -1)),
-                           block_parents=i32(np.where(tp[t0:] >= 0, tp[t0:] - t0, -1)))
+                tp = self.tree_parents.tolist() if isinstance(self.tree_parents, np.ndarray) else list(self.tree_parents)
+                trees = [s for s, k in enumerate(kinds) if k == SEG_TREE]
+                s0 = trees[0] if trees else self.n_segments       # by kind: fixed by the key
+                t0 = qo[s0] if trees else self.n_rows
+                in_tree = [-1] * self.n_rows
+                for s in trees:
+                    in_tree[qo[s]:qo[s + 1]] = tp[qo[s]:qo[s + 1]]
+                out.update(tree_parents=i32(in_tree), tree_slots=i32(of_kind(SEG_TREE)),
+                           block_qo=i32([r - t0 for r in qo[s0:]]), block_slots=i32(of_kind(SEG_TREE)[s0:]),
+                           block_parents=i32([p - t0 if p >= 0 else -1 for p in tp[t0:]]))
             return out
         return self._cached("step_arrays", make)
-
-    def _tree_rows(self) -> np.ndarray:
-        rows = [np.arange(*self.segment_rows(s)) for s in self.tree_segments()]
-        return np.concatenate(rows) if rows else np.zeros(0, np.int64)
 
     def validate(self, max_slots: int | None = None, vocab: int | None = None) -> None:
         validate_batch(self, max_slots, vocab)
@@ -233,6 +239,7 @@ class ForwardOutput:
     logits: object                 # [L, V] f32 backend array (np.ndarray on numpy), rows = logits_indices
     captured: dict = field(default_factory=dict)  # {layer: [T, hidden] f32 backend array}
     staged: dict = field(default_factory=dict)    # {GDN layer: luce.ops.api.TreeStage of the tree block}
+    greedy_ids: object = None      # [L] int64 backend array: each logits row's argmax, when asked (GraphedForward)
 
 
 class Model(Protocol):
@@ -252,65 +259,70 @@ class Model(Protocol):
 
 def validate_batch(batch: ForwardBatch, max_slots: int | None = None, vocab: int | None = None) -> None:
     """Raise ValueError naming the first inconsistency (shapes, CSR, positions, trees, slots
-    < max_slots and token ids < vocab when given); then remember that `batch` is valid."""
+    < max_slots and token ids < vocab when given); then remember that `batch` is valid.
+    Segments are checked in order, on Python lists: a step has a few segments, and a small
+    numpy call costs more than the check it makes."""
     T, S = batch.n_rows, batch.n_segments
     for name, arr, n in (("positions", batch.positions, T), ("qo_indptr", batch.qo_indptr, S + 1),
                          ("kv_indptr", batch.kv_indptr, S + 1), ("kv_last_page_len", batch.kv_last_page_len, S)):
         if np.shape(arr) != (n,):
             raise ValueError(f"ForwardBatch.{name} has shape {np.shape(arr)}, expected ({n},)")
-    if batch.qo_indptr[0] != 0 or batch.qo_indptr[-1] != T or np.any(np.diff(batch.qo_indptr) < 0):
-        raise ValueError(f"qo_indptr {batch.qo_indptr.tolist()} must rise from 0 to T={T}")
-    if batch.kv_indptr[0] != 0 or batch.kv_indptr[-1] != len(batch.kv_indices) or np.any(np.diff(batch.kv_indptr) < 0):
-        raise ValueError(f"kv_indptr {batch.kv_indptr.tolist()} must rise from 0 to nnz={len(batch.kv_indices)}")
+    qo, kv_ptr = batch.qo_indptr.tolist(), batch.kv_indptr.tolist()
+    if qo[0] != 0 or qo[-1] != T or any(a > b for a, b in zip(qo, qo[1:])):
+        raise ValueError(f"qo_indptr {qo} must rise from 0 to T={T}")
+    if kv_ptr[0] != 0 or kv_ptr[-1] != len(batch.kv_indices) or any(a > b for a, b in zip(kv_ptr, kv_ptr[1:])):
+        raise ValueError(f"kv_indptr {kv_ptr} must rise from 0 to nnz={len(batch.kv_indices)}")
     if len(batch.logits_indices) and (batch.logits_indices.min() < 0 or batch.logits_indices.max() >= T):
         raise ValueError(f"logits_indices must lie in [0, {T})")
     if batch.segment_kind is not None and np.shape(batch.segment_kind) != (S,):
         raise ValueError(f"ForwardBatch.segment_kind has shape {np.shape(batch.segment_kind)}, expected ({S},)")
-    if max_slots is not None and S and int(batch.seq_slots.max()) >= max_slots:
-        raise ValueError(f"slot {int(batch.seq_slots.max())} >= max_slots {max_slots}")
+    slots = batch.seq_slots.tolist()
+    if max_slots is not None and S and max(slots) >= max_slots:
+        raise ValueError(f"slot {max(slots)} >= max_slots {max_slots}")
     if vocab is not None and T and (batch.token_ids.min() < 0 or batch.token_ids.max() >= vocab):
         raise ValueError(f"token id out of range [0, {vocab}): {batch.token_ids.min()}..{batch.token_ids.max()}")
     tp = None if batch.tree_parents is None else np.asarray(batch.tree_parents)
     if tp is not None and tp.shape != (T,):
         raise ValueError(f"ForwardBatch.tree_parents has shape {tp.shape}, expected ({T},)")
-    kinds, seen_tree = batch.kinds, False
+    parents = None if tp is None else tp.tolist()
+    kinds, last, positions = batch.kinds.tolist(), batch.kv_last_page_len.tolist(), batch.positions.tolist()
+    seen_tree = False
     for s in range(S):
-        r0, r1 = batch.segment_rows(s)
-        kind = int(kinds[s])
-        if (kind == SEG_PAD) != (batch.seq_slots[s] < 0):
-            raise ValueError(f"segment {s}: kind {kind} does not fit slot {int(batch.seq_slots[s])} (padding is slot -1)")
+        r0, r1, kind = qo[s], qo[s + 1], kinds[s]
+        parented = parents is not None and any(p >= 0 for p in parents[r0:r1])
+        if (kind == SEG_PAD) != (slots[s] < 0):
+            raise ValueError(f"segment {s}: kind {kind} does not fit slot {slots[s]} (padding is slot -1)")
         if kind == SEG_PAD:
-            if tp is not None and (tp[r0:r1] >= 0).any():
+            if parented:
                 raise ValueError(f"segment {s}: padding rows cannot have tree parents")
             continue
         if seen_tree and kind != SEG_TREE:
             raise ValueError(f"segment {s}: tree segments come last (after prefill and AR rows)")
         seen_tree |= kind == SEG_TREE
-        if np.diff(batch.kv_indptr)[s] and not 1 <= batch.kv_last_page_len[s] <= PAGE_SIZE:
-            raise ValueError(f"segment {s}: kv_last_page_len {batch.kv_last_page_len[s]} not in 1..{PAGE_SIZE}")
-        kv_len = batch.kv_len(s)
+        pages = kv_ptr[s + 1] - kv_ptr[s]
+        if pages and not 1 <= last[s] <= PAGE_SIZE:
+            raise ValueError(f"segment {s}: kv_last_page_len {last[s]} not in 1..{PAGE_SIZE}")
+        kv_len = 0 if pages == 0 else (pages - 1) * PAGE_SIZE + last[s]
         if r1 - r0 > kv_len:
             raise ValueError(f"segment {s}: {r1 - r0} rows but only {kv_len} KV rows after the step")
         start = kv_len - (r1 - r0)
         if kind == SEG_TREE:
-            if tp is None or r1 == r0:
+            if parents is None or r1 == r0:
                 raise ValueError(f"segment {s}: a tree segment needs tree_parents and at least its root")
-            rows = tp[r0:r1].astype(np.int64)
-            local = np.where(rows >= 0, rows - r0, -1)
-            if (rows[1:] < r0).any():
-                raise ValueError(f"segment {s}: tree_parents {rows.tolist()} must be -1 for the root (row {r0}) and "
+            rows = parents[r0:r1]
+            if any(p < r0 for p in rows[1:]):
+                raise ValueError(f"segment {s}: tree_parents {rows} must be -1 for the root (row {r0}) and "
                                  "an earlier row of the segment for every other row")
-            want = start + tree_depths(local)
+            want = (start + tree_depths([p - r0 if p >= 0 else -1 for p in rows])).tolist()
         else:
-            if tp is not None and (tp[r0:r1] >= 0).any():
+            if parented:
                 raise ValueError(f"segment {s}: rows of a {'prefill' if kind == SEG_PREFILL else 'AR'} segment "
                                  "cannot have tree parents")
-            want = np.arange(start, kv_len)
-        if not np.array_equal(batch.positions[r0:r1], want):
+            want = list(range(start, kv_len))
+        if positions[r0:r1] != want:
             what = "the committed length plus the depth" if kind == SEG_TREE else \
                 "the segment's KV indices (consecutive, ending at kv_len-1)"
-            raise ValueError(f"segment {s}: positions {batch.positions[r0:r1].tolist()} must be {what}: "
-                             f"{want.tolist()}")
+            raise ValueError(f"segment {s}: positions {positions[r0:r1]} must be {what}: {want}")
     batch.__dict__["_validated"] = (max_slots, vocab)
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from luce.models.batch import ForwardBatch
 from luce.models.graph_cache import GraphCache
 from luce.models.kv_cache import PAGE_SIZE
+from luce.ops import cuda_step_meta
 from luce.ref.tree import check_path
 
 
@@ -63,11 +64,13 @@ def plan_tree_commit(batch: ForwardBatch, paths: Mapping[int, Sequence[int]]) ->
     """The commit of `paths` (tree slot -> accepted path: node ids, root first) for every
     tree segment of `batch`. Raises ValueError (nothing done) for a missing or bad path."""
     trees = batch.tree_segments()
-    t0 = batch.tree_start
-    n_block = batch.n_rows - t0
     if set(paths) != {int(batch.seq_slots[s]) for s in trees}:
         raise ValueError(f"paths for slots {sorted(paths)}, the step verifies trees of slots "
                          f"{sorted(int(batch.seq_slots[s]) for s in trees)}")
+    if not trees:
+        return NO_TREES
+    t0 = batch.tree_start
+    n_block = batch.n_rows - t0
     slots, indptr, rows, tree_rows, src, dst = [], [0], [], [], [], []
     parents = np.full(n_block, -1, dtype=np.int64)
     for s in trees:
@@ -89,6 +92,14 @@ def plan_tree_commit(batch: ForwardBatch, paths: Mapping[int, Sequence[int]]) ->
                       parents=parents, kv_src=pad(src, -1, np.int64), kv_dst=pad(dst, -1, np.int64),
                       path_last=np.asarray([rows[i - 1] for i in indptr[1:]], np.int64),
                       state_rows=np.asarray(slots, np.int64), replay_key=(len(trees), n_block))
+
+
+_none32, _none64 = np.zeros(0, np.int32), np.zeros(0, np.int64)
+NO_TREES = TreeCommit(slots=_none32, path_indptr=np.zeros(1, np.int32), path_rows=_none32,
+                      tree_rows=np.zeros((0, 2), np.int32), parents=_none64, kv_src=_none64, kv_dst=_none64,
+                      path_last=_none64, state_rows=_none64, replay_key=(0, 0))   # a step without trees: nothing to move
+for _a in (_none32, _none64, NO_TREES.path_indptr, NO_TREES.tree_rows):
+    _a.flags.writeable = False
 
 
 def commit_trees(state, staged: dict, commit: TreeCommit) -> None:
@@ -137,8 +148,6 @@ class GraphedCommit:
             return
         if not self.enabled:
             return commit_trees(state, staged, commit)
-        from luce.ops import cuda_step_meta
-
         arrays = commit.arrays()
         self.cache.call(self.key(state, staged, commit), lambda: commit_trees(state, staged, commit),
                         lambda allocator: cuda_step_meta.bind_arrays(self.backend, arrays, allocator),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from luce.models.batch import ForwardBatch, ensure_valid
 from luce.models.graph_cache import GraphCache
+from luce.ops import cuda_step_meta
 
 
 class GraphedForward:
@@ -51,18 +52,30 @@ class GraphedForward:
         return (batch.replay_key, getattr(self.model, "gdn_tree_mode", None),
                 getattr(self.backend, "tree_attention_kernel", None))
 
-    def __call__(self, batch: ForwardBatch, state):
+    def __call__(self, batch: ForwardBatch, state, greedy_ids: bool = False):
+        """model.forward(batch, state). With greedy_ids, on a backend that captures graphs, the
+        output's greedy_ids also holds each logits row's argmax on the device
+        (backend.argmax_ids inside the graph: no launch of its own per step;
+        backend.ids_to_host brings the ids back)."""
         ensure_valid(batch, state.max_slots, int(getattr(self.model.config, "vocab", 0)) or None)
         if not self.enabled:
             return self.model.forward(batch, state)
-        from luce.ops import cuda_step_meta
-
         if state is not self._state:
             self.invalidate()
             self._state = state
-        return self.cache.call(self.key(batch), lambda: self.model.forward(batch, state),
+        key = self.key(batch)
+        run = lambda: self.model.forward(batch, state)  # noqa: E731
+        if greedy_ids:       # another graph: the forward's launches and the argmax's
+            key = None if key is None else (*key, "greedy ids")
+            run = lambda: self._with_ids(self.model.forward(batch, state))  # noqa: E731
+        return self.cache.call(key, run,
                                lambda allocator: cuda_step_meta.bind(self.backend, batch, allocator),
                                lambda meta: cuda_step_meta.rewrite(self.backend, meta, batch))
+
+    def _with_ids(self, out):
+        if out.logits.shape[0]:
+            out.greedy_ids = self.backend.argmax_ids(out.logits)
+        return out
 
     def invalidate(self) -> None:
         """Drop every graph (the state, owner or topology they were captured over is gone)."""

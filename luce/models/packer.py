@@ -70,7 +70,7 @@ class Packer:
             raise ValueError(f"slot {slot}: {kv_len} KV rows need {need} pages, got {len(pages)}")
         if pad_to is not None and pad_to < n:
             raise ValueError(f"slot {slot}: {n} rows do not fit a padded segment of {pad_to}")
-        row0 = self._append(slot, kind, tokens, positions, list(pages)[:need], kv_len, parents)
+        row0 = self._append(slot, kind, tokens, positions, pages[:need], kv_len, parents)
         self.logits.extend(row0 + int(j) for j in logits)
         rows = n if pad_to is None else pad_to
         self.blocks.append((kind, rows))
@@ -85,8 +85,8 @@ class Packer:
 
     def _append(self, slot, kind, tokens, positions, pages, kv_len, parents) -> int:
         row0 = len(self.tokens)
-        self.tokens.extend(int(t) for t in tokens)
-        self.positions.extend(int(p) for p in positions)
+        self.tokens.extend(map(int, tokens))
+        self.positions.extend(map(int, positions))
         if parents is not None:
             self.has_tree = True
             self.parents.extend(row0 + int(p) if p >= 0 else -1 for p in parents)
@@ -95,7 +95,7 @@ class Packer:
         self.qo.append(len(self.tokens))
         self.slots.append(slot)
         self.kinds.append(kind)
-        self.kv_indices.extend(int(p) for p in pages)
+        self.kv_indices.extend(map(int, pages))
         self.kv_indptr.append(len(self.kv_indices))
         self.last.append(kv_len - (len(pages) - 1) * PAGE_SIZE if pages else 0)
         return row0

@@ -28,7 +28,7 @@ import numpy as np
 
 
 def _nbytes(a) -> int:
-    return int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+    return math.prod(a.shape) * np.dtype(a.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,9 @@ class RecurrentState:
         self._flat = tuple(a.reshape(n * max_slots, math.prod(shape))
                            for a, shape in zip(self._all, (self.conv_shape, self.gdn_shape)))
         self._saved = None            # (slots, rows, (conv, gdn) saved rows) of the last checkpoint
+        # sorted slots -> their rows of every layer (a step's slots repeat step after step; the
+        # rows depend only on them and the pools' fixed layout, so an entry never goes stale)
+        self._rows: dict[tuple[int, ...], np.ndarray] = {}
         self.copied_bytes = 0         # bytes copied by checkpoints and rollbacks
 
     def _check(self, layer: int, slot: int) -> None:
@@ -117,14 +120,18 @@ class RecurrentState:
         """Save the state of `slots` (a step's prefill and AR slots: all its forward changes in
         place), one gather per kind into save buffers [layers * len(slots), ...]; `rollback`
         puts exactly those rows back. Other slots are never copied."""
-        slots = sorted({int(s) for s in slots})
-        for s in slots:
-            if not 0 <= s < self.max_slots:
-                raise IndexError(f"checkpoint: slot {s} out of range [0, {self.max_slots})")
-        n = len(self.gdn_layers)
-        rows = (np.arange(n)[:, None] * self.max_slots + np.asarray(slots, np.int64)[None, :]).reshape(-1)
+        slots = tuple(sorted({int(s) for s in slots}))
+        rows = self._rows.get(slots)
+        if rows is None:
+            for s in slots:
+                if not 0 <= s < self.max_slots:
+                    raise IndexError(f"checkpoint: slot {s} out of range [0, {self.max_slots})")
+            n = len(self.gdn_layers)
+            rows = (np.arange(n)[:, None] * self.max_slots + np.asarray(slots, np.int64)[None, :]).reshape(-1)
+            rows.flags.writeable = False
+            self._rows[slots] = rows
         saved = tuple(self.backend.take_rows(flat, rows) for flat in self._flat)
-        self._saved = (tuple(slots), rows, saved)
+        self._saved = (slots, rows, saved)
         self.copied_bytes += sum(_nbytes(a) for a in saved)
 
     @property

@@ -3,12 +3,19 @@ backend has always called, one call per method. cuda-python is imported at the f
 so luce imports without it."""
 from __future__ import annotations
 
+import sys
+
 from luce.ops.gpu_runtime import GpuRuntime, check
 
 
 def _rt():
-    from cuda.bindings import runtime as cudart
-
+    """`cuda.bindings.runtime`. Every runtime call asks for it: once imported, the module is
+    read from sys.modules (a `from ... import` of a package's submodule costs a Python-level
+    importlib call each time); tests swap in a double there."""
+    bindings = sys.modules.get("cuda.bindings")
+    cudart = getattr(bindings, "runtime", None)
+    if cudart is None:
+        from cuda.bindings import runtime as cudart
     return cudart
 
 

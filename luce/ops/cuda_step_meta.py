@@ -28,16 +28,20 @@ def step_arrays(batch) -> dict[str, np.ndarray]:
 
 
 def pack(arrays: dict[str, np.ndarray]) -> tuple[np.ndarray, dict[str, tuple[int, np.dtype, tuple]]]:
-    """-> (bytes [n] uint8, layout {name: (byte offset, dtype, shape)})."""
-    layout, offset = {}, 0
+    """-> (bytes [n] uint8, layout {name: (byte offset, dtype, shape)}): each array's bytes at
+    its offset, zeros up to the next multiple of ALIGN (an empty array takes ALIGN bytes)."""
+    layout, parts, offset = {}, [], 0
     for name, a in arrays.items():
+        data = a.tobytes()
+        n = len(data)
+        size = -(-n // ALIGN) * ALIGN or ALIGN
         layout[name] = (offset, a.dtype, a.shape)
-        offset += -(-max(a.nbytes, 1) // ALIGN) * ALIGN
-    buf = np.zeros(offset, np.uint8)
-    for name, a in arrays.items():
-        start = layout[name][0]
-        buf[start:start + a.nbytes] = a.reshape(-1).view(np.uint8)
-    return buf, layout
+        parts += (data, _ZEROS[:size - n])
+        offset += size
+    return np.frombuffer(b"".join(parts), np.uint8), layout
+
+
+_ZEROS = bytes(ALIGN)
 
 
 @dataclass
@@ -117,8 +121,7 @@ def bind(backend, batch, allocator=None) -> StepMeta:
 def rewrite(backend, meta: StepMeta, batch) -> None:
     """Pack `batch` into an existing arena (a replayed graph's); the layout must match."""
     buf, layout = pack(step_arrays(batch))
-    if layout.keys() != meta.layout.keys() or any(
-            layout[k][1:] != meta.layout[k][1:] for k in layout) or batch.kv_span != meta.max_kv:
+    if layout != meta.layout or batch.kv_span != meta.max_kv:    # same names, dtypes and shapes in order
         raise ValueError("the step does not fit the graph's metadata arena (a graph key that does not fix "
                          "every shape)")
     backend.staging.upload(meta.device.ptr, buf)
@@ -149,6 +152,6 @@ def bind_arrays(backend, arrays: dict[str, np.ndarray], allocator=None) -> StepM
 
 def rewrite_arrays(backend, meta: StepMeta, arrays: dict[str, np.ndarray]) -> None:
     buf, layout = pack(arrays)
-    if {k: v[1:] for k, v in layout.items()} != {k: v[1:] for k, v in meta.layout.items()}:
+    if layout != meta.layout:    # same names, dtypes and shapes in order
         raise ValueError("the call's arrays do not fit the graph's arena")
     backend.staging.upload(meta.device.ptr, buf)

@@ -1,0 +1,29 @@
+"""tools/profile_host_step.py on its fake CUDA runtime: a replayed greedy decode step through
+the engine replays its graph and makes only the runtime calls it needs: the metadata arena's
+upload, the graph launch, the ids' copy to the host and one synchronisation (and, on the
+hybrid, the recurrent-state checkpoint's two copies); no kernel is launched outside the graph
+(the argmax is in it). Times are reported, never asserted."""
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import profile_host_step  # noqa: E402
+
+ARGS = argparse.Namespace(prompt=20, warmup=2, steps=4, profile=0, phases=True, sort="tottime", top=5)
+
+
+@pytest.mark.parametrize("shape, concurrency, runtime_calls", [("1.5b", 1, 4), ("27b", 2, 6)])
+def test_a_replayed_decode_step_makes_only_the_runtime_calls_it_needs(shape, concurrency, runtime_calls):
+    row = profile_host_step.run(shape, concurrency, ARGS)
+    assert row["replays"] == 1 and row["eager"] == 0
+    assert row["kernels"] == 0 and row["rt_calls"] == runtime_calls
+    assert row["host_us"] > 0 and row["calls"] > 0
+    assert set(row["phases"]) == {label for label, *_ in profile_host_step.PHASES}
+
+
+if __name__ == "__main__":
+    raise SystemExit(pytest.main([__file__, "-v"]))
