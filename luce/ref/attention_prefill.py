@@ -1,5 +1,5 @@
-"""The arithmetic of prompt-row attention (kernels: cuda/attention_prefill_f16.cuh, f16 tensor
-cores, the default; cuda/attention_prefill.cu's TF32 one under LUCE_ATTN_PROMPT=tf32).
+"""The arithmetic of prompt-row attention (kernels: cuda/attention_prefill.cu's TF32 one, the
+default; cuda/attention_prefill_f16.cuh, f16 tensor cores, under LUCE_ATTN_PROMPT=f16).
 
 The math is luce/ref/attention.py. Prompt rows (DESIGN 5 rule 1: a row's kind picks its
 arithmetic) take their own kernel, whose definition this module writes down in float64 except

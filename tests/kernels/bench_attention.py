@@ -50,8 +50,8 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     """n_seqs sequences of `context` KV rows each, the last rows_per_seq of them queries
     (1: AR decode rows; more: a prefill chunk). heads (Hq, Hkv, D); tiled: every row takes
     the prompt-row kernel (prompt_rows = all rows), prompt_kernel "f16" (f16 tensor cores,
-    cuda/attention_prefill_f16.cuh) or "tf32" (the older TF32 one; LUCE_ATTN_PROMPT, set around
-    each launch), else the per-row partition kernel (the decode rows' arithmetic)."""
+    cuda/attention_prefill_f16.cuh) or "tf32" (the TF32 one, the default; LUCE_ATTN_PROMPT, set
+    around each launch), else the per-row partition kernel (the decode rows' arithmetic)."""
     hq, hkv, d = heads
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer

@@ -1,6 +1,6 @@
 """The attention kernels' own source on the CPU (tests/kernels/emu): the prompt-row kernels
-(cuda/attention_prefill_f16.cuh, the default, and the TF32 one of cuda/attention_prefill.cu
-under LUCE_ATTN_PROMPT=tf32; here through the shuffle forms of their MMAs and ldmatrix)
+(cuda/attention_prefill.cu's TF32 one, the default, and cuda/attention_prefill_f16.cuh under
+LUCE_ATTN_PROMPT=f16; here through the shuffle forms of their MMAs and ldmatrix)
 against their arithmetic model luce/ref/attention_prefill.py and the exact math
 luce/ref/attention.py, and a prompt row's bits invariant to its chunk, its tile position and
 the rows beside it; decode and tree rows (cuda/attention.cu) the same bits whatever
