@@ -39,7 +39,8 @@ __device__ __forceinline__ void head_norm_rope(const float *src, float *dst, con
 }
 
 __global__ void __launch_bounds__(kThreads) rope_kv_kernel(luce_rope_kv_params p) {
-    extern __shared__ float table[];  // cos [half] then sin [half]
+    extern __shared__ float4 smem4[];
+    float *table = reinterpret_cast<float *>(smem4);  // cos [half] then sin [half]
     const int64_t row = blockIdx.x;
     rope::fill_table(table, p.positions, row, p.n_pos, p.sections, p.rope_dim, p.theta, threadIdx.x, kThreads);
     wait_for_prior_kernels();  // positions come from the step's upload; q, k, v from the matmul ahead

@@ -1,0 +1,129 @@
+"""The fused decode producers' own source on the CPU (tests/kernels/emu): cuda/norm_quant.cu's
+add + RMSNorm + quantization runs several blocks a row, each summing the whole row; its normed
+row and sum must be the bits of the one-block form (norm_row, no quantization) and its
+quantized x must hold that row chunk by chunk. cuda/rope_kv.cu runs several blocks a row (a warp
+a head): q', k' close to luce/ref/rope_kv.py, v copied bitwise, padding rows write no KV.
+tests/kernels/test_norm_quant.py and test_rope_kv.py check the same kernels on a GPU against
+the unfused kernels.
+"""
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+import pytest
+
+from luce.ref import norm_quant as ref_norm
+from luce.ref import rope_kv as ref_rope
+from tests.kernels.emu import build as emu
+
+pytestmark = pytest.mark.slow
+_P = C.c_void_p
+EPS = 1e-6
+
+
+class NormParams(C.Structure):
+    """luce_add_rmsnorm_params (cuda/luce_ops.h), field for field."""
+    _fields_ = [(n, _P) for n in "x residual weight sum out workspace".split()] + \
+               [(n, C.c_int64) for n in "workspace_bytes rows cols".split()] + [("eps", C.c_float)]
+
+
+class RopeParams(C.Structure):
+    """luce_rope_kv_params (cuda/luce_ops.h), field for field."""
+    _fields_ = [(n, _P) for n in "q k v q_norm k_norm q_out k_pages v_pages kv_dst positions".split()] + \
+               [(n, C.c_int64) for n in "rows q_stride k_stride v_stride".split()] + \
+               [(n, C.c_int32) for n in "heads_q heads_kv head_dim rope_dim n_pos".split()] + \
+               [("sections", C.c_int32 * 4), ("theta", C.c_float), ("eps", C.c_float)]
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    lib = emu.load(["norm_quant.cu", "rope_kv.cu"], tmp_path_factory.mktemp("emu"), "the fused decode kernels")
+    lib.luce_add_rmsnorm.argtypes = [C.POINTER(NormParams), _P]
+    lib.luce_rope_kv.argtypes = [C.POINTER(RopeParams), _P]
+    return lib
+
+
+def ptr(a):
+    return None if a is None else a.ctypes.data
+
+
+def x_workspace_bytes(rows: int, k: int) -> int:
+    """cuda/matmul_x.cuh x_bytes."""
+    tp, groups, chunks = (rows + 7) // 8 * 8, k // 32, (k + 255) // 256
+    return tp * (64 * groups + 4 * chunks + 8 * groups + 32 * chunks)
+
+
+def dequantize_x(ws: np.ndarray, rows: int, k: int) -> np.ndarray:
+    """The workspace's 16-bit x (cuda/matmul_x.cuh XLayout) times its chunk scales -> [tp, k]."""
+    tp, groups, chunks = (rows + 7) // 8 * 8, k // 32, (k + 255) // 256
+    words = ws[:tp * groups * 64].view(np.uint32).reshape(tp, groups, 4, 4)   # [t][g][quad]{hi0, hi1, lo0, lo1}
+    scale = ws[tp * groups * 64:tp * groups * 64 + 4 * chunks * tp].view(np.float32).reshape(chunks, tp)
+    out = np.zeros((tp, groups, 32))
+    for quad in range(4):
+        for half in range(2):
+            hi = words[:, :, quad, half].copy().view(np.int8).reshape(tp, groups, 4).astype(np.int64)
+            lo = words[:, :, quad, 2 + half].copy().view(np.uint8).reshape(tp, groups, 4).astype(np.int64)
+            out[:, :, 16 * half + 4 * quad:16 * half + 4 * quad + 4] = hi * 256 + lo
+    return out.reshape(tp, k) * np.repeat(scale.T, 256, axis=1)[:, :k]
+
+
+def add_rmsnorm(lib, x, residual, weight, quantize: bool):
+    rows, cols = x.shape
+    s = np.full_like(x, np.nan) if residual is not None else None
+    out = np.full_like(x, np.nan)
+    ws = np.zeros(x_workspace_bytes(rows, cols), np.uint8) if quantize else None
+    p = NormParams(ptr(x), ptr(residual), ptr(weight), ptr(s), ptr(out), ptr(ws), 0 if ws is None else ws.size,
+                   rows, cols, EPS)
+    assert lib.luce_add_rmsnorm(C.byref(p), None) == 0
+    return s, out, ws
+
+
+@pytest.mark.parametrize("cols", [896, 1536], ids=["warp_row", "block_row"])
+@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("residual", [True, False])
+def test_add_rmsnorm_quantizing_blocks_give_the_one_block_bits_emulated(lib, cols, rows, residual):
+    rng = np.random.default_rng(cols + rows)
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    res = rng.standard_normal((rows, cols)).astype(np.float32) if residual else None
+    weight = (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
+    s, out, ws = add_rmsnorm(lib, x, res, weight, quantize=True)
+    s1, out1, _ = add_rmsnorm(lib, x, res, weight, quantize=False)
+    assert np.array_equal(out, out1), "the quantizing blocks normed the row differently"
+    if residual:
+        assert np.array_equal(s, s1) and np.array_equal(s, x + res)
+    want_s, want = ref_norm.add_rmsnorm(x, res, weight, EPS)
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    xq = dequantize_x(ws, rows, cols)
+    amax = np.abs(out).max(axis=1, keepdims=True)
+    np.testing.assert_allclose(xq[:rows], out, rtol=0, atol=float(amax.max()) / 32767)   # half a step or less per chunk
+    assert not xq[rows:].any(), "padding rows of the workspace hold zeros"
+
+
+@pytest.mark.parametrize("qk_norm", [False, True], ids=["qwen2", "qwen3"])
+def test_rope_kv_blocks_per_row_match_the_reference_emulated(lib, qk_norm):
+    rows, hq, hkv, d, rope_dim = 3, 6, 2, 64, 32
+    rng = np.random.default_rng(9 + qk_norm)
+    qkv = rng.standard_normal((rows, (hq + 2 * hkv) * d)).astype(np.float32)
+    q, k, v = (np.ascontiguousarray(a) for a in np.split(qkv, [hq * d, (hq + hkv) * d], axis=1))
+    norms = [(1 + 0.1 * rng.standard_normal(d)).astype(np.float32) for _ in range(2)] if qk_norm else [None, None]
+    positions = np.array([7, 8, 9], np.int32)
+    kv_dst = np.array([4, -1, 1], np.int64)           # row 1: padding, no KV written
+    q_out = np.full((rows, hq, d), np.nan, np.float32)
+    k_pages = np.full((6, hkv, d), 7.0, np.float32)
+    v_pages = np.full((6, hkv, d), 7.0, np.float32)
+    p = RopeParams(ptr(qkv), ptr(qkv[:, hq * d:]), ptr(qkv[:, (hq + hkv) * d:]), ptr(norms[0]), ptr(norms[1]),
+                   ptr(q_out), ptr(k_pages), ptr(v_pages), ptr(kv_dst), ptr(positions), rows, qkv.shape[1],
+                   qkv.shape[1], qkv.shape[1], hq, hkv, d, rope_dim, 1, (C.c_int32 * 4)(0, 0, 0, 0), 1e6, EPS)
+    p.k = qkv[:, hq * d:].ctypes.data
+    p.v = qkv[:, (hq + hkv) * d:].ctypes.data
+    assert lib.luce_rope_kv(C.byref(p), None) == 0
+    rq, rk, rv = ref_rope.rope_kv_write(q.reshape(rows, hq, d), k.reshape(rows, hkv, d), v.reshape(rows, hkv, d),
+                                        positions, rope_dim, 1e6, (), norms[0], norms[1], EPS)
+    np.testing.assert_allclose(q_out, rq, rtol=1e-5, atol=1e-5)
+    for r, dst in enumerate(kv_dst):
+        if dst >= 0:
+            np.testing.assert_allclose(k_pages[dst], rk[r], rtol=1e-5, atol=1e-5)
+            assert np.array_equal(v_pages[dst], rv[r])
+    untouched = [i for i in range(6) if i not in kv_dst]
+    assert (k_pages[untouched] == 7.0).all() and (v_pages[untouched] == 7.0).all(), "a padding row wrote KV"
