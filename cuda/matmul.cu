@@ -333,7 +333,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         const int64_t warps = xl.tp * xl.chunks;
         const int per_block = 256 / WARP_SIZE;
         const cudaError_t err = launch_overlapped(quantize_x_kernel, dim3((unsigned)((warps + per_block - 1) / per_block)),
-                                                  dim3(256), 0, stream, true, p->x, p->rows, p->k, xl);
+                                                  dim3(256), 0, stream, chain_overlap(), p->x, p->rows, p->k, xl);
         if (err != cudaSuccess) return luce_status(err);
     }
     const uint8_t *w = static_cast<const uint8_t *>(p->w);

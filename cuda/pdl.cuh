@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdlib>
+#include <cstring>
 
 #include "common.cuh"
 
@@ -26,14 +27,19 @@ __device__ __forceinline__ void let_dependents_start() {
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)  // (not in the host emulator: it launches plainly)
-// LUCE_PDL=0 launches every kernel plainly (a check that no result depends on the overlap).
-inline bool overlap_allowed() {
-    static const bool allowed = [] {
+// LUCE_PDL: unset, the matmuls overlap the kernel ahead (measured on the H200); "chain", the
+// rest of the decode chain too (rope_kv, the fused norms and SwiGLU, quantize_x, the GDN decode
+// pair: written for it, not yet measured on a GPU); "0", no kernel (a check that no result
+// depends on the overlap).
+inline int pdl_mode() {
+    static const int mode = [] {
         const char *e = getenv("LUCE_PDL");
-        return !(e && e[0] == '0');
+        return e && e[0] == '0' ? 0 : e && strcmp(e, "chain") == 0 ? 2 : 1;
     }();
-    return allowed;
+    return mode;
 }
+inline bool overlap_allowed() { return pdl_mode() >= 1; }
+inline bool chain_overlap() { return pdl_mode() >= 2; }  // the `overlap` of the decode chain's launches
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the kernel ahead of it
 // when `overlap` is set (CUDA 12+ runtime; the attribute is ignored where unsupported).
