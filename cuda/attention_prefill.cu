@@ -1,10 +1,10 @@
 // Prompt-row paged attention on tensor cores: rows 0..prompt_rows-1 of a luce_attention launch
 // (cuda/luce_ops.h), flash-attention style over the paged f32 KV cache, causal or not, GQA.
-// Two kernels share the grid, the key splits and the workspace: the TF32 one below (m16n8k8,
-// measured on the H200) is the default; the f16 one (mma.sync m16n8k16, f32 accumulation;
-// device code and its counts in cuda/attention_prefill_f16.cuh, kernel and launch at the end of
-// this file) runs when the environment sets LUCE_ATTN_PROMPT=f16, read by each launch. It becomes
-// the default once its GPU tests have passed on a GPU (so far only in the CPU emulator).
+// Two kernels share the grid, the key splits and the workspace: the f16 one (mma.sync
+// m16n8k16, f32 accumulation; device code and its counts in cuda/attention_prefill_f16.cuh,
+// kernel and launch at the end of this file) and the TF32 one below (m16n8k8). The
+// environment's LUCE_ATTN_PROMPT (f16 or tf32), read by each launch, picks one; unset,
+// kPromptF16ByDefault does (TF32 until the f16 kernel's GPU tests have passed on sm_80+).
 // Reference: luce/ref/attention.py (math, float64) and luce/ref/attention_prefill.py (each
 // kernel's arithmetic: roundings, key blocks, online softmax; tolerance model).
 //
@@ -296,6 +296,12 @@ int launch_prompt(const luce_attention_params &p, int32_t n_parts, int32_t page_
 
 // ---- the f16 kernel (its device code: cuda/attention_prefill_f16.cuh) ----------------------
 
+// The prompt kernel of a launch without LUCE_ATTN_PROMPT. The f16 kernel passes its emulated
+// tests (tests/kernels/test_attention_emulated.py: the shuffle forms of mma and ldmatrix);
+// flip this once tests/kernels/test_attention_prefill.py passes with LUCE_ATTN_PROMPT=f16 on a
+// GPU (the native instructions), and keep DEFAULT_KIND in luce/ref/attention_prefill.py equal.
+constexpr bool kPromptF16ByDefault = false;
+
 template <int D, bool PIPE>
 __global__ void __launch_bounds__(F16Shape<D>::kThreads, F16Shape<D>::min_blocks(PIPE))
 attention_prompt_f16_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift) {
@@ -362,10 +368,12 @@ int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int3
 #if WARP_SIZE != 32
     return (int)cudaErrorNotSupported;  // the fragment layouts are a 32-lane warp's
 #else
-    // LUCE_ATTN_PROMPT=f16: the f16 kernel (cuda/attention_prefill_f16.cuh), read per launch so
-    // one process can time both; anything else: the TF32 kernel above.
+    // LUCE_ATTN_PROMPT, read per launch so one process can time both: "tf32" the TF32 kernel
+    // above, any other value the f16 kernel (cuda/attention_prefill_f16.cuh); unset or empty:
+    // kPromptF16ByDefault.
     const char *kind = getenv("LUCE_ATTN_PROMPT");
-    if (kind != nullptr && strcmp(kind, "f16") == 0) {
+    const bool f16 = kind == nullptr || kind[0] == 0 ? kPromptF16ByDefault : strcmp(kind, "tf32") != 0;
+    if (f16) {
         switch (p.head_dim) {
             case 64: return launch_prompt_f16<64>(p, n_parts, page_shift, stream);
             case 128: return launch_prompt_f16<128>(p, n_parts, page_shift, stream);

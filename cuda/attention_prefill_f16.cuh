@@ -1,7 +1,7 @@
 // Prompt-row paged attention on f16 tensor cores (f32 accumulation): the device code of the
-// default prompt-row kernel (its __global__ kernel and launch sit at the end of
-// cuda/attention_prefill.cu, which the host emulator's build rewrites; LUCE_ATTN_PROMPT=tf32
-// picks the older TF32 kernel there). Rows 0..prompt_rows-1 of a luce_attention launch,
+// f16 prompt-row kernel (its __global__ kernel and launch sit at the end of
+// cuda/attention_prefill.cu, which the host emulator's build rewrites; LUCE_ATTN_PROMPT=f16 or
+// tf32 picks this or the older TF32 kernel there, kPromptF16ByDefault when unset). Rows 0..prompt_rows-1 of a luce_attention launch,
 // flash-attention style over the paged f32 KV cache, causal or not, GQA. Reference:
 // luce/ref/attention_prefill.py (kind "f16": this kernel's roundings, key blocks and online
 // softmax; tolerance model).

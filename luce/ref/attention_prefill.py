@@ -1,5 +1,6 @@
-"""The arithmetic of prompt-row attention (kernels: cuda/attention_prefill.cu's TF32 one, the
-default; cuda/attention_prefill_f16.cuh, f16 tensor cores, under LUCE_ATTN_PROMPT=f16).
+"""The arithmetic of prompt-row attention (kernels: cuda/attention_prefill_f16.cuh, f16 tensor
+cores, and cuda/attention_prefill.cu's TF32 one; LUCE_ATTN_PROMPT=f16 or tf32 picks one,
+DEFAULT_KIND is the kernel a launch takes without it).
 
 The math is luce/ref/attention.py. Prompt rows (DESIGN 5 rule 1: a row's kind picks its
 arithmetic) take their own kernel, whose definition this module writes down in float64 except
@@ -25,6 +26,7 @@ from luce.ref.attention import gather_kv
 
 PARTITION = 256   # LUCE_ATTN_PARTITION (the partition kernel's unit)
 SPLIT = 1024      # kSplitKeys (cuda/attention_common.cuh)
+DEFAULT_KIND = "tf32"  # kPromptF16ByDefault (cuda/attention_prefill.cu): False
 LOG2E = np.float32(1.44269504088896340736)
 
 

@@ -146,7 +146,7 @@ BENCH_CASES = [
 for _c in BENCH_CASES:
     _c.__name__ = "attention_" + "_".join(map(str, _c.args))
 # Prompt chunks of 512 rows ending at 4K and 12K keys at the 27B shape and the Coder-1.5B one
-# (Hq 12, Hkv 2, D 128): the f16 prompt kernel (the default), the TF32 one it replaced ("tiled":
+# (Hq 12, Hkv 2, D 128): the f16 prompt kernel, the TF32 one it is to replace ("tiled":
 # the names PERF.md's earlier rows use, e.g. 1,954 us and 364 us at 4K) and per-row.
 SHAPES = {"27b": (HQ, HKV, D), "1p5b": (12, 2, 128)}
 PREFILL_CASES = []

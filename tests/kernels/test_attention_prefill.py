@@ -1,5 +1,5 @@
-"""Prompt-row attention on tensor cores (cuda/attention_prefill.cu: the TF32 kernel, or the f16
-one when LUCE_ATTN_PROMPT=f16 is set for the run) on a GPU.
+"""Prompt-row attention on tensor cores (cuda/attention_prefill.cu: the kernel that
+LUCE_ATTN_PROMPT=f16 or tf32 names for the run, else the default one) on a GPU.
 
 Prompt rows take their own arithmetic (DESIGN 5 rule 1): they are checked against its model
 luce/ref/attention_prefill.py and the exact math luce/ref/attention.py within
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from luce.models.kv_cache import pages_needed
-from luce.ref.attention_prefill import paged_attention_prompt
+from luce.ref.attention_prefill import DEFAULT_KIND, paged_attention_prompt
 from tests.kernels.test_attention import SENTINEL, Pool, Seq, assert_close, pack, pack_trees, run_kernel, tree_reference
 from tests.kernels.test_gdn_tree import random_tree
 from tests.kernels.tolerances import tolerance
@@ -25,7 +25,7 @@ PROMPT_ROWS = [1, 17, 64, 65, 300]
 # (Hq, Hkv, D): G = 6 at both model shapes (27B, Coder-1.5B), then G 2, 3, 4, 8
 HEADS = [(24, 4, 256), (12, 2, 128), (4, 2, 128), (6, 2, 256), (8, 2, 128), (16, 2, 256)]
 # the kernel the library launches for prompt rows (read by each launch), so its model
-KIND = "f16" if os.environ.get("LUCE_ATTN_PROMPT") == "f16" else "tf32"
+KIND = {"": DEFAULT_KIND, "tf32": "tf32"}.get(os.environ.get("LUCE_ATTN_PROMPT", ""), "f16")
 
 
 def mixed_launch(rng, hq, hkv, d, rows, context):
