@@ -12,8 +12,8 @@ those, not on the widths. C requests decode together (greedy, speculation off, g
 a first pass of the same requests captures every graph, and in a second pass, after `--warmup`
 steady steps, `--steps` engine.step() calls are timed: every forward replays a graph.
 
-Times are this thread's CPU time (time.thread_time: another process sharing the cores does
-not inflate them); per step it reports
+Times are this thread's CPU time (time.thread_time: time it spends descheduled does not
+count, though a busy machine still slows it, hence host_min); per step it reports
 - `wall_us`: engine.step() (CPU time, the double included);
 - `fake_us`: time inside the double (runtime calls and eager kernel launches; what cuda-python
   and the driver cost instead on a GPU host, a few us a call);
@@ -23,7 +23,10 @@ not inflate them); per step it reports
 - `calls`: Python and C function calls luce makes per step (deterministic, unlike times);
 - `rt_calls` / `kernels`: runtime calls and kernels launched outside a graph per step;
 - `replays`: graph replays per step (1: every forward replayed), `eager`: eager forwards.
-`--profile N` runs N more steps under cProfile and prints the top functions.
+`--phases` adds each part of the step (scheduler, builder, preflight, checkpoint, forward,
+decide, commit, outputs): mean host us (the wrappers' own cost included) and calls;
+`--profile N` runs N more steps under cProfile and prints the top functions. Per-step work
+that grows with the context (page lists) shows with a longer `--prompt`.
 """
 from __future__ import annotations
 

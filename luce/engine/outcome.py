@@ -3,7 +3,8 @@ each tree's accepted path (DESIGN.md section 2 step 6). Pure: it reads the logit
 changes no state; the transaction's commit then makes it durable.
 
 The target's token for every logits row is drawn on the backend when it can (argmax when
-all are greedy; the seeded sampler at each row's position when no request has penalties
+all are greedy: `greedy`, the engine then has the forward's graph compute it, greedy_ids;
+the seeded sampler at each row's position when no request has penalties
 and the backend samples its top-k), so only token ids leave the device; otherwise the
 logits come to the host and the engine sampler draws. Same tokens either way. A request
 with a grammar, a logit bias or log-probs (SamplingParams.needs_host_logits) brings its

@@ -141,7 +141,7 @@ class ForwardBatch:
         return self._cached("local_parents", make)
 
     def tree_segments(self) -> list[int]:
-        return [int(s) for s in np.nonzero(self.kinds == SEG_TREE)[0]]
+        return [s for s, kind in enumerate(self.kinds.tolist()) if kind == SEG_TREE]
 
     def segment_tree_parents(self, s: int) -> np.ndarray:
         """Local parents [n] int64 (root -1) of tree segment s."""

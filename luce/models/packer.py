@@ -97,7 +97,7 @@ class Packer:
         self.kinds.append(kind)
         self.kv_indices.extend(map(int, pages))
         self.kv_indptr.append(len(self.kv_indices))
-        self.last.append(kv_len - (len(pages) - 1) * PAGE_SIZE if pages else 0)
+        self.last.append(kv_len - (len(pages) - 1) * PAGE_SIZE if len(pages) else 0)
         return row0
 
     def finish(self, capture_layers=(), pad_pages: bool = False) -> ForwardBatch:

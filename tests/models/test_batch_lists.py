@@ -208,5 +208,18 @@ def test_validation_names_the_same_first_inconsistency_as_the_definition(seed):
                 assert str(e.value) == want
 
 
+def test_segment_pages_may_be_any_sequence():
+    """The packer takes a segment's pages as a list, a range or a numpy array alike."""
+    from luce.models.packer import SegmentSpec, build_batch
+
+    batches = [build_batch([SegmentSpec(0, [1, 2, 3], 20, pages(range(4))), SegmentSpec(1, [5], 3, pages(range(8, 10)))],
+                           pad_pages=True) for pages in (list, tuple, lambda r: r, lambda r: np.array(r, np.int64))]
+    for b in batches:
+        validate_batch(b)
+        assert b.replay_key == batches[0].replay_key
+        for name in ("kv_indices", "kv_indptr", "kv_last_page_len", "positions"):
+            assert np.array_equal(getattr(b, name), getattr(batches[0], name))
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-v"]))
