@@ -48,7 +48,7 @@ inline XhLayout xh_layout(void *ws, int64_t rows, int64_t k) {
     return l;
 }
 
-constexpr int kXhThreads = 256;
+constexpr int kXhThreads = 128;
 
 // One block per padded row: the row's amax (block reduction), then 16-value items (group g,
 // half s) converted and stored as two 16-byte words.
