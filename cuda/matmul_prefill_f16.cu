@@ -66,6 +66,7 @@ template <class Q, int kWarps, int kMT, int kNT>
 __global__ void __launch_bounds__(kWarps * WARP_SIZE, 1) mmh_kernel(HalfArgs a) {
     using Sm = HalfSmem<Q, kWarps, kMT, kNT>;
     constexpr int kTok = 8 * kNT, kThreads = kWarps * WARP_SIZE;
+    static_assert(kRowPad % kTok == 0, "x rows are padded to whole token tiles");
     extern __shared__ float4 smem4[];
     uint8_t *smem = reinterpret_cast<uint8_t *>(smem4);
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, grp = lane >> 2, quad = lane & 3;

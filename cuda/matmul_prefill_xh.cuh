@@ -19,7 +19,7 @@
 
 namespace mmh {
 
-constexpr int kRowPad = 64;   // rows padded to a multiple of the largest token tile
+constexpr int kRowPad = 128;  // rows padded to a multiple of the largest token tile (tune 16)
 constexpr int kChunk = 256;   // values per k step (a K-quant super-block)
 constexpr int kExpLimit = 100;
 

@@ -154,7 +154,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const uint8_t *row_ad
 // c += A B (fragments as in the header).
 __device__ __forceinline__ void mma_f16_16x8x16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
 #ifdef LUCE_MMA_F16_NATIVE
-    asm volatile(
+    asm(  // a pure function of its registers: not volatile, so the compiler may schedule it
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
