@@ -21,7 +21,9 @@
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(__HIPCC__)
 #define LUCE_MMA_F16_NATIVE 1
-#elif !defined(__CUDACC__) && !defined(__HIPCC__)
+#elif defined(__HIPCC__)
+#define LUCE_MMA_F16_HIP 1   // AMD: native f16 pair arithmetic, shuffle form of the mma
+#elif !defined(__CUDACC__)
 #define LUCE_MMA_F16_HOST 1  // the host emulator: fragments meet in a per-warp scratch, not shuffles
 #endif
 
@@ -37,7 +39,13 @@ inline uint32_t (&host_exchange())[1024 / WARP_SIZE][WARP_SIZE][8] {
 }
 #endif
 
-#ifndef LUCE_MMA_F16_NATIVE
+#ifdef LUCE_MMA_F16_HIP
+typedef _Float16 half_pair __attribute__((ext_vector_type(2)));
+__device__ __forceinline__ half_pair as_pair(uint32_t v) { return __builtin_bit_cast(half_pair, v); }
+__device__ __forceinline__ uint32_t as_word(half_pair v) { return __builtin_bit_cast(uint32_t, v); }
+#endif
+
+#if !defined(LUCE_MMA_F16_NATIVE) && !defined(LUCE_MMA_F16_HIP)
 // f16 bits of a double, round to nearest even (inf past the range, NaN stays NaN).
 __host__ __device__ inline uint32_t f16_bits(double v) {
     if (v != v) return 0x7E00u;
@@ -73,6 +81,8 @@ __device__ __forceinline__ uint32_t h2_dup(float v) {
     uint32_t r;
     asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(v));
     return r;
+#elif defined(LUCE_MMA_F16_HIP)
+    return as_word(half_pair{(_Float16)v, (_Float16)v});
 #else
     return h2_pack(v, v);
 #endif
@@ -84,6 +94,8 @@ __device__ __forceinline__ uint32_t h2_of(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
+#elif defined(LUCE_MMA_F16_HIP)
+    return as_word(half_pair{(_Float16)lo, (_Float16)hi});
 #else
     return h2_pack(lo, hi);
 #endif
@@ -95,6 +107,8 @@ __device__ __forceinline__ uint32_t h2_sub(uint32_t a, uint32_t b) {
     uint32_t r;
     asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     return r;
+#elif defined(LUCE_MMA_F16_HIP)
+    return as_word(as_pair(a) - as_pair(b));
 #else
     return h2_pack(f16_value(a & 0xFFFF) - f16_value(b & 0xFFFF), f16_value(a >> 16) - f16_value(b >> 16));
 #endif
@@ -105,6 +119,8 @@ __device__ __forceinline__ uint32_t h2_mul(uint32_t a, uint32_t b) {
     uint32_t r;
     asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
     return r;
+#elif defined(LUCE_MMA_F16_HIP)
+    return as_word(as_pair(a) * as_pair(b));
 #else
     return h2_pack(f16_value(a & 0xFFFF) * f16_value(b & 0xFFFF), f16_value(a >> 16) * f16_value(b >> 16));
 #endif
@@ -115,6 +131,8 @@ __device__ __forceinline__ uint32_t h2_fma(uint32_t a, uint32_t b, uint32_t c) {
     uint32_t r;
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
+#elif defined(LUCE_MMA_F16_HIP)
+    return as_word(__builtin_elementwise_fma(as_pair(a), as_pair(b), as_pair(c)));
 #else  // products of f16 are exact in double; the sums here (weights) stay within its 53 bits
     return h2_pack(f16_value(a & 0xFFFF) * f16_value(b & 0xFFFF) + f16_value(c & 0xFFFF),
                    f16_value(a >> 16) * f16_value(b >> 16) + f16_value(c >> 16));
@@ -163,6 +181,9 @@ __device__ __forceinline__ void mma_f16_16x8x16(float c[4], const uint32_t a[4],
     static_assert(WARP_SIZE == 32, "the m16n8k16 fragments are 32 lanes");
     const int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
     float ar[2][16], bc[2][16];  // A rows g, g + 8 and B columns 2t, 2t + 1 over k = 0..15
+#ifdef LUCE_MMA_F16_HIP
+    auto f16_value = [](uint32_t bits) { return (float)__builtin_bit_cast(_Float16, (unsigned short)bits); };
+#endif
 #ifdef LUCE_MMA_F16_HOST
     uint32_t (&x)[WARP_SIZE][8] = host_exchange()[threadIdx.x / WARP_SIZE];
     for (int i = 0; i < 4; ++i) x[lane][i] = a[i];
