@@ -66,6 +66,7 @@ template <class Q, int kWarps, int kMT, int kNT>
 __global__ void __launch_bounds__(kWarps * WARP_SIZE, 1) mmh_kernel(HalfArgs a) {
     using Sm = HalfSmem<Q, kWarps, kMT, kNT>;
     constexpr int kTok = 8 * kNT, kThreads = kWarps * WARP_SIZE;
+    static_assert(kRowPad % kTok == 0, "x rows are padded to whole token tiles");
     extern __shared__ float4 smem4[];
     uint8_t *smem = reinterpret_cast<uint8_t *>(smem4);
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, grp = lane >> 2, quad = lane & 3;
@@ -219,6 +220,10 @@ int launch_half(const HalfArgs &a, cudaStream_t stream) {
 // blocks fill every SM once. Every shape gives the same bits (see the header).
 template <class Q>
 int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
+#ifdef __HIPCC__  // one launch shape on AMD (the shuffle form of the mma; it keeps the build short)
+    (void)tune;
+    return launch_half<Q, 2, 2, 4>(a, stream);
+#else
     if (tune == 8) return launch_half<Q, 8, 2, 8>(a, stream);
     if (tune == 16) return launch_half<Q, 8, 1, 16>(a, stream);
     if (tune == 4) return launch_half<Q, 4, 2, 4>(a, stream);
@@ -229,6 +234,7 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
     if (fits(HalfSmem<Q, 8, 2, 8>::kBytes) && !(d.sms > 0 && blocks8 < d.sms)) return launch_half<Q, 8, 2, 8>(a, stream);
     if (fits(HalfSmem<Q, 4, 2, 4>::kBytes)) return launch_half<Q, 4, 2, 4>(a, stream);
     return launch_half<Q, 2, 2, 4>(a, stream);
+#endif
 }
 
 int64_t block_row_bytes(int32_t qtype, int64_t k) {

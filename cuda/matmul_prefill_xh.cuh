@@ -19,7 +19,7 @@
 
 namespace mmh {
 
-constexpr int kRowPad = 64;   // rows padded to a multiple of the largest token tile
+constexpr int kRowPad = 128;  // rows padded to a multiple of the largest token tile (tune 16)
 constexpr int kChunk = 256;   // values per k step (a K-quant super-block)
 constexpr int kExpLimit = 100;
 
@@ -48,7 +48,7 @@ inline XhLayout xh_layout(void *ws, int64_t rows, int64_t k) {
     return l;
 }
 
-constexpr int kXhThreads = 256;
+constexpr int kXhThreads = 128;
 
 // One block per padded row: the row's amax (block reduction), then 16-value items (group g,
 // half s) converted and stored as two 16-byte words.

@@ -74,8 +74,9 @@ BENCH_CASES += [_case("IQ4_XS", s, 512) for s in ("down", "qkv", "out")]
 BENCH_CASES += [_case("IQ4_XS", s, 512, gemm="f16") for s in ("gate", "down", "qkv", "out")]
 BENCH_CASES += [_case(q, "gate", 512, gemm="f16") for q in GOAL_TYPES if q != "IQ4_XS"]
 BENCH_CASES += [_case("IQ4_XS", "gate", 4096, gemm="f16")]
-# launch shapes of the f16 GEMM (tune 8: 256 x 64 tiles, the default on an H200; 16: 128 x 128)
-BENCH_CASES += [_case("IQ4_XS", s, 512, gemm="f16", tune=16) for s in ("gate", "down")]
+# launch shapes of the f16 GEMM (tune 8: 256 x 64 tiles, the default on an H200; 16: 128 x 128;
+# 4: 128 x 32, two blocks an SM)
+BENCH_CASES += [_case("IQ4_XS", s, 512, gemm="f16", tune=t) for t in (16, 4) for s in ("gate", "down")]
 BENCH_CASES += [_case("IQ4_XS", "gate", 4096, gemm="f16", tune=16)]
 
 

@@ -14,8 +14,8 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from luce.ref.matmul import matmul as ref_matmul
-from luce.ref.matmul_prefill import dequantize_x8, error_bound, f32_sum_bound, matmul_prefill, \
-    matmul_prefill_f16, quantize_x8
+from luce.ref.matmul_prefill import decode_f16, decode_parts, dequantize_x8, error_bound, f32_sum_bound, \
+    matmul_prefill, matmul_prefill_f16, quantize_x8, scale_x_f16
 from tests.kernels.test_matmul import BLOCK_TYPES, K_OF, N_ODD, activations, assert_rows_close, weights
 from tests.kernels.tolerances import tolerance
 
@@ -66,6 +66,40 @@ def test_quantize_x8_nonfinite_block():
     x[1, 40] = np.inf
     _, d = quantize_x8(x)
     assert np.isnan(d[1, 1]) and np.isfinite(np.delete(d.ravel(), 3)).all()
+
+
+@pytest.mark.parametrize("qtype", BLOCK_TYPES)
+def test_decode_f16_is_gguf_within_f16_roundings(qtype):
+    """The f16 GEMM's weights (decode_f16) against gguf's f32 decode: within the f16 roundings
+    of scale, offset and value, 2^-10 (|q s| + |o|); exactly f16(gguf) where the value has
+    no offset and its scale is exact in f16 (Q8_0, Q5_0 offsets aside); not all equal."""
+    k = K_OF[qtype]
+    raw, wd = weights(qtype, N_ODD, k)
+    q, s, o = decode_parts(raw, qtype, N_ODD, k)
+    wh = decode_f16(raw, qtype, N_ODD, k).astype(np.float64)
+    mag = np.abs(q * s.astype(np.float64)) + np.abs(o.astype(np.float64))
+    err = np.abs(wh - wd)
+    assert (err <= 2.0 ** -10 * mag).all()
+    assert err.max() > 0
+    if qtype == Q.Q8_0:
+        assert np.array_equal(wh, wd.astype(np.float16).astype(np.float64))
+
+
+def test_scale_x_f16_range_and_nonfinite_rows():
+    """Each row's largest |xh| in [2^14, 2^15] (power-of-two scales: xh * out_scale is x to
+    f16's 11 bits); an all-zero row stays 0 with scale 1; a row with inf or NaN: xh 0, NaN."""
+    x = activations(40, 256, seed=9)
+    x[4] = 0.0
+    x[7, 3], x[8, 200] = np.inf, np.nan
+    xh, out_scale = scale_x_f16(x)
+    live = np.setdiff1d(np.arange(40), [4, 7, 8])
+    amax = np.abs(xh[live].astype(np.float64)).max(axis=1)
+    assert ((amax >= 2 ** 14) & (amax <= 2 ** 15)).all()
+    assert (np.log2(out_scale[live]) % 1 == 0).all()
+    rel = np.abs(xh[live] * out_scale[live, None].astype(np.float64) - x[live]) / np.abs(x[live]).max(axis=1)[:, None]
+    assert rel.max() <= 2.0 ** -11
+    assert not xh[4].any() and out_scale[4] == 1
+    assert np.isnan(out_scale[[7, 8]]).all() and not xh[[7, 8]].any()
 
 
 # ---- GPU ---------------------------------------------------------------------------------

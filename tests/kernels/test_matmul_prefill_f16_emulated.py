@@ -3,8 +3,7 @@ luce_matmul_prefill_f16, built by tests/kernels/emu with the shuffle forms of mm
 ldmatrix, cuda/matmul_mma_f16.cuh) against luce/ref/matmul_prefill.py: the f16 x bit for bit
 (scale_x_f16, in the kernel's k order), the product within f32_sum_bound, NaN rows, and a
 row's bits equal whatever the row count, its place and the launch shape (tune 2, 4, 8).
-Each CUDA thread is a host thread (a 64 x 32 tile of one 256-value chunk takes ~1 s), so the
-shapes are small; tests/kernels/test_matmul_prefill.py runs the full set on a GPU.
+Each CUDA thread is a host thread and each shuffle two barriers, so the shapes are small; tests/kernels/test_matmul_prefill.py runs the full set on a GPU.
 """
 from __future__ import annotations
 
@@ -94,14 +93,14 @@ def test_matches_reference_and_scales_x_bitwise(lib, qtype):
 
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.IQ4_XS])
 def test_row_bits_do_not_depend_on_rows_place_or_shape(lib, qtype):
-    """k = 256: rows of a 40-row call (tune 2: two 32-token tiles) == the same rows alone ==
-    among 7 == moved (reversed) == with 4 and 8 warps per block."""
+    """k = 256: rows of a 40-row call (tune 2: two 32-token tiles) == a row alone == the
+    rows reversed (tune 4: 4 warps, other tile positions) == 10 of them with 8 warps per block
+    (64-token tiles)."""
     k = 256
     raw, _ = weights(qtype, N, k)
     x = activations(40, k, seed=11)
     full, _ = run(lib, x, raw, qtype, N, tune=2)
     assert np.array_equal(run(lib, x[33:34], raw, qtype, N, tune=2)[0][0], full[33])
-    assert np.array_equal(run(lib, x[:7], raw, qtype, N, tune=4)[0], full[:7])
     moved, _ = run(lib, x[::-1], raw, qtype, N, tune=4)
     assert np.array_equal(moved[::-1], full)
     assert np.array_equal(run(lib, x[30:40], raw, qtype, N, tune=8)[0], full[30:40])
