@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from luce.ref.matmul_prefill import f32_sum_bound, matmul_prefill_f16, scale_x_f16
+from luce.ref.matmul_prefill_f16 import f32_sum_bound, matmul_prefill_f16, scale_x_f16
 from tests.kernels.emu import build as emu
 from tests.kernels.test_matmul import activations, weights
 
