@@ -215,8 +215,9 @@ inline int device_sms() {
 }
 
 // Shared memory of a launch shape (its stages plus the static partials) fits one block of this
-// device (RTX 30/40/50: 99 KB; H200: 227 KB). Where four token sets do not, two do: the same bits
-// (every launch shape computes the same per-element order).
+// device (RTX 30/40/50: 99 KB; H200: 227 KB; RDNA3/4: 64 KB). Where four token sets do not, two
+// do, and where two do not (64 KB: Q8_0 90,112 B, Q6_K 73,728 B), one: the same bits (every
+// launch shape computes the same per-element order).
 template <class Q, int NT, int WM, int TS, Shape S>
 bool fits_device() {
     static const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
@@ -251,7 +252,7 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     if (!ring) {
         if (t == 1) return launch_mmq<Q, 1, 1, 1, true, kLegacy>(a, stream);
         if (t <= 8) return launch_mmq<Q, 1, 1, 1, false, kLegacy>(a, stream);
-        if (t <= 16) return launch_mmq<Q, 2, 1, 1, false, kLegacy>(a, stream);
+        if (t <= 16 || !fits_device<Q, 2, 1, 2, kLegacy>()) return launch_mmq<Q, 2, 1, 1, false, kLegacy>(a, stream);
         if (t <= 32 || !fits_device<Q, 2, 1, 4, kLegacy>()) return launch_mmq<Q, 2, 1, 2, false, kLegacy>(a, stream);
         return launch_mmq<Q, 2, 1, 4, false, kLegacy>(a, stream);
     }
@@ -261,7 +262,7 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     }
     if (t == 1) return launch_mmq<Q, 1, 1, 1, true>(a, stream);
     if (t <= 8) return launch_mmq<Q, 1, 1, 1>(a, stream);
-    if (t <= 16) return launch_mmq<Q, 2, 1, 1>(a, stream);
+    if (t <= 16 || !fits_device<Q, 2, 1, 2, kRing>()) return launch_mmq<Q, 2, 1, 1>(a, stream);
     if (t <= 32 || !fits_device<Q, 2, 1, 4, kRing>()) return launch_mmq<Q, 2, 1, 2>(a, stream);
     return launch_mmq<Q, 2, 1, 4>(a, stream);
 }
