@@ -208,25 +208,6 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, kWarps >= 8 ? 2 : 4 / kWar
         }
 }
 
-// The device's multiprocessor count and opt-in shared memory per block (0 if unknown).
-struct DeviceShape {
-    int sms = 0, smem = 0;
-};
-
-const DeviceShape &device_shape() {
-    static DeviceShape d;
-    static bool known = false;
-    if (!known) {
-        int device = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&d.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-            d = DeviceShape{};
-        known = true;
-    }
-    return d;
-}
-
 template <class Q, int kWarps>
 int launch_prefill_warps(const PrefillArgs &a, cudaStream_t stream) {
     constexpr int kSmem = PrefillSmem<Q, kWarps>::kBytes;
@@ -251,7 +232,7 @@ int launch_prefill(const PrefillArgs &a, int tune, cudaStream_t stream) {
     if (tune == 4) return launch_prefill_warps<Q, 4>(a, stream);
     if (tune == 2) return launch_prefill_warps<Q, 2>(a, stream);
     const int64_t blocks8 = (a.n + 127) / 128 * (a.x.tp / kTokTile);
-    const DeviceShape &d = device_shape();
+    const mm::DeviceShape &d = mm::device_shape();
     auto fits = [&](int bytes) { return d.smem <= 0 || bytes <= d.smem; };
     if (fits(PrefillSmem<Q, 8>::kBytes) && !(d.sms > 0 && blocks8 < 2 * (int64_t)d.sms))
         return launch_prefill_warps<Q, 8>(a, stream);

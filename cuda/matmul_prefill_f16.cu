@@ -176,25 +176,6 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, 1) mmh_kernel(HalfArgs a) 
         }
 }
 
-// The device's multiprocessor count and opt-in shared memory per block (0 if unknown).
-struct DeviceShapeH {
-    int sms = 0, smem = 0;
-};
-
-const DeviceShapeH &device_shape_h() {
-    static DeviceShapeH d;
-    static bool known = false;
-    if (!known) {
-        int device = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&d.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
-            d = DeviceShapeH{};
-        known = true;
-    }
-    return d;
-}
-
 template <class Q, int kWarps, int kMT, int kNT>
 int launch_half(const HalfArgs &a, cudaStream_t stream) {
     constexpr int kSmem = HalfSmem<Q, kWarps, kMT, kNT>::kBytes;
@@ -228,7 +209,7 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
     if (tune == 16) return launch_half<Q, 8, 1, 16>(a, stream);
     if (tune == 4) return launch_half<Q, 4, 2, 4>(a, stream);
     if (tune == 2) return launch_half<Q, 2, 2, 4>(a, stream);
-    const DeviceShapeH &d = device_shape_h();
+    const mm::DeviceShape &d = mm::device_shape();
     auto fits = [&](int bytes) { return d.smem <= 0 || bytes <= d.smem; };
     const int64_t blocks8 = (a.n + 255) / 256 * (a.x.tp / 64);
     if (fits(HalfSmem<Q, 8, 2, 8>::kBytes) && !(d.sms > 0 && blocks8 < d.sms)) return launch_half<Q, 8, 2, 8>(a, stream);

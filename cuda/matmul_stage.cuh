@@ -125,4 +125,24 @@ __device__ __forceinline__ const uint8_t *staged_row(const uint8_t *stage, int r
     return stage + r * Stage<Q>::kSlotBytes + (reinterpret_cast<uintptr_t>(global_chunk) & 15);
 }
 
+// The device's multiprocessor count and opt-in shared memory per block (0 if unknown), asked once
+// per process: the prompt-row GEMMs (int8 and f16) pick their launch shapes by it.
+struct DeviceShape {
+    int sms = 0, smem = 0;
+};
+
+inline const DeviceShape &device_shape() {
+    static DeviceShape d;
+    static bool known = false;
+    if (!known) {
+        int device = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&d.smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+            d = DeviceShape{};
+        known = true;
+    }
+    return d;
+}
+
 }  // namespace mm
