@@ -4,7 +4,8 @@
 // m16n8k16, f32 accumulation; device code and its counts in cuda/attention_prefill_f16.cuh,
 // kernel and launch at the end of this file) and the TF32 one below (m16n8k8). The
 // environment's LUCE_ATTN_PROMPT (f16 or tf32), read by each launch, picks one; unset,
-// kPromptF16ByDefault does (TF32 until the f16 kernel's GPU tests have passed on sm_80+).
+// kPromptF16ByDefault does (f16: its GPU tests passed on the H200 on 2026-12-03, 2.3-2.6x the
+// TF32 kernel's rate; docs/PERF.md, session 10).
 // Reference: luce/ref/attention.py (math, float64) and luce/ref/attention_prefill.py (each
 // kernel's arithmetic: roundings, key blocks, online softmax; tolerance model).
 //
@@ -296,11 +297,9 @@ int launch_prompt(const luce_attention_params &p, int32_t n_parts, int32_t page_
 
 // ---- the f16 kernel (its device code: cuda/attention_prefill_f16.cuh) ----------------------
 
-// The prompt kernel of a launch without LUCE_ATTN_PROMPT. The f16 kernel passes its emulated
-// tests (tests/kernels/test_attention_emulated.py: the shuffle forms of mma and ldmatrix);
-// flip this once tests/kernels/test_attention_prefill.py passes with LUCE_ATTN_PROMPT=f16 on a
-// GPU (the native instructions), and keep DEFAULT_KIND in luce/ref/attention_prefill.py equal.
-constexpr bool kPromptF16ByDefault = false;
+// The prompt kernel of a launch without LUCE_ATTN_PROMPT; DEFAULT_KIND in
+// luce/ref/attention_prefill.py names the same one.
+constexpr bool kPromptF16ByDefault = true;
 
 template <int D, bool PIPE>
 __global__ void __launch_bounds__(F16Shape<D>::kThreads, F16Shape<D>::min_blocks(PIPE))

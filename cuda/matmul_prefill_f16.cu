@@ -197,8 +197,8 @@ int launch_half(const HalfArgs &a, cudaStream_t stream) {
 
 // tune 8: 8 warps of 2 m tiles x 64 tokens (256 x 64 tiles), 16: 8 warps of 1 m tile x 128
 // tokens (128 x 128), 4: 4 warps of 2 m tiles x 32 tokens (128 x 32), 2: 2 warps of 2 m tiles x
-// 32 tokens (64 x 32); 0 picks the first whose shared memory fits, the largest only when its
-// blocks fill every SM once. Every shape gives the same bits (see the header).
+// 32 tokens (64 x 32); 0 picks the first of 16, 8, 4, 2 whose shared memory fits, 16 and 8 only
+// when their blocks fill every SM once. Every shape gives the same bits (see the header).
 template <class Q>
 int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
 #ifdef __HIPCC__  // one launch shape on AMD (the shuffle form of the mma; it keeps the build short)
@@ -211,7 +211,11 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
     if (tune == 2) return launch_half<Q, 2, 2, 4>(a, stream);
     const mm::DeviceShape &d = mm::device_shape();
     auto fits = [&](int bytes) { return d.smem <= 0 || bytes <= d.smem; };
-    const int64_t blocks8 = (a.n + 255) / 256 * (a.x.tp / 64);
+    // Tune 16 measured fastest on the H200 where its blocks fill the SMs (27B gate / down at 512
+    // and 4,096 rows: 0.82-0.85x tune 8's time; docs/PERF.md, session 10).
+    const int64_t blocks8 = (a.n + 255) / 256 * (a.x.tp / 64), blocks16 = (a.n + 127) / 128 * (a.x.tp / 128);
+    const bool many = d.sms <= 0 || blocks16 >= d.sms;
+    if (fits(HalfSmem<Q, 8, 1, 16>::kBytes) && many) return launch_half<Q, 8, 1, 16>(a, stream);
     if (fits(HalfSmem<Q, 8, 2, 8>::kBytes) && !(d.sms > 0 && blocks8 < d.sms)) return launch_half<Q, 8, 2, 8>(a, stream);
     if (fits(HalfSmem<Q, 4, 2, 4>::kBytes)) return launch_half<Q, 4, 2, 4>(a, stream);
     return launch_half<Q, 2, 2, 4>(a, stream);

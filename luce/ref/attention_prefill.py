@@ -26,7 +26,7 @@ from luce.ref.attention import gather_kv
 
 PARTITION = 256   # LUCE_ATTN_PARTITION (the partition kernel's unit)
 SPLIT = 1024      # kSplitKeys (cuda/attention_common.cuh)
-DEFAULT_KIND = "tf32"  # kPromptF16ByDefault (cuda/attention_prefill.cu): False
+DEFAULT_KIND = "f16"  # kPromptF16ByDefault (cuda/attention_prefill.cu): true
 LOG2E = np.float32(1.44269504088896340736)
 
 

@@ -1,4 +1,5 @@
-"""Prompt-row GEMM (cuda/matmul_prefill.cu) against luce.ref.matmul_prefill: the 8-bit x
+"""The int8 prompt-row GEMM (cuda/matmul_prefill.cu, LUCE_PREFILL_GEMM=int8; the default is the
+f16 one, tests/kernels/test_matmul_prefill_f16.py) against luce.ref.matmul_prefill: the 8-bit x
 reference bit for bit in its quantization, the kernel within f32 rounding of the reference
 product, and within the stated bound (luce.ref.matmul_prefill.error_bound) of the f32
 product of x itself; a row's bits alone == among other rows == at other positions == on
@@ -19,6 +20,12 @@ from tests.kernels.test_matmul import BLOCK_TYPES, K_OF, N_ODD, activations, ass
 from tests.kernels.tolerances import tolerance
 
 ROWS = [1, 2, 63, 64, 65, 129, 512]
+
+
+@pytest.fixture(autouse=True)
+def int8_gemm(monkeypatch):
+    """Every launch of this file takes the int8 GEMM (read by luce_matmul_prefill per call)."""
+    monkeypatch.setenv("LUCE_PREFILL_GEMM", "int8")
 
 
 def tiled_weights(qtype, n: int, k: int):

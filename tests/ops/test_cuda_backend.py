@@ -23,8 +23,9 @@ from luce.ops.numpy_backend import NumpyBackend
 # logits tolerance, in units of max(1, max |numpy logits|): f32 weights only reorder f32
 # sums (and attention / GDN run in f32 against float64 references); block-quantized weights
 # also quantize x to 16 bits per 256 values in every matmul.
-# q4_k_m: prompt rows take 8-bit x (cuda/matmul_prefill.cu); numpy with luce.ref.matmul_prefill
-# on the prompt rows alone measured 2.1e-2 of scale on these models (T = 129).
+# q4_k_m: prompt rows take the f16 GEMM (cuda/matmul_prefill_f16.cu; the int8 one with
+# LUCE_PREFILL_GEMM=int8: numpy with luce.ref.matmul_prefill on its prompt rows measured 2.1e-2 of
+# scale on these models, T = 129).
 MODEL_TOL = {"f32": 2e-3, "q4_k_m": 4e-2}
 
 
@@ -259,7 +260,7 @@ def test_kv_write_and_attention(cuda, tree):
     got = cuda.to_numpy(cuda.attention(cuda.asarray(q), kv_cu, batch, 0.125))
     want = NP.attention(q, kv_np, batch, 0.125)
     live = batch.seq_slots[np.searchsorted(batch.qo_indptr, np.arange(T), side="right") - 1] >= 0
-    prompt = np.arange(T) < prompt_rows(batch)   # TF32 tensor cores (cuda/attention_prefill.cu)
+    prompt = np.arange(T) < prompt_rows(batch)   # f16 tensor cores (cuda/attention_prefill.cu)
     assert prompt.sum() == 40
     np.testing.assert_allclose(got[live & ~prompt], want[live & ~prompt], rtol=1e-4, atol=2e-6)
     np.testing.assert_allclose(got[live & prompt], want[live & prompt], *tolerance("attention_prompt_exact"))
