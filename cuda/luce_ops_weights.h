@@ -26,7 +26,7 @@ extern "C" {
  * `path` (LUCE_MATMUL_DECODE / _PREFILL) and `tune` (0: automatic, by measured speed; 1: the
  * one-wave ring grid at every row count; 2: two row tiles of 16 per block; 3: one block per
  * row tile everywhere, the launch before the ring, kept for comparison; 4: as 0 without the
- * one-row dp4a kernel; 5: the one-row kernel for every integer-scale type at one row; 6: as 5
+ * one-row dp4a kernel; 5: the one-row kernel for every block type at one row; 6: as 5
  * with twice the rows in flight a lane; a tune-0 call takes LUCE_MATMUL_TUNE where the
  * environment sets it, for benchmarks) only pick
  * the kernel and its launch shape. The block-type kernel may start before the kernel ahead of it in the stream ends

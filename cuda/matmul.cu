@@ -21,8 +21,8 @@
 //    stages deep, matmul_stage.cuh) and padding tokens read no activations. Launch shapes
 //    (launch_quant): one block per block tile, or a one-wave grid whose blocks take several
 //    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
-// One-row decode calls of the integer-scale types may take instead the dp4a kernel of
-// matmul_gemv.cuh, which computes the same integers and float steps (the same bits).
+// One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh, which computes the
+// same integers and float steps (the same bits).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"
@@ -271,9 +271,17 @@ bool is_block_type(int qtype) { return qtype != LUCE_QT_F32 && qtype != LUCE_QT_
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// The weights sit as the one-row kernel's loads of type G need (otherwise the tile kernel runs).
+// The one-row kernel of type G can run: the weights sit as its loads need and its shared
+// memory fits (otherwise the tile kernel runs).
 template <class G>
-bool gemv_aligned(const uint8_t *w) { return reinterpret_cast<uintptr_t>(w) % G::kAlign == 0; }
+bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
+    return reinterpret_cast<uintptr_t>(w) % G::kAlign == 0 && gemv_fits<G>(x, deep);
+}
+
+// Q8_0 and Q5_0 (f16 scale per group) one-row calls take the one-row kernel under tune 0.
+// NOT measured on a GPU yet (written for Qwen2.5-0.5B's decode, whose q/k/v/out/gate/up are
+// Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
+constexpr bool kGemvGroupScaleByDefault = true;
 
 // The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..6) where set, for benchmarks that time a
 // launch shape end to end (every tune gives the same bits), else 0.
@@ -341,21 +349,26 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     // The one-row kernel (matmul_gemv.cuh, the same bits) where it measured faster than the
     // tile kernel (tune 0; H200, docs/PERF.md, 2026-12-03): IQ4_XS everywhere; Q4_K and Q5_K with
     // twice the rows a batch where k fits one block of lanes (not the 27B down projection) and the
-    // matrix is under 256 MiB (not the 27B LM head); Q6_K never. Tune 5 takes it for every
-    // integer-scale type, tune 6 likewise with twice the rows a batch.
+    // matrix is under 256 MiB (not the 27B LM head); Q6_K never; Q8_0 and Q5_0 by
+    // kGemvGroupScaleByDefault (unmeasured). Tune 5 takes it for every block type, tune 6
+    // likewise with twice the rows a batch.
     const bool kquant45 = p->qtype == LUCE_QT_Q4_K || p->qtype == LUCE_QT_Q5_K;
+    const bool group_scale = p->qtype == LUCE_QT_Q8_0 || p->qtype == LUCE_QT_Q5_0;
     const bool measured_faster = p->qtype == LUCE_QT_IQ4_XS ||
                                  (kquant45 && gemv_slots(xl.chunks) == 1 && p->n * row_bytes < ((int64_t)256 << 20));
+    const bool by_default = measured_faster || (group_scale && kGemvGroupScaleByDefault);
     const bool deep = p->tune == 6 || (p->tune == 0 && kquant45);
     const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&
-                      (p->tune >= 5 || (p->tune == 0 && measured_faster));
+                      (p->tune >= 5 || (p->tune == 0 && by_default));
     if (gemv) {
         const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0};
         switch (p->qtype) {
-            case LUCE_QT_Q4_K: if (gemv_aligned<GemvQ4K>(w)) return launch_gemv<GemvQ4K>(g, deep, stream); break;
-            case LUCE_QT_Q5_K: if (gemv_aligned<GemvQ5K>(w)) return launch_gemv<GemvQ5K>(g, deep, stream); break;
-            case LUCE_QT_Q6_K: if (gemv_aligned<GemvQ6K>(w)) return launch_gemv<GemvQ6K>(g, deep, stream); break;
-            case LUCE_QT_IQ4_XS: if (gemv_aligned<GemvIQ4XS>(w)) return launch_gemv<GemvIQ4XS>(g, deep, stream); break;
+            case LUCE_QT_Q4_K: if (gemv_runs<GemvQ4K>(w, xl, deep)) return launch_gemv<GemvQ4K>(g, deep, stream); break;
+            case LUCE_QT_Q5_K: if (gemv_runs<GemvQ5K>(w, xl, deep)) return launch_gemv<GemvQ5K>(g, deep, stream); break;
+            case LUCE_QT_Q6_K: if (gemv_runs<GemvQ6K>(w, xl, deep)) return launch_gemv<GemvQ6K>(g, deep, stream); break;
+            case LUCE_QT_IQ4_XS: if (gemv_runs<GemvIQ4XS>(w, xl, deep)) return launch_gemv<GemvIQ4XS>(g, deep, stream); break;
+            case LUCE_QT_Q8_0: if (gemv_runs<GemvQ80>(w, xl, deep)) return launch_gemv<GemvQ80>(g, deep, stream); break;
+            case LUCE_QT_Q5_0: if (gemv_runs<GemvQ50>(w, xl, deep)) return launch_gemv<GemvQ50>(g, deep, stream); break;
             default: break;
         }
     }

@@ -89,6 +89,9 @@ __device__ __forceinline__ uint32_t spread_bit4(uint32_t v) {
     return ((v * 0x00204081u) & 0x01010101u) << 4;
 }
 
+// Q5_0's offset per group: value = d * q + q50_offset(d), q = 0..31.
+__device__ __forceinline__ float q50_offset(float d) { return -16.0f * d; }
+
 // Q5_0, 22 B: f16 d, u32 qh, qs[16]; value l < 16: low nibble of qs[l], value l + 16: high
 // nibble of qs[l]; bit 4 of value l is bit l of qh. Value = d * (q - 16).
 struct ReaderQ50 {
@@ -109,7 +112,7 @@ struct ReaderQ50 {
             op.a[r] = (qs & 0x0F0F0F0Fu) | spread_bit4((qh >> (4 * quad)) & 15);
             op.a[2 + r] = ((qs >> 4) & 0x0F0F0F0Fu) | spread_bit4((qh >> (16 + 4 * quad)) & 15);
             op.scale[0][r] = f16_to_f32(lds16(blk));
-            op.offset[0][r] = -16.0f * op.scale[0][r];
+            op.offset[0][r] = q50_offset(op.scale[0][r]);
         }
     }
 };

@@ -1,4 +1,4 @@
-// One-row matmul for the integer-scale block types (Q4_K, Q5_K, Q6_K, IQ4_XS), bitwise the
+// One-row matmul for the block types (Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0, Q5_0), bitwise the
 // tensor-core kernel's row (cuda/matmul.cu), for decode steps of one row: y [n] = x @ W^T.
 //
 // Why a second kernel: one row fills one of the eight token columns of an mma tile, and the
@@ -8,26 +8,32 @@
 // whole launch: a lane's x is loaded once, the weights stream past (docs/PERF.md, session 6:
 // the kernel before re-read 64 bytes of x per 18-26 bytes of weights and saturated L1).
 //
-// Same bits (DESIGN 5 rule 6): per (row, chunk) the integers
-//   SH = sum_j scale_j * sum(q * xhi_j), SL = sum_j scale_j * sum(q * xlo_j), MS = sum_j min_j * s_j
-// are exact whatever lanes add them, and the float steps are the tile kernel's:
-//   c_ch = d * fma(SH, 256, SL) (+ negmin * MS); acc[ch % 4] = fma(xscale_ch, c_ch, acc[ch % 4])
-//   in increasing ch; y = ((acc0 + acc1) + acc2) + acc3 (+ bias).
+// Same bits (DESIGN 5 rule 6): the integer group sums are exact whatever lanes add them, and
+// the float steps are the tile kernel's (matmul_chunk.cuh), in two forms (matmul_gemv_c.cuh):
+// integer scales, per (row, chunk)
+//   SH = sum_j scale_j * sum(q * xhi_j), SL = sum_j scale_j * sum(q * xlo_j), MS = sum_j min_j * s_j,
+//   c_ch = d * fma(SH, 256, SL) (+ negmin * MS); acc[ch % 4] = fma(xscale_ch, c_ch, acc[ch % 4]);
+// f16 scales per group (Q8_0, Q5_0), per chunk cacc = fma(scale_j, f32(group sum_j), cacc) and
+//   (Q5_0) acc[ch % 4] = fma(offset_j, S_j, acc[ch % 4]) over the chunk's groups j in order, then
+//   acc[ch % 4] = fma(xscale_ch, cacc, acc[ch % 4]);
+// chunks in increasing ch; y = ((acc0 + acc1) + acc2) + acc3 (+ bias). k of the 32-value types
+// need not be whole chunks: the last chunk's groups past k are neither loaded from x nor summed.
 //
 // Layout. Lane L of warp w takes group j = L % 8 of chunk (s * W + w) * CW + L / 8 for each of
 // its CPL chunk slots s (CW = WARP_SIZE / 8 chunks per warp, W warps = all the chunks of k):
 // a block covers the whole of k, so it owns whole rows. Rows go in batches of R (launch_gemv);
 // block b takes batches b, b + grid, ... For a batch a lane multiplies its groups of the R rows
-// (loaded the batch before), issues the next batch's loads, and the 8 lanes of a chunk add their R partial sums by a
-// transposing butterfly (7 shuffles for 8 rows, not 24), after which lane j holds the sums of
-// row j * R / 8 and writes that row's c into shared memory. The last warp of the block to
-// finish a batch (a shared counter) runs the ordered chains of its R rows: thread 4r + kp
-// takes acc[kp] of row r, and the four meet in order by shuffles. c lives in a ring of
-// kGemvRing batches; the block synchronizes once per kGemvRing batches before reusing it.
+// (loaded the batch before), issues the next batch's loads, and puts its share into shared
+// memory: integer scales, the 8 lanes of a chunk add their R partial sums by a transposing
+// butterfly (7 shuffles for 8 rows, not 24), after which lane j holds the sums of row j * R / 8
+// and writes that row's c; f16 scales, every lane writes its (group sum, scale) of each row. The
+// last warp of the block to finish a batch (a shared counter) runs the ordered chains of its R
+// rows: thread 4r + kp takes acc[kp] of row r, and the four meet in order by shuffles. c lives
+// in a ring of kGemvRing batches; the block synchronizes once per kGemvRing batches before
+// reusing it.
 #pragma once
 
-#include "matmul_gemv_types.cuh"
-#include "matmul_x.cuh"
+#include "matmul_gemv_c.cuh"
 #include "pdl.cuh"
 
 namespace mm {
@@ -35,26 +41,6 @@ namespace mm {
 constexpr int kGemvMaxThreads = 512;
 constexpr int kGemvRing = 4;                     // batches of c in flight per block
 constexpr int kGemvChunksPerWarp = WARP_SIZE / 8;
-
-// c + sum of the 4 products of signed bytes of a with signed (kUnsignedB false) or unsigned
-// bytes of b.
-template <bool kUnsignedB>
-__device__ __forceinline__ int dp4(uint32_t a, uint32_t b, int c) {
-#ifdef __HIPCC__
-    for (int i = 0; i < 4; ++i) {
-        const int bv = kUnsignedB ? (int)((b >> (8 * i)) & 0xFF) : (int)(int8_t)(b >> (8 * i));
-        c += (int)(int8_t)(a >> (8 * i)) * bv;
-    }
-    return c;
-#else
-    int d;
-    if (kUnsignedB)
-        asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    else
-        asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-#endif
-}
 
 struct GemvArgs {
     const uint8_t *w, *w_end;
@@ -65,92 +51,32 @@ struct GemvArgs {
     int warps;  // W: ceil(chunks / (CPL * CW))
 };
 
-// x operands of group g of token 0: the 4 quads' words and (kOffset) the group's integer sum.
-struct GroupX {
-    uint4 v[4];
-    int s;
-};
-
-template <bool kOffset>
-__device__ __forceinline__ void load_group_x(const XLayout &x, int64_t ch, int j, GroupX &gx) {
-    const int64_t g = ch * kGroups + j;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) gx.v[q] = __ldg(x.xq + g * 4 + q);
-    gx.s = 0;
-    if (kOffset) {  // byte planes of the chunk's 8 group sums (matmul_x.cuh)
-        const uint32_t *pl = reinterpret_cast<const uint32_t *>(x.xqp + ch * x.tp * 2) + (j >> 2);
-        const uint32_t p0 = byte_of(__ldg(pl), j & 3), p1 = byte_of(__ldg(pl + 2), j & 3);
-        const int p2 = (int)(int8_t)byte_of(__ldg(pl + 4), j & 3);
-        gx.s = p2 * 65536 + (int)(p1 * 256 + p0);
-    }
-}
-
-// The three exact sums of one row's group j against x.
-template <class G>
-__device__ __forceinline__ void group_sums(const typename G::Raw &raw, int j, const GroupX &gx, int &sh, int &sl,
-                                           int &ms) {
-    GroupWords w;
-    G::words(raw, j, w);
-    int ph0 = 0, ph1 = 0, pl0 = 0, pl1 = 0;  // values 0..15 / 16..31, high / low x bytes
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        ph0 = dp4<false>(w.lo[q], gx.v[q].x, ph0);
-        ph1 = dp4<false>(w.hi[q], gx.v[q].y, ph1);
-        pl0 = dp4<true>(w.lo[q], gx.v[q].z, pl0);
-        pl1 = dp4<true>(w.hi[q], gx.v[q].w, pl1);
-    }
-    int s[2], m;
-    G::scales(raw, j, s, m);
-    sh = s[0] * ph0 + s[1] * ph1;
-    sl = s[0] * pl0 + s[1] * pl1;
-    ms = m * gx.s;
-}
-
-// Sums of R rows over the 8 lanes of an aligned group, transposed: v[0] of lane j ends as the
-// total of row j * R / 8 (lanes j, j + 1, ... j + 8 / R - 1 hold the same row). Integer adds:
-// exact in any order.
-template <int R>
-__device__ __forceinline__ int rows8_sum(int (&v)[R]) {
-#pragma unroll
-    for (int t = 0; t < 3; ++t) {
-        const int m = 4 >> t, held = R >> t;  // rows held before this step (0: one row, summed)
-        const bool upper = (threadIdx.x & m) != 0;
-        if (held > 1) {
-#pragma unroll
-            for (int i = 0; i < R / 2; ++i) {
-                if (i < held / 2) {
-                    const int send = upper ? v[i] : v[i + held / 2];
-                    const int keep = upper ? v[i + held / 2] : v[i];
-                    v[i] = keep + warp_shfl_xor(send, m);
-                }
-            }
-        } else {
-            v[0] += warp_shfl_xor(v[0], m);
-        }
-    }
-    return v[0];
-}
-
 // Block: `warps` warps (all chunks of k, CPL chunk slots a lane); rows in batches of R.
-// Dynamic shared memory: c [kGemvRing][R][chunks] floats, then the x scales [chunks].
+// Dynamic shared memory (gemv_smem_bytes): c [kGemvRing][R][chunks][C::kFloatsPerChunk], the x
+// scales [chunks], then for GroupFloatC with offsets the f32 sums of x's groups [groups].
 template <class G, int CPL, int R>
 __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
-    constexpr int CW = kGemvChunksPerWarp;
+    using C = GemvC<G, CPL, R>;
+    constexpr int CW = kGemvChunksPerWarp, FC = C::kFloatsPerChunk;
     static_assert(R == 1 || R == 2 || R == 4 || R == 8, "rows8_sum takes 1, 2, 4 or 8 rows");
     extern __shared__ float c_s[];
     __shared__ unsigned arrived[kGemvRing];
-    const int chunks = (int)a.x.chunks, W = a.warps;
-    float *xd_s = c_s + kGemvRing * R * chunks;
+    const int chunks = (int)a.x.chunks, groups = (int)a.x.groups, W = a.warps;
+    float *xd_s = c_s + kGemvRing * R * FC * chunks, *xs_s = xd_s + chunks;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, j = lane % 8;
-    const int myrow = j * R / 8;                 // the row of a batch whose c this lane writes
-    const bool writer = (j % (8 / R)) == 0;
-    int ch[CPL];
-    bool live[CPL];
+    int ch[CPL], jg[CPL];  // the lane's chunk and group in it (inside the row where past k)
+    bool live[CPL];        // the lane's group is one of k's
 #pragma unroll
     for (int s = 0; s < CPL; ++s) {
         ch[s] = (s * W + warp) * CW + lane / 8;
         live[s] = ch[s] < chunks;
         if (!live[s]) ch[s] = chunks - 1;  // loads stay inside the row; the sums are dropped
+        jg[s] = j;
+        if (G::kGroupScale) {  // 32-value blocks: a last chunk may hold fewer than 8 groups
+            const int last = groups - 1 - ch[s] * kGroups;
+            live[s] = live[s] && j <= last;
+            jg[s] = j <= last ? j : last;
+        }
     }
     const int64_t batches = (a.n + R - 1) / R;
     typename G::Raw raw[CPL][R];
@@ -160,7 +86,8 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
             const int64_t row = b * R + r < a.n ? b * R + r : a.n - 1;
             const uint8_t *w_row = a.w + row * a.row_bytes;
 #pragma unroll
-            for (int s = 0; s < CPL; ++s) G::load(raw[s][r], w_row + (int64_t)ch[s] * G::Tensor::kChunkBytes, a.w_end, j);
+            for (int s = 0; s < CPL; ++s)
+                G::load(raw[s][r], w_row + (int64_t)ch[s] * G::Tensor::kChunkBytes, a.w_end, jg[s]);
         }
     };
     if (blockIdx.x < batches) load_batch(blockIdx.x);  // weights before the kernel ahead ends
@@ -169,38 +96,22 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     let_dependents_start();    // the kernel after may be scheduled (it waits for this one to end)
     GroupX gx[CPL];
 #pragma unroll
-    for (int s = 0; s < CPL; ++s) load_group_x<G::kOffset>(a.x, ch[s], j, gx[s]);
+    for (int s = 0; s < CPL; ++s) load_group_x<G::kOffset && !G::kGroupScale>(a.x, ch[s], jg[s], gx[s]);
     for (int c = threadIdx.x; c < chunks; c += blockDim.x) xd_s[c] = __ldg(a.x.xd + (int64_t)c * a.x.tp);
+    if (G::kGroupScale && G::kOffset)  // S_j of token 0 as mmq_chunk_float adds it
+        for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+            const float4 xs = __ldg(a.x.xs + (int64_t)g * (a.x.tp / 2));
+            xs_s[g] = xs.x + xs.z;
+        }
     __syncthreads();
     int turn = 0;  // batches this block has done
     for (int64_t b = blockIdx.x; b < batches; b += gridDim.x, ++turn) {
-        int sh[CPL][R], sl[CPL][R], ms[CPL][R];
-        float d[CPL], negmin[CPL];
-#pragma unroll
-        for (int s = 0; s < CPL; ++s) {
-            d[s] = negmin[s] = 0.0f;
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                group_sums<G>(raw[s][r], j, gx[s], sh[s][r], sl[s][r], ms[s][r]);
-                if (r == myrow) {
-                    d[s] = G::d(raw[s][r]);
-                    negmin[s] = G::negmin(raw[s][r]);
-                }
-            }
-        }
+        C form;
+        form.take(raw, jg, gx, j);
         if (b + gridDim.x < batches) load_batch(b + gridDim.x);  // in flight while this batch finishes
         const int slot = turn % kGemvRing;
-        float *c_slot = c_s + slot * R * chunks;
-#pragma unroll
-        for (int s = 0; s < CPL; ++s) {
-            const int SH = rows8_sum<R>(sh[s]), SL = rows8_sum<R>(sl[s]);
-            const int MS = G::kOffset ? rows8_sum<R>(ms[s]) : 0;
-            if (writer && live[s]) {
-                float c = __fmul_rn(d[s], fmaf((float)SH, 256.0f, (float)SL));
-                if (G::kOffset) c = fmaf(negmin[s], (float)MS, c);
-                c_slot[myrow * chunks + ch[s]] = c;
-            }
-        }
+        float *c_slot = c_s + slot * R * FC * chunks;
+        form.put(c_slot, ch, live, j, chunks);
         // The last warp to finish the batch runs its R rows' ordered chains.
         __threadfence_block();
         __syncwarp();
@@ -210,9 +121,7 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
         if (before == (unsigned)W - 1) {
             __threadfence_block();
             const int r = lane / 4, kp = lane % 4;
-            float acc = 0.0f;
-            if (r < R)
-                for (int c = kp; c < chunks; c += 4) acc = fmaf(xd_s[c], c_slot[r * chunks + c], acc);
+            const float acc = r < R ? C::chain(c_slot + r * FC * chunks, xd_s, xs_s, kp, chunks, groups) : 0.0f;
             const float a1 = warp_shfl_xor(acc, 1), a2 = warp_shfl_xor(acc, 2), a3 = warp_shfl_xor(acc, 3);
             const int64_t row = b * R + r;
             if (r < R && kp == 0 && row < a.n) {
@@ -246,13 +155,22 @@ int resident_blocks(K kernel, int threads, size_t smem) {
     return sms * per_sm;
 }
 
+// Dynamic shared memory of gemv_kernel<G, CPL, R> (see there).
+template <class G, int CPL, int R>
+size_t gemv_smem_bytes(const XLayout &x) {
+    constexpr bool kXs = G::kGroupScale && G::kOffset;
+    return ((size_t)(kGemvRing * R * GemvC<G, CPL, R>::kFloatsPerChunk + 1) * x.chunks + (kXs ? x.groups : 0)) *
+           sizeof(float);
+}
+
 template <class G, int CPL, int R>
 int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     a.warps = (int)((a.x.chunks + CPL * kGemvChunksPerWarp - 1) / (CPL * kGemvChunksPerWarp));
     const int threads = a.warps * WARP_SIZE;
-    const size_t smem = (size_t)(kGemvRing * R + 1) * a.x.chunks * sizeof(float);
+    const size_t smem = gemv_smem_bytes<G, CPL, R>(a.x);
     // Occupancy by block width, sized at its first call: widths differ in shared memory by a few
-    // chunks' c at most, and registers, not shared memory, bound the blocks per SM.
+    // chunks' c at most (3 * R * 256 B for GroupFloatC), and registers, not shared memory,
+    // bound the blocks per SM.
     static int resident[kGemvMaxThreads / WARP_SIZE + 1] = {};
     auto kernel = gemv_kernel<G, CPL, R>;
     int &res = resident[a.warps];
@@ -272,14 +190,37 @@ inline int gemv_slots(int64_t chunks) {
     return chunks <= lanes_chunks ? 1 : chunks <= 2 * lanes_chunks ? 2 : 0;
 }
 
-// Rows a batch: G::kRows a lane (half as many with two chunk slots), twice that with `deep`
-// (more bytes in flight a warp, more registers: tune 6). The same bits either way.
+// The launch of x's k: chunk slots (gemv_slots) and rows a batch, G::kRows a lane (half as many
+// with two chunk slots), twice that with `deep` (more bytes in flight a warp, more registers:
+// tune 6). The same bits either way. F(CPL, R) is called with the pair as constants.
+template <class G, class F>
+auto with_gemv_shape(const XLayout &x, bool deep, F f) {
+    constexpr int R1 = G::kRows, R2 = G::kRows / 2 > 0 ? G::kRows / 2 : 1;
+    using std::integral_constant;
+    if (gemv_slots(x.chunks) == 1)
+        return deep ? f(integral_constant<int, 1>(), integral_constant<int, 2 * R1>())
+                    : f(integral_constant<int, 1>(), integral_constant<int, R1>());
+    return deep ? f(integral_constant<int, 2>(), integral_constant<int, R1>())
+                : f(integral_constant<int, 2>(), integral_constant<int, R2>());
+}
+
+// The launch's shared memory fits without raising the kernel's limit (48 KiB), else the tile
+// kernel runs. Always for ChunkIntC; GroupFloatC holds 256 B a chunk and row of a batch in the
+// ring: Q5_0 / Q8_0 run at k up to 11,776 / 12,032 at 4 rows a batch (5,888 at 8, tune 6) and,
+// with two chunk slots a lane (k over 16,384) and 2 rows a batch, up to 22,784 / 24,320 (not at
+// tune 6 there).
+template <class G>
+bool gemv_fits(const XLayout &x, bool deep) {
+    return with_gemv_shape<G>(x, deep, [&](auto cpl, auto r) {
+        return gemv_smem_bytes<G, decltype(cpl)::value, decltype(r)::value>(x) <= (48 << 10);
+    });
+}
+
 template <class G>
 int launch_gemv(const GemvArgs &a, bool deep, cudaStream_t stream) {
-    constexpr int R1 = G::kRows, R2 = G::kRows / 2 > 0 ? G::kRows / 2 : 1;
-    if (gemv_slots(a.x.chunks) == 1)
-        return deep ? launch_gemv_cpl<G, 1, 2 * R1>(a, stream) : launch_gemv_cpl<G, 1, R1>(a, stream);
-    return deep ? launch_gemv_cpl<G, 2, R1>(a, stream) : launch_gemv_cpl<G, 2, R2>(a, stream);
+    return with_gemv_shape<G>(a.x, deep, [&](auto cpl, auto r) {
+        return launch_gemv_cpl<G, decltype(cpl)::value, decltype(r)::value>(a, stream);
+    });
 }
 
 }  // namespace mm

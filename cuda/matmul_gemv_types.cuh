@@ -1,10 +1,15 @@
 // Group readers of the one-row matmul (cuda/matmul_gemv.cuh): straight from global memory,
-// one lane per 32-value group j of a row's 256-value chunk. A reader loads what group j needs
+// one lane per 32-value group j of a row's 256-value chunk (a chunk of the 32-value block types
+// Q8_0 and Q5_0 is 8 blocks). A reader loads what group j needs
 // (load, no arithmetic, so loads can run ahead) and turns it into the group's weights as int8
 // words in the mma operand pairing of matmul_mma.cuh: lo[q] = values 4q..4q+3, hi[q] = values
 // 16+4q..16+4q+3 (lo[q] meets the high/low x bytes .x/.z of quad q's x word, hi[q] .y/.w).
 // The integers are those of the tensor-core readers (matmul_kquants.cuh, matmul_blocks.cuh):
 // the same weights, scales and mins per group, so the exact integer sums are the same.
+// kGroupScale: the group's scale is an f32 (scale(), and offset() of it where kOffset) that
+// the kernel applies per group in f32 (the tile kernel's mmq_chunk_float); scales() then
+// gives integer scales 1, so the kernel's integer sums are the group's plain sums. Else the
+// integer scales and mins of scales() are summed per chunk and d() / negmin() apply per chunk.
 #pragma once
 
 #include "matmul_blocks.cuh"
@@ -18,7 +23,7 @@ struct GroupWords {
 
 // Weight loads stream past L1 (no allocation there: L1 keeps x, which every row reads).
 __device__ __forceinline__ uint4 ldg16(const uint8_t *p) {
-#if defined(__HIPCC__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+#if defined(LUCE_MM_PORTABLE) || __CUDA_ARCH__ < 800  // HIP, the host emulator, sm < 80
     return __ldg(reinterpret_cast<const uint4 *>(p));
 #else
     uint4 v;
@@ -29,7 +34,7 @@ __device__ __forceinline__ uint4 ldg16(const uint8_t *p) {
 }
 
 __device__ __forceinline__ uint2 ldg8(const uint8_t *p) {
-#if defined(__HIPCC__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+#if defined(LUCE_MM_PORTABLE) || __CUDA_ARCH__ < 800  // HIP, the host emulator, sm < 80
     return __ldg(reinterpret_cast<const uint2 *>(p));
 #else
     uint2 v;
@@ -39,7 +44,7 @@ __device__ __forceinline__ uint2 ldg8(const uint8_t *p) {
 }
 
 __device__ __forceinline__ uint32_t ldg4(const uint32_t *p) {
-#if defined(__HIPCC__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+#if defined(LUCE_MM_PORTABLE) || __CUDA_ARCH__ < 800  // HIP, the host emulator, sm < 80
     return __ldg(p);
 #else
     uint32_t v;
@@ -49,12 +54,14 @@ __device__ __forceinline__ uint32_t ldg4(const uint32_t *p) {
 }
 
 // Words at p + 4i, i < N, of a 2-byte aligned p: N + 1 aligned loads, none at or past `end`.
-template <int N>
+// kKeepL1: loads that allocate in L1, for readers whose lanes' loads of one instruction touch
+// the sectors the next instructions touch again (a 22- or 34-byte group read word by word).
+template <int N, bool kKeepL1 = false>
 __device__ __forceinline__ void load_words_a2(const uint8_t *p, const uint8_t *end, uint32_t w[N + 1]) {
     const uint32_t *base = reinterpret_cast<const uint32_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)3);
     const uint32_t *last = reinterpret_cast<const uint32_t *>(reinterpret_cast<uintptr_t>(end - 1) & ~(uintptr_t)3);
 #pragma unroll
-    for (int i = 0; i <= N; ++i) w[i] = base + i <= last ? ldg4(base + i) : 0u;
+    for (int i = 0; i <= N; ++i) w[i] = base + i <= last ? (kKeepL1 ? __ldg(base + i) : ldg4(base + i)) : 0u;
 }
 
 // The N words at p from load_words_a2's N + 1 aligned words.
@@ -70,7 +77,7 @@ __device__ __forceinline__ uint32_t word_of(const uint4 &v, int i) { return i ==
 // Q4_K (144 B, 16-byte aligned rows): header, then qs[32i + l] (i = j / 2) low / high nibble.
 struct GemvQ4K {
     using Tensor = ReaderQ4K;
-    static constexpr bool kHalves = false, kOffset = true;
+    static constexpr bool kHalves = false, kOffset = true, kGroupScale = false;
     static constexpr int kAlign = 16;  // of the weights: 16-byte loads
     static constexpr int kRows = 2;    // rows a lane loads at once (12 registers a row)
     struct Raw { uint4 h, qa, qb; };
@@ -100,7 +107,7 @@ struct GemvQ4K {
 // Q5_K (176 B, 16-byte aligned rows): as Q4_K with qh[32] after the header (bit j of qh[l]).
 struct GemvQ5K {
     using Tensor = ReaderQ5K;
-    static constexpr bool kHalves = false, kOffset = true;
+    static constexpr bool kHalves = false, kOffset = true, kGroupScale = false;
     static constexpr int kAlign = 16;
     static constexpr int kRows = 2;  // 20 registers a row
     struct Raw { uint4 h, ha, hb, qa, qb; };
@@ -129,7 +136,7 @@ struct GemvQ5K {
 // 2j, 2j + 1 of the 16 at 192 (values 0..15, 16..31); f16 d at 208.
 struct GemvQ6K {
     using Tensor = ReaderQ6K;
-    static constexpr bool kHalves = true, kOffset = false;
+    static constexpr bool kHalves = true, kOffset = false, kGroupScale = false;
     static constexpr int kAlign = 2;  // words realigned from 4-byte loads
     static constexpr int kRows = 2;   // 21 registers a row
     struct Raw { uint32_t ql[9], qh[9], sd; const uint8_t *c; };
@@ -164,7 +171,7 @@ struct GemvQ6K {
 // IQ4_XS (136 B, 8-byte aligned rows): 8-byte header (f16 d, scales_h, scales_l), qs[16j + l].
 struct GemvIQ4XS {
     using Tensor = ReaderIQ4XS;
-    static constexpr bool kHalves = false, kOffset = false;
+    static constexpr bool kHalves = false, kOffset = false, kGroupScale = false;
     static constexpr int kAlign = 8;  // 8-byte loads
     static constexpr int kRows = 4;   // 6 registers a row (tune 6: 8)
     struct Raw { uint2 head, qa, qb; };
@@ -185,6 +192,64 @@ struct GemvIQ4XS {
     }
     static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.head.x); }
     static __device__ __forceinline__ float negmin(const Raw &) { return 0.0f; }
+};
+
+// Q8_0 and Q5_0 (34 and 22 B blocks, 2-byte aligned): f16 d, then the block's bytes. A lane
+// loads the aligned words covering block j (load_words_a2 from the block's start: 9 and 6
+// words) and realigns the words after d: the selector takes bytes 2..5 of two words (block at
+// 4i, sh 0) or the second word (block at 4i + 2, sh 16); d is word 0 >> sh.
+__device__ __forceinline__ uint32_t block32_sel(uint32_t sh) { return sh ? 0x7654u : 0x5432u; }
+
+// Q8_0 (34 B): f16 d, int8 q[32]. Value = d * q.
+struct GemvQ80 {
+    using Tensor = ReaderQ80;
+    static constexpr bool kHalves = false, kOffset = false, kGroupScale = true;
+    static constexpr int kAlign = 2;  // 4-byte loads realigned
+    static constexpr int kRows = 4;   // 10 registers a row (tune 6: 8)
+    struct Raw { uint32_t w[9], sh; };
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *end, int j) {
+        const uint8_t *blk = c + 34 * j;
+        r.sh = (reinterpret_cast<uintptr_t>(blk) & 2) ? 16 : 0;
+        load_words_a2<8, true>(blk, end, r.w);
+    }
+    static __device__ __forceinline__ void words(const Raw &r, int, GroupWords &g) {
+        const uint32_t sel = block32_sel(r.sh);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            g.lo[q] = byte_perm(r.w[q], r.w[q + 1], sel);
+            g.hi[q] = byte_perm(r.w[4 + q], r.w[5 + q], sel);
+        }
+    }
+    static __device__ __forceinline__ void scales(const Raw &, int, int s[2], int &m) { s[0] = s[1] = 1; m = 0; }
+    static __device__ __forceinline__ float scale(const Raw &r) { return f16_to_f32(r.w[0] >> r.sh); }
+    static __device__ __forceinline__ float offset(float) { return 0.0f; }
+};
+
+// Q5_0 (22 B): f16 d, u32 qh, qs[16]; value l < 16: low nibble of qs[l] | bit l of qh << 4,
+// value l + 16: high nibble | bit 16 + l << 4 (ReaderQ50). Value = d * q - 16 * d.
+struct GemvQ50 {
+    using Tensor = ReaderQ50;
+    static constexpr bool kHalves = false, kOffset = true, kGroupScale = true;
+    static constexpr int kAlign = 2;
+    static constexpr int kRows = 4;  // 7 registers a row (tune 6: 8)
+    struct Raw { uint32_t w[6], sh; };
+    static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *end, int j) {
+        const uint8_t *blk = c + 22 * j;
+        r.sh = (reinterpret_cast<uintptr_t>(blk) & 2) ? 16 : 0;
+        load_words_a2<5, true>(blk, end, r.w);
+    }
+    static __device__ __forceinline__ void words(const Raw &r, int, GroupWords &g) {
+        const uint32_t sel = block32_sel(r.sh), qh = byte_perm(r.w[0], r.w[1], sel);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const uint32_t qs = byte_perm(r.w[1 + q], r.w[2 + q], sel);
+            g.lo[q] = (qs & 0x0F0F0F0Fu) | spread_bit4((qh >> (4 * q)) & 15);
+            g.hi[q] = ((qs >> 4) & 0x0F0F0F0Fu) | spread_bit4((qh >> (16 + 4 * q)) & 15);
+        }
+    }
+    static __device__ __forceinline__ void scales(const Raw &, int, int s[2], int &m) { s[0] = s[1] = 1; m = 0; }
+    static __device__ __forceinline__ float scale(const Raw &r) { return f16_to_f32(r.w[0] >> r.sh); }
+    static __device__ __forceinline__ float offset(float d) { return q50_offset(d); }
 };
 
 }  // namespace mm

@@ -3,7 +3,8 @@ FFN gate/up 5120 -> 17408, down 17408 -> 5120, GDN qkv 5120 -> 10240, attention/
 6144 -> 5120, LM head 5120 -> 248320. Every goal type at 1, 16 and 32 rows, each also with
 tune 3 (`_tune3`: one block per row tile, no overlap with the kernel ahead: the launch before
 the one-wave ring grid), so one run gives before and after, and at 1 row with tune 1 (the ring
-with 5 blocks per SM).
+with 5 blocks per SM). One-row cases of the dp4a kernel (tune 5 / 6) against the tile kernel
+(tune 4), also at Qwen2.5-Coder-1.5B and Qwen2.5-0.5B shapes (Q5_0 / Q8_0 at k = 896).
 
 BENCH_CASES: callables that allocate and fill device buffers and return
 (launch_fn, bytes_moved, flops); launch_fn(stream: int = 0) launches once (x quantization +
@@ -27,6 +28,10 @@ SHAPES = {"gate": (17408, 5120), "down": (5120, 17408), "qkv": (10240, 5120), "o
 SMALL_SHAPES = {"c15gateup": (17920, 1536), "c15down": (1536, 8960), "c15qkv": (2048, 1536),
                 "c15out": (1536, 1536), "c15lmhead": (151936, 1536)}
 SHAPES.update(SMALL_SHAPES)
+# Qwen2.5-0.5B-Instruct Q4_K_M decode (hidden 896: Q5_0 / Q8_0, k not whole 256-value chunks):
+# q / out 896 -> 896, k / v 896 -> 128, gate / up 896 -> 4864 and merged 896 -> 2 x 4864.
+QWEN05B_SHAPES = {"q05q": (896, 896), "q05kv": (128, 896), "q05gate": (4864, 896), "q05gateup": (9728, 896)}
+SHAPES.update(QWEN05B_SHAPES)
 GOAL_TYPES = ("IQ4_XS", "Q4_K", "Q6_K", "Q8_0", "Q5_K", "Q5_0")
 L2_BYTES = 60 << 20
 
@@ -73,12 +78,21 @@ def _case(qtype_name, shape, rows, path=0, reuse_x=False, tune=0):
     return c
 
 
-BENCH_CASES = [c for q in GOAL_TYPES for s in SHAPES if s not in SMALL_SHAPES for c in (
+BIG_SHAPES = [s for s in SHAPES if s not in SMALL_SHAPES and s not in QWEN05B_SHAPES]
+BENCH_CASES = [c for q in GOAL_TYPES for s in BIG_SHAPES for c in (
     _case(q, s, 1), _case(q, s, 1, tune=1), _case(q, s, 16), _case(q, s, 32),  # tune 1: the ring
     _case(q, s, 1, tune=3), _case(q, s, 16, tune=3), _case(q, s, 32, tune=3))]
 # tune 5 / 6: the one-row kernel (matmul_gemv.cuh; 6: twice the rows a batch) for every
 # integer-scale type (tune 0 takes it where it measured faster), beside tune 0 at the Coder-1.5B shapes.
-BENCH_CASES += [_case(q, s, 1, tune=t) for t in (5, 6) for q in ("IQ4_XS", "Q4_K", "Q6_K", "Q5_K") for s in SHAPES]
+BENCH_CASES += [_case(q, s, 1, tune=t) for t in (5, 6) for q in ("IQ4_XS", "Q4_K", "Q6_K", "Q5_K")
+                for s in BIG_SHAPES + list(SMALL_SHAPES)]
+# Q8_0 and Q5_0 at one row: tune 0 takes the one-row kernel (4 rows a batch, as tune 5; not yet
+# measured against the tile kernel: cuda/matmul.cu kGemvGroupScaleByDefault), tune 4 the tile
+# kernel, tune 6 the one-row kernel with 8 rows a batch; at the Qwen2.5-0.5B shapes, the 27B and
+# Coder-1.5B ones.
+BENCH_CASES += [_case(q, s, 1, tune=t) for q, shapes in (("Q5_0", QWEN05B_SHAPES), ("Q8_0", ("q05kv", "q05q")))
+                for s in shapes for t in (0, 4, 6)]
+BENCH_CASES += [_case(q, s, 1, tune=4) for q in ("Q8_0", "Q5_0") for s in BIG_SHAPES + list(SMALL_SHAPES)]
 BENCH_CASES += [_case(q, s, 1) for q in GOAL_TYPES for s in SMALL_SHAPES]
 BENCH_CASES += [_case(q, s, 1, reuse_x=True) for q in GOAL_TYPES for s in ("gate", "down")]
 BENCH_CASES += [_case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),
@@ -96,7 +110,7 @@ def ratio_table(results: list[dict]) -> list[str]:
                                               "pct_copy_bw": r.get("pct_copy_bw") or r["pct_bw"]}
     lines = []
     for q in GOAL_TYPES:
-        for s in SHAPES:
+        for s in BIG_SHAPES:
             for tag, sfx in (("after", ""), ("before", "_tune3")):
                 one = by.get(f"matmul_{q}_{s}_t1{sfx}")
                 if not one:

@@ -132,8 +132,9 @@ WIDE_K = 12288  # a down-projection-like k: 48 chunks, 12 per warp (cuda/matmul.
 @pytest.mark.parametrize("qtype", BLOCK_TYPES)
 def test_wide_k_parity_and_invariance(qtype):
     """k = 12288: parity at 1 and 33 rows (integer scale sums over many chunks); a row's bits
-    alone (the one-row kernel) == in 33 rows == on the prefill path == two row tiles per
-    block == in the first 9 rows. N = 40: the last row tile is partial (bounds-checked
+    alone (the one-row kernel; for Q8_0 and Q5_0 the tile kernel, as the one-row kernel's
+    shared memory would pass 48 KiB at this k) == in 33 rows == on the prefill path == two row
+    tiles per block == in the first 9 rows. N = 40: the last row tile is partial (bounds-checked
     copies), the others are not."""
     raw, wd = weights(qtype, 40, WIDE_K)
     x = activations(33, WIDE_K, seed=12)
@@ -172,6 +173,30 @@ def test_batch_invariance(qtype):
     for rows in (2, 9, 17, 33):
         part = run_kernel(x[:rows], raw, qtype, N_ODD, bias=bias)
         assert np.array_equal(part, batch[:rows]), f"first {rows} rows differ from the batch of 64"
+
+
+# Qwen2.5-0.5B-Instruct Q4_K_M decode (hidden 896, not whole 256-value chunks): q / out
+# 896 x 896 and k 128 x 896 (Q5_0), v 128 x 896 (Q8_0), gate / up 4864 x 896 and merged 9728 x 896
+# (Q5_0); the down projection 896 x 4864 (Q6_K) and Q8_0 at the gate shape beside them.
+QWEN05B = [(Q.Q5_0, 896, 896), (Q.Q5_0, 128, 896), (Q.Q8_0, 128, 896), (Q.Q5_0, 4864, 896),
+           (Q.Q5_0, 9728, 896), (Q.Q8_0, 4864, 896), (Q.Q6_K, 896, 4864)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("qtype,n,k", QWEN05B, ids=lambda v: getattr(v, "name", str(v)))
+def test_one_row_kernel_at_qwen05b_shapes(qtype, n, k):
+    """Each row of a 3-row call (the tile kernel) alone at tune 0, 4 (the tile kernel), 5 and 6
+    (the one-row kernel, matmul_gemv.cuh) gives its bits, with bias; parity with the reference."""
+    raw, wd = weights(qtype, n, k)
+    x = activations(3, k, seed=n + k)
+    bias = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    batch = run_kernel(x, raw, qtype, n, bias=bias)
+    assert_rows_close(batch, ref_matmul(x, wd, bias), "matmul_blocks")
+    for r in range(3):
+        for tune in (0, 4, 5, 6):
+            alone = run_kernel(x[r:r + 1], raw, qtype, n, bias=bias, tune=tune)
+            assert np.array_equal(alone[0].view(np.uint32), batch[r].view(np.uint32)), \
+                f"row {r} alone (tune {tune}) differs from row {r} of 3"
 
 
 MANY_TILES_N = 16 * 1500 + 5  # more row tiles than an H200 holds blocks: blocks take several

@@ -1,10 +1,12 @@
 """Compile CUDA kernel sources for the host against tests/kernels/emu/cuda_runtime.h.
 
-Two textual edits make a .cu file plain C++: the dynamic shared-memory declaration becomes
-the stand-in's buffer and each `kernel<<<grid, block, smem, stream>>>(args)` launch becomes
-`emu_launch(kernel, grid, block, smem, stream, args)`. The result is a shared library with
-the sources' extern "C" entry points (ctypes), its threads run as fibers (fibers.cpp). Needs g++
-with C++20.
+Two textual edits make a .cu file plain C++: each dynamic shared-memory declaration
+(`extern __shared__ T name[];`) becomes a pointer to the stand-in's buffer and each
+`kernel<<<grid, block, smem, stream>>>(args)` launch becomes
+`emu_launch(kernel, grid, block, smem, stream, args)`. The headers of cuda/ get the same edits
+(copies beside the sources, which their quoted includes find first). The result is a shared
+library with the sources' extern "C" entry points (ctypes), its threads run as fibers
+(fibers.cpp). Needs g++ with C++20.
 """
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ from pathlib import Path
 
 EMU = Path(__file__).resolve().parent
 CUDA = EMU.parent.parent.parent / "cuda"
-LAUNCH = re.compile(r"([\w:]+(?:<[^;{}]*?>)?)\s*<<<(.*?)>>>\s*\((.*?)\);", re.S)
-DYNAMIC_SMEM = "extern __shared__ float4 smem4[];"
+# No `;` inside a launch: a comment naming one (pdl.cuh) does not run on into code.
+LAUNCH = re.compile(r"([\w:]+(?:<[^;{}]*?>)?)\s*<<<([^;]*?)>>>\s*\(([^;]*?)\);", re.S)
+DYNAMIC_SMEM = re.compile(r"extern\s+__shared__\s+([\w:]+)\s+(\w+)\s*\[\s*\]\s*;")
 
 
 def host_source(text: str) -> str:
-    text = text.replace(DYNAMIC_SMEM, "float4 *smem4 = reinterpret_cast<float4 *>(emu::dyn_smem.data());")
+    text = DYNAMIC_SMEM.sub(lambda m: f"{m[1]} *{m[2]} = reinterpret_cast<{m[1]} *>(emu::dyn_smem.data());", text)
     return LAUNCH.sub(lambda m: f"emu_launch({m[1]}, {m[2]}, {m[3]});", text)
 
 
@@ -30,6 +33,8 @@ def build(names: list[str], out_dir: Path) -> Path | None:
     if cxx is None:
         return None
     sources = [EMU / "fibers.cpp"]
+    for header in CUDA.glob("*.cuh"):
+        (out_dir / header.name).write_text(host_source(header.read_text()))
     for name in names:
         src = out_dir / (Path(name).stem + ".cpp")
         src.write_text(host_source((CUDA / name).read_text()))

@@ -1,0 +1,146 @@
+"""The decode matmul's own source on the CPU (cuda/matmul.cu through luce_matmul, built by
+tests/kernels/emu): a one-row call of the dp4a kernel (cuda/matmul_gemv.cuh; tune 5, tune 6,
+or tune 0 where luce_matmul picks it) gives bitwise the tensor-core tile kernel's row (tune 4)
+and its row of a 3-row call, for the per-group f16-scale types Q5_0 and Q8_0 and Q4_K as the
+control: k = 896 (three and a half 256-value chunks, Qwen2.5-0.5B's hidden size), 256, 352
+and 288 (a last chunk of 3 groups and of one); n odd; weights 2 bytes off a 4-byte boundary;
+blocks that take several batches; the Qwen2.5-0.5B shapes. The emulator's f32 arithmetic is
+the host's, so only bitwise comparisons between two kernels of one build (and the parity
+against the reference) mean anything here; tests/kernels/test_matmul.py runs the same checks
+natively on a GPU.
+"""
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from tests.kernels.emu import build as emu
+from tests.kernels.test_matmul import activations, assert_rows_close, weights
+
+pytestmark = pytest.mark.slow
+_P = C.c_void_p
+
+
+class Params(C.Structure):
+    """luce_matmul_params (cuda/luce_ops_weights.h)."""
+    _fields_ = ([(f, _P) for f in "x w bias y workspace".split()]
+                + [(f, C.c_int64) for f in "workspace_bytes rows n k".split()]
+                + [(f, C.c_int32) for f in "qtype path flags tune".split()])
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    lib = emu.load(["matmul.cu"], tmp_path_factory.mktemp("emu_matmul"), "the quantized matmul")
+    lib.luce_matmul_workspace_bytes.restype = C.c_int64
+    lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
+    lib.luce_matmul.argtypes = [C.POINTER(Params), _P]
+    lib.emu_last_launch_smem.restype = C.c_size_t
+    return lib
+
+
+def run(lib, x, raw, qtype, n, bias=None, tune=0, offset=0):
+    """y [rows, n] of one decode-path call, y starting NaN; `offset` bytes shift the weights
+    (2: rows 2-byte but not 4-byte aligned where the row size allows)."""
+    x = np.ascontiguousarray(x, np.float32)
+    rows, k = x.shape
+    buf = np.zeros(raw.nbytes + 16, np.uint8)  # 16-byte aligned (numpy allocations are)
+    buf[offset:offset + raw.nbytes] = raw.reshape(-1)
+    nbytes = lib.luce_matmul_workspace_bytes(rows, k)
+    ws = np.zeros(nbytes // 4 + 4, np.float32)
+    y = np.full((rows, n), np.nan, np.float32)
+    b = None if bias is None else np.ascontiguousarray(bias, np.float32)
+    p = Params(x.ctypes.data, buf.ctypes.data + offset, None if b is None else b.ctypes.data, y.ctypes.data,
+               ws.ctypes.data, nbytes, rows, n, k, int(qtype), 0, 0, tune)
+    assert lib.luce_matmul(C.byref(p), None) == 0
+    return y
+
+
+# (type, f32 floats a chunk and row of the one-row kernel's c, rows a batch at tune 5 / 0)
+GEMV = {Q.Q5_0: (16, 4, 4), Q.Q8_0: (16, 4, 4), Q.Q4_K: (1, 2, 4)}
+
+
+def gemv_smem(qtype, k: int, rows: int) -> int:
+    """Dynamic shared memory of the one-row kernel (matmul_gemv.cuh gemv_smem_bytes)."""
+    per_chunk = GEMV[qtype][0]
+    chunks, groups = -(-k // 256), k // 32
+    return 4 * ((4 * rows * per_chunk + 1) * chunks + (groups if qtype == Q.Q5_0 else 0))
+
+
+def assert_one_row_kernel_ran(lib, qtype, k, tune):
+    _, r5, r0 = GEMV[qtype]
+    rows = {0: r0, 5: r5, 6: 2 * r5}[tune]
+    assert lib.emu_last_launch_smem() == gemv_smem(qtype, k, rows), f"tune {tune}: not the one-row kernel"
+
+
+def same_bits(a, b) -> bool:
+    return np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+CASES = [(Q.Q5_0, 896, 37), (Q.Q8_0, 896, 37), (Q.Q5_0, 256, 13), (Q.Q8_0, 352, 21), (Q.Q4_K, 512, 19)]
+
+
+@pytest.mark.parametrize("qtype,k,n", CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_one_row_kernel_gives_the_tile_kernels_row(lib, qtype, k, n):
+    """Rows 0 and 1 of a 3-row call (N(0, 1), and scaled by 1000), with and without bias: the
+    row alone through the one-row kernel (tune 5, tune 6: twice the rows a batch, tune 0) ==
+    alone through the tile kernel (tune 4) == its row of the 3-row call, bitwise; the 3 rows
+    close to the reference."""
+    raw, wd = weights(qtype, n, k)
+    x = activations(3, k, seed=k + n)
+    bias = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    for b in (None, bias):
+        three = run(lib, x, raw, qtype, n, b)
+        assert_rows_close(three, x.astype(np.float64) @ wd.T.astype(np.float64) + (0 if b is None else b),
+                          "matmul_blocks")
+        for r in range(2):
+            tile = run(lib, x[r:r + 1], raw, qtype, n, b, tune=4)
+            assert same_bits(tile[0], three[r]), f"row {r}: the tile kernel alone differs from 3 rows"
+            for tune in (0, 5, 6):
+                got = run(lib, x[r:r + 1], raw, qtype, n, b, tune=tune)
+                assert_one_row_kernel_ran(lib, qtype, k, tune)
+                assert same_bits(got, tile), f"row {r}: tune {tune} differs from the tile kernel"
+
+
+@pytest.mark.parametrize("qtype,k,n", [(Q.Q8_0, 352, 21), (Q.Q5_0, 896, 9)], ids=lambda v: getattr(v, "name", str(v)))
+def test_weights_at_2_mod_4(lib, qtype, k, n):
+    """Weights 2 bytes past a 4-byte boundary (Q8_0 at k = 352: 374-byte rows, so rows
+    alternate too): the one-row kernel's realigned loads give the same bits."""
+    raw, _ = weights(qtype, n, k)
+    x = activations(1, k, seed=3)
+    want = run(lib, x, raw, qtype, n, tune=4)
+    for tune in (5, 6):
+        got = run(lib, x, raw, qtype, n, tune=tune, offset=2)
+        assert_one_row_kernel_ran(lib, qtype, k, tune)
+        assert same_bits(got, want), f"tune {tune}: weights at 2 mod 4 changed bits"
+
+
+@pytest.mark.parametrize("qtype,k", [(Q.Q5_0, 256), (Q.Q8_0, 288)], ids=lambda v: getattr(v, "name", str(v)))
+def test_blocks_that_take_several_batches(lib, qtype, k):
+    """n = 4227: the emulator's one-wave grid (132 blocks) gives each block 5 to 9 batches, so
+    the ring of c wraps; k = 288: a last chunk of one group. Tune 5 and 6 == the tile kernel."""
+    n = 4227
+    raw, _ = weights(qtype, n, k)
+    x = activations(1, k, seed=5)
+    want = run(lib, x, raw, qtype, n, tune=4)
+    for tune in (5, 6):
+        got = run(lib, x, raw, qtype, n, tune=tune)
+        assert_one_row_kernel_ran(lib, qtype, k, tune)
+        assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
+
+
+# Qwen2.5-0.5B-Instruct Q4_K_M decode (hidden 896): q / out 896 x 896 (Q5_0), k 128 x 896
+# (Q5_0), v 128 x 896 (Q8_0), gate and up merged 9728 x 896 (Q5_0).
+QWEN05B = [(Q.Q5_0, 896), (Q.Q5_0, 128), (Q.Q8_0, 128), (Q.Q5_0, 9728)]
+
+
+@pytest.mark.parametrize("qtype,n", QWEN05B, ids=lambda v: getattr(v, "name", str(v)))
+def test_qwen05b_shapes(lib, qtype, n):
+    """One row at k = 896: tune 0 (the one-row kernel by default) == tune 4 (the tile kernel)."""
+    raw, _ = weights(qtype, n, 896)
+    x = activations(1, 896, seed=n)
+    got = run(lib, x, raw, qtype, n)
+    assert_one_row_kernel_ran(lib, qtype, 896, 0)
+    assert same_bits(got, run(lib, x, raw, qtype, n, tune=4))
