@@ -22,6 +22,12 @@
 // row's output is bitwise the same in any batch (DESIGN 5 rule 2). n_parts comes from the
 // launch's max_kv_len (the padded KV span) and only sizes the grid: parts past a row's keys
 // exit at once.
+// Latency: a decode step's partition block is a chain of dependent memory round trips, so
+// loads are issued together: the q rows before the row's keys and page table; the score
+// pass loads several passes' keys (16 float4s a thread) before their dots; the value pass
+// 8-16 keys a thread, its first batch before the softmax. Each dot and each value sum keeps
+// its arithmetic and order (per-lane fmas, the kLanesPerKey butterfly; keys kl, kl +
+// KEY_LANES, ... then the key-lane sum), so only the timing of the loads changed.
 // Tree rows (tree_parents, reference luce/ref/tree_attention.py): a row's keys are indexed
 // LOGICALLY (the committed prefix 0..P-1, then its root path at P, P+1, ...) and everything
 // above (partitions, reduction order) runs on logical indices; only the address of a
@@ -88,6 +94,11 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
     constexpr int KEYS_PER_PASS = kThreads / kLanesPerKey;
     constexpr int WARPS = kThreads / WARP_SIZE;
+    // Loads in flight (the kernel is latency-bound): the score pass loads PASSES passes' keys
+    // (16 float4s a thread) before their dots, the value pass VKEYS keys a thread.
+    constexpr int PASSES = C4 >= 16 ? 1 : 16 / C4;
+    constexpr int VKEYS = MAXG >= 8 ? 8 : 16;
+    constexpr int QN = (MAXG * D + kThreads - 1) / kThreads;  // q floats a thread stages
     extern __shared__ float4 smem4[];
     float *smem = reinterpret_cast<float *>(smem4);
     __shared__ int64_t page_off[kPartition];       // float offset of (page, 0, hk, 0)
@@ -99,6 +110,14 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     const int g_first = (blockIdx.y % groups) * group_heads;
     const int G = min(group_heads, p.n_heads_q / p.n_heads_kv - g_first);  // this block's heads
     const bool fused = p.counters != nullptr;
+    // q rows of the block's heads: loaded before the row's keys and page table, which they do not need.
+    const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * (p.n_heads_q / p.n_heads_kv) + g_first;
+    float qv[QN];
+#pragma unroll
+    for (int u = 0; u < QN; ++u) {
+        const int i = threadIdx.x + u * kThreads;
+        qv[u] = i < G * D ? p.q[head0 * D + i] : 0.0f;
+    }
     const RowKeys rk = attention_row_keys(p, row);
     const int32_t key0 = part * kPartition;
     if (rk.keys <= key0) {                         // padding row, or past the row's keys
@@ -132,43 +151,60 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
             if (p.tree_parents[r] < 0) break;
         }
     }
-    const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * (p.n_heads_q / p.n_heads_kv) + g_first;
-    const float *qrow = p.q + head0 * D;
-    for (int i = threadIdx.x; i < G * D; i += kThreads) q_s[i] = qrow[i];
+#pragma unroll
+    for (int u = 0; u < QN; ++u)
+        if (threadIdx.x + u * kThreads < G * D) q_s[threadIdx.x + u * kThreads] = qv[u];
     __syncthreads();
+    // Row of local key j in k_pages or v_pages.
+    auto key_row = [&](const float *pages_base, int j) {
+        return reinterpret_cast<const float4 *>(
+            pages_base + key_offset<TREE>(page_off, tree_off, j, n_direct, page_shift, page_mask, key_stride));
+    };
 
-    // Scores: kLanesPerKey lanes per key, each lane C4 float4s of k against every query head.
-    const int li = threadIdx.x % kLanesPerKey;
-    for (int base = 0; base < n_local; base += KEYS_PER_PASS) {
-        const int j = base + threadIdx.x / kLanesPerKey;
-        float4 kr[C4];
-        if (j < n_local) {
-            const float4 *src = reinterpret_cast<const float4 *>(
-                p.k_pages + key_offset<TREE>(page_off, tree_off, j, n_direct, page_shift, page_mask, key_stride));
+    // Scores: kLanesPerKey lanes per key, each lane C4 float4s of k against every query head;
+    // the keys of PASSES passes (KEYS_PER_PASS keys each) are loaded before their dots.
+    const int li = threadIdx.x % kLanesPerKey, jt = threadIdx.x / kLanesPerKey;
+    for (int base = 0; base < n_local; base += PASSES * KEYS_PER_PASS) {
+        float4 kr[PASSES][C4];
 #pragma unroll
-            for (int c = 0; c < C4; ++c) kr[c] = src[c * kLanesPerKey + li];
-        } else {
+        for (int u = 0; u < PASSES; ++u) {
+            // past the keys: load the last key again (no branch); its dot is never stored
+            const float4 *src = key_row(p.k_pages, min(base + u * KEYS_PER_PASS + jt, n_local - 1));
 #pragma unroll
-            for (int c = 0; c < C4; ++c) kr[c] = zero4();
+            for (int c = 0; c < C4; ++c) kr[u][c] = src[c * kLanesPerKey + li];
         }
 #pragma unroll
-        for (int g = 0; g < MAXG; ++g) {
-            if (g >= G) break;
-            const float4 *q4 = reinterpret_cast<const float4 *>(q_s + g * D);
-            float dot = 0.0f;
+        for (int u = 0; u < PASSES; ++u) {
+            const int j = base + u * KEYS_PER_PASS + jt;
+            if (base + u * KEYS_PER_PASS >= n_local) break;  // the same for the whole block
 #pragma unroll
-            for (int c = 0; c < C4; ++c) {
-                const float4 a = q4[c * kLanesPerKey + li];
-                dot = fmaf(a.x, kr[c].x, dot);
-                dot = fmaf(a.y, kr[c].y, dot);
-                dot = fmaf(a.z, kr[c].z, dot);
-                dot = fmaf(a.w, kr[c].w, dot);
+            for (int g = 0; g < MAXG; ++g) {
+                if (g >= G) break;
+                const float4 *q4 = reinterpret_cast<const float4 *>(q_s + g * D);
+                float dot = 0.0f;
+#pragma unroll
+                for (int c = 0; c < C4; ++c) {
+                    const float4 a = q4[c * kLanesPerKey + li];
+                    dot = fmaf(a.x, kr[u][c].x, dot);
+                    dot = fmaf(a.y, kr[u][c].y, dot);
+                    dot = fmaf(a.z, kr[u][c].z, dot);
+                    dot = fmaf(a.w, kr[u][c].w, dot);
+                }
+#pragma unroll
+                for (int m = kLanesPerKey / 2; m > 0; m >>= 1) dot += warp_shfl_xor(dot, m);
+                if (j < n_local && li == 0) s_s[g * kPartition + j] = dot * p.scale;
             }
-#pragma unroll
-            for (int m = kLanesPerKey / 2; m > 0; m >>= 1) dot += warp_shfl_xor(dot, m);
-            if (j < n_local && li == 0) s_s[g * kPartition + j] = dot * p.scale;
         }
     }
+    // Values: thread (key lane kl, float4 column col) sums keys kl, kl + KEY_LANES, ... in
+    // that order; VKEYS of them load at a time, the first batch before the softmax.
+    const int col = threadIdx.x % COLS, kl = threadIdx.x / COLS;
+    float4 vr[VKEYS];
+    auto load_values = [&](int j0) {  // keys past n_local (never summed): the last key again
+#pragma unroll
+        for (int u = 0; u < VKEYS; ++u) vr[u] = key_row(p.v_pages, min(j0 + u * KEY_LANES, n_local - 1))[col];
+    };
+    load_values(kl);
     __syncthreads();
 
     // Softmax statistics of the partition, one warp per query head.
@@ -179,23 +215,13 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     }
     __syncthreads();
 
-    // Values: thread (key lane kl, float4 column col) sums keys kl, kl + KEY_LANES, ...
-    const int col = threadIdx.x % COLS, kl = threadIdx.x / COLS;
     float4 acc[MAXG];
 #pragma unroll
     for (int g = 0; g < MAXG; ++g) acc[g] = zero4();
-    for (int j0 = kl; j0 < n_local; j0 += 4 * KEY_LANES) {
-        float4 vr[4];
+    for (int j0 = kl; j0 < n_local; j0 += VKEYS * KEY_LANES) {
+        if (j0 != kl) load_values(j0);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const int j = j0 + u * KEY_LANES;
-            vr[u] = j < n_local
-                ? reinterpret_cast<const float4 *>(p.v_pages + key_offset<TREE>(page_off, tree_off, j, n_direct,
-                                                                          page_shift, page_mask, key_stride))[col]
-                : zero4();
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < VKEYS; ++u) {
             const int j = j0 + u * KEY_LANES;
             if (j >= n_local) break;
 #pragma unroll
