@@ -14,7 +14,9 @@
 // 2. combine kernel, grid (n_rows, Hq): merges the row's own partitions 0..used-1 in order
 //    (prompt rows: its splits, with m in log2 units). Without prompt rows and with the
 //    caller's zeroed counters, no combine launch: the last partition block of a row's head
-//    group to finish (an atomic count per row and group) merges them, by the same code.
+//    group to finish (an atomic count per row and group) merges them, by the same code; a
+//    row of one partition skips the workspace, fence and count (its block writes the
+//    output by the combine's arithmetic at one partition: merge_one).
 // A block takes a group of the KV head's query heads (all G, or fewer when the launch has
 // few rows: a decode step of one row and a short context is a handful of blocks otherwise);
 // each head's arithmetic is the same in any group, so the bits do not depend on it.
@@ -81,6 +83,14 @@ __device__ void combine_head(const luce_attention_params &p, int32_t n_parts, in
         }
         out[d] = o / l;
     }
+}
+
+// combine_head's arithmetic at one partition (o, m0, l0): the output of a row whose only
+// partition block merges it in that block, bitwise as through the workspace.
+__device__ __forceinline__ float merge_one(float o, float m0, float l0) {
+    const float m = fmaxf(-INFINITY, m0);
+    const float w = expf(m0 - m);
+    return fmaf(o, w, 0.0f) / fmaf(l0, w, 0.0f);
 }
 
 // Grid (rows, Hkv * groups, n_parts): block (row, hk * groups + gi, part) takes query heads
@@ -242,12 +252,18 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     __syncthreads();
     float *part_o = p.workspace;
     float *part_ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D;
+    // A row of one partition merged in this launch: its only block writes the output itself
+    // (no workspace, fence, counter, nor re-read), by combine_head's arithmetic (merge_one).
+    const int32_t parts = (rk.keys + kPartition - 1) / kPartition;
+    const bool direct = fused && parts == 1;
     for (int i = threadIdx.x; i < G * D; i += kThreads) {
         float o = red[i];
 #pragma unroll
         for (int k = 1; k < KEY_LANES; ++k) o += red[k * G * D + i];
-        part_o[((head0 + i / D) * n_parts + part) * D + i % D] = o;
+        if (direct) p.out[head0 * D + i] = merge_one(o, m_s[i / D], l_s[i / D]);
+        else part_o[((head0 + i / D) * n_parts + part) * D + i % D] = o;
     }
+    if (direct) return;
     if (threadIdx.x < G) {
         float *ml = part_ml + ((head0 + threadIdx.x) * n_parts + part) * 2;
         ml[0] = m_s[threadIdx.x];
@@ -257,7 +273,6 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     // The last of the row's partition blocks of this head group merges them (the
     // threadFenceReduction pattern): every writer fences, then one atomic count per group.
     __shared__ int last;
-    const int32_t parts = (rk.keys + kPartition - 1) / kPartition;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
