@@ -27,9 +27,12 @@
 // Latency: a decode step's partition block is a chain of dependent memory round trips, so
 // loads are issued together: the q rows before the row's keys and page table; the score
 // pass loads several passes' keys (16 float4s a thread) before their dots; the value pass
-// 8-16 keys a thread, its first batch before the softmax. Each dot and each value sum keeps
-// its arithmetic and order (per-lane fmas, the kLanesPerKey butterfly; keys kl, kl +
-// KEY_LANES, ... then the key-lane sum), so only the timing of the loads changed.
+// 8-16 keys a thread, its first batch before the softmax; and where the launch's KV fits in
+// a quarter of L2 (a decode step's few blocks), each block first asks L2 for the rest of
+// its K rows and all its V rows (prefetch_row_l2), so the later batches wait on L2, not
+// memory. Each dot and each value sum keeps its arithmetic and order (per-lane fmas, the
+// kLanesPerKey butterfly; keys kl, kl + KEY_LANES, ... then the key-lane sum): only the
+// timing of the loads changed, not the bits.
 // Tree rows (tree_parents, reference luce/ref/tree_attention.py): a row's keys are indexed
 // LOGICALLY (the committed prefix 0..P-1, then its root path at P, P+1, ...) and everything
 // above (partitions, reduction order) runs on logical indices; only the address of a
@@ -85,6 +88,20 @@ __device__ void combine_head(const luce_attention_params &p, int32_t n_parts, in
     }
 }
 
+// Asks L2 for a row of BYTES (16-byte aligned) at a: no register, no wait. sm_90 and up: one
+// bulk prefetch; before: one per 128-byte line; HIP and the host emulator: nothing.
+template <int BYTES>
+__device__ __forceinline__ void prefetch_row_l2(const void *a) {
+#if defined(__CUDA_ARCH__) && !defined(__HIPCC__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "n"(BYTES));
+#elif defined(__CUDA_ARCH__) && !defined(__HIPCC__)
+#pragma unroll
+    for (int i = 0; i < BYTES; i += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)a + i));
+#else
+    (void)a;
+#endif
+}
+
 // combine_head's arithmetic at one partition (o, m0, l0): the output of a row whose only
 // partition block merges it in that block, bitwise as through the workspace.
 __device__ __forceinline__ float merge_one(float o, float m0, float l0) {
@@ -98,7 +115,7 @@ __device__ __forceinline__ float merge_one(float o, float m0, float l0) {
 template <int D, int MAXG, bool TREE>
 __global__ void __launch_bounds__(kThreads)
 attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0,
-                           int32_t group_heads) {
+                           int32_t group_heads, bool prefetch) {
     constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
     constexpr int COLS = D / 4;                    // float4 columns of a row
     constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
@@ -170,6 +187,14 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         return reinterpret_cast<const float4 *>(
             pages_base + key_offset<TREE>(page_off, tree_off, j, n_direct, page_shift, page_mask, key_stride));
     };
+
+    if (prefetch) {
+        // Into L2: the K rows past the first score batch (which loads at once) and every V
+        // row, so the later batches read L2 instead of waiting on memory.
+        const int k_first = PASSES * KEYS_PER_PASS, nk = max(0, n_local - k_first);
+        for (int r = threadIdx.x; r < nk + n_local; r += kThreads)  // K rows k_first.., then V rows 0..
+            prefetch_row_l2<D * 4>(key_row(r < nk ? p.k_pages : p.v_pages, r < nk ? k_first + r : r - nk));
+    }
 
     // Scores: kLanesPerKey lanes per key, each lane C4 float4s of k against every query head;
     // the keys of PASSES passes (KEYS_PER_PASS keys each) are loaded before their dots.
@@ -314,17 +339,37 @@ int group_heads_for(int G, int64_t blocks) {
     return gh;
 }
 
+// Partition blocks prefetch their K and V rows into L2 where the launch's KV (its rows' K
+// and V over the padded span, an upper bound) fits in a quarter of L2, so the lines stay
+// until read; larger launches have the blocks to hide the latency. No effect on the bits.
+bool prefetch_fits(int64_t kv_bytes) {
+#if defined(__HIPCC__)
+    return false;  // prefetch_l2 is nothing there
+#else
+    static const int l2 = [] {
+        int device = 0, bytes = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) return 0;
+        return bytes;
+    }();
+    return kv_bytes <= l2 / 4;
+#endif
+}
+
 template <int D, int MAXG>
 int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, int32_t row0, int gh,
                       cudaStream_t stream) {
+    const bool prefetch = prefetch_fits((int64_t)(p.n_rows - row0) * p.n_heads_kv * p.max_kv_len * D * 8);
     const int groups = (p.n_heads_q / p.n_heads_kv + gh - 1) / gh;
     const int key_lanes = kThreads / (D / 4);
     const size_t smem = sizeof(float) * (size_t)max(gh * D + gh * kPartition, key_lanes * gh * D);
     const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)n_parts);
     if (p.tree_parents != nullptr)
-        attention_partition_kernel<D, MAXG, true><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh);
+        attention_partition_kernel<D, MAXG, true>
+            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, prefetch);
     else
-        attention_partition_kernel<D, MAXG, false><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh);
+        attention_partition_kernel<D, MAXG, false>
+            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, prefetch);
     return luce_status(cudaGetLastError());
 }
 
