@@ -40,14 +40,18 @@ __device__ __forceinline__ int32_t attention_segment_of(const luce_attention_par
 
 __device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t row) {
     const int32_t lo = attention_segment_of(p, row);
+    // The segment's entries load together (one round trip; all exist for padding too).
+    const int32_t slot = p.seq_slots[lo], page_base = p.kv_indptr[lo], page_end = p.kv_indptr[lo + 1];
+    const int32_t last_len = p.kv_last_page_len[lo], q_first = p.qo_indptr[lo], q_end = p.qo_indptr[lo + 1];
+    const int32_t parent = p.tree_parents != nullptr ? p.tree_parents[row] : -1;
     RowKeys rk{-1, 0, 0, 0};
-    if (p.seq_slots[lo] < 0) return rk;
-    const int32_t n_pages = p.kv_indptr[lo + 1] - p.kv_indptr[lo];
-    const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + p.kv_last_page_len[lo] : 0;
-    const int32_t seg_rows = p.qo_indptr[lo + 1] - p.qo_indptr[lo];
-    int32_t keys = p.causal ? kv_len - seg_rows + (row - p.qo_indptr[lo]) + 1 : kv_len;
-    rk.page_base = p.kv_indptr[lo];
-    if (p.tree_parents != nullptr && p.tree_parents[row] >= 0) {
+    if (slot < 0) return rk;
+    const int32_t n_pages = page_end - page_base;
+    const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + last_len : 0;
+    const int32_t seg_rows = q_end - q_first;
+    int32_t keys = p.causal ? kv_len - seg_rows + (row - q_first) + 1 : kv_len;
+    rk.page_base = page_base;
+    if (parent >= 0) {
         // Tree row: the committed prefix, then its root path (depth + 1 nodes). The walk is
         // bounded by the segment's rows so a malformed parent array cannot hang the kernel.
         int32_t depth = 0;
@@ -55,10 +59,10 @@ __device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_param
         const int32_t prefix = kv_len - seg_rows;
         keys = prefix + depth + 1;
         rk.direct = max(0, prefix);
-        rk.tree_base = prefix - p.qo_indptr[lo];
+        rk.tree_base = prefix - q_first;
     }
     rk.keys = max(0, min(keys, kv_len));
-    if (p.tree_parents == nullptr || p.tree_parents[row] < 0) rk.direct = rk.keys;
+    if (parent < 0) rk.direct = rk.keys;
     return rk;
 }
 
