@@ -46,15 +46,6 @@ namespace {
 
 using namespace luce_attn;
 
-// Reads what other blocks of this launch wrote (the fused combine): from L2, never a stale L1 line.
-__device__ __forceinline__ float load_coherent(const float *a) {
-#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
-    return __ldcg(a);
-#else
-    return *reinterpret_cast<const volatile float *>(a);
-#endif
-}
-
 // Row `row`, query head h: merges the row's partitions 0..used-1 (prompt rows: splits, m in
 // log2 units) into out [D], threads tid, tid + nthreads, ...; `parts` = the row's
 // partitions: none -> zeros, more than n_parts (keys past max_kv_len) -> NaN.
@@ -86,20 +77,6 @@ __device__ void combine_head(const luce_attention_params &p, int32_t n_parts, in
         }
         out[d] = o / l;
     }
-}
-
-// Asks L2 for a row of BYTES (16-byte aligned) at a: no register, no wait. sm_90 and up: one
-// bulk prefetch; before: one per 128-byte line; HIP and the host emulator: nothing.
-template <int BYTES>
-__device__ __forceinline__ void prefetch_row_l2(const void *a) {
-#if defined(__CUDA_ARCH__) && !defined(__HIPCC__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "n"(BYTES));
-#elif defined(__CUDA_ARCH__) && !defined(__HIPCC__)
-#pragma unroll
-    for (int i = 0; i < BYTES; i += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)a + i));
-#else
-    (void)a;
-#endif
 }
 
 // combine_head's arithmetic at one partition (o, m0, l0): the output of a row whose only

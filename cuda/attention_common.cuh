@@ -85,6 +85,29 @@ __device__ __forceinline__ void fma4(float w, const float4 &x, float4 &acc) {
     acc.w = fmaf(w, x.w, acc.w);
 }
 
+// Reads what other blocks of this launch wrote (the fused combine): from L2, never a stale L1 line.
+__device__ __forceinline__ float load_coherent(const float *a) {
+#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
+    return __ldcg(a);
+#else
+    return *reinterpret_cast<const volatile float *>(a);
+#endif
+}
+
+// Asks L2 for a row of BYTES (16-byte aligned) at a: no register, no wait. sm_90 and up: one
+// bulk prefetch; before: one per 128-byte line; HIP and the host emulator: nothing.
+template <int BYTES>
+__device__ __forceinline__ void prefetch_row_l2(const void *a) {
+#if defined(__CUDA_ARCH__) && !defined(__HIPCC__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "n"(BYTES));
+#elif defined(__CUDA_ARCH__) && !defined(__HIPCC__)
+#pragma unroll
+    for (int i = 0; i < BYTES; i += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)a + i));
+#else
+    (void)a;
+#endif
+}
+
 // Softmax statistics of one query head over a partition's scores s[0..n-1], one warp:
 // m = max, s[j] = exp(s[j] - m) in place, l = sum of those (lane-strided, then the butterfly).
 // Returns (m, l).
