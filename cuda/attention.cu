@@ -14,7 +14,9 @@
 // 2. combine kernel, grid (n_rows, Hq): merges the row's own partitions 0..used-1 in order
 //    (prompt rows: its splits, with m in log2 units). Without prompt rows and with the
 //    caller's zeroed counters, no combine launch: the last partition block of a row's head
-//    group to finish (an atomic count per row and group) merges them, by the same code.
+//    group to finish (an atomic count per row and group) merges them, by the same code; a
+//    row of one partition skips the workspace, fence and count (its block writes the
+//    output by the combine's arithmetic at one partition: merge_one).
 // A block takes a group of the KV head's query heads (all G, or fewer when the launch has
 // few rows: a decode step of one row and a short context is a handful of blocks otherwise);
 // each head's arithmetic is the same in any group, so the bits do not depend on it.
@@ -22,6 +24,15 @@
 // row's output is bitwise the same in any batch (DESIGN 5 rule 2). n_parts comes from the
 // launch's max_kv_len (the padded KV span) and only sizes the grid: parts past a row's keys
 // exit at once.
+// Latency: a decode step's partition block is a chain of dependent memory round trips, so
+// loads are issued together: the q rows before the row's keys and page table; the score
+// pass loads several passes' keys (16 float4s a thread) before their dots; the value pass
+// 8-16 keys a thread, its first batch before the softmax; and where the launch's KV fits in
+// a quarter of L2 (a decode step's few blocks), each block first asks L2 for the rest of
+// its K rows and all its V rows (prefetch_row_l2), so the later batches wait on L2, not
+// memory. Each dot and each value sum keeps its arithmetic and order (per-lane fmas, the
+// kLanesPerKey butterfly; keys kl, kl + KEY_LANES, ... then the key-lane sum): only the
+// timing of the loads changed, not the bits.
 // Tree rows (tree_parents, reference luce/ref/tree_attention.py): a row's keys are indexed
 // LOGICALLY (the committed prefix 0..P-1, then its root path at P, P+1, ...) and everything
 // above (partitions, reduction order) runs on logical indices; only the address of a
@@ -34,15 +45,6 @@
 namespace {
 
 using namespace luce_attn;
-
-// Reads what other blocks of this launch wrote (the fused combine): from L2, never a stale L1 line.
-__device__ __forceinline__ float load_coherent(const float *a) {
-#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
-    return __ldcg(a);
-#else
-    return *reinterpret_cast<const volatile float *>(a);
-#endif
-}
 
 // Row `row`, query head h: merges the row's partitions 0..used-1 (prompt rows: splits, m in
 // log2 units) into out [D], threads tid, tid + nthreads, ...; `parts` = the row's
@@ -77,17 +79,30 @@ __device__ void combine_head(const luce_attention_params &p, int32_t n_parts, in
     }
 }
 
+// combine_head's arithmetic at one partition (o, m0, l0): the output of a row whose only
+// partition block merges it in that block, bitwise as through the workspace.
+__device__ __forceinline__ float merge_one(float o, float m0, float l0) {
+    const float m = fmaxf(-INFINITY, m0);
+    const float w = expf(m0 - m);
+    return fmaf(o, w, 0.0f) / fmaf(l0, w, 0.0f);
+}
+
 // Grid (rows, Hkv * groups, n_parts): block (row, hk * groups + gi, part) takes query heads
 // hk * G + gi * group_heads .. (at most group_heads of them) over partition `part`.
 template <int D, int MAXG, bool TREE>
 __global__ void __launch_bounds__(kThreads)
 attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0,
-                           int32_t group_heads) {
+                           int32_t group_heads, bool prefetch) {
     constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
     constexpr int COLS = D / 4;                    // float4 columns of a row
     constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
     constexpr int KEYS_PER_PASS = kThreads / kLanesPerKey;
     constexpr int WARPS = kThreads / WARP_SIZE;
+    // Loads in flight (the kernel is latency-bound): the score pass loads PASSES passes' keys
+    // (16 float4s a thread) before their dots, the value pass VKEYS keys a thread.
+    constexpr int PASSES = C4 >= 16 ? 1 : 16 / C4;
+    constexpr int VKEYS = MAXG >= 8 ? 8 : 16;
+    constexpr int QN = (MAXG * D + kThreads - 1) / kThreads;  // q floats a thread stages
     extern __shared__ float4 smem4[];
     float *smem = reinterpret_cast<float *>(smem4);
     __shared__ int64_t page_off[kPartition];       // float offset of (page, 0, hk, 0)
@@ -99,6 +114,14 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     const int g_first = (blockIdx.y % groups) * group_heads;
     const int G = min(group_heads, p.n_heads_q / p.n_heads_kv - g_first);  // this block's heads
     const bool fused = p.counters != nullptr;
+    // q rows of the block's heads: loaded before the row's keys and page table, which they do not need.
+    const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * (p.n_heads_q / p.n_heads_kv) + g_first;
+    float qv[QN];
+#pragma unroll
+    for (int u = 0; u < QN; ++u) {
+        const int i = threadIdx.x + u * kThreads;
+        qv[u] = i < G * D ? p.q[head0 * D + i] : 0.0f;
+    }
     const RowKeys rk = attention_row_keys(p, row);
     const int32_t key0 = part * kPartition;
     if (rk.keys <= key0) {                         // padding row, or past the row's keys
@@ -132,43 +155,68 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
             if (p.tree_parents[r] < 0) break;
         }
     }
-    const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * (p.n_heads_q / p.n_heads_kv) + g_first;
-    const float *qrow = p.q + head0 * D;
-    for (int i = threadIdx.x; i < G * D; i += kThreads) q_s[i] = qrow[i];
+#pragma unroll
+    for (int u = 0; u < QN; ++u)
+        if (threadIdx.x + u * kThreads < G * D) q_s[threadIdx.x + u * kThreads] = qv[u];
     __syncthreads();
+    // Row of local key j in k_pages or v_pages.
+    auto key_row = [&](const float *pages_base, int j) {
+        return reinterpret_cast<const float4 *>(
+            pages_base + key_offset<TREE>(page_off, tree_off, j, n_direct, page_shift, page_mask, key_stride));
+    };
 
-    // Scores: kLanesPerKey lanes per key, each lane C4 float4s of k against every query head.
-    const int li = threadIdx.x % kLanesPerKey;
-    for (int base = 0; base < n_local; base += KEYS_PER_PASS) {
-        const int j = base + threadIdx.x / kLanesPerKey;
-        float4 kr[C4];
-        if (j < n_local) {
-            const float4 *src = reinterpret_cast<const float4 *>(
-                p.k_pages + key_offset<TREE>(page_off, tree_off, j, n_direct, page_shift, page_mask, key_stride));
+    if (prefetch) {
+        // Into L2: the K rows past the first score batch (which loads at once) and every V
+        // row, so the later batches read L2 instead of waiting on memory.
+        const int k_first = PASSES * KEYS_PER_PASS, nk = max(0, n_local - k_first);
+        for (int r = threadIdx.x; r < nk + n_local; r += kThreads)  // K rows k_first.., then V rows 0..
+            prefetch_row_l2<D * 4>(key_row(r < nk ? p.k_pages : p.v_pages, r < nk ? k_first + r : r - nk));
+    }
+
+    // Scores: kLanesPerKey lanes per key, each lane C4 float4s of k against every query head;
+    // the keys of PASSES passes (KEYS_PER_PASS keys each) are loaded before their dots.
+    const int li = threadIdx.x % kLanesPerKey, jt = threadIdx.x / kLanesPerKey;
+    for (int base = 0; base < n_local; base += PASSES * KEYS_PER_PASS) {
+        float4 kr[PASSES][C4];
 #pragma unroll
-            for (int c = 0; c < C4; ++c) kr[c] = src[c * kLanesPerKey + li];
-        } else {
+        for (int u = 0; u < PASSES; ++u) {
+            // past the keys: load the last key again (no branch); its dot is never stored
+            const float4 *src = key_row(p.k_pages, min(base + u * KEYS_PER_PASS + jt, n_local - 1));
 #pragma unroll
-            for (int c = 0; c < C4; ++c) kr[c] = zero4();
+            for (int c = 0; c < C4; ++c) kr[u][c] = src[c * kLanesPerKey + li];
         }
 #pragma unroll
-        for (int g = 0; g < MAXG; ++g) {
-            if (g >= G) break;
-            const float4 *q4 = reinterpret_cast<const float4 *>(q_s + g * D);
-            float dot = 0.0f;
+        for (int u = 0; u < PASSES; ++u) {
+            const int j = base + u * KEYS_PER_PASS + jt;
+            if (base + u * KEYS_PER_PASS >= n_local) break;  // the same for the whole block
 #pragma unroll
-            for (int c = 0; c < C4; ++c) {
-                const float4 a = q4[c * kLanesPerKey + li];
-                dot = fmaf(a.x, kr[c].x, dot);
-                dot = fmaf(a.y, kr[c].y, dot);
-                dot = fmaf(a.z, kr[c].z, dot);
-                dot = fmaf(a.w, kr[c].w, dot);
+            for (int g = 0; g < MAXG; ++g) {
+                if (g >= G) break;
+                const float4 *q4 = reinterpret_cast<const float4 *>(q_s + g * D);
+                float dot = 0.0f;
+#pragma unroll
+                for (int c = 0; c < C4; ++c) {
+                    const float4 a = q4[c * kLanesPerKey + li];
+                    dot = fmaf(a.x, kr[u][c].x, dot);
+                    dot = fmaf(a.y, kr[u][c].y, dot);
+                    dot = fmaf(a.z, kr[u][c].z, dot);
+                    dot = fmaf(a.w, kr[u][c].w, dot);
+                }
+#pragma unroll
+                for (int m = kLanesPerKey / 2; m > 0; m >>= 1) dot += warp_shfl_xor(dot, m);
+                if (j < n_local && li == 0) s_s[g * kPartition + j] = dot * p.scale;
             }
-#pragma unroll
-            for (int m = kLanesPerKey / 2; m > 0; m >>= 1) dot += warp_shfl_xor(dot, m);
-            if (j < n_local && li == 0) s_s[g * kPartition + j] = dot * p.scale;
         }
     }
+    // Values: thread (key lane kl, float4 column col) sums keys kl, kl + KEY_LANES, ... in
+    // that order; VKEYS of them load at a time, the first batch before the softmax.
+    const int col = threadIdx.x % COLS, kl = threadIdx.x / COLS;
+    float4 vr[VKEYS];
+    auto load_values = [&](int j0) {  // keys past n_local (never summed): the last key again
+#pragma unroll
+        for (int u = 0; u < VKEYS; ++u) vr[u] = key_row(p.v_pages, min(j0 + u * KEY_LANES, n_local - 1))[col];
+    };
+    load_values(kl);
     __syncthreads();
 
     // Softmax statistics of the partition, one warp per query head.
@@ -179,23 +227,13 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     }
     __syncthreads();
 
-    // Values: thread (key lane kl, float4 column col) sums keys kl, kl + KEY_LANES, ...
-    const int col = threadIdx.x % COLS, kl = threadIdx.x / COLS;
     float4 acc[MAXG];
 #pragma unroll
     for (int g = 0; g < MAXG; ++g) acc[g] = zero4();
-    for (int j0 = kl; j0 < n_local; j0 += 4 * KEY_LANES) {
-        float4 vr[4];
+    for (int j0 = kl; j0 < n_local; j0 += VKEYS * KEY_LANES) {
+        if (j0 != kl) load_values(j0);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const int j = j0 + u * KEY_LANES;
-            vr[u] = j < n_local
-                ? reinterpret_cast<const float4 *>(p.v_pages + key_offset<TREE>(page_off, tree_off, j, n_direct,
-                                                                          page_shift, page_mask, key_stride))[col]
-                : zero4();
-        }
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < VKEYS; ++u) {
             const int j = j0 + u * KEY_LANES;
             if (j >= n_local) break;
 #pragma unroll
@@ -216,12 +254,18 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     __syncthreads();
     float *part_o = p.workspace;
     float *part_ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D;
+    // A row of one partition merged in this launch: its only block writes the output itself
+    // (no workspace, fence, counter, nor re-read), by combine_head's arithmetic (merge_one).
+    const int32_t parts = (rk.keys + kPartition - 1) / kPartition;
+    const bool direct = fused && parts == 1;
     for (int i = threadIdx.x; i < G * D; i += kThreads) {
         float o = red[i];
 #pragma unroll
         for (int k = 1; k < KEY_LANES; ++k) o += red[k * G * D + i];
-        part_o[((head0 + i / D) * n_parts + part) * D + i % D] = o;
+        if (direct) p.out[head0 * D + i] = merge_one(o, m_s[i / D], l_s[i / D]);
+        else part_o[((head0 + i / D) * n_parts + part) * D + i % D] = o;
     }
+    if (direct) return;
     if (threadIdx.x < G) {
         float *ml = part_ml + ((head0 + threadIdx.x) * n_parts + part) * 2;
         ml[0] = m_s[threadIdx.x];
@@ -231,7 +275,6 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     // The last of the row's partition blocks of this head group merges them (the
     // threadFenceReduction pattern): every writer fences, then one atomic count per group.
     __shared__ int last;
-    const int32_t parts = (rk.keys + kPartition - 1) / kPartition;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -273,17 +316,37 @@ int group_heads_for(int G, int64_t blocks) {
     return gh;
 }
 
+// Partition blocks prefetch their K and V rows into L2 where the launch's KV (its rows' K
+// and V over the padded span, an upper bound) fits in a quarter of L2, so the lines stay
+// until read; larger launches have the blocks to hide the latency. No effect on the bits.
+bool prefetch_fits(int64_t kv_bytes) {
+#if defined(__HIPCC__)
+    return false;  // prefetch_l2 is nothing there
+#else
+    static const int l2 = [] {
+        int device = 0, bytes = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) return 0;
+        return bytes;
+    }();
+    return kv_bytes <= l2 / 4;
+#endif
+}
+
 template <int D, int MAXG>
 int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, int32_t row0, int gh,
                       cudaStream_t stream) {
+    const bool prefetch = prefetch_fits((int64_t)(p.n_rows - row0) * p.n_heads_kv * p.max_kv_len * D * 8);
     const int groups = (p.n_heads_q / p.n_heads_kv + gh - 1) / gh;
     const int key_lanes = kThreads / (D / 4);
     const size_t smem = sizeof(float) * (size_t)max(gh * D + gh * kPartition, key_lanes * gh * D);
     const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)n_parts);
     if (p.tree_parents != nullptr)
-        attention_partition_kernel<D, MAXG, true><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh);
+        attention_partition_kernel<D, MAXG, true>
+            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, prefetch);
     else
-        attention_partition_kernel<D, MAXG, false><<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh);
+        attention_partition_kernel<D, MAXG, false>
+            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, prefetch);
     return luce_status(cudaGetLastError());
 }
 

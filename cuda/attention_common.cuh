@@ -40,14 +40,18 @@ __device__ __forceinline__ int32_t attention_segment_of(const luce_attention_par
 
 __device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t row) {
     const int32_t lo = attention_segment_of(p, row);
+    // The segment's entries load together (one round trip; all exist for padding too).
+    const int32_t slot = p.seq_slots[lo], page_base = p.kv_indptr[lo], page_end = p.kv_indptr[lo + 1];
+    const int32_t last_len = p.kv_last_page_len[lo], q_first = p.qo_indptr[lo], q_end = p.qo_indptr[lo + 1];
+    const int32_t parent = p.tree_parents != nullptr ? p.tree_parents[row] : -1;
     RowKeys rk{-1, 0, 0, 0};
-    if (p.seq_slots[lo] < 0) return rk;
-    const int32_t n_pages = p.kv_indptr[lo + 1] - p.kv_indptr[lo];
-    const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + p.kv_last_page_len[lo] : 0;
-    const int32_t seg_rows = p.qo_indptr[lo + 1] - p.qo_indptr[lo];
-    int32_t keys = p.causal ? kv_len - seg_rows + (row - p.qo_indptr[lo]) + 1 : kv_len;
-    rk.page_base = p.kv_indptr[lo];
-    if (p.tree_parents != nullptr && p.tree_parents[row] >= 0) {
+    if (slot < 0) return rk;
+    const int32_t n_pages = page_end - page_base;
+    const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + last_len : 0;
+    const int32_t seg_rows = q_end - q_first;
+    int32_t keys = p.causal ? kv_len - seg_rows + (row - q_first) + 1 : kv_len;
+    rk.page_base = page_base;
+    if (parent >= 0) {
         // Tree row: the committed prefix, then its root path (depth + 1 nodes). The walk is
         // bounded by the segment's rows so a malformed parent array cannot hang the kernel.
         int32_t depth = 0;
@@ -55,10 +59,10 @@ __device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_param
         const int32_t prefix = kv_len - seg_rows;
         keys = prefix + depth + 1;
         rk.direct = max(0, prefix);
-        rk.tree_base = prefix - p.qo_indptr[lo];
+        rk.tree_base = prefix - q_first;
     }
     rk.keys = max(0, min(keys, kv_len));
-    if (p.tree_parents == nullptr || p.tree_parents[row] < 0) rk.direct = rk.keys;
+    if (parent < 0) rk.direct = rk.keys;
     return rk;
 }
 
@@ -79,6 +83,29 @@ __device__ __forceinline__ void fma4(float w, const float4 &x, float4 &acc) {
     acc.y = fmaf(w, x.y, acc.y);
     acc.z = fmaf(w, x.z, acc.z);
     acc.w = fmaf(w, x.w, acc.w);
+}
+
+// Reads what other blocks of this launch wrote (the fused combine): from L2, never a stale L1 line.
+__device__ __forceinline__ float load_coherent(const float *a) {
+#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
+    return __ldcg(a);
+#else
+    return *reinterpret_cast<const volatile float *>(a);
+#endif
+}
+
+// Asks L2 for a row of BYTES (16-byte aligned) at a: no register, no wait. sm_90 and up: one
+// bulk prefetch; before: one per 128-byte line; HIP and the host emulator: nothing.
+template <int BYTES>
+__device__ __forceinline__ void prefetch_row_l2(const void *a) {
+#if defined(__CUDA_ARCH__) && !defined(__HIPCC__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "n"(BYTES));
+#elif defined(__CUDA_ARCH__) && !defined(__HIPCC__)
+#pragma unroll
+    for (int i = 0; i < BYTES; i += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)a + i));
+#else
+    (void)a;
+#endif
 }
 
 // Softmax statistics of one query head over a partition's scores s[0..n-1], one warp:

@@ -4,8 +4,8 @@ LUCE_ATTN_PROMPT; here through the shuffle forms of their MMAs and ldmatrix)
 against their arithmetic model luce/ref/attention_prefill.py and the exact math
 luce/ref/attention.py, and a prompt row's bits invariant to its chunk, its tile position and
 the rows beside it; decode and tree rows (cuda/attention.cu) the same bits whatever
-query-head group a block takes and whether the last partition block or the combine launch
-merges the partitions. The
+query-head group a block takes, whether the last partition block or the combine launch
+merges the partitions, and whether the launch has tree_parents at all. The
 emulation runs a block's CUDA threads as fibers on one host thread, so the cases are small;
 tests/kernels/test_attention_prefill.py runs the set on a GPU (the MMA itself).
 """
@@ -19,7 +19,7 @@ import pytest
 from luce.models.kv_cache import PAGE_SIZE, pages_needed
 from luce.ref.attention_prefill import paged_attention_prompt
 from tests.kernels.emu import build as emu
-from tests.kernels.test_attention import Pool, Seq, pack, pack_trees, tree_reference
+from tests.kernels.test_attention import Pool, Seq, pack, pack_trees, reference, tree_reference
 from tests.kernels.test_gdn_tree import random_tree
 from tests.kernels.tolerances import tolerance
 
@@ -49,7 +49,8 @@ def lib(tmp_path_factory):
     return load_attention(tmp_path_factory.mktemp("emu"))
 
 
-def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True, counters=None):
+def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True, counters=None, no_tree=False):
+    """no_tree: tree_parents NULL (the kernels without the tree path); else tp, or no parents."""
     T, hq, d = q.shape
     max_kv = max([batch.kv_len(s) for s in range(batch.n_segments) if batch.seq_slots[s] >= 0] + [1])
     ws_bytes = lib.luce_attention_workspace_bytes(T, hq, d, max_kv)
@@ -58,8 +59,10 @@ def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True, counters=No
     tp = np.full(T, -1, np.int32) if tp is None else tp
     meta = [np.ascontiguousarray(a, np.int32) for a in (batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
                                                         batch.kv_last_page_len, batch.seq_slots, tp)]
+    if no_tree:
+        meta[-1] = None
     p = Params(q.ctypes.data, pool.k.ctypes.data, pool.v.ctypes.data, out.ctypes.data, ws.ctypes.data,
-               *(a.ctypes.data for a in meta), ws_bytes, T, batch.n_segments, hq, pool.k.shape[2], d, PAGE_SIZE,
+               *(None if a is None else a.ctypes.data for a in meta), ws_bytes, T, batch.n_segments, hq, pool.k.shape[2], d, PAGE_SIZE,
                max_kv, int(causal), scale, prompt_rows)
     if counters is not None:
         p.counters, p.n_counters = counters.ctypes.data, counters.size
@@ -197,3 +200,24 @@ def test_decode_rows_same_bits_in_any_head_group_and_merged_in_kernel_emulated(l
         got = launch(lib, q, pool, batch, tp, scale, 0, counters=merged)
         assert np.array_equal(got, base), f"{heads} heads a block, merged in kernel: {merged is not None}"
         assert not counters.any(), "a launch left a merge counter set"
+
+
+@pytest.mark.parametrize("hq,hkv,d", [(14, 2, 64), (12, 2, 128), (8, 2, 256)])
+def test_decode_rows_same_bits_without_tree_parents_emulated(lib, monkeypatch, hq, hkv, d):
+    """The partition kernel without tree_parents (its TREE = false form) against the one
+    with a parents array of no tree: AR rows over 1-3 partitions and padding, one head and all
+    G a block, merged in kernel or by the combine launch: the same bits."""
+    rng = np.random.default_rng(d)
+    specs = [(0, 140, 1), (1, 17, 1), (-1, 0, 1), (2, 513, 1), (3, 256, 1)]
+    pool = Pool(rng, sum(pages_needed(max(n, 1)) for _, n, _ in specs) + 2, hkv, d)
+    batch = pack([pool.seq(*s) for s in specs])
+    q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
+    scale = 1.0 / np.sqrt(d)
+    for heads in ("1", str(hq // hkv)):
+        monkeypatch.setenv("LUCE_ATTN_GROUP_HEADS", heads)
+        for merged in (None, np.zeros(1 << 10, np.int32)):
+            with_tp = launch(lib, q, pool, batch, None, scale, 0, counters=merged)
+            got = launch(lib, q, pool, batch, None, scale, 0, counters=merged, no_tree=True)
+            assert np.array_equal(got.view(np.uint32), with_tp.view(np.uint32)), f"{heads} heads a block"
+    live = batch.seq_slots[np.searchsorted(batch.qo_indptr, np.arange(batch.n_rows), side="right") - 1] >= 0
+    np.testing.assert_allclose(got[live], reference(q, pool, batch, scale)[live], *tolerance("attention"))

@@ -36,13 +36,14 @@ typedef int cudaDeviceAttr;
 typedef void *cudaStream_t;
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNotSupported = 801 };
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaDevAttrMultiProcessorCount = 16 };
+enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaDevAttrMultiProcessorCount = 16, cudaDevAttrL2CacheSize = 38 };
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-// Attributes: an H200's 132 multiprocessors; the opt-in shared memory per block: an H100/H200's
-// 227 KiB, or $LUCE_EMU_SMEM_OPTIN bytes (e.g. 101376: the 99 KiB of sm_86/89/120).
+// Attributes: an H200's 132 multiprocessors and 50 MiB of L2; the opt-in shared memory per
+// block: an H100/H200's 227 KiB, or $LUCE_EMU_SMEM_OPTIN bytes (e.g. 101376: the 99 KiB of sm_86/89/120).
 inline cudaError_t cudaDeviceGetAttribute(int *v, int attr, int) {
     const char *optin = std::getenv("LUCE_EMU_SMEM_OPTIN");
-    *v = attr == cudaDevAttrMultiProcessorCount ? 132 : optin ? std::atoi(optin) : 232448;
+    *v = attr == cudaDevAttrMultiProcessorCount ? 132 : attr == cudaDevAttrL2CacheSize ? 50 << 20
+        : optin ? std::atoi(optin) : 232448;
     return cudaSuccess;
 }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
