@@ -106,7 +106,7 @@ def resolve_model_path(model) -> Path:
 
 class LLM:
     def __init__(self, model_path, draft=None, backend="auto", max_slots: int = 5, ctx: int = 4096,
-                 token_budget: int = 512, kv_pages: int | None = None, seed: int = 0, *, spec: str | None = None,
+                 token_budget: int | None = None, kv_pages: int | None = None, seed: int = 0, *, spec: str | None = None,
                  draft_kind: str | None = None, ddtree_budget: int = 22, ddtree_tau: float = 6.0,
                  spec_top_k: int = 4, draft_max: int = 8, draft_min: int | None = 0,
                  draft_vocab: int = DRAFT_VOCAB, prefix_cache: bool = True, cache_memory: int = 4 << 30,

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="requests decoded together in the spec runs, e.g. 1,5")
     p.add_argument("--prefill-lengths", type=_ints, default=d.prefill_lengths,
                    help="prompt tokens of the prefill section, e.g. 512,4096,12000,32000")
-    p.add_argument("--prefill-budget", type=int, default=d.prefill_budget, help="token budget of a prefill step")
+    p.add_argument("--prefill-budget", type=int, default=d.prefill_budget, help="token budget of a prefill step (default: the engine's for the backend)")
     p.add_argument("--prefill-reps", type=int, default=d.prefill_reps, help="timed prompts per length")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--no-graphs", action="store_true", help="run every forward eagerly (no graph replay)")
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--sections takes {','.join(SECTIONS)}")
     if args.steps < 1 or args.warmup < 0 or args.prompt_len < 1 or args.spec_tokens < 0:
         p.error("need --steps >= 1, --warmup >= 0, --prompt-len >= 1, --spec-tokens >= 0")
-    if args.prefill_budget < 1 or args.prefill_reps < 1:
+    if (args.prefill_budget is not None and args.prefill_budget < 1) or args.prefill_reps < 1:
         p.error("need --prefill-budget >= 1 and --prefill-reps >= 1")
     settings = BenchSettings(prompt_len=args.prompt_len, concurrency=args.concurrency, warmup=args.warmup,
                              steps=args.steps, tree_widths=args.widths, depth=args.depth, top_k=args.top_k,

@@ -59,7 +59,7 @@ class BenchSettings:
     seed: int = 0
     graphs: bool = True             # replay captured graphs (luce.models.graphed_forward) where the backend can
     prefill_lengths: tuple[int, ...] = (512, 4096, 12000, 32000)   # prompt tokens of the prefill section
-    prefill_budget: int = 512       # the engine's token budget there (rows a prefill step holds)
+    prefill_budget: int | None = None  # the engine's token budget there (None: its default for the backend)
     prefill_reps: int = 3           # timed prompts per length (best reported)
 
 

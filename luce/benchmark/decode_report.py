@@ -2,6 +2,12 @@
 from __future__ import annotations
 
 
+def _prefill_budget(report) -> str:
+    """The token budget the prefill rows ran at (the engine's default when the settings name none)."""
+    used = sorted({r["token_budget"] for r in report["prefill"] if "token_budget" in r})
+    return ", ".join(map(str, used)) or str(report["settings"].get("prefill_budget", "-"))
+
+
 def _table(title: str, header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     line = lambda cells: "  ".join(c.rjust(w) for c, w in zip(cells, widths))  # noqa: E731
@@ -73,7 +79,7 @@ def format_report(report: dict) -> str:
                           f"{_f(r['matches_ar'])} ({r['misses']} misses)", _replays(r)], 10))
     if report.get("prefill"):
         out += _table(f"Prefill through luce.engine.Engine (one prompt, time to first token, best of "
-                      f"{s.get('prefill_reps', '-')}, token budget {s.get('prefill_budget', '-')})",
+                      f"{s.get('prefill_reps', '-')}, token budget {_prefill_budget(report)})",
                       ["prompt", "tok/s", "TTFT s", "median s", "steps", "graphs"],
                       _rows(report["prefill"], "prompt_tokens", lambda r: ["-"] * 4 + [r["skipped"]] if "skipped" in r else [
                           _f(r["tok_s"], 1), _f(r["ttft_s"], 3), _f(r["ttft_median_s"], 3), str(r["steps"]),

@@ -45,13 +45,14 @@ def time_to_first_token(engine, prompt: Sequence[int]) -> tuple[float, int]:
     return seconds, steps
 
 
-def bench_prefill(model, lengths: Sequence[int] = PREFILL_LENGTHS, token_budget: int = 512, reps: int = 3,
+def bench_prefill(model, lengths: Sequence[int] = PREFILL_LENGTHS, token_budget: int | None = None, reps: int = 3,
                   warmup: int = 1, graphs: bool = True, seed: int = 0) -> list[dict]:
     """-> [{prompt_tokens, tok_s, ttft_s, ttft_median_s, steps, reps, token_budget, graphs}] per length
-    (or {prompt_tokens, skipped} / {prompt_tokens, error})."""
+    (or {prompt_tokens, skipped} / {prompt_tokens, error}). token_budget None: the engine's default
+    for the model's backend (luce.engine.engine_config.default_token_budget)."""
     from luce.engine import Engine, EngineConfig
 
-    if reps < 1 or warmup < 0 or token_budget < 1:
+    if reps < 1 or warmup < 0 or (token_budget is not None and token_budget < 1):
         raise ValueError(f"prefill bench needs reps >= 1, warmup >= 0, token_budget >= 1; got {reps}, {warmup}, "
                          f"{token_budget}")
     cfg = model.config
@@ -71,7 +72,7 @@ def bench_prefill(model, lengths: Sequence[int] = PREFILL_LENGTHS, token_budget:
                     times.append(seconds)
             rows.append({"prompt_tokens": L, "tok_s": L / min(times), "ttft_s": min(times),
                          "ttft_median_s": statistics.median(times), "steps": steps, "reps": reps,
-                         "token_budget": token_budget, "graphs": engine.graph_counters()})
+                         "token_budget": engine.config.token_budget, "graphs": engine.graph_counters()})
             del engine
         except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
             rows.append({"prompt_tokens": L, "error": f"{type(e).__name__}: {e}"})

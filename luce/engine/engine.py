@@ -34,7 +34,7 @@ from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from luce.engine.pages import PagePool
-from luce.engine.engine_config import EngineConfig, EngineStats, StepUpdate  # noqa: F401 (re-exported)
+from luce.engine.engine_config import EngineConfig, EngineStats, StepUpdate, default_token_budget  # noqa: F401 (re-exported)
 from luce.engine.prefix_cache import PrefixCache
 from luce.engine.request import DECODE, FINISHED, PREFILL, FinishReason, Request, RequestOutput
 from luce.engine.outcome import decide, greedy
@@ -59,7 +59,10 @@ class Engine:
         names and `draft_model` is an already loaded draft model (else config.spec.draft is
         loaded on the model's backend). Raises ValueError, naming why, when the model (or the
         drafter's) would run ops on the host of a device backend."""
-        self.config = config = replace(config or EngineConfig(), **overrides)
+        config = replace(config or EngineConfig(), **overrides)
+        if config.token_budget is None:
+            config = replace(config, token_budget=default_token_budget(model.backend.name, config.max_slots))
+        self.config = config
         self.model = model
         self.forward = GraphedForward(model, enabled=config.cuda_graphs)   # model.forward, graphed on GPUs
         self.committer = GraphedCommit(model.backend, enabled=config.cuda_graphs)

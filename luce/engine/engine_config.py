@@ -8,11 +8,25 @@ from luce.models.kv_cache import pages_needed
 from luce.spec.config import SpecConfig
 
 
+GPU_TOKEN_BUDGET = 2048   # GPU backends: prompt chunks of 2,048 rows (docs/PERF.md, session 10)
+CPU_TOKEN_BUDGET = 512
+
+
+def default_token_budget(backend_name: str, max_slots: int) -> int:
+    """Rows a step holds when the caller names none. On a GPU, 2,048: prompt chunks of that size
+    keep the tensor-core GEMMs full (27B prefill of 4,096 tokens on an H200: 3,802 tok/s against
+    3,016 at 512; llama-server's logical batch is 2,048 too); a step that holds one is longer for
+    the decoding requests beside it. On the CPU, 512 (the chunk's activations cost memory, and
+    its speed does not depend on the chunk size). At least max_slots + 64 either way."""
+    base = GPU_TOKEN_BUDGET if backend_name in ("cuda", "hip") else CPU_TOKEN_BUDGET
+    return max(base, max_slots + 64)
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     max_slots: int = 5            # requests decoding together
     ctx: int = 4096               # tokens per sequence (prompt + output)
-    token_budget: int = 512       # live rows per step (AR rows + prompt chunks)
+    token_budget: int | None = None  # live rows per step (AR rows + prompt chunks); None: default_token_budget
     kv_pages: int | None = None   # KV pages in the pool; default max_slots * pages(ctx)
     max_queue: int = 1024         # requests waiting for a slot before add_request refuses
     pad_steps: bool = True        # pad shapes to replay-key buckets
@@ -27,7 +41,7 @@ class EngineConfig:
 
     def __post_init__(self):
         for name in ("max_slots", "ctx", "token_budget"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.kv_pages is not None and self.kv_pages < 1:
             raise ValueError(f"EngineConfig.kv_pages must be >= 1, got {self.kv_pages}")

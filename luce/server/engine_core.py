@@ -86,7 +86,7 @@ class ServeOptions:
     ctx: int | None = None            # None: the model's context, bounded by the KV budget
     kv_memory: str = DEFAULT_KV_MEMORY  # KV pool cap: a fraction of free memory or a size (luce.server.kv_budget)
     max_queue: int = 64
-    token_budget: int = 512
+    token_budget: int | None = None   # None: the engine's default for the backend (default_token_budget)
     alias: str | None = None          # model id reported to clients
     seed: int = 0
     enforce_eager: bool = False       # no CUDA graph replay (debugging; vLLM's --enforce-eager)
@@ -120,7 +120,7 @@ class ServeOptions:
             raise ValueError(f"--max-queue must be >= 0, got {self.max_queue}")
         if self.ctx is not None and self.ctx < 2:
             raise ValueError(f"--ctx must be >= 2, got {self.ctx}")
-        if self.token_budget < 1:
+        if self.token_budget is not None and self.token_budget < 1:
             raise ValueError(f"--token-budget must be >= 1, got {self.token_budget}")
         parse_kv_memory(self.kv_memory)
         parse_cache_memory(self.cache_memory)
@@ -231,7 +231,7 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     plan = plan_context(model.config, ctx=options.ctx, max_slots=options.max_slots, kv_memory=options.kv_memory,
                         free_bytes=free_memory_bytes(backend_name))
     ctx = plan.ctx
-    budget = max(options.token_budget, options.max_slots + 64)
+    budget = None if options.token_budget is None else max(options.token_budget, options.max_slots + 64)
     spec = resolve_spec_config(options.spec, draft, options.draft_kind, ddtree_budget=options.ddtree_budget,
                                ddtree_tau=options.ddtree_tau, spec_top_k=options.spec_top_k,
                                chain_depth=options.draft_max, draft_min=min(options.draft_min, options.draft_max),

@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-memory", default=DEFAULT_KV_MEMORY,
                    help="KV cache cap: a fraction of the memory free after loading (default 0.8) or a size "
                         "(12G, 512M)")
-    p.add_argument("--token-budget", type=int, default=512, help="rows per engine step (default 512)")
+    p.add_argument("--token-budget", type=int, default=None,
+                   help="rows per engine step (default 2048 on a GPU, 512 on the CPU)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="compute backend (default auto: cuda, else hip, else cpu, else numpy)")
     p.add_argument("--threads", "-t", type=int, default=None,
@@ -94,7 +95,7 @@ def check_server_flags(args) -> None:
         raise ValueError(f"--max-body-bytes must be >= 1, got {args.max_body_bytes}")
     if not args.drain_timeout >= 0:
         raise ValueError(f"--drain-timeout must be >= 0 seconds, got {args.drain_timeout}")
-    if args.token_budget < 1:
+    if args.token_budget is not None and args.token_budget < 1:
         raise ValueError(f"--token-budget must be >= 1, got {args.token_budget}")
     if args.reasoning_budget < -1:
         raise ValueError(f"--reasoning-budget must be -1 (unlimited), 0 (off) or a token count, "

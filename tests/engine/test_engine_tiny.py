@@ -169,3 +169,17 @@ def test_reused_slot_after_fault_matches_fresh_engine(tiny):
     out, logits = run_alone(model, tokenizer, prompts[1], params[1])
     assert engine.take_output(b).token_ids == out.token_ids
     assert {pos: row for (r, pos), row in recorder.rows.items() if r == b} == logits
+
+
+def test_token_budget_default_follows_the_backend(tiny):
+    """No token_budget named: 512 rows a step on the CPU, 2,048 on a GPU backend, and always room
+    for every slot's AR row beside a 64-row prompt chunk."""
+    from luce.engine.engine_config import default_token_budget
+
+    assert (default_token_budget("cuda", 5), default_token_budget("hip", 5)) == (2048, 2048)
+    assert (default_token_budget("cpu", 5), default_token_budget("numpy", 5)) == (512, 512)
+    assert default_token_budget("cpu", 600) == 664 and default_token_budget("cuda", 2000) == 2064
+    model, tokenizer = tiny
+    engine = Engine(model, tokenizer, EngineConfig(max_slots=2, ctx=512))
+    assert engine.config.token_budget == engine.scheduler.token_budget == 512
+    assert Engine(model, tokenizer, EngineConfig(max_slots=2, ctx=512, token_budget=100)).config.token_budget == 100
