@@ -61,7 +61,7 @@ class Engine:
         drafter's) would run ops on the host of a device backend."""
         config = replace(config or EngineConfig(), **overrides)
         if config.token_budget is None:
-            config = replace(config, token_budget=default_token_budget(model.backend.name, config.max_slots))
+            config = replace(config, token_budget=self._default_token_budget(model, config))
         self.config = config
         self.model = model
         self.forward = GraphedForward(model, enabled=config.cuda_graphs)   # model.forward, graphed on GPUs
@@ -214,6 +214,18 @@ class Engine:
         request.prefill_stops = self.cache.cursors[slot].stops
         request.metrics["cached_tokens"] = n
         self.stats.cached_prompt_tokens += n
+
+    @staticmethod
+    def _default_token_budget(model, config: EngineConfig) -> int:
+        """default_token_budget for the model's backend, heads and the engine's context."""
+        runtime, c = getattr(model.backend, "runtime", None), model.config
+        try:
+            free = int(runtime.mem_get_info()[0]) if runtime is not None else None
+        except Exception:  # noqa: BLE001 - memory unknown: the small default
+            free = None
+        return default_token_budget(model.backend.name, config.max_slots, ctx=config.ctx,
+                                    n_head=int(getattr(c, "n_head", 0)), head_dim=int(getattr(c, "head_dim", 0)),
+                                    free_bytes=free)
 
     def _speculation(self, config: EngineConfig, drafter, draft_model):
         if config.spec is None or not config.spec.enabled:

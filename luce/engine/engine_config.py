@@ -8,17 +8,28 @@ from luce.models.kv_cache import pages_needed
 from luce.spec.config import SpecConfig
 
 
-GPU_TOKEN_BUDGET = 2048   # GPU backends: prompt chunks of 2,048 rows (docs/PERF.md, session 10)
+GPU_TOKEN_BUDGETS = (2048, 1024)   # GPU backends: the largest that fits (default_token_budget)
 CPU_TOKEN_BUDGET = 512
 
 
-def default_token_budget(backend_name: str, max_slots: int) -> int:
-    """Rows a step holds when the caller names none. On a GPU, 2,048: prompt chunks of that size
-    keep the tensor-core GEMMs full (27B prefill of 4,096 tokens on an H200: 3,802 tok/s against
-    3,016 at 512; llama-server's logical batch is 2,048 too); a step that holds one is longer for
-    the decoding requests beside it. On the CPU, 512 (the chunk's activations cost memory, and
-    its speed does not depend on the chunk size). At least max_slots + 64 either way."""
-    base = GPU_TOKEN_BUDGET if backend_name in ("cuda", "hip") else CPU_TOKEN_BUDGET
+def default_token_budget(backend_name: str, max_slots: int, *, ctx: int = 0, n_head: int = 0, head_dim: int = 0,
+                         free_bytes: int | None = None) -> int:
+    """Rows a step holds when the caller names none.
+
+    On a GPU, 2,048 where it fits: prompt chunks of that size keep the tensor-core GEMMs full (27B
+    prefill of 4,096 tokens on an H200: 3,802 tok/s against 3,016 at 512; llama-server's logical
+    batch is 2,048 too), and a step that holds one is longer for the requests decoding beside it.
+    "Fits": the prompt rows' attention workspace at `ctx` keys (rows x n_head x ceil(ctx / 256)
+    partitions x (head_dim + 2) f32, cuda/attention.cu) within 1/16 of the device memory free at
+    start (`free_bytes`); else 1,024, else 512. On the CPU (or memory unknown), 512: the chunk's
+    activations cost memory and its speed does not depend on the chunk size. At least
+    max_slots + 64 either way."""
+    base = CPU_TOKEN_BUDGET
+    if backend_name in ("cuda", "hip") and free_bytes is not None:
+        for rows in GPU_TOKEN_BUDGETS:
+            if rows * n_head * -(-ctx // 256) * (head_dim + 2) * 4 * 16 <= free_bytes:
+                base = rows
+                break
     return max(base, max_slots + 64)
 
 

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="KV cache cap: a fraction of the memory free after loading (default 0.8) or a size "
                         "(12G, 512M)")
     p.add_argument("--token-budget", type=int, default=None,
-                   help="rows per engine step (default 2048 on a GPU, 512 on the CPU)")
+                   help="rows per engine step (default: 2048 on a GPU where memory allows, else 1024 or 512; 512 on the CPU)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="compute backend (default auto: cuda, else hip, else cpu, else numpy)")
     p.add_argument("--threads", "-t", type=int, default=None,

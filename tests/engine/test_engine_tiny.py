@@ -172,13 +172,20 @@ def test_reused_slot_after_fault_matches_fresh_engine(tiny):
 
 
 def test_token_budget_default_follows_the_backend(tiny):
-    """No token_budget named: 512 rows a step on the CPU, 2,048 on a GPU backend, and always room
-    for every slot's AR row beside a 64-row prompt chunk."""
+    """No token_budget named: 512 rows a step on the CPU; on a GPU backend 2,048 where the prompt
+    rows' attention workspace at the engine's context fits 1/16 of the free memory, else 1,024,
+    else 512; always room for every slot's AR row beside a 64-row prompt chunk."""
     from luce.engine.engine_config import default_token_budget
 
-    assert (default_token_budget("cuda", 5), default_token_budget("hip", 5)) == (2048, 2048)
-    assert (default_token_budget("cpu", 5), default_token_budget("numpy", 5)) == (512, 512)
-    assert default_token_budget("cpu", 600) == 664 and default_token_budget("cuda", 2000) == 2064
+    big = dict(ctx=4096, n_head=24, head_dim=256, free_bytes=100 << 30)
+    ws2048 = 2048 * 24 * 16 * 258 * 4                       # 27B heads at 4,096 keys: 811 MB
+    assert (default_token_budget("cuda", 5, **big), default_token_budget("hip", 5, **big)) == (2048, 2048)
+    assert default_token_budget("cuda", 5, **{**big, "free_bytes": 16 * ws2048}) == 2048
+    assert default_token_budget("cuda", 5, **{**big, "free_bytes": 16 * ws2048 - 1}) == 1024
+    assert default_token_budget("cuda", 5, **{**big, "free_bytes": 8 * ws2048 - 1}) == 512
+    assert default_token_budget("cuda", 5, **{**big, "free_bytes": None}) == 512
+    assert (default_token_budget("cpu", 5, **big), default_token_budget("numpy", 5)) == (512, 512)
+    assert default_token_budget("cpu", 600) == 664 and default_token_budget("cuda", 2000, **big) == 2064
     model, tokenizer = tiny
     engine = Engine(model, tokenizer, EngineConfig(max_slots=2, ctx=512))
     assert engine.config.token_budget == engine.scheduler.token_budget == 512
