@@ -200,18 +200,27 @@ struct GemvIQ4XS {
 // 4i, sh 0) or the second word (block at 4i + 2, sh 16); d is word 0 >> sh.
 __device__ __forceinline__ uint32_t block32_sel(uint32_t sh) { return sh ? 0x7654u : 0x5432u; }
 
-// Q8_0 (34 B): f16 d, int8 q[32]. Value = d * q.
-struct GemvQ80 {
-    using Tensor = ReaderQ80;
-    static constexpr bool kHalves = false, kOffset = false, kGroupScale = true;
+// What Q8_0 and Q5_0 share: a block of kBytes (f16 d first) read as the kWords + 1 aligned words
+// covering it, d from word 0, integer scales of 1 (the f16 d is applied per group in float).
+template <int kBytes, int kWords>
+struct GemvBlock32 {
+    static constexpr bool kHalves = false, kGroupScale = true;
     static constexpr int kAlign = 2;  // 4-byte loads realigned
-    static constexpr int kRows = 4;   // 10 registers a row (tune 6: 8)
-    struct Raw { uint32_t w[9], sh; };
+    static constexpr int kRows = 4;   // rows a lane loads at once (tune 6: 8)
+    struct Raw { uint32_t w[kWords + 1], sh; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *end, int j) {
-        const uint8_t *blk = c + 34 * j;
+        const uint8_t *blk = c + kBytes * j;
         r.sh = (reinterpret_cast<uintptr_t>(blk) & 2) ? 16 : 0;
-        load_words_a2<8, true>(blk, end, r.w);
+        load_words_a2<kWords, true>(blk, end, r.w);
     }
+    static __device__ __forceinline__ void scales(const Raw &, int, int s[2], int &m) { s[0] = s[1] = 1; m = 0; }
+    static __device__ __forceinline__ float scale(const Raw &r) { return f16_to_f32(r.w[0] >> r.sh); }
+};
+
+// Q8_0 (34 B): f16 d, int8 q[32]. Value = d * q.
+struct GemvQ80 : GemvBlock32<34, 8> {
+    using Tensor = ReaderQ80;
+    static constexpr bool kOffset = false;
     static __device__ __forceinline__ void words(const Raw &r, int, GroupWords &g) {
         const uint32_t sel = block32_sel(r.sh);
 #pragma unroll
@@ -220,24 +229,14 @@ struct GemvQ80 {
             g.hi[q] = byte_perm(r.w[4 + q], r.w[5 + q], sel);
         }
     }
-    static __device__ __forceinline__ void scales(const Raw &, int, int s[2], int &m) { s[0] = s[1] = 1; m = 0; }
-    static __device__ __forceinline__ float scale(const Raw &r) { return f16_to_f32(r.w[0] >> r.sh); }
     static __device__ __forceinline__ float offset(float) { return 0.0f; }
 };
 
 // Q5_0 (22 B): f16 d, u32 qh, qs[16]; value l < 16: low nibble of qs[l] | bit l of qh << 4,
 // value l + 16: high nibble | bit 16 + l << 4 (ReaderQ50). Value = d * q - 16 * d.
-struct GemvQ50 {
+struct GemvQ50 : GemvBlock32<22, 5> {
     using Tensor = ReaderQ50;
-    static constexpr bool kHalves = false, kOffset = true, kGroupScale = true;
-    static constexpr int kAlign = 2;
-    static constexpr int kRows = 4;  // 7 registers a row (tune 6: 8)
-    struct Raw { uint32_t w[6], sh; };
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *end, int j) {
-        const uint8_t *blk = c + 22 * j;
-        r.sh = (reinterpret_cast<uintptr_t>(blk) & 2) ? 16 : 0;
-        load_words_a2<5, true>(blk, end, r.w);
-    }
+    static constexpr bool kOffset = true;
     static __device__ __forceinline__ void words(const Raw &r, int, GroupWords &g) {
         const uint32_t sel = block32_sel(r.sh), qh = byte_perm(r.w[0], r.w[1], sel);
 #pragma unroll
@@ -247,8 +246,6 @@ struct GemvQ50 {
             g.hi[q] = ((qs >> 4) & 0x0F0F0F0Fu) | spread_bit4((qh >> (16 + 4 * q)) & 15);
         }
     }
-    static __device__ __forceinline__ void scales(const Raw &, int, int s[2], int &m) { s[0] = s[1] = 1; m = 0; }
-    static __device__ __forceinline__ float scale(const Raw &r) { return f16_to_f32(r.w[0] >> r.sh); }
     static __device__ __forceinline__ float offset(float d) { return q50_offset(d); }
 };
 

@@ -18,17 +18,11 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from tests.kernels.emu import build as emu
+from tests.kernels.emu.matmul_params import MatmulParams as Params
 from tests.kernels.test_matmul import activations, assert_rows_close, weights
 
 pytestmark = pytest.mark.slow
 _P = C.c_void_p
-
-
-class Params(C.Structure):
-    """luce_matmul_params (cuda/luce_ops_weights.h)."""
-    _fields_ = ([(f, _P) for f in "x w bias y workspace".split()]
-                + [(f, C.c_int64) for f in "workspace_bytes rows n k".split()]
-                + [(f, C.c_int32) for f in "qtype path flags tune".split()])
 
 
 @pytest.fixture(scope="module")

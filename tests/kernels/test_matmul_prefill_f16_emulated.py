@@ -15,18 +15,12 @@ from gguf import GGMLQuantizationType as Q
 
 from luce.ref.matmul_prefill_f16 import f32_sum_bound, matmul_prefill_f16, scale_x_f16
 from tests.kernels.emu import build as emu
+from tests.kernels.emu.matmul_params import MatmulParams as Params
 from tests.kernels.test_matmul import activations, weights
 
 pytestmark = pytest.mark.slow
 _P = C.c_void_p
 N = 40  # one 64-row block at tune 2 (the last 24 rows past n), one 128-row block at tune 4
-
-
-class Params(C.Structure):
-    """luce_matmul_params (cuda/luce_ops_weights.h)."""
-    _fields_ = ([(f, _P) for f in "x w bias y workspace".split()]
-                + [(f, C.c_int64) for f in "workspace_bytes rows n k".split()]
-                + [(f, C.c_int32) for f in "qtype path flags tune".split()])
 
 
 @pytest.fixture(scope="module")
