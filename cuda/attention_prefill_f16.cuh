@@ -55,6 +55,17 @@
 namespace luce_attn {
 namespace {
 
+// 2^x for the online softmax (x <= 0 or -inf): the MUFU approximation on NVIDIA, exp2f elsewhere.
+__device__ __forceinline__ float exp2_softmax(float x) {
+#ifdef LUCE_MMA_F16_NATIVE
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return exp2f(x);
+#endif
+}
+
 template <int D>
 struct F16Shape {
     static constexpr int kWarps = D >= 256 ? 4 : 8;
@@ -253,13 +264,13 @@ __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int
 #pragma unroll
         for (int kd = 0; kd < D / 16; ++kd) {
             uint32_t a[4];
-            tc::ldmatrix_x4(q_s, q_off + 16 * kd, a);
+            tc::ldmatrix_x4(a, q_s + (q_off + 16 * kd));
 #pragma unroll
             for (int np = 0; np < NT / 2; ++np) {  // n-tiles 2 np, 2 np + 1: keys 16 np .. 16 np + 15
                 uint32_t b[4];
-                tc::ldmatrix_x4(k_s, k_off + 16 * np * KS + 16 * kd, b);
-                tc::mma_f16_16x8x16(s[2 * np], a, b);
-                tc::mma_f16_16x8x16(s[2 * np + 1], a, b + 2);
+                tc::ldmatrix_x4(b, k_s + (k_off + 16 * np * KS + 16 * kd));
+                tc::mma_f16_16x8x16(s[2 * np], a, b[0], b[1]);
+                tc::mma_f16_16x8x16(s[2 * np + 1], a, b[2], b[3]);
             }
         }
         if (more) {
@@ -286,7 +297,7 @@ __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int
             mx[r] = fmaxf(mx[r], warp_shfl_xor(mx[r], 2));
             const float m_new = fmaxf(m[r], mx[r]);
             const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-            alpha[r] = tc::exp2_softmax(m[r] - m_use);
+            alpha[r] = exp2_softmax(m[r] - m_use);
             m[r] = m_new;
             mx[r] = m_use;
             l[r] *= alpha[r];
@@ -297,7 +308,7 @@ __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int
             float e[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                e[i] = tc::exp2_softmax(s[nt][i] - mx[i >> 1]);
+                e[i] = exp2_softmax(s[nt][i] - mx[i >> 1]);
                 l[i >> 1] += e[i];
             }
             pa[nt >> 1][2 * (nt & 1)] = tc::pack_f16x2(e[0], e[1]);
@@ -315,9 +326,9 @@ __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int
 #pragma unroll
             for (int dp = 0; dp < DT / 2; ++dp) {  // n-tiles 2 dp, 2 dp + 1: dims 16 dp .. 16 dp + 15
                 uint32_t b[4];
-                tc::ldmatrix_x4_trans(v_s, v_off + 16 * kk * KS + 16 * dp, b);
-                tc::mma_f16_16x8x16(o[2 * dp], pa[kk], b);
-                tc::mma_f16_16x8x16(o[2 * dp + 1], pa[kk], b + 2);
+                tc::ldmatrix_x4_trans(b, v_s + (v_off + 16 * kk * KS + 16 * dp));
+                tc::mma_f16_16x8x16(o[2 * dp], pa[kk], b[0], b[1]);
+                tc::mma_f16_16x8x16(o[2 * dp + 1], pa[kk], b[2], b[3]);
             }
         if (more) {
             f16_store_rows<D>(x, k_next + B * KS);

@@ -147,11 +147,11 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, 1) mmh_kernel(HalfArgs a) 
 #pragma unroll
                 for (int p = 0; p < kNT / 2; ++p) {
                     uint32_t b[4];  // b0, b1 of token tile 2p, then of 2p + 1
-                    hc::ldmatrix_x4(b, xs + p * 16 * kXRowBytes + 2 * (32 * j + 16 * h));
+                    tc::ldmatrix_x4(b, xs + p * 16 * kXRowBytes + 2 * (32 * j + 16 * h));
 #pragma unroll
                     for (int m = 0; m < kMT; ++m) {
-                        hc::mma_f16_16x8x16(acc[m][2 * p], av[m][h], b[0], b[1]);
-                        hc::mma_f16_16x8x16(acc[m][2 * p + 1], av[m][h], b[2], b[3]);
+                        tc::mma_f16_16x8x16(acc[m][2 * p], av[m][h], b[0], b[1]);
+                        tc::mma_f16_16x8x16(acc[m][2 * p + 1], av[m][h], b[2], b[3]);
                     }
                 }
         }

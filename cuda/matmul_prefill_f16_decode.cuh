@@ -18,11 +18,95 @@
 
 #include "matmul_kquants.cuh"
 #include "matmul_blocks.cuh"
-#include "matmul_mma_f16.cuh"
+#include "mma_f16.cuh"
 
 namespace mmh {
 
 using namespace mm;
+
+// f16 pair arithmetic of the weight decode (an f16 pair is one 32-bit word, element 0 in the
+// low half): IEEE f16 with one rounding to nearest even per operation on every target (PTX
+// .rn; HIP's _Float16 pairs; the host form rounds the exact double result).
+#if !defined(LUCE_MMA_F16_NATIVE) && !defined(LUCE_MMA_F16_HIP)
+// f16 bits of a double, round to nearest even (inf past the range, NaN stays NaN).
+__host__ __device__ inline uint32_t f16_bits(double v) {
+    if (v != v) return 0x7E00u;
+    const uint32_t sign = v < 0 ? 0x8000u : 0u;
+    const double a = v < 0 ? -v : v;
+    if (a == 0.0) return sign;
+    if (a >= 65520.0) return sign | 0x7C00u;
+    int e = 0;
+    frexp(a, &e);                                      // a in [2^(e-1), 2^e)
+    int ulp = (e - 1 < -14 ? -14 : e - 1) - 10;        // the f16 step at a: 2^ulp
+    double r = rint(ldexp(a, -ulp));                   // a in steps, to nearest even
+    if (r < 1024.0) return sign | (uint32_t)r;         // subnormal (ulp = -24)
+    if (r >= 2048.0) r *= 0.5, ++ulp;                  // rounded up into the next binade
+    const int field = ulp + 25;
+    if (field >= 31) return sign | 0x7C00u;
+    return sign | ((uint32_t)field << 10) | ((uint32_t)r - 1024u);
+}
+
+__host__ __device__ inline double f16_value(uint32_t bits) {
+    const uint32_t e = (bits >> 10) & 0x1F, m = bits & 0x3FF;
+    const double s = (bits & 0x8000u) ? -1.0 : 1.0;
+    if (e == 0x1F) return m ? NAN : s * INFINITY;
+    if (e == 0) return s * ldexp((double)m, -24);
+    return s * ldexp((double)(m | 0x400u), (int)e - 25);
+}
+
+__host__ __device__ inline uint32_t h2_pack(double lo, double hi) { return f16_bits(lo) | (f16_bits(hi) << 16); }
+#endif
+
+// The f16 pair {v, v} of an f32 (round to nearest even).
+__device__ __forceinline__ uint32_t h2_dup(float v) {
+#ifdef LUCE_MMA_F16_NATIVE
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(v));
+    return r;
+#elif defined(LUCE_MMA_F16_HIP)
+    return tc::as_word(tc::half_pair{(_Float16)v, (_Float16)v});
+#else
+    return h2_pack(v, v);
+#endif
+}
+
+// a - b, a * b, a * b + c per half.
+__device__ __forceinline__ uint32_t h2_sub(uint32_t a, uint32_t b) {
+#ifdef LUCE_MMA_F16_NATIVE
+    uint32_t r;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#elif defined(LUCE_MMA_F16_HIP)
+    return tc::as_word(tc::as_pair(a) - tc::as_pair(b));
+#else
+    return h2_pack(f16_value(a & 0xFFFF) - f16_value(b & 0xFFFF), f16_value(a >> 16) - f16_value(b >> 16));
+#endif
+}
+
+__device__ __forceinline__ uint32_t h2_mul(uint32_t a, uint32_t b) {
+#ifdef LUCE_MMA_F16_NATIVE
+    uint32_t r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+#elif defined(LUCE_MMA_F16_HIP)
+    return tc::as_word(tc::as_pair(a) * tc::as_pair(b));
+#else
+    return h2_pack(f16_value(a & 0xFFFF) * f16_value(b & 0xFFFF), f16_value(a >> 16) * f16_value(b >> 16));
+#endif
+}
+
+__device__ __forceinline__ uint32_t h2_fma(uint32_t a, uint32_t b, uint32_t c) {
+#ifdef LUCE_MMA_F16_NATIVE
+    uint32_t r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#elif defined(LUCE_MMA_F16_HIP)
+    return tc::as_word(__builtin_elementwise_fma(tc::as_pair(a), tc::as_pair(b), tc::as_pair(c)));
+#else  // products of f16 are exact in double; the sums here (weights) stay within its 53 bits
+    return h2_pack(f16_value(a & 0xFFFF) * f16_value(b & 0xFFFF) + f16_value(c & 0xFFFF),
+                   f16_value(a >> 16) * f16_value(b >> 16) + f16_value(c >> 16));
+#endif
+}
 
 constexpr uint32_t kMagic1024 = 0x64006400u;  // f16 pair {1024, 1024}
 constexpr uint32_t kMagic1152 = 0x64806480u;  // f16 pair {1152, 1152}: 1024 + 128 (signed bytes)
@@ -32,8 +116,8 @@ template <bool kSigned>
 __device__ __forceinline__ void bytes_to_h2(uint32_t w, uint32_t &even, uint32_t &odd) {
     if (kSigned) w ^= 0x80808080u;  // q + 128 in 0..255
     const uint32_t m02 = byte_perm(w, 0x64646464u, 0x4240), m13 = byte_perm(w, 0x64646464u, 0x4341);
-    even = hc::h2_sub(m02, kSigned ? kMagic1152 : kMagic1024);
-    odd = hc::h2_sub(m13, kSigned ? kMagic1152 : kMagic1024);
+    even = h2_sub(m02, kSigned ? kMagic1152 : kMagic1024);
+    odd = h2_sub(m13, kSigned ? kMagic1152 : kMagic1024);
 }
 
 // Group j of reader rd -> a[s][0..3]: the A fragments of products s = 0, 1.
@@ -44,9 +128,9 @@ __device__ __forceinline__ void decode_group_f16(const Q &rd, int j, int quad, u
         rd.weights(j, quad, q);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            s[0][r] = hc::h2_dup(__fmul_rn(rd.d[r], (float)rd.scale(j, 0, r)));
-            s[1][r] = Q::kHalves ? hc::h2_dup(__fmul_rn(rd.d[r], (float)rd.scale(j, 1, r))) : s[0][r];
-            if constexpr (Q::kOffset) o[r] = hc::h2_dup(__fmul_rn(rd.negmin[r], (float)ubyte(rd.mn[r][j >> 2], j & 3)));
+            s[0][r] = h2_dup(__fmul_rn(rd.d[r], (float)rd.scale(j, 0, r)));
+            s[1][r] = Q::kHalves ? h2_dup(__fmul_rn(rd.d[r], (float)rd.scale(j, 1, r))) : s[0][r];
+            if constexpr (Q::kOffset) o[r] = h2_dup(__fmul_rn(rd.negmin[r], (float)ubyte(rd.mn[r][j >> 2], j & 3)));
             else o[r] = 0;
         }
     } else {
@@ -56,8 +140,8 @@ __device__ __forceinline__ void decode_group_f16(const Q &rd, int j, int quad, u
         for (int r = 0; r < 2; ++r) {
             q[r] = op.a[r];
             q[2 + r] = op.a[2 + r];
-            s[0][r] = s[1][r] = hc::h2_dup(op.scale[0][r]);
-            o[r] = Q::kOffset ? hc::h2_dup(op.offset[0][r]) : 0;
+            s[0][r] = s[1][r] = h2_dup(op.scale[0][r]);
+            o[r] = Q::kOffset ? h2_dup(op.offset[0][r]) : 0;
         }
     }
 #pragma unroll
@@ -67,11 +151,11 @@ __device__ __forceinline__ void decode_group_f16(const Q &rd, int j, int quad, u
             uint32_t even, odd;
             bytes_to_h2<!Q::kOffset>(q[2 * step + r], even, odd);
             if constexpr (Q::kOffset) {
-                a[step][r] = hc::h2_fma(even, s[step][r], o[r]);
-                a[step][2 + r] = hc::h2_fma(odd, s[step][r], o[r]);
+                a[step][r] = h2_fma(even, s[step][r], o[r]);
+                a[step][2 + r] = h2_fma(odd, s[step][r], o[r]);
             } else {
-                a[step][r] = hc::h2_mul(even, s[step][r]);
-                a[step][2 + r] = hc::h2_mul(odd, s[step][r]);
+                a[step][r] = h2_mul(even, s[step][r]);
+                a[step][2 + r] = h2_mul(odd, s[step][r]);
             }
         }
 }

@@ -14,7 +14,7 @@
 #pragma once
 
 #include "common.cuh"
-#include "matmul_mma_f16.cuh"
+#include "mma_f16.cuh"
 #include "pdl.cuh"
 
 namespace mmh {
@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(kXhThreads) scale_x_f16_kernel(const float *x,
             }
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                word[q] = hc::h2_of(v[4 * q], v[4 * q + 2]);          // positions 2q, 2q + 1
-                word[4 + q] = hc::h2_of(v[4 * q + 1], v[4 * q + 3]);  // positions 2q + 8, 2q + 9
+                word[q] = tc::pack_f16x2(v[4 * q], v[4 * q + 2]);          // positions 2q, 2q + 1
+                word[4 + q] = tc::pack_f16x2(v[4 * q + 1], v[4 * q + 3]);  // positions 2q + 8, 2q + 9
             }
         }
         uint4 *w = reinterpret_cast<uint4 *>(dst + 16 * i);

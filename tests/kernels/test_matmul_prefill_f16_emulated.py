@@ -1,6 +1,6 @@
 """The f16 prompt-row GEMM's own source on the CPU (cuda/matmul_prefill_f16.cu through
 luce_matmul_prefill_f16, built by tests/kernels/emu with the shuffle forms of mma.sync and
-ldmatrix, cuda/matmul_mma_f16.cuh) against luce/ref/matmul_prefill.py: the f16 x bit for bit
+ldmatrix, cuda/mma_f16.cuh) against luce/ref/matmul_prefill.py: the f16 x bit for bit
 (scale_x_f16, in the kernel's k order), the product within f32_sum_bound, NaN rows, and a
 row's bits equal whatever the row count, its place and the launch shape (tune 2, 4, 8).
 Each CUDA thread is a host thread and each shuffle two barriers, so the shapes are small; tests/kernels/test_matmul_prefill.py runs the full set on a GPU.
