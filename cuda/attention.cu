@@ -30,9 +30,10 @@
 // 8-16 keys a thread, its first batch before the softmax; and where the launch's KV fits in
 // a quarter of L2 (a decode step's few blocks), each block first asks L2 for the rest of
 // its K rows and all its V rows (prefetch_row_l2), so the later batches wait on L2, not
-// memory. Each dot and each value sum keeps its arithmetic and order (per-lane fmas, the
-// kLanesPerKey butterfly; keys kl, kl + KEY_LANES, ... then the key-lane sum): only the
-// timing of the loads changed, not the bits.
+// memory. A tree row's block stages its segment's parents in shared memory before walking
+// its root path (attention_row_keys): one round trip, not one a node. Each dot and each
+// value sum keeps its arithmetic and order (per-lane fmas, the kLanesPerKey butterfly; keys
+// kl, kl + KEY_LANES, ... then the key-lane sum): only the timing of loads changed, not bits.
 // Tree rows (tree_parents, reference luce/ref/tree_attention.py): a row's keys are indexed
 // LOGICALLY (the committed prefix 0..P-1, then its root path at P, P+1, ...) and everything
 // above (partitions, reduction order) runs on logical indices; only the address of a
@@ -87,6 +88,10 @@ __device__ __forceinline__ float merge_one(float o, float m0, float l0) {
     return fmaf(o, w, 0.0f) / fmaf(l0, w, 0.0f);
 }
 
+// Tree rows stage up to this many of their segment's parents in shared memory (a larger
+// tree walks its deeper rows partly in global memory: the same result).
+constexpr int kTreeStage = 512;
+
 // Grid (rows, Hkv * groups, n_parts): block (row, hk * groups + gi, part) takes query heads
 // hk * G + gi * group_heads .. (at most group_heads of them) over partition `part`.
 template <int D, int MAXG, bool TREE>
@@ -122,7 +127,8 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         const int i = threadIdx.x + u * kThreads;
         qv[u] = i < G * D ? p.q[head0 * D + i] : 0.0f;
     }
-    const RowKeys rk = attention_row_keys(p, row);
+    __shared__ int32_t parent_s[TREE ? kTreeStage : 1];  // tree rows: their segment's parents
+    const RowKeys rk = attention_row_keys(p, row, TREE ? parent_s : nullptr, kTreeStage);
     const int32_t key0 = part * kPartition;
     if (rk.keys <= key0) {                         // padding row, or past the row's keys
         if (fused && part == 0 && rk.keys == 0)    // a row without keys: zeros (padding: nothing)
@@ -146,13 +152,13 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         // Path keys of this partition: walk up from the row (logical key direct + depth)
         // and keep the nodes whose logical index falls in [key0 + n_direct, key0 + n_local).
         int32_t j = rk.keys - 1 - key0;
-        for (int32_t r = row; j >= n_direct; r = p.tree_parents[r], --j) {
+        for (int32_t r = row; j >= n_direct; r = row_parent(p, rk, parent_s, r), --j) {
             if (j < n_local) {
                 const int32_t kv = rk.tree_base + r;
                 const int64_t page = p.kv_indices[rk.page_base + (kv >> page_shift)];
                 tree_off[j] = ((page << page_shift) + (kv & page_mask)) * key_stride + (int64_t)hk * D;
             }
-            if (p.tree_parents[r] < 0) break;
+            if (row_parent(p, rk, parent_s, r) < 0) break;
         }
     }
 #pragma unroll

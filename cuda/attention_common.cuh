@@ -26,6 +26,8 @@ struct RowKeys {
     int32_t page_base;  // index in kv_indices of the segment's first page
     int32_t direct;     // logical keys 0..direct-1 are KV rows 0..direct-1 (all, but for tree rows)
     int32_t tree_base;  // tree rows: KV index of segment row r is tree_base + r
+    int32_t seg_first;  // tree rows: the segment's first row; rows seg_first.. have their
+    int32_t staged;     //   parents staged in shared memory, this many (0: none)
 };
 
 // The segment holding `row`: the last one whose first row is <= row.
@@ -38,13 +40,25 @@ __device__ __forceinline__ int32_t attention_segment_of(const luce_attention_par
     return lo;
 }
 
-__device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t row) {
+// The parent of row r of a tree row's segment: staged in shared memory (rk.staged rows from
+// rk.seg_first, see attention_row_keys) or, past those, the global array.
+__device__ __forceinline__ int32_t row_parent(const luce_attention_params &p, const RowKeys &rk,
+                                              const int32_t *stage, int32_t r) {
+    return (uint32_t)(r - rk.seg_first) < (uint32_t)rk.staged ? stage[r - rk.seg_first] : p.tree_parents[r];
+}
+
+// stage: nullptr, or shared memory for stage_rows parents, where every thread of the block
+// calls this for the same row: a tree row first stages its segment's parents up to itself
+// (one round trip; a parent never follows its child) and walks its root path there instead
+// of one dependent global load a node.
+__device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t row,
+                                                      int32_t *stage = nullptr, int32_t stage_rows = 0) {
     const int32_t lo = attention_segment_of(p, row);
     // The segment's entries load together (one round trip; all exist for padding too).
     const int32_t slot = p.seq_slots[lo], page_base = p.kv_indptr[lo], page_end = p.kv_indptr[lo + 1];
     const int32_t last_len = p.kv_last_page_len[lo], q_first = p.qo_indptr[lo], q_end = p.qo_indptr[lo + 1];
     const int32_t parent = p.tree_parents != nullptr ? p.tree_parents[row] : -1;
-    RowKeys rk{-1, 0, 0, 0};
+    RowKeys rk{-1, 0, 0, 0, q_first, 0};
     if (slot < 0) return rk;
     const int32_t n_pages = page_end - page_base;
     const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + last_len : 0;
@@ -52,10 +66,16 @@ __device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_param
     int32_t keys = p.causal ? kv_len - seg_rows + (row - q_first) + 1 : kv_len;
     rk.page_base = page_base;
     if (parent >= 0) {
+        if (stage != nullptr) {
+            rk.staged = max(0, min(row - q_first + 1, stage_rows));
+            for (int i = threadIdx.x; i < rk.staged; i += blockDim.x) stage[i] = p.tree_parents[q_first + i];
+            __syncthreads();
+        }
         // Tree row: the committed prefix, then its root path (depth + 1 nodes). The walk is
         // bounded by the segment's rows so a malformed parent array cannot hang the kernel.
         int32_t depth = 0;
-        for (int32_t r = row; p.tree_parents[r] >= 0 && depth < seg_rows; r = p.tree_parents[r]) ++depth;
+        for (int32_t r = row; row_parent(p, rk, stage, r) >= 0 && depth < seg_rows; r = row_parent(p, rk, stage, r))
+            ++depth;
         const int32_t prefix = kv_len - seg_rows;
         keys = prefix + depth + 1;
         rk.direct = max(0, prefix);
