@@ -10,7 +10,9 @@
 //    part) takes the row's keys [part * P, (part + 1) * P) (P = LUCE_ATTN_PARTITION, absolute KV indices)
 //    for the Hq / Hkv query heads that share the KV head (each K/V row is read once), and
 //    writes an unnormalized partial output with its max score m and sum of exponentials l
-//    to the workspace: partial_o [n_rows, Hq, n_parts, D], partial_ml [n_rows, Hq, n_parts, 2].
+//    to the workspace (layout: Workspace in cuda/attention_common.cuh): partial o, then
+//    partial (m, l), entries row by row and head by head; a row of the prompt kernel holds one
+//    entry a head per split (prompt_splits(n_parts)), any other row one per partition (n_parts).
 // 2. combine kernel, grid (n_rows, Hq): merges the row's own partitions 0..used-1 in order
 //    (prompt rows: its splits, with m in log2 units). Without prompt rows and with the
 //    caller's zeroed counters, no combine launch: the last partition block of a row's head
@@ -47,22 +49,22 @@ namespace {
 
 using namespace luce_attn;
 
-// Row `row`, query head h: merges the row's partitions 0..used-1 (prompt rows: splits, m in
-// log2 units) into out [D], threads tid, tid + nthreads, ...; `parts` = the row's
-// partitions: none -> zeros, more than n_parts (keys past max_kv_len) -> NaN.
-__device__ void combine_head(const luce_attention_params &p, int32_t n_parts, int32_t row, int32_t h, int32_t parts,
-                             bool prompt, int tid, int nthreads) {
+// Row `row`, query head h: merges the row's partitions 0..used-1 (rows of the prompt kernel,
+// row < ws.split_rows: splits, m in log2 units) into out [D], threads tid, tid + nthreads, ...;
+// `parts` = the row's partitions: none -> zeros, more than n_parts (keys past max_kv_len) -> NaN.
+__device__ void combine_head(const luce_attention_params &p, const Workspace &ws, int32_t row, int32_t h,
+                             int32_t parts, int tid, int nthreads) {
     const int D = p.head_dim;
     float *out = p.out + ((int64_t)row * p.n_heads_q + h) * D;
-    if (parts <= 0 || parts > n_parts) {
+    if (parts <= 0 || parts > ws.n_parts) {
         const float fill = parts <= 0 ? 0.0f : __int_as_float(0x7fc00000);
         for (int d = tid; d < D; d += nthreads) out[d] = fill;
         return;
     }
+    const bool prompt = row < ws.split_rows;
     const int32_t used = prompt ? (parts * kPartition + kSplitKeys - 1) / kSplitKeys : parts;
-    const int64_t head = (int64_t)row * p.n_heads_q + h;
-    const float *part_o = p.workspace + head * n_parts * D;
-    const float *ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D + head * n_parts * 2;
+    const float *part_o = ws.o(row, h, 0);
+    const float *ml = ws.ml(row, h, 0);
     float m = -INFINITY;
     for (int i = 0; i < used; ++i) m = fmaxf(m, load_coherent(ml + 2 * i));
     float l = 0.0f;
@@ -119,6 +121,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     const int g_first = (blockIdx.y % groups) * group_heads;
     const int G = min(group_heads, p.n_heads_q / p.n_heads_kv - g_first);  // this block's heads
     const bool fused = p.counters != nullptr;
+    const Workspace ws = workspace_of(p, n_parts, row0);  // rows below row0 took the prompt kernel
     // q rows of the block's heads: loaded before the row's keys and page table, which they do not need.
     const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * (p.n_heads_q / p.n_heads_kv) + g_first;
     float qv[QN];
@@ -132,8 +135,8 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     const int32_t key0 = part * kPartition;
     if (rk.keys <= key0) {                         // padding row, or past the row's keys
         if (fused && part == 0 && rk.keys == 0)    // a row without keys: zeros (padding: nothing)
-            for (int g = 0; g < G; ++g) combine_head(p, n_parts, row, hk * (p.n_heads_q / p.n_heads_kv) + g_first + g,
-                                                     0, false, threadIdx.x, kThreads);
+            for (int g = 0; g < G; ++g) combine_head(p, ws, row, hk * (p.n_heads_q / p.n_heads_kv) + g_first + g,
+                                                     0, threadIdx.x, kThreads);
         return;
     }
     const int32_t n_local = min(kPartition, rk.keys - key0);
@@ -258,8 +261,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         reinterpret_cast<float4 *>(red + ((int64_t)kl * G + g) * D)[col] = acc[g];
     }
     __syncthreads();
-    float *part_o = p.workspace;
-    float *part_ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D;
+    const int32_t h0 = (int32_t)(head0 - (int64_t)row * p.n_heads_q);  // the block's first query head
     // A row of one partition merged in this launch: its only block writes the output itself
     // (no workspace, fence, counter, nor re-read), by combine_head's arithmetic (merge_one).
     const int32_t parts = (rk.keys + kPartition - 1) / kPartition;
@@ -269,11 +271,11 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
 #pragma unroll
         for (int k = 1; k < KEY_LANES; ++k) o += red[k * G * D + i];
         if (direct) p.out[head0 * D + i] = merge_one(o, m_s[i / D], l_s[i / D]);
-        else part_o[((head0 + i / D) * n_parts + part) * D + i % D] = o;
+        else ws.o(row, h0 + i / D, part)[i % D] = o;
     }
     if (direct) return;
     if (threadIdx.x < G) {
-        float *ml = part_ml + ((head0 + threadIdx.x) * n_parts + part) * 2;
+        float *ml = ws.ml(row, h0 + (int32_t)threadIdx.x, part);
         ml[0] = m_s[threadIdx.x];
         ml[1] = l_s[threadIdx.x];
     }
@@ -292,17 +294,16 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     if (!last) return;
     __threadfence();
     for (int g = 0; g < G; ++g)
-        combine_head(p, n_parts, row, (int32_t)(head0 - (int64_t)row * p.n_heads_q) + g, parts, false, threadIdx.x,
-                     kThreads);
+        combine_head(p, ws, row, h0 + g, parts, threadIdx.x, kThreads);
 }
 
 __global__ void __launch_bounds__(kThreads)
-attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t prompt_rows) {
+attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t split_rows) {
     const int32_t row = blockIdx.x, h = blockIdx.y;
     const RowKeys rk = attention_row_keys(p, row);
     if (rk.keys < 0) return;  // padding: nothing written
-    combine_head(p, n_parts, row, h, (rk.keys + kPartition - 1) / kPartition, row < prompt_rows, threadIdx.x,
-                 kThreads);
+    combine_head(p, workspace_of(p, n_parts, split_rows), row, h, (rk.keys + kPartition - 1) / kPartition,
+                 threadIdx.x, kThreads);
 }
 
 int32_t parts_for(int32_t max_kv_len) {
@@ -356,13 +357,14 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
     return luce_status(cudaGetLastError());
 }
 
+// Rows 0..row0-1 take the prompt kernel (row0 = p.prompt_rows where it fits the device, else 0),
+// rows row0.. the partition kernel; the workspace is workspace_of(p, n_parts, row0).
 template <int D>
-int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t s) {
-    int32_t row0 = 0;  // rows row0.. take the partition kernel
-    if (p.prompt_rows > 0) {
+int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t row0, int32_t page_shift,
+                       cudaStream_t s) {
+    if (row0 > 0) {
         const int status = launch_tiled_attention(p, n_parts, page_shift, s);
-        if (status != (int)cudaErrorNotSupported && status != 0) return status;
-        if (status == 0) row0 = p.prompt_rows;
+        if (status != 0) return status;
     }
     if (row0 < p.n_rows) {
         const int G = p.n_heads_q / p.n_heads_kv;
@@ -383,12 +385,20 @@ int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t 
     return luce_status(cudaGetLastError());
 }
 
+// Rows of a launch that take the prompt kernel and its compact workspace entries: its prompt
+// rows where that kernel fits the device, else none (the partition kernel takes them).
+int32_t split_rows_for(int32_t prompt_rows, int32_t head_dim) {
+    return prompt_rows > 0 && tiled_attention_fits(head_dim) ? prompt_rows : 0;
+}
+
 }  // namespace
 
-extern "C" int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t n_heads_q,
+extern "C" int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t prompt_rows, int32_t n_heads_q,
                                                   int32_t head_dim, int32_t max_kv_len) {
-    if (n_rows < 0 || n_heads_q < 0 || head_dim < 0) return -1;
-    return (int64_t)n_rows * n_heads_q * parts_for(max_kv_len) * (head_dim + 2) * (int64_t)sizeof(float);
+    if (n_rows < 0 || prompt_rows < 0 || prompt_rows > n_rows || n_heads_q < 0 || head_dim < 0) return -1;
+    const Workspace ws{nullptr, n_rows, split_rows_for(prompt_rows, head_dim), n_heads_q, head_dim,
+                       parts_for(max_kv_len)};
+    return ws.bytes();
 }
 
 extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
@@ -402,8 +412,9 @@ extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
     if (bad_shape) return (int)cudaErrorInvalidValue;
     const int32_t n_parts = parts_for(p->max_kv_len);
     if (n_parts > 65535) return (int)cudaErrorInvalidValue;
-    const int64_t need = luce_attention_workspace_bytes(p->n_rows, p->n_heads_q, p->head_dim, p->max_kv_len);
-    if (p->workspace == nullptr || p->workspace_bytes < need) return (int)cudaErrorInvalidValue;
+    const int32_t row0 = split_rows_for(p->prompt_rows, p->head_dim);
+    if (p->workspace == nullptr || p->workspace_bytes < workspace_of(*p, n_parts, row0).bytes())
+        return (int)cudaErrorInvalidValue;
     const uintptr_t addr_bits = (uintptr_t)p->k_pages | (uintptr_t)p->v_pages |
                                 (uintptr_t)p->workspace;
     if (addr_bits % 16 != 0) return (int)cudaErrorInvalidValue;  // rows move as float4
@@ -412,9 +423,9 @@ extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
     const cudaStream_t s = (cudaStream_t)stream;
     const luce_attention_params &q = *p;
     switch (p->head_dim) {
-        case 64: return launch_attention_d<64>(q, n_parts, page_shift, s);
-        case 128: return launch_attention_d<128>(q, n_parts, page_shift, s);
-        case 256: return launch_attention_d<256>(q, n_parts, page_shift, s);
+        case 64: return launch_attention_d<64>(q, n_parts, row0, page_shift, s);
+        case 128: return launch_attention_d<128>(q, n_parts, row0, page_shift, s);
+        case 256: return launch_attention_d<256>(q, n_parts, row0, page_shift, s);
         default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -13,12 +13,47 @@ constexpr int kThreads = 128;     // partition kernel block; fixes its value-pas
 constexpr int kLanesPerKey = 8;   // lanes that share one key's dot products (score pass)
 constexpr int kMaxGroup = 16;     // query heads per KV head
 // Prompt rows (cuda/attention_prefill.cu) cut their keys into splits of kSplitKeys absolute
-// keys; split s's partial sits in workspace entry s (n_parts entries per head suffice).
+// keys; split s's partial sits in workspace entry s of the row's head.
 constexpr int kSplitKeys = 1024;
 static_assert(kSplitKeys % kPartition == 0, "a split is whole partitions");
 
 __host__ __device__ __forceinline__ int32_t prompt_splits(int32_t n_parts) {
     return (int32_t)(((int64_t)n_parts * kPartition + kSplitKeys - 1) / kSplitKeys);
+}
+
+// The workspace of one launch: partial o [entries][D], then partial (m, l) [entries][2], its
+// entries row by row, head by head. Rows 0..split_rows-1 (the prompt rows, when the prompt
+// kernel takes them) hold prompt_splits(n_parts) entries a head (one per kSplitKeys split),
+// the other rows n_parts (one per partition). Every writer and reader of a partial (the
+// prompt kernels, the partition kernel, combine_head) finds entry e of (row, head) here.
+struct Workspace {
+    float *base;
+    int32_t n_rows, split_rows, n_heads, head_dim, n_parts;
+
+    __host__ __device__ int32_t entries(int32_t row) const {
+        return row < split_rows ? prompt_splits(n_parts) : n_parts;
+    }
+    // Index of entry 0 of (row, h) among all entries (row = n_rows, h = 0: the entry count).
+    __host__ __device__ int64_t first(int32_t row, int32_t h) const {
+        const int64_t before = row < split_rows ? row : split_rows;
+        return (before * prompt_splits(n_parts) + (row - before) * (int64_t)n_parts) * n_heads +
+               (int64_t)h * entries(row);
+    }
+    __host__ __device__ int64_t total() const { return first(n_rows, 0); }
+    __host__ __device__ int64_t bytes() const { return total() * (head_dim + 2) * (int64_t)sizeof(float); }
+    // Entry e of (row, h): its D floats of o, and its (m, l).
+    __host__ __device__ float *o(int32_t row, int32_t h, int32_t e) const {
+        return base + (first(row, h) + e) * head_dim;
+    }
+    __host__ __device__ float *ml(int32_t row, int32_t h, int32_t e) const {
+        return base + total() * head_dim + (first(row, h) + e) * 2;
+    }
+};
+
+// The layout of launch p with n_parts partitions whose rows 0..split_rows-1 take the prompt kernel.
+__host__ __device__ __forceinline__ Workspace workspace_of(const luce_attention_params &p, int32_t n_parts,
+                                                           int32_t split_rows) {
+    return Workspace{p.workspace, p.n_rows, split_rows, p.n_heads_q, p.head_dim, n_parts};
 }
 
 struct RowKeys {
@@ -144,11 +179,15 @@ __device__ __forceinline__ float2 partition_softmax(float *s, int32_t n, int lan
     return make_float2(m, warp_sum(l));
 }
 
+// Whether the prompt-row kernel (the one LUCE_ATTN_PROMPT picks now) runs at this head dim on
+// this device: its shared memory fits (asked once per kernel and form). Where it does not, a
+// launch sends its prompt rows to the partition kernel (n_parts workspace entries a head).
+__attribute__((visibility("hidden"))) bool tiled_attention_fits(int32_t head_dim);
+
 // The prompt-row kernel over rows [0, p.prompt_rows) (cuda/attention_prefill.cu): writes
-// workspace entries 0..splits-1 of those rows (o unnormalized, m in log2 units, l). Returns
-// cudaErrorNotSupported (launching nothing) where its shared memory does not fit the device;
-// the caller then sends those rows to the partition kernel. Internal to the library (not
-// exported beside the luce_* ABI).
+// workspace entries 0..splits-1 of those rows (o unnormalized, m in log2 units, l) in layout
+// workspace_of(p, n_parts, p.prompt_rows). Returns cudaErrorNotSupported (launching nothing)
+// where !tiled_attention_fits. Internal to the library (not exported beside the luce_* ABI).
 __attribute__((visibility("hidden"))) int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
                            cudaStream_t stream);
 

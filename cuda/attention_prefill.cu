@@ -221,29 +221,30 @@ __device__ void prompt_piece(const luce_attention_params &p, int32_t r0, int32_t
         }
     }
 
-    // Partials of the split: the 4 lanes of a row add their l (xor 1, then xor 2).
-    float *part_o = p.workspace;
-    float *part_ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D;
+    // Partials of the split (entry `split` of each row and head): the 4 lanes of a row add
+    // their l (xor 1, then xor 2).
+    const Workspace ws = workspace_of(p, n_parts, p.prompt_rows);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         l[r] += warp_shfl_xor(l[r], 1);
         l[r] += warp_shfl_xor(l[r], 2);
         const int v = v0 + 8 * r;
         if (n_row[r] <= 0) continue;
-        const int64_t head = (int64_t)r0 * p.n_heads_q + (int64_t)hk * G + (int64_t)(v / G) * p.n_heads_q + v % G;
-        float *dst = part_o + (head * n_parts + split) * D + 2 * t;
+        const int32_t row = r0 + v / G, h = hk * G + v % G;
+        float *dst = ws.o(row, h, split) + 2 * t;
 #pragma unroll
         for (int d = 0; d < DT; ++d) *reinterpret_cast<float2 *>(dst + 8 * d) = make_float2(o[d][2 * r], o[d][2 * r + 1]);
         if (t == 0) {
-            part_ml[(head * n_parts + split) * 2] = m[r];
-            part_ml[(head * n_parts + split) * 2 + 1] = l[r];
+            float *ml = ws.ml(row, h, split);
+            ml[0] = m[r];
+            ml[1] = l[r];
         }
     }
     // Tree rows (never sent here by the engine) get NaN statistics: a NaN output, not a wrong one.
     for (int v = threadIdx.x; v < nq; v += kPromptThreads) {
         if (!row_state[v / G] || row_n[v / G] <= 0) continue;
-        const int64_t head = (int64_t)r0 * p.n_heads_q + (int64_t)hk * G + (int64_t)(v / G) * p.n_heads_q + v % G;
-        part_ml[(head * n_parts + split) * 2] = part_ml[(head * n_parts + split) * 2 + 1] = __int_as_float(0x7fc00000);
+        float *ml = ws.ml(r0 + v / G, hk * G + v % G, split);
+        ml[0] = ml[1] = __int_as_float(0x7fc00000);
     }
     __syncthreads();  // the next piece reuses row_n, key_off and the tiles
 }
@@ -267,11 +268,13 @@ attention_prompt_kernel(luce_attention_params p, int32_t n_parts, int32_t page_s
     }
 }
 
+// Raises the TF32 kernel's shared-memory limit once (luce_attention_workspace_bytes and the
+// first launch ask, before any graph capture reaches here); false where the device cannot hold a tile.
 template <int D>
-int launch_prompt(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
+bool prepare_prompt_tf32() {
     constexpr size_t smem = PromptShape<D>::kSmemBytes;
     static int ready = 0;  // 1: the shared-memory limit is raised; -1: the device cannot hold a tile
-    if (ready == 0) {  // once, before any graph capture reaches here
+    if (ready == 0) {
         int device = 0, optin = 0;
         cudaError_t err = cudaGetDevice(&device);
         if (err == cudaSuccess)
@@ -285,7 +288,13 @@ int launch_prompt(const luce_attention_params &p, int32_t n_parts, int32_t page_
         ready = err == cudaSuccess ? 1 : -1;
         if (err != cudaSuccess) (void)cudaGetLastError();
     }
-    if (ready < 0) return (int)cudaErrorNotSupported;
+    return ready > 0;
+}
+
+template <int D>
+int launch_prompt(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
+    constexpr size_t smem = PromptShape<D>::kSmemBytes;
+    if (!prepare_prompt_tf32<D>()) return (int)cudaErrorNotSupported;
     const int G = p.n_heads_q / p.n_heads_kv;
     const int32_t rows_per_tile = kTileQV / G;
     const unsigned tiles = (unsigned)((p.prompt_rows + rows_per_tile - 1) / rows_per_tile);
@@ -337,18 +346,26 @@ int prepare_prompt_f16() {
     return err == cudaSuccess ? 1 : -1;
 }
 
-// The two-buffer form where it fits (D <= 128 and ~104 KiB at D = 128: sm_80, sm_90), else one
-// buffer (e.g. a 99 KiB sm_86/89/120 block), else the partition kernel (cudaErrorNotSupported).
-// Both forms do the same arithmetic in the same order: a row's bits do not depend on the choice.
+// The f16 kernel's form on this device, decided once: 2 the two-buffer form where it fits
+// (D <= 128 and ~104 KiB at D = 128: sm_80, sm_90), 1 one buffer (e.g. a 99 KiB sm_86/89/120
+// block), 0 neither (the partition kernel takes the prompt rows). Both forms do the same
+// arithmetic in the same order: a row's bits do not depend on the choice.
 template <int D>
-int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
-    using S = F16Shape<D>;
+int prompt_f16_form() {
     constexpr bool kCanPipe = D <= 128;
     static int ready_pipe = 0, ready_one = 0;
     if (kCanPipe && ready_pipe == 0) ready_pipe = prepare_prompt_f16<D, kCanPipe>();
     if ((!kCanPipe || ready_pipe < 0) && ready_one == 0) ready_one = prepare_prompt_f16<D, false>();
-    const bool pipe = kCanPipe && ready_pipe > 0;
-    if (!pipe && ready_one < 0) return (int)cudaErrorNotSupported;
+    return kCanPipe && ready_pipe > 0 ? 2 : ready_one > 0 ? 1 : 0;
+}
+
+template <int D>
+int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
+    using S = F16Shape<D>;
+    constexpr bool kCanPipe = D <= 128;
+    const int form = prompt_f16_form<D>();
+    if (form == 0) return (int)cudaErrorNotSupported;
+    const bool pipe = form == 2;
     const int G = p.n_heads_q / p.n_heads_kv;
     const int32_t rows_per_tile = S::kTileQV / G;
     const dim3 grid((unsigned)((p.prompt_rows + rows_per_tile - 1) / rows_per_tile), (unsigned)p.n_heads_kv,
@@ -360,19 +377,37 @@ int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t p
     return luce_status(cudaGetLastError());
 }
 
+// LUCE_ATTN_PROMPT, read per launch so one process can time both: "tf32" the TF32 kernel
+// above, any other value the f16 kernel (cuda/attention_prefill_f16.cuh); unset or empty:
+// kPromptF16ByDefault.
+bool prompt_kind_f16() {
+    const char *kind = getenv("LUCE_ATTN_PROMPT");
+    return kind == nullptr || kind[0] == 0 ? kPromptF16ByDefault : strcmp(kind, "tf32") != 0;
+}
+
 }  // namespace
+
+bool tiled_attention_fits(int32_t head_dim) {
+#if WARP_SIZE != 32
+    (void)head_dim;
+    return false;  // the fragment layouts are a 32-lane warp's
+#else
+    const bool f16 = prompt_kind_f16();
+    switch (head_dim) {
+        case 64: return f16 ? prompt_f16_form<64>() > 0 : prepare_prompt_tf32<64>();
+        case 128: return f16 ? prompt_f16_form<128>() > 0 : prepare_prompt_tf32<128>();
+        case 256: return f16 ? prompt_f16_form<256>() > 0 : prepare_prompt_tf32<256>();
+        default: return false;
+    }
+#endif
+}
 
 int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
                            cudaStream_t stream) {
 #if WARP_SIZE != 32
     return (int)cudaErrorNotSupported;  // the fragment layouts are a 32-lane warp's
 #else
-    // LUCE_ATTN_PROMPT, read per launch so one process can time both: "tf32" the TF32 kernel
-    // above, any other value the f16 kernel (cuda/attention_prefill_f16.cuh); unset or empty:
-    // kPromptF16ByDefault.
-    const char *kind = getenv("LUCE_ATTN_PROMPT");
-    const bool f16 = kind == nullptr || kind[0] == 0 ? kPromptF16ByDefault : strcmp(kind, "tf32") != 0;
-    if (f16) {
+    if (prompt_kind_f16()) {
         switch (p.head_dim) {
             case 64: return launch_prompt_f16<64>(p, n_parts, page_shift, stream);
             case 128: return launch_prompt_f16<128>(p, n_parts, page_shift, stream);

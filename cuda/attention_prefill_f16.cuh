@@ -336,29 +336,30 @@ __device__ void f16_prompt_piece(const luce_attention_params &p, int32_t r0, int
         }
     }
 
-    // Partials of the split: the 4 lanes of a row add their l (xor 1, then xor 2).
-    float *part_o = p.workspace;
-    float *part_ml = p.workspace + (int64_t)p.n_rows * p.n_heads_q * n_parts * D;
+    // Partials of the split (entry `split` of each row and head): the 4 lanes of a row add
+    // their l (xor 1, then xor 2).
+    const Workspace ws = workspace_of(p, n_parts, p.prompt_rows);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         l[r] += warp_shfl_xor(l[r], 1);
         l[r] += warp_shfl_xor(l[r], 2);
         const int v = v0 + 8 * r;
         if (n_row[r] <= 0) continue;
-        const int64_t head = (int64_t)r0 * p.n_heads_q + (int64_t)hk * G + (int64_t)(v / G) * p.n_heads_q + v % G;
-        float *dst = part_o + (head * n_parts + split) * D + 2 * t;
+        const int32_t row = r0 + v / G, h = hk * G + v % G;
+        float *dst = ws.o(row, h, split) + 2 * t;
 #pragma unroll
         for (int d = 0; d < DT; ++d) *reinterpret_cast<float2 *>(dst + 8 * d) = make_float2(o[d][2 * r], o[d][2 * r + 1]);
         if (t == 0) {
-            part_ml[(head * n_parts + split) * 2] = m[r];
-            part_ml[(head * n_parts + split) * 2 + 1] = l[r];
+            float *ml = ws.ml(row, h, split);
+            ml[0] = m[r];
+            ml[1] = l[r];
         }
     }
     // Tree rows (never sent here by the engine) get NaN statistics: a NaN output, not a wrong one.
     for (int v = threadIdx.x; v < nq; v += S::kThreads) {
         if (!row_state[v / G] || row_n[v / G] <= 0) continue;
-        const int64_t head = (int64_t)r0 * p.n_heads_q + (int64_t)hk * G + (int64_t)(v / G) * p.n_heads_q + v % G;
-        part_ml[(head * n_parts + split) * 2] = part_ml[(head * n_parts + split) * 2 + 1] = __int_as_float(0x7fc00000);
+        float *ml = ws.ml(r0 + v / G, hk * G + v % G, split);
+        ml[0] = ml[1] = __int_as_float(0x7fc00000);
     }
     __syncthreads();  // the next piece reuses row_n, key_off and the tiles
 }

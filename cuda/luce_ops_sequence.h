@@ -22,7 +22,12 @@ extern "C" {
  * partitions are combined in index order, so a row's arithmetic depends only on its own
  * key count, never on the other rows (DESIGN 5 rule 2). max_kv_len bounds every row's key
  * count and sizes the grid (a row with more keys gets NaN); workspace holds
- * luce_attention_workspace_bytes(n_rows, Hq, D, max_kv_len) bytes.
+ * luce_attention_workspace_bytes(n_rows, prompt_rows, Hq, D, max_kv_len) bytes: per row and
+ * query head (D + 2) floats for each partial, one a partition (ceil(max_kv_len / partition))
+ * for the per-row kernel's rows, one a 1,024-key split (a quarter as many) for the rows of the
+ * prompt-row kernel (its prompt rows, where that kernel fits the current device; else those
+ * rows take the per-row kernel and the full size). -1 for a negative size or prompt_rows
+ * outside [0, n_rows].
  * D in {64, 128, 256}; Hq / Hkv <= 16; page_size a power of two dividing the partition.
  * Tree rows (reference: luce/ref/tree_attention.py): tree_parents [n_rows] int32 is each
  * row's global parent row (-1 for roots and ordinary rows; NULL: no trees). A row with a
@@ -65,8 +70,8 @@ typedef struct {
     int32_t *counters;      /* [n_counters] int32, zero between launches (0: no fused combine) */
     int64_t n_counters;
 } luce_attention_params;
-int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t n_heads_q, int32_t head_dim,
-                                       int32_t max_kv_len);
+int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t prompt_rows, int32_t n_heads_q,
+                                       int32_t head_dim, int32_t max_kv_len);
 int luce_attention(const luce_attention_params *p, void *stream);
 /* ---- attention end ---- */
 

@@ -41,7 +41,7 @@ cdef extern from "luce_ops.h":
 
 
 ctypedef int (*attention_fn)(const luce_attention_params *, void *) noexcept nogil
-ctypedef int64_t (*workspace_fn)(int32_t, int32_t, int32_t, int32_t) noexcept nogil
+ctypedef int64_t (*workspace_fn)(int32_t, int32_t, int32_t, int32_t, int32_t) noexcept nogil
 
 PARTITION = LUCE_ATTN_PARTITION  # keys per partition, at absolute KV indices
 SUPPORTS_TREE_PARENTS = True     # attention() takes tree_parents (tree rows, DESIGN 3 and 7)
@@ -58,13 +58,17 @@ def load(str path):
     _attention = <attention_fn>_symbol(lib, path, "luce_attention")
 
 
-def workspace_bytes(int32_t n_rows, int32_t n_heads_q, int32_t head_dim, int32_t max_kv_len):
-    """Bytes of workspace `attention` needs for these sizes."""
+def workspace_bytes(int32_t n_rows, int32_t n_heads_q, int32_t head_dim, int32_t max_kv_len,
+                    int32_t prompt_rows=0):
+    """Bytes of workspace `attention` needs for these sizes with rows 0..prompt_rows-1 prompt
+    rows: they take (D + 2) floats a head per 1,024-key split where the prompt-row kernel fits
+    the device, the other rows per LUCE_ATTN_PARTITION keys (prompt_rows = 0: the most any
+    launch of these sizes needs)."""
     _require_loaded(<void *>_attention)
-    cdef int64_t n = _workspace_bytes(n_rows, n_heads_q, head_dim, max_kv_len)
+    cdef int64_t n = _workspace_bytes(n_rows, prompt_rows, n_heads_q, head_dim, max_kv_len)
     if n < 0:
-        raise ValueError(f"attention workspace: negative size argument "
-                         f"({n_rows}, {n_heads_q}, {head_dim}, {max_kv_len})")
+        raise ValueError(f"attention workspace: negative size argument or prompt_rows outside [0, n_rows] "
+                         f"({n_rows}, {n_heads_q}, {head_dim}, {max_kv_len}, prompt_rows={prompt_rows})")
     return n
 
 
@@ -78,7 +82,7 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
               uintptr_t counters=0, int64_t n_counters=0):
     """q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; CSR
     int32 arrays as luce/models/batch.py (device addresses). max_kv_len bounds every row's
-    key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len) bytes.
+    key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len, prompt_rows) bytes.
     tree_parents: device address of [n_rows] int32 global parent rows (-1: root or ordinary
     row; 0: no trees); tree rows attend the committed prefix plus their root path.
     prompt_rows: rows 0..prompt_rows-1 (no tree rows among them) take the prompt-row kernel

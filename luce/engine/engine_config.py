@@ -19,15 +19,17 @@ def default_token_budget(backend_name: str, max_slots: int, *, ctx: int = 0, n_h
     On a GPU, 2,048 where it fits: prompt chunks of that size keep the tensor-core GEMMs full (27B
     prefill of 4,096 tokens on an H200: 3,802 tok/s against 3,016 at 512; llama-server's logical
     batch is 2,048 too), and a step that holds one is longer for the requests decoding beside it.
-    "Fits": the prompt rows' attention workspace at `ctx` keys (rows x n_head x ceil(ctx / 256)
-    partitions x (head_dim + 2) f32, cuda/attention.cu) within 1/16 of the device memory free at
-    start (`free_bytes`); else 1,024, else 512. On the CPU (or memory unknown), 512: the chunk's
-    activations cost memory and its speed does not depend on the chunk size. At least
-    max_slots + 64 either way."""
+    "Fits": the prompt rows' attention workspace at `ctx` keys (rows x n_head x ceil(ctx / 1,024)
+    key splits x (head_dim + 2) f32: luce_attention_workspace_bytes, cuda/attention.cu; 203 MB
+    for 2,048 rows of the 27B at 4,096 keys, 1.6 GB at 32K) within 1/16 of the device memory
+    free at start (`free_bytes`); else 1,024, else 512. (A device where the tensor-core prompt
+    kernel does not fit sends prompt rows to the per-row kernel, an entry per 256 keys: 4x
+    that, still within 1/4.) On the CPU (or memory unknown), 512: the chunk's activations cost
+    memory and its speed does not depend on the chunk size. At least max_slots + 64 either way."""
     base = CPU_TOKEN_BUDGET
     if backend_name in ("cuda", "hip") and free_bytes is not None:
         for rows in GPU_TOKEN_BUDGETS:
-            if rows * n_head * -(-ctx // 256) * (head_dim + 2) * 4 * 16 <= free_bytes:
+            if rows * n_head * -(-ctx // 1024) * (head_dim + 2) * 4 * 16 <= free_bytes:
                 base = rows
                 break
     return max(base, max_slots + 64)

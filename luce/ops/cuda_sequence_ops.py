@@ -129,10 +129,11 @@ class SequenceOps:
         out = self.zeros((T, Hq, D))
         if T == 0 or max_kv == 0:
             return out
-        ws_bytes = ka.workspace_bytes(T, Hq, D, max_kv)
+        n_prompt = prompt_rows(batch)
+        ws_bytes = ka.workspace_bytes(T, Hq, D, max_kv, n_prompt)   # prompt rows: an entry per 1,024 keys
         workspace = self.empty((max(ws_bytes, 4) // 4,))
         extra = {"tree_parents": meta.ptr("tree_parents")} if parents is not None else {}
-        extra["prompt_rows"] = prompt_rows(batch)
+        extra["prompt_rows"] = n_prompt
         extra["counters"], extra["n_counters"] = self.attention_counters.ptr, self.attention_counters.size
         ka.attention(q.ptr, kv.k.ptr, kv.v.ptr, out.ptr, workspace.ptr, ws_bytes, meta.ptr("qo_indptr"),
                      meta.ptr("kv_indptr"), meta.ptr("kv_indices"), meta.ptr("kv_last_page_len"),

@@ -178,12 +178,15 @@ def test_token_budget_default_follows_the_backend(tiny):
     from luce.engine.engine_config import default_token_budget
 
     big = dict(ctx=4096, n_head=24, head_dim=256, free_bytes=100 << 30)
-    ws2048 = 2048 * 24 * 16 * 258 * 4                       # 27B heads at 4,096 keys: 811 MB
+    ws2048 = 2048 * 24 * 4 * 258 * 4                        # 27B heads at 4,096 keys (4 splits): 203 MB
     assert (default_token_budget("cuda", 5, **big), default_token_budget("hip", 5, **big)) == (2048, 2048)
     assert default_token_budget("cuda", 5, **{**big, "free_bytes": 16 * ws2048}) == 2048
     assert default_token_budget("cuda", 5, **{**big, "free_bytes": 16 * ws2048 - 1}) == 1024
     assert default_token_budget("cuda", 5, **{**big, "free_bytes": 8 * ws2048 - 1}) == 512
     assert default_token_budget("cuda", 5, **{**big, "free_bytes": None}) == 512
+    longer = {**big, "ctx": 4097, "free_bytes": 16 * ws2048}  # a fifth split: 2,048 rows no longer fit
+    assert default_token_budget("cuda", 5, **longer) == 1024
+    assert default_token_budget("cuda", 5, **{**longer, "free_bytes": 16 * ws2048 * 5 // 4}) == 2048
     assert (default_token_budget("cpu", 5, **big), default_token_budget("numpy", 5)) == (512, 512)
     assert default_token_budget("cpu", 600) == 664 and default_token_budget("cuda", 2000, **big) == 2064
     model, tokenizer = tiny

@@ -72,7 +72,7 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
             np.full(n_seqs, context - (pages_per_seq - 1) * PAGE, np.int32),
             np.arange(n_seqs, dtype=np.int32)]
     meta_bufs = [DeviceBuffer.from_numpy(a) for a in meta]
-    ws_bytes = ka.workspace_bytes(rows, hq, d, context)
+    ws_bytes = ka.workspace_bytes(rows, hq, d, context, rows if tiled else 0)
     ws = DeviceBuffer(ws_bytes)
     keep = (k, v, q, out, ws, meta_bufs)
 

@@ -76,7 +76,7 @@ def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=n
     arrays = (q, pool.k, pool.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
               batch.kv_last_page_len, batch.seq_slots)
     bufs = [DeviceBuffer.from_numpy(a) for a in arrays]
-    ws_bytes = ka.workspace_bytes(T, hq, d, max_kv_len)
+    ws_bytes = ka.workspace_bytes(T, hq, d, max_kv_len, prompt_rows)   # prompt rows: an entry per split
     ws = DeviceBuffer(ws_bytes)
     out = GuardedOutput((T, hq, d), fill=fill)
     tp = None if tree_parents is None else DeviceBuffer.from_numpy(np.asarray(tree_parents, np.int32))

@@ -40,7 +40,7 @@ def load_attention(out_dir):
     lib = emu.load(["attention.cu", "attention_prefill.cu"], out_dir, "the attention kernels")
     lib.luce_attention.argtypes = [C.POINTER(Params), _P]
     lib.luce_attention_workspace_bytes.restype = C.c_int64
-    lib.luce_attention_workspace_bytes.argtypes = [C.c_int32] * 4
+    lib.luce_attention_workspace_bytes.argtypes = [C.c_int32] * 5   # n_rows, prompt_rows, Hq, D, max_kv_len
     return lib
 
 
@@ -49,12 +49,16 @@ def lib(tmp_path_factory):
     return load_attention(tmp_path_factory.mktemp("emu"))
 
 
-def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True, counters=None, no_tree=False):
-    """no_tree: tree_parents NULL (the kernels without the tree path); else tp, or no parents."""
+def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True, counters=None, no_tree=False,
+           ws_bytes=None, status=0, guard=0):
+    """no_tree: tree_parents NULL (the kernels without the tree path); else tp, or no parents.
+    ws_bytes: the workspace size the launch is told (default: luce_attention_workspace_bytes),
+    with `guard` more floats after it that must stay untouched; status: its expected return."""
     T, hq, d = q.shape
     max_kv = max([batch.kv_len(s) for s in range(batch.n_segments) if batch.seq_slots[s] >= 0] + [1])
-    ws_bytes = lib.luce_attention_workspace_bytes(T, hq, d, max_kv)
-    ws = np.full(ws_bytes // 4, np.nan, np.float32)
+    if ws_bytes is None:
+        ws_bytes = lib.luce_attention_workspace_bytes(T, prompt_rows, hq, d, max_kv)
+    ws = np.full(-(-ws_bytes // 4) + guard, np.nan, np.float32)
     out = np.full((T, hq, d), FILL)
     tp = np.full(T, -1, np.int32) if tp is None else tp
     meta = [np.ascontiguousarray(a, np.int32) for a in (batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
@@ -66,7 +70,8 @@ def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True, counters=No
                max_kv, int(causal), scale, prompt_rows)
     if counters is not None:
         p.counters, p.n_counters = counters.ctypes.data, counters.size
-    assert lib.luce_attention(C.byref(p), None) == 0
+    assert lib.luce_attention(C.byref(p), None) == status
+    assert np.isnan(ws[len(ws) - guard:]).all(), "a launch wrote past its workspace"
     return out
 
 
@@ -221,3 +226,43 @@ def test_decode_rows_same_bits_without_tree_parents_emulated(lib, monkeypatch, h
             assert np.array_equal(got.view(np.uint32), with_tp.view(np.uint32)), f"{heads} heads a block"
     live = batch.seq_slots[np.searchsorted(batch.qo_indptr, np.arange(batch.n_rows), side="right") - 1] >= 0
     np.testing.assert_allclose(got[live], reference(q, pool, batch, scale)[live], *tolerance("attention"))
+
+
+def test_prompt_rows_take_a_workspace_entry_per_split_emulated(lib, kind, tmp_path_factory, monkeypatch):
+    """A launch of prompt rows (1,100 keys: two 1,024-key splits) beside decode rows (600 and
+    1,300 keys: 3 and 6 partitions) sizes its workspace at an entry per split for the prompt
+    rows and per partition for the others, writes nothing past it, and gives the bits of the
+    prompt alone and of the decode rows without prompt rows; 4 bytes less is refused
+    (cudaErrorInvalidValue) with nothing written. Where the prompt kernel does not fit the
+    device (a second build that sees a 16 KiB block), the prompt rows take the partition
+    kernel and the full size."""
+    hq, hkv, d = 4, 1, 64
+    rng = np.random.default_rng(11)
+    specs = [(0, 1100, 8), (1, 600, 1), (2, 1300, 1)]
+    pool = Pool(rng, sum(pages_needed(n) for _, n, _ in specs) + 2, hkv, d)
+    seqs = [pool.seq(*s) for s in specs]
+    batch = pack(seqs)
+    T, prompt = batch.n_rows, 8
+    q = rng.standard_normal((T, hq, d)).astype(np.float32)
+    scale = 1.0 / 8
+    entry = (d + 2) * 4
+    need = lib.luce_attention_workspace_bytes(T, prompt, hq, d, 1300)
+    assert need == prompt * hq * -(-1300 // 1024) * entry + (T - prompt) * hq * -(-1300 // 256) * entry
+    assert lib.luce_attention_workspace_bytes(T, 0, hq, d, 1300) == T * hq * -(-1300 // 256) * entry
+    assert lib.luce_attention_workspace_bytes(T, T + 1, hq, d, 1300) == -1
+    got = launch(lib, q, pool, batch, None, scale, prompt, guard=64)
+    merged = launch(lib, q, pool, batch, None, scale, prompt, counters=np.zeros(1 << 10, np.int32), guard=64)
+    assert np.array_equal(merged.view(np.uint32), got.view(np.uint32))
+    check_prompt_rows(got, q, pool, batch, None, scale, prompt, kind=kind)
+    alone = launch(lib, q[:prompt], pool, pack(seqs[:1]), None, scale, prompt)
+    assert np.array_equal(got[:prompt].view(np.uint32), alone.view(np.uint32)), "a prompt row changed"
+    per_row = launch(lib, q, pool, batch, None, scale, 0)
+    assert np.array_equal(got[prompt:].view(np.uint32), per_row[prompt:].view(np.uint32)), "a decode row changed"
+    short = launch(lib, q, pool, batch, None, scale, prompt, ws_bytes=need - 4, status=1, guard=1)
+    assert (short == FILL).all(), "a refused launch wrote its output"
+
+    monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", str(16 * 1024))
+    small = load_attention(tmp_path_factory.mktemp("emu16"))
+    assert small.luce_attention_workspace_bytes(T, prompt, hq, d, 1300) == T * hq * -(-1300 // 256) * entry
+    fallback = launch(small, q, pool, batch, None, scale, prompt, guard=64)
+    assert np.array_equal(fallback.view(np.uint32), per_row.view(np.uint32)), "the per-row kernel's bits"

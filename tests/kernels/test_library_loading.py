@@ -109,6 +109,10 @@ def test_loaded_workspace_queries_answer_and_reject_bad_sizes(library_path):
     assert _cuda_attention.workspace_bytes(4, 8, 128, 1) > 0
     with pytest.raises(ValueError, match="negative size"):
         _cuda_attention.workspace_bytes(-1, 8, 128, 1)
+    # prompt rows take an entry per 1,024-key split (where the prompt kernel fits), the others per 256 keys
+    assert 0 < _cuda_attention.workspace_bytes(4, 8, 128, 4096, 4) <= _cuda_attention.workspace_bytes(4, 8, 128, 4096)
+    with pytest.raises(ValueError, match="prompt_rows outside"):
+        _cuda_attention.workspace_bytes(4, 8, 128, 1, 5)
     assert _cuda_gdn_tree.verify_workspace_bytes(1, 2, 128, 128, 8) >= 0
     with pytest.raises(ValueError, match="unsupported sizes"):
         _cuda_gdn_tree.verify_workspace_bytes(1, 2, 100, 128, 8)
