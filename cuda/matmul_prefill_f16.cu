@@ -33,10 +33,15 @@
 // tune 16 (kWarps 8, kMT 1, kNT 16: 128 rows x 128 tokens, 180 KB) halves the decode per mma
 // (3.6 issue slots per mma) for twice the B loads (256 B per mma: 0.5 mma per clock per SM).
 // Small shared memory (sm_86 / sm_89 / sm_120, 99 KB): tune 4 or 2 (kNT 4: 32 tokens).
+#include <string.h>
+
 #include "matmul_prefill_f16_decode.cuh"
 #include "matmul_stage.cuh"
 #include "matmul_prefill_xh.cuh"
 #include "pdl.cuh"
+#if defined(__CUDACC__) && !defined(__HIPCC__)
+#include "matmul_prefill_wgmma.cuh"  // tune 32 / 64: sm_90a warpgroup MMAs
+#endif
 
 namespace {
 
@@ -195,9 +200,23 @@ int launch_half(const HalfArgs &a, cudaStream_t stream) {
 #endif
 }
 
+// Warpgroup MMAs for tune 0 where the device runs them (sm_90a) and LUCE_PREFILL_WGMMA is not 0.
+// NOT measured on a GPU yet (written 2026-12-03; the GPU tests check its bits against tune 16).
+constexpr bool kWgmmaByDefault = true;
+
+bool wgmma_by_default() {
+    static const bool on = [] {
+        const char *v = getenv("LUCE_PREFILL_WGMMA");
+        return v && v[0] ? strcmp(v, "0") != 0 : kWgmmaByDefault;
+    }();
+    return on;
+}
+
 // tune 8: 8 warps of 2 m tiles x 64 tokens (256 x 64 tiles), 16: 8 warps of 1 m tile x 128
 // tokens (128 x 128), 4: 4 warps of 2 m tiles x 32 tokens (128 x 32), 2: 2 warps of 2 m tiles x
-// 32 tokens (64 x 32); 0 picks the first of 16, 8, 4, 2 whose shared memory fits, 16 and 8 only
+// 32 tokens (64 x 32); 32 / 64: warpgroup MMAs (sm_90a only, cuda/matmul_prefill_wgmma.cuh) on
+// 128 x 128 / 256 x 128 tiles (64 takes 32 where its shared memory does not fit). 0 picks the
+// first of 64, 32 (wgmma_by_default), 16, 8, 4, 2 whose shared memory fits, all but 4 and 2 only
 // when their blocks fill every SM once. Every shape gives the same bits (see the header).
 template <class Q>
 int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
@@ -205,15 +224,27 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
     (void)tune;
     return launch_half<Q, 2, 2, 4>(a, stream);
 #else
+    const mm::DeviceShape &d = mm::device_shape();
+    auto fits = [&](int bytes) { return d.smem <= 0 || bytes <= d.smem; };
+    const int64_t token_tiles = a.x.tp / 128;
+#if defined(__CUDACC__)
+    const bool wide = fits(WgSmem<Q, 2>::kBytes);
+    if (tune == 32 || (tune == 64 && !wide)) return launch_wgmma<Q, 1>(a, stream);
+    if (tune == 64) return launch_wgmma<Q, 2>(a, stream);
+    if (tune == 0 && wgmma_by_default() && d.sms > 0) {
+        int status = (int)cudaErrorInvalidDeviceFunction;  // what launch_wgmma says without sm_90a code
+        if (wide && (a.n + 255) / 256 * token_tiles >= d.sms) status = launch_wgmma<Q, 2>(a, stream);
+        else if ((a.n + 127) / 128 * token_tiles >= d.sms) status = launch_wgmma<Q, 1>(a, stream);
+        if (status != (int)cudaErrorInvalidDeviceFunction) return status;
+    }
+#endif
     if (tune == 8) return launch_half<Q, 8, 2, 8>(a, stream);
     if (tune == 16) return launch_half<Q, 8, 1, 16>(a, stream);
     if (tune == 4) return launch_half<Q, 4, 2, 4>(a, stream);
     if (tune == 2) return launch_half<Q, 2, 2, 4>(a, stream);
-    const mm::DeviceShape &d = mm::device_shape();
-    auto fits = [&](int bytes) { return d.smem <= 0 || bytes <= d.smem; };
     // Tune 16 measured fastest on the H200 where its blocks fill the SMs (27B gate / down at 512
     // and 4,096 rows: 0.82-0.85x tune 8's time; docs/PERF.md, session 10).
-    const int64_t blocks8 = (a.n + 255) / 256 * (a.x.tp / 64), blocks16 = (a.n + 127) / 128 * (a.x.tp / 128);
+    const int64_t blocks8 = (a.n + 255) / 256 * (a.x.tp / 64), blocks16 = (a.n + 127) / 128 * token_tiles;
     const bool many = d.sms <= 0 || blocks16 >= d.sms;
     if (fits(HalfSmem<Q, 8, 1, 16>::kBytes) && many) return launch_half<Q, 8, 1, 16>(a, stream);
     if (fits(HalfSmem<Q, 8, 2, 8>::kBytes) && !(d.sms > 0 && blocks8 < d.sms)) return launch_half<Q, 8, 2, 8>(a, stream);
@@ -250,7 +281,8 @@ extern "C" int luce_matmul_prefill_f16(const luce_matmul_params *p, void *stream
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || !p->workspace ||
         p->workspace_bytes < xh_bytes(p->rows, p->k) || (reinterpret_cast<uintptr_t>(p->x) & 15) ||
         (reinterpret_cast<uintptr_t>(p->workspace) & 15) || p->rows > (1LL << 30) ||
-        (p->n + 15) / 16 > 65535LL || (p->tune != 0 && p->tune != 2 && p->tune != 4 && p->tune != 8 && p->tune != 16))
+        (p->n + 15) / 16 > 65535LL || (p->tune != 0 && p->tune != 2 && p->tune != 4 && p->tune != 8 && p->tune != 16 && p->tune != 32 &&
+         p->tune != 64))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     const XhLayout xl = xh_layout(p->workspace, p->rows, p->k);

@@ -87,7 +87,10 @@ def build_archs(probe=None, env=None) -> list[str]:
 
 
 def gencode_flags(archs: list[str]) -> list[str]:
-    return [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    """sm_90 builds as sm_90a (the same GPUs, H100/H200): its arch-specific warpgroup MMAs serve the
+    prompt-row GEMM (cuda/matmul_prefill_wgmma.cuh)."""
+    return [f"-gencode=arch=compute_{a}a,code=sm_{a}a" if a == "90" else f"-gencode=arch=compute_{a},code=sm_{a}"
+            for a in archs]
 
 
 def wheel_requirements(driver_cuda: tuple[int, int] | None) -> tuple[list[str] | None, str]:

@@ -78,6 +78,10 @@ BENCH_CASES += [_case("IQ4_XS", "gate", 4096, gemm="f16")]
 # 4: 128 x 32, two blocks an SM)
 BENCH_CASES += [_case("IQ4_XS", s, 512, gemm="f16", tune=t) for t in (16, 4) for s in ("gate", "down")]
 BENCH_CASES += [_case("IQ4_XS", "gate", 4096, gemm="f16", tune=16)]
+# sm_90a warpgroup MMAs (H100/H200 only): tune 32 128 x 128 tiles, 64 256 x 128
+BENCH_CASES += [_case("IQ4_XS", s, r, gemm="f16", tune=t) for t in (32, 64) for s in ("gate", "down", "qkv", "out")
+                for r in (512, 4096)]
+BENCH_CASES += [_case(q, "gate", 512, gemm="f16", tune=t) for t in (16, 32, 64) for q in GOAL_TYPES if q != "IQ4_XS"]
 
 
 if __name__ == "__main__":

@@ -50,6 +50,13 @@ def test_scale_x_f16_range_and_nonfinite_rows():
 
 
 
+def hopper() -> bool:
+    """The GPU is an H100/H200 (sm_90): the build holds the sm_90a warpgroup-MMA tunes 32 and 64."""
+    from luce.ops.nvidia_probe import probe
+
+    return any(g.arch == "90" for g in probe().gpus)
+
+
 @pytest.fixture
 def f16_gemm(monkeypatch):
     monkeypatch.setenv("LUCE_PREFILL_GEMM", "f16")
@@ -125,6 +132,30 @@ def test_f16_row_bits_do_not_depend_on_the_chunk(f16_gemm, qtype):
     assert np.array_equal(moved[:65][::-1], full[100:165]), "rows moved within a chunk changed bits"
     for tune in (2, 4, 8, 16):
         assert np.array_equal(prefill(x[:129], raw, qtype, n, bias, tune=tune), full[:129]), f"tune {tune}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", MODEL_K)
+@pytest.mark.parametrize("qtype", BLOCK_TYPES)
+def test_f16_wgmma_bits_are_the_mma_bits(f16_gemm, qtype, k):
+    """H100/H200: the warpgroup-MMA launches (tune 32: 128 x 128 tiles, 64: 256 x 128) give
+    tune 16's bits (mma.sync) for every row, at model widths, n = 1000 (partial tiles) and
+    2,048, 1 to 300 rows; elsewhere tune 32 is refused, not run."""
+    n = 1000 if k % 1024 else 2048
+    raw, _ = tiled_weights(qtype, n, k)
+    x = activations(300, k, seed=k)
+    bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
+    if not hopper():
+        from luce._cuda import KernelError
+
+        with pytest.raises(KernelError):
+            prefill(x[:5], raw, qtype, n, bias, tune=32)
+        return
+    for rows in (1, 129, 300):
+        want = prefill(x[:rows], raw, qtype, n, bias, tune=16)
+        for tune in (32, 64):
+            got = prefill(x[:rows], raw, qtype, n, bias, tune=tune)
+            assert np.array_equal(got, want), f"tune {tune}, {rows} rows: {np.sum(got != want)} outputs differ"
 
 
 @pytest.mark.gpu

@@ -86,6 +86,7 @@ def test_archs_are_the_local_gpus_then_luce_cuda_archs(machine, monkeypatch):
     monkeypatch.setenv("LUCE_CUDA_ARCHS", "sm_80;89, 120")
     assert cuda_build.build_archs() == ["89", "80", "120"]
     assert cuda_build.gencode_flags(["86"]) == ["-gencode=arch=compute_86,code=sm_86"]
+    assert cuda_build.gencode_flags(["90"]) == ["-gencode=arch=compute_90a,code=sm_90a"]
 
 
 def test_nvcc_order_env_then_path_then_cuda_home_then_the_wheel(machine, monkeypatch, tmp_path):

@@ -1,0 +1,78 @@
+// Hopper warpgroup MMA (sm_90a only: wgmma.mma_async) for the f16 prompt-row GEMM
+// (cuda/matmul_prefill_wgmma.cuh). A warpgroup (4 consecutive warps, 128 threads) computes
+// D[64 x 128] += A[64 x 16] B[16 x 128], f16 operands, f32 accumulation, asynchronously:
+//   A from registers, warp w of the group holding rows 16w..16w+15 in the m16n8k16 A layout of
+//     cuda/mma_f16.cuh (a[0] = A[g][2t, 2t+1], a[1] = A[g+8][..], a[2] = A[g][2t+8, ..], a[3]);
+//   B from shared memory, K-major (B^T row n = 16 values of token n, 32 bytes), 128-byte swizzle:
+//     rows of 128 bytes (64 k values), 16-byte unit u of row n stored at unit u ^ (n % 8), 8-row
+//     groups 1,024 bytes apart; the tile base 1,024-byte aligned (swizzle_unit below);
+//   D per warp as 16 m16n8 C tiles of cuda/mma_f16.cuh: d[i][e] = C tile i (tokens 8i..8i+7).
+// Order: fence() after other instructions wrote the A or D registers, then mma_64x128x16 calls,
+// commit(); wait<N>() until at most N committed groups are in flight. LUCE_WGMMA is defined
+// where the instructions exist (device code for sm_90a); elsewhere nothing here is compiled.
+#pragma once
+
+#include "common.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(__HIPCC__)
+#define LUCE_WGMMA 1
+#endif
+
+namespace wg {
+
+// Byte offset in a 128-byte-swizzled tile of 16-byte unit u (0..7) of row n.
+__host__ __device__ constexpr int swizzle_unit(int n, int u) { return n * 128 + ((u ^ (n & 7)) << 4); }
+
+#ifdef LUCE_WGMMA
+// Shared-memory matrix descriptor: start address >> 4 (bits 0-13), leading byte offset >> 4
+// (16-29; unused by K-major swizzled tiles: 1), stride byte offset >> 4 (32-45: 1,024 bytes
+// between 8-row groups), swizzle mode (62-63: 1 = 128 bytes). A k16 step inside a 128-byte row
+// starts 32 bytes further on (the swizzle applies to the address bits).
+__device__ __forceinline__ uint64_t desc_sw128(const void *smem) {
+    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+
+// Pins the accumulators around asynchronous MMAs (the compiler must not move them meanwhile).
+__device__ __forceinline__ void fence_operands(float (&d)[16][4]) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+// d += A B: m64n128k16, A = a (registers), B at descriptor b.
+__device__ __forceinline__ void mma_64x128x16(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.eq.u32 p, 1, 1;\n"  // scale-d: D += A B
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+#endif
+
+}  // namespace wg
