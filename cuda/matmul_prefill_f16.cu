@@ -33,6 +33,9 @@
 // tune 16 (kWarps 8, kMT 1, kNT 16: 128 rows x 128 tokens, 180 KB) halves the decode per mma
 // (3.6 issue slots per mma) for twice the B loads (256 B per mma: 0.5 mma per clock per SM).
 // Small shared memory (sm_86 / sm_89 / sm_120, 99 KB): tune 4 or 2 (kNT 4: 32 tokens).
+// H100/H200 (sm_90a): tunes 32 and 64 run the same decode and x on warpgroup MMAs (wgmma, A from
+// registers; cuda/matmul_prefill_wgmma.cuh): 128 or 256 rows x 128 tokens, no ldmatrix or mma
+// issue per warp, and measured 1.2-1.4x faster than tune 16 (27B shapes: up to 366 TFLOP/s).
 #include <string.h>
 
 #include "matmul_prefill_f16_decode.cuh"
@@ -200,8 +203,9 @@ int launch_half(const HalfArgs &a, cudaStream_t stream) {
 #endif
 }
 
-// Warpgroup MMAs for tune 0 where the device runs them (sm_90a) and LUCE_PREFILL_WGMMA is not 0.
-// NOT measured on a GPU yet (written 2026-12-03; the GPU tests check its bits against tune 16).
+// Warpgroup MMAs for tune 0 where the device runs them (sm_90a) and LUCE_PREFILL_WGMMA is not 0:
+// on the H200 their bits are tune 16's (GPU tests), and the 27B's prefill of 512 tokens ran at
+// 1.19x the mma.sync kernels' rate (docs/PERF.md, session 11).
 constexpr bool kWgmmaByDefault = true;
 
 bool wgmma_by_default() {
@@ -215,9 +219,10 @@ bool wgmma_by_default() {
 // tune 8: 8 warps of 2 m tiles x 64 tokens (256 x 64 tiles), 16: 8 warps of 1 m tile x 128
 // tokens (128 x 128), 4: 4 warps of 2 m tiles x 32 tokens (128 x 32), 2: 2 warps of 2 m tiles x
 // 32 tokens (64 x 32); 32 / 64: warpgroup MMAs (sm_90a only, cuda/matmul_prefill_wgmma.cuh) on
-// 128 x 128 / 256 x 128 tiles (64 takes 32 where its shared memory does not fit). 0 picks the
-// first of 64, 32 (wgmma_by_default), 16, 8, 4, 2 whose shared memory fits, all but 4 and 2 only
-// when their blocks fill every SM once. Every shape gives the same bits (see the header).
+// 128 x 128 / 256 x 128 tiles (64 takes 32 where its shared memory does not fit). 0 picks 64 or
+// 32 (wgmma_by_default, by waves) where 128 x 128 blocks fill every SM once, else the first of
+// 16, 8, 4, 2 whose shared memory fits, 16 and 8 only when their blocks fill every SM once. Every
+// shape gives the same bits (see the header; the GPU tests check wgmma's against mma.sync's).
 template <class Q>
 int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
 #ifdef __HIPCC__  // one launch shape on AMD (the shuffle form of the mma; it keeps the build short)
@@ -226,16 +231,20 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
 #else
     const mm::DeviceShape &d = mm::device_shape();
     auto fits = [&](int bytes) { return d.smem <= 0 || bytes <= d.smem; };
-    const int64_t token_tiles = a.x.tp / 128;
+    const int64_t token_tiles = a.x.tp / 128, blocks16 = (a.n + 127) / 128 * token_tiles;
 #if defined(__CUDACC__)
     const bool wide = fits(WgSmem<Q, 2>::kBytes);
     if (tune == 32 || (tune == 64 && !wide)) return launch_wgmma<Q, 1>(a, stream);
     if (tune == 64) return launch_wgmma<Q, 2>(a, stream);
-    if (tune == 0 && wgmma_by_default() && d.sms > 0) {
-        int status = (int)cudaErrorInvalidDeviceFunction;  // what launch_wgmma says without sm_90a code
-        if (wide && (a.n + 255) / 256 * token_tiles >= d.sms) status = launch_wgmma<Q, 2>(a, stream);
-        else if ((a.n + 127) / 128 * token_tiles >= d.sms) status = launch_wgmma<Q, 1>(a, stream);
-        if (status != (int)cudaErrorInvalidDeviceFunction) return status;
+    if (tune == 0 && wgmma_by_default() && d.sms > 0 && blocks16 >= d.sms) {
+        // Waves x work a block: 256-row tiles ran at 0.89x the time per FLOP of 128-row ones (H200,
+        // 27B shapes, docs/PERF.md, session 11), so they win unless they add a wave (27B at 512
+        // rows: down and out (5,120 rows: 1 wave against 2) take 64, gate and qkv take 32).
+        const int64_t blocks64 = (a.n + 255) / 256 * token_tiles;
+        const int64_t waves32 = (blocks16 + d.sms - 1) / d.sms, waves64 = (blocks64 + d.sms - 1) / d.sms;
+        const bool take64 = wide && 2 * 89 * waves64 < 100 * waves32;
+        const int status = take64 ? launch_wgmma<Q, 2>(a, stream) : launch_wgmma<Q, 1>(a, stream);
+        if (status != (int)cudaErrorInvalidDeviceFunction) return status;  // else no sm_90a code here
     }
 #endif
     if (tune == 8) return launch_half<Q, 8, 2, 8>(a, stream);
@@ -244,7 +253,7 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
     if (tune == 2) return launch_half<Q, 2, 2, 4>(a, stream);
     // Tune 16 measured fastest on the H200 where its blocks fill the SMs (27B gate / down at 512
     // and 4,096 rows: 0.82-0.85x tune 8's time; docs/PERF.md, session 10).
-    const int64_t blocks8 = (a.n + 255) / 256 * (a.x.tp / 64), blocks16 = (a.n + 127) / 128 * token_tiles;
+    const int64_t blocks8 = (a.n + 255) / 256 * (a.x.tp / 64);
     const bool many = d.sms <= 0 || blocks16 >= d.sms;
     if (fits(HalfSmem<Q, 8, 1, 16>::kBytes) && many) return launch_half<Q, 8, 1, 16>(a, stream);
     if (fits(HalfSmem<Q, 8, 2, 8>::kBytes) && !(d.sms > 0 && blocks8 < d.sms)) return launch_half<Q, 8, 2, 8>(a, stream);
