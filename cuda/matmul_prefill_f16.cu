@@ -233,17 +233,22 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
     auto fits = [&](int bytes) { return d.smem <= 0 || bytes <= d.smem; };
     const int64_t token_tiles = a.x.tp / 128, blocks16 = (a.n + 127) / 128 * token_tiles;
 #if defined(__CUDACC__)
-    const bool wide = fits(WgSmem<Q, 2>::kBytes);
-    if (tune == 32 || (tune == 64 && !wide)) return launch_wgmma<Q, 1>(a, stream);
-    if (tune == 64) return launch_wgmma<Q, 2>(a, stream);
+    // 256-row tiles exist where their shared memory fits an H100/H200 block (227 KiB: IQ4_XS, Q4_K)
+    constexpr bool kWide = WgSmem<Q, 2>::kBytes <= 227 * 1024;
+    auto launch64 = [&] {
+        if constexpr (kWide) return launch_wgmma<Q, 2>(a, stream);
+        return launch_wgmma<Q, 1>(a, stream);
+    };
+    if (tune == 32) return launch_wgmma<Q, 1>(a, stream);
+    if (tune == 64) return launch64();
     if (tune == 0 && wgmma_by_default() && d.sms > 0 && blocks16 >= d.sms) {
         // Waves x work a block: 256-row tiles ran at 0.89x the time per FLOP of 128-row ones (H200,
         // 27B shapes, docs/PERF.md, session 11), so they win unless they add a wave (27B at 512
         // rows: down and out (5,120 rows: 1 wave against 2) take 64, gate and qkv take 32).
         const int64_t blocks64 = (a.n + 255) / 256 * token_tiles;
         const int64_t waves32 = (blocks16 + d.sms - 1) / d.sms, waves64 = (blocks64 + d.sms - 1) / d.sms;
-        const bool take64 = wide && 2 * 89 * waves64 < 100 * waves32;
-        const int status = take64 ? launch_wgmma<Q, 2>(a, stream) : launch_wgmma<Q, 1>(a, stream);
+        const bool take64 = kWide && 2 * 89 * waves64 < 100 * waves32;
+        const int status = take64 ? launch64() : launch_wgmma<Q, 1>(a, stream);
         if (status != (int)cudaErrorInvalidDeviceFunction) return status;  // else no sm_90a code here
     }
 #endif
