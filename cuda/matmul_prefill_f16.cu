@@ -136,14 +136,9 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, 1) mmh_kernel(HalfArgs a) 
         if (!live) continue;
         const int s = (int)(ch % kStagesH);
         const uint8_t *xs = xst + s * Sm::kX + ld_off;
-        const int ng = Q::kGroupBytes && a.x.groups - ch * 8 < 8 ? (int)(a.x.groups - ch * 8) : 8;
         Q rd[kMT];
-#pragma unroll
-        for (int m = 0; m < kMT; ++m) {
-            const uint8_t *st = wst + (kMT * s + m) * Stage<Q>::kBytes;
-            rd[m].load(staged_row<Q>(st, grp, wrow[m][0] + ch * Q::kChunkBytes),
-                       staged_row<Q>(st, grp + 8, wrow[m][1] + ch * Q::kChunkBytes), quad, ng);
-        }
+        const int ng = load_chunk(rd, [&](int m) { return wst + (kMT * s + m) * Stage<Q>::kBytes; }, wrow, a.x.groups, ch,
+                                  grp, quad);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             if (j >= ng) break;
@@ -165,23 +160,10 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, 1) mmh_kernel(HalfArgs a) 
         }
     }
     if (!live) return;
+    int64_t row0[kMT];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t tok = t0 + 8 * nt + 2 * quad + (e & 1);
-            if (tok >= a.rows) continue;
-            const float scale = a.x.out_scale[tok];
-#pragma unroll
-            for (int m = 0; m < kMT; ++m) {
-                const int64_t row = tile + 16 * m + grp + 8 * (e >> 1);
-                if (row < a.n) {
-                    float v = __fmul_rn(acc[m][nt][e], scale);
-                    if (a.bias) v = v + a.bias[row];
-                    a.y[tok * a.n + row] = v;
-                }
-            }
-        }
+    for (int m = 0; m < kMT; ++m) row0[m] = tile + 16 * m;
+    store_tiles(acc, a, row0, t0, grp, quad);
 }
 
 template <class Q, int kWarps, int kMT, int kNT>

@@ -18,6 +18,7 @@
 
 #include "matmul_kquants.cuh"
 #include "matmul_blocks.cuh"
+#include "matmul_stage.cuh"
 #include "mma_f16.cuh"
 
 namespace mmh {
@@ -158,6 +159,22 @@ __device__ __forceinline__ void decode_group_f16(const Q &rd, int j, int quad, u
                 a[step][2 + r] = h2_mul(odd, s[step][r]);
             }
         }
+}
+
+// The readers of chunk ch of a warp's kMT m tiles from their staged weights: stage(m) is m
+// tile m's stage, wrow[m][r] its global rows grp and grp + 8. Returns the chunk's groups (8, or
+// fewer in the last chunk of a 32-value type whose k is not whole chunks).
+template <class Q, int kMT, class StageOf>
+__device__ __forceinline__ int load_chunk(Q (&rd)[kMT], StageOf stage, const uint8_t *const (&wrow)[kMT][2],
+                                          int64_t groups, int64_t ch, int grp, int quad) {
+    const int ng = Q::kGroupBytes && groups - ch * 8 < 8 ? (int)(groups - ch * 8) : 8;
+#pragma unroll
+    for (int m = 0; m < kMT; ++m) {
+        const uint8_t *st = stage(m);
+        rd[m].load(staged_row<Q>(st, grp, wrow[m][0] + ch * Q::kChunkBytes),
+                   staged_row<Q>(st, grp + 8, wrow[m][1] + ch * Q::kChunkBytes), quad, ng);
+    }
+    return ng;
 }
 
 }  // namespace mmh

@@ -98,14 +98,9 @@ __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
         cp_async_commit();
         const int s = (int)(ch & 1);
         const uint8_t *xs = xst + s * kWgXStage;
-        const int ng = Q::kGroupBytes && a.x.groups - ch * 8 < 8 ? (int)(a.x.groups - ch * 8) : 8;
         Q rd[kMT];
-#pragma unroll
-        for (int m = 0; m < kMT; ++m) {
-            const uint8_t *st = wst + (kMT * s + m) * Stage<Q>::kBytes;
-            rd[m].load(staged_row<Q>(st, grp, wrow[m][0] + ch * Q::kChunkBytes),
-                       staged_row<Q>(st, grp + 8, wrow[m][1] + ch * Q::kChunkBytes), quad, ng);
-        }
+        const int ng = load_chunk(rd, [&](int m) { return wst + (kMT * s + m) * Stage<Q>::kBytes; }, wrow, a.x.groups, ch,
+                                  grp, quad);
         uint32_t av[2][kMT][2][4];  // [buffer][m tile][half][fragment]
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -126,23 +121,7 @@ __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
 #pragma unroll
         for (int m = 0; m < kMT; ++m) wg::fence_operands(acc[m]);
     }
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t tok = t0 + 8 * nt + 2 * quad + (e & 1);
-            if (tok >= a.rows) continue;
-            const float scale = a.x.out_scale[tok];
-#pragma unroll
-            for (int m = 0; m < kMT; ++m) {
-                const int64_t row = row0[m] + grp + 8 * (e >> 1);
-                if (row < a.n) {
-                    float v = __fmul_rn(acc[m][nt][e], scale);
-                    if (a.bias) v = v + a.bias[row];
-                    a.y[tok * a.n + row] = v;
-                }
-            }
-        }
+    store_tiles(acc, a, row0, t0, grp, quad);
 #else
     (void)a;
 #endif

@@ -116,4 +116,28 @@ __global__ void __launch_bounds__(kXhThreads) scale_x_f16_kernel(const float *x,
     }
 }
 
+// A warp's accumulators acc[m][nt] (m16n8 C tiles: rows row0[m] + grp (+ 8), tokens t0 + 8 nt
+// + 2 quad (+ 1)) to y [rows, n]: y = acc * out_scale[token] (+ bias[row]), inside rows and n.
+template <int kMT, int kNT, class Args>
+__device__ __forceinline__ void store_tiles(const float (&acc)[kMT][kNT][4], const Args &a, const int64_t (&row0)[kMT],
+                                            int64_t t0, int grp, int quad) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int64_t tok = t0 + 8 * nt + 2 * quad + (e & 1);
+            if (tok >= a.rows) continue;
+            const float scale = a.x.out_scale[tok];
+#pragma unroll
+            for (int m = 0; m < kMT; ++m) {
+                const int64_t row = row0[m] + grp + 8 * (e >> 1);
+                if (row < a.n) {
+                    float v = __fmul_rn(acc[m][nt][e], scale);
+                    if (a.bias) v = v + a.bias[row];
+                    a.y[tok * a.n + row] = v;
+                }
+            }
+        }
+}
+
 }  // namespace mmh
