@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "attention_common.cuh"
-#include "attention_prefill_f16.cuh"
+#include "attention_prefill_f16_paged.cuh"
 #include "mma_tf32.cuh"
 
 namespace luce_attn {
