@@ -1,10 +1,13 @@
-// Prompt-row paged attention on f16 tensor cores (f32 accumulation): the device code of the
-// f16 prompt-row kernel (its __global__ kernel and launch sit at the end of
-// cuda/attention_prefill.cu, which the host emulator's build rewrites; LUCE_ATTN_PROMPT=f16 or
-// tf32 picks this or the older TF32 kernel there, kPromptF16ByDefault when unset). Rows 0..prompt_rows-1 of a luce_attention launch,
-// flash-attention style over the paged f32 KV cache, causal or not, GQA. Reference:
-// luce/ref/attention_prefill.py (kind "f16": this kernel's roundings, key blocks and online
-// softmax; tolerance model).
+// Prompt-row paged attention on f16 tensor cores (f32 accumulation): the arithmetic of the
+// f16 prompt-row kernel, shared by its two forms, which differ only in how K and V reach
+// shared memory: staged (cuda/attention_prefill_f16_staged.cuh: a pre-pass converts the
+// prompt segments' keys to f16 once into the workspace, the tiles cp.async them) and paged
+// (cuda/attention_prefill_f16_paged.cuh: every tile converts the f32 pages itself). Kernels
+// and launch: cuda/attention_prefill_f16_launch.cuh (LUCE_ATTN_PROMPT=f16, f16p or tf32 picks
+// the kernel in cuda/attention_prefill.cu, kPromptF16ByDefault when unset). Rows
+// 0..prompt_rows-1 of a luce_attention launch, flash-attention style over the paged f32 KV
+// cache, causal or not, GQA. Reference: luce/ref/attention_prefill.py (kind "f16": this
+// kernel's roundings, key blocks and online softmax; tolerance model).
 //
 // Grid (tiles, Hkv, splits). A tile is kTileQV = 16 W query vectors (W warps: 8 at D <= 128,
 // 4 at D = 256; vector v is row r0 + v / G, query head hk * G + v % G), one warp per 16 of
@@ -12,18 +15,8 @@
 // absolute KV indices; only up to the tile's last key) in blocks of B keys (B = 32 at D = 256,
 // else 64) and writes per row and head an unnormalized partial o, its running max m (log2
 // units) and sum l into workspace entry s; the combine kernel (cuda/attention.cu) merges a
-// prompt row's splits in order. Shared memory, f16, rows padded to D + 8 halves (16-byte
-// aligned, ldmatrix conflict-free): Q [kTileQV][D + 8], then one or two buffers of K and V
-// [B][D + 8] each; a key block's K and V rows are read once from the pages (f32) and stored as
-// f16. Two buffers (PIPE, D <= 128): block i + 1's K rows load into registers before block
-// i's Q K^T and land in the other buffer after it, its V rows likewise around P V; one
-// __syncthreads a block. One buffer: all of a block's rows load between blocks (two syncs).
-// Dynamic bytes: D = 64: 36,864 (two: 55,296) | D = 128: 69,632 (two: 104,448) | D = 256:
-// 67,584, plus 1-2 KiB static. The launch takes two buffers where they fit (sm_80, sm_90),
-// else one (the 99 KiB of sm_86/89/120), else the partition kernel; both do the same
-// arithmetic in the same order, so a row's bits do not depend on the choice. Registers (sm_90,
-// ptxas): D = 128 two buffers 229 (one 256-thread block an SM), one buffer 128 (two blocks);
-// D = 256: 240 (two 128-thread blocks).
+// prompt row's splits in order. Shared memory holds f16 rows padded to D + 8 halves (16-byte
+// aligned, ldmatrix conflict-free): the Q tile [kTileQV][D + 8] and K, V blocks [B][D + 8].
 // Per row, query head and key block (all in the row's own absolute key positions):
 //   q16 = f16(q * (scale * log2 e))        once per tile (f32 product, then round to nearest even)
 //   s_j = q16 . f16(k_j)                   m16n8k16 MMAs over D in increasing 16-dim steps;
@@ -31,22 +24,24 @@
 //   m' = max(m, max_j s_j); a = exp2(m - m'); e_j = exp2(s_j - m')  (f32)
 //   l = l * a + sum_j e_j (per lane, keys in order; the 4 lanes of a row added at the end)
 //   o = o * a + f16(e) f16(V)              MMAs over the block's keys in increasing 16-key steps
-// P never leaves registers: the S accumulator of two 8-key n-tiles is the A fragment of one
-// 16-key step of P V. Nothing a row computes reads another row: a row's bits do not depend on
-// its tile, the chunk or the launch. Key blocks past a row's keys are exact no-ops for it
-// (a = 1, e = 0), and a warp skips those past all its rows. Keys past the tile's last key
-// read as zeros. K, V and scaled q must be within f16 range (|x| < 65,520; beyond: inf).
+// f16(k), f16(v): cvt.rn (nearest even) in either form. P never leaves registers: the S
+// accumulator of two 8-key n-tiles is the A fragment of one 16-key step of P V. Nothing a row
+// computes reads another row: a row's bits do not depend on its tile, the chunk, the launch
+// or the form. Key blocks past a row's keys are exact no-ops for it (a = 1, e = 0), and a
+// warp skips those past all its rows. Keys past the tile's last key read as zeros. K, V and
+// scaled q must be within f16 range (|x| < 65,520; beyond: inf).
 //
 // Per warp and key block (16 query vectors; D = 128, B = 64 | D = 256, B = 32):
 //   Q K^T  D/16 ldmatrix.x4 (Q) + D/16 * B/16 ldmatrix.x4 (K) + D/16 * B/8 MMAs    8+32, 64 | 16+32, 64
 //   P V    B/16 * D/16 ldmatrix.x4.trans (V) + B/16 * D/8 MMAs                      32, 64   | 32, 64
 //   softmax B/2 ex2 + 2 (alpha), B/2 fadd (l), B/4 cvt.f16x2, D/2 fmul (o *= a)   34/32/16/64 | 18/16/8/128
-// Per block and key block (W warps): B * D / 4 float4 loads of K and of V (f32 pages, L2
-// mostly), each 2 cvt.f16x2 and one 8-byte shared store: 8 B D bytes read (64 KiB at D = 128,
-// B = 64) against 16 W * B * 4D FLOP: 8 W FLOP/byte (64 at D <= 128, 32 at D = 256).
-// Roof: a 512-row chunk ending at 4,096 keys is 12 GFLOP at the Coder-1.5B shape and 48 GFLOP
-// at the 27B shape; at ~600 TFLOP/s (mma.sync f16) that is 20 / 80 us, so the kernel is bound
-// by the staging (f32 loads and conversion) and the softmax between the MMAs, not the MMAs.
+// (the staged form keeps Q's fragments in registers at D <= 128: no Q ldmatrix). sm_90 SASS,
+// D = 128, one key block a warp: paged 1,138 instructions for 128 HMMA (of them 26 LDG, 34
+// STS, 64 F2FP and ~250 integer ops of its f32 staging, plus a page-table load before each
+// __syncthreads); staged 607 (8 LDGSTS). Measured paged at 1.5B shape, 512 rows: ~85-105
+// TFLOP/s against ~600 for mma.sync f16: ~10,000 SM cycles a key block where its MMAs need
+// ~1,800 and its ldmatrix traffic (~290 KiB a block and key block at 128 B/cycle) ~2,300:
+// latency, not a pipe, bounded it (register staging behind one 8-warp block an SM).
 #pragma once
 
 #include "attention_common.cuh"
