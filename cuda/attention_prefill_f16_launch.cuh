@@ -116,10 +116,12 @@ PromptKind prompt_kind() {
     return strcmp(kind, "tf32") == 0 ? kPromptTf32 : strcmp(kind, "f16p") == 0 ? kPromptF16Paged : kPromptF16;
 }
 
-// Whether the f16 kernel's forms fit at head dim D (staged: its ring depth; paged: its form).
+// Whether the f16 kernel fits at head dim D in the form a launch of this kind may take (both
+// forms asked here, so that their shared-memory limits are set before any graph capture).
 template <int D>
 bool prompt_f16_fits(PromptKind kind) {
-    return (kind == kPromptF16 && prompt_f16s_stages<D>() > 0) || prompt_f16_form<D>() > 0;
+    const bool staged = prompt_f16s_stages<D>() > 0, paged = prompt_f16_form<D>() > 0;
+    return (kind == kPromptF16 && staged) || paged;
 }
 
 template <int D>
