@@ -3,9 +3,11 @@
 // cuda/luce_ops.h: q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D].
 //
 // Two launches (three with prompt rows):
-// 0. rows 0..prompt_rows-1: the prompt-row kernel (cuda/attention_prefill.cu; TF32 tensor
-//    cores, its own arithmetic: DESIGN 5 rule 1), one block per tile of rows, KV head and
-//    split of kSplitKeys absolute keys, writing one workspace entry per split.
+// 0. rows 0..prompt_rows-1: the prompt-row kernel (cuda/attention_prefill.cu; f16 or TF32
+//    tensor cores, its own arithmetic: DESIGN 5 rule 1), one block per tile of rows, KV head
+//    and split of kSplitKeys absolute keys, writing one workspace entry per split (the f16
+//    kernel first stages the prompt segments' keys as f16 after the partials, where
+//    n_kv_indices > 0: tiled_attention_stage_rows).
 // 1. partition kernel, grid (rows, Hkv, n_parts) over the other rows: block (row, KV head,
 //    part) takes the row's keys [part * P, (part + 1) * P) (P = LUCE_ATTN_PARTITION, absolute KV indices)
 //    for the Hq / Hkv query heads that share the KV head (each K/V row is read once), and
@@ -394,11 +396,15 @@ int32_t split_rows_for(int32_t prompt_rows, int32_t head_dim) {
 }  // namespace
 
 extern "C" int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t prompt_rows, int32_t n_heads_q,
-                                                  int32_t head_dim, int32_t max_kv_len) {
-    if (n_rows < 0 || prompt_rows < 0 || prompt_rows > n_rows || n_heads_q < 0 || head_dim < 0) return -1;
-    const Workspace ws{nullptr, n_rows, split_rows_for(prompt_rows, head_dim), n_heads_q, head_dim,
-                       parts_for(max_kv_len)};
-    return ws.bytes();
+                                                  int32_t head_dim, int32_t max_kv_len, int32_t n_heads_kv,
+                                                  int32_t page_size, int64_t n_kv_indices) {
+    if (n_rows < 0 || prompt_rows < 0 || prompt_rows > n_rows || n_heads_q < 0 || head_dim < 0 || n_heads_kv < 0 ||
+        page_size < 0 || n_kv_indices < 0)
+        return -1;
+    const int32_t split_rows = split_rows_for(prompt_rows, head_dim);
+    const Workspace ws{nullptr, n_rows, split_rows, n_heads_q, head_dim, parts_for(max_kv_len)};
+    const int64_t stage_rows = split_rows > 0 ? tiled_attention_stage_rows(head_dim, page_size, n_kv_indices) : 0;
+    return workspace_bytes_with_stage(ws, stage_rows, n_heads_kv);
 }
 
 extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
@@ -413,7 +419,9 @@ extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
     const int32_t n_parts = parts_for(p->max_kv_len);
     if (n_parts > 65535) return (int)cudaErrorInvalidValue;
     const int32_t row0 = split_rows_for(p->prompt_rows, p->head_dim);
-    if (p->workspace == nullptr || p->workspace_bytes < workspace_of(*p, n_parts, row0).bytes())
+    const int64_t stage_rows = row0 > 0 ? tiled_attention_stage_rows(p->head_dim, ps, p->n_kv_indices) : 0;
+    if (p->workspace == nullptr || p->n_kv_indices < 0 ||
+        p->workspace_bytes < workspace_bytes_with_stage(workspace_of(*p, n_parts, row0), stage_rows, p->n_heads_kv))
         return (int)cudaErrorInvalidValue;
     const uintptr_t addr_bits = (uintptr_t)p->k_pages | (uintptr_t)p->v_pages |
                                 (uintptr_t)p->workspace;

@@ -56,6 +56,30 @@ __host__ __device__ __forceinline__ Workspace workspace_of(const luce_attention_
     return Workspace{p.workspace, p.n_rows, split_rows, p.n_heads_q, p.head_dim, n_parts};
 }
 
+// The prompt rows' keys as f16 (the staged form of the f16 prompt kernel,
+// cuda/attention_prefill_f16_staged.cuh): K16 then V16 [Hkv][rows][D] (rows = n_kv_indices *
+// page_size: row e * page_size + j is slot j of kv_indices entry e) in the workspace after the
+// partials, at the next multiple of 256 bytes.
+struct StagedKv {
+    uint16_t *k, *v;
+    int64_t rows;
+};
+
+__host__ __device__ __forceinline__ int64_t staged_kv_offset(const Workspace &ws) { return (ws.bytes() + 255) / 256 * 256; }
+
+// Workspace bytes of layout ws with stage_rows staged rows (0: no staging) of n_heads_kv heads.
+__host__ __device__ __forceinline__ int64_t workspace_bytes_with_stage(const Workspace &ws, int64_t stage_rows,
+                                                                       int32_t n_heads_kv) {
+    return stage_rows > 0 ? staged_kv_offset(ws) + 2 * stage_rows * n_heads_kv * ws.head_dim * (int64_t)sizeof(uint16_t)
+                          : ws.bytes();
+}
+
+__host__ __device__ __forceinline__ StagedKv staged_kv_of(const luce_attention_params &p, const Workspace &ws,
+                                                          int64_t stage_rows) {
+    uint16_t *k = reinterpret_cast<uint16_t *>(reinterpret_cast<char *>(p.workspace) + staged_kv_offset(ws));
+    return StagedKv{k, k + stage_rows * p.n_heads_kv * p.head_dim, stage_rows};
+}
+
 struct RowKeys {
     int32_t keys;       // logical keys the row attends (0..keys-1); -1 on padding rows
     int32_t page_base;  // index in kv_indices of the segment's first page
@@ -184,10 +208,17 @@ __device__ __forceinline__ float2 partition_softmax(float *s, int32_t n, int lan
 // launch sends its prompt rows to the partition kernel (n_parts workspace entries a head).
 __attribute__((visibility("hidden"))) bool tiled_attention_fits(int32_t head_dim);
 
+// Rows of keys the prompt-row kernel stages as f16 in the workspace for a launch of these sizes
+// (n_kv_indices * page_size where its staged form runs; 0: it reads the pages).
+__attribute__((visibility("hidden"))) int64_t tiled_attention_stage_rows(int32_t head_dim, int32_t page_size,
+                                                                         int64_t n_kv_indices);
+
 // The prompt-row kernel over rows [0, p.prompt_rows) (cuda/attention_prefill.cu): writes
 // workspace entries 0..splits-1 of those rows (o unnormalized, m in log2 units, l) in layout
-// workspace_of(p, n_parts, p.prompt_rows). Returns cudaErrorNotSupported (launching nothing)
-// where !tiled_attention_fits. Internal to the library (not exported beside the luce_* ABI).
+// workspace_of(p, n_parts, p.prompt_rows), staging its keys first where
+// tiled_attention_stage_rows(D, page_size, n_kv_indices) > 0 (the workspace then holds
+// workspace_bytes_with_stage). Returns cudaErrorNotSupported (launching nothing) where
+// !tiled_attention_fits. Internal to the library (not exported beside the luce_* ABI).
 __attribute__((visibility("hidden"))) int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int32_t page_shift,
                            cudaStream_t stream);
 

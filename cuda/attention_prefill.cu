@@ -1,10 +1,10 @@
 // Prompt-row paged attention on tensor cores: rows 0..prompt_rows-1 of a luce_attention launch
 // (cuda/luce_ops.h), flash-attention style over the paged f32 KV cache, causal or not, GQA.
 // Two kernels share the grid, the key splits and the workspace: the f16 one (mma.sync
-// m16n8k16, f32 accumulation; device code and its counts in cuda/attention_prefill_f16.cuh,
-// kernel and launch at the end of this file) and the TF32 one below (m16n8k8). The
-// environment's LUCE_ATTN_PROMPT (f16 or tf32), read by each launch, picks one; unset,
-// kPromptF16ByDefault does (f16: its GPU tests passed on the H200 on 2026-12-03, 2.3-2.6x the
+// m16n8k16, f32 accumulation; its arithmetic and counts in cuda/attention_prefill_f16.cuh,
+// kernels and launch in cuda/attention_prefill_f16_launch.cuh) and the TF32 one below
+// (m16n8k8). The environment's LUCE_ATTN_PROMPT (f16, f16p: the f16 kernel's paged form, or
+// tf32), read by each launch, picks one; unset, kPromptF16ByDefault does (f16: its GPU tests passed on the H200 on 2026-12-03, 2.3-2.6x the
 // TF32 kernel's rate; docs/PERF.md, session 10).
 // Reference: luce/ref/attention.py (math, float64) and luce/ref/attention_prefill.py (each
 // kernel's arithmetic: roundings, key blocks, online softmax; tolerance model).
@@ -40,7 +40,7 @@
 #include <string.h>
 
 #include "attention_common.cuh"
-#include "attention_prefill_f16.cuh"
+#include "attention_prefill_f16_launch.cuh"
 #include "mma_tf32.cuh"
 
 namespace luce_attn {
@@ -304,87 +304,6 @@ int launch_prompt(const luce_attention_params &p, int32_t n_parts, int32_t page_
     return luce_status(cudaGetLastError());
 }
 
-// ---- the f16 kernel (its device code: cuda/attention_prefill_f16.cuh) ----------------------
-
-// The prompt kernel of a launch without LUCE_ATTN_PROMPT; DEFAULT_KIND in
-// luce/ref/attention_prefill.py names the same one.
-constexpr bool kPromptF16ByDefault = true;
-
-template <int D, bool PIPE>
-__global__ void __launch_bounds__(F16Shape<D>::kThreads, F16Shape<D>::min_blocks(PIPE))
-attention_prompt_f16_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift) {
-    using S = F16Shape<D>;
-    extern __shared__ float4 smem4[];
-    __shared__ int64_t key_off[2][S::kBlockKeys];
-    __shared__ int32_t row_n[S::kTileQV], row_state[S::kTileQV];
-    const int G = p.n_heads_q / p.n_heads_kv;
-    const int32_t rows_per_tile = S::kTileQV / G;
-    const int32_t t0 = blockIdx.x * rows_per_tile;
-    const int32_t t1 = min(t0 + rows_per_tile, p.prompt_rows);
-    for (int32_t r0 = t0; r0 < t1;) {  // one piece per segment the tile touches
-        const int32_t seg = attention_segment_of(p, r0);
-        const int32_t r1 = min(t1, p.qo_indptr[seg + 1]);
-        f16_prompt_piece<D, PIPE>(p, r0, r1, blockIdx.y, blockIdx.z, n_parts, page_shift,
-                                  reinterpret_cast<uint16_t *>(smem4), key_off, row_n, row_state);
-        r0 = r1;
-    }
-}
-
-// Sets the kernel's shared-memory limit once (before any graph capture reaches here): 1 when it
-// fits the device, -1 when not (or on error).
-template <int D, bool PIPE>
-int prepare_prompt_f16() {
-    using S = F16Shape<D>;
-    int device = 0, optin = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (err == cudaSuccess && (size_t)optin < S::smem_bytes(PIPE) + S::kStaticBytes) err = cudaErrorNotSupported;
-    if (err == cudaSuccess)
-        err = cudaFuncSetAttribute(attention_prompt_f16_kernel<D, PIPE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)S::smem_bytes(PIPE));
-    if (err != cudaSuccess) (void)cudaGetLastError();
-    return err == cudaSuccess ? 1 : -1;
-}
-
-// The f16 kernel's form on this device, decided once: 2 the two-buffer form where it fits
-// (D <= 128 and ~104 KiB at D = 128: sm_80, sm_90), 1 one buffer (e.g. a 99 KiB sm_86/89/120
-// block), 0 neither (the partition kernel takes the prompt rows). Both forms do the same
-// arithmetic in the same order: a row's bits do not depend on the choice.
-template <int D>
-int prompt_f16_form() {
-    constexpr bool kCanPipe = D <= 128;
-    static int ready_pipe = 0, ready_one = 0;
-    if (kCanPipe && ready_pipe == 0) ready_pipe = prepare_prompt_f16<D, kCanPipe>();
-    if ((!kCanPipe || ready_pipe < 0) && ready_one == 0) ready_one = prepare_prompt_f16<D, false>();
-    return kCanPipe && ready_pipe > 0 ? 2 : ready_one > 0 ? 1 : 0;
-}
-
-template <int D>
-int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
-    using S = F16Shape<D>;
-    constexpr bool kCanPipe = D <= 128;
-    const int form = prompt_f16_form<D>();
-    if (form == 0) return (int)cudaErrorNotSupported;
-    const bool pipe = form == 2;
-    const int G = p.n_heads_q / p.n_heads_kv;
-    const int32_t rows_per_tile = S::kTileQV / G;
-    const dim3 grid((unsigned)((p.prompt_rows + rows_per_tile - 1) / rows_per_tile), (unsigned)p.n_heads_kv,
-                    (unsigned)prompt_splits(n_parts));
-    if (pipe)
-        attention_prompt_f16_kernel<D, kCanPipe><<<grid, S::kThreads, S::smem_bytes(true), stream>>>(p, n_parts, page_shift);
-    else
-        attention_prompt_f16_kernel<D, false><<<grid, S::kThreads, S::smem_bytes(false), stream>>>(p, n_parts, page_shift);
-    return luce_status(cudaGetLastError());
-}
-
-// LUCE_ATTN_PROMPT, read per launch so one process can time both: "tf32" the TF32 kernel
-// above, any other value the f16 kernel (cuda/attention_prefill_f16.cuh); unset or empty:
-// kPromptF16ByDefault.
-bool prompt_kind_f16() {
-    const char *kind = getenv("LUCE_ATTN_PROMPT");
-    return kind == nullptr || kind[0] == 0 ? kPromptF16ByDefault : strcmp(kind, "tf32") != 0;
-}
-
 }  // namespace
 
 bool tiled_attention_fits(int32_t head_dim) {
@@ -392,12 +311,27 @@ bool tiled_attention_fits(int32_t head_dim) {
     (void)head_dim;
     return false;  // the fragment layouts are a 32-lane warp's
 #else
-    const bool f16 = prompt_kind_f16();
+    const PromptKind kind = prompt_kind();
+    const bool f16 = kind != kPromptTf32;
     switch (head_dim) {
-        case 64: return f16 ? prompt_f16_form<64>() > 0 : prepare_prompt_tf32<64>();
-        case 128: return f16 ? prompt_f16_form<128>() > 0 : prepare_prompt_tf32<128>();
-        case 256: return f16 ? prompt_f16_form<256>() > 0 : prepare_prompt_tf32<256>();
+        case 64: return f16 ? prompt_f16_fits<64>(kind) : prepare_prompt_tf32<64>();
+        case 128: return f16 ? prompt_f16_fits<128>(kind) : prepare_prompt_tf32<128>();
+        case 256: return f16 ? prompt_f16_fits<256>(kind) : prepare_prompt_tf32<256>();
         default: return false;
+    }
+#endif
+}
+
+int64_t tiled_attention_stage_rows(int32_t head_dim, int32_t page_size, int64_t n_kv_indices) {
+#if WARP_SIZE != 32
+    (void)head_dim, (void)page_size, (void)n_kv_indices;
+    return 0;
+#else
+    switch (head_dim) {
+        case 64: return prompt_stage_rows<64>(page_size, n_kv_indices);
+        case 128: return prompt_stage_rows<128>(page_size, n_kv_indices);
+        case 256: return prompt_stage_rows<256>(page_size, n_kv_indices);
+        default: return 0;
     }
 #endif
 }
@@ -407,7 +341,7 @@ int launch_tiled_attention(const luce_attention_params &p, int32_t n_parts, int3
 #if WARP_SIZE != 32
     return (int)cudaErrorNotSupported;  // the fragment layouts are a 32-lane warp's
 #else
-    if (prompt_kind_f16()) {
+    if (prompt_kind() != kPromptTf32) {
         switch (p.head_dim) {
             case 64: return launch_prompt_f16<64>(p, n_parts, page_shift, stream);
             case 128: return launch_prompt_f16<128>(p, n_parts, page_shift, stream);

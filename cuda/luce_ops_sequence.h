@@ -22,12 +22,16 @@ extern "C" {
  * partitions are combined in index order, so a row's arithmetic depends only on its own
  * key count, never on the other rows (DESIGN 5 rule 2). max_kv_len bounds every row's key
  * count and sizes the grid (a row with more keys gets NaN); workspace holds
- * luce_attention_workspace_bytes(n_rows, prompt_rows, Hq, D, max_kv_len) bytes: per row and
- * query head (D + 2) floats for each partial, one a partition (ceil(max_kv_len / partition))
- * for the per-row kernel's rows, one a 1,024-key split (a quarter as many) for the rows of the
- * prompt-row kernel (its prompt rows, where that kernel fits the current device; else those
- * rows take the per-row kernel and the full size). -1 for a negative size or prompt_rows
- * outside [0, n_rows].
+ * luce_attention_workspace_bytes(n_rows, prompt_rows, Hq, D, max_kv_len, Hkv, page_size,
+ * n_kv_indices) bytes: per row and query head (D + 2) floats for each partial, one a partition
+ * (ceil(max_kv_len / partition)) for the per-row kernel's rows, one a 1,024-key split (a
+ * quarter as many) for the rows of the prompt-row kernel (its prompt rows, where that kernel
+ * fits the current device; else those rows take the per-row kernel and the full size); then,
+ * where the f16 prompt kernel's staged form runs (prompt rows and n_kv_indices > 0), the
+ * prompt segments' keys as f16: 4 * n_kv_indices * page_size * Hkv * D bytes. -1 for a
+ * negative size or prompt_rows outside [0, n_rows].
+ * n_kv_indices: entries of kv_indices (every kv_indptr value <= it), or 0: the prompt kernel
+ * reads the f32 pages in every tile (slower; the same bits).
  * D in {64, 128, 256}; Hq / Hkv <= 16; page_size a power of two dividing the partition.
  * Tree rows (reference: luce/ref/tree_attention.py): tree_parents [n_rows] int32 is each
  * row's global parent row (-1 for roots and ordinary rows; NULL: no trees). A row with a
@@ -38,7 +42,7 @@ extern "C" {
  * committed. Tree roots and rows without a parent follow the ordinary rule (trees need
  * causal = 1).
  * prompt_rows: rows 0..prompt_rows-1 (none may be a tree row; the packer puts prefill
- * segments first) take the prompt-row kernel (TF32 tensor cores, flash-attention style; its
+ * segments first) take the prompt-row kernel (f16 tensor cores, flash-attention style; its
  * arithmetic: luce/ref/attention_prefill.py), which reads each key once per tile of rows.
  * A prompt row's bits depend only on the row (its keys and position), never on the chunk,
  * its tile or the other rows; they differ from the per-row kernel's (DESIGN 5 rule 1). A
@@ -69,9 +73,11 @@ typedef struct {
     int32_t prompt_rows;
     int32_t *counters;      /* [n_counters] int32, zero between launches (0: no fused combine) */
     int64_t n_counters;
+    int64_t n_kv_indices;   /* entries of kv_indices (0: no f16 staging of the prompt keys) */
 } luce_attention_params;
 int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t prompt_rows, int32_t n_heads_q,
-                                       int32_t head_dim, int32_t max_kv_len);
+                                       int32_t head_dim, int32_t max_kv_len, int32_t n_heads_kv,
+                                       int32_t page_size, int64_t n_kv_indices);
 int luce_attention(const luce_attention_params *p, void *stream);
 /* ---- attention end ---- */
 

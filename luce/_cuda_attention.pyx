@@ -38,10 +38,11 @@ cdef extern from "luce_ops.h":
         int32_t prompt_rows
         int32_t *counters
         int64_t n_counters
+        int64_t n_kv_indices
 
 
 ctypedef int (*attention_fn)(const luce_attention_params *, void *) noexcept nogil
-ctypedef int64_t (*workspace_fn)(int32_t, int32_t, int32_t, int32_t, int32_t) noexcept nogil
+ctypedef int64_t (*workspace_fn)(int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int64_t) noexcept nogil
 
 PARTITION = LUCE_ATTN_PARTITION  # keys per partition, at absolute KV indices
 SUPPORTS_TREE_PARENTS = True     # attention() takes tree_parents (tree rows, DESIGN 3 and 7)
@@ -59,16 +60,20 @@ def load(str path):
 
 
 def workspace_bytes(int32_t n_rows, int32_t n_heads_q, int32_t head_dim, int32_t max_kv_len,
-                    int32_t prompt_rows=0):
+                    int32_t prompt_rows=0, int32_t n_heads_kv=0, int32_t page_size=0, int64_t n_kv_indices=0):
     """Bytes of workspace `attention` needs for these sizes with rows 0..prompt_rows-1 prompt
     rows: they take (D + 2) floats a head per 1,024-key split where the prompt-row kernel fits
     the device, the other rows per LUCE_ATTN_PARTITION keys (prompt_rows = 0: the most any
-    launch of these sizes needs)."""
+    launch of these sizes needs without staging); with n_kv_indices (entries of kv_indices, > 0) also the
+    prompt segments' keys as f16 (4 * n_kv_indices * page_size * Hkv * D bytes) where the f16
+    prompt kernel's staged form runs. attention() must get the same n_kv_indices."""
     _require_loaded(<void *>_attention)
-    cdef int64_t n = _workspace_bytes(n_rows, prompt_rows, n_heads_q, head_dim, max_kv_len)
+    cdef int64_t n = _workspace_bytes(n_rows, prompt_rows, n_heads_q, head_dim, max_kv_len, n_heads_kv, page_size,
+                                      n_kv_indices)
     if n < 0:
         raise ValueError(f"attention workspace: negative size argument or prompt_rows outside [0, n_rows] "
-                         f"({n_rows}, {n_heads_q}, {head_dim}, {max_kv_len}, prompt_rows={prompt_rows})")
+                         f"({n_rows}, {n_heads_q}, {head_dim}, {max_kv_len}, prompt_rows={prompt_rows}, "
+                         f"n_heads_kv={n_heads_kv}, page_size={page_size}, n_kv_indices={n_kv_indices})")
     return n
 
 
@@ -79,15 +84,18 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
               int32_t n_rows, int32_t n_segments, int32_t n_heads_q, int32_t n_heads_kv,
               int32_t head_dim, int32_t page_size, int32_t max_kv_len, float scale,
               bint causal=True, uintptr_t stream=0, uintptr_t tree_parents=0, int32_t prompt_rows=0,
-              uintptr_t counters=0, int64_t n_counters=0):
+              uintptr_t counters=0, int64_t n_counters=0, int64_t n_kv_indices=0):
     """q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; CSR
     int32 arrays as luce/models/batch.py (device addresses). max_kv_len bounds every row's
-    key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len, prompt_rows) bytes.
+    key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len, prompt_rows, Hkv,
+    page_size, n_kv_indices) bytes.
     tree_parents: device address of [n_rows] int32 global parent rows (-1: root or ordinary
     row; 0: no trees); tree rows attend the committed prefix plus their root path.
     prompt_rows: rows 0..prompt_rows-1 (no tree rows among them) take the prompt-row kernel
-    (TF32 tensor cores, luce/ref/attention_prefill.py); a prompt row's bits depend only on
+    (f16 tensor cores, luce/ref/attention_prefill.py); a prompt row's bits depend only on
     the row, never on prompt_rows or the other rows.
+    n_kv_indices: entries of kv_indices (0: the prompt kernel reads the f32 pages in every
+    tile, the same bits; > 0: it first stages the prompt segments' keys as f16).
     counters: device address of [n_counters] int32, all zero (the launch leaves them zero):
     without prompt rows, the last partition block of a row's heads merges the partitions
     (no combine launch) where n_rows * Hkv * head groups <= n_counters. The same bits."""
@@ -117,6 +125,7 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     p.prompt_rows = prompt_rows
     p.counters = <int32_t *>counters
     p.n_counters = n_counters
+    p.n_kv_indices = n_kv_indices
     cdef int status
     with nogil:
         status = _attention(&p, <void *>stream)

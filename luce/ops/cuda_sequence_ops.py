@@ -130,14 +130,19 @@ class SequenceOps:
         if T == 0 or max_kv == 0:
             return out
         n_prompt = prompt_rows(batch)
-        ws_bytes = ka.workspace_bytes(T, Hq, D, max_kv, n_prompt)   # prompt rows: an entry per 1,024 keys
+        # prompt rows: an entry per 1,024 keys, and their segments' keys staged as f16 (bounded by
+        # every kv_indices entry: the array's length is fixed for steps of one graph key)
+        n_kv_indices = len(batch.kv_indices)
+        page_size = kv.k.shape[1]
+        ws_bytes = ka.workspace_bytes(T, Hq, D, max_kv, n_prompt, Hkv, page_size, n_kv_indices)
         workspace = self.empty((max(ws_bytes, 4) // 4,))
         extra = {"tree_parents": meta.ptr("tree_parents")} if parents is not None else {}
         extra["prompt_rows"] = n_prompt
         extra["counters"], extra["n_counters"] = self.attention_counters.ptr, self.attention_counters.size
+        extra["n_kv_indices"] = n_kv_indices
         ka.attention(q.ptr, kv.k.ptr, kv.v.ptr, out.ptr, workspace.ptr, ws_bytes, meta.ptr("qo_indptr"),
                      meta.ptr("kv_indptr"), meta.ptr("kv_indices"), meta.ptr("kv_last_page_len"),
-                     meta.ptr("seq_slots"), T, S, Hq, Hkv, D, kv.k.shape[1], max_kv, scale, causal, self.stream,
+                     meta.ptr("seq_slots"), T, S, Hq, Hkv, D, page_size, max_kv, scale, causal, self.stream,
                      **extra)
         return out
 

@@ -50,8 +50,10 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     """n_seqs sequences of `context` KV rows each, the last rows_per_seq of them queries
     (1: AR decode rows; more: a prefill chunk). heads (Hq, Hkv, D); tiled: every row takes
     the prompt-row kernel (prompt_rows = all rows), prompt_kernel "f16" (f16 tensor cores,
-    cuda/attention_prefill_f16.cuh) or "tf32" (the TF32 one, the default; LUCE_ATTN_PROMPT, set
-    around each launch), else the per-row partition kernel (the decode rows' arithmetic)."""
+    cuda/attention_prefill_f16*.cuh, staging the keys as f16 first: the default), "f16p" (its
+    paged form, every tile converting the f32 pages) or "tf32" (the TF32 one; LUCE_ATTN_PROMPT,
+    set around each launch), else the per-row partition kernel (the decode rows' arithmetic).
+    The timed launch includes the staging pre-pass and the combine."""
     hq, hkv, d = heads
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
@@ -72,7 +74,8 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
             np.full(n_seqs, context - (pages_per_seq - 1) * PAGE, np.int32),
             np.arange(n_seqs, dtype=np.int32)]
     meta_bufs = [DeviceBuffer.from_numpy(a) for a in meta]
-    ws_bytes = ka.workspace_bytes(rows, hq, d, context, rows if tiled else 0)
+    n_kv_indices = n_pages if tiled and prompt_kernel == "f16" else 0
+    ws_bytes = ka.workspace_bytes(rows, hq, d, context, rows if tiled else 0, hkv, PAGE, n_kv_indices)
     ws = DeviceBuffer(ws_bytes)
     keep = (k, v, q, out, ws, meta_bufs)
 
@@ -82,7 +85,7 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
         try:
             ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs),
                          rows, n_seqs, hq, hkv, d, PAGE, context, 1.0 / 16, True, stream,
-                         prompt_rows=rows if tiled else 0)
+                         prompt_rows=rows if tiled else 0, n_kv_indices=n_kv_indices)
         finally:
             if before is None:
                 del os.environ["LUCE_ATTN_PROMPT"]
@@ -146,17 +149,23 @@ BENCH_CASES = [
 for _c in BENCH_CASES:
     _c.__name__ = "attention_" + "_".join(map(str, _c.args))
 # Prompt chunks of 512 rows ending at 4K and 12K keys at the 27B shape and the Coder-1.5B one
-# (Hq 12, Hkv 2, D 128): the f16 prompt kernel, the TF32 one it is to replace ("tiled":
-# the names PERF.md's earlier rows use, e.g. 1,954 us and 364 us at 4K) and per-row.
+# (Hq 12, Hkv 2, D 128): the f16 prompt kernel (staged), its paged form ("f16p": the kernel
+# before staging), the TF32 one ("tiled": the names PERF.md's earlier rows use, e.g. 1,954 us
+# and 364 us at 4K) and per-row; then the engine's 2,048-row chunks at 12K (f16, f16p).
 SHAPES = {"27b": (HQ, HKV, D), "1p5b": (12, 2, 128)}
 PREFILL_CASES = []
 for _shape, _heads in SHAPES.items():
     for _ctx in (4096, 12288):
-        for _name, _tiled, _kernel in (("f16", True, "f16"), ("tiled", True, "tf32"), ("per_row", False, "f16")):
+        for _name, _tiled, _kernel in (("f16", True, "f16"), ("f16p", True, "f16p"), ("tiled", True, "tf32"),
+                                       ("per_row", False, "f16")):
             _c = functools.partial(attention_case, 1, _ctx, 512, _heads, _tiled, _kernel)
             _c.__name__ = f"attention_prompt_{_name}_{_shape}_{_ctx}_512"
             PREFILL_CASES.append(_c)
-for _name, _kernel in (("f16", "f16"), ("tiled", "tf32")):
+    for _name in ("f16", "f16p"):
+        _c = functools.partial(attention_case, 1, 12288, 2048, _heads, True, _name)
+        _c.__name__ = f"attention_prompt_{_name}_{_shape}_12288_2048"
+        PREFILL_CASES.append(_c)
+for _name, _kernel in (("f16", "f16"), ("f16p", "f16p"), ("tiled", "tf32")):
     _c = functools.partial(attention_case, 1, 4096, 64, (HQ, HKV, D), True, _kernel)
     _c.__name__ = f"attention_prompt_{_name}_27b_4096_64"
     PREFILL_CASES.append(_c)

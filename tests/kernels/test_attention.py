@@ -59,10 +59,11 @@ def reference(q, pool: Pool, batch, scale, causal=True):
 
 
 def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=np.nan, raw=False,
-               tree_parents=None, prompt_rows=0):
+               tree_parents=None, prompt_rows=0, staged=True):
     """Launch luce_attention; returns the output after the guard-band and NaN checks
     (raw=True: the plain download, NaN allowed). tree_parents [T] int32 or None (NULL);
-    rows 0..prompt_rows-1 take the prompt-row kernel (cuda/attention_prefill.cu)."""
+    rows 0..prompt_rows-1 take the prompt-row kernel (cuda/attention_prefill.cu); staged:
+    n_kv_indices = len(kv_indices) (the f16 kernel stages the prompt keys as f16), else 0."""
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
@@ -76,13 +77,15 @@ def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=n
     arrays = (q, pool.k, pool.v, batch.qo_indptr, batch.kv_indptr, batch.kv_indices,
               batch.kv_last_page_len, batch.seq_slots)
     bufs = [DeviceBuffer.from_numpy(a) for a in arrays]
-    ws_bytes = ka.workspace_bytes(T, hq, d, max_kv_len, prompt_rows)   # prompt rows: an entry per split
+    n_kv_indices = len(batch.kv_indices) if staged else 0
+    # prompt rows: an entry per split, then (staged) their keys as f16
+    ws_bytes = ka.workspace_bytes(T, hq, d, max_kv_len, prompt_rows, pool.k.shape[2], PAGE_SIZE, n_kv_indices)
     ws = DeviceBuffer(ws_bytes)
     out = GuardedOutput((T, hq, d), fill=fill)
     tp = None if tree_parents is None else DeviceBuffer.from_numpy(np.asarray(tree_parents, np.int32))
     ka.attention(*(b.ptr for b in bufs[:3]), out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in bufs[3:]),
                  T, batch.n_segments, hq, pool.k.shape[2], d, PAGE_SIZE, max_kv_len, scale, causal,
-                 tree_parents=0 if tp is None else tp.ptr, prompt_rows=prompt_rows)
+                 tree_parents=0 if tp is None else tp.ptr, prompt_rows=prompt_rows, n_kv_indices=n_kv_indices)
     k.synchronize()
     return out.buf.download(out.shape, np.float32, GUARD_BYTES) if raw else out.result()
 

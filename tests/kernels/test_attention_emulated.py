@@ -33,14 +33,16 @@ class Params(C.Structure):
     _fields_ = ([(n, _P) for n in "q k v out ws qo kv_indptr kv_indices last slots tree".split()]
                 + [("workspace_bytes", C.c_int64)]
                 + [(n, C.c_int32) for n in "n_rows n_seg hq hkv d page max_kv causal".split()]
-                + [("scale", C.c_float), ("prompt_rows", C.c_int32), ("counters", _P), ("n_counters", C.c_int64)])
+                + [("scale", C.c_float), ("prompt_rows", C.c_int32), ("counters", _P), ("n_counters", C.c_int64),
+                   ("n_kv_indices", C.c_int64)])
 
 
 def load_attention(out_dir):
     lib = emu.load(["attention.cu", "attention_prefill.cu"], out_dir, "the attention kernels")
     lib.luce_attention.argtypes = [C.POINTER(Params), _P]
     lib.luce_attention_workspace_bytes.restype = C.c_int64
-    lib.luce_attention_workspace_bytes.argtypes = [C.c_int32] * 5   # n_rows, prompt_rows, Hq, D, max_kv_len
+    # n_rows, prompt_rows, Hq, D, max_kv_len, Hkv, page_size, n_kv_indices
+    lib.luce_attention_workspace_bytes.argtypes = [C.c_int32] * 7 + [C.c_int64]
     return lib
 
 
@@ -50,14 +52,17 @@ def lib(tmp_path_factory):
 
 
 def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True, counters=None, no_tree=False,
-           ws_bytes=None, status=0, guard=0):
+           ws_bytes=None, status=0, guard=0, staged=True):
     """no_tree: tree_parents NULL (the kernels without the tree path); else tp, or no parents.
     ws_bytes: the workspace size the launch is told (default: luce_attention_workspace_bytes),
-    with `guard` more floats after it that must stay untouched; status: its expected return."""
+    with `guard` more floats after it that must stay untouched; status: its expected return.
+    staged: n_kv_indices is len(kv_indices) (the f16 kernel stages the prompt keys), else 0."""
     T, hq, d = q.shape
     max_kv = max([batch.kv_len(s) for s in range(batch.n_segments) if batch.seq_slots[s] >= 0] + [1])
+    n_kv_indices = len(batch.kv_indices) if staged else 0
     if ws_bytes is None:
-        ws_bytes = lib.luce_attention_workspace_bytes(T, prompt_rows, hq, d, max_kv)
+        ws_bytes = lib.luce_attention_workspace_bytes(T, prompt_rows, hq, d, max_kv, pool.k.shape[2], PAGE_SIZE,
+                                                      n_kv_indices)
     ws = np.full(-(-ws_bytes // 4) + guard, np.nan, np.float32)
     out = np.full((T, hq, d), FILL)
     tp = np.full(T, -1, np.int32) if tp is None else tp
@@ -68,6 +73,7 @@ def launch(lib, q, pool, batch, tp, scale, prompt_rows, causal=True, counters=No
     p = Params(q.ctypes.data, pool.k.ctypes.data, pool.v.ctypes.data, out.ctypes.data, ws.ctypes.data,
                *(None if a is None else a.ctypes.data for a in meta), ws_bytes, T, batch.n_segments, hq, pool.k.shape[2], d, PAGE_SIZE,
                max_kv, int(causal), scale, prompt_rows)
+    p.n_kv_indices = n_kv_indices
     if counters is not None:
         p.counters, p.n_counters = counters.ctypes.data, counters.size
     assert lib.luce_attention(C.byref(p), None) == status
@@ -168,19 +174,47 @@ def test_non_causal_prompt_rows_emulated(lib, kind):
 
 
 def test_one_buffer_form_gives_the_same_bits_emulated(lib, kind, tmp_path_factory, monkeypatch):
-    """At D = 128 the f16 kernel loads block i + 1's K and V while block i's MMAs run (two
-    buffers, ~104 KiB); where a block may take only 99 KiB (sm_86/89/120) it stages one buffer
-    between blocks. A second build of the library sees 99 KiB (its launch decides once): every
-    row the same bits, over five key blocks."""
+    """At D = 128 the f16 kernel's staged form copies f16 keys through a ring of three K / V
+    buffers (~104 KiB), two where a block may take only 99 KiB (sm_86/89/120); its paged form
+    (no staging workspace) loads block i + 1's K and V while block i's MMAs run (two buffers)
+    or, in 99 KiB, stages one buffer between blocks. A second build of the library sees 99 KiB
+    (its launch decides once): every form the same bits, over five key blocks."""
     rng = np.random.default_rng(7)
     pool = Pool(rng, pages_needed(300) + 1, 1, 128)
     seq = pool.seq(0, 300, 10)
     q = rng.standard_normal((10, 2, 128)).astype(np.float32)
-    two = launch(lib, q, pool, pack([seq]), None, 0.088, 10)
+    three = launch(lib, q, pool, pack([seq]), None, 0.088, 10)
+    two = launch(lib, q, pool, pack([seq]), None, 0.088, 10, staged=False)
     monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", str(99 * 1024))
-    one = launch(load_attention(tmp_path_factory.mktemp("emu99")), q, pool, pack([seq]), None, 0.088, 10)
-    assert np.array_equal(one, two)
+    small = load_attention(tmp_path_factory.mktemp("emu99"))
+    for staged in (True, False):
+        assert np.array_equal(launch(small, q, pool, pack([seq]), None, 0.088, 10, staged=staged), two), staged
+    assert np.array_equal(three, two)
     check_prompt_rows(two, q, pool, pack([seq]), None, 0.088, 10)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_staged_form_gives_the_paged_bits_emulated(lib, name, monkeypatch):
+    """The f16 kernel's staged form (the prompt segments' keys converted to f16 once into the
+    workspace, cp.async into shared memory) against its paged form (every tile converting the
+    f32 pages; n_kv_indices = 0, and LUCE_ATTN_PROMPT=f16p with the staging workspace given):
+    every output bit the same, at D = 64, 128, 256, over several prompts, padding and a tree,
+    the pool's pages shuffled so that a segment's keys sit apart."""
+    (hq, hkv, d), specs, tree_seg, prompt_rows = CASES[name]
+    rng = np.random.default_rng(len(name) + 5)
+    pool = Pool(rng, sum(pages_needed(max(n, 1)) for _, n, _ in specs) + 2, hkv, d)
+    seqs = [pool.seq(*s) for s in specs]
+    trees = [random_tree(rng, specs[i][2]) if i == tree_seg else None for i in range(len(specs))]
+    batch, tp = pack_trees(seqs, trees)
+    q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
+    monkeypatch.setenv("LUCE_ATTN_PROMPT", "f16")
+    staged = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows, guard=16)
+    paged = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows, staged=False)
+    assert np.array_equal(staged.view(np.uint32), paged.view(np.uint32))
+    monkeypatch.setenv("LUCE_ATTN_PROMPT", "f16p")
+    forced = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows)
+    assert np.array_equal(forced.view(np.uint32), paged.view(np.uint32))
+    check_prompt_rows(staged, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows)
 
 
 def test_decode_rows_same_bits_in_any_head_group_and_merged_in_kernel_emulated(lib, monkeypatch):
@@ -233,7 +267,8 @@ def test_prompt_rows_take_a_workspace_entry_per_split_emulated(lib, kind, tmp_pa
     1,300 keys: 3 and 6 partitions) sizes its workspace at an entry per split for the prompt
     rows and per partition for the others, writes nothing past it, and gives the bits of the
     prompt alone and of the decode rows without prompt rows; 4 bytes less is refused
-    (cudaErrorInvalidValue) with nothing written. Where the prompt kernel does not fit the
+    (cudaErrorInvalidValue) with nothing written; the f16 keys the kernel stages sit after the
+    partials, within the size. Where the prompt kernel does not fit the
     device (a second build that sees a 16 KiB block), the prompt rows take the partition
     kernel and the full size."""
     hq, hkv, d = 4, 1, 64
@@ -246,10 +281,15 @@ def test_prompt_rows_take_a_workspace_entry_per_split_emulated(lib, kind, tmp_pa
     q = rng.standard_normal((T, hq, d)).astype(np.float32)
     scale = 1.0 / 8
     entry = (d + 2) * 4
-    need = lib.luce_attention_workspace_bytes(T, prompt, hq, d, 1300)
-    assert need == prompt * hq * -(-1300 // 1024) * entry + (T - prompt) * hq * -(-1300 // 256) * entry
-    assert lib.luce_attention_workspace_bytes(T, 0, hq, d, 1300) == T * hq * -(-1300 // 256) * entry
-    assert lib.luce_attention_workspace_bytes(T, T + 1, hq, d, 1300) == -1
+    n_idx = len(batch.kv_indices)
+    sizes = lambda lib, prompt_rows, n=n_idx: lib.luce_attention_workspace_bytes(  # noqa: E731
+        T, prompt_rows, hq, d, 1300, hkv, PAGE_SIZE, n)
+    partials = prompt * hq * -(-1300 // 1024) * entry + (T - prompt) * hq * -(-1300 // 256) * entry
+    assert sizes(lib, prompt, 0) == partials
+    need = sizes(lib, prompt)   # then f16 K and V of every kv_indices entry's rows, 256-byte aligned
+    assert need == -(-partials // 256) * 256 + 2 * 2 * n_idx * PAGE_SIZE * hkv * d
+    assert sizes(lib, 0) == T * hq * -(-1300 // 256) * entry
+    assert sizes(lib, T + 1) == -1 and sizes(lib, prompt, -1) == -1
     got = launch(lib, q, pool, batch, None, scale, prompt, guard=64)
     merged = launch(lib, q, pool, batch, None, scale, prompt, counters=np.zeros(1 << 10, np.int32), guard=64)
     assert np.array_equal(merged.view(np.uint32), got.view(np.uint32))
@@ -263,6 +303,6 @@ def test_prompt_rows_take_a_workspace_entry_per_split_emulated(lib, kind, tmp_pa
 
     monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", str(16 * 1024))
     small = load_attention(tmp_path_factory.mktemp("emu16"))
-    assert small.luce_attention_workspace_bytes(T, prompt, hq, d, 1300) == T * hq * -(-1300 // 256) * entry
+    assert sizes(small, prompt) == T * hq * -(-1300 // 256) * entry
     fallback = launch(small, q, pool, batch, None, scale, prompt, guard=64)
     assert np.array_equal(fallback.view(np.uint32), per_row.view(np.uint32)), "the per-row kernel's bits"

@@ -1,5 +1,6 @@
 """Prompt-row attention on tensor cores (cuda/attention_prefill.cu: the kernel that
-LUCE_ATTN_PROMPT=f16 or tf32 names for the run, else the default one) on a GPU.
+LUCE_ATTN_PROMPT=f16, f16p (the f16 kernel's paged form) or tf32 names for the run, else the
+default one) on a GPU; launches give the f16 kernel its staging workspace unless a test says not.
 
 Prompt rows take their own arithmetic (DESIGN 5 rule 1): they are checked against its model
 luce/ref/attention_prefill.py and the exact math luce/ref/attention.py within
@@ -102,6 +103,28 @@ def test_prompt_rows_bitwise_at_any_chunking(heads):
         rows = slice(a - start, b - start)
         got = run_kernel(q[rows], pool, pack([chunk]), scale, prompt_rows=b - a)
         assert np.array_equal(got, one[rows]), f"chunk [{a}, {b}) differs from the whole prompt"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", HEADS)
+def test_staged_and_paged_f16_forms_give_the_same_bits(heads, monkeypatch):
+    """The f16 kernel's staged form (keys converted to f16 once into the workspace, cp.async
+    ring) and its paged form (every tile converting the f32 pages: n_kv_indices = 0, or
+    LUCE_ATTN_PROMPT=f16p): every bit the same, for a chunk across 1,024-key splits beside
+    decoders, padding and a tree."""
+    if KIND != "f16":
+        pytest.skip("the f16 kernel's forms (LUCE_ATTN_PROMPT names another kernel)")
+    hq, hkv, d = heads
+    rng = np.random.default_rng(hq * 7 + d)
+    pool, batch, tp, q = mixed_launch(rng, hq, hkv, d, 300, 1900)
+    scale = 1.0 / np.sqrt(d)
+    staged = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=300)
+    paged = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=300, staged=False)
+    assert np.array_equal(staged.view(np.uint32), paged.view(np.uint32))
+    monkeypatch.setenv("LUCE_ATTN_PROMPT", "f16p")
+    forced = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=300)
+    assert np.array_equal(forced.view(np.uint32), paged.view(np.uint32))
+    assert_prompt_close(staged, q, pool, batch, scale, 300, tree_reference(q, pool, batch, tp, scale))
 
 
 @pytest.mark.gpu

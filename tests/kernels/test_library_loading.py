@@ -113,6 +113,13 @@ def test_loaded_workspace_queries_answer_and_reject_bad_sizes(library_path):
     assert 0 < _cuda_attention.workspace_bytes(4, 8, 128, 4096, 4) <= _cuda_attention.workspace_bytes(4, 8, 128, 4096)
     with pytest.raises(ValueError, match="prompt_rows outside"):
         _cuda_attention.workspace_bytes(4, 8, 128, 1, 5)
+    # with kv_indices entries, the f16 prompt kernel's staged keys (where it runs) come after the
+    # partials: f16 K and V of every entry's rows, or nothing (no GPU here: a 0-byte probe is fine)
+    partials = _cuda_attention.workspace_bytes(4, 8, 128, 4096, 4, 2, 16, 0)
+    staged = _cuda_attention.workspace_bytes(4, 8, 128, 4096, 4, 2, 16, 256)
+    assert staged in (partials, -(-partials // 256) * 256 + 2 * 2 * 256 * 16 * 2 * 128)
+    with pytest.raises(ValueError, match="negative size"):
+        _cuda_attention.workspace_bytes(4, 8, 128, 4096, 4, 2, 16, -1)
     assert _cuda_gdn_tree.verify_workspace_bytes(1, 2, 128, 128, 8) >= 0
     with pytest.raises(ValueError, match="unsupported sizes"):
         _cuda_gdn_tree.verify_workspace_bytes(1, 2, 100, 128, 8)

@@ -1,0 +1,165 @@
+// The f16 prompt-row kernel's __global__ functions and launch (its device code:
+// cuda/attention_prefill_f16.cuh, the shared arithmetic; _paged.cuh and _staged.cuh, its two
+// ways of bringing K and V to shared memory). cuda/attention_prefill.cu includes this and
+// picks between it and the TF32 kernel (LUCE_ATTN_PROMPT).
+#pragma once
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "attention_prefill_f16_paged.cuh"
+#include "attention_prefill_f16_staged.cuh"
+
+namespace luce_attn {
+namespace {
+
+// The prompt kernel of a launch without LUCE_ATTN_PROMPT; DEFAULT_KIND in
+// luce/ref/attention_prefill.py names the same one.
+constexpr bool kPromptF16ByDefault = true;
+
+// The paged form (cuda/attention_prefill_f16_paged.cuh).
+template <int D, bool PIPE>
+__global__ void __launch_bounds__(F16Shape<D>::kThreads, F16Shape<D>::min_blocks(PIPE))
+attention_prompt_f16_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift) {
+    using S = F16Shape<D>;
+    extern __shared__ float4 smem4[];
+    __shared__ int64_t key_off[2][S::kBlockKeys];
+    __shared__ int32_t row_n[S::kTileQV], row_state[S::kTileQV];
+    const int G = p.n_heads_q / p.n_heads_kv;
+    const int32_t rows_per_tile = S::kTileQV / G;
+    const int32_t t0 = blockIdx.x * rows_per_tile;
+    const int32_t t1 = min(t0 + rows_per_tile, p.prompt_rows);
+    for (int32_t r0 = t0; r0 < t1;) {  // one piece per segment the tile touches
+        const int32_t seg = attention_segment_of(p, r0);
+        const int32_t r1 = min(t1, p.qo_indptr[seg + 1]);
+        f16_prompt_piece<D, PIPE>(p, r0, r1, blockIdx.y, blockIdx.z, n_parts, page_shift,
+                                  reinterpret_cast<uint16_t *>(smem4), key_off, row_n, row_state);
+        r0 = r1;
+    }
+}
+
+// The staged form (cuda/attention_prefill_f16_staged.cuh): its pre-pass, then the tiles.
+template <int D>
+__global__ void __launch_bounds__(256) attention_stage_kv_kernel(luce_attention_params p, StagedKv st,
+                                                                 int32_t page_shift) {
+    f16_stage_kv<D>(p, st, page_shift);
+}
+
+template <int D, int STAGES>
+__global__ void __launch_bounds__(F16Shape<D>::kThreads, F16Staged<D>::min_blocks())
+attention_prompt_f16s_kernel(luce_attention_params p, StagedKv st, int32_t n_parts) {
+    using S = F16Shape<D>;
+    extern __shared__ float4 smem4[];
+    __shared__ int32_t row_n[S::kTileQV], row_state[S::kTileQV];
+    const int G = p.n_heads_q / p.n_heads_kv;
+    const int32_t rows_per_tile = S::kTileQV / G;
+    const int32_t t0 = blockIdx.x * rows_per_tile;
+    const int32_t t1 = min(t0 + rows_per_tile, p.prompt_rows);
+    for (int32_t r0 = t0; r0 < t1;) {  // one piece per segment the tile touches
+        const int32_t seg = attention_segment_of(p, r0);
+        const int32_t r1 = min(t1, p.qo_indptr[seg + 1]);
+        f16s_prompt_piece<D, STAGES>(p, st, r0, r1, blockIdx.y, blockIdx.z, n_parts,
+                                     reinterpret_cast<uint16_t *>(smem4), row_n, row_state);
+        r0 = r1;
+    }
+}
+
+// Sets a kernel's shared-memory limit (before any graph capture reaches here): 1 when `smem`
+// dynamic and `static_bytes` static bytes fit the device, -1 when not (or on error).
+template <class K>
+int prepare_smem(K kernel, size_t smem, size_t static_bytes) {
+    int device = 0, optin = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err == cudaSuccess && (size_t)optin < smem + static_bytes) err = cudaErrorNotSupported;
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    return err == cudaSuccess ? 1 : -1;
+}
+
+// The paged form on this device, decided once: 2 the two-buffer form where it fits (D <= 128
+// and ~104 KiB at D = 128: sm_80, sm_90), 1 one buffer (e.g. a 99 KiB sm_86/89/120 block), 0
+// neither (the partition kernel takes the prompt rows). Both do the same arithmetic in the
+// same order: a row's bits do not depend on the choice.
+template <int D>
+int prompt_f16_form() {
+    using S = F16Shape<D>;
+    constexpr bool kCanPipe = D <= 128;
+    static int ready_pipe = 0, ready_one = 0;
+    if (kCanPipe && ready_pipe == 0)
+        ready_pipe = prepare_smem(attention_prompt_f16_kernel<D, kCanPipe>, S::smem_bytes(true), S::kStaticBytes);
+    if ((!kCanPipe || ready_pipe < 0) && ready_one == 0)
+        ready_one = prepare_smem(attention_prompt_f16_kernel<D, false>, S::smem_bytes(false), S::kStaticBytes);
+    return kCanPipe && ready_pipe > 0 ? 2 : ready_one > 0 ? 1 : 0;
+}
+
+// The staged form's ring depth on this device, decided once: kMaxStages where it fits, else
+// 2, else 0 (the paged form runs).
+template <int D>
+int prompt_f16s_stages() {
+    using F = F16Staged<D>;
+    static int ready_max = 0, ready_two = 0;
+    if (ready_max == 0)
+        ready_max = prepare_smem(attention_prompt_f16s_kernel<D, F::kMaxStages>, F::smem_bytes(F::kMaxStages), F::kStaticBytes);
+    if (F::kMaxStages > 2 && ready_max < 0 && ready_two == 0)
+        ready_two = prepare_smem(attention_prompt_f16s_kernel<D, 2>, F::smem_bytes(2), F::kStaticBytes);
+    return ready_max > 0 ? F::kMaxStages : ready_two > 0 ? 2 : 0;
+}
+
+// LUCE_ATTN_PROMPT, read per launch so one process can time each: "tf32" the TF32 kernel
+// above, "f16p" the f16 kernel's paged form, any other value the f16 kernel (staged where the
+// launch gives it a staging workspace); unset or empty: kPromptF16ByDefault.
+enum PromptKind { kPromptTf32, kPromptF16Paged, kPromptF16 };
+PromptKind prompt_kind() {
+    const char *kind = getenv("LUCE_ATTN_PROMPT");
+    if (kind == nullptr || kind[0] == 0) return kPromptF16ByDefault ? kPromptF16 : kPromptTf32;
+    return strcmp(kind, "tf32") == 0 ? kPromptTf32 : strcmp(kind, "f16p") == 0 ? kPromptF16Paged : kPromptF16;
+}
+
+// Whether the f16 kernel fits at head dim D in the form a launch of this kind may take (both
+// forms asked here, so that their shared-memory limits are set before any graph capture).
+template <int D>
+bool prompt_f16_fits(PromptKind kind) {
+    const bool staged = prompt_f16s_stages<D>() > 0, paged = prompt_f16_form<D>() > 0;
+    return (kind == kPromptF16 && staged) || paged;
+}
+
+template <int D>
+int64_t prompt_stage_rows(int32_t page_size, int64_t n_kv_indices) {
+    return prompt_kind() == kPromptF16 && n_kv_indices > 0 && prompt_f16s_stages<D>() > 0
+               ? n_kv_indices * page_size : 0;
+}
+
+template <int D>
+int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
+    using S = F16Shape<D>;
+    using F = F16Staged<D>;
+    const int G = p.n_heads_q / p.n_heads_kv;
+    const int32_t rows_per_tile = S::kTileQV / G;
+    const dim3 grid((unsigned)((p.prompt_rows + rows_per_tile - 1) / rows_per_tile), (unsigned)p.n_heads_kv,
+                    (unsigned)prompt_splits(n_parts));
+    const int64_t stage_rows = prompt_stage_rows<D>(p.page_size, p.n_kv_indices);
+    if (stage_rows > 0) {
+        const StagedKv st = staged_kv_of(p, workspace_of(p, n_parts, p.prompt_rows), stage_rows);
+        const int64_t items = stage_rows * p.n_heads_kv * (D / 8);
+        const unsigned blocks = (unsigned)min((items + 255) / 256, (int64_t)4096);
+        const int stages = prompt_f16s_stages<D>();
+        attention_stage_kv_kernel<D><<<blocks, 256, 0, stream>>>(p, st, page_shift);
+        if (stages > 2)
+            attention_prompt_f16s_kernel<D, F::kMaxStages><<<grid, S::kThreads, F::smem_bytes(F::kMaxStages), stream>>>(p, st, n_parts);
+        else
+            attention_prompt_f16s_kernel<D, 2><<<grid, S::kThreads, F::smem_bytes(2), stream>>>(p, st, n_parts);
+        return luce_status(cudaGetLastError());
+    }
+    constexpr bool kCanPipe = D <= 128;
+    const int form = prompt_f16_form<D>();
+    if (form == 0) return (int)cudaErrorNotSupported;
+    if (form == 2)
+        attention_prompt_f16_kernel<D, kCanPipe><<<grid, S::kThreads, S::smem_bytes(true), stream>>>(p, n_parts, page_shift);
+    else
+        attention_prompt_f16_kernel<D, false><<<grid, S::kThreads, S::smem_bytes(false), stream>>>(p, n_parts, page_shift);
+    return luce_status(cudaGetLastError());
+}
+
+}  // namespace
+}  // namespace luce_attn
