@@ -99,6 +99,20 @@ __device__ __forceinline__ int32_t attention_segment_of(const luce_attention_par
     return lo;
 }
 
+// The prompt rows of tile blockIdx.x (kTileQV query vectors: kTileQV / G rows of G heads), one
+// block-uniform piece per segment they touch: piece(r0, r1) for rows r0..r1-1 of one segment.
+template <class Piece>
+__device__ __forceinline__ void for_tile_pieces(const luce_attention_params &p, int kTileQV, Piece piece) {
+    const int32_t rows_per_tile = kTileQV / (p.n_heads_q / p.n_heads_kv);
+    const int32_t t0 = blockIdx.x * rows_per_tile;
+    const int32_t t1 = min(t0 + rows_per_tile, p.prompt_rows);
+    for (int32_t r0 = t0; r0 < t1;) {
+        const int32_t r1 = min(t1, p.qo_indptr[attention_segment_of(p, r0) + 1]);
+        piece(r0, r1);
+        r0 = r1;
+    }
+}
+
 // The parent of row r of a tree row's segment: staged in shared memory (rk.staged rows from
 // rk.seg_first, see attention_row_keys) or, past those, the global array.
 __device__ __forceinline__ int32_t row_parent(const luce_attention_params &p, const RowKeys &rk,

@@ -255,17 +255,10 @@ attention_prompt_kernel(luce_attention_params p, int32_t n_parts, int32_t page_s
     extern __shared__ float4 smem4[];
     __shared__ int64_t key_off[PromptShape<D>::kBlockKeys];
     __shared__ int32_t row_n[kTileQV], row_state[kTileQV];
-    const int G = p.n_heads_q / p.n_heads_kv;
-    const int32_t rows_per_tile = kTileQV / G;
-    const int32_t t0 = blockIdx.x * rows_per_tile;
-    const int32_t t1 = min(t0 + rows_per_tile, p.prompt_rows);
-    for (int32_t r0 = t0; r0 < t1;) {  // one piece per segment the tile touches
-        const int32_t seg = attention_segment_of(p, r0);
-        const int32_t r1 = min(t1, p.qo_indptr[seg + 1]);
-        prompt_piece<D>(p, r0, r1, blockIdx.y, blockIdx.z, n_parts, page_shift,
-                        reinterpret_cast<float *>(smem4), key_off, row_n, row_state);
-        r0 = r1;
-    }
+    for_tile_pieces(p, kTileQV, [&](int32_t r0, int32_t r1) {
+        prompt_piece<D>(p, r0, r1, blockIdx.y, blockIdx.z, n_parts, page_shift, reinterpret_cast<float *>(smem4),
+                        key_off, row_n, row_state);
+    });
 }
 
 // Raises the TF32 kernel's shared-memory limit once (luce_attention_workspace_bytes and the

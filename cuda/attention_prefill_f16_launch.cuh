@@ -25,17 +25,10 @@ attention_prompt_f16_kernel(luce_attention_params p, int32_t n_parts, int32_t pa
     extern __shared__ float4 smem4[];
     __shared__ int64_t key_off[2][S::kBlockKeys];
     __shared__ int32_t row_n[S::kTileQV], row_state[S::kTileQV];
-    const int G = p.n_heads_q / p.n_heads_kv;
-    const int32_t rows_per_tile = S::kTileQV / G;
-    const int32_t t0 = blockIdx.x * rows_per_tile;
-    const int32_t t1 = min(t0 + rows_per_tile, p.prompt_rows);
-    for (int32_t r0 = t0; r0 < t1;) {  // one piece per segment the tile touches
-        const int32_t seg = attention_segment_of(p, r0);
-        const int32_t r1 = min(t1, p.qo_indptr[seg + 1]);
+    for_tile_pieces(p, S::kTileQV, [&](int32_t r0, int32_t r1) {
         f16_prompt_piece<D, PIPE>(p, r0, r1, blockIdx.y, blockIdx.z, n_parts, page_shift,
                                   reinterpret_cast<uint16_t *>(smem4), key_off, row_n, row_state);
-        r0 = r1;
-    }
+    });
 }
 
 // The staged form (cuda/attention_prefill_f16_staged.cuh): its pre-pass, then the tiles.
@@ -51,17 +44,10 @@ attention_prompt_f16s_kernel(luce_attention_params p, StagedKv st, int32_t n_par
     using S = F16Shape<D>;
     extern __shared__ float4 smem4[];
     __shared__ int32_t row_n[S::kTileQV], row_state[S::kTileQV];
-    const int G = p.n_heads_q / p.n_heads_kv;
-    const int32_t rows_per_tile = S::kTileQV / G;
-    const int32_t t0 = blockIdx.x * rows_per_tile;
-    const int32_t t1 = min(t0 + rows_per_tile, p.prompt_rows);
-    for (int32_t r0 = t0; r0 < t1;) {  // one piece per segment the tile touches
-        const int32_t seg = attention_segment_of(p, r0);
-        const int32_t r1 = min(t1, p.qo_indptr[seg + 1]);
+    for_tile_pieces(p, S::kTileQV, [&](int32_t r0, int32_t r1) {
         f16s_prompt_piece<D, STAGES>(p, st, r0, r1, blockIdx.y, blockIdx.z, n_parts,
                                      reinterpret_cast<uint16_t *>(smem4), row_n, row_state);
-        r0 = r1;
-    }
+    });
 }
 
 // Sets a kernel's shared-memory limit (before any graph capture reaches here): 1 when `smem`
