@@ -134,13 +134,16 @@ def test_f16_row_bits_do_not_depend_on_the_chunk(f16_gemm, qtype):
         assert np.array_equal(prefill(x[:129], raw, qtype, n, bias, tune=tune), full[:129]), f"tune {tune}"
 
 
+# model widths, and for the 32-value types a ragged last chunk (the 0.5B's 896: 3.5 chunks)
+WGMMA_CASES = [(q, k) for q in BLOCK_TYPES for k in MODEL_K] + [(Q.Q8_0, 896), (Q.Q5_0, 896), (Q.Q5_0, 608)]
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("k", MODEL_K)
-@pytest.mark.parametrize("qtype", BLOCK_TYPES)
+@pytest.mark.parametrize("qtype, k", WGMMA_CASES)
 def test_f16_wgmma_bits_are_the_mma_bits(f16_gemm, qtype, k):
     """H100/H200: the warpgroup-MMA launches (tune 32: 128 x 128 tiles, 64: 256 x 128) give
-    tune 16's bits (mma.sync) for every row, at model widths, n = 1000 (partial tiles) and
-    2,048, 1 to 300 rows; elsewhere tune 32 is refused, not run."""
+    tune 16's bits (mma.sync) for every row, at model widths and ragged k, n = 1000 (partial
+    tiles) and 2,048, 1 to 300 rows; elsewhere tune 32 is refused, not run."""
     n = 1000 if k % 1024 else 2048
     raw, _ = tiled_weights(qtype, n, k)
     x = activations(300, k, seed=k)
