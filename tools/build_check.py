@@ -18,9 +18,10 @@ A library `make build` made with a real ROCm (luce/lib/libluce_hip.so) gets the 
 
 NVIDIA, when there is an nvcc (tools/cuda_build.py finds it): every cuda/*.cu compiles to
 device code for sm_86, sm_89, sm_90 and sm_120 (RTX 3090, RTX 4090, H100/H200, RTX 5090; one
-unoptimized -cubin per source and arch, in parallel, passes cached in build/cuda_check/), and
-the library `make build` made (luce/lib/libluce_cuda.so, for the local GPU or sm_90) must be
-newer than every kernel source and export every entry point. Without nvcc these checks are
+unoptimized -cubin per source and arch, in parallel, passes cached in build/cuda_check/; an
+arch the up-to-date library was built for is not compiled twice), and the library `make build`
+made (luce/lib/libluce_cuda.so, for the local GPU or sm_90, as sm_90a) must be newer than every
+kernel source and export every entry point. Without nvcc these checks are
 skipped with a note, unless --require-nvcc.
 
 Objects are cached in build/hip_check/obj/<archs>/ by a hash of the compiler, the flags, the device
@@ -84,10 +85,16 @@ def exported_symbols(lib: Path) -> set[str]:
     return {line.split()[-1] for line in result.stdout.splitlines() if line.strip()}
 
 
+# Headers of NVIDIA-only kernels (arch-specific instructions behind an arch check, with a
+# portable path beside them that HIP builds): their __global__ functions have no AMD code.
+NVIDIA_ONLY_HEADERS = ("matmul_prefill_wgmma.cuh",)   # sm_90a warpgroup MMAs (tunes 32 / 64)
+
+
 def global_function_names() -> set[str]:
-    """Names of the __global__ functions the kernel sources (and headers) define."""
+    """Names of the __global__ functions the kernel sources (and headers) define, those of
+    NVIDIA_ONLY_HEADERS aside."""
     pattern = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(")
-    files = [*kernel_sources(), *CUDA_DIR.glob("*.cuh")]
+    files = [*kernel_sources(), *(h for h in CUDA_DIR.glob("*.cuh") if h.name not in NVIDIA_ONLY_HEADERS)]
     return {name for f in files for name in pattern.findall(warp_width_lint.strip_comments_and_strings(f.read_text()))}
 
 
@@ -219,12 +226,17 @@ def check_nvcc(require: bool, jobs: int) -> list[str]:
             return [msg]
         print(f"build_check: {msg}")
         return []
-    errors = nvcc_device_check(nvcc, jobs)
+    sources = [*CUDA_DIR.glob("*.cu"), *CUDA_DIR.glob("*.h"), *CUDA_DIR.glob("*.cuh")]
+    stale = [p.name for p in sources if CUDA_LIB.exists() and p.stat().st_mtime > CUDA_LIB.stat().st_mtime]
+    # an arch the up-to-date library was built for (optimized, sm_90 as sm_90a) needs no second pass
+    built_here = set(nvidia_probe.library_archs(CUDA_LIB) or ()) if CUDA_LIB.exists() and not stale else set()
+    checked = [a for a in CHECK_ARCHS if a not in built_here]
+    if built_here & set(CHECK_ARCHS):
+        print(f"build_check: {nvidia_probe.sm_list(sorted(built_here & set(CHECK_ARCHS)))}: compiled by the library build")
+    errors = nvcc_device_check(nvcc, jobs, archs=checked)
     if not CUDA_LIB.exists():
         return errors + [f"{CUDA_LIB.relative_to(ROOT)} missing although nvcc exists: run "
                 "'python3 setup.py build_ext --inplace' (make build) and read its errors"]
-    sources = [*CUDA_DIR.glob("*.cu"), *CUDA_DIR.glob("*.h"), *CUDA_DIR.glob("*.cuh")]
-    stale = [p.name for p in sources if p.stat().st_mtime > CUDA_LIB.stat().st_mtime]
     if stale:
         return errors + [f"{CUDA_LIB.relative_to(ROOT)} is older than {', '.join(sorted(stale))}: "
                 "rebuild with 'python3 setup.py build_ext --inplace' (make build)"]

@@ -69,6 +69,9 @@ def test_kernel_of_stub_strips_the_stub_prefix():
 def test_global_function_names_see_launch_bounds():
     names = build_check.global_function_names()
     assert {"mmq_kernel", "rmsnorm_warp_kernel", "argmax_finish_kernel", "attention_partition_kernel"} <= names
+    # the sm_90a GEMM has no AMD code object to look for; its header exists (the list does not rot)
+    assert "mmw_kernel" not in names and "mmh_kernel" in names
+    assert all((build_check.CUDA_DIR / h).is_file() for h in build_check.NVIDIA_ONLY_HEADERS)
 
 
 @needs_hip_toolchain
