@@ -59,17 +59,7 @@ __host__ __device__ inline uint32_t h2_pack(double lo, double hi) { return f16_b
 #endif
 
 // The f16 pair {v, v} of an f32 (round to nearest even).
-__device__ __forceinline__ uint32_t h2_dup(float v) {
-#ifdef LUCE_MMA_F16_NATIVE
-    uint32_t r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %1;" : "=r"(r) : "f"(v));
-    return r;
-#elif defined(LUCE_MMA_F16_HIP)
-    return tc::as_word(tc::half_pair{(_Float16)v, (_Float16)v});
-#else
-    return h2_pack(v, v);
-#endif
-}
+__device__ __forceinline__ uint32_t h2_dup(float v) { return tc::pack_f16x2(v, v); }
 
 // a - b, a * b, a * b + c per half.
 __device__ __forceinline__ uint32_t h2_sub(uint32_t a, uint32_t b) {
