@@ -1,10 +1,12 @@
 // Prompt-row paged attention on f16 tensor cores (f32 accumulation): the arithmetic of the
-// f16 prompt-row kernel, shared by its two forms, which differ only in how K and V reach
-// shared memory: staged (cuda/attention_prefill_f16_staged.cuh: a pre-pass converts the
-// prompt segments' keys to f16 once into the workspace, the tiles cp.async them) and paged
-// (cuda/attention_prefill_f16_paged.cuh: every tile converts the f32 pages itself). Kernels
-// and launch: cuda/attention_prefill_f16_launch.cuh (LUCE_ATTN_PROMPT=f16, f16p or tf32 picks
-// the kernel in cuda/attention_prefill.cu, kPromptF16ByDefault when unset). Rows
+// f16 prompt-row kernel, shared by its forms, which differ only in how K and V reach shared
+// memory and how many m-tiles a warp takes: staged (cuda/attention_prefill_f16_staged.cuh: a
+// pre-pass converts the prompt segments' keys to f16 once into the workspace, the tiles
+// cp.async them; its wide variant cuda/attention_prefill_f16_wide.cuh gives each of 4 warps
+// two m-tiles) and paged (cuda/attention_prefill_f16_paged.cuh: every tile converts the f32
+// pages itself). Kernels and launch: cuda/attention_prefill_f16_launch.cuh
+// (LUCE_ATTN_PROMPT=f16, f16p, f16s, f16w or tf32 picks the kernel and form in
+// cuda/attention_prefill.cu, kPromptF16ByDefault when unset). Rows
 // 0..prompt_rows-1 of a luce_attention launch, flash-attention style over the paged f32 KV
 // cache, causal or not, GQA. Reference: luce/ref/attention_prefill.py (kind "f16": this
 // kernel's roundings, key blocks and online softmax; tolerance model).
