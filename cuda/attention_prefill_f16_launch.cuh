@@ -118,8 +118,16 @@ bool prompt_f16w_ready() {
         return false;
     } else {
         static int ready = 0;
-        if (ready == 0)
+        if (ready == 0) {
             ready = prepare_smem(attention_prompt_f16w_kernel<D>, F16Wide<D>::kSmemBytes, F16Wide<D>::kStaticBytes);
+#if defined(__CUDACC__) && !defined(__HIPCC__)
+            // All of L1 as shared memory where the driver would pick less: two blocks an SM
+            // (a hint; nothing depends on it but the rate).
+            if (ready > 0 && cudaFuncSetAttribute(attention_prompt_f16w_kernel<D>,
+                                                  cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
+                (void)cudaGetLastError();
+#endif
+        }
         return ready > 0;
     }
 }
