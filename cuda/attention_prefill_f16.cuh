@@ -1,10 +1,12 @@
 // Prompt-row paged attention on f16 tensor cores (f32 accumulation): the arithmetic of the
-// f16 prompt-row kernel, shared by its two forms, which differ only in how K and V reach
-// shared memory: staged (cuda/attention_prefill_f16_staged.cuh: a pre-pass converts the
-// prompt segments' keys to f16 once into the workspace, the tiles cp.async them) and paged
-// (cuda/attention_prefill_f16_paged.cuh: every tile converts the f32 pages itself). Kernels
-// and launch: cuda/attention_prefill_f16_launch.cuh (LUCE_ATTN_PROMPT=f16, f16p or tf32 picks
-// the kernel in cuda/attention_prefill.cu, kPromptF16ByDefault when unset). Rows
+// f16 prompt-row kernel, shared by its forms, which differ only in how K and V reach shared
+// memory and how many m-tiles a warp takes: staged (cuda/attention_prefill_f16_staged.cuh: a
+// pre-pass converts the prompt segments' keys to f16 once into the workspace, the tiles
+// cp.async them; its wide variant cuda/attention_prefill_f16_wide.cuh gives each of 4 warps
+// two m-tiles) and paged (cuda/attention_prefill_f16_paged.cuh: every tile converts the f32
+// pages itself). Kernels and launch: cuda/attention_prefill_f16_launch.cuh
+// (LUCE_ATTN_PROMPT=f16, f16p, f16s, f16w or tf32 picks the kernel and form in
+// cuda/attention_prefill.cu, kPromptF16ByDefault when unset). Rows
 // 0..prompt_rows-1 of a luce_attention launch, flash-attention style over the paged f32 KV
 // cache, causal or not, GQA. Reference: luce/ref/attention_prefill.py (kind "f16": this
 // kernel's roundings, key blocks and online softmax; tolerance model).
@@ -115,14 +117,14 @@ __device__ __forceinline__ int32_t f16_piece_rows(const luce_attention_params &p
 
 // q16 = f16(q * scale_log2) of the tile's nq query vectors into q_s [kTileQV][kStride] (zeros
 // past nq), two columns a thread (q needs no alignment).
-template <int D>
+template <int D, int THREADS = F16Shape<D>::kThreads>
 __device__ __forceinline__ void f16_store_q(const luce_attention_params &p, int32_t r0, int32_t hk, int nq,
                                             uint16_t *q_s) {
     using S = F16Shape<D>;
     const int G = p.n_heads_q / p.n_heads_kv;
     const float scale_log2 = p.scale * 1.44269504088896340736f;
     const float *q0 = p.q + ((int64_t)r0 * p.n_heads_q + (int64_t)hk * G) * D;
-    for (int i = threadIdx.x; i < S::kTileQV * D / 2; i += S::kThreads) {
+    for (int i = threadIdx.x; i < S::kTileQV * D / 2; i += THREADS) {
         const int v = i / (D / 2), c = 2 * (i % (D / 2));
         float x0 = 0.0f, x1 = 0.0f;
         if (v < nq) {
@@ -134,20 +136,24 @@ __device__ __forceinline__ void f16_store_q(const luce_attention_params &p, int3
     }
 }
 
-// One warp's rows and running state: its lane's query vectors v0 = 16 warp + g and v0 + 8
-// (their keys n_row), the most and fewest keys of the warp's 16 vectors (warp-uniform), and
-// per vector pair o [D/8][4], m, l.
+// The first query vector of this warp's 16 (an m-tile) where a warp takes one: 16 warp.
+__device__ __forceinline__ int f16_first_qv() { return 16 * (int)(threadIdx.x / WARP_SIZE); }
+
+// One warp's m-tile of 16 query vectors from `first`, and its running state: its lane's
+// vectors v0 = first + g and v0 + 8 (their keys n_row), the most and fewest keys of the 16
+// (warp-uniform), and per vector pair o [D/8][4], m, l.
 template <int D>
 struct F16Warp {
     int32_t n_row[2], n_warp, n_warp_min;
     float o[F16Shape<D>::kDimTiles][4], m[2], l[2];
 
-    __device__ __forceinline__ F16Warp(const int32_t *row_n, const int32_t *row_state, int nq, int G) {
-        const int warp = threadIdx.x / WARP_SIZE, v0 = 16 * warp + (threadIdx.x % WARP_SIZE) / 4;
+    __device__ __forceinline__ F16Warp(const int32_t *row_n, const int32_t *row_state, int nq, int G,
+                                       int first = f16_first_qv()) {
+        const int v0 = first + (threadIdx.x % WARP_SIZE) / 4;
         n_row[0] = f16_qv_keys(row_n, row_state, v0, nq, G);
         n_row[1] = f16_qv_keys(row_n, row_state, v0 + 8, nq, G);
         n_warp = 0, n_warp_min = kSplitKeys;
-        for (int v = 16 * warp; v < 16 * warp + 16; ++v) {
+        for (int v = first; v < first + 16; ++v) {
             const int32_t n = f16_qv_keys(row_n, row_state, v, nq, G);
             n_warp = max(n_warp, n);
             n_warp_min = min(n_warp_min, n);
@@ -162,9 +168,9 @@ struct F16Warp {
 // ldmatrix row offsets of this lane (halves): Q and V name (row | key) lane % 8 + 8 ((lane / 8) & 1),
 // column 8 (lane / 16); K names key lane % 8 + 8 (lane / 16), column 8 ((lane / 8) & 1).
 template <int D>
-__device__ __forceinline__ int32_t f16_q_off() {
+__device__ __forceinline__ int32_t f16_q_off(int first = f16_first_qv()) {
     const int lane = threadIdx.x % WARP_SIZE;
-    return (16 * (int)(threadIdx.x / WARP_SIZE) + (lane & 7) + 8 * ((lane >> 3) & 1)) * F16Shape<D>::kStride + 8 * (lane >> 4);
+    return (first + (lane & 7) + 8 * ((lane >> 3) & 1)) * F16Shape<D>::kStride + 8 * (lane >> 4);
 }
 template <int D>
 __device__ __forceinline__ int32_t f16_k_off() {
@@ -199,11 +205,12 @@ __device__ __forceinline__ void f16_scores(float (&s)[F16Shape<D>::kKeyTiles][4]
     }
 }
 
-// The online softmax of key block b0 (scores s) and o = o * a + f16(e) V (v_s [B][kStride]).
+// The online softmax of key block b0 (scores s): m, l, o *= a, and pa = f16(e) as the A
+// operand of 16-key step kk (n-tiles 2 kk: k 0..7, 2 kk + 1: k 8..15).
 template <int D>
-__device__ __forceinline__ void f16_softmax_pv(float (&s)[F16Shape<D>::kKeyTiles][4], int32_t b0, F16Warp<D> &w,
-                                               const uint16_t *v_s, int32_t v_off) {
-    constexpr int NT = F16Shape<D>::kKeyTiles, DT = F16Shape<D>::kDimTiles, KS = F16Shape<D>::kStride;
+__device__ __forceinline__ void f16_softmax(float (&s)[F16Shape<D>::kKeyTiles][4], int32_t b0, F16Warp<D> &w,
+                                            uint32_t (&pa)[F16Shape<D>::kKeyTiles / 2][4]) {
+    constexpr int NT = F16Shape<D>::kKeyTiles, DT = F16Shape<D>::kDimTiles;
     const int t = threadIdx.x & 3;
     // Entry i of s[nt]: row v0 + 8 (i >> 1), key b0 + 8 nt + 2t + (i & 1).
     if (b0 + F16Shape<D>::kBlockKeys > w.n_warp_min) {  // some vector of the warp ends in this block
@@ -230,7 +237,6 @@ __device__ __forceinline__ void f16_softmax_pv(float (&s)[F16Shape<D>::kKeyTiles
         mx[r] = m_use;
         w.l[r] *= alpha[r];
     }
-    uint32_t pa[NT / 2][4];  // P as the A operand of 16-key step kk: n-tiles 2 kk (k 0..7), 2 kk + 1 (k 8..15)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
         float e[4];
@@ -249,26 +255,44 @@ __device__ __forceinline__ void f16_softmax_pv(float (&s)[F16Shape<D>::kKeyTiles
         w.o[d][2] *= alpha[1];
         w.o[d][3] *= alpha[1];
     }
+}
+
+// o += pa V (v_s [B][kStride]) for MT m-tiles of one warp: each V fragment feeds all MT.
+template <int D, int MT>
+__device__ __forceinline__ void f16_pv(const uint32_t (&pa)[MT][F16Shape<D>::kKeyTiles / 2][4], F16Warp<D> *const (&w)[MT],
+                                       const uint16_t *v_s, int32_t v_off) {
+    constexpr int NT = F16Shape<D>::kKeyTiles, DT = F16Shape<D>::kDimTiles, KS = F16Shape<D>::kStride;
 #pragma unroll
     for (int kk = 0; kk < NT / 2; ++kk)
 #pragma unroll
         for (int dp = 0; dp < DT / 2; ++dp) {  // n-tiles 2 dp, 2 dp + 1: dims 16 dp .. 16 dp + 15
             uint32_t b[4];
             tc::ldmatrix_x4_trans(b, v_s + (v_off + 16 * kk * KS + 16 * dp));
-            tc::mma_f16_16x8x16(w.o[2 * dp], pa[kk], b[0], b[1]);
-            tc::mma_f16_16x8x16(w.o[2 * dp + 1], pa[kk], b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                tc::mma_f16_16x8x16(w[mt]->o[2 * dp], pa[mt][kk], b[0], b[1]);
+                tc::mma_f16_16x8x16(w[mt]->o[2 * dp + 1], pa[mt][kk], b[2], b[3]);
+            }
         }
 }
 
-// Partials of the split (entry `split` of each row and head): the 4 lanes of a row add their
-// l (xor 1, then xor 2). Tree rows (never sent here by the engine) get NaN statistics: a NaN
-// output, not a wrong one. Ends with a sync (the next piece reuses row_n and the tiles).
+// The online softmax of key block b0 (scores s) and o = o * a + f16(e) V (v_s [B][kStride]).
 template <int D>
-__device__ __forceinline__ void f16_write_partials(const luce_attention_params &p, F16Warp<D> &w, int32_t r0,
-                                                   int32_t hk, int32_t split, int32_t n_parts, int nq,
-                                                   const int32_t *row_n, const int32_t *row_state) {
+__device__ __forceinline__ void f16_softmax_pv(float (&s)[F16Shape<D>::kKeyTiles][4], int32_t b0, F16Warp<D> &w,
+                                               const uint16_t *v_s, int32_t v_off) {
+    uint32_t pa[1][F16Shape<D>::kKeyTiles / 2][4];
+    f16_softmax<D>(s, b0, w, pa[0]);
+    F16Warp<D> *const ws[1] = {&w};
+    f16_pv<D, 1>(pa, ws, v_s, v_off);
+}
+
+// Partials of the split (entry `split` of each row and head) of the m-tile from `first`: the
+// 4 lanes of a row add their l (xor 1, then xor 2).
+template <int D>
+__device__ __forceinline__ void f16_write_warp(const luce_attention_params &p, F16Warp<D> &w, int32_t r0, int32_t hk,
+                                               int32_t split, int32_t n_parts, int first = f16_first_qv()) {
     const int G = p.n_heads_q / p.n_heads_kv, lane = threadIdx.x % WARP_SIZE, t = lane & 3;
-    const int v0 = 16 * (int)(threadIdx.x / WARP_SIZE) + (lane >> 2);
+    const int v0 = first + (lane >> 2);
     const Workspace ws = workspace_of(p, n_parts, p.prompt_rows);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -287,12 +311,32 @@ __device__ __forceinline__ void f16_write_partials(const luce_attention_params &
             ml[1] = w.l[r];
         }
     }
-    for (int v = threadIdx.x; v < nq; v += F16Shape<D>::kThreads) {
+}
+
+// After every m-tile's f16_write_warp: tree rows (never sent here by the engine) get NaN
+// statistics (a NaN output, not a wrong one). Ends with a sync (the next piece reuses row_n
+// and the tiles).
+template <int THREADS>
+__device__ __forceinline__ void f16_write_end(const luce_attention_params &p, int32_t r0, int32_t hk, int32_t split,
+                                              int32_t n_parts, int nq, const int32_t *row_n,
+                                              const int32_t *row_state) {
+    const int G = p.n_heads_q / p.n_heads_kv;
+    const Workspace ws = workspace_of(p, n_parts, p.prompt_rows);
+    for (int v = threadIdx.x; v < nq; v += THREADS) {
         if (!row_state[v / G] || row_n[v / G] <= 0) continue;
         float *ml = ws.ml(r0 + v / G, hk * G + v % G, split);
         ml[0] = ml[1] = __int_as_float(0x7fc00000);
     }
     __syncthreads();
+}
+
+// The one-m-tile-a-warp forms' partials: f16_write_warp, then f16_write_end.
+template <int D>
+__device__ __forceinline__ void f16_write_partials(const luce_attention_params &p, F16Warp<D> &w, int32_t r0,
+                                                   int32_t hk, int32_t split, int32_t n_parts, int nq,
+                                                   const int32_t *row_n, const int32_t *row_state) {
+    f16_write_warp<D>(p, w, r0, hk, split, n_parts);
+    f16_write_end<F16Shape<D>::kThreads>(p, r0, hk, split, n_parts, nq, row_n, row_state);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The f16 prompt-row kernel's __global__ functions and launch (its device code:
 // cuda/attention_prefill_f16.cuh, the shared arithmetic; _paged.cuh and _staged.cuh, its two
-// ways of bringing K and V to shared memory). cuda/attention_prefill.cu includes this and
-// picks between it and the TF32 kernel (LUCE_ATTN_PROMPT).
+// ways of bringing K and V to shared memory; _wide.cuh, the staged form with 4 warps of two
+// m-tiles, two blocks an SM). cuda/attention_prefill.cu includes this and picks between it and
+// the TF32 kernel (LUCE_ATTN_PROMPT).
 #pragma once
 
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "attention_prefill_f16_paged.cuh"
 #include "attention_prefill_f16_staged.cuh"
+#include "attention_prefill_f16_wide.cuh"
 
 namespace luce_attn {
 namespace {
@@ -16,6 +18,10 @@ namespace {
 // The prompt kernel of a launch without LUCE_ATTN_PROMPT; DEFAULT_KIND in
 // luce/ref/attention_prefill.py names the same one.
 constexpr bool kPromptF16ByDefault = true;
+// Head dims whose staged keys take the wide form by default (LUCE_ATTN_PROMPT unset or f16)
+// where it fits; f16w asks for it at any D <= 128, f16s for the 8-warp form.
+template <int D>
+constexpr bool f16_wide_by_default() { return D == 128; }
 
 // The paged form (cuda/attention_prefill_f16_paged.cuh).
 template <int D, bool PIPE>
@@ -47,6 +53,19 @@ attention_prompt_f16s_kernel(luce_attention_params p, StagedKv st, int32_t n_par
     for_tile_pieces(p, S::kTileQV, [&](int32_t r0, int32_t r1) {
         f16s_prompt_piece<D, STAGES>(p, st, r0, r1, blockIdx.y, blockIdx.z, n_parts,
                                      reinterpret_cast<uint16_t *>(smem4), row_n, row_state);
+    });
+}
+
+// The wide form (cuda/attention_prefill_f16_wide.cuh), after the same pre-pass.
+template <int D>
+__global__ void __launch_bounds__(F16Wide<D>::kThreads, 2)
+attention_prompt_f16w_kernel(luce_attention_params p, StagedKv st, int32_t n_parts) {
+    using S = F16Shape<D>;
+    extern __shared__ float4 smem4[];
+    __shared__ int32_t row_n[S::kTileQV], row_state[S::kTileQV];
+    for_tile_pieces(p, S::kTileQV, [&](int32_t r0, int32_t r1) {
+        f16w_prompt_piece<D>(p, st, r0, r1, blockIdx.y, blockIdx.z, n_parts, reinterpret_cast<uint16_t *>(smem4),
+                             row_n, row_state);
     });
 }
 
@@ -92,28 +111,65 @@ int prompt_f16s_stages() {
     return ready_max > 0 ? F::kMaxStages : ready_two > 0 ? 2 : 0;
 }
 
+// Whether the wide form fits this device (D <= 128; asked once): 104,448 bytes at D = 128.
+template <int D>
+bool prompt_f16w_ready() {
+    if constexpr (D > 128) {
+        return false;
+    } else {
+        static int ready = 0;
+        if (ready == 0) {
+            ready = prepare_smem(attention_prompt_f16w_kernel<D>, F16Wide<D>::kSmemBytes, F16Wide<D>::kStaticBytes);
+#if defined(__CUDACC__) && !defined(__HIPCC__)
+            // All of L1 as shared memory where the driver would pick less: two blocks an SM
+            // (a hint; nothing depends on it but the rate).
+            if (ready > 0 && cudaFuncSetAttribute(attention_prompt_f16w_kernel<D>,
+                                                  cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
+                (void)cudaGetLastError();
+#endif
+        }
+        return ready > 0;
+    }
+}
+
 // LUCE_ATTN_PROMPT, read per launch so one process can time each: "tf32" the TF32 kernel
-// above, "f16p" the f16 kernel's paged form, any other value the f16 kernel (staged where the
-// launch gives it a staging workspace); unset or empty: kPromptF16ByDefault.
-enum PromptKind { kPromptTf32, kPromptF16Paged, kPromptF16 };
+// above, "f16p" the f16 kernel's paged form, "f16s" its 8-warp staged form, "f16w" its wide
+// form (D <= 128), any other value the f16 kernel in its default form (staged where the launch
+// gives it a staging workspace: wide where f16_wide_by_default); unset or empty:
+// kPromptF16ByDefault. Every f16 form gives the same bits.
+enum PromptKind { kPromptTf32, kPromptF16Paged, kPromptF16, kPromptF16Staged, kPromptF16Wide };
 PromptKind prompt_kind() {
     const char *kind = getenv("LUCE_ATTN_PROMPT");
     if (kind == nullptr || kind[0] == 0) return kPromptF16ByDefault ? kPromptF16 : kPromptTf32;
-    return strcmp(kind, "tf32") == 0 ? kPromptTf32 : strcmp(kind, "f16p") == 0 ? kPromptF16Paged : kPromptF16;
+    return strcmp(kind, "tf32") == 0   ? kPromptTf32
+           : strcmp(kind, "f16p") == 0 ? kPromptF16Paged
+           : strcmp(kind, "f16s") == 0 ? kPromptF16Staged
+           : strcmp(kind, "f16w") == 0 ? kPromptF16Wide
+                                       : kPromptF16;
 }
 
-// Whether the f16 kernel fits at head dim D in the form a launch of this kind may take (both
-// forms asked here, so that their shared-memory limits are set before any graph capture).
+// The staged form a launch of this kind takes at D where the launch stages its keys: 2 wide,
+// 1 the 8-warp form, 0 none (the paged form). Asks every form it may take, so that their
+// shared-memory limits are set before any graph capture.
+template <int D>
+int prompt_staged_form(PromptKind kind) {
+    if (kind == kPromptTf32 || kind == kPromptF16Paged) return 0;
+    const bool wide = kind == kPromptF16Wide || (kind == kPromptF16 && f16_wide_by_default<D>());
+    if (wide && prompt_f16w_ready<D>()) return 2;
+    return prompt_f16s_stages<D>() > 0 ? 1 : 0;
+}
+
+// Whether the f16 kernel fits at head dim D in the form a launch of this kind may take (the
+// paged form asked too, for a launch without a staging workspace).
 template <int D>
 bool prompt_f16_fits(PromptKind kind) {
-    const bool staged = prompt_f16s_stages<D>() > 0, paged = prompt_f16_form<D>() > 0;
-    return (kind == kPromptF16 && staged) || paged;
+    const bool staged = prompt_staged_form<D>(kind) > 0, paged = prompt_f16_form<D>() > 0;
+    return staged || paged;
 }
 
 template <int D>
 int64_t prompt_stage_rows(int32_t page_size, int64_t n_kv_indices) {
-    return prompt_kind() == kPromptF16 && n_kv_indices > 0 && prompt_f16s_stages<D>() > 0
-               ? n_kv_indices * page_size : 0;
+    return n_kv_indices > 0 && prompt_staged_form<D>(prompt_kind()) > 0 ? n_kv_indices * page_size : 0;
 }
 
 template <int D>
@@ -131,6 +187,12 @@ int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t p
         const unsigned blocks = (unsigned)min((items + 255) / 256, (int64_t)4096);
         const int stages = prompt_f16s_stages<D>();
         attention_stage_kv_kernel<D><<<blocks, 256, 0, stream>>>(p, st, page_shift);
+        if constexpr (D <= 128) {
+            if (prompt_staged_form<D>(prompt_kind()) == 2) {
+                attention_prompt_f16w_kernel<D><<<grid, F16Wide<D>::kThreads, F16Wide<D>::kSmemBytes, stream>>>(p, st, n_parts);
+                return luce_status(cudaGetLastError());
+            }
+        }
         if (stages > 2)
             attention_prompt_f16s_kernel<D, F::kMaxStages><<<grid, S::kThreads, F::smem_bytes(F::kMaxStages), stream>>>(p, st, n_parts);
         else

@@ -90,19 +90,20 @@ __device__ __forceinline__ void f16_stage_kv(const luce_attention_params &p, con
 }
 
 // Key block b0's K then V rows (keys j < n_ok from k_src / v_src, D halves apart; zeros past)
-// into buf [2B][kStride]: this thread's kCopies pieces, all of one 16-byte column c of rows
-// j0, j0 + kThreads / kChunks, ... (the source address of a zero piece is not read).
-template <int D>
+// into buf [2B][kStride] by a block of THREADS: this thread's kCopies pieces, all of one
+// 16-byte column c of rows j0, j0 + THREADS / kChunks, ... (the source address of a zero
+// piece is not read).
+template <int D, int THREADS = F16Shape<D>::kThreads>
 __device__ __forceinline__ void f16s_copy_block(const uint16_t *k_src, const uint16_t *v_src, int32_t b0,
                                                 int32_t n_ok, uint16_t *buf) {
     using F = F16Staged<D>;
     constexpr int B = F16Shape<D>::kBlockKeys, KS = F16Shape<D>::kStride;
-    constexpr int kHalf = F::kCopies / 2, kRowStep = F16Shape<D>::kThreads / F::kChunks;
-    static_assert(F16Shape<D>::kThreads % F::kChunks == 0, "a thread keeps one column");
+    constexpr int kCopies = 2 * B * F::kChunks / THREADS, kHalf = kCopies / 2, kRowStep = THREADS / F::kChunks;
+    static_assert(THREADS % F::kChunks == 0 && (2 * B * F::kChunks) % (2 * THREADS) == 0, "a thread keeps one column");
     const int j0 = threadIdx.x / F::kChunks, c = threadIdx.x % F::kChunks;
     const int64_t at = (int64_t)(b0 + j0) * D + 8 * c;
 #pragma unroll
-    for (int u = 0; u < F::kCopies; ++u) {
+    for (int u = 0; u < kCopies; ++u) {
         const int kv = u / kHalf, j = j0 + (u % kHalf) * kRowStep;
         const uint16_t *src = (kv ? v_src : k_src) + at + (int64_t)(u % kHalf) * kRowStep * D;
         cp_async16(buf + (kv * B + j) * KS + 8 * c, src, b0 + j < n_ok);

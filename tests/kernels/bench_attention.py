@@ -50,8 +50,9 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     """n_seqs sequences of `context` KV rows each, the last rows_per_seq of them queries
     (1: AR decode rows; more: a prefill chunk). heads (Hq, Hkv, D); tiled: every row takes
     the prompt-row kernel (prompt_rows = all rows), prompt_kernel "f16" (f16 tensor cores,
-    cuda/attention_prefill_f16*.cuh, staging the keys as f16 first: the default), "f16p" (its
-    paged form, every tile converting the f32 pages) or "tf32" (the TF32 one; LUCE_ATTN_PROMPT,
+    cuda/attention_prefill_f16*.cuh, staging the keys as f16 first: the default), "f16s" / "f16w"
+    (its 8-warp / wide staged form), "f16p" (its paged form, every tile converting the f32
+    pages) or "tf32" (the TF32 one; LUCE_ATTN_PROMPT,
     set around each launch), else the per-row partition kernel (the decode rows' arithmetic).
     The timed launch includes the staging pre-pass and the combine."""
     hq, hkv, d = heads
@@ -74,7 +75,7 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
             np.full(n_seqs, context - (pages_per_seq - 1) * PAGE, np.int32),
             np.arange(n_seqs, dtype=np.int32)]
     meta_bufs = [DeviceBuffer.from_numpy(a) for a in meta]
-    n_kv_indices = n_pages if tiled and prompt_kernel == "f16" else 0
+    n_kv_indices = n_pages if tiled and prompt_kernel in ("f16", "f16s", "f16w") else 0
     ws_bytes = ka.workspace_bytes(rows, hq, d, context, rows if tiled else 0, hkv, PAGE, n_kv_indices)
     ws = DeviceBuffer(ws_bytes)
     keep = (k, v, q, out, ws, meta_bufs)
@@ -149,19 +150,23 @@ BENCH_CASES = [
 for _c in BENCH_CASES:
     _c.__name__ = "attention_" + "_".join(map(str, _c.args))
 # Prompt chunks of 512 rows ending at 4K and 12K keys at the 27B shape and the Coder-1.5B one
-# (Hq 12, Hkv 2, D 128): the f16 prompt kernel (staged), its paged form ("f16p": the kernel
-# before staging), the TF32 one ("tiled": the names PERF.md's earlier rows use, e.g. 1,954 us
-# and 364 us at 4K) and per-row; then the engine's 2,048-row chunks at 12K (f16, f16p).
+# (Hq 12, Hkv 2, D 128): the f16 prompt kernel (staged; at D = 128 its wide form), its paged
+# form ("f16p": the kernel before staging), the TF32 one ("tiled": the names PERF.md's earlier
+# rows use, e.g. 1,954 us and 364 us at 4K) and per-row; then the engine's 2,048-row chunks at
+# 12K (f16, f16p). At the Coder shape also the 8-warp staged form ("f16s", the default before
+# the wide form).
 SHAPES = {"27b": (HQ, HKV, D), "1p5b": (12, 2, 128)}
 PREFILL_CASES = []
 for _shape, _heads in SHAPES.items():
     for _ctx in (4096, 12288):
         for _name, _tiled, _kernel in (("f16", True, "f16"), ("f16p", True, "f16p"), ("tiled", True, "tf32"),
-                                       ("per_row", False, "f16")):
+                                       ("per_row", False, "f16"), ("f16s", True, "f16s")):
+            if _name == "f16s" and _shape != "1p5b":
+                continue
             _c = functools.partial(attention_case, 1, _ctx, 512, _heads, _tiled, _kernel)
             _c.__name__ = f"attention_prompt_{_name}_{_shape}_{_ctx}_512"
             PREFILL_CASES.append(_c)
-    for _name in ("f16", "f16p"):
+    for _name in ("f16", "f16p") + (("f16s",) if _shape == "1p5b" else ()):
         _c = functools.partial(attention_case, 1, 12288, 2048, _heads, True, _name)
         _c.__name__ = f"attention_prompt_{_name}_{_shape}_12288_2048"
         PREFILL_CASES.append(_c)

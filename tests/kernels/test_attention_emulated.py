@@ -115,6 +115,7 @@ CASES = {  # (Hq, Hkv, D), [(slot, kv_len, rows)], tree segment, prompt_rows
                                                 None, 22),
     "g2_d64_split_boundary": ((2, 1, 64), [(0, 1100, 8)], None, 8),
     "g2_d128": ((2, 1, 128), [(0, 90, 9)], None, 9),
+    "g6_d128_coder_shape": ((12, 2, 128), [(0, 300, 50), (1, 70, 3)], None, 53),
     "g4_d256": ((4, 2, 256), [(0, 70, 5)], None, 5),
 }
 
@@ -174,11 +175,12 @@ def test_non_causal_prompt_rows_emulated(lib, kind):
 
 
 def test_one_buffer_form_gives_the_same_bits_emulated(lib, kind, tmp_path_factory, monkeypatch):
-    """At D = 128 the f16 kernel's staged form copies f16 keys through a ring of three K / V
-    buffers (~104 KiB), two where a block may take only 99 KiB (sm_86/89/120); its paged form
-    (no staging workspace) loads block i + 1's K and V while block i's MMAs run (two buffers)
-    or, in 99 KiB, stages one buffer between blocks. A second build of the library sees 99 KiB
-    (its launch decides once): every form the same bits, over five key blocks."""
+    """At D = 128 the f16 kernel's staged keys take its wide form (Q and two K / V buffers,
+    ~104 KiB); where a block may take only 99 KiB (sm_86/89/120) the 8-warp staged form with
+    two buffers; its paged form (no staging workspace) loads block i + 1's K and V while block
+    i's MMAs run (two buffers) or, in 99 KiB, stages one buffer between blocks. A second build
+    of the library sees 99 KiB (its launch decides once): every form the same bits, over five
+    key blocks."""
     rng = np.random.default_rng(7)
     pool = Pool(rng, pages_needed(300) + 1, 1, 128)
     seq = pool.seq(0, 300, 10)
@@ -195,11 +197,12 @@ def test_one_buffer_form_gives_the_same_bits_emulated(lib, kind, tmp_path_factor
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_staged_form_gives_the_paged_bits_emulated(lib, name, monkeypatch):
-    """The f16 kernel's staged form (the prompt segments' keys converted to f16 once into the
-    workspace, cp.async into shared memory) against its paged form (every tile converting the
-    f32 pages; n_kv_indices = 0, and LUCE_ATTN_PROMPT=f16p with the staging workspace given):
-    every output bit the same, at D = 64, 128, 256, over several prompts, padding and a tree,
-    the pool's pages shuffled so that a segment's keys sit apart."""
+    """The f16 kernel's staged forms (the prompt segments' keys converted to f16 once into the
+    workspace, cp.async into shared memory: the default, f16s its 8-warp form, f16w its wide
+    form of 4 warps with two m-tiles each, D <= 128) against its paged form (every tile
+    converting the f32 pages; n_kv_indices = 0, and LUCE_ATTN_PROMPT=f16p with the staging
+    workspace given): every output bit the same, at D = 64, 128, 256, over several prompts,
+    padding and a tree, the pool's pages shuffled so that a segment's keys sit apart."""
     (hq, hkv, d), specs, tree_seg, prompt_rows = CASES[name]
     rng = np.random.default_rng(len(name) + 5)
     pool = Pool(rng, sum(pages_needed(max(n, 1)) for _, n, _ in specs) + 2, hkv, d)
@@ -211,9 +214,10 @@ def test_staged_form_gives_the_paged_bits_emulated(lib, name, monkeypatch):
     staged = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows, guard=16)
     paged = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows, staged=False)
     assert np.array_equal(staged.view(np.uint32), paged.view(np.uint32))
-    monkeypatch.setenv("LUCE_ATTN_PROMPT", "f16p")
-    forced = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows)
-    assert np.array_equal(forced.view(np.uint32), paged.view(np.uint32))
+    for form in ("f16p", "f16s") + (("f16w",) if d <= 128 else ()):
+        monkeypatch.setenv("LUCE_ATTN_PROMPT", form)
+        forced = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows, guard=16)
+        assert np.array_equal(forced.view(np.uint32), paged.view(np.uint32)), form
     check_prompt_rows(staged, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows)
 
 

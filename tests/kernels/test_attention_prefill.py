@@ -1,6 +1,7 @@
 """Prompt-row attention on tensor cores (cuda/attention_prefill.cu: the kernel that
-LUCE_ATTN_PROMPT=f16, f16p (the f16 kernel's paged form) or tf32 names for the run, else the
-default one) on a GPU; launches give the f16 kernel its staging workspace unless a test says not.
+LUCE_ATTN_PROMPT=f16, f16p / f16s / f16w (the f16 kernel's paged, 8-warp staged or wide staged
+form) or tf32 names for the run, else the default one) on a GPU; launches give the f16 kernel
+its staging workspace unless a test says not.
 
 Prompt rows take their own arithmetic (DESIGN 5 rule 1): they are checked against its model
 luce/ref/attention_prefill.py and the exact math luce/ref/attention.py within
@@ -108,10 +109,11 @@ def test_prompt_rows_bitwise_at_any_chunking(heads):
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads", HEADS)
 def test_staged_and_paged_f16_forms_give_the_same_bits(heads, monkeypatch):
-    """The f16 kernel's staged form (keys converted to f16 once into the workspace, cp.async
-    ring) and its paged form (every tile converting the f32 pages: n_kv_indices = 0, or
-    LUCE_ATTN_PROMPT=f16p): every bit the same, for a chunk across 1,024-key splits beside
-    decoders, padding and a tree."""
+    """The f16 kernel's staged forms (keys converted to f16 once into the workspace, cp.async
+    ring: the default, LUCE_ATTN_PROMPT=f16s the 8-warp form, f16w the wide one of 4 warps with
+    two m-tiles each, D <= 128, where the device holds it; elsewhere f16w takes the 8-warp form)
+    and its paged form (every tile converting the f32 pages: n_kv_indices = 0, or f16p): every
+    bit the same, for a chunk across 1,024-key splits beside decoders, padding and a tree."""
     if KIND != "f16":
         pytest.skip("the f16 kernel's forms (LUCE_ATTN_PROMPT names another kernel)")
     hq, hkv, d = heads
@@ -121,9 +123,10 @@ def test_staged_and_paged_f16_forms_give_the_same_bits(heads, monkeypatch):
     staged = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=300)
     paged = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=300, staged=False)
     assert np.array_equal(staged.view(np.uint32), paged.view(np.uint32))
-    monkeypatch.setenv("LUCE_ATTN_PROMPT", "f16p")
-    forced = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=300)
-    assert np.array_equal(forced.view(np.uint32), paged.view(np.uint32))
+    for form in ("f16p", "f16s", "f16w"):
+        monkeypatch.setenv("LUCE_ATTN_PROMPT", form)
+        forced = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=300)
+        assert np.array_equal(forced.view(np.uint32), paged.view(np.uint32)), form
     assert_prompt_close(staged, q, pool, batch, scale, 300, tree_reference(q, pool, batch, tp, scale))
 
 
