@@ -266,3 +266,29 @@ def test_real_hip_python_without_a_device_fails_with_the_hip_error():
         runtime.malloc(256)
     with pytest.raises(RuntimeError, match=r"cannot use the HIP backend: .*\(0 HIP devices\)"):
         get_backend("hip")
+
+
+# ---- the attention output's memset ------------------------------------------------------------------
+def test_attention_zeroes_its_output_only_for_padding_rows(gpu, tmp_path):
+    """Every row of a live segment is written by the attention kernels, so a step without
+    padding rows (a decode step) launches no memset for the output; a padding segment's rows
+    are zeroed first (they reach the LM head: finite values)."""
+    from luce.models import load_model
+    from luce.models.packer import SegmentSpec, build_batch
+    from luce.testing.tiny_models import make_qwen35
+
+    backend, fake = gpu
+    make_qwen35(tmp_path / "q35.gguf", seed=21, head_dim=64, ssm_state_size=64)
+    model = load_model(tmp_path / "q35.gguf", backend)
+    state = model.new_state(max_pages=24, max_slots=2)
+    kv = next(iter(state.kv.values()))
+    q = backend.upload(np.ones((2, model.config.n_head, 64), np.float32))
+    memsets = lambda: sum(name.endswith("MemsetAsync") for name in names(fake))  # noqa: E731
+    live = build_batch([SegmentSpec(0, [5], 3, list(range(12))), SegmentSpec(1, [6], 4, list(range(12, 24)))])
+    before = memsets()
+    backend.attention(q, kv, live, 0.125)
+    assert memsets() == before
+    padded = build_batch([SegmentSpec(0, [5], 3, list(range(12))), SegmentSpec(-1, [0], 0, [])])
+    before = memsets()
+    backend.attention(q, kv, padded, 0.125)
+    assert memsets() == before + 1
