@@ -29,8 +29,9 @@
 // and writes that row's c; f16 scales, every lane writes its (group sum, scale) of each row. The
 // last warp of the block to finish a batch (a shared counter) runs the ordered chains of its R
 // rows: thread 4r + kp takes acc[kp] of row r, and the four meet in order by shuffles. c lives
-// in a ring of kGemvRing batches; the block synchronizes once per kGemvRing batches before
-// reusing it.
+// in a ring of C::kRing batches; the block synchronizes once per kRing batches before reusing
+// it: 16 for the integer-scale types (one float a chunk and row), so a block of a 27B FFN matrix
+// (3-7 batches) never waits there (with a ring of 4, ncu found 25% of the warps' time at it).
 #pragma once
 
 #include "matmul_gemv_c.cuh"
@@ -39,7 +40,6 @@
 namespace mm {
 
 constexpr int kGemvMaxThreads = 512;
-constexpr int kGemvRing = 4;                     // batches of c in flight per block
 constexpr int kGemvChunksPerWarp = WARP_SIZE / 8;
 
 struct GemvArgs {
@@ -52,17 +52,17 @@ struct GemvArgs {
 };
 
 // Block: `warps` warps (all chunks of k, CPL chunk slots a lane); rows in batches of R.
-// Dynamic shared memory (gemv_smem_bytes): c [kGemvRing][R][chunks][C::kFloatsPerChunk], the x
+// Dynamic shared memory (gemv_smem_bytes): c [C::kRing][R][chunks][C::kFloatsPerChunk], the x
 // scales [chunks], then for GroupFloatC with offsets the f32 sums of x's groups [groups].
 template <class G, int CPL, int R>
 __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     using C = GemvC<G, CPL, R>;
-    constexpr int CW = kGemvChunksPerWarp, FC = C::kFloatsPerChunk;
+    constexpr int CW = kGemvChunksPerWarp, FC = C::kFloatsPerChunk, kRing = C::kRing;
     static_assert(R == 1 || R == 2 || R == 4 || R == 8, "rows8_sum takes 1, 2, 4 or 8 rows");
     extern __shared__ float c_s[];
-    __shared__ unsigned arrived[kGemvRing];
+    __shared__ unsigned arrived[kRing];
     const int chunks = (int)a.x.chunks, groups = (int)a.x.groups, W = a.warps;
-    float *xd_s = c_s + kGemvRing * R * FC * chunks, *xs_s = xd_s + chunks;
+    float *xd_s = c_s + kRing * R * FC * chunks, *xs_s = xd_s + chunks;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, j = lane % 8;
     int ch[CPL], jg[CPL];  // the lane's chunk and group in it (inside the row where past k)
     bool live[CPL];        // the lane's group is one of k's
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
         }
     };
     if (blockIdx.x < batches) load_batch(blockIdx.x);  // weights before the kernel ahead ends
-    if (threadIdx.x < kGemvRing) arrived[threadIdx.x] = 0;
+    if (threadIdx.x < kRing) arrived[threadIdx.x] = 0;
     wait_for_prior_kernels();  // x is written by the kernel ahead
     let_dependents_start();    // the kernel after may be scheduled (it waits for this one to end)
     GroupX gx[CPL];
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
         C form;
         form.take(raw, jg, gx, j);
         if (b + gridDim.x < batches) load_batch(b + gridDim.x);  // in flight while this batch finishes
-        const int slot = turn % kGemvRing;
+        const int slot = turn % kRing;
         float *c_slot = c_s + slot * R * FC * chunks;
         form.put(c_slot, ch, live, j, chunks);
         // The last warp to finish the batch runs its R rows' ordered chains.
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
             }
             if (lane == 0) arrived[slot] = 0;
         }
-        if (slot == kGemvRing - 1) __syncthreads();  // every chain of the ring is done before it refills
+        if (slot == kRing - 1) __syncthreads();  // every chain of the ring is done before it refills
     }
 }
 
@@ -159,7 +159,8 @@ int resident_blocks(K kernel, int threads, size_t smem) {
 template <class G, int CPL, int R>
 size_t gemv_smem_bytes(const XLayout &x) {
     constexpr bool kXs = G::kGroupScale && G::kOffset;
-    return ((size_t)(kGemvRing * R * GemvC<G, CPL, R>::kFloatsPerChunk + 1) * x.chunks + (kXs ? x.groups : 0)) *
+    using C = GemvC<G, CPL, R>;
+    return ((size_t)(C::kRing * R * C::kFloatsPerChunk + 1) * x.chunks + (kXs ? x.groups : 0)) *
            sizeof(float);
 }
 

@@ -112,6 +112,7 @@ __device__ __forceinline__ int rows8_sum(int (&v)[R]) {
 template <class G, int CPL, int R>
 struct ChunkIntC {
     static constexpr int kFloatsPerChunk = 1;
+    static constexpr int kRing = 16;  // batches of c in flight per block (R * chunks floats each)
     int sh[CPL][R], sl[CPL][R], ms[CPL][R];
     float d[CPL], negmin[CPL];  // of the row this lane writes (lane j: row j * R / 8)
 
@@ -163,6 +164,7 @@ struct ChunkIntC {
 template <class G, int CPL, int R>
 struct GroupFloatC {
     static constexpr int kFloatsPerChunk = 2 * kGroups;
+    static constexpr int kRing = 4;  // 256 B a chunk and row: shared memory bounds the ring
     float sum[CPL][R], scale[CPL][R];
 
     __device__ __forceinline__ void take(const typename G::Raw (&raw)[CPL][R], const int (&jg)[CPL],

@@ -54,13 +54,14 @@ def run(lib, x, raw, qtype, n, bias=None, tune=0, offset=0):
 
 # (type, f32 floats a chunk and row of the one-row kernel's c, rows a batch at tune 5 / 0)
 GEMV = {Q.Q5_0: (16, 4, 4), Q.Q8_0: (16, 4, 4), Q.Q4_K: (1, 2, 4)}
+RING = {Q.Q5_0: 4, Q.Q8_0: 4, Q.Q4_K: 16}   # batches of c a block keeps (GroupFloatC / ChunkIntC::kRing)
 
 
 def gemv_smem(qtype, k: int, rows: int) -> int:
     """Dynamic shared memory of the one-row kernel (matmul_gemv.cuh gemv_smem_bytes)."""
     per_chunk = GEMV[qtype][0]
     chunks, groups = -(-k // 256), k // 32
-    return 4 * ((4 * rows * per_chunk + 1) * chunks + (groups if qtype == Q.Q5_0 else 0))
+    return 4 * ((RING[qtype] * rows * per_chunk + 1) * chunks + (groups if qtype == Q.Q5_0 else 0))
 
 
 def assert_one_row_kernel_ran(lib, qtype, k, tune):
