@@ -72,8 +72,13 @@ class CudaFusedOps(FusedOps):
             gate_ptr, up_ptr, stride = gate.ptr, up.ptr, F
         if w.k != F:
             raise ValueError(f"swiglu_matmul: {F} columns into a weight [{w.n}, {w.k}]")
-        if self.has_prompt_rows(T, prefill_spans):
-            return super().swiglu_matmul(gate, up, w, prefill_spans)
+        if self.has_prompt_rows(T, prefill_spans):   # the prompt-row GEMM quantizes its own way
+            from luce import _cuda_elementwise as ke
+
+            act = self.empty((T, F))
+            if T:   # a merged gate|up is read in place (strides), not split into two copies first
+                ke.swiglu(gate_ptr, up_ptr, act.ptr, T, F, stride, stride, F, stream=self.stream)
+            return self.matmul(act, w, prefill_spans=prefill_spans)
         workspace, ws_bytes = self._quant_workspace(T, F, [w])
         if workspace is None:
             return super().swiglu_matmul(gate, up, w)
