@@ -80,15 +80,32 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     }
     const int64_t batches = (a.n + R - 1) / R;
     typename G::Raw raw[CPL][R];
+    // Weight addresses: the lane's chunks of row 0 once; a batch's first row as a 64-bit offset
+    // (b * R * row_bytes, the same for the block's lanes), its rows r as 32-bit offsets past it (a
+    // row is far below 4 GiB); rows past n re-read row n - 1 (the last batch only).
+    const uint8_t *w_ch[CPL];
+#pragma unroll
+    for (int s = 0; s < CPL; ++s) w_ch[s] = a.w + (int64_t)ch[s] * G::Tensor::kChunkBytes;
+    const uint32_t rb = (uint32_t)a.row_bytes;
     auto load_batch = [&](int64_t b) {
+        const int64_t boff = b * R * a.row_bytes;
+        uint32_t off[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const int64_t row = b * R + r < a.n ? b * R + r : a.n - 1;
-            const uint8_t *w_row = a.w + row * a.row_bytes;
+        for (int r = 0; r < R; ++r) off[r] = r * rb;
+        if (b * R + R > a.n) {
+            const int last = (int)(a.n - 1 - b * R);
 #pragma unroll
-            for (int s = 0; s < CPL; ++s)
-                G::load(raw[s][r], w_row + (int64_t)ch[s] * G::Tensor::kChunkBytes, a.w_end, jg[s]);
+            for (int r = 1; r < R; ++r) off[r] = (uint32_t)(r < last ? r : last) * rb;
         }
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int s = 0; s < CPL; ++s) {
+                if constexpr (G::kOwnLayout)
+                    G::load_at(raw[s][r], w_ch[s] + boff, off[r], jg[s]);
+                else
+                    G::load(raw[s][r], w_ch[s] + boff + off[r], a.w_end, jg[s]);
+            }
     };
     if (blockIdx.x < batches) load_batch(blockIdx.x);  // weights before the kernel ahead ends
     if (threadIdx.x < kRing) arrived[threadIdx.x] = 0;
@@ -96,7 +113,7 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     let_dependents_start();    // the kernel after may be scheduled (it waits for this one to end)
     GroupX gx[CPL];
 #pragma unroll
-    for (int s = 0; s < CPL; ++s) load_group_x<G::kOffset && !G::kGroupScale>(a.x, ch[s], jg[s], gx[s]);
+    for (int s = 0; s < CPL; ++s) gemv_load_x<G>(a.x, ch[s], jg[s], gx[s]);
     for (int c = threadIdx.x; c < chunks; c += blockDim.x) xd_s[c] = __ldg(a.x.xd + (int64_t)c * a.x.tp);
     if (G::kGroupScale && G::kOffset)  // S_j of token 0 as mmq_chunk_float adds it
         for (int g = threadIdx.x; g < groups; g += blockDim.x) {

@@ -16,37 +16,11 @@
 
 #include <type_traits>
 
+#include "matmul_gemv_iq4.cuh"
 #include "matmul_gemv_types.cuh"
 #include "matmul_x.cuh"
 
 namespace mm {
-
-// c + sum of the 4 products of signed bytes of a with signed (kUnsignedB false) or unsigned
-// bytes of b.
-template <bool kUnsignedB>
-__device__ __forceinline__ int dp4(uint32_t a, uint32_t b, int c) {
-#ifdef LUCE_MM_PORTABLE  // HIP, the host emulator
-    for (int i = 0; i < 4; ++i) {
-        const int bv = kUnsignedB ? (int)((b >> (8 * i)) & 0xFF) : (int)(int8_t)(b >> (8 * i));
-        c += (int)(int8_t)(a >> (8 * i)) * bv;
-    }
-    return c;
-#else
-    int d;
-    if (kUnsignedB)
-        asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    else
-        asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-#endif
-}
-
-// x operands of group g of token 0: the 4 quads' words and (kPlanes: the integer-scale types
-// with mins) the group's integer sum.
-struct GroupX {
-    uint4 v[4];
-    int s;
-};
 
 template <bool kPlanes>
 __device__ __forceinline__ void load_group_x(const XLayout &x, int64_t ch, int j, GroupX &gx) {
@@ -62,25 +36,38 @@ __device__ __forceinline__ void load_group_x(const XLayout &x, int64_t ch, int j
     }
 }
 
-// The three exact sums of one row's group j against x.
+// x of the lane's group j of chunk ch: the reader's own layout where it has one.
+template <class G>
+__device__ __forceinline__ void gemv_load_x(const XLayout &x, int64_t ch, int j, GroupX &gx) {
+    if constexpr (G::kOwnLayout)
+        G::load_x(x, ch, j, gx);
+    else
+        load_group_x<G::kOffset && !G::kGroupScale>(x, ch, j, gx);
+}
+
+// The three exact sums of one row's group j against x (the reader's own where kOwnLayout).
 template <class G>
 __device__ __forceinline__ void group_sums(const typename G::Raw &raw, int j, const GroupX &gx, int &sh, int &sl,
                                            int &ms) {
-    GroupWords w;
-    G::words(raw, j, w);
-    int ph0 = 0, ph1 = 0, pl0 = 0, pl1 = 0;  // values 0..15 / 16..31, high / low x bytes
+    if constexpr (G::kOwnLayout) {
+        G::sums(raw, j, gx, sh, sl, ms);
+    } else {
+        GroupWords w;
+        G::words(raw, j, w);
+        int ph0 = 0, ph1 = 0, pl0 = 0, pl1 = 0;  // values 0..15 / 16..31, high / low x bytes
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-        ph0 = dp4<false>(w.lo[q], gx.v[q].x, ph0);
-        ph1 = dp4<false>(w.hi[q], gx.v[q].y, ph1);
-        pl0 = dp4<true>(w.lo[q], gx.v[q].z, pl0);
-        pl1 = dp4<true>(w.hi[q], gx.v[q].w, pl1);
+        for (int q = 0; q < 4; ++q) {
+            ph0 = dp4<false>(w.lo[q], gx.v[q].x, ph0);
+            ph1 = dp4<false>(w.hi[q], gx.v[q].y, ph1);
+            pl0 = dp4<true>(w.lo[q], gx.v[q].z, pl0);
+            pl1 = dp4<true>(w.hi[q], gx.v[q].w, pl1);
+        }
+        int s[2], m;
+        G::scales(raw, j, s, m);
+        sh = s[0] * ph0 + s[1] * ph1;
+        sl = s[0] * pl0 + s[1] * pl1;
+        ms = m * gx.s;
     }
-    int s[2], m;
-    G::scales(raw, j, s, m);
-    sh = s[0] * ph0 + s[1] * ph1;
-    sl = s[0] * pl0 + s[1] * pl1;
-    ms = m * gx.s;
 }
 
 // Sums of R rows over the 8 lanes of an aligned group, transposed: v[0] of lane j ends as the

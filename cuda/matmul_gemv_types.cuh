@@ -10,12 +10,42 @@
 // the kernel applies per group in f32 (the tile kernel's mmq_chunk_float); scales() then
 // gives integer scales 1, so the kernel's integer sums are the group's plain sums. Else the
 // integer scales and mins of scales() are summed per chunk and d() / negmin() apply per chunk.
+// IQ4_XS has a reader of its own lane layout (kOwnLayout): cuda/matmul_gemv_iq4.cuh.
 #pragma once
 
 #include "matmul_blocks.cuh"
 #include "matmul_kquants.cuh"
 
 namespace mm {
+
+// c + sum of the 4 products of signed bytes of a with signed (kUnsignedB false) or unsigned
+// bytes of b.
+template <bool kUnsignedB>
+__device__ __forceinline__ int dp4(uint32_t a, uint32_t b, int c) {
+#ifdef LUCE_MM_PORTABLE  // HIP, the host emulator
+    for (int i = 0; i < 4; ++i) {
+        const int bv = kUnsignedB ? (int)((b >> (8 * i)) & 0xFF) : (int)(int8_t)(b >> (8 * i));
+        c += (int)(int8_t)(a >> (8 * i)) * bv;
+    }
+    return c;
+#else
+    int d;
+    if (kUnsignedB)
+        asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    else
+        asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#endif
+}
+
+// x operands of a lane of token 0, kept in registers for the whole launch: for the readers here
+// group g's 4 quads' words and (the integer-scale types with mins) its integer sum
+// (load_group_x, matmul_gemv_c.cuh); a reader with kOwnLayout fills it its own way (G::load_x).
+struct GroupX {
+    uint4 v[4];
+    int s;
+    uint32_t k[2];  // a reader's own lane constants (kOwnLayout)
+};
 
 struct GroupWords {
     uint32_t lo[4], hi[4];
@@ -77,7 +107,7 @@ __device__ __forceinline__ uint32_t word_of(const uint4 &v, int i) { return i ==
 // Q4_K (144 B, 16-byte aligned rows): header, then qs[32i + l] (i = j / 2) low / high nibble.
 struct GemvQ4K {
     using Tensor = ReaderQ4K;
-    static constexpr bool kHalves = false, kOffset = true, kGroupScale = false;
+    static constexpr bool kHalves = false, kOffset = true, kGroupScale = false, kOwnLayout = false;
     static constexpr int kAlign = 16;  // of the weights: 16-byte loads
     static constexpr int kRows = 2;    // rows a lane loads at once (12 registers a row)
     struct Raw { uint4 h, qa, qb; };
@@ -107,7 +137,7 @@ struct GemvQ4K {
 // Q5_K (176 B, 16-byte aligned rows): as Q4_K with qh[32] after the header (bit j of qh[l]).
 struct GemvQ5K {
     using Tensor = ReaderQ5K;
-    static constexpr bool kHalves = false, kOffset = true, kGroupScale = false;
+    static constexpr bool kHalves = false, kOffset = true, kGroupScale = false, kOwnLayout = false;
     static constexpr int kAlign = 16;
     static constexpr int kRows = 2;  // 20 registers a row
     struct Raw { uint4 h, ha, hb, qa, qb; };
@@ -136,7 +166,7 @@ struct GemvQ5K {
 // 2j, 2j + 1 of the 16 at 192 (values 0..15, 16..31); f16 d at 208.
 struct GemvQ6K {
     using Tensor = ReaderQ6K;
-    static constexpr bool kHalves = true, kOffset = false, kGroupScale = false;
+    static constexpr bool kHalves = true, kOffset = false, kGroupScale = false, kOwnLayout = false;
     static constexpr int kAlign = 2;  // words realigned from 4-byte loads
     static constexpr int kRows = 2;   // 21 registers a row
     struct Raw { uint32_t ql[9], qh[9], sd; const uint8_t *c; };
@@ -168,32 +198,6 @@ struct GemvQ6K {
     static __device__ __forceinline__ float negmin(const Raw &) { return 0.0f; }
 };
 
-// IQ4_XS (136 B, 8-byte aligned rows): 8-byte header (f16 d, scales_h, scales_l), qs[16j + l].
-struct GemvIQ4XS {
-    using Tensor = ReaderIQ4XS;
-    static constexpr bool kHalves = false, kOffset = false, kGroupScale = false;
-    static constexpr int kAlign = 8;  // 8-byte loads
-    static constexpr int kRows = 4;   // 6 registers a row (tune 6: 8)
-    struct Raw { uint2 head, qa, qb; };
-    static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
-        r.head = ldg8(c);
-        r.qa = ldg8(c + 8 + 16 * j);
-        r.qb = ldg8(c + 16 + 16 * j);
-    }
-    static __device__ __forceinline__ void words(const Raw &r, int, GroupWords &g) {
-        const uint32_t w[4] = {r.qa.x, r.qa.y, r.qb.x, r.qb.y};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) iq4_lookup(w[q], g.lo[q], g.hi[q]);
-    }
-    static __device__ __forceinline__ void scales(const Raw &r, int j, int s[2], int &m) {
-        const uint32_t ls_lo = r.head.y, ls_hi = r.head.x >> 16;
-        s[0] = s[1] = (int)(((ls_lo >> (4 * j)) & 15) | (((ls_hi >> (2 * j)) & 3) << 4)) - 32;
-        m = 0;
-    }
-    static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.head.x); }
-    static __device__ __forceinline__ float negmin(const Raw &) { return 0.0f; }
-};
-
 // Q8_0 and Q5_0 (34 and 22 B blocks, 2-byte aligned): f16 d, then the block's bytes. A lane
 // loads the aligned words covering block j (load_words_a2 from the block's start: 9 and 6
 // words) and realigns the words after d: the selector takes bytes 2..5 of two words (block at
@@ -204,7 +208,7 @@ __device__ __forceinline__ uint32_t block32_sel(uint32_t sh) { return sh ? 0x765
 // covering it, d from word 0, integer scales of 1 (the f16 d is applied per group in float).
 template <int kBytes, int kWords>
 struct GemvBlock32 {
-    static constexpr bool kHalves = false, kGroupScale = true;
+    static constexpr bool kHalves = false, kGroupScale = true, kOwnLayout = false;
     static constexpr int kAlign = 2;  // 4-byte loads realigned
     static constexpr int kRows = 4;   // rows a lane loads at once (tune 6: 8)
     struct Raw { uint32_t w[kWords + 1], sh; };

@@ -1,8 +1,8 @@
 """The decode matmul's own source on the CPU (cuda/matmul.cu through luce_matmul, built by
 tests/kernels/emu): a one-row call of the dp4a kernel (cuda/matmul_gemv.cuh; tune 5, tune 6,
 or tune 0 where luce_matmul picks it) gives bitwise the tensor-core tile kernel's row (tune 4)
-and its row of a 3-row call, for the per-group f16-scale types Q5_0 and Q8_0 and Q4_K as the
-control: k = 896 (three and a half 256-value chunks, Qwen2.5-0.5B's hidden size), 256, 352
+and its row of a 3-row call, for the per-group f16-scale types Q5_0 and Q8_0, IQ4_XS (its own
+lane layout, cuda/matmul_gemv_iq4.cuh) and Q4_K as the control: k = 896 (three and a half 256-value chunks, Qwen2.5-0.5B's hidden size), 256, 352
 and 288 (a last chunk of 3 groups and of one); n odd; weights 2 bytes off a 4-byte boundary;
 blocks that take several batches; the Qwen2.5-0.5B shapes. The emulator's f32 arithmetic is
 the host's, so only bitwise comparisons between two kernels of one build (and the parity
@@ -53,8 +53,8 @@ def run(lib, x, raw, qtype, n, bias=None, tune=0, offset=0):
 
 
 # (type, f32 floats a chunk and row of the one-row kernel's c, rows a batch at tune 5 / 0)
-GEMV = {Q.Q5_0: (16, 4, 4), Q.Q8_0: (16, 4, 4), Q.Q4_K: (1, 2, 4)}
-RING = {Q.Q5_0: 4, Q.Q8_0: 4, Q.Q4_K: 16}   # batches of c a block keeps (GroupFloatC / ChunkIntC::kRing)
+GEMV = {Q.Q5_0: (16, 4, 4), Q.Q8_0: (16, 4, 4), Q.Q4_K: (1, 2, 4), Q.IQ4_XS: (1, 4, 4)}
+RING = {Q.Q5_0: 4, Q.Q8_0: 4, Q.Q4_K: 16, Q.IQ4_XS: 16}   # batches of c a block keeps (GroupFloatC / ChunkIntC::kRing)
 
 
 def gemv_smem(qtype, k: int, rows: int) -> int:
@@ -67,6 +67,8 @@ def gemv_smem(qtype, k: int, rows: int) -> int:
 def assert_one_row_kernel_ran(lib, qtype, k, tune):
     _, r5, r0 = GEMV[qtype]
     rows = {0: r0, 5: r5, 6: 2 * r5}[tune]
+    if -(-k // 256) > 64:  # two chunk slots a lane (matmul_gemv.cuh with_gemv_shape): half the rows
+        rows = {0: r0 // 2, 5: r5 // 2, 6: r5}[tune]
     assert lib.emu_last_launch_smem() == gemv_smem(qtype, k, rows), f"tune {tune}: not the one-row kernel"
 
 
@@ -74,7 +76,8 @@ def same_bits(a, b) -> bool:
     return np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-CASES = [(Q.Q5_0, 896, 37), (Q.Q8_0, 896, 37), (Q.Q5_0, 256, 13), (Q.Q8_0, 352, 21), (Q.Q4_K, 512, 19)]
+CASES = [(Q.Q5_0, 896, 37), (Q.Q8_0, 896, 37), (Q.Q5_0, 256, 13), (Q.Q8_0, 352, 21), (Q.Q4_K, 512, 19),
+         (Q.IQ4_XS, 512, 19), (Q.IQ4_XS, 1280, 11)]
 
 
 @pytest.mark.parametrize("qtype,k,n", CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -112,10 +115,12 @@ def test_weights_at_2_mod_4(lib, qtype, k, n):
         assert same_bits(got, want), f"tune {tune}: weights at 2 mod 4 changed bits"
 
 
-@pytest.mark.parametrize("qtype,k", [(Q.Q5_0, 256), (Q.Q8_0, 288)], ids=lambda v: getattr(v, "name", str(v)))
+@pytest.mark.parametrize("qtype,k", [(Q.Q5_0, 256), (Q.Q8_0, 288), (Q.IQ4_XS, 256)],
+                         ids=lambda v: getattr(v, "name", str(v)))
 def test_blocks_that_take_several_batches(lib, qtype, k):
     """n = 4227: the emulator's one-wave grid (132 blocks) gives each block 5 to 9 batches, so
-    the ring of c wraps; k = 288: a last chunk of one group. Tune 5 and 6 == the tile kernel."""
+    the ring of c wraps (IQ4_XS: a ring of 16 batches, 8 to 9 batches a block at tune 5, and a
+    last batch of 3 rows); k = 288: a last chunk of one group. Tune 5 and 6 == the tile kernel."""
     n = 4227
     raw, _ = weights(qtype, n, k)
     x = activations(1, k, seed=5)
@@ -139,3 +144,17 @@ def test_qwen05b_shapes(lib, qtype, n):
     got = run(lib, x, raw, qtype, n)
     assert_one_row_kernel_ran(lib, qtype, 896, 0)
     assert same_bits(got, run(lib, x, raw, qtype, n, tune=4))
+
+
+def test_iq4_xs_two_chunk_slots(lib):
+    """IQ4_XS at k = 16,640 (65 chunks: two chunk slots a lane, the 27B down projection's form at
+    k = 17,408; lanes of the second slot past k load the last chunk and drop their sums), n = 7 (a
+    last batch of fewer rows): tune 0, 5 and 6 == the tile kernel, bitwise."""
+    k, n = 16640, 7
+    raw, _ = weights(Q.IQ4_XS, n, k)
+    x = activations(1, k, seed=11)
+    want = run(lib, x, raw, Q.IQ4_XS, n, tune=4)
+    for tune in (0, 5, 6):
+        got = run(lib, x, raw, Q.IQ4_XS, n, tune=tune)
+        assert_one_row_kernel_ran(lib, Q.IQ4_XS, k, tune)
+        assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
