@@ -89,6 +89,23 @@ __device__ __forceinline__ void f16_stage_kv(const luce_attention_params &p, con
     }
 }
 
+// Where a piece's keys start in the staging: KV head hk, key key0 of the segment of row r0;
+// n_ok of the piece's n_tile keys lie inside the staged rows (a bad n_kv_indices: keys past them
+// read as zeros). Both staged forms take their K / V rows from here.
+struct StagedSource {
+    const uint16_t *k, *v;
+    int32_t n_ok;
+};
+
+template <int D>
+__device__ __forceinline__ StagedSource staged_source(const luce_attention_params &p, const StagedKv &st, int32_t r0,
+                                                      int32_t hk, int32_t key0, int32_t n_tile) {
+    const int64_t row0 = (int64_t)p.kv_indptr[attention_segment_of(p, r0)] * p.page_size + key0;
+    const int32_t n_ok = (int32_t)max((int64_t)0, min((int64_t)n_tile, st.rows - row0));
+    const int64_t src0 = (int64_t)hk * st.rows + (n_ok > 0 ? row0 : 0);
+    return {st.k + src0 * D, st.v + src0 * D, n_ok};
+}
+
 // Key block b0's K then V rows (keys j < n_ok from k_src / v_src, D halves apart; zeros past)
 // into buf [2B][kStride] by a block of THREADS: this thread's kCopies pieces, all of one
 // 16-byte column c of rows j0, j0 + THREADS / kChunks, ... (the source address of a zero
@@ -126,11 +143,9 @@ __device__ void f16s_prompt_piece(const luce_attention_params &p, const StagedKv
     uint16_t *q_s = F::kQRegs ? bufs + (STAGES - 1) * F::kBufHalves : smem;
 
     const int32_t n_tile = f16_piece_rows<D>(p, r0, r1, key0, row_n, row_state);
-    // Staged row of the tile's key key0; keys past the staged rows (a bad n_kv_indices) read as zeros.
-    const int64_t row0 = (int64_t)p.kv_indptr[attention_segment_of(p, r0)] * p.page_size + key0;
-    const int32_t n_ok = (int32_t)max((int64_t)0, min((int64_t)n_tile, st.rows - row0));
-    const int64_t src0 = (int64_t)hk * st.rows + (n_ok > 0 ? row0 : 0);
-    const uint16_t *k_src = st.k + src0 * D, *v_src = st.v + src0 * D;
+    const StagedSource src = staged_source<D>(p, st, r0, hk, key0, n_tile);
+    const uint16_t *k_src = src.k, *v_src = src.v;
+    const int32_t n_ok = src.n_ok;
     const int n_blocks = (n_tile + B - 1) / B;
 #pragma unroll
     for (int b = 0; b < STAGES - 1; ++b) {

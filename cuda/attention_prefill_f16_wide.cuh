@@ -78,11 +78,9 @@ __device__ void f16w_prompt_piece(const luce_attention_params &p, const StagedKv
     uint16_t *q_s = smem, *bufs = smem + S::kTileQV * KS;  // buffer i: bufs + i * kBufHalves
 
     const int32_t n_tile = f16_piece_rows<D>(p, r0, r1, key0, row_n, row_state);
-    // As the 8-warp staged form: the tile's keys from staged row row0, zeros past the staged rows.
-    const int64_t row0 = (int64_t)p.kv_indptr[attention_segment_of(p, r0)] * p.page_size + key0;
-    const int32_t n_ok = (int32_t)max((int64_t)0, min((int64_t)n_tile, st.rows - row0));
-    const int64_t src0 = (int64_t)hk * st.rows + (n_ok > 0 ? row0 : 0);
-    const uint16_t *k_src = st.k + src0 * D, *v_src = st.v + src0 * D;
+    const StagedSource src = staged_source<D>(p, st, r0, hk, key0, n_tile);
+    const uint16_t *k_src = src.k, *v_src = src.v;
+    const int32_t n_ok = src.n_ok;
     const int n_blocks = (n_tile + B - 1) / B;
     if (n_blocks > 0) f16s_copy_block<D, W::kThreads>(k_src, v_src, 0, n_ok, bufs);
     cp_async_commit();
