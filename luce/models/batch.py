@@ -115,6 +115,14 @@ class ForwardBatch:
         return self._cached("prefill_spans", make)
 
     @property
+    def has_padding_rows(self) -> bool:
+        """Some row lies in no live segment (padding: no kernel writes its outputs)."""
+        def make():
+            qo, slots = self.qo_indptr.tolist(), self.seq_slots.tolist()
+            return sum(b - a for a, b, slot in zip(qo, qo[1:], slots) if slot >= 0) != self.n_rows
+        return self._cached("has_padding_rows", make)
+
+    @property
     def has_trees(self) -> bool:
         return bool((self.kinds == SEG_TREE).any())
 

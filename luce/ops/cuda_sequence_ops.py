@@ -25,14 +25,6 @@ GDN_KEY_DIMS = (64, 128, 256)
 GDN_CHUNK = 64
 
 
-def rows_all_live(batch, T: int) -> bool:
-    """Every row 0..T-1 lies in a live segment (the attention kernels then write all of
-    them: no padding row to zero first)."""
-    qo, slots = batch.qo_indptr, batch.seq_slots
-    live = sum(int(qo[s + 1]) - int(qo[s]) for s in range(batch.n_segments) if slots[s] >= 0)
-    return live == T
-
-
 def prompt_rows(batch) -> int:
     """Rows 0..n-1 that take the prompt-row attention kernel (TF32 tensor cores, its own
     arithmetic: DESIGN 5 rule 1): the run of prefill segments the packer puts first (never
@@ -135,7 +127,7 @@ class SequenceOps:
         meta = meta_of(self, batch)
         max_kv = meta.max_kv   # sizes the grid only: a row's result depends on its own keys
         # rows of no live segment (padding) are zeroed; the kernels write every other row
-        out = self.empty((T, Hq, D)) if max_kv and rows_all_live(batch, T) else self.zeros((T, Hq, D))
+        out = self.zeros((T, Hq, D)) if batch.has_padding_rows or not max_kv else self.empty((T, Hq, D))
         if T == 0 or max_kv == 0:
             return out
         n_prompt = prompt_rows(batch)
