@@ -19,19 +19,21 @@
 // chunks in increasing ch; y = ((acc0 + acc1) + acc2) + acc3 (+ bias). k of the 32-value types
 // need not be whole chunks: the last chunk's groups past k are neither loaded from x nor summed.
 //
-// Layout. Lane L of warp w takes group j = L % 8 of chunk (s * W + w) * CW + L / 8 for each of
-// its CPL chunk slots s (CW = WARP_SIZE / 8 chunks per warp, W warps = all the chunks of k):
-// a block covers the whole of k, so it owns whole rows. Rows go in batches of R (launch_gemv);
-// block b takes batches b, b + grid, ... For a batch a lane multiplies its groups of the R rows
-// (loaded the batch before), issues the next batch's loads, and puts its share into shared
-// memory: integer scales, the 8 lanes of a chunk add their R partial sums by a transposing
-// butterfly (7 shuffles for 8 rows, not 24), after which lane j holds the sums of row j * R / 8
-// and writes that row's c; f16 scales, every lane writes its (group sum, scale) of each row. The
-// last warp of the block to finish a batch (a shared counter) runs the ordered chains of its R
-// rows: thread 4r + kp takes acc[kp] of row r, and the four meet in order by shuffles. c lives
-// in a ring of C::kRing batches; the block synchronizes once per kRing batches before reusing
+// Layout. Lane L of warp w takes group j = L % 8 of chunk (s * W + w) * CW + L / 8 for each of its
+// CPL chunk slots s (CW = WARP_SIZE / 8 chunks per warp, W warps = all the chunks of k): a block
+// covers the whole of k, so it owns whole rows (a reader with kOwnLayout, IQ4_XS, splits its
+// chunk's 8 groups over the chunk's 8 lanes its own way: cuda/matmul_gemv_iq4.cuh). Rows go in
+// batches of R (launch_gemv); block b takes batches b, b + grid, ... For a batch a lane multiplies
+// its groups of the R rows (loaded the batch before), issues the next batch's loads, and puts its
+// share into shared memory: integer scales, the 8 lanes of a chunk add their R partial sums by a
+// transposing butterfly (7 shuffles for 8 rows, not 24), after which lane j holds the sums of row
+// j * R / 8 and writes that row's c; f16 scales, every lane writes its (group sum, scale) of each
+// row. The last warp of the block to finish a batch (a shared counter) runs the ordered chains of
+// its R rows: thread 4r + kp takes acc[kp] of row r, and the four meet in order by shuffles. c
+// lives in a ring of C::kRing batches; the block synchronizes once per kRing batches before reusing
 // it: 16 for the integer-scale types (one float a chunk and row), so a block of a 27B FFN matrix
-// (3-7 batches) never waits there (with a ring of 4, ncu found 25% of the warps' time at it).
+// (3-7 batches) never waits there (ncu had 25% of the warps' time at a ring of 4's barrier;
+// removing it left the time as it was, docs/PERF.md session 12).
 #pragma once
 
 #include "matmul_gemv_c.cuh"
