@@ -11,7 +11,9 @@
 // Launch 1 grid (roles, segments): blocks [0, qk) hold one q or k head a warp (lanes over the
 // head's channels lane, lane + WARP_SIZE, ..., the l2norm kernel's order), blocks [qk, qk + vb)
 // one v channel a thread, the rest one value head's gates a thread. A channel's conv state
-// is read and written by its one thread: in place is safe.
+// is read and written by its one thread: in place is safe. qkv, z, b and a are read with
+// their row strides (column blocks of one merged projection read in place); only the
+// addresses differ from dense rows, never the arithmetic.
 #include "conv1d.cuh"
 #include "gdn_recurrent.cuh"
 #include "pointwise.cuh"
@@ -43,7 +45,7 @@ __device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, c
     for (int j = 0; j < K; ++j) {
         w[j] = p.conv_weight[c * K + j];
         const int64_t i = t + j;   // window row i: rows 0..K-2 the carried state, K-1+t token t
-        window[j] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * C + c];
+        window[j] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
     }
     return silu_f32(conv1d_dot<K>(w, window));
 }
@@ -56,7 +58,7 @@ __device__ __forceinline__ void conv_state_advance(const luce_gdn_decode_params 
 #pragma unroll
     for (int j = 0; j < K - 1; ++j) {
         const int64_t i = n + j;
-        state_c[j * C] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * C + c];
+        state_c[j * C] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
     }
 }
 
@@ -76,8 +78,9 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
         if (slot < 0) return;
         for (int64_t t = r0; t < r0 + n; ++t) {
             const int64_t th = t * Hv + h;
-            p.beta[th] = (float)unary_op(LUCE_PW_SIGMOID, (double)p.b[th]);
-            const float sp = (float)unary_op(LUCE_PW_SOFTPLUS, (double)__fadd_rn(p.a[th], p.dt_bias[h]));
+            p.beta[th] = (float)unary_op(LUCE_PW_SIGMOID, (double)p.b[t * p.b_stride + h]);
+            const float a = p.a[t * p.a_stride + h];
+            const float sp = (float)unary_op(LUCE_PW_SOFTPLUS, (double)__fadd_rn(a, p.dt_bias[h]));
             p.g[th] = __fmul_rn(sp, p.ssm_a[h]);
         }
         return;
@@ -143,7 +146,7 @@ template <int DK>
 cudaError_t launch_recurrent_norm(const luce_gdn_decode_params &p, cudaStream_t stream) {
     const luce_gdn_recurrent_params r = {p.q, p.k, p.v, p.g, p.beta, p.state, p.out, p.qo_indptr, p.seq_slots,
                                          p.n_slots, p.n_segments, p.n_v_heads, p.dk, p.dv};
-    const GdnNormEpilogue e = {p.z, p.norm_weight, p.normed, p.arrivals, p.rms_eps};
+    const GdnNormEpilogue e = {p.z, p.z_stride, p.norm_weight, p.normed, p.arrivals, p.rms_eps};
     const dim3 grid((unsigned)(p.dv / WARP_SIZE), (unsigned)p.n_v_heads, (unsigned)p.n_segments);
     return launch_overlapped(gdn_recurrent_kernel<DK, true>, grid, dim3(GDN_THREADS), 0, stream, chain_overlap(), r, e);
 }
@@ -157,6 +160,9 @@ extern "C" int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream) {
         ((uintptr_t)p->q | (uintptr_t)p->k) % 16 != 0)  // rows of q, k move as float4
         return (int)cudaErrorInvalidValue;
     const Layout L = layout_of(*p);
+    if (p->qkv_stride < L.C || p->z_stride < (int64_t)p->n_v_heads * p->dv || p->b_stride < p->n_v_heads ||
+        p->a_stride < p->n_v_heads)
+        return (int)cudaErrorInvalidValue;
     const int64_t blocks = L.qk_blocks + L.v_blocks + (p->n_v_heads + kThreads - 1) / kThreads;
     if (blocks > 0x7fffffff) return (int)cudaErrorInvalidValue;
     const dim3 grid((unsigned)blocks, (unsigned)p->n_segments);

@@ -12,7 +12,7 @@
 //
 // NORM: the head's Dv / WARP_SIZE blocks count themselves in arrivals[seg * Hv + head]
 // (zero before the launch); the last to arrive, once every block's out columns are visible,
-// runs gated_rmsnorm_row over the segment's out rows of the head (z, weight [Dv]) into
+// runs gated_rmsnorm_row over the segment's out rows of the head (z, row stride z_stride; weight [Dv]) into
 // normed, so normed is bitwise luce_gated_rmsnorm of out.
 #pragma once
 
@@ -21,7 +21,8 @@
 #include "pdl.cuh"
 
 struct GdnNormEpilogue {
-    const float *z;        // [T, Hv, Dv]
+    const float *z;        // [T, Hv, Dv], rows z_stride elements apart
+    int64_t z_stride;
     const float *weight;   // [Dv]
     float *normed;         // [T, Hv, Dv]
     int32_t *arrivals;     // [segments, Hv], zero before the launch
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_recurrent_kernel(luce_gdn_rec
         __threadfence();   // every other block's columns are visible from here
         for (int64_t t = r0 + kgroup; t < r1; t += GDN_KGROUPS) {
             const int64_t row = (t * H + head) * dv;
-            gated_rmsnorm_row(p.out + row, e.z + row, e.weight, e.normed + row, dv, e.eps);
+            gated_rmsnorm_row(p.out + row, e.z + t * e.z_stride + head * dv, e.weight, e.normed + row, dv, e.eps);
         }
     }
 }

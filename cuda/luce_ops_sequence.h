@@ -146,6 +146,8 @@ int luce_gdn_chunked(const luce_gdn_chunked_params *p, void *stream);
  * dt_bias) * ssm_a [T, Hv] (b, a [T, Hv]; dt_bias, ssm_a [Hv]; luce_unary / luce_binary);
  * luce_gdn_recurrent on state [n_slots, Hv, Dk, Dv] (in place) into out [T, Hv, Dv]; then
  * luce_gated_rmsnorm(out, z [T, Hv, Dv], norm_weight [Dv], rms_eps) into normed.
+ * qkv, z, b and a rows lie qkv_stride, z_stride, b_stride, a_stride elements apart (each at
+ * least the row's width; a smaller one is an invalid value).
  * q, k, v, g, beta, out, normed and arrivals [n_segments, Hv] int32 are the caller's
  * buffers (q, k 16-byte aligned). Segments as luce_gdn_recurrent_params (every live segment
  * an AR segment: its rows advance both states); padding segments (slot < 0) write nothing
@@ -181,6 +183,10 @@ typedef struct {
     float q_scale;
     float l2_eps;
     float rms_eps;
+    int64_t qkv_stride;  /* row strides in elements (>= C, Hv*Dv, Hv, Hv): column blocks of */
+    int64_t z_stride;    /* one merged projection [T, W] are read in place */
+    int64_t b_stride;
+    int64_t a_stride;
 } luce_gdn_decode_params;
 int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream);
 /* ---- gdn_decode end ---- */

@@ -76,6 +76,10 @@ cdef extern from "luce_ops.h":
         float q_scale
         float l2_eps
         float rms_eps
+        int64_t qkv_stride
+        int64_t z_stride
+        int64_t b_stride
+        int64_t a_stride
 
 
 ctypedef int (*gdn_recurrent_fn)(const luce_gdn_recurrent_params *, void *) noexcept nogil
@@ -162,12 +166,14 @@ def gdn_decode(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state, uintp
                uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta, uintptr_t out,
                uintptr_t normed, uintptr_t arrivals, uintptr_t qo_indptr, uintptr_t seq_slots, int64_t n_slots,
                int32_t n_segments, int32_t n_k_heads, int32_t n_v_heads, int32_t dk, int32_t dv,
-               int32_t kernel_size, float q_scale, float l2_eps, float rms_eps, uintptr_t stream=0):
+               int32_t kernel_size, float q_scale, float l2_eps, float rms_eps, int64_t qkv_stride,
+               int64_t z_stride, int64_t b_stride, int64_t a_stride, uintptr_t stream=0):
     """The GDN decode chain of AR segments in two launches (luce_gdn_decode_params): qkv [T, C],
     conv_weight [C, K], conv_state [n_slots, K-1, C], b, a [T, Hv], dt_bias, ssm_a [Hv], z
     [T, Hv, Dv], norm_weight [Dv], state [n_slots, Hv, Dk, Dv] (both states in place); the
     caller's buffers q, k [T, Hv, Dk], v, out [T, Hv, Dv], g, beta [T, Hv], arrivals int32
-    [n_segments, Hv]; result normed [T, Hv, Dv]."""
+    [n_segments, Hv]; result normed [T, Hv, Dv]. qkv, z, b, a rows lie *_stride elements
+    apart (column blocks of a merged projection read in place)."""
     _require_loaded(<void *>_gdn_decode)
     cdef luce_gdn_decode_params p
     p.qkv = <const float *>qkv
@@ -200,6 +206,10 @@ def gdn_decode(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state, uintp
     p.q_scale = q_scale
     p.l2_eps = l2_eps
     p.rms_eps = rms_eps
+    p.qkv_stride = qkv_stride
+    p.z_stride = z_stride
+    p.b_stride = b_stride
+    p.a_stride = a_stride
     cdef int status
     with nogil:
         status = _gdn_decode(&p, <void *>stream)

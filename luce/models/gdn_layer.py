@@ -32,15 +32,20 @@ L2NORM_EPS = 1e-6  # transformers' l2norm (FLA); llama.cpp uses the RMS eps (1e-
 
 @dataclass
 class GDNWeights:
-    qkv: Any          # Weight [C, hidden]
-    gate: Any         # Weight [Hv*Dv, hidden] (z)
-    beta: Any         # Weight [Hv, hidden]
-    alpha: Any        # Weight [Hv, hidden]
+    """One GDN layer's weights. The input projections qkv, gate, beta, alpha (columns side by
+    side [qkv | z | b | a]) go through `merged` instead where the backend multiplies runs of
+    them as one (merge(); the separate weights of a merged run are then None)."""
+
+    qkv: Any          # Weight [C, hidden] | None
+    gate: Any         # Weight [Hv*Dv, hidden] (z) | None
+    beta: Any         # Weight [Hv, hidden] | None
+    alpha: Any        # Weight [Hv, hidden] | None
     out: Any          # Weight [hidden, Hv*Dv]
     conv: Any         # [C, K]
     dt_bias: Any      # [Hv]
     ssm_a: Any        # [Hv]  (-exp(A_log))
     norm: Any         # [Dv]
+    merged: Any = None  # [Weight] the projections in column order, runs merged (e.g. [qkv, gate|beta|alpha]) | None
 
     @classmethod
     def load(cls, backend, gguf, il: int) -> "GDNWeights":
@@ -48,7 +53,28 @@ class GDNWeights:
         t = lambda name: backend.load_tensor(gguf, blk(il, name))  # noqa: E731
         return cls(qkv=w("attn_qkv.weight"), gate=w("attn_gate.weight"), beta=w("ssm_beta.weight"),
                    alpha=w("ssm_alpha.weight"), out=w("ssm_out.weight"), conv=t("ssm_conv1d.weight"),
-                   dt_bias=t("ssm_dt.bias"), ssm_a=t("ssm_a"), norm=t("ssm_norm.weight"))
+                   dt_bias=t("ssm_dt.bias"), ssm_a=t("ssm_a"), norm=t("ssm_norm.weight")).merge(backend)
+
+    def merge(self, backend) -> "GDNWeights":
+        """Each longest run of consecutive projections (qkv, gate, beta, alpha) that
+        backend.merge_weights takes as one weight becomes that weight (same ggml type and row
+        size: [gate | beta | alpha] in the iq4_xs mix, where qkv is Q5_K; all four in q8_0).
+        A row of the merged matmul is bitwise the separate matmul's row."""
+        ws, out, i = [self.qkv, self.gate, self.beta, self.alpha], [], 0
+        while i < len(ws):
+            for j in range(len(ws), i + 1, -1):
+                m = backend.merge_weights(ws[i:j])
+                if m is not None:
+                    out.append(m)
+                    break
+            else:
+                out.append(ws[i])
+                j = i + 1
+            i = j
+        if len(out) < len(ws):
+            self.merged = out
+            self.qkv = self.gate = self.beta = self.alpha = None
+        return self
 
 
 @dataclass(frozen=True)
@@ -85,25 +111,26 @@ class GDNDims:
 
 
 def gdn_projections(w: GDNWeights) -> list:
-    """The weights gdn_mixer's input goes through, in its order: qkv, gate (z), beta, alpha."""
-    return [w.qkv, w.gate, w.beta, w.alpha]
+    """The weights gdn_mixer's input goes through, columns side by side [qkv | z | beta | alpha]:
+    w.merged, or the four apart."""
+    return w.merged if w.merged is not None else [w.qkv, w.gate, w.beta, w.alpha]
 
 
 def gdn_mixer(backend, w: GDNWeights, projections, batch, recurrent, il: int, dims: GDNDims, rms_eps: float,
               tree_mode: str = "factor", staged: dict | None = None):
     """Gated DeltaNet layer il over all rows from the normed input's projections through
-    gdn_projections(w) -> [T, hidden].
+    gdn_projections(w) (merged ones read in place where the backend fuses) -> [T, hidden].
     Prefill and AR segments read and advance their slot's (il) state in `recurrent`'s pools;
     tree segments read it only and put layer il's TreeStage into `staged` (`tree_mode`
     'factor' | 'baseline', luce.ops.api.TREE_MODES)."""
     if tree_mode not in TREE_MODES:
         raise ValueError(f"GDN tree mode must be one of {TREE_MODES}, got {tree_mode!r}")
     b, d = backend, dims
-    qkv, z, beta, alpha = projections   # [T, C], [T, Hv*Dv], [T, Hv] x 2
-    T = qkv.shape[0]
+    T = projections[0].shape[0]        # columns side by side: qkv [T, C] | z [T, Hv*Dv] | beta, alpha [T, Hv]
     conv_pool, gdn_pool = recurrent.pools(il)
-    normed, tree_part = b.conv_gdn_norm(qkv, z, beta, alpha, w.conv, w.dt_bias, w.ssm_a, w.norm, conv_pool, gdn_pool,
+    normed, tree_part = b.conv_gdn_norm(projections, w.conv, w.dt_bias, w.ssm_a, w.norm, conv_pool, gdn_pool,
                                         batch, d.n_k_heads, L2NORM_EPS, rms_eps, tree_mode)
-    if tree_part is not None and staged is not None:
-        staged[il] = TreeStage(conv_inputs=b.stage_tree_rows(qkv, batch, conv_pool), mode=tree_mode, **tree_part)
+    if tree_part is not None and staged is not None:   # qkv: the first C columns of the first part
+        staged[il] = TreeStage(conv_inputs=b.stage_tree_rows(projections[0], batch, conv_pool), mode=tree_mode,
+                               **tree_part)
     return b.matmul(normed.reshape(T, d.value_dim), w.out, prefill_spans=batch.prefill_spans)

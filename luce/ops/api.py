@@ -152,16 +152,19 @@ class Backend(Protocol):
         where None), then rope(batch.positions, rope_dim, theta, sections) of both; k and v
         go to the rows' KV locations (kv_write) -> q [T, n_head, D]. Bitwise the composition."""
 
-    def conv_gdn_norm(self, qkv: Array, z: Array, b: Array, a: Array, conv: Array, dt_bias: Array, ssm_a: Array,
-                      norm: Array, conv_pool: Array, gdn_pool: Array, batch, n_k_heads: int, l2_eps: float,
+    def conv_gdn_norm(self, parts: Sequence[Array], conv: Array, dt_bias: Array, ssm_a: Array, norm: Array,
+                      conv_pool: Array, gdn_pool: Array, batch, n_k_heads: int, l2_eps: float,
                       rms_eps: float, tree_mode: str = "factor") -> tuple[Array, dict | None]:
         """A Gated DeltaNet layer's chain from its projections to the output norm (luce/ref/
-        gdn_decode.py): qkv [T, C] (C = 2 Hk Dk + Hv Dv), z [T, Hv*Dv], b, a [T, Hv], conv [C, K],
+        gdn_decode.py): parts are the projections of its T rows, whose columns side by side are
+        [qkv | z | b | a] = [C | Hv*Dv | Hv | Hv] (C = 2 Hk Dk + Hv Dv; [qkv, z, b, a], or merged
+        weights' outputs such as [qkv, zba] or [qkvzba], gdn_input_blocks), conv [C, K],
         dt_bias, ssm_a [Hv], norm [Dv], conv_pool [slots, K-1, C], gdn_pool [slots, Hv, Dk, Dv],
         n_k_heads = Hk -> (gated_rmsnorm(o, z, norm, rms_eps) [T, Hv, Dv], gdn_step's tree part)
         with beta = sigmoid(b), g = softplus(a + dt_bias) * ssm_a, conv1d_step of qkv, q and k
         l2norm'ed (l2_eps; q times gdn_q_scale) and tiled to the value heads (gdn_qkv_heads), o
-        from gdn_step(tree_mode). Bitwise the composition (CUDA: steps of AR rows in two launches)."""
+        from gdn_step(tree_mode). Bitwise the composition (CUDA: steps of AR rows in two launches,
+        reading merged parts in place)."""
 
     def merge_weights(self, weights: Sequence[Weight]) -> Weight | None:
         """One Weight [sum N_i, K] with the rows of each in turn, or None where the backend
@@ -249,7 +252,8 @@ class Backend(Protocol):
         {'factors': TreeFactors} or {'node_states': ...} covers the tree block's rows."""
 
     def stage_tree_rows(self, x: Array, batch, pool: Array) -> Array:
-        """x [T, C] -> [Nt, C] a copy of its tree block's rows (batch.tree_start..T-1), kept until
+        """x [T, W] (W >= C = pool's last axis: a merged projection's leading qkv block) -> [Nt, C]
+        a copy of the first C columns of its tree block's rows (batch.tree_start..T-1), kept until
         the commit (TreeStage.conv_inputs of the layer whose state pool is `pool`). GPU backends
         put it, like the rest of a layer's TreeStage, at one address per layer, so that the
         tree commit's captured graph repeats (luce.models.commit)."""
@@ -309,10 +313,11 @@ class FusedOps:
         self.kv_write(kv, batch, k, v)
         return q
 
-    def conv_gdn_norm(self, qkv, z, b, a, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
+    def conv_gdn_norm(self, parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
                       l2_eps: float, rms_eps: float, tree_mode: str = "factor"):
-        T = qkv.shape[0]
         _, Hv, dk, dv = gdn_pool.shape
+        qkv, z, b, a = gdn_input_blocks(self, parts, gdn_input_widths(conv.shape[0], Hv, dv))
+        T = qkv.shape[0]
         beta = self.sigmoid(b)
         g = self.mul(self.softplus(self.add(a, dt_bias)), ssm_a)
         mixed = self.conv1d_step(qkv, conv, conv_pool, batch)
@@ -322,6 +327,29 @@ class FusedOps:
 
     def merge_weights(self, weights):
         return None
+
+
+def gdn_input_widths(conv_channels: int, n_v_heads: int, dv: int) -> list[int]:
+    """Column widths of a GDN layer's projections side by side: [qkv | z | b | a]."""
+    return [conv_channels, n_v_heads * dv, n_v_heads, n_v_heads]
+
+
+def gdn_input_blocks(b, parts, widths) -> list:
+    """parts [T, w_i] whose columns side by side are the blocks `widths`, each block inside one
+    part -> the blocks as arrays [T, width]: a part that is one block as is, a merged part
+    split (b.split: a copy per block; CUDA reads merged parts in place where it fuses)."""
+    blocks, i = [], 0
+    for part in parts:
+        n, w = 0, 0
+        while w < part.shape[-1] and i + n < len(widths):
+            w, n = w + widths[i + n], n + 1
+        if part.ndim != 2 or w != part.shape[-1] or n == 0:
+            raise ValueError(f"parts {[p.shape for p in parts]} are not [T, w] column blocks of widths {list(widths)}")
+        blocks += [part] if n == 1 else b.split(part, widths[i:i + n])
+        i += n
+    if i != len(widths):
+        raise ValueError(f"parts {[p.shape for p in parts]} cover {i} of the column blocks {list(widths)}")
+    return blocks
 
 
 def gdn_q_scale(dk: int) -> float:

@@ -3,8 +3,9 @@ cuda/rope_kv.cu and cuda/gdn_decode.cu, references in luce/ref/norm_quant.py, ro
 gdn_decode.py): residual add + RMSNorm + the next matmul's activation quantization in one
 launch, SwiGLU + quantization in one launch, q/k norm + rotary + KV write in one launch, a
 GDN layer's decode chain (conv, norms, gates, delta rule, gated norm) in two, and merged
-weights so q/k/v or gate/up go through one matmul launch. Every result is bitwise the unfused
-ops' (the fused kernels share the unfused kernels' device code). The fused quantization is the
+weights so q/k/v, gate/up or a GDN layer's projections go through one matmul launch (their
+consumers read the merged output's column blocks in place). Every result is bitwise the
+unfused ops' (the fused kernels share the unfused kernels' device code). The fused quantization is the
 decode family's: a step whose matmuls send rows to the prompt-row GEMM (prefill_spans,
 CudaBackend.has_prompt_rows) takes the unfused composition, whose add / norm / SwiGLU bits
 are the same, so a row's result never depends on what else is in the step.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from luce.ops.api import SEG_AR, SEG_PAD, FusedOps, gdn_q_scale
+from luce.ops.api import SEG_AR, SEG_PAD, FusedOps, gdn_input_widths, gdn_q_scale
 from luce.ops.cuda_array import Block
 
 
@@ -117,40 +118,46 @@ class CudaFusedOps(FusedOps):
                    self.stream)
         return q_out
 
-    def conv_gdn_norm(self, qkv, z, b, a, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
+    def conv_gdn_norm(self, parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
                       l2_eps: float, rms_eps: float, tree_mode: str = "factor"):
-        """A step whose live segments are all AR rows: cuda/gdn_decode.cu (2 launches); any other
-        step: the composition (conv1d_step, gdn_step and the pointwise ops, each one launch)."""
+        """A step whose live segments are all AR rows: cuda/gdn_decode.cu (2 launches), reading
+        the column blocks qkv | z | b | a of merged parts in place (row strides); any other step:
+        the composition (conv1d_step, gdn_step and the pointwise ops, each one launch; a merged
+        part is split there first, a gather a block)."""
         from luce import _cuda_gdn as kg
         from luce.ops.cuda_step_meta import meta_of
         from luce.ops.cuda_step_ops import GDN_KEY_DIMS
 
-        kinds, T = batch.kinds, qkv.shape[0]
+        kinds, T = batch.kinds, parts[0].shape[0]
         n_slots, Hv, dk, dv = gdn_pool.shape
         K = conv.shape[-1]
         if T == 0 or not (kinds == SEG_AR).any() or ((kinds != SEG_AR) & (kinds != SEG_PAD)).any() \
                 or dk not in GDN_KEY_DIMS or dv % 32 or not 2 <= K <= 8:
-            return super().conv_gdn_norm(qkv, z, b, a, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch,
+            return super().conv_gdn_norm(parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch,
                                          n_k_heads, l2_eps, rms_eps, tree_mode)
-        qkv, z, b, a, conv, dt_bias, ssm_a, norm = (self._f32(x) for x in (qkv, z, b, a, conv, dt_bias, ssm_a, norm))
+        parts = [self._f32(x) for x in parts]
+        conv, dt_bias, ssm_a, norm = (self._f32(x) for x in (conv, dt_bias, ssm_a, norm))
         C = 2 * n_k_heads * dk + Hv * dv
-        if qkv.shape != (T, C) or z.size != T * Hv * dv or b.shape != (T, Hv) or a.shape != (T, Hv) \
-                or conv.shape != (C, K) or conv_pool.shape != (n_slots, K - 1, C) or dt_bias.shape != (Hv,) \
-                or ssm_a.shape != (Hv,) or norm.shape != (dv,):
-            raise ValueError(f"conv_gdn_norm: qkv {qkv.shape}, z {z.shape}, b {b.shape}, a {a.shape}, conv "
-                             f"{conv.shape}, conv_pool {conv_pool.shape}, dt_bias {dt_bias.shape}, ssm_a {ssm_a.shape}, "
-                             f"norm {norm.shape} for {n_k_heads} key heads and gdn_pool {gdn_pool.shape}: want qkv "
-                             f"[T, {C}], z [T, {Hv * dv}], b, a [T, {Hv}], conv [{C}, K], conv_pool [{n_slots}, K-1, "
-                             f"{C}], dt_bias, ssm_a [{Hv}], norm [{dv}]")
+        widths = gdn_input_widths(C, Hv, dv)
+        views = None if any(p.ndim != 2 or p.shape[0] != T for p in parts) or \
+            sum(p.shape[1] for p in parts) != sum(widths) else _column_views(parts, widths)
+        if views is None or conv.shape != (C, K) or conv_pool.shape != (n_slots, K - 1, C) \
+                or dt_bias.shape != (Hv,) or ssm_a.shape != (Hv,) or norm.shape != (dv,):
+            raise ValueError(f"conv_gdn_norm: parts {[p.shape for p in parts]}, conv {conv.shape}, conv_pool "
+                             f"{conv_pool.shape}, dt_bias {dt_bias.shape}, ssm_a {ssm_a.shape}, norm {norm.shape} for "
+                             f"{n_k_heads} key heads and gdn_pool {gdn_pool.shape}: want parts [T, w] of column "
+                             f"blocks qkv | z | b | a {widths}, conv [{C}, K], conv_pool [{n_slots}, K-1, {C}], "
+                             f"dt_bias, ssm_a [{Hv}], norm [{dv}]")
+        (qkv, qkv_stride), (z, z_stride), (b, b_stride), (a, a_stride) = views
         S, meta = batch.n_segments, meta_of(self, batch)
         q, k = self.empty((T, Hv, dk)), self.empty((T, Hv, dk))
         v, o, normed = self.empty((T, Hv, dv)), self.empty((T, Hv, dv)), self.empty((T, Hv, dv))
         g, beta = self.empty((T, Hv)), self.empty((T, Hv))
         arrivals = self.empty((S, Hv), np.int32)
-        kg.gdn_decode(qkv.ptr, conv.ptr, conv_pool.ptr, b.ptr, a.ptr, dt_bias.ptr, ssm_a.ptr, z.ptr, norm.ptr,
+        kg.gdn_decode(qkv, conv.ptr, conv_pool.ptr, b, a, dt_bias.ptr, ssm_a.ptr, z, norm.ptr,
                       gdn_pool.ptr, q.ptr, k.ptr, v.ptr, g.ptr, beta.ptr, o.ptr, normed.ptr, arrivals.ptr,
                       meta.ptr("qo_indptr"), meta.ptr("ar_slots"), n_slots, S, n_k_heads, Hv, dk, dv, K,
-                      gdn_q_scale(dk), l2_eps, rms_eps, self.stream)
+                      gdn_q_scale(dk), l2_eps, rms_eps, qkv_stride, z_stride, b_stride, a_stride, self.stream)
         return normed, None
 
     def merge_weights(self, weights):

@@ -73,11 +73,15 @@ class StepOps:
         return CudaArray(buf.block, buf.ptr, tuple(shape), np.float32, self)
 
     def stage_tree_rows(self, x, batch, pool):
+        from luce import _cuda_gather as kg
+
         x = self._f32(x)
-        t0, T = batch.tree_start, x.shape[0]
-        out = self._stage(pool, "conv_inputs", (T - t0,) + tuple(x.shape[1:]), _stage_capacity(pool, batch))
-        if out.nbytes:
-            self.memcpy(out.ptr, x.ptr + t0 * (x.nbytes // T), out.nbytes)
+        t0, (T, W), C = batch.tree_start, x.shape, pool.shape[-1]
+        out = self._stage(pool, "conv_inputs", (T - t0, C), _stage_capacity(pool, batch))
+        if out.nbytes and W == C:
+            self.memcpy(out.ptr, x.ptr + t0 * 4 * W, out.nbytes)
+        elif out.nbytes:   # the qkv block of a merged projection: one strided copy, as the memcpy
+            kg.gather(x.ptr + t0 * 4 * W, out.ptr, 0, 0, T - t0, 4 * C, 4 * W, 4 * C, self.stream)
         return out
 
     def concat_cols(self, parts):

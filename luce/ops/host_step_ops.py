@@ -111,7 +111,7 @@ class HostStepOps:
         return o, _assemble(mode, parts, T - t0, q, v)
 
     def stage_tree_rows(self, x, batch, pool):
-        return np.array(x[batch.tree_start:], np.float32)
+        return np.array(x[batch.tree_start:, :pool.shape[-1]], np.float32)
 
     def tree_commit(self, conv_pool, gdn_pool, stage: TreeStage, commit) -> None:
         indptr, rows = np.asarray(commit.path_indptr), np.asarray(commit.path_rows)

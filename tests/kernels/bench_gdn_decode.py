@@ -43,7 +43,8 @@ def gdn_decode_case(n_segments: int):
         kg.gdn_decode(*(b[n].ptr for n in ("qkv", "conv", "conv_state", "b", "a", "dt_bias", "ssm_a", "z", "norm",
                                            "state", "q", "k", "v", "g", "beta", "out", "normed", "arrivals", "qo",
                                            "slots")),
-                      n_segments, n_segments, HK, HV, DK, DV, TAPS, scale, 1e-6, 1e-6, stream)
+                      n_segments, n_segments, HK, HV, DK, DV, TAPS, scale, 1e-6, 1e-6, CHANNELS, HV * DV, HV, HV,
+                      stream)
 
     state_bytes = n_segments * (HV * DK * DV + (TAPS - 1) * CHANNELS) * 4 * 2
     io_bytes = T * (CHANNELS + 2 * HV + 2 * HV * DV) * 4 + CHANNELS * TAPS * 4

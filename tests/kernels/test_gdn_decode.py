@@ -62,7 +62,7 @@ def run(cuda, fused: bool, x, w, pools, batch, Hk):
     """conv_gdn_norm on device copies -> (normed [T, Hv, Dv], conv pool, gdn pool) host arrays."""
     conv_pool, gdn_pool = (cuda.asarray(p) for p in pools)
     dev = {k: cuda.asarray(v) for k, v in {**x, **w}.items()}
-    args = (dev["qkv"], dev["z"], dev["b"], dev["a"], dev["conv"], dev["dt_bias"], dev["ssm_a"], dev["norm"],
+    args = ([dev["qkv"], dev["z"], dev["b"], dev["a"]], dev["conv"], dev["dt_bias"], dev["ssm_a"], dev["norm"],
             conv_pool, gdn_pool, batch, Hk, L2_EPS, RMS_EPS)
     normed, tree_part = cuda.conv_gdn_norm(*args) if fused else FusedOps.conv_gdn_norm(cuda, *args)
     assert tree_part is None
@@ -148,3 +148,26 @@ def test_conv_gdn_norm_step_with_prompt_rows_takes_the_composition(cuda):
     want = run(cuda, False, x, w, pools, batch, shape[0])
     for a, b in zip(got, want):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ["qkv_apart", "one_part"])
+def test_conv_gdn_norm_reads_merged_parts_in_place(cuda, layout):
+    """The projections as column blocks of merged parts ([qkv, z|b|a] or [qkv|z|b|a], row
+    strides): the bits of the four dense parts."""
+    shape = SHAPES[1]
+    rng = np.random.default_rng(13)
+    w = layer_weights(rng, shape)
+    pools = initial_pools(rng, shape)
+    batch = ar_batch(SLOTS[3], 0)
+    x = step_inputs(rng, batch.n_rows, shape)
+    want = run(cuda, True, x, w, pools, batch, shape[0])
+    zba = np.concatenate([x["z"], x["b"], x["a"]], axis=1)
+    parts = [x["qkv"], zba] if layout == "qkv_apart" else [np.concatenate([x["qkv"], zba], axis=1)]
+    conv_pool, gdn_pool = (cuda.asarray(p) for p in pools)
+    dev = {k: cuda.asarray(v) for k, v in w.items()}
+    normed, _ = cuda.conv_gdn_norm([cuda.asarray(p) for p in parts], dev["conv"], dev["dt_bias"], dev["ssm_a"],
+                                   dev["norm"], conv_pool, gdn_pool, batch, shape[0], L2_EPS, RMS_EPS)
+    rows, _ = live_rows(batch)
+    assert np.array_equal(cuda.to_numpy(normed)[rows], want[0][rows])
+    assert np.array_equal(cuda.to_numpy(conv_pool), want[1]) and np.array_equal(cuda.to_numpy(gdn_pool), want[2])

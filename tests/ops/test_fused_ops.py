@@ -61,7 +61,7 @@ def test_conv_gdn_norm_composes_the_gdn_chain_per_slot():
     conv, dt_bias, ssm_a, norm = randn(C, K, seed=5), randn(Hv, seed=6), -np.abs(randn(Hv, seed=7)), randn(dv, seed=8)
     conv_pool, gdn_pool = randn(3, K - 1, C, seed=9), randn(3, Hv, dk, dv, seed=10) * np.float32(0.1)
     conv_before, gdn_before = conv_pool.copy(), gdn_pool.copy()
-    normed, tree_part = NP.conv_gdn_norm(qkv, z, b, a, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, Hk,
+    normed, tree_part = NP.conv_gdn_norm([qkv, z, b, a], conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, Hk,
                                          1e-6, 1e-6)
     assert tree_part is None and normed.shape == (3, Hv, dv)
     for row, slot in ((0, 2), (2, 0)):

@@ -89,8 +89,19 @@ inline void __syncwarp() { emu::warp_barrier(); }
 // Lane src_lane's v, every lane of the warp calling. Two exchange buffers used in turn: a lane
 // writes one again only after the next shuffle's barrier, which every lane reaches after
 // reading this one, so one barrier a shuffle suffices.
+// An 8-byte value (the l2norm's double sums) goes as two 4-byte shuffles.
 template <class T> T emu_shfl(T v, int src_lane) {
-    static_assert(sizeof(T) == 4, "the emulator shuffles 4-byte words");
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "the emulator shuffles 4- or 8-byte values");
+    if constexpr (sizeof(T) == 8) {
+        uint64_t bits;
+        std::memcpy(&bits, &v, 8);
+        const uint64_t lo = emu_shfl<uint32_t>((uint32_t)bits, src_lane);
+        const uint64_t hi = emu_shfl<uint32_t>((uint32_t)(bits >> 32), src_lane);
+        bits = hi << 32 | lo;
+        T r;
+        std::memcpy(&r, &bits, 8);
+        return r;
+    }
     const int t = threadIdx.x, w = t / emu::kWarp;
     uint32_t *buf = emu::exchange.data() + (emu::shuffles[t]++ & 1) * emu::bDim.x;
     std::memcpy(&buf[t], &v, 4);
