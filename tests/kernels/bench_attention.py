@@ -174,6 +174,14 @@ for _name, _kernel in (("f16", "f16"), ("f16p", "f16p"), ("tiled", "tf32")):
     _c = functools.partial(attention_case, 1, 4096, 64, (HQ, HKV, D), True, _kernel)
     _c.__name__ = f"attention_prompt_{_name}_27b_4096_64"
     PREFILL_CASES.append(_c)
+# One decode row at the small models' shapes and short contexts (a chat turn's first tokens):
+# the partition kernel's latency, which a Coder-1.5B / 0.5B decode step pays once a layer.
+DECODE_SHAPES = {"1p5b": (12, 2, 128), "q05": (14, 2, 64)}
+for _shape, _heads in DECODE_SHAPES.items():
+    for _ctx in (160, 1024):
+        _c = functools.partial(attention_case, 1, _ctx, 1, _heads)
+        _c.__name__ = f"attention_decode_{_shape}_{_ctx}"
+        BENCH_CASES.append(_c)
 TREE_CASES = [functools.partial(tree_attention_case, n, ctx, w) for n, ctx, w in [(2, 1024, 8), (0, 4096, 64),
                                                                                  (0, 4096, 8)]]
 for _c in TREE_CASES:

@@ -24,9 +24,11 @@ import numpy as np
 
 SHAPES = {"gate": (17408, 5120), "down": (5120, 17408), "qkv": (10240, 5120), "out": (5120, 6144),
           "lmhead": (248320, 5120)}
-# Qwen2.5-Coder-1.5B: merged gate/up 1536 -> 2 x 8960, down, merged q/k/v 1536 -> 2048, out, LM head.
-SMALL_SHAPES = {"c15gateup": (17920, 1536), "c15down": (1536, 8960), "c15qkv": (2048, 1536),
-                "c15out": (1536, 1536), "c15lmhead": (151936, 1536)}
+# Qwen2.5-Coder-1.5B: merged gate/up 1536 -> 2 x 8960, down, merged q/k/v 1536 -> 2048, v alone
+# (Q6_K in half the layers of a Q4_K_M file), out, LM head; Qwen2.5-0.5B's down 4864 -> 896 (Q6_K
+# in half its layers).
+SMALL_SHAPES = {"c15gateup": (17920, 1536), "c15down": (1536, 8960), "c15qkv": (2048, 1536), "c15v": (256, 1536),
+                "c15out": (1536, 1536), "c15lmhead": (151936, 1536), "q05down": (896, 4864)}
 SHAPES.update(SMALL_SHAPES)
 # Qwen2.5-0.5B-Instruct Q4_K_M decode (hidden 896: Q5_0 / Q8_0, k not whole 256-value chunks):
 # q / out 896 -> 896, k / v 896 -> 128, gate / up 896 -> 4864 and merged 896 -> 2 x 4864.
