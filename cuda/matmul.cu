@@ -349,13 +349,15 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     // The one-row kernel (matmul_gemv.cuh, the same bits) where it measured faster than the
     // tile kernel (tune 0; H200, docs/PERF.md, 2026-12-03): IQ4_XS everywhere; Q4_K and Q5_K with
     // twice the rows a batch where k fits one block of lanes (not the 27B down projection) and the
-    // matrix is under 256 MiB (not the 27B LM head); Q6_K never; Q8_0 and Q5_0 by
-    // kGemvGroupScaleByDefault (unmeasured). Tune 5 takes it for every block type, tune 6
-    // likewise with twice the rows a batch.
+    // matrix is under 256 MiB (not the 27B LM head); Q6_K under 16 MiB (the small models' v and
+    // down: 1536 x 8960 12.2 against 14.2 us; not their gate|up or LM head); Q8_0 and Q5_0 by
+    // kGemvGroupScaleByDefault. Tune 5 takes it for every block type, tune 6 likewise with twice
+    // the rows a batch.
     const bool kquant45 = p->qtype == LUCE_QT_Q4_K || p->qtype == LUCE_QT_Q5_K;
     const bool group_scale = p->qtype == LUCE_QT_Q8_0 || p->qtype == LUCE_QT_Q5_0;
     const bool measured_faster = p->qtype == LUCE_QT_IQ4_XS ||
-                                 (kquant45 && gemv_slots(xl.chunks) == 1 && p->n * row_bytes < ((int64_t)256 << 20));
+                                 (kquant45 && gemv_slots(xl.chunks) == 1 && p->n * row_bytes < ((int64_t)256 << 20)) ||
+                                 (p->qtype == LUCE_QT_Q6_K && p->n * row_bytes < ((int64_t)16 << 20));
     const bool by_default = measured_faster || (group_scale && kGemvGroupScaleByDefault);
     const bool deep = p->tune == 6 || (p->tune == 0 && kquant45);
     const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&

@@ -4,8 +4,10 @@ Sections (each returns plain dicts; `run_decode_bench` gathers them into one rep
 - AR decode at concurrency C: C slots prefilled together, then steps of C AR rows driven
   through `model.forward` with ForwardBatch/ModelState directly (no engine); the greedy
   next token is fed back. Per step: `build` (Python packing the batch), `launch` (inside
-  model.forward until it returns), `wait` (backend.synchronize(), or to_numpy of the logits
-  when the backend has none), `sample` (argmax to the host). tok/s = C / median step.
+  model.forward until it returns), `wait` (with graphs: the step and the argmax captured in
+  its graph, the ids brought to the host, as the engine serves greedy rows; eager:
+  backend.synchronize(), or to_numpy of the logits when the backend has none), `sample`
+  (eager: the argmax to the host). tok/s = C / median step.
   Forwards go through luce.models.graphed_forward (graph replay; `graphs=False` for eager).
 - Engine AR (luce/benchmark/engine_bench.py): the same decode through luce.engine.Engine.
 - Verify: one slot, one draft tree of W rows (W = 1 is the root alone) packed by the one
@@ -132,12 +134,16 @@ def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 
         batch = build_batch([SegmentSpec(s, [tokens[s][-1]], len(prompts[s]) + step, pages[s]) for s in range(C)],
                             pad_pages=True)
         t1 = time.perf_counter()
-        out = forward(batch, state)
+        out = forward(batch, state, greedy_ids=True)
         t2 = time.perf_counter()
-        _sync(backend, out.logits)
-        t3 = time.perf_counter()
-        last = backend.argmax(out.logits)
-        t4 = time.perf_counter()
+        if out.greedy_ids is not None:   # as the engine serves greedy rows: the argmax in the step's graph
+            last = backend.ids_to_host(out.greedy_ids)
+            t3 = t4 = time.perf_counter()
+        else:
+            _sync(backend, out.logits)
+            t3 = time.perf_counter()
+            last = backend.argmax(out.logits)
+            t4 = time.perf_counter()
         for s in range(C):
             tokens[s].append(int(last[s]))
         if step >= warmup:

@@ -53,8 +53,8 @@ def run(lib, x, raw, qtype, n, bias=None, tune=0, offset=0):
 
 
 # (type, f32 floats a chunk and row of the one-row kernel's c, rows a batch at tune 5 / 0)
-GEMV = {Q.Q5_0: (16, 4, 4), Q.Q8_0: (16, 4, 4), Q.Q4_K: (1, 2, 4), Q.IQ4_XS: (1, 4, 4)}
-RING = {Q.Q5_0: 4, Q.Q8_0: 4, Q.Q4_K: 16, Q.IQ4_XS: 16}   # batches of c a block keeps (GroupFloatC / ChunkIntC::kRing)
+GEMV = {Q.Q5_0: (16, 4, 4), Q.Q8_0: (16, 4, 4), Q.Q4_K: (1, 2, 4), Q.Q6_K: (1, 2, 2), Q.IQ4_XS: (1, 4, 4)}
+RING = {Q.Q5_0: 4, Q.Q8_0: 4, Q.Q4_K: 16, Q.Q6_K: 16, Q.IQ4_XS: 16}   # batches of c a block keeps (GroupFloatC / ChunkIntC::kRing)
 
 
 def gemv_smem(qtype, k: int, rows: int) -> int:
@@ -77,7 +77,7 @@ def same_bits(a, b) -> bool:
 
 
 CASES = [(Q.Q5_0, 896, 37), (Q.Q8_0, 896, 37), (Q.Q5_0, 256, 13), (Q.Q8_0, 352, 21), (Q.Q4_K, 512, 19),
-         (Q.IQ4_XS, 512, 19), (Q.IQ4_XS, 1280, 11)]
+         (Q.Q6_K, 512, 19), (Q.Q6_K, 1536, 7), (Q.IQ4_XS, 512, 19), (Q.IQ4_XS, 1280, 11)]
 
 
 @pytest.mark.parametrize("qtype,k,n", CASES, ids=lambda v: getattr(v, "name", str(v)))
