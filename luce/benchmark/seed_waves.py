@@ -14,7 +14,10 @@ HTTP). One engine per arm serves every C (max_slots = the largest C): per C one 
 warm-up wave (its graph keys captured), then `waves` timed waves. Per C: goodput = output
 tokens of the timed waves / their wall time, the waves' times, the digest (sha256 of every
 timed request's tokens, in order: equal across arms and commits when everything is exact),
-whether every output equals plain greedy decoding, acceptance length, graph counters.
+whether every output equals plain greedy decoding, acceptance length, graph counters, and
+for speculation the depths the engine chose (`depths`: depth -> steps, 0 = plain decoding).
+Arms: 'ar', 'default' (luce-serve's own SpecConfig for the draft: depth chosen per step, down
+to plain decoding), or a mode at a fixed depth ('specla', 'chain@8': the bounds).
 A/B/A against the previous commit: run the tool on the previous commit (A), this one (B), the
 previous again (A2) and compare the three reports: B/A goodput per arm and C, the A/A drift,
 digests equal.
@@ -41,6 +44,7 @@ class WaveConfig:
     budget: int = 22
     top_k: int = 4
     tau: float = 6.0
+    chain_depth: int = 15          # fixed-depth arms' depth unless the arm names one ('chain@8')
     token_budget: int = 512
     seed: int = 0
 
@@ -92,12 +96,12 @@ def _wave(engine, prompts: Sequence[Sequence[int]], max_tokens: int) -> tuple[fl
 
 def run_arm(engine, cfg: WaveConfig, prompts, truth, C: int) -> dict:
     """One warm-up wave, then cfg.waves timed waves of C requests on `engine`."""
-    from luce.benchmark.seed_workload import _delta
+    from luce.benchmark.seed_workload import _delta, depth_histogram
 
     pick = lambda w: [(w * C + i) % len(prompts) for i in range(C)]  # noqa: E731
     _wave(engine, [prompts[i] for i in pick(0)], cfg.max_tokens)
     stats = getattr(engine.spec, "stats", None)
-    before_graphs = engine.graph_counters()
+    before_graphs, before_depths = engine.graph_counters(), depth_histogram(engine)
     before = (stats.verifies, stats.emitted) if stats is not None else (0, 0)
     times, outputs, exact = [], [], True
     for w in range(1, cfg.waves + 1):
@@ -111,11 +115,14 @@ def run_arm(engine, cfg: WaveConfig, prompts, truth, C: int) -> dict:
            "graphs": _delta(engine.graph_counters(), before_graphs)}
     if stats is not None:
         row["acceptance_length"] = (stats.emitted - before[1]) / max(1, stats.verifies - before[0])
+        row["depths"] = depth_histogram(engine, before_depths)
     return row
 
 
 def run_waves(model, draft, cfg: WaveConfig, prompts, truth, arms=("ar", "specla"), log=print) -> dict:
-    """-> {"config", arm: {C: row}, "summary"} (arms: 'ar' and spec modes, luce.spec.config.MODES)."""
+    """-> {"config", arm: {C: row}, "summary"}. arms: 'ar' (plain decoding), 'default'
+    (luce-serve's SpecConfig for the draft: adaptive depth) and spec modes at a fixed depth,
+    'MODE' or 'MODE@D' (luce.benchmark.seed_workload.arm_spec)."""
     from luce.benchmark.peak_memory import peak_memory
 
     report: dict = {"config": asdict(cfg)}
@@ -125,7 +132,8 @@ def run_waves(model, draft, cfg: WaveConfig, prompts, truth, arms=("ar", "specla
         for C in cfg.concurrency:
             row = run_arm(engine, cfg, prompts, truth, C)
             report[arm][C] = row
-            log(f"waves: {arm} C{C} {row['goodput_tok_s']:.1f} tok/s, exact {row['matches_plain']}, "
+            depths = f", depths {row['depths']}" if "depths" in row else ""
+            log(f"waves: {arm} C{C} {row['goodput_tok_s']:.1f} tok/s, exact {row['matches_plain']}{depths}, "
                 f"eager {row['graphs'].get('eager_reasons', {})}")
         del engine
     report["summary"] = {

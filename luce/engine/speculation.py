@@ -60,6 +60,8 @@ class EngineSpeculation:
                                   speculator.max_depth if draft_min is None else min(draft_min, speculator.max_depth))
         self._drafted_at: float | None = None  # end of this step's drafting: its timing starts
         self._drafted: set[int] = set()        # slots that drafted in the previous step
+        self.depths: dict[int, int] = {}        # depth -> steps that chose it (0: plain), of the steps
+                                                # with lanes that could draft
 
     @property
     def stats(self) -> SpecStats:
@@ -94,6 +96,8 @@ class EngineSpeculation:
             lanes.append((row.slot, [*r.prompt_ids, *r.output_ids], depth))
             room -= self.max_nodes - 1
         depth = self.policy.choose([s for s, _, _ in lanes], max((d for _, _, d in lanes), default=0))
+        if lanes:
+            self.depths[depth] = self.depths.get(depth, 0) + 1
         if not lanes or depth == 0:
             self._drafted_at = time.perf_counter()
             return cohort

@@ -5,6 +5,7 @@ too) gives ratios, drift and digest equality. Timings are reported, not asserted
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -93,3 +94,24 @@ def test_cli_waves_section(pair, tmp_path):
     waves = json.loads(out.read_text())["waves"]
     assert list(waves["specla"]) == ["2"] and waves["summary"]["digests_equal"] and waves["summary"]["matches_plain"]
     assert "aba" not in json.loads(out.read_text())        # only the section asked for ran
+
+
+def test_the_default_arm_is_the_servers_config_and_reports_the_depths_it_chose(pair):
+    """'default' runs exactly the SpecConfig luce-serve builds for the draft (adaptive depth,
+    down to plain decoding); 'chain@D' drafts D at every step (DFlash: at most its block - 1),
+    a bound. Both exact; each row reports the depths chosen (depth -> steps, 0 = plain)."""
+    from luce.benchmark.seed_workload import arm_spec
+    from luce.server.engine_core import ServeOptions, serve_spec_config
+
+    target, draft, _ = pair
+    served = serve_spec_config(ServeOptions(draft_kind="dflash"), "oracle")
+    assert arm_spec("default", draft, CFG) == served and served.draft_min == 0 and served.spec == "chain"
+    fixed = arm_spec("chain@3", draft, CFG)
+    assert fixed.draft_min is None and fixed.chain_depth == 3 and arm_spec("specla", draft, CFG).chain_depth == 15
+    cfg = dataclasses.replace(CFG, concurrency=(1,))
+    prompts, truth = prepare_waves(target, cfg)
+    r = run_waves(target, draft, cfg, prompts, truth, arms=("default", "chain@3"), log=lambda *_: None)
+    assert r["summary"]["matches_plain"] and r["summary"]["digests_equal"]
+    assert set(r["chain@3"][1]["depths"]) <= {1, 2, 3} and r["chain@3"][1]["depths"].get(3, 0) > 0
+    depths = r["default"][1]["depths"]
+    assert depths and all(0 <= d <= 3 for d in depths)   # the DFlash block (4) caps the depth at 3
