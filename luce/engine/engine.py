@@ -47,6 +47,7 @@ from luce.engine.step import Cohort, StepBatch, StepBuilder
 from luce.engine.txn import Promotion, Reject, StepOutcome, Transaction
 from luce.models.commit import GraphedCommit
 from luce.models.device_work import host_work
+from luce.models.graph_cache import warmup_calls
 from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
 
@@ -147,6 +148,8 @@ class Engine:
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[StepUpdate]:
         """Run one engine step; one update per request that advanced or finished."""
+        if self.spec is not None:
+            self.spec.begin_step()
         for request_id, slot in self.slots.admit_all():
             request = self.requests[request_id]
             request.slot, request.phase = slot, PREFILL
@@ -194,7 +197,10 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - never expected: commit checks before it changes anything
             return self._fail(cohort, f"commit failed: {type(e).__name__}: {e}")
         self._record(step, outcome)
-        return self._apply(step, outcome.tokens, outcome.logprobs)
+        updates = self._apply(step, outcome.tokens, outcome.logprobs)
+        if self.spec is not None:
+            self.spec.end_step(step)
+        return updates
 
     def _prefix_cache(self, config: EngineConfig):
         """(PrefixCache or None, why it is off)."""
@@ -237,7 +243,8 @@ class Engine:
         if drafter is None:
             drafter = make_drafter(config.spec, self.model, config.max_slots, config.ctx, draft_model=draft_model)
         return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx,
-                                 during_prefill=config.spec_during_prefill)
+                                 during_prefill=config.spec_during_prefill,
+                                 warmups=lambda: warmup_calls(self.graph_counters()))
 
     def _refuse_host_work(self) -> None:
         reasons = host_work(self.model)

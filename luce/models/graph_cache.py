@@ -20,6 +20,19 @@ from typing import Callable
 
 COUNTERS = ("replays", "captures", "rebuilds", "eager_steps", "failures", "drops")
 DROPPED = "graph dropped, captured again next call"   # a key met before whose graph went (max_graphs, memory)
+FIRST_CALL = "first call of a key"
+OUT_OF_MEMORY = "out of device memory"
+WARMUP_REASONS = (FIRST_CALL, DROPPED, OUT_OF_MEMORY)   # eager calls a later call of the key replays
+
+
+def warmup_calls(counters: dict) -> int:
+    """Calls that warmed a graph up, in counters as Engine.graph_counters gives them (with
+    'eager_reasons'): captures and failed captures, and eager calls of keys a later call
+    replays (a first call, a dropped graph's, one out of memory). Such a call costs far more
+    than a replay; the eager calls of keys that never replay ('no replay key', 'cannot
+    capture') are steady state and not counted."""
+    reasons = counters.get("eager_reasons", {})
+    return counters.get("captures", 0) + counters.get("failures", 0) + sum(reasons.get(r, 0) for r in WARMUP_REASONS)
 
 
 class GraphCache:
@@ -73,7 +86,7 @@ class GraphCache:
         self.warm[key] = constants
         while len(self.warm) > self.max_warm:
             self.warm.popitem(last=False)
-        self._eager(DROPPED if key in self.ever_captured else "first call of a key")
+        self._eager(DROPPED if key in self.ever_captured else FIRST_CALL)
         return out
 
     def _capture(self, key, constants, run, bind):
@@ -85,7 +98,7 @@ class GraphCache:
             if isinstance(exc.__cause__, MemoryError):   # not the key's fault: room is made, it stays warm
                 self.make_room()
                 self.warm[key] = constants
-                self._eager("out of device memory")
+                self._eager(OUT_OF_MEMORY)
                 return run()
             self.unsafe[key] = str(exc)
             self.counters["failures"] += 1
