@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from luce.models import SegmentSpec, build_batch, pages_needed
+from luce.models.batch import SEG_PREFILL
 from luce.models.packer import generate_greedy
 from luce.models.dflash import features_from_captured
 from luce.ref.sampling import top_k_logprobs
@@ -189,3 +190,26 @@ def test_draft_model_prefill_leaves_one_row_for_the_first_draft(tiny_models):
     want = DraftModelDrafter(model, 2, 64, 4).propose([DraftLane(1, prompt + [first], 3, 2)])[0]
     np.testing.assert_array_equal(got.ids, want.ids)
     np.testing.assert_array_equal(got.logprobs, want.logprobs)
+
+
+@pytest.mark.parametrize("name", ["qwen3_draft", "qwen35"])
+def test_draft_model_catch_ups_after_plain_steps_share_a_padded_key(tiny_models, name):
+    """A lane back from plain decoding catches up on every token since: 5 or 7 tokens feed one
+    segment padded to 8 rows (one graph key, replayed on a GPU), and propose what a fresh
+    drafter does. One or two rows (a lane that drafted last step) stay unpadded."""
+    model = tiny_models[name]
+    base = [4, 8, 15, 16, 23, 42, 7, 9]
+    drafter = DraftModelDrafter(model, 2, 64, 3)
+    keys, forward = [], drafter.forward
+    drafter.forward = lambda batch, state: (keys.append((batch.n_rows, batch.replay_key)), forward(batch, state))[1]
+    catch_ups = []
+    for slot, extra in ((0, [1, 2, 3, 4, 5]), (1, [5, 4, 3, 2, 1, 6, 7])):
+        drafter.propose([DraftLane(slot, base, 2, 2)])
+        keys.clear()
+        got = drafter.propose([DraftLane(slot, base + extra, 2, 2)])[0]
+        assert keys[0][0] == 8 and keys[1][0] == 1, keys
+        catch_ups.append(keys[0][1])
+        want = DraftModelDrafter(model, 2, 64, 3).propose([DraftLane(slot, base + extra, 2, 2)])[0]
+        np.testing.assert_array_equal(got.ids, want.ids)
+        np.testing.assert_allclose(got.logprobs, want.logprobs, rtol=1e-5, atol=1e-5)
+    assert catch_ups[0] == catch_ups[1] and catch_ups[0][0] == ((SEG_PREFILL, 8),)

@@ -71,6 +71,13 @@ class _ContinuationDrafter(ABC):
         if self.inner is not None:
             self.inner.release(slot)
 
+    def prefill(self, lanes) -> None:
+        """Completed prompts to the inner drafter that keeps model state (a draft model), as
+        the server's drafter gets them: its prompt catch-up is paid where the server pays it."""
+        prefill = getattr(self.inner, "prefill", None)
+        if prefill is not None:
+            prefill(lanes)
+
     def check_context(self, segments) -> None:
         if self.inner is not None and hasattr(self.inner, "check_context"):
             self.inner.check_context(segments)
