@@ -47,7 +47,6 @@ from luce.engine.step import Cohort, StepBatch, StepBuilder
 from luce.engine.txn import Promotion, Reject, StepOutcome, Transaction
 from luce.models.commit import GraphedCommit
 from luce.models.device_work import host_work
-from luce.models.graph_cache import warmup_calls
 from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
 
@@ -244,7 +243,8 @@ class Engine:
             drafter = make_drafter(config.spec, self.model, config.max_slots, config.ctx, draft_model=draft_model)
         return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx,
                                  during_prefill=config.spec_during_prefill,
-                                 warmups=lambda: warmup_calls(self.graph_counters()))
+                                 warmups=lambda: sum(getattr(getattr(o, "cache", None), "warmups", 0)
+                                                     for o in self._graph_owners()))
 
     def _refuse_host_work(self) -> None:
         reasons = host_work(self.model)
@@ -378,9 +378,7 @@ class Engine:
         """Graph replay counters of the target's forward, its tree commits and the draft
         model's forward (summed), and `eager_reasons`: why calls ran eagerly."""
         total, reasons = {}, {}
-        drafter = getattr(getattr(self.spec, "speculator", None), "drafter", None)
-        owners = [self.forward, self.committer] + [getattr(d, "forward", None) for d in drafter_chain(drafter)]
-        for owner in owners:
+        for owner in self._graph_owners():
             for name, n in getattr(owner, "counters", {}).items():
                 total[name] = total.get(name, 0) + n
             cache = getattr(owner, "cache", None)
@@ -388,6 +386,11 @@ class Engine:
                 reasons[why] = reasons.get(why, 0) + n
         total["eager_reasons"] = reasons
         return total
+
+    def _graph_owners(self) -> list:
+        """What captures graphs: the target's forward, its tree commits, the draft models' forwards."""
+        drafter = getattr(getattr(self.spec, "speculator", None), "drafter", None)
+        return [self.forward, self.committer] + [getattr(d, "forward", None) for d in drafter_chain(drafter)]
 
     def prefix_cache_counters(self) -> dict[str, int]:
         """The prefix cache's counters and size ({} when it is off)."""

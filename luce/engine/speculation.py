@@ -53,8 +53,8 @@ class EngineSpeculation:
                  clock: Callable[[], float] = time.perf_counter, warmups: Callable[[], int] = lambda: 0):
         """during_prefill False: no lane speculates in a step that prefills a prompt. clock:
         seconds (tests inject one); warmups: the engine's graph warm-up calls so far (a key's
-        first, eager call or its capture: luce.models.graph_cache.warmup_calls), whose time is
-        not what a depth costs in steady state."""
+        first, eager call or its capture: luce.models.graph_cache.GraphCache.warmups), whose
+        time is not what a depth costs in steady state."""
         self.speculator = speculator
         self.during_prefill = during_prefill
         self.token_budget = token_budget
@@ -105,7 +105,7 @@ class EngineSpeculation:
             depth = min(r.params.max_tokens - len(r.output_ids), self.ctx - r.n_tokens) - 1
             if depth < 1 or row.position + self.max_nodes > self.ctx:
                 continue
-            lanes.append((row.slot, [*r.prompt_ids, *r.output_ids], depth))
+            lanes.append((row.slot, r, depth))
             room -= self.max_nodes - 1
         depth = self.policy.choose([s for s, _, _ in lanes], max((d for _, _, d in lanes), default=0),
                                    ar_rows=len(cohort.decode) - len(lanes))
@@ -114,7 +114,8 @@ class EngineSpeculation:
         if not lanes or depth == 0:
             return cohort
         t0, w0 = self.clock(), self.warmups()
-        self.trees = self.speculator.draft_trees([(s, t, min(d, depth)) for s, t, d in lanes])
+        self.trees = self.speculator.draft_trees([(s, [*r.prompt_ids, *r.output_ids], min(d, depth))
+                                                  for s, r, d in lanes])
         self._draft = (self.clock() - t0, self.warmups() - w0)
         # Timed only when every lane drafted in the previous step too: a draft model then feeds
         # one or two rows per lane. After plain steps (or a lane's first draft) it catches up on

@@ -31,6 +31,8 @@ depth gives the same output (speculation is lossless): the policy only decides s
 """
 from __future__ import annotations
 
+import bisect
+
 EMA = 0.2                 # weight of a new timing
 ACCEPT_DECAY = 0.97       # per verify: older acceptance counts fade
 PRIOR_ACCEPTED, PRIOR_REJECTED = 3.0, 1.0   # a new lane starts at p = 0.75
@@ -58,30 +60,32 @@ class Timings:
         self.through_zero = through_zero
         self.mean: dict[int, float] = {}
         self.count: dict[int, int] = {}
+        self._keys: list[int] = []     # the measured keys, sorted
 
     def add(self, key: int, seconds: float) -> None:
         old = self.mean.get(key)
+        if old is None:
+            bisect.insort(self._keys, key)
         self.mean[key] = seconds if old is None else (1 - EMA) * old + EMA * seconds
         self.count[key] = self.count.get(key, 0) + 1
 
     def seconds(self, key: int) -> float | None:
-        if key in self.mean:
-            return self.mean[key]
-        if not self.mean:
-            return None
-        below = [k for k in self.mean if k < key]
-        above = [k for k in self.mean if k > key]
-        if below and above:
-            a, b = max(below), min(above)
-            return self.mean[a] + (self.mean[b] - self.mean[a]) * (key - a) / (b - a)
-        if above:
-            b = min(above)
-            return self.mean[b] * key / b if self.through_zero else self.mean[b]
-        a = max(below)                 # more rows than any measured: the slope of the last two
-        if len(below) >= 2:            # (an optimistic guess is corrected once tried, a pessimistic one
-            b = max(k for k in below if k != a)   # only by exploring)
-            return self.mean[a] + max(0.0, self.mean[a] - self.mean[b]) / (a - b) * (key - a)
-        return self.mean[a] * key / a if a > 0 else self.mean[a]
+        mean = self.mean.get(key)
+        if mean is not None or not self._keys:
+            return mean
+        keys, m = self._keys, self.mean
+        i = bisect.bisect_left(keys, key)      # keys[:i] below, keys[i:] above
+        if 0 < i < len(keys):
+            a, b = keys[i - 1], keys[i]
+            return m[a] + (m[b] - m[a]) * (key - a) / (b - a)
+        if i == 0:
+            b = keys[0]
+            return m[b] * key / b if self.through_zero else m[b]
+        a = keys[-1]                   # more rows than any measured: the slope of the last two
+        if len(keys) >= 2:             # (an optimistic guess is corrected once tried, a pessimistic one
+            b = keys[-2]               # only by exploring)
+            return m[a] + max(0.0, m[a] - m[b]) / (a - b) * (key - a)
+        return m[a] * key / a if a > 0 else m[a]
 
 
 class LaneAcceptance:
@@ -127,12 +131,17 @@ class LaneAcceptance:
     def expected_tokens(self, depth: int) -> float:
         """E(depth) = 1 + sum over k <= depth of S(k), S(k) the product of each position's
         acceptance q_j = (passed_j + POSITION_PRIOR p) / (tried_j + POSITION_PRIOR), j <= k."""
-        p, total, survive = self.p, 1.0, 1.0
+        return self.expected_upto(depth)[depth]
+
+    def expected_upto(self, depth: int) -> list[float]:
+        """[E(0), ..., E(depth)] (expected_tokens), in one pass."""
+        p, total, survive, out = self.p, 1.0, 1.0, [1.0]
+        prior, n = POSITION_PRIOR * p, len(self.tried)
         for k in range(depth):
-            tried, passed = (self.tried[k], self.passed[k]) if k < len(self.tried) else (0.0, 0.0)
-            survive *= (passed + POSITION_PRIOR * p) / (tried + POSITION_PRIOR)
+            survive *= (self.passed[k] + prior) / (self.tried[k] + POSITION_PRIOR) if k < n else p
             total += survive
-        return total
+            out.append(total)
+        return out
 
 
 class DepthPolicy:
@@ -146,6 +155,7 @@ class DepthPolicy:
         self._all = LaneAcceptance()    # every lane's verifies: where a new lane starts from
         self._best, self._since, self._explore_every = None, 0, EXPLORE_EVERY
         self._probes: dict[tuple, int] = {}    # (what, key) -> steps spent probing it
+        self._probed: set[tuple] = set()       # (lanes, AR rows, probe depth, floor) probed
 
     @property
     def adaptive(self) -> bool:
@@ -186,20 +196,33 @@ class DepthPolicy:
         """A draft call's estimated time: from `lanes` lanes' timings, else the nearest lane count's."""
         if depth == 0:
             return 0.0
-        if not self.drafts:
-            return None
-        near = min(self.drafts, key=lambda n: (abs(n - lanes), n))
-        return self.drafts[near].seconds(depth)
+        timings = self._draft_timings(lanes)
+        return None if timings is None else timings.seconds(depth)
+
+    def _draft_timings(self, lanes: int) -> Timings | None:
+        timings = self.drafts.get(lanes)
+        if timings is None and self.drafts:
+            timings = self.drafts[min(self.drafts, key=lambda n: (abs(n - lanes), n))]
+        return timings
 
     # ---- the choice --------------------------------------------------------------------------
     def tokens_per_second(self, depth: int, slots: list[int], ar_rows: int = 0) -> float | None:
         """Expected tokens per second of a step in which the lanes `slots` draft `depth` and
         `ar_rows` other lanes decode plainly."""
-        step = self.step.seconds(ar_rows + len(slots) * (depth + 1))
-        draft = self.draft_seconds(depth, len(slots))
-        if step is None or draft is None:
-            return None
-        return (ar_rows + sum(self.expected(s, depth) for s in slots)) / (draft + step)
+        return self._rates(slots, ar_rows, depth, depth)[depth]
+
+    def _rates(self, slots: list[int], ar_rows: int, lo: int, hi: int) -> dict[int, float | None]:
+        """tokens_per_second of every depth in [lo, hi] (None: no estimate)."""
+        tokens = [float(ar_rows)] * (hi + 1)
+        for s in slots:
+            for d, e in enumerate(self._lane(s).expected_upto(hi)):
+                tokens[d] += e
+        drafts, out = self._draft_timings(len(slots)), {}
+        for d in range(lo, hi + 1):
+            step = self.step.seconds(ar_rows + len(slots) * (d + 1))
+            draft = 0.0 if d == 0 else None if drafts is None else drafts.seconds(d)
+            out[d] = None if step is None or draft is None else tokens[d] / (draft + step)
+        return out
 
     def choose(self, slots: list[int], limit: int, ar_rows: int = 0) -> int:
         """The depth the lanes `slots` draft this step, at most `limit` (their tokens or context
@@ -209,14 +232,16 @@ class DepthPolicy:
         if not self.adaptive or hi <= lo or not slots:
             return hi
         rows = lambda d: ar_rows + len(slots) * (d + 1)  # noqa: E731
-        for d in (min(PROBE_DEPTH, hi), lo):   # measure a short chain and the floor first; from them,
-            unmeasured = self._unmeasured(d, len(slots), rows(d))   # estimates, refined by exploring
-            if unmeasured:
-                for key in unmeasured:
-                    self._probes[key] = self._probes.get(key, 0) + 1
-                return d
-        scores = {d: self.tokens_per_second(d, slots, ar_rows) for d in range(lo, hi + 1)}
-        known = {d: s for d, s in scores.items() if s is not None}
+        shape = (len(slots), ar_rows, min(PROBE_DEPTH, hi), lo)
+        if shape not in self._probed:
+            for d in shape[2:]:                # measure a short chain and the floor first; from them,
+                unmeasured = self._unmeasured(d, len(slots), rows(d))   # estimates, refined by exploring
+                if unmeasured:
+                    for key in unmeasured:
+                        self._probes[key] = self._probes.get(key, 0) + 1
+                    return d
+            self._probed.add(shape)
+        known = {d: r for d, r in self._rates(slots, ar_rows, lo, hi).items() if r is not None}
         if not known:
             return lo
         best = max(known, key=lambda d: (known[d], -d))
