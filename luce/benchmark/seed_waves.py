@@ -6,6 +6,7 @@ so every step pays its draft cost), goodput per concurrency, output digests.
     prompts, truth = prepare_waves(model, cfg)                 # the prompts, their greedy outputs
     report = run_waves(model, draft, cfg, prompts, truth)      # {"ar": {C: row}, "specla": {C: row}, "summary"}
     table = compare_waves([a, b, a2])                          # A/B/A across commits: ratios, drift, digests
+    gate = run_gate(model, draft, cfg, prompts, truth)         # AL 6 and 3: ar, default config, chain@8
 
 A wave at concurrency C sends C requests together (`max_tokens` forced output tokens each) and
 the next wave starts only when all C have ended; wave w sends prompts (w * C + i) mod
@@ -116,6 +117,7 @@ def run_arm(engine, cfg: WaveConfig, prompts, truth, C: int) -> dict:
     if stats is not None:
         row["acceptance_length"] = (stats.emitted - before[1]) / max(1, stats.verifies - before[0])
         row["depths"] = depth_histogram(engine, before_depths)
+        row["policy"] = engine.spec.policy.describe()   # what the depth policy measured, at the end
     return row
 
 
@@ -162,3 +164,43 @@ def compare_waves(reports: Sequence[dict]) -> dict:
                if isinstance(rows, dict) and arm not in ("config", "summary", "memory") for C, row in rows.items()}
     out["digests_equal"] = len(digests) == len({(arm, C) for arm, C, _ in digests})
     return out
+
+
+GATE_ARMS = ("ar", "default", "chain@8")
+
+
+def run_gate(model, draft, cfg: WaveConfig, prompts, truth, acceptance_lengths=(6, 3), arms=GATE_ARMS,
+             log=print) -> dict:
+    """Issue 17 deliverable 6's gate: speculation pays or steps aside. For each acceptance
+    length the waves of `arms` (default: plain decoding, luce-serve's default config, the fixed
+    depth 8 of --draft-max) -> {"AL<a>": waves report, "summary": {"AL<a>": {C: {arm: goodput,
+    "default_over_ar", "exact", "depths"}}, "pass"}}; pass: the default arm's goodput >= plain
+    decoding's at every acceptance length and concurrency, every output exact."""
+    from dataclasses import replace
+
+    report: dict = {}
+    summary: dict = {}
+    for a in acceptance_lengths:
+        waves = run_waves(model, draft, replace(cfg, acceptance_length=a), prompts, truth, arms=arms,
+                          log=lambda line, a=a: log(f"AL {a} {line}"))
+        report[f"AL{a}"] = waves
+        summary[f"AL{a}"] = {C: {**{arm: waves[arm][C]["goodput_tok_s"] for arm in arms},
+                                 "exact": all(waves[arm][C]["matches_plain"] for arm in arms),
+                                 "depths": waves.get("default", {}).get(C, {}).get("depths")}
+                             for C in cfg.concurrency}
+        for C, row in summary[f"AL{a}"].items():
+            if "ar" in arms and "default" in arms:
+                row["default_over_ar"] = row["default"] / row["ar"]
+    ratios = [row["default_over_ar"] for rows in summary.values() for row in rows.values() if "default_over_ar" in row]
+    summary["pass"] = bool(ratios) and min(ratios) >= 1.0 and all(
+        row["exact"] for rows in summary.values() if isinstance(rows, dict) for row in rows.values())
+    report["summary"] = summary
+    for key, rows in summary.items():
+        if key == "pass":
+            continue
+        for C, row in rows.items():
+            cells = "  ".join(f"{arm} {row[arm]:.1f}" for arm in arms)
+            ratio = f"  default/ar {row['default_over_ar']:.3f}" if "default_over_ar" in row else ""
+            log(f"gate {key} C{C}: {cells} tok/s{ratio}  exact {row['exact']}  default depths {row['depths']}")
+    log(f"gate: {'PASS' if summary['pass'] else 'FAIL'} (default config >= plain decoding at every AL and C, exact)")
+    return report
