@@ -21,9 +21,11 @@ ones (linearly in rows; past the largest, along the slope of the last two, or pr
 from one); it measures a short chain (PROBE_DEPTH) and the floor first (at most PROBE_TRIES
 steps each: a timing the engine discards does not hold the probe forever), and now and then
 tries a neighbour of the best depth (after EXPLORE_EVERY choices, then twice as many after
-each try while the best depth stays, up to EXPLORE_MAX: when drafting loses, trying it again
-costs a few percent at first and little later), so the estimates follow the machine and the
-text. The engine times what a depth costs in steady state only
+each try while the best depth stays, up to EXPLORE_MAX; EXPLORE_HOPELESS while plain decoding
+would win even if every draft were accepted: then trying again costs a few tenths of a
+percent), so the estimates follow the machine and the text. Such a hopeless try drafts two
+steps in a row: the first draft catches up on the plain steps and is not timed, the second
+is, so the draft cost that keeps speculation off is measured again. The engine times what a depth costs in steady state only
 (luce.engine.speculation): not a step or draft that ran a graph's warm-up (a key's first,
 eager call or its capture), nor a draft whose lanes did not draft in the previous step (a
 draft model then catches up on every token since: a switching cost, not its depth's). Any
@@ -40,6 +42,7 @@ POSITION_PRIOR = 1.0      # weight of the lane's pooled rate in each position's 
 LANE_PRIOR = 4.0          # a new lane starts from the acceptance of all lanes, weighing this many verifies
 EXPLORE_EVERY = 8         # choices between tries of a neighbour of the best depth, at first;
 EXPLORE_MAX = 64          # doubled after each try while the best stays (a losing depth tried less)
+EXPLORE_HOPELESS = 256    # between tries while plain decoding would win even if every draft were right
 PROBE_DEPTH = 2           # the first depth measured: cheap when drafts are rarely right
 PROBE_TRIES = 8           # steps a probe may take to get a timing the engine keeps
 
@@ -154,6 +157,7 @@ class DepthPolicy:
         self._lanes: dict[int, LaneAcceptance] = {}
         self._all = LaneAcceptance()    # every lane's verifies: where a new lane starts from
         self._best, self._since, self._explore_every = None, 0, EXPLORE_EVERY
+        self._again: int | None = None  # a try from plain decoding takes two steps: this depth next
         self._probes: dict[tuple, int] = {}    # (what, key) -> steps spent probing it
         self._probed: set[tuple] = set()       # (lanes, AR rows, probe depth, floor) probed
 
@@ -241,6 +245,9 @@ class DepthPolicy:
                         self._probes[key] = self._probes.get(key, 0) + 1
                     return d
             self._probed.add(shape)
+        again, self._again = self._again, None
+        if again is not None and lo <= again <= hi:
+            return again
         known = {d: r for d, r in self._rates(slots, ar_rows, lo, hi).items() if r is not None}
         if not known:
             return lo
@@ -248,11 +255,33 @@ class DepthPolicy:
         if best != self._best:                 # a new best: its neighbours are tried soon
             self._best, self._since, self._explore_every = best, 0, EXPLORE_EVERY
         self._since += 1
-        if self._since >= self._explore_every:
-            self._since, self._explore_every = 0, min(2 * self._explore_every, EXPLORE_MAX)
-            near = [d for d in (best - 1, best + 1) if lo <= d <= hi]
-            return min(near, key=lambda d: (self.step.count.get(rows(d), 0), d)) if near else best
-        return best
+        every = self._explore_every
+        hopeless = best == 0 and self._hopeless(slots, ar_rows, lo, hi, known.get(0))
+        if hopeless:
+            every = max(every, EXPLORE_HOPELESS)
+        if self._since < every:
+            return best
+        self._since, self._explore_every = 0, min(2 * self._explore_every, EXPLORE_MAX)
+        near = [d for d in (best - 1, best + 1) if lo <= d <= hi]
+        if not near:
+            return best
+        tried = min(near, key=lambda d: (self.step.count.get(rows(d), 0), d))
+        if hopeless:                           # only the draft's cost can change that: its first draft
+            self._again = tried                # catches up on the plain steps (not timed), a second is timed
+        return tried
+
+    def _hopeless(self, slots: list[int], ar_rows: int, lo: int, hi: int, plain: float | None) -> bool:
+        """Whether plain decoding (`plain` tokens per second) beats every depth in [lo, hi]
+        even if every drafted token were accepted (then only new timings could change it)."""
+        if plain is None:
+            return False
+        drafts = self._draft_timings(len(slots))
+        for d in range(max(lo, 1), hi + 1):
+            step = self.step.seconds(ar_rows + len(slots) * (d + 1))
+            draft = None if drafts is None else drafts.seconds(d)
+            if step is None or draft is None or (ar_rows + len(slots) * (d + 1)) / (draft + step) >= plain:
+                return False
+        return True
 
     def _unmeasured(self, depth: int, lanes: int, rows: int) -> list[tuple]:
         """What a probe of `depth` has yet to time, ('step', rows) and ('draft', lanes, depth),

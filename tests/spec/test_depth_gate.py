@@ -49,11 +49,14 @@ class Gpu:
         return max(range(max_depth + 1), key=self.rate)
 
 
-def drive(machine, steps=600, max_depth=8, seed=0):
+def drive(machine, steps=600, max_depth=8, seed=0, later=None):
     """One lane decoding `steps` steps under the policy, timed as the engine times it (a draft
-    only after a drafting step); -> (depths chosen, tokens, step units) per step."""
+    only after a drafting step); -> (depths chosen, tokens, step units) per step. later:
+    (step, machine) from which another machine runs."""
     rng, policy, out, drafted = random.Random(seed), DepthPolicy(max_depth, 0), [], False
-    for _ in range(steps):
+    for i in range(steps):
+        if later is not None and i == later[0]:
+            machine = later[1]
         d = policy.choose([0], 100)
         tokens, cost = 1, machine.step(d + 1) + machine.draft * d
         if d:
@@ -101,6 +104,20 @@ def test_it_speculates_when_drafting_pays(name, machine):
     assert depths[0] <= 0.1 * len(run), (name, depths)
     tokens, cost = sum(t for _, t, _ in run), sum(c for _, _, c in run)
     assert tokens / cost >= 0.95 * machine.rate(best), (name, best, depths)
+
+
+def test_a_hopeless_draft_is_tried_rarely_but_timed_so_a_cheaper_one_is_found():
+    """Drafts that could not pay even if always right (1.5x a step) are tried once in
+    EXPLORE_HOPELESS choices, two steps at a time so the second draft is timed; when drafting
+    turns cheap (0.1x) those timings bring speculation back."""
+    from luce.spec.depth import EXPLORE_HOPELESS
+
+    run = drive(Gpu(1.5, al=6), steps=3000, later=(300, Gpu(0.1, al=6)))
+    before = Counter(d for d, _, _ in run[100:300])
+    assert before[0] >= 198, before                 # 200 steps: one try at most
+    assert sum(1 for d, _, _ in run[100:300] if d) <= 2 * (200 // EXPLORE_HOPELESS + 1)
+    after = Counter(d for d, _, _ in run[2000:])
+    assert after[0] <= 0.1 * 1000 and max(after, key=after.get) == Gpu(0.1, al=6).best(), after
 
 
 def test_the_oracle_acceptance_is_modelled_as_measured_not_as_geometric():
