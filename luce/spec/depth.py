@@ -12,24 +12,27 @@ drafted position (`LaneAcceptance`: S(k) from the measured per-position acceptan
 assumed; positions never drafted fall back to the lane's pooled rate, i.e. the geometric
 E(d) = (1 - p^(d+1)) / (1 - p)). A new lane (a new request) starts from the acceptance all
 lanes measured, weighing LANE_PRIOR verifies (its own verifies soon outweigh it), so it does
-not climb from a blind prior at every request. Each step it drafts, for all its speculating lanes together
-(they share the draft call and the step), the depth in [min_depth, max_depth] with the most
-expected tokens per second, where depth 0 is plain decoding (one row per lane, no draft);
-decoding lanes that cannot draft this step are AR rows of the same step, counted in both.
-Row counts, depths and lane counts not yet measured are estimated from the nearest measured
-ones (linearly in rows; past the largest, along the slope of the last two, or proportionally
-from one); it measures a short chain (PROBE_DEPTH) and the floor first (at most PROBE_TRIES
-steps each: a timing the engine discards does not hold the probe forever), and now and then
-tries a neighbour of the best depth (after EXPLORE_EVERY choices, then twice as many after
-each try while the best depth stays, up to EXPLORE_MAX; EXPLORE_HOPELESS while plain decoding
-would win even if every draft were accepted: then trying again costs a few tenths of a
-percent), so the estimates follow the machine and the text. Such a hopeless try drafts two
-steps in a row: the first draft catches up on the plain steps and is not timed, the second
-is, so the draft cost that keeps speculation off is measured again. The engine times what a depth costs in steady state only
-(luce.engine.speculation): not a step or draft that ran a graph's warm-up (a key's first,
-eager call or its capture), nor a draft whose lanes did not draft in the previous step (a
-draft model then catches up on every token since: a switching cost, not its depth's). Any
-depth gives the same output (speculation is lossless): the policy only decides speed.
+not climb from a blind prior at every request.
+
+Each step it drafts, for all its speculating lanes together (they share the draft call and
+the step), the depth in [min_depth, max_depth] with the most expected tokens per second,
+where depth 0 is plain decoding (one row per lane, no draft); decoding lanes that cannot
+draft this step are AR rows of the same step, counted in both. Row counts, depths and lane
+counts not yet measured are estimated from the nearest measured ones (linearly in rows; past
+the largest, along the slope of the last two, or proportionally from one). It measures a
+short chain (PROBE_DEPTH) and the floor first (at most PROBE_TRIES steps each: a timing the
+engine discards does not hold the probe forever), then now and then tries a neighbour of the
+best depth: after EXPLORE_EVERY choices, then twice as many after each try while the best
+depth stays, up to EXPLORE_MAX; every EXPLORE_HOPELESS choices while plain decoding would win
+even if every draft were accepted (then a try costs a few tenths of a percent). Such a
+hopeless try drafts two steps in a row: the first draft catches up on the plain steps and is
+not timed, the second is, so the draft cost that keeps speculation off is measured again.
+
+The engine times what a depth costs in steady state only (luce.engine.speculation): not a
+step or draft that ran a graph's warm-up (a key's first, eager call or its capture), nor a
+draft whose lanes did not draft in the previous step (a draft model then catches up on every
+token since: a switching cost, not its depth's). Any depth gives the same output
+(speculation is lossless): the policy only decides speed.
 """
 from __future__ import annotations
 
@@ -296,7 +299,10 @@ class DepthPolicy:
 
     def describe(self) -> dict:
         """What the policy has measured (for reports): step seconds by rows, draft seconds by
-        lanes and depth, pooled acceptance by lane."""
+        lanes and depth, pooled acceptance by live lane, and over all lanes the pooled
+        acceptance and E(0..max_depth)."""
         return {"step_s": dict(sorted(self.step.mean.items())),
                 "draft_s": {n: dict(sorted(t.mean.items())) for n, t in sorted(self.drafts.items())},
-                "acceptance": {s: round(a.p, 4) for s, a in sorted(self._lanes.items())}}
+                "acceptance": {s: round(a.p, 4) for s, a in sorted(self._lanes.items())},
+                "acceptance_all": round(self._all.p, 4),
+                "expected_tokens_all": [round(e, 3) for e in self._all.expected_upto(self.max_depth)]}
