@@ -12,6 +12,14 @@ A/B/A of three such reports (previous commit, this one, previous again).
         --established-tokens 256 --arrive-after 0.5   # SpecLA vs ddtree, bounded
     python tools/bench_seed_workload.py T.gguf --draft D.gguf --backend cuda --sections waves --json b.json
     python tools/bench_seed_workload.py --compare a.json b.json a2.json
+    python tools/bench_seed_workload.py T.gguf --draft D.gguf --backend cuda --sections gate \
+        --wave-prompt-len 128 --wave-tokens 128 --json gate.json   # issue 17's gate (seed_waves.run_gate)
+
+Section `gate`: speculation pays or steps aside. For each --gate-al acceptance length, waves of
+--arms (default ar, default, chain@8: plain decoding, luce-serve's own speculation config for
+the draft with its depth chosen per step, and the fixed depth 8) at --concurrency (default
+1,5): goodput, exactness, the depths the default config chose, PASS when it is >= plain
+decoding everywhere.
 """
 from __future__ import annotations
 
@@ -23,10 +31,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from luce.benchmark.seed_waves import WaveConfig, compare_waves, prepare_waves, run_waves  # noqa: E402
+from luce.benchmark.seed_waves import (GATE_ARMS, WaveConfig, compare_waves, prepare_waves, run_gate,  # noqa: E402
+                                      run_waves)
 from luce.benchmark.seed_workload import SeedConfig, compare_modes, prepare, run_seed  # noqa: E402
 
-SECTIONS = ("aba", "modes", "waves")
+SECTIONS = ("aba", "modes", "waves", "gate")
+GATE_CONCURRENCY = (1, 5)
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -52,7 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arriving-tokens", type=int, default=d.arriving_tokens, help="tokens each arriving prompt generates")
     p.add_argument("--sections", default="aba,modes", help=f"subset of {','.join(SECTIONS)}")
     p.add_argument("--modes", default="specla,ddtree", help="spec modes the modes section compares")
-    p.add_argument("--concurrency", type=_ints, default=w.concurrency, help="waves: concurrencies, e.g. 1,2,3,4,5")
+    p.add_argument("--concurrency", type=_ints, default=None,
+                   help=f"waves, gate: concurrencies (default {','.join(map(str, w.concurrency))} and "
+                        f"{','.join(map(str, GATE_CONCURRENCY))})")
+    p.add_argument("--arms", default=None,
+                   help="waves, gate: ar, default (luce-serve's config), MODE or MODE@DEPTH, comma-separated "
+                        f"(default ar,{w.spec} and {','.join(GATE_ARMS)})")
+    p.add_argument("--gate-al", type=_ints, default=(6, 3), help="gate: oracle acceptance lengths (default 6,3)")
     p.add_argument("--waves", type=int, default=w.waves, help="waves: timed waves per concurrency")
     p.add_argument("--wave-prompt-len", type=int, default=w.prompt_len, help="waves: prompt tokens")
     p.add_argument("--wave-tokens", type=int, default=w.max_tokens, help="waves: output tokens per request")
@@ -97,11 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     if "modes" in sections:
         report["modes"] = compare_modes(model, draft, cfg, requests, outputs, modes=tuple(args.modes.split(",")))
         save()
-    if "waves" in sections:
-        wcfg = dataclasses.replace(w, concurrency=args.concurrency, waves=args.waves, prompt_len=args.wave_prompt_len,
-                                   max_tokens=args.wave_tokens, acceptance_length=args.acceptance_length)
+    arms = tuple(args.arms.split(",")) if args.arms else None
+    for section in ("waves", "gate"):
+        if section not in sections:
+            continue
+        default_c = w.concurrency if section == "waves" else GATE_CONCURRENCY
+        wcfg = dataclasses.replace(w, concurrency=args.concurrency or default_c, waves=args.waves,
+                                   prompt_len=args.wave_prompt_len, max_tokens=args.wave_tokens,
+                                   acceptance_length=args.acceptance_length)
         prompts, truth = prepare_waves(model, wcfg)
-        report["waves"] = run_waves(model, draft, wcfg, prompts, truth)
+        if section == "waves":
+            report["waves"] = run_waves(model, draft, wcfg, prompts, truth, arms=arms or ("ar", w.spec))
+        else:
+            report["gate"] = run_gate(model, draft, wcfg, prompts, truth, args.gate_al, arms=arms or GATE_ARMS)
         save()
     print(json.dumps({k: v["summary"] for k, v in report.items() if isinstance(v, dict) and "summary" in v},
                      indent=1, default=str))

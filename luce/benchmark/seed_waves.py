@@ -6,6 +6,7 @@ so every step pays its draft cost), goodput per concurrency, output digests.
     prompts, truth = prepare_waves(model, cfg)                 # the prompts, their greedy outputs
     report = run_waves(model, draft, cfg, prompts, truth)      # {"ar": {C: row}, "specla": {C: row}, "summary"}
     table = compare_waves([a, b, a2])                          # A/B/A across commits: ratios, drift, digests
+    gate = run_gate(model, draft, cfg, prompts, truth)         # AL 6 and 3: ar, default config, chain@8
 
 A wave at concurrency C sends C requests together (`max_tokens` forced output tokens each) and
 the next wave starts only when all C have ended; wave w sends prompts (w * C + i) mod
@@ -14,7 +15,10 @@ HTTP). One engine per arm serves every C (max_slots = the largest C): per C one 
 warm-up wave (its graph keys captured), then `waves` timed waves. Per C: goodput = output
 tokens of the timed waves / their wall time, the waves' times, the digest (sha256 of every
 timed request's tokens, in order: equal across arms and commits when everything is exact),
-whether every output equals plain greedy decoding, acceptance length, graph counters.
+whether every output equals plain greedy decoding, acceptance length, graph counters, and
+for speculation the depths the engine chose (`depths`: depth -> steps, 0 = plain decoding).
+Arms: 'ar', 'default' (luce-serve's own SpecConfig for the draft: depth chosen per step, down
+to plain decoding), or a mode at a fixed depth ('specla', 'chain@8': the bounds).
 A/B/A against the previous commit: run the tool on the previous commit (A), this one (B), the
 previous again (A2) and compare the three reports: B/A goodput per arm and C, the A/A drift,
 digests equal.
@@ -41,6 +45,7 @@ class WaveConfig:
     budget: int = 22
     top_k: int = 4
     tau: float = 6.0
+    chain_depth: int = 15          # fixed-depth arms' depth unless the arm names one ('chain@8')
     token_budget: int = 512
     seed: int = 0
 
@@ -92,12 +97,12 @@ def _wave(engine, prompts: Sequence[Sequence[int]], max_tokens: int) -> tuple[fl
 
 def run_arm(engine, cfg: WaveConfig, prompts, truth, C: int) -> dict:
     """One warm-up wave, then cfg.waves timed waves of C requests on `engine`."""
-    from luce.benchmark.seed_workload import _delta
+    from luce.benchmark.seed_workload import _delta, depth_histogram
 
     pick = lambda w: [(w * C + i) % len(prompts) for i in range(C)]  # noqa: E731
     _wave(engine, [prompts[i] for i in pick(0)], cfg.max_tokens)
     stats = getattr(engine.spec, "stats", None)
-    before_graphs = engine.graph_counters()
+    before_graphs, before_depths = engine.graph_counters(), depth_histogram(engine)
     before = (stats.verifies, stats.emitted) if stats is not None else (0, 0)
     times, outputs, exact = [], [], True
     for w in range(1, cfg.waves + 1):
@@ -111,11 +116,15 @@ def run_arm(engine, cfg: WaveConfig, prompts, truth, C: int) -> dict:
            "graphs": _delta(engine.graph_counters(), before_graphs)}
     if stats is not None:
         row["acceptance_length"] = (stats.emitted - before[1]) / max(1, stats.verifies - before[0])
+        row["depths"] = depth_histogram(engine, before_depths)
+        row["policy"] = engine.spec.policy.describe()   # what the depth policy measured, at the end
     return row
 
 
 def run_waves(model, draft, cfg: WaveConfig, prompts, truth, arms=("ar", "specla"), log=print) -> dict:
-    """-> {"config", arm: {C: row}, "summary"} (arms: 'ar' and spec modes, luce.spec.config.MODES)."""
+    """-> {"config", arm: {C: row}, "summary"}. arms: 'ar' (plain decoding), 'default'
+    (luce-serve's SpecConfig for the draft: adaptive depth) and spec modes at a fixed depth,
+    'MODE' or 'MODE@D' (luce.benchmark.seed_workload.arm_spec)."""
     from luce.benchmark.peak_memory import peak_memory
 
     report: dict = {"config": asdict(cfg)}
@@ -125,7 +134,8 @@ def run_waves(model, draft, cfg: WaveConfig, prompts, truth, arms=("ar", "specla
         for C in cfg.concurrency:
             row = run_arm(engine, cfg, prompts, truth, C)
             report[arm][C] = row
-            log(f"waves: {arm} C{C} {row['goodput_tok_s']:.1f} tok/s, exact {row['matches_plain']}, "
+            depths = f", depths {row['depths']}" if "depths" in row else ""
+            log(f"waves: {arm} C{C} {row['goodput_tok_s']:.1f} tok/s, exact {row['matches_plain']}{depths}, "
                 f"eager {row['graphs'].get('eager_reasons', {})}")
         del engine
     report["summary"] = {
@@ -154,3 +164,43 @@ def compare_waves(reports: Sequence[dict]) -> dict:
                if isinstance(rows, dict) and arm not in ("config", "summary", "memory") for C, row in rows.items()}
     out["digests_equal"] = len(digests) == len({(arm, C) for arm, C, _ in digests})
     return out
+
+
+GATE_ARMS = ("ar", "default", "chain@8")
+
+
+def run_gate(model, draft, cfg: WaveConfig, prompts, truth, acceptance_lengths=(6, 3), arms=GATE_ARMS,
+             log=print) -> dict:
+    """Issue 17 deliverable 6's gate: speculation pays or steps aside. For each acceptance
+    length the waves of `arms` (default: plain decoding, luce-serve's default config, the fixed
+    depth 8 of --draft-max) -> {"AL<a>": waves report, "summary": {"AL<a>": {C: {arm: goodput,
+    "default_over_ar", "exact", "depths"}}, "pass"}}; pass: the default arm's goodput >= plain
+    decoding's at every acceptance length and concurrency, every output exact."""
+    from dataclasses import replace
+
+    report: dict = {}
+    summary: dict = {}
+    for a in acceptance_lengths:
+        waves = run_waves(model, draft, replace(cfg, acceptance_length=a), prompts, truth, arms=arms,
+                          log=lambda line, a=a: log(f"AL {a} {line}"))
+        report[f"AL{a}"] = waves
+        summary[f"AL{a}"] = {C: {**{arm: waves[arm][C]["goodput_tok_s"] for arm in arms},
+                                 "exact": all(waves[arm][C]["matches_plain"] for arm in arms),
+                                 "depths": waves.get("default", {}).get(C, {}).get("depths")}
+                             for C in cfg.concurrency}
+        for C, row in summary[f"AL{a}"].items():
+            if "ar" in arms and "default" in arms:
+                row["default_over_ar"] = row["default"] / row["ar"]
+    ratios = [row["default_over_ar"] for rows in summary.values() for row in rows.values() if "default_over_ar" in row]
+    summary["pass"] = bool(ratios) and min(ratios) >= 1.0 and all(
+        row["exact"] for rows in summary.values() if isinstance(rows, dict) for row in rows.values())
+    report["summary"] = summary
+    for key, rows in summary.items():
+        if key == "pass":
+            continue
+        for C, row in rows.items():
+            cells = "  ".join(f"{arm} {row[arm]:.1f}" for arm in arms)
+            ratio = f"  default/ar {row['default_over_ar']:.3f}" if "default_over_ar" in row else ""
+            log(f"gate {key} C{C}: {cells} tok/s{ratio}  exact {row['exact']}  default depths {row['depths']}")
+    log(f"gate: {'PASS' if summary['pass'] else 'FAIL'} (default config >= plain decoding at every AL and C, exact)")
+    return report

@@ -27,6 +27,10 @@ the target's and the draft's forward keys, the tree commits' replay keys; record
 host, so on every backend). On a GPU, eager calls after the warm-up with no new key there
 mean the cache let graphs go or a commit's staged scratch moved; new keys mean the runs'
 steps differ in shape.
+Speculation arms (`arm_spec`): 'default' is luce-serve's own SpecConfig for the draft (the
+server's construction, depth chosen per step down to plain decoding); a mode ('specla',
+'chain', ...) or 'MODE@D' drafts a fixed depth. Every run reports the depths the engine
+chose (`depths`: depth -> steps, 0 = plain).
 """
 from __future__ import annotations
 
@@ -47,10 +51,11 @@ class SeedConfig:
     max_slots: int = 5
     token_budget: int = 512
     acceptance_length: int = 8
-    spec: str = "specla"
+    spec: str = "specla"          # the arm (seed_workload.arm_spec): a mode, MODE@DEPTH or 'default'
     budget: int = 22
     top_k: int = 4
     tau: float = 6.0
+    chain_depth: int = 15         # fixed-depth arms' depth (a draft model's; DFlash: its block)
     seed: int = 0
 
     @property
@@ -88,22 +93,40 @@ def _staged_bytes(out) -> int:
     return total
 
 
-def spec_engine(model, draft, cfg: SeedConfig, requests, outputs, mode: str):
-    from luce.engine import Engine, EngineConfig
+DEFAULT_ARM = "default"   # the SpecConfig luce-serve runs for the draft (adaptive depth, down to plain)
+
+
+def arm_spec(arm: str, draft, cfg):
+    """The SpecConfig of a benchmark arm over `draft` (a loaded draft model or None):
+    'default' is exactly luce-serve's default for such a draft (luce.server.engine_core.
+    serve_spec_config of ServeOptions(): chain, depth adaptive in [draft_min, draft_max]);
+    'MODE' or 'MODE@D' (MODE in luce.spec.config.MODES) a fixed depth D (cfg.chain_depth),
+    DDTree options from cfg: the bounds the default is measured against."""
     from luce.spec.config import SpecConfig
-    from luce.spec.drafters import DFlashDrafter, DraftModelDrafter
+
+    kind = "dflash" if draft is not None and draft.config.arch == "dflash" else "model"
+    if arm == DEFAULT_ARM:
+        from luce.server.engine_core import ServeOptions, serve_spec_config
+
+        return serve_spec_config(ServeOptions(draft_kind=kind), "oracle")
+    mode, _, depth = arm.partition("@")
+    return SpecConfig(spec=mode, draft_kind=kind, draft="oracle", ddtree_budget=cfg.budget, spec_top_k=cfg.top_k,
+                      ddtree_tau=cfg.tau, chain_depth=int(depth) if depth else cfg.chain_depth)
+
+
+def spec_engine(model, draft, cfg, requests, outputs, arm: str):
+    """(engine, oracle, RunRecord): an engine speculating as `arm` (arm_spec) with the oracle
+    drafter over the true continuations, wrapping the drafter the arm's SpecConfig builds for
+    `draft` (luce.spec.config.make_drafter, as the server: depth, draft vocabulary) so every
+    step pays the real draft cost; no draft: the oracle alone (free drafts)."""
+    from luce.engine import Engine, EngineConfig
+    from luce.spec.config import make_drafter
     from luce.spec.drafters.bench_drafters import OracleDrafter
 
-    if draft is None:
-        inner = None
-    elif draft.config.arch == "dflash":
-        inner = DFlashDrafter(draft, cfg.max_slots, cfg.ctx)
-    else:
-        inner = DraftModelDrafter(draft, cfg.max_slots, cfg.ctx, target_vocab=model.config.vocab)
+    spec = arm_spec(arm, draft, cfg)
+    inner = None if draft is None else make_drafter(spec, model, cfg.max_slots, cfg.ctx, draft_model=draft)
     oracle = OracleDrafter([p + o for (p, _), o in zip(requests, outputs)], model.config.vocab, inner=inner,
                            acceptance_length=cfg.acceptance_length)
-    spec = SpecConfig(spec=mode, draft_kind="model", draft="oracle", ddtree_budget=cfg.budget, spec_top_k=cfg.top_k,
-                      ddtree_tau=cfg.tau, chain_depth=15)
     engine = Engine(model, None, EngineConfig(max_slots=cfg.max_slots, ctx=cfg.ctx, token_budget=cfg.token_budget,
                                               spec=spec), drafter=oracle)
     record = RunRecord()
@@ -112,6 +135,13 @@ def spec_engine(model, draft, cfg: SeedConfig, requests, outputs, mode: str):
     if inner is not None:
         inner.forward = _RecordingForward(inner.forward, record, "draft")
     return engine, oracle, record
+
+
+def depth_histogram(engine, before: dict | None = None) -> dict[int, int]:
+    """depth -> steps the engine's speculation chose it (0: plain decoding), less `before`."""
+    spec = getattr(engine, "spec", None)
+    counts = dict(getattr(spec, "depths", {}))
+    return {d: n - (before or {}).get(d, 0) for d, n in sorted(counts.items()) if n - (before or {}).get(d, 0)}
 
 
 @dataclass
@@ -180,6 +210,7 @@ def run_once(engine, cfg: SeedConfig, requests, pause_during_prefill: bool, arri
     n_est = cfg.established
     before_graphs, before_stats = engine.graph_counters(), dict(verifies=engine.spec.stats.verifies,
                                                                 emitted=engine.spec.stats.emitted)
+    before_depths = dict(engine.spec.depths)
     t0 = time.perf_counter()
     rids = [engine.add_request(p, SamplingParams(max_tokens=n, ignore_eos=True)) for p, n in requests[:n_est]]
     events: list[tuple[float, object, int]] = []   # (time, request id, tokens)
@@ -223,7 +254,7 @@ def run_once(engine, cfg: SeedConfig, requests, pause_during_prefill: bool, arri
         "established_done_before_window_end": any(last[r] < t_p for r in est),   # True: raise established_tokens
         "finish_reasons": [o.finish_reason for o in outs], "digest": digest,
         "acceptance_length": (s.emitted - before_stats["emitted"]) / max(1, s.verifies - before_stats["verifies"]),
-        "graphs": _delta(engine.graph_counters(), before_graphs),
+        "graphs": _delta(engine.graph_counters(), before_graphs), "depths": depth_histogram(engine, before_depths),
         "keys": sorted(map(repr, record.keys)) if record is not None else [],
     }
 

@@ -147,6 +147,8 @@ class Engine:
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[StepUpdate]:
         """Run one engine step; one update per request that advanced or finished."""
+        if self.spec is not None:
+            self.spec.begin_step()
         for request_id, slot in self.slots.admit_all():
             request = self.requests[request_id]
             request.slot, request.phase = slot, PREFILL
@@ -194,7 +196,10 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - never expected: commit checks before it changes anything
             return self._fail(cohort, f"commit failed: {type(e).__name__}: {e}")
         self._record(step, outcome)
-        return self._apply(step, outcome.tokens, outcome.logprobs)
+        updates = self._apply(step, outcome.tokens, outcome.logprobs)
+        if self.spec is not None:
+            self.spec.end_step(step)
+        return updates
 
     def _prefix_cache(self, config: EngineConfig):
         """(PrefixCache or None, why it is off)."""
@@ -237,7 +242,9 @@ class Engine:
         if drafter is None:
             drafter = make_drafter(config.spec, self.model, config.max_slots, config.ctx, draft_model=draft_model)
         return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx,
-                                 during_prefill=config.spec_during_prefill)
+                                 during_prefill=config.spec_during_prefill,
+                                 warmups=lambda: sum(getattr(getattr(o, "cache", None), "warmups", 0)
+                                                     for o in self._graph_owners()))
 
     def _refuse_host_work(self) -> None:
         reasons = host_work(self.model)
@@ -371,9 +378,7 @@ class Engine:
         """Graph replay counters of the target's forward, its tree commits and the draft
         model's forward (summed), and `eager_reasons`: why calls ran eagerly."""
         total, reasons = {}, {}
-        drafter = getattr(getattr(self.spec, "speculator", None), "drafter", None)
-        owners = [self.forward, self.committer] + [getattr(d, "forward", None) for d in drafter_chain(drafter)]
-        for owner in owners:
+        for owner in self._graph_owners():
             for name, n in getattr(owner, "counters", {}).items():
                 total[name] = total.get(name, 0) + n
             cache = getattr(owner, "cache", None)
@@ -381,6 +386,11 @@ class Engine:
                 reasons[why] = reasons.get(why, 0) + n
         total["eager_reasons"] = reasons
         return total
+
+    def _graph_owners(self) -> list:
+        """What captures graphs: the target's forward, its tree commits, the draft models' forwards."""
+        drafter = getattr(getattr(self.spec, "speculator", None), "drafter", None)
+        return [self.forward, self.committer] + [getattr(d, "forward", None) for d in drafter_chain(drafter)]
 
     def prefix_cache_counters(self) -> dict[str, int]:
         """The prefix cache's counters and size ({} when it is off)."""

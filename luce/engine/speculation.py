@@ -12,6 +12,8 @@ draws at absolute positions, luce.engine.sampler); the transaction then commits 
 accepted root paths (luce.engine.txn) and hands the committed rows' target features to the
 drafter (`promote_features`, device arrays throughout). How deep the lanes draft is the
 depth policy's choice (luce.spec.depth): measured draft and step times, per-lane acceptance.
+The engine brackets each step with `begin_step` and `end_step`: the whole step's time, less
+its drafting, is what its rows cost.
 """
 from __future__ import annotations
 
@@ -47,19 +49,27 @@ def accept_sampled(tree, logits, params, seed: int, root_position: int, prompt_i
 
 
 class EngineSpeculation:
-    def __init__(self, speculator: Speculator, token_budget: int, ctx: int, during_prefill: bool = True):
-        """during_prefill False: no lane speculates in a step that prefills a prompt."""
+    def __init__(self, speculator: Speculator, token_budget: int, ctx: int, during_prefill: bool = True,
+                 clock: Callable[[], float] = time.perf_counter, warmups: Callable[[], int] = lambda: 0):
+        """during_prefill False: no lane speculates in a step that prefills a prompt. clock:
+        seconds (tests inject one); warmups: the engine's graph warm-up calls so far (a key's
+        first, eager call or its capture: luce.models.graph_cache.GraphCache.warmups), whose
+        time is not what a depth costs in steady state."""
         self.speculator = speculator
         self.during_prefill = during_prefill
         self.token_budget = token_budget
         self.ctx = ctx
+        self.clock, self.warmups = clock, warmups
         self.max_nodes = speculator.max_nodes()
         self.trees: dict[int, Any] = {}        # slot -> DraftTree of the step being run
         draft_min = speculator.config.draft_min
         self.policy = DepthPolicy(speculator.max_depth,
                                   speculator.max_depth if draft_min is None else min(draft_min, speculator.max_depth))
-        self._drafted_at: float | None = None  # end of this step's drafting: its timing starts
+        self._began: tuple[float, int] | None = None   # (clock, warm-ups) when the step began
+        self._draft = (0.0, 0)                 # this step's drafting: (seconds, warm-ups)
         self._drafted: set[int] = set()        # slots that drafted in the previous step
+        self.depths: dict[int, int] = {}        # depth -> steps that chose it (0: plain), of the steps
+                                                # with lanes that could draft
 
     @property
     def stats(self) -> SpecStats:
@@ -75,10 +85,14 @@ class EngineSpeculation:
         return self.max_nodes
 
     # ---- before the forward pass ------------------------------------------------------------
+    def begin_step(self) -> None:
+        """The engine starts a step (before admission and scheduling): its timing starts."""
+        self._began = (self.clock(), self.warmups())
+        self._draft = (0.0, 0)
+
     def propose(self, cohort: Cohort, requests: dict) -> Cohort:
         """`cohort` with the lanes that speculate this step turned from AR rows into trees."""
         self.trees = {}
-        self._drafted_at = None
         previous, self._drafted = self._drafted, set()
         if cohort.prefill and not self.during_prefill:
             return cohort
@@ -91,21 +105,25 @@ class EngineSpeculation:
             depth = min(r.params.max_tokens - len(r.output_ids), self.ctx - r.n_tokens) - 1
             if depth < 1 or row.position + self.max_nodes > self.ctx:
                 continue
-            lanes.append((row.slot, [*r.prompt_ids, *r.output_ids], depth))
+            lanes.append((row.slot, r, depth))
             room -= self.max_nodes - 1
-        depth = self.policy.choose([s for s, _, _ in lanes], max((d for _, _, d in lanes), default=0))
+        depth = self.policy.choose([s for s, _, _ in lanes], max((d for _, _, d in lanes), default=0),
+                                   ar_rows=len(cohort.decode) - len(lanes))
+        if lanes:
+            self.depths[depth] = self.depths.get(depth, 0) + 1
         if not lanes or depth == 0:
-            self._drafted_at = time.perf_counter()
             return cohort
-        t0 = time.perf_counter()
-        self.trees = self.speculator.draft_trees([(s, t, min(d, depth)) for s, t, d in lanes])
-        self._drafted_at = time.perf_counter()
+        t0, w0 = self.clock(), self.warmups()
+        self.trees = self.speculator.draft_trees([(s, [*r.prompt_ids, *r.output_ids], min(d, depth))
+                                                  for s, r, d in lanes])
+        self._draft = (self.clock() - t0, self.warmups() - w0)
         # Timed only when every lane drafted in the previous step too: a draft model then feeds
         # one or two rows per lane. After plain steps (or a lane's first draft) it catches up on
-        # every token since, a switching cost that must not pass for the cost of this depth.
+        # every token since, a switching cost that must not pass for the cost of this depth;
+        # nor may a draft pass's graph warm-up (its key's first, eager call, or its capture).
         self._drafted = {s for s, _, _ in lanes}
-        if self._drafted <= previous:
-            self.policy.record_draft(depth, self._drafted_at - t0)
+        if self._drafted <= previous and not self._draft[1]:
+            self.policy.record_draft(depth, self._draft[0], lanes=len(lanes))
         decode, trees = [], []
         for row in cohort.decode:
             tree = self.trees.get(row.slot)
@@ -146,12 +164,8 @@ class EngineSpeculation:
         self.speculator.add_context(output.captured, np.asarray(rows, dtype=np.int64), segments)
 
     def record(self, step: StepBatch, accepted: dict[int, Acceptance], request_of: Callable[[int], Any]) -> None:
-        """After every committed step: statistics of its trees, and the step's time for the
-        depth policy (decode steps only: a prompt chunk's cost is not a verify's); prompts
-        completed this step go to the drafter (a draft model prefills them in this step)."""
-        if self._drafted_at is not None and not step.cohort.prefill:
-            self.policy.record_step(step.cohort.n_rows, time.perf_counter() - self._drafted_at)
-        self._drafted_at = None
+        """After every committed step: statistics of its trees and the lanes' acceptance;
+        prompts completed this step go to the drafter (a draft model prefills them now)."""
         self.speculator.prefill([(c.slot, request_of(c.slot).prompt_ids) for c in step.cohort.prefill
                                  if c.completes_prompt])
         for chunk in step.cohort.tree:
@@ -160,6 +174,17 @@ class EngineSpeculation:
             self.policy.record_verify(chunk.slot, tree.max_depth, acc.n_accepted)
         if step.cohort.tree:
             self.stats.verify_steps += 1
+
+    def end_step(self, step: StepBatch) -> None:
+        """The step's outputs are out: its time from begin_step, less the drafting, to the depth
+        policy: all the per-step work (scheduling, building, forward, acceptance, commit,
+        outputs) is paid by plain and speculating steps alike. Decode steps only (a prompt
+        chunk's cost is not a verify's), and not a step that ran a graph's warm-up."""
+        if self._began is None:
+            return
+        (t0, w0), self._began = self._began, None
+        if not step.cohort.prefill and self.warmups() - w0 == self._draft[1]:
+            self.policy.record_step(step.cohort.n_rows, self.clock() - t0 - self._draft[0])
 
     def forget(self, slot: int) -> None:
         """The slot's sequence ended or was reset: drop the drafter's leftovers."""

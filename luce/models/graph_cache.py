@@ -11,7 +11,11 @@ capture that ran out of device memory drops every graph of the cache (their pool
 and runs eagerly, the key left to be captured on its next call. `eager_reasons` counts every
 eager call by why: 'first call of a key' (warm-up: a key never captured), 'graph dropped,
 captured again next call' (its graph went: max_graphs or out of memory), 'no replay key',
-'out of device memory', or the capture failure's reason.
+'out of device memory', or the capture failure's reason. `warmups` counts the calls that
+cost far more than a replay and happen once per key (its first eager call, its capture, a
+failed capture, a dropped graph's or an out-of-memory eager call): a caller timing its steady
+state leaves out the calls during which it grew. The eager calls of keys that never replay
+('no replay key', 'cannot capture') are steady state.
 """
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ from typing import Callable
 
 COUNTERS = ("replays", "captures", "rebuilds", "eager_steps", "failures", "drops")
 DROPPED = "graph dropped, captured again next call"   # a key met before whose graph went (max_graphs, memory)
+FIRST_CALL = "first call of a key"
+OUT_OF_MEMORY = "out of device memory"
+WARMUP_REASONS = (FIRST_CALL, DROPPED, OUT_OF_MEMORY)   # eager calls a later call of the key replays
 
 
 class GraphCache:
@@ -37,11 +44,13 @@ class GraphCache:
         self.ever_captured: set = set()
         self.counters = dict.fromkeys(COUNTERS, 0)
         self.eager_reasons: dict[str, int] = {}
+        self.warmups = 0          # calls that warmed a graph up (WARMUP_REASONS, captures, failed ones)
         self.last_nodes = None    # NodeCounts of the latest captured graph (luce.ops.launch_count)
 
     def _eager(self, why: str) -> None:
         self.counters["eager_steps"] += 1
         self.eager_reasons[why] = self.eager_reasons.get(why, 0) + 1
+        self.warmups += why in WARMUP_REASONS
 
     def call(self, key, run: Callable, bind: Callable, rewrite: Callable):
         """run() through the key's graph. bind(allocator) -> arena (uploaded into the graph's
@@ -73,7 +82,7 @@ class GraphCache:
         self.warm[key] = constants
         while len(self.warm) > self.max_warm:
             self.warm.popitem(last=False)
-        self._eager(DROPPED if key in self.ever_captured else "first call of a key")
+        self._eager(DROPPED if key in self.ever_captured else FIRST_CALL)
         return out
 
     def _capture(self, key, constants, run, bind):
@@ -85,13 +94,15 @@ class GraphCache:
             if isinstance(exc.__cause__, MemoryError):   # not the key's fault: room is made, it stays warm
                 self.make_room()
                 self.warm[key] = constants
-                self._eager("out of device memory")
+                self._eager(OUT_OF_MEMORY)
                 return run()
             self.unsafe[key] = str(exc)
             self.counters["failures"] += 1
+            self.warmups += 1
             self._eager(f"cannot capture: {exc}")
             return run()
         self.counters["captures"] += 1
+        self.warmups += 1
         if key in self.ever_captured:
             self.counters["rebuilds"] += 1
         self.ever_captured.add(key)

@@ -131,6 +131,7 @@ class SegmentSpec:
     pages: Sequence[int]
     logits: str = "last"           # 'last' | 'all' | 'none' | 'block' (all but the first row)
     parents: Sequence[int] | None = None
+    pad_to: int | None = None      # a non-tree segment padded to this many rows (Packer.segment)
 
 
 def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] = (),
@@ -157,7 +158,7 @@ def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] =
         rows = {"last": range(n - 1, n) if n else range(0), "all": range(n), "none": range(0),
                 "block": range(1, n)}[seg.logits]
         p.segment(seg.slot, SEG_PREFILL if n > 1 else SEG_AR, seg.token_ids, range(seg.start_pos, seg.start_pos + n),
-                  seg.pages, seg.start_pos + n, logits=rows)
+                  seg.pages, seg.start_pos + n, logits=rows, pad_to=seg.pad_to)
     return p.finish(capture_layers, pad_pages)
 
 

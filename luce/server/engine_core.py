@@ -127,24 +127,30 @@ class ServeOptions:
 
 
 def add_spec_arguments(p) -> None:
-    """The speculation flags of luce-serve and luce-run (names as Luce DFlash and llama-server)."""
+    """The speculation flags of luce-serve and luce-run (names as Luce DFlash and llama-server;
+    defaults: ServeOptions')."""
+    d = ServeOptions
     p.add_argument("--draft", help="draft model GGUF (a DFlash draft or a small model with the same tokenizer)")
     p.add_argument("--spec", choices=SPEC_MODES, default=None,
                    help="speculation mode (default: chain when a draft is given, else off)")
     p.add_argument("--draft-kind", choices=DRAFT_KINDS, default=None,
                    help="drafter (default: from the draft file; ngram needs no draft)")
-    p.add_argument("--ddtree-budget", type=int, default=22, help="DDTree drafted nodes per verify (default 22)")
-    p.add_argument("--ddtree-tau", type=float, default=6.0,
-                   help="DDTree prunes nodes this far (log-prob) below the best path (default 6)")
-    p.add_argument("--spec-top-k", type=int, default=4, help="DDTree siblings per node (default 4)")
-    p.add_argument("--draft-max", type=int, default=8,
-                   help="tokens a model or n-gram draft proposes per verify (default 8; DFlash: its block)")
-    p.add_argument("--draft-min", type=int, default=0,
+    p.add_argument("--ddtree-budget", type=int, default=d.ddtree_budget,
+                   help=f"DDTree drafted nodes per verify (default {d.ddtree_budget})")
+    p.add_argument("--ddtree-tau", type=float, default=d.ddtree_tau,
+                   help=f"DDTree prunes nodes this far (log-prob) below the best path (default {d.ddtree_tau:g})")
+    p.add_argument("--spec-top-k", type=int, default=d.spec_top_k,
+                   help=f"DDTree siblings per node (default {d.spec_top_k})")
+    p.add_argument("--draft-max", type=int, default=d.draft_max,
+                   help=f"tokens a model or n-gram draft proposes per verify (default {d.draft_max}; "
+                        "DFlash: its block)")
+    p.add_argument("--draft-min", type=int, default=d.draft_min,
                    help="each step drafts the depth in [draft-min, draft-max] that measurably gives the most "
-                        "tokens per second; 0 lets plain decoding win (default 0; = draft-max: fixed depth)")
-    p.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB,
+                        f"tokens per second; 0 lets plain decoding win (default {d.draft_min}; "
+                        "= draft-max: fixed depth)")
+    p.add_argument("--draft-vocab", type=int, default=d.draft_vocab,
                    help=f"a draft model proposes only token ids below this: a smaller read per draft token, "
-                        f"never a different output (default {DRAFT_VOCAB}; 0: the whole vocabulary)")
+                        f"never a different output (default {d.draft_vocab}; 0: the whole vocabulary)")
 
 
 def add_cache_arguments(p) -> None:
@@ -211,11 +217,22 @@ def resolve_models(options: ServeOptions, progress: bool = True) -> tuple[Path, 
     return target, draft
 
 
+def serve_spec_config(options: ServeOptions, draft: str | Path | None):
+    """The SpecConfig luce-serve runs for `options` and the resolved draft path (None: no
+    draft). The one construction: load_engine, and the benchmarks that measure the server's
+    default (luce.benchmark.seed_workload: the 'default' arm)."""
+    from luce.spec.config import resolve_spec_config
+
+    return resolve_spec_config(options.spec, draft, options.draft_kind, ddtree_budget=options.ddtree_budget,
+                               ddtree_tau=options.ddtree_tau, spec_top_k=options.spec_top_k,
+                               chain_depth=options.draft_max, draft_min=min(options.draft_min, options.draft_max),
+                               draft_vocab=options.draft_vocab)
+
+
 def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
     """Load the model and tokenizer and build the engine: returns (engine, tokenizer, ModelInfo)."""
     from luce.engine import Engine, EngineConfig
     from luce.models.loader import load_model
-    from luce.spec.config import resolve_spec_config
     from luce.tokenizer import Tokenizer
 
     options.check()
@@ -232,10 +249,7 @@ def load_engine(options: ServeOptions, *, progress: bool = True, say=print):
                         free_bytes=free_memory_bytes(backend_name))
     ctx = plan.ctx
     budget = None if options.token_budget is None else max(options.token_budget, options.max_slots + 64)
-    spec = resolve_spec_config(options.spec, draft, options.draft_kind, ddtree_budget=options.ddtree_budget,
-                               ddtree_tau=options.ddtree_tau, spec_top_k=options.spec_top_k,
-                               chain_depth=options.draft_max, draft_min=min(options.draft_min, options.draft_max),
-                               draft_vocab=options.draft_vocab)
+    spec = serve_spec_config(options, draft)
     if spec.enabled:
         say(f"luce: speculation {spec.spec} with the {spec.draft_kind} drafter"
             + (f" ({draft})" if spec.draft else "") + " ...")

@@ -1,30 +1,53 @@
 """How deep to draft, from what speculation measurably costs and gains (speculation pays or
 steps aside).
 
-A chain of depth d drafted with per-token acceptance p yields E(d) = (1 - p^(d+1)) / (1 - p)
-tokens per verify (the accepted drafts plus the target's bonus token). It costs the draft
-(d passes of a draft model, one DFlash block, nothing for n-grams) plus the verify step, whose
-time grows with its rows once the target's matmuls turn compute-bound (a CPU at a few rows, a
-GPU at tens). The policy keeps both measured: draft time per depth and step time per row
-count (exponential averages of wall time, what the engine observed), and acceptance per
-lane; each step it drafts, for all its speculating lanes together (they share the draft call
-and the step), the depth in [min_depth, max_depth] with the most expected tokens per second,
-where depth 0 is plain decoding (one row per lane, no draft). Row counts and depths not yet
-measured are estimated from the nearest measured ones (linearly in rows; past the largest,
-along the slope of the last two, or proportionally from one); it measures a short chain
-(PROBE_DEPTH) and the floor first, and every EXPLORE_EVERY-th choice tries a neighbour of the best depth, so the estimates follow the
-machine and the text. A draft is timed only when its lanes drafted in the previous step too
-(luce.engine.speculation): a first draft, or one after plain steps, is a draft model catching
-up on every token since, a switching cost and not the cost of its depth. Any depth gives the same output (speculation is
-lossless): the policy only decides speed.
+A chain of depth d commits E(d) = 1 + S(1) + ... + S(d) tokens per verify (the target's bonus
+token plus each drafted token the target accepts), S(k) being the chance that the first k
+drafted tokens are all accepted. It costs the draft (d passes of a draft model, one DFlash
+block, nothing for n-grams) plus the verify step, whose time grows with its rows once the
+target's matmuls turn compute-bound (a CPU at a few rows, a GPU at tens). The policy keeps
+both measured: draft time per depth and per number of drafting lanes, step time per row count
+(exponential averages of wall time, what the engine observed), and acceptance per lane and
+drafted position (`LaneAcceptance`: S(k) from the measured per-position acceptance, no shape
+assumed; positions never drafted fall back to the lane's pooled rate, i.e. the geometric
+E(d) = (1 - p^(d+1)) / (1 - p)). A new lane (a new request) starts from the acceptance all
+lanes measured, weighing LANE_PRIOR verifies (its own verifies soon outweigh it), so it does
+not climb from a blind prior at every request.
+
+Each step it drafts, for all its speculating lanes together (they share the draft call and
+the step), the depth in [min_depth, max_depth] with the most expected tokens per second,
+where depth 0 is plain decoding (one row per lane, no draft); decoding lanes that cannot
+draft this step are AR rows of the same step, counted in both. Row counts, depths and lane
+counts not yet measured are estimated from the nearest measured ones (linearly in rows; past
+the largest, along the slope of the last two, or proportionally from one). It measures a
+short chain (PROBE_DEPTH) and the floor first (at most PROBE_TRIES steps each: a timing the
+engine discards does not hold the probe forever), then now and then tries a neighbour of the
+best depth: after EXPLORE_EVERY choices, then twice as many after each try while the best
+depth stays, up to EXPLORE_MAX; every EXPLORE_HOPELESS choices while plain decoding would win
+even if every draft were accepted (then a try costs a few tenths of a percent). Such a
+hopeless try drafts two steps in a row: the first draft catches up on the plain steps and is
+not timed, the second is, so the draft cost that keeps speculation off is measured again.
+
+The engine times what a depth costs in steady state only (luce.engine.speculation): not a
+step or draft that ran a graph's warm-up (a key's first, eager call or its capture), nor a
+draft whose lanes did not draft in the previous step (a draft model then catches up on every
+token since: a switching cost, not its depth's). Any depth gives the same output
+(speculation is lossless): the policy only decides speed.
 """
 from __future__ import annotations
+
+import bisect
 
 EMA = 0.2                 # weight of a new timing
 ACCEPT_DECAY = 0.97       # per verify: older acceptance counts fade
 PRIOR_ACCEPTED, PRIOR_REJECTED = 3.0, 1.0   # a new lane starts at p = 0.75
-EXPLORE_EVERY = 8
+POSITION_PRIOR = 1.0      # weight of the lane's pooled rate in each position's acceptance
+LANE_PRIOR = 4.0          # a new lane starts from the acceptance of all lanes, weighing this many verifies
+EXPLORE_EVERY = 8         # choices between tries of a neighbour of the best depth, at first;
+EXPLORE_MAX = 64          # doubled after each try while the best stays (a losing depth tried less)
+EXPLORE_HOPELESS = 256    # between tries while plain decoding would win even if every draft were right
 PROBE_DEPTH = 2           # the first depth measured: cheap when drafts are rarely right
+PROBE_TRIES = 8           # steps a probe may take to get a timing the engine keeps
 
 
 def expected_tokens(depth: int, p: float) -> float:
@@ -43,30 +66,88 @@ class Timings:
         self.through_zero = through_zero
         self.mean: dict[int, float] = {}
         self.count: dict[int, int] = {}
+        self._keys: list[int] = []     # the measured keys, sorted
 
     def add(self, key: int, seconds: float) -> None:
         old = self.mean.get(key)
+        if old is None:
+            bisect.insort(self._keys, key)
         self.mean[key] = seconds if old is None else (1 - EMA) * old + EMA * seconds
         self.count[key] = self.count.get(key, 0) + 1
 
     def seconds(self, key: int) -> float | None:
-        if key in self.mean:
-            return self.mean[key]
-        if not self.mean:
-            return None
-        below = [k for k in self.mean if k < key]
-        above = [k for k in self.mean if k > key]
-        if below and above:
-            a, b = max(below), min(above)
-            return self.mean[a] + (self.mean[b] - self.mean[a]) * (key - a) / (b - a)
-        if above:
-            b = min(above)
-            return self.mean[b] * key / b if self.through_zero else self.mean[b]
-        a = max(below)                 # more rows than any measured: the slope of the last two
-        if len(below) >= 2:            # (an optimistic guess is corrected once tried, a pessimistic one
-            b = max(k for k in below if k != a)   # only by exploring)
-            return self.mean[a] + max(0.0, self.mean[a] - self.mean[b]) / (a - b) * (key - a)
-        return self.mean[a] * key / a if a > 0 else self.mean[a]
+        mean = self.mean.get(key)
+        if mean is not None or not self._keys:
+            return mean
+        keys, m = self._keys, self.mean
+        i = bisect.bisect_left(keys, key)      # keys[:i] below, keys[i:] above
+        if 0 < i < len(keys):
+            a, b = keys[i - 1], keys[i]
+            return m[a] + (m[b] - m[a]) * (key - a) / (b - a)
+        if i == 0:
+            b = keys[0]
+            return m[b] * key / b if self.through_zero else m[b]
+        a = keys[-1]                   # more rows than any measured: the slope of the last two
+        if len(keys) >= 2:             # (an optimistic guess is corrected once tried, a pessimistic one
+            b = keys[-2]               # only by exploring)
+            return m[a] + max(0.0, m[a] - m[b]) / (a - b) * (key - a)
+        return m[a] * key / a if a > 0 else m[a]
+
+
+class LaneAcceptance:
+    """One lane's measured acceptance, decayed per verify: pooled (accepted and rejected drafted
+    tokens, from the prior p = 0.75) and per drafted position k >= 1 (`tried[k - 1]`: verifies
+    that drafted k tokens and accepted the first k - 1, so position k was tested; `passed[k - 1]`:
+    those that accepted it too)."""
+
+    def __init__(self):
+        self.accepted, self.rejected = PRIOR_ACCEPTED, PRIOR_REJECTED
+        self.tried: list[float] = []
+        self.passed: list[float] = []
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """A chain of `drafted` tokens verified, its first `accepted` taken (a rejection ends it)."""
+        self.accepted = self.accepted * ACCEPT_DECAY + accepted
+        self.rejected = self.rejected * ACCEPT_DECAY + (1.0 if accepted < drafted else 0.0)
+        grow = drafted - len(self.tried)
+        if grow > 0:
+            self.tried += [0.0] * grow
+            self.passed += [0.0] * grow
+        for k in range(len(self.tried)):
+            self.tried[k] *= ACCEPT_DECAY
+            self.passed[k] *= ACCEPT_DECAY
+        for k in range(min(accepted + 1, drafted)):
+            self.tried[k] += 1.0
+            self.passed[k] += 1.0 if k < accepted else 0.0
+
+    def prior(self, verifies: float) -> LaneAcceptance:
+        """A new lane's start: these counts scaled to weigh at most `verifies` verifies."""
+        lane = LaneAcceptance()
+        if self.tried and self.tried[0] > 0:
+            scale = min(1.0, verifies / self.tried[0])
+            lane.accepted, lane.rejected = self.accepted * scale, self.rejected * scale
+            lane.tried, lane.passed = [t * scale for t in self.tried], [t * scale for t in self.passed]
+        return lane
+
+    @property
+    def p(self) -> float:
+        """Pooled per-token acceptance: accepted / (accepted + rejected)."""
+        return self.accepted / (self.accepted + self.rejected)
+
+    def expected_tokens(self, depth: int) -> float:
+        """E(depth) = 1 + sum over k <= depth of S(k), S(k) the product of each position's
+        acceptance q_j = (passed_j + POSITION_PRIOR p) / (tried_j + POSITION_PRIOR), j <= k."""
+        return self.expected_upto(depth)[depth]
+
+    def expected_upto(self, depth: int) -> list[float]:
+        """[E(0), ..., E(depth)] (expected_tokens), in one pass."""
+        p, total, survive, out = self.p, 1.0, 1.0, [1.0]
+        prior, n = POSITION_PRIOR * p, len(self.tried)
+        for k in range(depth):
+            survive *= (self.passed[k] + prior) / (self.tried[k] + POSITION_PRIOR) if k < n else p
+            total += survive
+            out.append(total)
+        return out
 
 
 class DepthPolicy:
@@ -74,18 +155,23 @@ class DepthPolicy:
         if not 0 <= min_depth <= max_depth:
             raise ValueError(f"draft depth range [{min_depth}, {max_depth}] is empty")
         self.min_depth, self.max_depth = min_depth, max_depth
-        self.draft = Timings(through_zero=True)   # depth -> seconds of the draft call
-        self.step = Timings()           # rows of a decode step -> its seconds (built to sampled tokens)
-        self._lanes: dict[int, list[float]] = {}   # slot -> [accepted, rejected] (decayed counts)
-        self._choices = 0
+        self.drafts: dict[int, Timings] = {}   # drafting lanes -> depth -> seconds of the draft call
+        self.step = Timings()           # rows of a decode step -> its seconds (all of it but the draft)
+        self._lanes: dict[int, LaneAcceptance] = {}
+        self._all = LaneAcceptance()    # every lane's verifies: where a new lane starts from
+        self._best, self._since, self._explore_every = None, 0, EXPLORE_EVERY
+        self._again: int | None = None  # a try from plain decoding takes two steps: this depth next
+        self._probes: dict[tuple, int] = {}    # (what, key) -> steps spent probing it
+        self._probed: set[tuple] = set()       # (lanes, AR rows, probe depth, floor) probed
 
     @property
     def adaptive(self) -> bool:
         return self.min_depth < self.max_depth
 
     # ---- what the engine observed ------------------------------------------------------------
-    def record_draft(self, depth: int, seconds: float) -> None:
-        self.draft.add(depth, seconds)
+    def record_draft(self, depth: int, seconds: float, lanes: int = 1) -> None:
+        """One draft call of `lanes` lanes, `depth` deep."""
+        self.drafts.setdefault(lanes, Timings(through_zero=True)).add(depth, seconds)
 
     def record_step(self, rows: int, seconds: float) -> None:
         """A step of `rows` rows, all of them AR or tree rows (no prompt chunk)."""
@@ -93,41 +179,130 @@ class DepthPolicy:
 
     def record_verify(self, slot: int, drafted: int, accepted: int) -> None:
         """A chain of `drafted` tokens verified, `accepted` of them taken (a rejection ends it)."""
-        counts = self._lanes.setdefault(slot, [PRIOR_ACCEPTED, PRIOR_REJECTED])
-        counts[0] = counts[0] * ACCEPT_DECAY + accepted
-        counts[1] = counts[1] * ACCEPT_DECAY + (1.0 if accepted < drafted else 0.0)
+        if slot not in self._lanes:
+            self._lanes[slot] = self._all.prior(LANE_PRIOR)
+        self._lanes[slot].record(drafted, accepted)
+        self._all.record(drafted, accepted)
 
     def forget(self, slot: int) -> None:
+        """The lane's sequence ended: the next one in the slot starts from all lanes' acceptance."""
         self._lanes.pop(slot, None)
 
+    def _lane(self, slot: int) -> LaneAcceptance:
+        return self._lanes.get(slot, self._all)
+
     def acceptance(self, slot: int) -> float:
-        accepted, rejected = self._lanes.get(slot, (PRIOR_ACCEPTED, PRIOR_REJECTED))
-        return accepted / (accepted + rejected)
+        """The lane's pooled per-token acceptance."""
+        return self._lane(slot).p
+
+    def expected(self, slot: int, depth: int) -> float:
+        """Tokens a depth-`depth` verify of the lane is expected to commit."""
+        return self._lane(slot).expected_tokens(depth)
+
+    def draft_seconds(self, depth: int, lanes: int) -> float | None:
+        """A draft call's estimated time: from `lanes` lanes' timings, else the nearest lane count's."""
+        if depth == 0:
+            return 0.0
+        timings = self._draft_timings(lanes)
+        return None if timings is None else timings.seconds(depth)
+
+    def _draft_timings(self, lanes: int) -> Timings | None:
+        timings = self.drafts.get(lanes)
+        if timings is None and self.drafts:
+            timings = self.drafts[min(self.drafts, key=lambda n: (abs(n - lanes), n))]
+        return timings
 
     # ---- the choice --------------------------------------------------------------------------
-    def tokens_per_second(self, depth: int, ps: list[float]) -> float | None:
-        """Expected tokens per second of a step in which every lane (acceptance ps) drafts `depth`."""
-        step = self.step.seconds(len(ps) * (depth + 1))
-        draft = 0.0 if depth == 0 else self.draft.seconds(depth)
-        if step is None or draft is None:
-            return None
-        return sum(expected_tokens(depth, p) for p in ps) / (draft + step)
+    def tokens_per_second(self, depth: int, slots: list[int], ar_rows: int = 0) -> float | None:
+        """Expected tokens per second of a step in which the lanes `slots` draft `depth` and
+        `ar_rows` other lanes decode plainly."""
+        return self._rates(slots, ar_rows, depth, depth)[depth]
 
-    def choose(self, slots: list[int], limit: int) -> int:
-        """The depth the lanes `slots` draft this step, at most `limit` (their tokens or context left)."""
+    def _rates(self, slots: list[int], ar_rows: int, lo: int, hi: int) -> dict[int, float | None]:
+        """tokens_per_second of every depth in [lo, hi] (None: no estimate)."""
+        tokens = [float(ar_rows)] * (hi + 1)
+        for s in slots:
+            for d, e in enumerate(self._lane(s).expected_upto(hi)):
+                tokens[d] += e
+        drafts, out = self._draft_timings(len(slots)), {}
+        for d in range(lo, hi + 1):
+            step = self.step.seconds(ar_rows + len(slots) * (d + 1))
+            draft = 0.0 if d == 0 else None if drafts is None else drafts.seconds(d)
+            out[d] = None if step is None or draft is None else tokens[d] / (draft + step)
+        return out
+
+    def choose(self, slots: list[int], limit: int, ar_rows: int = 0) -> int:
+        """The depth the lanes `slots` draft this step, at most `limit` (their tokens or context
+        left); `ar_rows`: decoding lanes of the step that do not draft (AR rows either way)."""
         hi = min(self.max_depth, limit)
         lo = min(self.min_depth, hi)
         if not self.adaptive or hi <= lo or not slots:
             return hi
-        rows = lambda d: len(slots) * (d + 1)  # noqa: E731
-        for d in (min(PROBE_DEPTH, hi), lo):   # measure a short chain and the floor first; from them,
-            if self.step.count.get(rows(d), 0) == 0 or (d > 0 and self.draft.count.get(d, 0) == 0):
-                return d                       # estimates, refined by exploring the neighbours
-        ps = [self.acceptance(s) for s in slots]
-        scores = {d: self.tokens_per_second(d, ps) for d in range(lo, hi + 1)}
-        best = max(scores, key=lambda d: (scores[d], -d))
-        self._choices += 1
-        if self._choices % EXPLORE_EVERY == 0:
-            near = [d for d in (best - 1, best + 1) if lo <= d <= hi]
-            return min(near, key=lambda d: (self.step.count.get(rows(d), 0), d)) if near else best
-        return best
+        rows = lambda d: ar_rows + len(slots) * (d + 1)  # noqa: E731
+        shape = (len(slots), ar_rows, min(PROBE_DEPTH, hi), lo)
+        if shape not in self._probed:
+            for d in shape[2:]:                # measure a short chain and the floor first; from them,
+                unmeasured = self._unmeasured(d, len(slots), rows(d))   # estimates, refined by exploring
+                if unmeasured:
+                    for key in unmeasured:
+                        self._probes[key] = self._probes.get(key, 0) + 1
+                    return d
+            self._probed.add(shape)
+        again, self._again = self._again, None
+        if again is not None and lo <= again <= hi:
+            return again
+        known = {d: r for d, r in self._rates(slots, ar_rows, lo, hi).items() if r is not None}
+        if not known:
+            return lo
+        best = max(known, key=lambda d: (known[d], -d))
+        if best != self._best:                 # a new best: its neighbours are tried soon
+            self._best, self._since, self._explore_every = best, 0, EXPLORE_EVERY
+        self._since += 1
+        every = self._explore_every
+        hopeless = best == 0 and self._hopeless(slots, ar_rows, lo, hi, known.get(0))
+        if hopeless:
+            every = max(every, EXPLORE_HOPELESS)
+        if self._since < every:
+            return best
+        self._since, self._explore_every = 0, min(2 * self._explore_every, EXPLORE_MAX)
+        near = [d for d in (best - 1, best + 1) if lo <= d <= hi]
+        if not near:
+            return best
+        tried = min(near, key=lambda d: (self.step.count.get(rows(d), 0), d))
+        if hopeless:                           # only the draft's cost can change that: its first draft
+            self._again = tried                # catches up on the plain steps (not timed), a second is timed
+        return tried
+
+    def _hopeless(self, slots: list[int], ar_rows: int, lo: int, hi: int, plain: float | None) -> bool:
+        """Whether plain decoding (`plain` tokens per second) beats every depth in [lo, hi]
+        even if every drafted token were accepted (then only new timings could change it)."""
+        if plain is None:
+            return False
+        drafts = self._draft_timings(len(slots))
+        for d in range(max(lo, 1), hi + 1):
+            step = self.step.seconds(ar_rows + len(slots) * (d + 1))
+            draft = None if drafts is None else drafts.seconds(d)
+            if step is None or draft is None or (ar_rows + len(slots) * (d + 1)) / (draft + step) >= plain:
+                return False
+        return True
+
+    def _unmeasured(self, depth: int, lanes: int, rows: int) -> list[tuple]:
+        """What a probe of `depth` has yet to time, ('step', rows) and ('draft', lanes, depth),
+        while it has taken fewer than PROBE_TRIES steps."""
+        keys = [("step", rows)] + ([("draft", lanes, depth)] if depth > 0 else [])
+        out = []
+        for key in keys:
+            timings = self.step if key[0] == "step" else self.drafts.get(lanes)
+            if (timings is None or not timings.count.get(key[-1], 0)) and self._probes.get(key, 0) < PROBE_TRIES:
+                out.append(key)
+        return out
+
+    def describe(self) -> dict:
+        """What the policy has measured (for reports): step seconds by rows, draft seconds by
+        lanes and depth, pooled acceptance by live lane, and over all lanes the pooled
+        acceptance and E(0..max_depth)."""
+        return {"step_s": dict(sorted(self.step.mean.items())),
+                "draft_s": {n: dict(sorted(t.mean.items())) for n, t in sorted(self.drafts.items())},
+                "acceptance": {s: round(a.p, 4) for s, a in sorted(self._lanes.items())},
+                "acceptance_all": round(self._all.p, 4),
+                "expected_tokens_all": [round(e, 3) for e in self._all.expected_upto(self.max_depth)]}

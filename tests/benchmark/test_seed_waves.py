@@ -5,6 +5,7 @@ too) gives ratios, drift and digest equality. Timings are reported, not asserted
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
@@ -93,3 +94,61 @@ def test_cli_waves_section(pair, tmp_path):
     waves = json.loads(out.read_text())["waves"]
     assert list(waves["specla"]) == ["2"] and waves["summary"]["digests_equal"] and waves["summary"]["matches_plain"]
     assert "aba" not in json.loads(out.read_text())        # only the section asked for ran
+
+
+def test_the_default_arm_is_the_servers_config_and_reports_the_depths_it_chose(pair):
+    """'default' runs exactly the SpecConfig luce-serve builds for the draft (adaptive depth,
+    down to plain decoding); 'chain@D' drafts D at every step (DFlash: at most its block - 1),
+    a bound. Both exact; each row reports the depths chosen (depth -> steps, 0 = plain)."""
+    from luce.benchmark.seed_workload import arm_spec
+    from luce.server.engine_core import ServeOptions, serve_spec_config
+
+    target, draft, _ = pair
+    served = serve_spec_config(ServeOptions(draft_kind="dflash"), "oracle")
+    assert arm_spec("default", draft, CFG) == served and served.draft_min == 0 and served.spec == "chain"
+    fixed = arm_spec("chain@3", draft, CFG)
+    assert fixed.draft_min is None and fixed.chain_depth == 3 and arm_spec("specla", draft, CFG).chain_depth == 15
+    cfg = dataclasses.replace(CFG, concurrency=(1,))
+    prompts, truth = prepare_waves(target, cfg)
+    r = run_waves(target, draft, cfg, prompts, truth, arms=("default", "chain@3"), log=lambda *_: None)
+    assert r["summary"]["matches_plain"] and r["summary"]["digests_equal"]
+    assert set(r["chain@3"][1]["depths"]) <= {1, 2, 3} and r["chain@3"][1]["depths"].get(3, 0) > 0
+    depths = r["default"][1]["depths"]
+    assert depths and all(0 <= d <= 3 for d in depths)   # the DFlash block (4) caps the depth at 3
+
+
+def test_gate_with_a_draft_model_pair(tmp_path):
+    """The gate (run_gate) on a dense target + draft model pair, as `make serve`'s: per
+    acceptance length and C, plain decoding, the default config and a fixed depth, all exact,
+    the default's depth histogram reported; the CLI's `gate` section writes the same summary.
+    Whether it passes is a GPU measurement, not asserted here."""
+    from luce.benchmark.seed_waves import run_gate
+    from luce.models import load_model
+    from luce.testing.tiny_models import make_dense
+
+    make_dense(tmp_path / "t.gguf", "qwen3", seed=4)
+    make_dense(tmp_path / "d.gguf", "qwen3", seed=5, n_layer=1)
+    target, draft = load_model(tmp_path / "t.gguf", "cpu"), load_model(tmp_path / "d.gguf", "cpu")
+    cfg = dataclasses.replace(CFG, concurrency=(1, 2), waves=1)
+    prompts, truth = prepare_waves(target, cfg)
+    lines = []
+    r = run_gate(target, draft, cfg, prompts, truth, acceptance_lengths=(6, 2), arms=("ar", "default", "chain@4"),
+                 log=lines.append)
+    for a in ("AL6", "AL2"):
+        assert set(r[a]["summary"]["goodput_tok_s"]) == {"ar", "default", "chain@4"}
+        for C in (1, 2):
+            row = r["summary"][a][C]
+            assert row["exact"] and row["default_over_ar"] > 0 and sum(row["depths"].values()) > 0
+            assert all(0 <= d <= 8 for d in row["depths"])                   # draft_max 8
+            assert set(r[a]["chain@4"][C]["depths"]) <= {1, 2, 3, 4}
+    assert isinstance(r["summary"]["pass"], bool) and lines[-1].startswith("gate: ")
+    out = tmp_path / "g.json"
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_seed_workload.py"), str(tmp_path / "t.gguf"),
+                          "--draft", str(tmp_path / "d.gguf"), "--backend", "cpu", "--sections", "gate",
+                          "--concurrency", "1", "--waves", "1", "--wave-prompt-len", "12", "--wave-tokens", "6",
+                          "--gate-al", "3", "--arms", "ar,default,chain@2", "--json", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    gate = json.loads(out.read_text())["gate"]
+    assert gate["summary"]["AL3"]["1"]["exact"] and "default_over_ar" in gate["summary"]["AL3"]["1"]
+    assert "gate AL3 C1" in run.stdout or "gate AL3 C1" in run.stderr

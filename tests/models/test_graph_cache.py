@@ -59,8 +59,11 @@ def test_a_key_runs_eager_then_is_captured_then_replayed():
                           lambda meta: rewrites.append((meta, i)))
 
     assert step(0) == "out0" and backend.recording == [True, False]   # eager, constants recorded
+    assert cache.warmups == 1
     assert step(1) == "out1" and backend.captured[0].launches == 1      # captured (run traced), launched
+    assert cache.warmups == 2                                           # the key's two warm-up calls
     assert step(2) == "out1" and step(3) == "out1"                      # replays return the graph's output
+    assert cache.warmups == 2
     assert calls == [0, 1] and rewrites == [(("arena", "pool"), 2), (("arena", "pool"), 3)]
     assert cache.counters == dict(replays=2, captures=1, rebuilds=0, eager_steps=1, failures=0, drops=0)
     assert cache.eager_reasons == {"first call of a key": 1}
@@ -75,6 +78,7 @@ def test_a_key_that_cannot_be_captured_stays_eager():
     assert cache.eager_reasons == {"first call of a key": 1, "cannot capture: a host synchronisation": 3}
     cache.call(None, lambda: 0, lambda pool: None, lambda meta: None)
     assert cache.eager_reasons["no replay key"] == 1
+    assert cache.warmups == 2       # the first call and the failed capture; eager for good after: steady
 
 
 def test_eviction_drops_graphs_and_a_recaptured_key_counts_as_rebuild():
@@ -86,6 +90,7 @@ def test_eviction_drops_graphs_and_a_recaptured_key_counts_as_rebuild():
     assert cache.counters["captures"] == 3 and cache.counters["rebuilds"] == 1
     # the eager call before the rebuild is not a new key: the counters say the graph was dropped
     assert cache.eager_reasons == {"first call of a key": 2, "graph dropped, captured again next call": 1}
+    assert cache.warmups == 6       # every call here warmed a graph up: none replayed
     cache.invalidate()
     assert not cache.graphs and backend.captured[-1].dropped
 

@@ -62,7 +62,7 @@ def settle(policy, machine, slots, steps=300):
     for i in range(steps):
         d = policy.choose(slots, 100)
         if d > 0:
-            policy.record_draft(d, machine.draft * d)
+            policy.record_draft(d, machine.draft * d, lanes=len(slots))
             for s in slots:   # each drafted token accepted with probability p until one is not
                 accepted = 0
                 while accepted < d and rng.random() < machine.p:
@@ -101,12 +101,17 @@ def test_a_fixed_depth_is_kept_within_the_limit():
 
 def test_acceptance_is_per_lane_and_forgotten_with_it():
     policy = DepthPolicy(max_depth=8, min_depth=0)
-    for _ in range(30):
+    assert policy.acceptance(0) == pytest.approx(0.75)    # nothing measured: the prior
+    for _ in range(60):
         policy.record_verify(0, 8, 8)
         policy.record_verify(1, 8, 0)
     assert policy.acceptance(0) > 0.9 and policy.acceptance(1) < 0.1
     policy.forget(0)
-    assert policy.acceptance(0) == policy.acceptance(7)   # back to the prior
+    assert policy.acceptance(0) == policy.acceptance(7)   # back to what all lanes measured
+    assert 0.4 < policy.acceptance(0) < 0.95
+    for _ in range(5):                                   # which weighs a few verifies only
+        policy.record_verify(0, 8, 0)
+    assert policy.acceptance(0) < policy.acceptance(7) - 0.1
 
 
 @pytest.mark.parametrize("target", ["qwen35", "qwen3"])
@@ -147,10 +152,10 @@ def test_a_draft_is_timed_only_after_a_drafting_step(tiny_models):
         engine = Engine(model, None, EngineConfig(max_slots=1, ctx=128, token_budget=96, spec=spec),
                         draft_model=model)
         policy, timed, drafts = engine.spec.policy, [], []
-        policy.record_draft = lambda depth, seconds: timed.append(depth)
+        policy.record_draft = lambda depth, seconds, lanes=1: timed.append(depth)
         picks = iter(choices)
 
-        def choose(slots, limit):
+        def choose(slots, limit, ar_rows=0):
             d = min(next(picks, 0), limit) if slots else 0
             if d:
                 drafts.append(d)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from luce.models import SegmentSpec, build_batch, pages_needed
+from luce.models.batch import SEG_PREFILL
 from luce.models.packer import generate_greedy
 from luce.models.dflash import features_from_captured
 from luce.ref.sampling import top_k_logprobs
@@ -189,3 +190,45 @@ def test_draft_model_prefill_leaves_one_row_for_the_first_draft(tiny_models):
     want = DraftModelDrafter(model, 2, 64, 4).propose([DraftLane(1, prompt + [first], 3, 2)])[0]
     np.testing.assert_array_equal(got.ids, want.ids)
     np.testing.assert_array_equal(got.logprobs, want.logprobs)
+
+
+@pytest.mark.parametrize("name", ["qwen3_draft", "qwen35"])
+def test_draft_model_catch_ups_after_plain_steps_share_a_padded_key(tiny_models, name):
+    """A lane back from plain decoding catches up on every token since: 5 or 7 tokens feed one
+    segment padded to 8 rows (one graph key, replayed on a GPU), and propose what a fresh
+    drafter does. One or two rows (a lane that drafted last step) stay unpadded."""
+    model = tiny_models[name]
+    base = [4, 8, 15, 16, 23, 42, 7, 9]
+    drafter = DraftModelDrafter(model, 2, 64, 3)
+    keys, forward = [], drafter.forward
+    drafter.forward = lambda batch, state: (keys.append((batch.n_rows, batch.replay_key)), forward(batch, state))[1]
+    catch_ups = []
+    for slot, extra in ((0, [1, 2, 3, 4, 5]), (1, [5, 4, 3, 2, 1, 6, 7])):
+        drafter.propose([DraftLane(slot, base, 2, 2)])
+        keys.clear()
+        got = drafter.propose([DraftLane(slot, base + extra, 2, 2)])[0]
+        assert keys[0][0] == 8 and keys[1][0] == 1, keys
+        catch_ups.append(keys[0][1])
+        want = DraftModelDrafter(model, 2, 64, 3).propose([DraftLane(slot, base + extra, 2, 2)])[0]
+        np.testing.assert_array_equal(got.ids, want.ids)
+        np.testing.assert_allclose(got.logprobs, want.logprobs, rtol=1e-5, atol=1e-5)
+    assert catch_ups[0] == catch_ups[1] and catch_ups[0][0] == ((SEG_PREFILL, 8),)
+
+
+def test_benchmark_drafters_propose_the_truth_first_and_wrong_tokens_after():
+    """OracleDrafter: the true token first at each depth, then top_k - 1 other tokens (fewer
+    in a tiny vocabulary); past acceptance_length - 1 depths only other tokens. Always-wrong:
+    never the true token. A lane that is no known sequence's prefix gets nothing (a miss)."""
+    from luce.spec.drafters.bench_drafters import AlwaysWrongDrafter, OracleDrafter
+
+    seqs = [list(range(10, 30)), [10, 11, 12, 99, 98, 97, 96, 95, 94, 93]]
+    oracle = OracleDrafter(seqs, 100, acceptance_length=3)
+    got = oracle.propose([DraftLane(0, seqs[1][:4], 4, 3)])[0]
+    assert got.ids.tolist() == [[98, 99, 0], [97, 98, 99], [97, 98, 99], [96, 97, 98]]   # truth 98 97 | 96 95
+    assert got.logprobs[0].tolist() == [0.0, -1.0, -2.0]
+    got = OracleDrafter(seqs, 3).propose([DraftLane(0, seqs[0][:12], 2, 4)])[0]   # vocab 3: two others
+    assert got.ids.tolist() == [[22, 23 % 3, 24 % 3, -1], [23, 24 % 3, 25 % 3, -1]]
+    wrong = AlwaysWrongDrafter(seqs, 100).propose([DraftLane(0, seqs[0][:19], 3, 2)])[0]
+    assert wrong.ids.tolist() == [[30, 31]] * 3 and wrong.logprobs[0].tolist() == [-1.0, -2.0]
+    assert oracle.propose([DraftLane(0, [10, 11, 50], 3, 2)])[0].depth == 0 and oracle.misses == 1
+    assert oracle.depths == [4, 0]

@@ -25,6 +25,8 @@ import numpy as np
 from luce.spec.drafters.base import DraftLane
 from luce.spec.proposal import DraftProposal
 
+PREFIX = 8     # tokens that index the known sequences (a lane's tokens start with its prompt)
+
 
 class _ContinuationDrafter(ABC):
     kind = "bench"
@@ -34,6 +36,10 @@ class _ContinuationDrafter(ABC):
         if vocab < 2:
             raise ValueError(f"a benchmark drafter needs a vocabulary of at least 2 tokens, got {vocab}")
         self.sequences = [np.asarray(list(s), dtype=np.int64) for s in sequences]
+        self._lists = [seq.tolist() for seq in self.sequences]
+        self._by_start: dict[tuple, list[int]] = {}    # first PREFIX tokens -> sequences starting so
+        for i, seq in enumerate(self._lists):
+            self._by_start.setdefault(tuple(seq[:PREFIX]), []).append(i)
         self.vocab, self.inner = int(vocab), inner
         if acceptance_length is not None and acceptance_length < 1:
             raise ValueError(f"acceptance_length must be >= 1, got {acceptance_length}")
@@ -45,11 +51,15 @@ class _ContinuationDrafter(ABC):
 
     def truth(self, tokens: Sequence[int]) -> np.ndarray | None:
         """The true tokens after `tokens` ([n] int64, possibly empty), or None if `tokens`
-        is not a prefix of any known sequence."""
-        toks = np.asarray(list(tokens), dtype=np.int64)
-        for seq in self.sequences:
-            if len(seq) >= len(toks) and np.array_equal(seq[:len(toks)], toks):
-                return seq[len(toks):]
+        is not a prefix of any known sequence. A lookup by the first PREFIX tokens, then one
+        list comparison: a benchmark drafter must not cost what a real one does not."""
+        toks = list(tokens)
+        n = len(toks)
+        starts = self._by_start.get(tuple(toks[:PREFIX])) if n >= PREFIX else range(len(self._lists))
+        for i in starts or ():
+            seq = self._lists[i]
+            if len(seq) >= n and seq[:n] == toks:
+                return self.sequences[i][n:]
         return None
 
     def propose(self, lanes: Sequence[DraftLane]) -> list[DraftProposal]:
@@ -71,6 +81,13 @@ class _ContinuationDrafter(ABC):
         if self.inner is not None:
             self.inner.release(slot)
 
+    def prefill(self, lanes) -> None:
+        """Completed prompts to the inner drafter that keeps model state (a draft model), as
+        the server's drafter gets them: its prompt catch-up is paid where the server pays it."""
+        prefill = getattr(self.inner, "prefill", None)
+        if prefill is not None:
+            prefill(lanes)
+
     def check_context(self, segments) -> None:
         if self.inner is not None and hasattr(self.inner, "check_context"):
             self.inner.check_context(segments)
@@ -80,9 +97,9 @@ class _ContinuationDrafter(ABC):
         if self.inner is not None and hasattr(self.inner, "add_context"):
             self.inner.add_context(segments, features)
 
-    def _others(self, token: int, count: int) -> list[int]:
-        """`count` distinct tokens, none equal to `token`."""
-        return [(token + 1 + j) % self.vocab for j in range(min(count, self.vocab - 1))]
+    def _others(self, tokens: np.ndarray, count: int) -> np.ndarray:
+        """[n, min(count, vocab - 1)]: per token, that many distinct tokens, none equal to it."""
+        return (tokens[:, None] + 1 + np.arange(min(count, self.vocab - 1))) % self.vocab
 
     @abstractmethod
     def _proposal(self, truth: np.ndarray, depth: int, top_k: int) -> DraftProposal:
@@ -96,13 +113,16 @@ class OracleDrafter(_ContinuationDrafter):
         depth = min(depth, len(truth))
         ids = np.full((depth, top_k), -1, np.int64)
         lps = np.full((depth, top_k), -np.inf, np.float32)
+        t = truth[:depth]
+        k = min(top_k - 1, self.vocab - 1)
+        ids[:, 0], ids[:, 1:1 + k] = t, self._others(t, k)      # the truth ranks first
+        lps[:, :1 + k] = -np.arange(1 + k, dtype=np.float32)
         a = self.acceptance_length
-        for d in range(depth):
-            row = [int(truth[d])] + self._others(int(truth[d]), top_k - 1)
-            if a is not None and d >= a - 1:   # past the set acceptance length the truth is left out
-                row = self._others(int(truth[d]), top_k)
-            ids[d, :len(row)] = row
-            lps[d, :len(row)] = -np.arange(len(row), dtype=np.float32)   # the truth ranks first
+        if a is not None and depth >= a:       # past the set acceptance length the truth is left out
+            k = min(top_k, self.vocab - 1)
+            ids[a - 1:], lps[a - 1:] = -1, -np.inf
+            ids[a - 1:, :k] = self._others(t[a - 1:], k)
+            lps[a - 1:, :k] = -np.arange(k, dtype=np.float32)
         return DraftProposal(ids, lps)
 
 
@@ -114,9 +134,9 @@ class AlwaysWrongDrafter(_ContinuationDrafter):
             return DraftProposal.empty()
         ids = np.full((depth, top_k), -1, np.int64)
         lps = np.full((depth, top_k), -np.inf, np.float32)
-        for d in range(depth):
-            # beyond the known continuation any token will do: depth 0 is already wrong
-            row = self._others(int(truth[min(d, len(truth) - 1)]), top_k)
-            ids[d, :len(row)] = row
-            lps[d, :len(row)] = -1.0 - np.arange(len(row), dtype=np.float32)
+        # beyond the known continuation any token will do: depth 0 is already wrong
+        t = truth[np.minimum(np.arange(depth), len(truth) - 1)]
+        k = min(top_k, self.vocab - 1)
+        ids[:, :k] = self._others(t, k)
+        lps[:, :k] = -1.0 - np.arange(k, dtype=np.float32)
         return DraftProposal(ids, lps)

@@ -3,7 +3,8 @@
 It keeps its own state (KV pages and, for a hybrid draft, recurrent state) with one lane
 per target slot, and batches every lane into each of its steps:
 1. catch-up: each lane feeds the tokens its draft state has not seen, root included (one
-   segment per lane); the last row's logits give depth 1;
+   segment per lane, padded to its bucket past two rows: graph keys repeat); the last row's
+   logits give depth 1;
 2. depth d > 1: each lane feeds its top-1 token of depth d - 1 (one AR row per lane).
 Per depth it reports the top-k log-probs; the chain follows the top-1 token.
 After drafting, a lane's draft state covers the sequence up to the root: drafted rows lie
@@ -27,7 +28,7 @@ import numpy as np
 
 from luce.models.packer import SegmentSpec, build_batch
 from luce.models.graphed_forward import GraphedForward
-from luce.models.kv_cache import pages_needed
+from luce.models.kv_cache import bucket, pages_needed
 from luce.spec.drafters.base import DraftLane
 from luce.spec.proposal import DraftProposal
 
@@ -113,8 +114,8 @@ class DraftModelDrafter:
         ids = [np.full((d, lane.top_k), -1, np.int64) for d, lane in zip(depths, lanes)]
         lps = [np.full((d, lane.top_k), -np.inf, np.float32) for d, lane in zip(depths, lanes)]
 
-        segments = [SegmentSpec(lane.slot, list(lane.tokens[self.seen[lane.slot]:]), self.seen[lane.slot],
-                                self.pages(lane.slot)) for lane in lanes]
+        segments = [_catch_up(lane.slot, list(lane.tokens[self.seen[lane.slot]:]), self.seen[lane.slot],
+                              self.pages(lane.slot)) for lane in lanes]
         snapshots = {}
         active = list(range(len(lanes)))
         for d in range(max(depths, default=0)):
@@ -142,3 +143,11 @@ class DraftModelDrafter:
         for slot, snap in snapshots.items():
             self.state.recurrent.restore(slot, snap)
         return [DraftProposal(a, b) for a, b in zip(ids, lps)]
+
+
+def _catch_up(slot: int, tokens: list[int], start: int, pages: list[int]) -> SegmentSpec:
+    """A lane's first pass: the tokens its draft state has not seen. One or two rows (a lane that
+    drafted last step) as they are; more (a prompt, or a lane back from plain steps) padded to
+    their bucket, so that catch-ups of other lengths replay one graph instead of each running
+    eagerly and being captured (a switching cost the depth policy does not see)."""
+    return SegmentSpec(slot, tokens, start, pages, pad_to=bucket(len(tokens)) if len(tokens) > 2 else None)
