@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 
 from luce.engine.slots import SlotManager
 from luce.engine.step import StepBatch
-from luce.models.batch import validate_batch
+from luce.models.batch import ensure_valid
 from luce.models.commit import TreeCommit, plan_tree_commit
 from luce.models.kv_cache import PAGE_SIZE, pages_needed
 
@@ -112,8 +112,8 @@ class Transaction:
     def preflight(self, step: StepBatch) -> Plan | Reject:
         """Plan for `step` or Reject(reason); reads only."""
         try:
-            validate_batch(step.forward, self.slots.max_slots, self.vocab)
-            missing = set(self.feature_layers) - set(step.forward.capture_layers)
+            ensure_valid(step.forward, self.slots.max_slots, self.vocab)
+            missing = set(self.feature_layers) - set(step.forward.capture_layers) if self.feature_layers else ()
             if missing:
                 raise _Refusal(f"the drafter keeps features of layers {sorted(missing)} the step does not capture")
             return Plan(step, tuple(self._check(step)))
