@@ -180,7 +180,7 @@ class Engine:
             return self._drop(cohort, f"checkpoint failed: {type(e).__name__}: {e}")
         try:
             out = self.forward(step.forward, self.model_state,
-                               greedy_ids=greedy(self.requests[item.request_id].params for item in step.cohort.items))
+                               greedy_ids=greedy([self.requests[item.request_id].params for item in step.cohort.items]))
             self._hook("after_forward", step)
             outcome = decide(step, out, self.model.backend, self._request_in, self.spec)
             self._hook("after_accept", step)

@@ -182,7 +182,8 @@ class StepBuilder:
         forward = f.advance([r.token_id for r in cohort.decode])
         if forward is None:
             return None
-        return StepBatch(forward=forward, logits_slot=last.logits_slot.copy(), logits_kind=last.logits_kind.copy(),
+        last.logits_slot.flags.writeable = last.logits_kind.flags.writeable = False    # shared by both steps
+        return StepBatch(forward=forward, logits_slot=last.logits_slot, logits_kind=last.logits_kind,
                          logits_position=last.logits_position + 1, new_pages={r.slot: () for r in cohort.decode},
                          kv_len_after={r.slot: r.position + 1 for r in cohort.decode}, cohort=cohort)
 

@@ -198,7 +198,7 @@ class Transaction:
         for c in plan.changes:
             entry = self.slots.table[c.slot]
             if entry is None or entry.request_id != c.request_id or entry.kv_len != c.kv_len_before \
-                    or not all(self.pool.is_free(p) for p in c.new_pages):
+                    or c.new_pages and not all([self.pool.is_free(p) for p in c.new_pages]):
                 raise StalePlan(f"slot {c.slot} changed since preflight; build and preflight the step again")
             if c.is_tree:
                 n = len(paths.get(c.slot, ()))

@@ -124,7 +124,7 @@ class ForwardBatch:
 
     @property
     def has_trees(self) -> bool:
-        return bool((self.kinds == SEG_TREE).any())
+        return self._cached("has_trees", lambda: bool((self.kinds == SEG_TREE).any()))
 
     @property
     def tree_start(self) -> int:
@@ -246,32 +246,43 @@ class ForwardBatch:
         """The next decode step of this batch when each live segment is one AR row (padding
         segments hold no rows) whose last KV page has room: the batch whose rows feed
         `token_ids` (one per row) one position on, in the same pages, padding and topology
-        (the same replay key); else None. Its rows and KV lengths move together within the
-        last pages, so it is valid (validate_batch) when this batch was and its token ids
-        are in range: then it is marked valid alike (its token ids checked here)."""
-        live = self.__dict__.get("_ar_rows")       # [S] int32: 1 on the AR segments, 0 on padding
-        if live is None:
+        (the same replay key; the arrays that stay are shared, read-only); else None. Its
+        rows and KV lengths move together within the last pages, so it is valid
+        (validate_batch) when this batch was and its token ids are in range: then it is
+        marked valid alike (its token ids checked here). Step values made for this batch
+        are carried over with what a decode step moves (positions, KV destinations, last
+        page lengths, segment starts), not made again."""
+        ar = self.__dict__.get("_ar_rows")       # [S] 1 on the AR segments, 0 on padding
+        shared = (self.qo_indptr, self.seq_slots, self.kv_indptr, self.kv_indices, self.logits_indices,
+                  self.tree_parents, self.segment_kind)
+        if ar is None:
             kinds, qo = self.kinds.tolist(), self.qo_indptr.tolist()
             if any(k not in (SEG_AR, SEG_PAD) or b - a != (k == SEG_AR) for k, a, b in zip(kinds, qo, qo[1:])):
                 return None
-            live = np.asarray([k == SEG_AR for k in kinds], np.int32)
-        last = self.kv_last_page_len + live
-        if len(token_ids) != self.n_rows or int(last.max(initial=0)) > PAGE_SIZE:
+            ar = [int(k == SEG_AR) for k in kinds]
+            for a in shared:
+                if a is not None:
+                    a.flags.writeable = False
+        last = [n + a for n, a in zip(self.kv_last_page_len.tolist(), ar)]
+        tokens = list(token_ids)
+        if len(tokens) != self.n_rows or max(last, default=0) > PAGE_SIZE:
             return None
-        tokens = np.asarray(token_ids, np.int32)
-        nxt = ForwardBatch(tokens, self.positions + 1, self.qo_indptr.copy(), self.seq_slots.copy(),
-                           self.kv_indptr.copy(), self.kv_indices.copy(), last, self.logits_indices.copy(),
-                           self.capture_layers, None if self.tree_parents is None else self.tree_parents.copy(),
-                           None if self.segment_kind is None else self.segment_kind.copy(), self.replay_key,
+        nxt = ForwardBatch(np.asarray(tokens, np.int32), self.positions + 1, *shared[:2], *shared[2:4],
+                           np.asarray(last, np.int32), shared[4], self.capture_layers, *shared[5:], self.replay_key,
                            self.row_capacity, self.tree_width)
-        for name in ("_ar_rows", "_kv_span", "_prefill_spans", "_has_padding_rows"):
+        carried = nxt.__dict__
+        for name in ("_kinds", "_kv_span", "_prefill_spans", "_has_padding_rows", "_has_trees"):
             if name in self.__dict__:
-                nxt.__dict__[name] = self.__dict__[name]
-        nxt.__dict__["_ar_rows"] = live
+                carried[name] = self.__dict__[name]
+        carried["_ar_rows"] = ar
+        values = self.__dict__.get("_step_values")
+        if values is not None:
+            carried["_step_values"] = dict(
+                values, token_ids=tokens, positions=[p + 1 for p in values["positions"]], kv_last_page_len=last,
+                kv_dst=[d + 1 for d in values["kv_dst"]], start_pos=[p + a for p, a in zip(values["start_pos"], ar)])
         validated = self.__dict__.get("_validated")
-        vocab = None if validated is None else validated[1]
-        if validated is not None and (vocab is None or not tokens.size or 0 <= min(token_ids) and max(token_ids) < vocab):
-            nxt.__dict__["_validated"] = validated
+        if validated is not None and (validated[1] is None or not tokens or 0 <= min(tokens) and max(tokens) < validated[1]):
+            carried["_validated"] = validated
         return nxt
 
     def validate(self, max_slots: int | None = None, vocab: int | None = None) -> None:
