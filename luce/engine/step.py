@@ -131,7 +131,7 @@ class StepBatch:
     @property
     def durable_slots(self) -> tuple[int, ...]:
         """Slots whose state the forward changes in place (prefill and AR rows)."""
-        return tuple(item.slot for item in (*self.cohort.prefill, *self.cohort.decode))
+        return tuple([item.slot for item in (*self.cohort.prefill, *self.cohort.decode)])
 
     @property
     def durable(self) -> bool:
