@@ -121,7 +121,7 @@ class RecurrentState:
         place), one gather per kind into save buffers [layers * len(slots), ...]; `rollback`
         puts exactly those rows back. Other slots are never copied. The slots of the last
         checkpoint again (a steady decode's) reuse its buffers and rows."""
-        saved = self._saved
+        slots, saved = tuple(slots), self._saved
         if saved is None or saved[0] != slots:
             key = tuple(sorted({int(s) for s in slots}))
             rows = self._rows.get(key)
@@ -135,7 +135,7 @@ class RecurrentState:
                 self._rows[key] = rows
             self._saved = None        # the last buffers go back before new ones are taken
             buffers = tuple(self.backend.take_rows(flat, rows) for flat in self._flat)
-            saved = self._saved = (tuple(slots), key, rows, buffers, sum(_nbytes(a) for a in buffers))
+            saved = self._saved = (slots, key, rows, buffers, sum(_nbytes(a) for a in buffers))
         else:
             _, _, rows, buffers, _ = saved
             for flat, buffer in zip(self._flat, buffers):
