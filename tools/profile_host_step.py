@@ -193,10 +193,21 @@ class PhaseClock:
         return timed
 
 
+def _measuring(code) -> str | None:
+    """'double' for code of the double (tests/ops/fake_*, this tool's wrappers of it: nothing
+    they call is luce's), 'wrapper' for PhaseClock's (it calls luce, its own calls are not),
+    else None."""
+    if "/tests/ops/fake_" in code.co_filename:
+        return "double"
+    if code.co_filename != __file__:
+        return None
+    return "wrapper" if code.co_qualname.startswith("PhaseClock.") else "double"
+
+
 def count_calls(step, n: int) -> tuple[int, dict[str, int]]:
-    """Python and C function calls that luce makes in n calls of step() (the double's own not
-    counted), in all and inside each phase of PHASES: a deterministic proxy of host work,
-    where times are noisy."""
+    """Python and C function calls that luce makes in n calls of step() (neither the double's
+    nor those of this tool's clocks, or of what they call), in all and inside each phase of
+    PHASES: a deterministic proxy of host work, where times are noisy."""
     import importlib
 
     labels = {}
@@ -205,12 +216,22 @@ def count_calls(step, n: int) -> tuple[int, dict[str, int]]:
         fn = getattr(getattr(target, owner) if owner else target, attr)
         labels[getattr(fn, "__wrapped__", fn).__code__] = label
     count, by_phase, inside = 0, {}, []       # inside: (frame, label) of the phases entered
+    double = []                               # the double's frame being run, if any
 
     def profile(frame, event, arg):
         nonlocal count
+        if double:
+            if event == "return" and double[-1] is frame:
+                double.pop()
+            return
         if event == "return" and inside and inside[-1][0] is frame:
             inside.pop()
-        if event not in ("call", "c_call") or "/tests/ops/fake_" in frame.f_code.co_filename:
+        if event not in ("call", "c_call"):
+            return
+        kind = _measuring(frame.f_code)
+        if kind == "double" and event == "call":
+            double.append(frame)
+        if kind is not None:
             return
         count += 1
         if inside:

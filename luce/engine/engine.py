@@ -182,7 +182,7 @@ class Engine:
             return self._drop(cohort, f"checkpoint failed: {type(e).__name__}: {e}")
         try:
             out = self.forward(step.forward, self.model_state,
-                               greedy_ids=greedy(self.requests[item.request_id].params for item in step.cohort.items))
+                               greedy_ids=greedy([self.requests[item.request_id].params for item in step.cohort.items]))
             self._hook("after_forward", step)
             outcome = decide(step, out, self.model.backend, self._request_in, self.spec)
             self._hook("after_accept", step)
@@ -275,19 +275,21 @@ class Engine:
             self.spec.check_features(promotion.feature_segments)
 
     def _record(self, step: StepBatch, outcome: StepOutcome) -> None:
-        s = self.stats
-        live = step.cohort.n_rows
+        s, cohort = self.stats, step.cohort
+        prompt = sum([len(c.token_ids) for c in cohort.prefill]) if cohort.prefill else 0
+        tree = sum([len(t.token_ids) for t in cohort.tree]) if cohort.tree else 0
+        live = prompt + len(cohort.decode) + tree
         s.steps += 1
         s.live_rows += live
         s.padded_rows += step.forward.n_rows - live
-        s.prompt_tokens += sum(len(c.token_ids) for c in step.cohort.prefill)
-        s.tree_rows += sum(len(t.token_ids) for t in step.cohort.tree)
+        s.prompt_tokens += prompt
+        s.tree_rows += tree
         s.replay_keys.add(step.replay_key)
         if self.spec is not None:
             self.spec.record(step, outcome.accepted, self._request_in)
-        if step.cohort.tree:
+        if cohort.tree:
             accepted = outcome.accepted
-            for chunk in step.cohort.tree:
+            for chunk in cohort.tree:
                 m, acc = self.requests[chunk.request_id].metrics, accepted[chunk.slot]
                 m["spec_verifies"] = m.get("spec_verifies", 0) + 1
                 m["spec_drafted"] = m.get("spec_drafted", 0) + len(chunk.token_ids) - 1
@@ -295,29 +297,23 @@ class Engine:
 
     def _apply(self, step: StepBatch, tokens: dict[Any, list[int]], logprobs: dict | None = None) -> list[StepUpdate]:
         """Hand each request its tokens of the step (in order, up to the one that finishes it)."""
-        new: dict[Any, list[int]] = {}
         for chunk in step.cohort.prefill:
             r = self.requests[chunk.request_id]
             r.n_prefilled = chunk.start + len(chunk.token_ids)
-            r.metrics.pop("step_failures", None)
-            new[r.request_id] = []
             if chunk.completes_prompt:
                 r.phase = DECODE
                 r.metrics["first_token_step"] = self.stats.steps
-        for item in step.cohort.items:
+        updates = []
+        for item in step.cohort.items:     # one per request: its prompt chunk, AR row or tree
             r = self.requests[item.request_id]
             r.metrics.pop("step_failures", None)
-            taken = r.add_tokens(tokens.get(item.request_id, ()), (logprobs or {}).get(item.request_id, ()))
+            taken = r.add_tokens(tokens.get(r.request_id, ()), logprobs.get(r.request_id, ()) if logprobs else ())
             self.stats.generated_tokens += len(taken)
-            new.setdefault(r.request_id, []).extend(taken)
-        updates = []
-        for rid, taken in new.items():
-            r = self.requests[rid]
             if r.finished:
                 self._retire(r)
                 self.stats.finished += 1
             lp = tuple(r.logprobs[len(r.logprobs) - len(taken):]) if r.logprobs is not None and taken else ()
-            updates.append(StepUpdate(rid, tuple(taken), r.finish_reason, text=r.take_delta(),
+            updates.append(StepUpdate(r.request_id, tuple(taken), r.finish_reason, text=r.take_delta(),
                                       stop_reason=r.stop_reason, logprobs=lp))
         return updates
 

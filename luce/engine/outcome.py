@@ -27,13 +27,13 @@ _PAD_PARAMS = SamplingParams(max_tokens=1)   # logits rows that give no token: g
 def decide(step: StepBatch, out, backend, request_of: Callable[[int], Any], spec=None) -> StepOutcome:
     """The step's outcome from its ForwardOutput `out`; request_of(slot) -> Request; spec:
     luce.engine.speculation.EngineSpeculation (trees' acceptance)."""
-    logits, choice = row_choices(step, out, backend, request_of)
+    requests = [request_of(slot) if slot >= 0 else None for slot in step.logits_slot.tolist()]   # per logits row
+    logits, choice = row_choices(step, out, backend, requests)
     tokens, rows = {}, {}
     chosen = choice.tolist() if choice is not None else None
-    for i, (slot, kind) in enumerate(zip(step.logits_slot.tolist(), step.logits_kind.tolist())):
-        if slot < 0 or kind == ROW_TREE:
+    for i, (r, kind) in enumerate(zip(requests, step.logits_kind.tolist())):
+        if r is None or kind == ROW_TREE:
             continue
-        r = request_of(slot)
         rows[r.request_id] = [i]
         tokens[r.request_id] = [chosen[i]] if chosen is not None else \
             [sample_token(logits[i], r.params, r.seed, int(step.logits_position[i]), r.prompt_ids, r.output_ids,
@@ -46,7 +46,7 @@ def decide(step: StepBatch, out, backend, request_of: Callable[[int], Any], spec
             tokens[chunk.request_id] = list(accepted[chunk.slot].tokens)
             paths[chunk.slot] = accepted[chunk.slot].path
             rows[chunk.request_id] = [node_rows[chunk.slot][node] for node in accepted[chunk.slot].path]
-    return StepOutcome(out, paths, tokens, accepted, logprobs=_logprobs(step, logits, tokens, rows, request_of))
+    return StepOutcome(out, paths, tokens, accepted, logprobs=_logprobs(logits, tokens, rows, requests))
 
 
 def tree_rows(step: StepBatch) -> dict[int, list[int]]:
@@ -58,33 +58,32 @@ def tree_rows(step: StepBatch) -> dict[int, list[int]]:
     return rows
 
 
-def _logprobs(step: StepBatch, logits, tokens: dict, rows: dict, request_of) -> dict:
+def _logprobs(logits, tokens: dict, rows: dict, requests) -> dict:
     """request id -> [TokenLogprob] for the requests that asked: the j-th emitted token was
-    chosen from logits row rows[id][j] (an AR row, or the j-th node of the accepted path)."""
+    chosen from logits row rows[id][j] (an AR row, or the j-th node of the accepted path);
+    requests: the Request of each logits row (None: padding)."""
     out = {}
-    for slot in set(step.logits_slot.tolist()) - {-1}:
-        r = request_of(slot)
-        top = r.params.logprobs
-        if top is None or r.request_id not in tokens:
+    for r in requests:
+        if r is None or r.params.logprobs is None or r.request_id in out or r.request_id not in tokens:
             continue
-        out[r.request_id] = [TokenLogprob(t, *token_logprobs(logits[row], t, top))
+        out[r.request_id] = [TokenLogprob(t, *token_logprobs(logits[row], t, r.params.logprobs))
                              for t, row in zip(tokens[r.request_id], rows[r.request_id])]
     return out
 
 
 def greedy(params) -> bool:
     """Do these requests' tokens come from the argmax of their logits rows on the backend?"""
-    return all(p.greedy and not p.needs_host_logits for p in params)
+    return all([p.device_greedy for p in params])
 
 
-def row_choices(step: StepBatch, out, backend, request_of) -> tuple[Any, Any]:
+def row_choices(step: StepBatch, out, backend, requests) -> tuple[Any, Any]:
     """(host logits [L, V], None), or (None, choice [L]): the target's token for every
-    logits row drawn on the backend (greedy: the forward's greedy_ids when it made them)."""
+    logits row drawn on the backend (greedy: the forward's greedy_ids when it made them);
+    requests: the Request of each logits row (None: padding)."""
     logits = out.logits
     if logits.shape[0] != len(step.logits_slot):
         raise RuntimeError(f"the model returned {logits.shape[0]} logits rows, the step asked for "
                            f"{len(step.logits_slot)}")
-    requests = [request_of(slot) if slot >= 0 else None for slot in step.logits_slot.tolist()]
     params = [r.params if r is not None else _PAD_PARAMS for r in requests]
     if greedy(params):
         ids = getattr(out, "greedy_ids", None)

@@ -45,7 +45,7 @@ class OutputStream:
 
     def add(self, token: int) -> bool:
         """Take one token unless finished; True when it finished the output."""
-        if self.finished:
+        if self.finish_reason is not None:
             return False
         token = int(token)
         self.token_ids.append(token)
@@ -59,19 +59,19 @@ class OutputStream:
                 self._text += self._decoder.push(token)
                 if self._match_stop_string(before):
                     return True
-            total = self._n_prompt + len(self.token_ids)
-            if len(self.token_ids) >= self.params.max_tokens or (self._max_total is not None and total >= self._max_total):
+            n = len(self.token_ids)
+            if n >= self.params.max_tokens or (self._max_total is not None and self._n_prompt + n >= self._max_total):
                 self.finish(LENGTH)
-        return self.finished
+        return self.finish_reason is not None
 
     def add_many(self, tokens) -> list[int]:
         """Take tokens in order up to the one that finishes; returns those taken."""
         taken = []
         for t in tokens:
-            if self.finished:
+            if self.finish_reason is not None:
                 break
             self.add(t)
-            taken.append(int(t))
+            taken.append(self.token_ids[-1])
         return taken
 
     def _match_stop_string(self, before: int) -> bool:
@@ -97,7 +97,7 @@ class OutputStream:
         self.stop_reason = stop_reason
 
     def _visible_len(self) -> int:
-        if self.finished or not self.params.stop:
+        if self.finish_reason is not None or not self.params.stop:
             return len(self._text)
         hold = 0
         for s in self.params.stop:

@@ -78,11 +78,11 @@ class PagePool:
     def take(self, slot: int, page_ids) -> None:
         """Append the given free pages to `slot`'s list (the ids a plan peeked).
         Raises ValueError, changing nothing, when one is not free or repeats."""
+        if not page_ids:
+            return
         page_ids = [int(p) for p in page_ids]
         if len(set(page_ids)) != len(page_ids) or not all(self.is_free(p) for p in page_ids):
             raise ValueError(f"pages {page_ids} for slot {slot} are not distinct free pages")
-        if not page_ids:
-            return
         k = len(page_ids)
         if self._free[len(self._free) - k:][::-1] == page_ids:
             del self._free[len(self._free) - k:]

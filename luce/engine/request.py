@@ -113,7 +113,7 @@ class Request:
             self.constraint.advance(taken)
         if self.logprobs is not None:
             self.logprobs.extend(list(logprobs)[:len(taken)])
-        if self.out.finished:
+        if self.out.finish_reason is not None:
             self.phase = FINISHED
         return taken
 

@@ -91,6 +91,8 @@ class SamplingParams:
         if self.logprobs is not None:
             _number("logprobs", self.logprobs, lo=0, hi=LOGPROBS_MAX, integer=True)
         _number("n", self.n, lo=1, hi=128, integer=True)
+        # read for every row of every step (luce.engine.outcome.greedy): worked out once
+        object.__setattr__(self, "device_greedy", self.greedy and not self.needs_host_logits)
 
     @property
     def greedy(self) -> bool:

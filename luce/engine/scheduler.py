@@ -10,6 +10,7 @@ snapshots the recurrent state there, luce.engine.prefix_cache).
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Sequence
 
 from luce.engine.request import DECODE, PREFILL, Request
@@ -37,7 +38,7 @@ class Scheduler:
 
     def schedule(self, running: Sequence[Request]) -> Cohort:
         """Cohort for the requests holding slots (any order; served by submission order)."""
-        running = sorted(running, key=lambda r: r.order)
+        running = sorted(running, key=attrgetter("order"))
         cohort = Cohort()
         for r in running:
             if r.phase == DECODE:

@@ -11,6 +11,9 @@ pages and span), which graph replay uses as it is; slots and every per-step valu
 metadata arena. Only completed prompt tails, AR rows and tree rows give tokens
 (`logits_slot` -1 marks the logits rows that give none).
 
+A steady decode step (the same AR rows as the last step built, one position on, no page to
+add) is that step's batch advanced (ForwardBatch.advance: new token ids, positions and
+last-page lengths; the same topology, pages and key), which is what packing would give.
 New pages are only peeked here (PagePool.plan_growth); the transaction takes them at commit.
 A tree of N nodes (speculative verify) is one segment over the slot's own pages: its rows
 write KV at start..start+N-1 (scratch beyond the committed length, so its pages cover
@@ -128,7 +131,7 @@ class StepBatch:
     @property
     def durable_slots(self) -> tuple[int, ...]:
         """Slots whose state the forward changes in place (prefill and AR rows)."""
-        return tuple(item.slot for item in (*self.cohort.prefill, *self.cohort.decode))
+        return tuple([item.slot for item in (*self.cohort.prefill, *self.cohort.decode)])
 
     @property
     def durable(self) -> bool:
@@ -152,10 +155,39 @@ class StepBuilder:
         the replay key; pad=False packs exactly (same live rows, fewer padding rows)."""
         self.pool = pool
         self.pad = pad
+        self._last: StepBatch | None = None   # the last step built
 
     def build(self, cohort: Cohort, capture_layers=()) -> StepBatch:
         """Pack `cohort`; raises PoolExhausted (changing nothing) when pages run short and
         ValueError on a malformed cohort (a slot twice, empty segment, bad tree)."""
+        step = self._advance(cohort, tuple(capture_layers))
+        self._last = step = step if step is not None else self._pack(cohort, capture_layers)
+        return step
+
+    def _advance(self, cohort: Cohort, capture_layers: tuple) -> StepBatch | None:
+        """A steady decode step, the last step built advanced (ForwardBatch.advance) when
+        that is what packing would give: the same AR rows (slots, requests, order), each one
+        position on, and every slot holding the pages its segment read, with room in the last
+        one (no page to add; the padding and replay key stay). None: pack the step."""
+        last = self._last
+        if last is None or cohort.prefill or cohort.tree or last.cohort.prefill or last.cohort.tree \
+                or len(cohort.decode) != len(last.cohort.decode) or capture_layers != last.forward.capture_layers:
+            return None
+        f = last.forward
+        kv_ptr, kv = f.kv_indptr.tolist(), f.kv_indices.tolist()
+        for s, (r, q) in enumerate(zip(cohort.decode, last.cohort.decode)):
+            if r.slot != q.slot or r.request_id != q.request_id or r.position != q.position + 1 \
+                    or self.pool.slot_pages(r.slot)[:kv_ptr[s + 1] - kv_ptr[s]] != kv[kv_ptr[s]:kv_ptr[s + 1]]:
+                return None
+        forward = f.advance([r.token_id for r in cohort.decode])
+        if forward is None:
+            return None
+        last.logits_slot.flags.writeable = last.logits_kind.flags.writeable = False    # shared by both steps
+        return StepBatch(forward=forward, logits_slot=last.logits_slot, logits_kind=last.logits_kind,
+                         logits_position=last.logits_position + 1, new_pages={r.slot: () for r in cohort.decode},
+                         kv_len_after={r.slot: r.position + 1 for r in cohort.decode}, cohort=cohort)
+
+    def _pack(self, cohort: Cohort, capture_layers) -> StepBatch:
         pool, pad = self.pool, self.pad
         depths = {t.slot: t.depths() for t in cohort.tree}
         demands = ([(c.slot, c.start + len(c.token_ids)) for c in cohort.prefill]

@@ -25,17 +25,16 @@ and retries the step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 from luce.engine.slots import SlotManager
-from luce.engine.step import StepBatch
-from luce.models.batch import validate_batch
+from luce.engine.step import DecodeRow, StepBatch
+from luce.models.batch import ensure_valid
 from luce.models.commit import TreeCommit, plan_tree_commit
 from luce.models.kv_cache import PAGE_SIZE, pages_needed
 
 
-@dataclass(frozen=True)
-class SlotChange:
+class SlotChange(NamedTuple):   # one per row of every step: a tuple is quicker to make than a frozen dataclass
     slot: int
     request_id: Any
     kv_len_before: int
@@ -112,8 +111,8 @@ class Transaction:
     def preflight(self, step: StepBatch) -> Plan | Reject:
         """Plan for `step` or Reject(reason); reads only."""
         try:
-            validate_batch(step.forward, self.slots.max_slots, self.vocab)
-            missing = set(self.feature_layers) - set(step.forward.capture_layers)
+            ensure_valid(step.forward, self.slots.max_slots, self.vocab)
+            missing = set(self.feature_layers) - set(step.forward.capture_layers) if self.feature_layers else ()
             if missing:
                 raise _Refusal(f"the drafter keeps features of layers {sorted(missing)} the step does not capture")
             return Plan(step, tuple(self._check(step)))
@@ -121,45 +120,49 @@ class Transaction:
             return Reject(str(r))
 
     def _check(self, step: StepBatch) -> list[SlotChange]:
-        pool, table = self.pool, self.slots.table
+        pool, table, states, ctx = self.pool, self.slots.table, self.states, self.ctx
+        max_slots, kv_len_after, new_pages = self.slots.max_slots, step.kv_len_after, step.new_pages
         trees = {t.slot for t in step.cohort.tree}
         changes: dict[int, SlotChange] = {}
+        owned: dict[int, list[int]] = {}      # slot -> the pages it will hold, what its segment must read
         claimed: set[int] = set()
         for item in step.cohort.items:
             slot, rid = item.slot, item.request_id
-            if not 0 <= slot < self.slots.max_slots:
-                raise _Refusal(f"slot {slot} is not a live slot id (0..{self.slots.max_slots - 1})")
+            if not 0 <= slot < max_slots:
+                raise _Refusal(f"slot {slot} is not a live slot id (0..{max_slots - 1})")
             if slot in changes:
                 raise _Refusal(f"slot {slot} appears twice in one step")
             entry = table[slot]
             if entry is None or entry.request_id != rid:
                 raise _Refusal(f"slot {slot} is not held by request {rid!r}")
-            if not self.states.owns(slot, rid):
+            if not states.owns(slot, rid):
                 raise _Refusal(f"slot {slot}'s recurrent state is not owned by request {rid!r}")
-            start = getattr(item, "start", getattr(item, "position", None))
-            if start != entry.kv_len:
-                raise _Refusal(f"slot {slot} has {entry.kv_len} committed tokens but the step starts at {start}")
-            after = step.kv_len_after.get(slot)
-            if after is None or after > self.ctx:
-                raise _Refusal(f"slot {slot} would reach {after} tokens, beyond the context of {self.ctx}")
-            new = tuple(step.new_pages.get(slot, ()))
+            start, kv_len = item.position if isinstance(item, DecodeRow) else item.start, entry.kv_len
+            if start != kv_len:
+                raise _Refusal(f"slot {slot} has {kv_len} committed tokens but the step starts at {start}")
+            after = kv_len_after.get(slot)
+            if after is None or after > ctx:
+                raise _Refusal(f"slot {slot} would reach {after} tokens, beyond the context of {ctx}")
+            new = tuple(new_pages.get(slot, ()))
             held = pool.slot_pages(slot)
-            if len(held) + len(new) != max(len(held), pages_needed(after)):
+            need = pages_needed(after)
+            if len(held) + len(new) != max(len(held), need):
                 raise _Refusal(f"slot {slot} adds {len(new)} pages, {pool.extra_pages_needed(slot, after)} needed")
-            shared = [p for p in held[entry.kv_len // pool.page_size:] if pool.is_shared(p)]
+            shared = [p for p in held[kv_len // PAGE_SIZE:] if pool.is_shared(p)]
             if shared:
-                raise _Refusal(f"slot {slot} would write KV rows from {entry.kv_len} into pages {shared}, "
+                raise _Refusal(f"slot {slot} would write KV rows from {kv_len} into pages {shared}, "
                                "which other requests or the prefix cache share")
             for page in new:
                 if not pool.is_free(page) or page in claimed:
                     raise _Refusal(f"page {page} planned for slot {slot} is not free")
                 claimed.add(page)
-            changes[slot] = SlotChange(slot, rid, entry.kv_len, after, new, slot in trees)
-        self._check_reads(step, changes)
+            changes[slot] = SlotChange(slot, rid, kv_len, after, new, slot in trees)
+            owned[slot] = (held + list(new))[:need] if new else held[:need]
+        self._check_reads(step, changes, owned)
         return list(changes.values())
 
-    def _check_reads(self, step: StepBatch, changes: dict[int, SlotChange]) -> None:
-        """Every live segment reads exactly the pages its own slot will hold."""
+    def _check_reads(self, step: StepBatch, changes: dict[int, SlotChange], owned: dict[int, list[int]]) -> None:
+        """Every live segment reads exactly the pages its own slot will hold (`owned`)."""
         f = step.forward
         kv_ptr, kv, last = f.kv_indptr.tolist(), f.kv_indices.tolist(), f.kv_last_page_len.tolist()
         seen = set()
@@ -170,12 +173,10 @@ class Transaction:
             if c is None or slot in seen:
                 raise _Refusal(f"segment {s} runs slot {slot}, which the cohort does not schedule once")
             seen.add(slot)
-            kv_len = c.kv_len_after
-            want = (self.pool.slot_pages(slot) + list(c.new_pages))[:pages_needed(kv_len)]
-            reads = kv[kv_ptr[s]:kv_ptr[s + 1]]
-            if reads != want or (want and (len(reads) - 1) * PAGE_SIZE + last[s] != kv_len):
+            want, reads = owned[slot], kv[kv_ptr[s]:kv_ptr[s + 1]]
+            if reads != want or (want and (len(reads) - 1) * PAGE_SIZE + last[s] != c.kv_len_after):
                 raise _Refusal(f"segment {s} (slot {slot}) reads pages {reads}, it owns {want}")
-        if seen != set(changes):
+        if len(seen) != len(changes):
             raise _Refusal(f"slots {sorted(set(changes) - seen)} are in the cohort but have no segment")
 
     # ---- commit ------------------------------------------------------------------------------
@@ -198,7 +199,7 @@ class Transaction:
         for c in plan.changes:
             entry = self.slots.table[c.slot]
             if entry is None or entry.request_id != c.request_id or entry.kv_len != c.kv_len_before \
-                    or not all(self.pool.is_free(p) for p in c.new_pages):
+                    or c.new_pages and not all([self.pool.is_free(p) for p in c.new_pages]):
                 raise StalePlan(f"slot {c.slot} changed since preflight; build and preflight the step again")
             if c.is_tree:
                 n = len(paths.get(c.slot, ()))

@@ -20,11 +20,11 @@ leave what commit needs in ForwardOutput.staged (luce.models.commit promotes the
 path). Tree segments come last: rows tree_start..T-1 are the step's tree block.
 
 `validate_batch` is the one check of these rules; a batch is validated once (the engine
-does it in txn.preflight, direct callers in model.forward) and remembers it.
+does it in txn.preflight, direct callers in model.forward) and remembers it; a valid batch
+advanced by one decode step (`advance`) stays valid by construction, its token ids checked.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -34,7 +34,7 @@ from luce.models.kv_cache import PAGE_SIZE, ModelState, bucket
 from luce.ops.api import SEG_AR, SEG_PAD, SEG_PREFILL, SEG_TREE  # noqa: F401 (the engine's row kinds too)
 from luce.ref.tree import tree_depths
 
-
+STEP_INT64 = frozenset({"kv_dst", "logits_indices"})   # step_values held as int64 in the arena (the rest int32)
 
 @dataclass
 class ForwardBatch:
@@ -124,7 +124,7 @@ class ForwardBatch:
 
     @property
     def has_trees(self) -> bool:
-        return bool((self.kinds == SEG_TREE).any())
+        return self._cached("has_trees", lambda: bool((self.kinds == SEG_TREE).any()))
 
     @property
     def tree_start(self) -> int:
@@ -202,28 +202,27 @@ class ForwardBatch:
         """Where each row's K/V goes: (pages [T], offsets [T], kv_index [T]) int64; -1 on padding rows."""
         return self._cached("kv_locations", lambda: tuple(np.asarray(x, np.int64) for x in self._row_kv()))
 
-    def step_arrays(self) -> dict[str, np.ndarray]:
-        """Every per-step value the step's kernels read, in arena order and device dtypes
-        (luce/ops/cuda_step_meta.py packs them into one upload): the batch's arrays, each
-        row's flat KV destination, each segment's first position, the slots of each kind of
-        segment (-1 elsewhere) and, with trees, the tree block as a batch of its own (rows
-        tree_start.. renumbered from 0: block_qo, block_slots, block_parents). Per-segment
-        values are made on Python lists (a step has few segments)."""
+    def step_values(self) -> dict[str, list[int]]:
+        """Every per-step value the step's kernels read, in arena order, as lists (step_arrays
+        gives them as arrays of their device dtypes, STEP_INT64 or int32): the batch's arrays,
+        each row's flat KV destination, each segment's first position, the slots of each kind
+        of segment (-1 elsewhere) and, with trees, the tree block as a batch of its own (rows
+        tree_start.. renumbered from 0: block_qo, block_slots, block_parents). A replay packs
+        these lists straight into its arena (luce/ops/cuda_step_meta.py); a step has few
+        segments, so they are made on Python lists."""
         def make():
-            i32 = functools.partial(np.ascontiguousarray, dtype=np.int32)    # every array here is 1-D
             pages, offsets, _ = self._row_kv()
             kinds, slots, qo = self.kinds.tolist(), self.seq_slots.tolist(), self.qo_indptr.tolist()
             positions = self.positions.tolist()
-            of_kind = lambda *want: [s if k in want else -1 for k, s in zip(kinds, slots)]  # noqa: E731
-            out = dict(token_ids=i32(self.token_ids), positions=i32(self.positions), qo_indptr=i32(self.qo_indptr),
-                       kv_indptr=i32(self.kv_indptr), kv_indices=i32(self.kv_indices),
-                       kv_last_page_len=i32(self.kv_last_page_len), seq_slots=i32(self.seq_slots),
-                       kv_dst=np.asarray([p * PAGE_SIZE + o if p >= 0 else -1 for p, o in zip(pages, offsets)],
-                                         np.int64),
-                       logits_indices=np.ascontiguousarray(self.logits_indices, dtype=np.int64),
-                       start_pos=i32([positions[a] if b > a else 0 for a, b in zip(qo, qo[1:])]),
-                       ordinary_slots=i32(of_kind(SEG_PREFILL, SEG_AR)), ar_slots=i32(of_kind(SEG_AR)),
-                       prefill_slots=i32(of_kind(SEG_PREFILL)))
+            out = dict(token_ids=self.token_ids.tolist(), positions=positions, qo_indptr=qo,
+                       kv_indptr=self.kv_indptr.tolist(), kv_indices=self.kv_indices.tolist(),
+                       kv_last_page_len=self.kv_last_page_len.tolist(), seq_slots=slots,
+                       kv_dst=[p * PAGE_SIZE + o if p >= 0 else -1 for p, o in zip(pages, offsets)],
+                       logits_indices=self.logits_indices.tolist(),
+                       start_pos=[positions[a] if b > a else 0 for a, b in zip(qo, qo[1:])],
+                       ordinary_slots=[s if k == SEG_PREFILL or k == SEG_AR else -1 for k, s in zip(kinds, slots)],
+                       ar_slots=[s if k == SEG_AR else -1 for k, s in zip(kinds, slots)],
+                       prefill_slots=[s if k == SEG_PREFILL else -1 for k, s in zip(kinds, slots)])
             if self.tree_parents is not None:
                 tp = self.tree_parents.tolist() if isinstance(self.tree_parents, np.ndarray) else list(self.tree_parents)
                 trees = [s for s, k in enumerate(kinds) if k == SEG_TREE]
@@ -232,11 +231,59 @@ class ForwardBatch:
                 in_tree = [-1] * self.n_rows
                 for s in trees:
                     in_tree[qo[s]:qo[s + 1]] = tp[qo[s]:qo[s + 1]]
-                out.update(tree_parents=i32(in_tree), tree_slots=i32(of_kind(SEG_TREE)),
-                           block_qo=i32([r - t0 for r in qo[s0:]]), block_slots=i32(of_kind(SEG_TREE)[s0:]),
-                           block_parents=i32([p - t0 if p >= 0 else -1 for p in tp[t0:]]))
+                tree_slots = [s if k == SEG_TREE else -1 for k, s in zip(kinds, slots)]
+                out.update(tree_parents=in_tree, tree_slots=tree_slots, block_qo=[r - t0 for r in qo[s0:]],
+                           block_slots=tree_slots[s0:], block_parents=[p - t0 if p >= 0 else -1 for p in tp[t0:]])
             return out
-        return self._cached("step_arrays", make)
+        return self._cached("step_values", make)
+
+    def step_arrays(self) -> dict[str, np.ndarray]:
+        """step_values as contiguous 1-D arrays of their device dtypes (the arena's layout)."""
+        return {name: np.asarray(v, np.int64 if name in STEP_INT64 else np.int32)
+                for name, v in self.step_values().items()}
+
+    def advance(self, token_ids) -> ForwardBatch | None:
+        """The next decode step of this batch when each live segment is one AR row (padding
+        segments hold no rows) whose last KV page has room: the batch whose rows feed
+        `token_ids` (one per row) one position on, in the same pages, padding and topology
+        (the same replay key; the arrays that stay are shared, read-only); else None. Its
+        rows and KV lengths move together within the last pages, so it is valid
+        (validate_batch) when this batch was and its token ids are in range: then it is
+        marked valid alike (its token ids checked here). Step values made for this batch
+        are carried over with what a decode step moves (positions, KV destinations, last
+        page lengths, segment starts), not made again."""
+        ar = self.__dict__.get("_ar_rows")       # [S] 1 on the AR segments, 0 on padding
+        shared = (self.qo_indptr, self.seq_slots, self.kv_indptr, self.kv_indices, self.logits_indices,
+                  self.tree_parents, self.segment_kind)
+        if ar is None:
+            kinds, qo = self.kinds.tolist(), self.qo_indptr.tolist()
+            if any(k not in (SEG_AR, SEG_PAD) or b - a != (k == SEG_AR) for k, a, b in zip(kinds, qo, qo[1:])):
+                return None
+            ar = [int(k == SEG_AR) for k in kinds]
+            for a in shared:
+                if a is not None:
+                    a.flags.writeable = False
+        last = [n + a for n, a in zip(self.kv_last_page_len.tolist(), ar)]
+        tokens = list(token_ids)
+        if len(tokens) != self.n_rows or max(last, default=0) > PAGE_SIZE:
+            return None
+        nxt = ForwardBatch(np.asarray(tokens, np.int32), self.positions + 1, *shared[:2], *shared[2:4],
+                           np.asarray(last, np.int32), shared[4], self.capture_layers, *shared[5:], self.replay_key,
+                           self.row_capacity, self.tree_width)
+        carried = nxt.__dict__
+        for name in ("_kinds", "_kv_span", "_prefill_spans", "_has_padding_rows", "_has_trees"):
+            if name in self.__dict__:
+                carried[name] = self.__dict__[name]
+        carried["_ar_rows"] = ar
+        values = self.__dict__.get("_step_values")
+        if values is not None:
+            carried["_step_values"] = dict(
+                values, token_ids=tokens, positions=[p + 1 for p in values["positions"]], kv_last_page_len=last,
+                kv_dst=[d + 1 for d in values["kv_dst"]], start_pos=[p + a for p, a in zip(values["start_pos"], ar)])
+        validated = self.__dict__.get("_validated")
+        if validated is not None and (validated[1] is None or not tokens or 0 <= min(tokens) and max(tokens) < validated[1]):
+            carried["_validated"] = validated
+        return nxt
 
     def validate(self, max_slots: int | None = None, vocab: int | None = None) -> None:
         validate_batch(self, max_slots, vocab)
@@ -335,6 +382,6 @@ def validate_batch(batch: ForwardBatch, max_slots: int | None = None, vocab: int
 
 
 def ensure_valid(batch: ForwardBatch, max_slots: int | None = None, vocab: int | None = None) -> None:
-    """validate_batch unless `batch` was validated already (once per step)."""
-    if "_validated" not in batch.__dict__:
+    """validate_batch unless `batch` was validated already with these bounds (once per step)."""
+    if batch.__dict__.get("_validated") != (max_slots, vocab):
         validate_batch(batch, max_slots, vocab)

@@ -63,6 +63,8 @@ def tree_kv_moves(pages, prefix_len: int, path: Sequence[int]) -> tuple[list[int
 def plan_tree_commit(batch: ForwardBatch, paths: Mapping[int, Sequence[int]]) -> TreeCommit:
     """The commit of `paths` (tree slot -> accepted path: node ids, root first) for every
     tree segment of `batch`. Raises ValueError (nothing done) for a missing or bad path."""
+    if not paths and not batch.has_trees:
+        return NO_TREES
     trees = batch.tree_segments()
     if set(paths) != {int(batch.seq_slots[s]) for s in trees}:
         raise ValueError(f"paths for slots {sorted(paths)}, the step verifies trees of slots "

@@ -32,6 +32,7 @@ class GraphedForward:
         self.cache = GraphCache(self.backend, max_graphs)
         self.counters = self.cache.counters
         self._state = None
+        self._vocab = int(getattr(model.config, "vocab", 0)) or None
 
     @property
     def graphs(self):
@@ -57,7 +58,7 @@ class GraphedForward:
         output's greedy_ids also holds each logits row's argmax on the device
         (backend.argmax_ids inside the graph: no launch of its own per step;
         backend.ids_to_host brings the ids back)."""
-        ensure_valid(batch, state.max_slots, int(getattr(self.model.config, "vocab", 0)) or None)
+        ensure_valid(batch, state.max_slots, self._vocab)
         if not self.enabled:
             return self.model.forward(batch, state)
         if state is not self._state:

@@ -57,7 +57,7 @@ class RecurrentState:
         # the pools as rows [layers * slots, K-1 * C] and [layers * slots, Hv * Dk * Dv] (row il * slots + slot)
         self._flat = tuple(a.reshape(n * max_slots, math.prod(shape))
                            for a, shape in zip(self._all, (self.conv_shape, self.gdn_shape)))
-        self._saved = None            # (slots, rows, (conv, gdn) saved rows) of the last checkpoint
+        self._saved = None            # (slots given, sorted slots, rows, (conv, gdn) save buffers, bytes) of the last checkpoint
         # sorted slots -> their rows of every layer (a step's slots repeat step after step; the
         # rows depend only on them and the pools' fixed layout, so an entry never goes stale)
         self._rows: dict[tuple[int, ...], np.ndarray] = {}
@@ -119,34 +119,42 @@ class RecurrentState:
     def checkpoint(self, slots: Sequence[int]) -> None:
         """Save the state of `slots` (a step's prefill and AR slots: all its forward changes in
         place), one gather per kind into save buffers [layers * len(slots), ...]; `rollback`
-        puts exactly those rows back. Other slots are never copied."""
-        slots = tuple(sorted({int(s) for s in slots}))
-        rows = self._rows.get(slots)
-        if rows is None:
-            for s in slots:
-                if not 0 <= s < self.max_slots:
-                    raise IndexError(f"checkpoint: slot {s} out of range [0, {self.max_slots})")
-            n = len(self.gdn_layers)
-            rows = (np.arange(n)[:, None] * self.max_slots + np.asarray(slots, np.int64)[None, :]).reshape(-1)
-            rows.flags.writeable = False
-            self._rows[slots] = rows
-        saved = tuple(self.backend.take_rows(flat, rows) for flat in self._flat)
-        self._saved = (slots, rows, saved)
-        self.copied_bytes += sum(_nbytes(a) for a in saved)
+        puts exactly those rows back. Other slots are never copied. The slots of the last
+        checkpoint again (a steady decode's) reuse its buffers and rows."""
+        slots, saved = tuple(slots), self._saved
+        if saved is None or saved[0] != slots:
+            key = tuple(sorted({int(s) for s in slots}))
+            rows = self._rows.get(key)
+            if rows is None:
+                for s in key:
+                    if not 0 <= s < self.max_slots:
+                        raise IndexError(f"checkpoint: slot {s} out of range [0, {self.max_slots})")
+                n = len(self.gdn_layers)
+                rows = (np.arange(n)[:, None] * self.max_slots + np.asarray(key, np.int64)[None, :]).reshape(-1)
+                rows.flags.writeable = False
+                self._rows[key] = rows
+            self._saved = None        # the last buffers go back before new ones are taken
+            buffers = tuple(self.backend.take_rows(flat, rows) for flat in self._flat)
+            saved = self._saved = (slots, key, rows, buffers, sum(_nbytes(a) for a in buffers))
+        else:
+            _, _, rows, buffers, _ = saved
+            for flat, buffer in zip(self._flat, buffers):
+                self.backend.take_rows(flat, rows, out=buffer)
+        self.copied_bytes += saved[4]
 
     @property
     def saved_slots(self) -> tuple[int, ...]:
         """The slots the last checkpoint saved."""
-        return () if self._saved is None else self._saved[0]
+        return () if self._saved is None else self._saved[1]
 
     def rollback(self) -> None:
         """Put back the state of the slots of the last checkpoint (bitwise)."""
         if self._saved is None:
             raise RuntimeError("rollback without a checkpoint")
-        _, rows, saved = self._saved
-        for flat, rows_saved in zip(self._flat, saved):
+        _, _, rows, buffers, nbytes = self._saved
+        for flat, rows_saved in zip(self._flat, buffers):
             self.backend.put_rows(flat, rows, rows_saved)
-        self.copied_bytes += sum(_nbytes(a) for a in saved)
+        self.copied_bytes += nbytes
 
     # ---- tree commit ------------------------------------------------------------------------
     def commit(self, staged: dict, commit) -> None:

@@ -106,8 +106,9 @@ class Backend(Protocol):
         """Arrays [n, w_i] f32 (equal row counts) -> [n, sum w_i] along the last axis
         (DFlash features: captured target layers side by side)."""
 
-    def take_rows(self, x: Array, rows: np.ndarray) -> Array:
-        """x [T, ...], rows [L] int -> x[rows] [L, ...] (contiguous)."""
+    def take_rows(self, x: Array, rows: np.ndarray, out: Array | None = None) -> Array:
+        """x [T, ...], rows [L] int -> x[rows] [L, ...] (contiguous); written into `out` (an
+        array of that shape and dtype) when given, which is returned."""
 
     def put_rows(self, dst: Array, rows: np.ndarray, src: Array) -> None:
         """dst [N, ...], rows [L] int (distinct), src [L, ...] -> dst[rows] = src in place (the

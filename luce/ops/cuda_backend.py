@@ -11,7 +11,8 @@ a snapshot is the arrays of a slot); `kv_write` / `kv_move_rows` write the KV pa
 Attention, KV and the Gated DeltaNet ops are in luce/ops/cuda_sequence_ops.py, the step ops
 over every segment (and the tree commit) in luce/ops/cuda_step_ops.py, argmax and
 top-k in luce/ops/cuda_sampling_ops.py, elementwise ops in luce/ops/cuda_pointwise_ops.py,
-graph capture in luce/ops/cuda_graph.py.
+row copies (split, concat_rows, take_rows, put_rows) in luce/ops/cuda_row_ops.py, graph
+capture in luce/ops/cuda_graph.py.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from luce.ops.cuda_array import Block, CudaArray, DeviceAllocator, StagingRing
 from luce.ops.cuda_fused_ops import CudaFusedOps
 from luce.ops.cuda_graph import GraphMixin
 from luce.ops.cuda_pointwise_ops import PointwiseOps
+from luce.ops.cuda_row_ops import RowOps
 from luce.ops.cuda_sampling_ops import SamplingOps
 from luce.ops.cuda_sequence_ops import SequenceOps
 from luce.ops.cuda_step_meta import Mirrors
@@ -78,7 +80,7 @@ def row_runs(rows: int, prefill_spans) -> list[tuple[int, int, bool]]:
     return runs
 
 
-class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps, GraphMixin):
+class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps, RowOps, GraphMixin):
     """luce.ops.api.Backend on one GPU; Array = CudaArray, Weight = QuantWeight. `runtime`:
     a luce.ops.gpu_runtime.GpuRuntime (default CUDA's)."""
 
@@ -100,6 +102,7 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps,
         self.mirrors = Mirrors()
         self._init_sequence_ops()
         self._init_step_ops()
+        self._init_row_ops()
         self._init_graphs()
 
     # ---- memory ---------------------------------------------------------------------------
@@ -313,71 +316,6 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps,
         nb = size_of(rows, k)
         workspaces[run] = (self.empty((max(nb, 16),), np.uint8), nb)
         return (*workspaces[run], 0)
-
-    def split(self, x, sizes: Sequence[int]) -> list[CudaArray]:
-        from luce import _cuda_gather as kg
-
-        x = self._f32(x)
-        last = x.shape[-1]
-        if sum(sizes) != last:
-            raise ValueError(f"split sizes {list(sizes)} do not add up to the last axis {last}")
-        rows, parts, col = x.size // max(last, 1), [], 0
-        for s in sizes:
-            part = self.empty(x.shape[:-1] + (int(s),))
-            if rows and s:
-                kg.gather(x.ptr + 4 * col, part.ptr, 0, 0, rows, 4 * s, 4 * last, 4 * s, self.stream)
-            parts.append(part)
-            col += int(s)
-        return parts
-
-    def concat_rows(self, parts: Sequence) -> CudaArray:
-        if not parts:
-            raise ValueError("concat_rows needs at least one array")
-        parts = [p if isinstance(p, CudaArray) else self.asarray(p) for p in parts]
-        tail, dtype = parts[0].shape[1:], parts[0].dtype
-        if any(p.shape[1:] != tail or p.dtype != dtype for p in parts):
-            raise ValueError(f"concat_rows: parts {[(p.shape, str(p.dtype)) for p in parts]} differ past axis 0")
-        out = self.empty((sum(p.shape[0] for p in parts),) + tail, dtype)
-        offset = 0
-        for p in parts:
-            self.memcpy(out.ptr + offset, p.ptr, p.nbytes)
-            offset += p.nbytes
-        return out
-
-    def take_rows(self, x, rows: np.ndarray) -> CudaArray:
-        from luce import _cuda_gather as kg
-
-        x = x if isinstance(x, CudaArray) else self.asarray(x)
-        mirrored = self.mirrors.find(rows)
-        host_rows = rows
-        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-        if rows.size and (rows.min() < 0 or rows.max() >= x.shape[0]):
-            raise IndexError(f"take_rows: row ids {rows.min()}..{rows.max()} outside [0, {x.shape[0]})")
-        out = self.empty((rows.size,) + x.shape[1:], x.dtype)
-        row_bytes = x.nbytes // max(x.shape[0], 1)
-        if rows.size == 0 or row_bytes == 0:
-            return out
-        if mirrored is None and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):  # a range: one copy
-            self.memcpy(out.ptr, x.ptr + int(rows[0]) * row_bytes, out.nbytes)
-            return out
-        idx = self._dev(host_rows, np.int64)  # step rows (logits) from the arena: the same launch every step
-        kg.gather(x.ptr, out.ptr, idx.ptr, 0, rows.size, row_bytes, row_bytes, row_bytes, self.stream)
-        return out
-
-    def put_rows(self, dst, rows: np.ndarray, src) -> None:
-        from luce import _cuda_gather as kg
-
-        src = src if isinstance(src, CudaArray) else self.asarray(src)
-        idx = np.asarray(rows, dtype=np.int64).reshape(-1)
-        if src.shape != (idx.size,) + tuple(dst.shape[1:]) or src.dtype != dst.dtype:
-            raise ValueError(f"put_rows: src {src.shape} {src.dtype} is not {idx.size} rows of dst {dst.shape} {dst.dtype}")
-        if idx.size and (idx.min() < 0 or idx.max() >= dst.shape[0]):
-            raise IndexError(f"put_rows: row ids {idx.min()}..{idx.max()} outside [0, {dst.shape[0]})")
-        row_bytes = dst.nbytes // max(dst.shape[0], 1)
-        if idx.size == 0 or row_bytes == 0:
-            return
-        dev = self._dev(rows, np.int64)
-        kg.gather(src.ptr, dst.ptr, 0, dev.ptr, idx.size, row_bytes, row_bytes, row_bytes, self.stream)
 
     def rmsnorm(self, x, weight, eps: float) -> CudaArray:
         from luce import _cuda

@@ -13,6 +13,9 @@ step_arrays): ops never import luce.models.
 """
 from __future__ import annotations
 
+import itertools
+import math
+import struct
 import weakref
 from dataclasses import dataclass
 
@@ -52,6 +55,22 @@ class StepMeta:
     layout: dict
     max_kv: int               # attention grid span (bucketed: equal for steps of one graph key)
     has_kv_rows: bool         # some live row writes KV
+    packer: struct.Struct | None = None   # the layout as a struct: `rewrite` packs a step's values with it
+    host: np.ndarray | None = None        # [n] uint8 host buffer it packs into
+    signature: tuple = ()                 # (names, element counts) of the layout
+
+    def __post_init__(self):
+        fmt, end = ["<"], 0
+        for offset, dtype, shape in self.layout.values():
+            if dtype.kind != "i" or dtype.itemsize not in (4, 8):
+                return                        # not step values (rewrite_arrays packs these)
+            n = math.prod(shape)
+            fmt.append(f"{offset - end}x{n}{'i' if dtype.itemsize == 4 else 'q'}")
+            end = offset + n * dtype.itemsize
+        fmt.append(f"{self.device.shape[0] - end}x")
+        self.packer = struct.Struct("".join(fmt))
+        self.host = np.zeros(self.packer.size, np.uint8)
+        self.signature = (tuple(self.layout), tuple(math.prod(shape) for _, _, shape in self.layout.values()))
 
     def view(self, name: str):
         from luce.ops.cuda_array import CudaArray
@@ -119,12 +138,15 @@ def bind(backend, batch, allocator=None) -> StepMeta:
 
 
 def rewrite(backend, meta: StepMeta, batch) -> None:
-    """Pack `batch` into an existing arena (a replayed graph's); the layout must match."""
-    buf, layout = pack(step_arrays(batch))
-    if layout != meta.layout or batch.kv_span != meta.max_kv:    # same names, dtypes and shapes in order
+    """Pack `batch` into an existing arena (a replayed graph's); the layout must match: the
+    batch's step values (ForwardBatch.step_values, the lists step_arrays are made of) are the
+    arena's names with its element counts, each name keeping its dtype."""
+    values = batch.step_values()
+    if (tuple(values), tuple(map(len, values.values()))) != meta.signature or batch.kv_span != meta.max_kv:
         raise ValueError("the step does not fit the graph's metadata arena (a graph key that does not fix "
                          "every shape)")
-    backend.staging.upload(meta.device.ptr, buf)
+    meta.packer.pack_into(meta.host, 0, *itertools.chain.from_iterable(values.values()))
+    backend.staging.upload(meta.device.ptr, meta.host)
     batch.__dict__["_cuda_step_meta"] = meta
 
 

@@ -145,7 +145,7 @@ class StepOps:
         if not batch.has_trees:
             return out, None
         t0 = batch.tree_start
-        n, n_seg = T - t0, len(batch.step_arrays()["block_slots"])
+        n, n_seg = T - t0, len(batch.step_values()["block_slots"])
         row = lambda a, width: a.ptr + 4 * t0 * width  # noqa: E731 - the tree block's first row
         q_, k_, v_, g_, b_ = (row(args[0], H * dk), row(args[1], H * dk), row(args[2], H * dv), row(args[3], H),
                               row(args[4], H))

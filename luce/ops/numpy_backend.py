@@ -113,8 +113,14 @@ class NumpyBackend(FusedOps, HostStepOps):
             raise ValueError("concat_cols needs at least one array")
         return np.ascontiguousarray(np.concatenate([_f32(p) for p in parts], axis=-1))
 
-    def take_rows(self, x, rows: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(x[np.asarray(rows, dtype=np.int64)])
+    def take_rows(self, x, rows: np.ndarray, out=None) -> np.ndarray:
+        taken = np.ascontiguousarray(x[np.asarray(rows, dtype=np.int64)])
+        if out is None:
+            return taken
+        if out.shape != taken.shape or out.dtype != taken.dtype:
+            raise ValueError(f"take_rows: out {out.shape} {out.dtype} is not {taken.shape} {taken.dtype}")
+        out[...] = taken
+        return out
 
     def put_rows(self, dst: np.ndarray, rows: np.ndarray, src) -> None:
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)

@@ -171,3 +171,85 @@ def test_key_is_topology_only_slots_and_tree_shapes_stay_out():
     c = StepBuilder(pool).build(Cohort(decode=[DecodeRow(0, "a", 1, 30)],
                                        tree=[TreeChunk(3, "d", (1, 2, 3, 4, 5), (-1, 0, 1, 2, 3), 50)]))
     assert c.replay_key != a.replay_key          # a tree of 5 rows: the next bucket
+
+
+def assert_same_step(a, b):
+    """Two StepBatches of one cohort are the same step: every array, the key, pages, lengths."""
+    fa, fb = a.forward, b.forward
+    for name in ("token_ids", "positions", "qo_indptr", "seq_slots", "kv_indptr", "kv_indices", "kv_last_page_len",
+                 "logits_indices", "segment_kind"):
+        x, y = getattr(fa, name), getattr(fb, name)
+        assert x.dtype == y.dtype and x.tolist() == y.tolist(), name
+    assert fa.tree_parents is None and fb.tree_parents is None
+    assert (fa.replay_key, fa.capture_layers, fa.row_capacity, fa.tree_width, fa.kv_span) == \
+        (fb.replay_key, fb.capture_layers, fb.row_capacity, fb.tree_width, fb.kv_span)
+    for name in ("logits_slot", "logits_kind", "logits_position"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.tolist() == y.tolist(), name
+    assert a.new_pages == b.new_pages and a.kv_len_after == b.kv_len_after
+    assert fa.step_values() == fb.step_values()
+    assert {k: (v.dtype, v.tolist()) for k, v in fa.step_arrays().items()} == \
+        {k: (v.dtype, v.tolist()) for k, v in fb.step_arrays().items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_a_steady_decode_step_is_the_last_step_advanced_exactly_as_packing_gives_it(data):
+    """StepBuilder advances its last step (ForwardBatch.advance) for the same AR rows one
+    position on: whatever happens between builds (a commit or none, page boundaries, rows
+    joining or leaving, another request in a slot, capture layers, padding off), the step is
+    the one a fresh builder packs, and it validates."""
+    n_slots = data.draw(st.integers(1, 4))
+    pool = pool_with([data.draw(st.integers(1, 40)) for _ in range(n_slots)])
+    pad = data.draw(st.booleans())
+    builder = StepBuilder(pool, pad=pad)
+    kv = {s: len(pool.slot_pages(s)) * PAGE_SIZE - data.draw(st.integers(0, 15)) for s in range(n_slots)}
+    owner = {s: f"r{s}" for s in range(n_slots)}
+    for _ in range(40):
+        event = data.draw(st.sampled_from(["commit"] * 6 + ["none", "drop", "swap", "layers", "tree"]))
+        slots = sorted(kv) if event != "drop" else data.draw(st.lists(st.sampled_from(sorted(kv)), min_size=1,
+                                                                         max_size=n_slots, unique=True))
+        if event == "swap":
+            owner[slots[0]] += "'"
+        layers = (1,) if event == "layers" else ()
+        cohort = Cohort(decode=[DecodeRow(s, owner[s], data.draw(st.integers(0, 99)), kv[s]) for s in slots])
+        if event == "tree":
+            s = slots.pop()
+            cohort = Cohort(decode=cohort.decode[:-1], tree=[TreeChunk(s, owner[s], (1, 2), (-1, 0), kv[s])])
+        step = builder.build(cohort, capture_layers=layers)
+        if not cohort.tree:
+            assert_same_step(step, StepBuilder(pool, pad=pad).build(cohort, capture_layers=layers))
+        step.forward.validate(n_slots, 100)
+        if event in ("commit", "swap", "layers", "drop"):
+            for s, pages in step.new_pages.items():
+                pool.take(s, pages)
+                kv[s] = step.kv_len_after[s]
+
+
+def test_steady_decode_packs_only_where_a_page_starts():
+    """One request decoding from position 17 to 40: every step is the last one advanced but
+    those whose row starts a page (position 32) and the first."""
+    pool = pool_with([17])
+    builder, packed = StepBuilder(pool), []
+    for pos in range(17, 41):
+        step = builder.build(Cohort(decode=[DecodeRow(0, "a", pos % 7, pos)]))
+        if "_ar_rows" not in step.forward.__dict__:     # set by ForwardBatch.advance
+            packed.append(pos)
+        pool.take(0, step.new_pages[0])
+    assert packed == [17, 32]
+
+
+def test_an_advanced_batch_keeps_its_validation_only_with_token_ids_in_range():
+    pool = pool_with([20, 33])
+    builder = StepBuilder(pool)
+    first = builder.build(Cohort(decode=[DecodeRow(0, "a", 3, 20), DecodeRow(1, "b", 4, 33)]))
+    first.forward.validate(2, 50)
+    nxt = first.forward.advance([5, 6])
+    assert nxt.__dict__["_validated"] == (2, 50) and nxt.positions.tolist() == [21, 34]
+    assert nxt.kv_last_page_len.tolist()[:2] == [6, 3] and nxt.replay_key == first.forward.replay_key
+    bad = first.forward.advance([5, 50])
+    assert "_validated" not in bad.__dict__
+    with pytest.raises(ValueError, match="token id out of range"):
+        bad.validate(2, 50)
+    step = StepBuilder(pool_with([32])).build(Cohort(decode=[DecodeRow(0, "a", 3, 31)]))
+    assert step.forward.advance([1]) is None          # its last page is full: the next row starts one

@@ -210,3 +210,26 @@ def test_a_capture_out_of_device_memory_drops_the_graphs_and_the_key_is_captured
     assert cache.eager_reasons["out of device memory"] == 1
     assert call("b", 2) == "b2" and call("b", 3) == "b2"   # captured now, then replayed
     assert cache.counters["failures"] == 0 and cache.counters["drops"] == 1
+
+
+def test_a_replay_packs_the_bytes_the_arena_was_laid_out_with():
+    """cuda_step_meta.rewrite packs a step's values (ForwardBatch.step_values) with the
+    arena's struct: the bytes are pack(step_arrays) of that step, padding included; a step
+    whose values do not fit the layout is refused."""
+    a, b = _decode_batch([0, 2], 0), _decode_batch([0, 2], 3, tokens=(11, 12))
+    buf_a, layout = cuda_step_meta.pack(cuda_step_meta.step_arrays(a))
+
+    class Device:
+        shape, ptr, backend = buf_a.shape, 4096, None
+
+    class Staging:
+        def upload(self, ptr, host):
+            self.got = (ptr, host.tobytes())
+
+    backend = type("Backend", (), {"staging": Staging()})()
+    meta = cuda_step_meta.StepMeta(Device(), layout, a.kv_span, True)
+    cuda_step_meta.rewrite(backend, meta, b)
+    assert backend.staging.got == (4096, cuda_step_meta.pack(cuda_step_meta.step_arrays(b))[0].tobytes())
+    assert b.__dict__["_cuda_step_meta"] is meta
+    with pytest.raises(ValueError, match="does not fit"):
+        cuda_step_meta.rewrite(backend, meta, _decode_batch([0, 1, 2], 0))

@@ -168,6 +168,32 @@ def test_copies_round_trip_through_the_runtime(gpu):
     assert copies and all(args[-1] == backend.stream for args in copies)   # all on the backend's stream
 
 
+def test_rows_a_caller_keeps_are_checked_and_uploaded_once(gpu):
+    """take_rows / put_rows of read-only row ids (RecurrentState's checkpoint rows): a range
+    is one copy, other ids one gather whose device ids are uploaded on the first call only;
+    `out` takes the rows in place; bounds still hold against every array."""
+    backend, fake = gpu
+    x = np.random.default_rng(1).standard_normal((12, 5)).astype(np.float32)
+    d = backend.asarray(x)
+    span, scattered = np.arange(3, 9), np.array([0, 5, 7, 11])
+    span.flags.writeable = scattered.flags.writeable = False
+    out = backend.empty((6, 5))
+    assert backend.take_rows(d, span, out=out) is out and np.array_equal(backend.to_numpy(out), x[3:9])
+    calls, launches = len(fake.calls), len(fake.launches)
+    backend.take_rows(d, span, out=out)
+    assert names(fake)[calls:] == ["hipMemcpyAsync"] and len(fake.launches) == launches
+    backend.put_rows(d, span, backend.zeros((6, 5)))
+    assert not backend.to_numpy(d)[3:9].any() and np.array_equal(backend.to_numpy(d)[:3], x[:3])
+    gathered = backend.take_rows(d, scattered)
+    calls, launches = len(fake.calls), len(fake.launches)
+    assert backend.take_rows(d, scattered, out=gathered) is gathered
+    assert "hipMemcpyAsync" not in names(fake)[calls:] and len(fake.launches) == launches + 1   # the gather alone
+    with pytest.raises(IndexError, match="outside"):
+        backend.take_rows(backend.asarray(x[:10]), scattered)
+    with pytest.raises(ValueError, match="out"):
+        backend.take_rows(d, span, out=backend.empty((5, 5)))
+
+
 def test_out_of_memory_gives_cached_blocks_back_then_names_the_call(gpu):
     backend, fake = gpu
     fake.capacity = fake.used + 100 * MB
