@@ -31,6 +31,7 @@
 #include "matmul_stage.cuh"
 #include "matmul_chunk.cuh"
 #include "matmul_gemv.cuh"
+#include "matmul_gemv_staged.cuh"
 #include "pdl.cuh"
 
 namespace {
@@ -283,15 +284,36 @@ bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
 // Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
 constexpr bool kGemvGroupScaleByDefault = true;
 
-// The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..6) where set, for benchmarks that time a
-// launch shape end to end (every tune gives the same bits), else 0.
+constexpr int kMaxTune = 8;
+
+// The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..kMaxTune) where set, for benchmarks that
+// time a launch shape end to end (every tune gives the same bits), else 0.
 int default_tune() {
     static const int tune = [] {
         const char *v = getenv("LUCE_MATMUL_TUNE");
         const int t = v ? atoi(v) : 0;
-        return t >= 1 && t <= 6 ? t : 0;
+        return t >= 1 && t <= kMaxTune ? t : 0;
     }();
     return tune;
+}
+
+// IQ4_XS one-row calls: the staged form (matmul_gemv_staged.cuh) where it runs, else the register
+// form. Tune 0 and 5: 4 rows a batch, the split table lookup; 6: 8 rows a batch; 8: 4 rows with
+// the three-prmt lookup (iq4_pairs); 7 takes the register form (gemv2's kernel, for comparison).
+int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
+    static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const GemvStagedArgs s{g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0};
+    if (tune == 6) {
+        if (gemv_staged_runs<8, 2>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<true>, 8, 2>(s, stream);
+    } else if (tune == 8) {
+        if (gemv_staged_runs<4, 2>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<false>, 4, 2>(s, stream);
+    } else if (tune != 7) {
+        if (gemv_staged_runs<4, 2>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<true>, 4, 2>(s, stream);
+    }
+    return launch_gemv<GemvIQ4XS>(g, tune == 6, stream);
 }
 
 }  // namespace
@@ -325,7 +347,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     if (p->rows == 0) return 0;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || p->tune < 0 ||
-        p->tune > 6 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
+        p->tune > kMaxTune || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     if (!is_block_type(p->qtype)) {
@@ -366,7 +388,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
             case LUCE_QT_Q4_K: if (gemv_runs<GemvQ4K>(w, xl, deep)) return launch_gemv<GemvQ4K>(g, deep, stream); break;
             case LUCE_QT_Q5_K: if (gemv_runs<GemvQ5K>(w, xl, deep)) return launch_gemv<GemvQ5K>(g, deep, stream); break;
             case LUCE_QT_Q6_K: if (gemv_runs<GemvQ6K>(w, xl, deep)) return launch_gemv<GemvQ6K>(g, deep, stream); break;
-            case LUCE_QT_IQ4_XS: if (gemv_runs<GemvIQ4XS>(w, xl, deep)) return launch_gemv<GemvIQ4XS>(g, deep, stream); break;
+            case LUCE_QT_IQ4_XS: if (gemv_runs<GemvIQ4XS>(w, xl, deep)) return launch_gemv_iq4(g, p->tune, stream); break;
             case LUCE_QT_Q8_0: if (gemv_runs<GemvQ80>(w, xl, deep)) return launch_gemv<GemvQ80>(g, deep, stream); break;
             case LUCE_QT_Q5_0: if (gemv_runs<GemvQ50>(w, xl, deep)) return launch_gemv<GemvQ50>(g, deep, stream); break;
             default: break;

@@ -58,17 +58,39 @@ RING = {Q.Q5_0: 4, Q.Q8_0: 4, Q.Q4_K: 16, Q.IQ4_XS: 16}   # batches of c a block
 
 
 def gemv_smem(qtype, k: int, rows: int) -> int:
-    """Dynamic shared memory of the one-row kernel (matmul_gemv.cuh gemv_smem_bytes)."""
+    """Dynamic shared memory of the one-row kernel's register form (matmul_gemv.cuh gemv_smem_bytes)."""
     per_chunk = GEMV[qtype][0]
     chunks, groups = -(-k // 256), k // 32
     return 4 * ((RING[qtype] * rows * per_chunk + 1) * chunks + (groups if qtype == Q.Q5_0 else 0))
 
 
-def assert_one_row_kernel_ran(lib, qtype, k, tune):
+def staged_rows(qtype, k: int, n: int, tune: int, offset: int = 0) -> int:
+    """Rows a batch of the staged form (matmul_gemv_staged.cuh, IQ4_XS) a call takes, 0 if it
+    takes the register form: cuda/matmul.cu launch_gemv_iq4 (tune 0, 5, 8: 4 rows, 6: 8, 7: the
+    register form), where the weights are 16-byte aligned, n >= the rows and k <= 32,768."""
+    if qtype != Q.IQ4_XS or tune == 7 or offset % 16 or k > 32768:
+        return 0
+    rows = 8 if tune == 6 else 4
+    return rows if n >= rows else 0
+
+
+def staged_smem(k: int, rows: int) -> int:
+    """Dynamic shared memory of the staged form: 2 stages of `rows` rows, c [2][rows][chunks], xd."""
+    chunks = -(-k // 256)
+    return 2 * rows * chunks * 136 + 4 * (2 * rows + 1) * chunks
+
+
+def assert_one_row_kernel_ran(lib, qtype, k, tune, n=None, offset=0):
+    """The last launch was the one-row kernel (the staged form where it runs, at n rows)."""
+    staged = staged_rows(qtype, k, n, tune, offset) if n is not None else 0
+    if staged:
+        assert lib.emu_last_launch_smem() == staged_smem(k, staged), f"tune {tune}: not the staged one-row kernel"
+        return
+    assert n is not None or qtype != Q.IQ4_XS, "IQ4_XS: say n (the staged form depends on it)"
     _, r5, r0 = GEMV[qtype]
-    rows = {0: r0, 5: r5, 6: 2 * r5}[tune]
+    rows = {0: r0, 5: r5, 6: 2 * r5, 7: r5, 8: r5}[tune]
     if -(-k // 256) > 64:  # two chunk slots a lane (matmul_gemv.cuh with_gemv_shape): half the rows
-        rows = {0: r0 // 2, 5: r5 // 2, 6: r5}[tune]
+        rows = {0: r0 // 2, 5: r5 // 2, 6: r5, 7: r5 // 2, 8: r5 // 2}[tune]
     assert lib.emu_last_launch_smem() == gemv_smem(qtype, k, rows), f"tune {tune}: not the one-row kernel"
 
 
@@ -96,9 +118,9 @@ def test_one_row_kernel_gives_the_tile_kernels_row(lib, qtype, k, n):
         for r in range(2):
             tile = run(lib, x[r:r + 1], raw, qtype, n, b, tune=4)
             assert same_bits(tile[0], three[r]), f"row {r}: the tile kernel alone differs from 3 rows"
-            for tune in (0, 5, 6):
+            for tune in (0, 5, 6, 7, 8):
                 got = run(lib, x[r:r + 1], raw, qtype, n, b, tune=tune)
-                assert_one_row_kernel_ran(lib, qtype, k, tune)
+                assert_one_row_kernel_ran(lib, qtype, k, tune, n)
                 assert same_bits(got, tile), f"row {r}: tune {tune} differs from the tile kernel"
 
 
@@ -125,9 +147,9 @@ def test_blocks_that_take_several_batches(lib, qtype, k):
     raw, _ = weights(qtype, n, k)
     x = activations(1, k, seed=5)
     want = run(lib, x, raw, qtype, n, tune=4)
-    for tune in (5, 6):
+    for tune in (5, 6, 7):
         got = run(lib, x, raw, qtype, n, tune=tune)
-        assert_one_row_kernel_ran(lib, qtype, k, tune)
+        assert_one_row_kernel_ran(lib, qtype, k, tune, n)
         assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
 
 
@@ -154,7 +176,7 @@ def test_iq4_xs_two_chunk_slots(lib):
     raw, _ = weights(Q.IQ4_XS, n, k)
     x = activations(1, k, seed=11)
     want = run(lib, x, raw, Q.IQ4_XS, n, tune=4)
-    for tune in (0, 5, 6):
+    for tune in (0, 5, 6, 7):
         got = run(lib, x, raw, Q.IQ4_XS, n, tune=tune)
-        assert_one_row_kernel_ran(lib, Q.IQ4_XS, k, tune)
+        assert_one_row_kernel_ran(lib, Q.IQ4_XS, k, tune, n)
         assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
