@@ -180,3 +180,53 @@ def test_iq4_xs_two_chunk_slots(lib):
         got = run(lib, x, raw, Q.IQ4_XS, n, tune=tune)
         assert_one_row_kernel_ran(lib, Q.IQ4_XS, k, tune, n)
         assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
+
+
+@pytest.fixture(scope="module")
+def lib_cooperative(tmp_path_factory):
+    """The same source with the staged one-row form's copies by every thread (cp.async words,
+    the path of HIP and sm_80-89) instead of one bulk copy on an mbarrier (sm_90, the default)."""
+    lib = emu.load(["matmul.cu"], tmp_path_factory.mktemp("emu_matmul_coop"), "the quantized matmul",
+                   defines=("LUCE_GEMV_COOPERATIVE=1",))
+    lib.luce_matmul_workspace_bytes.restype = C.c_int64
+    lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
+    lib.luce_matmul.argtypes = [C.POINTER(Params), _P]
+    lib.emu_last_launch_smem.restype = C.c_size_t
+    return lib
+
+
+# IQ4_XS at the 27B's k: 5120 (gate/up, qkv; 20 chunks, 5 warps a block of the staged form) and
+# 17408 (down; 68 chunks, 17 warps); n = 9: batches of 4 rows 0-3, 4-7 and a last one at rows 5-8
+# (rows 5-7 computed twice, stored once), of 8 rows 0-7 and 1-8.
+@pytest.mark.parametrize("k", [5120, 17408])
+def test_iq4_xs_staged_at_27b_k(lib, lib_cooperative, k):
+    """The staged form (tune 0, 5, 6, 8) and the register form (tune 7) == the tile kernel (tune
+    4), bitwise, with bias; with bulk copies and with per-thread copies (lib_cooperative); with
+    the weights 8 bytes past a 16-byte boundary the register form runs, the same bits."""
+    n = 9
+    raw, wd = weights(Q.IQ4_XS, n, k)
+    x = activations(1, k, seed=k)
+    bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
+    want = run(lib, x, raw, Q.IQ4_XS, n, bias, tune=4)
+    assert_rows_close(want, x.astype(np.float64) @ wd.T.astype(np.float64) + bias, "matmul_blocks")
+    for build in (lib, lib_cooperative):
+        for tune in (0, 5, 6, 7, 8):
+            got = run(build, x, raw, Q.IQ4_XS, n, bias, tune=tune)
+            assert_one_row_kernel_ran(build, Q.IQ4_XS, k, tune, n)
+            assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
+    got = run(lib, x, raw, Q.IQ4_XS, n, bias, offset=8)
+    assert_one_row_kernel_ran(lib, Q.IQ4_XS, k, 0, n, offset=8)
+    assert same_bits(got, want), "weights at 8 mod 16 changed bits"
+
+
+def test_iq4_xs_staged_cooperative_many_batches(lib_cooperative):
+    """Per-thread copies through a ring of two stages over many batches a block (n = 4227, k = 256:
+    8 to 9 batches a block of the emulator's 132): == the tile kernel."""
+    n, k = 4227, 256
+    raw, _ = weights(Q.IQ4_XS, n, k)
+    x = activations(1, k, seed=5)
+    want = run(lib_cooperative, x, raw, Q.IQ4_XS, n, tune=4)
+    for tune in (0, 6):
+        got = run(lib_cooperative, x, raw, Q.IQ4_XS, n, tune=tune)
+        assert_one_row_kernel_ran(lib_cooperative, Q.IQ4_XS, k, tune, n)
+        assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
