@@ -302,16 +302,16 @@ int default_tune() {
 // the three-prmt lookup (iq4_pairs); 7 takes the register form (gemv2's kernel, for comparison).
 int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
     static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    const GemvStagedArgs s{g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0};
+    const GemvStagedArgs s{g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0, 0};
     if (tune == 6) {
-        if (gemv_staged_runs<8, 2>(g.w, g.n, g.x, g.row_bytes, smem_limit))
-            return launch_gemv_staged<StagedIQ4XS<true>, 8, 2>(s, stream);
+        if (gemv_staged_runs<8>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<true>, 8>(s, stream);
     } else if (tune == 8) {
-        if (gemv_staged_runs<4, 2>(g.w, g.n, g.x, g.row_bytes, smem_limit))
-            return launch_gemv_staged<StagedIQ4XS<false>, 4, 2>(s, stream);
+        if (gemv_staged_runs<4>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<false>, 4>(s, stream);
     } else if (tune != 7) {
-        if (gemv_staged_runs<4, 2>(g.w, g.n, g.x, g.row_bytes, smem_limit))
-            return launch_gemv_staged<StagedIQ4XS<true>, 4, 2>(s, stream);
+        if (gemv_staged_runs<4>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<true>, 4>(s, stream);
     }
     return launch_gemv<GemvIQ4XS>(g, tune == 6, stream);
 }

@@ -41,6 +41,16 @@ namespace mm {
 
 constexpr int kStagedMaxWarps = 32;  // 1,024 threads: k up to 32,768 (128 chunks)
 
+// 56 registers a thread: two blocks of 17 warps an SM at the 27B down projection (64 leave one),
+// seven of 5 warps at its gate (64: six). nvcc takes __maxnreg__ or __launch_bounds__, not both.
+#if defined(__HIPCC__)
+#define LUCE_GEMV_STAGED_REGS __launch_bounds__(kStagedMaxWarps * WARP_SIZE)
+#elif defined(__CUDACC__)
+#define LUCE_GEMV_STAGED_REGS __maxnreg__(R == 8 ? 64 : 56)
+#else
+#define LUCE_GEMV_STAGED_REGS
+#endif
+
 // prmt.b32 with the selector as given: nibble bit 3 replicates the selected byte's sign.
 __device__ __forceinline__ uint32_t prmt_sign(uint32_t a, uint32_t b, uint32_t sel) {
 #ifdef LUCE_MM_PORTABLE
@@ -99,7 +109,7 @@ struct StagedIQ4XS {
         const uint2 qa = *reinterpret_cast<const uint2 *>(c + 8 + 16 * j);
         const uint2 qb = *reinterpret_cast<const uint2 *>(c + 16 + 16 * j);
         const uint32_t w[4] = {qa.x, qa.y, qb.x, qb.y};
-        int ph = 0, pl = 0, ph2 = 0, pl2 = 0;
+        int ph = 0, pl = 0;  // one chain each: a batch's rows give the instruction-level parallelism
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             if (kSplit) {
@@ -109,26 +119,26 @@ struct StagedIQ4XS {
                 const uint32_t r2a = prmt_sign(gx.k[1], kIq4High1Hi, f);
                 const uint32_t r2b = prmt_sign(gx.k[1], kIq4High1Hi, f >> 16);
                 ph = dp4<false>(r1a, gx.v[q].x, ph);
-                ph = dp4<false>(r1b, gx.v[q].y, ph);
-                ph2 = dp4<false>(r2a, gx.v[q].x, ph2);
-                ph2 = dp4<false>(r2b, gx.v[q].y, ph2);
                 pl = dp4<true>(r1a, gx.v[q].z, pl);
+                ph = dp4<false>(r1b, gx.v[q].y, ph);
                 pl = dp4<true>(r1b, gx.v[q].w, pl);
-                pl2 = dp4<true>(r2a, gx.v[q].z, pl2);
-                pl2 = dp4<true>(r2b, gx.v[q].w, pl2);
+                ph = dp4<false>(r2a, gx.v[q].x, ph);
+                pl = dp4<true>(r2a, gx.v[q].z, pl);
+                ph = dp4<false>(r2b, gx.v[q].y, ph);
+                pl = dp4<true>(r2b, gx.v[q].w, pl);
             } else {
                 uint32_t v01, v23;
                 iq4_pairs(w[q], gx.k[0], gx.k[1], v01, v23);
                 ph = dp4<false>(v01, gx.v[q].x, ph);
-                ph2 = dp4<false>(v23, gx.v[q].y, ph2);
                 pl = dp4<true>(v01, gx.v[q].z, pl);
-                pl2 = dp4<true>(v23, gx.v[q].w, pl2);
+                ph = dp4<false>(v23, gx.v[q].y, ph);
+                pl = dp4<true>(v23, gx.v[q].w, pl);
             }
         }
         // ls_j = scales_l bits 4j..4j+3 | scales_h bits 2j, 2j + 1 (head.x bits 16 + 2j) << 4
         const int s = (int)(((h.y >> (4 * j)) & 15u) | ((h.x >> (12 + 2 * j)) & 0x30u)) - 32;
-        sh = s * (ph + ph2);
-        sl = s * (pl + pl2);
+        sh = s * ph;
+        sl = s * pl;
     }
 };
 
@@ -138,8 +148,11 @@ struct GemvStagedArgs {
     float *y;
     XLayout x;  // token 0 of it
     int64_t n, row_bytes;
-    int warps;  // W = ceil(chunks / 4)
+    int warps;   // W = ceil(chunks / 4)
+    int stages;  // S, 2..kStagedMaxStages
 };
+
+constexpr int kStagedMaxStages = 3;
 
 // How a batch reaches its stage. sm_90 and later: one bulk copy (cp.async.bulk, the TMA's 1-D
 // form) by thread 0, completing on the stage's mbarrier, which every thread waits on; the host
@@ -208,18 +221,17 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
 template <int R>
 __host__ __device__ inline uint32_t staged_stage_bytes(int64_t row_bytes) { return (uint32_t)(R * row_bytes); }
 
-template <int R, int S>
-size_t gemv_staged_smem_bytes(const XLayout &x, int64_t row_bytes) {
-    return (size_t)S * staged_stage_bytes<R>(row_bytes) + (size_t)(2 * R + 1) * x.chunks * sizeof(float);
+template <int R>
+size_t gemv_staged_smem_bytes(const XLayout &x, int64_t row_bytes, int stages) {
+    return (size_t)stages * staged_stage_bytes<R>(row_bytes) + (size_t)(2 * R + 1) * x.chunks * sizeof(float);
 }
 
-template <class G, int R, int S>
-__global__ void __launch_bounds__(kStagedMaxWarps * WARP_SIZE) gemv_staged_kernel(GemvStagedArgs a) {
+template <class G, int R>
+__global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
     static_assert(R == 2 || R == 4 || R == 8, "R even (16-byte aligned batches), rows8_sum takes 2, 4 or 8 rows");
-    static_assert(S >= 2, "a batch in flight while one is used");
     extern __shared__ uint4 gemv_stage_words[];  // 16-byte aligned
     uint8_t *stages = reinterpret_cast<uint8_t *>(gemv_stage_words);
-    const int chunks = (int)a.x.chunks, W = a.warps, n = (int)a.n;
+    const int chunks = (int)a.x.chunks, W = a.warps, n = (int)a.n, S = a.stages;
     const uint32_t rb = (uint32_t)a.row_bytes, stage_bytes = staged_stage_bytes<R>(a.row_bytes);
     float *c_s = reinterpret_cast<float *>(stages + (size_t)S * stage_bytes);  // [2][R][chunks]
     float *xd_s = c_s + 2 * R * chunks;
@@ -235,7 +247,7 @@ __global__ void __launch_bounds__(kStagedMaxWarps * WARP_SIZE) gemv_staged_kerne
     auto first_row = [&](int row) { return row + R <= n ? row : n - R; };  // n >= R (launch)
     int issue_row = (int)blockIdx.x * R, issue_slot = 0;
 #if LUCE_GEMV_BULK
-    __shared__ uint64_t full[S];  // stage s's copy has landed (phase parity: its uses so far, & 1)
+    __shared__ uint64_t full[kStagedMaxStages];  // stage s's copy has landed (phase parity: its uses so far, & 1)
     if (tid == 0) {
         for (int s = 0; s < S; ++s) mbar_init(&full[s], 1);
         mbar_fence_init();
@@ -276,12 +288,11 @@ __global__ void __launch_bounds__(kStagedMaxWarps * WARP_SIZE) gemv_staged_kerne
                 dst += step;
             }
         }
-        cp_async_commit();  // one group a turn, empty or not: wait<S - 2> counts turns
+        cp_async_commit();  // one group a turn, empty or not: the wait for S - 2 pending counts turns
         issue_row += row_step;
         issue_slot = issue_slot + 1 == S ? 0 : issue_slot + 1;
     };
 #endif
-#pragma unroll
     for (int t = 0; t < S - 1; ++t) issue(t);  // weights before the kernel ahead ends
     wait_for_prior_kernels();                  // x is written by the kernel ahead
     let_dependents_start();
@@ -322,7 +333,10 @@ __global__ void __launch_bounds__(kStagedMaxWarps * WARP_SIZE) gemv_staged_kerne
         __syncthreads();  // every warp is done with turn t - 1: its stage refills, its c is whole
         mbar_wait(&full[slot], parity);
 #else
-        cp_async_wait<S - 2>();  // this thread's copies of turn t
+        if (S == 2)  // this thread's copies of turn t
+            cp_async_wait<0>();
+        else
+            cp_async_wait<kStagedMaxStages - 2>();
         __syncthreads();         // everyone's; every warp is done with turn t - 1
 #endif
         if (t > 0) chains(t - 1);
@@ -345,39 +359,49 @@ __global__ void __launch_bounds__(kStagedMaxWarps * WARP_SIZE) gemv_staged_kerne
     if (turns > 0) chains(turns - 1);
 }
 
-// Launch of the staged form (R rows a batch, S stages); 0 on success. The caller checked
-// gemv_staged_runs.
-template <class G, int R, int S>
+// Launch of the staged form (R rows a batch); 0 on success. The caller checked
+// gemv_staged_runs. Stages: 2, or 3 where a block then has two batches, both in flight from its
+// start (the 27B's 5120 x 6144 output projection: at 2 stages the second waits for the first; 3
+// cost it one block of 6 an SM).
+template <class G, int R>
 int launch_gemv_staged(GemvStagedArgs a, cudaStream_t stream) {
     a.warps = (int)((a.x.chunks + kGemvChunksPerWarp - 1) / kGemvChunksPerWarp);
     const int threads = a.warps * WARP_SIZE;
-    const size_t smem = gemv_staged_smem_bytes<R, S>(a.x, a.row_bytes);
-    auto kernel = gemv_staged_kernel<G, R, S>;
-    // Blocks an SM by chunk count (registers and shared memory both depend on it), asked once.
-    static int resident[4 * kStagedMaxWarps + 1] = {};
+    auto kernel = gemv_staged_kernel<G, R>;
+    // Blocks an SM by chunk count and stages (registers and shared memory depend on them), asked
+    // once; the kernel's shared-memory limit raised to the largest launch so far.
+    static int resident[4 * kStagedMaxWarps + 1][kStagedMaxStages + 1] = {};
     static size_t smem_set = 48 << 10;
-    if (smem > smem_set) {
-        const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (err != cudaSuccess) return luce_status(err);
-        smem_set = smem;
-    }
-    int &res = resident[a.x.chunks];
-    if (res == 0) res = resident_blocks(kernel, threads, smem);
-    // A one-wave grid of balanced blocks: every block takes the same number of batches (+-1).
+    auto blocks = [&](int stages) {
+        const size_t smem = gemv_staged_smem_bytes<R>(a.x, a.row_bytes, stages);
+        int &res = resident[a.x.chunks][stages];
+        if (res == 0) {
+            if (smem > smem_set &&
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess)
+                smem_set = smem;
+            res = smem <= smem_set ? resident_blocks(kernel, threads, smem) : -1;
+        }
+        return res;
+    };
     const int64_t batches = (a.n + R - 1) / R;
-    int64_t grid = res > 0 && res < batches ? res : batches;
-    const int64_t per_block = (batches + grid - 1) / grid;
-    grid = (batches + per_block - 1) / per_block;
+    const int res2 = blocks(2), res3 = blocks(3);
+    a.stages = res3 > 0 && (batches + res3 - 1) / res3 == 2 ? 3 : 2;
+    const int res = a.stages == 3 ? res3 : res2;
+    if (res < 0) return (int)cudaErrorInvalidValue;
+    // A one-wave grid of every resident block (0: unknown, one a batch); block b takes batches b,
+    // b + grid, ...: they differ by one batch at most, and an SM's blocks by as little.
+    const int64_t grid = res > 0 && res < batches ? res : batches;
+    const size_t smem = gemv_staged_smem_bytes<R>(a.x, a.row_bytes, a.stages);
     return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
 }
 
 // The staged form can run: IQ4_XS weights 16-byte aligned, at least R rows, k at most 128
-// chunks, and its shared memory within the device's opt-in limit.
-template <int R, int S>
+// chunks, and two stages' shared memory within the device's opt-in limit (48 KiB if unknown).
+template <int R>
 bool gemv_staged_runs(const uint8_t *w, int64_t n, const XLayout &x, int64_t row_bytes, int smem_limit) {
+    const size_t smem = gemv_staged_smem_bytes<R>(x, row_bytes, 2);
     return (reinterpret_cast<uintptr_t>(w) & 15) == 0 && n >= R && x.chunks <= 4 * kStagedMaxWarps &&
-           (smem_limit == 0 ? gemv_staged_smem_bytes<R, S>(x, row_bytes) <= (48 << 10)
-                            : gemv_staged_smem_bytes<R, S>(x, row_bytes) <= (size_t)smem_limit);
+           smem <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
 }
 
 }  // namespace mm

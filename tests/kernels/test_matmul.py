@@ -242,14 +242,14 @@ def test_nan_stays_in_its_row(qtype):
 
 # The 27B's IQ4_XS one-row shapes at their k (gate/up 5120 -> n, down 17408 -> 5120, out 6144 ->
 # 5120): 20, 68 and 24 chunks, 5, 17 and 6 warps a block of the staged form (matmul_gemv_staged.cuh).
-IQ4_27B = [(4101, 5120), (4099, 17408), (1031, 6144)]
+IQ4_27B = [(4101, 5120), (4099, 17408), (5123, 6144)]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k", IQ4_27B)
 def test_iq4_xs_one_row_forms_at_27b_shapes(n, k):
     """n rows (37 quantized rows tiled; more batches than the grid has blocks, a last batch of 1 to
-    3 rows): every one-row form (tune 0 and 5: staged, 4 rows a batch; 6: 8 rows; 7: the register
+    3 rows; at k = 6144 two batches a block, 3 stages): every one-row form (tune 0 and 5: staged, 4 rows a batch; 6: 8 rows; 7: the register
     form; 8: the three-prmt lookup) == the tile kernel (tune 4), bitwise, with and without bias;
     and with the weights 8 bytes past a 16-byte boundary, where the staged form does not run."""
     from luce import _cuda_matmul as km

@@ -74,17 +74,20 @@ def staged_rows(qtype, k: int, n: int, tune: int, offset: int = 0) -> int:
     return rows if n >= rows else 0
 
 
-def staged_smem(k: int, rows: int) -> int:
-    """Dynamic shared memory of the staged form: 2 stages of `rows` rows, c [2][rows][chunks], xd."""
-    chunks = -(-k // 256)
-    return 2 * rows * chunks * 136 + 4 * (2 * rows + 1) * chunks
+def staged_smem(k: int, n: int, rows: int) -> int:
+    """Dynamic shared memory of the staged form: its stages of `rows` rows, c [2][rows][chunks], xd.
+    Stages (launch_gemv_staged): 3 where the one-wave grid (the emulator's 132 blocks) gives a
+    block two batches, else 2."""
+    chunks, batches = -(-k // 256), -(-n // rows)
+    stages = 3 if -(-batches // 132) == 2 else 2
+    return stages * rows * chunks * 136 + 4 * (2 * rows + 1) * chunks
 
 
 def assert_one_row_kernel_ran(lib, qtype, k, tune, n=None, offset=0):
     """The last launch was the one-row kernel (the staged form where it runs, at n rows)."""
     staged = staged_rows(qtype, k, n, tune, offset) if n is not None else 0
     if staged:
-        assert lib.emu_last_launch_smem() == staged_smem(k, staged), f"tune {tune}: not the staged one-row kernel"
+        assert lib.emu_last_launch_smem() == staged_smem(k, n, staged), f"tune {tune}: not the staged one-row kernel"
         return
     assert n is not None or qtype != Q.IQ4_XS, "IQ4_XS: say n (the staged form depends on it)"
     _, r5, r0 = GEMV[qtype]
@@ -219,14 +222,18 @@ def test_iq4_xs_staged_at_27b_k(lib, lib_cooperative, k):
     assert same_bits(got, want), "weights at 8 mod 16 changed bits"
 
 
-def test_iq4_xs_staged_cooperative_many_batches(lib_cooperative):
-    """Per-thread copies through a ring of two stages over many batches a block (n = 4227, k = 256:
-    8 to 9 batches a block of the emulator's 132): == the tile kernel."""
-    n, k = 4227, 256
+@pytest.mark.parametrize("n", [4227, 801])
+def test_iq4_xs_staged_ring(lib, lib_cooperative, n):
+    """The staged form's ring over several batches a block, k = 256: n = 4227 (8 to 9 batches a
+    block of the emulator's 132 at 4 rows, 2 stages; a last batch of 3 rows) and n = 801 (two
+    batches a block at 4 rows: 3 stages, both batches copied before the first is used; 8 rows: 2
+    stages, a block of one batch), with bulk and with per-thread copies: == the tile kernel."""
+    k = 256
     raw, _ = weights(Q.IQ4_XS, n, k)
     x = activations(1, k, seed=5)
-    want = run(lib_cooperative, x, raw, Q.IQ4_XS, n, tune=4)
-    for tune in (0, 6):
-        got = run(lib_cooperative, x, raw, Q.IQ4_XS, n, tune=tune)
-        assert_one_row_kernel_ran(lib_cooperative, Q.IQ4_XS, k, tune, n)
-        assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
+    want = run(lib, x, raw, Q.IQ4_XS, n, tune=4)
+    for build in (lib, lib_cooperative):
+        for tune in (0, 6):
+            got = run(build, x, raw, Q.IQ4_XS, n, tune=tune)
+            assert_one_row_kernel_ran(build, Q.IQ4_XS, k, tune, n)
+            assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
