@@ -21,8 +21,8 @@
 //    stages deep, matmul_stage.cuh) and padding tokens read no activations. Launch shapes
 //    (launch_quant): one block per block tile, or a one-wave grid whose blocks take several
 //    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
-// One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh, which computes the
-// same integers and float steps (the same bits).
+// One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh (IQ4_XS: its staged
+// form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"
@@ -373,7 +373,8 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     // twice the rows a batch where k fits one block of lanes (not the 27B down projection) and the
     // matrix is under 256 MiB (not the 27B LM head); Q6_K never; Q8_0 and Q5_0 by
     // kGemvGroupScaleByDefault (unmeasured). Tune 5 takes it for every block type, tune 6
-    // likewise with twice the rows a batch.
+    // likewise with twice the rows a batch; IQ4_XS in its staged form (launch_gemv_iq4: tunes 7
+    // and 8 are its comparisons; the staged form is not yet measured on a GPU).
     const bool kquant45 = p->qtype == LUCE_QT_Q4_K || p->qtype == LUCE_QT_Q5_K;
     const bool group_scale = p->qtype == LUCE_QT_Q8_0 || p->qtype == LUCE_QT_Q5_0;
     const bool measured_faster = p->qtype == LUCE_QT_IQ4_XS ||

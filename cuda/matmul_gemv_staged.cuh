@@ -3,35 +3,43 @@
 // rule 6), with the weights streamed through shared memory instead of registers.
 //
 // Why (docs/PERF.md, session 13): the register form held a batch's weights in registers (72 a
-// thread, 5 blocks of 5 warps an SM at the 27B gate), formed a 64-bit address for each of its 12
-// loads a batch (79 instructions of ~490), and kept one batch in flight a warp; ncu had its issue
-// slots 44% busy with 1.6 eligible warps a scheduler, DRAM at 42%.
+// thread: 5 blocks of 5 warps an SM at the 27B gate), formed a 64-bit address for each of its 12
+// loads a batch (79 of ~496 instructions a warp and batch), kept one batch in flight a warp and
+// paid ~25 a batch for the shared counter that elects the chain warp; ncu had its issue slots 44%
+// busy with 1.6 eligible warps a scheduler and DRAM at 42%.
 //
 // Layout. A batch is R consecutive rows: R * row_bytes contiguous bytes (16-byte aligned: R is
-// even, a row is a whole number of 136-byte chunks, the weights 16-byte aligned), copied with
-// 16-byte cp.async by all the block's threads (every warp instruction 512 contiguous bytes) into
-// one of S stages. The last batch starts at row n - R (it overlaps the one before; only its rows
-// from b * R on are stored), so no copy reaches past the matrix. Lane L of warp w owns group
-// j = L % 8 of chunk ch = 4w + L / 8 (W = ceil(chunks / 4) warps cover k, one chunk slot a lane;
-// lanes past k read the last chunk and drop their sums) and keeps that group's x in registers for
-// the launch; for each row of a batch it reads the chunk header and its 16 qs bytes from the
-// stage (3 8-byte shared loads, no bank conflicts: the 8 lanes of a chunk read 8 bytes at a
-// 16-byte stride, the next chunk is 136 bytes on).
+// even, a row is a whole number of 136-byte chunks, the weights 16-byte aligned), copied into one
+// of S stages (S = 2, or 3 where a block has two batches: launch_gemv_staged). On sm_90 and later
+// thread 0 copies a batch with one bulk copy (cp.async.bulk) that completes on the stage's
+// mbarrier; elsewhere every thread copies 16-byte words with cp.async (LUCE_GEMV_BULK). The last
+// batch starts at row n - R (it overlaps the one before; only its rows from b * R on are stored),
+// so no copy reaches past the matrix. Lane L of warp w owns group j = L % 8 of chunk ch = 4w + L / 8
+// (W = ceil(chunks / 4) warps cover k, one chunk slot a lane; lanes past k read the last chunk and
+// drop their sums) and keeps that group's x in registers for the launch; for each row of a batch
+// it reads the chunk header and its group's 16 qs bytes from the stage (3 8-byte shared loads; the
+// 8 lanes of a chunk read 8 bytes at a 16-byte stride, the next chunk 136 bytes on: no bank
+// conflicts), one integer scale a row.
 //
-// Per batch t (one block barrier): wait for this thread's copies of batch t, __syncthreads (every
-// copy of batch t has landed; every warp is done with batch t - 1, so its stage refills, and its
-// c is complete), warp (t - 1) % W runs the ordered chains of batch t - 1 (thread 4r + kp: chunks
-// kp, kp + 4, ... of row r in order, then ((acc0 + acc1) + acc2) + acc3 (+ bias) by shuffles),
-// every thread issues its copies of batch t + S - 1, then the batch's sums: a lane's integer SH,
-// SL per row, the 8 lanes of a chunk add them (rows8_sum, transposed: lane j ends with row
-// j * R / 8), and the row's lane writes c = d * fma(SH, 256, SL) into c's ring of two batches.
+// Per batch t (one block barrier): __syncthreads (every warp is done with batch t - 1: its stage
+// may refill and its c is whole), wait for batch t's copy (cp.async: wait for this thread's words,
+// then the barrier), warp (t - 1) % W runs the ordered chains of batch t - 1 (thread 4r + kp:
+// chunks kp, kp + 4, ... of row r in order, then ((acc0 + acc1) + acc2) + acc3 (+ bias) by
+// shuffles), batch t + S - 1's copy is issued, then batch t's sums: a lane's integer SH, SL a row,
+// the 8 lanes of a chunk add them (rows8_sum, transposed: lane j ends with row j * R / 8), and the
+// row's lane writes c = d * fma(SH, 256, SL) into c's ring of two batches.
 //
 // Table lookup (kSplit): T[n] = R1 + R2 with R1 = prmt(T[0..7], n) (n's bit 3 set: the sign of a
 // negative entry, -1) and R2 = prmt(T[8..15] + 1, n ^ 8) (bit 3 clear: the sign of a positive
 // entry, 0); the dot products take R1 and R2 apart (8 dp4a a word of 8 values instead of 4) and
-// the lookup needs 7 integer-pipe instructions a word instead of 11 (iq4_pairs), moving work from
-// the ALU pipe (the busiest, ncu) to the one dp4a and IMAD issue to. Exact either way: the
-// integers are the same.
+// the lookup needs 7 ALU-pipe instructions a word instead of 11 (iq4_pairs): the same 15 issue
+// slots a word, the ALU pipe (the busiest in ncu) relieved and the dp4a pipe loaded. Exact either
+// way: the integers are the same.
+//
+// sm_90a SASS (IQ4_XS, R = 4, cuobjdump, counted): a warp and batch issues ~375 instructions
+// outside the chains (the register form: ~496 with them): 351 for the sums, the reduction and c
+// (128 IDP, 64 PRMT, 41 SHF, 26 LOP3, 13 LDS), ~15 for the barrier and the wait, ~8 to skip the
+// copy (thread 0: ~35); the chain warp adds ~60-80 (the 27B gate) once a batch.
 #pragma once
 
 #include "matmul_gemv.cuh"
@@ -249,7 +257,7 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
 #if LUCE_GEMV_BULK
     __shared__ uint64_t full[kStagedMaxStages];  // stage s's copy has landed (phase parity: its uses so far, & 1)
     if (tid == 0) {
-        for (int s = 0; s < S; ++s) mbar_init(&full[s], 1);
+        for (int s = 0; s < kStagedMaxStages; ++s) mbar_init(&full[s], 1);
         mbar_fence_init();
     }
     auto issue = [&](int t) {
