@@ -14,9 +14,10 @@
 // thread 0 copies a batch with one bulk copy (cp.async.bulk) that completes on the stage's
 // mbarrier; elsewhere every thread copies 16-byte words with cp.async (LUCE_GEMV_BULK). The last
 // batch starts at row n - R (it overlaps the one before; only its rows from b * R on are stored),
-// so no copy reaches past the matrix. Lane L of warp w owns group j = L % 8 of chunk ch = 4w + L / 8
-// (W = ceil(chunks / 4) warps cover k, one chunk slot a lane; lanes past k read the last chunk and
-// drop their sums) and keeps that group's x in registers for the launch; for each row of a batch
+// so no copy reaches past the matrix (with an odd chunk count n must be even for that row to be
+// 16-byte aligned; else the register form runs). Lane L of warp w owns group j = L % 8 of chunk
+// ch = 4w + L / 8 (W = ceil(chunks / 4) warps cover k, one chunk slot a lane; lanes past k read
+// the last chunk and drop their sums) and keeps that group's x in registers for the launch; for each row of a batch
 // it reads the chunk header and its group's 16 qs bytes from the stage (3 8-byte shared loads; the
 // 8 lanes of a chunk read 8 bytes at a 16-byte stride, the next chunk 136 bytes on: no bank
 // conflicts), one integer scale a row.
@@ -192,6 +193,8 @@ __device__ __forceinline__ void mbar_step(uint64_t *bar, int arrivals, int64_t b
     *bar = (phase << 63) | ((uint64_t)pending << 32) | (uint32_t)(int32_t)tx;
 }
 __device__ __forceinline__ void bulk_copy(uint8_t *dst, const uint8_t *src, uint32_t bytes, uint64_t *bar) {
+    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) & 15) != 0)
+        abort();  // the device's bulk copy takes 16-byte aligned addresses and sizes only
     mbar_step(bar, 1, bytes);  // arrive.expect_tx
     std::memcpy(dst, src, bytes);
     mbar_step(bar, 0, -(int64_t)bytes);  // complete_tx
@@ -286,6 +289,9 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
             for (int i = 0; i <= R; ++i) {
                 if (i < (int)mine) {
 #ifdef LUCE_MM_PORTABLE
+#ifndef __HIPCC__  // the emulator: cp.async of 16 bytes takes 16-byte aligned addresses only
+                    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) != 0) abort();
+#endif
                     cp_async16(dst, src, 16);
 #else
                     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
@@ -403,13 +409,15 @@ int launch_gemv_staged(GemvStagedArgs a, cudaStream_t stream) {
     return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
 }
 
-// The staged form can run: IQ4_XS weights 16-byte aligned, at least R rows, k at most 128
-// chunks, and two stages' shared memory within the device's opt-in limit (48 KiB if unknown).
+// The staged form can run: IQ4_XS weights 16-byte aligned, at least R rows, every batch's first
+// row 16-byte aligned (an even chunk count, or n even: the last batch starts at row n - R), k at
+// most 128 chunks, and two stages' shared memory within the device's opt-in limit (48 KiB if
+// unknown).
 template <int R>
 bool gemv_staged_runs(const uint8_t *w, int64_t n, const XLayout &x, int64_t row_bytes, int smem_limit) {
     const size_t smem = gemv_staged_smem_bytes<R>(x, row_bytes, 2);
-    return (reinterpret_cast<uintptr_t>(w) & 15) == 0 && n >= R && x.chunks <= 4 * kStagedMaxWarps &&
-           smem <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
+    return (reinterpret_cast<uintptr_t>(w) & 15) == 0 && n >= R && ((n - R) * row_bytes) % 16 == 0 &&
+           x.chunks <= 4 * kStagedMaxWarps && smem <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
 }
 
 }  // namespace mm

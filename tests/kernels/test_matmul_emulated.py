@@ -4,7 +4,11 @@ or tune 0 where luce_matmul picks it) gives bitwise the tensor-core tile kernel'
 and its row of a 3-row call, for the per-group f16-scale types Q5_0 and Q8_0, IQ4_XS (its own
 lane layout, cuda/matmul_gemv_iq4.cuh) and Q4_K as the control: k = 896 (three and a half 256-value chunks, Qwen2.5-0.5B's hidden size), 256, 352
 and 288 (a last chunk of 3 groups and of one); n odd; weights 2 bytes off a 4-byte boundary;
-blocks that take several batches; the Qwen2.5-0.5B shapes. The emulator's f32 arithmetic is
+blocks that take several batches; the Qwen2.5-0.5B shapes. IQ4_XS's staged form
+(cuda/matmul_gemv_staged.cuh: tune 0, 5, 6, 8; tune 7 its register form) with its bulk copies
+and mbarrier phases emulated (a wait on an incomplete phase or a misaligned copy aborts) and,
+in a second build, its per-thread copies: at the 27B's k, with an odd chunk count (even n; odd
+n takes the register form), 2 and 3 stages. The emulator's f32 arithmetic is
 the host's, so only bitwise comparisons between two kernels of one build (and the parity
 against the reference) mean anything here; tests/kernels/test_matmul.py runs the same checks
 natively on a GPU.
@@ -67,11 +71,12 @@ def gemv_smem(qtype, k: int, rows: int) -> int:
 def staged_rows(qtype, k: int, n: int, tune: int, offset: int = 0) -> int:
     """Rows a batch of the staged form (matmul_gemv_staged.cuh, IQ4_XS) a call takes, 0 if it
     takes the register form: cuda/matmul.cu launch_gemv_iq4 (tune 0, 5, 8: 4 rows, 6: 8, 7: the
-    register form), where the weights are 16-byte aligned, n >= the rows and k <= 32,768."""
+    register form), where the weights are 16-byte aligned, n >= the rows, row n - rows starts
+    16-byte aligned (an even chunk count or n even) and k <= 32,768."""
     if qtype != Q.IQ4_XS or tune == 7 or offset % 16 or k > 32768:
         return 0
     rows = 8 if tune == 6 else 4
-    return rows if n >= rows else 0
+    return rows if n >= rows and ((n - rows) * (k // 256) * 136) % 16 == 0 else 0
 
 
 def staged_smem(k: int, n: int, rows: int) -> int:
@@ -102,7 +107,7 @@ def same_bits(a, b) -> bool:
 
 
 CASES = [(Q.Q5_0, 896, 37), (Q.Q8_0, 896, 37), (Q.Q5_0, 256, 13), (Q.Q8_0, 352, 21), (Q.Q4_K, 512, 19),
-         (Q.IQ4_XS, 512, 19), (Q.IQ4_XS, 1280, 11)]
+         (Q.IQ4_XS, 512, 19), (Q.IQ4_XS, 1280, 11), (Q.IQ4_XS, 1280, 12)]
 
 
 @pytest.mark.parametrize("qtype,k,n", CASES, ids=lambda v: getattr(v, "name", str(v)))
