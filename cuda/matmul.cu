@@ -21,8 +21,8 @@
 //    stages deep, matmul_stage.cuh) and padding tokens read no activations. Launch shapes
 //    (launch_quant): one block per block tile, or a one-wave grid whose blocks take several
 //    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
-// One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh, which computes the
-// same integers and float steps (the same bits).
+// One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh (IQ4_XS: its staged
+// form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"
@@ -31,6 +31,7 @@
 #include "matmul_stage.cuh"
 #include "matmul_chunk.cuh"
 #include "matmul_gemv.cuh"
+#include "matmul_gemv_staged.cuh"
 #include "pdl.cuh"
 
 namespace {
@@ -283,15 +284,36 @@ bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
 // Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
 constexpr bool kGemvGroupScaleByDefault = true;
 
-// The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..6) where set, for benchmarks that time a
-// launch shape end to end (every tune gives the same bits), else 0.
+constexpr int kMaxTune = 8;
+
+// The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..kMaxTune) where set, for benchmarks that
+// time a launch shape end to end (every tune gives the same bits), else 0.
 int default_tune() {
     static const int tune = [] {
         const char *v = getenv("LUCE_MATMUL_TUNE");
         const int t = v ? atoi(v) : 0;
-        return t >= 1 && t <= 6 ? t : 0;
+        return t >= 1 && t <= kMaxTune ? t : 0;
     }();
     return tune;
+}
+
+// IQ4_XS one-row calls: the staged form (matmul_gemv_staged.cuh) where it runs, else the register
+// form. Tune 0 and 5: 4 rows a batch, the split table lookup; 6: 8 rows a batch; 8: 4 rows with
+// the three-prmt lookup (iq4_pairs); 7 takes the register form (gemv2's kernel, for comparison).
+int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
+    static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const GemvStagedArgs s{g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0, 0};
+    if (tune == 6) {
+        if (gemv_staged_runs<8>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<true>, 8>(s, stream);
+    } else if (tune == 8) {
+        if (gemv_staged_runs<4>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<false>, 4>(s, stream);
+    } else if (tune != 7) {
+        if (gemv_staged_runs<4>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<true>, 4>(s, stream);
+    }
+    return launch_gemv<GemvIQ4XS>(g, tune == 6, stream);
 }
 
 }  // namespace
@@ -325,7 +347,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     if (p->rows == 0) return 0;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || p->tune < 0 ||
-        p->tune > 6 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
+        p->tune > kMaxTune || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     if (!is_block_type(p->qtype)) {
@@ -352,7 +374,8 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     // matrix is under 256 MiB (not the 27B LM head); Q6_K under 16 MiB (the small models' v and
     // down: 1536 x 8960 12.2 against 14.2 us; not their gate|up or LM head); Q8_0 and Q5_0 by
     // kGemvGroupScaleByDefault. Tune 5 takes it for every block type, tune 6 likewise with twice
-    // the rows a batch.
+    // the rows a batch; IQ4_XS in its staged form (launch_gemv_iq4: tunes 7 and 8 are its
+    // comparisons).
     const bool kquant45 = p->qtype == LUCE_QT_Q4_K || p->qtype == LUCE_QT_Q5_K;
     const bool group_scale = p->qtype == LUCE_QT_Q8_0 || p->qtype == LUCE_QT_Q5_0;
     const bool measured_faster = p->qtype == LUCE_QT_IQ4_XS ||
@@ -368,7 +391,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
             case LUCE_QT_Q4_K: if (gemv_runs<GemvQ4K>(w, xl, deep)) return launch_gemv<GemvQ4K>(g, deep, stream); break;
             case LUCE_QT_Q5_K: if (gemv_runs<GemvQ5K>(w, xl, deep)) return launch_gemv<GemvQ5K>(g, deep, stream); break;
             case LUCE_QT_Q6_K: if (gemv_runs<GemvQ6K>(w, xl, deep)) return launch_gemv<GemvQ6K>(g, deep, stream); break;
-            case LUCE_QT_IQ4_XS: if (gemv_runs<GemvIQ4XS>(w, xl, deep)) return launch_gemv<GemvIQ4XS>(g, deep, stream); break;
+            case LUCE_QT_IQ4_XS: if (gemv_runs<GemvIQ4XS>(w, xl, deep)) return launch_gemv_iq4(g, p->tune, stream); break;
             case LUCE_QT_Q8_0: if (gemv_runs<GemvQ80>(w, xl, deep)) return launch_gemv<GemvQ80>(g, deep, stream); break;
             case LUCE_QT_Q5_0: if (gemv_runs<GemvQ50>(w, xl, deep)) return launch_gemv<GemvQ50>(g, deep, stream); break;
             default: break;

@@ -1,5 +1,7 @@
 // One-row matmul for the block types (Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0, Q5_0), bitwise the
 // tensor-core kernel's row (cuda/matmul.cu), for decode steps of one row: y [n] = x @ W^T.
+// This is its register form; IQ4_XS takes a staged form by default (weights through shared
+// memory, cuda/matmul_gemv_staged.cuh) and this one where that cannot run or at tune 7.
 //
 // Why a second kernel: one row fills one of the eight token columns of an mma tile, and the
 // tile kernel's 16-row warps with 128 registers leave few warps per SM to cover memory

@@ -4,7 +4,8 @@ FFN gate/up 5120 -> 17408, down 17408 -> 5120, GDN qkv 5120 -> 10240, attention/
 tune 3 (`_tune3`: one block per row tile, no overlap with the kernel ahead: the launch before
 the one-wave ring grid), so one run gives before and after, and at 1 row with tune 1 (the ring
 with 5 blocks per SM). One-row cases of the dp4a kernel (tune 5 / 6) against the tile kernel
-(tune 4), also at Qwen2.5-Coder-1.5B and Qwen2.5-0.5B shapes (Q5_0 / Q8_0 at k = 896).
+(tune 4), also at Qwen2.5-Coder-1.5B and Qwen2.5-0.5B shapes (Q5_0 / Q8_0 at k = 896). IQ4_XS one
+row: the staged form (tune 0, 6, 8) against the register form (tune 7), also at the merged gate|up.
 
 BENCH_CASES: callables that allocate and fill device buffers and return
 (launch_fn, bytes_moved, flops); launch_fn(stream: int = 0) launches once (x quantization +
@@ -34,6 +35,9 @@ SHAPES.update(SMALL_SHAPES)
 # q / out 896 -> 896, k / v 896 -> 128, gate / up 896 -> 4864 and merged 896 -> 2 x 4864.
 QWEN05B_SHAPES = {"q05q": (896, 896), "q05kv": (128, 896), "q05gate": (4864, 896), "q05gateup": (9728, 896)}
 SHAPES.update(QWEN05B_SHAPES)
+# The 27B decode step's merged gate|up (2 x 17408 -> 34816 rows): IQ4_XS one-row cases only.
+MERGED_SHAPES = {"gateup": (34816, 5120)}
+SHAPES.update(MERGED_SHAPES)
 GOAL_TYPES = ("IQ4_XS", "Q4_K", "Q6_K", "Q8_0", "Q5_K", "Q5_0")
 L2_BYTES = 60 << 20
 
@@ -80,7 +84,7 @@ def _case(qtype_name, shape, rows, path=0, reuse_x=False, tune=0):
     return c
 
 
-BIG_SHAPES = [s for s in SHAPES if s not in SMALL_SHAPES and s not in QWEN05B_SHAPES]
+BIG_SHAPES = [s for s in SHAPES if s not in SMALL_SHAPES and s not in QWEN05B_SHAPES and s not in MERGED_SHAPES]
 BENCH_CASES = [c for q in GOAL_TYPES for s in BIG_SHAPES for c in (
     _case(q, s, 1), _case(q, s, 1, tune=1), _case(q, s, 16), _case(q, s, 32),  # tune 1: the ring
     _case(q, s, 1, tune=3), _case(q, s, 16, tune=3), _case(q, s, 32, tune=3))]
@@ -100,6 +104,11 @@ BENCH_CASES += [_case(q, s, 1, reuse_x=True) for q in GOAL_TYPES for s in ("gate
 BENCH_CASES += [_case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),
                 _case("F16", "gate", 1), _case("BF16", "gate", 1)]
 BENCH_CASES += [_case(q, s, r, tune=2) for q in ("Q4_K", "Q6_K") for s in ("gate", "down") for r in (1, 32)]
+# IQ4_XS one row, the staged form (matmul_gemv_staged.cuh; tune 0 and 5: 4 rows a batch, 6: 8 rows,
+# 8: the three-prmt table lookup) against its register form (tune 7, the kernel before), at the 27B
+# shapes and the merged gate|up: one run gives before and after.
+BENCH_CASES += [_case("IQ4_XS", s, 1, tune=t) for s in BIG_SHAPES + list(MERGED_SHAPES) for t in (7, 8)]
+BENCH_CASES += [_case("IQ4_XS", s, 1, tune=t) for s in MERGED_SHAPES for t in (0, 6)]
 
 
 def ratio_table(results: list[dict]) -> list[str]:

@@ -141,7 +141,7 @@ def test_wide_k_parity_and_invariance(qtype):
     batch = run_kernel(x, raw, qtype, 40)
     assert_rows_close(batch, ref_matmul(x, wd), "matmul_blocks")
     for r in (0, 1, 32):
-        for tune in (0, 4, 5, 6):  # 5/6: the one-row kernel (matmul_gemv.cuh; 6: twice the rows a batch), 4: the tile kernel
+        for tune in (0, 4, 5, 6, 7, 8):  # 5-8: the one-row kernel (matmul_gemv.cuh, IQ4_XS staged: matmul_gemv_staged.cuh), 4: the tile kernel
             alone = run_kernel(x[r:r + 1], raw, qtype, 40, tune=tune)
             assert np.array_equal(alone[0], batch[r]), f"row {r} alone (tune {tune}) differs from row {r} of 33"
     for path, tune in ((1, 0), (0, 1), (0, 2), (0, 3)):
@@ -161,7 +161,7 @@ def test_batch_invariance(qtype):
     bias = np.random.default_rng(3).standard_normal(N_ODD).astype(np.float32)
     batch = run_kernel(x, raw, qtype, N_ODD, bias=bias)
     for r in (0, 17, 63):
-        for tune in (0, 4, 5, 6):  # 5/6: the one-row kernel (matmul_gemv.cuh; 6: twice the rows a batch), 4: the tile kernel
+        for tune in (0, 4, 5, 6, 7, 8):  # 5-8: the one-row kernel (matmul_gemv.cuh, IQ4_XS staged: matmul_gemv_staged.cuh), 4: the tile kernel
             alone = run_kernel(x[r:r + 1], raw, qtype, N_ODD, bias=bias, tune=tune)
             assert np.array_equal(alone[0], batch[r]), f"row {r} alone (tune {tune}) differs from row {r} of 64"
     big = np.concatenate([x[::-1], activations(65, k, seed=78)])  # row r of x at 63 - r
@@ -219,7 +219,7 @@ def test_blocks_of_several_tiles(qtype):
     for rows in (1, 2, 17, 33):
         got = run_kernel(x[:rows], raw, qtype, MANY_TILES_N)
         assert_rows_close(got, ref_matmul(x[:rows], wd), "matmul_blocks")
-        for tune in (1, 3, 5, 6):
+        for tune in (1, 3, 5, 6, 7, 8):
             other = run_kernel(x[:rows], raw, qtype, MANY_TILES_N, tune=tune)
             assert np.array_equal(got.view(np.uint32), other.view(np.uint32)), f"{rows} rows: tune {tune} changed bits"
         if batch is None:
@@ -238,6 +238,44 @@ def test_nan_stays_in_its_row(qtype):
     dirty = run_kernel(x, raw, qtype, N_ODD, raw_out=True)
     assert np.isnan(dirty[2]).all()
     assert np.array_equal(np.delete(dirty, 2, axis=0), np.delete(clean, 2, axis=0))
+
+
+# The 27B's IQ4_XS one-row shapes at their k (gate/up 5120 -> n, down 17408 -> 5120, out 6144 ->
+# 5120): 20, 68 and 24 chunks, 5, 17 and 6 warps a block of the staged form (matmul_gemv_staged.cuh).
+IQ4_27B = [(4101, 5120), (4099, 17408), (5123, 6144)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n,k", IQ4_27B)
+def test_iq4_xs_one_row_forms_at_27b_shapes(n, k):
+    """n rows (37 quantized rows tiled; more batches than the grid has blocks, a last batch of 1 to
+    3 rows; at k = 6144 two batches a block, 3 stages): every one-row form (tune 0 and 5: staged, 4 rows a batch; 6: 8 rows; 7: the register
+    form; 8: the three-prmt lookup) == the tile kernel (tune 4), bitwise, with and without bias;
+    and with the weights 8 bytes past a 16-byte boundary, where the staged form does not run."""
+    from luce import _cuda_matmul as km
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+
+    raw37, wd37 = weights(Q.IQ4_XS, 37, k)
+    raw = np.ascontiguousarray(np.tile(raw37, (-(-n // 37), 1))[:n])
+    x = activations(1, k, seed=n)
+    want = run_kernel(x, raw, Q.IQ4_XS, n, tune=4)
+    assert_rows_close(want[:, :37], ref_matmul(x, wd37), "matmul_blocks")
+    for tune in (0, 5, 6, 7, 8):
+        got = run_kernel(x, raw, Q.IQ4_XS, n, tune=tune)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"tune {tune} differs from the tile kernel"
+    bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
+    with_bias = run_kernel(x, raw, Q.IQ4_XS, n, bias=bias, tune=4)
+    assert np.array_equal(run_kernel(x, raw, Q.IQ4_XS, n, bias=bias).view(np.uint32), with_bias.view(np.uint32))
+    lib = load_kernels()
+    shifted = DeviceBuffer.from_numpy(np.concatenate([np.zeros(8, np.uint8), raw.reshape(-1)]))
+    dx, y = DeviceBuffer.from_numpy(x), DeviceBuffer(n * 4)
+    ws_bytes = km.workspace_bytes(1, k)
+    ws = DeviceBuffer(ws_bytes)
+    km.matmul(dx.ptr, shifted.ptr + 8, 0, y.ptr, ws.ptr, ws_bytes, 1, n, k, int(Q.IQ4_XS))
+    lib.synchronize()
+    got = y.download((1, n), np.float32)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), "weights at 8 mod 16 changed bits"
 
 
 @pytest.mark.gpu
@@ -272,7 +310,7 @@ def test_bad_arguments_raise():
     with pytest.raises(KernelError, match="luce_matmul"):
         run_kernel(x, raw, 2, 16)  # unsupported type id
     with pytest.raises(KernelError, match="luce_matmul"):
-        run_kernel(x, raw, Q.Q4_K, 16, tune=7)
+        run_kernel(x, raw, Q.Q4_K, 16, tune=9)
     from luce.ops.cuda_memory import DeviceBuffer
     small = DeviceBuffer(64)
     with pytest.raises(KernelError, match="luce_matmul"):

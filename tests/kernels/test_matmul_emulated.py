@@ -4,7 +4,11 @@ or tune 0 where luce_matmul picks it) gives bitwise the tensor-core tile kernel'
 and its row of a 3-row call, for the per-group f16-scale types Q5_0 and Q8_0, IQ4_XS (its own
 lane layout, cuda/matmul_gemv_iq4.cuh) and Q4_K as the control: k = 896 (three and a half 256-value chunks, Qwen2.5-0.5B's hidden size), 256, 352
 and 288 (a last chunk of 3 groups and of one); n odd; weights 2 bytes off a 4-byte boundary;
-blocks that take several batches; the Qwen2.5-0.5B shapes. The emulator's f32 arithmetic is
+blocks that take several batches; the Qwen2.5-0.5B shapes. IQ4_XS's staged form
+(cuda/matmul_gemv_staged.cuh: tune 0, 5, 6, 8; tune 7 its register form) with its bulk copies
+and mbarrier phases emulated (a wait on an incomplete phase or a misaligned copy aborts) and,
+in a second build, its per-thread copies: at the 27B's k, with an odd chunk count (even n; odd
+n takes the register form), 2 and 3 stages. The emulator's f32 arithmetic is
 the host's, so only bitwise comparisons between two kernels of one build (and the parity
 against the reference) mean anything here; tests/kernels/test_matmul.py runs the same checks
 natively on a GPU.
@@ -58,17 +62,43 @@ RING = {Q.Q5_0: 4, Q.Q8_0: 4, Q.Q4_K: 16, Q.Q6_K: 16, Q.IQ4_XS: 16}   # batches 
 
 
 def gemv_smem(qtype, k: int, rows: int) -> int:
-    """Dynamic shared memory of the one-row kernel (matmul_gemv.cuh gemv_smem_bytes)."""
+    """Dynamic shared memory of the one-row kernel's register form (matmul_gemv.cuh gemv_smem_bytes)."""
     per_chunk = GEMV[qtype][0]
     chunks, groups = -(-k // 256), k // 32
     return 4 * ((RING[qtype] * rows * per_chunk + 1) * chunks + (groups if qtype == Q.Q5_0 else 0))
 
 
-def assert_one_row_kernel_ran(lib, qtype, k, tune):
+def staged_rows(qtype, k: int, n: int, tune: int, offset: int = 0) -> int:
+    """Rows a batch of the staged form (matmul_gemv_staged.cuh, IQ4_XS) a call takes, 0 if it
+    takes the register form: cuda/matmul.cu launch_gemv_iq4 (tune 0, 5, 8: 4 rows, 6: 8, 7: the
+    register form), where the weights are 16-byte aligned, n >= the rows, row n - rows starts
+    16-byte aligned (an even chunk count or n even) and k <= 32,768."""
+    if qtype != Q.IQ4_XS or tune == 7 or offset % 16 or k > 32768:
+        return 0
+    rows = 8 if tune == 6 else 4
+    return rows if n >= rows and ((n - rows) * (k // 256) * 136) % 16 == 0 else 0
+
+
+def staged_smem(k: int, n: int, rows: int) -> int:
+    """Dynamic shared memory of the staged form: its stages of `rows` rows, c [2][rows][chunks], xd.
+    Stages (launch_gemv_staged): 3 where the one-wave grid (the emulator's 132 blocks) gives a
+    block two batches, else 2."""
+    chunks, batches = -(-k // 256), -(-n // rows)
+    stages = 3 if -(-batches // 132) == 2 else 2
+    return stages * rows * chunks * 136 + 4 * (2 * rows + 1) * chunks
+
+
+def assert_one_row_kernel_ran(lib, qtype, k, tune, n=None, offset=0):
+    """The last launch was the one-row kernel (the staged form where it runs, at n rows)."""
+    staged = staged_rows(qtype, k, n, tune, offset) if n is not None else 0
+    if staged:
+        assert lib.emu_last_launch_smem() == staged_smem(k, n, staged), f"tune {tune}: not the staged one-row kernel"
+        return
+    assert n is not None or qtype != Q.IQ4_XS, "IQ4_XS: say n (the staged form depends on it)"
     _, r5, r0 = GEMV[qtype]
-    rows = {0: r0, 5: r5, 6: 2 * r5}[tune]
+    rows = {0: r0, 5: r5, 6: 2 * r5, 7: r5, 8: r5}[tune]
     if -(-k // 256) > 64:  # two chunk slots a lane (matmul_gemv.cuh with_gemv_shape): half the rows
-        rows = {0: r0 // 2, 5: r5 // 2, 6: r5}[tune]
+        rows = {0: r0 // 2, 5: r5 // 2, 6: r5, 7: r5 // 2, 8: r5 // 2}[tune]
     assert lib.emu_last_launch_smem() == gemv_smem(qtype, k, rows), f"tune {tune}: not the one-row kernel"
 
 
@@ -77,7 +107,7 @@ def same_bits(a, b) -> bool:
 
 
 CASES = [(Q.Q5_0, 896, 37), (Q.Q8_0, 896, 37), (Q.Q5_0, 256, 13), (Q.Q8_0, 352, 21), (Q.Q4_K, 512, 19),
-         (Q.Q6_K, 512, 19), (Q.Q6_K, 1536, 7), (Q.IQ4_XS, 512, 19), (Q.IQ4_XS, 1280, 11)]
+         (Q.Q6_K, 512, 19), (Q.Q6_K, 1536, 7), (Q.IQ4_XS, 512, 19), (Q.IQ4_XS, 1280, 11), (Q.IQ4_XS, 1280, 12)]
 
 
 @pytest.mark.parametrize("qtype,k,n", CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -96,9 +126,9 @@ def test_one_row_kernel_gives_the_tile_kernels_row(lib, qtype, k, n):
         for r in range(2):
             tile = run(lib, x[r:r + 1], raw, qtype, n, b, tune=4)
             assert same_bits(tile[0], three[r]), f"row {r}: the tile kernel alone differs from 3 rows"
-            for tune in (0, 5, 6):
+            for tune in (0, 5, 6, 7, 8):
                 got = run(lib, x[r:r + 1], raw, qtype, n, b, tune=tune)
-                assert_one_row_kernel_ran(lib, qtype, k, tune)
+                assert_one_row_kernel_ran(lib, qtype, k, tune, n)
                 assert same_bits(got, tile), f"row {r}: tune {tune} differs from the tile kernel"
 
 
@@ -125,9 +155,9 @@ def test_blocks_that_take_several_batches(lib, qtype, k):
     raw, _ = weights(qtype, n, k)
     x = activations(1, k, seed=5)
     want = run(lib, x, raw, qtype, n, tune=4)
-    for tune in (5, 6):
+    for tune in (5, 6, 7):
         got = run(lib, x, raw, qtype, n, tune=tune)
-        assert_one_row_kernel_ran(lib, qtype, k, tune)
+        assert_one_row_kernel_ran(lib, qtype, k, tune, n)
         assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
 
 
@@ -154,7 +184,61 @@ def test_iq4_xs_two_chunk_slots(lib):
     raw, _ = weights(Q.IQ4_XS, n, k)
     x = activations(1, k, seed=11)
     want = run(lib, x, raw, Q.IQ4_XS, n, tune=4)
-    for tune in (0, 5, 6):
+    for tune in (0, 5, 6, 7):
         got = run(lib, x, raw, Q.IQ4_XS, n, tune=tune)
-        assert_one_row_kernel_ran(lib, Q.IQ4_XS, k, tune)
+        assert_one_row_kernel_ran(lib, Q.IQ4_XS, k, tune, n)
         assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
+
+
+@pytest.fixture(scope="module")
+def lib_cooperative(tmp_path_factory):
+    """The same source with the staged one-row form's copies by every thread (cp.async words,
+    the path of HIP and sm_80-89) instead of one bulk copy on an mbarrier (sm_90, the default)."""
+    lib = emu.load(["matmul.cu"], tmp_path_factory.mktemp("emu_matmul_coop"), "the quantized matmul",
+                   defines=("LUCE_GEMV_COOPERATIVE=1",))
+    lib.luce_matmul_workspace_bytes.restype = C.c_int64
+    lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
+    lib.luce_matmul.argtypes = [C.POINTER(Params), _P]
+    lib.emu_last_launch_smem.restype = C.c_size_t
+    return lib
+
+
+# IQ4_XS at the 27B's k: 5120 (gate/up, qkv; 20 chunks, 5 warps a block of the staged form) and
+# 17408 (down; 68 chunks, 17 warps); n = 9: batches of 4 rows 0-3, 4-7 and a last one at rows 5-8
+# (rows 5-7 computed twice, stored once), of 8 rows 0-7 and 1-8.
+@pytest.mark.parametrize("k", [5120, 17408])
+def test_iq4_xs_staged_at_27b_k(lib, lib_cooperative, k):
+    """The staged form (tune 0, 5, 6, 8) and the register form (tune 7) == the tile kernel (tune
+    4), bitwise, with bias; with bulk copies and with per-thread copies (lib_cooperative); with
+    the weights 8 bytes past a 16-byte boundary the register form runs, the same bits."""
+    n = 9
+    raw, wd = weights(Q.IQ4_XS, n, k)
+    x = activations(1, k, seed=k)
+    bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
+    want = run(lib, x, raw, Q.IQ4_XS, n, bias, tune=4)
+    assert_rows_close(want, x.astype(np.float64) @ wd.T.astype(np.float64) + bias, "matmul_blocks")
+    for build in (lib, lib_cooperative):
+        for tune in (0, 5, 6, 7, 8):
+            got = run(build, x, raw, Q.IQ4_XS, n, bias, tune=tune)
+            assert_one_row_kernel_ran(build, Q.IQ4_XS, k, tune, n)
+            assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
+    got = run(lib, x, raw, Q.IQ4_XS, n, bias, offset=8)
+    assert_one_row_kernel_ran(lib, Q.IQ4_XS, k, 0, n, offset=8)
+    assert same_bits(got, want), "weights at 8 mod 16 changed bits"
+
+
+@pytest.mark.parametrize("n", [4227, 801])
+def test_iq4_xs_staged_ring(lib, lib_cooperative, n):
+    """The staged form's ring over several batches a block, k = 256: n = 4227 (8 to 9 batches a
+    block of the emulator's 132 at 4 rows, 2 stages; a last batch of 3 rows) and n = 801 (two
+    batches a block at 4 rows: 3 stages, both batches copied before the first is used; 8 rows: 2
+    stages, a block of one batch), with bulk and with per-thread copies: == the tile kernel."""
+    k = 256
+    raw, _ = weights(Q.IQ4_XS, n, k)
+    x = activations(1, k, seed=5)
+    want = run(lib, x, raw, Q.IQ4_XS, n, tune=4)
+    for build in (lib, lib_cooperative):
+        for tune in (0, 6):
+            got = run(build, x, raw, Q.IQ4_XS, n, tune=tune)
+            assert_one_row_kernel_ran(build, Q.IQ4_XS, k, tune, n)
+            assert same_bits(got, want), f"tune {tune} differs from the tile kernel"

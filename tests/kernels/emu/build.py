@@ -27,8 +27,9 @@ def host_source(text: str) -> str:
     return LAUNCH.sub(lambda m: f"emu_launch({m[1]}, {m[2]}, {m[3]});", text)
 
 
-def build(names: list[str], out_dir: Path) -> Path | None:
-    """cuda/<name> for each name -> out_dir/libemu.so (None: no g++ here)."""
+def build(names: list[str], out_dir: Path, defines: tuple[str, ...] = ()) -> Path | None:
+    """cuda/<name> for each name -> out_dir/libemu.so (None: no g++ here); `defines`: extra
+    preprocessor definitions ("NAME" or "NAME=value"), e.g. a kernel's other code path."""
     cxx = shutil.which("g++")
     if cxx is None:
         return None
@@ -39,7 +40,8 @@ def build(names: list[str], out_dir: Path) -> Path | None:
         src = out_dir / (Path(name).stem + ".cpp")
         src.write_text(host_source((CUDA / name).read_text()))
         sources.append(src)
-    flags = ["-std=c++20", "-O2", "-ffp-contract=off", "-fPIC", "-I", str(EMU), "-I", str(CUDA)]
+    flags = ["-std=c++20", "-O2", "-ffp-contract=off", "-fPIC", "-I", str(EMU), "-I", str(CUDA),
+             *(f"-D{d}" for d in defines)]
     objects = [out_dir / (src.stem + ".o") for src in sources]
     jobs = [subprocess.Popen([cxx, *flags, "-c", str(src), "-o", str(obj)]) for src, obj in zip(sources, objects)]
     failed = [src.name for src, job in zip(sources, jobs) if job.wait() != 0]
@@ -50,14 +52,15 @@ def build(names: list[str], out_dir: Path) -> Path | None:
     return lib
 
 
-def load(names: list[str], out_dir: Path, what: str):
-    """ctypes.CDLL of build(names, out_dir), or pytest.skip naming why this host cannot emulate `what`."""
+def load(names: list[str], out_dir: Path, what: str, defines: tuple[str, ...] = ()):
+    """ctypes.CDLL of build(names, out_dir, defines), or pytest.skip naming why this host cannot
+    emulate `what`."""
     import ctypes
 
     import pytest
 
     try:
-        path = build(names, out_dir)
+        path = build(names, out_dir, defines)
     except Exception as exc:  # noqa: BLE001 - a host without C++20 cannot emulate
         pytest.skip(f"no host build of {what}: {exc}")
     if path is None:

@@ -1,0 +1,423 @@
+// One-row matmul, staged form (IQ4_XS): the same integers and float steps as the tile kernel
+// (cuda/matmul.cu) and as the register form of cuda/matmul_gemv.cuh, so the same bits (DESIGN 5
+// rule 6), with the weights streamed through shared memory instead of registers.
+//
+// Why (docs/PERF.md, session 13): the register form held a batch's weights in registers (72 a
+// thread: 5 blocks of 5 warps an SM at the 27B gate), formed a 64-bit address for each of its 12
+// loads a batch (79 of ~496 instructions a warp and batch), kept one batch in flight a warp and
+// paid ~25 a batch for the shared counter that elects the chain warp; ncu had its issue slots 44%
+// busy with 1.6 eligible warps a scheduler and DRAM at 42%.
+//
+// Layout. A batch is R consecutive rows: R * row_bytes contiguous bytes (16-byte aligned: R is
+// even, a row is a whole number of 136-byte chunks, the weights 16-byte aligned), copied into one
+// of S stages (S = 2, or 3 where a block has two batches: launch_gemv_staged). On sm_90 and later
+// thread 0 copies a batch with one bulk copy (cp.async.bulk) that completes on the stage's
+// mbarrier; elsewhere every thread copies 16-byte words with cp.async (LUCE_GEMV_BULK). The last
+// batch starts at row n - R (it overlaps the one before; only its rows from b * R on are stored),
+// so no copy reaches past the matrix (with an odd chunk count n must be even for that row to be
+// 16-byte aligned; else the register form runs). Lane L of warp w owns group j = L % 8 of chunk
+// ch = 4w + L / 8 (W = ceil(chunks / 4) warps cover k, one chunk slot a lane; lanes past k read
+// the last chunk and drop their sums) and keeps that group's x in registers for the launch; for each row of a batch
+// it reads the chunk header and its group's 16 qs bytes from the stage (3 8-byte shared loads; the
+// 8 lanes of a chunk read 8 bytes at a 16-byte stride, the next chunk 136 bytes on: no bank
+// conflicts), one integer scale a row.
+//
+// Per batch t (one block barrier): __syncthreads (every warp is done with batch t - 1: its stage
+// may refill and its c is whole), wait for batch t's copy (cp.async: wait for this thread's words,
+// then the barrier), warp (t - 1) % W runs the ordered chains of batch t - 1 (thread 4r + kp:
+// chunks kp, kp + 4, ... of row r in order, then ((acc0 + acc1) + acc2) + acc3 (+ bias) by
+// shuffles), batch t + S - 1's copy is issued, then batch t's sums: a lane's integer SH, SL a row,
+// the 8 lanes of a chunk add them (rows8_sum, transposed: lane j ends with row j * R / 8), and the
+// row's lane writes c = d * fma(SH, 256, SL) into c's ring of two batches.
+//
+// Table lookup (kSplit): T[n] = R1 + R2 with R1 = prmt(T[0..7], n) (n's bit 3 set: the sign of a
+// negative entry, -1) and R2 = prmt(T[8..15] + 1, n ^ 8) (bit 3 clear: the sign of a positive
+// entry, 0); the dot products take R1 and R2 apart (8 dp4a a word of 8 values instead of 4) and
+// the lookup needs 7 ALU-pipe instructions a word instead of 11 (iq4_pairs): the same 15 issue
+// slots a word, the ALU pipe (the busiest in ncu) relieved and the dp4a pipe loaded. Exact either
+// way: the integers are the same.
+//
+// sm_90a SASS (IQ4_XS, R = 4, cuobjdump, counted): a warp and batch issues ~375 instructions
+// outside the chains (the register form: ~496 with them): 351 for the sums, the reduction and c
+// (128 IDP, 64 PRMT, 41 SHF, 26 LOP3, 13 LDS), ~15 for the barrier and the wait, ~8 to skip the
+// copy (thread 0: ~35); the chain warp adds ~60-80 (the 27B gate) once a batch.
+#pragma once
+
+#include "matmul_gemv.cuh"
+#include "matmul_stage.cuh"
+
+namespace mm {
+
+constexpr int kStagedMaxWarps = 32;  // 1,024 threads: k up to 32,768 (128 chunks)
+
+// 56 registers a thread: two blocks of 17 warps an SM at the 27B down projection (64 leave one),
+// seven of 5 warps at its gate (64: six). nvcc takes __maxnreg__ or __launch_bounds__, not both.
+#if defined(__HIPCC__)
+#define LUCE_GEMV_STAGED_REGS __launch_bounds__(kStagedMaxWarps * WARP_SIZE)
+#elif defined(__CUDACC__)
+#define LUCE_GEMV_STAGED_REGS __maxnreg__(R == 8 ? 64 : 56)
+#else
+#define LUCE_GEMV_STAGED_REGS
+#endif
+
+// prmt.b32 with the selector as given: nibble bit 3 replicates the selected byte's sign.
+__device__ __forceinline__ uint32_t prmt_sign(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef LUCE_MM_PORTABLE
+    const uint64_t src = ((uint64_t)b << 32) | a;
+    uint32_t out = 0;
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t nib = (sel >> (4 * i)) & 15;
+        uint32_t v = (uint32_t)(src >> (8 * (nib & 7))) & 0xFF;
+        if (nib & 8) v = (v & 0x80) ? 0xFF : 0;
+        out |= v << (8 * i);
+    }
+    return out;
+#else
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+#endif
+}
+
+// T[8..15] + 1 (2, 14, 26, 39 | 54, 70, 90, 114): every entry positive.
+constexpr uint32_t kIq4High1Lo = 0x271A0E02u, kIq4High1Hi = 0x725A4636u;
+// Word 0 of the low half table (lanes 0, 1) and of T[8..15] + 1 (lanes 2, 3), loaded through a
+// lane-dependent address (see kIq4TableA).
+__device__ const uint32_t kIq4SplitA[4] = {kIq4Table0, kIq4Table0, kIq4High1Lo, kIq4High1Lo};
+
+// IQ4_XS reader of the staged form: lane j takes group j of its chunk whole (qs bytes 16j..16j+15,
+// one integer scale).
+template <bool kSplit>
+struct StagedIQ4XS {
+    static constexpr int kChunkBytes = 136;
+
+    // x of group j of chunk ch, quads 0..3 in the lookup's order (GemvIQ4XS::load_x's order).
+    static __device__ __forceinline__ void load_x(const XLayout &x, int64_t ch, int j, GroupX &gx) {
+        const int64_t g = ch * kGroups + j;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const uint4 v = __ldg(x.xq + g * 4 + q);
+            gx.v[q] = make_uint4(byte_perm(v.x, v.y, 0x5140), byte_perm(v.x, v.y, 0x7362),
+                                 byte_perm(v.z, v.w, 0x5140), byte_perm(v.z, v.w, 0x7362));
+        }
+        gx.s = 0;
+        const int h = j & 1;
+        if (kSplit) {
+            gx.k[0] = __ldg(&kIq4SplitA[h]);
+            gx.k[1] = __ldg(&kIq4SplitA[2 + h]);
+        } else {
+            gx.k[0] = __ldg(&kIq4TableA[h]);
+            gx.k[1] = __ldg(&kIq4TableA[2 + h]);
+        }
+    }
+
+    // One row's chunk at c (shared memory): the lane's integer sums sh, sl (its group's scale
+    // applied).
+    static __device__ __forceinline__ void sums(const uint8_t *c, int j, const GroupX &gx, int &sh, int &sl) {
+        const uint2 h = *reinterpret_cast<const uint2 *>(c);
+        const uint2 qa = *reinterpret_cast<const uint2 *>(c + 8 + 16 * j);
+        const uint2 qb = *reinterpret_cast<const uint2 *>(c + 16 + 16 * j);
+        const uint32_t w[4] = {qa.x, qa.y, qb.x, qb.y};
+        int ph = 0, pl = 0;  // one chain each: a batch's rows give the instruction-level parallelism
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            if (kSplit) {
+                const uint32_t f = w[q] ^ 0x88888888u;
+                const uint32_t r1a = prmt_sign(gx.k[0], kIq4Table1, w[q]);
+                const uint32_t r1b = prmt_sign(gx.k[0], kIq4Table1, w[q] >> 16);
+                const uint32_t r2a = prmt_sign(gx.k[1], kIq4High1Hi, f);
+                const uint32_t r2b = prmt_sign(gx.k[1], kIq4High1Hi, f >> 16);
+                ph = dp4<false>(r1a, gx.v[q].x, ph);
+                pl = dp4<true>(r1a, gx.v[q].z, pl);
+                ph = dp4<false>(r1b, gx.v[q].y, ph);
+                pl = dp4<true>(r1b, gx.v[q].w, pl);
+                ph = dp4<false>(r2a, gx.v[q].x, ph);
+                pl = dp4<true>(r2a, gx.v[q].z, pl);
+                ph = dp4<false>(r2b, gx.v[q].y, ph);
+                pl = dp4<true>(r2b, gx.v[q].w, pl);
+            } else {
+                uint32_t v01, v23;
+                iq4_pairs(w[q], gx.k[0], gx.k[1], v01, v23);
+                ph = dp4<false>(v01, gx.v[q].x, ph);
+                pl = dp4<true>(v01, gx.v[q].z, pl);
+                ph = dp4<false>(v23, gx.v[q].y, ph);
+                pl = dp4<true>(v23, gx.v[q].w, pl);
+            }
+        }
+        // ls_j = scales_l bits 4j..4j+3 | scales_h bits 2j, 2j + 1 (head.x bits 16 + 2j) << 4
+        const int s = (int)(((h.y >> (4 * j)) & 15u) | ((h.x >> (12 + 2 * j)) & 0x30u)) - 32;
+        sh = s * ph;
+        sl = s * pl;
+    }
+};
+
+struct GemvStagedArgs {
+    const uint8_t *w;
+    const float *bias;
+    float *y;
+    XLayout x;  // token 0 of it
+    int64_t n, row_bytes;
+    int warps;   // W = ceil(chunks / 4)
+    int stages;  // S, 2..kStagedMaxStages
+};
+
+constexpr int kStagedMaxStages = 3;
+
+// How a batch reaches its stage. sm_90 and later: one bulk copy (cp.async.bulk, the TMA's 1-D
+// form) by thread 0, completing on the stage's mbarrier, which every thread waits on; the host
+// emulator runs the same code with the copy done at once and the mbarrier's phases emulated
+// (tests/kernels/test_matmul_emulated.py). Elsewhere (HIP, sm_80-89, or LUCE_GEMV_COOPERATIVE):
+// every thread copies 16-byte words of it with cp.async and waits for its own; the block barrier
+// after that makes them everyone's.
+#if defined(__HIPCC__) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900) || defined(LUCE_GEMV_COOPERATIVE)
+#define LUCE_GEMV_BULK 0
+#else
+#define LUCE_GEMV_BULK 1
+#endif
+
+#if LUCE_GEMV_BULK
+#ifdef LUCE_MM_PORTABLE
+// The emulator's mbarrier: phase parity (bit 63), pending arrivals (bits 32..47), bytes still to
+// land (bits 0..31, as a signed count).
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) { *bar = (uint64_t)count << 32; }
+__device__ __forceinline__ void mbar_fence_init() {}
+__device__ __forceinline__ void mbar_step(uint64_t *bar, int arrivals, int64_t bytes) {
+    const uint64_t phase = *bar >> 63;
+    int pending = (int)((*bar >> 32) & 0xFFFF) - arrivals;
+    int64_t tx = (int64_t)(int32_t)(uint32_t)*bar + bytes;
+    if (pending < 0) abort();
+    if (pending == 0 && tx == 0) {  // the phase completes; the next one expects one arrival again
+        *bar = ((phase ^ 1) << 63) | ((uint64_t)1 << 32);
+        return;
+    }
+    *bar = (phase << 63) | ((uint64_t)pending << 32) | (uint32_t)(int32_t)tx;
+}
+__device__ __forceinline__ void bulk_copy(uint8_t *dst, const uint8_t *src, uint32_t bytes, uint64_t *bar) {
+    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) & 15) != 0)
+        abort();  // the device's bulk copy takes 16-byte aligned addresses and sizes only
+    mbar_step(bar, 1, bytes);  // arrive.expect_tx
+    std::memcpy(dst, src, bytes);
+    mbar_step(bar, 0, -(int64_t)bytes);  // complete_tx
+}
+// Waits for the phase of parity `parity` to complete. The emulator copies at once, so the phase
+// is complete when the kernel waits; a wait on the wrong parity would never end: abort instead.
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    if ((*bar >> 63) == parity) abort();
+}
+#else
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbar_init(uint64_t *bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// The initialized mbarriers visible to the async proxy (the bulk copies) before their first use.
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void bulk_copy(uint8_t *dst, const uint8_t *src, uint32_t bytes, uint64_t *bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    const uint32_t b = smem_u32(bar);
+    uint32_t done = 0;
+    do {
+        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.b32 %0, 1, 0, p; }"
+                     : "=r"(done) : "r"(b), "r"(parity) : "memory");
+    } while (!done);
+}
+#endif
+#endif
+
+// Bytes of one stage (R rows) and the dynamic shared memory of a launch: S stages, then c
+// [2][R][chunks] and the x scales [chunks] (floats).
+template <int R>
+__host__ __device__ inline uint32_t staged_stage_bytes(int64_t row_bytes) { return (uint32_t)(R * row_bytes); }
+
+template <int R>
+size_t gemv_staged_smem_bytes(const XLayout &x, int64_t row_bytes, int stages) {
+    return (size_t)stages * staged_stage_bytes<R>(row_bytes) + (size_t)(2 * R + 1) * x.chunks * sizeof(float);
+}
+
+template <class G, int R>
+__global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
+    static_assert(R == 2 || R == 4 || R == 8, "R even (16-byte aligned batches), rows8_sum takes 2, 4 or 8 rows");
+    extern __shared__ uint4 gemv_stage_words[];  // 16-byte aligned
+    uint8_t *stages = reinterpret_cast<uint8_t *>(gemv_stage_words);
+    const int chunks = (int)a.x.chunks, W = a.warps, n = (int)a.n, S = a.stages;
+    const uint32_t rb = (uint32_t)a.row_bytes, stage_bytes = staged_stage_bytes<R>(a.row_bytes);
+    float *c_s = reinterpret_cast<float *>(stages + (size_t)S * stage_bytes);  // [2][R][chunks]
+    float *xd_s = c_s + 2 * R * chunks;
+    const int tid = threadIdx.x, lane = tid % WARP_SIZE, warp = tid / WARP_SIZE, j = lane % 8;
+    int ch = warp * kGemvChunksPerWarp + lane / 8;
+    const bool live = ch < chunks;
+    if (!live) ch = chunks - 1;  // reads stay inside the row; the sums are dropped
+
+    // The block's batches: blockIdx.x, + gridDim.x, ... (turn t: the t-th of them), rows as int
+    // (n < 2^31 / R). A batch's first row: b * R, or n - R for a last batch past n.
+    const int batches = (n + R - 1) / R, row_step = (int)gridDim.x * R;
+    const int turns = (int)blockIdx.x < batches ? (batches - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    auto first_row = [&](int row) { return row + R <= n ? row : n - R; };  // n >= R (launch)
+    int issue_row = (int)blockIdx.x * R, issue_slot = 0;
+#if LUCE_GEMV_BULK
+    __shared__ uint64_t full[kStagedMaxStages];  // stage s's copy has landed (phase parity: its uses so far, & 1)
+    if (tid == 0) {
+        for (int s = 0; s < kStagedMaxStages; ++s) mbar_init(&full[s], 1);
+        mbar_fence_init();
+    }
+    auto issue = [&](int t) {
+        if (tid == 0 && t < turns) {
+            bulk_copy(stages + issue_slot * stage_bytes, a.w + (size_t)first_row(issue_row) * rb, stage_bytes,
+                      &full[issue_slot]);
+        }
+        issue_row += row_step;
+        issue_slot = issue_slot + 1 == S ? 0 : issue_slot + 1;
+    };
+#else
+    // Copies: 16-byte word i of a stage by thread i % blockDim.x; at most R + 1 a thread (a stage
+    // is R * 8.5 words a chunk, a block 8 lanes a chunk). One 64-bit source a batch, stepped.
+    const uint32_t step = blockDim.x * 16, mine = (stage_bytes / 16 + blockDim.x - 1 - tid) / blockDim.x;
+    const uint8_t *w_thread = a.w + 16 * tid;
+#ifdef LUCE_MM_PORTABLE
+    uint8_t *const dst_thread = stages + 16 * tid;
+#else
+    const uint32_t dst_thread = (uint32_t)__cvta_generic_to_shared(stages) + 16 * tid;
+#endif
+    auto issue = [&](int t) {
+        if (t < turns) {
+            const uint8_t *src = w_thread + (size_t)first_row(issue_row) * rb;
+            auto dst = dst_thread + issue_slot * stage_bytes;
+#pragma unroll
+            for (int i = 0; i <= R; ++i) {
+                if (i < (int)mine) {
+#ifdef LUCE_MM_PORTABLE
+#ifndef __HIPCC__  // the emulator: cp.async of 16 bytes takes 16-byte aligned addresses only
+                    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) != 0) abort();
+#endif
+                    cp_async16(dst, src, 16);
+#else
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+                    asm("" : "+l"(src));  // one running pointer (else nvcc re-forms each address)
+#endif
+                }
+                src += step;
+                dst += step;
+            }
+        }
+        cp_async_commit();  // one group a turn, empty or not: the wait for S - 2 pending counts turns
+        issue_row += row_step;
+        issue_slot = issue_slot + 1 == S ? 0 : issue_slot + 1;
+    };
+#endif
+    for (int t = 0; t < S - 1; ++t) issue(t);  // weights before the kernel ahead ends
+    wait_for_prior_kernels();                  // x is written by the kernel ahead
+    let_dependents_start();
+    GroupX gx;
+    G::load_x(a.x, ch, j, gx);
+    for (int c = tid; c < chunks; c += blockDim.x) xd_s[c] = __ldg(a.x.xd + (int64_t)c * a.x.tp);
+
+    // Ordered chains of a batch's R rows (one warp): thread 4r + kp takes acc[kp] of row r.
+    int chain_row = (int)blockIdx.x * R, chain_warp = 0;
+    auto chains = [&](int t) {
+        if (warp == chain_warp) {
+            const int r = lane / 4, kp = lane % 4;
+            const float *c_row = c_s + ((t & 1) * R + (r < R ? r : 0)) * chunks;
+            float acc = 0.0f;
+            for (int c = kp; c < chunks; c += 4) acc = fmaf(xd_s[c], c_row[c], acc);
+            const float a1 = warp_shfl_xor(acc, 1), a2 = warp_shfl_xor(acc, 2), a3 = warp_shfl_xor(acc, 3);
+            const int row = first_row(chain_row) + r;
+            if (r < R && kp == 0 && row >= chain_row) {  // rows before chain_row: the batch before stores them
+                float v = acc;
+                v = v + a1;
+                v = v + a2;
+                v = v + a3;
+                if (a.bias) v = v + a.bias[row];
+                a.y[row] = v;
+            }
+        }
+        chain_row += row_step;
+        chain_warp = chain_warp + 1 == W ? 0 : chain_warp + 1;
+    };
+
+    const uint8_t *lane_chunk = stages + (uint32_t)ch * G::kChunkBytes;
+    const int myrow = j * R / 8;
+    const bool writer = (j % (8 / R)) == 0 && live;
+    int slot = 0;
+    uint32_t parity = 0;  // of the stages' current phase (bulk copies): flips when the ring wraps
+    for (int t = 0; t < turns; ++t) {
+#if LUCE_GEMV_BULK
+        __syncthreads();  // every warp is done with turn t - 1: its stage refills, its c is whole
+        mbar_wait(&full[slot], parity);
+#else
+        if (S == 2)  // this thread's copies of turn t
+            cp_async_wait<0>();
+        else
+            cp_async_wait<kStagedMaxStages - 2>();
+        __syncthreads();         // everyone's; every warp is done with turn t - 1
+#endif
+        if (t > 0) chains(t - 1);
+        issue(t + S - 1);
+        const uint8_t *c0 = lane_chunk + slot * stage_bytes;
+        int sh[R], sl[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) G::sums(c0 + r * rb, j, gx, sh[r], sl[r]);
+        const int SH = rows8_sum<R>(sh), SL = rows8_sum<R>(sl);
+        if (writer) {
+            const float d = f16_to_f32(*reinterpret_cast<const unsigned short *>(c0 + myrow * rb));
+            c_s[((t & 1) * R + myrow) * chunks + ch] = __fmul_rn(d, fmaf((float)SH, 256.0f, (float)SL));
+        }
+        if (++slot == S) {
+            slot = 0;
+            parity ^= 1;
+        }
+    }
+    __syncthreads();
+    if (turns > 0) chains(turns - 1);
+}
+
+// Launch of the staged form (R rows a batch); 0 on success. The caller checked
+// gemv_staged_runs. Stages: 2, or 3 where a block then has two batches, both in flight from its
+// start (the 27B's 5120 x 6144 output projection: at 2 stages the second waits for the first; 3
+// cost it one block of 6 an SM).
+template <class G, int R>
+int launch_gemv_staged(GemvStagedArgs a, cudaStream_t stream) {
+    a.warps = (int)((a.x.chunks + kGemvChunksPerWarp - 1) / kGemvChunksPerWarp);
+    const int threads = a.warps * WARP_SIZE;
+    auto kernel = gemv_staged_kernel<G, R>;
+    // Blocks an SM by chunk count and stages (registers and shared memory depend on them), asked
+    // once; the kernel's shared-memory limit raised to the largest launch so far.
+    static int resident[4 * kStagedMaxWarps + 1][kStagedMaxStages + 1] = {};
+    static size_t smem_set = 48 << 10;
+    auto blocks = [&](int stages) {
+        const size_t smem = gemv_staged_smem_bytes<R>(a.x, a.row_bytes, stages);
+        int &res = resident[a.x.chunks][stages];
+        if (res == 0) {
+            if (smem > smem_set &&
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess)
+                smem_set = smem;
+            res = smem <= smem_set ? resident_blocks(kernel, threads, smem) : -1;
+        }
+        return res;
+    };
+    const int64_t batches = (a.n + R - 1) / R;
+    const int res2 = blocks(2), res3 = blocks(3);
+    a.stages = res3 > 0 && (batches + res3 - 1) / res3 == 2 ? 3 : 2;
+    const int res = a.stages == 3 ? res3 : res2;
+    if (res < 0) return (int)cudaErrorInvalidValue;
+    // A one-wave grid of every resident block (0: unknown, one a batch); block b takes batches b,
+    // b + grid, ...: they differ by one batch at most, and an SM's blocks by as little.
+    const int64_t grid = res > 0 && res < batches ? res : batches;
+    const size_t smem = gemv_staged_smem_bytes<R>(a.x, a.row_bytes, a.stages);
+    return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
+}
+
+// The staged form can run: IQ4_XS weights 16-byte aligned, at least R rows, every batch's first
+// row 16-byte aligned (an even chunk count, or n even: the last batch starts at row n - R), k at
+// most 128 chunks, and two stages' shared memory within the device's opt-in limit (48 KiB if
+// unknown).
+template <int R>
+bool gemv_staged_runs(const uint8_t *w, int64_t n, const XLayout &x, int64_t row_bytes, int smem_limit) {
+    const size_t smem = gemv_staged_smem_bytes<R>(x, row_bytes, 2);
+    return (reinterpret_cast<uintptr_t>(w) & 15) == 0 && n >= R && ((n - R) * row_bytes) % 16 == 0 &&
+           x.chunks <= 4 * kStagedMaxWarps && smem <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
+}
+
+}  // namespace mm
