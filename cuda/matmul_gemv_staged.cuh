@@ -48,7 +48,7 @@
 
 namespace mm {
 
-constexpr int kStagedMaxWarps = 32;  // 1,024 threads: k up to 32,768 (128 chunks)
+constexpr int kStagedMaxWarps = 1024 / WARP_SIZE;  // 1,024 threads (CUDA: 32 warps, k up to 32,768 = 128 chunks)
 
 // 56 registers a thread: two blocks of 17 warps an SM at the 27B down projection (64 leave one),
 // seven of 5 warps at its gate (64: six). nvcc takes __maxnreg__ or __launch_bounds__, not both.
