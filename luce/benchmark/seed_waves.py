@@ -104,6 +104,7 @@ def run_arm(engine, cfg: WaveConfig, prompts, truth, C: int) -> dict:
     stats = getattr(engine.spec, "stats", None)
     before_graphs, before_depths = engine.graph_counters(), depth_histogram(engine)
     before = (stats.verifies, stats.emitted) if stats is not None else (0, 0)
+    draft_before = engine.spec.draft_seconds if stats is not None else 0.0
     times, outputs, exact = [], [], True
     for w in range(1, cfg.waves + 1):
         seconds, outs = _wave(engine, [prompts[i] for i in pick(w)], cfg.max_tokens)
@@ -117,6 +118,7 @@ def run_arm(engine, cfg: WaveConfig, prompts, truth, C: int) -> dict:
     if stats is not None:
         row["acceptance_length"] = (stats.emitted - before[1]) / max(1, stats.verifies - before[0])
         row["depths"] = depth_histogram(engine, before_depths)
+        row["draft_s"] = engine.spec.draft_seconds - draft_before   # drafting's wall time in the timed waves
         row["policy"] = engine.spec.policy.describe()   # what the depth policy measured, at the end
     return row
 
@@ -135,6 +137,7 @@ def run_waves(model, draft, cfg: WaveConfig, prompts, truth, arms=("ar", "specla
             row = run_arm(engine, cfg, prompts, truth, C)
             report[arm][C] = row
             depths = f", depths {row['depths']}" if "depths" in row else ""
+            depths += f", drafting {row['draft_s']:.3f} s of {sum(row['wave_s']):.3f}" if "draft_s" in row else ""
             log(f"waves: {arm} C{C} {row['goodput_tok_s']:.1f} tok/s, exact {row['matches_plain']}{depths}, "
                 f"eager {row['graphs'].get('eager_reasons', {})}")
         del engine

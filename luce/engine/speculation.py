@@ -70,6 +70,7 @@ class EngineSpeculation:
         self._drafted: set[int] = set()        # slots that drafted in the previous step
         self.depths: dict[int, int] = {}        # depth -> steps that chose it (0: plain), of the steps
                                                 # with lanes that could draft
+        self.draft_seconds = 0.0               # drafting so far (draft calls and prompt prefills), for reports
 
     @property
     def stats(self) -> SpecStats:
@@ -122,8 +123,11 @@ class EngineSpeculation:
         # every token since, a switching cost that must not pass for the cost of this depth;
         # nor may a draft pass's graph warm-up (its key's first, eager call, or its capture).
         self._drafted = {s for s, _, _ in lanes}
-        if self._drafted <= previous and not self._draft[1]:
+        self.draft_seconds += self._draft[0]
+        if not self._draft[1] and self._drafted <= previous:
             self.policy.record_draft(depth, self._draft[0], lanes=len(lanes))
+        elif not self._draft[1]:               # the catch-up: what leaving plain decoding costs
+            self.policy.record_switch(self._draft[0])
         decode, trees = [], []
         for row in cohort.decode:
             tree = self.trees.get(row.slot)
@@ -166,8 +170,11 @@ class EngineSpeculation:
     def record(self, step: StepBatch, accepted: dict[int, Acceptance], request_of: Callable[[int], Any]) -> None:
         """After every committed step: statistics of its trees and the lanes' acceptance;
         prompts completed this step go to the drafter (a draft model prefills them now)."""
-        self.speculator.prefill([(c.slot, request_of(c.slot).prompt_ids) for c in step.cohort.prefill
-                                 if c.completes_prompt])
+        if self.policy.drafting:       # else a lane's first draft catches up on its whole sequence
+            t0 = self.clock()
+            self.speculator.prefill([(c.slot, request_of(c.slot).prompt_ids) for c in step.cohort.prefill
+                                     if c.completes_prompt])
+            self.draft_seconds += self.clock() - t0
         for chunk in step.cohort.tree:
             acc, tree = accepted[chunk.slot], self.trees[chunk.slot]
             self.speculator.record(tree, acc.n_accepted, len(acc.tokens))

@@ -24,9 +24,14 @@ short chain (PROBE_DEPTH) and the floor first (at most PROBE_TRIES steps each: a
 engine discards does not hold the probe forever), then now and then tries a neighbour of the
 best depth: after EXPLORE_EVERY choices, then twice as many after each try while the best
 depth stays, up to EXPLORE_MAX; every EXPLORE_HOPELESS choices while plain decoding would win
-even if every draft were accepted (then a try costs a few tenths of a percent). Such a
-hopeless try drafts two steps in a row: the first draft catches up on the plain steps and is
-not timed, the second is, so the draft cost that keeps speculation off is measured again.
+even if every draft were accepted. A try from plain decoding drafts two steps in a row: the
+first draft catches up on the plain steps (a switching cost, `record_switch`) and is not timed,
+the second is, so the draft cost that keeps speculation off is measured again. Such tries are
+spaced so that what they cost (the switch, the timed draft and its verify) stays under
+EXPLORE_SHARE of plain decoding's time: on a GPU where a draft model's catch-up costs a few
+steps, speculation that steps aside costs well under a percent. While plain decoding is the
+best, the draft state is not kept up (`drafting` is False: a draft model does not prefill new
+prompts; a try catches up on the whole sequence), and a choice between tries is a counter.
 
 The engine times what a depth costs in steady state only (luce.engine.speculation): not a
 step or draft that ran a graph's warm-up (a key's first, eager call or its capture), nor a
@@ -46,6 +51,7 @@ LANE_PRIOR = 4.0          # a new lane starts from the acceptance of all lanes, 
 EXPLORE_EVERY = 8         # choices between tries of a neighbour of the best depth, at first;
 EXPLORE_MAX = 64          # doubled after each try while the best stays (a losing depth tried less)
 EXPLORE_HOPELESS = 256    # between tries while plain decoding would win even if every draft were right
+EXPLORE_SHARE = 0.01      # the most of plain decoding's time that tries of drafting may cost
 PROBE_DEPTH = 2           # the first depth measured: cheap when drafts are rarely right
 PROBE_TRIES = 8           # steps a probe may take to get a timing the engine keeps
 
@@ -163,6 +169,7 @@ class DepthPolicy:
         self._again: int | None = None  # a try from plain decoding takes two steps: this depth next
         self._probes: dict[tuple, int] = {}    # (what, key) -> steps spent probing it
         self._probed: set[tuple] = set()       # (lanes, AR rows, probe depth, floor) probed
+        self.switch: float | None = None       # seconds of a draft that catches up after plain steps (EMA)
 
     @property
     def adaptive(self) -> bool:
@@ -172,6 +179,16 @@ class DepthPolicy:
     def record_draft(self, depth: int, seconds: float, lanes: int = 1) -> None:
         """One draft call of `lanes` lanes, `depth` deep."""
         self.drafts.setdefault(lanes, Timings(through_zero=True)).add(depth, seconds)
+
+    def record_switch(self, seconds: float) -> None:
+        """A draft that caught up after plain steps (not its depth's cost): what a try costs."""
+        self.switch = seconds if self.switch is None else (1 - EMA) * self.switch + EMA * seconds
+
+    @property
+    def drafting(self) -> bool:
+        """Whether drafts are in use, so a drafter should keep its state up (prefill new
+        prompts): False once the policy has settled on plain decoding."""
+        return not self.adaptive or self._best != 0
 
     def record_step(self, rows: int, seconds: float) -> None:
         """A step of `rows` rows, all of them AR or tree rows (no prompt chunk)."""
@@ -239,8 +256,8 @@ class DepthPolicy:
         if not self.adaptive or hi <= lo or not slots:
             return hi
         rows = lambda d: ar_rows + len(slots) * (d + 1)  # noqa: E731
-        shape = (len(slots), ar_rows, min(PROBE_DEPTH, hi), lo)
-        if shape not in self._probed:
+        shape = (len(slots), ar_rows, max(PROBE_DEPTH, lo), lo)
+        if shape[2] <= hi and shape not in self._probed:   # (near a request's end, estimates do)
             for d in shape[2:]:                # measure a short chain and the floor first; from them,
                 unmeasured = self._unmeasured(d, len(slots), rows(d))   # estimates, refined by exploring
                 if unmeasured:
@@ -251,6 +268,9 @@ class DepthPolicy:
         again, self._again = self._again, None
         if again is not None and lo <= again <= hi:
             return again
+        if self._best == 0 == lo and self._since + 1 < self._explore_every:
+            self._since += 1                   # plain decoding until the next try: nothing to weigh
+            return 0
         known = {d: r for d, r in self._rates(slots, ar_rows, lo, hi).items() if r is not None}
         if not known:
             return lo
@@ -258,20 +278,31 @@ class DepthPolicy:
         if best != self._best:                 # a new best: its neighbours are tried soon
             self._best, self._since, self._explore_every = best, 0, EXPLORE_EVERY
         self._since += 1
+        near = [d for d in (best - 1, best + 1) if lo <= d <= hi]
+        tried = min(near, key=lambda d: (self.step.count.get(rows(d), 0), d)) if near else best
         every = self._explore_every
-        hopeless = best == 0 and self._hopeless(slots, ar_rows, lo, hi, known.get(0))
-        if hopeless:
-            every = max(every, EXPLORE_HOPELESS)
+        if best == 0:
+            if self._hopeless(slots, ar_rows, lo, hi, known.get(0)):
+                every = max(every, EXPLORE_HOPELESS)
+            every = max(every, self._try_spacing(tried, len(slots), rows(tried), rows(0)))
         if self._since < every:
+            if best == 0:                      # the counter above runs until the try
+                self._explore_every = max(self._explore_every, every)
             return best
         self._since, self._explore_every = 0, min(2 * self._explore_every, EXPLORE_MAX)
-        near = [d for d in (best - 1, best + 1) if lo <= d <= hi]
-        if not near:
-            return best
-        tried = min(near, key=lambda d: (self.step.count.get(rows(d), 0), d))
-        if hopeless:                           # only the draft's cost can change that: its first draft
-            self._again = tried                # catches up on the plain steps (not timed), a second is timed
+        if best == 0 and tried:                # its first draft catches up on the plain steps (not
+            self._again = tried                # timed), a second is timed
         return tried
+
+    def _try_spacing(self, depth: int, lanes: int, rows: int, plain_rows: int) -> int:
+        """Plain steps between tries of `depth` from plain decoding so that a try (the switch,
+        then a timed draft and its verify) costs at most EXPLORE_SHARE of their time."""
+        plain = self.step.seconds(plain_rows)
+        if not plain or self.switch is None:
+            return 0
+        draft = self.draft_seconds(depth, lanes) or 0.0
+        cost = self.switch + draft + (self.step.seconds(rows) or plain)
+        return int(cost / (EXPLORE_SHARE * plain)) + 1
 
     def _hopeless(self, slots: list[int], ar_rows: int, lo: int, hi: int, plain: float | None) -> bool:
         """Whether plain decoding (`plain` tokens per second) beats every depth in [lo, hi]
@@ -304,5 +335,5 @@ class DepthPolicy:
         return {"step_s": dict(sorted(self.step.mean.items())),
                 "draft_s": {n: dict(sorted(t.mean.items())) for n, t in sorted(self.drafts.items())},
                 "acceptance": {s: round(a.p, 4) for s, a in sorted(self._lanes.items())},
-                "acceptance_all": round(self._all.p, 4),
+                "acceptance_all": round(self._all.p, 4), "switch_s": self.switch,
                 "expected_tokens_all": [round(e, 3) for e in self._all.expected_upto(self.max_depth)]}

@@ -138,7 +138,7 @@ def test_the_oracle_acceptance_is_modelled_as_measured_not_as_geometric():
 def test_a_probe_gives_up_on_timings_it_never_gets():
     """A probe whose timings the engine keeps discarding (graph warm-ups) ends after
     PROBE_TRIES steps; with no draft ever timed, drafting has no estimate and decoding stays plain
-    (but for a rare try of depth 1)."""
+    (but for a rare try of depth 1, two steps: a catch-up, then a timed draft)."""
     from luce.spec.depth import PROBE_TRIES
 
     policy = DepthPolicy(8, 0)
@@ -146,7 +146,7 @@ def test_a_probe_gives_up_on_timings_it_never_gets():
     assert chosen == [2] * PROBE_TRIES
     policy.record_step(1, 1.0)
     later = [policy.choose([0], 100) for _ in range(40)]
-    assert later.count(0) >= 37 and set(later) <= {0, 1}
+    assert later.count(0) >= 36 and set(later) <= {0, 1}
 
 
 def test_draft_timings_are_per_lane_count_and_ar_rows_count_in_the_choice():
@@ -175,11 +175,13 @@ class Clock:
         return self.now
 
 
-def charged_engine(tiny_models, machine, truth=None, overhead=0.0, warmup_cost=0.0):
+def charged_engine(tiny_models, machine, truth=None, overhead=0.0, warmup_cost=0.0, catch_up=0.0):
     """An engine whose clock moves only by the machine's costs: each forward step(live rows),
     each draft call draft * depth, `overhead` per step in the scheduler (outside the forward);
     with `warmup_cost`, a row count's first two steps (a graph key's eager call and capture on a
-    GPU) cost that much more and count as graph warm-ups. Speculation (truth given): luce-serve's
+    GPU) cost that much more and count as graph warm-ups; with `catch_up`, each token a draft model
+    feeds beyond two in a draft call (catching up after plain steps) or in a prompt prefill costs
+    that much more. Speculation (truth given): luce-serve's
     default config for a draft model (depth chosen per step, down to plain), the oracle of the
     machine's acceptance length over the real tiny draft model (its catch-up path runs)."""
     from luce.engine import Engine, EngineConfig
@@ -196,10 +198,17 @@ def charged_engine(tiny_models, machine, truth=None, overhead=0.0, warmup_cost=0
                                 acceptance_length=machine.al)
         propose = drafter.propose
 
+        prefill = drafter.prefill
+
         def charged_propose(lanes):
             clock.now += machine.draft * max((lane.depth for lane in lanes), default=0)
+            clock.now += catch_up * sum(max(0, len(lane.tokens) - inner.seen[lane.slot] - 2) for lane in lanes)
             return propose(lanes)
-        drafter.propose = charged_propose
+
+        def charged_prefill(lanes):
+            clock.now += catch_up * sum(len(tokens) for _, tokens in lanes)
+            return prefill(lanes)
+        drafter.propose, drafter.prefill = charged_propose, charged_prefill
     engine = Engine(model, None, EngineConfig(max_slots=1, ctx=128, token_budget=96, spec=spec), drafter=drafter)
 
     def charge(point, step):
@@ -261,6 +270,23 @@ def test_the_engine_with_the_default_config_is_never_slower_than_plain(tiny_mode
     else:
         assert depths[0] >= 0.85 * sum(depths.values()), depths
         assert spec_time <= 1.03 * plain_time, (spec_time, plain_time, depths)
+
+
+@pytest.mark.parametrize("machine", [Gpu(1.2, al=6), Gpu(0.73, al=2, wide=1.3)])
+def test_a_draft_model_that_loses_costs_plain_decoding_under_a_percent(tiny_models, truth, machine):
+    """With a draft model's switching costs charged (a catch-up after plain steps and a prompt's
+    prefill, 0.1 step a token: the H200's 0.5B catching up), a losing draft settles on plain
+    decoding, stops prefilling new prompts and spaces its tries so they cost at most
+    EXPLORE_SHARE: the requests after the first take at most 1% longer than plain decoding."""
+    plain, plain_clock = charged_engine(tiny_models, machine)
+    _, plain_first = serve(plain, plain_clock, PROMPTS * 3)
+    engine, clock = charged_engine(tiny_models, machine, truth, catch_up=0.1)
+    outs, spec_first = serve(engine, clock, PROMPTS[:1])
+    outs += serve(engine, clock, PROMPTS[1:] + PROMPTS * 2)[0]
+    assert outs == truth * 3
+    assert not engine.spec.policy.drafting and engine.spec.policy.switch is not None
+    spec_time, plain_time = clock.now - spec_first, plain_clock.now - plain_first
+    assert spec_time <= 1.01 * plain_time, (spec_time, plain_time, engine.spec.depths)
 
 
 def test_the_engine_times_whole_steps_without_graph_warmups(tiny_models, truth):
