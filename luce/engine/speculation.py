@@ -120,14 +120,16 @@ class EngineSpeculation:
         self._draft = (self.clock() - t0, self.warmups() - w0)
         # Timed only when every lane drafted in the previous step too: a draft model then feeds
         # one or two rows per lane. After plain steps (or a lane's first draft) it catches up on
-        # every token since, a switching cost that must not pass for the cost of this depth;
-        # nor may a draft pass's graph warm-up (its key's first, eager call, or its capture).
+        # every token since, a switching cost that must not pass for the cost of this depth
+        # (but is what a try from plain decoding costs, graph warm-ups of catch-ups of new
+        # lengths included); nor may a draft pass's graph warm-up (its key's first, eager call,
+        # or its capture).
         self._drafted = {s for s, _, _ in lanes}
         self.draft_seconds += self._draft[0]
-        if not self._draft[1] and self._drafted <= previous:
-            self.policy.record_draft(depth, self._draft[0], lanes=len(lanes))
-        elif not self._draft[1]:               # the catch-up: what leaving plain decoding costs
+        if not self._drafted <= previous:
             self.policy.record_switch(self._draft[0])
+        elif not self._draft[1]:
+            self.policy.record_draft(depth, self._draft[0], lanes=len(lanes))
         decode, trees = [], []
         for row in cohort.decode:
             tree = self.trees.get(row.slot)
