@@ -131,7 +131,7 @@ class SegmentSpec:
     pages: Sequence[int]
     logits: str = "last"           # 'last' | 'all' | 'none' | 'block' (all but the first row)
     parents: Sequence[int] | None = None
-    pad_to: int | None = None      # a non-tree segment padded to this many rows (Packer.segment)
+    pad_to: int | None = None      # the segment padded to this many rows (Packer.segment)
 
 
 def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] = (),
@@ -153,7 +153,7 @@ def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] =
             if len(depths) != n:
                 raise ValueError(f"slot {seg.slot}: {len(depths)} parents for {n} tree rows")
             p.segment(seg.slot, SEG_TREE, seg.token_ids, seg.start_pos + depths, seg.pages, seg.start_pos + n,
-                      parents=seg.parents, logits=range(n))
+                      parents=seg.parents, logits=range(n), pad_to=seg.pad_to)
             continue
         rows = {"last": range(n - 1, n) if n else range(0), "all": range(n), "none": range(0),
                 "block": range(1, n)}[seg.logits]

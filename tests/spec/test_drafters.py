@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from luce.models import SegmentSpec, build_batch, pages_needed
-from luce.models.batch import SEG_PREFILL
+from luce.models.batch import SEG_PREFILL, SEG_TREE
 from luce.models.packer import generate_greedy
 from luce.models.dflash import features_from_captured
 from luce.ref.sampling import top_k_logprobs
@@ -196,7 +196,9 @@ def test_draft_model_prefill_leaves_one_row_for_the_first_draft(tiny_models):
 def test_draft_model_catch_ups_after_plain_steps_share_a_padded_key(tiny_models, name):
     """A lane back from plain decoding catches up on every token since: 5 or 7 tokens feed one
     segment padded to 8 rows (one graph key, replayed on a GPU), and propose what a fresh
-    drafter does. One or two rows (a lane that drafted last step) stay unpadded."""
+    drafter does. One or two rows (a lane that drafted last step) stay unpadded. An
+    attention-only draft feeds them as a chain of tree rows (the decode kernels), a hybrid one
+    as prompt rows (its recurrent state advances in place)."""
     model = tiny_models[name]
     base = [4, 8, 15, 16, 23, 42, 7, 9]
     drafter = DraftModelDrafter(model, 2, 64, 3)
@@ -212,7 +214,27 @@ def test_draft_model_catch_ups_after_plain_steps_share_a_padded_key(tiny_models,
         want = DraftModelDrafter(model, 2, 64, 3).propose([DraftLane(slot, base + extra, 2, 2)])[0]
         np.testing.assert_array_equal(got.ids, want.ids)
         np.testing.assert_allclose(got.logprobs, want.logprobs, rtol=1e-5, atol=1e-5)
-    assert catch_ups[0] == catch_ups[1] and catch_ups[0][0] == ((SEG_PREFILL, 8),)
+    kind = SEG_TREE if drafter.state.recurrent is None else SEG_PREFILL
+    assert catch_ups[0] == catch_ups[1] and catch_ups[0][0] == ((kind, 8),)
+
+
+def test_a_long_catch_up_of_an_attention_only_draft_feeds_prompt_rows(tiny_models):
+    """Past CHAIN_CATCH_UP tokens (a prompt, a long run of plain steps) the catch-up is prompt
+    rows again; a 2-token one is an unpadded chain. Both propose what a fresh drafter does."""
+    from luce.spec.drafters.draft_model import CHAIN_CATCH_UP
+
+    model = tiny_models["qwen3_draft"]
+    base = [4, 8, 15, 16, 23, 42, 7, 9]
+    for extra, want_block in ((list(range(20, 21 + CHAIN_CATCH_UP)), (SEG_PREFILL, 32)), ([3, 5], (SEG_TREE, 2))):
+        drafter = DraftModelDrafter(model, 1, 64, 3)
+        drafter.propose([DraftLane(0, base, 2, 2)])
+        keys, forward = [], drafter.forward
+        drafter.forward = lambda batch, state: (keys.append(batch.replay_key), forward(batch, state))[1]
+        got = drafter.propose([DraftLane(0, base + extra, 2, 2)])[0]
+        assert keys[0][0] == (want_block,), keys
+        want = DraftModelDrafter(model, 1, 64, 3).propose([DraftLane(0, base + extra, 2, 2)])[0]
+        np.testing.assert_array_equal(got.ids, want.ids)
+        np.testing.assert_allclose(got.logprobs, want.logprobs, rtol=1e-5, atol=1e-5)
 
 
 def test_benchmark_drafters_propose_the_truth_first_and_wrong_tokens_after():
