@@ -97,50 +97,85 @@ def _wave(engine, prompts: Sequence[Sequence[int]], max_tokens: int) -> tuple[fl
 
 def run_arm(engine, cfg: WaveConfig, prompts, truth, C: int) -> dict:
     """One warm-up wave, then cfg.waves timed waves of C requests on `engine`."""
-    from luce.benchmark.seed_workload import _delta, depth_histogram
-
-    pick = lambda w: [(w * C + i) % len(prompts) for i in range(C)]  # noqa: E731
-    _wave(engine, [prompts[i] for i in pick(0)], cfg.max_tokens)
-    stats = getattr(engine.spec, "stats", None)
-    before_graphs, before_depths = engine.graph_counters(), depth_histogram(engine)
-    before = (stats.verifies, stats.emitted) if stats is not None else (0, 0)
-    draft_before = engine.spec.draft_seconds if stats is not None else 0.0
-    times, outputs, exact = [], [], True
+    run = _ArmRun(engine, cfg, prompts, truth, C)
     for w in range(1, cfg.waves + 1):
-        seconds, outs = _wave(engine, [prompts[i] for i in pick(w)], cfg.max_tokens)
-        times.append(seconds)
-        outputs += outs
-        exact &= all(o == truth[i] for o, i in zip(outs, pick(w)))
-    tokens = sum(len(o) for o in outputs)
-    row = {"concurrency": C, "goodput_tok_s": tokens / sum(times), "wave_s": times, "tokens": tokens,
-           "digest": hashlib.sha256(repr(outputs).encode()).hexdigest(), "matches_plain": exact,
-           "graphs": _delta(engine.graph_counters(), before_graphs)}
-    if stats is not None:
-        row["acceptance_length"] = (stats.emitted - before[1]) / max(1, stats.verifies - before[0])
-        row["depths"] = depth_histogram(engine, before_depths)
-        row["draft_s"] = engine.spec.draft_seconds - draft_before   # drafting's wall time in the timed waves
-        row["policy"] = engine.spec.policy.describe()   # what the depth policy measured, at the end
-    return row
+        run.wave(w)
+    return run.row()
 
 
-def run_waves(model, draft, cfg: WaveConfig, prompts, truth, arms=("ar", "specla"), log=print) -> dict:
+class _ArmRun:
+    """The waves of one arm at one concurrency: the warm-up wave at construction, then timed
+    waves (`wave`, in any interleaving with other arms' waves), then the figures (`row`)."""
+
+    def __init__(self, engine, cfg: WaveConfig, prompts, truth, C: int):
+        from luce.benchmark.seed_workload import depth_histogram
+
+        self.engine, self.cfg, self.prompts, self.truth, self.C = engine, cfg, prompts, truth, C
+        _wave(engine, [prompts[i] for i in self.pick(0)], cfg.max_tokens)
+        self.stats = getattr(engine.spec, "stats", None)
+        self.before_graphs, self.before_depths = engine.graph_counters(), depth_histogram(engine)
+        self.before = (self.stats.verifies, self.stats.emitted) if self.stats is not None else (0, 0)
+        self.draft_before = engine.spec.draft_seconds if self.stats is not None else 0.0
+        self.times, self.outputs, self.exact = [], [], True
+
+    def pick(self, w: int) -> list[int]:
+        return [(w * self.C + i) % len(self.prompts) for i in range(self.C)]
+
+    def wave(self, w: int) -> None:
+        seconds, outs = _wave(self.engine, [self.prompts[i] for i in self.pick(w)], self.cfg.max_tokens)
+        self.times.append(seconds)
+        self.outputs += outs
+        self.exact &= all(o == self.truth[i] for o, i in zip(outs, self.pick(w)))
+
+    def row(self) -> dict:
+        from luce.benchmark.seed_workload import _delta, depth_histogram
+
+        engine, stats, tokens = self.engine, self.stats, sum(len(o) for o in self.outputs)
+        row = {"concurrency": self.C, "goodput_tok_s": tokens / sum(self.times), "wave_s": self.times,
+               "tokens": tokens, "digest": hashlib.sha256(repr(self.outputs).encode()).hexdigest(),
+               "matches_plain": self.exact, "graphs": _delta(engine.graph_counters(), self.before_graphs)}
+        if stats is not None:
+            row["acceptance_length"] = (stats.emitted - self.before[1]) / max(1, stats.verifies - self.before[0])
+            row["depths"] = depth_histogram(engine, self.before_depths)
+            row["draft_s"] = engine.spec.draft_seconds - self.draft_before   # drafting's wall time in the timed waves
+            row["policy"] = engine.spec.policy.describe()   # what the depth policy measured, at the end
+        return row
+
+
+def run_waves(model, draft, cfg: WaveConfig, prompts, truth, arms=("ar", "specla"), log=print,
+              interleave: bool = False) -> dict:
     """-> {"config", arm: {C: row}, "summary"}. arms: 'ar' (plain decoding), 'default'
     (luce-serve's SpecConfig for the draft: adaptive depth) and spec modes at a fixed depth,
-    'MODE' or 'MODE@D' (luce.benchmark.seed_workload.arm_spec)."""
+    'MODE' or 'MODE@D' (luce.benchmark.seed_workload.arm_spec). interleave: every arm's engine
+    at once, the timed waves taken in turn (wave 1 of each arm, then wave 2, ...), so that a
+    drift of the machine's speed weighs on every arm alike (the gate's comparison)."""
     from luce.benchmark.peak_memory import peak_memory
 
     report: dict = {"config": asdict(cfg)}
+    engines = {arm: _engine(model, draft, cfg, prompts, truth, arm) for arm in arms} if interleave else {}
     for arm in arms:
-        engine = _engine(model, draft, cfg, prompts, truth, arm)
         report[arm] = {}
+    for C in cfg.concurrency:
+        if interleave:
+            runs = {arm: _ArmRun(engines[arm], cfg, prompts, truth, C) for arm in arms}
+            for w in range(1, cfg.waves + 1):
+                for run in runs.values():
+                    run.wave(w)
+            for arm, run in runs.items():
+                report[arm][C] = run.row()
+    for arm in arms:
+        if not interleave:
+            engine = _engine(model, draft, cfg, prompts, truth, arm)
+            for C in cfg.concurrency:
+                report[arm][C] = run_arm(engine, cfg, prompts, truth, C)
+            del engine
         for C in cfg.concurrency:
-            row = run_arm(engine, cfg, prompts, truth, C)
-            report[arm][C] = row
+            row = report[arm][C]
             depths = f", depths {row['depths']}" if "depths" in row else ""
             depths += f", drafting {row['draft_s']:.3f} s of {sum(row['wave_s']):.3f}" if "draft_s" in row else ""
             log(f"waves: {arm} C{C} {row['goodput_tok_s']:.1f} tok/s, exact {row['matches_plain']}{depths}, "
                 f"eager {row['graphs'].get('eager_reasons', {})}")
-        del engine
+    engines.clear()
     report["summary"] = {
         "goodput_tok_s": {arm: {C: report[arm][C]["goodput_tok_s"] for C in cfg.concurrency} for arm in arms},
         "digests_equal": all(len({report[arm][C]["digest"] for arm in arms}) == 1 for C in cfg.concurrency),
@@ -178,14 +213,15 @@ def run_gate(model, draft, cfg: WaveConfig, prompts, truth, acceptance_lengths=(
     length the waves of `arms` (default: plain decoding, luce-serve's default config, the fixed
     depth 8 of --draft-max) -> {"AL<a>": waves report, "summary": {"AL<a>": {C: {arm: goodput,
     "default_over_ar", "exact", "depths"}}, "pass"}}; pass: the default arm's goodput >= plain
-    decoding's at every acceptance length and concurrency, every output exact."""
+    decoding's at every acceptance length and concurrency, every output exact. The arms' timed
+    waves are interleaved (run_waves' `interleave`): a drift of the machine weighs on all alike."""
     from dataclasses import replace
 
     report: dict = {}
     summary: dict = {}
     for a in acceptance_lengths:
         waves = run_waves(model, draft, replace(cfg, acceptance_length=a), prompts, truth, arms=arms,
-                          log=lambda line, a=a: log(f"AL {a} {line}"))
+                          log=lambda line, a=a: log(f"AL {a} {line}"), interleave=True)
         report[f"AL{a}"] = waves
         summary[f"AL{a}"] = {C: {**{arm: waves[arm][C]["goodput_tok_s"] for arm in arms},
                                  "exact": all(waves[arm][C]["matches_plain"] for arm in arms),

@@ -152,3 +152,24 @@ def test_gate_with_a_draft_model_pair(tmp_path):
     gate = json.loads(out.read_text())["gate"]
     assert gate["summary"]["AL3"]["1"]["exact"] and "default_over_ar" in gate["summary"]["AL3"]["1"]
     assert "gate AL3 C1" in run.stdout or "gate AL3 C1" in run.stderr
+
+
+def test_interleaved_waves_take_turns_and_report_as_separate_runs(pair, monkeypatch):
+    """interleave=True: after each arm's warm-up wave, timed wave w runs on every arm before wave
+    w + 1 on any (a drift of the machine weighs on all arms alike); the rows equal what separate
+    runs report (same digests, exact)."""
+    import luce.benchmark.seed_waves as sw
+
+    target, draft, _ = pair
+    cfg = dataclasses.replace(CFG, concurrency=(1,), waves=3)
+    prompts, truth = prepare_waves(target, cfg)
+    order, wave = [], sw._wave
+    monkeypatch.setattr(sw, "_wave", lambda engine, ps, n: (order.append((id(engine), ps[0][:3])), wave(engine, ps, n))[1])
+    r = run_waves(target, draft, cfg, prompts, truth, arms=("ar", "specla"), log=lambda *_: None, interleave=True)
+    engines = [e for e, _ in order]
+    a, b = engines[0], engines[1]
+    assert a != b and engines == [a, b] * 4                        # warm-ups, then waves 1, 2, 3 in turn
+    assert [p for _, p in order[::2]] == [p for _, p in order[1::2]]   # the same prompts per wave
+    assert r["summary"]["matches_plain"] and r["summary"]["digests_equal"]
+    separate = run_waves(target, draft, cfg, prompts, truth, arms=("ar",), log=lambda *_: None)
+    assert separate["ar"][1]["digest"] == r["ar"][1]["digest"]
