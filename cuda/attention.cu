@@ -275,15 +275,14 @@ int32_t parts_for(int32_t max_kv_len) {
     return max_kv_len <= kPartition ? 1 : (int32_t)(((int64_t)max_kv_len + kPartition - 1) / kPartition);
 }
 
-// The shortest chunk (chunk_keys): LUCE_ATTN_CHUNK_MIN where it is a power of two in
-// [kChunkMin, kPartition] (kPartition: one chunk a partition, the kernel before chunks; for
-// A/B runs), else kChunkMin at D <= 128 (the small models' short rows spread over more blocks)
-// and kPartition at D = 256; never below a page (a chunk's keys start on a page).
+// The shortest chunk (chunk_keys): chunk_floor(D), or LUCE_ATTN_CHUNK_MIN where it is a power
+// of two in [chunk_floor(D), kPartition] (kPartition: one chunk a partition, the kernel before
+// chunks; for A/B runs); never below a page (a chunk's keys start on a page).
 int32_t chunk_min_for(int32_t head_dim, int32_t page_size) {
-    int32_t c = head_dim <= 128 ? kChunkMin : kPartition;
+    int32_t c = chunk_floor(head_dim);
     if (const char *e = getenv("LUCE_ATTN_CHUNK_MIN")) {
         const int v = atoi(e);
-        if (v >= kChunkMin && v <= kPartition && (v & (v - 1)) == 0) c = v;
+        if (v >= c && v <= kPartition && (v & (v - 1)) == 0) c = v;
     }
     return max(c, page_size);
 }
@@ -381,7 +380,7 @@ extern "C" int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t prompt
         return -1;
     const int32_t split_rows = split_rows_for(prompt_rows, head_dim);
     const Workspace ws{nullptr, n_rows, split_rows, n_heads_q, head_dim, parts_for(max_kv_len),
-                       chunk_grid(max_kv_len, kChunkMin)};
+                       chunk_grid(max_kv_len, chunk_floor(head_dim))};
     const int64_t stage_rows = split_rows > 0 ? tiled_attention_stage_rows(head_dim, page_size, n_kv_indices) : 0;
     return workspace_bytes_with_stage(ws, stage_rows, n_heads_kv);
 }

@@ -41,6 +41,12 @@ __host__ __device__ __forceinline__ int32_t chunk_count(int32_t n, int32_t cmin)
     return n > 0 ? (int32_t)(((int64_t)n + len - 1) / len) : 0;
 }
 
+// The shortest chunk a launch at this head dim may take (it sizes the workspace): kChunkMin at
+// D <= 128 (the small models, whose short rows need the blocks), kPartition at D = 256.
+__host__ __device__ __forceinline__ int32_t chunk_floor(int32_t head_dim) {
+    return head_dim <= 128 ? kChunkMin : kPartition;
+}
+
 // The most chunks a row of at most max_kv keys takes (>= 1): every n <= max_kv with
 // n <= kRowChunks * cmin has ceil(n / cmin) <= min(kRowChunks, ceil(max_kv / cmin)), any
 // longer one at most kRowChunks or ceil(n / kPartition).
@@ -55,8 +61,8 @@ __host__ __device__ __forceinline__ int32_t chunk_grid(int32_t max_kv, int32_t c
 // The workspace of one launch: partial o [entries][D], then partial (m, l) [entries][2], its
 // entries row by row, head by head. Rows 0..split_rows-1 (the prompt rows, when the prompt
 // kernel takes them) hold prompt_splits(n_parts) entries a head (one per kSplitKeys split;
-// n_parts = ceil(max_kv_len / kPartition)), the other rows n_chunks (one per chunk, at any cmin:
-// chunk_grid(max_kv_len, kChunkMin)). Every writer and reader of a partial (the prompt
+// n_parts = ceil(max_kv_len / kPartition)), the other rows n_chunks (one per chunk, at any cmin
+// the head dim allows: chunk_grid(max_kv_len, chunk_floor(D))). Every writer and reader of a partial (the prompt
 // kernels, the partition kernel, combine_heads) finds entry e of (row, head) here.
 struct Workspace {
     float *base;
@@ -86,7 +92,7 @@ struct Workspace {
 __host__ __device__ __forceinline__ Workspace workspace_of(const luce_attention_params &p, int32_t n_parts,
                                                            int32_t split_rows) {
     return Workspace{p.workspace, p.n_rows, split_rows, p.n_heads_q, p.head_dim, n_parts,
-                     chunk_grid(p.max_kv_len, kChunkMin)};
+                     chunk_grid(p.max_kv_len, chunk_floor(p.head_dim))};
 }
 
 // The prompt rows' keys as f16 (the staged form of the f16 prompt kernel,

@@ -315,14 +315,17 @@ def test_prompt_rows_take_a_workspace_entry_per_split_emulated(lib, kind, tmp_pa
 
 
 def test_chunk_rule_matches_the_kernel_emulated(lib):
-    """luce/ref/attention.py's chunk rule is the kernel's: its workspace holds chunk_grid(max_kv)
-    entries a head for a decode row, and every row of at most max_kv keys fits in them at every
-    shortest chunk."""
+    """luce/ref/attention.py's chunk rule is the kernel's: at D <= 128 its workspace holds
+    chunk_grid(max_kv) entries a head for a decode row, and every row of at most max_kv keys fits
+    in them at every shortest chunk."""
     assert [chunk_keys(n) for n in (1, 160, 512, 513, 1024, 1025, 2048, 4096, 4097, 32768)] == \
         [32, 32, 32, 64, 64, 128, 128, 256, 256, 256]
     for max_kv in (0, 1, 31, 160, 511, 512, 513, 600, 1024, 1300, 4096, 4097, 9000):
         got = lib.luce_attention_workspace_bytes(3, 0, 4, 64, max_kv, 1, PAGE_SIZE, 0)
         assert got == 3 * 4 * chunk_grid(max_kv) * (64 + 2) * 4, max_kv
+        # D = 256 keeps partitions of 256 keys (cmin 256): the workspace of the kernel before chunks
+        got = lib.luce_attention_workspace_bytes(3, 0, 4, 256, max_kv, 1, PAGE_SIZE, 0)
+        assert got == 3 * 4 * max(1, -(-max_kv // 256)) * (256 + 2) * 4, max_kv
         for cmin in (32, 64, 128, 256):
             assert all(-(-n // chunk_keys(n, cmin)) <= chunk_grid(max_kv, cmin) <= chunk_grid(max_kv)
                        for n in range(1, max_kv + 1)), (max_kv, cmin)
