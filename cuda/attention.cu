@@ -8,26 +8,29 @@
 //    and split of kSplitKeys absolute keys, writing one workspace entry per split (the f16
 //    kernel first stages the prompt segments' keys as f16 after the partials, where
 //    n_kv_indices > 0: tiled_attention_stage_rows).
-// 1. partition kernel, grid (rows, Hkv, n_parts) over the other rows: block (row, KV head,
-//    part) takes the row's keys [part * P, (part + 1) * P) (P = LUCE_ATTN_PARTITION, absolute KV indices)
+// 1. partition kernel, grid (rows, Hkv, chunks) over the other rows: block (row, KV head,
+//    c) takes the row's keys [c * L, (c + 1) * L) (absolute KV indices; L = chunk_keys(n, cmin)
+//    of the row's key count n: 32..256 keys, at most 16 chunks a row up to 4,096 keys, see
+//    cuda/attention_common.cuh; cmin = 256 makes L = LUCE_ATTN_PARTITION, the kernel before chunks)
 //    for the Hq / Hkv query heads that share the KV head (each K/V row is read once), and
 //    writes an unnormalized partial output with its max score m and sum of exponentials l
 //    to the workspace (layout: Workspace in cuda/attention_common.cuh): partial o, then
 //    partial (m, l), entries row by row and head by head; a row of the prompt kernel holds one
-//    entry a head per split (prompt_splits(n_parts)), any other row one per partition (n_parts).
-// 2. combine kernel, grid (n_rows, Hq): merges the row's own partitions 0..used-1 in order
+//    entry a head per split (prompt_splits(n_parts)), any other row one per chunk (n_chunks).
+// 2. combine kernel, grid (n_rows, Hq): merges the row's own chunks 0..used-1 in order
 //    (prompt rows: its splits, with m in log2 units). Without prompt rows and with the
 //    caller's zeroed counters, no combine launch: the last partition block of a row's head
-//    group to finish (an atomic count per row and group) merges them, by the same code; a
-//    row of one partition skips the workspace, fence and count (its block writes the
-//    output by the combine's arithmetic at one partition: merge_one).
+//    group to finish (an atomic count per row and group) merges them, by the same code
+//    (combine_heads, cuda/attention_combine.cuh); a row of one chunk skips the workspace,
+//    fence and count (its block writes the output by the combine's arithmetic: merge_one).
 // A block takes a group of the KV head's query heads (all G, or fewer when the launch has
 // few rows: a decode step of one row and a short context is a handful of blocks otherwise);
 // each head's arithmetic is the same in any group, so the bits do not depend on it.
 // Every reduction's order is fixed by the key positions and the row's key count alone, so a
-// row's output is bitwise the same in any batch (DESIGN 5 rule 2). n_parts comes from the
-// launch's max_kv_len (the padded KV span) and only sizes the grid: parts past a row's keys
-// exit at once.
+// row's output is bitwise the same in any batch (DESIGN 5 rule 2). The chunk count comes from
+// the launch's max_kv_len (the padded KV span) and only sizes the grid: chunks past a row's
+// keys exit at once. Short chunks exist for latency: a one-row decode step over 160 keys is
+// 2 (Hkv) x 5 (chunks) x G blocks of 32 keys, not Hkv x G blocks of 160 keys each.
 // Latency: a decode step's partition block is a chain of dependent memory round trips, so
 // loads are issued together: the q rows before the row's keys and page table; the score
 // pass loads several passes' keys (16 float4s a thread) before their dots; the value pass
@@ -45,63 +48,22 @@
 // row reduces bitwise like the AR row it becomes once its path is committed.
 #include <cstdlib>
 
-#include "attention_common.cuh"
+#include "attention_combine.cuh"
 
 namespace {
 
 using namespace luce_attn;
 
-// Row `row`, query head h: merges the row's partitions 0..used-1 (rows of the prompt kernel,
-// row < ws.split_rows: splits, m in log2 units) into out [D], threads tid, tid + nthreads, ...;
-// `parts` = the row's partitions: none -> zeros, more than n_parts (keys past max_kv_len) -> NaN.
-__device__ void combine_head(const luce_attention_params &p, const Workspace &ws, int32_t row, int32_t h,
-                             int32_t parts, int tid, int nthreads) {
-    const int D = p.head_dim;
-    float *out = p.out + ((int64_t)row * p.n_heads_q + h) * D;
-    if (parts <= 0 || parts > ws.n_parts) {
-        const float fill = parts <= 0 ? 0.0f : __int_as_float(0x7fc00000);
-        for (int d = tid; d < D; d += nthreads) out[d] = fill;
-        return;
-    }
-    const bool prompt = row < ws.split_rows;
-    const int32_t used = prompt ? (parts * kPartition + kSplitKeys - 1) / kSplitKeys : parts;
-    const float *part_o = ws.o(row, h, 0);
-    const float *ml = ws.ml(row, h, 0);
-    float m = -INFINITY;
-    for (int i = 0; i < used; ++i) m = fmaxf(m, load_coherent(ml + 2 * i));
-    float l = 0.0f;
-    for (int i = 0; i < used; ++i) {
-        const float w = prompt ? exp2f(load_coherent(ml + 2 * i) - m) : expf(load_coherent(ml + 2 * i) - m);
-        l = fmaf(load_coherent(ml + 2 * i + 1), w, l);
-    }
-    for (int d = tid; d < D; d += nthreads) {
-        float o = 0.0f;
-        for (int i = 0; i < used; ++i) {
-            const float w = prompt ? exp2f(load_coherent(ml + 2 * i) - m) : expf(load_coherent(ml + 2 * i) - m);
-            o = fmaf(load_coherent(part_o + (int64_t)i * D + d), w, o);
-        }
-        out[d] = o / l;
-    }
-}
-
-// combine_head's arithmetic at one partition (o, m0, l0): the output of a row whose only
-// partition block merges it in that block, bitwise as through the workspace.
-__device__ __forceinline__ float merge_one(float o, float m0, float l0) {
-    const float m = fmaxf(-INFINITY, m0);
-    const float w = expf(m0 - m);
-    return fmaf(o, w, 0.0f) / fmaf(l0, w, 0.0f);
-}
-
 // Tree rows stage up to this many of their segment's parents in shared memory (a larger
 // tree walks its deeper rows partly in global memory: the same result).
 constexpr int kTreeStage = 512;
 
-// Grid (rows, Hkv * groups, n_parts): block (row, hk * groups + gi, part) takes query heads
-// hk * G + gi * group_heads .. (at most group_heads of them) over partition `part`.
+// Grid (rows, Hkv * groups, chunks): block (row, hk * groups + gi, c) takes query heads
+// hk * G + gi * group_heads .. (at most group_heads of them) over chunk c of the row's keys.
 template <int D, int MAXG, bool TREE>
 __global__ void __launch_bounds__(kThreads)
 attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0,
-                           int32_t group_heads, bool prefetch) {
+                           int32_t group_heads, int32_t cmin, bool prefetch) {
     constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
     constexpr int COLS = D / 4;                    // float4 columns of a row
     constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
@@ -119,7 +81,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     __shared__ float m_s[MAXG], l_s[MAXG];
 
     const int groups = (p.n_heads_q / p.n_heads_kv + group_heads - 1) / group_heads;
-    const int32_t row = row0 + (int32_t)blockIdx.x, hk = blockIdx.y / groups, part = blockIdx.z;
+    const int32_t row = row0 + (int32_t)blockIdx.x, hk = blockIdx.y / groups, chunk = blockIdx.z;
     const int g_first = (blockIdx.y % groups) * group_heads;
     const int G = min(group_heads, p.n_heads_q / p.n_heads_kv - g_first);  // this block's heads
     const bool fused = p.counters != nullptr;
@@ -134,14 +96,13 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     }
     __shared__ int32_t parent_s[TREE ? kTreeStage : 1];  // tree rows: their segment's parents
     const RowKeys rk = attention_row_keys(p, row, TREE ? parent_s : nullptr, kTreeStage);
-    const int32_t key0 = part * kPartition;
+    const int32_t len = chunk_keys(rk.keys, cmin), key0 = chunk * len;
     if (rk.keys <= key0) {                         // padding row, or past the row's keys
-        if (fused && part == 0 && rk.keys == 0)    // a row without keys: zeros (padding: nothing)
-            for (int g = 0; g < G; ++g) combine_head(p, ws, row, hk * (p.n_heads_q / p.n_heads_kv) + g_first + g,
-                                                     0, threadIdx.x, kThreads);
+        if (fused && chunk == 0 && rk.keys == 0)   // a row without keys: zeros (padding: nothing)
+            combine_heads(p, ws, row, hk * (p.n_heads_q / p.n_heads_kv) + g_first, G, 0, cmin, threadIdx.x, kThreads);
         return;
     }
-    const int32_t n_local = min(kPartition, rk.keys - key0);
+    const int32_t n_local = min(len, rk.keys - key0);
     const int32_t n_direct = TREE ? max(0, min(n_local, rk.direct - key0)) : n_local;
     const int64_t key_stride = (int64_t)p.n_heads_kv * D;
     const int32_t page_mask = (1 << page_shift) - 1;
@@ -177,11 +138,12 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     };
 
     if (prefetch) {
-        // Into L2: the K rows past the first score batch (which loads at once) and every V
-        // row, so the later batches read L2 instead of waiting on memory.
+        // Into L2: the K and V rows past the first score and value batches (which load at
+        // once), so the later batches read L2 instead of waiting on memory.
         const int k_first = PASSES * KEYS_PER_PASS, nk = max(0, n_local - k_first);
-        for (int r = threadIdx.x; r < nk + n_local; r += kThreads)  // K rows k_first.., then V rows 0..
-            prefetch_row_l2<D * 4>(key_row(r < nk ? p.k_pages : p.v_pages, r < nk ? k_first + r : r - nk));
+        const int v_first = VKEYS * KEY_LANES, nv = max(0, n_local - v_first);
+        for (int r = threadIdx.x; r < nk + nv; r += kThreads)  // K rows k_first.., then V rows v_first..
+            prefetch_row_l2<D * 4>(key_row(r < nk ? p.k_pages : p.v_pages, r < nk ? k_first + r : v_first + r - nk));
     }
 
     // Scores: kLanesPerKey lanes per key, each lane C4 float4s of k against every query head;
@@ -191,7 +153,8 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         float4 kr[PASSES][C4];
 #pragma unroll
         for (int u = 0; u < PASSES; ++u) {
-            // past the keys: load the last key again (no branch); its dot is never stored
+            if (base + u * KEYS_PER_PASS >= n_local) break;  // the same for the whole block
+            // a lane past the keys loads the last key again; its dot is never stored
             const float4 *src = key_row(p.k_pages, min(base + u * KEYS_PER_PASS + jt, n_local - 1));
 #pragma unroll
             for (int c = 0; c < C4; ++c) kr[u][c] = src[c * kLanesPerKey + li];
@@ -223,9 +186,11 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     // that order; VKEYS of them load at a time, the first batch before the softmax.
     const int col = threadIdx.x % COLS, kl = threadIdx.x / COLS;
     float4 vr[VKEYS];
-    auto load_values = [&](int j0) {  // keys past n_local (never summed): the last key again
+    auto load_values = [&](int j0) {  // a key lane past n_local (never summed): the last key again
 #pragma unroll
-        for (int u = 0; u < VKEYS; ++u) vr[u] = key_row(p.v_pages, min(j0 + u * KEY_LANES, n_local - 1))[col];
+        for (int u = 0; u < VKEYS; ++u)
+            if (j0 - kl + u * KEY_LANES < n_local)  // the same for the whole block
+                vr[u] = key_row(p.v_pages, min(j0 + u * KEY_LANES, n_local - 1))[col];
     };
     load_values(kl);
     __syncthreads();
@@ -266,18 +231,18 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     const int32_t h0 = (int32_t)(head0 - (int64_t)row * p.n_heads_q);  // the block's first query head
     // A row of one partition merged in this launch: its only block writes the output itself
     // (no workspace, fence, counter, nor re-read), by combine_head's arithmetic (merge_one).
-    const int32_t parts = (rk.keys + kPartition - 1) / kPartition;
-    const bool direct = fused && parts == 1;
+    const int32_t chunks = chunk_count(rk.keys, cmin);
+    const bool direct = fused && chunks == 1;
     for (int i = threadIdx.x; i < G * D; i += kThreads) {
         float o = red[i];
 #pragma unroll
         for (int k = 1; k < KEY_LANES; ++k) o += red[k * G * D + i];
         if (direct) p.out[head0 * D + i] = merge_one(o, m_s[i / D], l_s[i / D]);
-        else ws.o(row, h0 + i / D, part)[i % D] = o;
+        else ws.o(row, h0 + i / D, chunk)[i % D] = o;
     }
     if (direct) return;
     if (threadIdx.x < G) {
-        float *ml = ws.ml(row, h0 + (int32_t)threadIdx.x, part);
+        float *ml = ws.ml(row, h0 + (int32_t)threadIdx.x, chunk);
         ml[0] = m_s[threadIdx.x];
         ml[1] = l_s[threadIdx.x];
     }
@@ -289,27 +254,37 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     __syncthreads();
     if (threadIdx.x == 0) {
         int *count = p.counters + ((int64_t)(row - row0) * gridDim.y + blockIdx.y);
-        last = atomicAdd(count, 1) == min(parts, n_parts) - 1;
+        last = atomicAdd(count, 1) == min(chunks, ws.n_chunks) - 1;
         if (last) *count = 0;  // zero again for the next launch
     }
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int g = 0; g < G; ++g)
-        combine_head(p, ws, row, h0 + g, parts, threadIdx.x, kThreads);
+    combine_heads(p, ws, row, h0, G, rk.keys, cmin, threadIdx.x, kThreads);
 }
 
 __global__ void __launch_bounds__(kThreads)
-attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t split_rows) {
+attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t split_rows, int32_t cmin) {
     const int32_t row = blockIdx.x, h = blockIdx.y;
     const RowKeys rk = attention_row_keys(p, row);
     if (rk.keys < 0) return;  // padding: nothing written
-    combine_head(p, workspace_of(p, n_parts, split_rows), row, h, (rk.keys + kPartition - 1) / kPartition,
-                 threadIdx.x, kThreads);
+    combine_heads(p, workspace_of(p, n_parts, split_rows), row, h, 1, rk.keys, cmin, threadIdx.x, kThreads);
 }
 
 int32_t parts_for(int32_t max_kv_len) {
     return max_kv_len <= kPartition ? 1 : (int32_t)(((int64_t)max_kv_len + kPartition - 1) / kPartition);
+}
+
+// The shortest chunk (chunk_keys): chunk_floor(D), or LUCE_ATTN_CHUNK_MIN where it is a power
+// of two in [chunk_floor(D), kPartition] (kPartition: one chunk a partition, the kernel before
+// chunks; for A/B runs); never below a page (a chunk's keys start on a page).
+int32_t chunk_min_for(int32_t head_dim, int32_t page_size) {
+    int32_t c = chunk_floor(head_dim);
+    if (const char *e = getenv("LUCE_ATTN_CHUNK_MIN")) {
+        const int v = atoi(e);
+        if (v >= c && v <= kPartition && (v & (v - 1)) == 0) c = v;
+    }
+    return max(c, page_size);
 }
 
 // Query heads per partition block: all G of a KV head, or fewer (halving) while the launch
@@ -344,18 +319,18 @@ bool prefetch_fits(int64_t kv_bytes) {
 
 template <int D, int MAXG>
 int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, int32_t row0, int gh,
-                      cudaStream_t stream) {
+                      int32_t cmin, cudaStream_t stream) {
     const bool prefetch = prefetch_fits((int64_t)(p.n_rows - row0) * p.n_heads_kv * p.max_kv_len * D * 8);
     const int groups = (p.n_heads_q / p.n_heads_kv + gh - 1) / gh;
     const int key_lanes = kThreads / (D / 4);
     const size_t smem = sizeof(float) * (size_t)max(gh * D + gh * kPartition, key_lanes * gh * D);
-    const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)n_parts);
+    const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)chunk_grid(p.max_kv_len, cmin));
     if (p.tree_parents != nullptr)
         attention_partition_kernel<D, MAXG, true>
-            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, prefetch);
+            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, cmin, prefetch);
     else
         attention_partition_kernel<D, MAXG, false>
-            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, prefetch);
+            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, cmin, prefetch);
     return luce_status(cudaGetLastError());
 }
 
@@ -364,26 +339,28 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
 template <int D>
 int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t row0, int32_t page_shift,
                        cudaStream_t s) {
+    const int32_t cmin = chunk_min_for(D, p.page_size);
     if (row0 > 0) {
         const int status = launch_tiled_attention(p, n_parts, page_shift, s);
         if (status != 0) return status;
     }
     if (row0 < p.n_rows) {
         const int G = p.n_heads_q / p.n_heads_kv;
-        const int gh = group_heads_for(G, (int64_t)(p.n_rows - row0) * p.n_heads_kv * n_parts);
+        const int gh = group_heads_for(G, (int64_t)(p.n_rows - row0) * p.n_heads_kv * chunk_grid(p.max_kv_len, cmin));
         const int64_t counts = (int64_t)p.n_rows * p.n_heads_kv * ((G + gh - 1) / gh);
         luce_attention_params q = p;
         const bool fused = row0 == 0 && p.counters != nullptr && counts <= p.n_counters;
         if (!fused) q.counters = nullptr;
         int status;
-        if (gh <= 1) status = launch_partitions<D, 1>(q, n_parts, page_shift, row0, gh, s);
-        else if (gh <= 2) status = launch_partitions<D, 2>(q, n_parts, page_shift, row0, gh, s);
-        else if (gh <= 4) status = launch_partitions<D, 4>(q, n_parts, page_shift, row0, gh, s);
-        else if (gh <= 8) status = launch_partitions<D, 8>(q, n_parts, page_shift, row0, gh, s);
-        else status = launch_partitions<D, kMaxGroup>(q, n_parts, page_shift, row0, gh, s);
+        if (gh <= 1) status = launch_partitions<D, 1>(q, n_parts, page_shift, row0, gh, cmin, s);
+        else if (gh <= 2) status = launch_partitions<D, 2>(q, n_parts, page_shift, row0, gh, cmin, s);
+        else if (gh <= 4) status = launch_partitions<D, 4>(q, n_parts, page_shift, row0, gh, cmin, s);
+        else if (gh <= 8) status = launch_partitions<D, 8>(q, n_parts, page_shift, row0, gh, cmin, s);
+        else status = launch_partitions<D, kMaxGroup>(q, n_parts, page_shift, row0, gh, cmin, s);
         if (status != 0 || fused) return status;
     }
-    attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, s>>>(p, n_parts, row0);
+    attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, s>>>(p, n_parts, row0,
+                                                                                                 cmin);
     return luce_status(cudaGetLastError());
 }
 
@@ -402,7 +379,8 @@ extern "C" int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t prompt
         page_size < 0 || n_kv_indices < 0)
         return -1;
     const int32_t split_rows = split_rows_for(prompt_rows, head_dim);
-    const Workspace ws{nullptr, n_rows, split_rows, n_heads_q, head_dim, parts_for(max_kv_len)};
+    const Workspace ws{nullptr, n_rows, split_rows, n_heads_q, head_dim, parts_for(max_kv_len),
+                       chunk_grid(max_kv_len, chunk_floor(head_dim))};
     const int64_t stage_rows = split_rows > 0 ? tiled_attention_stage_rows(head_dim, page_size, n_kv_indices) : 0;
     return workspace_bytes_with_stage(ws, stage_rows, n_heads_kv);
 }

@@ -21,22 +21,60 @@ __host__ __device__ __forceinline__ int32_t prompt_splits(int32_t n_parts) {
     return (int32_t)(((int64_t)n_parts * kPartition + kSplitKeys - 1) / kSplitKeys);
 }
 
+// The partition kernel cuts a row of n keys into chunks of chunk_keys(n, cmin) keys at absolute
+// (logical) key positions: the smallest power of two >= cmin that makes at most kRowChunks
+// chunks, capped at kPartition. A function of the row's own key count (DESIGN 5 rule 2): a
+// short row spreads over several blocks (160 keys at cmin 32: 5 chunks of 32), a long one keeps
+// kPartition-key chunks. cmin (a power of two in [kChunkMin, kPartition], >= page_size) is
+// fixed per launch configuration: LUCE_ATTN_CHUNK_MIN, else by head dim (attention.cu).
+constexpr int kChunkMin = 32;
+constexpr int kRowChunks = 16;
+
+__host__ __device__ __forceinline__ int32_t chunk_keys(int32_t n, int32_t cmin) {
+    int32_t len = cmin;
+    while (len < kPartition && (int64_t)len * kRowChunks < n) len *= 2;
+    return len;
+}
+
+__host__ __device__ __forceinline__ int32_t chunk_count(int32_t n, int32_t cmin) {
+    const int32_t len = chunk_keys(n, cmin);
+    return n > 0 ? (int32_t)(((int64_t)n + len - 1) / len) : 0;
+}
+
+// The shortest chunk a launch at this head dim may take (it sizes the workspace): kChunkMin at
+// D <= 128 (the small models, whose short rows need the blocks), kPartition at D = 256.
+__host__ __device__ __forceinline__ int32_t chunk_floor(int32_t head_dim) {
+    return head_dim <= 128 ? kChunkMin : kPartition;
+}
+
+// The most chunks a row of at most max_kv keys takes (>= 1): every n <= max_kv with
+// n <= kRowChunks * cmin has ceil(n / cmin) <= min(kRowChunks, ceil(max_kv / cmin)), any
+// longer one at most kRowChunks or ceil(n / kPartition).
+__host__ __device__ __forceinline__ int32_t chunk_grid(int32_t max_kv, int32_t cmin) {
+    const int64_t n = max_kv > 0 ? max_kv : 0;
+    const int64_t short_rows = (n + cmin - 1) / cmin < kRowChunks ? (n + cmin - 1) / cmin : kRowChunks;
+    const int64_t long_rows = (n + kPartition - 1) / kPartition;
+    const int64_t most = short_rows > long_rows ? short_rows : long_rows;
+    return (int32_t)(most > 1 ? most : 1);
+}
+
 // The workspace of one launch: partial o [entries][D], then partial (m, l) [entries][2], its
 // entries row by row, head by head. Rows 0..split_rows-1 (the prompt rows, when the prompt
-// kernel takes them) hold prompt_splits(n_parts) entries a head (one per kSplitKeys split),
-// the other rows n_parts (one per partition). Every writer and reader of a partial (the
-// prompt kernels, the partition kernel, combine_head) finds entry e of (row, head) here.
+// kernel takes them) hold prompt_splits(n_parts) entries a head (one per kSplitKeys split;
+// n_parts = ceil(max_kv_len / kPartition)), the other rows n_chunks (one per chunk, at any cmin
+// the head dim allows: chunk_grid(max_kv_len, chunk_floor(D))). Every writer and reader of a partial (the prompt
+// kernels, the partition kernel, combine_heads) finds entry e of (row, head) here.
 struct Workspace {
     float *base;
-    int32_t n_rows, split_rows, n_heads, head_dim, n_parts;
+    int32_t n_rows, split_rows, n_heads, head_dim, n_parts, n_chunks;
 
     __host__ __device__ int32_t entries(int32_t row) const {
-        return row < split_rows ? prompt_splits(n_parts) : n_parts;
+        return row < split_rows ? prompt_splits(n_parts) : n_chunks;
     }
     // Index of entry 0 of (row, h) among all entries (row = n_rows, h = 0: the entry count).
     __host__ __device__ int64_t first(int32_t row, int32_t h) const {
         const int64_t before = row < split_rows ? row : split_rows;
-        return (before * prompt_splits(n_parts) + (row - before) * (int64_t)n_parts) * n_heads +
+        return (before * prompt_splits(n_parts) + (row - before) * (int64_t)n_chunks) * n_heads +
                (int64_t)h * entries(row);
     }
     __host__ __device__ int64_t total() const { return first(n_rows, 0); }
@@ -53,7 +91,8 @@ struct Workspace {
 // The layout of launch p with n_parts partitions whose rows 0..split_rows-1 take the prompt kernel.
 __host__ __device__ __forceinline__ Workspace workspace_of(const luce_attention_params &p, int32_t n_parts,
                                                            int32_t split_rows) {
-    return Workspace{p.workspace, p.n_rows, split_rows, p.n_heads_q, p.head_dim, n_parts};
+    return Workspace{p.workspace, p.n_rows, split_rows, p.n_heads_q, p.head_dim, n_parts,
+                     chunk_grid(p.max_kv_len, chunk_floor(p.head_dim))};
 }
 
 // The prompt rows' keys as f16 (the staged form of the f16 prompt kernel,

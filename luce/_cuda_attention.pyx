@@ -63,7 +63,8 @@ def workspace_bytes(int32_t n_rows, int32_t n_heads_q, int32_t head_dim, int32_t
                     int32_t prompt_rows=0, int32_t n_heads_kv=0, int32_t page_size=0, int64_t n_kv_indices=0):
     """Bytes of workspace `attention` needs for these sizes with rows 0..prompt_rows-1 prompt
     rows: they take (D + 2) floats a head per 1,024-key split where the prompt-row kernel fits
-    the device, the other rows per LUCE_ATTN_PARTITION keys (prompt_rows = 0: the most any
+    the device, the other rows per chunk (at most max(16, ceil(max_kv_len / LUCE_ATTN_PARTITION));
+    luce.ref.attention.chunk_grid) (prompt_rows = 0: the most any
     launch of these sizes needs without staging); with n_kv_indices (entries of kv_indices, > 0) also the
     prompt segments' keys as f16 (4 * n_kv_indices * page_size * Hkv * D bytes) where the f16
     prompt kernel's staged form runs. attention() must get the same n_kv_indices."""

@@ -15,6 +15,30 @@ from __future__ import annotations
 
 import numpy as np
 
+# The kernel's cut of a decode or tree row's keys (cuda/attention_common.cuh, chunk_keys): a
+# row of n keys takes chunks of chunk_keys(n, cmin) keys at absolute (logical) key positions,
+# each reduced on its own (max, sum of exponentials, weighted values) and then merged in
+# order; the chunk length is a function of the row's own key count, never of the batch.
+CHUNK_MIN = 32      # kChunkMin: the shortest chunk at D <= 128 (cmin: a power of two in [32, 256]; D = 256: 256)
+ROW_CHUNKS = 16     # kRowChunks: a row takes at most this many chunks, or ceil(n / 256)
+PARTITION = 256     # LUCE_ATTN_PARTITION: the longest chunk
+
+
+def chunk_keys(n: int, cmin: int = CHUNK_MIN) -> int:
+    """Keys per chunk of a row of n keys: the smallest power of two >= cmin giving at most
+    ROW_CHUNKS chunks, capped at PARTITION."""
+    length = cmin
+    while length < PARTITION and length * ROW_CHUNKS < n:
+        length *= 2
+    return length
+
+
+def chunk_grid(max_kv: int, cmin: int = CHUNK_MIN) -> int:
+    """The most chunks a row of at most max_kv keys takes (>= 1): the workspace holds this many
+    partials a head for each decode or tree row (cmin = CHUNK_MIN: any cmin)."""
+    n = max(max_kv, 0)
+    return max(1, min(ROW_CHUNKS, -(-n // cmin)), -(-n // PARTITION))
+
 
 def gather_kv(k_pages: np.ndarray, v_pages: np.ndarray, pages: np.ndarray, length: int):
     """First `length` KV rows stored in `pages [P]` -> (k, v) [length, Hkv, D] float64."""

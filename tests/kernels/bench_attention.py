@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 HQ, HKV, D, PAGE = 24, 4, 256, 16
+COUNTERS = 1 << 16  # the engine's merge counters (luce/ops/cuda_sequence_ops.py ATTENTION_COUNTERS)
 _TILE_FLOATS = 1 << 24  # 64 MiB of random floats, tiled over large buffers
 
 
@@ -54,7 +55,9 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     (its 8-warp / wide staged form), "f16p" (its paged form, every tile converting the f32
     pages) or "tf32" (the TF32 one; LUCE_ATTN_PROMPT,
     set around each launch), else the per-row partition kernel (the decode rows' arithmetic).
-    The timed launch includes the staging pre-pass and the combine."""
+    The timed launch includes the staging pre-pass and the combine; it gets merge counters as the
+    engine's launches do (luce/ops/cuda_sequence_ops.py), so rows without prompt rows merge in the
+    partition kernel (no combine launch)."""
     hq, hkv, d = heads
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
@@ -78,7 +81,8 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     n_kv_indices = n_pages if tiled and prompt_kernel in ("f16", "f16s", "f16w") else 0
     ws_bytes = ka.workspace_bytes(rows, hq, d, context, rows if tiled else 0, hkv, PAGE, n_kv_indices)
     ws = DeviceBuffer(ws_bytes)
-    keep = (k, v, q, out, ws, meta_bufs)
+    counters = DeviceBuffer.from_numpy(np.zeros(COUNTERS, np.int32))
+    keep = (k, v, q, out, ws, meta_bufs, counters)
 
     def launch(stream: int = 0, _keep=keep):
         before = os.environ.get("LUCE_ATTN_PROMPT")
@@ -86,7 +90,8 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
         try:
             ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs),
                          rows, n_seqs, hq, hkv, d, PAGE, context, 1.0 / 16, True, stream,
-                         prompt_rows=rows if tiled else 0, n_kv_indices=n_kv_indices)
+                         prompt_rows=rows if tiled else 0, n_kv_indices=n_kv_indices,
+                         counters=counters.ptr, n_counters=COUNTERS)
         finally:
             if before is None:
                 del os.environ["LUCE_ATTN_PROMPT"]
@@ -127,12 +132,13 @@ def tree_attention_case(n_decoders: int, context: int, width: int):
     meta_bufs = [DeviceBuffer.from_numpy(a) for a in meta]
     ws_bytes = ka.workspace_bytes(rows, HQ, D, max(lens))
     ws = DeviceBuffer(ws_bytes)
-    keep = (k, v, q, out, ws, meta_bufs)
+    counters = DeviceBuffer.from_numpy(np.zeros(COUNTERS, np.int32))
+    keep = (k, v, q, out, ws, meta_bufs, counters)
 
     def launch(stream: int = 0, _keep=keep):
         ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs[:5]),
                      rows, len(lens), HQ, HKV, D, PAGE, max(lens), 1.0 / 16, True, stream,
-                     tree_parents=meta_bufs[5].ptr)
+                     tree_parents=meta_bufs[5].ptr, counters=counters.ptr, n_counters=COUNTERS)
 
     depth = np.zeros(width, np.int64)
     for i in range(1, width):
@@ -175,7 +181,8 @@ for _name, _kernel in (("f16", "f16"), ("f16p", "f16p"), ("tiled", "tf32")):
     _c.__name__ = f"attention_prompt_{_name}_27b_4096_64"
     PREFILL_CASES.append(_c)
 # One decode row at the small models' shapes and short contexts (a chat turn's first tokens):
-# the partition kernel's latency, which a Coder-1.5B / 0.5B decode step pays once a layer.
+# the partition kernel's latency, which a Coder-1.5B / 0.5B decode step pays once a layer
+# (LUCE_ATTN_CHUNK_MIN=256: the kernel before chunks, for A/B runs).
 DECODE_SHAPES = {"1p5b": (12, 2, 128), "q05": (14, 2, 64)}
 for _shape, _heads in DECODE_SHAPES.items():
     for _ctx in (160, 1024):

@@ -288,11 +288,13 @@ def test_tree_rows_match_reference_among_other_segments(heads):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("heads", [(24, 4, 256), (12, 2, 128)])
 @pytest.mark.parametrize("prefix,n", [(250, 23), (243, 30), (0, 8), (509, 12)])
-def test_tree_row_bitwise_equals_ar_row_after_commit(prefix, n):
+def test_tree_row_bitwise_equals_ar_row_after_commit(prefix, n, heads):
     """Each tree row equals the AR row at its position once its root path is committed,
-    also when its keys cross the 256-key partition boundary inside the path."""
-    hq, hkv, d = 24, 4, 256
+    also when its keys cross the 256-key partition boundary inside the path (and at D = 128
+    the chunk boundaries, and the chunk length's change from 32 to 64 keys past 512 keys)."""
+    hq, hkv, d = heads
     rng = np.random.default_rng(prefix + n)
     parents = random_tree(rng, n, chain=0.7)
     pool = Pool(rng, pages_needed(prefix + n) * (n + 1) + n, hkv, d)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from luce.models.kv_cache import PAGE_SIZE, pages_needed
+from luce.ref.attention import chunk_grid, chunk_keys
 from luce.ref.attention_prefill import paged_attention_prompt
 from tests.kernels.emu import build as emu
 from tests.kernels.test_attention import Pool, Seq, pack, pack_trees, reference, tree_reference
@@ -268,8 +269,8 @@ def test_decode_rows_same_bits_without_tree_parents_emulated(lib, monkeypatch, h
 
 def test_prompt_rows_take_a_workspace_entry_per_split_emulated(lib, kind, tmp_path_factory, monkeypatch):
     """A launch of prompt rows (1,100 keys: two 1,024-key splits) beside decode rows (600 and
-    1,300 keys: 3 and 6 partitions) sizes its workspace at an entry per split for the prompt
-    rows and per partition for the others, writes nothing past it, and gives the bits of the
+    1,300 keys: 10 chunks of 64 and 11 of 128) sizes its workspace at an entry per split for the prompt
+    rows and chunk_grid(1,300) = 16 entries for the others, writes nothing past it, and gives the bits of the
     prompt alone and of the decode rows without prompt rows; 4 bytes less is refused
     (cudaErrorInvalidValue) with nothing written; the f16 keys the kernel stages sit after the
     partials, within the size. Where the prompt kernel does not fit the
@@ -288,11 +289,12 @@ def test_prompt_rows_take_a_workspace_entry_per_split_emulated(lib, kind, tmp_pa
     n_idx = len(batch.kv_indices)
     sizes = lambda lib, prompt_rows, n=n_idx: lib.luce_attention_workspace_bytes(  # noqa: E731
         T, prompt_rows, hq, d, 1300, hkv, PAGE_SIZE, n)
-    partials = prompt * hq * -(-1300 // 1024) * entry + (T - prompt) * hq * -(-1300 // 256) * entry
+    chunks = chunk_grid(1300)   # entries a head of a decode row: 16 (a row of 1,024 keys takes 16 of 64)
+    partials = prompt * hq * -(-1300 // 1024) * entry + (T - prompt) * hq * chunks * entry
     assert sizes(lib, prompt, 0) == partials
     need = sizes(lib, prompt)   # then f16 K and V of every kv_indices entry's rows, 256-byte aligned
     assert need == -(-partials // 256) * 256 + 2 * 2 * n_idx * PAGE_SIZE * hkv * d
-    assert sizes(lib, 0) == T * hq * -(-1300 // 256) * entry
+    assert sizes(lib, 0) == T * hq * chunks * entry
     assert sizes(lib, T + 1) == -1 and sizes(lib, prompt, -1) == -1
     got = launch(lib, q, pool, batch, None, scale, prompt, guard=64)
     merged = launch(lib, q, pool, batch, None, scale, prompt, counters=np.zeros(1 << 10, np.int32), guard=64)
@@ -307,6 +309,48 @@ def test_prompt_rows_take_a_workspace_entry_per_split_emulated(lib, kind, tmp_pa
 
     monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", str(16 * 1024))
     small = load_attention(tmp_path_factory.mktemp("emu16"))
-    assert sizes(small, prompt) == T * hq * -(-1300 // 256) * entry
+    assert sizes(small, prompt) == T * hq * chunks * entry
     fallback = launch(small, q, pool, batch, None, scale, prompt, guard=64)
     assert np.array_equal(fallback.view(np.uint32), per_row.view(np.uint32)), "the per-row kernel's bits"
+
+
+def test_chunk_rule_matches_the_kernel_emulated(lib):
+    """luce/ref/attention.py's chunk rule is the kernel's: at D <= 128 its workspace holds
+    chunk_grid(max_kv) entries a head for a decode row, and every row of at most max_kv keys fits
+    in them at every shortest chunk."""
+    assert [chunk_keys(n) for n in (1, 160, 512, 513, 1024, 1025, 2048, 4096, 4097, 32768)] == \
+        [32, 32, 32, 64, 64, 128, 128, 256, 256, 256]
+    for max_kv in (0, 1, 31, 160, 511, 512, 513, 600, 1024, 1300, 4096, 4097, 9000):
+        got = lib.luce_attention_workspace_bytes(3, 0, 4, 64, max_kv, 1, PAGE_SIZE, 0)
+        assert got == 3 * 4 * chunk_grid(max_kv) * (64 + 2) * 4, max_kv
+        # D = 256 keeps partitions of 256 keys (cmin 256): the workspace of the kernel before chunks
+        got = lib.luce_attention_workspace_bytes(3, 0, 4, 256, max_kv, 1, PAGE_SIZE, 0)
+        assert got == 3 * 4 * max(1, -(-max_kv // 256)) * (256 + 2) * 4, max_kv
+        for cmin in (32, 64, 128, 256):
+            assert all(-(-n // chunk_keys(n, cmin)) <= chunk_grid(max_kv, cmin) <= chunk_grid(max_kv)
+                       for n in range(1, max_kv + 1)), (max_kv, cmin)
+
+
+@pytest.mark.parametrize("prefix,n", [(58, 9), (505, 12), (1020, 8)])
+def test_tree_rows_bitwise_equal_ar_rows_across_chunks_emulated(lib, monkeypatch, prefix, n):
+    """Tree rows whose root paths cross chunk boundaries (32 keys a chunk up to 512 keys, 64 past
+    it: prefix 505 also crosses that switch, 1,020 the one to 128) equal the AR rows at their
+    positions once committed, at the default shortest chunk and at 64 and 256 (the kernel before
+    chunks), in one launch with the AR rows of other lengths; each within the tolerance of the
+    exact math."""
+    from tests.kernels.test_attention import committed_seq
+
+    hq, hkv, d = 4, 1, 64
+    rng = np.random.default_rng(prefix)
+    parents = random_tree(rng, n, chain=0.8)
+    pool = Pool(rng, pages_needed(prefix + n) * (n + 2) + n, hkv, d)
+    tree = pool.seq(0, prefix + n, n)
+    batch, tp = pack_trees([tree], [parents])
+    q = rng.standard_normal((n, hq, d)).astype(np.float32)
+    ar_seqs = [committed_seq(pool, tree, parents, node, slot=1 + node) for node in range(n)]
+    for cmin in ("32", "64", "256"):
+        monkeypatch.setenv("LUCE_ATTN_CHUNK_MIN", cmin)
+        got = launch(lib, q, pool, batch, tp, 0.125, 0, counters=np.zeros(64, np.int32))
+        ar = launch(lib, q, pool, pack(ar_seqs), None, 0.125, 0)
+        assert np.array_equal(got.view(np.uint32), ar.view(np.uint32)), f"cmin {cmin}: a tree row differs"
+        np.testing.assert_allclose(got, tree_reference(q, pool, batch, tp, 0.125), *tolerance("attention"))
