@@ -241,10 +241,14 @@ class Engine:
 
         if drafter is None:
             drafter = make_drafter(config.spec, self.model, config.max_slots, config.ctx, draft_model=draft_model)
+        caches: list = []      # the graph caches, looked up once (twice a step: the per-step cost counts)
+
+        def warmups() -> int:
+            if not caches:
+                caches.extend(c for c in (getattr(o, "cache", None) for o in self._graph_owners()) if c is not None)
+            return sum(c.warmups for c in caches)
         return EngineSpeculation(Speculator(config.spec, self.model, drafter), config.token_budget, config.ctx,
-                                 during_prefill=config.spec_during_prefill,
-                                 warmups=lambda: sum(getattr(getattr(o, "cache", None), "warmups", 0)
-                                                     for o in self._graph_owners()))
+                                 during_prefill=config.spec_during_prefill, warmups=warmups)
 
     def _refuse_host_work(self) -> None:
         reasons = host_work(self.model)

@@ -69,7 +69,7 @@ class EngineSpeculation:
         self._draft = (0.0, 0)                 # this step's drafting: (seconds, warm-ups)
         self._drafted: set[int] = set()        # slots that drafted in the previous step
         self.depths: dict[int, int] = {}        # depth -> steps that chose it (0: plain), of the steps
-                                                # with lanes that could draft
+                                                # with lanes that could draft (resting: with decode rows)
         self.draft_seconds = 0.0               # drafting so far (draft calls and prompt prefills), for reports
 
     @property
@@ -96,6 +96,9 @@ class EngineSpeculation:
         self.trees = {}
         previous, self._drafted = self._drafted, set()
         if cohort.prefill and not self.during_prefill:
+            return cohort
+        if cohort.decode and self.policy.adaptive and self.policy.resting():
+            self.depths[0] = self.depths.get(0, 0) + 1
             return cohort
         room = self.token_budget - cohort.n_rows
         lanes = []

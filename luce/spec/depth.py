@@ -268,8 +268,7 @@ class DepthPolicy:
         again, self._again = self._again, None
         if again is not None and lo <= again <= hi:
             return again
-        if self._best == 0 == lo and self._since + 1 < self._explore_every:
-            self._since += 1                   # plain decoding until the next try: nothing to weigh
+        if self._best == 0 == lo and self.resting():
             return 0
         known = {d: r for d, r in self._rates(slots, ar_rows, lo, hi).items() if r is not None}
         if not known:
@@ -293,6 +292,15 @@ class DepthPolicy:
         if best == 0 and tried:                # its first draft catches up on the plain steps (not
             self._again = tried                # timed), a second is timed
         return tried
+
+    def resting(self) -> bool:
+        """Plain decoding is the best and no try is due: this step decodes plainly (counted
+        towards the next try), with nothing to weigh; the engine then skips choose() (whose
+        probes of a new lane count wait for the next try)."""
+        if self._best != 0 or self._again is not None or self._since + 1 >= self._explore_every:
+            return False
+        self._since += 1
+        return True
 
     def _try_spacing(self, depth: int, lanes: int, rows: int, plain_rows: int) -> int:
         """Plain steps between tries of `depth` from plain decoding so that a try (the switch,
