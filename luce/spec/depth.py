@@ -20,8 +20,11 @@ where depth 0 is plain decoding (one row per lane, no draft); decoding lanes tha
 draft this step are AR rows of the same step, counted in both. Row counts, depths and lane
 counts not yet measured are estimated from the nearest measured ones (linearly in rows; past
 the largest, along the slope of the last two, or proportionally from one). It measures a
-short chain (PROBE_DEPTH) and the floor first (at most PROBE_TRIES steps each: a timing the
-engine discards does not hold the probe forever), then now and then tries a neighbour of the
+short chain (PROBE_DEPTH), the deepest chain and the floor first, at most PROBE_TRIES steps
+each (a timing the engine discards does not hold the probe forever). A step's time is not
+linear in its rows (on a GPU one row takes the one-row kernels and 2-16 rows cost about the
+same): the deep probe keeps a deep chain from being judged by a line through 1 and 3 rows.
+Then now and then it tries a neighbour of the
 best depth: after EXPLORE_EVERY choices, then twice as many after each try while the best
 depth stays, up to EXPLORE_MAX; every EXPLORE_HOPELESS choices while plain decoding would win
 even if every draft were accepted. A try from plain decoding drafts two steps in a row: the
@@ -256,9 +259,9 @@ class DepthPolicy:
         if not self.adaptive or hi <= lo or not slots:
             return hi
         rows = lambda d: ar_rows + len(slots) * (d + 1)  # noqa: E731
-        shape = (len(slots), ar_rows, max(PROBE_DEPTH, lo), lo)
-        if shape[2] <= hi and shape not in self._probed:   # (near a request's end, estimates do)
-            for d in shape[2:]:                # measure a short chain and the floor first; from them,
+        shape = (len(slots), ar_rows, max(PROBE_DEPTH, lo), self.max_depth, lo)
+        if shape[3] <= hi and shape not in self._probed:   # (near a request's end, estimates do)
+            for d in shape[2:]:                # a short chain, the deepest and the floor first; from them,
                 unmeasured = self._unmeasured(d, len(slots), rows(d))   # estimates, refined by exploring
                 if unmeasured:
                     for key in unmeasured:

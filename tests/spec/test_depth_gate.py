@@ -82,6 +82,7 @@ WINNING = [
     ("draft pass 0.73x (the 0.5B's own AR step), oracle AL 6", Gpu(0.73, al=6)),
     ("draft pass 0.73x, oracle AL 3", Gpu(0.73, al=3)),
     ("draft pass 0.1x, geometric p 0.85", Gpu(0.1, p=0.85)),
+    ("a deep chain only: 2-16 rows 1.6x a step (a line through 1 and 3 rows says plain)", Gpu(0.75, al=6, wide=1.6)),
 ]
 
 
@@ -137,13 +138,13 @@ def test_the_oracle_acceptance_is_modelled_as_measured_not_as_geometric():
 
 def test_a_probe_gives_up_on_timings_it_never_gets():
     """A probe whose timings the engine keeps discarding (graph warm-ups) ends after
-    PROBE_TRIES steps; with no draft ever timed, drafting has no estimate and decoding stays plain
+    PROBE_TRIES steps (each probed depth); with no draft ever timed, drafting has no estimate and decoding stays plain
     (but for a rare try of depth 1, two steps: a catch-up, then a timed draft)."""
     from luce.spec.depth import PROBE_TRIES
 
     policy = DepthPolicy(8, 0)
-    chosen = [policy.choose([0], 100) for _ in range(PROBE_TRIES)]
-    assert chosen == [2] * PROBE_TRIES
+    chosen = [policy.choose([0], 100) for _ in range(2 * PROBE_TRIES)]
+    assert chosen == [2] * PROBE_TRIES + [8] * PROBE_TRIES      # the short chain, then the deepest
     policy.record_step(1, 1.0)
     later = [policy.choose([0], 100) for _ in range(40)]
     assert later.count(0) >= 36 and set(later) <= {0, 1}
