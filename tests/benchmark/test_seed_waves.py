@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from luce.benchmark.seed_waves import WaveConfig, compare_waves, prepare_waves, run_waves
@@ -142,6 +143,11 @@ def test_gate_with_a_draft_model_pair(tmp_path):
             assert all(0 <= d <= 8 for d in row["depths"])                   # draft_max 8
             assert set(r[a]["chain@4"][C]["depths"]) <= {1, 2, 3, 4}
     assert isinstance(r["summary"]["pass"], bool) and lines[-1].startswith("gate: ")
+    assert isinstance(r["summary"]["pass_within_noise"], bool)
+    for a in ("AL6", "AL2"):
+        for C in (1, 2):
+            lo, hi = r["summary"][a][C]["wave_ratio_2se"]
+            assert lo == hi and lo > 0          # one wave: no spread
     out = tmp_path / "g.json"
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_seed_workload.py"), str(tmp_path / "t.gguf"),
                           "--draft", str(tmp_path / "d.gguf"), "--backend", "cpu", "--sections", "gate",
@@ -152,6 +158,16 @@ def test_gate_with_a_draft_model_pair(tmp_path):
     gate = json.loads(out.read_text())["gate"]
     assert gate["summary"]["AL3"]["1"]["exact"] and "default_over_ar" in gate["summary"]["AL3"]["1"]
     assert "gate AL3 C1" in run.stdout or "gate AL3 C1" in run.stderr
+
+
+def test_the_gate_s_wave_ratio_bounds():
+    """Per wave, plain time over default time; mean -+ 2 standard errors."""
+    from luce.benchmark.seed_waves import _ratio_bounds
+
+    lo, hi = _ratio_bounds([1.0, 1.0, 1.0, 1.0], [1.0, 1.02, 0.98, 1.0])
+    r = np.array([1.0, 1 / 1.02, 1 / 0.98, 1.0])
+    se = r.std(ddof=1) / 2
+    assert lo == pytest.approx(r.mean() - 2 * se) and hi == pytest.approx(r.mean() + 2 * se) and lo < 1 < hi
 
 
 def test_interleaved_waves_take_turns_and_report_as_separate_runs(pair, monkeypatch):
