@@ -48,6 +48,9 @@ def accept_sampled(tree, logits, params, seed: int, root_position: int, prompt_i
         return accept(tree, choose, max_tokens)
 
 
+REST_TIMING = 16     # at rest (plain decoding best, no try due), one step in this many is timed
+
+
 class EngineSpeculation:
     def __init__(self, speculator: Speculator, token_budget: int, ctx: int, during_prefill: bool = True,
                  clock: Callable[[], float] = time.perf_counter, warmups: Callable[[], int] = lambda: 0):
@@ -71,6 +74,7 @@ class EngineSpeculation:
         self.depths: dict[int, int] = {}        # depth -> steps that chose it (0: plain), of the steps
                                                 # with lanes that could draft (resting: with decode rows)
         self.draft_seconds = 0.0               # drafting so far (draft calls and prompt prefills), for reports
+        self._rest_steps = 0
 
     @property
     def stats(self) -> SpecStats:
@@ -87,9 +91,15 @@ class EngineSpeculation:
 
     # ---- before the forward pass ------------------------------------------------------------
     def begin_step(self) -> None:
-        """The engine starts a step (before admission and scheduling): its timing starts."""
-        self._began = (self.clock(), self.warmups())
+        """The engine starts a step (before admission and scheduling): its timing starts (at
+        rest, one step in REST_TIMING: plain decoding's time is known, and a step's host work
+        is the one cost speculation at rest adds)."""
         self._draft = (0.0, 0)
+        self._rest_steps += 1
+        if self.policy.at_rest() and self._rest_steps % REST_TIMING:
+            self._began = None
+            return
+        self._began = (self.clock(), self.warmups())
 
     def propose(self, cohort: Cohort, requests: dict) -> Cohort:
         """`cohort` with the lanes that speculate this step turned from AR rows into trees."""

@@ -296,11 +296,16 @@ class DepthPolicy:
             self._again = tried                # timed), a second is timed
         return tried
 
+    def at_rest(self) -> bool:
+        """Whether the next choice will be plain decoding with no try due (resting() without
+        counting the step)."""
+        return self._best == 0 and self._again is None and self._since + 1 < self._explore_every
+
     def resting(self) -> bool:
         """Plain decoding is the best and no try is due: this step decodes plainly (counted
         towards the next try), with nothing to weigh; the engine then skips choose() (whose
         probes of a new lane count wait for the next try)."""
-        if self._best != 0 or self._again is not None or self._since + 1 >= self._explore_every:
+        if not self.at_rest():
             return False
         self._since += 1
         return True
