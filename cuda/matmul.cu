@@ -22,7 +22,8 @@
 //    (launch_quant): one block per block tile, or a one-wave grid whose blocks take several
 //    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
 // One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh (IQ4_XS: its staged
-// form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits).
+// form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits);
+// IQ4_XS decode calls of 2..8 rows at k <= 6,144 the few-row kernel of matmul_gemv_rows.cuh (ditto).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"
@@ -32,6 +33,7 @@
 #include "matmul_chunk.cuh"
 #include "matmul_gemv.cuh"
 #include "matmul_gemv_staged.cuh"
+#include "matmul_gemv_rows.cuh"
 #include "pdl.cuh"
 
 namespace {
@@ -284,7 +286,12 @@ bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
 // Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
 constexpr bool kGemvGroupScaleByDefault = true;
 
-constexpr int kMaxTune = 8;
+// IQ4_XS decode calls of 2..8 rows take the few-row kernel (matmul_gemv_rows.cuh) under tune 0 where
+// it runs (k <= 6,144, an even chunk count, 227 KB devices). NOT measured on a GPU yet: false gives
+// them the tile kernel again. Tune 9 forces it (else as tune 0), tune 4 keeps the tile kernel (A/B).
+constexpr bool kGemvRowsByDefault = true;
+
+constexpr int kMaxTune = 9;
 
 // The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..kMaxTune) where set, for benchmarks that
 // time a launch shape end to end (every tune gives the same bits), else 0.
@@ -396,6 +403,13 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
             case LUCE_QT_Q5_0: if (gemv_runs<GemvQ50>(w, xl, deep)) return launch_gemv<GemvQ50>(g, deep, stream); break;
             default: break;
         }
+    }
+    if (p->qtype == LUCE_QT_IQ4_XS && p->path == LUCE_MATMUL_DECODE && p->rows >= 2 && p->rows <= 8 &&
+        (p->tune == 9 || (p->tune == 0 && kGemvRowsByDefault))) {
+        static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+        if (gemv_rows_runs(w, p->rows, p->n, xl, row_bytes, smem_limit))
+            return launch_gemv_rows(GemvRowsArgs{w, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0, 0}, smem_limit,
+                                    stream);
     }
     const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
     switch (p->qtype) {
