@@ -307,3 +307,27 @@ def test_iq4_xs_few_rows_falls_back(lib):
         got = run(lib, x, raw, Q.IQ4_XS, n)
         assert lib.emu_last_launch_smem() != rows_smem(k), f"k {k}, n {n}, {rows} rows: the few-row kernel ran"
         assert same_bits(got, run(lib, x, raw, Q.IQ4_XS, n, tune=4))
+
+
+def test_iq4_xs_few_rows_nan_and_99kb_devices(tmp_path, monkeypatch):
+    """A device of 99 KiB opt-in shared memory (RTX 30/40/50: LUCE_EMU_SMEM_OPTIN): at k = 5120 two
+    stages (108 KB) do not fit and the tile kernel runs, at k = 512 the few-row kernel does (3
+    stages), the same bits either way; a NaN in one row's x stays in that row."""
+    monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", "101376")
+    small = emu.load(["matmul.cu"], tmp_path, "the quantized matmul")
+    small.luce_matmul_workspace_bytes.restype = C.c_int64
+    small.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
+    small.luce_matmul.argtypes = [C.POINTER(Params), _P]
+    small.emu_last_launch_smem.restype = C.c_size_t
+    for k, ran in ((5120, False), (512, True)):
+        n = 37
+        raw, _ = weights(Q.IQ4_XS, n, k)
+        x = activations(5, k, seed=k)
+        got = run(small, x, raw, Q.IQ4_XS, n)
+        assert (small.emu_last_launch_smem() == rows_smem(k)) == ran, f"k {k}: the few-row kernel ran: {not ran}"
+        assert same_bits(got, run(small, x, raw, Q.IQ4_XS, n, tune=4))
+        clean = got
+        x[2, 7] = np.nan
+        dirty = run(small, x, raw, Q.IQ4_XS, n)
+        assert np.isnan(dirty[2]).all()
+        assert same_bits(np.delete(dirty, 2, axis=0), np.delete(clean, 2, axis=0))
