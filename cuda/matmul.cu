@@ -288,10 +288,11 @@ constexpr bool kGemvGroupScaleByDefault = true;
 
 // IQ4_XS decode calls of 2..8 rows take the few-row kernel (matmul_gemv_rows.cuh) under tune 0 where
 // it runs (k <= 6,144, an even chunk count, 227 KB devices). NOT measured on a GPU yet: false gives
-// them the tile kernel again. Tune 9 forces it (else as tune 0), tune 4 keeps the tile kernel (A/B).
+// them the tile kernel again. Tune 9: as tune 0 with the few-row kernel whatever kGemvRowsByDefault;
+// tune 10: as tune 0 with the tile kernel at 2..8 rows (LUCE_MATMUL_TUNE=10: a whole-step A/B).
 constexpr bool kGemvRowsByDefault = true;
 
-constexpr int kMaxTune = 9;
+constexpr int kMaxTune = 10;
 
 // The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..kMaxTune) where set, for benchmarks that
 // time a launch shape end to end (every tune gives the same bits), else 0.
@@ -375,6 +376,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         if (err != cudaSuccess) return luce_status(err);
     }
     const uint8_t *w = static_cast<const uint8_t *>(p->w);
+    const int tune = p->tune == 9 || p->tune == 10 ? 0 : p->tune;  // the few-row choice's tunes act as 0 elsewhere
     // The one-row kernel (matmul_gemv.cuh, the same bits) where it measured faster than the
     // tile kernel (tune 0; H200, docs/PERF.md, 2026-12-03): IQ4_XS everywhere; Q4_K and Q5_K with
     // twice the rows a batch where k fits one block of lanes (not the 27B down projection) and the
@@ -389,16 +391,16 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
                                  (kquant45 && gemv_slots(xl.chunks) == 1 && p->n * row_bytes < ((int64_t)256 << 20)) ||
                                  (p->qtype == LUCE_QT_Q6_K && p->n * row_bytes < ((int64_t)16 << 20));
     const bool by_default = measured_faster || (group_scale && kGemvGroupScaleByDefault);
-    const bool deep = p->tune == 6 || (p->tune == 0 && kquant45);
+    const bool deep = tune == 6 || (tune == 0 && kquant45);
     const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&
-                      (p->tune >= 5 || (p->tune == 0 && by_default));
+                      (tune >= 5 || (tune == 0 && by_default));
     if (gemv) {
         const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0};
         switch (p->qtype) {
             case LUCE_QT_Q4_K: if (gemv_runs<GemvQ4K>(w, xl, deep)) return launch_gemv<GemvQ4K>(g, deep, stream); break;
             case LUCE_QT_Q5_K: if (gemv_runs<GemvQ5K>(w, xl, deep)) return launch_gemv<GemvQ5K>(g, deep, stream); break;
             case LUCE_QT_Q6_K: if (gemv_runs<GemvQ6K>(w, xl, deep)) return launch_gemv<GemvQ6K>(g, deep, stream); break;
-            case LUCE_QT_IQ4_XS: if (gemv_runs<GemvIQ4XS>(w, xl, deep)) return launch_gemv_iq4(g, p->tune, stream); break;
+            case LUCE_QT_IQ4_XS: if (gemv_runs<GemvIQ4XS>(w, xl, deep)) return launch_gemv_iq4(g, tune, stream); break;
             case LUCE_QT_Q8_0: if (gemv_runs<GemvQ80>(w, xl, deep)) return launch_gemv<GemvQ80>(g, deep, stream); break;
             case LUCE_QT_Q5_0: if (gemv_runs<GemvQ50>(w, xl, deep)) return launch_gemv<GemvQ50>(g, deep, stream); break;
             default: break;
@@ -413,12 +415,12 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     }
     const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
     switch (p->qtype) {
-        case LUCE_QT_Q4_K: return launch_quant<ReaderQ4K>(a, p->path, p->tune, stream);
-        case LUCE_QT_Q5_K: return launch_quant<ReaderQ5K>(a, p->path, p->tune, stream);
-        case LUCE_QT_Q6_K: return launch_quant<ReaderQ6K>(a, p->path, p->tune, stream);
-        case LUCE_QT_IQ4_XS: return launch_quant<ReaderIQ4XS>(a, p->path, p->tune, stream);
-        case LUCE_QT_Q8_0: return launch_quant<ReaderQ80>(a, p->path, p->tune, stream);
-        case LUCE_QT_Q5_0: return launch_quant<ReaderQ50>(a, p->path, p->tune, stream);
+        case LUCE_QT_Q4_K: return launch_quant<ReaderQ4K>(a, p->path, tune, stream);
+        case LUCE_QT_Q5_K: return launch_quant<ReaderQ5K>(a, p->path, tune, stream);
+        case LUCE_QT_Q6_K: return launch_quant<ReaderQ6K>(a, p->path, tune, stream);
+        case LUCE_QT_IQ4_XS: return launch_quant<ReaderIQ4XS>(a, p->path, tune, stream);
+        case LUCE_QT_Q8_0: return launch_quant<ReaderQ80>(a, p->path, tune, stream);
+        case LUCE_QT_Q5_0: return launch_quant<ReaderQ50>(a, p->path, tune, stream);
         default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -310,7 +310,7 @@ def test_bad_arguments_raise():
     with pytest.raises(KernelError, match="luce_matmul"):
         run_kernel(x, raw, 2, 16)  # unsupported type id
     with pytest.raises(KernelError, match="luce_matmul"):
-        run_kernel(x, raw, Q.Q4_K, 16, tune=10)
+        run_kernel(x, raw, Q.Q4_K, 16, tune=11)
     from luce.ops.cuda_memory import DeviceBuffer
     small = DeviceBuffer(64)
     with pytest.raises(KernelError, match="luce_matmul"):
@@ -327,7 +327,7 @@ FEW_ROWS = [(4101, 5120), (5123, 6144), (37, 512)]
 @pytest.mark.gpu
 @pytest.mark.parametrize("n,k", FEW_ROWS)
 def test_iq4_xs_few_rows_kernel(n, k):
-    """2..8 rows: tune 0 and 9 (the few-row kernel) == tune 4 (the tile kernel), bitwise, with and
+    """2..8 rows: tune 0 and 9 (the few-row kernel) == tune 4 and 10 (the tile kernel), bitwise, with and
     without bias; each row == the row alone (tune 0: the one-row staged kernel); parity; a NaN in
     one row's x stays in that row."""
     raw37, wd37 = weights(Q.IQ4_XS, 37, k)
@@ -339,7 +339,7 @@ def test_iq4_xs_few_rows_kernel(n, k):
         for rows in range(2, 9):
             tile = run_kernel(x[:rows], raw, Q.IQ4_XS, n, bias=b, tune=4)
             assert np.array_equal(tile.view(np.uint32), alone[:rows].view(np.uint32)), f"{rows} rows: tile != alone"
-            for tune in (0, 9):
+            for tune in (0, 9, 10):  # 10: the tile kernel again
                 got = run_kernel(x[:rows], raw, Q.IQ4_XS, n, bias=b, tune=tune)
                 assert np.array_equal(got.view(np.uint32), tile.view(np.uint32)), \
                     f"{rows} rows, tune {tune}: differs from the tile kernel"

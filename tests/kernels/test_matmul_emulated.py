@@ -261,7 +261,7 @@ def rows_smem(k: int) -> int:
 # a last one at rows 21-36 (rows 21-31 computed twice, stored once).
 @pytest.mark.parametrize("k", [512, 5120, 6144])
 def test_iq4_xs_few_rows_kernel(lib, lib_cooperative, k):
-    """2..8 rows (tune 0 and 9: the few-row kernel, matmul_gemv_rows.cuh) == the tile kernel (tune 4)
+    """2..8 rows (tune 0 and 9: the few-row kernel, matmul_gemv_rows.cuh) == the tile kernel (tune 4, 10)
     on the same rows, bitwise, with and without bias, with bulk and per-thread copies; each row ==
     the row alone (the one-row staged kernel, tune 0); close to the reference."""
     n = 37
@@ -273,9 +273,10 @@ def test_iq4_xs_few_rows_kernel(lib, lib_cooperative, k):
         for b in (None, bias):
             tile = run(lib, x[:rows], raw, Q.IQ4_XS, n, b, tune=4)
             for build in (lib, lib_cooperative):
-                for tune in (0, 9):
+                for tune in (0, 9, 10):  # 10: the tile kernel
                     got = run(build, x[:rows], raw, Q.IQ4_XS, n, b, tune=tune)
-                    assert build.emu_last_launch_smem() == rows_smem(k), f"{rows} rows, tune {tune}: not the few-row kernel"
+                    assert (build.emu_last_launch_smem() == rows_smem(k)) == (tune != 10), \
+                        f"{rows} rows, tune {tune}: the few-row kernel ran: {tune == 10}"
                     assert same_bits(got, tile), f"{rows} rows, tune {tune}: differs from the tile kernel"
             for r in range(rows):
                 assert same_bits(tile[r], alone[b is None][r]), f"{rows} rows: row {r} differs from the row alone"
