@@ -22,7 +22,8 @@
 //    (launch_quant): one block per block tile, or a one-wave grid whose blocks take several
 //    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
 // One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh (IQ4_XS: its staged
-// form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits).
+// form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits);
+// IQ4_XS decode calls of 2..8 rows at k <= 6,144 the few-row kernel of matmul_gemv_rows.cuh (ditto).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"
@@ -32,6 +33,7 @@
 #include "matmul_chunk.cuh"
 #include "matmul_gemv.cuh"
 #include "matmul_gemv_staged.cuh"
+#include "matmul_gemv_rows.cuh"
 #include "pdl.cuh"
 
 namespace {
@@ -284,7 +286,13 @@ bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
 // Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
 constexpr bool kGemvGroupScaleByDefault = true;
 
-constexpr int kMaxTune = 8;
+// IQ4_XS decode calls of 2..8 rows take the few-row kernel (matmul_gemv_rows.cuh) under tune 0 where
+// it runs (k <= 6,144, an even chunk count, 227 KB devices). NOT measured on a GPU yet: false gives
+// them the tile kernel again. Tune 9: as tune 0 with the few-row kernel whatever kGemvRowsByDefault;
+// tune 10: as tune 0 with the tile kernel at 2..8 rows (LUCE_MATMUL_TUNE=10: a whole-step A/B).
+constexpr bool kGemvRowsByDefault = true;
+
+constexpr int kMaxTune = 10;
 
 // The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..kMaxTune) where set, for benchmarks that
 // time a launch shape end to end (every tune gives the same bits), else 0.
@@ -368,6 +376,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         if (err != cudaSuccess) return luce_status(err);
     }
     const uint8_t *w = static_cast<const uint8_t *>(p->w);
+    const int tune = p->tune == 9 || p->tune == 10 ? 0 : p->tune;  // the few-row choice's tunes act as 0 elsewhere
     // The one-row kernel (matmul_gemv.cuh, the same bits) where it measured faster than the
     // tile kernel (tune 0; H200, docs/PERF.md, 2026-12-03): IQ4_XS everywhere; Q4_K and Q5_K with
     // twice the rows a batch where k fits one block of lanes (not the 27B down projection) and the
@@ -382,29 +391,36 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
                                  (kquant45 && gemv_slots(xl.chunks) == 1 && p->n * row_bytes < ((int64_t)256 << 20)) ||
                                  (p->qtype == LUCE_QT_Q6_K && p->n * row_bytes < ((int64_t)16 << 20));
     const bool by_default = measured_faster || (group_scale && kGemvGroupScaleByDefault);
-    const bool deep = p->tune == 6 || (p->tune == 0 && kquant45);
+    const bool deep = tune == 6 || (tune == 0 && kquant45);
     const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&
-                      (p->tune >= 5 || (p->tune == 0 && by_default));
+                      (tune >= 5 || (tune == 0 && by_default));
     if (gemv) {
         const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0};
         switch (p->qtype) {
             case LUCE_QT_Q4_K: if (gemv_runs<GemvQ4K>(w, xl, deep)) return launch_gemv<GemvQ4K>(g, deep, stream); break;
             case LUCE_QT_Q5_K: if (gemv_runs<GemvQ5K>(w, xl, deep)) return launch_gemv<GemvQ5K>(g, deep, stream); break;
             case LUCE_QT_Q6_K: if (gemv_runs<GemvQ6K>(w, xl, deep)) return launch_gemv<GemvQ6K>(g, deep, stream); break;
-            case LUCE_QT_IQ4_XS: if (gemv_runs<GemvIQ4XS>(w, xl, deep)) return launch_gemv_iq4(g, p->tune, stream); break;
+            case LUCE_QT_IQ4_XS: if (gemv_runs<GemvIQ4XS>(w, xl, deep)) return launch_gemv_iq4(g, tune, stream); break;
             case LUCE_QT_Q8_0: if (gemv_runs<GemvQ80>(w, xl, deep)) return launch_gemv<GemvQ80>(g, deep, stream); break;
             case LUCE_QT_Q5_0: if (gemv_runs<GemvQ50>(w, xl, deep)) return launch_gemv<GemvQ50>(g, deep, stream); break;
             default: break;
         }
     }
+    if (p->qtype == LUCE_QT_IQ4_XS && p->path == LUCE_MATMUL_DECODE && p->rows >= 2 && p->rows <= 8 &&
+        (p->tune == 9 || (p->tune == 0 && kGemvRowsByDefault))) {
+        static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+        if (gemv_rows_runs(w, p->rows, p->n, xl, row_bytes, smem_limit))
+            return launch_gemv_rows(GemvRowsArgs{w, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0, 0}, smem_limit,
+                                    stream);
+    }
     const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
     switch (p->qtype) {
-        case LUCE_QT_Q4_K: return launch_quant<ReaderQ4K>(a, p->path, p->tune, stream);
-        case LUCE_QT_Q5_K: return launch_quant<ReaderQ5K>(a, p->path, p->tune, stream);
-        case LUCE_QT_Q6_K: return launch_quant<ReaderQ6K>(a, p->path, p->tune, stream);
-        case LUCE_QT_IQ4_XS: return launch_quant<ReaderIQ4XS>(a, p->path, p->tune, stream);
-        case LUCE_QT_Q8_0: return launch_quant<ReaderQ80>(a, p->path, p->tune, stream);
-        case LUCE_QT_Q5_0: return launch_quant<ReaderQ50>(a, p->path, p->tune, stream);
+        case LUCE_QT_Q4_K: return launch_quant<ReaderQ4K>(a, p->path, tune, stream);
+        case LUCE_QT_Q5_K: return launch_quant<ReaderQ5K>(a, p->path, tune, stream);
+        case LUCE_QT_Q6_K: return launch_quant<ReaderQ6K>(a, p->path, tune, stream);
+        case LUCE_QT_IQ4_XS: return launch_quant<ReaderIQ4XS>(a, p->path, tune, stream);
+        case LUCE_QT_Q8_0: return launch_quant<ReaderQ80>(a, p->path, tune, stream);
+        case LUCE_QT_Q5_0: return launch_quant<ReaderQ50>(a, p->path, tune, stream);
         default: return (int)cudaErrorInvalidValue;
     }
 }

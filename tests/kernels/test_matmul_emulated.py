@@ -242,3 +242,93 @@ def test_iq4_xs_staged_ring(lib, lib_cooperative, n):
             got = run(build, x, raw, Q.IQ4_XS, n, tune=tune)
             assert_one_row_kernel_ran(build, Q.IQ4_XS, k, tune, n)
             assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
+
+
+def rows_smem(k: int) -> int:
+    """Dynamic shared memory of the few-row kernel (matmul_gemv_rows.cuh): 3 stages of 16 rows where
+    they fit the emulator's 227 KiB (else 2), rows `stride` apart (+16 B where row_bytes / 16 is
+    even), c [2][chunks][16][8] and the x scales [8][chunks]."""
+    chunks = k // 256
+    row_bytes = 136 * chunks
+    stride = row_bytes + (16 if (row_bytes // 16) % 2 == 0 else 0)
+    rest = 4 * (2 * 16 + 1) * 8 * chunks
+    stages = 3 if 3 * 16 * stride + rest <= 232448 else 2
+    return stages * 16 * stride + rest
+
+
+# The few-row kernel at k = 512 (2 chunks, row_bytes / 16 odd: no padding), 5120 (the 27B's gate/up
+# and qkv: 20 warps, padded rows) and 6144 (out: 24 warps); n = 37: batches of rows 0-15, 16-31 and
+# a last one at rows 21-36 (rows 21-31 computed twice, stored once).
+@pytest.mark.parametrize("k", [512, 5120, 6144])
+def test_iq4_xs_few_rows_kernel(lib, lib_cooperative, k):
+    """2..8 rows (tune 0 and 9: the few-row kernel, matmul_gemv_rows.cuh) == the tile kernel (tune 4, 10)
+    on the same rows, bitwise, with and without bias, with bulk and per-thread copies; each row ==
+    the row alone (the one-row staged kernel, tune 0); close to the reference."""
+    n = 37
+    raw, wd = weights(Q.IQ4_XS, n, k)
+    x = activations(8, k, seed=k + 1)
+    bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
+    alone = {b is None: [run(lib, x[r:r + 1], raw, Q.IQ4_XS, n, b)[0] for r in range(8)] for b in (None, bias)}
+    for rows in range(2, 9):
+        for b in (None, bias):
+            tile = run(lib, x[:rows], raw, Q.IQ4_XS, n, b, tune=4)
+            for build in (lib, lib_cooperative):
+                for tune in (0, 9, 10):  # 10: the tile kernel
+                    got = run(build, x[:rows], raw, Q.IQ4_XS, n, b, tune=tune)
+                    assert (build.emu_last_launch_smem() == rows_smem(k)) == (tune != 10), \
+                        f"{rows} rows, tune {tune}: the few-row kernel ran: {tune == 10}"
+                    assert same_bits(got, tile), f"{rows} rows, tune {tune}: differs from the tile kernel"
+            for r in range(rows):
+                assert same_bits(tile[r], alone[b is None][r]), f"{rows} rows: row {r} differs from the row alone"
+    want = x.astype(np.float64) @ wd.T.astype(np.float64) + bias
+    assert_rows_close(run(lib, x, raw, Q.IQ4_XS, n, bias, tune=9), want, "matmul_blocks")
+
+
+@pytest.mark.parametrize("n", [4227, 2112])
+def test_iq4_xs_few_rows_ring(lib, lib_cooperative, n):
+    """The few-row kernel's stages over several batches a block, k = 512: n = 4227 (265 batches of 16
+    over the emulator's 132 blocks: 2 to 3 a block, 3 stages, a last batch at row 4211) and 2112 (132
+    batches: one a block), 5 rows, with bulk and per-thread copies: == the tile kernel."""
+    k = 512
+    raw, _ = weights(Q.IQ4_XS, n, k)
+    x = activations(5, k, seed=7)
+    want = run(lib, x, raw, Q.IQ4_XS, n, tune=4)
+    for build in (lib, lib_cooperative):
+        got = run(build, x, raw, Q.IQ4_XS, n)
+        assert build.emu_last_launch_smem() == rows_smem(k), "not the few-row kernel"
+        assert same_bits(got, want), "differs from the tile kernel"
+
+
+def test_iq4_xs_few_rows_falls_back(lib):
+    """Where the few-row kernel does not run the tile kernel does (the same bits): k = 17408 (68
+    chunks: x would not fit in registers), k = 1280 (5 chunks: odd), n = 9 (< 16 rows), 9 rows."""
+    for k, n, rows in ((17408, 16, 3), (1280, 37, 4), (512, 9, 4), (512, 37, 9)):
+        raw, _ = weights(Q.IQ4_XS, n, k)
+        x = activations(rows, k, seed=3)
+        got = run(lib, x, raw, Q.IQ4_XS, n)
+        assert lib.emu_last_launch_smem() != rows_smem(k), f"k {k}, n {n}, {rows} rows: the few-row kernel ran"
+        assert same_bits(got, run(lib, x, raw, Q.IQ4_XS, n, tune=4))
+
+
+def test_iq4_xs_few_rows_nan_and_99kb_devices(tmp_path, monkeypatch):
+    """A device of 99 KiB opt-in shared memory (RTX 30/40/50: LUCE_EMU_SMEM_OPTIN): at k = 5120 two
+    stages (108 KB) do not fit and the tile kernel runs, at k = 512 the few-row kernel does (3
+    stages), the same bits either way; a NaN in one row's x stays in that row."""
+    monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", "101376")
+    small = emu.load(["matmul.cu"], tmp_path, "the quantized matmul")
+    small.luce_matmul_workspace_bytes.restype = C.c_int64
+    small.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
+    small.luce_matmul.argtypes = [C.POINTER(Params), _P]
+    small.emu_last_launch_smem.restype = C.c_size_t
+    for k, ran in ((5120, False), (512, True)):
+        n = 37
+        raw, _ = weights(Q.IQ4_XS, n, k)
+        x = activations(5, k, seed=k)
+        got = run(small, x, raw, Q.IQ4_XS, n)
+        assert (small.emu_last_launch_smem() == rows_smem(k)) == ran, f"k {k}: the few-row kernel ran: {not ran}"
+        assert same_bits(got, run(small, x, raw, Q.IQ4_XS, n, tune=4))
+        clean = got
+        x[2, 7] = np.nan
+        dirty = run(small, x, raw, Q.IQ4_XS, n)
+        assert np.isnan(dirty[2]).all()
+        assert same_bits(np.delete(dirty, 2, axis=0), np.delete(clean, 2, axis=0))

@@ -1,0 +1,264 @@
+// Few-row decode matmul (IQ4_XS, 2..8 rows of x): y [M, n] = x [M, k] @ W^T (+ bias), the same
+// integers and float steps as the tile kernel (cuda/matmul.cu mmq_kernel, matmul_chunk.cuh
+// mmq_chunk_int) and as the one-row kernels (matmul_gemv.cuh, matmul_gemv_staged.cuh), so every
+// row of x gets bitwise the row it gets alone or in any other call (DESIGN 5 rule 6).
+//
+// Why (docs/PERF.md, session 13): 2..16-row decode calls (concurrency, chain verify) took the
+// tile kernel, whose 16-row warps re-read x from L1 for every row tile and hold 128 registers;
+// the 27B at 5 rows spent 12.31 ms a step against 7.76 at one row though the weights (read
+// once) dominate both. dp4a over M rows would multiply the one-row kernel's dot products by M
+// (16-bit x: 4 dp4a a weight word and row); the tensor cores take the M rows for the same cost.
+//
+// Layout. Weight rows go in batches of 16 (one mma row tile; the last batch starts at row n - 16
+// and stores only its rows past the batch before, as the staged form's), each copied into one of S
+// stages (2 or 3): on sm_90 and later thread 0 issues one bulk copy a row (cp.async.bulk) completing
+// on the stage's mbarrier; elsewhere (sm_80-89, HIP, LUCE_GEMV_COOPERATIVE) every thread copies
+// 16-byte words with cp.async. Stage rows sit `stride` bytes apart: row_bytes, + 16 where that
+// would put the 8 rows of an mma fragment on the same banks (stride / 4 = 0 mod 8 words).
+// Warp w owns chunk w of k (W = chunks warps: k <= 24 chunks = 6,144, the 27B's gate/up, qkv and
+// out; an even chunk count, so rows are 16-byte aligned) and holds its B fragments for the whole
+// launch: x's 8 groups of token grp (lane = 4 grp + quad; tokens >= M zero), 32 registers. For a
+// batch a warp multiplies its chunk of the 16 rows (A from the stage: ReaderIQ4XS, the tile
+// kernel's reader) with the 8 token columns: per group j, int32 sums hi, lo (mma m16n8k32 with x's
+// high and low bytes), SH += scale_j * hi, SL += scale_j * lo, then per (row, token)
+// c = d * fma(SH, 256, SL) into c [2][chunks][16][8] (shared).
+//
+// Per batch t (one block barrier): __syncthreads (turn t - 1 done everywhere: its stage may refill,
+// its c is whole), wait for batch t's copy, threads 4 * (M r + m) + kp (r < 16 rows, m < M tokens,
+// kp < 4: warps 0 .. 2 M - 1) run the chains of batch t - 1: acc_kp = fma(xscale_ch, c_ch, acc_kp)
+// over chunks kp, kp + 4, ... in order, y = ((acc0 + acc1) + acc2) + acc3 (+ bias) by shuffles (the
+// tile kernel's order); batch t + S - 1's copy is issued; batch t's sums.
+//
+// Shapes (27B): gate/up 17408 x 5120 (20 warps, 1,088 batches), qkv 10240 x 5120, out 5120 x 6144
+// (24 warps). Shared memory at k = 5120: 16 x 2,736 B a stage, c 20,480 B: 108 KB at 2 stages,
+// 152 KB at 3; at k = 6144, 126 / 178 KB: 227 KB devices (H100/H200) only, the tile kernel
+// elsewhere (99 KB: RTX 30/40/50) and for down (k = 17,408: x would not fit in registers).
+#pragma once
+
+#include "matmul_blocks.cuh"
+#include "matmul_gemv_staged.cuh"
+
+namespace mm {
+
+constexpr int kRowsTile = 16;        // weight rows a batch (the mma's rows)
+constexpr int kRowsMaxTokens = 8;    // rows of x (the mma's token columns)
+constexpr int kRowsMaxChunks = 24;   // a warp a chunk: k <= 6,144
+constexpr int kRowsThreads = kRowsMaxChunks * WARP_SIZE;
+
+struct GemvRowsArgs {
+    const uint8_t *w;
+    const float *bias;
+    float *y;
+    XLayout x;
+    int64_t n, row_bytes;
+    int tokens;       // M, 2..8
+    int stages;       // S, 2..kStagedMaxStages
+    uint32_t stride;  // bytes between a stage's rows
+};
+
+// Stage row stride: row_bytes, + 16 where row_bytes / 4 is 0 mod 8 words (the 8 rows grp of a
+// fragment's 4-byte loads at one offset would meet on 4 banks: 2-way conflicts; 16 B apart they
+// take 32 distinct banks). row_bytes = 136 * chunks, chunks even: row_bytes / 4 = 4 * (chunks / 2)
+// mod 32.
+inline uint32_t gemv_rows_stride(int64_t row_bytes) {
+    return (uint32_t)row_bytes + ((row_bytes / 16) % 2 == 0 ? 16u : 0u);
+}
+
+// Dynamic shared memory: S stages, c [2][chunks][16][8], xscale [8][chunks] (floats).
+inline size_t gemv_rows_smem_bytes(const XLayout &x, int64_t row_bytes, int stages) {
+    return (size_t)stages * kRowsTile * gemv_rows_stride(row_bytes) +
+           (size_t)(2 * kRowsTile + 1) * kRowsMaxTokens * x.chunks * sizeof(float);
+}
+
+#if defined(__HIPCC__)
+#define LUCE_GEMV_ROWS_BOUNDS __launch_bounds__(kRowsThreads)
+#else
+#define LUCE_GEMV_ROWS_BOUNDS __launch_bounds__(kRowsThreads, 1)
+#endif
+
+#if LUCE_GEMV_BULK
+// A stage's copies: thread 0 arms the mbarrier for `bytes` in all, then copies row by row.
+#ifdef LUCE_MM_PORTABLE
+__device__ __forceinline__ void bulk_expect(uint64_t *bar, uint32_t bytes) { mbar_step(bar, 1, bytes); }
+__device__ __forceinline__ void bulk_copy_part(uint8_t *dst, const uint8_t *src, uint32_t bytes, uint64_t *bar) {
+    if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src) | bytes) & 15) != 0) abort();
+    std::memcpy(dst, src, bytes);
+    mbar_step(bar, 0, -(int64_t)bytes);
+}
+#else
+__device__ __forceinline__ void bulk_expect(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_copy_part(uint8_t *dst, const uint8_t *src, uint32_t bytes, uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_u32(dst)), "l"(src), "r"(bytes), "r"(smem_u32(bar)) : "memory");
+}
+#endif
+#endif
+
+__global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
+    extern __shared__ uint4 gemv_rows_words[];  // 16-byte aligned
+    uint8_t *stages = reinterpret_cast<uint8_t *>(gemv_rows_words);
+    const int chunks = (int)a.x.chunks, n = (int)a.n, S = a.stages, M = a.tokens;
+    const uint32_t rb = (uint32_t)a.row_bytes, stride = a.stride, stage_bytes = kRowsTile * stride;
+    float *c_s = reinterpret_cast<float *>(stages + (size_t)S * stage_bytes);  // [2][chunks][16][8]
+    float *xd_s = c_s + 2 * chunks * kRowsTile * kRowsMaxTokens;               // [8][chunks]
+    const int tid = threadIdx.x, lane = tid % WARP_SIZE, ch = tid / WARP_SIZE, grp = lane >> 2, quad = lane & 3;
+
+    // The block's batches blockIdx.x, + gridDim.x, ... (turn t: the t-th); a batch's first row b * 16,
+    // or n - 16 for a last batch past n.
+    const int batches = (n + kRowsTile - 1) / kRowsTile, row_step = (int)gridDim.x * kRowsTile;
+    const int turns = (int)blockIdx.x < batches ? (batches - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    auto first_row = [&](int row) { return row + kRowsTile <= n ? row : n - kRowsTile; };  // n >= 16
+    int issue_row = (int)blockIdx.x * kRowsTile, issue_slot = 0;
+#if LUCE_GEMV_BULK
+    __shared__ uint64_t full[kStagedMaxStages];  // stage s's copy has landed (phase parity: its uses, & 1)
+    if (tid == 0) {
+        for (int s = 0; s < kStagedMaxStages; ++s) mbar_init(&full[s], 1);
+        mbar_fence_init();
+    }
+    auto issue = [&](int t) {
+        if (tid == 0 && t < turns) {
+            uint8_t *dst = stages + issue_slot * stage_bytes;
+            const uint8_t *src = a.w + (size_t)first_row(issue_row) * rb;
+            bulk_expect(&full[issue_slot], kRowsTile * rb);
+            for (int r = 0; r < kRowsTile; ++r) bulk_copy_part(dst + r * stride, src + (size_t)r * rb, rb, &full[issue_slot]);
+        }
+        issue_row += row_step;
+        issue_slot = issue_slot + 1 == S ? 0 : issue_slot + 1;
+    };
+#else
+    // Copies: 16-byte word i of a batch (row i / words, word i % words) by thread i % blockDim.x.
+    const int words = (int)(rb / 16), total = kRowsTile * words;
+    auto issue = [&](int t) {
+        if (t < turns) {
+            const uint8_t *src = a.w + (size_t)first_row(issue_row) * rb;
+            uint8_t *dst = stages + issue_slot * stage_bytes;
+            for (int i = tid; i < total; i += blockDim.x) {
+                const int r = i / words, c = i - r * words;
+                cp_async16(dst + r * stride + 16 * c, src + (size_t)r * rb + 16 * c, 16);
+            }
+        }
+        cp_async_commit();  // one group a turn, empty or not: the wait for S - 2 pending counts turns
+        issue_row += row_step;
+        issue_slot = issue_slot + 1 == S ? 0 : issue_slot + 1;
+    };
+#endif
+    for (int t = 0; t < S - 1; ++t) issue(t);  // weights before the kernel ahead ends
+    wait_for_prior_kernels();                  // x is written by the kernel ahead
+    let_dependents_start();
+    uint4 xb[kGroups];  // B fragments of chunk ch: token grp's quad of each group (zero past M)
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j)
+        xb[j] = grp < M ? __ldg(a.x.xq + ((int64_t)grp * a.x.groups + (int64_t)ch * kGroups + j) * 4 + quad)
+                        : make_uint4(0, 0, 0, 0);
+    for (int i = tid; i < M * chunks; i += blockDim.x) {
+        const int m = i / chunks, c = i - m * chunks;
+        xd_s[i] = __ldg(a.x.xd + (int64_t)c * a.x.tp + m);
+    }
+
+    // Chains of a batch: item i = 4 * (M r + m) + kp (r < 16 rows, m < M tokens, kp < 4) takes acc_kp
+    // of row r, token m; 64 M items (whole warps), threads tid, tid + blockDim.x, ...
+    int chain_row = (int)blockIdx.x * kRowsTile;
+    auto chains = [&](int t) {
+        const float *c_b = c_s + (t & 1) * chunks * kRowsTile * kRowsMaxTokens;
+        for (int i = tid; i < 4 * kRowsTile * M; i += blockDim.x) {
+            const int item = i >> 2, kp = i & 3, r = item / M, m = item - r * M;
+            const float *c_rm = c_b + r * kRowsMaxTokens + m, *xd = xd_s + m * chunks;
+            float acc = 0.0f;
+            for (int c = kp; c < chunks; c += 4) acc = fmaf(xd[c], c_rm[c * kRowsTile * kRowsMaxTokens], acc);
+            const float a1 = warp_shfl_xor(acc, 1), a2 = warp_shfl_xor(acc, 2), a3 = warp_shfl_xor(acc, 3);
+            const int row = first_row(chain_row) + r;
+            if (kp == 0 && row >= chain_row) {  // rows before chain_row: the batch before stores them
+                float v = acc;
+                v = v + a1;
+                v = v + a2;
+                v = v + a3;
+                if (a.bias) v = v + a.bias[row];
+                a.y[(int64_t)m * n + row] = v;
+            }
+        }
+        chain_row += row_step;
+    };
+
+    const uint8_t *warp_chunk = stages + (uint32_t)ch * ReaderIQ4XS::kChunkBytes;
+    int slot = 0;
+    uint32_t parity = 0;  // of the stages' current phase (bulk copies): flips when the ring wraps
+    for (int t = 0; t < turns; ++t) {
+#if LUCE_GEMV_BULK
+        __syncthreads();  // every warp is done with turn t - 1: its stage refills, its c is whole
+        mbar_wait(&full[slot], parity);
+#else
+        if (S == 2)  // this thread's copies of turn t
+            cp_async_wait<0>();
+        else
+            cp_async_wait<kStagedMaxStages - 2>();
+        __syncthreads();  // everyone's; every warp is done with turn t - 1
+#endif
+        if (t > 0) chains(t - 1);
+        issue(t + S - 1);
+        const uint8_t *c0 = warp_chunk + slot * stage_bytes;
+        ReaderIQ4XS rd;
+        rd.load(c0 + grp * stride, c0 + (grp + 8) * stride, quad, kGroups);
+        int sh[4] = {}, sl[4] = {};
+#pragma unroll
+        for (int j = 0; j < kGroups; ++j) {
+            uint32_t w[4];
+            rd.weights(j, quad, w);
+            int hi[4], lo[4];
+            mma_k32<false>(w, xb[j].x, xb[j].y, 0, hi);
+            mma_k32<true>(w, xb[j].z, xb[j].w, 0, lo);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int s = rd.scale(j, 0, e >> 1);
+                sh[e] += s * hi[e];
+                sl[e] += s * lo[e];
+            }
+        }
+        float *c_b = c_s + ((t & 1) * chunks + ch) * kRowsTile * kRowsMaxTokens;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)  // row grp + 8 (e >> 1), token 2 quad + (e & 1)
+            c_b[(grp + 8 * (e >> 1)) * kRowsMaxTokens + 2 * quad + (e & 1)] =
+                __fmul_rn(rd.d[e >> 1], fmaf((float)sh[e], 256.0f, (float)sl[e]));
+        if (++slot == S) {
+            slot = 0;
+            parity ^= 1;
+        }
+    }
+    __syncthreads();
+    if (turns > 0) chains(turns - 1);
+}
+
+// The few-row kernel can run: 2..8 rows of x, IQ4_XS weights 16-byte aligned, n >= 16, an even
+// chunk count up to kRowsMaxChunks, and two stages' shared memory within the device's opt-in
+// limit (0: unknown, 48 KiB).
+inline bool gemv_rows_runs(const uint8_t *w, int64_t rows, int64_t n, const XLayout &x, int64_t row_bytes,
+                           int smem_limit) {
+    return rows >= 2 && rows <= kRowsMaxTokens && (reinterpret_cast<uintptr_t>(w) & 15) == 0 && n >= kRowsTile &&
+           n < ((int64_t)1 << 30) && x.chunks % 2 == 0 && x.chunks <= kRowsMaxChunks &&
+           gemv_rows_smem_bytes(x, row_bytes, 2) <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
+}
+
+// Launch (the caller checked gemv_rows_runs): 3 stages where they fit, else 2; a one-wave grid of
+// every resident block, block b taking batches b, b + grid, ...
+inline int launch_gemv_rows(GemvRowsArgs a, int smem_limit, cudaStream_t stream) {
+    const int threads = (int)a.x.chunks * WARP_SIZE;
+    const size_t limit = (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
+    a.stride = gemv_rows_stride(a.row_bytes);
+    a.stages = gemv_rows_smem_bytes(a.x, a.row_bytes, 3) <= limit ? 3 : 2;
+    const size_t smem = gemv_rows_smem_bytes(a.x, a.row_bytes, a.stages);
+    static size_t smem_set = 48 << 10;  // the kernel's shared-memory limit, raised to the largest launch so far
+    static int resident[kRowsMaxChunks + 1][kStagedMaxStages + 1] = {};
+    if (smem > smem_set) {
+        const cudaError_t err = cudaFuncSetAttribute(gemv_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess) return luce_status(err);
+        smem_set = smem;
+    }
+    int &res = resident[a.x.chunks][a.stages];
+    if (res == 0) res = resident_blocks(gemv_rows_kernel, threads, smem);
+    const int64_t batches = (a.n + kRowsTile - 1) / kRowsTile;
+    const int64_t grid = res > 0 && res < batches ? res : batches;
+    return luce_status(launch_overlapped(gemv_rows_kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
+}
+
+}  // namespace mm
