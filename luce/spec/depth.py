@@ -35,6 +35,8 @@ EXPLORE_SHARE of plain decoding's time: on a GPU where a draft model's catch-up 
 steps, speculation that steps aside costs well under a percent. While plain decoding is the
 best, the draft state is not kept up (`drafting` is False: a draft model does not prefill new
 prompts; a try catches up on the whole sequence), and a choice between tries is a counter.
+A try from plain decoding drafts the depth that promises most (not depth 1): acceptance at deep
+positions is learnt only by drafting that deep.
 
 The engine times what a depth costs in steady state only (luce.engine.speculation): not a
 step or draft that ran a graph's warm-up (a key's first, eager call or its capture), nor a
@@ -282,6 +284,9 @@ class DepthPolicy:
         self._since += 1
         near = [d for d in (best - 1, best + 1) if lo <= d <= hi]
         tried = min(near, key=lambda d: (self.step.count.get(rows(d), 0), d)) if near else best
+        drafting = [d for d in known if d > 0]
+        if best == 0 and drafting:             # from plain decoding: the most promising depth (its
+            tried = max(drafting, key=lambda d: (known[d], -d))   # deep positions' acceptance is learnt)
         every = self._explore_every
         if best == 0:
             if self._hopeless(slots, ar_rows, lo, hi, known.get(0)):
