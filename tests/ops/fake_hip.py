@@ -28,6 +28,7 @@ import ctypes
 import enum
 import importlib
 import inspect
+import itertools
 import sys
 import types
 
@@ -39,6 +40,11 @@ import numpy as np
 DEVICE_BASE = 0x1000_0000_0000
 DEVICE_END = 0x2000_0000_0000
 HANDLE_BASE = 0x5000_0000_0000        # streams, events, graphs: opaque
+# Each FakeHip takes its own slice of both ranges: graphs and memory an earlier test left to the
+# garbage collector may be freed while a later test's fake is installed, and must not free that
+# fake's handles or blocks that happen to have the same address (the slice of instance n).
+INSTANCE_SLICES = 256
+_instances = itertools.count()
 
 
 class hipError_t(enum.IntEnum):  # noqa: N801 - hip-python's names
@@ -94,10 +100,12 @@ class FakeHip:
 
     def __init__(self, devices: int = 1, capacity: int = 1 << 30):
         self.devices, self.capacity = devices, capacity
+        instance = next(_instances) % INSTANCE_SLICES
+        self._handle_base = HANDLE_BASE + (instance << 32)
         self.calls: list[tuple] = []
         self.blocks: dict[int, np.ndarray] = {}     # device address -> backing bytes
         self._starts: list[int] = []
-        self._next = DEVICE_BASE
+        self._next = DEVICE_BASE + instance * ((DEVICE_END - DEVICE_BASE) // INSTANCE_SLICES)
         self.pinned: dict[int, np.ndarray] = {}
         self.handles: dict[int, Handle] = {}
         self.captures: dict[int, list] = {}         # stream address -> nodes (while captured)
@@ -115,7 +123,7 @@ class FakeHip:
         return err
 
     def _handle(self, kind: str) -> Handle:
-        h = Handle(kind, HANDLE_BASE + 64 * (len(self.handles) + 1))
+        h = Handle(kind, self._handle_base + 64 * (len(self.handles) + 1))
         self.handles[h.address] = h
         return h
 
