@@ -173,7 +173,7 @@ class DepthPolicy:
         self._best, self._since, self._explore_every = None, 0, EXPLORE_EVERY
         self._again: int | None = None  # a try from plain decoding takes two steps: this depth next
         self._probes: dict[tuple, int] = {}    # (what, key) -> steps spent probing it
-        self._probed: set[tuple] = set()       # (lanes, AR rows, probe depth, floor) probed
+        self._probed: set[tuple] = set()       # (lanes, AR rows) probed
         self.switch: float | None = None       # seconds of a draft that catches up after plain steps (EMA)
 
     @property
@@ -261,15 +261,17 @@ class DepthPolicy:
         if not self.adaptive or hi <= lo or not slots:
             return hi
         rows = lambda d: ar_rows + len(slots) * (d + 1)  # noqa: E731
-        shape = (len(slots), ar_rows, max(PROBE_DEPTH, lo), self.max_depth, lo)
-        if shape[3] <= hi and shape not in self._probed:   # (near a request's end, estimates do)
-            for d in shape[2:]:                # a short chain, the deepest and the floor first; from them,
+        shape = (len(slots), ar_rows)
+        probes = [d for d in (max(PROBE_DEPTH, lo), self.max_depth) if d <= hi]
+        if probes and shape not in self._probed:   # (near a request's end, estimates do)
+            for d in probes + [lo]:            # a short chain, the deepest and the floor first; from them,
                 unmeasured = self._unmeasured(d, len(slots), rows(d))   # estimates, refined by exploring
                 if unmeasured:
                     for key in unmeasured:
                         self._probes[key] = self._probes.get(key, 0) + 1
                     return d
-            self._probed.add(shape)
+            if len(probes) == 2:               # (a short request probes the deepest chain later)
+                self._probed.add(shape)
         again, self._again = self._again, None
         if again is not None and lo <= again <= hi:
             return again
