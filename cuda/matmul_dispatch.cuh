@@ -10,7 +10,11 @@
 #include "matmul_gemv_rows.cuh"
 #include "matmul_gemv_rows_k.cuh"
 
-namespace mm {
+// Internal linkage, as the rest of cuda/matmul.cu (its one includer): the emulator's tests load several
+// builds into one process, and statics of inline functions (the cached device limits) would be shared.
+namespace {
+
+using namespace mm;
 
 // An attribute of the current device, 0 if unknown.
 inline int device_attribute(cudaDeviceAttr attr) {
@@ -95,4 +99,4 @@ inline int launch_gemv_rows_iq4(const GemvRowsArgs &a, int tune, cudaStream_t st
     return -1;
 }
 
-}  // namespace mm
+}  // namespace

@@ -410,6 +410,7 @@ def test_iq4_xs_few_rows_large_k_falls_back(lib):
 def load_with_env(tmp_path, monkeypatch, **env):
     for name, value in env.items():
         monkeypatch.setenv(name, value)
+    tmp_path.mkdir()
     build = emu.load(["matmul.cu"], tmp_path, "the quantized matmul")
     build.luce_matmul_workspace_bytes.restype = C.c_int64
     build.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
