@@ -301,7 +301,8 @@ def test_iq4_xs_few_rows_ring(lib, lib_cooperative, n):
 
 def test_iq4_xs_few_rows_falls_back(lib):
     """Where the few-row kernel does not run the tile kernel does (the same bits): k = 17408 (68
-    chunks: x would not fit in registers), k = 1280 (5 chunks: odd), n = 9 (< 16 rows), 9 rows."""
+    chunks: its large-k form, off under tune 0 by default), k = 1280 (5 chunks: odd), n = 9 (< 16
+    rows), 9 rows."""
     for k, n, rows in ((17408, 16, 3), (1280, 37, 4), (512, 9, 4), (512, 37, 9)):
         raw, _ = weights(Q.IQ4_XS, n, k)
         x = activations(rows, k, seed=3)
