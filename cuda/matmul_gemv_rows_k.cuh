@@ -17,7 +17,8 @@
 // copies on an mbarrier on sm_90 and later, else cp.async words, as matmul_gemv_rows.cuh), rows
 // `stride` bytes apart (slice bytes, + 16 where the fragment rows would meet on the same banks).
 // Warp w of turn (t, s) takes chunk s W + w: it loads x's B fragments of that chunk (tokens >= M
-// zero; from L2 / L1, as the tile kernel does for each of its row tiles) and stores c of its chunk
+// zero; from L2 / L1, as the tile kernel does for each of its row tiles; issued before the turn's
+// barrier and copy wait) and stores c of its chunk
 // in c [2][chunks][16][8]. At turn (t, 0) the threads run batch t - 1's chains (its c is whole: every
 // slice of t - 1 came before the turn's barrier) as matmul_gemv_rows.cuh does.
 //
@@ -143,6 +144,14 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_k_kernel(GemvRowsArgs a) {
     int slot = 0, t = 0, s = 0;
     uint32_t parity = 0;  // of the stages' current phase (bulk copies): flips when the ring wraps
     for (int u = 0; u < total; ++u) {
+        const int ch = s * W + warp;
+        uint4 xb[kGroups];  // B fragments of chunk ch: token grp's quad of each group (zero past M), loaded
+        if (ch < chunks) {  // before the waits below (L2 latency under the copy's)
+#pragma unroll
+            for (int j = 0; j < kGroups; ++j)
+                xb[j] = grp < M ? __ldg(a.x.xq + ((int64_t)grp * a.x.groups + (int64_t)ch * kGroups + j) * 4 + quad)
+                                : make_uint4(0, 0, 0, 0);
+        }
 #if LUCE_GEMV_BULK
         __syncthreads();  // every warp is done with turn u - 1: its stage refills, its c is whole
         mbar_wait(&full[slot], parity);
@@ -155,13 +164,7 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_k_kernel(GemvRowsArgs a) {
 #endif
         if (s == 0 && t > 0) chains(t - 1);
         issue();
-        const int ch = s * W + warp;
         if (ch < chunks) {  // whole warps
-            uint4 xb[kGroups];  // B fragments of chunk ch: token grp's quad of each group (zero past M)
-#pragma unroll
-            for (int j = 0; j < kGroups; ++j)
-                xb[j] = grp < M ? __ldg(a.x.xq + ((int64_t)grp * a.x.groups + (int64_t)ch * kGroups + j) * 4 + quad)
-                                : make_uint4(0, 0, 0, 0);
             const uint8_t *c0 = warp_chunk + slot * stage_bytes;
             ReaderIQ4XS rd;
             rd.load(c0 + grp * stride, c0 + (grp + 8) * stride, quad, kGroups);
