@@ -301,7 +301,8 @@ def test_iq4_xs_few_rows_ring(lib, lib_cooperative, n):
 
 def test_iq4_xs_few_rows_falls_back(lib):
     """Where the few-row kernel does not run the tile kernel does (the same bits): k = 17408 (68
-    chunks: x would not fit in registers), k = 1280 (5 chunks: odd), n = 9 (< 16 rows), 9 rows."""
+    chunks: its large-k form, off under tune 0 by default), k = 1280 (5 chunks: odd), n = 9 (< 16
+    rows), 9 rows."""
     for k, n, rows in ((17408, 16, 3), (1280, 37, 4), (512, 9, 4), (512, 37, 9)):
         raw, _ = weights(Q.IQ4_XS, n, k)
         x = activations(rows, k, seed=3)
@@ -332,3 +333,113 @@ def test_iq4_xs_few_rows_nan_and_99kb_devices(tmp_path, monkeypatch):
         dirty = run(small, x, raw, Q.IQ4_XS, n)
         assert np.isnan(dirty[2]).all()
         assert same_bits(np.delete(dirty, 2, axis=0), np.delete(clean, 2, axis=0))
+
+
+def rows_k_smem(k: int, limit: int = 232448) -> int:
+    """Dynamic shared memory of the few-row kernel's large-k form (matmul_gemv_rows_k.cuh): W warps (a
+    slice of W chunks: ceil(chunks / ceil(chunks / 24)) rounded up to even), 3 stages of 16 row slices
+    where they fit (else 2), `stride` apart (+16 B where the slice's 16-byte words are even), c
+    [2][chunks][16][8] and the x scales [8][chunks]."""
+    chunks = k // 256
+    slices = -(-chunks // 24)
+    w = -(-chunks // slices)
+    w += w & 1
+    stride = 136 * w + (16 if (136 * w // 16) % 2 == 0 else 0)
+    rest = 4 * (2 * 16 + 1) * 8 * chunks
+    stages = 3 if 3 * 16 * stride + rest <= limit else 2
+    return stages * 16 * stride + rest
+
+
+def large_k_ran(build, k: int) -> bool:
+    return build.emu_last_launch_smem() == rows_k_smem(k)
+
+
+# The large-k form at k = 17408 (the 27B's down: 68 chunks, 24 warps, slices of 24, 24, 20 chunks, 3
+# stages), 12800 (50 chunks: 18 warps, slices 18, 18, 14) and 7168 (28 chunks: 14 warps, 2 slices);
+# n = 37: batches of rows 0-15, 16-31 and a last one at rows 21-36 (rows 21-31 computed twice, stored once).
+@pytest.mark.parametrize("k,row_counts", [(17408, range(2, 9)), (12800, (2, 5, 8)), (7168, (3, 8))])
+def test_iq4_xs_few_rows_large_k(lib, lib_cooperative, k, row_counts):
+    """2..8 rows at k > 6144: tune 9 (the large-k form, matmul_gemv_rows_k.cuh) == the tile kernel (tune 4;
+    tune 0, where the form is off by default, and tune 10 take it), bitwise, with and without bias, with
+    bulk and per-thread copies; each row == the row alone (the one-row staged kernel); close to the
+    reference."""
+    n = 37
+    raw, wd = weights(Q.IQ4_XS, n, k)
+    x = activations(8, k, seed=k + 3)
+    bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
+    alone = {b is None: [run(lib, x[r:r + 1], raw, Q.IQ4_XS, n, b)[0] for r in range(8)] for b in (None, bias)}
+    for rows in row_counts:
+        for b in (None, bias):
+            tile = run(lib, x[:rows], raw, Q.IQ4_XS, n, b, tune=4)
+            for build in (lib, lib_cooperative):
+                for tune in (0, 9, 10):
+                    got = run(build, x[:rows], raw, Q.IQ4_XS, n, b, tune=tune)
+                    assert large_k_ran(build, k) == (tune == 9), f"{rows} rows, tune {tune}: the large-k form ran"
+                    assert same_bits(got, tile), f"{rows} rows, tune {tune}: differs from the tile kernel"
+            for r in range(rows):
+                assert same_bits(tile[r], alone[b is None][r]), f"{rows} rows: row {r} differs from the row alone"
+    want = x.astype(np.float64) @ wd.T.astype(np.float64) + bias
+    assert_rows_close(run(lib, x, raw, Q.IQ4_XS, n, bias, tune=9), want, "matmul_blocks")
+
+
+@pytest.mark.parametrize("n", [2200, 2112])
+def test_iq4_xs_few_rows_large_k_ring(lib, lib_cooperative, n):
+    """The large-k form's stages over several batches a block, k = 7168 (2 slices a batch): n = 2200
+    (138 batches over the emulator's 132 blocks: blocks of 2 batches, 4 turns through 3 stages, a last
+    batch at row 2184) and 2112 (one batch a block), 5 rows, bulk and per-thread copies: == the tile kernel."""
+    k = 7168
+    raw, _ = weights(Q.IQ4_XS, n, k)
+    x = activations(5, k, seed=9)
+    want = run(lib, x, raw, Q.IQ4_XS, n, tune=4)
+    for build in (lib, lib_cooperative):
+        got = run(build, x, raw, Q.IQ4_XS, n, tune=9)
+        assert large_k_ran(build, k), "not the large-k form"
+        assert same_bits(got, want), "differs from the tile kernel"
+
+
+def test_iq4_xs_few_rows_large_k_falls_back(lib):
+    """Where the large-k form does not run under tune 9 the tile kernel does (the same bits): k = 6400 (25
+    chunks: odd), n = 9 (< 16 rows), 9 rows; weights 8 bytes past a 16-byte boundary."""
+    for k, n, rows, offset in ((6400, 37, 4, 0), (7168, 9, 4, 0), (7168, 37, 9, 0), (7168, 37, 4, 8)):
+        raw, _ = weights(Q.IQ4_XS, n, k)
+        x = activations(rows, k, seed=3)
+        got = run(lib, x, raw, Q.IQ4_XS, n, tune=9, offset=offset)
+        assert not large_k_ran(lib, k), f"k {k}, n {n}, {rows} rows: the large-k form ran"
+        assert same_bits(got, run(lib, x, raw, Q.IQ4_XS, n, tune=4))
+
+
+def load_with_env(tmp_path, monkeypatch, **env):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    tmp_path.mkdir()
+    build = emu.load(["matmul.cu"], tmp_path, "the quantized matmul")
+    build.luce_matmul_workspace_bytes.restype = C.c_int64
+    build.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
+    build.luce_matmul.argtypes = [C.POINTER(Params), _P]
+    build.emu_last_launch_smem.restype = C.c_size_t
+    return build
+
+
+def test_iq4_xs_few_rows_large_k_switch_and_99kb_devices(tmp_path, monkeypatch):
+    """LUCE_GEMV_ROWS_LARGE_K=1: tune 0 takes the large-k form (k = 17408, 5 rows), the same bits as the
+    tile kernel, and a NaN in one row's x stays in that row; on a device of 99 KiB opt-in shared memory
+    (LUCE_EMU_SMEM_OPTIN) two stages (176,768 B) do not fit: tune 0 and 9 take the tile kernel."""
+    k, n = 17408, 37
+    raw, _ = weights(Q.IQ4_XS, n, k)
+    x = activations(5, k, seed=k)
+    on = load_with_env(tmp_path / "on", monkeypatch, LUCE_GEMV_ROWS_LARGE_K="1")
+    want = run(on, x, raw, Q.IQ4_XS, n, tune=4)
+    got = run(on, x, raw, Q.IQ4_XS, n)
+    assert large_k_ran(on, k), "LUCE_GEMV_ROWS_LARGE_K=1: tune 0 did not take the large-k form"
+    assert same_bits(got, want)
+    x[2, 7] = np.nan
+    dirty = run(on, x, raw, Q.IQ4_XS, n)
+    assert np.isnan(dirty[2]).all()
+    assert same_bits(np.delete(dirty, 2, axis=0), np.delete(got, 2, axis=0))
+    x[2, 7] = 0.5
+    small = load_with_env(tmp_path / "small", monkeypatch, LUCE_EMU_SMEM_OPTIN="101376")
+    want = run(small, x, raw, Q.IQ4_XS, n, tune=4)
+    for tune in (0, 9):
+        got = run(small, x, raw, Q.IQ4_XS, n, tune=tune)
+        assert small.emu_last_launch_smem() not in (rows_k_smem(k), rows_k_smem(k, 101376)), f"tune {tune}: ran"
+        assert same_bits(got, want)
