@@ -147,8 +147,8 @@ class Backend(Protocol):
     def attention_matmul(self, q: Array, kv: Any, batch, scale: float, causal: bool, w: Weight,
                          prefill_spans: Sequence[tuple[int, int]] = ()) -> Array:
         """matmul(attention(q, kv, batch, scale, causal).reshape(T, -1), w, prefill_spans=
-        prefill_spans), bitwise (CUDA: the attention kernel also quantizes its output for the
-        matmul in decode / tree steps, one launch fewer; LUCE_ATTN_QUANT=0: the composition)."""
+        prefill_spans), bitwise (CUDA with LUCE_ATTN_QUANT=1: the attention kernel also quantizes
+        its output for the matmul in decode / tree steps, one launch fewer; by default: the composition)."""
 
     def rope_kv_write(self, parts: Sequence[Array], kv: Any, batch, n_head: int, rope_dim: int, theta: float,
                       sections: Sequence[int] = (), q_norm: Array | None = None, k_norm: Array | None = None,

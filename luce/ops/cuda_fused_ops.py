@@ -93,8 +93,8 @@ class CudaFusedOps(FusedOps):
     def attention_matmul(self, q, kv, batch, scale: float, causal: bool, w, prefill_spans=()):
         """A step without prompt rows whose attention runs on the device with keys to read and a
         block-type wo: the attention kernel also quantizes its output into the matmul's workspace
-        (cuda/attention_quant.cuh), the matmul reuses it (no quantize_x launch). Elsewhere, or
-        with LUCE_ATTN_QUANT=0: the composition. Bitwise the same either way."""
+        (cuda/attention_quant.cuh), the matmul reuses it (no quantize_x launch), with
+        LUCE_ATTN_QUANT=1. Elsewhere, or by default: the composition. Bitwise the same either way."""
         from luce.ops.cuda_sequence_ops import ATTENTION_HEAD_DIMS, ATTENTION_MAX_GROUP, prompt_rows
         from luce.ops.cuda_step_meta import meta_of
 
@@ -202,9 +202,11 @@ class CudaFusedOps(FusedOps):
 
 
 def attention_quant_enabled() -> bool:
-    """LUCE_ATTN_QUANT=0 turns off the attention kernel's quantized output (A/B runs; the bits
-    are the same either way), read at each call."""
-    return os.environ.get("LUCE_ATTN_QUANT", "1") != "0"
+    """LUCE_ATTN_QUANT=1 turns on the attention kernel's quantized output (the bits are the same
+    either way), read at each call. Off by default: on the H200 (docs/PERF.md, 2026-12-04) it
+    cut a launch a layer but the row's last block quantizing the whole row made the step slower
+    (Coder-1.5B 1.66 -> 1.91 ms, 0.5B 1.22 -> 1.47 ms)."""
+    return os.environ.get("LUCE_ATTN_QUANT", "0") == "1"
 
 
 def _quantized(workspace, ws_bytes: int):

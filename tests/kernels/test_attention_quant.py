@@ -28,6 +28,12 @@ def cuda():
     return get_backend("cuda")
 
 
+@pytest.fixture(autouse=True)
+def fused_on(monkeypatch):
+    """The fused form is off by default (slower on the H200): these tests turn it on."""
+    monkeypatch.setenv("LUCE_ATTN_QUANT", "1")
+
+
 def decode_batch(key_counts, tree: bool = False):
     """An AR row per key count (slot i, its pages consecutive from page_base), a padding segment
     after the first and (tree) a 3-node tree on the last slot."""

@@ -1,8 +1,8 @@
 """backend.attention_matmul on the CUDA backend's host code over the fake runtime
 (tests/ops/fake_hip.py, tests/ops/fake_cuda.py): in a decode step the attention kernel gets the
 wo matmul's workspace (x_workspace) and the matmul reuses it (REUSE_X: no quantize_x launch), one
-launch fewer per attention layer; LUCE_ATTN_QUANT=0, a step with prompt rows and a head dim the
-kernels lack take the composition. Nothing computes here (the fake records launches);
+launch fewer per attention layer, with LUCE_ATTN_QUANT=1; by default (off: slower on the H200), a
+step with prompt rows and a head dim the kernels lack take the composition. Nothing computes here (the fake records launches);
 tests/kernels/test_attention.py and tests/kernels/test_attention_quant_emulated.py check the bits.
 """
 from __future__ import annotations
@@ -73,9 +73,9 @@ def kernel_launches(launches, calls) -> int:
 
 def test_decode_step_has_one_launch_fewer_per_attention_layer(tmp_path):
     with pytest.MonkeyPatch.context() as m:
-        model, fused, fused_calls = step(tmp_path / "fused", m, None)
+        model, fused, fused_calls = step(tmp_path / "fused", m, "1")
     with pytest.MonkeyPatch.context() as m:
-        _, apart, apart_calls = step(tmp_path / "apart", m, "0")
+        _, apart, apart_calls = step(tmp_path / "apart", m, None)     # the default: off
     n_layers = model.config.n_layer
     assert len(fused) == len(apart), "the same calls (attention_matmul: attention, then the matmul)"
     assert kernel_launches(apart, apart_calls) - kernel_launches(fused, fused_calls) == n_layers
@@ -94,8 +94,8 @@ def test_decode_step_has_one_launch_fewer_per_attention_layer(tmp_path):
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")   # head_dim 32: attention on the host, said once
 def test_prompt_rows_and_unsupported_head_dims_take_the_composition(tmp_path):
     with pytest.MonkeyPatch.context() as m:
-        _, _, calls = step(tmp_path / "prefill", m, None, prefill=True)
+        _, _, calls = step(tmp_path / "prefill", m, "1", prefill=True)
     assert calls["attention"] and not any(c["x_workspace"] for c in calls["attention"])
     with pytest.MonkeyPatch.context() as m:
-        _, _, calls = step(tmp_path / "d32", m, None, head_dim=32)   # host attention: no kernel call
+        _, _, calls = step(tmp_path / "d32", m, "1", head_dim=32)   # host attention: no kernel call
     assert not calls["attention"]
