@@ -3,7 +3,7 @@
 # per-node-state ddtree verify on the device; graph replay of mixed steps). Run it on the
 # device machine from the repository root; every figure lands under $OUT:
 #
-#   tools/gpu_check_engine.sh [all | build | synth | tests | kernels | peer | seed | draft]   (default: all,
+#   tools/gpu_check_engine.sh [all | build | synth | tests | kernels | peer | gate | seed | draft]   (default: all,
 #   in this order)
 #
 #   build  compile the CUDA library and the Cython modules here (build.log; LUCE_NO_CUDA=1 builds
@@ -28,6 +28,9 @@
 #          ddtree on the same workload (budget 22, top-k 4, tau 6: tok/s and peak staged verify
 #          scratch), graph counters of every run (eager calls by reason), and the C1-C5 waves
 #          (AR and SpecLA with the oracle, goodput per C, digests; issue 17) -> seed_workload.json
+#   gate   issue 17's speculation gate on the make-serve pair's shapes (Coder-1.5B + 0.5B draft, synthetic):
+#          plain decoding, luce-serve's default config and chain@5 under an oracle of AL 6 and 3, the arms'
+#          waves interleaved (gate.json, gate.txt; GATE_WAVES, GATE_C)
 #   draft  the seed's DFlash draft pass at C1/C5 with LUCE_DRAFT_PROMPT_GEMM=0 and 1 (draft_gemm*.json)
 #
 # summary.json gathers the test counts, the seed figures and the side-by-side table. Env: OUT (default
@@ -121,6 +124,17 @@ stage_peer() {
   log "peer: llama-bench rc $?"
 }
 
+stage_gate() {  # issue 17's gate: luce-serve's default speculation against plain decoding, the make-serve pair
+  local target="$SYNTH_DIR/qwen2.5-coder-1.5b-q4_k_m.gguf" draft="$SYNTH_DIR/qwen2.5-coder-0.5b-q4_k_m.gguf"
+  mkdir -p "$SYNTH_DIR"
+  synth_file qwen2.5-coder-1.5b q4_k_m "$target" && synth_file qwen2.5-coder-0.5b q4_k_m "$draft" || return 1
+  log "gate: bench_seed_workload.py --sections gate (interleaved waves, AL 6 and 3, C1)"
+  $PY tools/bench_seed_workload.py "$target" --draft "$draft" --backend cuda --sections gate --wave-prompt-len 128 \
+    --wave-tokens 128 --waves "${GATE_WAVES:-6}" --gate-al 6,3 --concurrency "${GATE_C:-1}" --arms ar,default,chain@5 \
+    --json "$OUT/gate.json" > "$OUT/gate.txt" 2>&1
+  log "gate: rc $? ($(grep '^gate' "$OUT/gate.txt" | tr '\n' ' '))"
+}
+
 stage_draft() {  # the DFlash pass: decode-family matmuls vs the prompt-row GEMM for its rows
   local draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" g
   [ -f "$draft" ] && [ -f "$target" ] || { log "draft: no synthetic 27B + DFlash files"; return 1; }
@@ -195,9 +209,10 @@ case "$STAGE" in
   draft) stage_draft ;;
   seed) stage_seed ;;
   peer) stage_peer ;;
+  gate) stage_gate ;;
   all) [ -f "${PEERS:-.peers}/llamacpp.sh" ] && bash "${PEERS:-.peers}/llamacpp.sh" build >> "$OUT/log.txt"
        stage_synth & synth=$!   # on the CPU, beside the GPU tests
-       stage_build && { stage_tests; stage_kernels; wait $synth; stage_peer; stage_seed; stage_draft; } ;;
-  *) echo "usage: $0 [all | build | synth | tests | kernels | peer | seed | draft]"; exit 2 ;;
+       stage_build && { stage_tests; stage_kernels; wait $synth; stage_peer; stage_gate; stage_seed; stage_draft; } ;;
+  *) echo "usage: $0 [all | build | synth | tests | kernels | peer | gate | seed | draft]"; exit 2 ;;
 esac
 summary
