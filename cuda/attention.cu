@@ -23,8 +23,6 @@
 //    group to finish (an atomic count per row and group) merges them, by the same code
 //    (combine_heads, cuda/attention_combine.cuh); a row of one chunk skips the workspace,
 //    fence and count (its block writes the output by the combine's arithmetic: merge_one).
-//    With x_workspace, the last finisher of a row also quantizes it for the next matmul
-//    (cuda/attention_quant.cuh; after a combine launch, quantize_x_kernel does).
 // A block takes a group of the KV head's query heads (all G, or fewer when the launch has
 // few rows: a decode step of one row and a short context is a handful of blocks otherwise);
 // each head's arithmetic is the same in any group, so the bits do not depend on it.
@@ -48,9 +46,9 @@
 // above (partitions, reduction order) runs on logical indices; only the address of a
 // logical key past the prefix comes from a per-block table of its scratch KV row. So a tree
 // row reduces bitwise like the AR row it becomes once its path is committed.
+#include <cstdlib>
+
 #include "attention_combine.cuh"
-#include "attention_config.cuh"
-#include "attention_quant.cuh"
 
 namespace {
 
@@ -65,7 +63,7 @@ constexpr int kTreeStage = 512;
 template <int D, int MAXG, bool TREE>
 __global__ void __launch_bounds__(kThreads)
 attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0,
-                           int32_t group_heads, int32_t cmin, bool prefetch, mm::XLayout xl) {
+                           int32_t group_heads, int32_t cmin, bool prefetch) {
     constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
     constexpr int COLS = D / 4;                    // float4 columns of a row
     constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
@@ -87,7 +85,6 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     const int g_first = (blockIdx.y % groups) * group_heads;
     const int G = min(group_heads, p.n_heads_q / p.n_heads_kv - g_first);  // this block's heads
     const bool fused = p.counters != nullptr;
-    const bool quant = fused && p.x_workspace != nullptr;  // out also quantized (attention_quant.cuh)
     const Workspace ws = workspace_of(p, n_parts, row0);  // rows below row0 took the prompt kernel
     // q rows of the block's heads: loaded before the row's keys and page table, which they do not need.
     const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * (p.n_heads_q / p.n_heads_kv) + g_first;
@@ -103,7 +100,6 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     if (rk.keys <= key0) {                         // padding row, or past the row's keys
         if (fused && chunk == 0 && rk.keys == 0)   // a row without keys: zeros (padding: nothing)
             combine_heads(p, ws, row, hk * (p.n_heads_q / p.n_heads_kv) + g_first, G, 0, cmin, threadIdx.x, kThreads);
-        if (quant && chunk == 0) finish_row_quant(p, xl, row, gridDim.y);  // the group's outputs are final
         return;
     }
     const int32_t n_local = min(len, rk.keys - key0);
@@ -244,10 +240,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         if (direct) p.out[head0 * D + i] = merge_one(o, m_s[i / D], l_s[i / D]);
         else ws.o(row, h0 + i / D, chunk)[i % D] = o;
     }
-    if (direct) {
-        if (quant) finish_row_quant(p, xl, row, gridDim.y);
-        return;
-    }
+    if (direct) return;
     if (threadIdx.x < G) {
         float *ml = ws.ml(row, h0 + (int32_t)threadIdx.x, chunk);
         ml[0] = m_s[threadIdx.x];
@@ -268,7 +261,6 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     if (!last) return;
     __threadfence();
     combine_heads(p, ws, row, h0, G, rk.keys, cmin, threadIdx.x, kThreads);
-    if (quant) finish_row_quant(p, xl, row, gridDim.y);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -279,10 +271,55 @@ attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t split
     combine_heads(p, workspace_of(p, n_parts, split_rows), row, h, 1, rk.keys, cmin, threadIdx.x, kThreads);
 }
 
+int32_t parts_for(int32_t max_kv_len) {
+    return max_kv_len <= kPartition ? 1 : (int32_t)(((int64_t)max_kv_len + kPartition - 1) / kPartition);
+}
+
+// The shortest chunk (chunk_keys): chunk_floor(D), or LUCE_ATTN_CHUNK_MIN where it is a power
+// of two in [chunk_floor(D), kPartition] (kPartition: one chunk a partition, the kernel before
+// chunks; for A/B runs); never below a page (a chunk's keys start on a page).
+int32_t chunk_min_for(int32_t head_dim, int32_t page_size) {
+    int32_t c = chunk_floor(head_dim);
+    if (const char *e = getenv("LUCE_ATTN_CHUNK_MIN")) {
+        const int v = atoi(e);
+        if (v >= c && v <= kPartition && (v & (v - 1)) == 0) c = v;
+    }
+    return max(c, page_size);
+}
+
+// Query heads per partition block: all G of a KV head, or fewer (halving) while the launch
+// has under kFewBlocks blocks (a one-row decode step over a short context is otherwise Hkv
+// blocks). LUCE_ATTN_GROUP_HEADS sets it (tests, benchmarks); the bits are the same.
+constexpr int64_t kFewBlocks = 256;
+
+int group_heads_for(int G, int64_t blocks) {
+    if (const char *e = getenv("LUCE_ATTN_GROUP_HEADS"))
+        if (atoi(e) >= 1) return min(atoi(e), G);
+    int gh = G;
+    while (gh > 1 && blocks * ((G + gh - 1) / gh) < kFewBlocks) gh = (gh + 1) / 2;
+    return gh;
+}
+
+// Partition blocks prefetch their K and V rows into L2 where the launch's KV (its rows' K
+// and V over the padded span, an upper bound) fits in a quarter of L2, so the lines stay
+// until read; larger launches have the blocks to hide the latency. No effect on the bits.
+bool prefetch_fits(int64_t kv_bytes) {
+#if defined(__HIPCC__)
+    return false;  // prefetch_l2 is nothing there
+#else
+    static const int l2 = [] {
+        int device = 0, bytes = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) return 0;
+        return bytes;
+    }();
+    return kv_bytes <= l2 / 4;
+#endif
+}
+
 template <int D, int MAXG>
 int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, int32_t row0, int gh,
                       int32_t cmin, cudaStream_t stream) {
-    const mm::XLayout xl = quant_layout_of(p);
     const bool prefetch = prefetch_fits((int64_t)(p.n_rows - row0) * p.n_heads_kv * p.max_kv_len * D * 8);
     const int groups = (p.n_heads_q / p.n_heads_kv + gh - 1) / gh;
     const int key_lanes = kThreads / (D / 4);
@@ -290,10 +327,10 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
     const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)chunk_grid(p.max_kv_len, cmin));
     if (p.tree_parents != nullptr)
         attention_partition_kernel<D, MAXG, true>
-            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, cmin, prefetch, xl);
+            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, cmin, prefetch);
     else
         attention_partition_kernel<D, MAXG, false>
-            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, cmin, prefetch, xl);
+            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, cmin, prefetch);
     return luce_status(cudaGetLastError());
 }
 
@@ -310,9 +347,7 @@ int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t 
     if (row0 < p.n_rows) {
         const int G = p.n_heads_q / p.n_heads_kv;
         const int gh = group_heads_for(G, (int64_t)(p.n_rows - row0) * p.n_heads_kv * chunk_grid(p.max_kv_len, cmin));
-        // group counters, then (quantizing) one a row
-        const int64_t counts = (int64_t)p.n_rows * p.n_heads_kv * ((G + gh - 1) / gh) +
-                               (p.x_workspace != nullptr ? p.n_rows : 0);
+        const int64_t counts = (int64_t)p.n_rows * p.n_heads_kv * ((G + gh - 1) / gh);
         luce_attention_params q = p;
         const bool fused = row0 == 0 && p.counters != nullptr && counts <= p.n_counters;
         if (!fused) q.counters = nullptr;
@@ -326,8 +361,7 @@ int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t 
     }
     attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, s>>>(p, n_parts, row0,
                                                                                                  cmin);
-    const int status = luce_status(cudaGetLastError());
-    return status != 0 || p.x_workspace == nullptr ? status : launch_quantize_out(p, s);
+    return luce_status(cudaGetLastError());
 }
 
 // Rows of a launch that take the prompt kernel and its compact workspace entries: its prompt
@@ -359,7 +393,7 @@ extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
         p->n_heads_q / p->n_heads_kv > kMaxGroup || p->n_heads_q > 65535 ||
         ps <= 0 || (ps & (ps - 1)) != 0 || ps > kPartition || p->max_kv_len < 0 ||
         p->prompt_rows < 0 || p->prompt_rows > p->n_rows;
-    if (bad_shape || !quant_workspace_ok(*p)) return (int)cudaErrorInvalidValue;
+    if (bad_shape) return (int)cudaErrorInvalidValue;
     const int32_t n_parts = parts_for(p->max_kv_len);
     if (n_parts > 65535) return (int)cudaErrorInvalidValue;
     const int32_t row0 = split_rows_for(p->prompt_rows, p->head_dim);

@@ -74,11 +74,6 @@ typedef struct {
     int32_t *counters;      /* [n_counters] int32, zero between launches (0: no fused combine) */
     int64_t n_counters;
     int64_t n_kv_indices;   /* entries of kv_indices (0: no f16 staging of the prompt keys) */
-    void *x_workspace;      /* a luce_matmul workspace (x_bytes(n_rows, Hq * D), 16-byte aligned) that also
-                               gets out [n_rows, Hq * D] quantized as luce_matmul would quantize it (then
-                               luce_matmul with LUCE_MATMUL_REUSE_X: its bits on out, one launch fewer;
-                               cuda/attention_quant.cuh); NULL: none */
-    int64_t x_workspace_bytes;
 } luce_attention_params;
 int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t prompt_rows, int32_t n_heads_q,
                                        int32_t head_dim, int32_t max_kv_len, int32_t n_heads_kv,

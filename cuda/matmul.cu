@@ -23,8 +23,7 @@
 //    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
 // One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh (IQ4_XS: its staged
 // form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits);
-// IQ4_XS decode calls of 2..8 rows the few-row kernel of matmul_gemv_rows.cuh (ditto; k > 6,144: its
-// large-k form, matmul_gemv_rows_k.cuh). Tunes and default switches: matmul_dispatch.cuh.
+// IQ4_XS decode calls of 2..8 rows at k <= 6,144 the few-row kernel of matmul_gemv_rows.cuh (ditto).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"
@@ -32,7 +31,9 @@
 #include "matmul_float.cuh"
 #include "matmul_stage.cuh"
 #include "matmul_chunk.cuh"
-#include "matmul_dispatch.cuh"
+#include "matmul_gemv.cuh"
+#include "matmul_gemv_staged.cuh"
+#include "matmul_gemv_rows.cuh"
 #include "pdl.cuh"
 
 namespace {
@@ -204,6 +205,18 @@ int launch_mmq(const MmqArgs &a, cudaStream_t stream) {
     return luce_status(launch_overlapped(kernel, grid, dim3(kThreads), kSmem, stream, overlap, a));
 }
 
+// An attribute of the current device, 0 if unknown.
+inline int device_attribute(cudaDeviceAttr attr) {
+    int device = 0, value = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) return 0;
+    return value;
+}
+
+inline int device_sms() {
+    static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
+    return sms;
+}
+
 // Shared memory of a launch shape (its stages plus the static partials) fits one block of this
 // device (RTX 30/40/50: 99 KB; H200: 227 KB; RDNA3/4: 64 KB). Where four token sets do not, two
 // do, and where two do not (64 KB: Q8_0 90,112 B, Q6_K 73,728 B), one: the same bits (every
@@ -266,6 +279,49 @@ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 template <class G>
 bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
     return reinterpret_cast<uintptr_t>(w) % G::kAlign == 0 && gemv_fits<G>(x, deep);
+}
+
+// Q8_0 and Q5_0 (f16 scale per group) one-row calls take the one-row kernel under tune 0.
+// NOT measured on a GPU yet (written for Qwen2.5-0.5B's decode, whose q/k/v/out/gate/up are
+// Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
+constexpr bool kGemvGroupScaleByDefault = true;
+
+// IQ4_XS decode calls of 2..8 rows take the few-row kernel (matmul_gemv_rows.cuh) under tune 0 where
+// it runs (k <= 6,144, an even chunk count, 227 KB devices). NOT measured on a GPU yet: false gives
+// them the tile kernel again. Tune 9: as tune 0 with the few-row kernel whatever kGemvRowsByDefault;
+// tune 10: as tune 0 with the tile kernel at 2..8 rows (LUCE_MATMUL_TUNE=10: a whole-step A/B).
+constexpr bool kGemvRowsByDefault = true;
+
+constexpr int kMaxTune = 10;
+
+// The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..kMaxTune) where set, for benchmarks that
+// time a launch shape end to end (every tune gives the same bits), else 0.
+int default_tune() {
+    static const int tune = [] {
+        const char *v = getenv("LUCE_MATMUL_TUNE");
+        const int t = v ? atoi(v) : 0;
+        return t >= 1 && t <= kMaxTune ? t : 0;
+    }();
+    return tune;
+}
+
+// IQ4_XS one-row calls: the staged form (matmul_gemv_staged.cuh) where it runs, else the register
+// form. Tune 0 and 5: 4 rows a batch, the split table lookup; 6: 8 rows a batch; 8: 4 rows with
+// the three-prmt lookup (iq4_pairs); 7 takes the register form (gemv2's kernel, for comparison).
+int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
+    static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const GemvStagedArgs s{g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0, 0};
+    if (tune == 6) {
+        if (gemv_staged_runs<8>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<true>, 8>(s, stream);
+    } else if (tune == 8) {
+        if (gemv_staged_runs<4>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<false>, 4>(s, stream);
+    } else if (tune != 7) {
+        if (gemv_staged_runs<4>(g.w, g.n, g.x, g.row_bytes, smem_limit))
+            return launch_gemv_staged<StagedIQ4XS<true>, 4>(s, stream);
+    }
+    return launch_gemv<GemvIQ4XS>(g, tune == 6, stream);
 }
 
 }  // namespace
@@ -350,10 +406,12 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
             default: break;
         }
     }
-    if (p->qtype == LUCE_QT_IQ4_XS && p->path == LUCE_MATMUL_DECODE && p->rows >= 2 && p->rows <= 8) {
-        const int r = launch_gemv_rows_iq4(GemvRowsArgs{w, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0, 0},
-                                           p->tune, stream);
-        if (r >= 0) return r;
+    if (p->qtype == LUCE_QT_IQ4_XS && p->path == LUCE_MATMUL_DECODE && p->rows >= 2 && p->rows <= 8 &&
+        (p->tune == 9 || (p->tune == 0 && kGemvRowsByDefault))) {
+        static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+        if (gemv_rows_runs(w, p->rows, p->n, xl, row_bytes, smem_limit))
+            return launch_gemv_rows(GemvRowsArgs{w, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0, 0}, smem_limit,
+                                    stream);
     }
     const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
     switch (p->qtype) {

@@ -32,8 +32,7 @@
 // Shapes (27B): gate/up 17408 x 5120 (20 warps, 1,088 batches), qkv 10240 x 5120, out 5120 x 6144
 // (24 warps). Shared memory at k = 5120: 16 x 2,736 B a stage, c 20,480 B: 108 KB at 2 stages,
 // 152 KB at 3; at k = 6144, 126 / 178 KB: 227 KB devices (H100/H200) only, the tile kernel
-// elsewhere (99 KB: RTX 30/40/50). Down (k = 17,408: x would not fit in registers): the large-k
-// form, matmul_gemv_rows_k.cuh (k in slices, x reloaded a turn).
+// elsewhere (99 KB: RTX 30/40/50) and for down (k = 17,408: x would not fit in registers).
 #pragma once
 
 #include "matmul_blocks.cuh"

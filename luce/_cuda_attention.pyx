@@ -39,8 +39,6 @@ cdef extern from "luce_ops.h":
         int32_t *counters
         int64_t n_counters
         int64_t n_kv_indices
-        void *x_workspace
-        int64_t x_workspace_bytes
 
 
 ctypedef int (*attention_fn)(const luce_attention_params *, void *) noexcept nogil
@@ -87,8 +85,7 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
               int32_t n_rows, int32_t n_segments, int32_t n_heads_q, int32_t n_heads_kv,
               int32_t head_dim, int32_t page_size, int32_t max_kv_len, float scale,
               bint causal=True, uintptr_t stream=0, uintptr_t tree_parents=0, int32_t prompt_rows=0,
-              uintptr_t counters=0, int64_t n_counters=0, int64_t n_kv_indices=0,
-              uintptr_t x_workspace=0, int64_t x_workspace_bytes=0):
+              uintptr_t counters=0, int64_t n_counters=0, int64_t n_kv_indices=0):
     """q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; CSR
     int32 arrays as luce/models/batch.py (device addresses). max_kv_len bounds every row's
     key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len, prompt_rows, Hkv,
@@ -102,12 +99,7 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     tile, the same bits; > 0: it first stages the prompt segments' keys as f16).
     counters: device address of [n_counters] int32, all zero (the launch leaves them zero):
     without prompt rows, the last partition block of a row's heads merges the partitions
-    (no combine launch) where n_rows * Hkv * head groups (+ n_rows with x_workspace) <= n_counters.
-    The same bits.
-    x_workspace: device address of a luce_matmul workspace of x_workspace_bytes >=
-    _cuda_matmul.workspace_bytes(n_rows, Hq * D) (16-byte aligned; 0: none) that also gets out
-    [n_rows, Hq * D] quantized exactly as luce_matmul quantizes x (cuda/attention_quant.cuh): a
-    matmul of out with REUSE_X on it then has the bits of the matmul that quantizes out itself."""
+    (no combine launch) where n_rows * Hkv * head groups <= n_counters. The same bits."""
     _require_loaded(<void *>_attention)
     cdef luce_attention_params p
     p.q = <const float *>q
@@ -135,8 +127,6 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     p.counters = <int32_t *>counters
     p.n_counters = n_counters
     p.n_kv_indices = n_kv_indices
-    p.x_workspace = <void *>x_workspace
-    p.x_workspace_bytes = x_workspace_bytes
     cdef int status
     with nogil:
         status = _attention(&p, <void *>stream)

@@ -106,12 +106,11 @@ def attend(backend, q, k, v, kv, batch, scale: float, causal: bool = True):
 def gqa_attention(backend, w: AttentionWeights, projections, batch, kv, config):
     """Self-attention of one dense layer from the outputs of w.projections (with w.biases) on
     the normed input, columns [q | k | v] -> [T, hidden]: q/k norm, rotary and the KV write
-    in one op (backend.rope_kv_write), then attention over the pages and the output projection
-    (one op: backend.attention_matmul, whose kernel also quantizes the output for wo)."""
+    in one op (backend.rope_kv_write), then attention over the pages."""
     q = backend.rope_kv_write(projections, kv, batch, config.n_head, config.rope_dim, config.rope_theta,
                               config.rope_sections, w.q_norm, w.k_norm, config.rms_eps)
-    return backend.attention_matmul(q, kv, batch, 1.0 / float(np.sqrt(config.head_dim)), True, w.wo,
-                                    prefill_spans=batch.prefill_spans)
+    o = backend.attention(q, kv, batch, 1.0 / float(np.sqrt(config.head_dim)), True)
+    return backend.matmul(o.reshape(o.shape[0], -1), w.wo, prefill_spans=batch.prefill_spans)
 
 
 @dataclass

@@ -144,12 +144,6 @@ class Backend(Protocol):
         """matmul(swiglu(gate, up), w, prefill_spans=prefill_spans), bitwise; up None: gate is
         [T, 2F], gate | up."""
 
-    def attention_matmul(self, q: Array, kv: Any, batch, scale: float, causal: bool, w: Weight,
-                         prefill_spans: Sequence[tuple[int, int]] = ()) -> Array:
-        """matmul(attention(q, kv, batch, scale, causal).reshape(T, -1), w, prefill_spans=
-        prefill_spans), bitwise (CUDA with LUCE_ATTN_QUANT=1: the attention kernel also quantizes
-        its output for the matmul in decode / tree steps, one launch fewer; by default: the composition)."""
-
     def rope_kv_write(self, parts: Sequence[Array], kv: Any, batch, n_head: int, rope_dim: int, theta: float,
                       sections: Sequence[int] = (), q_norm: Array | None = None, k_norm: Array | None = None,
                       eps: float = 0.0) -> Array:
@@ -302,10 +296,6 @@ class FusedOps:
             F = gate.shape[-1] // 2
             gate, up = self.split(gate, [F, F])
         return self.matmul(self.swiglu(gate, up), w, prefill_spans=prefill_spans)
-
-    def attention_matmul(self, q, kv, batch, scale: float, causal: bool, w, prefill_spans=()):
-        o = self.attention(q, kv, batch, scale, causal)
-        return self.matmul(o.reshape(o.shape[0], -1), w, prefill_spans=prefill_spans)
 
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
                       q_norm=None, k_norm=None, eps: float = 0.0):

@@ -1,8 +1,7 @@
 """The CUDA backend's fused ops (mixed into CudaBackend; kernels in cuda/norm_quant.cu,
 cuda/rope_kv.cu and cuda/gdn_decode.cu, references in luce/ref/norm_quant.py, rope_kv.py and
 gdn_decode.py): residual add + RMSNorm + the next matmul's activation quantization in one
-launch, SwiGLU + quantization in one launch, attention + its output's quantization in the
-attention kernel (cuda/attention_quant.cuh), q/k norm + rotary + KV write in one launch, a
+launch, SwiGLU + quantization in one launch, q/k norm + rotary + KV write in one launch, a
 GDN layer's decode chain (conv, norms, gates, delta rule, gated norm) in two, and merged
 weights so q/k/v, gate/up or a GDN layer's projections go through one matmul launch (their
 consumers read the merged output's column blocks in place). Every result is bitwise the
@@ -12,8 +11,6 @@ CudaBackend.has_prompt_rows) takes the unfused composition, whose add / norm / S
 are the same, so a row's result never depends on what else is in the step.
 """
 from __future__ import annotations
-
-import os
 
 import numpy as np
 
@@ -89,25 +86,6 @@ class CudaFusedOps(FusedOps):
         act = self.empty((T, F))
         kf.swiglu_quant(gate_ptr, up_ptr, act.ptr, workspace.ptr, ws_bytes, T, F, stride, stride, self.stream)
         return self._matmuls(act, [w], None, (), (workspace, ws_bytes))[0]
-
-    def attention_matmul(self, q, kv, batch, scale: float, causal: bool, w, prefill_spans=()):
-        """A step without prompt rows whose attention runs on the device with keys to read and a
-        block-type wo: the attention kernel also quantizes its output into the matmul's workspace
-        (cuda/attention_quant.cuh), the matmul reuses it (no quantize_x launch), with
-        LUCE_ATTN_QUANT=1. Elsewhere, or by default: the composition. Bitwise the same either way."""
-        from luce.ops.cuda_sequence_ops import ATTENTION_HEAD_DIMS, ATTENTION_MAX_GROUP, prompt_rows
-        from luce.ops.cuda_step_meta import meta_of
-
-        T, Hq, D = q.shape
-        Hkv = kv.k.shape[2]
-        fits = (attention_quant_enabled() and T > 0 and D in ATTENTION_HEAD_DIMS and not Hq % Hkv
-                and Hq // Hkv <= ATTENTION_MAX_GROUP and w.k == Hq * D and prompt_rows(batch) == 0
-                and not self.has_prompt_rows(T, prefill_spans) and meta_of(self, batch).max_kv > 0)
-        workspace, ws_bytes = self._quant_workspace(T, Hq * D, [w]) if fits else (None, 0)
-        if workspace is None:
-            return super().attention_matmul(q, kv, batch, scale, causal, w, prefill_spans)
-        o = self.attention(q, kv, batch, scale, causal, x_workspace=(workspace, ws_bytes))
-        return self._matmuls(o.reshape(T, Hq * D), [w], None, (), (workspace, ws_bytes))[0]
 
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
                       q_norm=None, k_norm=None, eps: float = 0.0):
@@ -199,14 +177,6 @@ class CudaFusedOps(FusedOps):
             self.memcpy(block.ptr + offset, w.ptr, w.n * w.row_bytes)
             offset += w.n * w.row_bytes
         return QuantWeight(block, block.ptr, first.qtype, n, first.k, first.row_bytes)
-
-
-def attention_quant_enabled() -> bool:
-    """LUCE_ATTN_QUANT=1 turns on the attention kernel's quantized output (the bits are the same
-    either way), read at each call. Off by default: on the H200 (docs/PERF.md, 2026-12-04) it
-    cut a launch a layer but the row's last block quantizing the whole row made the step slower
-    (Coder-1.5B 1.66 -> 1.91 ms, 0.5B 1.22 -> 1.47 ms)."""
-    return os.environ.get("LUCE_ATTN_QUANT", "0") == "1"
 
 
 def _quantized(workspace, ws_bytes: int):

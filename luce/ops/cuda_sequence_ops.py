@@ -112,9 +112,7 @@ class SequenceOps:
             kg.gather(scratch.ptr, pool.ptr, 0, dst_dev.ptr, src.size, row_bytes, row_bytes, row_bytes, self.stream)
 
     # ---- attention --------------------------------------------------------------------------------
-    def attention(self, q, kv, batch, scale: float, causal: bool = True, x_workspace=None):
-        """Backend.attention; x_workspace (workspace, bytes): a matmul workspace the kernel also
-        quantizes the output into (CudaFusedOps.attention_matmul checks the launch takes it)."""
+    def attention(self, q, kv, batch, scale: float, causal: bool = True):
         from luce import _cuda_attention as ka
 
         q = self._f32(q)
@@ -143,8 +141,6 @@ class SequenceOps:
         extra["prompt_rows"] = n_prompt
         extra["counters"], extra["n_counters"] = self.attention_counters.ptr, self.attention_counters.size
         extra["n_kv_indices"] = n_kv_indices
-        if x_workspace is not None:
-            extra["x_workspace"], extra["x_workspace_bytes"] = x_workspace[0].ptr, x_workspace[1]
         ka.attention(q.ptr, kv.k.ptr, kv.v.ptr, out.ptr, workspace.ptr, ws_bytes, meta.ptr("qo_indptr"),
                      meta.ptr("kv_indptr"), meta.ptr("kv_indices"), meta.ptr("kv_last_page_len"),
                      meta.ptr("seq_slots"), T, S, Hq, Hkv, D, page_size, max_kv, scale, causal, self.stream,

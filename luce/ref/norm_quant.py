@@ -1,6 +1,5 @@
-"""References of the fused producers of a quantized matmul's input (cuda/norm_quant.cu, and the
-attention kernel's quantized output, cuda/attention_quant.cuh): each is the composition of the
-references of the ops it fuses, which is all the kernel may compute.
+"""References of the fused producers of a quantized matmul's input (cuda/norm_quant.cu): each
+is the composition of the references of the ops it fuses, which is all the kernel may compute.
 
 The CUDA kernels also quantize their output for the next matmul (cuda/matmul_x.cuh); that
 quantization is the matmul's own, so its reference is luce.ref.matmul on the f32 output.
@@ -11,7 +10,6 @@ from typing import Sequence
 
 import numpy as np
 
-from luce.ref.attention import paged_attention
 from luce.ref.matmul import matmul
 from luce.ref.pointwise import add
 from luce.ref.rmsnorm import rmsnorm
@@ -42,12 +40,3 @@ def swiglu_matmul(gate: np.ndarray, up: np.ndarray | None, w: np.ndarray) -> np.
         gate, up = gate[..., :F], gate[..., F:]
     return matmul(swiglu(gate, up), w)
 
-
-
-def attention_matmul(q: np.ndarray, k_pages: np.ndarray, v_pages: np.ndarray, qo_indptr, kv_indptr, kv_indices,
-                     kv_last_page_len, seq_slots, scale: float, causal: bool, w: np.ndarray) -> np.ndarray:
-    """q [T, Hq, D] -> matmul(paged_attention(...).reshape(T, Hq * D), w) [T, N], w [N, Hq * D]:
-    the attention output straight into the output projection (luce/ref/attention.py)."""
-    o = paged_attention(q, k_pages, v_pages, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, seq_slots,
-                        scale, causal)
-    return matmul(o.reshape(o.shape[0], -1), w)

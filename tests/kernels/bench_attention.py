@@ -47,7 +47,7 @@ def random_device_buffer(n_floats: int, seed: int, scale: float = 1.0):
 
 
 def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tuple = (HQ, HKV, D),
-                   tiled: bool = False, prompt_kernel: str = "f16", quant: bool = False):
+                   tiled: bool = False, prompt_kernel: str = "f16"):
     """n_seqs sequences of `context` KV rows each, the last rows_per_seq of them queries
     (1: AR decode rows; more: a prefill chunk). heads (Hq, Hkv, D); tiled: every row takes
     the prompt-row kernel (prompt_rows = all rows), prompt_kernel "f16" (f16 tensor cores,
@@ -57,9 +57,7 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     set around each launch), else the per-row partition kernel (the decode rows' arithmetic).
     The timed launch includes the staging pre-pass and the combine; it gets merge counters as the
     engine's launches do (luce/ops/cuda_sequence_ops.py), so rows without prompt rows merge in the
-    partition kernel (no combine launch). quant: the output also quantized for the next matmul
-    (x_workspace, cuda/attention_quant.cuh: what attention_matmul launches instead of attention
-    plus the matmul's quantize_x)."""
+    partition kernel (no combine launch)."""
     hq, hkv, d = heads
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
@@ -84,13 +82,7 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     ws_bytes = ka.workspace_bytes(rows, hq, d, context, rows if tiled else 0, hkv, PAGE, n_kv_indices)
     ws = DeviceBuffer(ws_bytes)
     counters = DeviceBuffer.from_numpy(np.zeros(COUNTERS, np.int32))
-    x_bytes = 0
-    if quant:
-        from luce import _cuda_matmul as km
-
-        x_bytes = km.workspace_bytes(rows, hq * d)
-    x_ws = DeviceBuffer(max(x_bytes, 16))
-    keep = (k, v, q, out, ws, meta_bufs, counters, x_ws)
+    keep = (k, v, q, out, ws, meta_bufs, counters)
 
     def launch(stream: int = 0, _keep=keep):
         before = os.environ.get("LUCE_ATTN_PROMPT")
@@ -99,8 +91,7 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
             ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs),
                          rows, n_seqs, hq, hkv, d, PAGE, context, 1.0 / 16, True, stream,
                          prompt_rows=rows if tiled else 0, n_kv_indices=n_kv_indices,
-                         counters=counters.ptr, n_counters=COUNTERS,
-                         x_workspace=x_ws.ptr if quant else 0, x_workspace_bytes=x_bytes)
+                         counters=counters.ptr, n_counters=COUNTERS)
         finally:
             if before is None:
                 del os.environ["LUCE_ATTN_PROMPT"]
@@ -198,14 +189,6 @@ for _shape, _heads in DECODE_SHAPES.items():
         _c = functools.partial(attention_case, 1, _ctx, 1, _heads)
         _c.__name__ = f"attention_decode_{_shape}_{_ctx}"
         BENCH_CASES.append(_c)
-        # the same launch also quantizing its output for wo (attention_matmul's form: against
-        # attention_decode_* plus a quantize_x launch, ~2 us on the H200)
-        _c = functools.partial(attention_case, 1, _ctx, 1, _heads, quant=True)
-        _c.__name__ = f"attention_decode_quant_{_shape}_{_ctx}"
-        BENCH_CASES.append(_c)
-    _c = functools.partial(attention_case, 4, 1024, 1, _heads, quant=True)
-    _c.__name__ = f"attention_decode_quant_{_shape}_1024x4"
-    BENCH_CASES.append(_c)
 TREE_CASES = [functools.partial(tree_attention_case, n, ctx, w) for n, ctx, w in [(2, 1024, 8), (0, 4096, 64),
                                                                                  (0, 4096, 8)]]
 for _c in TREE_CASES:

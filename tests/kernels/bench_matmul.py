@@ -7,7 +7,7 @@ with 5 blocks per SM). One-row cases of the dp4a kernel (tune 5 / 6) against the
 (tune 4), also at Qwen2.5-Coder-1.5B and Qwen2.5-0.5B shapes (Q5_0 / Q8_0 at k = 896). IQ4_XS one
 row: the staged form (tune 0, 6, 8) against the register form (tune 7), also at the merged gate|up.
 IQ4_XS at 2, 4, 5 and 8 rows: the few-row kernel (tune 9; tune 0 takes it at k <= 6144) against the
-tile kernel (tune 4), at the 27B shapes and the merged gate|up (down: tune 9 the large-k form).
+tile kernel (tune 4), at the 27B shapes and the merged gate|up (down: the tile kernel either way).
 
 BENCH_CASES: callables that allocate and fill device buffers and return
 (launch_fn, bytes_moved, flops); launch_fn(stream: int = 0) launches once (x quantization +
@@ -182,8 +182,8 @@ if __name__ == "__main__":
     for line in ratio_table(results):
         print(line)
 # IQ4_XS at 2..8 rows: the few-row kernel (matmul_gemv_rows.cuh; tune 9, tune 0 where it runs: k <=
-# 6144) against the tile kernel (tune 4), at the 27B shapes (down: k = 17408, tune 9 its large-k form,
-# matmul_gemv_rows_k.cuh, which tune 0 takes only with LUCE_GEMV_ROWS_LARGE_K=1) and the merged gate|up. tools/bench.py --filter (substrings; `$`: at the end):
+# 6144) against the tile kernel (tune 4), at the 27B shapes (down: k = 17408, the tile kernel at
+# every tune) and the merged gate|up. tools/bench.py --filter (substrings; `$`: at the end):
 # _tune9$,_t2_tune4$,_t4_tune4$,_t5_tune4$,_t8_tune4$ and the one-row baselines IQ4_XS_gate_t1$ etc.
 BENCH_CASES += [_case("IQ4_XS", s, r, tune=t) for s in ("gate", "qkv", "out", "down") + tuple(MERGED_SHAPES)
                 for r in (2, 4, 5, 8) for t in (4, 9)]

@@ -35,7 +35,7 @@ class Params(C.Structure):
                 + [("workspace_bytes", C.c_int64)]
                 + [(n, C.c_int32) for n in "n_rows n_seg hq hkv d page max_kv causal".split()]
                 + [("scale", C.c_float), ("prompt_rows", C.c_int32), ("counters", _P), ("n_counters", C.c_int64),
-                   ("n_kv_indices", C.c_int64), ("x_workspace", _P), ("x_workspace_bytes", C.c_int64)])
+                   ("n_kv_indices", C.c_int64)])
 
 
 def load_attention(out_dir):

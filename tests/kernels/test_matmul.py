@@ -349,37 +349,3 @@ def test_iq4_xs_few_rows_kernel(n, k):
     dirty = run_kernel(x[:5], raw, Q.IQ4_XS, n, raw_out=True)
     assert np.isnan(dirty[2]).all()
     assert np.array_equal(np.delete(dirty, 2, axis=0), np.delete(clean, 2, axis=0))
-
-
-# The few-row kernel's large-k form (matmul_gemv_rows_k.cuh: IQ4_XS, 2..8 rows, k > 6144 in slices of up
-# to 24 chunks, even chunk counts, 227 KB devices; elsewhere the tile kernel, the same bits): the 27B's
-# down projection (5120 x 17408: 68 chunks, 3 slices) and n not a multiple of 16 at 50 and 28 chunks.
-# Tune 9 forces it; tune 0 takes it only with LUCE_GEMV_ROWS_LARGE_K=1 (matmul_dispatch.cuh).
-FEW_ROWS_LARGE_K = [(5120, 17408), (5123, 17408), (4101, 12800), (37, 7168)]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("n,k", FEW_ROWS_LARGE_K)
-def test_iq4_xs_few_rows_large_k(n, k):
-    """2..8 rows: tune 9 (the large-k form) == tune 4 (the tile kernel) == tune 0 and 10, bitwise, with and
-    without bias; each row == the row alone (tune 0: the one-row staged kernel); parity; a NaN in one
-    row's x stays in that row."""
-    raw37, wd37 = weights(Q.IQ4_XS, 37, k)
-    raw = np.ascontiguousarray(np.tile(raw37, (-(-n // 37), 1))[:n])
-    x = activations(8, k, seed=n + k)
-    bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
-    for b in (None, bias):
-        alone = np.concatenate([run_kernel(x[r:r + 1], raw, Q.IQ4_XS, n, bias=b) for r in range(8)])
-        for rows in range(2, 9):
-            tile = run_kernel(x[:rows], raw, Q.IQ4_XS, n, bias=b, tune=4)
-            assert np.array_equal(tile.view(np.uint32), alone[:rows].view(np.uint32)), f"{rows} rows: tile != alone"
-            for tune in (9, 0, 10):
-                got = run_kernel(x[:rows], raw, Q.IQ4_XS, n, bias=b, tune=tune)
-                assert np.array_equal(got.view(np.uint32), tile.view(np.uint32)), \
-                    f"{rows} rows, tune {tune}: differs from the tile kernel"
-    assert_rows_close(run_kernel(x, raw, Q.IQ4_XS, n, tune=9)[:, :37], ref_matmul(x, wd37), "matmul_blocks")
-    clean = run_kernel(x[:5], raw, Q.IQ4_XS, n, tune=9)
-    x[2, 7] = np.nan
-    dirty = run_kernel(x[:5], raw, Q.IQ4_XS, n, tune=9, raw_out=True)
-    assert np.isnan(dirty[2]).all()
-    assert np.array_equal(np.delete(dirty, 2, axis=0), np.delete(clean, 2, axis=0))

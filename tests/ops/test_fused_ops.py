@@ -72,26 +72,3 @@ def test_conv_gdn_norm_composes_the_gdn_chain_per_slot():
         assert np.array_equal(conv_pool[slot], want_conv)
         assert np.array_equal(gdn_pool[slot], want_state)
     assert np.array_equal(conv_pool[1], conv_before[1]) and np.array_equal(gdn_pool[1], gdn_before[1])
-
-
-def test_attention_matmul_composes_attention_and_matmul():
-    """Decode rows over 3, 40 and 300 keys, a padding segment and a tree: matmul of the attention
-    output reshaped [T, Hq * D], equal to luce/ref/norm_quant.py attention_matmul."""
-    from luce.models import SegmentSpec, build_batch
-    from luce.models.kv_cache import PagedKV
-
-    batch = build_batch([SegmentSpec(0, [5], 2, [0]), SegmentSpec(-1, [0], 0, []),
-                         SegmentSpec(1, [6], 39, [1, 2, 3]),
-                         SegmentSpec(2, [7, 8, 9], 299, list(range(4, 24)), parents=[-1, 0, 0])])
-    Hq, Hkv, D = 6, 2, 64
-    kv = PagedKV(24, Hkv, D)
-    kv.k[:], kv.v[:] = randn(*kv.k.shape, seed=1), randn(*kv.v.shape, seed=2)
-    q, w = randn(batch.n_rows, Hq, D, seed=3), randn(17, Hq * D, seed=4)
-    got = NP.attention_matmul(q, kv, batch, 0.125, True, w)
-    o = NP.attention(q, kv, batch, 0.125, True)
-    assert np.array_equal(got, ref_matmul(o.reshape(batch.n_rows, -1), w))
-    plain = build_batch([SegmentSpec(0, [5], 2, [0]), SegmentSpec(-1, [0], 0, []), SegmentSpec(1, [6], 39, [1, 2, 3])])
-    qp = q[:plain.n_rows]
-    want = ref_fused.attention_matmul(qp, kv.k, kv.v, plain.qo_indptr, plain.kv_indptr, plain.kv_indices,
-                                      plain.kv_last_page_len, plain.seq_slots, 0.125, True, w)
-    assert np.allclose(NP.attention_matmul(qp, kv, plain, 0.125, True, w), want, rtol=1e-5, atol=1e-5)
