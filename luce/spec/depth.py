@@ -24,10 +24,9 @@ short chain (PROBE_DEPTH), the deepest chain and the floor first, at most PROBE_
 each (a timing the engine discards does not hold the probe forever). A step's time is not
 linear in its rows (on a GPU one row takes the one-row kernels and 2-16 rows cost about the
 same): the deep probe keeps a deep chain from being judged by a line through 1 and 3 rows.
-Then now and then it tries a neighbour of the
-best depth: after EXPLORE_EVERY choices, then twice as many after each try while the best
-depth stays, up to EXPLORE_MAX; every EXPLORE_HOPELESS choices while plain decoding would win
-even if every draft were accepted. A try from plain decoding drafts two steps in a row: the
+Then now and then it tries a neighbour of the best depth: after EXPLORE_EVERY choices, then
+twice as many after each try while the best depth stays, up to EXPLORE_MAX; every
+EXPLORE_HOPELESS choices while plain decoding would win even if every draft were accepted. A try from plain decoding drafts two steps in a row: the
 first draft catches up on the plain steps (a switching cost, `record_switch`) and is not timed,
 the second is, so the draft cost that keeps speculation off is measured again. Such tries are
 spaced so that what they cost (the switch, the timed draft and its verify) stays under
@@ -275,7 +274,7 @@ class DepthPolicy:
         again, self._again = self._again, None
         if again is not None and lo <= again <= hi:
             return again
-        if self._best == 0 == lo and self.resting():
+        if self.resting():                     # (the engine asks resting() itself, before its lanes)
             return 0
         known = {d: r for d, r in self._rates(slots, ar_rows, lo, hi).items() if r is not None}
         if not known:

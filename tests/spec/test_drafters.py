@@ -254,3 +254,22 @@ def test_benchmark_drafters_propose_the_truth_first_and_wrong_tokens_after():
     assert wrong.ids.tolist() == [[30, 31]] * 3 and wrong.logprobs[0].tolist() == [-1.0, -2.0]
     assert oracle.propose([DraftLane(0, [10, 11, 50], 3, 2)])[0].depth == 0 and oracle.misses == 1
     assert oracle.depths == [4, 0]
+
+
+def test_draft_model_mixed_catch_ups_take_each_lanes_last_row(tiny_models):
+    """One call, a lane catching up on prompt rows (past CHAIN_CATCH_UP) and lanes on chains of
+    tree rows (which go last in the batch, every row reaching the LM head): each lane proposes
+    what it does alone."""
+    from luce.spec.drafters.draft_model import CHAIN_CATCH_UP
+
+    model = tiny_models["qwen3_draft"]
+    seqs = {2: [4, 8, 15, 16, 23], 0: list(range(30, 32 + CHAIN_CATCH_UP)), 1: [7, 9]}
+    alone = {s: DraftModelDrafter(model, 3, 64, 3).propose([DraftLane(s, t, 3, 2)])[0] for s, t in seqs.items()}
+    drafter = DraftModelDrafter(model, 3, 64, 3)
+    kinds, forward = [], drafter.forward
+    drafter.forward = lambda batch, state: (kinds.append(batch.replay_key[0]), forward(batch, state))[1]
+    together = drafter.propose([DraftLane(s, t, 3, 2) for s, t in seqs.items()])
+    assert {kind for kind, _ in kinds[0]} == {SEG_PREFILL, SEG_TREE}, kinds[0]
+    for prop, s in zip(together, seqs):
+        np.testing.assert_array_equal(prop.ids, alone[s].ids)
+        np.testing.assert_allclose(prop.logprobs, alone[s].logprobs, rtol=1e-5, atol=1e-5)

@@ -134,7 +134,7 @@ class DraftModelDrafter:
             batch = build_batch([segments[i] for i in active], pad_pages=True)   # keys repeat: graphs replay
             logits = self.forward(batch, self.state).logits
             if d == 0 and batch.has_trees:
-                logits = self.backend.take_rows(logits, _last_rows([segments[i] for i in active]))
+                logits = self.backend.take_rows(logits, _last_rows(batch))
             if d == 0:
                 for i in active:
                     self.seen[lanes[i].slot] = len(lanes[i].tokens)
@@ -169,12 +169,8 @@ def _catch_up(slot: int, tokens: list[int], start: int, pages: list[int], chain:
     return SegmentSpec(slot, tokens, start, pages, pad_to=pad)
 
 
-def _last_rows(segments: list[SegmentSpec]) -> np.ndarray:
-    """The logits row of each segment's last token in build_batch's logits (a tree segment
-    has a row for each of its rows, padding included; any other, its last token's only)."""
-    rows, at = [], 0
-    for seg in segments:
-        n = len(seg.token_ids)
-        rows.append(at + n - 1 if seg.parents is not None else at)
-        at += (seg.pad_to or n) if seg.parents is not None else 1
-    return np.asarray(rows, np.int64)
+def _last_rows(batch) -> np.ndarray:
+    """The logits row of each live segment's last token, in segment order (a tree segment's
+    rows all reach the LM head; logits rows follow the batch's rows)."""
+    live = np.nonzero(batch.seq_slots >= 0)[0]
+    return np.searchsorted(batch.logits_indices, batch.qo_indptr[live + 1] - 1).astype(np.int64)
