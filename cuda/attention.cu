@@ -49,6 +49,7 @@
 #include <cstdlib>
 
 #include "attention_combine.cuh"
+#include "pdl.cuh"
 
 namespace {
 
@@ -80,6 +81,8 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     __shared__ int64_t tree_off[TREE ? kPartition : 1];  // tree rows: offset of path key j >= n_direct
     __shared__ float m_s[MAXG], l_s[MAXG];
 
+    wait_for_prior_kernels();  // q from rope_kv, the page table from the step's upload
+    let_dependents_start();    // the kernel after may be scheduled; it waits for this one to end
     const int groups = (p.n_heads_q / p.n_heads_kv + group_heads - 1) / group_heads;
     const int32_t row = row0 + (int32_t)blockIdx.x, hk = blockIdx.y / groups, chunk = blockIdx.z;
     const int g_first = (blockIdx.y % groups) * group_heads;
@@ -325,13 +328,13 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
     const int key_lanes = kThreads / (D / 4);
     const size_t smem = sizeof(float) * (size_t)max(gh * D + gh * kPartition, key_lanes * gh * D);
     const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)chunk_grid(p.max_kv_len, cmin));
-    if (p.tree_parents != nullptr)
-        attention_partition_kernel<D, MAXG, true>
-            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, cmin, prefetch);
-    else
-        attention_partition_kernel<D, MAXG, false>
-            <<<grid, kThreads, smem, stream>>>(p, n_parts, page_shift, row0, gh, cmin, prefetch);
-    return luce_status(cudaGetLastError());
+    // Overlapped with the kernel ahead only after rope_kv (row0 == 0: no prompt kernel ahead in this launch).
+    const bool overlap = chain_overlap() && row0 == 0;
+    return luce_status(p.tree_parents != nullptr
+        ? launch_overlapped(attention_partition_kernel<D, MAXG, true>, grid, dim3(kThreads), smem, stream, overlap,
+                            p, n_parts, page_shift, row0, gh, cmin, prefetch)
+        : launch_overlapped(attention_partition_kernel<D, MAXG, false>, grid, dim3(kThreads), smem, stream, overlap,
+                            p, n_parts, page_shift, row0, gh, cmin, prefetch));
 }
 
 // Rows 0..row0-1 take the prompt kernel (row0 = p.prompt_rows where it fits the device, else 0),
