@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
 
 template <int K>
 cudaError_t launch_prepare(const luce_gdn_decode_params &p, dim3 grid, cudaStream_t stream) {
-    return launch_overlapped(gdn_decode_prepare_kernel<K>, grid, dim3(kThreads), 0, stream, chain_overlap(), p);
+    return launch_overlapped(gdn_decode_prepare_kernel<K>, grid, dim3(kThreads), 0, stream, chain_overlap(kPdlGdn), p);
 }
 
 template <int DK>
@@ -148,7 +148,7 @@ cudaError_t launch_recurrent_norm(const luce_gdn_decode_params &p, cudaStream_t 
                                          p.n_slots, p.n_segments, p.n_v_heads, p.dk, p.dv};
     const GdnNormEpilogue e = {p.z, p.z_stride, p.norm_weight, p.normed, p.arrivals, p.rms_eps};
     const dim3 grid((unsigned)(p.dv / WARP_SIZE), (unsigned)p.n_v_heads, (unsigned)p.n_segments);
-    return launch_overlapped(gdn_recurrent_kernel<DK, true>, grid, dim3(GDN_THREADS), 0, stream, chain_overlap(), r, e);
+    return launch_overlapped(gdn_recurrent_kernel<DK, true>, grid, dim3(GDN_THREADS), 0, stream, chain_overlap(kPdlGdn), r, e);
 }
 
 }  // namespace

@@ -238,10 +238,10 @@ inline double tile_waves(int64_t n) {
 }
 
 // Launch shape from the row count (decode) or fixed (prefill). `tune` 0: the measured choice
-// (tile_waves; kRingWide for Q8_0 and Q5_0 up to 8 rows, whose large stages leave few blocks),
-// else the launch before, as for more than 16 rows and the prefill path. 1: the ring at every row count (kRingWide
-// up to 8 rows), 2: two row tiles per block, 3: the launch before (kLegacy) everywhere. Every
-// shape computes the same bits (see the header).
+// (tile_waves up to 32 rows; kRingWide for Q8_0 and Q5_0 up to 8 rows, whose large stages leave
+// few blocks; two row tiles a block past 32 rows), else the launch before, as for the prefill
+// path. 1: the ring at every row count (kRingWide up to 8 rows), 2: two row tiles per block,
+// 3: the launch before (kLegacy) everywhere. Every shape computes the same bits (see the header).
 template <class Q>
 int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     const int64_t t = path == LUCE_MATMUL_PREFILL ? (int64_t)1 << 40 : a.rows;
@@ -250,8 +250,16 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
         if (t <= 16) return launch_mmq<Q, 2, 2, 1>(a, stream);
         return launch_mmq<Q, 2, 2, 2>(a, stream);
     }
-    const double waves = (tune == 0 || tune >= 4) && t <= 16 ? tile_waves(a.n) : 0.0;
-    const bool ring = tune == 1 || (t <= 8 ? waves >= 1.0 && waves <= 4.0 : t <= 16 && waves >= 1.0);
+    const bool measured = tune == 0 || tune >= 4;
+    const double waves = measured && t <= 32 ? tile_waves(a.n) : 0.0;
+    // Two row tiles a block where it measured faster (H200, docs/PERF.md session 15): the LM head's
+    // 9-16 rows (waves > 8: 569 against 781 us at 16 rows), and every matrix at 33-80+ rows
+    // (gate 164 -> 154 us at 64 rows, 287 -> 204 at 80; down, out, Q8_0 and the LM head alike).
+    if (measured && path != LUCE_MATMUL_PREFILL && t > 8) {
+        if (t <= 16 && waves > 8.0 && fits_device<Q, 2, 2, 1, kRing>()) return launch_mmq<Q, 2, 2, 1>(a, stream);
+        if (t > 32 && fits_device<Q, 2, 2, 2, kRing>()) return launch_mmq<Q, 2, 2, 2>(a, stream);
+    }
+    const bool ring = tune == 1 || (t <= 8 ? waves >= 1.0 && waves <= 4.0 : t <= 32 && waves >= 1.0);
     if (!ring) {
         if (t == 1) return launch_mmq<Q, 1, 1, 1, true, kLegacy>(a, stream);
         if (t <= 8) return launch_mmq<Q, 1, 1, 1, false, kLegacy>(a, stream);
@@ -372,7 +380,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         const int64_t warps = xl.tp * xl.chunks;
         const int per_block = 256 / WARP_SIZE;
         const cudaError_t err = launch_overlapped(quantize_x_kernel, dim3((unsigned)((warps + per_block - 1) / per_block)),
-                                                  dim3(256), 0, stream, chain_overlap(), p->x, p->rows, p->k, xl);
+                                                  dim3(256), 0, stream, chain_overlap(kPdlQuant), p->x, p->rows, p->k, xl);
         if (err != cudaSuccess) return luce_status(err);
     }
     const uint8_t *w = static_cast<const uint8_t *>(p->w);

@@ -131,7 +131,7 @@ extern "C" int luce_add_rmsnorm(const luce_add_rmsnorm_params *p, void *stream) 
     if (quant) {
         const dim3 grid((unsigned)l.tp, (unsigned)((l.chunks + kQuantChunks - 1) / kQuantChunks));
         return luce_status(launch_overlapped(add_rmsnorm_quant_kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream,
-                                             chain_overlap(), r, p->rows, l));
+                                             chain_overlap(kPdlNorm), r, p->rows, l));
     } else {
         add_rmsnorm_kernel<<<(unsigned)p->rows, kThreads, 0, (cudaStream_t)stream>>>(r);
     }
@@ -148,5 +148,5 @@ extern "C" int luce_swiglu_quant(const luce_swiglu_quant_params *p, void *stream
     if (err) return err;
     const int64_t warps = l.tp * l.chunks;
     return luce_status(launch_overlapped(swiglu_quant_kernel, dim3((unsigned)((warps + kWarps - 1) / kWarps)),
-                                         dim3(kThreads), 0, (cudaStream_t)stream, chain_overlap(), *p, l));
+                                         dim3(kThreads), 0, (cudaStream_t)stream, chain_overlap(kPdlSwiglu), *p, l));
 }

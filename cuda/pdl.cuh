@@ -26,20 +26,41 @@ __device__ __forceinline__ void let_dependents_start() {
 #endif
 }
 
+// The decode chain's launches by kind (LUCE_PDL below).
+enum PdlKind { kPdlNorm = 1, kPdlSwiglu = 2, kPdlQuant = 4, kPdlRope = 8, kPdlAttn = 16, kPdlGdn = 32 };
+
 #if defined(__CUDACC__) || defined(__HIPCC__)  // (not in the host emulator: it launches plainly)
 // LUCE_PDL: unset, the matmuls overlap the kernel ahead (measured on the H200); "chain", the
-// rest of the decode chain too (rope_kv, the fused norms and SwiGLU, quantize_x, the GDN decode
-// pair: written for it, not yet measured on a GPU); "0", no kernel (a check that no result
-// depends on the overlap).
-inline int pdl_mode() {
+// rest of the decode chain too (every kind above); a comma list of kinds, those only (A/B runs:
+// "norm,attn"); "0", no kernel (a check that no result depends on the overlap).
+inline int pdl_chain_kinds(const char *e) {
+    if (!e) return 0;
+    if (strcmp(e, "chain") == 0) return 63;
+    static const struct { const char *name; int kind; } names[] = {
+        {"norm", kPdlNorm}, {"swiglu", kPdlSwiglu}, {"quant", kPdlQuant}, {"rope", kPdlRope}, {"attn", kPdlAttn},
+        {"gdn", kPdlGdn}};
+    int kinds = 0;
+    for (const auto &n : names) {
+        const char *at = strstr(e, n.name);
+        const size_t len = strlen(n.name);
+        if (at && (at == e || at[-1] == ',') && (at[len] == ',' || at[len] == 0)) kinds |= n.kind;
+    }
+    return kinds;
+}
+inline int pdl_mode() {  // 0: none, 1: matmuls, 2: matmuls and the chain's kinds of pdl_kinds()
     static const int mode = [] {
         const char *e = getenv("LUCE_PDL");
-        return e && e[0] == '0' ? 0 : e && strcmp(e, "chain") == 0 ? 2 : 1;
+        return e && e[0] == '0' ? 0 : pdl_chain_kinds(e) ? 2 : 1;
     }();
     return mode;
 }
+inline int pdl_kinds() {
+    static const int kinds = pdl_chain_kinds(getenv("LUCE_PDL"));
+    return kinds;
+}
 inline bool overlap_allowed() { return pdl_mode() >= 1; }
-inline bool chain_overlap() { return pdl_mode() >= 2; }  // the `overlap` of the decode chain's launches
+// The `overlap` of a decode-chain launch of this kind.
+inline bool chain_overlap(PdlKind kind) { return pdl_mode() >= 2 && (pdl_kinds() & kind); }
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the kernel ahead of it
 // when `overlap` is set (CUDA 12+ runtime; the attribute is ignored where unsupported).

@@ -80,5 +80,5 @@ extern "C" int luce_rope_kv(const luce_rope_kv_params *p, void *stream) {
     const size_t shmem = (size_t)p->rope_dim * sizeof(float);
     const unsigned groups = (unsigned)((p->heads_q + 2 * p->heads_kv + kWarps - 1) / kWarps);
     return luce_status(launch_overlapped(rope_kv_kernel, dim3((unsigned)p->rows, groups), dim3(kThreads), shmem,
-                                         (cudaStream_t)stream, chain_overlap(), *p));
+                                         (cudaStream_t)stream, chain_overlap(kPdlRope), *p));
 }

@@ -106,7 +106,7 @@ class DFlashDraft:
     """The DFlash draft on a backend. Attributes: config (ModelConfig), backend,
     block_size, target_layers (0-based target layers whose outputs, concatenated in this
     order, form a feature row), mask_token_id, feature_width (= len(target_layers) * hidden),
-    prompt_gemm (see `spans`)."""
+    prompt_gemm (None: by the pass's rows, True / False: always / never; see `spans`)."""
 
     dflash2 = False  # True on luce.models.dflash2.DFlash2Draft
 
@@ -137,16 +137,25 @@ class DFlashDraft:
         self.hidden_norm = be.load_tensor(gguf, "enc.output_norm.weight")
         self.output_norm = be.load_tensor(gguf, "output_norm.weight")
         self.layers = [self._load_layer(il) for il in range(cfg.n_layer)]
-        self.prompt_gemm = os.environ.get("LUCE_DRAFT_PROMPT_GEMM", "0") == "1"
+        # LUCE_DRAFT_PROMPT_GEMM at load: "1" every pass's rows as prompt rows, "0" none, unset:
+        # passes of PROMPT_GEMM_ROWS rows or more (spans)
+        self.prompt_gemm = {"1": True, "0": False}.get(os.environ.get("LUCE_DRAFT_PROMPT_GEMM", ""))
+
+    # A pass of this many rows or more (two lanes' blocks) takes the prompt GEMM by default: on the
+    # H200 (docs/PERF.md session 15, 27B draft) the decode family's tile kernel costs ~2.5 us a row
+    # past 16 rows (a 5-lane pass: 14.1 ms) where the prompt GEMM is nearly flat (5.9 ms at 5
+    # lanes, but 5.2 ms for one lane's 16 rows against the tile kernel's 3.0).
+    PROMPT_GEMM_ROWS = 32
 
     def spans(self, rows: int) -> tuple[tuple[int, int], ...]:
         """The prefill_spans of the draft's matmuls over `rows` rows. No exactness rule binds
-        draft rows (they only propose; acceptance is lossless), so with `prompt_gemm`
-        (LUCE_DRAFT_PROMPT_GEMM=1 at load) every row is multiplied as a prompt row: on CUDA
-        the 8-bit tensor-core GEMM (cuda/matmul_prefill.cu) instead of the decode family's
-        exact 16-bit activations, for a block pass's 16 rows per lane. Results stay
-        per-row (batch-invariant) either way; backends without a prompt-row GEMM ignore it."""
-        return ((0, rows),) if self.prompt_gemm and rows > 0 else ()
+        draft rows (they only propose; acceptance is lossless), so every row of a pass may be
+        multiplied as a prompt row: on CUDA the tensor-core prompt GEMM instead of the decode
+        family's exact 16-bit activations, for passes of PROMPT_GEMM_ROWS rows or more
+        (`prompt_gemm` True / False: always / never). Results stay per-row (batch-invariant)
+        either way; backends without a prompt-row GEMM ignore it."""
+        on = rows >= self.PROMPT_GEMM_ROWS if self.prompt_gemm is None else self.prompt_gemm
+        return ((0, rows),) if on and rows > 0 else ()
 
     @classmethod
     def from_gguf(cls, gguf, backend, target_model=None, **_):

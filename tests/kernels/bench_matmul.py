@@ -187,3 +187,10 @@ if __name__ == "__main__":
 # _tune9$,_t2_tune4$,_t4_tune4$,_t5_tune4$,_t8_tune4$ and the one-row baselines IQ4_XS_gate_t1$ etc.
 BENCH_CASES += [_case("IQ4_XS", s, r, tune=t) for s in ("gate", "qkv", "out", "down") + tuple(MERGED_SHAPES)
                 for r in (2, 4, 5, 8) for t in (4, 9)]
+# Verify and draft-block row counts (issue 17, deliverable 3: 16-64 rows; a DFlash pass at C5 is 80
+# rows): the tile kernel's launch shapes at tune 0 (by row count), 1 (the ring) and 2 (two row tiles
+# a block), at the 27B shapes, a Q8_0 matrix of the DFlash draft's size and the LM head.
+VERIFY_ROWS = (16, 23, 64, 80)
+BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS", "down"), ("IQ4_XS", "out"),
+                                                   ("Q8_0", "qkv"), ("Q6_K", "lmhead"))
+                for r in VERIFY_ROWS for t in (0, 1, 2) if (r, t) != (16, 0)]  # 16 rows at tune 0: above

@@ -65,3 +65,29 @@ def test_prompt_gemm_changes_nothing_on_one_matmul_backends(monkeypatch, tmp_pat
         logits.append(draft.backend.to_numpy(_draft_pass(draft)))
     assert logits[0].shape == (2 * 3, draft.config.vocab) and np.isfinite(logits[0]).all()
     assert np.array_equal(logits[0], logits[1])
+
+
+def test_by_default_passes_of_enough_rows_take_the_prompt_gemm(monkeypatch, tmp_path):
+    """LUCE_DRAFT_PROMPT_GEMM unset: a pass's matmuls take the prompt GEMM from PROMPT_GEMM_ROWS
+    rows on (a block of one lane stays on the decode family, several lanes' blocks go over)."""
+    from luce.ops import get_backend
+
+    fake = install_fakes(monkeypatch, tmp_path, "cuda")
+    monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM", raising=False)
+    _, draft = _pair(tmp_path, get_backend("cuda"))
+    assert draft.prompt_gemm is None
+    assert draft.spans(draft.PROMPT_GEMM_ROWS - 1) == () and draft.spans(0) == ()
+    assert draft.spans(draft.PROMPT_GEMM_ROWS) == ((0, draft.PROMPT_GEMM_ROWS),)
+    monkeypatch.setattr(type(draft), "PROMPT_GEMM_ROWS", 2 * 4)   # two lanes' blocks of 4 rows
+    counts = []
+    for lanes in (1, 2):
+        before = len(fake.launches)
+        _draft_pass(draft, lanes)
+        kernels = [k for k, *_ in fake.launches[before:]]
+        counts.append((kernels.count("_cuda_matmul.matmul_prefill"), kernels.count("_cuda_matmul.matmul")))
+    n = len(draft.layers)
+    # one lane: 9 context rows (fc, k, v: prompt GEMM), a block of 4 rows (q, k, v, out, gate/up,
+    # down and the head's 3 rows: decode); two lanes: 18 context and 8 block rows (prompt GEMM), the
+    # head's 6 rows (decode)
+    assert counts[0] == (1 + 2 * n, 6 * n + 1), counts
+    assert counts[1] == (1 + 8 * n, 1), counts

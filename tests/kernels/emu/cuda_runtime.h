@@ -128,7 +128,7 @@ void emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A...
     }
 }
 // pdl.cuh's programmatic launch (cuda/pdl.cuh leaves it to nvcc and hipcc): a plain launch here.
-inline bool chain_overlap() { return false; }
+inline bool chain_overlap(int) { return false; }
 template <class... KArgs, class... A>
 cudaError_t launch_overlapped(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, bool,
                               A... args) {
