@@ -31,6 +31,7 @@
 #include "matmul_float.cuh"
 #include "matmul_stage.cuh"
 #include "matmul_chunk.cuh"
+#include "matmul_rows.cuh"
 #include "matmul_gemv.cuh"
 #include "matmul_gemv_staged.cuh"
 #include "matmul_gemv_rows.cuh"
@@ -43,14 +44,6 @@ using namespace mm;
 constexpr int kKSplit = 4;  // k parts: warps sharing a row tile (fixes the reduction order)
 
 __host__ __device__ __forceinline__ int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-struct MmqArgs {
-    const uint8_t *w, *w_end;
-    const float *bias;
-    float *y;
-    XLayout x;
-    int64_t rows, n, row_bytes;
-};
 
 // Block: 4 * WM * TS warps = 4 k parts x WM row tiles of 16 rows x TS token sets of 8 * NT
 // tokens. A block multiplies block tiles (WM row tiles) blockIdx.x, + gridDim.x, ...; each
@@ -145,9 +138,9 @@ mmq_kernel(MmqArgs a) {
             rd.load(staged_row<Q>(st, grp, w0 + ch * Q::kChunkBytes), staged_row<Q>(st, grp + 8, w1 + ch * Q::kChunkBytes),
                     quad, chunk_groups<Q>(a.x, ch));
             if constexpr (Q::kIntScale)
-                mmq_chunk_int<Q, NT, kEven>(rd, xt, quad, acc);
+                mmq_chunk_int<Q, NT, kEven>(&rd, xt, quad, &acc);
             else
-                mmq_chunk_float<Q, NT, (NT > 1)>(rd, a.x, ch, xt, quad, acc);
+                mmq_chunk_float<Q, NT, (NT > 1)>(&rd, a.x, ch, xt, quad, &acc);
 #pragma unroll
             for (int n = 0; n < NT; ++n) xt[n].advance(a.x, KS);
             __syncwarp();  // every lane is done with the stage before a later iteration refills it
@@ -242,9 +235,16 @@ inline double tile_waves(int64_t n) {
 // few blocks; two row tiles a block past 32 rows), else the launch before, as for the prefill
 // path. 1: the ring at every row count (kRingWide up to 8 rows), 2: two row tiles per block,
 // 3: the launch before (kLegacy) everywhere. Every shape computes the same bits (see the header).
+// 11 and 12: the wide-token tile kernel (matmul_rows.cuh) for decode calls of 9+ rows where it
+// fits, else as 0; 64 rows a block, 11: 2 warps of 2 m-tiles, 12: 4 warps of one. NOT measured yet.
 template <class Q>
 int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     const int64_t t = path == LUCE_MATMUL_PREFILL ? (int64_t)1 << 40 : a.rows;
+    if (tune >= 11) {
+        const int r = t <= 8 ? -1 : tune == 11 ? launch_rows<Q, 2, 2>(a, stream) : launch_rows<Q, 1, 4>(a, stream);
+        if (r >= 0) return r;
+        tune = 0;
+    }
     if (tune == 2) {
         if (t <= 8) return launch_mmq<Q, 1, 2, 1>(a, stream);
         if (t <= 16) return launch_mmq<Q, 2, 2, 1>(a, stream);
@@ -300,7 +300,7 @@ constexpr bool kGemvGroupScaleByDefault = true;
 // tune 10: as tune 0 with the tile kernel at 2..8 rows (LUCE_MATMUL_TUNE=10: a whole-step A/B).
 constexpr bool kGemvRowsByDefault = true;
 
-constexpr int kMaxTune = 10;
+constexpr int kMaxTune = 12;
 
 // The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..kMaxTune) where set, for benchmarks that
 // time a launch shape end to end (every tune gives the same bits), else 0.
@@ -359,6 +359,8 @@ extern "C" int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k) {
 extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     luce_matmul_params tuned = *p_in;
     if (tuned.tune == 0) tuned.tune = default_tune();
+    const int rows_tune = tuned.tune >= 11 ? tuned.tune : 0;  // the tile kernel's form (launch_quant); else as 0
+    if (rows_tune && tuned.tune <= kMaxTune) tuned.tune = 0;
     const luce_matmul_params *p = &tuned;
     if (p->rows == 0) return 0;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
@@ -422,13 +424,14 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
                                     stream);
     }
     const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
+    const int qt = rows_tune ? rows_tune : tune;
     switch (p->qtype) {
-        case LUCE_QT_Q4_K: return launch_quant<ReaderQ4K>(a, p->path, tune, stream);
-        case LUCE_QT_Q5_K: return launch_quant<ReaderQ5K>(a, p->path, tune, stream);
-        case LUCE_QT_Q6_K: return launch_quant<ReaderQ6K>(a, p->path, tune, stream);
-        case LUCE_QT_IQ4_XS: return launch_quant<ReaderIQ4XS>(a, p->path, tune, stream);
-        case LUCE_QT_Q8_0: return launch_quant<ReaderQ80>(a, p->path, tune, stream);
-        case LUCE_QT_Q5_0: return launch_quant<ReaderQ50>(a, p->path, tune, stream);
+        case LUCE_QT_Q4_K: return launch_quant<ReaderQ4K>(a, p->path, qt, stream);
+        case LUCE_QT_Q5_K: return launch_quant<ReaderQ5K>(a, p->path, qt, stream);
+        case LUCE_QT_Q6_K: return launch_quant<ReaderQ6K>(a, p->path, qt, stream);
+        case LUCE_QT_IQ4_XS: return launch_quant<ReaderIQ4XS>(a, p->path, qt, stream);
+        case LUCE_QT_Q8_0: return launch_quant<ReaderQ80>(a, p->path, qt, stream);
+        case LUCE_QT_Q5_0: return launch_quant<ReaderQ50>(a, p->path, qt, stream);
         default: return (int)cudaErrorInvalidValue;
     }
 }

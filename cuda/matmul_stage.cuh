@@ -50,10 +50,13 @@ __device__ __forceinline__ void cp_async_wait() {
 // once; the tile is an argument of each copy, so one warp streams chunks of successive tiles
 // through one ring. Only the tile holding the matrix's last row can reach past w_end: it alone
 // clamps rows to n - 1 and checks bounds (bytes at or past w_end are zero-filled, not read).
-template <class Q, int kStages>
+// kRows: rows a tile (16; the wide-token tile kernel's warps take 16 * MT, matmul_rows.cuh), a
+// stage kRows row slots.
+template <class Q, int kStages, int kRows = 16>
 struct LaneCopier {
     using St = Stage<Q>;
-    static constexpr int kItems = 16 * St::kWords;
+    static constexpr int kItems = kRows * St::kWords;
+    static constexpr int kStageBytes = kRows * St::kSlotBytes;
     static constexpr int kIters = (kItems + WARP_SIZE - 1) / WARP_SIZE;
     const uint8_t *w, *w_end;
     uint8_t *stages;           // the warp's kStages stages
@@ -83,8 +86,8 @@ struct LaneCopier {
 #ifndef LUCE_MM_PORTABLE
         asm("" : "+l"(base));  // one 64-bit base per chunk (else nvcc redoes ch * kChunkBytes per item)
 #endif
-        uint8_t *stage = stages + s * St::kBytes;
-        if (tile + 16 < n) {
+        uint8_t *stage = stages + s * kStageBytes;
+        if (tile + kRows < n) {
 #pragma unroll
             for (int i = 0; i < kIters; ++i)
                 if (kItems % WARP_SIZE == 0 || lane + i * WARP_SIZE < kItems)

@@ -1,0 +1,244 @@
+// The wide-token tile kernel of the quantized matmul (cuda/matmul.cu) for decode calls of 16 to
+// 80+ rows (verify trees, draft blocks): the same integers and float steps per output element as
+// mmq_kernel (matmul_chunk.cuh), the same bits, with what a block loads reused:
+// - a block is WM warps x 16 * MT weight rows by 8 * NT tokens; x's 16-bit integers of a chunk
+//   (8 * NT tokens x 512 B) go to shared memory once per block (cp.async, with the warps' weight
+//   chunks, 2 to 4 stages deep) instead of every warp reading them from L2 per row tile;
+// - a warp decodes each group's A fragment once per m-tile and multiplies it by the NT token
+//   tiles, and each B fragment (one 16-byte shared load a lane) by its MT m-tiles;
+// - a warp runs the 4 k parts itself, one after another: chunks 0, 4, 8, .. into acc, then
+//   tot = acc; chunks 1, 5, .. into acc, tot = tot + acc; .. (mmq_kernel's
+//   y = ((acc0 + acc1) + acc2) + acc3 with its 4 warps' accumulators: the same order), so the
+//   whole block steps through one chunk sequence and shares each staged x chunk.
+// Per warp and group (IQ4_XS, MT = 2, NT = 5): 2 decodes, 5 B loads (2.5 KB of shared memory),
+// 20 mma; mmq_kernel (NT = 2): 1 decode, 2 B loads from L2 (1 KB), 4 mma.
+// A token block's x of a chunk sits at a stride of 576 B a token (8 lanes of one 16-byte load
+// phase, two tokens, fall in different banks); padding tokens are zero-filled.
+#pragma once
+
+#include "matmul_chunk.cuh"
+#include "matmul_stage.cuh"
+#include "pdl.cuh"
+
+namespace mm {
+
+constexpr int kRowsXStride = 36;  // uint4 words a token's staged x chunk takes (512 B + 64)
+
+// Bytes of one stage: x of the block's tokens, then each warp's 16 * MT weight rows.
+template <class Q, int NT, int MT, int WM>
+__host__ __device__ constexpr int rows_stage_bytes() {
+    return 8 * NT * kRowsXStride * 16 + WM * 16 * MT * Stage<Q>::kSlotBytes;
+}
+
+// Bytes of the warps' running k-part sums (after the stages).
+template <int NT, int MT, int WM>
+__host__ __device__ constexpr int rows_tot_bytes() { return WM * MT * NT * 4 * WARP_SIZE * 4; }
+
+// Stages where they fit `limit` bytes of shared memory: 4 down to 2, 0 where 2 do not fit.
+template <class Q, int NT, int MT, int WM>
+inline int rows_stages(int limit) {
+    for (int s = 4; s >= 2; --s)
+        if (limit == 0 || s * rows_stage_bytes<Q, NT, MT, WM>() + rows_tot_bytes<NT, MT, WM>() <= limit) return s;
+    return 0;
+}
+
+// The chunk sequence of a warp: k part 0's chunks 0, 4, 8, .., then k part 1's 1, 5, .., ..
+// (k parts without chunks, k < 1024, come last: the cursor is then past the sequence).
+struct KPartCursor {
+    int kp = 0, ch = 0;
+    __device__ __forceinline__ bool live(int chunks) const { return kp < 4 && ch < chunks; }
+    __device__ __forceinline__ bool next(int chunks) {  // true where k part kp just ended
+        ch += 4;
+        if (ch < chunks) return false;
+        ch = ++kp;
+        return true;
+    }
+};
+
+// Block blockIdx.x: token block blockIdx.x % token_blocks (the token blocks of one row block run
+// side by side and share its weights in L2), row block blockIdx.x / token_blocks. `stages`: 2..4.
+template <class Q, int NT, int MT, int WM>
+__global__ void __launch_bounds__(WM * WARP_SIZE) mmq_rows_kernel(MmqArgs a, int token_blocks, int stages) {
+    constexpr int kT = 8 * NT, kRows = 16 * MT, kXWords = kT * kRowsXStride;
+    constexpr int kStageBytes = rows_stage_bytes<Q, NT, MT, WM>();
+    extern __shared__ uint4 stage_words[];  // 16-byte aligned
+    uint8_t *stage_mem = reinterpret_cast<uint8_t *>(stage_words);
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, grp = lane >> 2, quad = lane & 3;
+    const int chunks = (int)a.x.chunks;
+    const int64_t t_first = (int64_t)(blockIdx.x % token_blocks) * kT;
+    const int64_t wtile = (int64_t)(blockIdx.x / token_blocks) * (WM * kRows) + warp * kRows;  // the warp's rows
+    constexpr int kWarpBytes = LaneCopier<Q, 2, kRows>::kStageBytes;
+    auto warp_stage = [&](int s) { return stage_mem + s * kStageBytes + kXWords * 16 + warp * kWarpBytes; };
+    // The copier's stage 0 is set to stage s of the block before each copy (stages are block-wide).
+    LaneCopier<Q, 2, kRows> copier(warp_stage(0), a.w, a.w_end, a.row_bytes, a.n, lane);
+    auto copy_weights = [&](int s, const KPartCursor &c) {
+        if (!c.live(chunks)) return;
+        copier.stages = warp_stage(s);
+        copier.copy(0, wtile, c.ch, lane);
+    };
+    // x: lane copies word `lane` (group lane / 4, quad lane % 4) of tokens warp, warp + WM, ..
+    auto copy_x = [&](int s, const KPartCursor &c) {
+        if (!c.live(chunks)) return;
+        uint4 *dst = stage_words + s * (kStageBytes / 16) + lane;
+        const bool live_group = (int64_t)c.ch * kGroups + (lane >> 2) < a.x.groups;
+        const uint4 *src = a.x.xq + (int64_t)c.ch * (kGroups * 4) + lane;
+#pragma unroll
+        for (int u = 0; u < kT / WM; ++u) {
+            const int t = warp + u * WM;
+            const bool live = live_group && t_first + t < a.rows;
+            cp_async16(reinterpret_cast<uint8_t *>(dst + t * kRowsXStride),
+                       reinterpret_cast<const uint8_t *>(live ? src + (t_first + t) * a.x.groups * 4 : a.x.xq),
+                       live ? 16 : 0);
+        }
+    };
+    // Prologue: the weights of the first stages - 1 chunks before the kernel ahead ends, their x after.
+    KPartCursor wfill, fill;
+    for (int s = 0; s < stages - 1; ++s) {
+        copy_weights(s, wfill);
+        wfill.next(chunks);
+    }
+    wait_for_prior_kernels();  // x is written by the kernel ahead (quantize_x or another)
+    let_dependents_start();
+    for (int s = 0; s < stages - 1; ++s) {
+        copy_x(s, fill);
+        fill.next(chunks);
+        cp_async_commit();
+    }
+    const uint8_t *wrow[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int64_t row = wtile + 16 * m + grp + 8 * h;
+            wrow[m][h] = a.w + (row < a.n ? row : a.n - 1) * a.row_bytes;
+        }
+    // tot: the k parts done so far, ((acc0 + acc1) + ..), in shared memory (registers hold acc).
+    float *tot = reinterpret_cast<float *>(stage_mem + stages * kStageBytes) + warp * (MT * NT * 4 * WARP_SIZE) + lane;
+    float acc[MT][NT][4] = {};
+    KPartCursor use;
+    for (int i = 0, st = 0, fs = stages - 1; i < chunks; ++i) {
+        if (stages == 4) cp_async_wait<2>();
+        else if (stages == 3) cp_async_wait<1>();
+        else cp_async_wait<0>();
+        __syncthreads();  // chunk i has landed for every thread; every warp is done with stage fs
+        copy_weights(fs, fill);
+        copy_x(fs, fill);
+        fill.next(chunks);
+        cp_async_commit();
+        const uint8_t *stage = stage_mem + st * kStageBytes, *wst = warp_stage(st);
+        const int64_t ch = use.ch;
+        // Token tile n's pointers sit at fixed offsets from tile 0's; a tile of padding tokens reads
+        // none of them (s_live false, its B staged as zeros).
+        const int64_t at = ch * a.x.tp + t_first + 2 * quad;
+        const float *xd0 = a.x.xd + at;
+        const uint4 *xqp0 = a.x.xqp + at * 2;
+        const float4 *xs0 = a.x.xs + ch * kGroups * (a.x.tp / 2) + t_first / 2 + quad;
+        const uint4 *sb0 = reinterpret_cast<const uint4 *>(stage) + grp * kRowsXStride + quad;
+        StagedXTile xt[NT];
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            xt[n].xd = xd0 + 8 * n;
+            xt[n].xqp = xqp0 + 16 * n;
+            xt[n].xs = xs0 + 4 * n;
+            xt[n].sb = sb0 + 8 * n * kRowsXStride;
+            xt[n].s_live = t_first + 8 * n + 2 * quad < a.rows;
+        }
+        Q rd[MT];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+            rd[m].load(staged_row<Q>(wst, 16 * m + grp, wrow[m][0] + ch * Q::kChunkBytes),
+                       staged_row<Q>(wst, 16 * m + grp + 8, wrow[m][1] + ch * Q::kChunkBytes), quad,
+                       chunk_groups<Q>(a.x, ch));
+        if constexpr (Q::kIntScale)
+            mmq_chunk_int<Q, NT, false, MT>(rd, xt, quad, acc);
+        else
+            mmq_chunk_float<Q, NT, true, MT>(rd, a.x, ch, xt, quad, acc);
+        st = st + 1 == stages ? 0 : st + 1;
+        fs = fs + 1 == stages ? 0 : fs + 1;
+        const int kp = use.kp;
+        if (use.next(chunks)) {  // k part kp is complete: tot = ((acc0 + acc1) + acc2) + acc3 so far
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+#pragma unroll
+                for (int n = 0; n < NT; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float &t = tot[((m * NT + n) * 4 + e) * WARP_SIZE];
+                        t = kp == 0 ? acc[m][n][e] : t + acc[m][n][e];
+                        acc[m][n][e] = 0.0f;
+                    }
+        }
+    }
+    cp_async_wait<0>();
+    // k parts without chunks (k < 1024): mmq_kernel adds their zero accumulators too.
+    for (int kp = use.kp; kp < 4; ++kp)
+#pragma unroll
+        for (int i = 0; i < MT * NT * 4; ++i) tot[i * WARP_SIZE] = tot[i * WARP_SIZE] + 0.0f;
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int64_t row = wtile + 16 * m + grp + 8 * (e >> 1), tok = t_first + 8 * n + 2 * quad + (e & 1);
+                if (row < a.n && tok < a.rows) {
+                    float v = tot[((m * NT + n) * 4 + e) * WARP_SIZE];
+                    if (a.bias) v = v + a.bias[row];
+                    a.y[tok * a.n + row] = v;
+                }
+            }
+}
+
+// The host side has internal linkage: its statics (once-per-process queries) are per library (the
+// CPU emulator loads several builds into one process).
+namespace {
+
+inline int rows_smem_limit() {
+    static const int limit = [] {
+        int device = 0, v = 0;
+        return cudaGetDevice(&device) == cudaSuccess &&
+                       cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess
+                   ? v
+                   : 0;
+    }();
+    return limit;
+}
+
+// Token blocks and tiles a block (NT) for `rows` tokens: the fewest blocks of at most 5 tiles, the
+// tiles spread evenly (23 rows: one block of 3 tiles; 64: two of 4; 80: two of 5), at least 2.
+inline int rows_tiles(int64_t rows, int64_t &token_blocks) {
+    const int64_t tiles = (rows + 7) / 8;
+    token_blocks = (tiles + 4) / 5;
+    const int64_t nt = (tiles + token_blocks - 1) / token_blocks;
+    return nt < 2 ? 2 : (int)nt;
+}
+
+// Launches mmq_rows_kernel<Q, NT, MT, WM>: -1 where 2 stages do not fit the device's shared
+// memory (the caller takes mmq_kernel: the same bits), else a cudaError_t.
+template <class Q, int NT, int MT, int WM>
+int launch_rows(const MmqArgs &a, int64_t token_blocks, cudaStream_t stream) {
+    static const int stages = rows_stages<Q, NT, MT, WM>(rows_smem_limit());
+    if (stages == 0) return -1;
+    const int smem = stages * rows_stage_bytes<Q, NT, MT, WM>() + rows_tot_bytes<NT, MT, WM>();
+    auto kernel = mmq_rows_kernel<Q, NT, MT, WM>;
+    static const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (attr != cudaSuccess) return (int)attr;
+    const int64_t row_blocks = (a.n + 16 * MT * WM - 1) / (16 * MT * WM);
+    return (int)launch_overlapped(kernel, dim3((unsigned)(row_blocks * token_blocks)), dim3(WM * WARP_SIZE), smem,
+                                  stream, true, a, (int)token_blocks, stages);
+}
+
+template <class Q, int MT, int WM>
+int launch_rows(const MmqArgs &a, cudaStream_t stream) {
+    int64_t token_blocks = 0;
+    switch (rows_tiles(a.rows, token_blocks)) {
+        case 2: return launch_rows<Q, 2, MT, WM>(a, token_blocks, stream);
+        case 3: return launch_rows<Q, 3, MT, WM>(a, token_blocks, stream);
+        case 4: return launch_rows<Q, 4, MT, WM>(a, token_blocks, stream);
+        default: return launch_rows<Q, 5, MT, WM>(a, token_blocks, stream);
+    }
+}
+
+}  // namespace
+
+}  // namespace mm

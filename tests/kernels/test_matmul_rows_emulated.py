@@ -1,0 +1,104 @@
+"""The wide-token tile kernel (cuda/matmul_rows.cuh; LUCE_MATMUL_TUNE 11: 2 warps of 2 m-tiles a
+block, 12: 4 warps of one) on the CPU through the decode matmul's own source (tests/kernels/emu): bitwise the
+tile kernel of today (tune 3: one row tile a block; tune 2: two) at 16, 17, 23, 33, 64 and 80 rows
+(partial token tiles, one and two token blocks), and each row == the row alone (tune 4: the tile
+kernel at one row), for IQ4_XS, Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0; n = 37 (a block's last warp
+partly or wholly past n), k = 512 (k parts 2 and 3 without chunks), 1280 (k part 0 two chunks)
+and 896 for Q8_0 / Q5_0 (a last chunk of 4 groups); with bias; a 99 KB device (fewer stages) and
+a 64 KB one (falls back where 2 stages do not fit). tests/kernels/test_matmul.py runs the same
+check natively on a GPU.
+"""
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from tests.kernels.emu import build as emu
+from tests.kernels.test_matmul import activations, assert_rows_close, weights
+from tests.kernels.test_matmul_emulated import run, same_bits
+
+pytestmark = pytest.mark.slow
+_P = C.c_void_p
+
+ROWS = (16, 17, 23, 33, 64, 80)
+CHUNK_BYTES = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.IQ4_XS: 136, Q.Q8_0: 272, Q.Q5_0: 176}
+
+
+def _load(tmp_path):
+    from tests.kernels.emu.matmul_params import MatmulParams as Params
+
+    lib = emu.load(["matmul.cu"], tmp_path, "the quantized matmul")
+    lib.luce_matmul_workspace_bytes.restype = C.c_int64
+    lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
+    lib.luce_matmul.argtypes = [C.POINTER(Params), _P]
+    lib.emu_last_launch_smem.restype = C.c_size_t
+    return lib
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    return _load(tmp_path_factory.mktemp("emu_matmul_rows"))
+
+
+def rows_smem(qtype, rows: int, tune: int, limit: int = 232448) -> int:
+    """Dynamic shared memory of the wide-token kernel (matmul_rows.cuh): stages (4 down to 2 where
+    they fit `limit`) of the block's tokens' x (576 B a token) and its 64 weight row slots,
+    then the warps' k-part sums; 0 where 2 stages do not fit."""
+    tiles = -(-rows // 8)
+    blocks = -(-tiles // 5)
+    nt = max(2, -(-tiles // blocks))
+    words = (CHUNK_BYTES[qtype] + 30) // 16
+    slot = 16 * (words if words % 2 else words + 1)
+    stage, tot = 8 * nt * 576 + 64 * slot, 2 * nt * 1024  # 64 weight rows a block (2 x 2 or 4 x 1)
+    for s in (4, 3, 2):
+        if s * stage + tot <= limit:
+            return s * stage + tot
+    return 0
+
+
+CASES = [(Q.IQ4_XS, 512), (Q.IQ4_XS, 1280), (Q.Q4_K, 512), (Q.Q5_K, 512), (Q.Q6_K, 512), (Q.Q8_0, 896),
+         (Q.Q5_0, 896)]
+
+
+@pytest.mark.parametrize("qtype,k", CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_wide_token_kernel_gives_the_tile_kernels_bits(lib, qtype, k):
+    n = 37
+    raw, wd = weights(qtype, n, k)
+    x = activations(80, k, seed=k + 7)
+    bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
+    alone = {r: run(lib, x[r:r + 1], raw, qtype, n, bias, tune=4)[0] for r in (0, 16, 22, 63, 79)}
+    for rows in ROWS:
+        b = bias if rows % 2 else None
+        want = run(lib, x[:rows], raw, qtype, n, b, tune=3)
+        assert same_bits(want, run(lib, x[:rows], raw, qtype, n, b, tune=2)), f"{rows} rows: tune 2 != tune 3"
+        for tune in (11, 12):
+            got = run(lib, x[:rows], raw, qtype, n, b, tune=tune)
+            assert lib.emu_last_launch_smem() == rows_smem(qtype, rows, tune), f"{rows} rows, tune {tune}: not the kernel"
+            assert same_bits(got, want), f"{rows} rows, tune {tune}: differs from the tile kernel"
+        if b is bias:
+            for r, row in alone.items():
+                if r < rows:
+                    assert same_bits(want[r], row), f"{rows} rows: row {r} differs from the row alone"
+    assert_rows_close(run(lib, x, raw, qtype, n, bias, tune=11),
+                      x.astype(np.float64) @ wd.T.astype(np.float64) + bias, "matmul_blocks")
+
+
+@pytest.mark.parametrize("limit", [101376, 65536])
+def test_small_shared_memory_devices(tmp_path, monkeypatch, limit):
+    """99 KB (RTX 30/40/50): fewer stages; 64 KB (RDNA3/4): at 80 rows 2 stages do not fit (the tile
+    kernel runs): the same bits either way."""
+    monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", str(limit))
+    small = _load(tmp_path)
+    n = 37
+    for qtype, k in ((Q.Q8_0, 896), (Q.IQ4_XS, 512)):
+        raw, _ = weights(qtype, n, k)
+        x = activations(80, k, seed=3)
+        want = run(small, x, raw, qtype, n, tune=3)
+        for tune in (11, 12):
+            got = run(small, x, raw, qtype, n, tune=tune)
+            smem = rows_smem(qtype, 80, tune, limit)
+            assert (small.emu_last_launch_smem() == smem) == (smem > 0), f"{qtype.name} tune {tune}"
+            assert same_bits(got, want), f"{qtype.name} tune {tune}: differs from the tile kernel"
