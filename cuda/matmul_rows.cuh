@@ -157,16 +157,12 @@ __global__ void __launch_bounds__(WM * WARP_SIZE) mmq_rows_kernel(MmqArgs a, int
         fs = fs + 1 == stages ? 0 : fs + 1;
         const int kp = use.kp;
         if (use.next(chunks)) {  // k part kp is complete: tot = ((acc0 + acc1) + acc2) + acc3 so far
+            float *flat = &acc[0][0][0];  // element (m, n, e) at (m * NT + n) * 4 + e, as in tot
 #pragma unroll
-            for (int m = 0; m < MT; ++m)
-#pragma unroll
-                for (int n = 0; n < NT; ++n)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        float &t = tot[((m * NT + n) * 4 + e) * WARP_SIZE];
-                        t = kp == 0 ? acc[m][n][e] : t + acc[m][n][e];
-                        acc[m][n][e] = 0.0f;
-                    }
+            for (int i = 0; i < MT * NT * 4; ++i) {
+                tot[i * WARP_SIZE] = kp == 0 ? flat[i] : tot[i * WARP_SIZE] + flat[i];
+                flat[i] = 0.0f;
+            }
         }
     }
     cp_async_wait<0>();
