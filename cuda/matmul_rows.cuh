@@ -3,7 +3,7 @@
 // mmq_kernel (matmul_chunk.cuh), the same bits, with what a block loads reused:
 // - a block is WM warps x 16 * MT weight rows by 8 * NT tokens; x's 16-bit integers of a chunk
 //   (8 * NT tokens x 512 B) go to shared memory once per block (cp.async, with the warps' weight
-//   chunks, 2 to 4 stages deep) instead of every warp reading them from L2 per row tile;
+//   chunks, 2 stages deep, up to 4 by LUCE_MATMUL_ROWS_STAGES) instead of every warp reading them from L2 per row tile;
 // - a warp decodes each group's A fragment once per m-tile and multiplies it by the NT token
 //   tiles, and each B fragment (one 16-byte shared load a lane) by its MT m-tiles;
 // - a warp runs the 4 k parts itself, one after another: chunks 0, 4, 8, .. into acc, then
@@ -34,10 +34,13 @@ __host__ __device__ constexpr int rows_stage_bytes() {
 template <int NT, int MT, int WM>
 __host__ __device__ constexpr int rows_tot_bytes() { return WM * MT * NT * 4 * WARP_SIZE * 4; }
 
-// Stages where they fit `limit` bytes of shared memory: 4 down to 2, 0 where 2 do not fit.
+// Stages where they fit `limit` bytes of shared memory: `most` (2..4) down to 2, 0 where 2 do not
+// fit. Two by default: a block of 2 warps then takes ~80-95 KB at 80 rows, so 2 blocks share an
+// H200 SM (4 stages of IQ4_XS: ~147 KB, one block); LUCE_MATMUL_ROWS_STAGES=3 or 4 (read once)
+// for the A/B. NOT measured on a GPU yet.
 template <class Q, int NT, int MT, int WM>
-inline int rows_stages(int limit) {
-    for (int s = 4; s >= 2; --s)
+inline int rows_stages(int limit, int most) {
+    for (int s = most; s >= 2; --s)
         if (limit == 0 || s * rows_stage_bytes<Q, NT, MT, WM>() + rows_tot_bytes<NT, MT, WM>() <= limit) return s;
     return 0;
 }
@@ -200,6 +203,15 @@ inline int rows_smem_limit() {
     return limit;
 }
 
+inline int rows_max_stages() {
+    static const int most = [] {
+        const char *v = getenv("LUCE_MATMUL_ROWS_STAGES");
+        const int s = v ? atoi(v) : 2;
+        return s >= 2 && s <= 4 ? s : 2;
+    }();
+    return most;
+}
+
 // Token blocks and tiles a block (NT) for `rows` tokens: the fewest blocks of at most 5 tiles, the
 // tiles spread evenly (23 rows: one block of 3 tiles; 64: two of 4; 80: two of 5), at least 2.
 inline int rows_tiles(int64_t rows, int64_t &token_blocks) {
@@ -213,7 +225,7 @@ inline int rows_tiles(int64_t rows, int64_t &token_blocks) {
 // memory (the caller takes mmq_kernel: the same bits), else a cudaError_t.
 template <class Q, int NT, int MT, int WM>
 int launch_rows(const MmqArgs &a, int64_t token_blocks, cudaStream_t stream) {
-    static const int stages = rows_stages<Q, NT, MT, WM>(rows_smem_limit());
+    static const int stages = rows_stages<Q, NT, MT, WM>(rows_smem_limit(), rows_max_stages());
     if (stages == 0) return -1;
     const int smem = stages * rows_stage_bytes<Q, NT, MT, WM>() + rows_tot_bytes<NT, MT, WM>();
     auto kernel = mmq_rows_kernel<Q, NT, MT, WM>;

@@ -43,9 +43,9 @@ def lib(tmp_path_factory):
     return _load(tmp_path_factory.mktemp("emu_matmul_rows"))
 
 
-def rows_smem(qtype, rows: int, tune: int, limit: int = 232448) -> int:
-    """Dynamic shared memory of the wide-token kernel (matmul_rows.cuh): stages (4 down to 2 where
-    they fit `limit`) of the block's tokens' x (576 B a token) and its 64 weight row slots,
+def rows_smem(qtype, rows: int, tune: int, limit: int = 232448, most: int = 2) -> int:
+    """Dynamic shared memory of the wide-token kernel (matmul_rows.cuh): `most` stages (2: the default
+    of LUCE_MATMUL_ROWS_STAGES) down to 2 where they fit `limit` of the block's tokens' x (576 B a token) and its 64 weight row slots,
     then the warps' k-part sums; 0 where 2 stages do not fit."""
     tiles = -(-rows // 8)
     blocks = -(-tiles // 5)
@@ -53,7 +53,7 @@ def rows_smem(qtype, rows: int, tune: int, limit: int = 232448) -> int:
     words = (CHUNK_BYTES[qtype] + 30) // 16
     slot = 16 * (words if words % 2 else words + 1)
     stage, tot = 8 * nt * 576 + 64 * slot, 2 * nt * 1024  # 64 weight rows a block (2 x 2 or 4 x 1)
-    for s in (4, 3, 2):
+    for s in range(most, 1, -1):
         if s * stage + tot <= limit:
             return s * stage + tot
     return 0
@@ -102,3 +102,20 @@ def test_small_shared_memory_devices(tmp_path, monkeypatch, limit):
             smem = rows_smem(qtype, 80, tune, limit)
             assert (small.emu_last_launch_smem() == smem) == (smem > 0), f"{qtype.name} tune {tune}"
             assert same_bits(got, want), f"{qtype.name} tune {tune}: differs from the tile kernel"
+
+
+def test_deeper_stages(tmp_path, monkeypatch):
+    """LUCE_MATMUL_ROWS_STAGES=4 (4 stages where they fit: the ring wraps within a k part and across
+    k parts at k = 1280): the same bits as the tile kernel."""
+    monkeypatch.setenv("LUCE_MATMUL_ROWS_STAGES", "4")
+    deep = _load(tmp_path)
+    n = 37
+    for qtype, k in ((Q.IQ4_XS, 1280), (Q.Q8_0, 896)):
+        raw, _ = weights(qtype, n, k)
+        x = activations(80, k, seed=9)
+        for rows in (23, 80):
+            want = run(deep, x[:rows], raw, qtype, n, tune=3)
+            for tune in (11, 12):
+                got = run(deep, x[:rows], raw, qtype, n, tune=tune)
+                assert deep.emu_last_launch_smem() == rows_smem(qtype, rows, tune, most=4), "not 4 stages"
+                assert same_bits(got, want), f"{qtype.name} {rows} rows, tune {tune}: differs from the tile kernel"
