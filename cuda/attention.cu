@@ -329,7 +329,7 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
     const size_t smem = sizeof(float) * (size_t)max(gh * D + gh * kPartition, key_lanes * gh * D);
     const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)chunk_grid(p.max_kv_len, cmin));
     // Overlapped with the kernel ahead only after rope_kv (row0 == 0: no prompt kernel ahead in this launch).
-    const bool overlap = chain_overlap(kPdlAttn) && row0 == 0;
+    const bool overlap = chain_overlap(D <= 128 ? kPdlAttn : kPdlAttnWide) && row0 == 0;
     return luce_status(p.tree_parents != nullptr
         ? launch_overlapped(attention_partition_kernel<D, MAXG, true>, grid, dim3(kThreads), smem, stream, overlap,
                             p, n_parts, page_shift, row0, gh, cmin, prefetch)
