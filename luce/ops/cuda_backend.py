@@ -273,6 +273,10 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps,
         rows = x.shape[0] if x.ndim == 2 else -1
         runs = self._row_runs(rows, prefill_spans)
         outs, workspaces = [], {}
+        # X_ONCE where no REUSE_X call follows the call that quantizes a run's x: one block-type
+        # weight (the out projection, the LM head); its one-row decode calls then quantize x in
+        # lane (cuda/matmul_gemv_x.cuh), one launch fewer.
+        once = km.X_ONCE if sum(w.qtype not in km.FLOAT_QTYPES for w in weights) == 1 else 0
         if quantized is not None:
             if runs != [(0, rows, False)]:
                 raise ValueError(f"matmul: x quantized for the decode family, but the rows run {runs}")
@@ -302,6 +306,8 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps,
                     km.matmul_prefill(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, flags,
                                       self.stream)
                 else:
+                    if flags == 0:
+                        flags = once
                     km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0,
                               self.stream)
         return outs
