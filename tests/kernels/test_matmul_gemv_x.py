@@ -69,16 +69,11 @@ def test_decode_step_launches_fewer_kernels(tmp_path, monkeypatch):
     from luce.models.graphed_forward import GraphedForward
     from luce.models.packer import SegmentSpec, build_batch
     from luce.ops import get_backend
-    from luce.testing.tiny_models import make_dense, make_qwen35
+    from tests.ops.test_matmul_x_once import tiny_q4km
 
     backend = get_backend("cuda")
     for arch in ("qwen3", "qwen35"):
-        path = tmp_path / f"{arch}.gguf"
-        if arch == "qwen35":
-            make_qwen35(path, seed=5, quant_mix="q4_k_m", head_dim=64, ssm_state_size=64)
-        else:
-            make_dense(path, arch, seed=5, quant_mix="q4_k_m", head_dim=64)
-        model = load_model(path, backend)
+        model = load_model(tiny_q4km(tmp_path, arch), backend)
         got = {}
         for once in (0, 2):
             monkeypatch.setattr(km, "X_ONCE", once)

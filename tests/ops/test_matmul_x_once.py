@@ -16,6 +16,18 @@ from tests.ops.test_hip_runtime import install_fakes
 REUSE_X, X_ONCE = 1, 2
 
 
+def tiny_q4km(tmp_path, arch: str):
+    """Path of a tiny q4_k_m model of `arch` (qwen3 or the hybrid qwen35) written into tmp_path."""
+    from luce.testing.tiny_models import make_dense, make_qwen35
+
+    path = tmp_path / f"{arch}.gguf"
+    if arch == "qwen35":
+        make_qwen35(path, seed=5, quant_mix="q4_k_m", head_dim=64, ssm_state_size=64)
+    else:
+        make_dense(path, arch, seed=5, quant_mix="q4_k_m", head_dim=64)
+    return path
+
+
 def decode_step(tmp_path, monkeypatch, arch: str, slots: int):
     """One AR step of `slots` rows through a tiny q4_k_m model -> (model, events, the step's first
     event): ("matmul", workspace, flags, qtype) per luce_matmul call and ("write", pointers) per
@@ -23,7 +35,6 @@ def decode_step(tmp_path, monkeypatch, arch: str, slots: int):
     from luce import _cuda_fused, _cuda_matmul
     from luce.models import load_model
     from luce.models.packer import SegmentSpec, build_batch
-    from luce.testing.tiny_models import make_dense, make_qwen35
 
     signature = inspect.signature(_cuda_matmul.matmul)
     install_fakes(monkeypatch, tmp_path, "cuda")
@@ -45,13 +56,7 @@ def decode_step(tmp_path, monkeypatch, arch: str, slots: int):
             return _fn(*args, **kwargs)
 
         monkeypatch.setattr(_cuda_fused, name, producer)
-    backend = get_backend("cuda")
-    path = tmp_path / f"{arch}.gguf"
-    if arch == "qwen35":
-        make_qwen35(path, seed=5, quant_mix="q4_k_m", head_dim=64, ssm_state_size=64)
-    else:
-        make_dense(path, arch, seed=5, quant_mix="q4_k_m", head_dim=64)
-    model = load_model(path, backend)
+    model = load_model(tiny_q4km(tmp_path, arch), get_backend("cuda"))
     state = model.new_state(max_pages=12, max_slots=4)
     batch = build_batch([SegmentSpec(slot, [11 + slot], 5 + slot, [4 * slot]) for slot in range(slots)])
     before = len(events)
