@@ -2,6 +2,9 @@
 // luce/models/batch.py. Reference: luce/ref/attention.py. Params: luce_attention_params in
 // cuda/luce_ops.h: q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D].
 //
+// luce_rope_kv_attention: a launch of AR rows alone (D 64, 128) takes the attention input too
+// (the q | k | v projection: q/k norm, rotary, the new key's KV write; attention_rope_input.cuh),
+// one launch fewer than luce_rope_kv then luce_attention, the same bits.
 // Two launches (three with prompt rows):
 // 0. rows 0..prompt_rows-1: the prompt-row kernel (cuda/attention_prefill.cu; f16 or TF32
 //    tensor cores, its own arithmetic: DESIGN 5 rule 1), one block per tile of rows, KV head
