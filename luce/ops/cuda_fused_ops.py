@@ -12,10 +12,14 @@ are the same, so a row's result never depends on what else is in the step.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from luce.ops.api import SEG_AR, SEG_PAD, FusedOps, gdn_input_widths, gdn_q_scale
 from luce.ops.cuda_array import Block
+
+ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_attention's fused launch
 
 
 class CudaFusedOps(FusedOps):
@@ -135,13 +139,14 @@ class CudaFusedOps(FusedOps):
         """A step whose live segments are all AR rows (batch.decode_only: its kinds, in the
         replay key, so a replayed graph took the same path when captured) at head_dim 64 or 128
         with one position a row (no M-RoPE): one attention launch that takes the projection (luce_rope_kv_attention,
-        the bits of rope_kv then attention); any other step: rope_kv_write, then attention."""
+        the bits of rope_kv then attention); any other step, or LUCE_ROPE_ATTN=0 (A/B runs):
+        rope_kv_write, then attention."""
         from luce.ops.cuda_sequence_ops import ATTENTION_MAX_GROUP
         from luce.ops.cuda_step_meta import meta_of
 
         Hkv, D = kv.k.shape[2], kv.k.shape[3]
         parts, views, n_pos = self._rope_kv_views(parts, kv, batch, n_head, rope_dim, sections)
-        if views is None or D not in (64, 128) or n_pos != 1 or not batch.decode_only \
+        if views is None or D not in (64, 128) or n_pos != 1 or not batch.decode_only or not ROPE_ATTENTION_ON \
                 or n_head % Hkv or n_head // Hkv > ATTENTION_MAX_GROUP or not meta_of(self, batch).max_kv:
             return super().rope_kv_attention(parts, kv, batch, n_head, rope_dim, theta, sections, q_norm, k_norm,
                                              eps, scale)
