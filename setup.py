@@ -110,14 +110,16 @@ class BuildExtWithCuda(build_ext):
 
 
 # luce/_cuda.pyx (library loading, errors) plus one luce/_cuda_<family>.pyx per kernel family;
-# all include luce/_cuda_load.pxi (dlopen/dlsym helpers), which is not an extension itself.
+# all include luce/_cuda_load.pxi (dlopen/dlsym helpers), _cuda_fused and _cuda_attention also
+# luce/_cuda_rope_kv.pxi (the rope_kv params); neither is an extension itself.
 extensions = [
     Extension(
         "luce." + os.path.splitext(os.path.basename(pyx))[0],
         [os.path.relpath(pyx, ROOT)],
         include_dirs=[os.path.join(ROOT, "cuda"), numpy.get_include()],
         libraries=["dl"],
-        depends=[os.path.join("luce", "_cuda_load.pxi")],  # rebuilt on change, shipped in sdists
+        # rebuilt on change, shipped in sdists
+        depends=[os.path.join("luce", n) for n in ("_cuda_load.pxi", "_cuda_rope_kv.pxi")],
     )
     for pyx in sorted(glob.glob(os.path.join(ROOT, "luce", "_cuda*.pyx")))
 ]

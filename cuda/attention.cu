@@ -2,6 +2,9 @@
 // luce/models/batch.py. Reference: luce/ref/attention.py. Params: luce_attention_params in
 // cuda/luce_ops.h: q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D].
 //
+// luce_rope_kv_attention: a launch of AR rows alone (D 64, 128) takes the attention input too
+// (the q | k | v projection: q/k norm, rotary, the new key's KV write; attention_rope_input.cuh),
+// one launch fewer than luce_rope_kv then luce_attention, the same bits.
 // Two launches (three with prompt rows):
 // 0. rows 0..prompt_rows-1: the prompt-row kernel (cuda/attention_prefill.cu; f16 or TF32
 //    tensor cores, its own arithmetic: DESIGN 5 rule 1), one block per tile of rows, KV head
@@ -46,9 +49,9 @@
 // above (partitions, reduction order) runs on logical indices; only the address of a
 // logical key past the prefix comes from a per-block table of its scratch KV row. So a tree
 // row reduces bitwise like the AR row it becomes once its path is committed.
-#include <cstdlib>
-
 #include "attention_combine.cuh"
+#include "attention_config.cuh"
+#include "attention_rope_input.cuh"
 #include "pdl.cuh"
 
 namespace {
@@ -61,10 +64,12 @@ constexpr int kTreeStage = 512;
 
 // Grid (rows, Hkv * groups, chunks): block (row, hk * groups + gi, c) takes query heads
 // hk * G + gi * group_heads .. (at most group_heads of them) over chunk c of the row's keys.
-template <int D, int MAXG, bool TREE>
+// ROPE (decode launches, attention_rope_input.cuh): q from the projection (r), normed and
+// rotated here, and the row's new key and value written by the blocks that read them.
+template <int D, int MAXG, bool TREE, bool ROPE>
 __global__ void __launch_bounds__(kThreads)
 attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0,
-                           int32_t group_heads, int32_t cmin, bool prefetch) {
+                           int32_t group_heads, int32_t cmin, bool prefetch, luce_rope_kv_params r) {
     constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
     constexpr int COLS = D / 4;                    // float4 columns of a row
     constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
@@ -80,27 +85,37 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     __shared__ int64_t page_off[kPartition];       // float offset of (page, 0, hk, 0)
     __shared__ int64_t tree_off[TREE ? kPartition : 1];  // tree rows: offset of path key j >= n_direct
     __shared__ float m_s[MAXG], l_s[MAXG];
+    __shared__ float table_s[ROPE ? D : 1];        // ROPE: the row's cos [half] then sin [half]
 
-    wait_for_prior_kernels();  // q from rope_kv, the page table from the step's upload
-    let_dependents_start();    // the kernel after may be scheduled; it waits for this one to end
     const int groups = (p.n_heads_q / p.n_heads_kv + group_heads - 1) / group_heads;
     const int32_t row = row0 + (int32_t)blockIdx.x, hk = blockIdx.y / groups, chunk = blockIdx.z;
+    if constexpr (ROPE)  // positions come from the step's upload (as in rope_kv_kernel)
+        rope::fill_table(table_s, r.positions, row, r.n_pos, r.sections, r.rope_dim, r.theta, threadIdx.x, kThreads);
+    wait_for_prior_kernels();  // q from rope_kv (ROPE: q, k, v from the matmul), the page table from the step's upload
+    let_dependents_start();    // the kernel after may be scheduled; it waits for this one to end
     const int g_first = (blockIdx.y % groups) * group_heads;
     const int G = min(group_heads, p.n_heads_q / p.n_heads_kv - g_first);  // this block's heads
     const bool fused = p.counters != nullptr;
     const Workspace ws = workspace_of(p, n_parts, row0);  // rows below row0 took the prompt kernel
     // q rows of the block's heads: loaded before the row's keys and page table, which they do not need.
     const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * (p.n_heads_q / p.n_heads_kv) + g_first;
+    const float *q_src = ROPE ? r.q + (int64_t)row * r.q_stride + (head0 - (int64_t)row * p.n_heads_q) * D
+                              : p.q + head0 * D;
+    const int64_t kv_dst = ROPE ? r.kv_dst[row] : -1;  // ROPE: the KV row of the row's new key
     float qv[QN];
 #pragma unroll
     for (int u = 0; u < QN; ++u) {
         const int i = threadIdx.x + u * kThreads;
-        qv[u] = i < G * D ? p.q[head0 * D + i] : 0.0f;
+        qv[u] = i < G * D ? q_src[i] : 0.0f;
     }
     __shared__ int32_t parent_s[TREE ? kTreeStage : 1];  // tree rows: their segment's parents
     const RowKeys rk = attention_row_keys(p, row, TREE ? parent_s : nullptr, kTreeStage);
     const int32_t len = chunk_keys(rk.keys, cmin), key0 = chunk * len;
     if (rk.keys <= key0) {                         // padding row, or past the row's keys
+        if (ROPE && chunk == 0 && rk.keys <= 0) {  // a row without keys: its KV row all the same
+            __syncthreads();
+            rope_block_input(r, row, nullptr, nullptr, 0, table_s, kv_dst, hk, true);
+        }
         if (fused && chunk == 0 && rk.keys == 0)   // a row without keys: zeros (padding: nothing)
             combine_heads(p, ws, row, hk * (p.n_heads_q / p.n_heads_kv) + g_first, G, 0, cmin, threadIdx.x, kThreads);
         return;
@@ -130,10 +145,15 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
             if (row_parent(p, rk, parent_s, r) < 0) break;
         }
     }
+    float *q_in = ROPE ? s_s : q_s;                // ROPE: the projection's rows, normed and rotated into q_s
 #pragma unroll
     for (int u = 0; u < QN; ++u)
-        if (threadIdx.x + u * kThreads < G * D) q_s[threadIdx.x + u * kThreads] = qv[u];
+        if (threadIdx.x + u * kThreads < G * D) q_in[threadIdx.x + u * kThreads] = qv[u];
     __syncthreads();
+    if constexpr (ROPE) {  // then the new key, where this block reads it, is in its page for the reads below
+        rope_block_input(r, row, s_s, q_s, G, table_s, kv_dst, hk, chunk == new_key_chunk(rk.keys, cmin));
+        __syncthreads();
+    }
     // Row of local key j in k_pages or v_pages.
     auto key_row = [&](const float *pages_base, int j) {
         return reinterpret_cast<const float4 *>(
@@ -274,74 +294,34 @@ attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t split
     combine_heads(p, workspace_of(p, n_parts, split_rows), row, h, 1, rk.keys, cmin, threadIdx.x, kThreads);
 }
 
-int32_t parts_for(int32_t max_kv_len) {
-    return max_kv_len <= kPartition ? 1 : (int32_t)(((int64_t)max_kv_len + kPartition - 1) / kPartition);
-}
-
-// The shortest chunk (chunk_keys): chunk_floor(D), or LUCE_ATTN_CHUNK_MIN where it is a power
-// of two in [chunk_floor(D), kPartition] (kPartition: one chunk a partition, the kernel before
-// chunks; for A/B runs); never below a page (a chunk's keys start on a page).
-int32_t chunk_min_for(int32_t head_dim, int32_t page_size) {
-    int32_t c = chunk_floor(head_dim);
-    if (const char *e = getenv("LUCE_ATTN_CHUNK_MIN")) {
-        const int v = atoi(e);
-        if (v >= c && v <= kPartition && (v & (v - 1)) == 0) c = v;
-    }
-    return max(c, page_size);
-}
-
-// Query heads per partition block: all G of a KV head, or fewer (halving) while the launch
-// has under kFewBlocks blocks (a one-row decode step over a short context is otherwise Hkv
-// blocks). LUCE_ATTN_GROUP_HEADS sets it (tests, benchmarks); the bits are the same.
-constexpr int64_t kFewBlocks = 256;
-
-int group_heads_for(int G, int64_t blocks) {
-    if (const char *e = getenv("LUCE_ATTN_GROUP_HEADS"))
-        if (atoi(e) >= 1) return min(atoi(e), G);
-    int gh = G;
-    while (gh > 1 && blocks * ((G + gh - 1) / gh) < kFewBlocks) gh = (gh + 1) / 2;
-    return gh;
-}
-
-// Partition blocks prefetch their K and V rows into L2 where the launch's KV (its rows' K
-// and V over the padded span, an upper bound) fits in a quarter of L2, so the lines stay
-// until read; larger launches have the blocks to hide the latency. No effect on the bits.
-bool prefetch_fits(int64_t kv_bytes) {
-#if defined(__HIPCC__)
-    return false;  // prefetch_l2 is nothing there
-#else
-    static const int l2 = [] {
-        int device = 0, bytes = 0;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) return 0;
-        return bytes;
-    }();
-    return kv_bytes <= l2 / 4;
-#endif
-}
-
 template <int D, int MAXG>
 int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, int32_t row0, int gh,
-                      int32_t cmin, cudaStream_t stream) {
+                      int32_t cmin, cudaStream_t stream, const luce_rope_kv_params *rope) {
     const bool prefetch = prefetch_fits((int64_t)(p.n_rows - row0) * p.n_heads_kv * p.max_kv_len * D * 8);
     const int groups = (p.n_heads_q / p.n_heads_kv + gh - 1) / gh;
     const int key_lanes = kThreads / (D / 4);
     const size_t smem = sizeof(float) * (size_t)max(gh * D + gh * kPartition, key_lanes * gh * D);
     const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)chunk_grid(p.max_kv_len, cmin));
-    // Overlapped with the kernel ahead only after rope_kv (row0 == 0: no prompt kernel ahead in this launch).
-    const bool overlap = chain_overlap(kPdlAttn) && row0 == 0;
+    // Overlapped with the kernel ahead (rope_kv, or the q|k|v matmul when fused) where no prompt kernel runs first.
+    const bool overlap = chain_overlap(D <= 128 ? kPdlAttn : kPdlAttnWide) && row0 == 0;
+    const luce_rope_kv_params r = rope ? *rope : luce_rope_kv_params{};
+    if constexpr (D <= 128)  // the fused decode input (luce_rope_kv_attention): D 64 and 128
+        if (rope)
+            return luce_status(launch_overlapped(attention_partition_kernel<D, MAXG, false, true>, grid,
+                                                 dim3(kThreads), smem, stream, overlap, p, n_parts, page_shift, row0,
+                                                 gh, cmin, prefetch, r));
     return luce_status(p.tree_parents != nullptr
-        ? launch_overlapped(attention_partition_kernel<D, MAXG, true>, grid, dim3(kThreads), smem, stream, overlap,
-                            p, n_parts, page_shift, row0, gh, cmin, prefetch)
-        : launch_overlapped(attention_partition_kernel<D, MAXG, false>, grid, dim3(kThreads), smem, stream, overlap,
-                            p, n_parts, page_shift, row0, gh, cmin, prefetch));
+        ? launch_overlapped(attention_partition_kernel<D, MAXG, true, false>, grid, dim3(kThreads), smem, stream,
+                            overlap, p, n_parts, page_shift, row0, gh, cmin, prefetch, r)
+        : launch_overlapped(attention_partition_kernel<D, MAXG, false, false>, grid, dim3(kThreads), smem, stream,
+                            overlap, p, n_parts, page_shift, row0, gh, cmin, prefetch, r));
 }
 
 // Rows 0..row0-1 take the prompt kernel (row0 = p.prompt_rows where it fits the device, else 0),
 // rows row0.. the partition kernel; the workspace is workspace_of(p, n_parts, row0).
 template <int D>
 int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t row0, int32_t page_shift,
-                       cudaStream_t s) {
+                       cudaStream_t s, const luce_rope_kv_params *rope) {
     const int32_t cmin = chunk_min_for(D, p.page_size);
     if (row0 > 0) {
         const int status = launch_tiled_attention(p, n_parts, page_shift, s);
@@ -355,11 +335,11 @@ int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t 
         const bool fused = row0 == 0 && p.counters != nullptr && counts <= p.n_counters;
         if (!fused) q.counters = nullptr;
         int status;
-        if (gh <= 1) status = launch_partitions<D, 1>(q, n_parts, page_shift, row0, gh, cmin, s);
-        else if (gh <= 2) status = launch_partitions<D, 2>(q, n_parts, page_shift, row0, gh, cmin, s);
-        else if (gh <= 4) status = launch_partitions<D, 4>(q, n_parts, page_shift, row0, gh, cmin, s);
-        else if (gh <= 8) status = launch_partitions<D, 8>(q, n_parts, page_shift, row0, gh, cmin, s);
-        else status = launch_partitions<D, kMaxGroup>(q, n_parts, page_shift, row0, gh, cmin, s);
+        if (gh <= 1) status = launch_partitions<D, 1>(q, n_parts, page_shift, row0, gh, cmin, s, rope);
+        else if (gh <= 2) status = launch_partitions<D, 2>(q, n_parts, page_shift, row0, gh, cmin, s, rope);
+        else if (gh <= 4) status = launch_partitions<D, 4>(q, n_parts, page_shift, row0, gh, cmin, s, rope);
+        else if (gh <= 8) status = launch_partitions<D, 8>(q, n_parts, page_shift, row0, gh, cmin, s, rope);
+        else status = launch_partitions<D, kMaxGroup>(q, n_parts, page_shift, row0, gh, cmin, s, rope);
         if (status != 0 || fused) return status;
     }
     attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, s>>>(p, n_parts, row0,
@@ -388,7 +368,8 @@ extern "C" int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t prompt
     return workspace_bytes_with_stage(ws, stage_rows, n_heads_kv);
 }
 
-extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
+// luce_attention, or with rope its fused decode form (luce_rope_kv_attention).
+static int attention_launch(const luce_attention_params *p, void *stream, const luce_rope_kv_params *rope) {
     if (p->n_rows == 0) return 0;
     const int32_t ps = p->page_size;
     const bool bad_shape = p->n_rows < 0 || p->n_segments <= 0 || p->n_heads_kv <= 0 ||
@@ -412,9 +393,22 @@ extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
     const cudaStream_t s = (cudaStream_t)stream;
     const luce_attention_params &q = *p;
     switch (p->head_dim) {
-        case 64: return launch_attention_d<64>(q, n_parts, row0, page_shift, s);
-        case 128: return launch_attention_d<128>(q, n_parts, row0, page_shift, s);
-        case 256: return launch_attention_d<256>(q, n_parts, row0, page_shift, s);
+        case 64: return launch_attention_d<64>(q, n_parts, row0, page_shift, s, rope);
+        case 128: return launch_attention_d<128>(q, n_parts, row0, page_shift, s, rope);
+        case 256:  // no fused input (luce_rope_kv_attention refuses D = 256)
+            return rope ? (int)cudaErrorInvalidValue : launch_attention_d<256>(q, n_parts, row0, page_shift, s, rope);
         default: return (int)cudaErrorInvalidValue;
     }
+}
+
+extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
+    return attention_launch(p, stream, nullptr);
+}
+
+extern "C" int luce_rope_kv_attention(const luce_rope_kv_params *r, const luce_attention_params *p, void *stream) {
+    if (!rope::params_valid(*r) || r->n_pos != 1 || r->rows != p->n_rows || r->heads_q != p->n_heads_q ||
+        r->heads_kv != p->n_heads_kv || r->head_dim != p->head_dim || (p->head_dim != 64 && p->head_dim != 128) ||
+        p->prompt_rows != 0 || p->tree_parents != nullptr || !p->causal)
+        return (int)cudaErrorInvalidValue;
+    return attention_launch(p, stream, r);
 }

@@ -79,6 +79,15 @@ int64_t luce_attention_workspace_bytes(int32_t n_rows, int32_t prompt_rows, int3
                                        int32_t head_dim, int32_t max_kv_len, int32_t n_heads_kv,
                                        int32_t page_size, int64_t n_kv_indices);
 int luce_attention(const luce_attention_params *p, void *stream);
+/* The attention input fused into a decode launch (cuda/attention_rope_input.cuh; reference:
+ * luce/ref/rope_kv_attention.py): luce_rope_kv(r) then luce_attention(p) with p->q =
+ * r->q_out, bitwise (the same q', k', KV bytes and output), in one launch fewer; p->q and
+ * r->q_out are not read nor written. Only for launches whose every live segment is one AR
+ * row (its new key, at r->kv_dst, the last of its keys; padding segments of any size; else
+ * the result is undefined): no prompt rows, no tree_parents, causal, head_dim 64 or 128,
+ * n_pos 1 (no M-RoPE), r's rows and heads those of p; other launches are refused
+ * (cudaErrorInvalidValue, nothing launched). */
+int luce_rope_kv_attention(const luce_rope_kv_params *r, const luce_attention_params *p, void *stream);
 /* ---- attention end ---- */
 
 /* ---- gdn ---- */

@@ -19,7 +19,13 @@ extern "C" {
  * f32 sums of every 16 values) into `workspace`; weight x activation dot products of each
  * 32-value group are exact integers (tensor cores), then combined in f32 in a fixed order.
  * With LUCE_MATMUL_REUSE_X in flags the workspace already holds this x (a previous call with
- * the same x, rows and k) and the quantization step is skipped. Float types (F32, F16, BF16)
+ * the same x, rows and k) and the quantization step is skipped. With LUCE_MATMUL_X_ONCE (and
+ * not REUSE_X) the caller promises that no later call reuses this call's quantized x: a call
+ * that takes the one-row kernel (one decode row; cuda/matmul_gemv_launch.cuh) then quantizes x
+ * in its own lanes (cuda/matmul_gemv_x.cuh; the same bits, one launch fewer) and leaves the
+ * workspace unwritten (it is still required: other calls quantize into it as without the flag).
+ * Set it only where no REUSE_X call follows on this workspace (luce/ops/cuda_backend.py: a
+ * matmuls call with one block-type weight). Float types (F32, F16, BF16)
  * multiply x as is (SIMT) and need no workspace.
  * Batch invariance: each output is reduced over k in an order fixed by k alone, so a row's
  * result is bitwise the same whatever rows share the call, whatever `path` or `tune`.
@@ -48,6 +54,7 @@ extern "C" {
 #define LUCE_MATMUL_DECODE 0
 #define LUCE_MATMUL_PREFILL 1
 #define LUCE_MATMUL_REUSE_X 1
+#define LUCE_MATMUL_X_ONCE 2
 typedef struct {
     const float *x;
     const void *w;
@@ -73,7 +80,7 @@ int luce_matmul(const luce_matmul_params *p, void *stream);
  * int8 tensor cores over 64-token tiles; |error| against f32 within
  * sum_k |W[r, k]| * max|x[t, block of k]| / 254 (+ f32 rounding). Same params; `path` is
  * ignored, `tune` 0 picks the block shape, 2, 4 or 8 sets its warps (the same bits); REUSE_X as
- * above (its own workspace). Batch-invariant: one fixed f32
+ * above (its own workspace), X_ONCE ignored. Batch-invariant: one fixed f32
  * chain over k per output element. Float types are refused (use luce_matmul). */
 int64_t luce_matmul_prefill_workspace_bytes(int64_t rows, int64_t k);
 int luce_matmul_prefill(const luce_matmul_params *p, void *stream);

@@ -22,7 +22,8 @@
 //    (launch_quant): one block per block tile, or a one-wave grid whose blocks take several
 //    tiles through one ring, started before the kernel ahead ends (cuda/pdl.cuh).
 // One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh (IQ4_XS: its staged
-// form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits);
+// form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits),
+// and under LUCE_MATMUL_X_ONCE quantizes x itself (matmul_gemv_x.cuh: one launch, no workspace);
 // IQ4_XS decode calls of 2..8 rows at k <= 6,144 the few-row kernel of matmul_gemv_rows.cuh (ditto).
 #include <stdlib.h>
 
@@ -32,8 +33,7 @@
 #include "matmul_stage.cuh"
 #include "matmul_chunk.cuh"
 #include "matmul_rows.cuh"
-#include "matmul_gemv.cuh"
-#include "matmul_gemv_staged.cuh"
+#include "matmul_gemv_launch.cuh"
 #include "matmul_gemv_rows.cuh"
 #include "pdl.cuh"
 
@@ -198,13 +198,6 @@ int launch_mmq(const MmqArgs &a, cudaStream_t stream) {
     return luce_status(launch_overlapped(kernel, grid, dim3(kThreads), kSmem, stream, overlap, a));
 }
 
-// An attribute of the current device, 0 if unknown.
-inline int device_attribute(cudaDeviceAttr attr) {
-    int device = 0, value = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) return 0;
-    return value;
-}
-
 inline int device_sms() {
     static const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
     return sms;
@@ -282,18 +275,6 @@ bool is_block_type(int qtype) { return qtype != LUCE_QT_F32 && qtype != LUCE_QT_
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// The one-row kernel of type G can run: the weights sit as its loads need and its shared
-// memory fits (otherwise the tile kernel runs).
-template <class G>
-bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
-    return reinterpret_cast<uintptr_t>(w) % G::kAlign == 0 && gemv_fits<G>(x, deep);
-}
-
-// Q8_0 and Q5_0 (f16 scale per group) one-row calls take the one-row kernel under tune 0.
-// NOT measured on a GPU yet (written for Qwen2.5-0.5B's decode, whose q/k/v/out/gate/up are
-// Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
-constexpr bool kGemvGroupScaleByDefault = true;
-
 // IQ4_XS decode calls of 2..8 rows take the few-row kernel (matmul_gemv_rows.cuh) under tune 0 where
 // it runs (k <= 6,144, an even chunk count, 227 KB devices). NOT measured on a GPU yet: false gives
 // them the tile kernel again. Tune 9: as tune 0 with the few-row kernel whatever kGemvRowsByDefault;
@@ -311,25 +292,6 @@ int default_tune() {
         return t >= 1 && t <= kMaxTune ? t : 0;
     }();
     return tune;
-}
-
-// IQ4_XS one-row calls: the staged form (matmul_gemv_staged.cuh) where it runs, else the register
-// form. Tune 0 and 5: 4 rows a batch, the split table lookup; 6: 8 rows a batch; 8: 4 rows with
-// the three-prmt lookup (iq4_pairs); 7 takes the register form (gemv2's kernel, for comparison).
-int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
-    static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    const GemvStagedArgs s{g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0, 0};
-    if (tune == 6) {
-        if (gemv_staged_runs<8>(g.w, g.n, g.x, g.row_bytes, smem_limit))
-            return launch_gemv_staged<StagedIQ4XS<true>, 8>(s, stream);
-    } else if (tune == 8) {
-        if (gemv_staged_runs<4>(g.w, g.n, g.x, g.row_bytes, smem_limit))
-            return launch_gemv_staged<StagedIQ4XS<false>, 4>(s, stream);
-    } else if (tune != 7) {
-        if (gemv_staged_runs<4>(g.w, g.n, g.x, g.row_bytes, smem_limit))
-            return launch_gemv_staged<StagedIQ4XS<true>, 4>(s, stream);
-    }
-    return launch_gemv<GemvIQ4XS>(g, tune == 6, stream);
 }
 
 }  // namespace
@@ -378,44 +340,20 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         !aligned16(p->workspace) || p->rows > 65535LL * 64)
         return (int)cudaErrorInvalidValue;
     const XLayout xl = x_layout(p->workspace, p->rows, p->k);
-    if (!(p->flags & LUCE_MATMUL_REUSE_X)) {
+    const uint8_t *w = static_cast<const uint8_t *>(p->w);
+    const int tune = p->tune == 9 || p->tune == 10 ? 0 : p->tune;  // the few-row choice's tunes act as 0 elsewhere
+    const OneRow one_row = one_row_choice(p, w, xl, row_bytes, tune);  // matmul_gemv_launch.cuh
+    // X_ONCE without REUSE_X on the one-row kernel: it quantizes x itself, the workspace is not written.
+    const bool in_lane = one_row.runs && one_row.x_in_lane &&
+                         (p->flags & (LUCE_MATMUL_REUSE_X | LUCE_MATMUL_X_ONCE)) == LUCE_MATMUL_X_ONCE;
+    if (!(p->flags & LUCE_MATMUL_REUSE_X) && !in_lane) {
         const int64_t warps = xl.tp * xl.chunks;
         const int per_block = 256 / WARP_SIZE;
         const cudaError_t err = launch_overlapped(quantize_x_kernel, dim3((unsigned)((warps + per_block - 1) / per_block)),
                                                   dim3(256), 0, stream, chain_overlap(kPdlQuant), p->x, p->rows, p->k, xl);
         if (err != cudaSuccess) return luce_status(err);
     }
-    const uint8_t *w = static_cast<const uint8_t *>(p->w);
-    const int tune = p->tune == 9 || p->tune == 10 ? 0 : p->tune;  // the few-row choice's tunes act as 0 elsewhere
-    // The one-row kernel (matmul_gemv.cuh, the same bits) where it measured faster than the
-    // tile kernel (tune 0; H200, docs/PERF.md, 2026-12-03): IQ4_XS everywhere; Q4_K and Q5_K with
-    // twice the rows a batch where k fits one block of lanes (not the 27B down projection) and the
-    // matrix is under 256 MiB (not the 27B LM head); Q6_K under 16 MiB (the small models' v and
-    // down: 1536 x 8960 12.2 against 14.2 us; not their gate|up or LM head); Q8_0 and Q5_0 by
-    // kGemvGroupScaleByDefault. Tune 5 takes it for every block type, tune 6 likewise with twice
-    // the rows a batch; IQ4_XS in its staged form (launch_gemv_iq4: tunes 7 and 8 are its
-    // comparisons).
-    const bool kquant45 = p->qtype == LUCE_QT_Q4_K || p->qtype == LUCE_QT_Q5_K;
-    const bool group_scale = p->qtype == LUCE_QT_Q8_0 || p->qtype == LUCE_QT_Q5_0;
-    const bool measured_faster = p->qtype == LUCE_QT_IQ4_XS ||
-                                 (kquant45 && gemv_slots(xl.chunks) == 1 && p->n * row_bytes < ((int64_t)256 << 20)) ||
-                                 (p->qtype == LUCE_QT_Q6_K && p->n * row_bytes < ((int64_t)16 << 20));
-    const bool by_default = measured_faster || (group_scale && kGemvGroupScaleByDefault);
-    const bool deep = tune == 6 || (tune == 0 && kquant45);
-    const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&
-                      (tune >= 5 || (tune == 0 && by_default));
-    if (gemv) {
-        const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0};
-        switch (p->qtype) {
-            case LUCE_QT_Q4_K: if (gemv_runs<GemvQ4K>(w, xl, deep)) return launch_gemv<GemvQ4K>(g, deep, stream); break;
-            case LUCE_QT_Q5_K: if (gemv_runs<GemvQ5K>(w, xl, deep)) return launch_gemv<GemvQ5K>(g, deep, stream); break;
-            case LUCE_QT_Q6_K: if (gemv_runs<GemvQ6K>(w, xl, deep)) return launch_gemv<GemvQ6K>(g, deep, stream); break;
-            case LUCE_QT_IQ4_XS: if (gemv_runs<GemvIQ4XS>(w, xl, deep)) return launch_gemv_iq4(g, tune, stream); break;
-            case LUCE_QT_Q8_0: if (gemv_runs<GemvQ80>(w, xl, deep)) return launch_gemv<GemvQ80>(g, deep, stream); break;
-            case LUCE_QT_Q5_0: if (gemv_runs<GemvQ50>(w, xl, deep)) return launch_gemv<GemvQ50>(g, deep, stream); break;
-            default: break;
-        }
-    }
+    if (one_row.runs) return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr, stream);
     if (p->qtype == LUCE_QT_IQ4_XS && p->path == LUCE_MATMUL_DECODE && p->rows >= 2 && p->rows <= 8 &&
         (p->tune == 9 || (p->tune == 0 && kGemvRowsByDefault))) {
         static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);

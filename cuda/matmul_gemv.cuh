@@ -39,6 +39,7 @@
 #pragma once
 
 #include "matmul_gemv_c.cuh"
+#include "matmul_gemv_x.cuh"
 #include "pdl.cuh"
 
 namespace mm {
@@ -50,15 +51,17 @@ struct GemvArgs {
     const uint8_t *w, *w_end;
     const float *bias;
     float *y;
-    XLayout x;  // token 0 of it
+    XLayout x;  // token 0 of it (with xf: its chunks and groups only)
     int64_t n, row_bytes;
     int warps;  // W: ceil(chunks / (CPL * CW))
+    const float *xf;  // token 0's f32 x where the kernel quantizes it in lane (matmul_gemv_x.cuh), else null
 };
 
 // Block: `warps` warps (all chunks of k, CPL chunk slots a lane); rows in batches of R.
 // Dynamic shared memory (gemv_smem_bytes): c [C::kRing][R][chunks][C::kFloatsPerChunk], the x
 // scales [chunks], then for GroupFloatC with offsets the f32 sums of x's groups [groups].
-template <class G, int CPL, int R>
+// kX: x quantized in lane from a.xf (matmul_gemv_x.cuh), else read from the workspace a.x.
+template <class G, int CPL, int R, bool kX>
 __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     using C = GemvC<G, CPL, R>;
     constexpr int CW = kGemvChunksPerWarp, FC = C::kFloatsPerChunk, kRing = C::kRing;
@@ -116,14 +119,24 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     wait_for_prior_kernels();  // x is written by the kernel ahead
     let_dependents_start();    // the kernel after may be scheduled (it waits for this one to end)
     GroupX gx[CPL];
+    if constexpr (kX) {  // a live lane j = 0 stores its chunk's scale, a live lane its group's S_j
 #pragma unroll
-    for (int s = 0; s < CPL; ++s) gemv_load_x<G>(a.x, ch[s], jg[s], gx[s]);
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) xd_s[c] = __ldg(a.x.xd + (int64_t)c * a.x.tp);
-    if (G::kGroupScale && G::kOffset)  // S_j of token 0 as mmq_chunk_float adds it
-        for (int g = threadIdx.x; g < groups; g += blockDim.x) {
-            const float4 xs = __ldg(a.x.xs + (int64_t)g * (a.x.tp / 2));
-            xs_s[g] = xs.x + xs.z;
+        for (int s = 0; s < CPL; ++s) {
+            float xd, xs;
+            gemv_quantize_x<G>(a.xf, ch[s], jg[s], gx[s], xd, xs);
+            if (live[s] && j == 0) xd_s[ch[s]] = xd;
+            if (G::kGroupScale && G::kOffset && live[s]) xs_s[ch[s] * kGroups + j] = xs;
         }
+    } else {
+#pragma unroll
+        for (int s = 0; s < CPL; ++s) gemv_load_x<G>(a.x, ch[s], jg[s], gx[s]);
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x) xd_s[c] = __ldg(a.x.xd + (int64_t)c * a.x.tp);
+        if (G::kGroupScale && G::kOffset)  // S_j of token 0 as mmq_chunk_float adds it
+            for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+                const float4 xs = __ldg(a.x.xs + (int64_t)g * (a.x.tp / 2));
+                xs_s[g] = xs.x + xs.z;
+            }
+    }
     __syncthreads();
     int turn = 0;  // batches this block has done
     for (int64_t b = blockIdx.x; b < batches; b += gridDim.x, ++turn) {
@@ -176,7 +189,7 @@ int resident_blocks(K kernel, int threads, size_t smem) {
     return sms * per_sm;
 }
 
-// Dynamic shared memory of gemv_kernel<G, CPL, R> (see there).
+// Dynamic shared memory of gemv_kernel<G, CPL, R, kX> (see there).
 template <class G, int CPL, int R>
 size_t gemv_smem_bytes(const XLayout &x) {
     constexpr bool kXs = G::kGroupScale && G::kOffset;
@@ -185,7 +198,7 @@ size_t gemv_smem_bytes(const XLayout &x) {
            sizeof(float);
 }
 
-template <class G, int CPL, int R>
+template <class G, int CPL, int R, bool kX>
 int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     a.warps = (int)((a.x.chunks + CPL * kGemvChunksPerWarp - 1) / (CPL * kGemvChunksPerWarp));
     const int threads = a.warps * WARP_SIZE;
@@ -194,7 +207,7 @@ int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     // chunks' c at most (3 * R * 256 B for GroupFloatC), and registers, not shared memory,
     // bound the blocks per SM.
     static int resident[kGemvMaxThreads / WARP_SIZE + 1] = {};
-    auto kernel = gemv_kernel<G, CPL, R>;
+    auto kernel = gemv_kernel<G, CPL, R, kX>;
     int &res = resident[a.warps];
     if (res == 0) res = resident_blocks(kernel, threads, smem);
     // A one-wave grid of balanced blocks: every block takes the same number of batches (+-1).
@@ -238,10 +251,22 @@ bool gemv_fits(const XLayout &x, bool deep) {
     });
 }
 
+// The one-row kernel of type G quantizes x in lane at this shape (`deep`: twice the rows a batch,
+// where G::kDeepInLane; sm_90 spilled registers for the others).
+template <class G>
+bool gemv_x_in_lane(bool deep) { return !deep || G::kDeepInLane; }
+
+// a.xf set: x quantized in lane (the workspace neither read nor written; gemv_x_in_lane).
 template <class G>
 int launch_gemv(const GemvArgs &a, bool deep, cudaStream_t stream) {
     return with_gemv_shape<G>(a.x, deep, [&](auto cpl, auto r) {
-        return launch_gemv_cpl<G, decltype(cpl)::value, decltype(r)::value>(a, stream);
+        constexpr int C = decltype(cpl)::value, R = decltype(r)::value;
+        constexpr bool kDeep = C == 1 ? R == 2 * G::kRows : R == G::kRows;
+        if constexpr (kDeep && !G::kDeepInLane) {
+            return a.xf ? (int)cudaErrorInvalidValue : launch_gemv_cpl<G, C, R, false>(a, stream);
+        } else {
+            return a.xf ? launch_gemv_cpl<G, C, R, true>(a, stream) : launch_gemv_cpl<G, C, R, false>(a, stream);
+        }
     });
 }
 

@@ -63,6 +63,7 @@ struct GemvIQ4XS {
     static constexpr bool kHalves = false, kOffset = false, kGroupScale = false, kOwnLayout = true;
     static constexpr int kAlign = 8;  // 8-byte loads
     static constexpr int kRows = 4;   // 6 registers a row (tune 6: 8)
+    static constexpr bool kDeepInLane = true;
     struct Raw { uint2 head, qa, qb; };
 
     // Row `off` bytes past the chunk at c0 (c0 the same for a batch's rows: the lane's address
@@ -77,18 +78,34 @@ struct GemvIQ4XS {
     // x of lane j's words qa.x, qa.y, qb.x, qb.y (v[0..3]): quads 2h, 2h + 1 (h = j % 2) of
     // groups ga and gb, each as {high bytes of values (l, l+16, l+1, l+17), of (l+2, l+18, l+3,
     // l+19), low bytes of the same}, l = 4 * quad: iq4_pairs' order.
-    static __device__ __forceinline__ void load_x(const XLayout &x, int64_t ch, int j, GroupX &gx) {
-        const int h = j & 1, ga = j >> 1;
+    // Word i of lane j: group ga + 4 * (i / 2) of the chunk, quad 2h + i % 2 (its unit of xq).
+    static __device__ __forceinline__ void x_unit(int j, int i, int &group, int &quad) {
+        group = (j >> 1) + 4 * (i >> 1);
+        quad = 2 * (j & 1) + (i & 1);
+    }
+
+    // gx from the lane's 4 xq words (x_unit's order), from the workspace or quantized in lane
+    // (matmul_gemv_x.cuh).
+    static __device__ __forceinline__ void set_x(const uint4 (&w)[4], int, int j, GroupX &gx) {
+        const int h = j & 1;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int64_t g = ch * kGroups + ga + 4 * (i >> 1);
-            const uint4 q = __ldg(x.xq + g * 4 + 2 * h + (i & 1));
-            gx.v[i] = make_uint4(byte_perm(q.x, q.y, 0x5140), byte_perm(q.x, q.y, 0x7362),
-                                 byte_perm(q.z, q.w, 0x5140), byte_perm(q.z, q.w, 0x7362));
-        }
+        for (int i = 0; i < 4; ++i)
+            gx.v[i] = make_uint4(byte_perm(w[i].x, w[i].y, 0x5140), byte_perm(w[i].x, w[i].y, 0x7362),
+                                 byte_perm(w[i].z, w[i].w, 0x5140), byte_perm(w[i].z, w[i].w, 0x7362));
         gx.s = 0;  // no mins
         gx.k[0] = __ldg(&kIq4TableA[h]);
         gx.k[1] = __ldg(&kIq4TableA[2 + h]);
+    }
+
+    static __device__ __forceinline__ void load_x(const XLayout &x, int64_t ch, int j, GroupX &gx) {
+        uint4 w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            int group, quad;
+            x_unit(j, i, group, quad);
+            w[i] = __ldg(x.xq + (ch * kGroups + group) * 4 + quad);
+        }
+        set_x(w, 0, j, gx);
     }
 
     // Lane j's share of one row's chunk sums: sh = sa * (its high-byte sum of group ga) + sb *

@@ -44,6 +44,7 @@
 #pragma once
 
 #include "matmul_gemv.cuh"
+#include "matmul_gemv_x.cuh"
 #include "matmul_stage.cuh"
 
 namespace mm {
@@ -91,15 +92,26 @@ template <bool kSplit>
 struct StagedIQ4XS {
     static constexpr int kChunkBytes = 136;
 
+    // Word i of lane j: quad i of group j (its unit of xq).
+    static __device__ __forceinline__ void x_unit(int j, int i, int &group, int &quad) {
+        group = j;
+        quad = i;
+    }
+
     // x of group j of chunk ch, quads 0..3 in the lookup's order (GemvIQ4XS::load_x's order).
     static __device__ __forceinline__ void load_x(const XLayout &x, int64_t ch, int j, GroupX &gx) {
-        const int64_t g = ch * kGroups + j;
+        uint4 w[4];
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const uint4 v = __ldg(x.xq + g * 4 + q);
-            gx.v[q] = make_uint4(byte_perm(v.x, v.y, 0x5140), byte_perm(v.x, v.y, 0x7362),
-                                 byte_perm(v.z, v.w, 0x5140), byte_perm(v.z, v.w, 0x7362));
-        }
+        for (int q = 0; q < 4; ++q) w[q] = __ldg(x.xq + (ch * kGroups + j) * 4 + q);
+        set_x(w, 0, j, gx);
+    }
+
+    // gx from the lane's 4 xq words, from the workspace or quantized in lane (matmul_gemv_x.cuh).
+    static __device__ __forceinline__ void set_x(const uint4 (&w)[4], int, int j, GroupX &gx) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+            gx.v[q] = make_uint4(byte_perm(w[q].x, w[q].y, 0x5140), byte_perm(w[q].x, w[q].y, 0x7362),
+                                 byte_perm(w[q].z, w[q].w, 0x5140), byte_perm(w[q].z, w[q].w, 0x7362));
         gx.s = 0;
         const int h = j & 1;
         if (kSplit) {
@@ -155,10 +167,11 @@ struct GemvStagedArgs {
     const uint8_t *w;
     const float *bias;
     float *y;
-    XLayout x;  // token 0 of it
+    XLayout x;  // token 0 of it (with xf: its chunks and groups only)
     int64_t n, row_bytes;
     int warps;   // W = ceil(chunks / 4)
     int stages;  // S, 2..kStagedMaxStages
+    const float *xf;  // token 0's f32 x where the kernel quantizes it in lane (matmul_gemv_x.cuh), else null
 };
 
 constexpr int kStagedMaxStages = 3;
@@ -237,7 +250,8 @@ size_t gemv_staged_smem_bytes(const XLayout &x, int64_t row_bytes, int stages) {
     return (size_t)stages * staged_stage_bytes<R>(row_bytes) + (size_t)(2 * R + 1) * x.chunks * sizeof(float);
 }
 
-template <class G, int R>
+// kX: x quantized in lane from a.xf (matmul_gemv_x.cuh), else read from the workspace a.x.
+template <class G, int R, bool kX>
 __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
     static_assert(R == 2 || R == 4 || R == 8, "R even (16-byte aligned batches), rows8_sum takes 2, 4 or 8 rows");
     extern __shared__ uint4 gemv_stage_words[];  // 16-byte aligned
@@ -311,8 +325,14 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
     wait_for_prior_kernels();                  // x is written by the kernel ahead
     let_dependents_start();
     GroupX gx;
-    G::load_x(a.x, ch, j, gx);
-    for (int c = tid; c < chunks; c += blockDim.x) xd_s[c] = __ldg(a.x.xd + (int64_t)c * a.x.tp);
+    if constexpr (kX) {
+        float xd, xs;
+        gemv_quantize_x<G, true>(a.xf, ch, j, gx, xd, xs);
+        if (live && j == 0) xd_s[ch] = xd;
+    } else {
+        G::load_x(a.x, ch, j, gx);
+        for (int c = tid; c < chunks; c += blockDim.x) xd_s[c] = __ldg(a.x.xd + (int64_t)c * a.x.tp);
+    }
 
     // Ordered chains of a batch's R rows (one warp): thread 4r + kp takes acc[kp] of row r.
     int chain_row = (int)blockIdx.x * R, chain_warp = 0;
@@ -377,11 +397,11 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
 // gemv_staged_runs. Stages: 2, or 3 where a block then has two batches, both in flight from its
 // start (the 27B's 5120 x 6144 output projection: at 2 stages the second waits for the first; 3
 // cost it one block of 6 an SM).
-template <class G, int R>
-int launch_gemv_staged(GemvStagedArgs a, cudaStream_t stream) {
+template <class G, int R, bool kX>
+int launch_gemv_staged_x(GemvStagedArgs a, cudaStream_t stream) {
     a.warps = (int)((a.x.chunks + kGemvChunksPerWarp - 1) / kGemvChunksPerWarp);
     const int threads = a.warps * WARP_SIZE;
-    auto kernel = gemv_staged_kernel<G, R>;
+    auto kernel = gemv_staged_kernel<G, R, kX>;
     // Blocks an SM by chunk count and stages (registers and shared memory depend on them), asked
     // once; the kernel's shared-memory limit raised to the largest launch so far.
     static int resident[4 * kStagedMaxWarps + 1][kStagedMaxStages + 1] = {};
@@ -407,6 +427,12 @@ int launch_gemv_staged(GemvStagedArgs a, cudaStream_t stream) {
     const int64_t grid = res > 0 && res < batches ? res : batches;
     const size_t smem = gemv_staged_smem_bytes<R>(a.x, a.row_bytes, a.stages);
     return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
+}
+
+// a.xf set: x quantized in lane (the workspace neither read nor written).
+template <class G, int R>
+int launch_gemv_staged(const GemvStagedArgs &a, cudaStream_t stream) {
+    return a.xf ? launch_gemv_staged_x<G, R, true>(a, stream) : launch_gemv_staged_x<G, R, false>(a, stream);
 }
 
 // The staged form can run: IQ4_XS weights 16-byte aligned, at least R rows, every batch's first

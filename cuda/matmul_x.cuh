@@ -49,6 +49,38 @@ inline XLayout x_layout(void *ws, int64_t rows, int64_t k) {
     return l;
 }
 
+// The factor quantize_x_values multiplies a chunk's values by: kQMax / amax, 0 for a chunk of
+// zeros or one holding inf or NaN (`bad`).
+__device__ __forceinline__ float x_quant_factor(float amax, bool bad) {
+    return (!bad && amax > 0.0f) ? kQMax / amax : 0.0f;
+}
+
+// The chunk's scale (xd): amax / kQMax, NaN for a chunk holding inf or NaN (its outputs NaN).
+__device__ __forceinline__ float x_chunk_scale(float amax, bool bad) {
+    return bad ? __int_as_float(0x7FC00000) : amax / kQMax;
+}
+
+// One unit of 8 values (values 4q..4q+3 and 16+4q..16+4q+3 of a group: quad q) as its word of
+// xq, {high bytes of v[0..3], of v[4..7], low bytes of v[0..3], of v[4..7]}; qsum += their
+// integers. The one rounding of x: rintf(v * inv) clamped to +-32767.
+__device__ __forceinline__ uint4 x_unit_word(const float v[8], float inv, int &qsum) {
+    uint32_t hi[2] = {0, 0}, lo[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        int q = (int)rintf(__fmul_rn(v[i], inv));
+        q = q > 32767 ? 32767 : (q < -32767 ? -32767 : q);
+        qsum += q;
+        hi[i >> 2] |= (uint32_t)((q >> 8) & 0xFF) << (8 * (i & 3));
+        lo[i >> 2] |= (uint32_t)(q & 0xFF) << (8 * (i & 3));
+    }
+    return make_uint4(hi[0], hi[1], lo[0], lo[1]);
+}
+
+// A unit's two float partial sums: (v0 + v1) + (v2 + v3) (of values 4q..) and (v4 + v5) +
+// (v6 + v7) (of 16 + 4q..); a group's S0 / S1 are ((p0 + p1) + (p2 + p3)) over its quads.
+__device__ __forceinline__ float x_unit_sum0(const float v[8]) { return (v[0] + v[1]) + (v[2] + v[3]); }
+__device__ __forceinline__ float x_unit_sum1(const float v[8]) { return (v[4] + v[5]) + (v[6] + v[7]); }
+
 // Quantizes values v[8] of token t, chunk ch (lane = 4 * group + quad holds values 4q..4q+3
 // and 16+4q..16+4q+3 of group ch * 8 + group; zeros past the row or on padding rows) into l.
 // Called by one whole warp. Shared by quantize_x_kernel and the fused producers of the
@@ -65,18 +97,10 @@ __device__ __forceinline__ void quantize_x_values(float v[8], const XLayout &l, 
     }
     amax = warp_max(amax);
     bad = warp_max(bad);
-    const float inv = (bad == 0.0f && amax > 0.0f) ? kQMax / amax : 0.0f;
-    uint32_t hi[2] = {0, 0}, lo[2] = {0, 0};
+    const float inv = x_quant_factor(amax, bad != 0.0f);
     int qsum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        int q = (int)rintf(__fmul_rn(v[i], inv));
-        q = q > 32767 ? 32767 : (q < -32767 ? -32767 : q);
-        qsum += q;
-        hi[i >> 2] |= (uint32_t)((q >> 8) & 0xFF) << (8 * (i & 3));
-        lo[i >> 2] |= (uint32_t)(q & 0xFF) << (8 * (i & 3));
-    }
-    float s0 = (v[0] + v[1]) + (v[2] + v[3]), s1 = (v[4] + v[5]) + (v[6] + v[7]);
+    const uint4 word = x_unit_word(v, inv, qsum);
+    float s0 = x_unit_sum0(v), s1 = x_unit_sum1(v);
     s0 = s0 + warp_shfl_xor(s0, 1);
     s0 = s0 + warp_shfl_xor(s0, 2);
     s1 = s1 + warp_shfl_xor(s1, 1);
@@ -94,14 +118,14 @@ __device__ __forceinline__ void quantize_x_values(float v[8], const XLayout &l, 
         p2 |= warp_shfl_xor(p2, m);
     }
     if (g < l.groups) {
-        l.xq[(t * l.groups + g) * 4 + quad] = make_uint4(hi[0], hi[1], lo[0], lo[1]);
+        l.xq[(t * l.groups + g) * 4 + quad] = word;
         if (quad == 0) {
             float *s = reinterpret_cast<float *>(l.xs + g * (l.tp / 2) + t / 2);
             s[t & 1] = s0;
             s[2 + (t & 1)] = s1;
         }
     }
-    if (lane == 0) l.xd[ch * l.tp + t] = bad != 0.0f ? __int_as_float(0x7FC00000) : amax / kQMax;
+    if (lane == 0) l.xd[ch * l.tp + t] = x_chunk_scale(amax, bad != 0.0f);
     if (quad == 0 && (j & 3) == 0) {  // groups 0..3 / 4..7: words 0, 2, 4 / 1, 3, 5
         uint32_t *w = reinterpret_cast<uint32_t *>(l.xqp + (ch * l.tp + t) * 2) + (j >> 2);
         w[0] = p0;

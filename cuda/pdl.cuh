@@ -26,41 +26,41 @@ __device__ __forceinline__ void let_dependents_start() {
 #endif
 }
 
-// The decode chain's launches by kind (LUCE_PDL below).
-enum PdlKind { kPdlNorm = 1, kPdlSwiglu = 2, kPdlQuant = 4, kPdlRope = 8, kPdlAttn = 16, kPdlGdn = 32 };
+// The decode chain's launches by kind (LUCE_PDL below). kPdlAttn: the decode attention at head
+// dims <= 128 (its chunked form); kPdlAttnWide: at 256 (the 27B).
+enum PdlKind { kPdlNorm = 1, kPdlSwiglu = 2, kPdlQuant = 4, kPdlRope = 8, kPdlAttn = 16, kPdlGdn = 32,
+               kPdlAttnWide = 64 };
 
 #if defined(__CUDACC__) || defined(__HIPCC__)  // (not in the host emulator: it launches plainly)
-// LUCE_PDL: unset, the matmuls overlap the kernel ahead (measured on the H200); "chain", the
-// rest of the decode chain too (every kind above); a comma list of kinds, those only (A/B runs:
-// "norm,attn"); "0", no kernel (a check that no result depends on the overlap).
-inline int pdl_chain_kinds(const char *e) {
-    if (!e) return 0;
-    if (strcmp(e, "chain") == 0) return 63;
+// LUCE_PDL: unset, the matmuls and the decode attention at head dims <= 128 overlap the kernel
+// ahead (measured on the H200, docs/PERF.md session 15: Coder-1.5B +7-11%, 0.5B +4%; the other
+// kinds gave nothing there and cost the 27B 4-5%); "chain", every kind above too; a comma list
+// of kinds, the matmuls and those ("norm,attn"; "matmul": the matmuls alone); "0", no kernel
+// (a check that no result depends on the overlap).
+inline int pdl_kinds_of(const char *e) {
+    if (!e) return kPdlAttn;
+    if (strcmp(e, "chain") == 0) return 127;
     static const struct { const char *name; int kind; } names[] = {
         {"norm", kPdlNorm}, {"swiglu", kPdlSwiglu}, {"quant", kPdlQuant}, {"rope", kPdlRope}, {"attn", kPdlAttn},
-        {"gdn", kPdlGdn}};
+        {"gdn", kPdlGdn}, {"attnwide", kPdlAttnWide}};
     int kinds = 0;
     for (const auto &n : names) {
-        const char *at = strstr(e, n.name);
         const size_t len = strlen(n.name);
-        if (at && (at == e || at[-1] == ',') && (at[len] == ',' || at[len] == 0)) kinds |= n.kind;
+        for (const char *at = strstr(e, n.name); at; at = strstr(at + 1, n.name))
+            if ((at == e || at[-1] == ',') && (at[len] == ',' || at[len] == 0)) kinds |= n.kind;
     }
     return kinds;
 }
-inline int pdl_mode() {  // 0: none, 1: matmuls, 2: matmuls and the chain's kinds of pdl_kinds()
-    static const int mode = [] {
+inline int pdl_kinds() {  // -1: no overlap at all (LUCE_PDL=0), else the chain's kinds beside the matmuls
+    static const int kinds = [] {
         const char *e = getenv("LUCE_PDL");
-        return e && e[0] == '0' ? 0 : pdl_chain_kinds(e) ? 2 : 1;
+        return e && e[0] == '0' ? -1 : pdl_kinds_of(e);
     }();
-    return mode;
-}
-inline int pdl_kinds() {
-    static const int kinds = pdl_chain_kinds(getenv("LUCE_PDL"));
     return kinds;
 }
-inline bool overlap_allowed() { return pdl_mode() >= 1; }
+inline bool overlap_allowed() { return pdl_kinds() >= 0; }
 // The `overlap` of a decode-chain launch of this kind.
-inline bool chain_overlap(PdlKind kind) { return pdl_mode() >= 2 && (pdl_kinds() & kind); }
+inline bool chain_overlap(PdlKind kind) { return pdl_kinds() > 0 && (pdl_kinds() & kind); }
 
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the kernel ahead of it
 // when `overlap` is set (CUDA 12+ runtime; the attribute is ignored where unsupported).

@@ -9,6 +9,7 @@ from libc.stdint cimport int32_t, int64_t, uintptr_t
 from luce._cuda import raise_for_status
 
 include "_cuda_load.pxi"
+include "_cuda_rope_kv.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -42,6 +43,7 @@ cdef extern from "luce_ops.h":
 
 
 ctypedef int (*attention_fn)(const luce_attention_params *, void *) noexcept nogil
+ctypedef int (*rope_attention_fn)(const luce_rope_kv_params *, const luce_attention_params *, void *) noexcept nogil
 ctypedef int64_t (*workspace_fn)(int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t, int64_t) noexcept nogil
 
 PARTITION = LUCE_ATTN_PARTITION  # keys per partition, at absolute KV indices
@@ -49,12 +51,14 @@ SUPPORTS_TREE_PARENTS = True     # attention() takes tree_parents (tree rows, DE
 
 cdef attention_fn _attention = NULL
 cdef workspace_fn _workspace_bytes = NULL
+cdef rope_attention_fn _rope_kv_attention = NULL
 
 
 def load(str path):
     """Resolve the attention entry points in the kernel library at `path`."""
-    global _attention, _workspace_bytes
+    global _attention, _workspace_bytes, _rope_kv_attention
     cdef void *lib = _open_library(path)
+    _rope_kv_attention = <rope_attention_fn>_symbol(lib, path, "luce_rope_kv_attention")
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_attention_workspace_bytes")
     _attention = <attention_fn>_symbol(lib, path, "luce_attention")
 
@@ -85,7 +89,7 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
               int32_t n_rows, int32_t n_segments, int32_t n_heads_q, int32_t n_heads_kv,
               int32_t head_dim, int32_t page_size, int32_t max_kv_len, float scale,
               bint causal=True, uintptr_t stream=0, uintptr_t tree_parents=0, int32_t prompt_rows=0,
-              uintptr_t counters=0, int64_t n_counters=0, int64_t n_kv_indices=0):
+              uintptr_t counters=0, int64_t n_counters=0, int64_t n_kv_indices=0, rope=None):
     """q, out [n_rows, Hq, D] f32; k_pages, v_pages [n_pages, page_size, Hkv, D] f32; CSR
     int32 arrays as luce/models/batch.py (device addresses). max_kv_len bounds every row's
     key count; workspace holds workspace_bytes(n_rows, Hq, D, max_kv_len, prompt_rows, Hkv,
@@ -99,7 +103,13 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     tile, the same bits; > 0: it first stages the prompt segments' keys as f16).
     counters: device address of [n_counters] int32, all zero (the launch leaves them zero):
     without prompt rows, the last partition block of a row's heads merges the partitions
-    (no combine launch) where n_rows * Hkv * head groups <= n_counters. The same bits."""
+    (no combine launch) where n_rows * Hkv * head groups <= n_counters. The same bits.
+    rope: None, or the attention input of a decode launch fused in (luce_rope_kv_attention;
+    q is then not read): (q, k, v, q_norm, k_norm, kv_dst, positions, q_stride, k_stride,
+    v_stride, rope_dim, theta, sections, eps), luce._cuda_fused.rope_kv's arguments of the
+    same name (rows, heads and head_dim are this launch's; n_pos 1: no M-RoPE). Only where every live segment is
+    one AR row (no prompt rows, no tree_parents, causal, head_dim 64 or 128): the bits of
+    rope_kv (its q_out as q) then attention, one launch fewer."""
     _require_loaded(<void *>_attention)
     cdef luce_attention_params p
     p.q = <const float *>q
@@ -128,6 +138,16 @@ def attention(uintptr_t q, uintptr_t k_pages, uintptr_t v_pages, uintptr_t out,
     p.n_counters = n_counters
     p.n_kv_indices = n_kv_indices
     cdef int status
+    cdef luce_rope_kv_params r
+    if rope is None:
+        with nogil:
+            status = _attention(&p, <void *>stream)
+        raise_for_status(status, "luce_attention")
+        return
+    rq, rk, rv, q_norm, k_norm, kv_dst, positions, q_stride, k_stride, v_stride, rope_dim, theta, sections, eps = \
+        rope
+    _fill_rope_kv(&r, rq, rk, rv, q_norm, k_norm, 0, k_pages, v_pages, kv_dst, positions, n_rows, q_stride,
+                  k_stride, v_stride, n_heads_q, n_heads_kv, head_dim, rope_dim, theta, sections, 1, eps)
     with nogil:
-        status = _attention(&p, <void *>stream)
-    raise_for_status(status, "luce_attention")
+        status = _rope_kv_attention(&r, &p, <void *>stream)
+    raise_for_status(status, "luce_rope_kv_attention")

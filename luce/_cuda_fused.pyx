@@ -13,6 +13,7 @@ from libc.stdint cimport int32_t, int64_t, uintptr_t
 from luce._cuda import raise_for_status
 
 include "_cuda_load.pxi"
+include "_cuda_rope_kv.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -38,30 +39,6 @@ cdef extern from "luce_ops.h":
         int64_t cols
         int64_t gate_stride
         int64_t up_stride
-
-    ctypedef struct luce_rope_kv_params:
-        const float *q
-        const float *k
-        const float *v
-        const float *q_norm
-        const float *k_norm
-        float *q_out
-        float *k_pages
-        float *v_pages
-        const int64_t *kv_dst
-        const int32_t *positions
-        int64_t rows
-        int64_t q_stride
-        int64_t k_stride
-        int64_t v_stride
-        int32_t heads_q
-        int32_t heads_kv
-        int32_t head_dim
-        int32_t rope_dim
-        int32_t n_pos
-        int32_t sections[4]
-        float theta
-        float eps
 
 
 ctypedef int (*add_rmsnorm_fn)(const luce_add_rmsnorm_params *, void *) noexcept nogil
@@ -134,33 +111,9 @@ def rope_kv(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t q_norm, uintptr_t k
     [rows, heads_q, head_dim]; k_pages, v_pages [KV rows, heads_kv, head_dim]; kv_dst int64
     [rows] (< 0: padding); positions int32 [rows] or [rows, 4] (n_pos 4 with sections)."""
     _require_loaded(<void *>_add_rmsnorm)
-    secs = tuple(int(s) for s in sections) or (0, 0, 0, 0)
-    if len(secs) != 4:
-        raise ValueError(f"rope_kv: sections must be () or 4 sizes, got {sections}")
     cdef luce_rope_kv_params p
-    p.q = <const float *>q
-    p.k = <const float *>k
-    p.v = <const float *>v
-    p.q_norm = <const float *>q_norm
-    p.k_norm = <const float *>k_norm
-    p.q_out = <float *>q_out
-    p.k_pages = <float *>k_pages
-    p.v_pages = <float *>v_pages
-    p.kv_dst = <const int64_t *>kv_dst
-    p.positions = <const int32_t *>positions
-    p.rows = rows
-    p.q_stride = q_stride
-    p.k_stride = k_stride
-    p.v_stride = v_stride
-    p.heads_q = heads_q
-    p.heads_kv = heads_kv
-    p.head_dim = head_dim
-    p.rope_dim = rope_dim
-    p.n_pos = n_pos
-    p.theta = theta
-    p.eps = eps
-    for i in range(4):
-        p.sections[i] = secs[i]
+    _fill_rope_kv(&p, q, k, v, q_norm, k_norm, q_out, k_pages, v_pages, kv_dst, positions, rows, q_stride, k_stride,
+                  v_stride, heads_q, heads_kv, head_dim, rope_dim, theta, sections, n_pos, eps)
     cdef int status
     with nogil:
         status = _rope_kv(&p, <void *>stream)

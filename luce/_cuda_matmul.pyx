@@ -47,6 +47,7 @@ FLOAT_QTYPES = (0, 1, 30)
 PATH_DECODE = 0
 PATH_PREFILL = 1
 REUSE_X = 1
+X_ONCE = 2   # no later call reuses this call's quantized x: one-row calls quantize it in lane (LUCE_MATMUL_X_ONCE)
 
 
 def load(str path):
@@ -112,7 +113,7 @@ def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t work
            int32_t path=0, int32_t flags=0, int32_t tune=0, uintptr_t stream=0):
     """x [rows, k] f32, w [n, row_bytes(qtype, k)] u8, bias [n] f32 or 0, y [rows, n] f32,
     workspace (block types) of workspace_bytes (device addresses; x, workspace 16-byte
-    aligned). path PATH_DECODE or PATH_PREFILL, flags REUSE_X, tune 0..10 (cuda/luce_ops_weights.h): kernel
+    aligned). path PATH_DECODE or PATH_PREFILL, flags REUSE_X | X_ONCE, tune 0..10 (cuda/luce_ops_weights.h): kernel
     and launch shape only, the result is bitwise the same for any of them."""
     _require_loaded(<void *>_matmul)
     raise_for_status(_launch(_matmul, x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, path, flags,

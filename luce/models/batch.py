@@ -123,6 +123,17 @@ class ForwardBatch:
         return self._cached("has_padding_rows", make)
 
     @property
+    def decode_only(self) -> bool:
+        """Every live segment is one AR row, and there is one (padding segments of any size):
+        each row's new key is the last of its keys (a decode step's attention fuses its input)."""
+        def make():
+            qo = self.qo_indptr.tolist()
+            kinds = list(zip(self.kinds.tolist(), qo, qo[1:]))
+            return any(k == SEG_AR for k, _, _ in kinds) and \
+                all(k == SEG_PAD or (k == SEG_AR and b - a == 1) for k, a, b in kinds)
+        return self._cached("decode_only", make)
+
+    @property
     def has_trees(self) -> bool:
         return self._cached("has_trees", lambda: bool((self.kinds == SEG_TREE).any()))
 
@@ -271,7 +282,8 @@ class ForwardBatch:
                            np.asarray(last, np.int32), shared[4], self.capture_layers, *shared[5:], self.replay_key,
                            self.row_capacity, self.tree_width)
         carried = nxt.__dict__
-        for name in ("_kinds", "_kv_span", "_prefill_spans", "_has_padding_rows", "_has_trees"):
+        for name in ("_kinds", "_kv_span", "_prefill_spans", "_has_padding_rows", "_has_trees",
+                     "_decode_only"):
             if name in self.__dict__:
                 carried[name] = self.__dict__[name]
         carried["_ar_rows"] = ar

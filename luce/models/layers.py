@@ -105,11 +105,12 @@ def attend(backend, q, k, v, kv, batch, scale: float, causal: bool = True):
 
 def gqa_attention(backend, w: AttentionWeights, projections, batch, kv, config):
     """Self-attention of one dense layer from the outputs of w.projections (with w.biases) on
-    the normed input, columns [q | k | v] -> [T, hidden]: q/k norm, rotary and the KV write
-    in one op (backend.rope_kv_write), then attention over the pages."""
-    q = backend.rope_kv_write(projections, kv, batch, config.n_head, config.rope_dim, config.rope_theta,
-                              config.rope_sections, w.q_norm, w.k_norm, config.rms_eps)
-    o = backend.attention(q, kv, batch, 1.0 / float(np.sqrt(config.head_dim)), True)
+    the normed input, columns [q | k | v] -> [T, hidden]: q/k norm, rotary and the KV write,
+    then attention over the pages, in one op (backend.rope_kv_attention: one launch on CUDA
+    decode steps, two on others)."""
+    o = backend.rope_kv_attention(projections, kv, batch, config.n_head, config.rope_dim, config.rope_theta,
+                                  config.rope_sections, w.q_norm, w.k_norm, config.rms_eps,
+                                  1.0 / float(np.sqrt(config.head_dim)))
     return backend.matmul(o.reshape(o.shape[0], -1), w.wo, prefill_spans=batch.prefill_spans)
 
 

@@ -153,6 +153,13 @@ class Backend(Protocol):
         where None), then rope(batch.positions, rope_dim, theta, sections) of both; k and v
         go to the rows' KV locations (kv_write) -> q [T, n_head, D]. Bitwise the composition."""
 
+    def rope_kv_attention(self, parts: Sequence[Array], kv: Any, batch, n_head: int, rope_dim: int, theta: float,
+                          sections: Sequence[int] = (), q_norm: Array | None = None, k_norm: Array | None = None,
+                          eps: float = 0.0, scale: float = 1.0) -> Array:
+        """attention(rope_kv_write(parts, ...), kv, batch, scale, causal=True) -> [T, n_head, D],
+        bitwise (references: luce/ref/rope_kv_attention.py; CUDA fuses the input into the
+        attention launch of a step whose live segments are all AR rows, D 64 or 128, no M-RoPE)."""
+
     def conv_gdn_norm(self, parts: Sequence[Array], conv: Array, dt_bias: Array, ssm_a: Array, norm: Array,
                       conv_pool: Array, gdn_pool: Array, batch, n_k_heads: int, l2_eps: float,
                       rms_eps: float, tree_mode: str = "factor") -> tuple[Array, dict | None]:
@@ -313,6 +320,11 @@ class FusedOps:
         k = self.rope(k, batch.positions, rope_dim, theta, sections)
         self.kv_write(kv, batch, k, v)
         return q
+
+    def rope_kv_attention(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
+                          q_norm=None, k_norm=None, eps: float = 0.0, scale: float = 1.0):
+        q = self.rope_kv_write(parts, kv, batch, n_head, rope_dim, theta, sections, q_norm, k_norm, eps)
+        return self.attention(q, kv, batch, scale, True)
 
     def conv_gdn_norm(self, parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
                       l2_eps: float, rms_eps: float, tree_mode: str = "factor"):

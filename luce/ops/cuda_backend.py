@@ -35,6 +35,7 @@ from luce.ops.cuda_step_meta import Mirrors
 from luce.ops.cuda_step_ops import StepOps
 
 DTYPES = (np.float32, np.int32, np.int64)
+X_ONCE_ON = os.environ.get("LUCE_MATMUL_X_ONCE", "1") != "0"   # CudaBackend._matmuls (A/B runs: "0")
 
 
 @dataclass
@@ -273,6 +274,10 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps,
         rows = x.shape[0] if x.ndim == 2 else -1
         runs = self._row_runs(rows, prefill_spans)
         outs, workspaces = [], {}
+        # X_ONCE where no REUSE_X call follows the call that quantizes a run's x: one block-type
+        # weight (the out projection, the LM head); its one-row decode calls then quantize x in
+        # lane (cuda/matmul_gemv_x.cuh), one launch fewer. LUCE_MATMUL_X_ONCE=0: never (A/B runs).
+        once = km.X_ONCE if sum(w.qtype not in km.FLOAT_QTYPES for w in weights) == 1 and X_ONCE_ON else 0
         if quantized is not None:
             if runs != [(0, rows, False)]:
                 raise ValueError(f"matmul: x quantized for the decode family, but the rows run {runs}")
@@ -302,6 +307,8 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps,
                     km.matmul_prefill(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, flags,
                                       self.stream)
                 else:
+                    if flags == 0:
+                        flags = once
                     km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0,
                               self.stream)
         return outs

@@ -12,10 +12,14 @@ are the same, so a row's result never depends on what else is in the step.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from luce.ops.api import SEG_AR, SEG_PAD, FusedOps, gdn_input_widths, gdn_q_scale
 from luce.ops.cuda_array import Block
+
+ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_attention's fused launch
 
 
 class CudaFusedOps(FusedOps):
@@ -93,21 +97,11 @@ class CudaFusedOps(FusedOps):
         from luce.ops.cuda_step_meta import meta_of
 
         Hkv, D = kv.k.shape[2], kv.k.shape[3]
-        parts = [self._f32(p) for p in parts]
+        parts, views, n_pos = self._rope_kv_views(parts, kv, batch, n_head, rope_dim, sections)
         T = parts[0].shape[0]
-        widths = [n_head * D, Hkv * D, Hkv * D]
-        if any(p.ndim != 2 or p.shape[0] != T for p in parts) or sum(p.shape[1] for p in parts) != sum(widths):
-            raise ValueError(f"rope_kv_write: parts {[p.shape for p in parts]} are not [T, q | k | v] columns "
-                             f"{widths} for {n_head} query / {Hkv} KV heads of {D}")
-        views = _column_views(parts, widths)
-        pos = np.asarray(batch.positions, dtype=np.int32)
-        n_pos = 1 if pos.ndim == 1 else pos.shape[-1]
         meta = meta_of(self, batch)
-        if views is None or D > 1024 or T == 0 or not meta.has_kv_rows:
+        if views is None:
             return super().rope_kv_write(parts, kv, batch, n_head, rope_dim, theta, sections, q_norm, k_norm, eps)
-        if rope_dim > D or rope_dim % 2 or pos.shape[0] != T or n_pos not in (1, 4) or (n_pos == 4 and not sections):
-            raise ValueError(f"rope_kv_write: rope_dim {rope_dim} of head_dim {D}, positions {pos.shape} for {T} rows "
-                             f"(sections {tuple(sections)})")
         q_norm = None if q_norm is None else self._f32(q_norm)
         k_norm = None if k_norm is None else self._f32(k_norm)
         q_out = self.empty((T, n_head, D))
@@ -117,6 +111,52 @@ class CudaFusedOps(FusedOps):
                    q_stride, k_stride, v_stride, n_head, Hkv, D, rope_dim, theta, tuple(sections), n_pos, eps,
                    self.stream)
         return q_out
+
+    def _rope_kv_views(self, parts, kv, batch, n_head: int, rope_dim: int, sections):
+        """(parts as f32, the (address, row stride) of their q, k, v column blocks or None where
+        the rope_kv kernel does not take them, n_pos); ValueError for inconsistent shapes."""
+        from luce.ops.cuda_step_meta import meta_of
+
+        Hkv, D = kv.k.shape[2], kv.k.shape[3]
+        parts = [self._f32(p) for p in parts]
+        T = parts[0].shape[0]
+        widths = [n_head * D, Hkv * D, Hkv * D]
+        if any(p.ndim != 2 or p.shape[0] != T for p in parts) or sum(p.shape[1] for p in parts) != sum(widths):
+            raise ValueError(f"rope_kv_write: parts {[p.shape for p in parts]} are not [T, q | k | v] columns "
+                             f"{widths} for {n_head} query / {Hkv} KV heads of {D}")
+        views = _column_views(parts, widths)
+        pos = np.asarray(batch.positions, dtype=np.int32)
+        n_pos = 1 if pos.ndim == 1 else pos.shape[-1]
+        if views is None or D > 1024 or T == 0 or not meta_of(self, batch).has_kv_rows:
+            return parts, None, n_pos
+        if rope_dim > D or rope_dim % 2 or pos.shape[0] != T or n_pos not in (1, 4) or (n_pos == 4 and not sections):
+            raise ValueError(f"rope_kv_write: rope_dim {rope_dim} of head_dim {D}, positions {pos.shape} for {T} rows "
+                             f"(sections {tuple(sections)})")
+        return parts, views, n_pos
+
+    def rope_kv_attention(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
+                          q_norm=None, k_norm=None, eps: float = 0.0, scale: float = 1.0):
+        """A step whose live segments are all AR rows (batch.decode_only: its kinds, in the
+        replay key, so a replayed graph took the same path when captured) at head_dim 64 or 128
+        with one position a row (no M-RoPE): one attention launch that takes the projection (luce_rope_kv_attention,
+        the bits of rope_kv then attention); any other step, or LUCE_ROPE_ATTN=0 (A/B runs):
+        rope_kv_write, then attention."""
+        from luce.ops.cuda_sequence_ops import ATTENTION_MAX_GROUP
+        from luce.ops.cuda_step_meta import meta_of
+
+        Hkv, D = kv.k.shape[2], kv.k.shape[3]
+        parts, views, n_pos = self._rope_kv_views(parts, kv, batch, n_head, rope_dim, sections)
+        if views is None or D not in (64, 128) or n_pos != 1 or not batch.decode_only or not ROPE_ATTENTION_ON \
+                or n_head % Hkv or n_head // Hkv > ATTENTION_MAX_GROUP or not meta_of(self, batch).max_kv:
+            return super().rope_kv_attention(parts, kv, batch, n_head, rope_dim, theta, sections, q_norm, k_norm,
+                                             eps, scale)
+        # the norms and positions stay referenced here until the launch
+        norms = [None if n is None else self._f32(n) for n in (q_norm, k_norm)]
+        positions = self._dev(batch.positions, np.int32)
+        (q, q_stride), (k, k_stride), (v, v_stride) = views
+        rope = (q, k, v, *(0 if n is None else n.ptr for n in norms), meta_of(self, batch).ptr("kv_dst"),
+                positions.ptr, q_stride, k_stride, v_stride, rope_dim, theta, tuple(sections), eps)
+        return self._attention((parts[0].shape[0], n_head, D), None, kv, batch, scale, True, rope)
 
     def conv_gdn_norm(self, parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
                       l2_eps: float, rms_eps: float, tree_mode: str = "factor"):

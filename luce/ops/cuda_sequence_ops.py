@@ -113,10 +113,15 @@ class SequenceOps:
 
     # ---- attention --------------------------------------------------------------------------------
     def attention(self, q, kv, batch, scale: float, causal: bool = True):
+        q = self._f32(q)
+        return self._attention(q.shape, q, kv, batch, scale, causal)
+
+    def _attention(self, shape, q, kv, batch, scale: float, causal: bool, rope=None):
+        """attention of q [T, Hq, D] (shape), or with rope (q None) of the input fused into
+        the launch (luce._cuda_attention.attention's rope; CudaFusedOps.rope_kv_attention)."""
         from luce import _cuda_attention as ka
 
-        q = self._f32(q)
-        T, Hq, D = q.shape
+        T, Hq, D = shape
         Hkv = kv.k.shape[2]
         parents = getattr(batch, "tree_parents", None) if batch.has_trees else None
         if D not in ATTENTION_HEAD_DIMS or Hq % Hkv or Hq // Hkv > ATTENTION_MAX_GROUP:
@@ -141,8 +146,10 @@ class SequenceOps:
         extra["prompt_rows"] = n_prompt
         extra["counters"], extra["n_counters"] = self.attention_counters.ptr, self.attention_counters.size
         extra["n_kv_indices"] = n_kv_indices
-        ka.attention(q.ptr, kv.k.ptr, kv.v.ptr, out.ptr, workspace.ptr, ws_bytes, meta.ptr("qo_indptr"),
-                     meta.ptr("kv_indptr"), meta.ptr("kv_indices"), meta.ptr("kv_last_page_len"),
+        if rope is not None:
+            extra["rope"] = rope
+        ka.attention(0 if q is None else q.ptr, kv.k.ptr, kv.v.ptr, out.ptr, workspace.ptr, ws_bytes,
+                     meta.ptr("qo_indptr"), meta.ptr("kv_indptr"), meta.ptr("kv_indices"), meta.ptr("kv_last_page_len"),
                      meta.ptr("seq_slots"), T, S, Hq, Hkv, D, page_size, max_kv, scale, causal, self.stream,
                      **extra)
         return out

@@ -379,3 +379,17 @@ def _recorder(fake: FakeHip, kernel: str, signature: inspect.Signature):
         pointers = [v for v in values.values() if isinstance(v, (int, np.integer)) and fake.is_device(v)]
         fake.launch(kernel, stream, [int(p) for p in pointers])
     return launch
+
+
+def spy_calls(monkeypatch, module, name: str, signature: inspect.Signature) -> list[dict]:
+    """Wrap module.name (a recorder of install_kernels) so that each call's arguments, bound to
+    `signature` (the real wrapper's, taken before install_kernels replaced it), are appended to
+    the list returned."""
+    recorded, calls = getattr(module, name), []
+
+    def spy(*args, **kwargs):
+        calls.append(dict(signature.bind(*args, **kwargs).arguments))
+        return recorded(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+    return calls

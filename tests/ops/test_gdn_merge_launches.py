@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from luce.ops import get_backend
+from tests.ops import fake_hip
 from tests.ops.test_hip_runtime import install_fakes
 
 # qkv Q5_K beside gate, beta, alpha IQ4_XS (the 27B's iq4_xs mix); every projection Q8_0
@@ -33,13 +34,7 @@ def decode_step(tmp_path, monkeypatch, mix: str, merge: bool):
     fake = install_fakes(monkeypatch, tmp_path, "cuda")
     if not merge:
         monkeypatch.setattr(GDNWeights, "merge", lambda self, backend: self)
-    recorded, calls = _cuda_gdn.gdn_decode, []
-
-    def spy(*args, **kwargs):
-        calls.append(dict(signature.bind(*args, **kwargs).arguments))
-        return recorded(*args, **kwargs)
-
-    monkeypatch.setattr(_cuda_gdn, "gdn_decode", spy)
+    calls = fake_hip.spy_calls(monkeypatch, _cuda_gdn, "gdn_decode", signature)
     backend = get_backend("cuda")
     path = tmp_path / f"q35_{mix}.gguf"
     make_qwen35(path, seed=5, quant_mix=MIXES[mix], hidden=256, ffn=512, head_dim=64, ssm_state_size=64)

@@ -75,6 +75,7 @@ inline std::vector<uint32_t> exchange;  // [2][threads]: a lane's shuffled word,
 inline std::vector<uint32_t> shuffles;  // per thread: shuffles so far (picks the exchange buffer)
 inline std::vector<unsigned char> dyn_smem(1 << 20);
 inline size_t last_launch_smem = 0;  // dynamic shared memory of the last launch (emu_last_launch_smem)
+inline size_t launches = 0;  // kernel launches so far (emu_launches)
 constexpr int kWarp = 32;
 void block_barrier();  // fibers.cpp
 void warp_barrier();
@@ -117,6 +118,7 @@ void emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A...
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
     emu::bDim = block; emu::gDim = grid;
     emu::last_launch_smem = smem;
+    ++emu::launches;
     emu::exchange.assign(2 * block.x, 0u);
     if (emu::dyn_smem.size() < smem) emu::dyn_smem.resize(smem);
     const std::function<void()> body = [&] { kernel(args...); };

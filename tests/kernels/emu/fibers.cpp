@@ -206,3 +206,4 @@ void run_block(unsigned n_threads, const std::function<void()> &kernel_body) {
 
 // Tests read which configuration a launch took by its shared memory.
 extern "C" size_t emu_last_launch_smem() { return emu::last_launch_smem; }
+extern "C" size_t emu_launches() { return emu::launches; }

@@ -1,0 +1,60 @@
+// Host-side launch configuration of the paged attention kernels (cuda/attention.cu): partition
+// count, shortest chunk, query heads per block and the L2 prefetch choice. None of them moves a
+// bit of a row's result (DESIGN 5 rule 2): they size grids and pick equivalent forms.
+#pragma once
+
+#include <cstdlib>
+
+#include "attention_common.cuh"
+
+namespace {
+
+using namespace luce_attn;
+
+int32_t parts_for(int32_t max_kv_len) {
+    return max_kv_len <= kPartition ? 1 : (int32_t)(((int64_t)max_kv_len + kPartition - 1) / kPartition);
+}
+
+// The shortest chunk (chunk_keys): chunk_floor(D), or LUCE_ATTN_CHUNK_MIN where it is a power
+// of two in [chunk_floor(D), kPartition] (kPartition: one chunk a partition, the kernel before
+// chunks; for A/B runs); never below a page (a chunk's keys start on a page).
+int32_t chunk_min_for(int32_t head_dim, int32_t page_size) {
+    int32_t c = chunk_floor(head_dim);
+    if (const char *e = getenv("LUCE_ATTN_CHUNK_MIN")) {
+        const int v = atoi(e);
+        if (v >= c && v <= kPartition && (v & (v - 1)) == 0) c = v;
+    }
+    return max(c, page_size);
+}
+
+// Query heads per partition block: all G of a KV head, or fewer (halving) while the launch
+// has under kFewBlocks blocks (a one-row decode step over a short context is otherwise Hkv
+// blocks). LUCE_ATTN_GROUP_HEADS sets it (tests, benchmarks); the bits are the same.
+constexpr int64_t kFewBlocks = 256;
+
+int group_heads_for(int G, int64_t blocks) {
+    if (const char *e = getenv("LUCE_ATTN_GROUP_HEADS"))
+        if (atoi(e) >= 1) return min(atoi(e), G);
+    int gh = G;
+    while (gh > 1 && blocks * ((G + gh - 1) / gh) < kFewBlocks) gh = (gh + 1) / 2;
+    return gh;
+}
+
+// Partition blocks prefetch their K and V rows into L2 where the launch's KV (its rows' K
+// and V over the padded span, an upper bound) fits in a quarter of L2, so the lines stay
+// until read; larger launches have the blocks to hide the latency. No effect on the bits.
+bool prefetch_fits(int64_t kv_bytes) {
+#if defined(__HIPCC__)
+    return false;  // prefetch_l2 is nothing there
+#else
+    static const int l2 = [] {
+        int device = 0, bytes = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device) != cudaSuccess) return 0;
+        return bytes;
+    }();
+    return kv_bytes <= l2 / 4;
+#endif
+}
+
+}  // namespace
