@@ -188,9 +188,14 @@ __global__ void __launch_bounds__(WM * WARP_SIZE) mmq_rows_kernel(MmqArgs a, int
             }
 }
 
+}  // namespace mm
+
 // The host side has internal linkage: its statics (once-per-process queries) are per library (the
-// CPU emulator loads several builds into one process).
+// CPU emulator loads several builds into one process). In the file's anonymous namespace, not one
+// nested in mm: nvcc's kernel stubs find the two ambiguous.
 namespace {
+
+using namespace mm;
 
 inline int rows_smem_limit() {
     static const int limit = [] {
@@ -248,5 +253,3 @@ int launch_rows(const MmqArgs &a, cudaStream_t stream) {
 }
 
 }  // namespace
-
-}  // namespace mm
