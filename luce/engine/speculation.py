@@ -66,8 +66,10 @@ class EngineSpeculation:
         self.max_nodes = speculator.max_nodes()
         self.trees: dict[int, Any] = {}        # slot -> DraftTree of the step being run
         draft_min = speculator.config.draft_min
+        # draft_min None: a fixed depth; else [draft_min, max] and plain decoding (no short drafts)
         self.policy = DepthPolicy(speculator.max_depth,
-                                  speculator.max_depth if draft_min is None else min(draft_min, speculator.max_depth))
+                                  speculator.max_depth if draft_min is None else min(draft_min, speculator.max_depth),
+                                  plain=draft_min is not None)
         self._began: tuple[float, int] | None = None   # (clock, warm-ups) when the step began
         self._draft = (0.0, 0)                 # this step's drafting: (seconds, warm-ups)
         self._drafted: set[int] = set()        # slots that drafted in the previous step

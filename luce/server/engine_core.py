@@ -146,8 +146,8 @@ def add_spec_arguments(p) -> None:
                         "DFlash: its block)")
     p.add_argument("--draft-min", type=int, default=d.draft_min,
                    help="each step drafts the depth in [draft-min, draft-max] that measurably gives the most "
-                        f"tokens per second; 0 lets plain decoding win (default {d.draft_min}; "
-                        "= draft-max: fixed depth)")
+                        "tokens per second, or none (plain decoding) where that is faster: a draft shorter "
+                        f"than draft-min is never made, as llama-server's (default {d.draft_min})")
     p.add_argument("--draft-vocab", type=int, default=d.draft_vocab,
                    help=f"a draft model proposes only token ids below this: a smaller read per draft token, "
                         f"never a different output (default {d.draft_vocab}; 0: the whole vocabulary)")

@@ -3,8 +3,10 @@
     --spec off|chain|ddtree|specla   --draft PATH   --draft-kind dflash|model|ngram
     --ddtree-budget 22   --ddtree-tau 6   --spec-top-k 4   --draft-vocab 32768
 
-Depth: with `draft_min` below `chain_depth` (luce-serve's default: 0), each step drafts the depth
-that measurably gives the most tokens per second (luce.spec.depth), down to plain decoding.
+Depth: with `draft_min` set (luce-serve's default: 0), each step drafts the depth in [draft_min,
+chain_depth] that measurably gives the most tokens per second (luce.spec.depth), or none (plain
+decoding) where that is faster: no draft shorter than draft_min (llama-server's --draft-min).
+`draft_min` None: always chain_depth.
 
 Modes (every one is lossless: output equals `off` for greedy and seeded sampling):
 - chain: the drafter's top-1 chain, verified as tree rows (GDN layers by factor capture);
@@ -39,8 +41,8 @@ class SpecConfig:
     spec_top_k: int = 4
     chain_depth: int = 8              # model / n-gram drafts; DFlash: block size - 1
     ngram_max: int = 4                # n-gram drafter: longest suffix looked up
-    draft_min: int | None = None      # adaptive depth in [draft_min, chain_depth] (luce.spec.depth);
-                                      # None: always chain_depth; 0 lets plain decoding win
+    draft_min: int | None = None      # adaptive depth: 0 (plain) or [draft_min, chain_depth]
+                                      # (luce.spec.depth); None: always chain_depth
     draft_vocab: int = DRAFT_VOCAB    # a draft model proposes ids below this (0: the whole vocabulary)
 
     def __post_init__(self):

@@ -15,8 +15,8 @@ lanes measured, weighing LANE_PRIOR verifies (its own verifies soon outweigh it)
 not climb from a blind prior at every request.
 
 Each step it drafts, for all its speculating lanes together (they share the draft call and
-the step), the depth in [min_depth, max_depth] with the most expected tokens per second,
-where depth 0 is plain decoding (one row per lane, no draft); decoding lanes that cannot
+the step), the depth in [min_depth, max_depth] (with `plain`, or 0) with the most expected
+tokens per second, where depth 0 is plain decoding (one row per lane, no draft); decoding lanes that cannot
 draft this step are AR rows of the same step, counted in both. Row counts, depths and lane
 counts not yet measured are estimated from the nearest measured ones (linearly in rows; past
 the largest, along the slope of the last two, or proportionally from one). It measures a
@@ -161,10 +161,14 @@ class LaneAcceptance:
 
 
 class DepthPolicy:
-    def __init__(self, max_depth: int, min_depth: int = 0):
+    """Depths in [min_depth, max_depth]; with `plain` also 0 (plain decoding) below a min_depth > 0:
+    a draft shorter than min_depth is not made, as llama-server's --draft-min."""
+
+    def __init__(self, max_depth: int, min_depth: int = 0, plain: bool = False):
         if not 0 <= min_depth <= max_depth:
             raise ValueError(f"draft depth range [{min_depth}, {max_depth}] is empty")
         self.min_depth, self.max_depth = min_depth, max_depth
+        self.plain = plain and min_depth > 0 and max_depth > 0   # 0 allowed outside the range
         self.drafts: dict[int, Timings] = {}   # drafting lanes -> depth -> seconds of the draft call
         self.step = Timings()           # rows of a decode step -> its seconds (all of it but the draft)
         self._lanes: dict[int, LaneAcceptance] = {}
@@ -177,7 +181,11 @@ class DepthPolicy:
 
     @property
     def adaptive(self) -> bool:
-        return self.min_depth < self.max_depth
+        return self.min_depth < self.max_depth or self.plain
+
+    def allowed(self, lo: int, hi: int) -> list[int]:
+        """The depths a step may draft, [lo, hi] (and 0 with `plain`), increasing."""
+        return ([0] if self.plain and lo > 0 else []) + list(range(lo, hi + 1))
 
     # ---- what the engine observed ------------------------------------------------------------
     def record_draft(self, depth: int, seconds: float, lanes: int = 1) -> None:
@@ -257,13 +265,14 @@ class DepthPolicy:
         left); `ar_rows`: decoding lanes of the step that do not draft (AR rows either way)."""
         hi = min(self.max_depth, limit)
         lo = min(self.min_depth, hi)
-        if not self.adaptive or hi <= lo or not slots:
+        allowed = self.allowed(lo, hi)
+        if not self.adaptive or len(allowed) < 2 or not slots:
             return hi
         rows = lambda d: ar_rows + len(slots) * (d + 1)  # noqa: E731
         shape = (len(slots), ar_rows)
         probes = [d for d in (max(PROBE_DEPTH, lo), self.max_depth) if d <= hi]
         if probes and shape not in self._probed:   # (near a request's end, estimates do)
-            for d in probes + [lo]:            # a short chain, the deepest and the floor first; from them,
+            for d in probes + [allowed[0]]:    # a short chain, the deepest and the floor first; from them,
                 unmeasured = self._unmeasured(d, len(slots), rows(d))   # estimates, refined by exploring
                 if unmeasured:
                     for key in unmeasured:
@@ -272,18 +281,20 @@ class DepthPolicy:
             if len(probes) == 2:               # (a short request probes the deepest chain later)
                 self._probed.add(shape)
         again, self._again = self._again, None
-        if again is not None and lo <= again <= hi:
+        if again is not None and again in allowed:
             return again
         if self.resting():                     # (the engine asks resting() itself, before its lanes)
             return 0
-        known = {d: r for d, r in self._rates(slots, ar_rows, lo, hi).items() if r is not None}
+        known = {d: r for d, r in self._rates(slots, ar_rows, allowed[0], hi).items()
+                 if r is not None and d in allowed}
         if not known:
             return lo
         best = max(known, key=lambda d: (known[d], -d))
         if best != self._best:                 # a new best: its neighbours are tried soon
             self._best, self._since, self._explore_every = best, 0, EXPLORE_EVERY
         self._since += 1
-        near = [d for d in (best - 1, best + 1) if lo <= d <= hi]
+        at = allowed.index(best)
+        near = [allowed[i] for i in (at - 1, at + 1) if 0 <= i < len(allowed)]
         tried = min(near, key=lambda d: (self.step.count.get(rows(d), 0), d)) if near else best
         drafting = [d for d in known if d > 0]
         if best == 0 and drafting:             # from plain decoding: the most promising depth (its

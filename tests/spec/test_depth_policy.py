@@ -169,3 +169,28 @@ def test_a_draft_is_timed_only_after_a_drafting_step(tiny_models):
     assert len(drafts) == 4 and timed == [2, 2, 2]        # every draft but the first
     timed, drafts = run([2, 0] * 4)
     assert len(drafts) == 4 and timed == []               # each one follows a plain step
+
+
+@pytest.mark.parametrize("machine, plain_best", [
+    (Machine(25e-3, 2, 10e-3, 0.1), True),     # drafts rarely right: plain decoding wins
+    (Machine(10e-3, 16, 1e-3, 0.88), False),   # cheap, good drafts: a deep chain wins
+])
+def test_a_draft_min_allows_plain_decoding_but_no_shorter_draft(machine, plain_best):
+    """As llama-server's --draft-min: a step drafts 0 (plain) or a depth in [min, max], never 1..min-1."""
+    policy = DepthPolicy(max_depth=8, min_depth=4, plain=True)
+    assert policy.adaptive and policy.allowed(4, 8) == [0, 4, 5, 6, 7, 8]
+    chosen = settle(policy, machine, [0])
+    assert not set(chosen) & {1, 2, 3}, sorted(set(chosen))
+    if plain_best:
+        assert chosen.count(0) > 0.8 * len(chosen)
+    else:
+        assert chosen.count(0) < 0.2 * len(chosen) and max(chosen) >= 4
+    assert policy.choose([0], 0) == 0                   # no room left: plain
+
+
+def test_draft_min_equal_to_draft_max_is_that_depth_or_plain():
+    policy = DepthPolicy(max_depth=5, min_depth=5, plain=True)
+    assert policy.adaptive
+    chosen = settle(policy, Machine(25e-3, 2, 10e-3, 0.1), [0])
+    assert set(chosen) <= {0, 5} and chosen.count(0) > 0.8 * len(chosen)
+    assert DepthPolicy(max_depth=5, min_depth=0, plain=True).allowed(0, 5) == [0, 1, 2, 3, 4, 5]
