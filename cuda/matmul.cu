@@ -228,9 +228,9 @@ inline double tile_waves(int64_t n) {
 // few blocks; two row tiles a block past 32 rows), else the launch before, as for the prefill
 // path. 1: the ring at every row count (kRingWide up to 8 rows), 2: two row tiles per block,
 // 3: the launch before (kLegacy) everywhere. Every shape computes the same bits (see the header).
-// 11 and 12: the wide-token tile kernel (matmul_rows.cuh) for decode calls of 9+ rows where it
-// fits, else as 0; 64 rows a block, 11: 2 warps of 2 m-tiles, 12: 4 warps of one. Tune 0 takes
-// 12's form where it measured faster (H200, docs/PERF.md session 15, 27B shapes): matrices of
+// 12: the wide-token tile kernel (matmul_rows.cuh: 64 rows a block, 4 warps of one m-tile) for
+// decode calls of 9+ rows where it fits, else as 0 (11, its form of 2 warps of two m-tiles, was
+// slower at every shape measured and spilled: removed, refused). Tune 0 takes it where it measured faster (H200, docs/PERF.md session 15, 27B shapes): matrices of
 // 8,192+ rows at 17+ tokens (gate 17408 x 5120: 23 tokens 68.9 -> 58.1 us, 64: 154.0 -> 113.8,
 // 80: 203.7 -> 132.7; Q8_0 10240 x 5120 alike) and the LM head's 9-16 (574 -> 469 us at 16); not
 // the 5,120-row down and out projections (fewer blocks than SMs: slower up to 64 tokens).
@@ -239,8 +239,8 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     const int64_t t = path == LUCE_MATMUL_PREFILL ? (int64_t)1 << 40 : a.rows;
     if (tune == 0 && path != LUCE_MATMUL_PREFILL && a.n >= 8192 && (t > 16 || (t > 8 && tile_waves(a.n) > 8.0)))
         tune = 12;
-    if (tune >= 11) {
-        const int r = t <= 8 ? -1 : tune == 11 ? launch_rows<Q, 2, 2>(a, stream) : launch_rows<Q, 1, 4>(a, stream);
+    if (tune == 12) {
+        const int r = t <= 8 ? -1 : launch_rows<Q, 1, 4>(a, stream);
         if (r >= 0) return r;
         tune = 0;
     }
@@ -333,7 +333,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     if (p->rows == 0) return 0;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || p->tune < 0 ||
-        p->tune > kMaxTune || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
+        p->tune > kMaxTune || p->tune == 11 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     if (!is_block_type(p->qtype)) {

@@ -35,9 +35,8 @@ template <int NT, int MT, int WM>
 __host__ __device__ constexpr int rows_tot_bytes() { return WM * MT * NT * 4 * WARP_SIZE * 4; }
 
 // Stages where they fit `limit` bytes of shared memory: `most` (2..4) down to 2, 0 where 2 do not
-// fit. Two by default: a block of 2 warps then takes ~80-95 KB at 80 rows, so 2 blocks share an
-// H200 SM (4 stages of IQ4_XS: ~147 KB, one block); LUCE_MATMUL_ROWS_STAGES=3 or 4 (read once)
-// for the A/B. NOT measured on a GPU yet.
+// fit. Two by default (measured on the H200 in docs/PERF.md session 15: 2 stages only);
+// LUCE_MATMUL_ROWS_STAGES=3 or 4 (read once) for the A/B.
 template <class Q, int NT, int MT, int WM>
 inline int rows_stages(int limit, int most) {
     for (int s = most; s >= 2; --s)

@@ -194,9 +194,9 @@ VERIFY_ROWS = (16, 23, 64, 80)
 BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS", "down"), ("IQ4_XS", "out"),
                                                    ("Q8_0", "qkv"), ("Q6_K", "lmhead"))
                 for r in VERIFY_ROWS for t in (0, 1, 2) if (r, t) != (16, 0)]  # 16 rows at tune 0: above
-# The wide-token tile kernel (cuda/matmul_rows.cuh; tune 11: 2 warps of 2 m-tiles a block, 12: 4 warps
-# of one; x staged once a block) at the same shapes and row counts, against tune 0 and 2 above:
-# tools/bench.py --filter _tune11$,_tune12$ (with _tune2$ and the tune-0 cases for the A/B).
+# The wide-token tile kernel (cuda/matmul_rows.cuh, tune 12: 4 warps of one m-tile, x staged once a
+# block; tune 0's choice at 8,192+ rows and 17+ tokens) at the same shapes and row counts, against
+# tune 2 above: tools/bench.py --filter _tune12$,_tune2$.
 BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS", "down"), ("IQ4_XS", "out"),
                                                    ("Q8_0", "qkv"), ("Q6_K", "lmhead"))
-                for r in VERIFY_ROWS for t in (11, 12)]
+                for r in VERIFY_ROWS for t in (12,)]

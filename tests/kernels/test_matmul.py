@@ -311,6 +311,8 @@ def test_bad_arguments_raise():
         run_kernel(x, raw, 2, 16)  # unsupported type id
     with pytest.raises(KernelError, match="luce_matmul"):
         run_kernel(x, raw, Q.Q4_K, 16, tune=13)  # past kMaxTune (cuda/matmul.cu)
+    with pytest.raises(KernelError, match="luce_matmul"):
+        run_kernel(x, raw, Q.Q4_K, 16, tune=11)  # removed (the wide-token form's 2-warp shape)
     from luce.ops.cuda_memory import DeviceBuffer
     small = DeviceBuffer(64)
     with pytest.raises(KernelError, match="luce_matmul"):
@@ -351,14 +353,14 @@ def test_iq4_xs_few_rows_kernel(n, k):
     assert np.array_equal(np.delete(dirty, 2, axis=0), np.delete(clean, 2, axis=0))
 
 
-# The wide-token tile kernel (cuda/matmul_rows.cuh; tune 11 and 12) at verify and draft-block row
+# The wide-token tile kernel (cuda/matmul_rows.cuh; tune 12) at verify and draft-block row
 # counts: n = 4101 (row blocks of 64: the last partly past n), k of every type (Q8_0 / Q5_0: a
 # ragged last chunk) and the 27B's k = 5120.
 @pytest.mark.gpu
 @pytest.mark.parametrize("qtype", BLOCK_TYPES)
 @pytest.mark.parametrize("k", [None, 5120])
 def test_wide_token_tile_kernel(qtype, k):
-    """16, 17, 23, 33, 64 and 80 rows: tune 11 and 12 == tune 3 and 2 (today's tile kernel), bitwise,
+    """16, 17, 23, 33, 64 and 80 rows: tune 12 == tune 3 and 2 (today's tile kernel), bitwise,
     with bias at odd row counts; each row == the row alone (tune 4: the tile kernel at one row); parity."""
     k = k or K_OF[qtype]
     n = 4101
@@ -370,11 +372,11 @@ def test_wide_token_tile_kernel(qtype, k):
     for rows in (16, 17, 23, 33, 64, 80):
         b = bias if rows % 2 else None
         want = run_kernel(x[:rows], raw, qtype, n, bias=b, tune=3)
-        for tune in (2, 11, 12):
+        for tune in (2, 12):
             got = run_kernel(x[:rows], raw, qtype, n, bias=b, tune=tune)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{rows} rows, tune {tune}"
         if b is not None:
             for r, row in alone.items():
                 if r < rows:
                     assert np.array_equal(want[r].view(np.uint32), row.view(np.uint32)), f"{rows} rows: row {r}"
-    assert_rows_close(run_kernel(x, raw, qtype, n, tune=11)[:, :37], ref_matmul(x, wd37), "matmul_blocks")
+    assert_rows_close(run_kernel(x, raw, qtype, n, tune=12)[:, :37], ref_matmul(x, wd37), "matmul_blocks")

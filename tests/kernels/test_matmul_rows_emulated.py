@@ -52,7 +52,7 @@ def rows_smem(qtype, rows: int, tune: int, limit: int = 232448, most: int = 2) -
     nt = max(2, -(-tiles // blocks))
     words = (CHUNK_BYTES[qtype] + 30) // 16
     slot = 16 * (words if words % 2 else words + 1)
-    stage, tot = 8 * nt * 576 + 64 * slot, 2 * nt * 1024  # 64 weight rows a block (2 x 2 or 4 x 1)
+    stage, tot = 8 * nt * 576 + 64 * slot, 2 * nt * 1024  # 64 weight rows a block (4 warps x 1 m-tile)
     for s in range(most, 1, -1):
         if s * stage + tot <= limit:
             return s * stage + tot
@@ -74,7 +74,7 @@ def test_wide_token_kernel_gives_the_tile_kernels_bits(lib, qtype, k):
         b = bias if rows % 2 else None
         want = run(lib, x[:rows], raw, qtype, n, b, tune=3)
         assert same_bits(want, run(lib, x[:rows], raw, qtype, n, b, tune=2)), f"{rows} rows: tune 2 != tune 3"
-        for tune in (11, 12):
+        for tune in (12,):
             got = run(lib, x[:rows], raw, qtype, n, b, tune=tune)
             assert lib.emu_last_launch_smem() == rows_smem(qtype, rows, tune), f"{rows} rows, tune {tune}: not the kernel"
             assert same_bits(got, want), f"{rows} rows, tune {tune}: differs from the tile kernel"
@@ -82,7 +82,7 @@ def test_wide_token_kernel_gives_the_tile_kernels_bits(lib, qtype, k):
             for r, row in alone.items():
                 if r < rows:
                     assert same_bits(want[r], row), f"{rows} rows: row {r} differs from the row alone"
-    assert_rows_close(run(lib, x, raw, qtype, n, bias, tune=11),
+    assert_rows_close(run(lib, x, raw, qtype, n, bias, tune=12),
                       x.astype(np.float64) @ wd.T.astype(np.float64) + bias, "matmul_blocks")
 
 
@@ -97,7 +97,7 @@ def test_small_shared_memory_devices(tmp_path, monkeypatch, limit):
         raw, _ = weights(qtype, n, k)
         x = activations(80, k, seed=3)
         want = run(small, x, raw, qtype, n, tune=3)
-        for tune in (11, 12):
+        for tune in (12,):
             got = run(small, x, raw, qtype, n, tune=tune)
             smem = rows_smem(qtype, 80, tune, limit)
             assert (small.emu_last_launch_smem() == smem) == (smem > 0), f"{qtype.name} tune {tune}"
@@ -115,7 +115,7 @@ def test_deeper_stages(tmp_path, monkeypatch):
         x = activations(80, k, seed=9)
         for rows in (23, 80):
             want = run(deep, x[:rows], raw, qtype, n, tune=3)
-            for tune in (11, 12):
+            for tune in (12,):
                 got = run(deep, x[:rows], raw, qtype, n, tune=tune)
                 assert deep.emu_last_launch_smem() == rows_smem(qtype, rows, tune, most=4), "not 4 stages"
                 assert same_bits(got, want), f"{qtype.name} {rows} rows, tune {tune}: differs from the tile kernel"
