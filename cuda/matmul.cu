@@ -295,7 +295,7 @@ int default_tune() {
     static const int tune = [] {
         const char *v = getenv("LUCE_MATMUL_TUNE");
         const int t = v ? atoi(v) : 0;
-        return t >= 1 && t <= kMaxTune ? t : 0;
+        return t >= 1 && t <= kMaxTune && t != 11 ? t : 0;  // 11: removed (refused per call)
     }();
     return tune;
 }
@@ -333,7 +333,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     if (p->rows == 0) return 0;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || p->tune < 0 ||
-        p->tune > kMaxTune || p->tune == 11 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
+        p->tune > kMaxTune || rows_tune == 11 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     if (!is_block_type(p->qtype)) {
