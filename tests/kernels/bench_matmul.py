@@ -40,6 +40,10 @@ SHAPES.update(QWEN05B_SHAPES)
 # The 27B decode step's merged gate|up (2 x 17408 -> 34816 rows): IQ4_XS one-row cases only.
 MERGED_SHAPES = {"gateup": (34816, 5120)}
 SHAPES.update(MERGED_SHAPES)
+# The 27B DFlash draft's layer matrices (hidden 5120, 32 / 8 heads x 128, FFN 17408; Q8_0): q, k (and
+# v), out, down; its gate|up is the merged 34816-row shape. Prompt-GEMM cases at draft pass rows.
+DRAFT_SHAPES = {"dq": (4096, 5120), "dk": (1024, 5120), "dout": (5120, 4096)}
+SHAPES.update(DRAFT_SHAPES)
 GOAL_TYPES = ("IQ4_XS", "Q4_K", "Q6_K", "Q8_0", "Q5_K", "Q5_0")
 L2_BYTES = 60 << 20
 
@@ -86,7 +90,8 @@ def _case(qtype_name, shape, rows, path=0, reuse_x=False, tune=0):
     return c
 
 
-BIG_SHAPES = [s for s in SHAPES if s not in SMALL_SHAPES and s not in QWEN05B_SHAPES and s not in MERGED_SHAPES]
+BIG_SHAPES = [s for s in SHAPES
+              if s not in SMALL_SHAPES and s not in QWEN05B_SHAPES and s not in MERGED_SHAPES and s not in DRAFT_SHAPES]
 BENCH_CASES = [c for q in GOAL_TYPES for s in BIG_SHAPES for c in (
     _case(q, s, 1), _case(q, s, 1, tune=1), _case(q, s, 16), _case(q, s, 32),  # tune 1: the ring
     _case(q, s, 1, tune=3), _case(q, s, 16, tune=3), _case(q, s, 32, tune=3))]
@@ -200,3 +205,9 @@ BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS
 BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS", "down"), ("IQ4_XS", "out"),
                                                    ("Q8_0", "qkv"), ("Q6_K", "lmhead"))
                 for r in VERIFY_ROWS for t in (12,)]
+# A DFlash pass of 2-5 lanes (32-80 block rows) on the prompt GEMM (path 1): its launch shapes (every
+# tune the same bits) on the draft's Q8_0 matrices and the target's LM head: tools/bench.py --filter
+# _prefill_tune,_prefill$ with the shape names.
+BENCH_CASES += [_case("Q8_0", s, r, path=1, tune=t) for s in ("dq", "dk", "dout", "down", "gateup")
+                for r in (48, 80) for t in (0, 2, 4, 8, 16, 32)]
+BENCH_CASES += [_case("Q6_K", "lmhead", r, path=1, tune=t) for r in (48, 80) for t in (0, 4, 16, 32, 64)]
