@@ -176,7 +176,9 @@ int launch_half(const HalfArgs &a, cudaStream_t stream) {
         if (err != cudaSuccess) return luce_status(err);
         ready = true;
     }
-    const dim3 grid((unsigned)(a.x.tp / (8 * kNT)), (unsigned)((a.n + 16 * kMT * kWarps - 1) / (16 * kMT * kWarps)));
+    // Token tiles holding live rows only: x is padded to 128 rows (kRowPad), and a tile of pad
+    // rows stores nothing (a DFlash pass of 80 rows at kNT 4: 3 tiles, not 4).
+    const dim3 grid((unsigned)((a.rows + 8 * kNT - 1) / (8 * kNT)), (unsigned)((a.n + 16 * kMT * kWarps - 1) / (16 * kMT * kWarps)));
 #if defined(__CUDACC__) || defined(__HIPCC__)
     return luce_status(launch_overlapped(kernel, grid, dim3(kWarps * WARP_SIZE), kSmem, stream, true, a));
 #else  // the host emulator (tests/kernels/emu)

@@ -205,9 +205,3 @@ BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS
 BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS", "down"), ("IQ4_XS", "out"),
                                                    ("Q8_0", "qkv"), ("Q6_K", "lmhead"))
                 for r in VERIFY_ROWS for t in (12,)]
-# A DFlash pass of 2-5 lanes (32-80 block rows) on the prompt GEMM (path 1): its launch shapes (every
-# tune the same bits) on the draft's Q8_0 matrices and the target's LM head: tools/bench.py --filter
-# _prefill_tune,_prefill$ with the shape names.
-BENCH_CASES += [_case("Q8_0", s, r, path=1, tune=t) for s in ("dq", "dk", "dout", "down", "gateup")
-                for r in (48, 80) for t in (0, 2, 4, 8, 16, 32)]
-BENCH_CASES += [_case("Q6_K", "lmhead", r, path=1, tune=t) for r in (48, 80) for t in (0, 4, 16, 32, 64)]
