@@ -20,9 +20,11 @@ from luce.ops.api import SEG_AR, SEG_PAD, FusedOps, gdn_input_widths, gdn_q_scal
 from luce.ops.cuda_array import Block
 
 ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_attention's fused launch
-# swiglu_matmul of one decode row: the down projection's one-row kernel forms silu(gate) * up in
-# lane (LUCE_MATMUL_X_SWIGLU), one launch fewer a layer; "0": SwiGLU + quantize, then the matmul.
-SWIGLU_X_ON = os.environ.get("LUCE_MATMUL_SWIGLU_X", "1") != "0"
+# swiglu_matmul of one decode row: LUCE_MATMUL_SWIGLU_X=1 has the down projection's one-row kernel
+# form silu(gate) * up in lane (LUCE_MATMUL_X_SWIGLU), one launch fewer a layer. Off by default: on
+# the H200 it ran 5-7% slower (Coder-1.5B 606 against 638 tok/s, 0.5B 814 against 876; every block
+# computes the whole row's SwiGLU before its first product: docs/PERF.md, session 16).
+SWIGLU_X_ON = os.environ.get("LUCE_MATMUL_SWIGLU_X", "0") == "1"
 # Every block of the one-row kernel reads the whole [gate | up] row (2 k floats from L2): up to
 # the Coder models' FFN widths (0.5B 4,864, 1.5B 8,960); the 27B's 17,408 keeps two launches.
 SWIGLU_X_MAX_K = 9216
