@@ -36,6 +36,12 @@ from luce.ops.cuda_step_ops import StepOps
 
 DTYPES = (np.float32, np.int32, np.int64)
 X_ONCE_ON = os.environ.get("LUCE_MATMUL_X_ONCE", "1") != "0"   # CudaBackend._matmuls (A/B runs: "0")
+# X_ONCE only for small matrices: every block of the one-row kernel quantizes the whole x itself.
+# On the H200 the 27B's out projections (k = 6,144) ran 2-3.5% slower a step with it (docs/PERF.md,
+# session 16: four calls) and the 0.5B's LM head (n = 151,936, a thousand blocks) 1% slower; the
+# Coder models' out projections (k = 896, 1,536) keep it.
+X_ONCE_MAX_N = int(os.environ.get("LUCE_MATMUL_X_ONCE_MAX_N", "65536"))
+X_ONCE_MAX_K = int(os.environ.get("LUCE_MATMUL_X_ONCE_MAX_K", "4096"))
 
 
 @dataclass
@@ -277,7 +283,9 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps,
         # X_ONCE where no REUSE_X call follows the call that quantizes a run's x: one block-type
         # weight (the out projection, the LM head); its one-row decode calls then quantize x in
         # lane (cuda/matmul_gemv_x.cuh), one launch fewer. LUCE_MATMUL_X_ONCE=0: never (A/B runs).
-        once = km.X_ONCE if sum(w.qtype not in km.FLOAT_QTYPES for w in weights) == 1 and X_ONCE_ON else 0
+        blocks = [w for w in weights if w.qtype not in km.FLOAT_QTYPES]
+        small = len(blocks) == 1 and blocks[0].n <= X_ONCE_MAX_N and blocks[0].k <= X_ONCE_MAX_K
+        once = km.X_ONCE if small and X_ONCE_ON else 0
         if quantized is not None:
             if runs != [(0, rows, False)]:
                 raise ValueError(f"matmul: x quantized for the decode family, but the rows run {runs}")

@@ -92,8 +92,8 @@ def test_x_once_only_where_no_reuse_follows(tmp_path, monkeypatch, arch, slots):
 
 def test_flags_of_matmuls_calls(tmp_path, monkeypatch):
     """Several block-type weights: the first quantizes (0), the others reuse (REUSE_X); one
-    weight: X_ONCE; a float weight beside one block-type weight leaves it X_ONCE; prompt rows
-    (the prefill GEMM) are never flagged X_ONCE."""
+    weight: X_ONCE (up to X_ONCE_MAX_K columns and X_ONCE_MAX_N rows); a float weight beside one
+    block-type weight leaves it X_ONCE; prompt rows (the prefill GEMM) are never flagged X_ONCE."""
     import numpy as np
 
     from luce import _cuda_matmul
@@ -111,6 +111,14 @@ def test_flags_of_matmuls_calls(tmp_path, monkeypatch):
 
     assert flags_of(lambda: b.matmuls(x, blocks[:2])) == [0, REUSE_X]
     assert flags_of(lambda: b.matmul(x, blocks[0])) == [X_ONCE]
+    from luce.ops import cuda_backend
+
+    for limit in ("X_ONCE_MAX_K", "X_ONCE_MAX_N"):   # past either bound: quantize_x, then the matmul
+        size = blocks[0].k if limit == "X_ONCE_MAX_K" else blocks[0].n
+        monkeypatch.setattr(cuda_backend, limit, size - 1)
+        assert flags_of(lambda: b.matmul(x, blocks[0])) == [0], limit
+        monkeypatch.setattr(cuda_backend, limit, size)
+        assert flags_of(lambda: b.matmul(x, blocks[0])) == [X_ONCE], limit
     x3 = b.upload(np.zeros((3, blocks[0].k), np.float32))
     assert flags_of(lambda: b.matmuls(x3, blocks)) == [0, REUSE_X, REUSE_X]
     assert flags_of(lambda: b.matmul(x3, blocks[0])) == [X_ONCE]   # luce_matmul ignores it past one row
