@@ -25,11 +25,7 @@ extern "C" {
  * in its own lanes (cuda/matmul_gemv_x.cuh; the same bits, one launch fewer) and leaves the
  * workspace unwritten (it is still required: other calls quantize into it as without the flag).
  * Set it only where no REUSE_X call follows on this workspace (luce/ops/cuda_backend.py: a
- * matmuls call with one block-type weight). With LUCE_MATMUL_X_SWIGLU (one decode row, neither
- * other flag) x is the row [gate | up] of 2k values and the product is silu(gate) * up @ W^T:
- * the one-row kernel forms and quantizes silu(gate) * up in lane (bitwise luce_swiglu_quant then
- * this call with REUSE_X); it is refused (invalid value) where luce_matmul_x_in_lane is 0.
- * Float types (F32, F16, BF16)
+ * matmuls call with one block-type weight). Float types (F32, F16, BF16)
  * multiply x as is (SIMT) and need no workspace.
  * Batch invariance: each output is reduced over k in an order fixed by k alone, so a row's
  * result is bitwise the same whatever rows share the call, whatever `path` or `tune`.
@@ -59,7 +55,6 @@ extern "C" {
 #define LUCE_MATMUL_PREFILL 1
 #define LUCE_MATMUL_REUSE_X 1
 #define LUCE_MATMUL_X_ONCE 2
-#define LUCE_MATMUL_X_SWIGLU 4
 typedef struct {
     const float *x;
     const void *w;
@@ -80,9 +75,6 @@ int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k);
 /* Bytes of one weight row of k values of qtype; -1 if unsupported or k is not whole blocks. */
 int64_t luce_matmul_row_bytes(int32_t qtype, int64_t k);
 int luce_matmul(const luce_matmul_params *p, void *stream);
-/* 1 where a one-row decode call with these params (rows, x and y unused) takes the one-row kernel
- * and quantizes x in its lanes (LUCE_MATMUL_X_ONCE, LUCE_MATMUL_X_SWIGLU), else 0. */
-int luce_matmul_x_in_lane(const luce_matmul_params *p);
 /* Prompt rows (DESIGN 5 rule 1; cuda/matmul_prefill.cu, reference luce/ref/matmul_prefill.py):
  * the same product for block types with x quantized to 8 bits per 32 values (ggml's q8_1),
  * int8 tensor cores over 64-token tiles; |error| against f32 within

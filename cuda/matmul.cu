@@ -324,20 +324,6 @@ extern "C" int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k) {
 }
 
 
-extern "C" int luce_matmul_x_in_lane(const luce_matmul_params *p_in) {
-    luce_matmul_params p = *p_in;
-    p.rows = 1;
-    p.path = LUCE_MATMUL_DECODE;
-    if (p.tune == 0) p.tune = default_tune();
-    if (p.tune >= 11 || p.tune < 0) p.tune = 0;
-    const int64_t row_bytes = luce_matmul_row_bytes(p.qtype, p.k);
-    if (row_bytes < 0 || p.n <= 0 || !is_block_type(p.qtype)) return 0;
-    const XLayout xl = x_layout(nullptr, 1, p.k);
-    const int tune = p.tune == 9 || p.tune == 10 ? 0 : p.tune;
-    const OneRow one_row = one_row_choice(&p, static_cast<const uint8_t *>(p.w), xl, row_bytes, tune);
-    return one_row.runs && one_row.x_in_lane;
-}
-
 extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     luce_matmul_params tuned = *p_in;
     if (tuned.tune == 0) tuned.tune = default_tune();
@@ -366,10 +352,6 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     // X_ONCE without REUSE_X on the one-row kernel: it quantizes x itself, the workspace is not written.
     const bool in_lane = one_row.runs && one_row.x_in_lane &&
                          (p->flags & (LUCE_MATMUL_REUSE_X | LUCE_MATMUL_X_ONCE)) == LUCE_MATMUL_X_ONCE;
-    if (p->flags & LUCE_MATMUL_X_SWIGLU) {  // x = [gate | up] of one row: only in lane (luce_matmul_x_in_lane)
-        if (p->flags != LUCE_MATMUL_X_SWIGLU || !one_row.runs || !one_row.x_in_lane) return (int)cudaErrorInvalidValue;
-        return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, p->x, p->x + p->k, stream);
-    }
     if (!(p->flags & LUCE_MATMUL_REUSE_X) && !in_lane) {
         const int64_t warps = xl.tp * xl.chunks;
         const int per_block = 256 / WARP_SIZE;
@@ -377,8 +359,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
                                                   dim3(256), 0, stream, chain_overlap(kPdlQuant), p->x, p->rows, p->k, xl);
         if (err != cudaSuccess) return luce_status(err);
     }
-    if (one_row.runs)
-        return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr, nullptr, stream);
+    if (one_row.runs) return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr, stream);
     if (p->qtype == LUCE_QT_IQ4_XS && p->path == LUCE_MATMUL_DECODE && p->rows >= 2 && p->rows <= 8 &&
         (p->tune == 9 || (p->tune == 0 && kGemvRowsByDefault))) {
         static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);

@@ -55,7 +55,6 @@ struct GemvArgs {
     int64_t n, row_bytes;
     int warps;  // W: ceil(chunks / (CPL * CW))
     const float *xf;  // token 0's f32 x where the kernel quantizes it in lane (matmul_gemv_x.cuh), else null
-    const float *xu;  // with xf: its up values (x = silu(xf) * xu, LUCE_MATMUL_X_SWIGLU), else null
 };
 
 // Block: `warps` warps (all chunks of k, CPL chunk slots a lane); rows in batches of R.
@@ -124,7 +123,7 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
 #pragma unroll
         for (int s = 0; s < CPL; ++s) {
             float xd, xs;
-            gemv_quantize_x<G>(a.xf, a.xu, ch[s], jg[s], gx[s], xd, xs);
+            gemv_quantize_x<G>(a.xf, ch[s], jg[s], gx[s], xd, xs);
             if (live[s] && j == 0) xd_s[ch[s]] = xd;
             if (G::kGroupScale && G::kOffset && live[s]) xs_s[ch[s] * kGroups + j] = xs;
         }

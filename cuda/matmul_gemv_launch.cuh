@@ -33,7 +33,7 @@ constexpr bool kGemvGroupScaleByDefault = true;
 // the three-prmt lookup (iq4_pairs); 7 takes the register form (gemv2's kernel, for comparison).
 inline int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
     static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    const GemvStagedArgs s{g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0, 0, g.xf, g.xu};
+    const GemvStagedArgs s{g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0, 0, g.xf};
     if (tune == 6) {
         if (gemv_staged_runs<8>(g.w, g.n, g.x, g.row_bytes, smem_limit))
             return launch_gemv_staged<StagedIQ4XS<true>, 8>(s, stream);
@@ -89,10 +89,10 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
 }
 
 // The launch of a call one_row_choice runs; xf: token 0's f32 x to quantize in lane, or null
-// (the workspace xl holds it); xu: with xf, the up values of a SwiGLU (x = silu(xf) * xu), or null.
+// (the workspace xl holds it).
 inline int launch_one_row(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
-                          int tune, bool deep, const float *xf, const float *xu, cudaStream_t stream) {
-    const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0, xf, xu};
+                          int tune, bool deep, const float *xf, cudaStream_t stream) {
+    const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0, xf};
     switch (p->qtype) {
         case LUCE_QT_Q4_K: return launch_gemv<GemvQ4K>(g, deep, stream);
         case LUCE_QT_Q5_K: return launch_gemv<GemvQ5K>(g, deep, stream);

@@ -172,7 +172,6 @@ struct GemvStagedArgs {
     int warps;   // W = ceil(chunks / 4)
     int stages;  // S, 2..kStagedMaxStages
     const float *xf;  // token 0's f32 x where the kernel quantizes it in lane (matmul_gemv_x.cuh), else null
-    const float *xu;  // with xf: its up values (x = silu(xf) * xu, LUCE_MATMUL_X_SWIGLU), else null
 };
 
 constexpr int kStagedMaxStages = 3;
@@ -328,7 +327,7 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
     GroupX gx;
     if constexpr (kX) {
         float xd, xs;
-        gemv_quantize_x<G, true>(a.xf, a.xu, ch, j, gx, xd, xs);
+        gemv_quantize_x<G, true>(a.xf, ch, j, gx, xd, xs);
         if (live && j == 0) xd_s[ch] = xd;
     } else {
         G::load_x(a.x, ch, j, gx);

@@ -15,8 +15,6 @@
 //   the group's integer sum (the byte planes' s_j, exact), and its float sums S0 = (p0 + p1) +
 //   (p2 + p3) over its quads' x_unit_sum0, S1 likewise: the association quantize_x_values' xor
 //   butterfly gives (its lane of quad 0 stores them); the Q5_0 chain takes S0 + S1.
-// With `up` (LUCE_MATMUL_X_SWIGLU) the values quantized are silu(x) * up, luce_swiglu_quant's
-// formula (cuda/norm_quant.cu, silu_f32): the bits that call and a REUSE_X call give.
 // Weights still load before wait_for_prior_kernels (cuda/pdl.cuh), x only after it.
 #pragma once
 
@@ -31,14 +29,12 @@ __device__ __forceinline__ float lanes8_max(float v) {
     return v;
 }
 
-// Lane j (= lane % 8) of chunk ch of token 0's f32 row x (or silu(x) * up where `up` is set, the
-// row's up values at x's indices): quantizes its units and fills gx as
+// Lane j (= lane % 8) of chunk ch of token 0's f32 row x: quantizes its units and fills gx as
 // the reader's load from the workspace would (kOwn: the reader's own layout, G::x_unit and
 // G::set_x; else group j's 4 quads and, for the types with mins, its integer sum); xd the
 // chunk's scale; xs the group's S0 + S1 (the default layout only). The whole warp calls.
 template <class G, bool kOwn = G::kOwnLayout>
-__device__ __forceinline__ void gemv_quantize_x(const float *x, const float *up, int64_t ch, int j, GroupX &gx,
-                                                float &xd, float &xs) {
+__device__ __forceinline__ void gemv_quantize_x(const float *x, int64_t ch, int j, GroupX &gx, float &xd, float &xs) {
     float v[4][8];
     float amax = 0.0f, bad = 0.0f;
 #pragma unroll
@@ -50,14 +46,6 @@ __device__ __forceinline__ void gemv_quantize_x(const float *x, const float *up,
         const float4 b = __ldg(reinterpret_cast<const float4 *>(src + 16 + 4 * quad));
         v[i][0] = a.x; v[i][1] = a.y; v[i][2] = a.z; v[i][3] = a.w;
         v[i][4] = b.x; v[i][5] = b.y; v[i][6] = b.z; v[i][7] = b.w;
-        if (up) {
-            const float *u = up + (ch * kGroups + group) * 32;
-            const float4 c = __ldg(reinterpret_cast<const float4 *>(u + 4 * quad));
-            const float4 d = __ldg(reinterpret_cast<const float4 *>(u + 16 + 4 * quad));
-            const float uv[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
-#pragma unroll
-            for (int e = 0; e < 8; ++e) v[i][e] = silu_f32(v[i][e]) * uv[e];
-        }
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
             const float m = fabsf(v[i][e]);

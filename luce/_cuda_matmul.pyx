@@ -33,14 +33,12 @@ cdef extern from "luce_ops.h":
 ctypedef int (*matmul_fn)(const luce_matmul_params *, void *) noexcept nogil
 ctypedef int64_t (*workspace_fn)(int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*row_bytes_fn)(int32_t, int64_t) noexcept nogil
-ctypedef int (*in_lane_fn)(const luce_matmul_params *) noexcept nogil
 
 cdef matmul_fn _matmul = NULL
 cdef matmul_fn _matmul_prefill = NULL
 cdef workspace_fn _prefill_workspace_bytes = NULL
 cdef workspace_fn _workspace_bytes = NULL
 cdef row_bytes_fn _row_bytes = NULL
-cdef in_lane_fn _x_in_lane = NULL
 
 # ggml type ids the kernel multiplies (LUCE_QT_* in cuda/luce_ops.h).
 QTYPES = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14,
@@ -50,17 +48,15 @@ PATH_DECODE = 0
 PATH_PREFILL = 1
 REUSE_X = 1
 X_ONCE = 2   # no later call reuses this call's quantized x: one-row calls quantize it in lane (LUCE_MATMUL_X_ONCE)
-X_SWIGLU = 4   # x is one row [gate | up]: the one-row kernel quantizes silu(gate) * up in lane (x_in_lane only)
 
 
 def load(str path):
     """Resolve the matmul entry points in the kernel library at `path`."""
-    global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes, _x_in_lane
+    global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes
     cdef void *lib = _open_library(path)
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_workspace_bytes")
     _row_bytes = <row_bytes_fn>_symbol(lib, path, "luce_matmul_row_bytes")
     _matmul = <matmul_fn>_symbol(lib, path, "luce_matmul")
-    _x_in_lane = <in_lane_fn>_symbol(lib, path, "luce_matmul_x_in_lane")
     _prefill_workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_prefill_workspace_bytes")
     _matmul_prefill = <matmul_fn>_symbol(lib, path, "luce_matmul_prefill")
 
@@ -80,27 +76,6 @@ def row_bytes(int32_t qtype, int64_t k):
                          f"{sorted(QTYPES)}; k must be whole blocks: 256 values for K-quants "
                          f"and IQ4_XS, 32 for Q8_0/Q5_0)")
     return nb
-
-
-def x_in_lane(uintptr_t w, int64_t n, int64_t k, int32_t qtype, int32_t tune=0):
-    """Whether a one-row decode call of this weight takes the one-row kernel and quantizes x in
-    its lanes (X_ONCE, X_SWIGLU; cuda/matmul_gemv_launch.cuh)."""
-    _require_loaded(<void *>_matmul)
-    cdef luce_matmul_params p
-    p.x = NULL
-    p.w = <const void *>w
-    p.bias = NULL
-    p.y = NULL
-    p.workspace = NULL
-    p.workspace_bytes = 0
-    p.rows = 1
-    p.n = n
-    p.k = k
-    p.qtype = qtype
-    p.path = PATH_DECODE
-    p.flags = 0
-    p.tune = tune
-    return bool(_x_in_lane(&p))
 
 
 def prefill_workspace_bytes(int64_t rows, int64_t k):
@@ -138,7 +113,7 @@ def matmul(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t work
            int32_t path=0, int32_t flags=0, int32_t tune=0, uintptr_t stream=0):
     """x [rows, k] f32, w [n, row_bytes(qtype, k)] u8, bias [n] f32 or 0, y [rows, n] f32,
     workspace (block types) of workspace_bytes (device addresses; x, workspace 16-byte
-    aligned). path PATH_DECODE or PATH_PREFILL, flags REUSE_X | X_ONCE or X_SWIGLU, tune 0..12 (cuda/luce_ops_weights.h): kernel
+    aligned). path PATH_DECODE or PATH_PREFILL, flags REUSE_X | X_ONCE, tune 0..10 (cuda/luce_ops_weights.h): kernel
     and launch shape only, the result is bitwise the same for any of them."""
     _require_loaded(<void *>_matmul)
     raise_for_status(_launch(_matmul, x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, path, flags,

@@ -38,8 +38,8 @@ DTYPES = (np.float32, np.int32, np.int64)
 X_ONCE_ON = os.environ.get("LUCE_MATMUL_X_ONCE", "1") != "0"   # CudaBackend._matmuls (A/B runs: "0")
 # X_ONCE only for small matrices: every block of the one-row kernel quantizes the whole x itself.
 # On the H200 the 27B's out projections (k = 6,144) ran 2-3.5% slower a step with it (docs/PERF.md,
-# session 16: four calls) and the 0.5B's LM head (n = 151,936, a thousand blocks) 1% slower; the
-# Coder models' out projections (k = 896, 1,536) keep it.
+# session 16: four calls), the 0.5B's LM head (n = 151,936, a thousand blocks) 1% slower in one
+# run; the Coder models' out projections (k = 896, 1,536) keep it.
 X_ONCE_MAX_N = int(os.environ.get("LUCE_MATMUL_X_ONCE_MAX_N", "65536"))
 X_ONCE_MAX_K = int(os.environ.get("LUCE_MATMUL_X_ONCE_MAX_K", "4096"))
 

@@ -20,14 +20,6 @@ from luce.ops.api import SEG_AR, SEG_PAD, FusedOps, gdn_input_widths, gdn_q_scal
 from luce.ops.cuda_array import Block
 
 ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_attention's fused launch
-# swiglu_matmul of one decode row: LUCE_MATMUL_SWIGLU_X=1 has the down projection's one-row kernel
-# form silu(gate) * up in lane (LUCE_MATMUL_X_SWIGLU), one launch fewer a layer. Off by default: on
-# the H200 it ran 5-7% slower (Coder-1.5B 606 against 638 tok/s, 0.5B 814 against 876; every block
-# computes the whole row's SwiGLU before its first product: docs/PERF.md, session 16).
-SWIGLU_X_ON = os.environ.get("LUCE_MATMUL_SWIGLU_X", "0") == "1"
-# Every block of the one-row kernel reads the whole [gate | up] row (2 k floats from L2): up to
-# the Coder models' FFN widths (0.5B 4,864, 1.5B 8,960); the 27B's 17,408 keeps two launches.
-SWIGLU_X_MAX_K = 9216
 
 
 class CudaFusedOps(FusedOps):
@@ -42,18 +34,6 @@ class CudaFusedOps(FusedOps):
             return None, 0
         ws_bytes = km.workspace_bytes(rows, k)
         return self.empty((ws_bytes,), np.uint8), ws_bytes
-
-    def _x_in_lane(self, w) -> bool:
-        """Whether w's one-row decode calls quantize x in lane (luce_matmul_x_in_lane), per weight."""
-        from luce import _cuda_matmul as km
-
-        key = (w.ptr, w.n, w.k, w.qtype)
-        cache = getattr(self, "_x_in_lane_of", None)
-        if cache is None:
-            cache = self._x_in_lane_of = {}
-        if key not in cache:
-            cache[key] = w.qtype not in km.FLOAT_QTYPES and km.x_in_lane(w.ptr, w.n, w.k, w.qtype)
-        return cache[key]
 
     def add_rmsnorm_matmuls(self, x, residual, weight, eps: float, weights, biases=None, prefill_spans=()):
         from luce import _cuda_fused as kf
@@ -107,13 +87,6 @@ class CudaFusedOps(FusedOps):
         workspace, ws_bytes = self._quant_workspace(T, F, [w])
         if workspace is None:
             return super().swiglu_matmul(gate, up, w)
-        if T == 1 and up is None and SWIGLU_X_ON and F <= SWIGLU_X_MAX_K and self._x_in_lane(w):
-            from luce import _cuda_matmul as km
-
-            y = self.empty((1, w.n))   # the workspace is required, not written
-            km.matmul(gate_ptr, w.ptr, 0, y.ptr, workspace.ptr, ws_bytes, 1, w.n, F, w.qtype, km.PATH_DECODE,
-                      km.X_SWIGLU, 0, self.stream)
-            return y
         act = self.empty((T, F))
         kf.swiglu_quant(gate_ptr, up_ptr, act.ptr, workspace.ptr, ws_bytes, T, F, stride, stride, self.stream)
         return self._matmuls(act, [w], None, (), (workspace, ws_bytes))[0]

@@ -27,6 +27,7 @@ import numpy as np
 
 SHAPES = {"gate": (17408, 5120), "down": (5120, 17408), "qkv": (10240, 5120), "out": (5120, 6144),
           "lmhead": (248320, 5120)}
+BIG_SHAPES = list(SHAPES)   # the 27B decode step's matrices; the dicts below add other models' shapes
 # Qwen2.5-Coder-1.5B: merged gate/up 1536 -> 2 x 8960, down, merged q/k/v 1536 -> 2048, v alone
 # (Q6_K in half the layers of a Q4_K_M file), out, LM head; Qwen2.5-0.5B's down 4864 -> 896 (Q6_K
 # in half its layers).
@@ -90,8 +91,6 @@ def _case(qtype_name, shape, rows, path=0, reuse_x=False, tune=0):
     return c
 
 
-BIG_SHAPES = [s for s in SHAPES
-              if s not in SMALL_SHAPES and s not in QWEN05B_SHAPES and s not in MERGED_SHAPES and s not in DRAFT_SHAPES]
 BENCH_CASES = [c for q in GOAL_TYPES for s in BIG_SHAPES for c in (
     _case(q, s, 1), _case(q, s, 1, tune=1), _case(q, s, 16), _case(q, s, 32),  # tune 1: the ring
     _case(q, s, 1, tune=3), _case(q, s, 16, tune=3), _case(q, s, 32, tune=3))]

@@ -362,8 +362,6 @@ def install_kernels(monkeypatch, fake: FakeHip, library: str) -> None:
                 monkeypatch.setattr(module, attr, lambda *args: 4096)
             elif attr == "row_bytes":
                 monkeypatch.setattr(module, attr, _row_bytes)
-            elif attr == "x_in_lane":   # the one-row kernel quantizes in lane for every block type here
-                monkeypatch.setattr(module, attr, lambda w, n, k, qtype, tune=0: qtype not in (0, 1, 30))
             elif "stream" in inspect.signature(fn).parameters:
                 monkeypatch.setattr(module, attr, _recorder(fake, f"{name}.{attr}", inspect.signature(fn)))
     import luce._cuda as core

@@ -13,7 +13,7 @@ import pytest
 from luce.ops import get_backend
 from tests.ops.test_hip_runtime import install_fakes
 
-REUSE_X, X_ONCE, X_SWIGLU = 1, 2, 4
+REUSE_X, X_ONCE = 1, 2
 
 
 def tiny_q4km(tmp_path, arch: str):
@@ -51,8 +51,8 @@ def decode_step(tmp_path, monkeypatch, arch: str, slots: int):
     for name in ("add_rmsnorm", "swiglu_quant"):
         fn = getattr(_cuda_fused, name)
 
-        def producer(*args, _fn=fn, _name=name, **kwargs):
-            events.append(("write", {v for v in (*args, *kwargs.values()) if isinstance(v, int)}, _name))
+        def producer(*args, _fn=fn, **kwargs):
+            events.append(("write", {v for v in (*args, *kwargs.values()) if isinstance(v, int)}))
             return _fn(*args, **kwargs)
 
         monkeypatch.setattr(_cuda_fused, name, producer)
@@ -79,11 +79,11 @@ def test_x_once_only_where_no_reuse_follows(tmp_path, monkeypatch, arch, slots):
         _, ws, flags, qtype = event
         if qtype in float_types:
             continue
-        assert flags in (0, REUSE_X, X_ONCE, X_SWIGLU), flags
+        assert flags in (0, REUSE_X, X_ONCE), flags
         if flags & REUSE_X:
             assert written.get(ws), "a REUSE_X call reads a workspace the last call left unwritten (X_ONCE)"
         else:
-            written[ws] = not flags & (X_ONCE | X_SWIGLU)
+            written[ws] = not flags & X_ONCE
             once += bool(flags & X_ONCE)
     c = model.config
     # every attention layer's out projection (the GDN layers' too, for qwen35) and the LM head
@@ -127,23 +127,3 @@ def test_flags_of_matmuls_calls(tmp_path, monkeypatch):
     b.prefill_gemm = True
     b.matmul(x3, blocks[0], prefill_spans=[(0, 3)])
     assert prefill == [0]
-
-
-@pytest.mark.parametrize("arch", ["qwen3", "qwen35"])
-@pytest.mark.parametrize("slots,swiglu_x_on", [(1, True), (3, True), (1, False)])
-def test_swiglu_in_lane_for_one_row_steps(tmp_path, monkeypatch, arch, slots, swiglu_x_on):
-    """A one-row decode step's down projections take [gate | up] in lane (X_SWIGLU), each in
-    place of a swiglu_quant launch; steps of more rows, and LUCE_MATMUL_SWIGLU_X=0, keep the
-    two launches (swiglu_quant, then a REUSE_X matmul)."""
-    from luce.ops import cuda_fused_ops
-
-    monkeypatch.setattr(cuda_fused_ops, "SWIGLU_X_ON", swiglu_x_on)
-    model, events, first = decode_step(tmp_path, monkeypatch, arch, slots)
-    step = events[first:]
-    swiglu_x = sum(1 for e in step if e[0] == "matmul" and e[2] == X_SWIGLU)
-    swiglu_quant = sum(1 for e in step if e[0] == "write" and e[2] == "swiglu_quant")
-    layers = model.config.n_layer
-    if slots == 1 and swiglu_x_on:
-        assert (swiglu_x, swiglu_quant) == (layers, 0)
-    else:
-        assert (swiglu_x, swiglu_quant) == (0, layers)
