@@ -244,15 +244,19 @@ def test_iq4_xs_staged_ring(lib, lib_cooperative, n):
             assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
 
 
-def rows_smem(k: int) -> int:
+ROW_CHUNK_BYTES = {Q.IQ4_XS: 136, Q.Q5_K: 176, Q.Q4_K: 144, Q.Q6_K: 210}
+
+
+def rows_smem(k: int, qtype=Q.IQ4_XS, limit: int = 232448) -> int:
     """Dynamic shared memory of the few-row kernel (matmul_gemv_rows.cuh): 3 stages of 16 rows where
-    they fit the emulator's 227 KiB (else 2), rows `stride` apart (+16 B where row_bytes / 16 is
-    even), c [2][chunks][16][8] and the x scales [8][chunks]."""
+    they fit `limit` (the emulator's 227 KiB; else 2), rows `stride` apart (+16 B where row_bytes / 16
+    is even), c [2][chunks][16][8], the x scales [8][chunks] and for Q4_K / Q5_K (mins) the byte planes
+    of x's group sums [chunks][8][32 B]."""
     chunks = k // 256
-    row_bytes = 136 * chunks
+    row_bytes = ROW_CHUNK_BYTES[qtype] * chunks
     stride = row_bytes + (16 if (row_bytes // 16) % 2 == 0 else 0)
-    rest = 4 * (2 * 16 + 1) * 8 * chunks
-    stages = 3 if 3 * 16 * stride + rest <= 232448 else 2
+    rest = 4 * (2 * 16 + 1) * 8 * chunks + (256 * chunks if qtype in (Q.Q4_K, Q.Q5_K) else 0)
+    stages = 3 if 3 * 16 * stride + rest <= limit else 2
     return stages * 16 * stride + rest
 
 
