@@ -11,28 +11,15 @@ checks natively on a GPU.
 """
 from __future__ import annotations
 
-import ctypes as C
-
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from tests.kernels.emu import build as emu
-from tests.kernels.emu.matmul_params import MatmulParams as Params
 from tests.kernels.test_matmul import activations, assert_rows_close, weights
 from tests.kernels.test_matmul_emulated import rows_smem, run, same_bits
+from tests.kernels.test_matmul_rows_emulated import _load
 
 pytestmark = pytest.mark.slow
-_P = C.c_void_p
-
-
-def _load(tmp_path, defines=()):
-    lib = emu.load(["matmul.cu"], tmp_path, "the quantized matmul", defines=defines)
-    lib.luce_matmul_workspace_bytes.restype = C.c_int64
-    lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
-    lib.luce_matmul.argtypes = [C.POINTER(Params), _P]
-    lib.emu_last_launch_smem.restype = C.c_size_t
-    return lib
 
 
 @pytest.fixture(scope="module")
