@@ -14,10 +14,11 @@
 // and stores only its rows past the batch before, as the staged form's), each copied into one of S
 // stages (2 or 3): on sm_90 and later thread 0 issues one bulk copy a row (cp.async.bulk) completing
 // on the stage's mbarrier; elsewhere (sm_80-89, HIP, LUCE_GEMV_COOPERATIVE) every thread copies
-// 16-byte words with cp.async. Rows must be 16-byte multiples (IQ4_XS: an even chunk count; Q6_K:
-// a multiple of 8 chunks, k = 6,144 but not 5,120). Stage rows sit `stride` bytes apart:
+// 16-byte words with cp.async. Rows of a multiple of 16 bytes sit `stride` bytes apart in a stage:
 // row_bytes, + 16 where that would put the 8 rows of an mma fragment on the same banks (stride / 4
-// = 0 mod 8 words).
+// = 0 mod 8 words). Other rows (Q6_K at k = 5120: 4,200 B; IQ4_XS at an odd chunk count: 8 mod 16)
+// sit back to back (stride = row_bytes) and a batch is one copy of its 16 rows: batch b starts at
+// byte 16 b row_bytes, the last one at (n - 16) row_bytes, 16-byte aligned where n row_bytes is.
 // Warp w owns chunk w of k (W = chunks warps: k <= 24 chunks = 6,144, the 27B's gate/up, qkv and
 // out) and holds its B fragments for the whole launch: x's 8 groups of token grp (lane = 4 grp +
 // quad; tokens >= M zero), 32 registers; Q4_K / Q5_K also the byte planes of its chunk's group
@@ -36,7 +37,8 @@
 //
 // Shapes (27B): gate/up 17408 x 5120 (20 warps, 1,088 batches), qkv 10240 x 5120, out 5120 x 6144
 // (24 warps). Shared memory at k = 5120 (IQ4_XS): 16 x 2,736 B a stage, c 20,480 B: 108 KB at 2
-// stages, 152 KB at 3; at k = 6144, 126 / 178 KB (Q5_K: 161 KB at 2 stages, 3 do not fit): 227 KB
+// stages, 152 KB at 3; at k = 6144, 126 / 178 KB (Q5_K 196 KB at 3 stages at k = 5120, 167 KB at 2
+// at 6144 where 3 do not fit; Q4_K 165 / 198 KB at 3; Q6_K 187 KB at 2 at 6144): 227 KB
 // devices (H100/H200) only, the tile kernel elsewhere (99 KB: RTX 30/40/50) and for down
 // (k = 17,408: x would not fit in registers).
 #pragma once
@@ -66,9 +68,10 @@ struct GemvRowsArgs {
 
 // Stage row stride: row_bytes, + 16 where row_bytes / 4 is 0 mod 8 words (the 8 rows grp of a
 // fragment's 4-byte loads at one offset would meet on 4 banks: 2-way conflicts; 16 B apart they
-// take 32 distinct banks). row_bytes a multiple of 16: row_bytes / 4 = 4 * (row_bytes / 16).
+// take 32 distinct banks). row_bytes a multiple of 16: row_bytes / 4 = 4 * (row_bytes / 16). Other
+// rows: row_bytes (back to back: a batch is one contiguous copy).
 inline uint32_t gemv_rows_stride(int64_t row_bytes) {
-    return (uint32_t)row_bytes + ((row_bytes / 16) % 2 == 0 ? 16u : 0u);
+    return (uint32_t)row_bytes + (row_bytes % 16 == 0 && (row_bytes / 16) % 2 == 0 ? 16u : 0u);
 }
 
 // Dynamic shared memory: S stages, c [2][chunks][16][8], xscale [8][chunks] (floats), for the types
@@ -134,14 +137,20 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
             uint8_t *dst = stages + issue_slot * stage_bytes;
             const uint8_t *src = a.w + (size_t)first_row(issue_row) * rb;
             bulk_expect(&full[issue_slot], kRowsTile * rb);
-            for (int r = 0; r < kRowsTile; ++r) bulk_copy_part(dst + r * stride, src + (size_t)r * rb, rb, &full[issue_slot]);
+            if (stride == rb)  // back to back: the batch in one copy
+                bulk_copy_part(dst, src, kRowsTile * rb, &full[issue_slot]);
+            else
+                for (int r = 0; r < kRowsTile; ++r)
+                    bulk_copy_part(dst + r * stride, src + (size_t)r * rb, rb, &full[issue_slot]);
         }
         issue_row += row_step;
         issue_slot = issue_slot + 1 == S ? 0 : issue_slot + 1;
     };
 #else
-    // Copies: 16-byte word i of a batch (row i / words, word i % words) by thread i % blockDim.x.
-    const int words = (int)(rb / 16), total = kRowsTile * words;
+    // Copies: 16-byte word i of a batch (row i / words, word i % words; rows back to back: one row of
+    // the batch's 16 row_bytes) by thread i % blockDim.x.
+    const bool whole = stride == rb;
+    const int words = (int)(whole ? rb : rb / 16), total = (whole ? 1 : kRowsTile) * words;
     auto issue = [&](int t) {
         if (t < turns) {
             const uint8_t *src = a.w + (size_t)first_row(issue_row) * rb;
@@ -267,13 +276,14 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
     if (turns > 0) chains(turns - 1);
 }
 
-// The few-row kernel can run: 2..8 rows of x, weights 16-byte aligned in rows of a multiple of 16
-// bytes (IQ4_XS: an even chunk count), n >= 16, up to kRowsMaxChunks chunks, and two stages' shared
-// memory within the device's opt-in limit (0: unknown, 48 KiB).
+// The few-row kernel can run: 2..8 rows of x, weights 16-byte aligned and n row_bytes a multiple of
+// 16 (every batch's first row 16-byte aligned: Q6_K at k = 5120 needs n even), n >= 16, up to
+// kRowsMaxChunks chunks, and two stages' shared memory within the device's opt-in limit (0: unknown,
+// 48 KiB).
 inline bool gemv_rows_runs(const uint8_t *w, int64_t rows, int64_t n, const XLayout &x, int64_t row_bytes,
                            bool planes, int smem_limit) {
     return rows >= 2 && rows <= kRowsMaxTokens && (reinterpret_cast<uintptr_t>(w) & 15) == 0 && n >= kRowsTile &&
-           n < ((int64_t)1 << 30) && row_bytes % 16 == 0 && x.chunks <= kRowsMaxChunks &&
+           n < ((int64_t)1 << 30) && (n * row_bytes) % 16 == 0 && x.chunks <= kRowsMaxChunks &&
            gemv_rows_smem_bytes(x, row_bytes, 2, planes) <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
 }
 

@@ -1,5 +1,7 @@
 // Which decode calls of luce_matmul (cuda/matmul.cu) take the few-row kernel (matmul_gemv_rows.cuh:
-// 2..8 rows of IQ4_XS, Q5_K, Q4_K, Q6_K where it runs), and its launch.
+// 2..8 rows of IQ4_XS, Q5_K, Q4_K, Q6_K where it runs), and its launch. Static: their function-local
+// statics (the device's limit, the resident blocks) stay one library's own where several libraries of
+// this source share a process (the emulator's builds; inline ones would be merged, GNU unique).
 #pragma once
 
 #include "matmul_gemv_launch.cuh"
@@ -10,7 +12,7 @@ namespace mm {
 // Launch (the caller checked gemv_rows_runs): 3 stages where they fit, else 2; a one-wave grid of
 // every resident block, block b taking batches b, b + grid, ...
 template <class Q>
-int launch_gemv_rows(GemvRowsArgs a, int smem_limit, cudaStream_t stream) {
+static int launch_gemv_rows(GemvRowsArgs a, int smem_limit, cudaStream_t stream) {
     const int threads = (int)a.x.chunks * WARP_SIZE;
     const size_t limit = (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
     a.stride = gemv_rows_stride(a.row_bytes);
@@ -38,7 +40,7 @@ int launch_gemv_rows(GemvRowsArgs a, int smem_limit, cudaStream_t stream) {
 // whole-step A/B).
 constexpr bool kGemvRowsIQ4XS = true, kGemvRowsQ5K = true, kGemvRowsQ4K = true, kGemvRowsQ6K = true;
 
-inline bool gemv_rows_by_default(int qtype) {
+static inline bool gemv_rows_by_default(int qtype) {
     switch (qtype) {
         case LUCE_QT_IQ4_XS: return kGemvRowsIQ4XS;
         case LUCE_QT_Q5_K: return kGemvRowsQ5K;
@@ -49,8 +51,8 @@ inline bool gemv_rows_by_default(int qtype) {
 }
 
 // The few-row kernel for a 2..8-row decode call of its types where it runs; -1 where it does not.
-inline int try_gemv_rows(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
-                         cudaStream_t stream) {
+static inline int try_gemv_rows(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl,
+                                int64_t row_bytes, cudaStream_t stream) {
     const bool type = p->qtype == LUCE_QT_IQ4_XS || p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q4_K ||
                       p->qtype == LUCE_QT_Q6_K;
     if (!type || p->path != LUCE_MATMUL_DECODE || p->rows < 2 || p->rows > 8 ||

@@ -319,15 +319,14 @@ def test_bad_arguments_raise():
         km.matmul(small.ptr, small.ptr, 0, small.ptr, small.ptr, 16, 2, 16, 256, int(Q.Q4_K))
 
 
-# The few-row kernel (matmul_gemv_rows.cuh: IQ4_XS, Q5_K, Q4_K, Q6_K; 2..8 rows, k <= 6144 in rows of a
-# multiple of 16 bytes) at the 27B's gate/up and qkv k (5120: 20 warps) and out k (6144: 24 warps), and
-# at k = 512 (Q6_K: 2048, its smallest k of 16-byte rows; at 5120 it takes the tile kernel); n not a
-# multiple of 16 (a last batch overlapping the one before), more batches than the grid has blocks at
-# the 27B shapes.
+# The few-row kernel (matmul_gemv_rows.cuh: IQ4_XS, Q5_K, Q4_K, Q6_K; 2..8 rows, k <= 6144) at the
+# 27B's gate/up and qkv k (5120: 20 warps) and out k (6144: 24 warps), and at k = 512 (Q6_K: 2048);
+# n not a multiple of 16 (a last batch overlapping the one before), more batches than the grid has
+# blocks at the 27B shapes. Q6_K at k = 5120 (4,200-byte rows, staged back to back) and IQ4_XS at
+# k = 1280 (680 B) need n row_bytes a multiple of 16: n even.
 FEW_ROWS = [(4101, 5120), (5123, 6144), (37, 512)]
-FEW_ROWS_TYPES = [Q.IQ4_XS, Q.Q5_K, Q.Q4_K, Q.Q6_K]
-FEW_ROWS_CASES = [(q, n, k if q != Q.Q6_K or k != 512 else 2048) for q in FEW_ROWS_TYPES for n, k in FEW_ROWS
-                  if q != Q.Q6_K or k != 5120]
+FEW_ROWS_CASES = ([(q, n, k) for q in (Q.IQ4_XS, Q.Q5_K, Q.Q4_K) for n, k in FEW_ROWS] +
+                  [(Q.Q6_K, 4102, 5120), (Q.Q6_K, 5123, 6144), (Q.Q6_K, 37, 2048), (Q.IQ4_XS, 38, 1280)])
 
 
 @pytest.mark.gpu

@@ -4,9 +4,11 @@ CPU through the decode matmul's own source (tests/kernels/emu): 2..8 rows (tune 
 tile kernel (tune 4 and 10) with and without bias, with bulk and with per-thread copies, every row
 bitwise the row alone (tune 0 at one row: the one-row kernel where it runs); n = 37 (a last batch
 overlapping the one before), the 27B's k (5120: gate/up and qkv, 6144: out), k = 1280 (an odd chunk
-count: Q5_K / Q4_K rows stay 16-byte multiples), many batches a block; where it does not run (Q6_K
-at k = 5120: 4,200-byte rows; 9 rows; a 99 KB device at k = 6144) the tile kernel does, the same
-bits. IQ4_XS's cases are in test_matmul_emulated.py; tests/kernels/test_matmul.py runs the same
+count: Q5_K / Q4_K rows stay 16-byte multiples); rows not of a multiple of 16 bytes, staged back to
+back (Q6_K at k = 5120: 4,200 B, IQ4_XS at k = 1280: 680 B) at n = 38; many batches a block; where it
+does not run (those rows at n = 37: the last batch not 16-byte aligned; 25 chunks; n < 16; 9 rows; a
+99 KB device at k = 5120) the tile kernel does, the same bits. IQ4_XS's other cases are in
+test_matmul_emulated.py; tests/kernels/test_matmul.py runs the same
 checks natively on a GPU.
 """
 from __future__ import annotations
@@ -29,16 +31,15 @@ def libs(tmp_path_factory):
             _load(tmp_path_factory.mktemp("emu_rows_kq_coop"), ("LUCE_GEMV_COOPERATIVE=1",)))
 
 
-CASES = [(Q.Q5_K, 5120), (Q.Q5_K, 6144), (Q.Q5_K, 1280), (Q.Q4_K, 5120), (Q.Q4_K, 6144), (Q.Q4_K, 512),
-         (Q.Q6_K, 6144), (Q.Q6_K, 2048)]
+CASES = [(Q.Q5_K, 5120, 37), (Q.Q5_K, 6144, 37), (Q.Q5_K, 1280, 37), (Q.Q4_K, 5120, 37), (Q.Q4_K, 6144, 37),
+         (Q.Q4_K, 512, 37), (Q.Q6_K, 6144, 37), (Q.Q6_K, 5120, 38), (Q.Q6_K, 2048, 37), (Q.IQ4_XS, 1280, 38)]
 
 
-@pytest.mark.parametrize("qtype,k", CASES, ids=lambda v: getattr(v, "name", str(v)))
-def test_few_rows_kernel_gives_the_tile_kernels_bits(libs, qtype, k):
+@pytest.mark.parametrize("qtype,k,n", CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_few_rows_kernel_gives_the_tile_kernels_bits(libs, qtype, k, n):
     """2..8 rows: tune 0 and 9 (the few-row kernel) == tune 4 and 10 (the tile kernel) on the same rows,
     bitwise, with and without bias, both builds; each row == the row alone; close to the reference."""
     lib = libs[0]
-    n = 37
     raw, wd = weights(qtype, n, k)
     x = activations(8, k, seed=k + 3)
     bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
@@ -75,11 +76,12 @@ def test_few_rows_ring(libs, qtype):
 
 def test_few_rows_falls_back(libs):
     """Where the few-row kernel does not run the tile kernel does (the same bits): Q6_K at k = 5120
-    (rows of 4,200 bytes, not a 16-byte multiple), Q5_K at k = 6400 (25 chunks: x would not fit in
-    registers), Q4_K at n = 9 (< 16 rows) and at 9 rows."""
+    and IQ4_XS at k = 1280, n = 37 (the last batch, at row 21, would start 8 bytes off a 16-byte
+    boundary), Q5_K at k = 6400 (25 chunks: x would not fit in registers), Q4_K at n = 9 (< 16 rows)
+    and at 9 rows."""
     lib = libs[0]
-    for qtype, k, n, rows in ((Q.Q6_K, 5120, 37, 3), (Q.Q5_K, 6400, 37, 4), (Q.Q4_K, 512, 9, 4),
-                              (Q.Q4_K, 512, 37, 9)):
+    for qtype, k, n, rows in ((Q.Q6_K, 5120, 37, 3), (Q.IQ4_XS, 1280, 37, 5), (Q.Q5_K, 6400, 37, 4),
+                              (Q.Q4_K, 512, 9, 4), (Q.Q4_K, 512, 37, 9)):
         raw, _ = weights(qtype, n, k)
         x = activations(rows, k, seed=3)
         got = run(lib, x, raw, qtype, n, tune=9)
