@@ -59,11 +59,13 @@ def test_few_rows_kernel_gives_the_tile_kernels_bits(libs, qtype, k, n):
     assert_rows_close(run(lib, x, raw, qtype, n, bias, tune=9), want, "matmul_blocks")
 
 
-@pytest.mark.parametrize("qtype", [Q.Q5_K, Q.Q4_K])
-def test_few_rows_ring(libs, qtype):
+@pytest.mark.parametrize("qtype,n", [(Q.Q5_K, 4227), (Q.Q4_K, 4227), (Q.Q6_K, 4228)],
+                         ids=lambda v: getattr(v, "name", str(v)))
+def test_few_rows_ring(libs, qtype, n):
     """Several batches a block, k = 512: n = 4227 (265 batches of 16 over the emulator's 132 blocks, 3
-    stages, a last batch at row 4211), 5 and 8 rows, both builds: == the tile kernel."""
-    k, n = 512, 4227
+    stages, a last batch at row 4211; Q6_K: 4228, its 420-byte rows back to back), 5 and 8 rows, both
+    builds: == the tile kernel."""
+    k = 512
     raw, _ = weights(qtype, n, k)
     x = activations(8, k, seed=11)
     for rows in (5, 8):
