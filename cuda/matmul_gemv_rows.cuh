@@ -12,19 +12,18 @@
 //
 // Layout. Weight rows go in batches of 16 (one mma row tile; the last batch starts at row n - 16
 // and stores only its rows past the batch before, as the staged form's), each copied into one of S
-// stages (2 or 3): on sm_90 and later thread 0 issues one bulk copy a row (cp.async.bulk) completing
-// on the stage's mbarrier; elsewhere (sm_80-89, HIP, LUCE_GEMV_COOPERATIVE) every thread copies
+// stages (2 or 3): on sm_90 and later thread 0 issues one bulk copy a row (cp.async.bulk; one a
+// batch where its rows sit back to back) completing on the stage's mbarrier; elsewhere (sm_80-89, HIP, LUCE_GEMV_COOPERATIVE) every thread copies
 // 16-byte words with cp.async. Rows of a multiple of 16 bytes sit `stride` bytes apart in a stage:
 // row_bytes, + 16 where that would put the 8 rows of an mma fragment on the same banks (stride / 4
 // = 0 mod 8 words). Other rows (Q6_K at k = 5120: 4,200 B; IQ4_XS at an odd chunk count: 8 mod 16)
-// sit back to back (stride = row_bytes) and a batch is one copy of its 16 rows: batch b starts at
+// sit back to back (stride = row_bytes), as do unpadded ones, and a batch is one copy: batch b starts at
 // byte 16 b row_bytes, the last one at (n - 16) row_bytes, 16-byte aligned where n row_bytes is.
 // Warp w owns chunk w of k (W = chunks warps: k <= 24 chunks = 6,144, the 27B's gate/up, qkv and
 // out) and holds its B fragments for the whole launch: x's 8 groups of token grp (lane = 4 grp +
-// quad; tokens >= M zero), 32 registers; Q4_K / Q5_K also the byte planes of its chunk's group
-// sums of tokens 2 quad, 2 quad + 1 (matmul_x.cuh; zero past M), 12 registers. For a batch a
-// warp multiplies its chunk of the 16 rows (A from the stage: the tile kernel's reader Q) with the
-// 8 token columns: per group j, int32 sums hi, lo (mma m16n8k32 with x's high and low bytes; Q6_K
+// quad; tokens >= M zero), 32 registers (Q4_K / Q5_K: the byte planes of x's group sums, for the
+// min term, in shared memory; zero past M). For a batch a warp multiplies its chunk of the 16 rows
+// (A from the stage: the tile kernel's reader Q) with the 8 token columns: per group j, int32 sums hi, lo (mma m16n8k32 with x's high and low bytes; Q6_K
 // two m16n8k16 a group, one a 16-value half h), SH += scale_jh * hi, SL += scale_jh * lo, then per
 // (row, token) c = d * fma(SH, 256, SL), for Q4_K / Q5_K c = fma(negmin, MS, c) with MS = sum_j
 // min_j * sum(xq_j) (min_sum), into c [2][chunks][16][8] (shared).
