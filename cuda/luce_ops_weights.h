@@ -35,8 +35,8 @@ extern "C" {
  * one-row dp4a kernel and the few-row kernel; 5: the one-row kernel for every block type at one row; 6: as 5
  * with twice the rows in flight a lane (IQ4_XS: twice the rows a staged batch); 7: as 5 with
  * IQ4_XS in the one-row kernel's register form (before its staged form); 8: as 5 with IQ4_XS's
- * staged form on the three-prmt table lookup; 9: IQ4_XS decode calls of 2..8 rows in the few-row
- * kernel (cuda/matmul_gemv_rows.cuh) where it runs, else as 0; 10: as 0 with those calls in the tile
+ * staged form on the three-prmt table lookup; 9: IQ4_XS, Q5_K, Q4_K and Q6_K decode calls of 2..8
+ * rows in the few-row kernel (cuda/matmul_gemv_rows.cuh) where it runs, else as 0; 10: as 0 with those calls in the tile
  * kernel (as at 4); a tune-0 call takes LUCE_MATMUL_TUNE where the
  * environment sets it, for benchmarks) only pick
  * the kernel and its launch shape. The block-type kernel may start before the kernel ahead of it in the stream ends

@@ -24,7 +24,8 @@
 // One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh (IQ4_XS: its staged
 // form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits),
 // and under LUCE_MATMUL_X_ONCE quantizes x itself (matmul_gemv_x.cuh: one launch, no workspace);
-// IQ4_XS decode calls of 2..8 rows at k <= 6,144 the few-row kernel of matmul_gemv_rows.cuh (ditto).
+// IQ4_XS, Q5_K, Q4_K and Q6_K decode calls of 2..8 rows at k <= 6,144 the few-row kernel of
+// matmul_gemv_rows.cuh (ditto).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"
@@ -34,7 +35,7 @@
 #include "matmul_chunk.cuh"
 #include "matmul_rows.cuh"
 #include "matmul_gemv_launch.cuh"
-#include "matmul_gemv_rows.cuh"
+#include "matmul_gemv_rows_launch.cuh"
 #include "pdl.cuh"
 
 namespace {
@@ -281,12 +282,8 @@ bool is_block_type(int qtype) { return qtype != LUCE_QT_F32 && qtype != LUCE_QT_
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-// IQ4_XS decode calls of 2..8 rows take the few-row kernel (matmul_gemv_rows.cuh) under tune 0 where
-// it runs (k <= 6,144, an even chunk count, 227 KB devices). NOT measured on a GPU yet: false gives
-// them the tile kernel again. Tune 9: as tune 0 with the few-row kernel whatever kGemvRowsByDefault;
-// tune 10: as tune 0 with the tile kernel at 2..8 rows (LUCE_MATMUL_TUNE=10: a whole-step A/B).
-constexpr bool kGemvRowsByDefault = true;
-
+// Tunes 9 and 10 pick for or against the few-row kernel at 2..8 rows; tune 0 takes it for the types
+// marked in matmul_gemv_rows_launch.cuh (kGemvRowsIQ4XS, kGemvRowsQ5K, ...).
 constexpr int kMaxTune = 12;
 
 // The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..kMaxTune) where set, for benchmarks that
@@ -360,13 +357,8 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         if (err != cudaSuccess) return luce_status(err);
     }
     if (one_row.runs) return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr, stream);
-    if (p->qtype == LUCE_QT_IQ4_XS && p->path == LUCE_MATMUL_DECODE && p->rows >= 2 && p->rows <= 8 &&
-        (p->tune == 9 || (p->tune == 0 && kGemvRowsByDefault))) {
-        static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-        if (gemv_rows_runs(w, p->rows, p->n, xl, row_bytes, smem_limit))
-            return launch_gemv_rows(GemvRowsArgs{w, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0, 0}, smem_limit,
-                                    stream);
-    }
+    const int rows_status = try_gemv_rows(p, w, xl, row_bytes, stream);
+    if (rows_status >= 0) return rows_status;
     const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
     const int qt = rows_tune ? rows_tune : tune;
     switch (p->qtype) {

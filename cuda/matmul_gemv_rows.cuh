@@ -1,7 +1,8 @@
-// Few-row decode matmul (IQ4_XS, 2..8 rows of x): y [M, n] = x [M, k] @ W^T (+ bias), the same
-// integers and float steps as the tile kernel (cuda/matmul.cu mmq_kernel, matmul_chunk.cuh
-// mmq_chunk_int) and as the one-row kernels (matmul_gemv.cuh, matmul_gemv_staged.cuh), so every
-// row of x gets bitwise the row it gets alone or in any other call (DESIGN 5 rule 6).
+// Few-row decode matmul (IQ4_XS, Q5_K, Q4_K, Q6_K; 2..8 rows of x): y [M, n] = x [M, k] @ W^T
+// (+ bias), the same integers and float steps as the tile kernel (cuda/matmul.cu mmq_kernel,
+// matmul_chunk.cuh mmq_chunk_int) and as the one-row kernels (matmul_gemv.cuh,
+// matmul_gemv_staged.cuh), so every row of x gets bitwise the row it gets alone or in any other
+// call (DESIGN 5 rule 6).
 //
 // Why (docs/PERF.md, session 13): 2..16-row decode calls (concurrency, chain verify) took the
 // tile kernel, whose 16-row warps re-read x from L1 for every row tile and hold 128 registers;
@@ -11,17 +12,21 @@
 //
 // Layout. Weight rows go in batches of 16 (one mma row tile; the last batch starts at row n - 16
 // and stores only its rows past the batch before, as the staged form's), each copied into one of S
-// stages (2 or 3): on sm_90 and later thread 0 issues one bulk copy a row (cp.async.bulk) completing
-// on the stage's mbarrier; elsewhere (sm_80-89, HIP, LUCE_GEMV_COOPERATIVE) every thread copies
-// 16-byte words with cp.async. Stage rows sit `stride` bytes apart: row_bytes, + 16 where that
-// would put the 8 rows of an mma fragment on the same banks (stride / 4 = 0 mod 8 words).
+// stages (2 or 3): on sm_90 and later thread 0 issues one bulk copy a row (cp.async.bulk; one a
+// batch where its rows sit back to back) completing on the stage's mbarrier; elsewhere (sm_80-89, HIP, LUCE_GEMV_COOPERATIVE) every thread copies
+// 16-byte words with cp.async. Rows of a multiple of 16 bytes sit `stride` bytes apart in a stage:
+// row_bytes, + 16 where that would put the 8 rows of an mma fragment on the same banks (stride / 4
+// = 0 mod 8 words). Other rows (Q6_K at k = 5120: 4,200 B; IQ4_XS at an odd chunk count: 8 mod 16)
+// sit back to back (stride = row_bytes), as do unpadded ones, and a batch is one copy: batch b starts at
+// byte 16 b row_bytes, the last one at (n - 16) row_bytes, 16-byte aligned where n row_bytes is.
 // Warp w owns chunk w of k (W = chunks warps: k <= 24 chunks = 6,144, the 27B's gate/up, qkv and
-// out; an even chunk count, so rows are 16-byte aligned) and holds its B fragments for the whole
-// launch: x's 8 groups of token grp (lane = 4 grp + quad; tokens >= M zero), 32 registers. For a
-// batch a warp multiplies its chunk of the 16 rows (A from the stage: ReaderIQ4XS, the tile
-// kernel's reader) with the 8 token columns: per group j, int32 sums hi, lo (mma m16n8k32 with x's
-// high and low bytes), SH += scale_j * hi, SL += scale_j * lo, then per (row, token)
-// c = d * fma(SH, 256, SL) into c [2][chunks][16][8] (shared).
+// out) and holds its B fragments for the whole launch: x's 8 groups of token grp (lane = 4 grp +
+// quad; tokens >= M zero), 32 registers (Q4_K / Q5_K: the byte planes of x's group sums, for the
+// min term, in shared memory; zero past M). For a batch a warp multiplies its chunk of the 16 rows
+// (A from the stage: the tile kernel's reader Q) with the 8 token columns: per group j, int32 sums hi, lo (mma m16n8k32 with x's high and low bytes; Q6_K
+// two m16n8k16 a group, one a 16-value half h), SH += scale_jh * hi, SL += scale_jh * lo, then per
+// (row, token) c = d * fma(SH, 256, SL), for Q4_K / Q5_K c = fma(negmin, MS, c) with MS = sum_j
+// min_j * sum(xq_j) (min_sum), into c [2][chunks][16][8] (shared).
 //
 // Per batch t (one block barrier): __syncthreads (turn t - 1 done everywhere: its stage may refill,
 // its c is whole), wait for batch t's copy, threads 4 * (M r + m) + kp (r < 16 rows, m < M tokens,
@@ -30,13 +35,17 @@
 // tile kernel's order); batch t + S - 1's copy is issued; batch t's sums.
 //
 // Shapes (27B): gate/up 17408 x 5120 (20 warps, 1,088 batches), qkv 10240 x 5120, out 5120 x 6144
-// (24 warps). Shared memory at k = 5120: 16 x 2,736 B a stage, c 20,480 B: 108 KB at 2 stages,
-// 152 KB at 3; at k = 6144, 126 / 178 KB: 227 KB devices (H100/H200) only, the tile kernel
-// elsewhere (99 KB: RTX 30/40/50) and for down (k = 17,408: x would not fit in registers).
+// (24 warps). Shared memory at k = 5120 (IQ4_XS): 16 x 2,736 B a stage, c 20,480 B: 108 KB at 2
+// stages, 152 KB at 3; at k = 6144, 126 / 178 KB (Q5_K 196 KB at 3 stages at k = 5120, 167 KB at 2
+// at 6144 where 3 do not fit; Q4_K 165 / 198 KB at 3; Q6_K 187 KB at 2 at 6144): 227 KB
+// devices (H100/H200) only, the tile kernel elsewhere (99 KB: RTX 30/40/50) and for down
+// (k = 17,408: x would not fit in registers).
 #pragma once
 
 #include "matmul_blocks.cuh"
+#include "matmul_chunk.cuh"
 #include "matmul_gemv_staged.cuh"
+#include "matmul_kquants.cuh"
 
 namespace mm {
 
@@ -58,16 +67,18 @@ struct GemvRowsArgs {
 
 // Stage row stride: row_bytes, + 16 where row_bytes / 4 is 0 mod 8 words (the 8 rows grp of a
 // fragment's 4-byte loads at one offset would meet on 4 banks: 2-way conflicts; 16 B apart they
-// take 32 distinct banks). row_bytes = 136 * chunks, chunks even: row_bytes / 4 = 4 * (chunks / 2)
-// mod 32.
+// take 32 distinct banks). row_bytes a multiple of 16: row_bytes / 4 = 4 * (row_bytes / 16). Other
+// rows: row_bytes (back to back: a batch is one contiguous copy).
 inline uint32_t gemv_rows_stride(int64_t row_bytes) {
-    return (uint32_t)row_bytes + ((row_bytes / 16) % 2 == 0 ? 16u : 0u);
+    return (uint32_t)row_bytes + (row_bytes % 16 == 0 && (row_bytes / 16) % 2 == 0 ? 16u : 0u);
 }
 
-// Dynamic shared memory: S stages, c [2][chunks][16][8], xscale [8][chunks] (floats).
-inline size_t gemv_rows_smem_bytes(const XLayout &x, int64_t row_bytes, int stages) {
+// Dynamic shared memory: S stages, c [2][chunks][16][8], xscale [8][chunks] (floats), for the types
+// with mins (`planes`) the byte planes [chunks][8] of x's group sums (2 uint4 a token, matmul_x.cuh).
+inline size_t gemv_rows_smem_bytes(const XLayout &x, int64_t row_bytes, int stages, bool planes) {
     return (size_t)stages * kRowsTile * gemv_rows_stride(row_bytes) +
-           (size_t)(2 * kRowsTile + 1) * kRowsMaxTokens * x.chunks * sizeof(float);
+           (size_t)(2 * kRowsTile + 1) * kRowsMaxTokens * x.chunks * sizeof(float) +
+           (planes ? (size_t)kRowsMaxTokens * x.chunks * 2 * sizeof(uint4) : 0);
 }
 
 #if defined(__HIPCC__)
@@ -96,13 +107,16 @@ __device__ __forceinline__ void bulk_copy_part(uint8_t *dst, const uint8_t *src,
 #endif
 #endif
 
+template <class Q>
 __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
+    static_assert(Q::kIntScale && !Q::kGroupBytes, "256-value chunks with integer scales");
     extern __shared__ uint4 gemv_rows_words[];  // 16-byte aligned
     uint8_t *stages = reinterpret_cast<uint8_t *>(gemv_rows_words);
     const int chunks = (int)a.x.chunks, n = (int)a.n, S = a.stages, M = a.tokens;
     const uint32_t rb = (uint32_t)a.row_bytes, stride = a.stride, stage_bytes = kRowsTile * stride;
     float *c_s = reinterpret_cast<float *>(stages + (size_t)S * stage_bytes);  // [2][chunks][16][8]
     float *xd_s = c_s + 2 * chunks * kRowsTile * kRowsMaxTokens;               // [8][chunks]
+    uint4 *xp_s = reinterpret_cast<uint4 *>(xd_s + kRowsMaxTokens * chunks);   // [chunks][8][2] (kOffset)
     const int tid = threadIdx.x, lane = tid % WARP_SIZE, ch = tid / WARP_SIZE, grp = lane >> 2, quad = lane & 3;
 
     // The block's batches blockIdx.x, + gridDim.x, ... (turn t: the t-th); a batch's first row b * 16,
@@ -122,14 +136,20 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
             uint8_t *dst = stages + issue_slot * stage_bytes;
             const uint8_t *src = a.w + (size_t)first_row(issue_row) * rb;
             bulk_expect(&full[issue_slot], kRowsTile * rb);
-            for (int r = 0; r < kRowsTile; ++r) bulk_copy_part(dst + r * stride, src + (size_t)r * rb, rb, &full[issue_slot]);
+            if (stride == rb)  // back to back: the batch in one copy
+                bulk_copy_part(dst, src, kRowsTile * rb, &full[issue_slot]);
+            else
+                for (int r = 0; r < kRowsTile; ++r)
+                    bulk_copy_part(dst + r * stride, src + (size_t)r * rb, rb, &full[issue_slot]);
         }
         issue_row += row_step;
         issue_slot = issue_slot + 1 == S ? 0 : issue_slot + 1;
     };
 #else
-    // Copies: 16-byte word i of a batch (row i / words, word i % words) by thread i % blockDim.x.
-    const int words = (int)(rb / 16), total = kRowsTile * words;
+    // Copies: 16-byte word i of a batch (row i / words, word i % words; rows back to back: one row of
+    // the batch's 16 row_bytes) by thread i % blockDim.x.
+    const bool whole = stride == rb;
+    const int words = (int)(whole ? rb : rb / 16), total = (whole ? 1 : kRowsTile) * words;
     auto issue = [&](int t) {
         if (t < turns) {
             const uint8_t *src = a.w + (size_t)first_row(issue_row) * rb;
@@ -156,6 +176,11 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
         const int m = i / chunks, c = i - m * chunks;
         xd_s[i] = __ldg(a.x.xd + (int64_t)c * a.x.tp + m);
     }
+    if constexpr (Q::kOffset)  // byte planes of the group sums, zero past M
+        for (int i = tid; i < 2 * kRowsMaxTokens * chunks; i += blockDim.x) {
+            const int c = i / (2 * kRowsMaxTokens), m = (i >> 1) % kRowsMaxTokens;
+            xp_s[i] = m < M ? __ldg(a.x.xqp + ((int64_t)c * a.x.tp + m) * 2 + (i & 1)) : make_uint4(0, 0, 0, 0);
+        }
 
     // Chains of a batch: item i = 4 * (M r + m) + kp (r < 16 rows, m < M tokens, kp < 4) takes acc_kp
     // of row r, token m; 64 M items (whole warps), threads tid, tid + blockDim.x, ...
@@ -181,7 +206,7 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
         chain_row += row_step;
     };
 
-    const uint8_t *warp_chunk = stages + (uint32_t)ch * ReaderIQ4XS::kChunkBytes;
+    const uint8_t *warp_chunk = stages + (uint32_t)ch * Q::kChunkBytes;
     int slot = 0;
     uint32_t parity = 0;  // of the stages' current phase (bulk copies): flips when the ring wraps
     for (int t = 0; t < turns; ++t) {
@@ -198,7 +223,7 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
         if (t > 0) chains(t - 1);
         issue(t + S - 1);
         const uint8_t *c0 = warp_chunk + slot * stage_bytes;
-        ReaderIQ4XS rd;
+        Q rd;
         rd.load(c0 + grp * stride, c0 + (grp + 8) * stride, quad, kGroups);
         int sh[4] = {}, sl[4] = {};
 #pragma unroll
@@ -206,20 +231,41 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
             uint32_t w[4];
             rd.weights(j, quad, w);
             int hi[4], lo[4];
-            mma_k32<false>(w, xb[j].x, xb[j].y, 0, hi);
-            mma_k32<true>(w, xb[j].z, xb[j].w, 0, lo);
+            if constexpr (!Q::kHalves) {
+                mma_k32<false>(w, xb[j].x, xb[j].y, 0, hi);
+                mma_k32<true>(w, xb[j].z, xb[j].w, 0, lo);
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int s = rd.scale(j, 0, e >> 1);
-                sh[e] += s * hi[e];
-                sl[e] += s * lo[e];
+                for (int e = 0; e < 4; ++e) {
+                    const int s = rd.scale(j, 0, e >> 1);
+                    sh[e] += s * hi[e];
+                    sl[e] += s * lo[e];
+                }
+            } else {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    mma_k16<false>(w[2 * h], w[2 * h + 1], h ? xb[j].y : xb[j].x, 0, hi);
+                    mma_k16<true>(w[2 * h], w[2 * h + 1], h ? xb[j].w : xb[j].z, 0, lo);
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int s = rd.scale(j, h, e >> 1);
+                        sh[e] += s * hi[e];
+                        sl[e] += s * lo[e];
+                    }
+                }
             }
         }
         float *c_b = c_s + ((t & 1) * chunks + ch) * kRowsTile * kRowsMaxTokens;
 #pragma unroll
-        for (int e = 0; e < 4; ++e)  // row grp + 8 (e >> 1), token 2 quad + (e & 1)
-            c_b[(grp + 8 * (e >> 1)) * kRowsMaxTokens + 2 * quad + (e & 1)] =
-                __fmul_rn(rd.d[e >> 1], fmaf((float)sh[e], 256.0f, (float)sl[e]));
+        for (int e = 0; e < 4; ++e) {  // row grp + 8 (e >> 1), token 2 quad + (e & 1): mmq_chunk_int's steps
+            const int r = e >> 1;
+            float c = __fmul_rn(rd.d[r], fmaf((float)sh[e], 256.0f, (float)sl[e]));
+            if constexpr (Q::kOffset) {
+                const uint4 *p = xp_s + (ch * kRowsMaxTokens + 2 * quad + (e & 1)) * 2;
+                const uint4 pb = p[1];
+                c = fmaf(rd.negmin[r], (float)min_sum(rd.mn[r], p[0], make_uint2(pb.x, pb.y)), c);
+            }
+            c_b[(grp + 8 * r) * kRowsMaxTokens + 2 * quad + (e & 1)] = c;
+        }
         if (++slot == S) {
             slot = 0;
             parity ^= 1;
@@ -229,36 +275,15 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
     if (turns > 0) chains(turns - 1);
 }
 
-// The few-row kernel can run: 2..8 rows of x, IQ4_XS weights 16-byte aligned, n >= 16, an even
-// chunk count up to kRowsMaxChunks, and two stages' shared memory within the device's opt-in
-// limit (0: unknown, 48 KiB).
+// The few-row kernel can run: 2..8 rows of x, weights 16-byte aligned and n row_bytes a multiple of
+// 16 (every batch's first row 16-byte aligned: Q6_K at k = 5120 needs n even), n >= 16, up to
+// kRowsMaxChunks chunks, and two stages' shared memory within the device's opt-in limit (0: unknown,
+// 48 KiB).
 inline bool gemv_rows_runs(const uint8_t *w, int64_t rows, int64_t n, const XLayout &x, int64_t row_bytes,
-                           int smem_limit) {
+                           bool planes, int smem_limit) {
     return rows >= 2 && rows <= kRowsMaxTokens && (reinterpret_cast<uintptr_t>(w) & 15) == 0 && n >= kRowsTile &&
-           n < ((int64_t)1 << 30) && x.chunks % 2 == 0 && x.chunks <= kRowsMaxChunks &&
-           gemv_rows_smem_bytes(x, row_bytes, 2) <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
-}
-
-// Launch (the caller checked gemv_rows_runs): 3 stages where they fit, else 2; a one-wave grid of
-// every resident block, block b taking batches b, b + grid, ...
-inline int launch_gemv_rows(GemvRowsArgs a, int smem_limit, cudaStream_t stream) {
-    const int threads = (int)a.x.chunks * WARP_SIZE;
-    const size_t limit = (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
-    a.stride = gemv_rows_stride(a.row_bytes);
-    a.stages = gemv_rows_smem_bytes(a.x, a.row_bytes, 3) <= limit ? 3 : 2;
-    const size_t smem = gemv_rows_smem_bytes(a.x, a.row_bytes, a.stages);
-    static size_t smem_set = 48 << 10;  // the kernel's shared-memory limit, raised to the largest launch so far
-    static int resident[kRowsMaxChunks + 1][kStagedMaxStages + 1] = {};
-    if (smem > smem_set) {
-        const cudaError_t err = cudaFuncSetAttribute(gemv_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (err != cudaSuccess) return luce_status(err);
-        smem_set = smem;
-    }
-    int &res = resident[a.x.chunks][a.stages];
-    if (res == 0) res = resident_blocks(gemv_rows_kernel, threads, smem);
-    const int64_t batches = (a.n + kRowsTile - 1) / kRowsTile;
-    const int64_t grid = res > 0 && res < batches ? res : batches;
-    return luce_status(launch_overlapped(gemv_rows_kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
+           n < ((int64_t)1 << 30) && (n * row_bytes) % 16 == 0 && x.chunks <= kRowsMaxChunks &&
+           gemv_rows_smem_bytes(x, row_bytes, 2, planes) <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
 }
 
 }  // namespace mm

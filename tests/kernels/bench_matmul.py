@@ -7,7 +7,8 @@ with 5 blocks per SM). One-row cases of the dp4a kernel (tune 5 / 6) against the
 (tune 4), also at Qwen2.5-Coder-1.5B and Qwen2.5-0.5B shapes (Q5_0 / Q8_0 at k = 896). IQ4_XS one
 row: the staged form (tune 0, 6, 8) against the register form (tune 7), also at the merged gate|up.
 IQ4_XS at 2, 4, 5 and 8 rows: the few-row kernel (tune 9; tune 0 takes it at k <= 6144) against the
-tile kernel (tune 4), at the 27B shapes and the merged gate|up (down: the tile kernel either way).
+tile kernel (tune 4), at the 27B shapes and the merged gate|up (down: the tile kernel either way);
+Q5_K qkv, Q4_K gate / qkv / out and Q6_K qkv at 5 rows likewise.
 
 BENCH_CASES: callables that allocate and fill device buffers and return
 (launch_fn, bytes_moved, flops); launch_fn(stream: int = 0) launches once (x quantization +
@@ -191,6 +192,12 @@ if __name__ == "__main__":
 # _tune9$,_t2_tune4$,_t4_tune4$,_t5_tune4$,_t8_tune4$ and the one-row baselines IQ4_XS_gate_t1$ etc.
 BENCH_CASES += [_case("IQ4_XS", s, r, tune=t) for s in ("gate", "qkv", "out", "down") + tuple(MERGED_SHAPES)
                 for r in (2, 4, 5, 8) for t in (4, 9)]
+# The few-row kernel for the K-quants (matmul_gemv_rows.cuh) at 5 rows (concurrency 5) against the tile
+# kernel: Q5_K qkv (the IQ4_XS mix's GDN attn_qkv), Q4_K gate / qkv / out and Q6_K qkv (the Q4_K_M-like
+# mix; its Q6_K attn_qkv of about half the layers, rows staged back to back). tools/bench.py --filter
+# _K_qkv_t5_tune,_K_gate_t5_tune,_K_out_t5_tune (tune 9: the few-row kernel, tune 4: the tile kernel).
+BENCH_CASES += [_case(q, s, 5, tune=t) for q, s in (("Q5_K", "qkv"), ("Q4_K", "gate"), ("Q4_K", "qkv"),
+                                                   ("Q4_K", "out"), ("Q6_K", "qkv")) for t in (4, 9)]
 # Verify and draft-block row counts (issue 17, deliverable 3: 16-64 rows; a DFlash pass at C5 is 80
 # rows): the tile kernel's launch shapes at tune 0 (by row count), 1 (the ring) and 2 (two row tiles
 # a block), at the 27B shapes, a Q8_0 matrix of the DFlash draft's size and the LM head.

@@ -319,36 +319,39 @@ def test_bad_arguments_raise():
         km.matmul(small.ptr, small.ptr, 0, small.ptr, small.ptr, 16, 2, 16, 256, int(Q.Q4_K))
 
 
-# The few-row kernel (matmul_gemv_rows.cuh: IQ4_XS, 2..8 rows, k <= 6144 with an even chunk count)
-# at the 27B's gate/up and qkv k (5120: 20 warps) and out k (6144: 24 warps), and at k = 512; n
-# not a multiple of 16 (a last batch overlapping the one before), more batches than the grid has
-# blocks at the 27B shapes.
+# The few-row kernel (matmul_gemv_rows.cuh: IQ4_XS, Q5_K, Q4_K, Q6_K; 2..8 rows, k <= 6144) at the
+# 27B's gate/up and qkv k (5120: 20 warps) and out k (6144: 24 warps), and at k = 512 (Q6_K: 2048);
+# n not a multiple of 16 (a last batch overlapping the one before), more batches than the grid has
+# blocks at the 27B shapes. Q6_K at k = 5120 (4,200-byte rows, staged back to back) and IQ4_XS at
+# k = 1280 (680 B) need n row_bytes a multiple of 16: n even.
 FEW_ROWS = [(4101, 5120), (5123, 6144), (37, 512)]
+FEW_ROWS_CASES = ([(q, n, k) for q in (Q.IQ4_XS, Q.Q5_K, Q.Q4_K) for n, k in FEW_ROWS] +
+                  [(Q.Q6_K, 4102, 5120), (Q.Q6_K, 5123, 6144), (Q.Q6_K, 37, 2048), (Q.IQ4_XS, 38, 1280)])
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n,k", FEW_ROWS)
-def test_iq4_xs_few_rows_kernel(n, k):
+@pytest.mark.parametrize("qtype,n,k", FEW_ROWS_CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_few_rows_kernel(qtype, n, k):
     """2..8 rows: tune 0 and 9 (the few-row kernel) == tune 4 and 10 (the tile kernel), bitwise, with and
-    without bias; each row == the row alone (tune 0: the one-row staged kernel); parity; a NaN in
+    without bias; each row == the row alone (tune 0: the one-row kernel where it runs); parity; a NaN in
     one row's x stays in that row."""
-    raw37, wd37 = weights(Q.IQ4_XS, 37, k)
+    raw37, wd37 = weights(qtype, 37, k)
     raw = np.ascontiguousarray(np.tile(raw37, (-(-n // 37), 1))[:n])
     x = activations(8, k, seed=n)
     bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
     for b in (None, bias):
-        alone = np.concatenate([run_kernel(x[r:r + 1], raw, Q.IQ4_XS, n, bias=b) for r in range(8)])
+        alone = np.concatenate([run_kernel(x[r:r + 1], raw, qtype, n, bias=b) for r in range(8)])
         for rows in range(2, 9):
-            tile = run_kernel(x[:rows], raw, Q.IQ4_XS, n, bias=b, tune=4)
+            tile = run_kernel(x[:rows], raw, qtype, n, bias=b, tune=4)
             assert np.array_equal(tile.view(np.uint32), alone[:rows].view(np.uint32)), f"{rows} rows: tile != alone"
             for tune in (0, 9, 10):  # 10: the tile kernel again
-                got = run_kernel(x[:rows], raw, Q.IQ4_XS, n, bias=b, tune=tune)
+                got = run_kernel(x[:rows], raw, qtype, n, bias=b, tune=tune)
                 assert np.array_equal(got.view(np.uint32), tile.view(np.uint32)), \
                     f"{rows} rows, tune {tune}: differs from the tile kernel"
-    assert_rows_close(run_kernel(x, raw, Q.IQ4_XS, n, tune=9)[:, :37], ref_matmul(x, wd37), "matmul_blocks")
-    clean = run_kernel(x[:5], raw, Q.IQ4_XS, n)
+    assert_rows_close(run_kernel(x, raw, qtype, n, tune=9)[:, :37], ref_matmul(x, wd37), "matmul_blocks")
+    clean = run_kernel(x[:5], raw, qtype, n)
     x[2, 7] = np.nan
-    dirty = run_kernel(x[:5], raw, Q.IQ4_XS, n, raw_out=True)
+    dirty = run_kernel(x[:5], raw, qtype, n, raw_out=True)
     assert np.isnan(dirty[2]).all()
     assert np.array_equal(np.delete(dirty, 2, axis=0), np.delete(clean, 2, axis=0))
 

@@ -244,15 +244,19 @@ def test_iq4_xs_staged_ring(lib, lib_cooperative, n):
             assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
 
 
-def rows_smem(k: int) -> int:
+ROW_CHUNK_BYTES = {Q.IQ4_XS: 136, Q.Q5_K: 176, Q.Q4_K: 144, Q.Q6_K: 210}
+
+
+def rows_smem(k: int, qtype=Q.IQ4_XS, limit: int = 232448) -> int:
     """Dynamic shared memory of the few-row kernel (matmul_gemv_rows.cuh): 3 stages of 16 rows where
-    they fit the emulator's 227 KiB (else 2), rows `stride` apart (+16 B where row_bytes / 16 is
-    even), c [2][chunks][16][8] and the x scales [8][chunks]."""
+    they fit `limit` (the emulator's 227 KiB; else 2), rows `stride` apart (+16 B where row_bytes / 16
+    is even; rows not of a multiple of 16 bytes back to back), c [2][chunks][16][8], the x scales [8][chunks] and for Q4_K / Q5_K (mins) the byte planes
+    of x's group sums [chunks][8][32 B]."""
     chunks = k // 256
-    row_bytes = 136 * chunks
-    stride = row_bytes + (16 if (row_bytes // 16) % 2 == 0 else 0)
-    rest = 4 * (2 * 16 + 1) * 8 * chunks
-    stages = 3 if 3 * 16 * stride + rest <= 232448 else 2
+    row_bytes = ROW_CHUNK_BYTES[qtype] * chunks
+    stride = row_bytes + (16 if row_bytes % 16 == 0 and (row_bytes // 16) % 2 == 0 else 0)
+    rest = 4 * (2 * 16 + 1) * 8 * chunks + (256 * chunks if qtype in (Q.Q4_K, Q.Q5_K) else 0)
+    stages = 3 if 3 * 16 * stride + rest <= limit else 2
     return stages * 16 * stride + rest
 
 
@@ -301,7 +305,8 @@ def test_iq4_xs_few_rows_ring(lib, lib_cooperative, n):
 
 def test_iq4_xs_few_rows_falls_back(lib):
     """Where the few-row kernel does not run the tile kernel does (the same bits): k = 17408 (68
-    chunks: x would not fit in registers), k = 1280 (5 chunks: odd), n = 9 (< 16 rows), 9 rows."""
+    chunks: x would not fit in registers), k = 1280 at n = 37 (680-byte rows: the last batch 8 bytes off a
+    16-byte boundary; at n = 38 it runs, test_matmul_few_rows_emulated.py), n = 9 (< 16 rows), 9 rows."""
     for k, n, rows in ((17408, 16, 3), (1280, 37, 4), (512, 9, 4), (512, 37, 9)):
         raw, _ = weights(Q.IQ4_XS, n, k)
         x = activations(rows, k, seed=3)

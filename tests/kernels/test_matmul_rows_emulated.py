@@ -27,10 +27,11 @@ ROWS = (16, 17, 23, 33, 64, 80)
 CHUNK_BYTES = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210, Q.IQ4_XS: 136, Q.Q8_0: 272, Q.Q5_0: 176}
 
 
-def _load(tmp_path):
+def _load(tmp_path, defines=()):
+    """The decode matmul's source built for the emulator (with `defines`), its entry points typed."""
     from tests.kernels.emu.matmul_params import MatmulParams as Params
 
-    lib = emu.load(["matmul.cu"], tmp_path, "the quantized matmul")
+    lib = emu.load(["matmul.cu"], tmp_path, "the quantized matmul", defines=defines)
     lib.luce_matmul_workspace_bytes.restype = C.c_int64
     lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
     lib.luce_matmul.argtypes = [C.POINTER(Params), _P]

@@ -1,0 +1,73 @@
+// Which decode calls of luce_matmul (cuda/matmul.cu) take the few-row kernel (matmul_gemv_rows.cuh:
+// 2..8 rows of IQ4_XS, Q5_K, Q4_K, Q6_K where it runs), and its launch. Static: their function-local
+// statics (the device's limit, the resident blocks) stay one library's own where several libraries of
+// this source share a process (the emulator's builds; inline ones would be merged, GNU unique).
+#pragma once
+
+#include "matmul_gemv_launch.cuh"
+#include "matmul_gemv_rows.cuh"
+
+namespace mm {
+
+// Launch (the caller checked gemv_rows_runs): 3 stages where they fit, else 2; a one-wave grid of
+// every resident block, block b taking batches b, b + grid, ...
+template <class Q>
+static int launch_gemv_rows(GemvRowsArgs a, int smem_limit, cudaStream_t stream) {
+    const int threads = (int)a.x.chunks * WARP_SIZE;
+    const size_t limit = (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
+    a.stride = gemv_rows_stride(a.row_bytes);
+    a.stages = gemv_rows_smem_bytes(a.x, a.row_bytes, 3, Q::kOffset) <= limit ? 3 : 2;
+    const size_t smem = gemv_rows_smem_bytes(a.x, a.row_bytes, a.stages, Q::kOffset);
+    static size_t smem_set = 48 << 10;  // the kernel's shared-memory limit, raised to the largest launch so far
+    static int resident[kRowsMaxChunks + 1][kStagedMaxStages + 1] = {};
+    if (smem > smem_set) {
+        const cudaError_t err = cudaFuncSetAttribute(gemv_rows_kernel<Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess) return luce_status(err);
+        smem_set = smem;
+    }
+    int &res = resident[a.x.chunks][a.stages];
+    if (res == 0) res = resident_blocks(gemv_rows_kernel<Q>, threads, smem);
+    const int64_t batches = (a.n + kRowsTile - 1) / kRowsTile;
+    const int64_t grid = res > 0 && res < batches ? res : batches;
+    return luce_status(launch_overlapped(gemv_rows_kernel<Q>, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
+}
+
+// Decode calls of 2..8 rows take the few-row kernel (matmul_gemv_rows.cuh) under tune 0 where it runs
+// (k <= 6,144, rows of a multiple of 16 bytes, 227 KB devices) for the types marked here; false gives
+// a type the tile kernel again. IQ4_XS measured faster on the H200 (docs/PERF.md); Q5_K, Q4_K and Q6_K
+// NOT measured on a GPU yet. Tune 9: as tune 0 with the few-row kernel for every type it takes
+// whatever these say; tune 10: as tune 0 with the tile kernel at 2..8 rows (LUCE_MATMUL_TUNE=10: a
+// whole-step A/B).
+constexpr bool kGemvRowsIQ4XS = true, kGemvRowsQ5K = true, kGemvRowsQ4K = true, kGemvRowsQ6K = true;
+
+static inline bool gemv_rows_by_default(int qtype) {
+    switch (qtype) {
+        case LUCE_QT_IQ4_XS: return kGemvRowsIQ4XS;
+        case LUCE_QT_Q5_K: return kGemvRowsQ5K;
+        case LUCE_QT_Q4_K: return kGemvRowsQ4K;
+        case LUCE_QT_Q6_K: return kGemvRowsQ6K;
+        default: return false;
+    }
+}
+
+// The few-row kernel for a 2..8-row decode call of its types where it runs; -1 where it does not.
+static inline int try_gemv_rows(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl,
+                                int64_t row_bytes, cudaStream_t stream) {
+    const bool type = p->qtype == LUCE_QT_IQ4_XS || p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q4_K ||
+                      p->qtype == LUCE_QT_Q6_K;
+    if (!type || p->path != LUCE_MATMUL_DECODE || p->rows < 2 || p->rows > 8 ||
+        !(p->tune == 9 || (p->tune == 0 && gemv_rows_by_default(p->qtype))))
+        return -1;
+    static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const bool planes = p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q4_K;  // the types with mins (kOffset)
+    if (!gemv_rows_runs(w, p->rows, p->n, xl, row_bytes, planes, smem_limit)) return -1;
+    const GemvRowsArgs a{w, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0, 0};
+    switch (p->qtype) {
+        case LUCE_QT_Q5_K: return launch_gemv_rows<ReaderQ5K>(a, smem_limit, stream);
+        case LUCE_QT_Q4_K: return launch_gemv_rows<ReaderQ4K>(a, smem_limit, stream);
+        case LUCE_QT_Q6_K: return launch_gemv_rows<ReaderQ6K>(a, smem_limit, stream);
+        default: return launch_gemv_rows<ReaderIQ4XS>(a, smem_limit, stream);
+    }
+}
+
+}  // namespace mm
