@@ -1,7 +1,8 @@
 // The f16 prompt-row kernel's __global__ functions and launch (its device code:
 // cuda/attention_prefill_f16.cuh, the shared arithmetic; _paged.cuh and _staged.cuh, its two
 // ways of bringing K and V to shared memory; _wide.cuh, the staged form with 4 warps of two
-// m-tiles, two blocks an SM). cuda/attention_prefill.cu includes this and picks between it and
+// m-tiles, two blocks an SM; _long.cuh, the staged form whose blocks walk runs of splits).
+// cuda/attention_prefill.cu includes this and picks between it and
 // the TF32 kernel (LUCE_ATTN_PROMPT).
 #pragma once
 
@@ -11,6 +12,7 @@
 #include "attention_prefill_f16_paged.cuh"
 #include "attention_prefill_f16_staged.cuh"
 #include "attention_prefill_f16_wide.cuh"
+#include "attention_prefill_f16_long.cuh"
 
 namespace luce_attn {
 namespace {
@@ -67,6 +69,28 @@ attention_prompt_f16w_kernel(luce_attention_params p, StagedKv st, int32_t n_par
         f16w_prompt_piece<D>(p, st, r0, r1, blockIdx.y, blockIdx.z, n_parts, reinterpret_cast<uint16_t *>(smem4),
                              row_n, row_state);
     });
+}
+
+// The long form (cuda/attention_prefill_f16_long.cuh), after the same pre-pass: grid z runs of
+// per_block splits.
+template <int D, int WARPS, int STAGES>
+__global__ void __launch_bounds__(F16Long<D, WARPS, STAGES>::kThreads, F16Long<D, WARPS, STAGES>::kMinBlocks)
+attention_prompt_f16l_kernel(luce_attention_params p, StagedKv st, int32_t n_parts, int32_t per_block, int32_t G) {
+    using L = F16Long<D, WARPS, STAGES>;
+    extern __shared__ float4 smem4[];
+    __shared__ int32_t row_keys[L::kTileQV], row_n[L::kTileQV], row_state[L::kTileQV];
+    __shared__ F16LongRun<WARPS> run;
+    const int32_t s0 = (int32_t)blockIdx.z * per_block, s1 = min(s0 + per_block, prompt_splits(n_parts));
+    const int32_t rows_per_tile = L::kTileQV / G;  // G = Hq / Hkv (a parameter: no register holds it)
+    if (threadIdx.x == 0) {
+        run.next = (int32_t)blockIdx.x * rows_per_tile;
+        run.end = min(run.next + rows_per_tile, p.prompt_rows);
+        run.group = G;
+    }
+    __syncthreads();
+    while (run.next < run.end)  // for_tile_pieces' loop
+        f16l_prompt_piece<D, WARPS, STAGES>(p, st, G, blockIdx.y, s0, s1, n_parts, reinterpret_cast<uint16_t *>(smem4),
+                                            row_keys, row_n, row_state, &run);
 }
 
 // Sets a kernel's shared-memory limit (before any graph capture reaches here): 1 when `smem`
@@ -132,12 +156,76 @@ bool prompt_f16w_ready() {
     }
 }
 
+// Whether the long form <D, WARPS, STAGES> fits this device (D <= 128; asked once).
+template <int D, int WARPS, int STAGES>
+bool prompt_f16l_ready() {
+    if constexpr (D > 128) {
+        return false;
+    } else {
+        using L = F16Long<D, WARPS, STAGES>;
+        static int ready = 0;
+        if (ready == 0) {
+            ready = prepare_smem(attention_prompt_f16l_kernel<D, WARPS, STAGES>, L::kSmemBytes, L::kStaticBytes);
+#if defined(__CUDACC__) && !defined(__HIPCC__)
+            if (ready > 0 && cudaFuncSetAttribute(attention_prompt_f16l_kernel<D, WARPS, STAGES>,
+                                                  cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
+                (void)cudaGetLastError();  // a hint: all of L1 as shared memory, kMinBlocks an SM
+#endif
+        }
+        return ready > 0;
+    }
+}
+
+// Splits a block of the long form walks (grid z: ceil(splits / per_block) runs): the run length
+// whose waves of tile_blocks (tiles x KV heads) x runs blocks, each costing its splits plus a
+// quarter split of start and drain, end first on a device holding `slots` blocks at once;
+// ties to the longer run. LUCE_ATTN_SPLITS_PER_BLOCK (>= 1) sets it. Only the grid moves: a
+// split's partial is the same in any run.
+inline int32_t f16l_per_block(int64_t tile_blocks, int32_t splits, int64_t slots) {
+    if (const char *e = getenv("LUCE_ATTN_SPLITS_PER_BLOCK"))
+        if (atoi(e) >= 1) return min(atoi(e), max(splits, 1));
+    if (slots <= 0 || splits <= 1) return 1;
+    int32_t best = 1;
+    double best_cost = 0.0;
+    for (int32_t n = 1; n <= splits; ++n) {
+        const int64_t blocks = tile_blocks * ((splits + n - 1) / n);
+        const double cost = (double)((blocks + slots - 1) / slots) * (n + 0.25);
+        if (n == 1 || cost <= best_cost) best = n, best_cost = cost;
+    }
+    return best;
+}
+
+// Blocks of the long form <D, WARPS, STAGES> the device holds at once (asked once; 0 unknown).
+template <int D, int WARPS, int STAGES>
+int64_t prompt_f16l_slots() {
+    static int64_t slots = -1;
+    if (slots < 0) {
+        using L = F16Long<D, WARPS, STAGES>;
+        int device = 0, sms = 0, per_sm = 0;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+            sms = 0;
+#ifdef __HIPCC__
+        per_sm = L::kMinBlocks;
+#else
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prompt_f16l_kernel<D, WARPS, STAGES>,
+                                                          L::kThreads, L::kSmemBytes) != cudaSuccess)
+            per_sm = 0;
+#endif
+        (void)cudaGetLastError();
+        slots = (int64_t)sms * per_sm;
+    }
+    return slots;
+}
+
 // LUCE_ATTN_PROMPT, read per launch so one process can time each: "tf32" the TF32 kernel
 // above, "f16p" the f16 kernel's paged form, "f16s" its 8-warp staged form, "f16w" its wide
-// form (D <= 128), any other value the f16 kernel in its default form (staged where the launch
+// form (D <= 128), "f16l" / "f16l4" its long form of 6 / 4 warps (D <= 128; elsewhere the
+// default form), any other value the f16 kernel in its default form (staged where the launch
 // gives it a staging workspace: wide where f16_wide_by_default); unset or empty:
 // kPromptF16ByDefault. Every f16 form gives the same bits.
-enum PromptKind { kPromptTf32, kPromptF16Paged, kPromptF16, kPromptF16Staged, kPromptF16Wide };
+enum PromptKind { kPromptTf32, kPromptF16Paged, kPromptF16, kPromptF16Staged, kPromptF16Wide, kPromptF16Long,
+                  kPromptF16Long4 };
 PromptKind prompt_kind() {
     const char *kind = getenv("LUCE_ATTN_PROMPT");
     if (kind == nullptr || kind[0] == 0) return kPromptF16ByDefault ? kPromptF16 : kPromptTf32;
@@ -145,15 +233,22 @@ PromptKind prompt_kind() {
            : strcmp(kind, "f16p") == 0 ? kPromptF16Paged
            : strcmp(kind, "f16s") == 0 ? kPromptF16Staged
            : strcmp(kind, "f16w") == 0 ? kPromptF16Wide
+           : strcmp(kind, "f16l") == 0 ? kPromptF16Long
+           : strcmp(kind, "f16l4") == 0 ? kPromptF16Long4
                                        : kPromptF16;
 }
 
-// The staged form a launch of this kind takes at D where the launch stages its keys: 2 wide,
-// 1 the 8-warp form, 0 none (the paged form). Asks every form it may take, so that their
-// shared-memory limits are set before any graph capture.
+// The long forms: <WARPS, STAGES> of f16l and f16l4.
+constexpr int kLongWarps = 6, kLongStages = 3, kLong4Warps = 4, kLong4Stages = 2;
+
+// The staged form a launch of this kind takes at D where the launch stages its keys: 4 the long
+// form of 4 warps, 3 of 6, 2 wide, 1 the 8-warp form, 0 none (the paged form). Asks every
+// form it may take, so that their shared-memory limits are set before any graph capture.
 template <int D>
 int prompt_staged_form(PromptKind kind) {
     if (kind == kPromptTf32 || kind == kPromptF16Paged) return 0;
+    if (kind == kPromptF16Long && prompt_f16l_ready<D, kLongWarps, kLongStages>()) return 3;
+    if (kind == kPromptF16Long4 && prompt_f16l_ready<D, kLong4Warps, kLong4Stages>()) return 4;
     const bool wide = kind == kPromptF16Wide || (kind == kPromptF16 && f16_wide_by_default<D>());
     if (wide && prompt_f16w_ready<D>()) return 2;
     return prompt_f16s_stages<D>() > 0 ? 1 : 0;
@@ -172,6 +267,20 @@ int64_t prompt_stage_rows(int32_t page_size, int64_t n_kv_indices) {
     return n_kv_indices > 0 && prompt_staged_form<D>(prompt_kind()) > 0 ? n_kv_indices * page_size : 0;
 }
 
+// The long form's tiles (kTileQV / G rows), KV heads and runs of splits, after the pre-pass.
+template <int D, int WARPS, int STAGES>
+int launch_prompt_f16l(const luce_attention_params &p, const StagedKv &st, int32_t n_parts, cudaStream_t stream) {
+    using L = F16Long<D, WARPS, STAGES>;
+    const int32_t rows_per_tile = L::kTileQV / (p.n_heads_q / p.n_heads_kv);
+    const int64_t tiles = (p.prompt_rows + rows_per_tile - 1) / rows_per_tile;
+    const int32_t splits = prompt_splits(n_parts);
+    const int32_t per_block = f16l_per_block(tiles * p.n_heads_kv, splits, prompt_f16l_slots<D, WARPS, STAGES>());
+    const dim3 grid((unsigned)tiles, (unsigned)p.n_heads_kv, (unsigned)((splits + per_block - 1) / per_block));
+    attention_prompt_f16l_kernel<D, WARPS, STAGES><<<grid, L::kThreads, L::kSmemBytes, stream>>>(p, st, n_parts,
+                                                                                               per_block, p.n_heads_q / p.n_heads_kv);
+    return luce_status(cudaGetLastError());
+}
+
 template <int D>
 int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
     using S = F16Shape<D>;
@@ -188,7 +297,12 @@ int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t p
         const int stages = prompt_f16s_stages<D>();
         attention_stage_kv_kernel<D><<<blocks, 256, 0, stream>>>(p, st, page_shift);
         if constexpr (D <= 128) {
-            if (prompt_staged_form<D>(prompt_kind()) == 2) {
+            int form = prompt_staged_form<D>(prompt_kind());
+            if (form >= 3 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0)  // the long form loads q as float4
+                return form == 3 ? launch_prompt_f16l<D, kLongWarps, kLongStages>(p, st, n_parts, stream)
+                                 : launch_prompt_f16l<D, kLong4Warps, kLong4Stages>(p, st, n_parts, stream);
+            if (form >= 3) form = prompt_staged_form<D>(kPromptF16);
+            if (form == 2) {
                 attention_prompt_f16w_kernel<D><<<grid, F16Wide<D>::kThreads, F16Wide<D>::kSmemBytes, stream>>>(p, st, n_parts);
                 return luce_status(cudaGetLastError());
             }

@@ -1,0 +1,249 @@
+// The long-context form of the staged f16 prompt-row kernel (cuda/attention_prefill_f16.cuh: its
+// arithmetic; cuda/attention_prefill_f16_staged.cuh: the f16 key staging and cp.async ring it
+// shares). LUCE_ATTN_PROMPT=f16l (6 warps, a tile of 96 query vectors, 3-stage ring, two blocks
+// an SM) or f16l4 (4 warps, 64 query vectors, 2-stage ring, three blocks an SM); D <= 128.
+// What differs from the 8-warp staged form, none of it in a row's arithmetic:
+//   - a block walks a run of consecutive splits [s0, s1) of its tile (grid z: runs of
+//     `per_block` splits, chosen by the launch to fill the device; LUCE_ATTN_SPLITS_PER_BLOCK
+//     sets it): the rows' keys are read and Q is converted and held in registers once for the
+//     run, and the cp.async ring streams the run's key blocks without a break at a split
+//     boundary, where the block writes the split's partial (workspace entry s, exactly as the
+//     one-split blocks do) and starts the next split's online softmax from m = -inf, l = 0,
+//     o = 0. The per-block start (row keys, the tile's Q from f32, the ring's first loads) and
+//     the drain at the end come once a run, not once a split;
+//   - one m-tile (16 query vectors) a warp with Q's A fragments in registers (32), o [D/8][4]
+//     (64 at D = 128) and s [8][4] (32): <= 168 registers (launch bounds), several blocks an
+//     SM (12 warps), each with its own barriers, so one block's softmax overlaps another's
+//     MMAs. At that budget the block-uniform state (piece rows, run, warps' key bounds, G)
+//     sits in shared memory (F16LongRun), read after barriers, not in registers. sm_90 ptxas:
+//     f16l 168 registers, 8 bytes spilled (one value, once a key block); f16l4 168, 48 bytes;
+//     D = 64: 142 / 143, none;
+//   - Q loads as float4, four of a thread's in flight (the launch takes another form where q is
+//     not 16-byte aligned).
+// A row's splits, key blocks (64 keys at absolute positions), masks, MMAs, online softmax and
+// partials are the other forms' (f16_scores, f16_softmax_pv; f16l_write_split is
+// f16_write_warp + f16_write_end; zeros past the tile's last key), so every form gives the same
+// bits and the combine merges them as before.
+// Per warp and key block (D = 128): 128 MMAs, 64 ldmatrix.x4 (K, V) and the softmax, as the
+// 8-warp staged form. Shared memory: STAGES buffers of K [64] then V [64] rows of D + 8 halves
+// (34,816 bytes each at D = 128): f16l 104,448 (x2 an SM), f16l4 69,632 (x3 an SM); Q passes
+// through the last buffer into registers before that buffer's first key block lands.
+#pragma once
+
+#include "attention_prefill_f16_staged.cuh"
+
+namespace luce_attn {
+namespace {
+
+template <int D, int WARPS, int STAGES>
+struct F16Long {
+    using S = F16Shape<D>;
+    static constexpr int kThreads = WARPS * WARP_SIZE;
+    static constexpr int kTileQV = 16 * WARPS;                         // query vectors a tile
+    static constexpr int kBufHalves = 2 * S::kBlockKeys * S::kStride;  // K then V rows of one block
+    static constexpr int kMinBlocks = WARPS >= 6 ? 2 : 3;              // blocks an SM (<= 168 registers)
+    static constexpr size_t kSmemBytes = sizeof(uint16_t) * (size_t)STAGES * kBufHalves;
+    static constexpr size_t kStaticBytes = sizeof(int32_t) * (3 * kTileQV + 2 * WARPS + 12);
+    static_assert(D <= 128, "Q's fragments in registers: D <= 128");
+    static_assert(STAGES >= 2, "a ring of at least two buffers");
+    static_assert(kTileQV * S::kStride <= kBufHalves, "Q passes through one K / V buffer");
+};
+
+// A piece's block-uniform state in shared memory (thread 0 writes it; every thread reads it after
+// a barrier where it needs it, so that none of it holds a register over the key blocks).
+template <int WARPS>
+struct F16LongRun {
+    int32_t next, end;      // the tile's next row (for_tile_pieces' r0) and its end
+    int32_t piece_end;      // the piece's end (r1)
+    int32_t group;          // G = Hq / Hkv
+    const uint16_t *k;      // the run's first key in the K staging (V: st.v - st.k halves on)
+    int32_t n_ok;           // keys of the run with staged data (zeros past)
+    int32_t n_blocks;       // the run's key blocks
+    int32_t n_any;          // the most keys of any row of the piece (tree rows too)
+    int32_t warp[WARPS][2]; // the current split's n_warp, n_warp_min of each warp
+};
+
+// Key block at key j0 of the run into buf [2B][kStride]: this thread's 16-byte column c of rows
+// r, r + THREADS / (D / 8), ... of K, then of V (zeros past n_ok).
+template <int D, int THREADS, class Run>
+__device__ __forceinline__ void f16l_copy_block(const Run &run, const StagedKv &st, int32_t j0, uint16_t *buf) {
+    constexpr int B = F16Shape<D>::kBlockKeys, KS = F16Shape<D>::kStride, C = D / 8, STEP = THREADS / C;
+    constexpr int N = (B + STEP - 1) / STEP;  // rows of K (and of V) a thread copies, the last maybe none
+    static_assert(THREADS % C == 0, "a thread keeps one column");
+    const int row = (int)threadIdx.x / C, c = (int)threadIdx.x % C;
+    const int32_t left = run.n_ok - j0 - row;  // row r + STEP u has data where STEP u < left
+    const uint16_t *k = run.k + ((uint32_t)(j0 + row) * (uint32_t)D + 8u * c);  // < 2^32: keys < 2^24
+    const int64_t v_off = st.v - st.k;
+    uint16_t *dst = buf + row * KS + 8 * c;
+#pragma unroll
+    for (int kv = 0; kv < 2; ++kv)
+#pragma unroll
+        for (int u = 0; u < N; ++u) {
+            if (B % STEP != 0 && u == N - 1 && row + STEP * u >= B) break;
+            cp_async16(dst + (kv * B + STEP * u) * KS, k + (kv ? v_off : 0) + (int64_t)STEP * u * D, STEP * u < left);
+        }
+}
+
+// q16 = f16(q * scale_log2) of the tile's nq query vectors into q_s [TILE][kStride] (zeros past
+// nq): f16_store_q's values, by float4 loads (q 16-byte aligned: the launch asks), BATCH of a
+// thread's in flight before their conversions.
+template <int D, int TILE, int THREADS>
+__device__ __forceinline__ void f16l_store_q(const luce_attention_params &p, int G, int32_t r0, int32_t hk, int nq,
+                                             uint16_t *q_s) {
+    constexpr int KS = F16Shape<D>::kStride, C4 = D / 4, N = TILE * C4, ITER = (N + THREADS - 1) / THREADS;
+    constexpr int BATCH = 4;
+    const float scale_log2 = p.scale * 1.44269504088896340736f;
+    const float *q0 = p.q + ((int64_t)r0 * p.n_heads_q + (int64_t)hk * G) * D;
+#pragma unroll 1
+    for (int i0 = 0; i0 < ITER; i0 += BATCH) {
+        float4 x[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; ++u) {
+            const int i = (int)threadIdx.x + (i0 + u) * THREADS, v = i / C4, c = 4 * (i % C4);
+            x[u] = i < N && v < nq ? *reinterpret_cast<const float4 *>(q0 + (int64_t)(v / G) * p.n_heads_q * D +
+                                                                       (int64_t)(v % G) * D + c)
+                                   : zero4();
+        }
+#pragma unroll
+        for (int u = 0; u < BATCH; ++u) {
+            const int i = (int)threadIdx.x + (i0 + u) * THREADS, v = i / C4, c = 4 * (i % C4);
+            if (i >= N) break;
+            const uint32_t lo = tc::pack_f16x2(x[u].x * scale_log2, x[u].y * scale_log2);
+            const uint32_t hi = tc::pack_f16x2(x[u].z * scale_log2, x[u].w * scale_log2);
+            *reinterpret_cast<uint2 *>(q_s + v * KS + c) = make_uint2(lo, hi);
+        }
+    }
+}
+
+// Split s's partials of the warp's m-tile, then the tree rows' NaN statistics: f16_write_warp and
+// f16_write_end with G passed (read from shared memory by the caller: no register holds it, or
+// anything divided by it, over the key blocks). Ends with a sync.
+template <int D, int THREADS>
+__device__ __forceinline__ void f16l_write_split(const luce_attention_params &p, F16Warp<D> &w, int G, int32_t r0,
+                                                 int nq, int32_t split, int32_t n_parts, const int32_t *row_n,
+                                                 const int32_t *row_state) {
+    const int lane = threadIdx.x % WARP_SIZE, t = lane & 3, v0 = f16_first_qv() + (lane >> 2);
+    const int32_t hk = blockIdx.y;
+    const Workspace ws = workspace_of(p, n_parts, p.prompt_rows);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        w.l[r] += warp_shfl_xor(w.l[r], 1);
+        w.l[r] += warp_shfl_xor(w.l[r], 2);
+        const int v = v0 + 8 * r;
+        if (w.n_row[r] <= 0) continue;
+        const int32_t row = r0 + v / G, h = hk * G + v % G;
+        float *dst = ws.o(row, h, split) + 2 * t;
+#pragma unroll
+        for (int d = 0; d < F16Shape<D>::kDimTiles; ++d)
+            *reinterpret_cast<float2 *>(dst + 8 * d) = make_float2(w.o[d][2 * r], w.o[d][2 * r + 1]);
+        if (t == 0) {
+            float *ml = ws.ml(row, h, split);
+            ml[0] = w.m[r];
+            ml[1] = w.l[r];
+        }
+    }
+    for (int v = threadIdx.x; v < nq; v += THREADS) {
+        if (!row_state[v / G] || row_n[v / G] <= 0) continue;
+        float *ml = ws.ml(r0 + v / G, hk * G + v % G, split);
+        ml[0] = ml[1] = __int_as_float(0x7fc00000);
+    }
+    __syncthreads();
+}
+
+// One block-uniform piece of the long form (for_tile_pieces' with r0 in shared memory): rows
+// r0 = run->next .. r1 - 1 of one segment, all in the tile (rows before run->end), splits
+// s0..s1-1; sets run->next = r1. row_keys: each row's keys (all splits); row_n: the current split's (the
+// other forms' row_n); row_state: a tree row; run: the piece's block-uniform state.
+template <int D, int WARPS, int STAGES>
+__device__ void f16l_prompt_piece(const luce_attention_params &p, const StagedKv &st, int32_t G, int32_t hk,
+                                  int32_t s0, int32_t s1, int32_t n_parts, uint16_t *smem,
+                                  int32_t *row_keys, int32_t *row_n, int32_t *row_state,
+                                  F16LongRun<WARPS> *run) {
+    using S = F16Shape<D>;
+    using L = F16Long<D, WARPS, STAGES>;
+    constexpr int NT = S::kKeyTiles, KS = S::kStride, B = S::kBlockKeys;
+    const int32_t r0 = run->next, r1 = min(run->end, p.qo_indptr[attention_segment_of(p, r0) + 1]);
+    const int nq = (r1 - r0) * G;
+    uint16_t *q_s = smem + (STAGES - 1) * L::kBufHalves;  // buffer i: smem + i * kBufHalves
+
+    if (threadIdx.x < L::kTileQV) {
+        int32_t n = 0, state = 0;
+        const int32_t row = r0 + (int32_t)threadIdx.x;
+        if (row < r1) {
+            n = max(attention_row_keys(p, row).keys, 0);
+            state = p.tree_parents != nullptr && p.tree_parents[row] >= 0;
+        }
+        row_keys[threadIdx.x] = n;
+        row_state[threadIdx.x] = state;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        run->piece_end = r1;
+        int32_t n_total = 0, n_any = 0;  // the most keys of a prompt row (of any row) of the piece
+        for (int r = 0; r < r1 - r0; ++r) {
+            n_any = max(n_any, row_keys[r]);
+            if (!row_state[r]) n_total = max(n_total, row_keys[r]);
+        }
+        const int32_t key_lo = s0 * kSplitKeys, key_hi = min(s1 * kSplitKeys, n_total);
+        const StagedSource src = staged_source<D>(p, st, r0, hk, key_lo, n_total - key_lo);
+        run->k = src.k;
+        run->n_ok = src.n_ok;
+        run->n_blocks = key_hi > key_lo ? (key_hi - key_lo + B - 1) / B : 0;
+        run->n_any = n_any;
+    }
+    __syncthreads();
+    const int n_blocks = run->n_blocks;
+#pragma unroll
+    for (int b = 0; b < STAGES - 1; ++b) {
+        if (b < n_blocks) f16l_copy_block<D, L::kThreads>(*run, st, b * B, smem + b * L::kBufHalves);
+        cp_async_commit();
+    }
+    uint32_t qf[D / 16][4];
+    if (n_blocks > 0) {
+        f16l_store_q<D, L::kTileQV, L::kThreads>(p, G, r0, hk, nq, q_s);
+        __syncthreads();
+        const int32_t q_off = f16_q_off<D>();
+#pragma unroll
+        for (int kd = 0; kd < D / 16; ++kd) tc::ldmatrix_x4(qf[kd], q_s + (q_off + 16 * kd));
+    }
+    const auto q_frag = [&](int kd, uint32_t (&a)[4]) {
+        a[0] = qf[kd][0], a[1] = qf[kd][1], a[2] = qf[kd][2], a[3] = qf[kd][3];
+    };
+    const int warp = (int)(threadIdx.x / WARP_SIZE);
+    int b = 0;  // the run's next key block (runs start on a split: split s's first is 16 (s - s0))
+    for (int32_t s = s0; s < s1; ++s) {
+        const int32_t key0 = s * kSplitKeys;
+        if (key0 >= run->n_any) break;  // no row has keys here or further: nothing to write
+        if (threadIdx.x < L::kTileQV) row_n[threadIdx.x] = min(kSplitKeys, row_keys[threadIdx.x] - key0);
+        __syncthreads();
+        F16Warp<D> w(row_n, row_state, (run->piece_end - run->next) * run->group, run->group);
+        if (threadIdx.x % WARP_SIZE == 0) run->warp[warp][0] = w.n_warp, run->warp[warp][1] = w.n_warp_min;
+        __syncwarp();
+        const int32_t b_first = b;
+        for (; b < b_first + kSplitKeys / B; ++b) {
+            if (b >= run->n_blocks) break;  // the run's last block was the split's last
+            cp_async_wait<STAGES - 2>();  // this thread's pieces of block b have landed
+            __syncthreads();              // everyone's have; block b - 1's readers (and Q's) are done
+            if (b + STAGES - 1 < run->n_blocks)
+                f16l_copy_block<D, L::kThreads>(*run, st, (b + STAGES - 1) * B,
+                                                smem + ((b + STAGES - 1) % STAGES) * L::kBufHalves);
+            cp_async_commit();
+            const int32_t b0 = (b - b_first) * B;  // the block's first key in the split
+            w.n_warp = run->warp[warp][0], w.n_warp_min = run->warp[warp][1];
+            if (b0 >= w.n_warp) continue;  // warp-uniform: no row of the warp attends a key here
+            const uint16_t *k_s = smem + (b % STAGES) * L::kBufHalves, *v_s = k_s + B * KS;
+            float sc[NT][4];
+            f16_scores<D>(sc, q_frag, k_s, f16_k_off<D>());
+            f16_softmax_pv<D>(sc, b0, w, v_s, f16_v_off<D>());
+        }
+        // The piece's rows from shared memory again (no register held over the key blocks).
+        const int32_t r0w = run->next, gw = run->group, nqw = (run->piece_end - r0w) * gw;
+        f16l_write_split<D, L::kThreads>(p, w, gw, r0w, nqw, s, n_parts, row_n, row_state);  // ends with a sync
+    }
+    cp_async_wait<0>();
+    if (threadIdx.x == 0) run->next = run->piece_end;
+    __syncthreads();  // the next piece reuses the buffers and the row arrays
+}
+
+}  // namespace
+}  // namespace luce_attn
