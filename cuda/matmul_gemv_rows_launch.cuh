@@ -4,6 +4,9 @@
 // this source share a process (the emulator's builds; inline ones would be merged, GNU unique).
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 #include "matmul_gemv_launch.cuh"
 #include "matmul_gemv_rows.cuh"
 
@@ -40,7 +43,28 @@ static int launch_gemv_rows(GemvRowsArgs a, int smem_limit, cudaStream_t stream)
 // whole-step A/B).
 constexpr bool kGemvRowsIQ4XS = true, kGemvRowsQ5K = true, kGemvRowsQ4K = true, kGemvRowsQ6K = true;
 
+// LUCE_MATMUL_ROWS_TYPES (e.g. "iq4_xs,q5_k"; "none"): the types taking it under tune 0 instead
+// of the switches above, for whole-step A/B runs; read once a process.
+static inline int gemv_rows_env_types() {
+    static const int mask = [] {
+        const char *e = getenv("LUCE_MATMUL_ROWS_TYPES");
+        if (!e) return -1;
+        int m = 0;
+        if (strstr(e, "iq4_xs")) m |= 1;
+        if (strstr(e, "q5_k")) m |= 2;
+        if (strstr(e, "q4_k")) m |= 4;
+        if (strstr(e, "q6_k")) m |= 8;
+        return m;
+    }();
+    return mask;
+}
+
 static inline bool gemv_rows_by_default(int qtype) {
+    const int env = gemv_rows_env_types();
+    if (env >= 0) {
+        const int bit = qtype == LUCE_QT_IQ4_XS ? 1 : qtype == LUCE_QT_Q5_K ? 2 : qtype == LUCE_QT_Q4_K ? 4 : qtype == LUCE_QT_Q6_K ? 8 : 0;
+        return (env & bit) != 0;
+    }
     switch (qtype) {
         case LUCE_QT_IQ4_XS: return kGemvRowsIQ4XS;
         case LUCE_QT_Q5_K: return kGemvRowsQ5K;

@@ -195,9 +195,11 @@ BENCH_CASES += [_case("IQ4_XS", s, r, tune=t) for s in ("gate", "qkv", "out", "d
 # The few-row kernel for the K-quants (matmul_gemv_rows.cuh) at 5 rows (concurrency 5) against the tile
 # kernel: Q5_K qkv (the IQ4_XS mix's GDN attn_qkv), Q4_K gate / qkv / out and Q6_K qkv (the Q4_K_M-like
 # mix; its Q6_K attn_qkv of about half the layers, rows staged back to back). tools/bench.py --filter
-# _K_qkv_t5_tune,_K_gate_t5_tune,_K_out_t5_tune (tune 9: the few-row kernel, tune 4: the tile kernel).
+# _K_qkv_t5_tune,_K_gate_t5_tune,_K_out_t5_tune,_K_lmhead_t5_tune (tune 9: the few-row kernel, tune 4: the
+# tile kernel; the 27B's Q6_K LM head at C5).
 BENCH_CASES += [_case(q, s, 5, tune=t) for q, s in (("Q5_K", "qkv"), ("Q4_K", "gate"), ("Q4_K", "qkv"),
-                                                   ("Q4_K", "out"), ("Q6_K", "qkv")) for t in (4, 9)]
+                                                   ("Q4_K", "out"), ("Q6_K", "qkv"), ("Q6_K", "lmhead"))
+                for t in (4, 9)]
 # Verify and draft-block row counts (issue 17, deliverable 3: 16-64 rows; a DFlash pass at C5 is 80
 # rows): the tile kernel's launch shapes at tune 0 (by row count), 1 (the ring) and 2 (two row tiles
 # a block), at the 27B shapes, a Q8_0 matrix of the DFlash draft's size and the LM head.
