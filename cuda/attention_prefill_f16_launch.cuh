@@ -24,6 +24,12 @@ constexpr bool kPromptF16ByDefault = true;
 // where it fits; f16w asks for it at any D <= 128, f16s for the 8-warp form.
 template <int D>
 constexpr bool f16_wide_by_default() { return D == 128; }
+// Head dims whose staged keys take the long form of 6 warps by default where it fits (before the
+// wide one): at the Coder-1.5B's D = 128 it ran 512 rows at 4K keys in 80 us against 115 and 2,048
+// rows at 12K in 706 against 923 on the H200, prefill 12K/4K 0.851 against 0.80 (docs/PERF.md,
+// session 17). D = 64 is not measured.
+template <int D>
+constexpr bool f16_long_by_default() { return D == 128; }
 
 // The paged form (cuda/attention_prefill_f16_paged.cuh).
 template <int D, bool PIPE>
@@ -222,7 +228,8 @@ int64_t prompt_f16l_slots() {
 // above, "f16p" the f16 kernel's paged form, "f16s" its 8-warp staged form, "f16w" its wide
 // form (D <= 128), "f16l" / "f16l4" its long form of 6 / 4 warps (D <= 128; elsewhere the
 // default form), any other value the f16 kernel in its default form (staged where the launch
-// gives it a staging workspace: wide where f16_wide_by_default); unset or empty:
+// gives it a staging workspace: long where f16_long_by_default, else wide where
+// f16_wide_by_default); unset or empty:
 // kPromptF16ByDefault. Every f16 form gives the same bits.
 enum PromptKind { kPromptTf32, kPromptF16Paged, kPromptF16, kPromptF16Staged, kPromptF16Wide, kPromptF16Long,
                   kPromptF16Long4 };
@@ -247,7 +254,8 @@ constexpr int kLongWarps = 6, kLongStages = 3, kLong4Warps = 4, kLong4Stages = 2
 template <int D>
 int prompt_staged_form(PromptKind kind) {
     if (kind == kPromptTf32 || kind == kPromptF16Paged) return 0;
-    if (kind == kPromptF16Long && prompt_f16l_ready<D, kLongWarps, kLongStages>()) return 3;
+    const bool long6 = kind == kPromptF16Long || (kind == kPromptF16 && f16_long_by_default<D>());
+    if (long6 && prompt_f16l_ready<D, kLongWarps, kLongStages>()) return 3;
     if (kind == kPromptF16Long4 && prompt_f16l_ready<D, kLong4Warps, kLong4Stages>()) return 4;
     const bool wide = kind == kPromptF16Wide || (kind == kPromptF16 && f16_wide_by_default<D>());
     if (wide && prompt_f16w_ready<D>()) return 2;
@@ -301,7 +309,7 @@ int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t p
             if (form >= 3 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0)  // the long form loads q as float4
                 return form == 3 ? launch_prompt_f16l<D, kLongWarps, kLongStages>(p, st, n_parts, stream)
                                  : launch_prompt_f16l<D, kLong4Warps, kLong4Stages>(p, st, n_parts, stream);
-            if (form >= 3) form = prompt_staged_form<D>(kPromptF16);
+            if (form >= 3) form = prompt_staged_form<D>(f16_wide_by_default<D>() ? kPromptF16Wide : kPromptF16Staged);
             if (form == 2) {
                 attention_prompt_f16w_kernel<D><<<grid, F16Wide<D>::kThreads, F16Wide<D>::kSmemBytes, stream>>>(p, st, n_parts);
                 return luce_status(cudaGetLastError());

@@ -176,8 +176,8 @@ def test_non_causal_prompt_rows_emulated(lib, kind):
 
 
 def test_one_buffer_form_gives_the_same_bits_emulated(lib, kind, tmp_path_factory, monkeypatch):
-    """At D = 128 the f16 kernel's staged keys take its wide form (Q and two K / V buffers,
-    ~104 KiB); where a block may take only 99 KiB (sm_86/89/120) the 8-warp staged form with
+    """At D = 128 the f16 kernel's staged keys take its long form (6 warps walking runs of
+    splits) or its wide form (f16w: Q and two K / V buffers, ~104 KiB); where a block may take only 99 KiB (sm_86/89/120) the 8-warp staged form with
     two buffers; its paged form (no staging workspace) loads block i + 1's K and V while block
     i's MMAs run (two buffers) or, in 99 KiB, stages one buffer between blocks. A second build
     of the library sees 99 KiB (its launch decides once): every form the same bits, over five
