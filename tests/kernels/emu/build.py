@@ -10,6 +10,8 @@ library with the sources' extern "C" entry points (ctypes), its threads run as f
 """
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -17,6 +19,8 @@ from pathlib import Path
 
 EMU = Path(__file__).resolve().parent
 CUDA = EMU.parent.parent.parent / "cuda"
+CACHE = EMU.parent.parent.parent / "build" / "emu_cache"   # git-ignored
+FLAGS = ("-std=c++20", "-O2", "-ffp-contract=off", "-fPIC")
 # No `;` inside a launch: a comment naming one (pdl.cuh) does not run on into code.
 LAUNCH = re.compile(r"([\w:]+(?:<[^;{}]*?>)?)\s*<<<([^;]*?)>>>\s*\(([^;]*?)\);", re.S)
 DYNAMIC_SMEM = re.compile(r"extern\s+__shared__\s+([\w:]+)\s+(\w+)\s*\[\s*\]\s*;")
@@ -27,12 +31,30 @@ def host_source(text: str) -> str:
     return LAUNCH.sub(lambda m: f"emu_launch({m[1]}, {m[2]}, {m[3]});", text)
 
 
+def _cache_key(cxx: str, names: list[str], defines: tuple[str, ...]) -> str:
+    """Digest of everything a build reads: the compiler, the sources, every cuda/ header, the
+    stand-ins and the defines."""
+    h = hashlib.sha256(f"{cxx}|{FLAGS}|{sorted(names)}|{sorted(defines)}".encode())
+    inputs = sorted(CUDA.glob("*.cuh")) + sorted(CUDA.glob("*.h")) + [CUDA / n for n in sorted(names)]
+    for path in inputs + sorted(EMU.glob("*.[hc]*")) + [Path(__file__)]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:24]
+
+
 def build(names: list[str], out_dir: Path, defines: tuple[str, ...] = ()) -> Path | None:
     """cuda/<name> for each name -> out_dir/libemu.so (None: no g++ here); `defines`: extra
-    preprocessor definitions ("NAME" or "NAME=value"), e.g. a kernel's other code path."""
+    preprocessor definitions ("NAME" or "NAME=value"), e.g. a kernel's other code path.
+    A library built before from the same inputs (CACHE, keyed by their digest) is copied
+    instead: test modules build the same sources several times in one run. The copy is a file
+    of its own, so each caller's library keeps its own statics (a launch's one-time choices)."""
     cxx = shutil.which("g++")
     if cxx is None:
         return None
+    cached = CACHE / _cache_key(cxx, names, defines) / "libemu.so"
+    lib = out_dir / "libemu.so"
+    if cached.exists():
+        shutil.copyfile(cached, lib)
+        return lib
     sources = [EMU / "fibers.cpp"]
     for header in CUDA.glob("*.cuh"):
         (out_dir / header.name).write_text(host_source(header.read_text()))
@@ -40,15 +62,17 @@ def build(names: list[str], out_dir: Path, defines: tuple[str, ...] = ()) -> Pat
         src = out_dir / (Path(name).stem + ".cpp")
         src.write_text(host_source((CUDA / name).read_text()))
         sources.append(src)
-    flags = ["-std=c++20", "-O2", "-ffp-contract=off", "-fPIC", "-I", str(EMU), "-I", str(CUDA),
-             *(f"-D{d}" for d in defines)]
+    flags = [*FLAGS, "-I", str(EMU), "-I", str(CUDA), *(f"-D{d}" for d in defines)]
     objects = [out_dir / (src.stem + ".o") for src in sources]
     jobs = [subprocess.Popen([cxx, *flags, "-c", str(src), "-o", str(obj)]) for src, obj in zip(sources, objects)]
     failed = [src.name for src, job in zip(sources, jobs) if job.wait() != 0]
     if failed:
         raise RuntimeError(f"g++ failed on {', '.join(failed)}")
-    lib = out_dir / "libemu.so"
     subprocess.run([cxx, "-shared", *map(str, objects), "-o", str(lib)], check=True)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_suffix(f".{os.getpid()}.part")  # whole or absent: parallel runs may race
+    shutil.copyfile(lib, partial)
+    os.replace(partial, cached)
     return lib
 
 
