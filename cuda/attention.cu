@@ -357,13 +357,13 @@ int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t 
     }
     if (row0 < p.n_rows) {
         const int G = p.n_heads_q / p.n_heads_kv;
-        const int gh = group_heads_for(G, (int64_t)(p.n_rows - row0) * p.n_heads_kv * chunk_grid(p.max_kv_len, cmin));
+        const int32_t z = chunk_grid(p.max_kv_len, cmin);
+        const bool cl = D <= 128 && row0 == 0 && !p.tree_parents && z >= 2 && z <= kMaxCluster && decode_cluster_form();
+        const int gh = group_heads_for(G, (int64_t)(p.n_rows - row0) * p.n_heads_kv * z, cl ? cluster_group_floor(G) : 1);
         const int64_t counts = (int64_t)p.n_rows * p.n_heads_kv * ((G + gh - 1) / gh);
         luce_attention_params q = p;
         const bool fused = row0 == 0 && p.counters != nullptr && counts <= p.n_counters;
         if (!fused) q.counters = nullptr;
-        const int32_t z = chunk_grid(p.max_kv_len, cmin);
-        const bool cl = D <= 128 && row0 == 0 && !p.tree_parents && z >= 2 && z <= kMaxCluster && decode_cluster_form();
         bool merged = false;
         int status;
         if (gh <= 1) status = launch_partitions<D, 1>(q, n_parts, page_shift, row0, gh, cmin, s, rope, cl, &merged);

@@ -114,7 +114,7 @@ def test_launches_it_does_not_take_keep_the_chain_bits_emulated(lib, monkeypatch
     hq, hkv, d = SHAPES["1p5b"]
     rng = np.random.default_rng(9)
     specs = [(0, 160, 1), (1, 300, 6)]
-    pool = Pool(rng, sum(pages_needed(n) for _, n, _ in specs) + 8, hkv, d)
+    pool = Pool(rng, sum(pages_needed(n) for _, n, _ in specs) + 40, hkv, d)
     batch, tp = pack_trees([pool.seq(*s) for s in specs], [None, random_tree(rng, 6)])
     q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
     run = lambda: launch(lib, q, pool, batch, tp, 0.09, 0, counters=np.zeros(256, np.int32))  # noqa: E731
