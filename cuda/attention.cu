@@ -49,6 +49,7 @@
 // above (partitions, reduction order) runs on logical indices; only the address of a
 // logical key past the prefix comes from a per-block table of its scratch KV row. So a tree
 // row reduces bitwise like the AR row it becomes once its path is committed.
+#include "attention_cluster.cuh"
 #include "attention_combine.cuh"
 #include "attention_config.cuh"
 #include "attention_rope_input.cuh"
@@ -62,11 +63,17 @@ using namespace luce_attn;
 // tree walks its deeper rows partly in global memory: the same result).
 constexpr int kTreeStage = 512;
 
+// Floats of dynamic shared memory ahead of the partition kernel's float area: page_off [kPartition]
+// (int64), m_s and l_s [MAXG], table_s [D], rounded to whole float4s.
+__host__ __device__ constexpr int partition_smem_head(int D, int MAXG) { return (2 * kPartition + 2 * MAXG + D + 3) / 4 * 4; }
+
 // Grid (rows, Hkv * groups, chunks): block (row, hk * groups + gi, c) takes query heads
 // hk * G + gi * group_heads .. (at most group_heads of them) over chunk c of the row's keys.
 // ROPE (decode launches, attention_rope_input.cuh): q from the projection (r), normed and
 // rotated here, and the row's new key and value written by the blocks that read them.
-template <int D, int MAXG, bool TREE, bool ROPE>
+// CLUSTER (attention_cluster.cuh): the blocks of chunks 0..gridDim.z-1 are one cluster and
+// merge through distributed shared memory (no workspace, fence nor count).
+template <int D, int MAXG, bool TREE, bool ROPE, bool CLUSTER>
 __global__ void __launch_bounds__(kThreads)
 attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0,
                            int32_t group_heads, int32_t cmin, bool prefetch, luce_rope_kv_params r) {
@@ -81,11 +88,12 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     constexpr int VKEYS = MAXG >= 8 ? 8 : 16;
     constexpr int QN = (MAXG * D + kThreads - 1) / kThreads;  // q floats a thread stages
     extern __shared__ float4 smem4[];
-    float *smem = reinterpret_cast<float *>(smem4);
-    __shared__ int64_t page_off[kPartition];       // float offset of (page, 0, hk, 0)
+    // Dynamic (a cluster's blocks read each other's): page_off, m_s, l_s, table_s, then smem.
+    int64_t *page_off = reinterpret_cast<int64_t *>(smem4);  // [kPartition] float offset of (page, 0, hk, 0)
+    float *m_s = reinterpret_cast<float *>(smem4) + 2 * kPartition, *l_s = m_s + MAXG;  // [MAXG] each
+    float *table_s = l_s + MAXG;                   // [D] ROPE: the row's cos [half] then sin [half]
+    float *smem = reinterpret_cast<float *>(smem4) + partition_smem_head(D, MAXG);
     __shared__ int64_t tree_off[TREE ? kPartition : 1];  // tree rows: offset of path key j >= n_direct
-    __shared__ float m_s[MAXG], l_s[MAXG];
-    __shared__ float table_s[ROPE ? D : 1];        // ROPE: the row's cos [half] then sin [half]
 
     const int groups = (p.n_heads_q / p.n_heads_kv + group_heads - 1) / group_heads;
     const int32_t row = row0 + (int32_t)blockIdx.x, hk = blockIdx.y / groups, chunk = blockIdx.z;
@@ -99,6 +107,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     const Workspace ws = workspace_of(p, n_parts, row0);  // rows below row0 took the prompt kernel
     // q rows of the block's heads: loaded before the row's keys and page table, which they do not need.
     const int64_t head0 = (int64_t)row * p.n_heads_q + (int64_t)hk * (p.n_heads_q / p.n_heads_kv) + g_first;
+    const int32_t h0 = (int32_t)(head0 - (int64_t)row * p.n_heads_q);  // the block's first query head
     const float *q_src = ROPE ? r.q + (int64_t)row * r.q_stride + (head0 - (int64_t)row * p.n_heads_q) * D
                               : p.q + head0 * D;
     const int64_t kv_dst = ROPE ? r.kv_dst[row] : -1;  // ROPE: the KV row of the row's new key
@@ -116,7 +125,9 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
             __syncthreads();
             rope_block_input(r, row, nullptr, nullptr, 0, table_s, kv_dst, hk, true);
         }
-        if (fused && chunk == 0 && rk.keys == 0)   // a row without keys: zeros (padding: nothing)
+        if (CLUSTER)                               // every block of the cluster merges a share
+            cluster_merge(p, row, h0, G, rk.keys, cmin, smem, m_s, l_s, chunk, gridDim.z, threadIdx.x, kThreads);
+        else if (fused && chunk == 0 && rk.keys == 0)   // a row without keys: zeros (padding: nothing)
             combine_heads(p, ws, row, hk * (p.n_heads_q / p.n_heads_kv) + g_first, G, 0, cmin, threadIdx.x, kThreads);
         return;
     }
@@ -251,17 +262,21 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         reinterpret_cast<float4 *>(red + ((int64_t)kl * G + g) * D)[col] = acc[g];
     }
     __syncthreads();
-    const int32_t h0 = (int32_t)(head0 - (int64_t)row * p.n_heads_q);  // the block's first query head
     // A row of one partition merged in this launch: its only block writes the output itself
     // (no workspace, fence, counter, nor re-read), by combine_head's arithmetic (merge_one).
     const int32_t chunks = chunk_count(rk.keys, cmin);
-    const bool direct = fused && chunks == 1;
+    const bool direct = !CLUSTER && fused && chunks == 1;
     for (int i = threadIdx.x; i < G * D; i += kThreads) {
         float o = red[i];
 #pragma unroll
         for (int k = 1; k < KEY_LANES; ++k) o += red[k * G * D + i];
-        if (direct) p.out[head0 * D + i] = merge_one(o, m_s[i / D], l_s[i / D]);
+        if (CLUSTER) red[i] = o;  // this thread's own slot: the partial the cluster's blocks read
+        else if (direct) p.out[head0 * D + i] = merge_one(o, m_s[i / D], l_s[i / D]);
         else ws.o(row, h0 + i / D, chunk)[i % D] = o;
+    }
+    if (CLUSTER) {
+        cluster_merge(p, row, h0, G, rk.keys, cmin, red, m_s, l_s, chunk, gridDim.z, threadIdx.x, kThreads);
+        return;
     }
     if (direct) return;
     if (threadIdx.x < G) {
@@ -294,26 +309,39 @@ attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t split
     combine_heads(p, workspace_of(p, n_parts, split_rows), row, h, 1, rk.keys, cmin, threadIdx.x, kThreads);
 }
 
+// cluster: the cluster form where the device takes it (then *merged: no workspace merge follows).
 template <int D, int MAXG>
 int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, int32_t row0, int gh,
-                      int32_t cmin, cudaStream_t stream, const luce_rope_kv_params *rope) {
+                      int32_t cmin, cudaStream_t stream, const luce_rope_kv_params *rope, bool cluster, bool *merged) {
     const bool prefetch = prefetch_fits((int64_t)(p.n_rows - row0) * p.n_heads_kv * p.max_kv_len * D * 8);
     const int groups = (p.n_heads_q / p.n_heads_kv + gh - 1) / gh;
     const int key_lanes = kThreads / (D / 4);
-    const size_t smem = sizeof(float) * (size_t)max(gh * D + gh * kPartition, key_lanes * gh * D);
+    const size_t smem = sizeof(float) * (size_t)(partition_smem_head(D, MAXG) +
+                                                 max(gh * D + gh * kPartition, key_lanes * gh * D));
     const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)chunk_grid(p.max_kv_len, cmin));
     // Overlapped with the kernel ahead (rope_kv, or the q|k|v matmul when fused) where no prompt kernel runs first.
     const bool overlap = chain_overlap(D <= 128 ? kPdlAttn : kPdlAttnWide) && row0 == 0;
     const luce_rope_kv_params r = rope ? *rope : luce_rope_kv_params{};
+#if !defined(__HIPCC__)
+    if constexpr (D <= 128) {
+        constexpr auto k_rope = attention_partition_kernel<D, MAXG, false, true, true>;
+        constexpr auto k_plain = attention_partition_kernel<D, MAXG, false, false, true>;
+        if (cluster && (rope ? cluster_fits<k_rope>(grid.z, smem) : cluster_fits<k_plain>(grid.z, smem))) {
+            *merged = true;
+            return luce_status(launch_clustered(rope ? k_rope : k_plain, grid, dim3(kThreads), smem, stream, overlap,
+                                                grid.z, p, n_parts, page_shift, row0, gh, cmin, prefetch, r));
+        }
+    }
+#endif
     if constexpr (D <= 128)  // the fused decode input (luce_rope_kv_attention): D 64 and 128
         if (rope)
-            return luce_status(launch_overlapped(attention_partition_kernel<D, MAXG, false, true>, grid,
+            return luce_status(launch_overlapped(attention_partition_kernel<D, MAXG, false, true, false>, grid,
                                                  dim3(kThreads), smem, stream, overlap, p, n_parts, page_shift, row0,
                                                  gh, cmin, prefetch, r));
     return luce_status(p.tree_parents != nullptr
-        ? launch_overlapped(attention_partition_kernel<D, MAXG, true, false>, grid, dim3(kThreads), smem, stream,
+        ? launch_overlapped(attention_partition_kernel<D, MAXG, true, false, false>, grid, dim3(kThreads), smem, stream,
                             overlap, p, n_parts, page_shift, row0, gh, cmin, prefetch, r)
-        : launch_overlapped(attention_partition_kernel<D, MAXG, false, false>, grid, dim3(kThreads), smem, stream,
+        : launch_overlapped(attention_partition_kernel<D, MAXG, false, false, false>, grid, dim3(kThreads), smem, stream,
                             overlap, p, n_parts, page_shift, row0, gh, cmin, prefetch, r));
 }
 
@@ -329,18 +357,21 @@ int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t 
     }
     if (row0 < p.n_rows) {
         const int G = p.n_heads_q / p.n_heads_kv;
-        const int gh = group_heads_for(G, (int64_t)(p.n_rows - row0) * p.n_heads_kv * chunk_grid(p.max_kv_len, cmin));
+        const int32_t z = chunk_grid(p.max_kv_len, cmin);
+        const bool cl = D <= 128 && row0 == 0 && !p.tree_parents && z >= 2 && z <= kMaxCluster && decode_cluster_form();
+        const int gh = group_heads_for(G, (int64_t)(p.n_rows - row0) * p.n_heads_kv * z, cl ? cluster_group_floor(G) : 1);
         const int64_t counts = (int64_t)p.n_rows * p.n_heads_kv * ((G + gh - 1) / gh);
         luce_attention_params q = p;
         const bool fused = row0 == 0 && p.counters != nullptr && counts <= p.n_counters;
         if (!fused) q.counters = nullptr;
+        bool merged = false;
         int status;
-        if (gh <= 1) status = launch_partitions<D, 1>(q, n_parts, page_shift, row0, gh, cmin, s, rope);
-        else if (gh <= 2) status = launch_partitions<D, 2>(q, n_parts, page_shift, row0, gh, cmin, s, rope);
-        else if (gh <= 4) status = launch_partitions<D, 4>(q, n_parts, page_shift, row0, gh, cmin, s, rope);
-        else if (gh <= 8) status = launch_partitions<D, 8>(q, n_parts, page_shift, row0, gh, cmin, s, rope);
-        else status = launch_partitions<D, kMaxGroup>(q, n_parts, page_shift, row0, gh, cmin, s, rope);
-        if (status != 0 || fused) return status;
+        if (gh <= 1) status = launch_partitions<D, 1>(q, n_parts, page_shift, row0, gh, cmin, s, rope, cl, &merged);
+        else if (gh <= 2) status = launch_partitions<D, 2>(q, n_parts, page_shift, row0, gh, cmin, s, rope, cl, &merged);
+        else if (gh <= 4) status = launch_partitions<D, 4>(q, n_parts, page_shift, row0, gh, cmin, s, rope, cl, &merged);
+        else if (gh <= 8) status = launch_partitions<D, 8>(q, n_parts, page_shift, row0, gh, cmin, s, rope, cl, &merged);
+        else status = launch_partitions<D, kMaxGroup>(q, n_parts, page_shift, row0, gh, cmin, s, rope, cl, &merged);
+        if (status != 0 || fused || merged) return status;
     }
     attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, s>>>(p, n_parts, row0,
                                                                                                  cmin);

@@ -27,18 +27,23 @@ int32_t chunk_min_for(int32_t head_dim, int32_t page_size) {
     return max(c, page_size);
 }
 
-// Query heads per partition block: all G of a KV head, or fewer (halving) while the launch
-// has under kFewBlocks blocks (a one-row decode step over a short context is otherwise Hkv
-// blocks). LUCE_ATTN_GROUP_HEADS sets it (tests, benchmarks); the bits are the same.
+// Query heads per partition block: all G of a KV head, or fewer (halving, not below floor)
+// while the launch has under kFewBlocks blocks (a one-row decode step over a short context is
+// otherwise Hkv blocks). LUCE_ATTN_GROUP_HEADS sets it (tests, benchmarks); the bits are the same.
 constexpr int64_t kFewBlocks = 256;
 
-int group_heads_for(int G, int64_t blocks) {
+int group_heads_for(int G, int64_t blocks, int floor = 1) {
     if (const char *e = getenv("LUCE_ATTN_GROUP_HEADS"))
         if (atoi(e) >= 1) return min(atoi(e), G);
     int gh = G;
-    while (gh > 1 && blocks * ((G + gh - 1) / gh) < kFewBlocks) gh = (gh + 1) / 2;
+    while (gh > floor && blocks * ((G + gh - 1) / gh) < kFewBlocks) gh = max((gh + 1) / 2, floor);
     return gh;
 }
+
+// The fewest query heads a block of the cluster form takes (cuda/attention_cluster.cuh): two
+// where they split G evenly. H200, one decode row, 64..3,000 keys: 1.5B (G 6, D 128) 2 heads
+// 4.97-16.4 us against 1 head's 5.88-26.7; 0.5B (G 7, D 64) 1 head best (4.53-14.9 us).
+int cluster_group_floor(int G) { return G % 2 == 0 ? 2 : 1; }
 
 // Partition blocks prefetch their K and V rows into L2 where the launch's KV (its rows' K
 // and V over the padded span, an upper bound) fits in a quarter of L2, so the lines stay

@@ -47,14 +47,16 @@ def random_device_buffer(n_floats: int, seed: int, scale: float = 1.0):
 
 
 def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tuple = (HQ, HKV, D),
-                   tiled: bool = False, prompt_kernel: str = "f16"):
+                   tiled: bool = False, prompt_kernel: str = "f16", decode_form: str | None = None):
     """n_seqs sequences of `context` KV rows each, the last rows_per_seq of them queries
     (1: AR decode rows; more: a prefill chunk). heads (Hq, Hkv, D); tiled: every row takes
     the prompt-row kernel (prompt_rows = all rows), prompt_kernel "f16" (f16 tensor cores,
     cuda/attention_prefill_f16*.cuh, staging the keys as f16 first: the default), "f16s" / "f16w"
     / "f16l" / "f16l4" (its 8-warp / wide / long staged forms), "f16p" (its paged form, every
     tile converting the f32 pages) or "tf32" (the TF32 one; LUCE_ATTN_PROMPT,
-    set around each launch), else the per-row partition kernel (the decode rows' arithmetic).
+    set around each launch), else the per-row partition kernel (the decode rows' arithmetic);
+    decode_form: LUCE_ATTN_DECODE around each launch ("cluster": its merge through distributed shared
+    memory, cuda/attention_cluster.cuh; "chain": the workspace merge; None: the library's default).
     The timed launch includes the staging pre-pass and the combine; it gets merge counters as the
     engine's launches do (luce/ops/cuda_sequence_ops.py), so rows without prompt rows merge in the
     partition kernel (no combine launch)."""
@@ -85,18 +87,20 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     keep = (k, v, q, out, ws, meta_bufs, counters)
 
     def launch(stream: int = 0, _keep=keep):
-        before = os.environ.get("LUCE_ATTN_PROMPT")
-        os.environ["LUCE_ATTN_PROMPT"] = prompt_kernel
+        env = {"LUCE_ATTN_PROMPT": prompt_kernel, **({"LUCE_ATTN_DECODE": decode_form} if decode_form else {})}
+        before = {name: os.environ.get(name) for name in env}
+        os.environ.update(env)
         try:
             ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs),
                          rows, n_seqs, hq, hkv, d, PAGE, context, 1.0 / 16, True, stream,
                          prompt_rows=rows if tiled else 0, n_kv_indices=n_kv_indices,
                          counters=counters.ptr, n_counters=COUNTERS)
         finally:
-            if before is None:
-                del os.environ["LUCE_ATTN_PROMPT"]
-            else:
-                os.environ["LUCE_ATTN_PROMPT"] = before
+            for name, value in before.items():
+                if value is None:
+                    del os.environ[name]
+                else:
+                    os.environ[name] = value
 
     keys = n_seqs * sum(context - rows_per_seq + j + 1 for j in range(rows_per_seq))
     bytes_moved = n_seqs * context * hkv * d * 4 * 2 + 2 * rows * hq * d * 4
@@ -196,6 +200,10 @@ for _shape, _heads in DECODE_SHAPES.items():
         _c = functools.partial(attention_case, 1, _ctx, 1, _heads)
         _c.__name__ = f"attention_decode_{_shape}_{_ctx}"
         BENCH_CASES.append(_c)
+        for _form in ("chain", "cluster"):   # LUCE_ATTN_DECODE: the merge's two forms, for A/B in one run
+            _c = functools.partial(attention_case, 1, _ctx, 1, _heads, decode_form=_form)
+            _c.__name__ = f"attention_decode_{_form}_{_shape}_{_ctx}"
+            BENCH_CASES.append(_c)
 TREE_CASES = [functools.partial(tree_attention_case, n, ctx, w) for n, ctx, w in [(2, 1024, 8), (0, 4096, 64),
                                                                                  (0, 4096, 8)]]
 for _c in TREE_CASES:

@@ -59,11 +59,12 @@ def reference(q, pool: Pool, batch, scale, causal=True):
 
 
 def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=np.nan, raw=False,
-               tree_parents=None, prompt_rows=0, staged=True):
+               tree_parents=None, prompt_rows=0, staged=True, counters=False):
     """Launch luce_attention; returns the output after the guard-band and NaN checks
     (raw=True: the plain download, NaN allowed). tree_parents [T] int32 or None (NULL);
     rows 0..prompt_rows-1 take the prompt-row kernel (cuda/attention_prefill.cu); staged:
-    n_kv_indices = len(kv_indices) (the f16 kernel stages the prompt keys as f16), else 0."""
+    n_kv_indices = len(kv_indices) (the f16 kernel stages the prompt keys as f16), else 0;
+    counters: the engine's zeroed merge counters (rows merged in the partition kernel), checked zero after."""
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
@@ -83,10 +84,14 @@ def run_kernel(q, pool: Pool, batch, scale, causal=True, max_kv_len=None, fill=n
     ws = DeviceBuffer(ws_bytes)
     out = GuardedOutput((T, hq, d), fill=fill)
     tp = None if tree_parents is None else DeviceBuffer.from_numpy(np.asarray(tree_parents, np.int32))
+    cnt = DeviceBuffer.from_numpy(np.zeros(1 << 16, np.int32)) if counters else None
+    merge = {"counters": cnt.ptr, "n_counters": 1 << 16} if counters else {}
     ka.attention(*(b.ptr for b in bufs[:3]), out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in bufs[3:]),
                  T, batch.n_segments, hq, pool.k.shape[2], d, PAGE_SIZE, max_kv_len, scale, causal,
-                 tree_parents=0 if tp is None else tp.ptr, prompt_rows=prompt_rows, n_kv_indices=n_kv_indices)
+                 tree_parents=0 if tp is None else tp.ptr, prompt_rows=prompt_rows, n_kv_indices=n_kv_indices,
+                 **merge)
     k.synchronize()
+    assert cnt is None or not cnt.download((1 << 16,), np.int32).any(), "a merge counter left set"
     return out.buf.download(out.shape, np.float32, GUARD_BYTES) if raw else out.result()
 
 
@@ -352,3 +357,33 @@ def test_tree_parents_without_trees_change_no_bits():
     plain = run_kernel(q, pool, batch, 0.125, fill=SENTINEL)
     flat = run_kernel(q, pool, batch, 0.125, fill=SENTINEL, tree_parents=np.full(batch.n_rows, -1, np.int32))
     assert np.array_equal(plain, flat)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [(12, 2, 128), (14, 2, 64)], ids=["1p5b", "q05"])
+def test_cluster_decode_form_bitwise_equals_chain_form(heads, monkeypatch):
+    """LUCE_ATTN_DECODE=cluster (a row's chunk blocks one thread block cluster, merged through
+    distributed shared memory: cuda/attention_cluster.cuh) against =chain (the workspace merge):
+    every output bit the same, one decode row alone at each key count, and all of them in one launch
+    with padding rows, at one and all query heads a block, merged in the kernel or by the combine launch."""
+    hq, hkv, d = heads
+    rng = np.random.default_rng(d)
+    lengths = [1, 31, 32, 33, 160, 257, 1000, 1024, 2100]
+    pool = Pool(rng, sum(pages_needed(n) for n in lengths) + 4, hkv, d)
+    seqs = [pool.seq(i, n, 1) for i, n in enumerate(lengths)]
+    launches = [pack([s]) for s in seqs] + [pack(seqs[:4] + [pool.seq(-1, 0, 2)] + seqs[4:] + [pool.seq(-1, 0, 1)])]
+    scale = 1.0 / np.sqrt(d)
+    for batch in launches:
+        q = (rng.standard_normal((batch.n_rows, hq, d)) * 2).astype(np.float32)
+        for group, counters in (("", True), ("1", True), (str(hq // hkv), False)):
+            if group:
+                monkeypatch.setenv("LUCE_ATTN_GROUP_HEADS", group)
+            got = {}
+            for form in ("chain", "cluster"):
+                monkeypatch.setenv("LUCE_ATTN_DECODE", form)
+                got[form] = run_kernel(q, pool, batch, scale, fill=1234.5, raw=True, counters=counters)
+            assert np.array_equal(got["chain"].view(np.uint32), got["cluster"].view(np.uint32)), \
+                f"{batch.n_rows} rows, group {group or 'default'}, counters {counters}"
+            monkeypatch.delenv("LUCE_ATTN_GROUP_HEADS", raising=False)
+        live = batch.seq_slots[np.searchsorted(batch.qo_indptr, np.arange(batch.n_rows), side="right") - 1] >= 0
+        assert_close(got["cluster"][live], reference(q, pool, batch, scale)[live])

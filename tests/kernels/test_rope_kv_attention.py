@@ -136,3 +136,20 @@ def test_replayed_decode_step_launches_one_kernel_fewer_a_layer(tmp_path, monkey
     unfused_tokens, _, unfused = run_ar(model, prompts, 6)
     assert fused_tokens == unfused_tokens
     assert unfused["nodes"]["launches"] - fused["nodes"]["launches"] == model.config.n_layer
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("qk_norm", [False, True], ids=["qwen2", "qwen3"])
+@pytest.mark.parametrize("hq,hkv", [(12, 2), (14, 2)])
+def test_cluster_decode_form_is_the_chain_forms_bits(cuda, monkeypatch, d, qk_norm, hq, hkv):
+    """The fused decode launch (the engine's) under LUCE_ATTN_DECODE=cluster (cuda/attention_cluster.cuh)
+    and =chain: outputs and KV bytes the same bits, SPECS together and the 160- and 1,024-key rows alone."""
+    rng = np.random.default_rng(d + hq + qk_norm)
+    for specs in (SPECS, [(0, 160)], [(0, 1024)]):
+        batch, k, v, qkv, norms = decode_step(rng, specs, hq, hkv, d, qk_norm)
+        got = {}
+        for form in ("chain", "cluster"):
+            monkeypatch.setenv("LUCE_ATTN_DECODE", form)
+            got[form] = run(cuda, batch, k, v, qkv, norms, hq, d)
+        for a, b in zip(got["chain"], got["cluster"]):
+            assert same_bits(a, b), specs

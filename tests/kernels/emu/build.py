@@ -27,7 +27,7 @@ DYNAMIC_SMEM = re.compile(r"extern\s+__shared__\s+([\w:]+)\s+(\w+)\s*\[\s*\]\s*;
 
 
 def host_source(text: str) -> str:
-    text = DYNAMIC_SMEM.sub(lambda m: f"{m[1]} *{m[2]} = reinterpret_cast<{m[1]} *>(emu::dyn_smem.data());", text)
+    text = DYNAMIC_SMEM.sub(lambda m: f"{m[1]} *{m[2]} = reinterpret_cast<{m[1]} *>(emu::block_smem());", text)
     return LAUNCH.sub(lambda m: f"emu_launch({m[1]}, {m[2]}, {m[3]});", text)
 
 

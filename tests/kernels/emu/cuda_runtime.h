@@ -6,6 +6,7 @@
 // with NaN bytes before each block. It runs the kernels' own arithmetic and indexing, not the
 // device's libm: only comparisons between two kernels of this build mean anything.
 #pragma once
+#define LUCE_EMU 1  // kernels' host stand-ins (cuda/attention_cluster.cuh) test it
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -76,6 +77,17 @@ inline std::vector<uint32_t> shuffles;  // per thread: shuffles so far (picks th
 inline std::vector<unsigned char> dyn_smem(1 << 20);
 inline size_t last_launch_smem = 0;  // dynamic shared memory of the last launch (emu_last_launch_smem)
 inline size_t launches = 0;  // kernel launches so far (emu_launches)
+// Thread block clusters along z (launch_clustered): the cluster's blocks run together as one
+// set of fibers (block rank r: fibers r * threads ..), each with its own dynamic shared memory
+// (smem_stride bytes apart, what cluster_map reads); __syncthreads waits for the block's own
+// threads, cluster_barrier for the cluster's. cluster_n = 1: one block at a time.
+inline unsigned cluster_n = 1, last_launch_cluster = 1;
+inline dim3 cluster_first;  // blockIdx of the running cluster's rank 0
+inline size_t smem_stride = 0;
+int fiber();  // fibers.cpp: the running fiber's index in its cluster
+void cluster_barrier();
+inline unsigned cluster_rank() { return bIdx.z - cluster_first.z; }
+inline unsigned char *block_smem() { return dyn_smem.data() + cluster_rank() * smem_stride; }
 constexpr int kWarp = 32;
 void block_barrier();  // fibers.cpp
 void warp_barrier();
@@ -103,8 +115,8 @@ template <class T> T emu_shfl(T v, int src_lane) {
         std::memcpy(&r, &bits, 8);
         return r;
     }
-    const int t = threadIdx.x, w = t / emu::kWarp;
-    uint32_t *buf = emu::exchange.data() + (emu::shuffles[t]++ & 1) * emu::bDim.x;
+    const int t = emu::fiber(), w = t / emu::kWarp;
+    uint32_t *buf = emu::exchange.data() + (emu::shuffles[t]++ & 1) * (emu::exchange.size() / 2);
     std::memcpy(&buf[t], &v, 4);
     emu::warp_barrier();
     T r;
@@ -114,20 +126,28 @@ template <class T> T emu_shfl(T v, int src_lane) {
 template <class T> T __shfl_xor_sync(unsigned, T v, int m, int) { return emu_shfl(v, (threadIdx.x % emu::kWarp) ^ m); }
 template <class T> T __shfl_sync(unsigned, T v, int src, int) { return emu_shfl(v, src); }
 template <class K, class... A>
-void emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
+void emu_launch_cluster(K kernel, dim3 grid, dim3 block, size_t smem, unsigned cz, A... args) {
     if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
     emu::bDim = block; emu::gDim = grid;
     emu::last_launch_smem = smem;
+    emu::last_launch_cluster = cz;
     ++emu::launches;
-    emu::exchange.assign(2 * block.x, 0u);
-    if (emu::dyn_smem.size() < smem) emu::dyn_smem.resize(smem);
+    emu::cluster_n = cz;
+    emu::smem_stride = (smem + 15) / 16 * 16;
+    emu::exchange.assign(2 * block.x * cz, 0u);
+    if (emu::dyn_smem.size() < emu::smem_stride * cz + 64) emu::dyn_smem.resize(emu::smem_stride * cz + 64);
     const std::function<void()> body = [&] { kernel(args...); };
-    for (unsigned z = 0; z < grid.z; ++z) for (unsigned y = 0; y < grid.y; ++y) for (unsigned x = 0; x < grid.x; ++x) {
-        std::memset(emu::dyn_smem.data(), 0xff, std::min<size_t>(emu::dyn_smem.size(), smem + 64));
-        emu::bIdx = dim3(x, y, z);
-        emu::shuffles.assign(block.x, 0u);
-        emu::run_block(block.x, body);
+    for (unsigned z = 0; z < grid.z; z += cz) for (unsigned y = 0; y < grid.y; ++y) for (unsigned x = 0; x < grid.x; ++x) {
+        std::memset(emu::dyn_smem.data(), 0xff, std::min<size_t>(emu::dyn_smem.size(), emu::smem_stride * cz + 64));
+        emu::bIdx = emu::cluster_first = dim3(x, y, z);
+        emu::shuffles.assign(block.x * cz, 0u);
+        emu::run_block(block.x * cz, body);
     }
+    emu::cluster_n = 1;
+}
+template <class K, class... A>
+void emu_launch(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t, A... args) {
+    emu_launch_cluster(kernel, grid, block, smem, 1u, args...);
 }
 // pdl.cuh's programmatic launch (cuda/pdl.cuh leaves it to nvcc and hipcc): a plain launch here.
 inline bool chain_overlap(int) { return false; }
@@ -135,5 +155,12 @@ template <class... KArgs, class... A>
 cudaError_t launch_overlapped(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, bool,
                               A... args) {
     emu_launch(kernel, grid, block, smem, s, args...);
+    return cudaSuccess;
+}
+// A launch in clusters of cz blocks along z (grid.z a multiple of cz): cuda/attention_cluster.cuh.
+template <class... KArgs, class... A>
+cudaError_t launch_clustered(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t, bool,
+                             unsigned cz, A... args) {
+    emu_launch_cluster(kernel, grid, block, smem, cz, args...);
     return cudaSuccess;
 }

@@ -22,7 +22,7 @@ namespace emu {
 namespace {
 
 constexpr size_t kStackBytes = 256 << 10;  // per fiber; mmap'd, touched pages only
-enum State { kReady, kAtWarpBarrier, kAtBlockBarrier, kDone };
+enum State { kReady, kAtWarpBarrier, kAtBlockBarrier, kAtClusterBarrier, kDone };
 
 struct Fiber {
     State state = kDone;
@@ -42,8 +42,8 @@ ucontext_t scheduler_ctx;
 #endif
 const std::function<void()> *body = nullptr;
 int current = -1;
-int at_block = 0, done = 0;
-std::vector<int> at_warp, done_in_warp;
+int at_cluster = 0, done = 0;
+std::vector<int> at_warp, done_in_warp, at_block, done_in_block;  // per warp, per block of the cluster
 
 }  // namespace
 }  // namespace emu
@@ -85,6 +85,7 @@ namespace {
     fibers[current].state = kDone;
     ++done;
     ++done_in_warp[current / kWarp];
+    ++done_in_block[current / bDim.x];
 #if defined(__x86_64__)
     emu_switch(&fibers[current].sp, scheduler_sp);
 #else
@@ -117,7 +118,9 @@ void start_fiber(int t) {
 
 void resume(int t) {
     current = t;
-    tIdx = dim3((unsigned)t);
+    tIdx = dim3((unsigned)t % bDim.x);
+    bIdx = cluster_first;
+    bIdx.z += (unsigned)t / bDim.x;
 #if defined(__x86_64__)
     emu_switch(&scheduler_sp, fibers[t].sp);
 #else
@@ -141,11 +144,23 @@ void release(State waiting, int first, int count) {
 
 }  // namespace
 
+int fiber() { return current; }
+
 void block_barrier() {
+    const int b = current / (int)bDim.x;
     fibers[current].state = kAtBlockBarrier;
-    if (++at_block + done == (int)fibers.size()) {
-        at_block = 0;
-        release(kAtBlockBarrier, 0, (int)fibers.size());
+    if (++at_block[b] + done_in_block[b] == (int)bDim.x) {
+        at_block[b] = 0;
+        release(kAtBlockBarrier, b * (int)bDim.x, (int)bDim.x);
+    }
+    yield();
+}
+
+void cluster_barrier() {
+    fibers[current].state = kAtClusterBarrier;
+    if (++at_cluster + done == (int)fibers.size()) {
+        at_cluster = 0;
+        release(kAtClusterBarrier, 0, (int)fibers.size());
     }
     yield();
 }
@@ -173,7 +188,9 @@ void run_block(unsigned n_threads, const std::function<void()> &kernel_body) {
     fibers.assign(n_threads, Fiber{});
     at_warp.assign(n_threads / kWarp, 0);
     done_in_warp.assign(n_threads / kWarp, 0);
-    at_block = done = 0;
+    at_block.assign(n_threads / bDim.x, 0);
+    done_in_block.assign(n_threads / bDim.x, 0);
+    at_cluster = done = 0;
     body = &kernel_body;
     for (unsigned t = 0; t < n_threads; ++t) start_fiber((int)t);
     uint32_t order = 0x9e3779b9u;  // xorshift32: the direction of each pass
@@ -207,3 +224,4 @@ void run_block(unsigned n_threads, const std::function<void()> &kernel_body) {
 // Tests read which configuration a launch took by its shared memory.
 extern "C" size_t emu_last_launch_smem() { return emu::last_launch_smem; }
 extern "C" size_t emu_launches() { return emu::launches; }
+extern "C" unsigned emu_last_launch_cluster() { return emu::last_launch_cluster; }
