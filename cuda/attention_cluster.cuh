@@ -102,7 +102,9 @@ namespace {
 // chain's 7.9, 1,024 keys 7.0 against 11.5; 0.5B 4.7 against 6.9, 6.6 against 9.7.
 constexpr bool kDecodeCluster = true;
 
-#if !defined(__HIPCC__)
+#if defined(__HIPCC__)
+inline bool decode_cluster_form() { return false; }  // no clusters: the chain form
+#else
 // LUCE_ATTN_DECODE (read by each launch, for A/B runs), on a device that launches clusters.
 inline bool decode_cluster_form() {
     const char *e = getenv("LUCE_ATTN_DECODE");
