@@ -38,8 +38,8 @@
 // (24 warps). Shared memory at k = 5120 (IQ4_XS): 16 x 2,736 B a stage, c 20,480 B: 108 KB at 2
 // stages, 152 KB at 3; at k = 6144, 126 / 178 KB (Q5_K 196 KB at 3 stages at k = 5120, 167 KB at 2
 // at 6144 where 3 do not fit; Q4_K 165 / 198 KB at 3; Q6_K 187 KB at 2 at 6144): 227 KB
-// devices (H100/H200) only, the tile kernel elsewhere (99 KB: RTX 30/40/50) and for down
-// (k = 17,408: x would not fit in registers).
+// devices (H100/H200) only, the tile kernel elsewhere (99 KB: RTX 30/40/50). Down (k = 17,408: x
+// would not fit in registers) takes the large-k form, matmul_gemv_rows_k.cuh.
 #pragma once
 
 #include "matmul_blocks.cuh"

@@ -200,6 +200,31 @@ __device__ __forceinline__ void mma_k32(const uint32_t a[4], uint32_t b0, uint32
 #endif
 }
 
+// k = 32 onto an accumulator: d = A x B + c (element-wise; exact, as every integer sum here).
+template <bool kUnsignedB>
+__device__ __forceinline__ void mma_k32_acc(const uint32_t a[4], uint32_t b0, uint32_t b1, const int c[4],
+                                            int d[4]) {
+#ifdef LUCE_MM_PORTABLE
+    int t[4];
+    mma_k32<kUnsignedB>(a, b0, b1, 0, t);
+    for (int e = 0; e < 4; ++e) d[e] = c[e] + t[e];
+#else
+    if (kUnsignedB) {
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+                     : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]),
+                       "r"(c[2]), "r"(c[3]));
+    } else {
+        asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, "
+                     "{%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"
+                     : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]),
+                       "r"(c[2]), "r"(c[3]));
+    }
+#endif
+}
+
 // k = 16 over a0 (row grp) / a1 (row grp + 8) and b (token grp), 4 values per lane.
 template <bool kUnsignedB>
 __device__ __forceinline__ void mma_k16(uint32_t a0, uint32_t a1, uint32_t b, int seed, int d[4]) {

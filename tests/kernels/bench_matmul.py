@@ -6,9 +6,9 @@ the one-wave ring grid), so one run gives before and after, and at 1 row with tu
 with 5 blocks per SM). One-row cases of the dp4a kernel (tune 5 / 6) against the tile kernel
 (tune 4), also at Qwen2.5-Coder-1.5B and Qwen2.5-0.5B shapes (Q5_0 / Q8_0 at k = 896). IQ4_XS one
 row: the staged form (tune 0, 6, 8) against the register form (tune 7), also at the merged gate|up.
-IQ4_XS at 2, 4, 5 and 8 rows: the few-row kernel (tune 9; tune 0 takes it at k <= 6144) against the
-tile kernel (tune 4), at the 27B shapes and the merged gate|up (down: the tile kernel either way);
-Q5_K qkv, Q4_K gate / qkv / out and Q6_K qkv at 5 rows likewise.
+IQ4_XS at 2, 4, 5 and 8 rows: the few-row kernel (tune 9; tune 0 takes it at k <= 6144, down its
+large-k form) against the tile kernel (tune 4), at the 27B shapes and the merged gate|up;
+Q5_K qkv, Q4_K gate / qkv / out and Q6_K qkv at 5 rows likewise, Q4_K and Q6_K down at 2, 5 and 8.
 
 BENCH_CASES: callables that allocate and fill device buffers and return
 (launch_fn, bytes_moved, flops); launch_fn(stream: int = 0) launches once (x quantization +
@@ -187,8 +187,8 @@ if __name__ == "__main__":
     for line in ratio_table(results):
         print(line)
 # IQ4_XS at 2..8 rows: the few-row kernel (matmul_gemv_rows.cuh; tune 9, tune 0 where it runs: k <=
-# 6144) against the tile kernel (tune 4), at the 27B shapes (down: k = 17408, the tile kernel at
-# every tune) and the merged gate|up. tools/bench.py --filter (substrings; `$`: at the end):
+# 6144; down, k = 17408: its large-k form, matmul_gemv_rows_k.cuh) against the tile kernel (tune 4),
+# at the 27B shapes and the merged gate|up. tools/bench.py --filter (substrings; `$`: at the end):
 # _tune9$,_t2_tune4$,_t4_tune4$,_t5_tune4$,_t8_tune4$ and the one-row baselines IQ4_XS_gate_t1$ etc.
 BENCH_CASES += [_case("IQ4_XS", s, r, tune=t) for s in ("gate", "qkv", "out", "down") + tuple(MERGED_SHAPES)
                 for r in (2, 4, 5, 8) for t in (4, 9)]
@@ -200,6 +200,11 @@ BENCH_CASES += [_case("IQ4_XS", s, r, tune=t) for s in ("gate", "qkv", "out", "d
 BENCH_CASES += [_case(q, s, 5, tune=t) for q, s in (("Q5_K", "qkv"), ("Q4_K", "gate"), ("Q4_K", "qkv"),
                                                    ("Q4_K", "out"), ("Q6_K", "qkv"), ("Q6_K", "lmhead"))
                 for t in (4, 9)]
+# The large-k form (matmul_gemv_rows_k.cuh) for the Q4_K_M mix's down projection (Q4_K, and Q6_K in about
+# half the layers) at 2, 5 and 8 rows against the tile kernel (IQ4_XS's down cases are above), Q5_K at 5:
+# tools/bench.py --filter _K_down_t2_tune,_K_down_t5_tune,_K_down_t8_tune (one row: _K_down_t1$).
+BENCH_CASES += [_case(q, "down", r, tune=t) for q in ("Q4_K", "Q6_K") for r in (2, 5, 8) for t in (4, 9)]
+BENCH_CASES += [_case("Q5_K", "down", 5, tune=t) for t in (4, 9)]
 # Verify and draft-block row counts (issue 17, deliverable 3: 16-64 rows; a DFlash pass at C5 is 80
 # rows): the tile kernel's launch shapes at tune 0 (by row count), 1 (the ring) and 2 (two row tiles
 # a block), at the 27B shapes, a Q8_0 matrix of the DFlash draft's size and the LM head.

@@ -324,9 +324,13 @@ def test_bad_arguments_raise():
 # n not a multiple of 16 (a last batch overlapping the one before), more batches than the grid has
 # blocks at the 27B shapes. Q6_K at k = 5120 (4,200-byte rows, staged back to back) and IQ4_XS at
 # k = 1280 (680 B) need n row_bytes a multiple of 16: n even.
+# Its large-k form (matmul_gemv_rows_k.cuh: k > 6144) at the 27B's down projection (5120 x 17408: 320
+# batches over the one-wave grid, 2-3 a block; n + 3 for a last batch partly past n) and at k = 6400
+# (25 chunks: 13 warps, one of them a chunk short), every type.
 FEW_ROWS = [(4101, 5120), (5123, 6144), (37, 512)]
 FEW_ROWS_CASES = ([(q, n, k) for q in (Q.IQ4_XS, Q.Q5_K, Q.Q4_K) for n, k in FEW_ROWS] +
-                  [(Q.Q6_K, 4102, 5120), (Q.Q6_K, 5123, 6144), (Q.Q6_K, 37, 2048), (Q.IQ4_XS, 38, 1280)])
+                  [(Q.Q6_K, 4102, 5120), (Q.Q6_K, 5123, 6144), (Q.Q6_K, 37, 2048), (Q.IQ4_XS, 38, 1280)] +
+                  [(q, n, k) for q in (Q.IQ4_XS, Q.Q4_K, Q.Q5_K, Q.Q6_K) for n, k in ((5123, 17408), (4101, 6400))])
 
 
 @pytest.mark.gpu

@@ -304,10 +304,11 @@ def test_iq4_xs_few_rows_ring(lib, lib_cooperative, n):
 
 
 def test_iq4_xs_few_rows_falls_back(lib):
-    """Where the few-row kernel does not run the tile kernel does (the same bits): k = 17408 (68
-    chunks: x would not fit in registers), k = 1280 at n = 37 (680-byte rows: the last batch 8 bytes off a
-    16-byte boundary; at n = 38 it runs, test_matmul_few_rows_emulated.py), n = 9 (< 16 rows), 9 rows."""
-    for k, n, rows in ((17408, 16, 3), (1280, 37, 4), (512, 9, 4), (512, 37, 9)):
+    """Where the few-row kernel does not run the tile kernel does (the same bits): k = 1280 at n = 37
+    (680-byte rows: the last batch 8 bytes off a 16-byte boundary; at n = 38 it runs,
+    test_matmul_few_rows_emulated.py), n = 9 (< 16 rows), 9 rows (also at k = 17408, where 2..8 rows
+    take the large-k form: test_matmul_few_rows_emulated.py)."""
+    for k, n, rows in ((17408, 16, 9), (1280, 37, 4), (512, 9, 4), (512, 37, 9)):
         raw, _ = weights(Q.IQ4_XS, n, k)
         x = activations(rows, k, seed=3)
         got = run(lib, x, raw, Q.IQ4_XS, n)

@@ -9,7 +9,10 @@ back (Q6_K at k = 5120: 4,200 B, IQ4_XS at k = 1280: 680 B) at n = 38; many batc
 does not run (those rows at n = 37: the last batch not 16-byte aligned; 25 chunks; n < 16; 9 rows; a
 99 KB device at k = 5120) the tile kernel does, the same bits. IQ4_XS's other cases are in
 test_matmul_emulated.py; tests/kernels/test_matmul.py runs the same
-checks natively on a GPU.
+checks natively on a GPU. The large-k form (cuda/matmul_gemv_rows_k.cuh: k > 6144) likewise for every
+type at the 27B's down k = 17408 and at k = 6400 / 8960 (fewer chunks a warp than the down's 6, one warp
+short), over several batches a block, under LUCE_MATMUL_ROWS_TYPES, with a NaN row, and on a 99 KB device
+(the tile kernel).
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from gguf import GGMLQuantizationType as Q
 
 from tests.kernels.test_matmul import activations, assert_rows_close, weights
 from tests.kernels.test_matmul_emulated import rows_smem, run, same_bits
-from tests.kernels.test_matmul_rows_emulated import _load
+from tests.kernels.test_matmul_rows_emulated import CHUNK_BYTES, _load
 
 pytestmark = pytest.mark.slow
 
@@ -79,10 +82,10 @@ def test_few_rows_ring(libs, qtype, n):
 def test_few_rows_falls_back(libs):
     """Where the few-row kernel does not run the tile kernel does (the same bits): Q6_K at k = 5120
     and IQ4_XS at k = 1280, n = 37 (the last batch, at row 21, would start 8 bytes off a 16-byte
-    boundary), Q5_K at k = 6400 (25 chunks: x would not fit in registers), Q4_K at n = 9 (< 16 rows)
-    and at 9 rows."""
+    boundary), Q4_K at n = 9 (< 16 rows) and at 9 rows, Q5_K at k = 6400 at 9 rows (2..8 take the
+    large-k form, below)."""
     lib = libs[0]
-    for qtype, k, n, rows in ((Q.Q6_K, 5120, 37, 3), (Q.IQ4_XS, 1280, 37, 5), (Q.Q5_K, 6400, 37, 4),
+    for qtype, k, n, rows in ((Q.Q6_K, 5120, 37, 3), (Q.IQ4_XS, 1280, 37, 5), (Q.Q5_K, 6400, 37, 9),
                               (Q.Q4_K, 512, 9, 4), (Q.Q4_K, 512, 37, 9)):
         raw, _ = weights(qtype, n, k)
         x = activations(rows, k, seed=3)
@@ -109,3 +112,110 @@ def test_few_rows_nan_and_99kb_devices(tmp_path, monkeypatch):
         dirty = run(small, x, raw, qtype, n)
         assert np.isnan(dirty[2]).all()
         assert same_bits(np.delete(dirty, 2, axis=0), np.delete(got, 2, axis=0))
+
+
+# The large-k form (cuda/matmul_gemv_rows_k.cuh: k > 6144, 2..8 rows).
+ROWS_K_MAX_WARPS = 12  # kRowsKMaxWarps
+
+
+def rows_k_smem(k: int, qtype, limit: int = 232448) -> int:
+    """Dynamic shared memory of the large-k form: W warps (P = ceil(chunks / kRowsKMaxWarps) chunks a warp,
+    W = ceil(chunks / P)) of R stages (LaneCopier's 16 row slots of an odd number of 16-byte words
+    covering a chunk at any alignment; R = 3 where a stage is at most 3,328 B, else 2), c [cbufs][chunks]
+    [16][8] floats (two buffers where they fit `limit`, else one), the x scales [8][chunks] and for Q4_K /
+    Q5_K the byte planes of x's group sums [chunks][8][32 B]; 0 where one buffer does not fit."""
+    chunks = k // 256
+    per_warp = -(-chunks // ROWS_K_MAX_WARPS)
+    warps = -(-chunks // per_warp)
+    words = (CHUNK_BYTES[qtype] + 30) // 16
+    stage = 16 * 16 * (words if words % 2 else words + 1)
+    planes = 256 * chunks if qtype in (Q.Q4_K, Q.Q5_K) else 0
+    base = warps * (3 if stage <= 3328 else 2) * stage + 4 * 8 * chunks + planes
+    for cbufs in (2, 1):
+        if base + cbufs * 4 * 16 * 8 * chunks <= limit:
+            return base + cbufs * 4 * 16 * 8 * chunks
+    return 0
+
+
+# The 27B's down projection k = 17408 (68 chunks: 12 warps, 8 of 6 chunks and 4 of 5), n = 38 / 37 (3
+# batches, the last partly past n: its rows past n read row n - 1 and are not stored; Q6_K's odd rows start
+# 8 bytes off a 16-byte boundary), and k = 6400 (25 chunks: 9 warps, 7 of 3 and 2 of 2) / 8960 (35: 12
+# warps, 11 of 3 and one of 2).
+LARGE_K = [(Q.IQ4_XS, 17408, 38), (Q.Q4_K, 17408, 38), (Q.Q5_K, 17408, 37), (Q.Q6_K, 17408, 37),
+           (Q.Q6_K, 17408, 38), (Q.Q5_K, 6400, 37), (Q.IQ4_XS, 8960, 21)]
+LARGE_K_BY_DEFAULT = {Q.IQ4_XS}  # matmul_gemv_rows_launch.cuh kGemvRowsK*: the types tune 0 gives it
+
+
+@pytest.mark.parametrize("qtype,k,n", LARGE_K, ids=lambda v: getattr(v, "name", str(v)))
+def test_few_rows_large_k_gives_the_tile_kernels_bits(libs, qtype, k, n):
+    """2..8 rows: tune 9 (the large-k form; tune 0 too for the types it takes by default) == tune 4 and 10
+    (the tile kernel) on the same rows, bitwise, with and without bias (both builds at 2, 5, 8 rows); each
+    row == the row alone (tune 0 at one row); close to the reference."""
+    lib = libs[0]
+    raw, wd = weights(qtype, n, k)
+    x = activations(8, k, seed=k + 5)
+    bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
+    alone = {b is None: [run(lib, x[r:r + 1], raw, qtype, n, b)[0] for r in range(8)] for b in (None, bias)}
+    smem = rows_k_smem(k, qtype)
+    assert smem > 0
+    for rows in range(2, 9):
+        for b in (None, bias) if rows in (2, 5, 8) else ((bias if rows % 2 else None),):
+            tile = run(lib, x[:rows], raw, qtype, n, b, tune=4)
+            for build in libs if rows in (2, 5, 8) else libs[:1]:
+                for tune in (0, 9, 10):  # 10: the tile kernel
+                    got = run(build, x[:rows], raw, qtype, n, b, tune=tune)
+                    ran = tune == 9 or (tune == 0 and qtype in LARGE_K_BY_DEFAULT)
+                    assert (build.emu_last_launch_smem() == smem) == ran, \
+                        f"{rows} rows, tune {tune}: the large-k form ran: {not ran}"
+                    assert same_bits(got, tile), f"{rows} rows, tune {tune}: differs from the tile kernel"
+            for r in range(rows):
+                assert same_bits(tile[r], alone[b is None][r]), f"{rows} rows: row {r} differs from the row alone"
+    want = x.astype(np.float64) @ wd.T.astype(np.float64) + bias
+    assert_rows_close(run(lib, x, raw, qtype, n, bias, tune=9), want, "matmul_blocks")
+
+
+@pytest.mark.parametrize("qtype,n", [(Q.IQ4_XS, 4227), (Q.Q4_K, 4227), (Q.Q6_K, 4227)],
+                         ids=lambda v: getattr(v, "name", str(v)))
+def test_few_rows_large_k_ring(libs, qtype, n):
+    """Several batches a block, k = 6400: n = 4227 (265 batches over the emulator's 132 blocks: each warp's
+    ring of stages and the c buffers run on across 2-3 batches, a last batch past n), 5 rows: == the tile
+    kernel."""
+    k = 6400
+    raw, _ = weights(qtype, n, k)
+    x = activations(5, k, seed=13)
+    want = run(libs[0], x, raw, qtype, n, tune=4)
+    got = run(libs[0], x, raw, qtype, n, tune=9)
+    assert libs[0].emu_last_launch_smem() == rows_k_smem(k, qtype), "not the large-k form"
+    assert same_bits(got, want), "differs from the tile kernel"
+
+
+def test_few_rows_large_k_env_nan_and_99kb_devices(tmp_path, monkeypatch):
+    """LUCE_MATMUL_ROWS_TYPES picks the types taking the large-k form under tune 0 (tune 9 takes it
+    regardless); a NaN in one row's x stays in that row; a 99 KiB device (one c buffer does not fit)
+    takes the tile kernel: the same bits every way."""
+    k, n = 17408, 21
+    monkeypatch.setenv("LUCE_MATMUL_ROWS_TYPES", "q4_k")
+    (tmp_path / "env").mkdir()
+    picked = _load(tmp_path / "env")
+    for qtype in (Q.Q4_K, Q.IQ4_XS):
+        raw, _ = weights(qtype, n, k)
+        x = activations(4, k, seed=21)
+        want = run(picked, x, raw, qtype, n, tune=4)
+        got = run(picked, x, raw, qtype, n)
+        assert (picked.emu_last_launch_smem() == rows_k_smem(k, qtype)) == (qtype == Q.Q4_K), qtype.name
+        assert same_bits(got, want)
+        assert same_bits(run(picked, x, raw, qtype, n, tune=9), want)
+        assert picked.emu_last_launch_smem() == rows_k_smem(k, qtype), f"{qtype.name}: tune 9"
+        x[2, 7] = np.nan
+        dirty = run(picked, x, raw, qtype, n, tune=9)
+        assert np.isnan(dirty[2]).all()
+        assert same_bits(np.delete(dirty, 2, axis=0), np.delete(got, 2, axis=0))
+    monkeypatch.delenv("LUCE_MATMUL_ROWS_TYPES")
+    monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", "101376")
+    (tmp_path / "small").mkdir()
+    small = _load(tmp_path / "small")
+    raw, _ = weights(Q.IQ4_XS, n, k)
+    x = activations(5, k, seed=22)
+    got = run(small, x, raw, Q.IQ4_XS, n, tune=9)
+    assert small.emu_last_launch_smem() != rows_k_smem(k, Q.IQ4_XS), "the large-k form ran on 99 KiB"
+    assert same_bits(got, run(small, x, raw, Q.IQ4_XS, n, tune=4))
