@@ -116,6 +116,7 @@ static inline bool gemv_rows_by_default(int qtype, bool large_k) {
     }
 }
 
+#if !defined(__HIPCC__)  // (try_gemv_rows below: HIP builds instantiate neither form)
 // The large-k form for a call of its types where it runs; -1 where it does not.
 static inline int try_gemv_rows_k(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl,
                                   int64_t row_bytes, int smem_limit, cudaStream_t stream) {
@@ -135,11 +136,19 @@ static inline int try_gemv_rows_k(const luce_matmul_params *p, const uint8_t *w,
         default: return launch_gemv_rows_k<ReaderIQ4XS, kGemvRowsKSplitIQ4XS>(a, smem_limit, stream);
     }
 }
+#endif
 
 // The few-row kernel (its large-k form past 24 chunks) for a 2..8-row decode call of its types where it
 // runs; -1 where it does not.
 static inline int try_gemv_rows(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl,
                                 int64_t row_bytes, cudaStream_t stream) {
+#if defined(__HIPCC__)
+    // Both forms need ~110-200 KB of shared memory a block (H100 / H200 class); an AMD GPU has 64 KB
+    // of LDS, so HIP builds instantiate neither (half of matmul.cu's HIP compile time) and take the
+    // tile kernel (tools/build_check.py: NVIDIA_ONLY_HEADERS).
+    (void)p, (void)w, (void)xl, (void)row_bytes, (void)stream;
+    return -1;
+#else
     const bool type = p->qtype == LUCE_QT_IQ4_XS || p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q4_K ||
                       p->qtype == LUCE_QT_Q6_K;
     const bool large_k = xl.chunks > kRowsMaxChunks;
@@ -157,6 +166,7 @@ static inline int try_gemv_rows(const luce_matmul_params *p, const uint8_t *w, c
         case LUCE_QT_Q6_K: return launch_gemv_rows<ReaderQ6K>(a, smem_limit, stream);
         default: return launch_gemv_rows<ReaderIQ4XS>(a, smem_limit, stream);
     }
+#endif
 }
 
 }  // namespace mm
