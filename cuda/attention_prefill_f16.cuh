@@ -289,9 +289,9 @@ __device__ __forceinline__ void f16_softmax_pv(float (&s)[F16Shape<D>::kKeyTiles
 // Partials of the split (entry `split` of each row and head) of the m-tile from `first`: the
 // 4 lanes of a row add their l (xor 1, then xor 2).
 template <int D>
-__device__ __forceinline__ void f16_write_warp(const luce_attention_params &p, F16Warp<D> &w, int32_t r0, int32_t hk,
-                                               int32_t split, int32_t n_parts, int first = f16_first_qv()) {
-    const int G = p.n_heads_q / p.n_heads_kv, lane = threadIdx.x % WARP_SIZE, t = lane & 3;
+__device__ __forceinline__ void f16_write_warp(const luce_attention_params &p, F16Warp<D> &w, int G, int32_t r0,
+                                               int32_t hk, int32_t split, int32_t n_parts, int first = f16_first_qv()) {
+    const int lane = threadIdx.x % WARP_SIZE, t = lane & 3;
     const int v0 = first + (lane >> 2);
     const Workspace ws = workspace_of(p, n_parts, p.prompt_rows);
 #pragma unroll
@@ -317,10 +317,9 @@ __device__ __forceinline__ void f16_write_warp(const luce_attention_params &p, F
 // statistics (a NaN output, not a wrong one). Ends with a sync (the next piece reuses row_n
 // and the tiles).
 template <int THREADS>
-__device__ __forceinline__ void f16_write_end(const luce_attention_params &p, int32_t r0, int32_t hk, int32_t split,
-                                              int32_t n_parts, int nq, const int32_t *row_n,
+__device__ __forceinline__ void f16_write_end(const luce_attention_params &p, int G, int32_t r0, int32_t hk,
+                                              int32_t split, int32_t n_parts, int nq, const int32_t *row_n,
                                               const int32_t *row_state) {
-    const int G = p.n_heads_q / p.n_heads_kv;
     const Workspace ws = workspace_of(p, n_parts, p.prompt_rows);
     for (int v = threadIdx.x; v < nq; v += THREADS) {
         if (!row_state[v / G] || row_n[v / G] <= 0) continue;
@@ -335,8 +334,9 @@ template <int D>
 __device__ __forceinline__ void f16_write_partials(const luce_attention_params &p, F16Warp<D> &w, int32_t r0,
                                                    int32_t hk, int32_t split, int32_t n_parts, int nq,
                                                    const int32_t *row_n, const int32_t *row_state) {
-    f16_write_warp<D>(p, w, r0, hk, split, n_parts);
-    f16_write_end<F16Shape<D>::kThreads>(p, r0, hk, split, n_parts, nq, row_n, row_state);
+    const int G = p.n_heads_q / p.n_heads_kv;
+    f16_write_warp<D>(p, w, G, r0, hk, split, n_parts);
+    f16_write_end<F16Shape<D>::kThreads>(p, G, r0, hk, split, n_parts, nq, row_n, row_state);
 }
 
 }  // namespace

@@ -21,8 +21,8 @@
 //   - Q loads as float4, four of a thread's in flight (the launch takes another form where q is
 //     not 16-byte aligned).
 // A row's splits, key blocks (64 keys at absolute positions), masks, MMAs, online softmax and
-// partials are the other forms' (f16_scores, f16_softmax_pv; f16l_write_split is
-// f16_write_warp + f16_write_end; zeros past the tile's last key), so every form gives the same
+// partials are the other forms' (f16_scores, f16_softmax_pv, f16_write_warp,
+// f16_write_end; zeros past the tile's last key), so every form gives the same
 // bits and the combine merges them as before.
 // Per warp and key block (D = 128): 128 MMAs, 64 ldmatrix.x4 (K, V) and the softmax, as the
 // 8-warp staged form. Shared memory: STAGES buffers of K [64] then V [64] rows of D + 8 halves
@@ -115,41 +115,6 @@ __device__ __forceinline__ void f16l_store_q(const luce_attention_params &p, int
     }
 }
 
-// Split s's partials of the warp's m-tile, then the tree rows' NaN statistics: f16_write_warp and
-// f16_write_end with G passed (read from shared memory by the caller: no register holds it, or
-// anything divided by it, over the key blocks). Ends with a sync.
-template <int D, int THREADS>
-__device__ __forceinline__ void f16l_write_split(const luce_attention_params &p, F16Warp<D> &w, int G, int32_t r0,
-                                                 int nq, int32_t split, int32_t n_parts, const int32_t *row_n,
-                                                 const int32_t *row_state) {
-    const int lane = threadIdx.x % WARP_SIZE, t = lane & 3, v0 = f16_first_qv() + (lane >> 2);
-    const int32_t hk = blockIdx.y;
-    const Workspace ws = workspace_of(p, n_parts, p.prompt_rows);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        w.l[r] += warp_shfl_xor(w.l[r], 1);
-        w.l[r] += warp_shfl_xor(w.l[r], 2);
-        const int v = v0 + 8 * r;
-        if (w.n_row[r] <= 0) continue;
-        const int32_t row = r0 + v / G, h = hk * G + v % G;
-        float *dst = ws.o(row, h, split) + 2 * t;
-#pragma unroll
-        for (int d = 0; d < F16Shape<D>::kDimTiles; ++d)
-            *reinterpret_cast<float2 *>(dst + 8 * d) = make_float2(w.o[d][2 * r], w.o[d][2 * r + 1]);
-        if (t == 0) {
-            float *ml = ws.ml(row, h, split);
-            ml[0] = w.m[r];
-            ml[1] = w.l[r];
-        }
-    }
-    for (int v = threadIdx.x; v < nq; v += THREADS) {
-        if (!row_state[v / G] || row_n[v / G] <= 0) continue;
-        float *ml = ws.ml(r0 + v / G, hk * G + v % G, split);
-        ml[0] = ml[1] = __int_as_float(0x7fc00000);
-    }
-    __syncthreads();
-}
-
 // One block-uniform piece of the long form (for_tile_pieces' with r0 in shared memory): rows
 // r0 = run->next .. r1 - 1 of one segment, all in the tile (rows before run->end), splits
 // s0..s1-1; sets run->next = r1. row_keys: each row's keys (all splits); row_n: the current split's (the
@@ -238,7 +203,9 @@ __device__ void f16l_prompt_piece(const luce_attention_params &p, const StagedKv
         }
         // The piece's rows from shared memory again (no register held over the key blocks).
         const int32_t r0w = run->next, gw = run->group, nqw = (run->piece_end - r0w) * gw;
-        f16l_write_split<D, L::kThreads>(p, w, gw, r0w, nqw, s, n_parts, row_n, row_state);  // ends with a sync
+        // G passed from shared memory: no register holds it, or anything divided by it, over the key blocks.
+        f16_write_warp<D>(p, w, gw, r0w, blockIdx.y, s, n_parts);
+        f16_write_end<L::kThreads>(p, gw, r0w, blockIdx.y, s, n_parts, nqw, row_n, row_state);  // ends with a sync
     }
     cp_async_wait<0>();
     if (threadIdx.x == 0) run->next = run->piece_end;

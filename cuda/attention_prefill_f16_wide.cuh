@@ -108,8 +108,8 @@ __device__ void f16w_prompt_piece(const luce_attention_params &p, const StagedKv
     }
     cp_async_wait<0>();
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) f16_write_warp<D>(p, *w[mt], r0, hk, split, n_parts, first + 16 * mt);
-    f16_write_end<W::kThreads>(p, r0, hk, split, n_parts, nq, row_n, row_state);
+    for (int mt = 0; mt < MT; ++mt) f16_write_warp<D>(p, *w[mt], G, r0, hk, split, n_parts, first + 16 * mt);
+    f16_write_end<W::kThreads>(p, G, r0, hk, split, n_parts, nq, row_n, row_state);
 }
 
 }  // namespace

@@ -73,6 +73,55 @@ inline uint32_t gemv_rows_stride(int64_t row_bytes) {
     return (uint32_t)row_bytes + (row_bytes % 16 == 0 && (row_bytes / 16) % 2 == 0 ? 16u : 0u);
 }
 
+// x's per-(token, chunk) scales xd_s [8][chunks] and, for the types with mins, the byte planes
+// xp_s [chunks][8][2] of its group sums (zero past M), staged by threads tid, tid + blockDim.x, ...
+template <class Q>
+__device__ __forceinline__ void gemv_rows_stage_x(const XLayout &x, int M, int chunks, float *xd_s, uint4 *xp_s,
+                                                  int tid) {
+    for (int i = tid; i < M * chunks; i += blockDim.x) {
+        const int m = i / chunks, c = i - m * chunks;
+        xd_s[i] = __ldg(x.xd + (int64_t)c * x.tp + m);
+    }
+    if constexpr (Q::kOffset)
+        for (int i = tid; i < 2 * kRowsMaxTokens * chunks; i += blockDim.x) {
+            const int c = i / (2 * kRowsMaxTokens), m = (i >> 1) % kRowsMaxTokens;
+            xp_s[i] = m < M ? __ldg(x.xqp + ((int64_t)c * x.tp + m) * 2 + (i & 1)) : make_uint4(0, 0, 0, 0);
+        }
+}
+
+// A lane's 4 c values of chunk ch (rows grp, grp + 8; tokens 2 quad, 2 quad + 1) from its integer
+// sums: mmq_chunk_int's float steps, into c_ch [16][8].
+template <class Q>
+__device__ __forceinline__ void gemv_rows_store_c(const Q &rd, const int (&sh)[4], const int (&sl)[4],
+                                                  const uint4 *xp_s, int ch, int grp, int quad, float *c_ch) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        float c = __fmul_rn(rd.d[r], fmaf((float)sh[e], 256.0f, (float)sl[e]));
+        if constexpr (Q::kOffset) {
+            const uint4 *p = xp_s + (ch * kRowsMaxTokens + 2 * quad + (e & 1)) * 2;
+            const uint4 pb = p[1];
+            c = fmaf(rd.negmin[r], (float)min_sum(rd.mn[r], p[0], make_uint2(pb.x, pb.y)), c);
+        }
+        c_ch[(grp + 8 * r) * kRowsMaxTokens + 2 * quad + (e & 1)] = c;
+    }
+}
+
+// Chain item i = 4 (M r + m) + kp of a batch's c_b [chunks][16][8]: acc_kp over chunks kp, kp + 4, ...
+// in order, and at kp = 0 ((acc0 + acc1) + acc2) + acc3 (the tile kernel's order); whole warps call.
+__device__ __forceinline__ float gemv_rows_chain(const float *c_b, const float *xd_s, int i, int M, int chunks) {
+    const int item = i >> 2, kp = i & 3, r = item / M, m = item - r * M;
+    const float *c_rm = c_b + r * kRowsMaxTokens + m, *xd = xd_s + m * chunks;
+    float acc = 0.0f;
+    for (int c = kp; c < chunks; c += 4) acc = fmaf(xd[c], c_rm[c * kRowsTile * kRowsMaxTokens], acc);
+    const float a1 = warp_shfl_xor(acc, 1), a2 = warp_shfl_xor(acc, 2), a3 = warp_shfl_xor(acc, 3);
+    float v = acc;
+    v = v + a1;
+    v = v + a2;
+    v = v + a3;
+    return v;
+}
+
 // Dynamic shared memory: S stages, c [2][chunks][16][8], xscale [8][chunks] (floats), for the types
 // with mins (`planes`) the byte planes [chunks][8] of x's group sums (2 uint4 a token, matmul_x.cuh).
 inline size_t gemv_rows_smem_bytes(const XLayout &x, int64_t row_bytes, int stages, bool planes) {
@@ -172,15 +221,7 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
     for (int j = 0; j < kGroups; ++j)
         xb[j] = grp < M ? __ldg(a.x.xq + ((int64_t)grp * a.x.groups + (int64_t)ch * kGroups + j) * 4 + quad)
                         : make_uint4(0, 0, 0, 0);
-    for (int i = tid; i < M * chunks; i += blockDim.x) {
-        const int m = i / chunks, c = i - m * chunks;
-        xd_s[i] = __ldg(a.x.xd + (int64_t)c * a.x.tp + m);
-    }
-    if constexpr (Q::kOffset)  // byte planes of the group sums, zero past M
-        for (int i = tid; i < 2 * kRowsMaxTokens * chunks; i += blockDim.x) {
-            const int c = i / (2 * kRowsMaxTokens), m = (i >> 1) % kRowsMaxTokens;
-            xp_s[i] = m < M ? __ldg(a.x.xqp + ((int64_t)c * a.x.tp + m) * 2 + (i & 1)) : make_uint4(0, 0, 0, 0);
-        }
+    gemv_rows_stage_x<Q>(a.x, M, chunks, xd_s, xp_s, tid);
 
     // Chains of a batch: item i = 4 * (M r + m) + kp (r < 16 rows, m < M tokens, kp < 4) takes acc_kp
     // of row r, token m; 64 M items (whole warps), threads tid, tid + blockDim.x, ...
@@ -188,17 +229,9 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
     auto chains = [&](int t) {
         const float *c_b = c_s + (t & 1) * chunks * kRowsTile * kRowsMaxTokens;
         for (int i = tid; i < 4 * kRowsTile * M; i += blockDim.x) {
-            const int item = i >> 2, kp = i & 3, r = item / M, m = item - r * M;
-            const float *c_rm = c_b + r * kRowsMaxTokens + m, *xd = xd_s + m * chunks;
-            float acc = 0.0f;
-            for (int c = kp; c < chunks; c += 4) acc = fmaf(xd[c], c_rm[c * kRowsTile * kRowsMaxTokens], acc);
-            const float a1 = warp_shfl_xor(acc, 1), a2 = warp_shfl_xor(acc, 2), a3 = warp_shfl_xor(acc, 3);
-            const int row = first_row(chain_row) + r;
-            if (kp == 0 && row >= chain_row) {  // rows before chain_row: the batch before stores them
-                float v = acc;
-                v = v + a1;
-                v = v + a2;
-                v = v + a3;
+            float v = gemv_rows_chain(c_b, xd_s, i, M, chunks);
+            const int item = i >> 2, r = item / M, m = item - r * M, row = first_row(chain_row) + r;
+            if ((i & 3) == 0 && row >= chain_row) {  // rows before chain_row: the batch before stores them
                 if (a.bias) v = v + a.bias[row];
                 a.y[(int64_t)m * n + row] = v;
             }
@@ -254,18 +287,7 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
                 }
             }
         }
-        float *c_b = c_s + ((t & 1) * chunks + ch) * kRowsTile * kRowsMaxTokens;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {  // row grp + 8 (e >> 1), token 2 quad + (e & 1): mmq_chunk_int's steps
-            const int r = e >> 1;
-            float c = __fmul_rn(rd.d[r], fmaf((float)sh[e], 256.0f, (float)sl[e]));
-            if constexpr (Q::kOffset) {
-                const uint4 *p = xp_s + (ch * kRowsMaxTokens + 2 * quad + (e & 1)) * 2;
-                const uint4 pb = p[1];
-                c = fmaf(rd.negmin[r], (float)min_sum(rd.mn[r], p[0], make_uint2(pb.x, pb.y)), c);
-            }
-            c_b[(grp + 8 * r) * kRowsMaxTokens + 2 * quad + (e & 1)] = c;
-        }
+        gemv_rows_store_c(rd, sh, sl, xp_s, ch, grp, quad, c_s + ((t & 1) * chunks + ch) * kRowsTile * kRowsMaxTokens);
         if (++slot == S) {
             slot = 0;
             parity ^= 1;

@@ -167,15 +167,7 @@ __global__ void LUCE_GEMV_ROWS_K_BOUNDS gemv_rows_k_kernel(GemvRowsKArgs a) {
     uint4 xb[kGroups];
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) xb[j] = __ldg(x_row + ((int64_t)warp * kGroups + j) * 4);
-    for (int i = tid; i < M * chunks; i += blockDim.x) {
-        const int m = i / chunks, c = i - m * chunks;
-        xd_s[i] = __ldg(a.x.xd + (int64_t)c * a.x.tp + m);
-    }
-    if constexpr (Q::kOffset)  // byte planes of the group sums, zero past M
-        for (int i = tid; i < 2 * kRowsMaxTokens * chunks; i += blockDim.x) {
-            const int c = i / (2 * kRowsMaxTokens), m = (i >> 1) % kRowsMaxTokens;
-            xp_s[i] = m < M ? __ldg(a.x.xqp + ((int64_t)c * a.x.tp + m) * 2 + (i & 1)) : make_uint4(0, 0, 0, 0);
-        }
+    gemv_rows_stage_x<Q>(a.x, M, chunks, xd_s, xp_s, tid);
     __syncthreads();  // the scales and planes, everyone's
 
     // Chains of turn t (matmul_gemv_rows.cuh's): item i = 4 * (M r + m) + kp takes acc_kp of row r,
@@ -183,17 +175,9 @@ __global__ void LUCE_GEMV_ROWS_K_BOUNDS gemv_rows_k_kernel(GemvRowsKArgs a) {
     auto chains = [&](int t, const float *c_b) {
         const int tile = tile_row(t);
         for (int i = tid; i < 4 * kRowsTile * M; i += blockDim.x) {
-            const int item = i >> 2, kp = i & 3, r = item / M, m = item - r * M;
-            const float *c_rm = c_b + r * kRowsMaxTokens + m, *xd = xd_s + m * chunks;
-            float acc = 0.0f;
-            for (int c = kp; c < chunks; c += 4) acc = fmaf(xd[c], c_rm[c * kRowsTile * kRowsMaxTokens], acc);
-            const float a1 = warp_shfl_xor(acc, 1), a2 = warp_shfl_xor(acc, 2), a3 = warp_shfl_xor(acc, 3);
-            const int row = tile + r;
-            if (kp == 0 && row < n) {
-                float v = acc;
-                v = v + a1;
-                v = v + a2;
-                v = v + a3;
+            float v = gemv_rows_chain(c_b, xd_s, i, M, chunks);
+            const int item = i >> 2, r = item / M, m = item - r * M, row = tile + r;
+            if ((i & 3) == 0 && row < n) {
                 if (a.bias) v = v + a.bias[row];
                 a.y[(int64_t)m * n + row] = v;
             }
@@ -225,6 +209,14 @@ __global__ void LUCE_GEMV_ROWS_K_BOUNDS gemv_rows_k_kernel(GemvRowsKArgs a) {
             const int64_t next = i + 1 < count ? ch + W : warp;
             const uint4 *x_next = x_row + next * kGroups * 4;
             int sh[4] = {}, sl[4] = {};
+            auto add_scaled = [&](int j, int h, const int (&hi)[4], const int (&lo)[4]) {  // SH, SL += scale * sums
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int s = rd.scale(j, h, e >> 1);
+                    sh[e] += s * hi[e];
+                    sl[e] += s * lo[e];
+                }
+            };
 #pragma unroll
             for (int j = 0; j < kGroups; ++j) {
                 const uint4 b = xb[j];
@@ -239,12 +231,7 @@ __global__ void LUCE_GEMV_ROWS_K_BOUNDS gemv_rows_k_kernel(GemvRowsKArgs a) {
                     mma_k32<true>(p1, l0, l1, 0, lo);
                     mma_k32_acc<true>(p2, l0, l1, lo, lo);
                     xb[j] = ldg_after(x_next + 4 * j, hi[0] ^ lo[0]);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int s = rd.scale(j, 0, e >> 1);
-                        sh[e] += s * hi[e];
-                        sl[e] += s * lo[e];
-                    }
+                    add_scaled(j, 0, hi, lo);
                 } else {
                     uint32_t w[4];
                     rd.weights(j, quad, w);
@@ -252,40 +239,19 @@ __global__ void LUCE_GEMV_ROWS_K_BOUNDS gemv_rows_k_kernel(GemvRowsKArgs a) {
                         mma_k32<false>(w, b.x, b.y, 0, hi);
                         mma_k32<true>(w, b.z, b.w, 0, lo);
                         xb[j] = ldg_after(x_next + 4 * j, hi[0] ^ lo[0]);
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            const int s = rd.scale(j, 0, e >> 1);
-                            sh[e] += s * hi[e];
-                            sl[e] += s * lo[e];
-                        }
+                        add_scaled(j, 0, hi, lo);
                     } else {
 #pragma unroll
                         for (int h = 0; h < 2; ++h) {
                             mma_k16<false>(w[2 * h], w[2 * h + 1], h ? b.y : b.x, 0, hi);
                             mma_k16<true>(w[2 * h], w[2 * h + 1], h ? b.w : b.z, 0, lo);
                             if (h) xb[j] = ldg_after(x_next + 4 * j, hi[0] ^ lo[0]);
-#pragma unroll
-                            for (int e = 0; e < 4; ++e) {
-                                const int s = rd.scale(j, h, e >> 1);
-                                sh[e] += s * hi[e];
-                                sl[e] += s * lo[e];
-                            }
+                            add_scaled(j, h, hi, lo);
                         }
                     }
                 }
             }
-            float *c_ch = c_b + ch * kRowsTile * kRowsMaxTokens;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {  // row grp + 8 (e >> 1), token 2 quad + (e & 1): mmq_chunk_int's steps
-                const int r = e >> 1;
-                float c = __fmul_rn(rd.d[r], fmaf((float)sh[e], 256.0f, (float)sl[e]));
-                if constexpr (Q::kOffset) {
-                    const uint4 *p = xp_s + (ch * kRowsMaxTokens + 2 * quad + (e & 1)) * 2;
-                    const uint4 pb = p[1];
-                    c = fmaf(rd.negmin[r], (float)min_sum(rd.mn[r], p[0], make_uint2(pb.x, pb.y)), c);
-                }
-                c_ch[(grp + 8 * r) * kRowsMaxTokens + 2 * quad + (e & 1)] = c;
-            }
+            gemv_rows_store_c(rd, sh, sl, xp_s, ch, grp, quad, c_b + ch * kRowsTile * kRowsMaxTokens);
             __syncwarp();  // every lane is done with the stage before a later chunk refills it
         }
         __syncthreads();  // every warp's chunks of batch t: its c is whole
