@@ -32,9 +32,10 @@ def host_source(text: str) -> str:
 
 
 def _cache_key(cxx: str, names: list[str], defines: tuple[str, ...]) -> str:
-    """Digest of everything a build reads: the compiler, the sources, every cuda/ header, the
-    stand-ins and the defines."""
-    h = hashlib.sha256(f"{cxx}|{FLAGS}|{sorted(names)}|{sorted(defines)}".encode())
+    """Digest of everything a build reads: the compiler (path and version), the sources, every
+    cuda/ header, the stand-ins and the defines."""
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout  # an upgrade in place
+    h = hashlib.sha256(f"{cxx}|{version}|{FLAGS}|{sorted(names)}|{sorted(defines)}".encode())
     inputs = sorted(CUDA.glob("*.cuh")) + sorted(CUDA.glob("*.h")) + [CUDA / n for n in sorted(names)]
     for path in inputs + sorted(EMU.glob("*.[hc]*")) + [Path(__file__)]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
