@@ -125,6 +125,16 @@ inline bool decode_cluster_form() {
 template <auto KERNEL>
 bool cluster_fits(unsigned, size_t) { return true; }
 #else
+// The launch attribute of clusters of cz blocks along z.
+inline cudaLaunchAttribute cluster_along_z(unsigned cz) {
+    cudaLaunchAttribute a = {};
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = 1;
+    a.val.clusterDim.y = 1;
+    a.val.clusterDim.z = cz;
+    return a;
+}
+
 // Whether clusters of cz blocks of KERNEL (kThreads threads, smem bytes) fit the device (asked
 // once per kernel and size; above 8 blocks the kernel first allows non-portable sizes).
 template <auto KERNEL>
@@ -137,11 +147,7 @@ bool cluster_fits(unsigned cz, size_t smem) {
         cfg.gridDim = dim3(1, 1, cz);
         cfg.blockDim = dim3(luce_attn::kThreads);
         cfg.dynamicSmemBytes = smem;
-        cudaLaunchAttribute a[1];
-        a[0].id = cudaLaunchAttributeClusterDimension;
-        a[0].val.clusterDim.x = 1;
-        a[0].val.clusterDim.y = 1;
-        a[0].val.clusterDim.z = cz;
+        cudaLaunchAttribute a[1] = {cluster_along_z(cz)};
         cfg.attrs = a;
         cfg.numAttrs = 1;
         int n = 0;
@@ -161,11 +167,7 @@ cudaError_t launch_clustered(void (*kernel)(KArgs...), dim3 grid, dim3 block, si
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = cz;
+    cudaLaunchAttribute attr[2] = {cluster_along_z(cz)};
     attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
