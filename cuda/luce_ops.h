@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define LUCE_ABI_VERSION 7
+#define LUCE_ABI_VERSION 8
 
 int luce_abi_version(void);
 const char *luce_error_string(int status);
@@ -223,6 +223,29 @@ typedef struct {
 int luce_argmax(const luce_sampling_params *p, void *stream);
 int luce_top_k_logprobs(const luce_sampling_params *p, void *stream);
 /* ---- sampling end ---- */
+
+/* ---- step_ids ---- */
+/* Token ids carried from one decode step to the next on the device, so the next step can be
+ * launched before the ids reach the host (reference: luce/ref/step_ids.py; the engine's
+ * steps ahead, luce/engine/ahead.py). Per segment s of a step: qo_indptr [S+1] (its rows),
+ * ar_slots [S] (its slot when it is one AR row, else -1). keep: for each AR segment, the
+ * greedy id ids [L] int64 of the logits row (logits_indices [L] int64) that is its row goes to
+ * last_ids[slot] (int32). feed: each AR segment's row of token_ids [T] int32 takes
+ * last_ids[slot] (0 when outside [0, vocab): a diverged row's -1). One block; S <= 65535. */
+typedef struct {
+    const int64_t *ids;
+    const int64_t *logits_indices;
+    const int32_t *qo_indptr;
+    const int32_t *ar_slots;
+    int32_t *last_ids;
+    int32_t *token_ids;
+    int32_t n_logits;
+    int32_t n_segments;
+    int32_t vocab;
+} luce_step_ids_params;
+int luce_keep_ids(const luce_step_ids_params *p, void *stream);
+int luce_feed_ids(const luce_step_ids_params *p, void *stream);
+/* ---- step_ids end ---- */
 
 /* ---- sample_rng ---- */
 /* Seeded sampling of logits rows [rows, vocab] f32, row stride logits_stride (reference:

@@ -7,7 +7,10 @@ Sections (each returns plain dicts; `run_decode_bench` gathers them into one rep
   model.forward until it returns), `wait` (with graphs: the step and the argmax captured in
   its graph, the ids brought to the host, as the engine serves greedy rows; eager:
   backend.synchronize(), or to_numpy of the logits when the backend has none), `sample`
-  (eager: the argmax to the host). tok/s = C / median step.
+  (eager: the argmax to the host). tok/s = C / median step. As the engine does where the
+  backend launches asynchronously (luce.engine.ahead), each step is launched fed from the
+  last step's ids on the device, and `wait` is for the last step's ids while this one runs
+  (`ahead=False`: every step waits for its own).
   Forwards go through luce.models.graphed_forward (graph replay; `graphs=False` for eager).
 - Engine AR (luce/benchmark/engine_bench.py): the same decode through luce.engine.Engine.
 - Verify: one slot, one draft tree of W rows (W = 1 is the root alone) packed by the one
@@ -60,6 +63,7 @@ class BenchSettings:
     spec_concurrency: tuple[int, ...] = (1,)
     seed: int = 0
     graphs: bool = True             # replay captured graphs (luce.models.graphed_forward) where the backend can
+    ahead: bool = True              # AR steps launched before the last step's ids reach the host (luce.engine.ahead)
     prefill_lengths: tuple[int, ...] = (512, 4096, 12000, 32000)   # prompt tokens of the prefill section
     prefill_budget: int | None = None  # the engine's token budget there (None: its default for the backend)
     prefill_reps: int = 3           # timed prompts per length (best reported)
@@ -112,31 +116,44 @@ def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]
 
 # ---- AR decode ---------------------------------------------------------------------------------
 
-def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 0, graphs: bool = True):
+def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 0, graphs: bool = True,
+           ahead: bool = True):
     """Greedy decode of len(prompts) slots together: one prefill step, then n_steps steps of
     one AR row per slot (through GraphedForward: the first step of a key eager, the second
-    captured, then replays). -> (tokens per slot [C][n_steps + 1], timed records of the steps
-    after `warmup`, graph counters; with graphs, 'nodes': the launches of one replayed step,
+    captured, then replays). ahead (as the engine serves greedy rows on a backend that launches
+    asynchronously, luce.engine.ahead): each step is launched fed from the previous step's ids
+    on the device before those ids are read on the host; else each step waits for the last's.
+    -> (tokens per slot [C][n_steps + 1], timed records of the steps after `warmup`, graph
+    counters; with graphs, 'nodes': the launches of one replayed step,
     luce.ops.launch_count.NodeCounts.as_dict)."""
     from luce.models.graphed_forward import GraphedForward
 
     forward = GraphedForward(model, enabled=graphs)
     backend, C = model.backend, len(prompts)
+    ahead = ahead and hasattr(backend, "ids_start")
+    if ahead:
+        forward.keep_ids_for(C)
     per_slot = pages_needed(max(len(p) for p in prompts) + n_steps + 1)
     state = model.new_state(max_pages=C * per_slot, max_slots=C)
     pages = [list(range(s * per_slot, (s + 1) * per_slot)) for s in range(C)]
     batch = build_batch([SegmentSpec(s, list(p), 0, pages[s]) for s, p in enumerate(prompts)])
     last = backend.argmax(forward(batch, state).logits)
     tokens = [[int(t)] for t in last]
-    records = []
+    records, pending = [], None
     for step in range(n_steps):
+        fed = ahead and step > 0
         t0 = time.perf_counter()
-        batch = build_batch([SegmentSpec(s, [tokens[s][-1]], len(prompts[s]) + step, pages[s]) for s in range(C)],
-                            pad_pages=True)
+        batch = build_batch([SegmentSpec(s, [0 if fed else tokens[s][-1]], len(prompts[s]) + step, pages[s])
+                             for s in range(C)], pad_pages=True)
         t1 = time.perf_counter()
-        out = forward(batch, state, greedy_ids=True)
+        out = forward(batch, state, greedy_ids=True, fed=fed)
+        if ahead:
+            started = backend.ids_start(out.greedy_ids)
         t2 = time.perf_counter()
-        if out.greedy_ids is not None:   # as the engine serves greedy rows: the argmax in the step's graph
+        if ahead:      # the previous step's ids, while this one runs
+            last, pending = (backend.ids_wait(pending) if pending is not None else None), started
+            t3 = t4 = time.perf_counter()
+        elif out.greedy_ids is not None:   # the argmax in the step's graph, the step waited for
             last = backend.ids_to_host(out.greedy_ids)
             t3 = t4 = time.perf_counter()
         else:
@@ -144,10 +161,14 @@ def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 
             t3 = time.perf_counter()
             last = backend.argmax(out.logits)
             t4 = time.perf_counter()
-        for s in range(C):
-            tokens[s].append(int(last[s]))
+        if last is not None:
+            for s in range(C):
+                tokens[s].append(int(last[s]))
         if step >= warmup:
             records.append({"build": t1 - t0, "launch": t2 - t1, "wait": t3 - t2, "sample": t4 - t3})
+    if pending is not None:
+        for s, t in enumerate(backend.ids_wait(pending)):
+            tokens[s].append(int(t))
     counters = dict(forward.counters)
     if forward.cache.last_nodes is not None:
         counters["nodes"] = forward.cache.last_nodes.as_dict()
@@ -160,7 +181,7 @@ def bench_ar(model, prompts, settings: BenchSettings) -> list[dict]:
     for C in settings.concurrency:
         try:
             _, records, graphs = run_ar(model, prompts[:C], settings.warmup + settings.steps, settings.warmup,
-                                        settings.graphs)
+                                        settings.graphs, settings.ahead)
         except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
             rows.append({"concurrency": C, "error": _error(e)})
             continue

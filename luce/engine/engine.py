@@ -33,6 +33,7 @@ import itertools
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
+from luce.engine.ahead import InFlight, StepsAhead, ahead_enabled
 from luce.engine.pages import PagePool
 from luce.engine.engine_config import EngineConfig, EngineStats, StepUpdate, default_token_budget  # noqa: F401 (re-exported)
 from luce.engine.prefix_cache import PrefixCache
@@ -50,7 +51,7 @@ from luce.models.device_work import host_work
 from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
 
-class Engine:
+class Engine(StepsAhead):
     def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, *, drafter=None,
                  draft_model=None, **overrides):
         """model: a luce.models.batch.Model; tokenizer (luce.tokenizer.Tokenizer) enables text,
@@ -67,6 +68,9 @@ class Engine:
         self.forward = GraphedForward(model, enabled=config.cuda_graphs)   # model.forward, graphed on GPUs
         self.committer = GraphedCommit(model.backend, enabled=config.cuda_graphs)
         self.spec = self._speculation(config, drafter, draft_model)
+        self.ahead = ahead_enabled(config, model.backend, self.forward, self.spec)
+        if self.ahead:
+            self.forward.keep_ids_for(config.max_slots)
         self._refuse_host_work()
         self.tokenizer = tokenizer
         self.vocab = int(model.config.vocab)
@@ -147,6 +151,8 @@ class Engine:
     # ---- one step ---------------------------------------------------------------------------
     def step(self) -> list[StepUpdate]:
         """Run one engine step; one update per request that advanced or finished."""
+        if self.in_flight is not None:     # launched ahead by the last call (luce.engine.ahead)
+            return self._step_in_flight()
         if self.spec is not None:
             self.spec.begin_step()
         for request_id, slot in self.slots.admit_all():
@@ -180,12 +186,16 @@ class Engine:
                 self.model_state.checkpoint(step.durable_slots)
         except Exception as e:  # noqa: BLE001 - a checkpoint only writes its own save buffers
             return self._drop(cohort, f"checkpoint failed: {type(e).__name__}: {e}")
+        ahead = self.ahead_eligible(step)
         try:
             out = self.forward(step.forward, self.model_state,
                                greedy_ids=greedy([self.requests[item.request_id].params for item in step.cohort.items]))
-            self._hook("after_forward", step)
-            outcome = decide(step, out, self.model.backend, self._request_in, self.spec)
-            self._hook("after_accept", step)
+            if ahead:    # its ids stay on the device for the next step (luce.engine.ahead)
+                outcome, in_flight = StepOutcome(out), InFlight(step, self.model.backend.ids_start(out.greedy_ids))
+            else:
+                self._hook("after_forward", step)
+                outcome = decide(step, out, self.model.backend, self._request_in, self.spec)
+                self._hook("after_accept", step)
         except Exception as e:  # noqa: BLE001
             if isinstance(e, MemoryError):   # the device ran out: the graphs' pools go back before the retry
                 for owner in (self.forward, self.committer):
@@ -195,8 +205,10 @@ class Engine:
             self.txn.commit(plan, outcome)
         except Exception as e:  # noqa: BLE001 - never expected: commit checks before it changes anything
             return self._fail(cohort, f"commit failed: {type(e).__name__}: {e}")
+        if ahead:
+            return self._run_ahead(in_flight)
         self._record(step, outcome)
-        updates = self._apply(step, outcome.tokens, outcome.logprobs)
+        updates = self._apply(step.cohort, outcome.tokens, outcome.logprobs)
         if self.spec is not None:
             self.spec.end_step(step)
         return updates
@@ -299,16 +311,16 @@ class Engine:
                 m["spec_drafted"] = m.get("spec_drafted", 0) + len(chunk.token_ids) - 1
                 m["spec_accepted"] = m.get("spec_accepted", 0) + acc.n_accepted
 
-    def _apply(self, step: StepBatch, tokens: dict[Any, list[int]], logprobs: dict | None = None) -> list[StepUpdate]:
+    def _apply(self, cohort: Cohort, tokens: dict[Any, list[int]], logprobs: dict | None = None) -> list[StepUpdate]:
         """Hand each request its tokens of the step (in order, up to the one that finishes it)."""
-        for chunk in step.cohort.prefill:
+        for chunk in cohort.prefill:
             r = self.requests[chunk.request_id]
             r.n_prefilled = chunk.start + len(chunk.token_ids)
             if chunk.completes_prompt:
                 r.phase = DECODE
                 r.metrics["first_token_step"] = self.stats.steps
         updates = []
-        for item in step.cohort.items:     # one per request: its prompt chunk, AR row or tree
+        for item in cohort.items:     # one per request: its prompt chunk, AR row or tree
             r = self.requests[item.request_id]
             r.metrics.pop("step_failures", None)
             taken = r.add_tokens(tokens.get(r.request_id, ()), logprobs.get(r.request_id, ()) if logprobs else ())
@@ -414,4 +426,6 @@ class Engine:
             assert live == (self.slots.slot_of(r.request_id) is not None), f"request {r.request_id} slot mismatch"
             if live:
                 kv = self.slots.table[r.slot].kv_len
-                assert kv == (r.n_prefilled if r.phase == PREFILL else r.n_tokens - 1)
+                ahead = self.in_flight is not None and any(row.request_id == r.request_id
+                                                           for row in self.in_flight.step.cohort.decode)
+                assert kv == (r.n_prefilled if r.phase == PREFILL else r.n_tokens - 1 + ahead)

@@ -33,6 +33,7 @@ class GraphedForward:
         self.counters = self.cache.counters
         self._state = None
         self._vocab = int(getattr(model.config, "vocab", 0)) or None
+        self.last_ids = None      # [slots] int32 on the device: each slot's latest greedy AR id (keep_ids_for)
 
     @property
     def graphs(self):
@@ -53,29 +54,48 @@ class GraphedForward:
         return (batch.replay_key, getattr(self.model, "gdn_tree_mode", None),
                 getattr(self.backend, "tree_attention_kernel", None))
 
-    def __call__(self, batch: ForwardBatch, state, greedy_ids: bool = False):
-        """model.forward(batch, state). With greedy_ids, on a backend that captures graphs, the
-        output's greedy_ids also holds each logits row's argmax on the device
-        (backend.argmax_ids inside the graph: no launch of its own per step;
-        backend.ids_to_host brings the ids back)."""
+    def keep_ids_for(self, n_slots: int) -> None:
+        """From now on every greedy call also keeps its AR rows' ids on the device by slot
+        (backend.keep_ids into `last_ids`), so a later call can be `fed` from them before they
+        reach the host (luce.engine.ahead). Drops the graphs captured without it."""
+        self.invalidate()
+        self.last_ids = self.backend.ids_store(n_slots)
+
+    def __call__(self, batch: ForwardBatch, state, greedy_ids: bool = False, fed: bool = False):
+        """model.forward(batch, state). With greedy_ids, on a backend that captures graphs (or
+        keeping ids: keep_ids_for), the output's greedy_ids also holds each logits row's
+        argmax on the device (backend.argmax_ids inside the graph: no launch of its own per
+        step; backend.ids_to_host brings the ids back). fed: the batch's AR rows take the
+        ids kept by slot instead of their token ids (backend.feed_ids, the graph's first launch)."""
         ensure_valid(batch, state.max_slots, self._vocab)
-        if not self.enabled:
+        keep = greedy_ids and self.last_ids is not None
+        if fed and self.last_ids is None:
+            raise ValueError("a fed step needs ids kept by an earlier step: call keep_ids_for first")
+        if not self.enabled and not (keep or fed):
             return self.model.forward(batch, state)
+
+        def run():
+            if fed:
+                self.backend.feed_ids(batch, self.last_ids, self._vocab)
+            out = self.model.forward(batch, state)
+            return self._with_ids(out, batch) if greedy_ids else out
+        if not self.enabled:
+            return run()
         if state is not self._state:
             self.invalidate()
             self._state = state
         key = self.key(batch)
-        run = lambda: self.model.forward(batch, state)  # noqa: E731
-        if greedy_ids:       # another graph: the forward's launches and the argmax's
-            key = None if key is None else (*key, "greedy ids")
-            run = lambda: self._with_ids(self.model.forward(batch, state))  # noqa: E731
+        if key is not None:     # other graphs: the forward's launches and the argmax's, or the feed's
+            key = (*key, *(("greedy ids",) if greedy_ids else ()), *(("fed",) if fed else ()))
         return self.cache.call(key, run,
                                lambda allocator: cuda_step_meta.bind(self.backend, batch, allocator),
                                lambda meta: cuda_step_meta.rewrite(self.backend, meta, batch))
 
-    def _with_ids(self, out):
+    def _with_ids(self, out, batch):
         if out.logits.shape[0]:
             out.greedy_ids = self.backend.argmax_ids(out.logits)
+            if self.last_ids is not None:
+                self.backend.keep_ids(out.greedy_ids, batch, self.last_ids)
         return out
 
     def invalidate(self) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 from luce.ops.cuda_array import Block, CudaArray, DeviceAllocator, StagingRing
 from luce.ops.cuda_fused_ops import CudaFusedOps
 from luce.ops.cuda_graph import GraphMixin
+from luce.ops.cuda_ids_ops import IdsOps
 from luce.ops.cuda_pointwise_ops import PointwiseOps
 from luce.ops.cuda_row_ops import RowOps
 from luce.ops.cuda_sampling_ops import SamplingOps
@@ -87,12 +88,13 @@ def row_runs(rows: int, prefill_spans) -> list[tuple[int, int, bool]]:
     return runs
 
 
-class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, PointwiseOps, RowOps, GraphMixin):
+class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, PointwiseOps, RowOps, GraphMixin):
     """luce.ops.api.Backend on one GPU; Array = CudaArray, Weight = QuantWeight. `runtime`:
     a luce.ops.gpu_runtime.GpuRuntime (default CUDA's)."""
 
     name = "cuda"
     supports_graphs = True
+    launches_async = True     # kernels queue on a stream: the host may run a step ahead (luce.engine.ahead)
 
     def __init__(self, runtime=None):
         from luce import _cuda_matmul

@@ -10,13 +10,14 @@ from typing import Sequence
 
 import numpy as np
 
-from luce.ops.api import FusedOps
+from luce.ops.api import SEG_AR, FusedOps
 from luce.ops.host_step_ops import HostStepOps
 from luce.ref import attention as ref_attention
 from luce.ref import matmul as ref_matmul
 from luce.ref import pointwise as ref_pointwise
 from luce.ref import rotary as ref_rotary
 from luce.ref import sampling as ref_sampling
+from luce.ref import step_ids as ref_step_ids
 from luce.ref import swiglu as ref_swiglu
 from luce.ref.rmsnorm import rmsnorm as ref_rmsnorm
 from luce.ref.tree_attention import paged_attention_with_trees
@@ -222,6 +223,30 @@ class NumpyBackend(FusedOps, HostStepOps):
     # ---- sampling -----------------------------------------------------------------------
     def argmax(self, logits) -> np.ndarray:
         return ref_sampling.argmax(logits)
+
+    def argmax_ids(self, logits) -> np.ndarray:
+        return ref_sampling.argmax(logits)
+
+    def ids_to_host(self, ids) -> np.ndarray:
+        return np.asarray(ids)
+
+    # ---- ids between steps (luce.engine.ahead; here each call runs to its end) ------------
+    def ids_store(self, n_slots: int) -> np.ndarray:
+        return np.zeros(n_slots, np.int32)
+
+    def keep_ids(self, ids, batch, last_ids) -> None:
+        ar = np.where(batch.kinds == SEG_AR, batch.seq_slots, -1)
+        ref_step_ids.keep_ids(np.asarray(ids), batch.logits_indices, batch.qo_indptr, ar, last_ids)
+
+    def feed_ids(self, batch, last_ids, vocab: int) -> None:
+        ar = np.where(batch.kinds == SEG_AR, batch.seq_slots, -1)
+        ref_step_ids.feed_ids(batch.token_ids, batch.qo_indptr, ar, last_ids, vocab)
+
+    def ids_start(self, ids) -> np.ndarray:
+        return np.array(ids, np.int64)
+
+    def ids_wait(self, handle) -> np.ndarray:
+        return handle
 
     def top_k_logprobs(self, logits, k: int):
         return ref_sampling.top_k_logprobs(logits, k)

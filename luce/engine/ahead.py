@@ -1,0 +1,164 @@
+"""Steps ahead: a greedy decode step launched before the previous step's ids reach the host
+(mixed into luce.engine.Engine; vLLM's asynchronous scheduling).
+
+A decode step's inputs are the previous step's outputs, so a synchronous engine leaves the
+device idle while the host reads the ids, hands them out, and builds and launches the next
+step. Here a step of plain greedy AR rows (`ahead_eligible`) is launched and committed at
+once: an AR row's commit (its KV row and pages, its committed length) does not depend on the
+token it produces. Its ids stay on the device as well (GraphedForward.keep_ids_for: kept by
+slot), so the next step, the same rows one position on, is built, preflighted and launched
+`fed` from them (backend.feed_ids) before this step's ids are read (backend.ids_start /
+ids_wait). The device runs the steps back to back while the host hands out the previous
+step's tokens. Tokens are the same as without it: the next step computes what a step fed
+from the host would.
+
+A request that finishes (stop token, stop string, cancellation) while its next row is in
+flight wastes that row: its slot is retired as usual, and what the row writes lands in the
+slot's own pages and state, which nothing reads before a later step (on the same stream)
+re-initialises them. The next step is launched ahead only while every row of the step in
+flight is live, no prompt waits for a slot or for budget, and some row goes on past this
+step (max_tokens and the context are known ahead); otherwise the engine takes its ordinary
+path once the step in flight is done.
+
+Failures: a step ahead that fails before its launch is just not launched. One that fails in
+its forward is rolled back to its checkpoint (the state after the step in flight) and not
+committed. A step in flight is committed, so a failure on reading its ids (a diverged row,
+an injected fault) ends its live requests with the error instead of retrying them.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from luce.engine.outcome import greedy
+from luce.engine.request import DECODE, PREFILL
+from luce.engine.step import Cohort, DecodeRow, StepBatch
+from luce.engine.txn import Reject, StepOutcome
+
+
+@dataclass
+class InFlight:
+    """A launched and committed step whose ids have not reached the host."""
+
+    step: StepBatch
+    ids: Any             # backend.ids_start's handle
+
+
+def ahead_enabled(config, backend, forward, spec) -> bool:
+    """Does the engine run steps ahead? config.async_steps None: where the backend launches
+    asynchronously and graphs are on (LUCE_ASYNC_STEPS=0 turns that off, for A/B runs); True:
+    wherever the backend has the ops (tests)."""
+    if config.async_steps is False or spec is not None:
+        return False
+    if config.async_steps is None and os.environ.get("LUCE_ASYNC_STEPS", "1") == "0":
+        return False
+    if not all(hasattr(backend, op) for op in ("ids_store", "keep_ids", "feed_ids", "ids_start", "ids_wait")):
+        return False
+    return config.async_steps is True or (bool(getattr(backend, "launches_async", False)) and forward.enabled)
+
+
+class StepsAhead:
+    """Mixin of Engine (uses its requests, slots, builder, txn, forward, model_state, hooks,
+    _apply, _record, _fail)."""
+
+    in_flight: InFlight | None = None
+
+    def ahead_eligible(self, step: StepBatch) -> bool:
+        """May this step be launched ahead: plain greedy AR rows only (ids drawn on the device)?"""
+        cohort = step.cohort
+        return (self.ahead and not cohort.prefill and not cohort.tree and bool(cohort.decode)
+                and greedy([self.requests[r.request_id].params for r in cohort.decode]))
+
+    def _live(self, row: DecodeRow) -> bool:
+        """Is the row's request still running in its slot?"""
+        r, entry = self.requests.get(row.request_id), self.slots.table[row.slot]
+        return r is not None and not r.finished and entry is not None and entry.request_id == row.request_id
+
+    def _launch(self, step: StepBatch, plan, fed: bool) -> InFlight:
+        """Forward (ids kept on the device, their copy to the host queued), then the commit,
+        which for AR rows needs no token."""
+        out = self.forward(step.forward, self.model_state, greedy_ids=True, fed=fed)
+        ids = self.model.backend.ids_start(out.greedy_ids)
+        self.txn.commit(plan, StepOutcome(out))
+        return InFlight(step, ids)
+
+    def _run_ahead(self, current: InFlight) -> list:
+        """Launch the next step if it may go ahead, then hand out the current step's tokens."""
+        following = self._next(current)
+        updates = self._finish(current)
+        self.in_flight = following
+        if following is not None and not any(self._live(r) for r in following.step.cohort.decode):
+            self.in_flight = None                            # every row ended: nothing to hand out
+            self.model.backend.ids_wait(following.ids)
+        return updates
+
+    def _step_in_flight(self) -> list:
+        current, self.in_flight = self.in_flight, None
+        if not any(self._live(r) for r in current.step.cohort.decode):
+            self.model.backend.ids_wait(current.ids)         # cancelled meanwhile: an ordinary step
+            return self.step()
+        return self._run_ahead(current)
+
+    def _next(self, current: InFlight) -> InFlight | None:
+        rows = current.step.cohort.decode
+        if not self._may_follow(rows):
+            return None
+        cohort = Cohort(decode=[DecodeRow(r.slot, r.request_id, 0, r.position + 1) for r in rows])
+        try:
+            step = self.builder.build(cohort)
+            plan = self.txn.preflight(step)
+            if isinstance(plan, Reject):
+                return None
+            self._hook("before_forward", step)
+        except Exception:  # noqa: BLE001 - nothing changed: the engine's ordinary path runs it next
+            return None
+        try:
+            self.model_state.checkpoint(step.durable_slots)
+        except Exception:  # noqa: BLE001 - a checkpoint only writes its own save buffers
+            return None
+        try:
+            return self._launch(step, plan, fed=True)
+        except Exception:  # noqa: BLE001 - not committed; its rows' state goes back to the checkpoint
+            try:
+                self.model_state.rollback()
+            except Exception as e:  # noqa: BLE001
+                self._fail(cohort, f"a step ahead failed and its rollback too: {type(e).__name__}: {e}")
+            return None
+
+    def _may_follow(self, rows: list[DecodeRow]) -> bool:
+        """Every row live, nothing waiting to be scheduled, and some request going on past
+        the step in flight."""
+        if not all(self._live(r) for r in rows):
+            return False
+        if self.slots.queue and None in self.slots.table:
+            return False
+        if sum(r.phase in (PREFILL, DECODE) for r in self.requests.values()) != len(rows):
+            return False
+        return any(not self._ends_next(self.requests[r.request_id]) for r in rows)
+
+    @staticmethod
+    def _ends_next(r) -> bool:
+        """Does the request reach max_tokens or the context with its next token?"""
+        n = len(r.output_ids) + 1
+        return n >= r.params.max_tokens or len(r.prompt_ids) + n >= r.ctx
+
+    def _finish(self, current: InFlight) -> list:
+        """The step's ids to the host, then its live rows' tokens to their requests."""
+        step = current.step
+        live = Cohort(decode=[r for r in step.cohort.decode if self._live(r)])
+        try:
+            ids = self.model.backend.ids_wait(current.ids).tolist()
+            self._hook("after_forward", step)
+            tokens = {}
+            for i, row in enumerate(step.cohort.decode):    # logits row i is AR row i
+                if row in live.decode:
+                    if ids[i] < 0:
+                        raise ValueError(f"NaN in the logits of slot {row.slot}: the forward pass diverged")
+                    tokens[row.request_id] = [ids[i]]
+            outcome = StepOutcome(None, tokens=tokens)
+            self._hook("after_accept", step)
+        except Exception as e:  # noqa: BLE001 - committed: its requests end with the error
+            return self._fail(live, f"{type(e).__name__}: {e}")
+        self._record(step, outcome)
+        return self._apply(live, outcome.tokens)

@@ -1,0 +1,84 @@
+"""Token ids between decode steps on the CUDA backend (mixed into CudaBackend): what lets the
+engine launch a greedy decode step before the previous step's ids reach the host
+(luce.engine.ahead).
+
+`keep_ids` (inside the previous step's graph, after its argmax) stores each AR segment's id
+at its slot of an engine-wide device array; `feed_ids` (the first launch of the next step's
+graph) writes them into that step's token ids in its metadata arena (cuda/step_ids.cu). The
+host learns a step's ids with `ids_start` (a copy into pinned memory and an event, queued
+right after the step) and `ids_wait` (that event only: steps queued after it keep running)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from luce.ops import cuda_step_meta
+
+
+class IdsInFlight:
+    """Pinned int64 buffers, each with an event, handed out in turn; a buffer is reused
+    after its event (a step's copy into it) has completed."""
+
+    RING = 4
+
+    def __init__(self, backend, capacity: int):
+        rt = backend.runtime
+        self.backend, self.capacity = backend, capacity
+        self.base = rt.malloc_host(8 * capacity * self.RING)
+        self.host = np.ctypeslib.as_array((ctypes.c_int64 * (capacity * self.RING)).from_address(self.base))
+        self.events = [rt.event_create() for _ in range(self.RING)]
+        self.pending = [False] * self.RING
+        self.next = 0
+
+    def start(self, ids) -> tuple:
+        b, i = self.backend, self.next
+        self.next = (i + 1) % self.RING
+        if self.pending[i]:
+            b.runtime.event_synchronize(self.events[i])
+        n = ids.size
+        b.runtime.copy_d2h_async(self.base + 8 * i * self.capacity, ids.ptr, 8 * n, b.stream)
+        b.runtime.event_record(self.events[i], b.stream)
+        self.pending[i] = True
+        return self, i, n
+
+    def wait(self, handle: tuple) -> np.ndarray:
+        _, i, n = handle
+        self.backend.runtime.event_synchronize(self.events[i])
+        self.pending[i] = False
+        return self.host[i * self.capacity:i * self.capacity + n].copy()
+
+
+class IdsOps:
+    """Mixin of CudaBackend (uses its runtime, stream, zeros)."""
+
+    def ids_store(self, n_slots: int):
+        """The engine-wide array keep_ids writes and feed_ids reads: [n_slots] int32, zeros."""
+        return self.zeros((n_slots,), np.int32)
+
+    def keep_ids(self, ids, batch, last_ids) -> None:
+        """ids [L] int64 (the step's argmax, on the device) -> last_ids[slot] of each AR segment."""
+        from luce import _cuda_step_ids as k
+
+        meta = cuda_step_meta.meta_of(self, batch)
+        k.keep_ids(ids.ptr, meta.ptr("logits_indices"), meta.ptr("qo_indptr"), meta.ptr("ar_slots"), last_ids.ptr,
+                   int(ids.size), batch.n_segments, stream=self.stream)
+
+    def feed_ids(self, batch, last_ids, vocab: int) -> None:
+        """The batch's AR rows take their slots' kept ids (its arena's token ids)."""
+        from luce import _cuda_step_ids as k
+
+        meta = cuda_step_meta.meta_of(self, batch)
+        k.feed_ids(meta.ptr("token_ids"), meta.ptr("qo_indptr"), meta.ptr("ar_slots"), last_ids.ptr,
+                   batch.n_segments, vocab, stream=self.stream)
+
+    def ids_start(self, ids):
+        """Queue the copy of device ids [L] int64 to the host; -> a handle for ids_wait."""
+        ring = self.__dict__.get("_ids_in_flight")
+        if ring is None or ids.size > ring.capacity:     # a handle keeps its own ring
+            ring = self.__dict__["_ids_in_flight"] = IdsInFlight(self, max(int(ids.size), 64))
+        return ring.start(ids)
+
+    def ids_wait(self, handle) -> np.ndarray:
+        """The host ids of an ids_start, once that copy has run (later work may still run)."""
+        return handle[0].wait(handle)

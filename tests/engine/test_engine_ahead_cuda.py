@@ -1,0 +1,74 @@
+"""Steps ahead on the CUDA backend (luce.engine.ahead): greedy decode steps launched before the
+previous step's ids reach the host, fed on the device (cuda/step_ids.cu) inside their graphs,
+give the tokens of the engine that waits for every step (hybrid and dense, C1 and C4 with
+staggered arrivals, prompts chunked beside decoding, stop tokens ending requests with their next
+row in flight), with graphs and eagerly; and the fed graphs really replay."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from luce.engine import Engine, EngineConfig, SamplingParams
+
+pytestmark = pytest.mark.gpu
+
+rng = np.random.default_rng(18)
+PROMPTS = [list(rng.integers(3, 400, n)) for n in (5, 17, 70, 3, 9, 130)]
+ARRIVALS = [0, 0, 3, 9, 20, 21]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    from luce.models import load_model
+    from luce.ops import get_backend
+    from luce.testing.tiny_models import make_dense, make_qwen35
+
+    root = tmp_path_factory.mktemp("ahead")
+    make_qwen35(root / "q35.gguf", seed=31, head_dim=64, ssm_state_size=64)
+    make_dense(root / "q3.gguf", "qwen3", seed=32, head_dim=64)
+    backend = get_backend("cuda")
+    return {name: load_model(root / f"{name}.gguf", backend) for name in ("q35", "q3")}
+
+
+def run(model, concurrency: int, async_steps, graphs: bool = True, stop=()):
+    engine = Engine(model, None, EngineConfig(max_slots=concurrency, ctx=256, token_budget=69, cuda_graphs=graphs,
+                                              async_steps=async_steps))
+    ids, step = {}, 0
+    while len(ids) < len(PROMPTS) or engine.has_unfinished():
+        for i, arrival in enumerate(ARRIVALS):
+            if arrival <= step and i not in ids:
+                ids[i] = engine.add_request([int(t) for t in PROMPTS[i]],
+                                            SamplingParams(max_tokens=40 + 7 * i, stop_token_ids=stop))
+        engine.step()
+        engine.check()
+        step += 1
+        assert step < 2000, "the engine stopped making progress"
+    outputs = [engine.take_output(ids[i]) for i in range(len(PROMPTS))]
+    assert all(o.error is None for o in outputs), [o.error for o in outputs]
+    return tuple(tuple(o.token_ids) for o in outputs), engine
+
+
+@pytest.mark.parametrize("name", ["q35", "q3"])
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_steps_ahead_give_the_waiting_engines_tokens(models, name, concurrency):
+    waiting, plain = run(models[name], concurrency, async_steps=False)
+    ahead, engine = run(models[name], concurrency, async_steps=None)
+    assert not plain.ahead and engine.ahead
+    assert ahead == waiting
+    fed = [key for key in engine.forward.cache.graphs if "fed" in key]
+    assert fed and engine.forward.counters["replays"] > 50, engine.forward.counters
+
+
+def test_stop_tokens_end_requests_with_their_next_row_in_flight(models):
+    """Stop ids common enough that requests end early, with their next row already launched."""
+    waiting, _ = run(models["q3"], 4, async_steps=False)
+    stop = tuple(sorted({t for out in waiting for t in out[5:12]}))[:6]
+    waiting, _ = run(models["q3"], 4, async_steps=False, stop=stop)
+    ahead, _ = run(models["q3"], 4, async_steps=None, stop=stop)
+    assert ahead == waiting and any(len(t) < 40 for t in waiting)
+
+
+def test_eager_steps_ahead_feed_outside_graphs(models):
+    waiting, _ = run(models["q35"], 3, async_steps=False, graphs=False)
+    ahead, engine = run(models["q35"], 3, async_steps=True, graphs=False)
+    assert engine.ahead and ahead == waiting
