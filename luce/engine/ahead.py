@@ -12,8 +12,9 @@ ids_wait). The device runs the steps back to back while the host hands out the p
 step's tokens. Tokens are the same as without it: the next step computes what a step fed
 from the host would.
 
-A request that finishes (stop token, stop string, cancellation) while its next row is in
-flight wastes that row: its slot is retired as usual, and what the row writes lands in the
+A request that reaches max_tokens or the context has no row in the next step. One that
+finishes otherwise (stop token, stop string, cancellation) while its next row is in flight
+wastes that row: its slot is retired as usual, and what the row writes lands in the
 slot's own pages and state, which nothing reads before a later step (on the same stream)
 re-initialises them. The next step is launched ahead only while every row of the step in
 flight is live, no prompt waits for a slot or for budget, and some row goes on past this
@@ -104,7 +105,8 @@ class StepsAhead:
         rows = current.step.cohort.decode
         if not self._may_follow(rows):
             return None
-        cohort = Cohort(decode=[DecodeRow(r.slot, r.request_id, 0, r.position + 1) for r in rows])
+        cohort = Cohort(decode=[DecodeRow(r.slot, r.request_id, 0, r.position + 1) for r in rows
+                                if not self._ends_next(self.requests[r.request_id])])
         try:
             step = self.builder.build(cohort)
             plan = self.txn.preflight(step)
