@@ -130,7 +130,7 @@ def run_ar(model, prompts: Sequence[Sequence[int]], n_steps: int, warmup: int = 
 
     forward = GraphedForward(model, enabled=graphs)
     backend, C = model.backend, len(prompts)
-    ahead = ahead and hasattr(backend, "ids_start")
+    ahead = ahead and hasattr(backend, "put_ids")
     if ahead:
         forward.keep_ids_for(C)
     per_slot = pages_needed(max(len(p) for p in prompts) + n_steps + 1)

@@ -54,7 +54,8 @@ def ahead_enabled(config, backend, forward, spec) -> bool:
         return False
     if config.async_steps is None and os.environ.get("LUCE_ASYNC_STEPS", "1") == "0":
         return False
-    if not all(hasattr(backend, op) for op in ("ids_store", "keep_ids", "feed_ids", "ids_start", "ids_wait")):
+    ops = ("ids_store", "put_ids", "keep_ids", "feed_ids", "ids_start", "ids_wait")
+    if not all(hasattr(backend, op) for op in ops):
         return False
     return config.async_steps is True or (bool(getattr(backend, "launches_async", False)) and forward.enabled)
 

@@ -55,9 +55,11 @@ class GraphedForward:
                 getattr(self.backend, "tree_attention_kernel", None))
 
     def keep_ids_for(self, n_slots: int) -> None:
-        """From now on every greedy call also keeps its AR rows' ids on the device by slot
-        (backend.keep_ids into `last_ids`), so a later call can be `fed` from them before they
-        reach the host (luce.engine.ahead). Drops the graphs captured without it."""
+        """From now on every greedy call keeps its AR rows' ids on the device by slot
+        (backend.keep_ids into `last_ids`) and its graph starts by feeding its AR rows from
+        there (backend.feed_ids), so a later call can be `fed` before the ids reach the host
+        (luce.engine.ahead); a call not fed puts its host ids there first (backend.put_ids),
+        so both replay one graph. Drops the graphs captured without it."""
         self.invalidate()
         self.last_ids = self.backend.ids_store(n_slots)
 
@@ -65,17 +67,19 @@ class GraphedForward:
         """model.forward(batch, state). With greedy_ids, on a backend that captures graphs (or
         keeping ids: keep_ids_for), the output's greedy_ids also holds each logits row's
         argmax on the device (backend.argmax_ids inside the graph: no launch of its own per
-        step; backend.ids_to_host brings the ids back). fed: the batch's AR rows take the
-        ids kept by slot instead of their token ids (backend.feed_ids, the graph's first launch)."""
+        step; backend.ids_to_host brings the ids back). fed (greedy, keeping ids): the batch's
+        AR rows take the ids the last call kept by slot, not their token ids."""
         ensure_valid(batch, state.max_slots, self._vocab)
         keep = greedy_ids and self.last_ids is not None
-        if fed and self.last_ids is None:
-            raise ValueError("a fed step needs ids kept by an earlier step: call keep_ids_for first")
-        if not self.enabled and not (keep or fed):
+        if fed and not keep:
+            raise ValueError("a fed call is a greedy one after keep_ids_for")
+        if not self.enabled and not keep:
             return self.model.forward(batch, state)
+        if keep and not fed:
+            self.backend.put_ids(batch, self.last_ids)
 
         def run():
-            if fed:
+            if keep:
                 self.backend.feed_ids(batch, self.last_ids, self._vocab)
             out = self.model.forward(batch, state)
             return self._with_ids(out, batch) if greedy_ids else out
@@ -85,8 +89,8 @@ class GraphedForward:
             self.invalidate()
             self._state = state
         key = self.key(batch)
-        if key is not None:     # other graphs: the forward's launches and the argmax's, or the feed's
-            key = (*key, *(("greedy ids",) if greedy_ids else ()), *(("fed",) if fed else ()))
+        if key is not None:     # other graphs: the forward's launches and the argmax's (and the ids' links)
+            key = (*key, *(("greedy ids",) if greedy_ids else ()), *(("kept",) if keep else ()))
         return self.cache.call(key, run,
                                lambda allocator: cuda_step_meta.bind(self.backend, batch, allocator),
                                lambda meta: cuda_step_meta.rewrite(self.backend, meta, batch))

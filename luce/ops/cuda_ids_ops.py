@@ -4,7 +4,8 @@ engine launch a greedy decode step before the previous step's ids reach the host
 
 `keep_ids` (inside the previous step's graph, after its argmax) stores each AR segment's id
 at its slot of an engine-wide device array; `feed_ids` (the first launch of the next step's
-graph) writes them into that step's token ids in its metadata arena (cuda/step_ids.cu). The
+graph) writes them into that step's token ids in its metadata arena (cuda/step_ids.cu); a step
+whose ids the host has puts them there first (`put_ids`), so it replays the same graph. The
 host learns a step's ids with `ids_start` (a copy into pinned memory and an event, queued
 right after the step) and `ids_wait` (that event only: steps queued after it keep running)."""
 from __future__ import annotations
@@ -63,6 +64,16 @@ class IdsOps:
         meta = cuda_step_meta.meta_of(self, batch)
         k.keep_ids(ids.ptr, meta.ptr("logits_indices"), meta.ptr("qo_indptr"), meta.ptr("ar_slots"), last_ids.ptr,
                    int(ids.size), batch.n_segments, stream=self.stream)
+
+    def put_ids(self, batch, last_ids) -> None:
+        """last_ids[slot] = the host token id of each AR row (one upload, queued), for a step
+        whose ids the host has: its graph's feed_ids then gives them back."""
+        from luce.ops.api import SEG_AR
+        from luce.ref.step_ids import put_ids
+
+        host = np.zeros(last_ids.shape[0], np.int32)
+        put_ids(batch.token_ids, batch.qo_indptr, np.where(batch.kinds == SEG_AR, batch.seq_slots, -1), host)
+        self.staging.upload(last_ids.ptr, host)
 
     def feed_ids(self, batch, last_ids, vocab: int) -> None:
         """The batch's AR rows take their slots' kept ids (its arena's token ids)."""

@@ -238,6 +238,10 @@ class NumpyBackend(FusedOps, HostStepOps):
         ar = np.where(batch.kinds == SEG_AR, batch.seq_slots, -1)
         ref_step_ids.keep_ids(np.asarray(ids), batch.logits_indices, batch.qo_indptr, ar, last_ids)
 
+    def put_ids(self, batch, last_ids) -> None:
+        ar = np.where(batch.kinds == SEG_AR, batch.seq_slots, -1)
+        ref_step_ids.put_ids(batch.token_ids, batch.qo_indptr, ar, last_ids)
+
     def feed_ids(self, batch, last_ids, vocab: int) -> None:
         ar = np.where(batch.kinds == SEG_AR, batch.seq_slots, -1)
         ref_step_ids.feed_ids(batch.token_ids, batch.qo_indptr, ar, last_ids, vocab)

@@ -26,3 +26,11 @@ def feed_ids(token_ids: np.ndarray, qo_indptr, ar_slots, last_ids, vocab: int) -
         if slot >= 0:
             v = int(last_ids[slot])
             token_ids[int(qo_indptr[s])] = v if 0 <= v < vocab else 0
+
+
+def put_ids(token_ids, qo_indptr, ar_slots, last_ids: np.ndarray) -> None:
+    """The host side of a step whose AR rows' ids are known on the host: last_ids[slot] =
+    its row's token id, in place (then feed_ids gives them back: one graph for both)."""
+    for s, slot in enumerate(np.asarray(ar_slots).tolist()):
+        if slot >= 0:
+            last_ids[slot] = token_ids[int(qo_indptr[s])]

@@ -1,11 +1,12 @@
-"""The ids carried between decode steps (cuda/step_ids.cu) against luce/ref/step_ids.py: steps of
+"""The ids carried between decode steps (cuda/step_ids.cu) against luce/ref/step_ids.py (and the
+reference's put_ids, the host's side): steps of
 prefill, AR and padding segments in any order (logits rows of prompt tails too), slots in any
 order, ids out of range (a diverged row's -1) fed as 0; nothing written outside the AR rows'
 token ids and the AR slots' kept ids."""
 import numpy as np
 import pytest
 
-from luce.ref.step_ids import feed_ids, keep_ids
+from luce.ref.step_ids import feed_ids, keep_ids, put_ids
 
 VOCAB = 1000
 
@@ -19,6 +20,10 @@ def test_reference_keeps_and_feeds_by_slot():
     last[0] = -1
     feed_ids(tokens, qo, ar, last, VOCAB)
     assert tokens.tolist() == [5, 5, 5, 22, 0]
+    put_ids(np.array([1, 2, 3, 40, 50], np.int32), qo, ar, last)      # the host's ids, fed back alike
+    assert last.tolist() == [50, 7, 40, 7]
+    feed_ids(tokens, qo, ar, last, VOCAB)
+    assert tokens.tolist() == [5, 5, 5, 40, 50]
 
 
 def _random_step(rng, n_slots):
