@@ -15,7 +15,10 @@ prefill and AR rows only; tree rows write scratch), acceptance (pure: sampled to
 each tree's accepted path), `txn.commit` (promotes the accepted paths and features, takes
 the pages) and the outputs: tokens to their requests (luce.engine.output_stream, the one
 stop rule) and finished requests retired. Greedy or seeded, the tokens are the same with
-speculation on or off.
+speculation on or off. A step of plain greedy AR rows is committed as soon as it is launched
+and the next one launched before its ids reach the host (luce.engine.ahead, where the backend
+launches asynchronously): a call then hands out the tokens of the step launched by the call
+before.
 
 Failures: a step that fails before commit changes nothing: before a step with prefill or
 AR rows (they advance recurrent state in place) the state of those rows' slots is
