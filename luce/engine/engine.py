@@ -38,6 +38,7 @@ from typing import Any, Callable, Sequence
 
 from luce.engine.ahead import InFlight, StepsAhead, ahead_enabled
 from luce.engine.pages import PagePool
+from luce.engine.engine_views import EngineViews
 from luce.engine.engine_config import EngineConfig, EngineStats, StepUpdate, default_token_budget  # noqa: F401 (re-exported)
 from luce.engine.prefix_cache import PrefixCache
 from luce.engine.request import DECODE, FINISHED, PREFILL, FinishReason, Request, RequestOutput
@@ -45,7 +46,7 @@ from luce.engine.outcome import decide, greedy
 from luce.engine.sampler import MASK64, SamplingParams, splitmix64
 from luce.engine.scheduler import PREFILL_ALIGN, Scheduler
 from luce.engine.slots import SlotManager
-from luce.engine.speculation import draft_models, drafter_chain
+from luce.engine.speculation import draft_models
 from luce.engine.state_slots import StateSlots
 from luce.engine.step import Cohort, StepBatch, StepBuilder
 from luce.engine.txn import Promotion, Reject, StepOutcome, Transaction
@@ -54,7 +55,7 @@ from luce.models.device_work import host_work
 from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import pages_needed
 
-class Engine(StepsAhead):
+class Engine(StepsAhead, EngineViews):
     def __init__(self, model, tokenizer=None, config: EngineConfig | None = None, *, drafter=None,
                  draft_model=None, **overrides):
         """model: a luce.models.batch.Model; tokenizer (luce.tokenizer.Tokenizer) enables text,
@@ -388,47 +389,3 @@ class Engine(StepsAhead):
             self.step()
             n += 1
         return n
-
-    def graph_counters(self) -> dict:
-        """Graph replay counters of the target's forward, its tree commits and the draft
-        model's forward (summed), and `eager_reasons`: why calls ran eagerly."""
-        total, reasons = {}, {}
-        for owner in self._graph_owners():
-            for name, n in getattr(owner, "counters", {}).items():
-                total[name] = total.get(name, 0) + n
-            cache = getattr(owner, "cache", None)
-            for why, n in getattr(cache, "eager_reasons", {}).items():
-                reasons[why] = reasons.get(why, 0) + n
-        total["eager_reasons"] = reasons
-        return total
-
-    def _graph_owners(self) -> list:
-        """What captures graphs: the target's forward, its tree commits, the draft models' forwards."""
-        drafter = getattr(getattr(self.spec, "speculator", None), "drafter", None)
-        return [self.forward, self.committer] + [getattr(d, "forward", None) for d in drafter_chain(drafter)]
-
-    def prefix_cache_counters(self) -> dict[str, int]:
-        """The prefix cache's counters and size ({} when it is off)."""
-        return self.cache.counters() if self.cache is not None else {}
-
-    def gauges(self) -> dict[str, int]:
-        """Current occupancy: slots, queue, KV pages, the prefix cache's bytes."""
-        c = self.cache
-        return dict(slots_total=self.config.max_slots, slots_busy=self.slots.n_live,
-                    queue_depth=len(self.slots.queue), kv_pages_total=self.pool.n_pages,
-                    kv_pages_used=self.pool.n_used, prefix_cache_bytes=c.bytes if c else 0)
-
-    def check(self) -> None:
-        """Every bookkeeping invariant (tests call this after each operation)."""
-        self.pool.check()
-        self.slots.check()
-        if self.cache is not None:
-            self.cache.check()
-        for r in self.requests.values():
-            live = r.phase in (PREFILL, DECODE)
-            assert live == (self.slots.slot_of(r.request_id) is not None), f"request {r.request_id} slot mismatch"
-            if live:
-                kv = self.slots.table[r.slot].kv_len
-                ahead = self.in_flight is not None and any(row.request_id == r.request_id
-                                                           for row in self.in_flight.step.cohort.decode)
-                assert kv == (r.n_prefilled if r.phase == PREFILL else r.n_tokens - 1 + ahead)
