@@ -1,16 +1,17 @@
-"""Steps ahead: a greedy decode step launched before the previous step's ids reach the host
-(mixed into luce.engine.Engine; vLLM's asynchronous scheduling).
+"""Steps ahead: a decode step launched before the previous step's ids reach the host (mixed
+into luce.engine.Engine; vLLM's asynchronous scheduling).
 
 A decode step's inputs are the previous step's outputs, so a synchronous engine leaves the
 device idle while the host reads the ids, hands them out, and builds and launches the next
-step. Here a step of plain greedy AR rows (`ahead_eligible`) is launched and committed at
+step. Here a step of plain AR rows whose tokens the device draws (greedy, or seeded sampling
+without penalties, bias, grammar or log-probs: `ahead_eligible`) is launched and committed at
 once: an AR row's commit (its KV row and pages, its committed length) does not depend on the
-token it produces. Its ids stay on the device as well (GraphedForward.keep_ids_for: kept by
-slot), so the next step, the same rows one position on, is built, preflighted and launched
-`fed` from them (backend.feed_ids) before this step's ids are read (backend.ids_start /
-ids_wait). The device runs the steps back to back while the host hands out the previous
-step's tokens. Tokens are the same as without it: the next step computes what a step fed
-from the host would.
+token it produces. Its ids stay on the device as well, kept by slot (the graph's argmax,
+GraphedForward.keep_ids_for, or backend.keep_ids after the draw), so the next step, the same
+rows one position on, is built, preflighted and launched `fed` from them (backend.feed_ids)
+before this step's ids are read (backend.ids_start / ids_wait). The device runs the steps
+back to back while the host hands out the previous step's tokens. Tokens are the same as
+without it: the next step computes what a step fed from the host would.
 
 A request that reaches max_tokens or the context has no row in the next step. One that
 finishes otherwise (stop token, stop string, cancellation) while its next row is in flight
@@ -32,8 +33,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from luce.engine.outcome import greedy
+from luce.engine.outcome import device_draw, greedy
 from luce.engine.request import DECODE, PREFILL
+from luce.engine.sampler import backend_can_draw
 from luce.engine.step import Cohort, DecodeRow, StepBatch
 from luce.engine.txn import Reject, StepOutcome
 
@@ -67,10 +69,23 @@ class StepsAhead:
     in_flight: InFlight | None = None
 
     def ahead_eligible(self, step: StepBatch) -> bool:
-        """May this step be launched ahead: plain greedy AR rows only (ids drawn on the device)?"""
+        """May this step be launched ahead: plain AR rows whose tokens are drawn on the device
+        (greedy, or seeded sampling the backend does: outcome.device_draw)?"""
         cohort = step.cohort
-        return (self.ahead and not cohort.prefill and not cohort.tree and bool(cohort.decode)
-                and greedy([self.requests[r.request_id].params for r in cohort.decode]))
+        if not self.ahead or cohort.prefill or cohort.tree or not cohort.decode:
+            return False
+        params = [self.requests[r.request_id].params for r in cohort.decode]
+        return greedy(params) or (hasattr(self.model.backend, "sample_ids") and all(map(backend_can_draw, params)))
+
+    def _ids_in_flight(self, step: StepBatch, out) -> Any:
+        """Start the copy of the step's tokens to the host: the argmax its graph kept, or the
+        seeded draw, queued after the forward and kept by slot for the next step to feed from."""
+        backend, ids = self.model.backend, getattr(out, "greedy_ids", None)
+        if ids is None:
+            requests = [self._request_in(s) if s >= 0 else None for s in step.logits_slot.tolist()]
+            ids = device_draw(step, out.logits, backend, requests)
+            backend.keep_ids(ids, step.forward, self.forward.last_ids)
+        return backend.ids_start(ids)
 
     def _live(self, row: DecodeRow) -> bool:
         """Is the row's request still running in its slot?"""
@@ -80,8 +95,9 @@ class StepsAhead:
     def _launch(self, step: StepBatch, plan, fed: bool) -> InFlight:
         """Forward (ids kept on the device, their copy to the host queued), then the commit,
         which for AR rows needs no token."""
-        out = self.forward(step.forward, self.model_state, greedy_ids=True, fed=fed)
-        ids = self.model.backend.ids_start(out.greedy_ids)
+        greedy_ids = greedy([self.requests[r.request_id].params for r in step.cohort.decode])
+        out = self.forward(step.forward, self.model_state, greedy_ids=greedy_ids, fed=fed)
+        ids = self._ids_in_flight(step, out)
         self.txn.commit(plan, StepOutcome(out))
         return InFlight(step, ids)
 

@@ -15,7 +15,7 @@ prefill and AR rows only; tree rows write scratch), acceptance (pure: sampled to
 each tree's accepted path), `txn.commit` (promotes the accepted paths and features, takes
 the pages) and the outputs: tokens to their requests (luce.engine.output_stream, the one
 stop rule) and finished requests retired. Greedy or seeded, the tokens are the same with
-speculation on or off. A step of plain greedy AR rows is committed as soon as it is launched
+speculation on or off. A step of AR rows drawn on the device is committed as soon as it is launched
 and the next one launched before its ids reach the host (luce.engine.ahead, where the backend
 launches asynchronously): a call then hands out the tokens of the step launched by the call
 before.
@@ -195,7 +195,7 @@ class Engine(StepsAhead, EngineViews):
             out = self.forward(step.forward, self.model_state,
                                greedy_ids=greedy([self.requests[item.request_id].params for item in step.cohort.items]))
             if ahead:    # its ids stay on the device for the next step (luce.engine.ahead)
-                outcome, in_flight = StepOutcome(out), InFlight(step, self.model.backend.ids_start(out.greedy_ids))
+                outcome, in_flight = StepOutcome(out), InFlight(step, self._ids_in_flight(step, out))
             else:
                 self._hook("after_forward", step)
                 outcome = decide(step, out, self.model.backend, self._request_in, self.spec)

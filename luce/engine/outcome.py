@@ -5,7 +5,7 @@ changes no state; the transaction's commit then makes it durable.
 The target's token for every logits row is drawn on the backend when it can (argmax when
 all are greedy: `greedy`, the engine then has the forward's graph compute it, greedy_ids;
 the seeded sampler at each row's position when no request has penalties
-and the backend samples its top-k), so only token ids leave the device; otherwise the
+and the backend samples its top-k: `device_draw`), so only token ids leave the device; otherwise the
 logits come to the host and the engine sampler draws. Same tokens either way. A request
 with a grammar, a logit bias or log-probs (SamplingParams.needs_host_logits) brings its
 step's logits to the host: the mask and bias apply there (luce.engine.constraint), and each
@@ -89,8 +89,15 @@ def row_choices(step: StepBatch, out, backend, requests) -> tuple[Any, Any]:
         ids = getattr(out, "greedy_ids", None)
         return None, backend.argmax(logits) if ids is None else backend.ids_to_host(ids)
     if hasattr(backend, "sample") and all(backend_can_draw(p) for p in params):
-        seeds = [r.seed & MASK64 if r is not None else 0 for r in requests]
-        return None, backend.sample(logits, [p.temperature for p in params], [max(p.top_k, 1) for p in params],
-                                    [p.top_p for p in params], [p.min_p for p in params], seeds,
-                                    step.logits_position)
+        return None, backend.ids_to_host(device_draw(step, logits, backend, requests))
     return backend.to_numpy(logits), None
+
+
+def device_draw(step: StepBatch, logits, backend, requests):
+    """The seeded draw of every logits row on the backend (backend.sample_ids: each row's
+    sampling parameters, seed and predicted position), left on the device, nothing waited
+    for; requests: the Request of each logits row (None: padding), every one backend_can_draw."""
+    params = [r.params if r is not None else _PAD_PARAMS for r in requests]
+    seeds = [r.seed & MASK64 if r is not None else 0 for r in requests]
+    return backend.sample_ids(logits, [p.temperature for p in params], [max(p.top_k, 1) for p in params],
+                              [p.top_p for p in params], [p.min_p for p in params], seeds, step.logits_position)

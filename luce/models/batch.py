@@ -138,6 +138,10 @@ class ForwardBatch:
         return self._cached("has_trees", lambda: bool((self.kinds == SEG_TREE).any()))
 
     @property
+    def has_ar_rows(self) -> bool:
+        return self._cached("has_ar_rows", lambda: bool((self.kinds == SEG_AR).any()))
+
+    @property
     def tree_start(self) -> int:
         """First row of the tree block (T when the batch has no tree segment)."""
         def make():
@@ -283,7 +287,7 @@ class ForwardBatch:
                            self.row_capacity, self.tree_width)
         carried = nxt.__dict__
         for name in ("_kinds", "_kv_span", "_prefill_spans", "_has_padding_rows", "_has_trees",
-                     "_decode_only"):
+                     "_has_ar_rows", "_decode_only"):
             if name in self.__dict__:
                 carried[name] = self.__dict__[name]
         carried["_ar_rows"] = ar

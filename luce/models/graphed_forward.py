@@ -55,11 +55,11 @@ class GraphedForward:
                 getattr(self.backend, "tree_attention_kernel", None))
 
     def keep_ids_for(self, n_slots: int) -> None:
-        """From now on every greedy call keeps its AR rows' ids on the device by slot
-        (backend.keep_ids into `last_ids`) and its graph starts by feeding its AR rows from
-        there (backend.feed_ids), so a later call can be `fed` before the ids reach the host
-        (luce.engine.ahead); a call not fed puts its host ids there first (backend.put_ids),
-        so both replay one graph. Drops the graphs captured without it."""
+        """From now on the graph of every call with AR rows starts by feeding them from ids
+        kept by slot on the device (backend.feed_ids from `last_ids`) and a greedy call keeps
+        its AR rows' argmax there (backend.keep_ids), so a later call can be `fed` before the
+        ids reach the host (luce.engine.ahead); a call not fed puts its host ids there first
+        (backend.put_ids), so both replay one graph. Drops the graphs captured without it."""
         self.invalidate()
         self.last_ids = self.backend.ids_store(n_slots)
 
@@ -67,19 +67,19 @@ class GraphedForward:
         """model.forward(batch, state). With greedy_ids, on a backend that captures graphs (or
         keeping ids: keep_ids_for), the output's greedy_ids also holds each logits row's
         argmax on the device (backend.argmax_ids inside the graph: no launch of its own per
-        step; backend.ids_to_host brings the ids back). fed (greedy, keeping ids): the batch's
-        AR rows take the ids the last call kept by slot, not their token ids."""
+        step; backend.ids_to_host brings the ids back). fed (keeping ids): the batch's AR
+        rows take the ids kept by slot, not their token ids."""
         ensure_valid(batch, state.max_slots, self._vocab)
-        keep = greedy_ids and self.last_ids is not None
-        if fed and not keep:
-            raise ValueError("a fed call is a greedy one after keep_ids_for")
-        if not self.enabled and not keep:
+        feeds = self.last_ids is not None and batch.has_ar_rows
+        if fed and not feeds:
+            raise ValueError("a fed call has AR rows and comes after keep_ids_for")
+        if not self.enabled and not (feeds or greedy_ids and self.last_ids is not None):
             return self.model.forward(batch, state)
-        if keep and not fed:
+        if feeds and not fed:
             self.backend.put_ids(batch, self.last_ids)
 
         def run():
-            if keep:
+            if feeds:
                 self.backend.feed_ids(batch, self.last_ids, self._vocab)
             out = self.model.forward(batch, state)
             return self._with_ids(out, batch) if greedy_ids else out
@@ -90,7 +90,7 @@ class GraphedForward:
             self._state = state
         key = self.key(batch)
         if key is not None:     # other graphs: the forward's launches and the argmax's (and the ids' links)
-            key = (*key, *(("greedy ids",) if greedy_ids else ()), *(("kept",) if keep else ()))
+            key = (*key, *(("greedy ids",) if greedy_ids else ()), *(("fed",) if feeds else ()))
         return self.cache.call(key, run,
                                lambda allocator: cuda_step_meta.bind(self.backend, batch, allocator),
                                lambda meta: cuda_step_meta.rewrite(self.backend, meta, batch))

@@ -106,6 +106,10 @@ class SamplingOps:
         return host_ids, self.to_numpy(lps)
 
     def sample(self, logits, temperature, top_k, top_p, min_p, seed, position) -> np.ndarray:
+        return self.ids_to_host(self.sample_ids(logits, temperature, top_k, top_p, min_p, seed, position))
+
+    def sample_ids(self, logits, temperature, top_k, top_p, min_p, seed, position):
+        """sample's draws left on the device ([L] int64, -1 on a NaN row), queued: nothing waits."""
         from luce import _cuda_sample_rng as kr
 
         logits = self._f32(logits)
@@ -118,9 +122,9 @@ class SamplingOps:
         if ((top_k < 1) | (top_k > kr.TOPK_MAX))[sampled].any():
             raise ValueError(f"device sampling takes 1 <= top_k <= {kr.TOPK_MAX} for sampled rows, got "
                              f"{sorted(set(top_k[sampled].tolist()))}: sample those rows on the host")
-        if L == 0:
-            return np.zeros(0, np.int64)
         ids = self.empty((L,), np.int64)
+        if L == 0:
+            return ids
         work = self.empty((-(-int(kr.workspace_bytes(min(L, MAX_ROWS_PER_LAUNCH), V)) // 8),), np.int64)
         # the six per-row parameters, one 8-byte row each, in one upload (top_k: int32 in its row's first half)
         params = np.zeros((6, L), np.int64)
@@ -137,4 +141,4 @@ class SamplingOps:
             k = device.ptr + 8 * L + 4 * r0
             kr.sample_rng(logits.ptr + 4 * r0 * V, t, k, p, m, s, pos, ids.ptr + 8 * r0, work.ptr, work.nbytes,
                           r, V, stream=self.stream)
-        return self.ids_to_host(ids)
+        return ids

@@ -261,3 +261,6 @@ class NumpyBackend(FusedOps, HostStepOps):
         ids = sample_rng(logits, temperature, top_k, top_p, min_p, seed, position)
         ref_sampling.reject_nan_rows(ids)
         return ids
+
+    def sample_ids(self, logits, temperature, top_k, top_p, min_p, seed, position) -> np.ndarray:
+        return self.sample(logits, temperature, top_k, top_p, min_p, seed, position)

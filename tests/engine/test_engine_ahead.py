@@ -5,7 +5,8 @@ sequence, so a row fed a wrong id, or a slot reused with stale state, breaks it)
 
 Under random arrivals, stop tokens, sampled requests and cancellations every request gets
 exactly what it gets alone, the bookkeeping holds after every call (a request's next row may
-be committed ahead), and steps do run ahead. Faults: a step ahead that fails before its launch
+be committed ahead), and steps do run ahead, greedy or sampled on the backend (a request the
+host samples keeps its steps waiting). Faults: a step ahead that fails before its launch
 is not launched and nothing is lost; one whose ids fail on the way back ends its requests with
 the error."""
 import pytest
@@ -45,20 +46,31 @@ def test_the_numpy_backend_runs_ahead_only_when_asked():
     assert Engine(model, config=EngineConfig(max_slots=2, ctx=64, async_steps=True)).ahead
 
 
-def test_greedy_decode_runs_ahead_and_gives_the_alone_output():
+@pytest.mark.parametrize("sampling", [{}, {"temperature": 0.8, "top_k": 20, "top_p": 0.9}], ids=["greedy", "seeded"])
+def test_decode_runs_ahead_and_gives_the_alone_output(sampling):
+    """Greedy, and seeded sampling drawn on the backend (its draw kept by slot after it)."""
     model, engine, fed = ahead_engine()
     prompts = [make_prompt(n, s) for n, s in ((5, 1), (70, 2), (9, 3))]
-    params = SamplingParams(max_tokens=20)
-    ids = [engine.add_request(p, params) for p in prompts]
+    params = [SamplingParams(max_tokens=20, seed=7 + i, **sampling) for i in range(3)]
+    ids = [engine.add_request(p, q) for p, q in zip(prompts, params)]
     while engine.has_unfinished():
         engine.step()
         engine.check()
         assert not model.violations, model.violations
     assert len(fed) > 10                      # most decode steps went ahead
-    for rid, p in zip(ids, prompts):
+    for rid, p, q in zip(ids, prompts, params):
         out = engine.take_output(rid)
-        assert out.token_ids == reference_output(p, params, 0) and out.finish_reason == FinishReason.LENGTH
+        assert out.token_ids == reference_output(p, q, q.seed) and out.finish_reason == FinishReason.LENGTH
     assert engine.pool.n_used == 0 and engine.slots.n_live == 0
+
+
+def test_host_sampled_requests_wait_for_every_step():
+    """A request whose tokens the host draws (penalties here) keeps its steps from going ahead."""
+    model, engine, fed = ahead_engine()
+    params = SamplingParams(max_tokens=12, temperature=0.7, top_k=20, repetition_penalty=1.3, seed=3)
+    rid = engine.add_request(make_prompt(8, 4), params)
+    engine.run()
+    assert not fed and engine.take_output(rid).token_ids == reference_output(make_prompt(8, 4), params, 3)
 
 
 request_st = st.fixed_dictionaries({
@@ -66,6 +78,7 @@ request_st = st.fixed_dictionaries({
     "prompt_len": st.one_of(st.integers(1, 20), st.integers(60, 140)),
     "max_tokens": st.integers(1, 14),
     "temperature": st.sampled_from([0.0, 0.0, 0.0, 0.8]),
+    "top_k": st.sampled_from([0, 40]),      # 40: drawn on the backend (ahead); 0: on the host
     "seed": st.integers(0, 2**32),
     "stop_token": st.one_of(st.none(), st.integers(0, 47)),
     "cancel_at": st.one_of(st.none(), st.integers(0, 24)),
@@ -82,6 +95,7 @@ def test_random_traffic_ahead_gives_each_request_its_alone_output(requests, max_
         for i, r in enumerate(requests):
             if r["arrive"] == step_no:
                 params = SamplingParams(max_tokens=r["max_tokens"], temperature=r["temperature"], seed=r["seed"],
+                                        top_k=r["top_k"],
                                         stop_token_ids=() if r["stop_token"] is None else (r["stop_token"],))
                 prompt = make_prompt(r["prompt_len"], r["token_seed"])
                 ids[i] = engine.add_request(prompt, params)

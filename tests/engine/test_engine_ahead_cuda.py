@@ -1,8 +1,9 @@
-"""Steps ahead on the CUDA backend (luce.engine.ahead): greedy decode steps launched before the
-previous step's ids reach the host, fed on the device (cuda/step_ids.cu) inside their graphs,
-give the tokens of the engine that waits for every step (hybrid and dense, C1 and C4 with
-staggered arrivals, prompts chunked beside decoding, stop tokens ending requests with their next
-row in flight), with graphs and eagerly; and steps fed or not replay one graph a topology."""
+"""Steps ahead on the CUDA backend (luce.engine.ahead): decode steps launched before the previous
+step's ids reach the host, fed on the device (cuda/step_ids.cu) inside their graphs, give the
+tokens of the engine that waits for every step (hybrid and dense; greedy, and seeded sampling
+drawn on the device; C1 and C4 with staggered arrivals, prompts chunked beside decoding, stop
+tokens ending requests with their next row in flight), with graphs and eagerly; and steps fed
+or not replay one graph a topology."""
 from __future__ import annotations
 
 import numpy as np
@@ -30,15 +31,16 @@ def models(tmp_path_factory):
     return {name: load_model(root / f"{name}.gguf", backend) for name in ("q35", "q3")}
 
 
-def run(model, concurrency: int, async_steps, graphs: bool = True, stop=()):
+def run(model, concurrency: int, async_steps, graphs: bool = True, stop=(), sampled: bool = False):
     engine = Engine(model, None, EngineConfig(max_slots=concurrency, ctx=256, token_budget=69, cuda_graphs=graphs,
                                               async_steps=async_steps))
     ids, step = {}, 0
     while len(ids) < len(PROMPTS) or engine.has_unfinished():
         for i, arrival in enumerate(ARRIVALS):
             if arrival <= step and i not in ids:
+                extra = dict(temperature=0.8, top_k=30, top_p=0.9, seed=100 + i) if sampled else {}
                 ids[i] = engine.add_request([int(t) for t in PROMPTS[i]],
-                                            SamplingParams(max_tokens=40 + 7 * i, stop_token_ids=stop))
+                                            SamplingParams(max_tokens=40 + 7 * i, stop_token_ids=stop, **extra))
         engine.step()
         engine.check()
         step += 1
@@ -56,8 +58,16 @@ def test_steps_ahead_give_the_waiting_engines_tokens(models, name, concurrency):
     assert not plain.ahead and engine.ahead
     assert ahead == waiting
     greedy = [key for key in engine.forward.cache.graphs if "greedy ids" in key]
-    assert greedy and all("kept" in key for key in greedy)     # steps fed or not replay one graph
+    assert greedy and all("fed" in key for key in greedy)     # steps fed or not replay one graph
     assert engine.forward.counters["replays"] > 50, engine.forward.counters
+
+
+@pytest.mark.parametrize("name", ["q35", "q3"])
+def test_seeded_sampling_drawn_on_the_device_runs_ahead_alike(models, name):
+    waiting, _ = run(models[name], 4, async_steps=False, sampled=True)
+    ahead, engine = run(models[name], 4, async_steps=None, sampled=True)
+    assert ahead == waiting
+    assert [key for key in engine.forward.cache.graphs if "fed" in key] and engine.forward.counters["replays"] > 50
 
 
 def test_stop_tokens_end_requests_with_their_next_row_in_flight(models):
