@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from luce.engine import Engine, EngineConfig, FinishReason, SamplingParams
 from luce.ops.numpy_backend import NumpyBackend
 from tests.engine.fake_model import FakeModel, reference_output
-from tests.engine.test_engine_properties import make_prompt
+from tests.engine.test_engine_properties import assert_alone_outputs, make_prompt
 
 
 def ahead_engine(max_slots=3, **config):
@@ -108,16 +108,7 @@ def test_random_traffic_ahead_gives_each_request_its_alone_output(requests, max_
         assert not model.violations, model.violations
         if step_no > 12 and not engine.has_unfinished():
             break
-    assert not engine.has_unfinished()
-    assert engine.pool.n_used == 0 and engine.slots.n_live == 0
-    for i, rid in ids.items():
-        out = engine.take_output(rid)
-        prompt, params = specs[i]
-        want = reference_output(prompt, params, params.seed)
-        if out.finish_reason == FinishReason.CANCELLED:
-            assert out.token_ids == want[:len(out.token_ids)]
-        else:
-            assert out.token_ids == want, (i, out.finish_reason)
+    assert_alone_outputs(engine, ids, specs)
 
 
 def _decode_two(engine, params):

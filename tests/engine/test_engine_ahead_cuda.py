@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from luce.engine import Engine, EngineConfig, SamplingParams
+from tests.models.test_graphed_forward_cuda import drive, seeded
 
 pytestmark = pytest.mark.gpu
 
@@ -34,18 +35,8 @@ def models(tmp_path_factory):
 def run(model, concurrency: int, async_steps, graphs: bool = True, stop=(), sampled: bool = False):
     engine = Engine(model, None, EngineConfig(max_slots=concurrency, ctx=256, token_budget=69, cuda_graphs=graphs,
                                               async_steps=async_steps))
-    ids, step = {}, 0
-    while len(ids) < len(PROMPTS) or engine.has_unfinished():
-        for i, arrival in enumerate(ARRIVALS):
-            if arrival <= step and i not in ids:
-                extra = dict(temperature=0.8, top_k=30, top_p=0.9, seed=100 + i) if sampled else {}
-                ids[i] = engine.add_request([int(t) for t in PROMPTS[i]],
-                                            SamplingParams(max_tokens=40 + 7 * i, stop_token_ids=stop, **extra))
-        engine.step()
-        engine.check()
-        step += 1
-        assert step < 2000, "the engine stopped making progress"
-    outputs = [engine.take_output(ids[i]) for i in range(len(PROMPTS))]
+    outputs = drive(engine, PROMPTS, ARRIVALS, check=True, params_of=lambda i: SamplingParams(
+        max_tokens=40 + 7 * i, stop_token_ids=stop, **seeded(i, sampled)))
     assert all(o.error is None for o in outputs), [o.error for o in outputs]
     return tuple(tuple(o.token_ids) for o in outputs), engine
 

@@ -89,6 +89,12 @@ def test_random_traffic_gives_each_request_its_alone_output(requests, max_slots,
         assert not model.violations, model.violations
         if step_no > 12 and not engine.has_unfinished():
             break
+    assert_alone_outputs(engine, ids, specs)
+
+
+def assert_alone_outputs(engine, ids: dict, specs: dict) -> None:
+    """Every request ended, nothing is held, and each request's output is its reference output
+    (a prefix of it when cancelled); ids / specs: test index -> request id / (prompt, params)."""
     assert not engine.has_unfinished()
     assert engine.pool.n_used == 0 and engine.slots.n_live == 0
     for i, rid in ids.items():

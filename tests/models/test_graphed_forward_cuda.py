@@ -39,19 +39,30 @@ def models(tmp_path_factory):
 def run(model, graphs: bool, concurrency: int, sampled: bool = False, spec=None, draft_model=None):
     engine = Engine(model, None, EngineConfig(max_slots=concurrency, ctx=256, token_budget=69, cuda_graphs=graphs,
                                               spec=spec), draft_model=draft_model)
-    ids, step = {}, 0
-    while len(ids) < len(PROMPTS) or engine.has_unfinished():
-        for i, arrival in enumerate(ARRIVALS):
-            if arrival <= step and i not in ids:
-                extra = dict(temperature=0.8, top_k=30, top_p=0.9, seed=100 + i) if sampled else {}
-                ids[i] = engine.add_request([int(t) for t in PROMPTS[i]],
-                                            SamplingParams(max_tokens=MAX_TOKENS, **extra))
-        engine.step()
-        step += 1
-        assert step < 2000, "the engine stopped making progress"
-    outputs = [engine.take_output(ids[i]) for i in range(len(PROMPTS))]
+    outputs = drive(engine, PROMPTS, ARRIVALS, lambda i: SamplingParams(max_tokens=MAX_TOKENS, **seeded(i, sampled)))
     assert all(o.finish_reason == "length" for o in outputs), [o.error for o in outputs]
     return tuple(tuple(o.token_ids) for o in outputs), engine
+
+
+def seeded(i: int, sampled: bool) -> dict:
+    """Request i's seeded sampling fields ({} when greedy)."""
+    return dict(temperature=0.8, top_k=30, top_p=0.9, seed=100 + i) if sampled else {}
+
+
+def drive(engine, prompts, arrivals, params_of, check: bool = False) -> list:
+    """Add request i at step arrivals[i] with params_of(i), step until every one finished
+    (engine.check() after each step when `check`); -> their RequestOutputs in order."""
+    ids, step = {}, 0
+    while len(ids) < len(prompts) or engine.has_unfinished():
+        for i, arrival in enumerate(arrivals):
+            if arrival <= step and i not in ids:
+                ids[i] = engine.add_request([int(t) for t in prompts[i]], params_of(i))
+        engine.step()
+        if check:
+            engine.check()
+        step += 1
+        assert step < 2000, "the engine stopped making progress"
+    return [engine.take_output(ids[i]) for i in range(len(prompts))]
 
 
 def assert_replayed(forward):
