@@ -59,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prefill-reps", type=int, default=d.prefill_reps, help="timed prompts per length")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--no-graphs", action="store_true", help="run every forward eagerly (no graph replay)")
+    p.add_argument("--engine-sampled", action="store_true",
+                   help="engine section: seeded sampling at llama-server's defaults instead of greedy")
     p.add_argument("--no-ahead", action="store_true",
                    help="AR section: every step waits for its own ids (not launched ahead, fed on the device)")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
@@ -74,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = BenchSettings(prompt_len=args.prompt_len, concurrency=args.concurrency, warmup=args.warmup,
                              steps=args.steps, tree_widths=args.widths, depth=args.depth, top_k=args.top_k,
                              spec_mode=args.spec_mode, budget=args.budget, spec_tokens=args.spec_tokens,
-                             spec_concurrency=args.spec_concurrency, seed=args.seed, graphs=not args.no_graphs, ahead=not args.no_ahead,
+                             spec_concurrency=args.spec_concurrency, seed=args.seed, graphs=not args.no_graphs,
+                             ahead=not args.no_ahead, engine_sampled=args.engine_sampled,
                              prefill_lengths=args.prefill_lengths, prefill_budget=args.prefill_budget,
                              prefill_reps=args.prefill_reps)
 

@@ -64,6 +64,7 @@ class BenchSettings:
     seed: int = 0
     graphs: bool = True             # replay captured graphs (luce.models.graphed_forward) where the backend can
     ahead: bool = True              # AR steps launched before the last step's ids reach the host (luce.engine.ahead)
+    engine_sampled: bool = False    # engine section: seeded sampling at llama-server's defaults, not greedy
     prefill_lengths: tuple[int, ...] = (512, 4096, 12000, 32000)   # prompt tokens of the prefill section
     prefill_budget: int | None = None  # the engine's token budget there (None: its default for the backend)
     prefill_reps: int = 3           # timed prompts per length (best reported)

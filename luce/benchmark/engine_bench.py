@@ -1,13 +1,15 @@
 """AR decode through the engine (luce.engine.Engine): what a server sees per step, engine
 bookkeeping, graph replay, sampling and all (luce.benchmark.decode_bench times model.forward
-alone). C requests with the same prompt length decode together with speculation off; the
-timed steps are steady ones (every request decoding) after `warmup` of them.
+alone). C requests with the same prompt length decode together with speculation off, greedy
+(or, with settings.engine_sampled, seeded sampling at llama-server's defaults: temperature 0.8,
+top-k 40, top-p 0.95, min-p 0.05); the timed steps are steady ones (every request decoding)
+after `warmup` of them.
 
 Beside the step's wall time, its host time: the wall time minus the time spent waiting for
 the device (inside the runtime calls that block until queued work has run: stream, event
-and device synchronisation, device-to-host copies; `RuntimeClock`). The host work of a
-decode step is serial with the device (the next step needs the sampled token), so it adds
-to every step. `launch_ms` is the part of the host time inside graph launches (the
+and device synchronisation, device-to-host copies; `RuntimeClock`). Without steps ahead
+the host work of a decode step is serial with the device (the next step needs the sampled
+token), so it adds to every step; with them (luce.engine.ahead) it overlaps the device's. `launch_ms` is the part of the host time inside graph launches (the
 driver's, for a captured graph of hundreds of nodes). Medians over the timed steps."""
 from __future__ import annotations
 
@@ -69,8 +71,10 @@ def bench_engine_ar(model, prompts, settings) -> list[dict]:
         ctx = max(len(p) for p in prompts[:C]) + n_tokens + 1
         engine = Engine(model, None, EngineConfig(max_slots=C, ctx=ctx, cuda_graphs=settings.graphs,
                                                   token_budget=max(sum(len(p) for p in prompts[:C]), 64) + C))
-        requests = [engine.get(engine.add_request(list(p), SamplingParams(max_tokens=n_tokens, ignore_eos=True)))
-                    for p in prompts[:C]]
+        sampling = dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05) if settings.engine_sampled else {}
+        requests = [engine.get(engine.add_request(list(p), SamplingParams(max_tokens=n_tokens, ignore_eos=True,
+                                                                          seed=i, **sampling)))
+                    for i, p in enumerate(prompts[:C])]
         steps, steady = [], 0
         with RuntimeClock(model.backend) as clock:
             while engine.has_unfinished() and len(steps) < settings.steps:
