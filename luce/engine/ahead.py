@@ -19,8 +19,10 @@ wastes that row: its slot is retired as usual, and what the row writes lands in 
 slot's own pages and state, which nothing reads before a later step (on the same stream)
 re-initialises them. The next step is launched ahead only while every row of the step in
 flight is live, no prompt waits for a slot or for budget, and some row goes on past this
-step (max_tokens and the context are known ahead); otherwise the engine takes its ordinary
-path once the step in flight is done.
+step (max_tokens and the context are known ahead), and, with speculation, while its depth
+policy has settled on plain decoding (EngineSpeculation.rests: no try due; a DFlash drafter,
+which takes the target's features of every step, keeps the engine waiting); otherwise the
+engine takes its ordinary path once the step in flight is done.
 
 Failures: a step ahead that fails before its launch is just not launched. One that fails in
 its forward is rolled back to its checkpoint (the state after the step in flight) and not
@@ -52,8 +54,8 @@ def ahead_enabled(config, backend, forward, spec) -> bool:
     """Does the engine run steps ahead? config.async_steps None: where the backend launches
     asynchronously and graphs are on (LUCE_ASYNC_STEPS=0 turns that off, for A/B runs); True:
     wherever the backend has the ops (tests)."""
-    if config.async_steps is False or spec is not None:
-        return False
+    if config.async_steps is False or spec is not None and spec.feature_layers:
+        return False      # a DFlash drafter takes the target's features of every step it commits
     if config.async_steps is None and os.environ.get("LUCE_ASYNC_STEPS", "1") == "0":
         return False
     ops = ("ids_store", "put_ids", "keep_ids", "feed_ids", "ids_start", "ids_wait")
@@ -105,6 +107,8 @@ class StepsAhead:
         """Launch the next step if it may go ahead, then hand out the current step's tokens."""
         following = self._next(current)
         updates = self._finish(current)
+        if self.spec is not None:
+            self.spec.end_step(current.step)
         self.in_flight = following
         if following is not None and not any(self._live(r) for r in following.step.cohort.decode):
             self.in_flight = None                            # every row ended: nothing to hand out
@@ -113,6 +117,8 @@ class StepsAhead:
 
     def _step_in_flight(self) -> list:
         current, self.in_flight = self.in_flight, None
+        if self.spec is not None:
+            self.spec.begin_step()
         if not any(self._live(r) for r in current.step.cohort.decode):
             self.model.backend.ids_wait(current.ids)         # cancelled meanwhile: an ordinary step
             return self.step()
@@ -154,7 +160,9 @@ class StepsAhead:
             return False
         if sum(r.phase in (PREFILL, DECODE) for r in self.requests.values()) != len(rows):
             return False
-        return any(not self._ends_next(self.requests[r.request_id]) for r in rows)
+        if not any(not self._ends_next(self.requests[r.request_id]) for r in rows):
+            return False
+        return self.spec is None or self.spec.rests()     # speculation: only while it steps aside
 
     @staticmethod
     def _ends_next(r) -> bool:

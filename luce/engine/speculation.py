@@ -155,6 +155,16 @@ class EngineSpeculation:
                                        tuple(int(p) for p in tree.parents), row.position))
         return Cohort(cohort.prefill, decode, trees)
 
+    def rests(self) -> bool:
+        """Does the next step decode plainly with nothing to weigh (the depth policy settled on
+        plain decoding, no try due; counted as propose counts it)? Such a step may be launched
+        before the last one's tokens reach the host (luce.engine.ahead)."""
+        if not (self.policy.adaptive and self.policy.resting()):
+            return False
+        self._drafted = set()
+        self.depths[0] = self.depths.get(0, 0) + 1
+        return True
+
     # ---- after the forward pass (pure) --------------------------------------------------------
     def accept(self, step: StepBatch, logits, choice, request_of: Callable[[int], Any]) -> dict[int, Acceptance]:
         """Accept every tree of the step: slot -> Acceptance. logits [L, V] host rows of the

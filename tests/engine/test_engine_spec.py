@@ -4,6 +4,8 @@ the commit of a tree step changes nothing (digests) and retires no one (mixed st
 tests/engine/test_step_rollback.py); lanes that do not fit the token budget decode as AR rows beside the prefill."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from luce.engine import Engine, EngineConfig, SamplingParams
@@ -11,6 +13,7 @@ from luce.spec.config import SpecConfig
 from luce.spec.drafters.bench_drafters import AlwaysWrongDrafter
 from luce.testing.tiny_models import make_dense, make_qwen35
 from tests.engine.faults import POINTS, domain_digests
+from tests.engine.test_engine_ahead import count_fed
 
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7], [9, 10, 11, 12, 13], [21, 22, 23, 21, 22], list(range(30, 100))]
 MAX_TOKENS = 9
@@ -227,3 +230,25 @@ def test_backend_drawn_tokens_equal_host_sampling(models, spec_mode):
         del model.backend.sample
     assert calls                                   # the backend drew the sampled rows
     assert drawn == run(HostSamplingModel(model))
+
+
+@pytest.mark.parametrize("target", ["qwen35", "qwen3"])
+def test_steps_go_ahead_once_adaptive_speculation_steps_aside(models, target):
+    """Adaptive depth (draft_min 0) with a draft that is always wrong settles on plain decoding;
+    from then on steps are launched ahead of the last one's tokens (luce.engine.ahead, forced on
+    here: the cpu backend runs each call to its end) and the tokens stay plain decoding's."""
+    model = models[target]
+    want = plain(model, max_tokens=60)
+    drafter = AlwaysWrongDrafter([p + o for p, o in zip(PROMPTS, want)], model.config.vocab)
+    spec = SpecConfig(spec="chain", draft_kind="model", draft="wrong", chain_depth=3, draft_min=0)
+    engine = Engine(model, None, EngineConfig(max_slots=4, ctx=128, token_budget=80, spec=spec, async_steps=True),
+                    drafter=drafter)
+    assert engine.ahead
+    engine.spec.clock = itertools.count(0, 1e-3).__next__     # every reading 1 ms on: the policy's choices repeat
+    ids = [engine.add_request(p, SamplingParams(max_tokens=60)) for p in PROMPTS]
+    fed = count_fed(engine)
+    while engine.has_unfinished():
+        engine.step()
+        engine.check()
+    assert [engine.take_output(i).token_ids for i in ids] == want
+    assert engine.spec.stats.verifies > 0 and len(fed) > 10     # it tried, then went ahead
