@@ -1,8 +1,10 @@
 """tools/profile_host_step.py on its fake CUDA runtime: a replayed greedy decode step through
-the engine replays its graph and makes only the runtime calls it needs: the metadata arena's
-upload, the graph launch, the ids' copy to the host and one synchronisation (and, on the
-hybrid, the recurrent-state checkpoint's two copies); no kernel is launched outside the graph
-(the argmax is in it). Times are reported, never asserted."""
+the engine (launched ahead of the last step's ids, luce.engine.ahead) replays its graph and
+makes only the runtime calls it needs: the metadata arena's upload, the graph launch, the ids'
+copy to the host, an event recorded after that copy and the wait on the last step's event (and,
+on the hybrid, the recurrent-state checkpoint's two copies); no kernel is launched outside the
+graph (the argmax, the ids kept by slot and the feed are in it). Times are reported, never
+asserted."""
 import argparse
 import sys
 from pathlib import Path
@@ -16,13 +18,16 @@ import profile_host_step  # noqa: E402
 ARGS = argparse.Namespace(prompt=20, warmup=2, steps=4, profile=0, phases=True, sort="tottime", top=5)
 
 
-@pytest.mark.parametrize("shape, concurrency, runtime_calls", [("1.5b", 1, 4), ("27b", 2, 6)])
+@pytest.mark.parametrize("shape, concurrency, runtime_calls", [("1.5b", 1, 5), ("27b", 2, 7)])
 def test_a_replayed_decode_step_makes_only_the_runtime_calls_it_needs(shape, concurrency, runtime_calls):
     row = profile_host_step.run(shape, concurrency, ARGS)
     assert row["replays"] == 1 and row["eager"] == 0
     assert row["kernels"] == 0 and row["rt_calls"] == runtime_calls
     assert row["host_us"] > 0 and row["calls"] > 0
-    assert set(row["phases"]) == {label for label, *_ in profile_host_step.PHASES}
+    # a step launched ahead neither schedules nor decides: it follows the last step's rows and
+    # the device drew its tokens
+    assert {"build", "preflight", "forward", "commit", "record+apply"} <= set(row["phases"]) \
+        <= {label for label, *_ in profile_host_step.PHASES}
 
 
 if __name__ == "__main__":
