@@ -33,7 +33,7 @@ class GraphedForward:
         self.counters = self.cache.counters
         self._state = None
         self._vocab = int(getattr(model.config, "vocab", 0)) or None
-        self.last_ids = None      # [slots] int32 on the device: each slot's latest greedy AR id (keep_ids_for)
+        self.last_ids = None      # [slots] int32 on the device: each slot's latest AR token (keep_ids_for)
 
     @property
     def graphs(self):
