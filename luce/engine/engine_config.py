@@ -44,8 +44,9 @@ class EngineConfig:
     max_queue: int = 1024         # requests waiting for a slot before add_request refuses
     pad_steps: bool = True        # pad shapes to replay-key buckets
     cuda_graphs: bool = True      # replay captured graphs for every step (backends that can)
-    async_steps: bool | None = None  # greedy decode steps launched ahead of their inputs' host copy
-                                  # (luce.engine.ahead); None: where the backend launches async, graphs on
+    async_steps: bool | None = None  # decode steps drawn on the device launched before the last step's
+                                  # ids reach the host (luce.engine.ahead); None: where the backend
+                                  # launches asynchronously with graphs on; True: wherever it can
     seed: int = 0                 # requests without a seed get one drawn from (seed, submission number)
     max_step_retries: int = 2     # steps dropped in a row (nothing changed) before a request errors
     spec_during_prefill: bool = True  # speculate while prompts prefill (False: those steps decode AR rows)
