@@ -24,10 +24,13 @@ policy has settled on plain decoding (EngineSpeculation.rests: no try due; a DFl
 which takes the target's features of every step, keeps the engine waiting); otherwise the
 engine takes its ordinary path once the step in flight is done.
 
-Failures: a step ahead that fails before its launch is just not launched. One that fails in
-its forward is rolled back to its checkpoint (the state after the step in flight) and not
-committed. A step in flight is committed, so a failure on reading its ids (a diverged row,
-an injected fault) ends its live requests with the error instead of retrying them.
+Failures: a step ahead that fails before its launch is just not launched. It takes no
+checkpoint of its rows' recurrent state (the copy a step of the ordinary path makes, ~150 MB a
+slot at the 27B's shapes): one that fails in its forward is not committed, and on a model with
+recurrent state its requests end with the error (their state may have moved on; DESIGN.md 9:
+after durable mutation the cohort retires). A step in flight is committed, so a failure on
+reading its ids (a diverged row, an injected fault) ends its live requests with the error
+instead of retrying them.
 """
 from __future__ import annotations
 
@@ -69,6 +72,7 @@ class StepsAhead:
     _apply, _record, _fail)."""
 
     in_flight: InFlight | None = None
+    _broken: tuple | None = None       # (cohort, why) of a step ahead whose forward failed
 
     def ahead_eligible(self, step: StepBatch) -> bool:
         """May this step be launched ahead: plain AR rows whose tokens are drawn on the device
@@ -107,6 +111,9 @@ class StepsAhead:
         """Launch the next step if it may go ahead, then hand out the current step's tokens."""
         following = self._next(current)
         updates = self._finish(current)
+        if self._broken is not None:     # the step in flight's tokens out first, then the error
+            (cohort, message), self._broken = self._broken, None
+            updates += self._fail(Cohort(decode=[r for r in cohort.decode if self._live(r)]), message)
         if self.spec is not None:
             self.spec.end_step(current.step)
         self.in_flight = following
@@ -138,17 +145,11 @@ class StepsAhead:
             self._hook("before_forward", step)
         except Exception:  # noqa: BLE001 - nothing changed: the engine's ordinary path runs it next
             return None
-        try:
-            self.model_state.checkpoint(step.durable_slots)
-        except Exception:  # noqa: BLE001 - a checkpoint only writes its own save buffers
-            return None
-        try:
+        try:      # no checkpoint (a copy of every row's recurrent state a step): see the module's text
             return self._launch(step, plan, fed=True)
-        except Exception:  # noqa: BLE001 - not committed; its rows' state goes back to the checkpoint
-            try:
-                self.model_state.rollback()
-            except Exception as e:  # noqa: BLE001
-                self._fail(cohort, f"a step ahead failed and its rollback too: {type(e).__name__}: {e}")
+        except Exception as e:  # noqa: BLE001 - not committed; KV rows past the committed lengths are scratch
+            if self.model_state.recurrent is not None:    # ... but the rows' state may have moved on
+                self._broken = (cohort, f"a step launched ahead failed: {type(e).__name__}: {e}")
             return None
 
     def _may_follow(self, rows: list[DecodeRow]) -> bool:

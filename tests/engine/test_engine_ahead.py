@@ -164,3 +164,36 @@ def test_a_step_in_flight_failing_on_its_way_back_ends_its_requests_with_the_err
     engine.run()
     assert engine.take_output(later).token_ids == reference_output(prompts[0], params, 0)
     assert not model.violations
+
+
+def test_a_step_ahead_failing_in_its_forward_ends_its_requests_on_a_model_with_state():
+    """No checkpoint is taken for a step ahead: when its forward fails, the rows' recurrent state
+    (the fake model's token sequence) may have moved on, so its requests end with the error;
+    nothing leaks and the freed slots serve a new request exactly."""
+    model, engine, fed = ahead_engine()
+    params = SamplingParams(max_tokens=12)
+    prompts, ids = _decode_two(engine, params)
+    forward = model.forward
+
+    def failing(batch, state):
+        out = forward(batch, state)            # the state moved on, then the launch fails
+        if len(fed) >= 3:
+            raise RuntimeError("device fault")
+        return out
+    model.forward = failing
+    errors, tokens = set(), {rid: 0 for rid in ids}
+    while engine.has_unfinished():
+        for u in engine.step():
+            tokens[u.request_id] += len(u.token_ids)
+            errors |= {u.request_id} if u.finish_reason == FinishReason.ERROR else set()
+        engine.check()
+    assert errors == set(ids) and len(fed) == 3
+    # every token of the steps before the failed one reached its request, the error after them
+    assert all(engine.get(rid).output_ids == reference_output(p, params, 0)[:tokens[rid]]
+               and tokens[rid] >= 3 for rid, p in zip(ids, prompts))
+    model.forward = forward
+    assert engine.pool.n_used == 0 and engine.slots.n_live == 0 and engine.in_flight is None
+    later = engine.add_request(prompts[1], params)
+    engine.run()
+    assert engine.take_output(later).token_ids == reference_output(prompts[1], params, 0)
+    assert not model.violations
