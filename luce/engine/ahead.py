@@ -168,8 +168,7 @@ class StepsAhead:
     @staticmethod
     def _ends_next(r) -> bool:
         """Does the request reach max_tokens or the context with its next token?"""
-        n = len(r.output_ids) + 1
-        return n >= r.params.max_tokens or len(r.prompt_ids) + n >= r.ctx
+        return r.out.length_left() <= 1
 
     def _finish(self, current: InFlight) -> list:
         """The step's ids to the host, then its live rows' tokens to their requests."""
@@ -178,12 +177,11 @@ class StepsAhead:
         try:
             ids = self.model.backend.ids_wait(current.ids).tolist()
             self._hook("after_forward", step)
-            tokens = {}
-            for i, row in enumerate(step.cohort.decode):    # logits row i is AR row i
-                if row in live.decode:
-                    if ids[i] < 0:
-                        raise ValueError(f"NaN in the logits of slot {row.slot}: the forward pass diverged")
-                    tokens[row.request_id] = [ids[i]]
+            row_of = {r.request_id: i for i, r in enumerate(step.cohort.decode)}    # logits row i is AR row i
+            tokens = {r.request_id: [ids[row_of[r.request_id]]] for r in live.decode}
+            bad = [r.slot for r in live.decode if tokens[r.request_id][0] < 0]
+            if bad:
+                raise ValueError(f"NaN in the logits of slots {bad}: the forward pass diverged")
             outcome = StepOutcome(None, tokens=tokens)
             self._hook("after_accept", step)
         except Exception as e:  # noqa: BLE001 - committed: its requests end with the error

@@ -59,10 +59,15 @@ class OutputStream:
                 self._text += self._decoder.push(token)
                 if self._match_stop_string(before):
                     return True
-            n = len(self.token_ids)
-            if n >= self.params.max_tokens or (self._max_total is not None and self._n_prompt + n >= self._max_total):
+            if self.length_left() <= 0:
                 self.finish(LENGTH)
         return self.finish_reason is not None
+
+    def length_left(self) -> int:
+        """Tokens the output may still take before max_tokens or the context ends it."""
+        n = len(self.token_ids)
+        left = self.params.max_tokens - n
+        return left if self._max_total is None else min(left, self._max_total - self._n_prompt - n)
 
     def add_many(self, tokens) -> list[int]:
         """Take tokens in order up to the one that finishes; returns those taken."""

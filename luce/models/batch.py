@@ -142,6 +142,11 @@ class ForwardBatch:
         return self._cached("has_ar_rows", lambda: bool((self.kinds == SEG_AR).any()))
 
     @property
+    def ar_slots(self) -> np.ndarray:
+        """[S] int32: the slot of each AR segment (one row), -1 on the others."""
+        return self._cached("ar_slots", lambda: np.where(self.kinds == SEG_AR, self.seq_slots, -1).astype(np.int32))
+
+    @property
     def tree_start(self) -> int:
         """First row of the tree block (T when the batch has no tree segment)."""
         def make():
@@ -236,7 +241,7 @@ class ForwardBatch:
                        logits_indices=self.logits_indices.tolist(),
                        start_pos=[positions[a] if b > a else 0 for a, b in zip(qo, qo[1:])],
                        ordinary_slots=[s if k == SEG_PREFILL or k == SEG_AR else -1 for k, s in zip(kinds, slots)],
-                       ar_slots=[s if k == SEG_AR else -1 for k, s in zip(kinds, slots)],
+                       ar_slots=self.ar_slots.tolist(),
                        prefill_slots=[s if k == SEG_PREFILL else -1 for k, s in zip(kinds, slots)])
             if self.tree_parents is not None:
                 tp = self.tree_parents.tolist() if isinstance(self.tree_parents, np.ndarray) else list(self.tree_parents)
@@ -287,7 +292,7 @@ class ForwardBatch:
                            self.row_capacity, self.tree_width)
         carried = nxt.__dict__
         for name in ("_kinds", "_kv_span", "_prefill_spans", "_has_padding_rows", "_has_trees",
-                     "_has_ar_rows", "_decode_only"):
+                     "_has_ar_rows", "_ar_slots", "_decode_only"):
             if name in self.__dict__:
                 carried[name] = self.__dict__[name]
         carried["_ar_rows"] = ar

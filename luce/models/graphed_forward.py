@@ -70,10 +70,10 @@ class GraphedForward:
         step; backend.ids_to_host brings the ids back). fed (keeping ids): the batch's AR
         rows take the ids kept by slot, not their token ids."""
         ensure_valid(batch, state.max_slots, self._vocab)
-        feeds = self.last_ids is not None and batch.has_ar_rows
+        feeds, keeps = self.last_ids is not None and batch.has_ar_rows, greedy_ids and self.last_ids is not None
         if fed and not feeds:
             raise ValueError("a fed call has AR rows and comes after keep_ids_for")
-        if not self.enabled and not (feeds or greedy_ids and self.last_ids is not None):
+        if not self.enabled and not (feeds or keeps):
             return self.model.forward(batch, state)
         if feeds and not fed:
             self.backend.put_ids(batch, self.last_ids)

@@ -7,7 +7,8 @@ at its slot of an engine-wide device array; `feed_ids` (the first launch of the 
 graph) writes them into that step's token ids in its metadata arena (cuda/step_ids.cu); a step
 whose ids the host has puts them there first (`put_ids`), so it replays the same graph. The
 host learns a step's ids with `ids_start` (a copy into pinned memory and an event, queued
-right after the step) and `ids_wait` (that event only: steps queued after it keep running)."""
+right after the step) and `ids_wait` (that event only: steps queued after it keep running);
+`ids_to_host` is the two, for a caller that waits at once."""
 from __future__ import annotations
 
 import ctypes
@@ -15,11 +16,14 @@ import ctypes
 import numpy as np
 
 from luce.ops import cuda_step_meta
+from luce.ref.sampling import reject_nan_rows
 
 
-class IdsInFlight:
-    """Pinned int64 buffers, each with an event, handed out in turn; a buffer is reused
-    after its event (a step's copy into it) has completed."""
+class PinnedIds:
+    """Pinned int64 buffers for ids copied to the host, each with an event, handed out in turn:
+    a copy may be queued into one while an earlier one is still to be read (a step ahead's);
+    a buffer is reused once its event has completed. Freed with the object (a larger set
+    replaces it only after the stream has drained; a handle keeps its set alive)."""
 
     RING = 4
 
@@ -32,13 +36,20 @@ class IdsInFlight:
         self.pending = [False] * self.RING
         self.next = 0
 
+    def __del__(self):
+        try:
+            self.backend.runtime.free_host(self.base)
+        except Exception:  # noqa: BLE001 - the runtime may be gone at exit
+            pass
+
     def start(self, ids) -> tuple:
         b, i = self.backend, self.next
         self.next = (i + 1) % self.RING
         if self.pending[i]:
             b.runtime.event_synchronize(self.events[i])
         n = ids.size
-        b.runtime.copy_d2h_async(self.base + 8 * i * self.capacity, ids.ptr, 8 * n, b.stream)
+        if n:
+            b.runtime.copy_d2h_async(self.base + 8 * i * self.capacity, ids.ptr, 8 * n, b.stream)
         b.runtime.event_record(self.events[i], b.stream)
         self.pending[i] = True
         return self, i, n
@@ -68,11 +79,10 @@ class IdsOps:
     def put_ids(self, batch, last_ids) -> None:
         """last_ids[slot] = the host token id of each AR row (one upload, queued), for a step
         whose ids the host has: its graph's feed_ids then gives them back."""
-        from luce.ops.api import SEG_AR
         from luce.ref.step_ids import put_ids
 
         host = np.zeros(last_ids.shape[0], np.int32)
-        put_ids(batch.token_ids, batch.qo_indptr, np.where(batch.kinds == SEG_AR, batch.seq_slots, -1), host)
+        put_ids(batch.token_ids, batch.qo_indptr, batch.ar_slots, host)
         self.staging.upload(last_ids.ptr, host)
 
     def feed_ids(self, batch, last_ids, vocab: int) -> None:
@@ -84,12 +94,22 @@ class IdsOps:
                    batch.n_segments, vocab, stream=self.stream)
 
     def ids_start(self, ids):
-        """Queue the copy of device ids [L] int64 to the host; -> a handle for ids_wait."""
-        ring = self.__dict__.get("_ids_in_flight")
-        if ring is None or ids.size > ring.capacity:     # a handle keeps its own ring
-            ring = self.__dict__["_ids_in_flight"] = IdsInFlight(self, max(int(ids.size), 64))
-        return ring.start(ids)
+        """Queue the copy of device ids [L] int64 to the host, after the work queued before;
+        -> a handle for ids_wait."""
+        pinned = self.__dict__.get("_pinned_ids")
+        if pinned is None or ids.size > pinned.capacity:
+            if pinned is not None:
+                self.synchronize()                 # no copy into the old set is still queued
+            pinned = self.__dict__["_pinned_ids"] = PinnedIds(self, max(int(ids.size), 64))
+        return pinned.start(ids)
 
     def ids_wait(self, handle) -> np.ndarray:
         """The host ids of an ids_start, once that copy has run (later work may still run)."""
         return handle[0].wait(handle)
+
+    def ids_to_host(self, ids) -> np.ndarray:
+        """Device ids [L] int64 (argmax_ids', sample_ids') -> host array, after the work queued
+        before; a NaN row (-1) is an error naming the rows."""
+        out = self.ids_wait(self.ids_start(ids))
+        reject_nan_rows(out)
+        return out

@@ -5,12 +5,10 @@ groups of 65,535 (the kernels' grid limit); a row holding NaN is an error naming
 as on numpy.
 
 `argmax_ids` leaves the ids on the device without waiting, so a captured forward can hold
-the argmax (luce.models.graphed_forward, greedy_ids); `ids_to_host` brings ids back with one
-copy into pinned host memory (`PinnedIds`) and one stream synchronisation. `argmax` is the
-two; `sample` sends its six per-row parameters up in one upload."""
+the argmax (luce.models.graphed_forward, greedy_ids); `ids_to_host` (luce.ops.cuda_ids_ops)
+brings ids back through pinned host memory. `argmax` is the two; `sample` sends its six
+per-row parameters up in one upload."""
 from __future__ import annotations
-
-import ctypes
 
 import numpy as np
 
@@ -19,42 +17,9 @@ from luce.ref.sampling import reject_nan_rows
 MAX_ROWS_PER_LAUNCH = 65535
 
 
-class PinnedIds:
-    """Pinned host memory for int64 ids, reused call after call (grown when a call has more).
-    `fetch` waits for the stream, so when it returns no copy into the buffer is queued and the
-    next call may reuse it."""
-
-    def __init__(self, backend):
-        self.backend = backend
-        self.capacity = 0
-        self.host = None            # np.ndarray [capacity] int64 over the pinned memory
-        self._address = 0           # runtime.malloc_host's
-
-    def fetch(self, ids) -> np.ndarray:
-        """Device ids [n] int64 -> a host copy the caller owns, after everything queued."""
-        b, n = self.backend, ids.size
-        if n == 0:
-            b.synchronize()
-            return np.zeros(0, np.int64)
-        if n > self.capacity:
-            self._grow(n)
-        b.runtime.copy_d2h_async(self._address, ids.ptr, 8 * n, b.stream)
-        b.synchronize()
-        return self.host[:n].copy()
-
-    def _grow(self, n: int) -> None:
-        rt = self.backend.runtime
-        capacity = max(n, 2 * self.capacity, 64)
-        if self._address:
-            self.backend.synchronize()          # no copy into the old buffer is still queued
-            rt.free_host(self._address)
-        self._address = rt.malloc_host(8 * capacity)
-        self.host = np.ctypeslib.as_array((ctypes.c_int64 * capacity).from_address(self._address))
-        self.capacity = capacity
-
-
 class SamplingOps:
-    """Mixin of CudaBackend (uses its empty / upload / to_numpy / _f32 / runtime / stream)."""
+    """Mixin of CudaBackend (uses its empty / upload / to_numpy / _f32 / runtime / stream and
+    IdsOps.ids_to_host)."""
 
     def argmax(self, logits) -> np.ndarray:
         return self.ids_to_host(self.argmax_ids(logits))
@@ -73,16 +38,6 @@ class SamplingOps:
             r = min(MAX_ROWS_PER_LAUNCH, L - r0)
             ks.argmax(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0, r, V, stream=self.stream)
         return ids
-
-    def ids_to_host(self, ids) -> np.ndarray:
-        """Device ids [L] int64 (argmax_ids') -> host array, after the work queued before; a
-        NaN row (-1) is an error naming the rows."""
-        pinned = self.__dict__.get("_pinned_ids")
-        if pinned is None:
-            pinned = self.__dict__["_pinned_ids"] = PinnedIds(self)
-        out = pinned.fetch(ids)
-        reject_nan_rows(out)
-        return out
 
     def top_k_logprobs(self, logits, k: int):
         from luce import _cuda_sampling as ks

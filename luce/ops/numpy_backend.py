@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from luce.ops.api import SEG_AR, FusedOps
+from luce.ops.api import FusedOps
 from luce.ops.host_step_ops import HostStepOps
 from luce.ref import attention as ref_attention
 from luce.ref import matmul as ref_matmul
@@ -235,16 +235,13 @@ class NumpyBackend(FusedOps, HostStepOps):
         return np.zeros(n_slots, np.int32)
 
     def keep_ids(self, ids, batch, last_ids) -> None:
-        ar = np.where(batch.kinds == SEG_AR, batch.seq_slots, -1)
-        ref_step_ids.keep_ids(np.asarray(ids), batch.logits_indices, batch.qo_indptr, ar, last_ids)
+        ref_step_ids.keep_ids(np.asarray(ids), batch.logits_indices, batch.qo_indptr, batch.ar_slots, last_ids)
 
     def put_ids(self, batch, last_ids) -> None:
-        ar = np.where(batch.kinds == SEG_AR, batch.seq_slots, -1)
-        ref_step_ids.put_ids(batch.token_ids, batch.qo_indptr, ar, last_ids)
+        ref_step_ids.put_ids(batch.token_ids, batch.qo_indptr, batch.ar_slots, last_ids)
 
     def feed_ids(self, batch, last_ids, vocab: int) -> None:
-        ar = np.where(batch.kinds == SEG_AR, batch.seq_slots, -1)
-        ref_step_ids.feed_ids(batch.token_ids, batch.qo_indptr, ar, last_ids, vocab)
+        ref_step_ids.feed_ids(batch.token_ids, batch.qo_indptr, batch.ar_slots, last_ids, vocab)
 
     def ids_start(self, ids) -> np.ndarray:
         return np.array(ids, np.int64)

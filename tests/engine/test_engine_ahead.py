@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from luce.engine import Engine, EngineConfig, FinishReason, SamplingParams
 from luce.ops.numpy_backend import NumpyBackend
 from tests.engine.fake_model import FakeModel, reference_output
-from tests.engine.test_engine_properties import assert_alone_outputs, make_prompt
+from tests.engine.test_engine_properties import arrive_and_cancel, assert_alone_outputs, make_prompt
 
 
 def ahead_engine(max_slots=3, **config):
@@ -97,16 +97,7 @@ def test_random_traffic_ahead_gives_each_request_its_alone_output(requests, max_
     model, engine, _ = ahead_engine(max_slots, pad_steps=pad)
     specs, ids = {}, {}
     for step_no in range(400):
-        for i, r in enumerate(requests):
-            if r["arrive"] == step_no:
-                params = SamplingParams(max_tokens=r["max_tokens"], temperature=r["temperature"], seed=r["seed"],
-                                        top_k=r["top_k"],
-                                        stop_token_ids=() if r["stop_token"] is None else (r["stop_token"],))
-                prompt = make_prompt(r["prompt_len"], r["token_seed"])
-                ids[i] = engine.add_request(prompt, params)
-                specs[i] = (prompt, params)
-            if r["cancel_at"] == step_no and i in ids:
-                engine.cancel(ids[i])
+        arrive_and_cancel(engine, requests, step_no, ids, specs)
         updates = engine.step()
         assert not [u for u in updates if u.finish_reason == FinishReason.ERROR]
         engine.check()

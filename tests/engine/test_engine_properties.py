@@ -70,15 +70,7 @@ def test_random_traffic_gives_each_request_its_alone_output(requests, max_slots,
     specs, ids = {}, {}
     for step_no in range(400):
         faults.step_no = step_no
-        for i, r in enumerate(requests):
-            if r["arrive"] == step_no:
-                params = SamplingParams(max_tokens=r["max_tokens"], temperature=r["temperature"], seed=r["seed"],
-                                        stop_token_ids=() if r["stop_token"] is None else (r["stop_token"],))
-                prompt = make_prompt(r["prompt_len"], r["token_seed"])
-                ids[i] = engine.add_request(prompt, params)
-                specs[i] = (prompt, params)
-            if r["cancel_at"] == step_no and i in ids:
-                engine.cancel(ids[i])
+        arrive_and_cancel(engine, requests, step_no, ids, specs)
         n_fired = len(faults.fired)
         updates = engine.step()
         errors = {u.request_id for u in updates if u.finish_reason == FinishReason.ERROR}
@@ -90,6 +82,21 @@ def test_random_traffic_gives_each_request_its_alone_output(requests, max_slots,
         if step_no > 12 and not engine.has_unfinished():
             break
     assert_alone_outputs(engine, ids, specs)
+
+
+def arrive_and_cancel(engine, requests, step_no: int, ids: dict, specs: dict) -> None:
+    """Add the requests (request_st dicts) arriving at step_no and cancel those due; ids /
+    specs: test index -> request id / (prompt, params), filled in."""
+    for i, r in enumerate(requests):
+        if r["arrive"] == step_no:
+            params = SamplingParams(max_tokens=r["max_tokens"], temperature=r["temperature"], seed=r["seed"],
+                                    top_k=r.get("top_k", 0),
+                                    stop_token_ids=() if r["stop_token"] is None else (r["stop_token"],))
+            prompt = make_prompt(r["prompt_len"], r["token_seed"])
+            ids[i] = engine.add_request(prompt, params)
+            specs[i] = (prompt, params)
+        if r["cancel_at"] == step_no and i in ids:
+            engine.cancel(ids[i])
 
 
 def assert_alone_outputs(engine, ids: dict, specs: dict) -> None:
