@@ -42,19 +42,28 @@ CASES = [(Q.Q5_K, 5120, 37), (Q.Q5_K, 6144, 37), (Q.Q5_K, 1280, 37), (Q.Q4_K, 51
 def test_few_rows_kernel_gives_the_tile_kernels_bits(libs, qtype, k, n):
     """2..8 rows: tune 0 and 9 (the few-row kernel) == tune 4 and 10 (the tile kernel) on the same rows,
     bitwise, with and without bias, both builds; each row == the row alone; close to the reference."""
+    assert_rows_give_the_tile_kernels_bits(libs, qtype, k, n, k + 3, rows_smem(k, qtype), lambda tune: tune != 10,
+                                           every_build=lambda rows: True)
+
+
+def assert_rows_give_the_tile_kernels_bits(libs, qtype, k, n, seed, smem, runs, every_build):
+    """2..8 rows of an n x k matrix, with and without bias: tunes 0, 9 and 10 (10: the tile kernel) on
+    every build (only libs[0] where every_build(rows) is false) give tune 4's bits, the kernel of dynamic
+    shared memory `smem` running exactly where runs(tune); each row == the row alone (tune 0 at one row);
+    all 8 rows close to the float64 product."""
     lib = libs[0]
     raw, wd = weights(qtype, n, k)
-    x = activations(8, k, seed=k + 3)
+    x = activations(8, k, seed=seed)
     bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
     alone = {b is None: [run(lib, x[r:r + 1], raw, qtype, n, b)[0] for r in range(8)] for b in (None, bias)}
     for rows in range(2, 9):
         for b in (None, bias) if rows in (2, 5, 8) else ((bias if rows % 2 else None),):
             tile = run(lib, x[:rows], raw, qtype, n, b, tune=4)
-            for build in libs:
-                for tune in (0, 9, 10):  # 10: the tile kernel
+            for build in libs if every_build(rows) else libs[:1]:
+                for tune in (0, 9, 10):
                     got = run(build, x[:rows], raw, qtype, n, b, tune=tune)
-                    assert (build.emu_last_launch_smem() == rows_smem(k, qtype)) == (tune != 10), \
-                        f"{rows} rows, tune {tune}: the few-row kernel ran: {tune == 10}"
+                    assert (build.emu_last_launch_smem() == smem) == runs(tune), \
+                        f"{rows} rows, tune {tune}: the kernel ran: {not runs(tune)}"
                     assert same_bits(got, tile), f"{rows} rows, tune {tune}: differs from the tile kernel"
             for r in range(rows):
                 assert same_bits(tile[r], alone[b is None][r]), f"{rows} rows: row {r} differs from the row alone"
@@ -151,27 +160,11 @@ def test_few_rows_large_k_gives_the_tile_kernels_bits(libs, qtype, k, n):
     """2..8 rows: tune 9 (the large-k form; tune 0 too for the types it takes by default) == tune 4 and 10
     (the tile kernel) on the same rows, bitwise, with and without bias (both builds at 2, 5, 8 rows); each
     row == the row alone (tune 0 at one row); close to the reference."""
-    lib = libs[0]
-    raw, wd = weights(qtype, n, k)
-    x = activations(8, k, seed=k + 5)
-    bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
-    alone = {b is None: [run(lib, x[r:r + 1], raw, qtype, n, b)[0] for r in range(8)] for b in (None, bias)}
     smem = rows_k_smem(k, qtype)
     assert smem > 0
-    for rows in range(2, 9):
-        for b in (None, bias) if rows in (2, 5, 8) else ((bias if rows % 2 else None),):
-            tile = run(lib, x[:rows], raw, qtype, n, b, tune=4)
-            for build in libs if rows in (2, 5, 8) else libs[:1]:
-                for tune in (0, 9, 10):  # 10: the tile kernel
-                    got = run(build, x[:rows], raw, qtype, n, b, tune=tune)
-                    ran = tune == 9 or (tune == 0 and qtype in LARGE_K_BY_DEFAULT)
-                    assert (build.emu_last_launch_smem() == smem) == ran, \
-                        f"{rows} rows, tune {tune}: the large-k form ran: {not ran}"
-                    assert same_bits(got, tile), f"{rows} rows, tune {tune}: differs from the tile kernel"
-            for r in range(rows):
-                assert same_bits(tile[r], alone[b is None][r]), f"{rows} rows: row {r} differs from the row alone"
-    want = x.astype(np.float64) @ wd.T.astype(np.float64) + bias
-    assert_rows_close(run(lib, x, raw, qtype, n, bias, tune=9), want, "matmul_blocks")
+    assert_rows_give_the_tile_kernels_bits(
+        libs, qtype, k, n, k + 5, smem, lambda tune: tune == 9 or (tune == 0 and qtype in LARGE_K_BY_DEFAULT),
+        every_build=lambda rows: rows in (2, 5, 8))
 
 
 @pytest.mark.parametrize("qtype,n", [(Q.IQ4_XS, 4227), (Q.Q4_K, 4227), (Q.Q6_K, 4227)],
