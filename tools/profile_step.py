@@ -4,6 +4,10 @@ device) of replayed decode steps or draft passes, kernel by kernel.
 
     python3 tools/profile_step.py MODEL.gguf ar --concurrency 1 --steps 20
     python3 tools/profile_step.py TARGET.gguf draft --draft DRAFT.gguf --concurrency 5
+    python3 tools/profile_step.py MODEL.gguf prefill --prompt-len 12000 --steps 2
+
+A prefill "step" is one whole prompt through the engine (chunks of its token budget) to its first
+token, each time a fresh random prompt.
 
 Prints, per step: the span (first kernel start to last kernel end), the busy time (sum of
 kernel durations), the gaps between kernels, the launches, then each kernel name's total
@@ -106,10 +110,24 @@ def draft_runner(model, draft_path: str, concurrency: int, prompt_len: int, dept
     return lambda: drafter.propose(lanes)
 
 
+def prefill_runner(model, prompt_len: int):
+    """A closure that prefills one fresh prompt of `prompt_len` random tokens to its first token."""
+    from luce.benchmark.prefill_bench import _prompt, time_to_first_token
+    from luce.engine import Engine, EngineConfig
+
+    engine = Engine(model, None, EngineConfig(max_slots=1, ctx=prompt_len + 1))
+    seed = [0]
+
+    def step():
+        seed[0] += 1
+        time_to_first_token(engine, _prompt(prompt_len, model.config.vocab, seed[0]))
+    return step
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", type=Path)
-    p.add_argument("what", choices=("ar", "draft"))
+    p.add_argument("what", choices=("ar", "draft", "prefill"))
     p.add_argument("--draft", type=Path)
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--prompt-len", type=int, default=128)
@@ -128,8 +146,12 @@ def main(argv=None) -> int:
     torch.zeros(1, device="cuda")  # torch and luce share the device's primary context
     be = open_backend("cuda")
     model = load_model(str(args.model), be)
-    step = (ar_runner(model, args.concurrency, args.prompt_len) if args.what == "ar" else
-            draft_runner(model, str(args.draft), args.concurrency, args.prompt_len, args.depth))
+    if args.what == "ar":
+        step = ar_runner(model, args.concurrency, args.prompt_len)
+    elif args.what == "draft":
+        step = draft_runner(model, str(args.draft), args.concurrency, args.prompt_len, args.depth)
+    else:
+        step = prefill_runner(model, args.prompt_len)
     for _ in range(args.warmup):
         step()
     be.synchronize()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from luce.engine import Engine, EngineConfig, SamplingParams
+from luce.models.batch import SEG_AR
 from tests.models.test_graphed_forward_cuda import drive, seeded
 
 pytestmark = pytest.mark.gpu
