@@ -305,12 +305,25 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     combine_heads(p, ws, row, h0, G, rk.keys, cmin, threadIdx.x, kThreads);
 }
 
+// Block (row, j): heads j * heads_per_block .. of the row (combine_heads: each output's own
+// chain, so the heads a block takes change no bit).
 __global__ void __launch_bounds__(kThreads)
-attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t split_rows, int32_t cmin) {
-    const int32_t row = blockIdx.x, h = blockIdx.y;
+attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t split_rows, int32_t cmin,
+                         int32_t heads_per_block) {
+    const int32_t row = blockIdx.x, h0 = (int32_t)blockIdx.y * heads_per_block;
     const RowKeys rk = attention_row_keys(p, row);
     if (rk.keys < 0) return;  // padding: nothing written
-    combine_heads(p, workspace_of(p, n_parts, split_rows), row, h, 1, rk.keys, cmin, threadIdx.x, kThreads);
+    const int G = heads_per_block < p.n_heads_q - h0 ? heads_per_block : p.n_heads_q - h0;
+    combine_heads(p, workspace_of(p, n_parts, split_rows), row, h0, G, rk.keys, cmin, threadIdx.x, kThreads);
+}
+
+// Heads a combine block merges: 512 / D where the launch has prompt rows (a 2,048-row prompt
+// chunk of the Coder-1.5B as blocks of one head, 24,576 of them, took 72-83 us on the H200 for
+// ~10-40 MB of partials: the blocks' scheduling, not the bytes; docs/PERF.md, session 19), one
+// for decode and tree rows alone (a few rows: the heads spread over the SMs).
+inline int32_t combine_heads_per_block(int32_t prompt_rows, int32_t head_dim, int32_t n_heads_q) {
+    const int32_t hb = head_dim > 0 && 512 / head_dim > 1 ? 512 / head_dim : 1;
+    return prompt_rows > 0 ? (hb < n_heads_q ? hb : n_heads_q) : 1;
 }
 
 // Rows of a launch that take the prompt kernel and its compact workspace entries: its prompt

@@ -68,8 +68,9 @@ int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t 
         else status = launch_partitions<D, kMaxGroup>(q, n_parts, page_shift, row0, gh, cmin, s, rope, cl, &merged);
         if (status != 0 || fused || merged) return status;
     }
-    attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)p.n_heads_q), kThreads, 0, s>>>(p, n_parts, row0,
-                                                                                                 cmin);
+    const int32_t hb = combine_heads_per_block(row0, D, p.n_heads_q);
+    attention_combine_kernel<<<dim3((unsigned)p.n_rows, (unsigned)((p.n_heads_q + hb - 1) / hb)), kThreads, 0, s>>>(
+        p, n_parts, row0, cmin, hb);
     return luce_status(cudaGetLastError());
 }
 
