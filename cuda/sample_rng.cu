@@ -71,9 +71,11 @@ __device__ __forceinline__ int rank_in(const Cand *list, int n, Cand c) {
 // (shuffles, no block barrier), and its 32 lanes look over the winning lane's elements (one
 // or a few each) for that lane's next. Then each warp's pick goes to its rank among all the
 // warps' picks (binary searches of the sorted lists). The order is total (ids are distinct), so
-// the list is the one any other way of picking gives (the k rounds of block-wide scans before:
-// ~40-60 us of a 152K-vocab row on the H200, this ~5). picks: [kWarps][kMaxK], counts: [kWarps],
-// both shared; the caller synchronizes before reading out.
+// the list is the one any other way of picking gives. Before this, k rounds of block-wide scans
+// of all n (two barriers a round): the Coder-0.5B's sampled step ran ~0.09 ms longer than its
+// greedy one on the H200 (docs/PERF.md, session 19); counted, this form takes a few us (not yet
+// measured). picks: [kWarps][kMaxK], counts: [kWarps], both shared; the caller synchronizes
+// before reading out.
 template <typename IdOf>
 __device__ void pick_sorted(const float *v, IdOf id_of, int n, int k, Cand *out, Cand *picks, int *counts) {
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
