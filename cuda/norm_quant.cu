@@ -17,16 +17,19 @@ using namespace rms;
 
 constexpr int kWarps = kThreads / WARP_SIZE;
 
-// Block b: row b, normed in place of the unfused rmsnorm kernel.
-__global__ void __launch_bounds__(kThreads) add_rmsnorm_kernel(Row r) {
+// Rows of up to kWarpRowMaxCols columns a warp each, kWarpRowsPerBlock rows a block (as
+// rmsnorm_warp_kernel: a prompt chunk's thousands of rows are not a block each); longer rows a
+// block each, in registers (one pass: sum may alias x or residual).
+__global__ void __launch_bounds__(kThreads) add_rmsnorm_warp_kernel(Row r, int64_t rows) {
+    const int64_t row = (int64_t)blockIdx.x * kWarpRowsPerBlock + threadIdx.x / WARP_SIZE;
+    if (row >= rows) return;  // whole warps leave together
+    norm_row<true>(r, row * r.cols, threadIdx.x % WARP_SIZE, WARP_SIZE, [](float v) { return warp_sum(v); });
+}
+
+__global__ void __launch_bounds__(kThreads) add_rmsnorm_block_kernel(Row r) {
     __shared__ float scratch[32];
-    const int64_t row = blockIdx.x;
-    if (r.cols <= kWarpRowMaxCols) {
-        if (threadIdx.x < WARP_SIZE)
-            norm_row<true>(r, row * r.cols, threadIdx.x, WARP_SIZE, [](float v) { return warp_sum(v); });
-    } else {
-        norm_row<true>(r, row * r.cols, threadIdx.x, kThreads, [&](float v) { return block_sum(v, scratch); });
-    }
+    norm_row<true>(r, (int64_t)blockIdx.x * r.cols, threadIdx.x, kThreads,
+                         [&](float v) { return block_sum(v, scratch); });
 }
 
 constexpr int kQuantChunks = 2;  // 256-value chunks a block of add_rmsnorm_quant_kernel finishes
@@ -133,7 +136,12 @@ extern "C" int luce_add_rmsnorm(const luce_add_rmsnorm_params *p, void *stream) 
         return luce_status(launch_overlapped(add_rmsnorm_quant_kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream,
                                              chain_overlap(kPdlNorm), r, p->rows, l));
     } else {
-        add_rmsnorm_kernel<<<(unsigned)p->rows, kThreads, 0, (cudaStream_t)stream>>>(r);
+        const cudaStream_t st = (cudaStream_t)stream;
+        if (r.cols <= kWarpRowMaxCols)
+            add_rmsnorm_warp_kernel<<<(unsigned)((p->rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock), kThreads, 0, st>>>(
+                r, p->rows);
+        else
+            add_rmsnorm_block_kernel<<<(unsigned)p->rows, kThreads, 0, st>>>(r);
     }
     return luce_status(cudaGetLastError());
 }

@@ -46,15 +46,18 @@ class CudaFusedOps(FusedOps):
             if residual.shape != x.shape:
                 raise ValueError(f"add_rmsnorm_matmuls: residual {residual.shape} differs from x {x.shape}")
         T, D = x.shape
-        if self.has_prompt_rows(T, prefill_spans):
-            return super().add_rmsnorm_matmuls(x, residual, weight, eps, weights, biases, prefill_spans)
+        # A step with prompt rows: the add and the norm in one launch, unquantized (the prompt-row
+        # GEMM scales x its own way), instead of an add launch and a norm launch.
+        prompt = self.has_prompt_rows(T, prefill_spans)
         s = x if residual is None else self.empty(x.shape)
         normed = self.empty(x.shape)
-        workspace, ws_bytes = self._quant_workspace(T, D, weights)
+        workspace, ws_bytes = (None, 0) if prompt else self._quant_workspace(T, D, weights)
         if T:
             kf.add_rmsnorm(x.ptr, 0 if residual is None else residual.ptr, weight.ptr,
                            0 if residual is None else s.ptr, normed.ptr, 0 if workspace is None else workspace.ptr,
                            ws_bytes, T, D, eps, self.stream)
+        if prompt:
+            return s, self._matmuls(normed, weights, biases, prefill_spans)
         return s, self._matmuls(normed, weights, biases, (), _quantized(workspace, ws_bytes))
 
     def swiglu_matmul(self, gate, up, w, prefill_spans=()):
