@@ -28,8 +28,7 @@ __global__ void __launch_bounds__(kThreads) add_rmsnorm_warp_kernel(Row r, int64
 
 __global__ void __launch_bounds__(kThreads) add_rmsnorm_block_kernel(Row r) {
     __shared__ float scratch[32];
-    norm_row<true>(r, (int64_t)blockIdx.x * r.cols, threadIdx.x, kThreads,
-                         [&](float v) { return block_sum(v, scratch); });
+    norm_row<true>(r, (int64_t)blockIdx.x * r.cols, threadIdx.x, kThreads, [&](float v) { return block_sum(v, scratch); });
 }
 
 constexpr int kQuantChunks = 2;  // 256-value chunks a block of add_rmsnorm_quant_kernel finishes
