@@ -1,6 +1,7 @@
 """What a step decided, after the forward pass: every prompt tail's and AR row's token and
 each tree's accepted path (DESIGN.md section 2 step 6). Pure: it reads the logits and
-changes no state; the transaction's commit then makes it durable.
+changes no state; the transaction's commit then makes it durable. A step none of whose rows
+gives a token reads nothing back (nor waits for the device).
 
 The target's token for every logits row is drawn on the backend when it can (argmax when
 all are greedy: `greedy`, the engine then has the forward's graph compute it, greedy_ids;
@@ -28,6 +29,10 @@ def decide(step: StepBatch, out, backend, request_of: Callable[[int], Any], spec
     """The step's outcome from its ForwardOutput `out`; request_of(slot) -> Request; spec:
     luce.engine.speculation.EngineSpeculation (trees' acceptance)."""
     requests = [request_of(slot) if slot >= 0 else None for slot in step.logits_slot.tolist()]   # per logits row
+    if not step.cohort.tree and all(r is None for r in requests):
+        # No row gives a token (prompt chunks short of their prompt's end): nothing to read back,
+        # so the host goes on to the next step while the device runs this one.
+        return StepOutcome(out)
     logits, choice = row_choices(step, out, backend, requests)
     tokens, rows = {}, {}
     chosen = choice.tolist() if choice is not None else None

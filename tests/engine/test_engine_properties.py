@@ -179,3 +179,22 @@ def test_queue_full_and_oversized_requests_are_refused_with_reasons():
 def test_token_budget_must_leave_room_for_a_chunk():
     with pytest.raises(ValueError, match="at least max_slots \\+ 64"):
         Engine(FakeModel(), config=EngineConfig(max_slots=4, token_budget=67))
+
+
+def test_prompt_chunks_short_of_the_prompts_end_read_nothing_back():
+    """A step none of whose rows gives a token (a prompt's chunks before its last) reads no ids
+    or logits from the backend, so the host builds the next chunk while the device runs this
+    one; the output is the one the prompt gets alone."""
+    model, reads = FakeModel(), []
+    argmax, to_numpy = model.backend.argmax, model.backend.to_numpy
+    model.backend.argmax = lambda x: reads.append("argmax") or argmax(x)
+    model.backend.to_numpy = lambda x: reads.append("to_numpy") or to_numpy(x)
+    engine = Engine(model, config=EngineConfig(max_slots=1, ctx=512, token_budget=65))
+    prompt, params = make_prompt(300, 3), SamplingParams(max_tokens=3)
+    request = engine.get(engine.add_request(prompt, params))
+    steps = 0
+    while engine.has_unfinished():
+        engine.step()
+        steps += 1
+    assert request.output_ids == reference_output(prompt, params, request.seed)
+    assert steps == 5 + 2 and len(reads) == 3, (steps, reads)   # 5 chunks of <= 64, 2 decode steps; a read a token
