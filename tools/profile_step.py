@@ -7,7 +7,8 @@ device) of replayed decode steps or draft passes, kernel by kernel.
     python3 tools/profile_step.py MODEL.gguf prefill --prompt-len 12000 --steps 2
 
 A prefill "step" is one whole prompt through the engine (chunks of its token budget) to its first
-token, each time a fresh random prompt.
+token, each time a fresh random prompt. Warm up with 2 or more: a graph key's first call runs
+eagerly and its second captures, so a profile after one warm-up prompt times the captures.
 
 Prints, per step: the span (first kernel start to last kernel end), the busy time (sum of
 kernel durations), the gaps between kernels, the launches, then each kernel name's total
