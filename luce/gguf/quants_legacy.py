@@ -96,3 +96,18 @@ def quantize_q5_0(x: np.ndarray) -> np.ndarray:
     out[:, 2:6] = qh
     out[:, 6:] = (q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)
     return out
+
+
+def q5_0_as_q8_0(blocks: np.ndarray) -> np.ndarray:
+    """Q5_0 blocks [nb, 22] u8 -> the same values as Q8_0 blocks [nb, 34] u8, exactly: d kept, the
+    ints q - 16 in [-16, 15] (so a Q5_0 matrix can share one weight, and one launch, with Q8_0 ones)."""
+    nb = blocks.shape[0]
+    q = np.unpackbits(blocks[:, 2:6], axis=1, bitorder="little") << 4   # [nb, 32] bit 4 of each
+    qs = blocks[:, 6:22]
+    q[:, :16] |= qs & 15
+    q[:, 16:] |= qs >> 4
+    out = np.empty((nb, 34), np.uint8)
+    out[:, :2] = blocks[:, :2]
+    out[:, 2:] = (q.astype(np.int16) - 16).astype(np.int8).view(np.uint8)
+    return out
+

@@ -177,7 +177,9 @@ class Backend(Protocol):
     def merge_weights(self, weights: Sequence[Weight]) -> Weight | None:
         """One Weight [sum N_i, K] with the rows of each in turn, or None where the backend
         does not multiply them as one (then callers keep them apart). matmul through the
-        merged weight equals each weight's matmul, bitwise, in its columns."""
+        merged weight equals each weight's matmul, bitwise, in its columns; where the backend
+        re-encodes a weight to merge it (CUDA: Q5_0 beside Q8_0 as Q8_0, the same values), that
+        weight's matmul in its merged type."""
 
     def silu(self, x: Array) -> Array:
         """x * sigmoid(x), elementwise."""

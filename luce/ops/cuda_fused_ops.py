@@ -205,10 +205,15 @@ class CudaFusedOps(FusedOps):
 
     def merge_weights(self, weights):
         """Block-type weights of one ggml type and width -> one QuantWeight [sum n, k] (their
-        rows copied in turn; a row's products do not depend on the matrix it sits in)."""
+        rows copied in turn; a row's products do not depend on the matrix it sits in). Q5_0
+        weights beside Q8_0 ones merge as Q8_0 (_q8_0_of: the same values exactly, then the
+        Q8_0 arithmetic): the Coder-0.5B's q|k (Q5_0) and v (Q8_0, half its layers) in one launch."""
         from luce import _cuda_matmul as km
         from luce.ops.cuda_backend import QuantWeight
 
+        q5, q8 = km.QTYPES["Q5_0"], km.QTYPES["Q8_0"]
+        if len(weights) > 1 and {w.qtype for w in weights} == {q5, q8}:
+            weights = [self._q8_0_of(w) if w.qtype == q5 else w for w in weights]
         first = weights[0]
         if len(weights) < 2 or first.qtype in km.FLOAT_QTYPES or any(
                 (w.qtype, w.k, w.row_bytes) != (first.qtype, first.k, first.row_bytes) for w in weights):
@@ -220,6 +225,18 @@ class CudaFusedOps(FusedOps):
             self.memcpy(block.ptr + offset, w.ptr, w.n * w.row_bytes)
             offset += w.n * w.row_bytes
         return QuantWeight(block, block.ptr, first.qtype, n, first.k, first.row_bytes)
+
+
+    def _q8_0_of(self, w):
+        """A Q5_0 QuantWeight as Q8_0 (luce.gguf.quants_legacy.q5_0_as_q8_0: each block's d and
+        ints q - 16), a new device copy; at load, where projections merge."""
+        from luce import _cuda_matmul as km
+        from luce.gguf.quants_legacy import q5_0_as_q8_0
+
+        raw = np.empty((w.n * w.row_bytes // 22, 22), np.uint8)
+        self.runtime.copy_d2h_async(raw.ctypes.data, w.ptr, raw.nbytes, self.stream)
+        self.synchronize()
+        return self._upload_weight(q5_0_as_q8_0(raw), km.QTYPES["Q8_0"], w.shape, "a Q5_0 weight as Q8_0")
 
 
 def _quantized(workspace, ws_bytes: int):

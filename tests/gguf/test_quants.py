@@ -238,3 +238,18 @@ def test_quantize_accepts_non_contiguous_and_float64():
 def test_quantize_scalar_raises():
     with pytest.raises(QuantError, match="reshape"):
         quantize(np.float32(1.0), Q.Q8_0)
+
+
+def test_q5_0_blocks_are_q8_0_blocks_exactly():
+    """quants_legacy.q5_0_as_q8_0: the same d, ints q - 16: gguf dequantizes both to the same bits
+    (the CUDA backend merges Q5_0 projections with Q8_0 ones this way)."""
+    from luce.gguf.quants_legacy import q5_0_as_q8_0
+
+    raw = random_blocks(np.random.default_rng(50), Q.Q5_0, 257)
+    raw[0, 2:] = 0                            # every int -16
+    raw[1, 2:] = 255                          # every int 15
+    as_q8 = q5_0_as_q8_0(raw)
+    assert as_q8.shape == (257, 34)
+    q = as_q8[:, 2:].view(np.int8)
+    assert q.min() >= -16 and q.max() <= 15 and (q[0] == -16).all() and (q[1] == 15).all()
+    np.testing.assert_array_equal(bits(reference(as_q8, Q.Q8_0, (257, 32))), bits(reference(raw, Q.Q5_0, (257, 32))))

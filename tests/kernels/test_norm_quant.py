@@ -131,3 +131,25 @@ def test_merged_weights_give_each_weights_bits(cuda, T):
     w6, _ = upload(cuda, Q.Q6_K, 40, 1536, 3)
     assert cuda.merge_weights([wg, w6]) is None   # types differ: kept apart
 
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 3, 65])
+def test_q5_0_beside_q8_0_merges_as_q8_0(cuda, T):
+    """The Coder-0.5B's q|k (Q5_0) and v (Q8_0) as one Q8_0 weight: its Q5_0 columns are the
+    matmul of the same values as Q8_0 (quants_legacy.q5_0_as_q8_0), its Q8_0 columns the v's."""
+    from luce import _cuda_matmul as km
+    from luce.gguf.quants_legacy import q5_0_as_q8_0
+
+    x = np.random.default_rng(T).standard_normal((T, 896)).astype(np.float32)
+    raw5, _ = weights(Q.Q5_0, 1024, 896, 4)
+    w5 = cuda._upload_weight(raw5, int(Q.Q5_0), (1024, 896), "qk")
+    w8, _ = upload(cuda, Q.Q8_0, 128, 896, 5)
+    merged = cuda.merge_weights([w5, w8])
+    assert merged.qtype == km.QTYPES["Q8_0"] and merged.shape == (1152, 896)
+    as8 = cuda._upload_weight(q5_0_as_q8_0(np.asarray(raw5).reshape(-1, 22)), int(Q.Q8_0), (1024, 896), "qk8")
+    both = cuda.to_numpy(cuda.matmul(cuda.asarray(x), merged))
+    apart = [cuda.to_numpy(y) for y in cuda.matmuls(cuda.asarray(x), [as8, w8])]
+    assert np.array_equal(both[:, :1024], apart[0]) and np.array_equal(both[:, 1024:], apart[1])
+    q5 = cuda.to_numpy(cuda.matmul(cuda.asarray(x), w5))
+    np.testing.assert_allclose(both[:, :1024], q5, rtol=1e-4, atol=1e-3)   # the same values, other rounding
