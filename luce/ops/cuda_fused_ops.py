@@ -19,6 +19,8 @@ import numpy as np
 from luce.ops.api import SEG_AR, SEG_PAD, FusedOps, gdn_input_widths, gdn_q_scale
 from luce.ops.cuda_array import Block
 
+Q5_0_AS_Q8_0 = os.environ.get("LUCE_MERGE_Q5_0", "1") != "0"   # merge_weights (A/B runs: "0" keeps them apart)
+
 ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_attention's fused launch
 
 
@@ -212,7 +214,7 @@ class CudaFusedOps(FusedOps):
         from luce.ops.cuda_backend import QuantWeight
 
         q5, q8 = km.QTYPES["Q5_0"], km.QTYPES["Q8_0"]
-        if len(weights) > 1 and {w.qtype for w in weights} == {q5, q8}:
+        if Q5_0_AS_Q8_0 and len(weights) > 1 and {w.qtype for w in weights} == {q5, q8}:
             weights = [self._q8_0_of(w) if w.qtype == q5 else w for w in weights]
         first = weights[0]
         if len(weights) < 2 or first.qtype in km.FLOAT_QTYPES or any(
