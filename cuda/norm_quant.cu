@@ -17,20 +17,6 @@ using namespace rms;
 
 constexpr int kWarps = kThreads / WARP_SIZE;
 
-// Rows of up to kWarpRowMaxCols columns a warp each, kWarpRowsPerBlock rows a block (as
-// rmsnorm_warp_kernel: a prompt chunk's thousands of rows are not a block each); longer rows a
-// block each, in registers (one pass: sum may alias x or residual).
-__global__ void __launch_bounds__(kThreads) add_rmsnorm_warp_kernel(Row r, int64_t rows) {
-    const int64_t row = (int64_t)blockIdx.x * kWarpRowsPerBlock + threadIdx.x / WARP_SIZE;
-    if (row >= rows) return;  // whole warps leave together
-    norm_row<true>(r, row * r.cols, threadIdx.x % WARP_SIZE, WARP_SIZE, [](float v) { return warp_sum(v); });
-}
-
-__global__ void __launch_bounds__(kThreads) add_rmsnorm_block_kernel(Row r) {
-    __shared__ float scratch[32];
-    norm_row<true>(r, (int64_t)blockIdx.x * r.cols, threadIdx.x, kThreads, [&](float v) { return block_sum(v, scratch); });
-}
-
 constexpr int kQuantChunks = 2;  // 256-value chunks a block of add_rmsnorm_quant_kernel finishes
 
 // Block (b, c): row b's scale, summed by the threads and in the order norm_row uses (every
@@ -134,15 +120,8 @@ extern "C" int luce_add_rmsnorm(const luce_add_rmsnorm_params *p, void *stream) 
         const dim3 grid((unsigned)l.tp, (unsigned)((l.chunks + kQuantChunks - 1) / kQuantChunks));
         return luce_status(launch_overlapped(add_rmsnorm_quant_kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream,
                                              chain_overlap(kPdlNorm), r, p->rows, l));
-    } else {
-        const cudaStream_t st = (cudaStream_t)stream;
-        if (r.cols <= kWarpRowMaxCols)
-            add_rmsnorm_warp_kernel<<<(unsigned)((p->rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock), kThreads, 0, st>>>(
-                r, p->rows);
-        else
-            add_rmsnorm_block_kernel<<<(unsigned)p->rows, kThreads, 0, st>>>(r);
     }
-    return luce_status(cudaGetLastError());
+    return launch_rmsnorm(r, p->rows, (cudaStream_t)stream);  // rmsnorm.cu's kernels: Row carries the residual
 }
 
 extern "C" int luce_swiglu_quant(const luce_swiglu_quant_params *p, void *stream) {

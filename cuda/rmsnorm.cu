@@ -26,7 +26,9 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_warp_kernel(Row r, int64_t r
                               [](float v) { return warp_sum(v); });
 }
 
-int launch_rmsnorm(const Row &r, int64_t rows, cudaStream_t stream) {
+}  // namespace
+
+int rms::launch_rmsnorm(const Row &r, int64_t rows, cudaStream_t stream) {
     if (rows < 0 || r.cols <= 0 || rows > 0x7fffffff) return (int)cudaErrorInvalidValue;
     if (rows == 0) return 0;
     if (r.cols <= kWarpRowMaxCols) {
@@ -39,8 +41,6 @@ int launch_rmsnorm(const Row &r, int64_t rows, cudaStream_t stream) {
     }
     return luce_status(cudaGetLastError());
 }
-
-}  // namespace
 
 extern "C" int luce_rmsnorm(const luce_rmsnorm_params *p, void *stream) {
     const Row r{p->x, p->weight, p->out, p->cols, p->eps};

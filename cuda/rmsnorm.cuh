@@ -96,12 +96,20 @@ __device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int 
     const float scale = norm_scale(r, base, t, width, true, reduce);
     for (int64_t j = t; j < chunks; j += width) {
         float v[4], w[4];
-        load_input(r, base, j, false, v);
+        // With a residual: the sum this thread stored in the first pass (x + residual, the same
+        // floats), so a sum written over x or residual reads right.
+        load_chunk4(r.residual ? r.sum + base : r.x + base, j, r.cols, v);
         load_chunk4(r.weight, j, r.cols, w);
 #pragma unroll
         for (int i = 0; i < 4; ++i) v[i] = v[i] * scale * w[i];
         store_chunk4(r.out + base, j, r.cols, v);
     }
 }
+
+// Rows [0, rows) of r normed by cuda/rmsnorm.cu's kernels (a warp a row up to kWarpRowMaxCols
+// columns, kWarpRowsPerBlock rows a block; longer rows a block each, in registers up to
+// kRegisterBlockRowsMax rows): luce_rmsnorm, and luce_add_rmsnorm where it does not quantize
+// (cuda/norm_quant.cu). Internal to the library (not exported beside the luce_* ABI).
+__attribute__((visibility("hidden"))) int launch_rmsnorm(const Row &r, int64_t rows, cudaStream_t stream);
 
 }  // namespace rms

@@ -38,7 +38,7 @@ class RopeParams(C.Structure):
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    lib = emu.load(["norm_quant.cu", "rope_kv.cu"], tmp_path_factory.mktemp("emu"), "the fused decode kernels")
+    lib = emu.load(["norm_quant.cu", "rmsnorm.cu", "rope_kv.cu"], tmp_path_factory.mktemp("emu"), "the fused decode kernels")
     lib.luce_add_rmsnorm.argtypes = [C.POINTER(NormParams), _P]
     lib.luce_rope_kv.argtypes = [C.POINTER(RopeParams), _P]
     return lib
@@ -98,6 +98,24 @@ def test_add_rmsnorm_quantizing_blocks_give_the_one_block_bits_emulated(lib, col
     amax = np.abs(out).max(axis=1, keepdims=True)
     np.testing.assert_allclose(xq[:rows], out, rtol=0, atol=float(amax.max()) / 32767)   # half a step or less per chunk
     assert not xq[rows:].any(), "padding rows of the workspace hold zeros"
+
+
+def test_add_rmsnorm_of_many_rows_gives_the_few_rows_bits_and_may_write_over_x_emulated(lib):
+    """Unquantized, past kRegisterBlockRowsMax (512) rows of more than 1,024 columns rmsnorm.cu's
+    two-pass kernel runs (a prompt chunk): each row's bits are those of the in-register kernel
+    that a few rows take, and the sum may be written over x (its second pass reads the sum)."""
+    rng = np.random.default_rng(520)
+    rows, cols = 520, 1536
+    x = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    res = rng.standard_normal((rows, cols)).astype(np.float32)
+    weight = (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
+    s, out, _ = add_rmsnorm(lib, x, res, weight, quantize=False)
+    few_s, few, _ = add_rmsnorm(lib, x[:3].copy(), res[:3].copy(), weight, quantize=False)
+    assert np.array_equal(out[:3], few) and np.array_equal(s[:3], few_s)
+    over, out2 = x.copy(), np.full_like(x, np.nan)
+    p = NormParams(ptr(over), ptr(res), ptr(weight), ptr(over), ptr(out2), None, 0, rows, cols, EPS)   # sum over x
+    assert lib.luce_add_rmsnorm(C.byref(p), None) == 0
+    assert np.array_equal(over, s) and np.array_equal(out2, out)
 
 
 @pytest.mark.parametrize("qk_norm", [False, True], ids=["qwen2", "qwen3"])
