@@ -113,7 +113,8 @@ def draft_runner(model, draft_path: str, concurrency: int, prompt_len: int, dept
 
 def prefill_runner(model, prompt_len: int):
     """A closure that prefills one fresh prompt of `prompt_len` random tokens to its first token."""
-    from luce.benchmark.prefill_bench import _prompt, time_to_first_token
+    from luce.benchmark.decode_bench import random_prompts
+    from luce.benchmark.prefill_bench import time_to_first_token
     from luce.engine import Engine, EngineConfig
 
     engine = Engine(model, None, EngineConfig(max_slots=1, ctx=prompt_len + 1))
@@ -121,7 +122,7 @@ def prefill_runner(model, prompt_len: int):
 
     def step():
         seed[0] += 1
-        time_to_first_token(engine, _prompt(prompt_len, model.config.vocab, seed[0]))
+        time_to_first_token(engine, random_prompts(1, prompt_len, model.config.vocab, seed[0])[0])
     return step
 
 

@@ -17,13 +17,9 @@ import statistics
 import time
 from typing import Sequence
 
-import numpy as np
+from luce.benchmark.decode_bench import random_prompts
 
 PREFILL_LENGTHS = (512, 4096, 12000, 32000)
-
-
-def _prompt(length: int, vocab: int, seed: int) -> list[int]:
-    return [int(t) for t in np.random.default_rng(seed).integers(0, vocab, length)]
 
 
 def time_to_first_token(engine, prompt: Sequence[int]) -> tuple[float, int]:
@@ -67,7 +63,7 @@ def bench_prefill(model, lengths: Sequence[int] = PREFILL_LENGTHS, token_budget:
                                                       cuda_graphs=graphs))
             times, steps = [], 0
             for rep in range(warmup + reps):
-                seconds, steps = time_to_first_token(engine, _prompt(L, cfg.vocab, seed + 1000 * i + rep))
+                seconds, steps = time_to_first_token(engine, random_prompts(1, L, cfg.vocab, seed + 1000 * i + rep)[0])
                 if rep >= warmup:
                     times.append(seconds)
             rows.append({"prompt_tokens": L, "tok_s": L / min(times), "ttft_s": min(times),

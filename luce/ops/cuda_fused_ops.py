@@ -234,10 +234,9 @@ class CudaFusedOps(FusedOps):
         ints q - 16), a new device copy; at load, where projections merge."""
         from luce import _cuda_matmul as km
         from luce.gguf.quants_legacy import q5_0_as_q8_0
+        from luce.ops.cuda_array import CudaArray
 
-        raw = np.empty((w.n * w.row_bytes // 22, 22), np.uint8)
-        self.runtime.copy_d2h_async(raw.ctypes.data, w.ptr, raw.nbytes, self.stream)
-        self.synchronize()
+        raw = self.to_numpy(CudaArray(w.block, w.ptr, (w.n * w.row_bytes // 22, 22), np.uint8, self))
         return self._upload_weight(q5_0_as_q8_0(raw), km.QTYPES["Q8_0"], w.shape, "a Q5_0 weight as Q8_0")
 
 
