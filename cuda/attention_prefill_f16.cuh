@@ -205,6 +205,34 @@ __device__ __forceinline__ void f16_scores(float (&s)[F16Shape<D>::kKeyTiles][4]
     }
 }
 
+// s[mt] = q16 K^T of one key block for MT m-tiles of one warp (Q rows at q_s + q_off + 16 mt
+// rows): each K fragment feeds every m-tile; each s[mt] sums over D in f16_scores' order.
+template <int D, int MT>
+__device__ __forceinline__ void f16_scores_mt(float (&s)[MT][F16Shape<D>::kKeyTiles][4], const uint16_t *q_s,
+                                            int32_t q_off, const uint16_t *k_s, int32_t k_off) {
+    constexpr int NT = F16Shape<D>::kKeyTiles, KS = F16Shape<D>::kStride;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
+#pragma unroll
+    for (int kd = 0; kd < D / 16; ++kd) {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) tc::ldmatrix_x4(a[mt], q_s + (q_off + 16 * mt * KS + 16 * kd));
+#pragma unroll
+        for (int np = 0; np < NT / 2; ++np) {  // n-tiles 2 np, 2 np + 1: keys 16 np .. 16 np + 15
+            uint32_t b[4];
+            tc::ldmatrix_x4(b, k_s + (k_off + 16 * np * KS + 16 * kd));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                tc::mma_f16_16x8x16(s[mt][2 * np], a[mt], b[0], b[1]);
+                tc::mma_f16_16x8x16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+            }
+        }
+    }
+}
+
 // The online softmax of key block b0 (scores s): m, l, o *= a, and pa = f16(e) as the A
 // operand of 16-key step kk (n-tiles 2 kk: k 0..7, 2 kk + 1: k 8..15).
 template <int D>

@@ -78,14 +78,14 @@ attention_prompt_f16w_kernel(luce_attention_params p, StagedKv st, int32_t n_par
 }
 
 // The long form (cuda/attention_prefill_f16_long.cuh), after the same pre-pass: grid z runs of
-// per_block splits.
-template <int D, int WARPS, int STAGES>
-__global__ void __launch_bounds__(F16Long<D, WARPS, STAGES>::kThreads, F16Long<D, WARPS, STAGES>::kMinBlocks)
+// per_block splits; MT m-tiles a warp.
+template <int D, int WARPS, int STAGES, int MT>
+__global__ void __launch_bounds__(F16Long<D, WARPS, STAGES, MT>::kThreads, F16Long<D, WARPS, STAGES, MT>::kMinBlocks)
 attention_prompt_f16l_kernel(luce_attention_params p, StagedKv st, int32_t n_parts, int32_t per_block, int32_t G) {
-    using L = F16Long<D, WARPS, STAGES>;
+    using L = F16Long<D, WARPS, STAGES, MT>;
     extern __shared__ float4 smem4[];
     __shared__ int32_t row_keys[L::kTileQV], row_n[L::kTileQV], row_state[L::kTileQV];
-    __shared__ F16LongRun<WARPS> run;
+    __shared__ F16LongRun<WARPS * MT> run;
     const int32_t s0 = (int32_t)blockIdx.z * per_block, s1 = min(s0 + per_block, prompt_splits(n_parts));
     const int32_t rows_per_tile = L::kTileQV / G;  // G = Hq / Hkv (a parameter: no register holds it)
     if (threadIdx.x == 0) {
@@ -95,8 +95,8 @@ attention_prompt_f16l_kernel(luce_attention_params p, StagedKv st, int32_t n_par
     }
     __syncthreads();
     while (run.next < run.end)  // for_tile_pieces' loop
-        f16l_prompt_piece<D, WARPS, STAGES>(p, st, G, blockIdx.y, s0, s1, n_parts, reinterpret_cast<uint16_t *>(smem4),
-                                            row_keys, row_n, row_state, &run);
+        f16l_prompt_piece<D, WARPS, STAGES, MT>(p, st, G, blockIdx.y, s0, s1, n_parts,
+                                                reinterpret_cast<uint16_t *>(smem4), row_keys, row_n, row_state, &run);
 }
 
 // Sets a kernel's shared-memory limit (before any graph capture reaches here): 1 when `smem`
@@ -162,18 +162,18 @@ bool prompt_f16w_ready() {
     }
 }
 
-// Whether the long form <D, WARPS, STAGES> fits this device (D <= 128; asked once).
-template <int D, int WARPS, int STAGES>
+// Whether the long form <D, WARPS, STAGES, MT> fits this device (D <= 128; asked once).
+template <int D, int WARPS, int STAGES, int MT>
 bool prompt_f16l_ready() {
     if constexpr (D > 128) {
         return false;
     } else {
-        using L = F16Long<D, WARPS, STAGES>;
+        using L = F16Long<D, WARPS, STAGES, MT>;
         static int ready = 0;
         if (ready == 0) {
-            ready = prepare_smem(attention_prompt_f16l_kernel<D, WARPS, STAGES>, L::kSmemBytes, L::kStaticBytes);
+            ready = prepare_smem(attention_prompt_f16l_kernel<D, WARPS, STAGES, MT>, L::kSmemBytes, L::kStaticBytes);
 #if defined(__CUDACC__) && !defined(__HIPCC__)
-            if (ready > 0 && cudaFuncSetAttribute(attention_prompt_f16l_kernel<D, WARPS, STAGES>,
+            if (ready > 0 && cudaFuncSetAttribute(attention_prompt_f16l_kernel<D, WARPS, STAGES, MT>,
                                                   cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
                 (void)cudaGetLastError();  // a hint: all of L1 as shared memory, kMinBlocks an SM
 #endif
@@ -201,12 +201,12 @@ inline int32_t f16l_per_block(int64_t tile_blocks, int32_t splits, int64_t slots
     return best;
 }
 
-// Blocks of the long form <D, WARPS, STAGES> the device holds at once (asked once; 0 unknown).
-template <int D, int WARPS, int STAGES>
+// Blocks of the long form <D, WARPS, STAGES, MT> the device holds at once (asked once; 0 unknown).
+template <int D, int WARPS, int STAGES, int MT>
 int64_t prompt_f16l_slots() {
     static int64_t slots = -1;
     if (slots < 0) {
-        using L = F16Long<D, WARPS, STAGES>;
+        using L = F16Long<D, WARPS, STAGES, MT>;
         int device = 0, sms = 0, per_sm = 0;
         if (cudaGetDevice(&device) != cudaSuccess ||
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
@@ -214,7 +214,7 @@ int64_t prompt_f16l_slots() {
 #ifdef __HIPCC__
         per_sm = L::kMinBlocks;
 #else
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prompt_f16l_kernel<D, WARPS, STAGES>,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prompt_f16l_kernel<D, WARPS, STAGES, MT>,
                                                           L::kThreads, L::kSmemBytes) != cudaSuccess)
             per_sm = 0;
 #endif
@@ -226,13 +226,13 @@ int64_t prompt_f16l_slots() {
 
 // LUCE_ATTN_PROMPT, read per launch so one process can time each: "tf32" the TF32 kernel
 // above, "f16p" the f16 kernel's paged form, "f16s" its 8-warp staged form, "f16w" its wide
-// form (D <= 128), "f16l" / "f16l4" its long form of 6 / 4 warps (D <= 128; elsewhere the
-// default form), any other value the f16 kernel in its default form (staged where the launch
+// form (D <= 128), "f16l" / "f16l4" its long form of 6 / 4 warps, "f16l2" its long form of 4
+// warps of two m-tiles (D <= 128; elsewhere the default form), any other value the f16 kernel in its default form (staged where the launch
 // gives it a staging workspace: long where f16_long_by_default, else wide where
 // f16_wide_by_default); unset or empty:
 // kPromptF16ByDefault. Every f16 form gives the same bits.
 enum PromptKind { kPromptTf32, kPromptF16Paged, kPromptF16, kPromptF16Staged, kPromptF16Wide, kPromptF16Long,
-                  kPromptF16Long4 };
+                  kPromptF16Long4, kPromptF16Long2 };
 PromptKind prompt_kind() {
     const char *kind = getenv("LUCE_ATTN_PROMPT");
     if (kind == nullptr || kind[0] == 0) return kPromptF16ByDefault ? kPromptF16 : kPromptTf32;
@@ -242,21 +242,24 @@ PromptKind prompt_kind() {
            : strcmp(kind, "f16w") == 0 ? kPromptF16Wide
            : strcmp(kind, "f16l") == 0 ? kPromptF16Long
            : strcmp(kind, "f16l4") == 0 ? kPromptF16Long4
+           : strcmp(kind, "f16l2") == 0 ? kPromptF16Long2
                                        : kPromptF16;
 }
 
-// The long forms: <WARPS, STAGES> of f16l and f16l4.
-constexpr int kLongWarps = 6, kLongStages = 3, kLong4Warps = 4, kLong4Stages = 2;
+// The long forms: <WARPS, STAGES> of f16l and f16l4 (one m-tile a warp), of f16l2 (two).
+constexpr int kLongWarps = 6, kLongStages = 3, kLong4Warps = 4, kLong4Stages = 2, kLong2Warps = 4, kLong2Stages = 2;
 
-// The staged form a launch of this kind takes at D where the launch stages its keys: 4 the long
-// form of 4 warps, 3 of 6, 2 wide, 1 the 8-warp form, 0 none (the paged form). Asks every
-// form it may take, so that their shared-memory limits are set before any graph capture.
+// The staged form a launch of this kind takes at D where the launch stages its keys: 5 the long
+// form of two m-tiles a warp, 4 the long form of 4 warps, 3 of 6, 2 wide, 1 the 8-warp form, 0
+// none (the paged form). Asks every form it may take, so that their shared-memory limits are set
+// before any graph capture.
 template <int D>
 int prompt_staged_form(PromptKind kind) {
     if (kind == kPromptTf32 || kind == kPromptF16Paged) return 0;
     const bool long6 = kind == kPromptF16Long || (kind == kPromptF16 && f16_long_by_default<D>());
-    if (long6 && prompt_f16l_ready<D, kLongWarps, kLongStages>()) return 3;
-    if (kind == kPromptF16Long4 && prompt_f16l_ready<D, kLong4Warps, kLong4Stages>()) return 4;
+    if (long6 && prompt_f16l_ready<D, kLongWarps, kLongStages, 1>()) return 3;
+    if (kind == kPromptF16Long4 && prompt_f16l_ready<D, kLong4Warps, kLong4Stages, 1>()) return 4;
+    if (kind == kPromptF16Long2 && prompt_f16l_ready<D, kLong2Warps, kLong2Stages, 2>()) return 5;
     const bool wide = kind == kPromptF16Wide || (kind == kPromptF16 && f16_wide_by_default<D>());
     if (wide && prompt_f16w_ready<D>()) return 2;
     return prompt_f16s_stages<D>() > 0 ? 1 : 0;
@@ -276,16 +279,16 @@ int64_t prompt_stage_rows(int32_t page_size, int64_t n_kv_indices) {
 }
 
 // The long form's tiles (kTileQV / G rows), KV heads and runs of splits, after the pre-pass.
-template <int D, int WARPS, int STAGES>
+template <int D, int WARPS, int STAGES, int MT>
 int launch_prompt_f16l(const luce_attention_params &p, const StagedKv &st, int32_t n_parts, cudaStream_t stream) {
-    using L = F16Long<D, WARPS, STAGES>;
+    using L = F16Long<D, WARPS, STAGES, MT>;
     const int32_t rows_per_tile = L::kTileQV / (p.n_heads_q / p.n_heads_kv);
     const int64_t tiles = (p.prompt_rows + rows_per_tile - 1) / rows_per_tile;
     const int32_t splits = prompt_splits(n_parts);
-    const int32_t per_block = f16l_per_block(tiles * p.n_heads_kv, splits, prompt_f16l_slots<D, WARPS, STAGES>());
+    const int32_t per_block = f16l_per_block(tiles * p.n_heads_kv, splits, prompt_f16l_slots<D, WARPS, STAGES, MT>());
     const dim3 grid((unsigned)tiles, (unsigned)p.n_heads_kv, (unsigned)((splits + per_block - 1) / per_block));
-    attention_prompt_f16l_kernel<D, WARPS, STAGES><<<grid, L::kThreads, L::kSmemBytes, stream>>>(p, st, n_parts,
-                                                                                               per_block, p.n_heads_q / p.n_heads_kv);
+    attention_prompt_f16l_kernel<D, WARPS, STAGES, MT><<<grid, L::kThreads, L::kSmemBytes, stream>>>(
+        p, st, n_parts, per_block, p.n_heads_q / p.n_heads_kv);
     return luce_status(cudaGetLastError());
 }
 
@@ -307,8 +310,9 @@ int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t p
         if constexpr (D <= 128) {
             int form = prompt_staged_form<D>(prompt_kind());
             if (form >= 3 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0)  // the long form loads q as float4
-                return form == 3 ? launch_prompt_f16l<D, kLongWarps, kLongStages>(p, st, n_parts, stream)
-                                 : launch_prompt_f16l<D, kLong4Warps, kLong4Stages>(p, st, n_parts, stream);
+                return form == 3   ? launch_prompt_f16l<D, kLongWarps, kLongStages, 1>(p, st, n_parts, stream)
+                       : form == 4 ? launch_prompt_f16l<D, kLong4Warps, kLong4Stages, 1>(p, st, n_parts, stream)
+                                   : launch_prompt_f16l<D, kLong2Warps, kLong2Stages, 2>(p, st, n_parts, stream);
             if (form >= 3) form = prompt_staged_form<D>(f16_wide_by_default<D>() ? kPromptF16Wide : kPromptF16Staged);
             if (form == 2) {
                 attention_prompt_f16w_kernel<D><<<grid, F16Wide<D>::kThreads, F16Wide<D>::kSmemBytes, stream>>>(p, st, n_parts);

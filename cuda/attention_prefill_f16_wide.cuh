@@ -36,34 +36,6 @@ struct F16Wide {
     static_assert(D <= 128, "the wide form holds o of two m-tiles: D <= 128");
 };
 
-// s[mt] = q16 K^T of one key block for the warp's m-tiles (Q rows at q_s + q_off + 16 mt rows):
-// each K fragment feeds every m-tile.
-template <int D, int MT>
-__device__ __forceinline__ void f16w_scores(float (&s)[MT][F16Shape<D>::kKeyTiles][4], const uint16_t *q_s,
-                                            int32_t q_off, const uint16_t *k_s, int32_t k_off) {
-    constexpr int NT = F16Shape<D>::kKeyTiles, KS = F16Shape<D>::kStride;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
-#pragma unroll
-    for (int kd = 0; kd < D / 16; ++kd) {
-        uint32_t a[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) tc::ldmatrix_x4(a[mt], q_s + (q_off + 16 * mt * KS + 16 * kd));
-#pragma unroll
-        for (int np = 0; np < NT / 2; ++np) {  // n-tiles 2 np, 2 np + 1: keys 16 np .. 16 np + 15
-            uint32_t b[4];
-            tc::ldmatrix_x4(b, k_s + (k_off + 16 * np * KS + 16 * kd));
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                tc::mma_f16_16x8x16(s[mt][2 * np], a[mt], b[0], b[1]);
-                tc::mma_f16_16x8x16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
-            }
-        }
-    }
-}
-
 // One block-uniform piece of the wide form: rows r0..r1-1 of one segment, all in the tile.
 template <int D>
 __device__ void f16w_prompt_piece(const luce_attention_params &p, const StagedKv &st, int32_t r0, int32_t r1,
@@ -100,7 +72,7 @@ __device__ void f16w_prompt_piece(const luce_attention_params &p, const StagedKv
         if (b0 >= n_warp) continue;  // warp-uniform: no row of the warp attends a key here
         const uint16_t *k_s = bufs + (b & 1) * W::kBufHalves, *v_s = k_s + B * KS;
         float s[MT][NT][4];
-        f16w_scores<D, MT>(s, q_s, q_off, k_s, k_off);
+        f16_scores_mt<D, MT>(s, q_s, q_off, k_s, k_off);
         uint32_t pa[MT][NT / 2][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) f16_softmax<D>(s[mt], b0, *w[mt], pa[mt]);
