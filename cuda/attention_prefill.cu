@@ -3,8 +3,8 @@
 // Two kernels share the grid, the key splits and the workspace: the f16 one (mma.sync
 // m16n8k16, f32 accumulation; its arithmetic and counts in cuda/attention_prefill_f16.cuh,
 // kernels and launch in cuda/attention_prefill_f16_launch.cuh) and the TF32 one below
-// (m16n8k8). The environment's LUCE_ATTN_PROMPT (f16; f16p, f16s, f16w, f16l, f16l4, f16l2: the
-// f16 kernel's paged, 8-warp staged, wide staged or long staged forms; or tf32), read by each
+// (m16n8k8). The environment's LUCE_ATTN_PROMPT (f16; f16p, f16s, f16w, f16l, f16l4, f16l2, f16g:
+// the f16 kernel's paged, 8-warp staged, wide staged, long staged or warpgroup forms; or tf32), read by each
 // launch, picks one; unset, kPromptF16ByDefault does (f16: its GPU tests passed on the H200 on 2026-12-03, 2.3-2.6x the
 // TF32 kernel's rate; docs/PERF.md, session 10).
 // Reference: luce/ref/attention.py (math, float64) and luce/ref/attention_prefill.py (each

@@ -13,6 +13,10 @@
 #include "attention_prefill_f16_staged.cuh"
 #include "attention_prefill_f16_wide.cuh"
 #include "attention_prefill_f16_long.cuh"
+#if (defined(__CUDACC__) && !defined(__HIPCC__)) || defined(LUCE_MMA_F16_HOST)
+#define LUCE_ATTN_WG 1  // the warpgroup form: NVIDIA builds (run on sm_90a only) and the host emulator
+#include "attention_prefill_f16_wg.cuh"
+#endif
 
 namespace luce_attn {
 namespace {
@@ -99,18 +103,7 @@ attention_prompt_f16l_kernel(luce_attention_params p, StagedKv st, int32_t n_par
                                                 reinterpret_cast<uint16_t *>(smem4), row_keys, row_n, row_state, &run);
 }
 
-// Sets a kernel's shared-memory limit (before any graph capture reaches here): 1 when `smem`
-// dynamic and `static_bytes` static bytes fit the device, -1 when not (or on error).
-template <class K>
-int prepare_smem(K kernel, size_t smem, size_t static_bytes) {
-    int device = 0, optin = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (err == cudaSuccess && (size_t)optin < smem + static_bytes) err = cudaErrorNotSupported;
-    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess) (void)cudaGetLastError();
-    return err == cudaSuccess ? 1 : -1;
-}
+
 
 // The paged form on this device, decided once: 2 the two-buffer form where it fits (D <= 128
 // and ~104 KiB at D = 128: sm_80, sm_90), 1 one buffer (e.g. a 99 KiB sm_86/89/120 block), 0
@@ -182,24 +175,6 @@ bool prompt_f16l_ready() {
     }
 }
 
-// Splits a block of the long form walks (grid z: ceil(splits / per_block) runs): the run length
-// whose waves of tile_blocks (tiles x KV heads) x runs blocks, each costing its splits plus a
-// quarter split of start and drain, end first on a device holding `slots` blocks at once;
-// ties to the longer run. LUCE_ATTN_SPLITS_PER_BLOCK (>= 1) sets it. Only the grid moves: a
-// split's partial is the same in any run.
-inline int32_t f16l_per_block(int64_t tile_blocks, int32_t splits, int64_t slots) {
-    if (const char *e = getenv("LUCE_ATTN_SPLITS_PER_BLOCK"))
-        if (atoi(e) >= 1) return min(atoi(e), max(splits, 1));
-    if (slots <= 0 || splits <= 1) return 1;
-    int32_t best = 1;
-    double best_cost = 0.0;
-    for (int32_t n = 1; n <= splits; ++n) {
-        const int64_t blocks = tile_blocks * ((splits + n - 1) / n);
-        const double cost = (double)((blocks + slots - 1) / slots) * (n + 0.25);
-        if (n == 1 || cost <= best_cost) best = n, best_cost = cost;
-    }
-    return best;
-}
 
 // Blocks of the long form <D, WARPS, STAGES, MT> the device holds at once (asked once; 0 unknown).
 template <int D, int WARPS, int STAGES, int MT>
@@ -224,15 +199,21 @@ int64_t prompt_f16l_slots() {
     return slots;
 }
 
+#ifndef LUCE_ATTN_WG
+template <int D>
+bool prompt_f16g_ready() { return false; }  // no warpgroup form in this build (HIP)
+#endif
+
 // LUCE_ATTN_PROMPT, read per launch so one process can time each: "tf32" the TF32 kernel
 // above, "f16p" the f16 kernel's paged form, "f16s" its 8-warp staged form, "f16w" its wide
 // form (D <= 128), "f16l" / "f16l4" its long form of 6 / 4 warps, "f16l2" its long form of 4
-// warps of two m-tiles (D <= 128; elsewhere the default form), any other value the f16 kernel in its default form (staged where the launch
+// warps of two m-tiles (D <= 128), "f16g" its warpgroup form (sm_90a, D 64 / 128; elsewhere the
+// default form), any other value the f16 kernel in its default form (staged where the launch
 // gives it a staging workspace: long where f16_long_by_default, else wide where
 // f16_wide_by_default); unset or empty:
 // kPromptF16ByDefault. Every f16 form gives the same bits.
 enum PromptKind { kPromptTf32, kPromptF16Paged, kPromptF16, kPromptF16Staged, kPromptF16Wide, kPromptF16Long,
-                  kPromptF16Long4, kPromptF16Long2 };
+                  kPromptF16Long4, kPromptF16Long2, kPromptF16Wg };
 PromptKind prompt_kind() {
     const char *kind = getenv("LUCE_ATTN_PROMPT");
     if (kind == nullptr || kind[0] == 0) return kPromptF16ByDefault ? kPromptF16 : kPromptTf32;
@@ -243,19 +224,21 @@ PromptKind prompt_kind() {
            : strcmp(kind, "f16l") == 0 ? kPromptF16Long
            : strcmp(kind, "f16l4") == 0 ? kPromptF16Long4
            : strcmp(kind, "f16l2") == 0 ? kPromptF16Long2
+           : strcmp(kind, "f16g") == 0 ? kPromptF16Wg
                                        : kPromptF16;
 }
 
 // The long forms: <WARPS, STAGES> of f16l and f16l4 (one m-tile a warp), of f16l2 (two).
 constexpr int kLongWarps = 6, kLongStages = 3, kLong4Warps = 4, kLong4Stages = 2, kLong2Warps = 4, kLong2Stages = 2;
 
-// The staged form a launch of this kind takes at D where the launch stages its keys: 5 the long
-// form of two m-tiles a warp, 4 the long form of 4 warps, 3 of 6, 2 wide, 1 the 8-warp form, 0
-// none (the paged form). Asks every form it may take, so that their shared-memory limits are set
+// The staged form a launch of this kind takes at D where the launch stages its keys: 6 the
+// warpgroup form, 5 the long form of two m-tiles a warp, 4 the long form of 4 warps, 3 of 6, 2
+// wide, 1 the 8-warp form, 0 none (the paged form). Asks every form it may take, so that their shared-memory limits are set
 // before any graph capture.
 template <int D>
 int prompt_staged_form(PromptKind kind) {
     if (kind == kPromptTf32 || kind == kPromptF16Paged) return 0;
+    if (kind == kPromptF16Wg && prompt_f16g_ready<D>()) return 6;
     const bool long6 = kind == kPromptF16Long || (kind == kPromptF16 && f16_long_by_default<D>());
     if (long6 && prompt_f16l_ready<D, kLongWarps, kLongStages, 1>()) return 3;
     if (kind == kPromptF16Long4 && prompt_f16l_ready<D, kLong4Warps, kLong4Stages, 1>()) return 4;
@@ -292,6 +275,7 @@ int launch_prompt_f16l(const luce_attention_params &p, const StagedKv &st, int32
     return luce_status(cudaGetLastError());
 }
 
+
 template <int D>
 int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
     using S = F16Shape<D>;
@@ -306,6 +290,14 @@ int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t p
         const int64_t items = stage_rows * p.n_heads_kv * (D / 8);
         const unsigned blocks = (unsigned)min((items + 255) / 256, (int64_t)4096);
         const int stages = prompt_f16s_stages<D>();
+#ifdef LUCE_ATTN_WG
+        if constexpr (D == 64 || D == 128) {  // the warpgroup form loads q as float4 too
+            if (prompt_staged_form<D>(prompt_kind()) == 6 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0) {
+                attention_stage_kvt_kernel<D><<<blocks, 256, 0, stream>>>(p, st, page_shift);
+                return launch_prompt_f16g<D>(p, st, n_parts, stream);
+            }
+        }
+#endif
         attention_stage_kv_kernel<D><<<blocks, 256, 0, stream>>>(p, st, page_shift);
         if constexpr (D <= 128) {
             int form = prompt_staged_form<D>(prompt_kind());

@@ -39,6 +39,8 @@
 // that buffer's first key block lands.
 #pragma once
 
+#include <stdlib.h>
+
 #include "attention_prefill_f16_staged.cuh"
 
 namespace luce_attn {
@@ -73,6 +75,25 @@ struct F16LongRun {
     int32_t n_any;          // the most keys of any row of the piece (tree rows too)
     int32_t warp[WARPS][2]; // the current split's n_warp, n_warp_min of each m-tile
 };
+
+// Splits a block of the long form walks (grid z: ceil(splits / per_block) runs): the run length
+// whose waves of tile_blocks (tiles x KV heads) x runs blocks, each costing its splits plus a
+// quarter split of start and drain, end first on a device holding `slots` blocks at once;
+// ties to the longer run. LUCE_ATTN_SPLITS_PER_BLOCK (>= 1) sets it. Only the grid moves: a
+// split's partial is the same in any run.
+inline int32_t f16l_per_block(int64_t tile_blocks, int32_t splits, int64_t slots) {
+    if (const char *e = getenv("LUCE_ATTN_SPLITS_PER_BLOCK"))
+        if (atoi(e) >= 1) return min(atoi(e), max(splits, 1));
+    if (slots <= 0 || splits <= 1) return 1;
+    int32_t best = 1;
+    double best_cost = 0.0;
+    for (int32_t n = 1; n <= splits; ++n) {
+        const int64_t blocks = tile_blocks * ((splits + n - 1) / n);
+        const double cost = (double)((blocks + slots - 1) / slots) * (n + 0.25);
+        if (n == 1 || cost <= best_cost) best = n, best_cost = cost;
+    }
+    return best;
+}
 
 // Key block at key j0 of the run into buf [2B][kStride]: this thread's 16-byte column c of rows
 // r, r + THREADS / (D / 8), ... of K, then of V (zeros past n_ok).

@@ -65,8 +65,8 @@ struct F16Staged {
 };
 
 // Pre-pass over rows [0, rows of the prompt segments) of st (grid-stride; 8 values an item):
-// f16(K), f16(V) of every KV head.
-template <int D>
+// f16(K), f16(V) of every KV head (V false: K only; the warpgroup form stages V transposed).
+template <int D, bool V = true>
 __device__ __forceinline__ void f16_stage_kv(const luce_attention_params &p, const StagedKv &st, int32_t page_shift) {
     constexpr int C = D / 8;
     const int32_t last = attention_segment_of(p, p.prompt_rows - 1);
@@ -79,7 +79,7 @@ __device__ __forceinline__ void f16_stage_kv(const luce_attention_params &p, con
         const int64_t src = (((page << page_shift) + (r & ((1 << page_shift) - 1))) * p.n_heads_kv + hk) * D + 8 * c;
         const int64_t dst = ((int64_t)hk * st.rows + r) * D + 8 * c;
 #pragma unroll
-        for (int kv = 0; kv < 2; ++kv) {
+        for (int kv = 0; kv < (V ? 2 : 1); ++kv) {
             const float4 *x = reinterpret_cast<const float4 *>((kv ? p.v_pages : p.k_pages) + src);
             const float4 a = x[0], b = x[1];
             const uint4 h = make_uint4(tc::pack_f16x2(a.x, a.y), tc::pack_f16x2(a.z, a.w), tc::pack_f16x2(b.x, b.y),
@@ -87,6 +87,19 @@ __device__ __forceinline__ void f16_stage_kv(const luce_attention_params &p, con
             *reinterpret_cast<uint4 *>((kv ? st.v : st.k) + dst) = h;
         }
     }
+}
+
+// Sets a kernel's shared-memory limit (before any graph capture reaches here): 1 when `smem`
+// dynamic and `static_bytes` static bytes fit the device, -1 when not (or on error).
+template <class K>
+int prepare_smem(K kernel, size_t smem, size_t static_bytes) {
+    int device = 0, optin = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (err == cudaSuccess && (size_t)optin < smem + static_bytes) err = cudaErrorNotSupported;
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    return err == cudaSuccess ? 1 : -1;
 }
 
 // Where a piece's keys start in the staging: KV head hk, key key0 of the segment of row r0;

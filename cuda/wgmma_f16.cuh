@@ -1,21 +1,29 @@
 // Hopper warpgroup MMA (sm_90a only: wgmma.mma_async) for the f16 prompt-row GEMM
-// (cuda/matmul_prefill_wgmma.cuh). A warpgroup (4 consecutive warps, 128 threads) computes
-// D[64 x 128] += A[64 x 16] B[16 x 128], f16 operands, f32 accumulation, asynchronously:
+// (cuda/matmul_prefill_wgmma.cuh) and the warpgroup form of the f16 prompt attention
+// (cuda/attention_prefill_f16_wg.cuh). A warpgroup (4 consecutive warps, 128 threads) computes
+// D[64 x N] += A[64 x 16] B[16 x N] (N = 128 or 64), f16 operands, f32 accumulation, asynchronously:
 //   A from registers, warp w of the group holding rows 16w..16w+15 in the m16n8k16 A layout of
 //     cuda/mma_f16.cuh (a[0] = A[g][2t, 2t+1], a[1] = A[g+8][..], a[2] = A[g][2t+8, ..], a[3]);
 //   B from shared memory, K-major (B^T row n = 16 values of token n, 32 bytes), 128-byte swizzle:
 //     rows of 128 bytes (64 k values), 16-byte unit u of row n stored at unit u ^ (n % 8), 8-row
 //     groups 1,024 bytes apart; the tile base 1,024-byte aligned (swizzle_unit below);
-//   D per warp as 16 m16n8 C tiles of cuda/mma_f16.cuh: d[i][e] = C tile i (tokens 8i..8i+7).
-// Order: fence() after other instructions wrote the A or D registers, then mma_64x128x16 calls,
+//   D per warp as N/8 m16n8 C tiles of cuda/mma_f16.cuh: d[i][e] = C tile i (columns 8i..8i+7).
+// Each output is the m16n8k16 mma.sync's for the same fragments (the H200 GPU test
+// test_f16_wgmma_bits_are_the_mma_bits: the same bits).
+// Order: fence() after other instructions wrote the A or D registers, then mma_64xNx16 calls,
 // commit(); wait<N>() until at most N committed groups are in flight. LUCE_WGMMA is defined
-// where the instructions exist (device code for sm_90a); elsewhere nothing here is compiled.
+// where the instructions exist (device code for sm_90a). In the host emulator (tests/kernels/emu,
+// LUCE_WGMMA_HOST) each warp runs its 16 rows as N/8 emulated mma.sync calls, B read from the
+// swizzled tile by the same address rule; the asynchrony is none. Elsewhere nothing here is compiled.
 #pragma once
 
 #include "common.cuh"
+#include "mma_f16.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(__HIPCC__)
 #define LUCE_WGMMA 1
+#elif defined(LUCE_MMA_F16_HOST)
+#define LUCE_WGMMA_HOST 1
 #endif
 
 namespace wg {
@@ -34,6 +42,9 @@ __device__ __forceinline__ uint64_t desc_sw128(const void *smem) {
 }
 
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+// Shared memory this thread wrote (cp.async, stores) is visible to the MMAs' operand reads (the
+// async proxy) once every writer has run this and a barrier follows.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
@@ -73,6 +84,62 @@ __device__ __forceinline__ void mma_64x128x16(float (&d)[16][4], const uint32_t 
           "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
+
+__device__ __forceinline__ void fence_operands(float (&d)[8][4]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
+}
+
+// d += A B: m64n64k16, A = a (registers), B at descriptor b.
+__device__ __forceinline__ void mma_64x64x16(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.eq.u32 p, 1, 1;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+#elif defined(LUCE_WGMMA_HOST)
+// The descriptor is the start address itself (the tile's base 1,024-byte aligned in the host
+// address, as on the device in the shared window).
+inline uint64_t desc_sw128(const void *smem) { return (uint64_t)reinterpret_cast<uintptr_t>(smem); }
+inline void fence() {}
+inline void fence_proxy_async() {}
+inline void commit() {}
+template <int N>
+inline void wait() {}
+template <int NT>
+inline void fence_operands(float (&)[NT][4]) {}
+
+// The 32-bit word of B^T row n, values k, k + 1 (k even, 0..15) of the k16 step starting at
+// descriptor b: byte L = b + 128 n + 2 k of the unswizzled tile, stored at L with its 16-byte
+// unit bits (4-6) XORed by its row-in-group bits (7-9).
+inline uint32_t b_word(uint64_t b, int n, int k) {
+    const uint64_t L = b + 128u * (uint64_t)n + 2u * (uint64_t)k;
+    return *reinterpret_cast<const uint32_t *>((uintptr_t)(L ^ (((L >> 7) & 7u) << 4)));
+}
+
+template <int NT>
+inline void mma_64xnx16(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t b) {
+    const int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < NT; ++i)
+        tc::mma_f16_16x8x16(d[i], a, b_word(b, 8 * i + g, 2 * t), b_word(b, 8 * i + g, 2 * t + 8));
+}
+inline void mma_64x128x16(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) { mma_64xnx16<16>(d, a, b); }
+inline void mma_64x64x16(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) { mma_64xnx16<8>(d, a, b); }
 #endif
 
 }  // namespace wg

@@ -87,9 +87,11 @@ def exported_symbols(lib: Path) -> set[str]:
 
 # Headers of NVIDIA-only kernels (arch-specific instructions behind an arch check, with a
 # portable path beside them that HIP builds): their __global__ functions have no AMD code.
-# sm_90a warpgroup MMAs (tunes 32 / 64); the few-row decode kernels, which need more shared memory
-# a block than an AMD GPU has (cuda/matmul_gemv_rows_launch.cuh: HIP builds do not instantiate them)
-NVIDIA_ONLY_HEADERS = ("matmul_prefill_wgmma.cuh", "matmul_gemv_rows.cuh", "matmul_gemv_rows_k.cuh")
+# sm_90a warpgroup MMAs (tunes 32 / 64, the warpgroup form of the prompt attention and its
+# pre-pass); the few-row decode kernels, which need more shared memory a block than an AMD GPU
+# has (cuda/matmul_gemv_rows_launch.cuh: HIP builds do not instantiate them)
+NVIDIA_ONLY_HEADERS = ("matmul_prefill_wgmma.cuh", "matmul_gemv_rows.cuh", "matmul_gemv_rows_k.cuh",
+                       "attention_prefill_f16_wg.cuh")
 
 
 def global_function_names() -> set[str]:

@@ -52,7 +52,7 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     (1: AR decode rows; more: a prefill chunk). heads (Hq, Hkv, D); tiled: every row takes
     the prompt-row kernel (prompt_rows = all rows), prompt_kernel "f16" (f16 tensor cores,
     cuda/attention_prefill_f16*.cuh, staging the keys as f16 first: the default), "f16s" / "f16w"
-    / "f16l" / "f16l4" / "f16l2" (its 8-warp / wide / long staged forms), "f16p" (its paged form, every
+    / "f16l" / "f16l4" / "f16l2" / "f16g" (its 8-warp / wide / long / warpgroup staged forms), "f16p" (its paged form, every
     tile converting the f32 pages) or "tf32" (the TF32 one; LUCE_ATTN_PROMPT,
     set around each launch), else the per-row partition kernel (the decode rows' arithmetic);
     decode_form: LUCE_ATTN_DECODE around each launch ("cluster": its merge through distributed shared
@@ -80,7 +80,7 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
             np.full(n_seqs, context - (pages_per_seq - 1) * PAGE, np.int32),
             np.arange(n_seqs, dtype=np.int32)]
     meta_bufs = [DeviceBuffer.from_numpy(a) for a in meta]
-    n_kv_indices = n_pages if tiled and prompt_kernel in ("f16", "f16s", "f16w", "f16l", "f16l4", "f16l2") else 0
+    n_kv_indices = n_pages if tiled and prompt_kernel in ("f16", "f16s", "f16w", "f16l", "f16l4", "f16l2", "f16g") else 0
     ws_bytes = ka.workspace_bytes(rows, hq, d, context, rows if tiled else 0, hkv, PAGE, n_kv_indices)
     ws = DeviceBuffer(ws_bytes)
     counters = DeviceBuffer.from_numpy(np.zeros(COUNTERS, np.int32))
@@ -181,8 +181,8 @@ for _shape, _heads in SHAPES.items():
         _c.__name__ = f"attention_prompt_{_name}_{_shape}_12288_2048"
         PREFILL_CASES.append(_c)
 # The long form (cuda/attention_prefill_f16_long.cuh: blocks walk runs of splits; f16l 6 warps,
-# f16l4 4 warps, f16l2 4 warps of two m-tiles) at the Coder shape: 512 rows at 4K and 12K, 2,048 rows at 12K.
-for _name in ("f16l", "f16l4", "f16l2"):
+# f16l4 4 warps, f16l2 4 warps of two m-tiles; f16g: the warpgroup form, wgmma) at the Coder shape: 512 rows at 4K and 12K, 2,048 rows at 12K.
+for _name in ("f16l", "f16l4", "f16l2", "f16g"):
     for _ctx, _rows in ((4096, 512), (12288, 512), (12288, 2048)):
         _c = functools.partial(attention_case, 1, _ctx, _rows, SHAPES["1p5b"], True, _name)
         _c.__name__ = f"attention_prompt_{_name}_1p5b_{_ctx}_{_rows}"

@@ -201,7 +201,7 @@ def test_staged_form_gives_the_paged_bits_emulated(lib, name, monkeypatch):
     """The f16 kernel's staged forms (the prompt segments' keys converted to f16 once into the
     workspace, cp.async into shared memory: the default, f16s its 8-warp form, f16w its wide
     form of 4 warps with two m-tiles each, f16l / f16l4 / f16l2 its long form of 6 / 4 warps of
-    one m-tile / 4 warps of two whose blocks walk runs of splits, D <= 128) against its paged form (every tile
+    one m-tile / 4 warps of two whose blocks walk runs of splits, f16g its warpgroup form, D <= 128) against its paged form (every tile
     converting the f32 pages; n_kv_indices = 0, and LUCE_ATTN_PROMPT=f16p with the staging
     workspace given): every output bit the same, at D = 64, 128, 256, over several prompts,
     padding and a tree, the pool's pages shuffled so that a segment's keys sit apart."""
@@ -216,7 +216,7 @@ def test_staged_form_gives_the_paged_bits_emulated(lib, name, monkeypatch):
     staged = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows, guard=16)
     paged = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows, staged=False)
     assert np.array_equal(staged.view(np.uint32), paged.view(np.uint32))
-    for form in ("f16p", "f16s") + (("f16w", "f16l", "f16l4", "f16l2") if d <= 128 else ()):
+    for form in ("f16p", "f16s") + (("f16w", "f16l", "f16l4", "f16l2", "f16g") if d <= 128 else ()):
         monkeypatch.setenv("LUCE_ATTN_PROMPT", form)
         forced = launch(lib, q, pool, batch, tp, 1.0 / np.sqrt(d), prompt_rows, guard=16)
         assert np.array_equal(forced.view(np.uint32), paged.view(np.uint32)), form

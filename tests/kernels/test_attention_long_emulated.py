@@ -1,5 +1,6 @@
 """The long form of the f16 prompt-row kernel (cuda/attention_prefill_f16_long.cuh,
-LUCE_ATTN_PROMPT=f16l: 6 warps, f16l4: 4 warps, f16l2: 4 warps of two m-tiles; a block walks a run of consecutive 1,024-key
+LUCE_ATTN_PROMPT=f16l: 6 warps, f16l4: 4 warps, f16l2: 4 warps of two m-tiles; f16g: one warpgroup on
+warpgroup MMAs, emulated per warp as mma.sync; a block walks a run of consecutive 1,024-key
 splits, LUCE_ATTN_SPLITS_PER_BLOCK long, or as many as its launch picks) on the CPU through
 tests/kernels/emu: every output bit the same as the default staged form's, whatever the run
 length, across prompt segments that share tiles, a short split at the end of a run, padding
@@ -42,7 +43,7 @@ def test_long_form_runs_give_the_default_bits_emulated(lib, d, monkeypatch):
     monkeypatch.setenv("LUCE_ATTN_PROMPT", "f16")
     want = launch(lib, q, pool, batch, None, scale, rows, guard=16)
     check_prompt_rows(want, q, pool, batch, None, scale, rows)
-    for form in ("f16l", "f16l4", "f16l2"):
+    for form in ("f16l", "f16l4", "f16l2", "f16g"):
         monkeypatch.setenv("LUCE_ATTN_PROMPT", form)
         for run in ("", "1", "2", "3", "9"):
             monkeypatch.setenv("LUCE_ATTN_SPLITS_PER_BLOCK", run)
@@ -60,7 +61,7 @@ def test_long_form_unaligned_q_takes_the_default_form_emulated(lib, monkeypatch)
     shifted = buf[1:].reshape(q.shape)  # 4 bytes past a 16-byte boundary
     shifted[...] = q
     assert shifted.ctypes.data % 16 != 0
-    for form in ("f16l", "f16l4", "f16l2"):
+    for form in ("f16l", "f16l4", "f16l2", "f16g"):
         monkeypatch.setenv("LUCE_ATTN_PROMPT", form)
         got = launch(lib, shifted, pool, batch, None, scale, rows)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), form

@@ -1,5 +1,5 @@
 """Prompt-row attention on tensor cores (cuda/attention_prefill.cu: the kernel that
-LUCE_ATTN_PROMPT=f16, f16p / f16s / f16w / f16l / f16l4 / f16l2 (the f16 kernel's paged, 8-warp staged,
+LUCE_ATTN_PROMPT=f16, f16p / f16s / f16w / f16l / f16l4 / f16l2 / f16g (the f16 kernel's paged, 8-warp staged,
 wide staged or long staged form) or tf32 names for the run, else the default one) on a GPU; launches give the f16 kernel
 its staging workspace unless a test says not.
 
@@ -112,7 +112,7 @@ def test_staged_and_paged_f16_forms_give_the_same_bits(heads, monkeypatch):
     """The f16 kernel's staged forms (keys converted to f16 once into the workspace, cp.async
     ring: the default, LUCE_ATTN_PROMPT=f16s the 8-warp form, f16w the wide one of 4 warps with
     two m-tiles each, f16l / f16l4 the long one of 6 / 4 warps walking runs of splits, f16l2 the
-    long one of 4 warps with two m-tiles each, D <= 128,
+    long one of 4 warps with two m-tiles each, D <= 128, f16g the warpgroup one (sm_90a, D 64 / 128),
     where the device holds it; elsewhere they take the default staged form)
     and its paged form (every tile converting the f32 pages: n_kv_indices = 0, or f16p): every
     bit the same, for a chunk across 1,024-key splits beside decoders, padding and a tree."""
@@ -125,7 +125,7 @@ def test_staged_and_paged_f16_forms_give_the_same_bits(heads, monkeypatch):
     staged = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=300)
     paged = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=300, staged=False)
     assert np.array_equal(staged.view(np.uint32), paged.view(np.uint32))
-    for form in ("f16p", "f16s", "f16w", "f16l", "f16l4", "f16l2"):
+    for form in ("f16p", "f16s", "f16w", "f16l", "f16l4", "f16l2", "f16g"):
         monkeypatch.setenv("LUCE_ATTN_PROMPT", form)
         forced = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=300)
         assert np.array_equal(forced.view(np.uint32), paged.view(np.uint32)), form
@@ -136,7 +136,7 @@ def test_staged_and_paged_f16_forms_give_the_same_bits(heads, monkeypatch):
 @pytest.mark.parametrize("heads", [(12, 2, 128), (8, 2, 128), (14, 2, 64)])
 def test_long_form_gives_the_default_bits_at_any_run(heads, monkeypatch):
     """The long form (LUCE_ATTN_PROMPT=f16l: 6 warps, f16l4: 4 warps, f16l2: 4 warps of two
-    m-tiles; its blocks walk runs of
+    m-tiles, f16g: one warpgroup on wgmma (sm_90a); its blocks walk runs of
     LUCE_ATTN_SPLITS_PER_BLOCK consecutive splits, or the launch's pick) against the default
     form through the library: every bit the same, for a 700-row chunk ending at 3,100 keys
     (four splits, the last short) beside decoders, padding and a tree."""
@@ -148,7 +148,7 @@ def test_long_form_gives_the_default_bits_at_any_run(heads, monkeypatch):
     scale = 1.0 / np.sqrt(d)
     monkeypatch.setenv("LUCE_ATTN_PROMPT", "f16")
     want = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=700)
-    for form in ("f16l", "f16l4", "f16l2"):
+    for form in ("f16l", "f16l4", "f16l2", "f16g"):
         monkeypatch.setenv("LUCE_ATTN_PROMPT", form)
         for run in ("", "1", "2", "4"):
             monkeypatch.setenv("LUCE_ATTN_SPLITS_PER_BLOCK", run)
