@@ -187,6 +187,13 @@ for _name in ("f16l", "f16l4", "f16l2", "f16g"):
         _c = functools.partial(attention_case, 1, _ctx, _rows, SHAPES["1p5b"], True, _name)
         _c.__name__ = f"attention_prompt_{_name}_1p5b_{_ctx}_{_rows}"
         PREFILL_CASES.append(_c)
+# The Coder-0.5B's shape (Hq 14, Hkv 2, D 64: the 8-warp staged form by default) in the default,
+# long and warpgroup forms, to pick its default.
+for _name in ("f16", "f16l", "f16g"):
+    for _ctx, _rows in ((4096, 2048), (12288, 2048)):
+        _c = functools.partial(attention_case, 1, _ctx, _rows, (14, 2, 64), True, _name)
+        _c.__name__ = f"attention_prompt_{_name}_q05_{_ctx}_{_rows}"
+        PREFILL_CASES.append(_c)
 for _name, _kernel in (("f16", "f16"), ("f16p", "f16p"), ("tiled", "tf32")):
     _c = functools.partial(attention_case, 1, 4096, 64, (HQ, HKV, D), True, _kernel)
     _c.__name__ = f"attention_prompt_{_name}_27b_4096_64"
