@@ -23,7 +23,8 @@
 // The copies of a key block are cp.async (16 a thread at D = 128); each thread fences them to the
 // async proxy (the MMAs' operand reads) before the barrier that hands the block over.
 // Shared memory: STAGES x (K 128 D + V^T 128 D bytes) + 1 KB for the 1,024-byte alignment the
-// swizzle needs: D = 128, 2 stages: 66,560 (x3 an SM, 12 warps), 3: 99,328 (x2); Q passes
+// swizzle needs: D = 128, 2 stages: 66,560 (x3 an SM, 12 warps), 3 (LUCE_ATTN_WG_STAGES=3):
+// 99,328 (x2); Q passes
 // through the last stage before its first key block lands. Elsewhere (not sm_90a) the kernel is
 // empty and the launch never takes it; the host emulator runs it (LUCE_WGMMA_HOST). sm_90a
 // ptxas (CUDA 13.0): D = 128 166 registers, D = 64 106, no spill; per key block a thread issues
@@ -281,45 +282,58 @@ attention_prompt_f16g_kernel(luce_attention_params p, StagedKv st, int32_t n_par
 #endif
 }
 
-// The warpgroup form's ring depth on this device, decided once (D 64 / 128, sm_90a code for the
-// device, its shared memory): 2 stages (three blocks an SM), else 0 (not here).
-constexpr int kWgStages = 2;
-template <int D>
-bool prompt_f16g_ready() {
-    if constexpr (D != 64 && D != 128) {
-        return false;
-    } else {
-        using W = F16Wg<D, kWgStages>;
-        static int ready = 0;
-        if (ready == 0) {
-            auto kernel = attention_prompt_f16g_kernel<D, kWgStages>;
+// The warpgroup form's ring depth: LUCE_ATTN_WG_STAGES (read once) 3, else 2 (two blocks an SM
+// with 3, three with 2). Only the timing depends on it.
+inline int wg_stages() {
+    static const int stages = [] {
+        const char *v = getenv("LUCE_ATTN_WG_STAGES");
+        return v && atoi(v) == 3 ? 3 : 2;
+    }();
+    return stages;
+}
+
+// Whether the warpgroup form <D, STAGES> runs here, decided once (D 64 / 128, sm_90a code for the
+// device, its shared memory).
+template <int D, int STAGES>
+bool prompt_f16g_fits() {
+    using W = F16Wg<D, STAGES>;
+    static int ready = 0;
+    if (ready == 0) {
+        auto kernel = attention_prompt_f16g_kernel<D, STAGES>;
 #ifdef LUCE_MMA_F16_HOST
-            const bool arch = true;  // the host emulator runs it
+        const bool arch = true;  // the host emulator runs it
 #else
-            cudaFuncAttributes attr{};
-            const bool arch = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.binaryVersion == 90;
+        cudaFuncAttributes attr{};
+        const bool arch = cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.binaryVersion == 90;
+        (void)cudaGetLastError();
+#endif
+        ready = arch ? prepare_smem(kernel, W::kSmemBytes, W::kStaticBytes) : -1;
+#if defined(__CUDACC__)
+        if (ready > 0 && cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
             (void)cudaGetLastError();
 #endif
-            ready = arch ? prepare_smem(kernel, W::kSmemBytes, W::kStaticBytes) : -1;
-#if defined(__CUDACC__)
-            if (ready > 0 && cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100) != cudaSuccess)
-                (void)cudaGetLastError();
-#endif
-        }
-        return ready > 0;
     }
+    return ready > 0;
+}
+
+template <int D>
+bool prompt_f16g_ready() {
+    if constexpr (D != 64 && D != 128)
+        return false;
+    else
+        return wg_stages() == 3 ? prompt_f16g_fits<D, 3>() : prompt_f16g_fits<D, 2>();
 }
 
 // The warpgroup form's tiles (64 / G rows), KV heads and runs of splits, after its pre-pass.
-template <int D>
+template <int D, int STAGES>
 int launch_prompt_f16g(const luce_attention_params &p, const StagedKv &st, int32_t n_parts, cudaStream_t stream) {
-    using W = F16Wg<D, kWgStages>;
+    using W = F16Wg<D, STAGES>;
     static int64_t slots = -1;  // blocks the device holds at once (asked once; 0 unknown)
     if (slots < 0) {
         int device = 0, sms = 0, per_sm = 0;
         if (cudaGetDevice(&device) != cudaSuccess ||
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prompt_f16g_kernel<D, kWgStages>,
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prompt_f16g_kernel<D, STAGES>,
                                                           W::kThreads, W::kSmemBytes) != cudaSuccess)
             sms = per_sm = 0;
         (void)cudaGetLastError();
@@ -330,8 +344,13 @@ int launch_prompt_f16g(const luce_attention_params &p, const StagedKv &st, int32
     const int32_t splits = prompt_splits(n_parts);
     const int32_t per_block = f16l_per_block(tiles * p.n_heads_kv, splits, slots);
     const dim3 grid((unsigned)tiles, (unsigned)p.n_heads_kv, (unsigned)((splits + per_block - 1) / per_block));
-    attention_prompt_f16g_kernel<D, kWgStages><<<grid, W::kThreads, W::kSmemBytes, stream>>>(p, st, n_parts, per_block, G);
+    attention_prompt_f16g_kernel<D, STAGES><<<grid, W::kThreads, W::kSmemBytes, stream>>>(p, st, n_parts, per_block, G);
     return luce_status(cudaGetLastError());
+}
+
+template <int D>
+int launch_prompt_f16g(const luce_attention_params &p, const StagedKv &st, int32_t n_parts, cudaStream_t stream) {
+    return wg_stages() == 3 ? launch_prompt_f16g<D, 3>(p, st, n_parts, stream) : launch_prompt_f16g<D, 2>(p, st, n_parts, stream);
 }
 
 }  // namespace

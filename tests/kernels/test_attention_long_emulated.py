@@ -65,3 +65,20 @@ def test_long_form_unaligned_q_takes_the_default_form_emulated(lib, monkeypatch)
         monkeypatch.setenv("LUCE_ATTN_PROMPT", form)
         got = launch(lib, shifted, pool, batch, None, scale, rows)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), form
+
+
+@pytest.mark.parametrize("d", [128, 64])
+def test_warpgroup_form_three_stages_gives_the_default_bits_emulated(tmp_path, d, monkeypatch):
+    """f16g with LUCE_ATTN_WG_STAGES=3 (read once by a library: a fresh one here)."""
+    monkeypatch.setenv("LUCE_ATTN_WG_STAGES", "3")
+    lib3 = load_attention(tmp_path)
+    rng = np.random.default_rng(d + 11)
+    pool, batch, q = coder_like_launch(rng, d)
+    scale, rows = 1.0 / np.sqrt(d), 25
+    monkeypatch.setenv("LUCE_ATTN_PROMPT", "f16")
+    want = launch(lib3, q, pool, batch, None, scale, rows, guard=16)
+    monkeypatch.setenv("LUCE_ATTN_PROMPT", "f16g")
+    for run in ("", "1", "2"):
+        monkeypatch.setenv("LUCE_ATTN_SPLITS_PER_BLOCK", run)
+        got = launch(lib3, q, pool, batch, None, scale, rows, guard=16)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), run
