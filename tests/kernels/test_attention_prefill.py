@@ -158,6 +158,27 @@ def test_long_form_gives_the_default_bits_at_any_run(heads, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("heads", [(12, 2, 128), (14, 2, 64)])
+def test_prompt_forms_at_a_long_context_give_the_default_bits(heads, monkeypatch):
+    """The long forms and the warpgroup form (f16l2, f16g: new in session 20, written without a
+    GPU) on a 1,536-row chunk ending at 6,000 keys (six splits, runs of them, grids of hundreds
+    of blocks, several blocks an SM) beside decoders and a tree: every bit the default form's."""
+    if KIND != "f16":
+        pytest.skip("the f16 kernel's forms (LUCE_ATTN_PROMPT names another kernel)")
+    hq, hkv, d = heads
+    rng = np.random.default_rng(hq * 3 + d)
+    pool, batch, tp, q = mixed_launch(rng, hq, hkv, d, 1536, 6000 - 1536)
+    scale = 1.0 / np.sqrt(d)
+    monkeypatch.setenv("LUCE_ATTN_PROMPT", "f16")
+    want = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=1536)
+    for form in ("f16l", "f16l2", "f16g"):
+        monkeypatch.setenv("LUCE_ATTN_PROMPT", form)
+        got = run_kernel(q, pool, batch, scale, fill=SENTINEL, tree_parents=tp, prompt_rows=1536)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), form
+    assert_prompt_close(want, q, pool, batch, scale, 1536)
+
+
+@pytest.mark.gpu
 def test_tiles_across_prompt_segments_and_padding_change_no_bits():
     """Two prompt segments and a padding segment under prompt_rows (tiles straddle them): each
     segment bitwise as it is alone, padding rows untouched."""
