@@ -70,6 +70,7 @@ struct F16LongRun {
     int32_t piece_end;      // the piece's end (r1)
     int32_t group;          // G = Hq / Hkv
     const uint16_t *k;      // the run's first key in the K staging (V: st.v - st.k halves on)
+    const uint16_t *vt;     // the warpgroup form's: the run's first key in dim 0's row of V16T
     int32_t n_ok;           // keys of the run with staged data (zeros past)
     int32_t n_blocks;       // the run's key blocks
     int32_t n_any;          // the most keys of any row of the piece (tree rows too)
@@ -147,25 +148,14 @@ __device__ __forceinline__ void f16l_store_q(const luce_attention_params &p, int
     }
 }
 
-// One block-uniform piece of the long form (for_tile_pieces' with r0 in shared memory): rows
-// r0 = run->next .. r1 - 1 of one segment, all in the tile (rows before run->end), splits
-// s0..s1-1; sets run->next = r1. row_keys: each row's keys (all splits); row_n: the current split's (the
-// other forms' row_n); row_state: a tree row; run: the piece's block-uniform state. MT = 1: Q's
-// fragments in registers (through the ring's last buffer); MT = 2: Q in its own buffer after the
-// ring, ldmatrix'd each key block, and each K / V fragment feeds both m-tiles of a warp.
-template <int D, int WARPS, int STAGES, int MT>
-__device__ void f16l_prompt_piece(const luce_attention_params &p, const StagedKv &st, int32_t G, int32_t hk,
-                                  int32_t s0, int32_t s1, int32_t n_parts, uint16_t *smem,
-                                  int32_t *row_keys, int32_t *row_n, int32_t *row_state,
-                                  F16LongRun<WARPS * MT> *run) {
-    using S = F16Shape<D>;
-    using L = F16Long<D, WARPS, STAGES, MT>;
-    constexpr int NT = S::kKeyTiles, KS = S::kStride, B = S::kBlockKeys;
-    const int32_t r0 = run->next, r1 = min(run->end, p.qo_indptr[attention_segment_of(p, r0) + 1]);
-    const int nq = (r1 - r0) * G;
-    uint16_t *q_s = smem + (MT > 1 ? STAGES : STAGES - 1) * L::kBufHalves;  // buffer i: smem + i * kBufHalves
-
-    if (threadIdx.x < L::kTileQV) {
+// The start of a piece of rows r0..r1-1 (threads < TILE: row_keys, row_state; thread 0: the
+// run's block-uniform state for splits s0..s1-1, K from the staging and, VT, V16T as the
+// warpgroup form stages it); ends with a barrier.
+template <int D, int TILE, bool VT, class Run>
+__device__ __forceinline__ void f16l_piece_start(const luce_attention_params &p, const StagedKv &st, int32_t hk,
+                                                 int32_t s0, int32_t s1, int32_t r0, int32_t r1, int32_t *row_keys,
+                                                 int32_t *row_state, Run *run) {
+    if (threadIdx.x < TILE) {
         int32_t n = 0, state = 0;
         const int32_t row = r0 + (int32_t)threadIdx.x;
         if (row < r1) {
@@ -186,11 +176,36 @@ __device__ void f16l_prompt_piece(const luce_attention_params &p, const StagedKv
         const int32_t key_lo = s0 * kSplitKeys, key_hi = min(s1 * kSplitKeys, n_total);
         const StagedSource src = staged_source<D>(p, st, r0, hk, key_lo, n_total - key_lo);
         run->k = src.k;
+        if constexpr (VT) {
+            const int64_t row0 = (int64_t)p.kv_indptr[attention_segment_of(p, r0)] * p.page_size + key_lo;
+            run->vt = st.v + ((int64_t)hk * D * st.rows + (src.n_ok > 0 ? row0 : 0));
+        }
         run->n_ok = src.n_ok;
-        run->n_blocks = key_hi > key_lo ? (key_hi - key_lo + B - 1) / B : 0;
+        run->n_blocks = key_hi > key_lo ? (key_hi - key_lo + F16Shape<D>::kBlockKeys - 1) / F16Shape<D>::kBlockKeys : 0;
         run->n_any = n_any;
     }
     __syncthreads();
+}
+
+// One block-uniform piece of the long form (for_tile_pieces' with r0 in shared memory): rows
+// r0 = run->next .. r1 - 1 of one segment, all in the tile (rows before run->end), splits
+// s0..s1-1; sets run->next = r1. row_keys: each row's keys (all splits); row_n: the current split's (the
+// other forms' row_n); row_state: a tree row; run: the piece's block-uniform state. MT = 1: Q's
+// fragments in registers (through the ring's last buffer); MT = 2: Q in its own buffer after the
+// ring, ldmatrix'd each key block, and each K / V fragment feeds both m-tiles of a warp.
+template <int D, int WARPS, int STAGES, int MT>
+__device__ void f16l_prompt_piece(const luce_attention_params &p, const StagedKv &st, int32_t G, int32_t hk,
+                                  int32_t s0, int32_t s1, int32_t n_parts, uint16_t *smem,
+                                  int32_t *row_keys, int32_t *row_n, int32_t *row_state,
+                                  F16LongRun<WARPS * MT> *run) {
+    using S = F16Shape<D>;
+    using L = F16Long<D, WARPS, STAGES, MT>;
+    constexpr int NT = S::kKeyTiles, KS = S::kStride, B = S::kBlockKeys;
+    const int32_t r0 = run->next, r1 = min(run->end, p.qo_indptr[attention_segment_of(p, r0) + 1]);
+    const int nq = (r1 - r0) * G;
+    uint16_t *q_s = smem + (MT > 1 ? STAGES : STAGES - 1) * L::kBufHalves;  // buffer i: smem + i * kBufHalves
+
+    f16l_piece_start<D, L::kTileQV, false>(p, st, hk, s0, s1, r0, r1, row_keys, row_state, run);
     const int n_blocks = run->n_blocks;
 #pragma unroll
     for (int b = 0; b < STAGES - 1; ++b) {

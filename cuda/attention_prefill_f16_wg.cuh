@@ -137,7 +137,7 @@ __device__ __forceinline__ void f16g_copy_block(const uint16_t *k, const uint16_
 template <int D, int STAGES>
 __device__ void f16g_prompt_piece(const luce_attention_params &p, const StagedKv &st, int32_t G, int32_t hk,
                                   int32_t s0, int32_t s1, int32_t n_parts, uint8_t *smem, int32_t *row_keys,
-                                  int32_t *row_n, int32_t *row_state, F16LongRun<4> *run, const uint16_t **vt_s) {
+                                  int32_t *row_n, int32_t *row_state, F16LongRun<4> *run) {
     using S = F16Shape<D>;
     using W = F16Wg<D, STAGES>;
     constexpr int NT = S::kKeyTiles, B = S::kBlockKeys;
@@ -145,38 +145,11 @@ __device__ void f16g_prompt_piece(const luce_attention_params &p, const StagedKv
     const int nq = (r1 - r0) * G;
     uint16_t *q_s = reinterpret_cast<uint16_t *>(smem + (STAGES - 1) * W::kStageBytes);
 
-    if (threadIdx.x < W::kTileQV) {
-        int32_t n = 0, state = 0;
-        const int32_t row = r0 + (int32_t)threadIdx.x;
-        if (row < r1) {
-            n = max(attention_row_keys(p, row).keys, 0);
-            state = p.tree_parents != nullptr && p.tree_parents[row] >= 0;
-        }
-        row_keys[threadIdx.x] = n;
-        row_state[threadIdx.x] = state;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        run->piece_end = r1;
-        int32_t n_total = 0, n_any = 0;
-        for (int r = 0; r < r1 - r0; ++r) {
-            n_any = max(n_any, row_keys[r]);
-            if (!row_state[r]) n_total = max(n_total, row_keys[r]);
-        }
-        const int32_t key_lo = s0 * kSplitKeys, key_hi = min(s1 * kSplitKeys, n_total);
-        const StagedSource src = staged_source<D>(p, st, r0, hk, key_lo, n_total - key_lo);
-        const int64_t row0 = (int64_t)p.kv_indptr[attention_segment_of(p, r0)] * p.page_size + key_lo;
-        run->k = src.k;
-        *vt_s = st.v + ((int64_t)hk * D * st.rows + (src.n_ok > 0 ? row0 : 0));
-        run->n_ok = src.n_ok;
-        run->n_blocks = key_hi > key_lo ? (key_hi - key_lo + B - 1) / B : 0;
-        run->n_any = n_any;
-    }
-    __syncthreads();
+    f16l_piece_start<D, W::kTileQV, true>(p, st, hk, s0, s1, r0, r1, row_keys, row_state, run);
     const int n_blocks = run->n_blocks;
 #pragma unroll
     for (int b = 0; b < STAGES - 1; ++b) {
-        if (b < n_blocks) f16g_copy_block<D>(run->k, *vt_s, st.rows, run->n_ok, b * B, smem + b * W::kStageBytes);
+        if (b < n_blocks) f16g_copy_block<D>(run->k, run->vt, st.rows, run->n_ok, b * B, smem + b * W::kStageBytes);
         cp_async_commit();
     }
     uint32_t qf[D / 16][4];
@@ -203,7 +176,7 @@ __device__ void f16g_prompt_piece(const luce_attention_params &p, const StagedKv
             wg::fence_proxy_async();  // this thread's copies of block b, seen by the MMAs after the barrier
             __syncthreads();  // block b landed everywhere; block b - 1's MMAs (and Q's readers) are done
             if (b + STAGES - 1 < run->n_blocks)
-                f16g_copy_block<D>(run->k, *vt_s, st.rows, run->n_ok, (b + STAGES - 1) * B,
+                f16g_copy_block<D>(run->k, run->vt, st.rows, run->n_ok, (b + STAGES - 1) * B,
                                    smem + ((b + STAGES - 1) % STAGES) * W::kStageBytes);
             cp_async_commit();
             const int32_t b0 = (b - b_first) * B;
@@ -265,7 +238,6 @@ attention_prompt_f16g_kernel(luce_attention_params p, StagedKv st, int32_t n_par
     extern __shared__ float4 smem4[];
     __shared__ int32_t row_keys[W::kTileQV], row_n[W::kTileQV], row_state[W::kTileQV];
     __shared__ F16LongRun<W::kWarps> run;
-    __shared__ const uint16_t *vt;
     const int32_t s0 = (int32_t)blockIdx.z * per_block, s1 = min(s0 + per_block, prompt_splits(n_parts));
     const int32_t rows_per_tile = W::kTileQV / G;
     if (threadIdx.x == 0) {
@@ -276,7 +248,7 @@ attention_prompt_f16g_kernel(luce_attention_params p, StagedKv st, int32_t n_par
     __syncthreads();
     uint8_t *smem = align_1024(reinterpret_cast<uint8_t *>(smem4));
     while (run.next < run.end)
-        f16g_prompt_piece<D, STAGES>(p, st, G, blockIdx.y, s0, s1, n_parts, smem, row_keys, row_n, row_state, &run, &vt);
+        f16g_prompt_piece<D, STAGES>(p, st, G, blockIdx.y, s0, s1, n_parts, smem, row_keys, row_n, row_state, &run);
 #else
     (void)p, (void)st, (void)n_parts, (void)per_block, (void)G;
 #endif

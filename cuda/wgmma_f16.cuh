@@ -50,9 +50,10 @@ template <int N>
 __device__ __forceinline__ void wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 
 // Pins the accumulators around asynchronous MMAs (the compiler must not move them meanwhile).
-__device__ __forceinline__ void fence_operands(float (&d)[16][4]) {
+template <int NT>
+__device__ __forceinline__ void fence_operands(float (&d)[NT][4]) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < NT; ++i)
 #pragma unroll
         for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
@@ -83,13 +84,6 @@ __device__ __forceinline__ void mma_64x128x16(float (&d)[16][4], const uint32_t 
           "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
           "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
-}
-
-__device__ __forceinline__ void fence_operands(float (&d)[8][4]) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[i][e])::"memory");
 }
 
 // d += A B: m64n64k16, A = a (registers), B at descriptor b.
