@@ -233,12 +233,14 @@ __device__ __forceinline__ void f16_scores_mt(float (&s)[MT][F16Shape<D>::kKeyTi
     }
 }
 
-// The online softmax of key block b0 (scores s): m, l, o *= a, and pa = f16(e) as the A
-// operand of 16-key step kk (n-tiles 2 kk: k 0..7, 2 kk + 1: k 8..15).
+// The online softmax of key block b0 (scores s), in three parts that f16_softmax runs in order
+// (the warpgroup form's overlap runs the last before the second; they touch different values):
+// f16_softmax_stats: masks, the rows' new max m' (mx: the m' that e uses), a = exp2(m - m'),
+// m = m', l *= a.
 template <int D>
-__device__ __forceinline__ void f16_softmax(float (&s)[F16Shape<D>::kKeyTiles][4], int32_t b0, F16Warp<D> &w,
-                                            uint32_t (&pa)[F16Shape<D>::kKeyTiles / 2][4]) {
-    constexpr int NT = F16Shape<D>::kKeyTiles, DT = F16Shape<D>::kDimTiles;
+__device__ __forceinline__ void f16_softmax_stats(float (&s)[F16Shape<D>::kKeyTiles][4], int32_t b0, F16Warp<D> &w,
+                                                  float (&mx)[2], float (&alpha)[2]) {
+    constexpr int NT = F16Shape<D>::kKeyTiles;
     const int t = threadIdx.x & 3;
     // Entry i of s[nt]: row v0 + 8 (i >> 1), key b0 + 8 nt + 2t + (i & 1).
     if (b0 + F16Shape<D>::kBlockKeys > w.n_warp_min) {  // some vector of the warp ends in this block
@@ -248,12 +250,11 @@ __device__ __forceinline__ void f16_softmax(float (&s)[F16Shape<D>::kKeyTiles][4
             for (int i = 0; i < 4; ++i)
                 if (b0 + 8 * nt + 2 * t + (i & 1) >= w.n_row[i >> 1]) s[nt][i] = -INFINITY;
     }
-    float mx[2] = {-INFINITY, -INFINITY};
+    mx[0] = mx[1] = -INFINITY;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
-    float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         mx[r] = fmaxf(mx[r], warp_shfl_xor(mx[r], 1));
@@ -265,6 +266,14 @@ __device__ __forceinline__ void f16_softmax(float (&s)[F16Shape<D>::kKeyTiles][4
         mx[r] = m_use;
         w.l[r] *= alpha[r];
     }
+}
+
+// f16_softmax_exp: e = exp2(s - m'), l += e (keys in order), pa = f16(e) as the A operand of
+// 16-key step kk (n-tiles 2 kk: k 0..7, 2 kk + 1: k 8..15).
+template <int D>
+__device__ __forceinline__ void f16_softmax_exp(const float (&s)[F16Shape<D>::kKeyTiles][4], const float (&mx)[2],
+                                                F16Warp<D> &w, uint32_t (&pa)[F16Shape<D>::kKeyTiles / 2][4]) {
+    constexpr int NT = F16Shape<D>::kKeyTiles;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
         float e[4];
@@ -276,13 +285,28 @@ __device__ __forceinline__ void f16_softmax(float (&s)[F16Shape<D>::kKeyTiles][4
         pa[nt >> 1][2 * (nt & 1)] = tc::pack_f16x2(e[0], e[1]);
         pa[nt >> 1][2 * (nt & 1) + 1] = tc::pack_f16x2(e[2], e[3]);
     }
+}
+
+// f16_softmax_scale: o *= a.
+template <int D>
+__device__ __forceinline__ void f16_softmax_scale(F16Warp<D> &w, const float (&alpha)[2]) {
 #pragma unroll
-    for (int d = 0; d < DT; ++d) {
+    for (int d = 0; d < F16Shape<D>::kDimTiles; ++d) {
         w.o[d][0] *= alpha[0];
         w.o[d][1] *= alpha[0];
         w.o[d][2] *= alpha[1];
         w.o[d][3] *= alpha[1];
     }
+}
+
+// The online softmax of key block b0: m, l, o *= a, and pa = f16(e).
+template <int D>
+__device__ __forceinline__ void f16_softmax(float (&s)[F16Shape<D>::kKeyTiles][4], int32_t b0, F16Warp<D> &w,
+                                            uint32_t (&pa)[F16Shape<D>::kKeyTiles / 2][4]) {
+    float mx[2], alpha[2];
+    f16_softmax_stats<D>(s, b0, w, mx, alpha);
+    f16_softmax_exp<D>(s, mx, w, pa);
+    f16_softmax_scale<D>(w, alpha);
 }
 
 // o += pa V (v_s [B][kStride]) for MT m-tiles of one warp: each V fragment feeds all MT.

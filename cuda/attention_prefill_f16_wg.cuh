@@ -22,12 +22,18 @@
 // (32 KB a warp and key block); here the tensor cores read B from shared memory themselves.
 // The copies of a key block are cp.async (16 a thread at D = 128); each thread fences them to the
 // async proxy (the MMAs' operand reads) before the barrier that hands the block over.
+// LUCE_ATTN_WG_OVERLAP=1 (3 stages, two S register sets): a step runs block b's softmax stats and
+// o *= a, issues block b + 1's Q K^T, then block b's exps (the MUFU work) while the tensor cores
+// run it, then P V; a split's first block has no S ahead. No accumulator is written while a wgmma
+// is in flight (o's scale before the issue; an S set zeroed after the wait that ends its use):
+// ptxas serializes every wgmma otherwise (C7515).
 // Shared memory: STAGES x (K 128 D + V^T 128 D bytes) + 1 KB for the 1,024-byte alignment the
 // swizzle needs: D = 128, 2 stages: 66,560 (x3 an SM, 12 warps), 3 (LUCE_ATTN_WG_STAGES=3):
 // 99,328 (x2); Q passes
 // through the last stage before its first key block lands. Elsewhere (not sm_90a) the kernel is
 // empty and the launch never takes it; the host emulator runs it (LUCE_WGMMA_HOST). sm_90a
-// ptxas (CUDA 13.0): D = 128 166 registers, D = 64 106, no spill; per key block a thread issues
+// ptxas (CUDA 13.0): D = 128 168 registers (3 stages 180, overlapped 214), D = 64 106 (overlapped
+// 154), no spill; per key block a thread issues
 // ~145 instructions of copies and ~400 of products and softmax (12 HGMMA), against ~500 with 128
 // HMMA and 55 LDSM a warp in the 6-warp long form.
 #pragma once
@@ -134,7 +140,7 @@ __device__ __forceinline__ void f16g_copy_block(const uint16_t *k, const uint16_
 // One block-uniform piece (the long form's f16l_prompt_piece with one warpgroup): rows
 // r0 = run->next .. r1 - 1 of one segment, splits s0..s1-1; sets run->next = r1. smem: the
 // 1,024-byte aligned stages.
-template <int D, int STAGES>
+template <int D, int STAGES, bool OVL>
 __device__ void f16g_prompt_piece(const luce_attention_params &p, const StagedKv &st, int32_t G, int32_t hk,
                                   int32_t s0, int32_t s1, int32_t n_parts, uint8_t *smem, int32_t *row_keys,
                                   int32_t *row_n, int32_t *row_state, F16LongRun<4> *run) {
@@ -161,6 +167,33 @@ __device__ void f16g_prompt_piece(const luce_attention_params &p, const StagedKv
         for (int kd = 0; kd < D / 16; ++kd) tc::ldmatrix_x4(qf[kd], q_s + (q_off + 16 * kd));
     }
     const int warp = (int)(threadIdx.x / WARP_SIZE);
+    // S of key block bb (landed: after its turn's barrier) into sc (zeros: each step zeroes its S
+    // after the wait that ends its stage, so no accumulator is written while a wgmma runs), in
+    // flight (committed).
+    const auto zero = [](float (&sc)[NT][4]) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+    };
+    const auto issue_scores = [&](float (&sc)[NT][4], int bb) {
+        const uint8_t *stage = smem + (bb % STAGES) * W::kStageBytes;
+        wg::fence();
+#pragma unroll
+        for (int kd = 0; kd < D / 16; ++kd)
+            wg::mma_64x64x16(sc, qf[kd], wg::desc_sw128(stage + (kd / 4) * W::kAtom + 32 * (kd % 4)));
+        wg::commit();
+    };
+    // Block bb's turn in the ring: its copies (OVL: and bb + 1's) landed everywhere, every MMA of
+    // the turn before ended; then block bb + STAGES - 1's copies go out (into the stage that
+    // turn read).
+    const auto turn = [&](int bb) {
+        cp_async_wait<OVL ? 0 : STAGES - 2>();
+        wg::fence_proxy_async();  // this thread's copies, seen by the MMAs after the barrier
+        __syncthreads();
+        if (bb + STAGES - 1 < run->n_blocks)
+            f16g_copy_block<D>(run->k, run->vt, st.rows, run->n_ok, (bb + STAGES - 1) * B,
+                               smem + ((bb + STAGES - 1) % STAGES) * W::kStageBytes);
+        cp_async_commit();
+    };
     int b = 0;
     for (int32_t s = s0; s < s1; ++s) {
         const int32_t key0 = s * kSplitKeys;
@@ -169,34 +202,34 @@ __device__ void f16g_prompt_piece(const luce_attention_params &p, const StagedKv
         __syncthreads();
         F16Warp<D> w(row_n, row_state, (run->piece_end - run->next) * run->group, run->group);
         if (threadIdx.x % WARP_SIZE == 0) run->warp[warp][0] = w.n_warp, run->warp[warp][1] = w.n_warp_min;
-        const int32_t b_first = b;
-        for (; b < b_first + kSplitKeys / B; ++b) {
-            if (b >= run->n_blocks) break;
-            cp_async_wait<STAGES - 2>();
-            wg::fence_proxy_async();  // this thread's copies of block b, seen by the MMAs after the barrier
-            __syncthreads();  // block b landed everywhere; block b - 1's MMAs (and Q's readers) are done
-            if (b + STAGES - 1 < run->n_blocks)
-                f16g_copy_block<D>(run->k, run->vt, st.rows, run->n_ok, (b + STAGES - 1) * B,
-                                   smem + ((b + STAGES - 1) % STAGES) * W::kStageBytes);
-            cp_async_commit();
-            const int32_t b0 = (b - b_first) * B;
-            w.n_warp = run->warp[warp][0], w.n_warp_min = run->warp[warp][1];
+        const int32_t b_first = b, b_end = min(b_first + kSplitKeys / B, run->n_blocks);
+        // Whether block bb of the split is attended by a row of the tile (block-uniform; a prefix).
+        const auto live = [&](int bb) {
             const int32_t n_block = max(max(run->warp[0][0], run->warp[1][0]), max(run->warp[2][0], run->warp[3][0]));
-            if (b0 >= n_block) continue;  // block-uniform: no row of the tile attends a key here
-            const uint8_t *stage = smem + (b % STAGES) * W::kStageBytes;
-            float sc[NT][4];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
-            wg::fence();
-#pragma unroll
-            for (int kd = 0; kd < D / 16; ++kd)
-                wg::mma_64x64x16(sc, qf[kd], wg::desc_sw128(stage + (kd / 4) * W::kAtom + 32 * (kd % 4)));
-            wg::commit();
-            wg::wait<0>();
-            wg::fence_operands(sc);
+            return bb < b_end && (bb - b_first) * B < n_block;
+        };
+        bool have = false;  // OVL: the current block's S is in flight or done (issued the turn before)
+        // Block bb with its S in cur (OVL: issued the turn before, where `have`); OVL issues block
+        // bb + 1's S into next before the softmax, so the tensor cores run it meanwhile.
+        const auto step = [&](int bb, float (&cur)[NT][4], float (&next)[NT][4]) {
+            turn(bb);
+            w.n_warp = run->warp[warp][0], w.n_warp_min = run->warp[warp][1];
+            if (!live(bb)) return;
+            if (!have) {  // (OVL: the turn before issued it, and its last wait ended it)
+                issue_scores(cur, bb);
+                wg::wait<0>();
+            }
+            wg::fence_operands(cur);
             uint32_t pa[NT / 2][4];
-            f16_softmax<D>(sc, b0, w, pa);
+            float mx[2], alpha[2];
+            f16_softmax_stats<D>(cur, (bb - b_first) * B, w, mx, alpha);
+            f16_softmax_scale<D>(w, alpha);  // o's last write before the MMAs below (ptxas: no
+                                             // accumulator defined while a wgmma is in flight)
+            have = OVL && live(bb + 1);
+            if (have) issue_scores(next, bb + 1);  // runs on the tensor cores during the exps
+            f16_softmax_exp<D>(cur, mx, w, pa);
             wg::fence();  // the softmax wrote o and P before the MMAs read them
+            const uint8_t *stage = smem + (bb % STAGES) * W::kStageBytes;
 #pragma unroll
             for (int kk = 0; kk < NT / 2; ++kk) {
                 const uint64_t v = wg::desc_sw128(stage + W::kKBytes + 32 * kk);
@@ -206,9 +239,24 @@ __device__ void f16g_prompt_piece(const luce_attention_params &p, const StagedKv
                     wg::mma_64x64x16(w.o, pa[kk], v);
             }
             wg::commit();
-            wg::wait<0>();  // before the next barrier, after which this stage may refill
+            wg::wait<0>();  // before the next turn's barrier, after which this stage may refill
             wg::fence_operands(w.o);
+            if constexpr (OVL) wg::fence_operands(next);
+            zero(cur);  // for its next S
+        };
+        float sc0[NT][4];
+        zero(sc0);
+        if constexpr (OVL) {
+            float sc1[NT][4];
+            zero(sc1);
+            for (; b < b_end; b += 2) {  // two steps a pass: cur and next swap without a copy
+                step(b, sc0, sc1);
+                if (b + 1 < b_end) step(b + 1, sc1, sc0);
+            }
+        } else {
+            for (; b < b_end; ++b) step(b, sc0, sc0);  // next is never issued
         }
+        b = b_end;
         const int32_t r0w = run->next, gw = run->group, nqw = (run->piece_end - r0w) * gw;
         f16_write_warp<D>(p, w, gw, r0w, blockIdx.y, s, n_parts);
         f16_write_end<W::kThreads>(p, gw, r0w, blockIdx.y, s, n_parts, nqw, row_n, row_state);  // ends with a sync
@@ -230,7 +278,7 @@ __global__ void __launch_bounds__(256) attention_stage_kvt_kernel(luce_attention
     f16_stage_vt<D>(p, st, page_shift);
 }
 
-template <int D, int STAGES>
+template <int D, int STAGES, bool OVL>
 __global__ void __launch_bounds__(F16Wg<D, STAGES>::kThreads, F16Wg<D, STAGES>::kMinBlocks)
 attention_prompt_f16g_kernel(luce_attention_params p, StagedKv st, int32_t n_parts, int32_t per_block, int32_t G) {
 #if defined(LUCE_WGMMA) || defined(LUCE_WGMMA_HOST)
@@ -248,30 +296,32 @@ attention_prompt_f16g_kernel(luce_attention_params p, StagedKv st, int32_t n_par
     __syncthreads();
     uint8_t *smem = align_1024(reinterpret_cast<uint8_t *>(smem4));
     while (run.next < run.end)
-        f16g_prompt_piece<D, STAGES>(p, st, G, blockIdx.y, s0, s1, n_parts, smem, row_keys, row_n, row_state, &run);
+        f16g_prompt_piece<D, STAGES, OVL>(p, st, G, blockIdx.y, s0, s1, n_parts, smem, row_keys, row_n, row_state, &run);
 #else
     (void)p, (void)st, (void)n_parts, (void)per_block, (void)G;
 #endif
 }
 
-// The warpgroup form's ring depth: LUCE_ATTN_WG_STAGES (read once) 3, else 2 (two blocks an SM
-// with 3, three with 2). Only the timing depends on it.
-inline int wg_stages() {
-    static const int stages = [] {
-        const char *v = getenv("LUCE_ATTN_WG_STAGES");
-        return v && atoi(v) == 3 ? 3 : 2;
+// The warpgroup form's ring: LUCE_ATTN_WG_STAGES (read once) 3, else 2 (two blocks an SM with 3,
+// three with 2); LUCE_ATTN_WG_OVERLAP=1 (read once, 3 stages): each key block's Q K^T is issued
+// before the softmax of the block ahead, so the tensor cores run it meanwhile (two S register
+// sets). Only the timing depends on them.
+inline int wg_variant() {  // 2, 3 (stages) or 4 (3 stages, overlapped)
+    static const int v = [] {
+        const char *o = getenv("LUCE_ATTN_WG_OVERLAP"), *s = getenv("LUCE_ATTN_WG_STAGES");
+        return o && atoi(o) == 1 ? 4 : s && atoi(s) == 3 ? 3 : 2;
     }();
-    return stages;
+    return v;
 }
 
-// Whether the warpgroup form <D, STAGES> runs here, decided once (D 64 / 128, sm_90a code for the
-// device, its shared memory).
-template <int D, int STAGES>
+// Whether the warpgroup form <D, STAGES, OVL> runs here, decided once (D 64 / 128, sm_90a code for
+// the device, its shared memory).
+template <int D, int STAGES, bool OVL>
 bool prompt_f16g_fits() {
     using W = F16Wg<D, STAGES>;
     static int ready = 0;
     if (ready == 0) {
-        auto kernel = attention_prompt_f16g_kernel<D, STAGES>;
+        auto kernel = attention_prompt_f16g_kernel<D, STAGES, OVL>;
 #ifdef LUCE_MMA_F16_HOST
         const bool arch = true;  // the host emulator runs it
 #else
@@ -293,20 +343,22 @@ bool prompt_f16g_ready() {
     if constexpr (D != 64 && D != 128)
         return false;
     else
-        return wg_stages() == 3 ? prompt_f16g_fits<D, 3>() : prompt_f16g_fits<D, 2>();
+        return wg_variant() == 4   ? prompt_f16g_fits<D, 3, true>()
+               : wg_variant() == 3 ? prompt_f16g_fits<D, 3, false>()
+                                   : prompt_f16g_fits<D, 2, false>();
 }
 
 // The warpgroup form's tiles (64 / G rows), KV heads and runs of splits, after its pre-pass.
-template <int D, int STAGES>
+template <int D, int STAGES, bool OVL>
 int launch_prompt_f16g(const luce_attention_params &p, const StagedKv &st, int32_t n_parts, cudaStream_t stream) {
     using W = F16Wg<D, STAGES>;
+    auto kernel = attention_prompt_f16g_kernel<D, STAGES, OVL>;
     static int64_t slots = -1;  // blocks the device holds at once (asked once; 0 unknown)
     if (slots < 0) {
         int device = 0, sms = 0, per_sm = 0;
         if (cudaGetDevice(&device) != cudaSuccess ||
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, attention_prompt_f16g_kernel<D, STAGES>,
-                                                          W::kThreads, W::kSmemBytes) != cudaSuccess)
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, W::kThreads, W::kSmemBytes) != cudaSuccess)
             sms = per_sm = 0;
         (void)cudaGetLastError();
         slots = (int64_t)sms * per_sm;
@@ -316,13 +368,15 @@ int launch_prompt_f16g(const luce_attention_params &p, const StagedKv &st, int32
     const int32_t splits = prompt_splits(n_parts);
     const int32_t per_block = f16l_per_block(tiles * p.n_heads_kv, splits, slots);
     const dim3 grid((unsigned)tiles, (unsigned)p.n_heads_kv, (unsigned)((splits + per_block - 1) / per_block));
-    attention_prompt_f16g_kernel<D, STAGES><<<grid, W::kThreads, W::kSmemBytes, stream>>>(p, st, n_parts, per_block, G);
+    kernel<<<grid, W::kThreads, W::kSmemBytes, stream>>>(p, st, n_parts, per_block, G);
     return luce_status(cudaGetLastError());
 }
 
 template <int D>
 int launch_prompt_f16g(const luce_attention_params &p, const StagedKv &st, int32_t n_parts, cudaStream_t stream) {
-    return wg_stages() == 3 ? launch_prompt_f16g<D, 3>(p, st, n_parts, stream) : launch_prompt_f16g<D, 2>(p, st, n_parts, stream);
+    return wg_variant() == 4   ? launch_prompt_f16g<D, 3, true>(p, st, n_parts, stream)
+           : wg_variant() == 3 ? launch_prompt_f16g<D, 3, false>(p, st, n_parts, stream)
+                               : launch_prompt_f16g<D, 2, false>(p, st, n_parts, stream);
 }
 
 }  // namespace

@@ -67,10 +67,14 @@ def test_long_form_unaligned_q_takes_the_default_form_emulated(lib, monkeypatch)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), form
 
 
+@pytest.mark.parametrize("variant", ["LUCE_ATTN_WG_STAGES", "LUCE_ATTN_WG_OVERLAP"])
 @pytest.mark.parametrize("d", [128, 64])
-def test_warpgroup_form_three_stages_gives_the_default_bits_emulated(tmp_path, d, monkeypatch):
-    """f16g with LUCE_ATTN_WG_STAGES=3 (read once by a library: a fresh one here)."""
-    monkeypatch.setenv("LUCE_ATTN_WG_STAGES", "3")
+def test_warpgroup_form_variants_give_the_default_bits_emulated(tmp_path, d, variant, monkeypatch):
+    """f16g with LUCE_ATTN_WG_STAGES=3, and with LUCE_ATTN_WG_OVERLAP=1 (3 stages, each key
+    block's Q K^T issued before the softmax of the block ahead), read once by a library (a fresh
+    one here). The emulator runs each wgmma at once: what it checks is the ring's and the S
+    buffers' bookkeeping, not the asynchrony."""
+    monkeypatch.setenv(variant, "3" if variant.endswith("STAGES") else "1")
     lib3 = load_attention(tmp_path)
     rng = np.random.default_rng(d + 11)
     pool, batch, q = coder_like_launch(rng, d)
