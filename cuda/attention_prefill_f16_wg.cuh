@@ -29,13 +29,12 @@
 // ptxas serializes every wgmma otherwise (C7515).
 // Shared memory: STAGES x (K 128 D + V^T 128 D bytes) + 1 KB for the 1,024-byte alignment the
 // swizzle needs: D = 128, 2 stages: 66,560 (x3 an SM, 12 warps), 3 (LUCE_ATTN_WG_STAGES=3):
-// 99,328 (x2); Q passes
-// through the last stage before its first key block lands. Elsewhere (not sm_90a) the kernel is
-// empty and the launch never takes it; the host emulator runs it (LUCE_WGMMA_HOST). sm_90a
-// ptxas (CUDA 13.0): D = 128 168 registers (3 stages 180, overlapped 214), D = 64 106 (overlapped
-// 154), no spill; per key block a thread issues
-// ~145 instructions of copies and ~400 of products and softmax (12 HGMMA), against ~500 with 128
-// HMMA and 55 LDSM a warp in the 6-warp long form.
+// 99,328 (x2); Q passes through the last stage before its first key block lands. Elsewhere (not
+// sm_90a) the kernel is empty and the launch never takes it; the host emulator runs it
+// (LUCE_WGMMA_HOST). sm_90a ptxas (CUDA 13.0): D = 128 168 registers (3 stages 180, overlapped
+// 214), D = 64 106 (overlapped 154), no spill; per key block a thread issues ~145 instructions of
+// copies and ~400 of products and softmax (12 HGMMA), against ~500 with 128 HMMA and 55 LDSM a
+// warp in the 6-warp long form.
 #pragma once
 
 #include "attention_prefill_f16_long.cuh"
