@@ -118,6 +118,7 @@ CASES = {  # (Hq, Hkv, D), [(slot, kv_len, rows)], tree segment, prompt_rows
     "g2_d128": ((2, 1, 128), [(0, 90, 9)], None, 9),
     "g6_d128_coder_shape": ((12, 2, 128), [(0, 300, 50), (1, 70, 3)], None, 53),
     "g4_d256": ((4, 2, 256), [(0, 70, 5)], None, 5),
+    "g7_d64_coder_0p5b_shape": ((14, 2, 64), [(0, 1100, 30), (1, 60, 1)], None, 30),
 }
 
 
