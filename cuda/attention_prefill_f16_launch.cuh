@@ -103,8 +103,6 @@ attention_prompt_f16l_kernel(luce_attention_params p, StagedKv st, int32_t n_par
                                                 reinterpret_cast<uint16_t *>(smem4), row_keys, row_n, row_state, &run);
 }
 
-
-
 // The paged form on this device, decided once: 2 the two-buffer form where it fits (D <= 128
 // and ~104 KiB at D = 128: sm_80, sm_90), 1 one buffer (e.g. a 99 KiB sm_86/89/120 block), 0
 // neither (the partition kernel takes the prompt rows). Both do the same arithmetic in the
@@ -175,7 +173,6 @@ bool prompt_f16l_ready() {
     }
 }
 
-
 // Blocks of the long form <D, WARPS, STAGES, MT> the device holds at once (asked once; 0 unknown).
 template <int D, int WARPS, int STAGES, int MT>
 int64_t prompt_f16l_slots() {
@@ -233,8 +230,8 @@ constexpr int kLongWarps = 6, kLongStages = 3, kLong4Warps = 4, kLong4Stages = 2
 
 // The staged form a launch of this kind takes at D where the launch stages its keys: 6 the
 // warpgroup form, 5 the long form of two m-tiles a warp, 4 the long form of 4 warps, 3 of 6, 2
-// wide, 1 the 8-warp form, 0 none (the paged form). Asks every form it may take, so that their shared-memory limits are set
-// before any graph capture.
+// wide, 1 the 8-warp form, 0 none (the paged form). Asks every form it may take, so that their
+// shared-memory limits are set before any graph capture.
 template <int D>
 int prompt_staged_form(PromptKind kind) {
     if (kind == kPromptTf32 || kind == kPromptF16Paged) return 0;
@@ -275,7 +272,6 @@ int launch_prompt_f16l(const luce_attention_params &p, const StagedKv &st, int32
     return luce_status(cudaGetLastError());
 }
 
-
 template <int D>
 int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, cudaStream_t stream) {
     using S = F16Shape<D>;
@@ -290,9 +286,11 @@ int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t p
         const int64_t items = stage_rows * p.n_heads_kv * (D / 8);
         const unsigned blocks = (unsigned)min((items + 255) / 256, (int64_t)4096);
         const int stages = prompt_f16s_stages<D>();
+        int form = D <= 128 ? prompt_staged_form<D>(prompt_kind()) : 1;
+        const bool q16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0;  // the long and warpgroup forms load q as float4
 #ifdef LUCE_ATTN_WG
-        if constexpr (D == 64 || D == 128) {  // the warpgroup form loads q as float4 too
-            if (prompt_staged_form<D>(prompt_kind()) == 6 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0) {
+        if constexpr (D == 64 || D == 128) {
+            if (form == 6 && q16) {
                 attention_stage_kvt_kernel<D><<<blocks, 256, 0, stream>>>(p, st, page_shift);
                 return launch_prompt_f16g<D>(p, st, n_parts, stream);
             }
@@ -300,8 +298,7 @@ int launch_prompt_f16(const luce_attention_params &p, int32_t n_parts, int32_t p
 #endif
         attention_stage_kv_kernel<D><<<blocks, 256, 0, stream>>>(p, st, page_shift);
         if constexpr (D <= 128) {
-            int form = prompt_staged_form<D>(prompt_kind());
-            if (form >= 3 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0)  // the long form loads q as float4
+            if (form >= 3 && q16)
                 return form == 3   ? launch_prompt_f16l<D, kLongWarps, kLongStages, 1>(p, st, n_parts, stream)
                        : form == 4 ? launch_prompt_f16l<D, kLong4Warps, kLong4Stages, 1>(p, st, n_parts, stream)
                                    : launch_prompt_f16l<D, kLong2Warps, kLong2Stages, 2>(p, st, n_parts, stream);

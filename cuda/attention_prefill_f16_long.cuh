@@ -70,7 +70,6 @@ struct F16LongRun {
     int32_t piece_end;      // the piece's end (r1)
     int32_t group;          // G = Hq / Hkv
     const uint16_t *k;      // the run's first key in the K staging (V: st.v - st.k halves on)
-    const uint16_t *vt;     // the warpgroup form's: the run's first key in dim 0's row of V16T
     int32_t n_ok;           // keys of the run with staged data (zeros past)
     int32_t n_blocks;       // the run's key blocks
     int32_t n_any;          // the most keys of any row of the piece (tree rows too)
@@ -149,9 +148,8 @@ __device__ __forceinline__ void f16l_store_q(const luce_attention_params &p, int
 }
 
 // The start of a piece of rows r0..r1-1 (threads < TILE: row_keys, row_state; thread 0: the
-// run's block-uniform state for splits s0..s1-1, K from the staging and, VT, V16T as the
-// warpgroup form stages it); ends with a barrier.
-template <int D, int TILE, bool VT, class Run>
+// run's block-uniform state for splits s0..s1-1, K from the staging); ends with a barrier.
+template <int D, int TILE, class Run>
 __device__ __forceinline__ void f16l_piece_start(const luce_attention_params &p, const StagedKv &st, int32_t hk,
                                                  int32_t s0, int32_t s1, int32_t r0, int32_t r1, int32_t *row_keys,
                                                  int32_t *row_state, Run *run) {
@@ -176,10 +174,6 @@ __device__ __forceinline__ void f16l_piece_start(const luce_attention_params &p,
         const int32_t key_lo = s0 * kSplitKeys, key_hi = min(s1 * kSplitKeys, n_total);
         const StagedSource src = staged_source<D>(p, st, r0, hk, key_lo, n_total - key_lo);
         run->k = src.k;
-        if constexpr (VT) {
-            const int64_t row0 = (int64_t)p.kv_indptr[attention_segment_of(p, r0)] * p.page_size + key_lo;
-            run->vt = st.v + ((int64_t)hk * D * st.rows + (src.n_ok > 0 ? row0 : 0));
-        }
         run->n_ok = src.n_ok;
         run->n_blocks = key_hi > key_lo ? (key_hi - key_lo + F16Shape<D>::kBlockKeys - 1) / F16Shape<D>::kBlockKeys : 0;
         run->n_any = n_any;
@@ -205,7 +199,7 @@ __device__ void f16l_prompt_piece(const luce_attention_params &p, const StagedKv
     const int nq = (r1 - r0) * G;
     uint16_t *q_s = smem + (MT > 1 ? STAGES : STAGES - 1) * L::kBufHalves;  // buffer i: smem + i * kBufHalves
 
-    f16l_piece_start<D, L::kTileQV, false>(p, st, hk, s0, s1, r0, r1, row_keys, row_state, run);
+    f16l_piece_start<D, L::kTileQV>(p, st, hk, s0, s1, r0, r1, row_keys, row_state, run);
     const int n_blocks = run->n_blocks;
 #pragma unroll
     for (int b = 0; b < STAGES - 1; ++b) {
@@ -272,8 +266,7 @@ __device__ void f16l_prompt_piece(const luce_attention_params &p, const StagedKv
                 uint32_t pa[MT][NT / 2][4];
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) f16_softmax<D>(sc[mt], b0, *w[mt], pa[mt]);
-                F16Warp<D> *const wm[MT] = {&w0, &w1};
-                f16_pv<D, MT>(pa, wm, v_s, f16_v_off<D>());
+                f16_pv<D, MT>(pa, w, v_s, f16_v_off<D>());
             }
         }
         // The piece's rows from shared memory again (no register held over the key blocks).

@@ -31,8 +31,8 @@
 // swizzle needs: D = 128, 2 stages: 66,560 (x3 an SM, 12 warps), 3 (LUCE_ATTN_WG_STAGES=3):
 // 99,328 (x2); Q passes through the last stage before its first key block lands. Elsewhere (not
 // sm_90a) the kernel is empty and the launch never takes it; the host emulator runs it
-// (LUCE_WGMMA_HOST). sm_90a ptxas (CUDA 13.0): D = 128 168 registers (3 stages 180, overlapped
-// 214), D = 64 106 (overlapped 154), no spill; per key block a thread issues ~145 instructions of
+// (LUCE_WGMMA_HOST). sm_90a ptxas (CUDA 13.0): D = 128 168 registers (3 stages 188, overlapped
+// 210), D = 64 106 (overlapped 154), no spill; per key block a thread issues ~145 instructions of
 // copies and ~400 of products and softmax (12 HGMMA), against ~500 with 128 HMMA and 55 LDSM a
 // warp in the 6-warp long form.
 #pragma once
@@ -110,13 +110,21 @@ __device__ __forceinline__ void f16_stage_vt(const luce_attention_params &p, con
     }
 }
 
+// The run's first key in dim 0's row of V16T, from its first key k in K16 (the same staged row;
+// the head's row 0 for a run without staged data, as staged_source gives k).
+template <int D>
+__device__ __forceinline__ const uint16_t *staged_vt(const StagedKv &st, const uint16_t *k, int32_t hk) {
+    const int64_t row = (k - st.k) / D - (int64_t)hk * st.rows;
+    return st.v + ((int64_t)hk * D * st.rows + row);
+}
+
 // Key block at key j0 of the run into `stage` (this form's layout above; zeros past n_ok): K
 // unit u of key n at tile u / 8, swizzled unit u % 8 of row n; V^T keys j0 + 8u.. of dim d at
-// swizzled unit u of row d. vt: the run's first key in dim 0's V^T row. Thread i copies K unit
+// swizzled unit u of row d. k: the run's first key in K16 (V^T: staged_vt). Thread i copies K unit
 // i % (D / 8) of keys i / (D / 8) + R j (R = 128 / (D / 8) = 8 or 16) and V^T unit i % 8 of dims
 // i / 8 + 16 j: its swizzle (row % 8) is the same for every j.
 template <int D>
-__device__ __forceinline__ void f16g_copy_block(const uint16_t *k, const uint16_t *vt, int64_t vt_stride, int32_t n_ok,
+__device__ __forceinline__ void f16g_copy_block(const StagedKv &st, const uint16_t *k, int32_t hk, int32_t n_ok,
                                                 int32_t j0, uint8_t *stage) {
     using W = F16Wg<D, 2>;
     constexpr int C = D / 8, R = W::kThreads / C, N = D / 16;  // N: copies of each a thread
@@ -125,7 +133,8 @@ __device__ __forceinline__ void f16g_copy_block(const uint16_t *k, const uint16_
     uint8_t *kd = stage + (u / 8) * W::kAtom + wg::swizzle_unit(n0, u % 8);
     const uint16_t *ks = k + ((int64_t)(j0 + n0) * D + 8 * u);
     uint8_t *vd = stage + W::kKBytes + wg::swizzle_unit(d0, v);
-    const uint16_t *vs = vt + ((int64_t)d0 * vt_stride + j0 + 8 * v);
+    const int64_t vt_stride = st.rows;
+    const uint16_t *vs = staged_vt<D>(st, k, hk) + ((int64_t)d0 * vt_stride + j0 + 8 * v);
     const int32_t left = n_ok - (j0 + 8 * v);
     const int v_bytes = left >= 8 ? 16 : left > 0 ? 2 * left : 0;
 #pragma unroll
@@ -150,11 +159,11 @@ __device__ void f16g_prompt_piece(const luce_attention_params &p, const StagedKv
     const int nq = (r1 - r0) * G;
     uint16_t *q_s = reinterpret_cast<uint16_t *>(smem + (STAGES - 1) * W::kStageBytes);
 
-    f16l_piece_start<D, W::kTileQV, true>(p, st, hk, s0, s1, r0, r1, row_keys, row_state, run);
+    f16l_piece_start<D, W::kTileQV>(p, st, hk, s0, s1, r0, r1, row_keys, row_state, run);
     const int n_blocks = run->n_blocks;
 #pragma unroll
     for (int b = 0; b < STAGES - 1; ++b) {
-        if (b < n_blocks) f16g_copy_block<D>(run->k, run->vt, st.rows, run->n_ok, b * B, smem + b * W::kStageBytes);
+        if (b < n_blocks) f16g_copy_block<D>(st, run->k, hk, run->n_ok, b * B, smem + b * W::kStageBytes);
         cp_async_commit();
     }
     uint32_t qf[D / 16][4];
@@ -189,7 +198,7 @@ __device__ void f16g_prompt_piece(const luce_attention_params &p, const StagedKv
         wg::fence_proxy_async();  // this thread's copies, seen by the MMAs after the barrier
         __syncthreads();
         if (bb + STAGES - 1 < run->n_blocks)
-            f16g_copy_block<D>(run->k, run->vt, st.rows, run->n_ok, (bb + STAGES - 1) * B,
+            f16g_copy_block<D>(st, run->k, hk, run->n_ok, (bb + STAGES - 1) * B,
                                smem + ((bb + STAGES - 1) % STAGES) * W::kStageBytes);
         cp_async_commit();
     };
@@ -266,10 +275,9 @@ __device__ void f16g_prompt_piece(const luce_attention_params &p, const StagedKv
 }
 #endif
 
-
-// The warpgroup form (cuda/attention_prefill_f16_wg.cuh): its pre-pass (K, then V transposed),
-// then its tiles as the long form's (grid z: runs of per_block splits). Empty where the build has
-// no sm_90a code (the launch does not take it there).
+// The kernels: this form's pre-pass (K, then V transposed), then its tiles as the long form's
+// (grid z: runs of per_block splits; empty where the build has no sm_90a code: the launch does
+// not take it there).
 template <int D>
 __global__ void __launch_bounds__(256) attention_stage_kvt_kernel(luce_attention_params p, StagedKv st,
                                                                   int32_t page_shift) {
