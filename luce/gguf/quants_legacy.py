@@ -110,4 +110,3 @@ def q5_0_as_q8_0(blocks: np.ndarray) -> np.ndarray:
     out[:, :2] = blocks[:, :2]
     out[:, 2:] = (q.astype(np.int16) - 16).astype(np.int8).view(np.uint8)
     return out
-

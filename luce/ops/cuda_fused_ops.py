@@ -228,7 +228,6 @@ class CudaFusedOps(FusedOps):
             offset += w.n * w.row_bytes
         return QuantWeight(block, block.ptr, first.qtype, n, first.k, first.row_bytes)
 
-
     def _q8_0_of(self, w):
         """A Q5_0 QuantWeight as Q8_0 (luce.gguf.quants_legacy.q5_0_as_q8_0: each block's d and
         ints q - 16), a new device copy; at load, where projections merge."""
