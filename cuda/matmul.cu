@@ -321,7 +321,10 @@ extern "C" int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k) {
 }
 
 
-extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
+// luce_matmul, with the norm tail (tail.counter set) where the call takes the one-row kernel's
+// register form at tune 0; *tail_done: whether it did.
+static int matmul_call(const luce_matmul_params *p_in, const NormTail &tail, bool *tail_done, cudaStream_t stream) {
+    *tail_done = false;
     luce_matmul_params tuned = *p_in;
     if (tuned.tune == 0) tuned.tune = default_tune();
     const int rows_tune = tuned.tune >= 11 ? tuned.tune : 0;  // the tile kernel's form (launch_quant); else as 0
@@ -332,7 +335,6 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || p->tune < 0 ||
         p->tune > kMaxTune || rows_tune == 11 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
         return (int)cudaErrorInvalidValue;
-    cudaStream_t stream = (cudaStream_t)stream_ptr;
     if (!is_block_type(p->qtype)) {
         FloatArgs a{p->x, static_cast<const uint8_t *>(p->w), p->bias, p->y, p->rows, p->n, p->k, row_bytes};
         if (p->qtype == LUCE_QT_F32) return launch_float_matmul<LUCE_QT_F32>(a, stream);
@@ -356,7 +358,12 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
                                                   dim3(256), 0, stream, chain_overlap(kPdlQuant), p->x, p->rows, p->k, xl);
         if (err != cudaSuccess) return luce_status(err);
     }
-    if (one_row.runs) return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr, stream);
+    if (one_row.runs) {
+        const bool with_tail = tail.counter && p->qtype != LUCE_QT_IQ4_XS && tune == 0;  // launch_gemv's tail shapes
+        *tail_done = with_tail;
+        return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr,
+                              with_tail ? tail : NormTail{}, stream);
+    }
     const int rows_status = try_gemv_rows(p, w, xl, row_bytes, stream);
     if (rows_status >= 0) return rows_status;
     const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
@@ -370,4 +377,29 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         case LUCE_QT_Q5_0: return launch_quant<ReaderQ50>(a, p->path, qt, stream);
         default: return (int)cudaErrorInvalidValue;
     }
+}
+
+extern "C" int luce_matmul(const luce_matmul_params *p, void *stream) {
+    bool tail_done;
+    return matmul_call(p, NormTail{}, &tail_done, (cudaStream_t)stream);
+}
+
+extern "C" int luce_matmul_add_rmsnorm(const luce_matmul_params *p, const luce_add_rmsnorm_params *norm,
+                                       int32_t *counter, void *stream) {
+    if (!p || !norm || norm->x != p->y || norm->rows != p->rows || norm->cols != p->n) return (int)cudaErrorInvalidValue;
+    // The tail's conditions are the quantizing norm kernel's (luce_add_rmsnorm refuses the rest).
+    const bool distinct = norm->out != p->y && norm->out != norm->residual && norm->sum != p->y &&
+                          norm->sum != norm->residual;
+    const bool fits = counter && p->rows == 1 && norm->weight && norm->residual && norm->sum && norm->workspace &&
+                      distinct && norm->cols % 32 == 0 && aligned16(norm->out) && aligned16(norm->workspace) &&
+                      norm->workspace_bytes >= x_bytes(1, norm->cols);
+    NormTail tail{};
+    if (fits) {
+        tail.r = rms::Row{p->y, norm->weight, norm->out, norm->cols, norm->eps, norm->residual, norm->sum};
+        tail.l = x_layout(norm->workspace, 1, norm->cols);
+        tail.counter = counter;
+    }
+    bool tail_done;
+    const int err = matmul_call(p, tail, &tail_done, (cudaStream_t)stream);
+    return err || tail_done ? err : luce_add_rmsnorm(norm, stream);
 }

@@ -29,8 +29,22 @@ cdef extern from "luce_ops.h":
         int32_t flags
         int32_t tune
 
+    ctypedef struct luce_add_rmsnorm_params:
+        const float *x
+        const float *residual
+        const float *weight
+        float *sum
+        float *out
+        void *workspace
+        int64_t workspace_bytes
+        int64_t rows
+        int64_t cols
+        float eps
+
 
 ctypedef int (*matmul_fn)(const luce_matmul_params *, void *) noexcept nogil
+ctypedef int (*matmul_norm_fn)(const luce_matmul_params *, const luce_add_rmsnorm_params *, int32_t *,
+                               void *) noexcept nogil
 ctypedef int64_t (*workspace_fn)(int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*row_bytes_fn)(int32_t, int64_t) noexcept nogil
 
@@ -39,6 +53,7 @@ cdef matmul_fn _matmul_prefill = NULL
 cdef workspace_fn _prefill_workspace_bytes = NULL
 cdef workspace_fn _workspace_bytes = NULL
 cdef row_bytes_fn _row_bytes = NULL
+cdef matmul_norm_fn _matmul_add_rmsnorm = NULL
 
 # ggml type ids the kernel multiplies (LUCE_QT_* in cuda/luce_ops.h).
 QTYPES = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14,
@@ -52,8 +67,9 @@ X_ONCE = 2   # no later call reuses this call's quantized x: one-row calls quant
 
 def load(str path):
     """Resolve the matmul entry points in the kernel library at `path`."""
-    global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes
+    global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes, _matmul_add_rmsnorm
     cdef void *lib = _open_library(path)
+    _matmul_add_rmsnorm = <matmul_norm_fn>_symbol(lib, path, "luce_matmul_add_rmsnorm")
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_workspace_bytes")
     _row_bytes = <row_bytes_fn>_symbol(lib, path, "luce_matmul_row_bytes")
     _matmul = <matmul_fn>_symbol(lib, path, "luce_matmul")
@@ -84,10 +100,9 @@ def prefill_workspace_bytes(int64_t rows, int64_t k):
     return _prefill_workspace_bytes(rows, k)
 
 
-cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
-                 int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t path,
-                 int32_t flags, int32_t tune, uintptr_t stream) noexcept:
-    """fn (luce_matmul or luce_matmul_prefill) on these params, the GIL released; its status."""
+cdef luce_matmul_params _params(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+                                int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
+                                int32_t path, int32_t flags, int32_t tune) noexcept:
     cdef luce_matmul_params p
     p.x = <const float *>x
     p.w = <const void *>w
@@ -102,6 +117,15 @@ cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr
     p.path = path
     p.flags = flags
     p.tune = tune
+    return p
+
+
+cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+                 int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t path,
+                 int32_t flags, int32_t tune, uintptr_t stream) noexcept:
+    """fn (luce_matmul or luce_matmul_prefill) on these params, the GIL released; its status."""
+    cdef luce_matmul_params p = _params(x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, path, flags,
+                                        tune)
     cdef int status
     with nogil:
         status = fn(&p, <void *>stream)
@@ -131,3 +155,32 @@ def matmul_prefill(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintpt
         raise ValueError(f"matmul_prefill: ggml type {qtype} is a float type; use matmul")
     raise_for_status(_launch(_matmul_prefill, x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype,
                              PATH_PREFILL, flags, tune, stream), "luce_matmul_prefill")
+
+
+def matmul_add_rmsnorm(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+                       int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t flags,
+                       uintptr_t residual, uintptr_t norm_weight, uintptr_t sum, uintptr_t out,
+                       uintptr_t norm_workspace, int64_t norm_workspace_bytes, float eps, uintptr_t counter,
+                       uintptr_t stream=0):
+    """matmul (a decode call; y [rows, n]) then luce._cuda_fused.add_rmsnorm(y, residual, norm_weight, sum,
+    out, norm_workspace, ...) on its output [rows, n], bitwise; one launch where the call takes the
+    one-row kernel (luce_matmul_add_rmsnorm, cuda/luce_ops_weights.h). counter: a device int32, zero
+    between launches (0: always the two calls)."""
+    _require_loaded(<void *>_matmul_add_rmsnorm)
+    cdef luce_matmul_params p = _params(x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, PATH_DECODE,
+                                        flags, 0)
+    cdef luce_add_rmsnorm_params q
+    q.x = <const float *>y
+    q.residual = <const float *>residual
+    q.weight = <const float *>norm_weight
+    q.sum = <float *>sum
+    q.out = <float *>out
+    q.workspace = <void *>norm_workspace
+    q.workspace_bytes = norm_workspace_bytes
+    q.rows = rows
+    q.cols = n
+    q.eps = eps
+    cdef int status
+    with nogil:
+        status = _matmul_add_rmsnorm(&p, &q, <int32_t *>counter, <void *>stream)
+    raise_for_status(status, "luce_matmul_add_rmsnorm")

@@ -110,6 +110,9 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
         self.prefill_gemm = os.environ.get("LUCE_PREFILL_GEMM", "1") != "0"  # prompt rows: matmul_prefill
         self.mirrors = Mirrors()
         self._init_sequence_ops()
+        # the norm tail's count of finished blocks (add_rmsnorm_matmuls with a Product): zero
+        # between launches, allocated here, never inside a graph capture
+        self.norm_tail_counter = self.zeros((1,), np.int32)
         self._init_step_ops()
         self._init_row_ops()
         self._init_graphs()
@@ -272,10 +275,12 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
     def _row_runs(self, rows: int, prefill_spans) -> list[tuple[int, int, bool]]:
         return row_runs(rows, prefill_spans if self.prefill_gemm else ())
 
-    def _matmuls(self, x: CudaArray, weights, biases, prefill_spans=(), quantized=None) -> list[CudaArray]:
+    def _matmuls(self, x: CudaArray, weights, biases, prefill_spans=(), quantized=None, tail=None) -> list[CudaArray]:
         """matmuls; `quantized` None, or (workspace, bytes) holding all of x already quantized
         for the decode family (a fused producer, luce/ops/cuda_fused_ops.py; no prompt rows
-        then) for every block-type weight."""
+        then) for every block-type weight. `tail`: the add + RMSNorm to run on the output of one
+        block-type weight's one-row decode call (matmul_add_rmsnorm's arguments after `flags`,
+        CudaFusedOps._product_norm_tail)."""
         from luce import _cuda_matmul as km
 
         biases = list(biases) if biases is not None else [None] * len(weights)
@@ -292,6 +297,9 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
             if runs != [(0, rows, False)]:
                 raise ValueError(f"matmul: x quantized for the decode family, but the rows run {runs}")
             workspaces[0] = quantized
+        if tail is not None and (runs != [(0, 1, False)] or len(weights) != 1 or blocks != list(weights)):
+            raise ValueError(f"matmul: a norm tail needs one block-type weight and one decode row, got "
+                             f"{len(weights)} weights and the rows run {runs}")
         for w, bias in zip(weights, biases):
             if x.ndim != 2 or x.shape[1] != w.k:
                 raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
@@ -319,6 +327,10 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
                 else:
                     if flags == 0:
                         flags = once
+                    if tail is not None:
+                        km.matmul_add_rmsnorm(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, 1, w.n, w.k, w.qtype, flags, *tail,
+                                              self.stream)
+                        continue
                     km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0,
                               self.stream)
         return outs

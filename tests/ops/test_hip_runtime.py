@@ -196,11 +196,11 @@ def test_rows_a_caller_keeps_are_checked_and_uploaded_once(gpu):
 
 def test_out_of_memory_gives_cached_blocks_back_then_names_the_call(gpu):
     backend, fake = gpu
+    held_at_start = backend.allocator.reserved_bytes             # the backend's own (counters), from its start
     fake.capacity = fake.used + 100 * MB
     held = [backend.empty((mb * MB // 4,)) for mb in (8, 16, 32)]   # three size classes, 56 MiB
     del held                                                     # cached, not freed
     big = backend.empty((60 * MB // 4,))                         # a 64 MiB class: needs them back
-    held_at_start = backend.attention_counters.block.size                # the backend's own, from its start
     assert names(fake).count("hipFree") == 3 and backend.allocator.reserved_bytes == 64 * MB + held_at_start
     malloc = {"cuda": "cudaMalloc", "hip": "hipMalloc"}[backend.name]
     with pytest.raises(OutOfDeviceMemory, match=malloc + r" of \d+ bytes failed \(hipErrorOutOfMemory \(2\)\)"):

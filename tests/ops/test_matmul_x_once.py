@@ -30,24 +30,33 @@ def tiny_q4km(tmp_path, arch: str):
 
 def decode_step(tmp_path, monkeypatch, arch: str, slots: int):
     """One AR step of `slots` rows through a tiny q4_k_m model -> (model, events, the step's first
-    event): ("matmul", workspace, flags, qtype) per luce_matmul call and ("write", pointers) per
-    fused producer call (which may quantize into a workspace); later calls append to events."""
+    event): ("matmul", workspace, flags, qtype) per luce_matmul call, ("write", pointers) per
+    fused producer call (which may quantize into a workspace), and for a matmul with its norm tail
+    (luce_matmul_add_rmsnorm) its "matmul" event, then ("tail",) and the norm's "write"; later
+    calls append to events."""
     from luce import _cuda_fused, _cuda_matmul
     from luce.models import load_model
     from luce.models.packer import SegmentSpec, build_batch
 
-    signature = inspect.signature(_cuda_matmul.matmul)
+    signatures = {name: inspect.signature(getattr(_cuda_matmul, name)) for name in ("matmul", "matmul_add_rmsnorm")}
     install_fakes(monkeypatch, tmp_path, "cuda")
     events = []
-    recorded = _cuda_matmul.matmul
 
-    def matmul(*args, **kwargs):
-        a = signature.bind(*args, **kwargs)
-        a.apply_defaults()
-        events.append(("matmul", a.arguments["workspace"], a.arguments["flags"], a.arguments["qtype"]))
-        return recorded(*args, **kwargs)
+    def recording(name, after=None):
+        recorded, signature = getattr(_cuda_matmul, name), signatures[name]
 
-    monkeypatch.setattr(_cuda_matmul, "matmul", matmul)
+        def matmul(*args, **kwargs):
+            a = signature.bind(*args, **kwargs)
+            a.apply_defaults()
+            events.append(("matmul", a.arguments["workspace"], a.arguments["flags"], a.arguments["qtype"]))
+            if after:
+                events.extend(after(a.arguments))
+            return recorded(*args, **kwargs)
+
+        monkeypatch.setattr(_cuda_matmul, name, matmul)
+
+    recording("matmul")
+    recording("matmul_add_rmsnorm", lambda a: [("tail",), ("write", {a["norm_workspace"], a["sum"], a["out"]})])
     for name in ("add_rmsnorm", "swiglu_quant"):
         fn = getattr(_cuda_fused, name)
 
@@ -72,6 +81,8 @@ def test_x_once_only_where_no_reuse_follows(tmp_path, monkeypatch, arch, slots):
     written = {}   # workspace -> whether its quantized x is there for a REUSE_X call
     once = 0
     for event in events[first:]:
+        if event[0] == "tail":
+            continue
         if event[0] == "write":
             for p in event[1]:
                 written[p] = True
@@ -88,6 +99,10 @@ def test_x_once_only_where_no_reuse_follows(tmp_path, monkeypatch, arch, slots):
     c = model.config
     # every attention layer's out projection (the GDN layers' too, for qwen35) and the LM head
     assert once >= c.n_layer + 1
+    # at one row every layer's out and down projections run their add + norm as their tail, but
+    # the last down projection (its sum goes to the LM head's norm); at three, none
+    tails = sum(event[0] == "tail" for event in events[first:])
+    assert tails == (2 * c.n_layer - 1 if slots == 1 else 0)
 
 
 def test_flags_of_matmuls_calls(tmp_path, monkeypatch):
