@@ -320,10 +320,7 @@ extern "C" int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k) {
     return rows <= 0 || k <= 0 ? 0 : x_bytes(rows, k);
 }
 
-
-// luce_matmul, with the norm tail (tail.counter set) where the call takes the one-row kernel's
-// register form at tune 0; *tail_done: whether it did.
-static int matmul_call(const luce_matmul_params *p_in, const NormTail &tail, bool *tail_done, cudaStream_t stream) {
+int mm::matmul_with_tail(const luce_matmul_params *p_in, const NormTail &tail, bool *tail_done, cudaStream_t stream) {
     *tail_done = false;
     luce_matmul_params tuned = *p_in;
     if (tuned.tune == 0) tuned.tune = default_tune();
@@ -381,25 +378,5 @@ static int matmul_call(const luce_matmul_params *p_in, const NormTail &tail, boo
 
 extern "C" int luce_matmul(const luce_matmul_params *p, void *stream) {
     bool tail_done;
-    return matmul_call(p, NormTail{}, &tail_done, (cudaStream_t)stream);
-}
-
-extern "C" int luce_matmul_add_rmsnorm(const luce_matmul_params *p, const luce_add_rmsnorm_params *norm,
-                                       int32_t *counter, void *stream) {
-    if (!p || !norm || norm->x != p->y || norm->rows != p->rows || norm->cols != p->n) return (int)cudaErrorInvalidValue;
-    // The tail's conditions are the quantizing norm kernel's (luce_add_rmsnorm refuses the rest).
-    const bool distinct = norm->out != p->y && norm->out != norm->residual && norm->sum != p->y &&
-                          norm->sum != norm->residual;
-    const bool fits = counter && p->rows == 1 && norm->weight && norm->residual && norm->sum && norm->workspace &&
-                      distinct && norm->cols % 32 == 0 && aligned16(norm->out) && aligned16(norm->workspace) &&
-                      norm->workspace_bytes >= x_bytes(1, norm->cols);
-    NormTail tail{};
-    if (fits) {
-        tail.r = rms::Row{p->y, norm->weight, norm->out, norm->cols, norm->eps, norm->residual, norm->sum};
-        tail.l = x_layout(norm->workspace, 1, norm->cols);
-        tail.counter = counter;
-    }
-    bool tail_done;
-    const int err = matmul_call(p, tail, &tail_done, (cudaStream_t)stream);
-    return err || tail_done ? err : luce_add_rmsnorm(norm, stream);
+    return matmul_with_tail(p, NormTail{}, &tail_done, (cudaStream_t)stream);
 }

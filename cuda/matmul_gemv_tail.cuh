@@ -38,4 +38,10 @@ __device__ __forceinline__ void gemv_norm_tail(const NormTail &t) {
         rms::norm_quant_chunk(t.r, 0, true, scale, t.l, ch);
 }
 
+// luce_matmul, with the norm tail (tail.counter set) where the call takes the one-row kernel's
+// register form at tune 0; *tail_done: whether it did (cuda/matmul.cu; for luce_matmul_add_rmsnorm,
+// cuda/matmul_norm.cu). Internal to the library (not exported beside the luce_* ABI).
+__attribute__((visibility("hidden"))) int matmul_with_tail(const luce_matmul_params *p, const NormTail &tail,
+                                                           bool *tail_done, cudaStream_t stream);
+
 }  // namespace mm

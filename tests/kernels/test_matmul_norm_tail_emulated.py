@@ -1,13 +1,14 @@
-"""The one-row matmul's norm tail (luce_matmul_add_rmsnorm, cuda/matmul_gemv_tail.cuh) on the CPU,
-from the kernels' own source (tests/kernels/emu): one launch (plus quantize_x where x is not
-quantized in lane) must give bitwise what luce_matmul then luce_add_rmsnorm give on its output:
-y, the sum x + residual, the normed row and the whole quantized workspace (token 0 and the zeros
-of its padding tokens), for the types the tail runs (Q5_0, Q8_0, Q4_K, Q5_K, Q6_K), a norm of
-up to 1,024 columns (one warp sums it) and past it (the block sum's order, by one warp), a last
-chunk of the norm's row that is partial; it leaves its counter zero, so a second launch (a graph
-replay) works alike. Calls the tail does not take (IQ4_XS, two rows, another tune, no counter)
-run the two calls, the same bits. tests/kernels/test_norm_quant.py checks the CUDA backend's
-add_rmsnorm_matmuls with a Product on a GPU.
+"""The one-row matmul's norm tail (luce_matmul_add_rmsnorm: cuda/matmul_norm.cu,
+cuda/matmul_gemv_tail.cuh) on the CPU, from the kernels' own source (tests/kernels/emu): one
+launch (plus quantize_x where x is not quantized in lane) must give bitwise what luce_matmul then
+luce_add_rmsnorm give on its output: y, the sum x + residual, the normed row and the whole
+quantized workspace (token 0 and the zeros of its padding tokens), for the types the tail runs
+(Q5_0, Q8_0, Q4_K, Q5_K, Q6_K), a norm of up to 1,024 columns (a warp sums it) and past it (the
+block sum's order over the block's warps), a partial last chunk of the norm's row; it leaves its
+counter zero, so a second launch (a graph replay) works alike. Calls the tail does not take
+(IQ4_XS, two rows, another tune, no counter) run the two calls, the same bits.
+tests/kernels/test_norm_quant.py checks the CUDA backend's add_rmsnorm_matmuls with a Product on
+a GPU.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ SENTINEL = 0x5A
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    lib = emu.load(["matmul.cu", "norm_quant.cu", "rmsnorm.cu"], tmp_path_factory.mktemp("emu_tail"),
+    lib = emu.load(["matmul.cu", "matmul_norm.cu", "norm_quant.cu", "rmsnorm.cu"], tmp_path_factory.mktemp("emu_tail"),
                    "the matmul with its norm tail")
     lib.luce_matmul_workspace_bytes.restype = C.c_int64
     lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
