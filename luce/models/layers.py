@@ -179,3 +179,17 @@ class TokenIO:
         """hidden [L, hidden] -> logits [L, V] f32: final RMSNorm then the output matrix."""
         b = self.backend
         return b.matmul(b.rmsnorm(hidden, self.output_norm, self.config.rms_eps), self.output)
+
+    def final_logits(self, x, pending, logits_indices: np.ndarray):
+        """The logits [L, V] of rows logits_indices of x + pending (the last layer's residual stream
+        [T, hidden] and its FFN output, a Product, or None): lm_head of those rows. Where they are
+        every row in order (a decode or verify step), the add, the final norm and the output matrix
+        are add_rmsnorm_matmuls (CUDA: one quantizing norm launch, at one row the down projection's
+        tail), the same bits."""
+        b = self.backend
+        if pending is not None and np.array_equal(logits_indices, np.arange(x.shape[0])):
+            _, (logits,) = b.add_rmsnorm_matmuls(x, pending, self.output_norm, self.config.rms_eps, [self.output])
+            return logits
+        if pending is not None:
+            x = b.add(x, b.product(pending))
+        return self.lm_head(b.take_rows(x, logits_indices))

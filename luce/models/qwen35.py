@@ -124,9 +124,7 @@ class Qwen35Model(TokenIO):
             if il in batch.capture_layers:
                 x, pending = b.add(x, b.product(pending)), None
                 captured[il] = x
-        if pending is not None:
-            x = b.add(x, b.product(pending))
-        logits = self.lm_head(b.take_rows(x, batch.logits_indices))
+        logits = self.final_logits(x, pending, batch.logits_indices)
         return ForwardOutput(logits=logits, captured=captured, staged=staged)
 
 
