@@ -25,7 +25,9 @@
 // form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits),
 // and under LUCE_MATMUL_X_ONCE quantizes x itself (matmul_gemv_x.cuh: one launch, no workspace);
 // IQ4_XS, Q5_K, Q4_K and Q6_K decode calls of 2..8 rows at k <= 6,144 the few-row kernel of
-// matmul_gemv_rows.cuh and past it its large-k form, matmul_gemv_rows_k.cuh (ditto).
+// matmul_gemv_rows.cuh and past it its large-k form, matmul_gemv_rows_k.cuh (ditto). The one-row
+// kernel may also run the add + RMSNorm + quantization of its output as its tail
+// (matmul_with_tail, for luce_matmul_add_rmsnorm: cuda/matmul_norm.cu, matmul_gemv_tail.cuh).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"

@@ -1,4 +1,4 @@
-// The one-row matmul's norm tail (luce_matmul_add_rmsnorm, cuda/matmul.cu): the launch that
+// The one-row matmul's norm tail (luce_matmul_add_rmsnorm, cuda/matmul_norm.cu): the launch that
 // computes y [n] also adds the residual, norms the sum and quantizes it for the next matmuls,
 // the work of luce_add_rmsnorm's quantizing kernel (cuda/norm_quant.cu) on y, in its bits
 // (cuda/norm_quant.cuh is both's code): one launch fewer between two projections of a decode
