@@ -12,7 +12,8 @@ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 extern "C" int luce_matmul_add_rmsnorm(const luce_matmul_params *p, const luce_add_rmsnorm_params *norm,
                                        int32_t *counter, void *stream) {
-    if (!p || !norm || norm->x != p->y || norm->rows != p->rows || norm->cols != p->n) return (int)cudaErrorInvalidValue;
+    if (!p || !norm || norm->x != p->y || norm->rows != p->rows || norm->cols != p->n)
+        return (int)cudaErrorInvalidValue;
     // The tail's conditions are the quantizing norm kernel's (luce_add_rmsnorm refuses the rest).
     const bool distinct = norm->out != p->y && norm->out != norm->residual && norm->sum != p->y &&
                           norm->sum != norm->residual;

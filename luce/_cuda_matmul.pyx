@@ -11,6 +11,7 @@ from libc.stdint cimport int32_t, int64_t, uintptr_t
 from luce._cuda import raise_for_status
 
 include "_cuda_load.pxi"
+include "_cuda_norm_params.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -28,18 +29,6 @@ cdef extern from "luce_ops.h":
         int32_t path
         int32_t flags
         int32_t tune
-
-    ctypedef struct luce_add_rmsnorm_params:
-        const float *x
-        const float *residual
-        const float *weight
-        float *sum
-        float *out
-        void *workspace
-        int64_t workspace_bytes
-        int64_t rows
-        int64_t cols
-        float eps
 
 
 ctypedef int (*matmul_fn)(const luce_matmul_params *, void *) noexcept nogil
@@ -169,17 +158,8 @@ def matmul_add_rmsnorm(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, ui
     _require_loaded(<void *>_matmul_add_rmsnorm)
     cdef luce_matmul_params p = _params(x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, PATH_DECODE,
                                         flags, 0)
-    cdef luce_add_rmsnorm_params q
-    q.x = <const float *>y
-    q.residual = <const float *>residual
-    q.weight = <const float *>norm_weight
-    q.sum = <float *>sum
-    q.out = <float *>out
-    q.workspace = <void *>norm_workspace
-    q.workspace_bytes = norm_workspace_bytes
-    q.rows = rows
-    q.cols = n
-    q.eps = eps
+    cdef luce_add_rmsnorm_params q = _norm_params(y, residual, norm_weight, sum, out, norm_workspace,
+                                                  norm_workspace_bytes, rows, n, eps)
     cdef int status
     with nogil:
         status = _matmul_add_rmsnorm(&p, &q, <int32_t *>counter, <void *>stream)
