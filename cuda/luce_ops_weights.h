@@ -93,6 +93,15 @@ int luce_matmul_prefill(const luce_matmul_params *p, void *stream);
  * Otherwise, or with counter NULL, the two calls. */
 int luce_matmul_add_rmsnorm(const luce_matmul_params *p, const luce_add_rmsnorm_params *norm, int32_t *counter,
                             void *stream);
+/* luce_matmul(p) of a merged gate | up projection (p->n == 2 F) then luce_swiglu_quant(sw) on its
+ * output (sw->gate == p->y, sw->up == p->y + F, both strides 2 F, sw->cols == F, sw->rows ==
+ * p->rows), the bits of the two calls. A one-row call that takes the one-row kernel (as above)
+ * with F a multiple of 256 runs as one launch: the warp that completes a 256-value chunk's gate
+ * and up rows forms and quantizes it (cuda/matmul_gemv_tail.cuh). `counters`: n_counters >= F /
+ * 256 int32 on the device, zero between launches (each launch leaves them zero; one stream).
+ * Otherwise, or with counters NULL, the two calls. */
+int luce_matmul_swiglu_quant(const luce_matmul_params *p, const luce_swiglu_quant_params *sw, int32_t *counters,
+                             int32_t n_counters, void *stream);
 /* ---- matmul end ---- */
 
 /* ---- embedding ---- */

@@ -26,8 +26,8 @@
 // and under LUCE_MATMUL_X_ONCE quantizes x itself (matmul_gemv_x.cuh: one launch, no workspace);
 // IQ4_XS, Q5_K, Q4_K and Q6_K decode calls of 2..8 rows at k <= 6,144 the few-row kernel of
 // matmul_gemv_rows.cuh and past it its large-k form, matmul_gemv_rows_k.cuh (ditto). The one-row
-// kernel may also run the add + RMSNorm + quantization of its output as its tail
-// (matmul_with_tail, for luce_matmul_add_rmsnorm: cuda/matmul_norm.cu, matmul_gemv_tail.cuh).
+// kernel may also run the fused producer of the next matmul's input on its output as its tail
+// (matmul_with_tail, for cuda/matmul_norm.cu: matmul_gemv_tail.cuh).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"
@@ -322,7 +322,7 @@ extern "C" int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k) {
     return rows <= 0 || k <= 0 ? 0 : x_bytes(rows, k);
 }
 
-int mm::matmul_with_tail(const luce_matmul_params *p_in, const NormTail &tail, bool *tail_done, cudaStream_t stream) {
+int mm::matmul_with_tail(const luce_matmul_params *p_in, const GemvTail &tail, bool *tail_done, cudaStream_t stream) {
     *tail_done = false;
     luce_matmul_params tuned = *p_in;
     if (tuned.tune == 0) tuned.tune = default_tune();
@@ -358,10 +358,11 @@ int mm::matmul_with_tail(const luce_matmul_params *p_in, const NormTail &tail, b
         if (err != cudaSuccess) return luce_status(err);
     }
     if (one_row.runs) {
-        const bool with_tail = tail.counter && p->qtype != LUCE_QT_IQ4_XS && tune == 0;  // launch_gemv's tail shapes
+        const bool with_tail = (tail.norm.counter || tail.swiglu.counters) && p->qtype != LUCE_QT_IQ4_XS &&
+                               tune == 0;  // launch_gemv's tail shapes
         *tail_done = with_tail;
         return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr,
-                              with_tail ? tail : NormTail{}, stream);
+                              with_tail ? tail : GemvTail{}, stream);
     }
     const int rows_status = try_gemv_rows(p, w, xl, row_bytes, stream);
     if (rows_status >= 0) return rows_status;
@@ -380,5 +381,5 @@ int mm::matmul_with_tail(const luce_matmul_params *p_in, const NormTail &tail, b
 
 extern "C" int luce_matmul(const luce_matmul_params *p, void *stream) {
     bool tail_done;
-    return matmul_with_tail(p, NormTail{}, &tail_done, (cudaStream_t)stream);
+    return matmul_with_tail(p, GemvTail{}, &tail_done, (cudaStream_t)stream);
 }

@@ -62,10 +62,11 @@ struct GemvArgs {
 // Dynamic shared memory (gemv_smem_bytes): c [C::kRing][R][chunks][C::kFloatsPerChunk], the x
 // scales [chunks], then for GroupFloatC with offsets the f32 sums of x's groups [groups].
 // kX: x quantized in lane from a.xf (matmul_gemv_x.cuh), else read from the workspace a.x.
-// kTail: the norm tail `tail` runs at the end (matmul_gemv_tail.cuh; a parameter apart from `a`, so
-// the kernels without it keep their parameter layout and code).
-template <class G, int CPL, int R, bool kX, bool kTail>
-__global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a, NormTail tail) {
+// kTail (GemvTailKind): the norm tail runs at the end, or the SwiGLU tail after each batch
+// (matmul_gemv_tail.cuh; `tail` is a parameter apart from `a`, so the kernels without a tail keep
+// their parameter layout and code).
+template <class G, int CPL, int R, bool kX, int kTail>
+__global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a, GemvTail tail) {
     using C = GemvC<G, CPL, R>;
     constexpr int CW = kGemvChunksPerWarp, FC = C::kFloatsPerChunk, kRing = C::kRing;
     static_assert(R == 1 || R == 2 || R == 4 || R == 8, "rows8_sum takes 1, 2, 4 or 8 rows");
@@ -170,10 +171,13 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a, NormT
                 a.y[row] = v;
             }
             if (lane == 0) arrived[slot] = 0;
+            if constexpr (kTail == kTailSwiglu) gemv_swiglu_batch(tail.swiglu, b * R, R);
         }
         if (slot == kRing - 1) __syncthreads();  // every chain of the ring is done before it refills
     }
-    if constexpr (kTail) gemv_norm_tail(tail);  // after the block's chains have written its rows of y
+    if constexpr (kTail == kTailNorm) gemv_norm_tail(tail.norm);  // after the block's chains have written y
+    if constexpr (kTail == kTailSwiglu)  // the down projection's padding tokens, by the grid
+        zero_x_tokens(tail.swiglu.l, 1, (int64_t)blockIdx.x * blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x);
 }
 
 // Blocks of `kernel` with `threads` threads and `smem` bytes resident at once on the device (0 if
@@ -202,8 +206,8 @@ size_t gemv_smem_bytes(const XLayout &x) {
            sizeof(float);
 }
 
-template <class G, int CPL, int R, bool kX, bool kTail>
-int launch_gemv_cpl(GemvArgs a, const NormTail &tail, cudaStream_t stream) {
+template <class G, int CPL, int R, bool kX, int kTail>
+int launch_gemv_cpl(GemvArgs a, const GemvTail &tail, cudaStream_t stream) {
     a.warps = (int)((a.x.chunks + CPL * kGemvChunksPerWarp - 1) / (CPL * kGemvChunksPerWarp));
     const int threads = a.warps * WARP_SIZE;
     const size_t smem = gemv_smem_bytes<G, CPL, R>(a.x);
@@ -262,8 +266,8 @@ bool gemv_x_in_lane(bool deep) { return !deep || G::kDeepInLane; }
 
 // The launch at shape (CPL, R): a.xf set, x quantized in lane (the workspace neither read nor
 // written; gemv_x_in_lane).
-template <class G, int C, int R, bool kTail>
-int launch_gemv_x(const GemvArgs &a, const NormTail &tail, cudaStream_t stream) {
+template <class G, int C, int R, int kTail>
+int launch_gemv_x(const GemvArgs &a, const GemvTail &tail, cudaStream_t stream) {
     constexpr bool kDeep = C == 1 ? R == 2 * G::kRows : R == G::kRows;
     if constexpr (kDeep && !G::kDeepInLane) {
         return a.xf ? (int)cudaErrorInvalidValue : launch_gemv_cpl<G, C, R, false, kTail>(a, tail, stream);
@@ -273,15 +277,18 @@ int launch_gemv_x(const GemvArgs &a, const NormTail &tail, cudaStream_t stream) 
     }
 }
 
-// tail.counter set: with the norm tail, which only tune 0's shape (`deep` == G::kDeepByDefault)
-// of the shared lane layout runs (other calls are refused).
+// With a tail (tail.norm.counter or tail.swiglu.counters set), which only tune 0's shape (`deep` ==
+// G::kDeepByDefault) of the shared lane layout runs (other calls are refused).
 template <class G>
-int launch_gemv(const GemvArgs &a, bool deep, cudaStream_t stream, const NormTail &tail = NormTail{}) {
+int launch_gemv(const GemvArgs &a, bool deep, cudaStream_t stream, const GemvTail &tail = GemvTail{}) {
     return with_gemv_shape<G>(a.x, deep, [&](auto cpl, auto r) {
         constexpr int C = decltype(cpl)::value, R = decltype(r)::value;
         constexpr bool kDeep = C == 1 ? R == 2 * G::kRows : R == G::kRows;
-        if (!tail.counter) return launch_gemv_x<G, C, R, false>(a, tail, stream);
-        if constexpr (kDeep == G::kDeepByDefault && !G::kOwnLayout) return launch_gemv_x<G, C, R, true>(a, tail, stream);
+        if (!tail.norm.counter && !tail.swiglu.counters) return launch_gemv_x<G, C, R, kNoTail>(a, tail, stream);
+        if constexpr (kDeep == G::kDeepByDefault && !G::kOwnLayout) {
+            return tail.norm.counter ? launch_gemv_x<G, C, R, kTailNorm>(a, tail, stream)
+                                     : launch_gemv_x<G, C, R, kTailSwiglu>(a, tail, stream);
+        }
         return (int)cudaErrorInvalidValue;
     });
 }

@@ -89,12 +89,12 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
 }
 
 // The launch of a call one_row_choice runs; xf: token 0's f32 x to quantize in lane, or null
-// (the workspace xl holds it); tail: the norm tail (matmul_gemv_tail.cuh) or none (counter null),
+// (the workspace xl holds it); tail: a tail (matmul_gemv_tail.cuh) or none (its counters null),
 // which only tune 0's calls of the shared lane layout run (launch_gemv; IQ4_XS is refused).
 inline int launch_one_row(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
-                          int tune, bool deep, const float *xf, const NormTail &tail, cudaStream_t stream) {
+                          int tune, bool deep, const float *xf, const GemvTail &tail, cudaStream_t stream) {
     const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0, xf};
-    if (tail.counter && p->qtype == LUCE_QT_IQ4_XS) return (int)cudaErrorInvalidValue;
+    if ((tail.norm.counter || tail.swiglu.counters) && p->qtype == LUCE_QT_IQ4_XS) return (int)cudaErrorInvalidValue;
     switch (p->qtype) {
         case LUCE_QT_Q4_K: return launch_gemv<GemvQ4K>(g, deep, stream, tail);
         case LUCE_QT_Q5_K: return launch_gemv<GemvQ5K>(g, deep, stream, tail);

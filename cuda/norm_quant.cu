@@ -45,30 +45,13 @@ __global__ void __launch_bounds__(kThreads) add_rmsnorm_quant_kernel(Row r, int6
     norm_quant_chunk(r, row, live, scale, l, ch);
 }
 
-// One warp per (token, chunk), as quantize_x_kernel; out written in f32 as well.
+// One warp per (token, chunk), as quantize_x_kernel (swiglu_quant_chunk).
 __global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(luce_swiglu_quant_params p, mm::XLayout l) {
     wait_for_prior_kernels();
     let_dependents_start();
-    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
     const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
     if (item >= l.tp * l.chunks) return;  // whole warps
-    const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * mm::kGroups + j;
-    float v[8] = {};
-    if (t < p.rows && 32 * g < p.cols) {
-        const float *gate = p.gate + t * p.gate_stride + 32 * g, *up = p.up + t * p.up_stride + 32 * g;
-        float *out = p.out + t * p.cols + 32 * g;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int at = 16 * half + 4 * quad;
-            float gv[4], uv[4];
-            load_chunk4(gate + at, 0, 4, gv);
-            load_chunk4(up + at, 0, 4, uv);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[4 * half + i] = silu_f32(gv[i]) * uv[i];
-            store_chunk4(out + at, 0, 4, v + 4 * half);
-        }
-    }
-    mm::quantize_x_values(v, l, t, ch);
+    swiglu_quant_chunk(p, l, item / l.chunks, item % l.chunks);
 }
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

@@ -1,7 +1,7 @@
-// Residual add + RMSNorm + the next matmul's activation quantization of one row, a 256-value
-// chunk a warp (reference: luce/ref/norm_quant.py): shared by cuda/norm_quant.cu's
-// add_rmsnorm_quant_kernel and the one-row matmul's norm tail (cuda/matmul_gemv_tail.cuh), which
-// therefore write the same bits.
+// The fused producers of a quantized matmul's input, a 256-value chunk a warp (reference:
+// luce/ref/norm_quant.py): residual add + RMSNorm, and SwiGLU, each with the next matmul's
+// activation quantization. Shared by cuda/norm_quant.cu's kernels and the one-row matmul's tails
+// (cuda/matmul_gemv_tail.cuh), which therefore write the same bits.
 #pragma once
 
 #include "rmsnorm.cuh"
@@ -47,6 +47,30 @@ __device__ __forceinline__ float quant_row_scale(const Row &r, int64_t base, flo
     float total = 0.0f;
     for (int w = 0; w < kThreads / WARP_SIZE; ++w) total += sums[w];
     return norm_scale_of(r, total);
+}
+
+// Chunk ch of token t by one whole warp: out = silu(gate) * up (swiglu.cu's element formula),
+// stored in f32 and quantized into l; zeros quantized for padding tokens (t >= p.rows).
+__device__ __forceinline__ void swiglu_quant_chunk(const luce_swiglu_quant_params &p, const mm::XLayout &l,
+                                                   int64_t t, int64_t ch) {
+    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3;
+    const int64_t g = ch * mm::kGroups + (lane >> 2);
+    float v[8] = {};
+    if (t < p.rows && 32 * g < p.cols) {
+        const float *gate = p.gate + t * p.gate_stride + 32 * g, *up = p.up + t * p.up_stride + 32 * g;
+        float *out = p.out + t * p.cols + 32 * g;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int at = 16 * half + 4 * quad;
+            float gv[4], uv[4];
+            load_chunk4(gate + at, 0, 4, gv);
+            load_chunk4(up + at, 0, 4, uv);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[4 * half + i] = silu_f32(gv[i]) * uv[i];
+            store_chunk4(out + at, 0, 4, v + 4 * half);
+        }
+    }
+    mm::quantize_x_values(v, l, t, ch);
 }
 
 }  // namespace rms

@@ -158,13 +158,10 @@ def swiglu_ffn(backend, w: FFNWeights, x, prefill_spans=()):
 def ffn_block(backend, norm, w: FFNWeights, x, residual, eps: float, prefill_spans=()):
     """The FFN half of a pre-norm block on the residual stream: s = x + residual (residual
     None: s = x; an array or a Product), -> (s, ffn(rmsnorm(s) * norm) [T, hidden] as a Product:
-    its down projection runs in the add + norm after it); the add, the norm and the matmuls'
-    activation quantization are one fused op (backend.add_rmsnorm_matmuls). The rows of
-    prefill_spans are prompt rows (Backend.matmul)."""
-    s, projections = backend.add_rmsnorm_matmuls(x, residual, norm, eps, w.input_weights,
-                                                 prefill_spans=prefill_spans)
-    gate, up = swiglu_of(backend, projections)
-    return s, Product(gate, w.down, up, swiglu=True, prefill_spans=prefill_spans)
+    its down projection runs in the add + norm after it); the add, the norm, the gate|up matmul
+    and the SwiGLU are one fused op (backend.add_rmsnorm_swiglu). The rows of prefill_spans are
+    prompt rows (Backend.matmul)."""
+    return backend.add_rmsnorm_swiglu(x, residual, norm, eps, w.input_weights, w.down, prefill_spans)
 
 
 class TokenIO:

@@ -54,6 +54,7 @@ class Product:
     up: Any = None
     swiglu: bool = False
     prefill_spans: tuple = ()
+    quantized: Any = None      # x already quantized for w by the backend that made it (its own form), or None
 
 
 @runtime_checkable
@@ -157,6 +158,13 @@ class Backend(Protocol):
 
     def product(self, p: Array | Product) -> Array:
         """A Product's value [T, N] (an array passes through)."""
+
+    def add_rmsnorm_swiglu(self, x: Array, residual: Array | Product | None, weight: Array, eps: float,
+                           input_weights: Sequence[Weight], down: Weight,
+                           prefill_spans: Sequence[tuple[int, int]] = ()) -> tuple[Array, Product]:
+        """The FFN's first half: add_rmsnorm_matmuls into input_weights ([gate|up] merged or [gate, up])
+        -> (s, the down projection swiglu_matmul(gate, up, down) as a Product), bitwise (CUDA runs the
+        SwiGLU and its quantization as the gate|up matmul's tail at one decode row)."""
 
     def swiglu_matmul(self, gate: Array, up: Array | None, w: Weight,
                       prefill_spans: Sequence[tuple[int, int]] = ()) -> Array:
@@ -318,6 +326,11 @@ class FusedOps:
     def add_rmsnorm_matmuls(self, x, residual, weight, eps: float, weights, biases=None, prefill_spans=()):
         s = x if residual is None else self.add(x, self.product(residual))
         return s, self.matmuls(self.rmsnorm(s, weight, eps), weights, biases, prefill_spans=prefill_spans)
+
+    def add_rmsnorm_swiglu(self, x, residual, weight, eps: float, input_weights, down, prefill_spans=()):
+        s, projections = self.add_rmsnorm_matmuls(x, residual, weight, eps, input_weights, prefill_spans=prefill_spans)
+        gate, up = (projections[0], None) if len(projections) == 1 else projections
+        return s, Product(gate, down, up, swiglu=True, prefill_spans=tuple(prefill_spans))
 
     def product(self, p):
         if not isinstance(p, Product):

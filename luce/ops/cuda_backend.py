@@ -113,6 +113,7 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
         # the norm tail's count of finished blocks (add_rmsnorm_matmuls with a Product): zero
         # between launches, allocated here, never inside a graph capture
         self.norm_tail_counter = self.zeros((1,), np.int32)
+        self.swiglu_tail_counters = self.zeros((256,), np.int32)   # a 256-value chunk of the FFN's width each
         self._init_step_ops()
         self._init_row_ops()
         self._init_graphs()
@@ -278,9 +279,9 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
     def _matmuls(self, x: CudaArray, weights, biases, prefill_spans=(), quantized=None, tail=None) -> list[CudaArray]:
         """matmuls; `quantized` None, or (workspace, bytes) holding all of x already quantized
         for the decode family (a fused producer, luce/ops/cuda_fused_ops.py; no prompt rows
-        then) for every block-type weight. `tail`: the add + RMSNorm to run on the output of one
-        block-type weight's one-row decode call (matmul_add_rmsnorm's arguments after `flags`,
-        CudaFusedOps._product_norm_tail)."""
+        then) for every block-type weight. `tail`: (fn, args), the producer to run on the output of
+        one block-type weight's one-row decode call, fn luce._cuda_matmul.matmul_add_rmsnorm or
+        matmul_swiglu_quant with its arguments after `flags` (luce/ops/cuda_fused_ops.py)."""
         from luce import _cuda_matmul as km
 
         biases = list(biases) if biases is not None else [None] * len(weights)
@@ -328,8 +329,7 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
                     if flags == 0:
                         flags = once
                     if tail is not None:
-                        km.matmul_add_rmsnorm(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, 1, w.n, w.k, w.qtype, flags, *tail,
-                                              self.stream)
+                        tail[0](xr, w.ptr, bias_ptr, yr, ws.ptr, nb, 1, w.n, w.k, w.qtype, flags, *tail[1], self.stream)
                         continue
                     km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0,
                               self.stream)

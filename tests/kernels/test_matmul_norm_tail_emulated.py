@@ -7,8 +7,10 @@ quantized workspace (token 0 and the zeros of its padding tokens), for the types
 block sum's order over the block's warps), a partial last chunk of the norm's row; it leaves its
 counter zero, so a second launch (a graph replay) works alike. Calls the tail does not take
 (IQ4_XS, two rows, another tune, no counter) run the two calls, the same bits.
-tests/kernels/test_norm_quant.py checks the CUDA backend's add_rmsnorm_matmuls with a Product on
-a GPU.
+The SwiGLU tail (luce_matmul_swiglu_quant) likewise: a merged gate | up projection and the
+quantized SwiGLU for the down projection (the act row and the whole workspace), bitwise
+luce_matmul then luce_swiglu_quant. tests/kernels/test_norm_quant.py checks the CUDA backend's
+add_rmsnorm_matmuls with a Product and add_rmsnorm_swiglu on a GPU.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from luce.ref import norm_quant as ref
+from luce.ref.matmul import matmul as ref_matmul
+from luce.ref.swiglu import swiglu as ref_swiglu
 from tests.kernels.emu import build as emu
 from tests.kernels.emu.matmul_params import MatmulParams
 from tests.kernels.test_fused_decode_emulated import NormParams
@@ -27,6 +31,12 @@ from tests.kernels.tolerances import tolerance
 
 pytestmark = pytest.mark.slow
 _P = C.c_void_p
+
+
+class SwigluParams(C.Structure):
+    """luce_swiglu_quant_params (cuda/luce_ops.h), field for field."""
+    _fields_ = [(n, _P) for n in "gate up out workspace".split()] + \
+               [(n, C.c_int64) for n in "workspace_bytes rows cols gate_stride up_stride".split()]
 X_ONCE = 2   # LUCE_MATMUL_X_ONCE (cuda/luce_ops_weights.h)
 EPS = 1e-6
 SENTINEL = 0x5A
@@ -41,6 +51,8 @@ def lib(tmp_path_factory):
     lib.luce_matmul.argtypes = [C.POINTER(MatmulParams), _P]
     lib.luce_add_rmsnorm.argtypes = [C.POINTER(NormParams), _P]
     lib.luce_matmul_add_rmsnorm.argtypes = [C.POINTER(MatmulParams), C.POINTER(NormParams), _P, _P]
+    lib.luce_swiglu_quant.argtypes = [C.POINTER(SwigluParams), _P]
+    lib.luce_matmul_swiglu_quant.argtypes = [C.POINTER(MatmulParams), C.POINTER(SwigluParams), _P, C.c_int32, _P]
     lib.emu_launches.restype = C.c_size_t
     return lib
 
@@ -149,3 +161,74 @@ def test_inconsistent_calls_are_refused(lib):
                   "workspace_bytes": ws.size - 16, "rows": 1, "cols": 896, "eps": EPS} | bad
         q = NormParams(**fields)
         assert lib.luce_matmul_add_rmsnorm(C.byref(p), C.byref(q), counter.ctypes.data, None) != 0, bad
+
+
+class SwigluOutputs:
+    """y [rows, 2F], act [rows, F] and the down projection's workspace of one way of running a merged
+    gate | up projection and the SwiGLU after it, and its launches."""
+
+    def __init__(self, lib, x, raw, qtype, F, flags, tune=0, fused=True, counters=None):
+        rows, k = x.shape
+        self.y = np.full((rows, 2 * F), np.nan, np.float32)
+        self.act = np.full((rows, F), np.nan, np.float32)
+        mm_bytes, act_bytes = lib.luce_matmul_workspace_bytes(rows, k), lib.luce_matmul_workspace_bytes(rows, F)
+        mm_ws = np.zeros(mm_bytes + 16, np.uint8)
+        self.ws = np.full(act_bytes, SENTINEL, np.uint8)
+        w = np.ascontiguousarray(raw).reshape(-1)
+        p = MatmulParams(x.ctypes.data, w.ctypes.data, None, self.y.ctypes.data, mm_ws.ctypes.data, mm_bytes,
+                         rows, 2 * F, k, int(qtype), 0, flags, tune)
+        q = SwigluParams(self.y.ctypes.data, self.y.ctypes.data + 4 * F, self.act.ctypes.data, self.ws.ctypes.data,
+                         act_bytes, rows, F, 2 * F, 2 * F)
+        before = lib.emu_launches()
+        if fused:
+            ptr, n = (None, 0) if counters is None else (counters.ctypes.data, counters.size)
+            assert lib.luce_matmul_swiglu_quant(C.byref(p), C.byref(q), ptr, n, None) == 0
+        else:
+            assert lib.luce_matmul(C.byref(p), None) == 0
+            assert lib.luce_swiglu_quant(C.byref(q), None) == 0
+        self.launches = lib.emu_launches() - before
+
+
+def check_swiglu(lib, qtype, k, F, flags, rows=1, tune=0, n_counters=64, launches=None):
+    rng = np.random.default_rng(k + F)
+    raw, dense = weights(qtype, 2 * F, k, seed=1)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    counters = None if n_counters is None else np.zeros(n_counters, np.int32)
+    two = SwigluOutputs(lib, x, raw, qtype, F, flags, tune, fused=False)
+    what = f"{qtype.name} k={k} F={F} rows={rows} flags={flags} tune={tune}"
+    for replay in range(2):
+        fused = SwigluOutputs(lib, x, raw, qtype, F, flags, tune, counters=counters)
+        for name in ("y", "act", "ws"):
+            assert same_bits(getattr(fused, name), getattr(two, name)), f"{what} (launch {replay}): {name} differs"
+        if counters is not None:
+            assert not counters.any(), f"{what}: counters left at {counters[counters != 0]}"
+        if launches is not None:
+            assert fused.launches == launches, f"{what}: {fused.launches} launches, want {launches}"
+    assert not (two.ws == SENTINEL).all(), what
+    y = ref_matmul(x, dense)   # the f32 reference
+    assert_rows_close(two.y, y, "matmul_blocks")
+    act = ref_swiglu(y[:, :F], y[:, F:])
+    rtol, atol = tolerance("matmul_blocks_normed")
+    np.testing.assert_allclose(two.act, act, rtol=rtol, atol=atol * np.abs(act).max(), err_msg=what)
+
+
+# (type, k, F): the Coder-0.5B's gate | up (Q5_0 896 -> 2 x 4,864: 19 chunks, one warp a block)
+# and smaller widths (Q8_0, Q4_K at 2 x 512 rows, two warps a block; Q6_K; Q5_K).
+SWIGLU_CASES = [(Q.Q5_0, 896, 4864), (Q.Q8_0, 352, 768), (Q.Q4_K, 1536, 512), (Q.Q6_K, 768, 512),
+                (Q.Q5_K, 512, 256)]
+
+
+@pytest.mark.parametrize("qtype,k,F", SWIGLU_CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_the_swiglu_tail_gives_the_two_calls_bits(lib, qtype, k, F):
+    """x from the workspace (as add_rmsnorm quantized it): the matmul with its SwiGLU tail, one launch."""
+    check_swiglu(lib, qtype, k, F, 0, launches=2)
+
+
+def test_swiglu_calls_the_tail_does_not_take_run_the_two_calls(lib):
+    """F not whole chunks of 256, too few counters, no counters, two rows, tune 5, IQ4_XS: the two calls."""
+    check_swiglu(lib, Q.Q5_0, 352, 416, 0, launches=3)
+    check_swiglu(lib, Q.Q5_0, 352, 768, 0, n_counters=2, launches=3)
+    check_swiglu(lib, Q.Q5_0, 352, 768, 0, n_counters=None, launches=3)
+    check_swiglu(lib, Q.Q8_0, 352, 512, 0, rows=2, launches=3)
+    check_swiglu(lib, Q.Q4_K, 512, 512, 0, tune=5, launches=3)
+    check_swiglu(lib, Q.IQ4_XS, 512, 512, 0, launches=3)

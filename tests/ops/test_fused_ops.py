@@ -54,6 +54,20 @@ def test_a_product_residual_is_its_matmul_added():
     assert NP.product(x) is x
 
 
+def test_add_rmsnorm_swiglu_is_the_ffn_input_half():
+    """add_rmsnorm_swiglu: the add + norm into gate|up (merged or apart), then the down projection of
+    the SwiGLU as a Product."""
+    x, res, norm = randn(3, 32, seed=1), randn(3, 32, seed=2), randn(32, seed=3)
+    gate_w, up_w, down = randn(16, 32, seed=4), randn(16, 32, seed=5), randn(32, 16, seed=6)
+    normed = rmsnorm(x + res, norm, 1e-6)
+    want = ref_matmul(swiglu(ref_matmul(normed, gate_w), ref_matmul(normed, up_w)), down)
+    for weights in ([gate_w, up_w], [np.concatenate([gate_w, up_w])]):
+        s, product = NP.add_rmsnorm_swiglu(x, res, norm, 1e-6, weights, down)
+        assert np.array_equal(s, x + res)
+        assert product.w is down and product.swiglu
+        assert np.array_equal(NP.product(product), want)
+
+
 def test_swiglu_matmul_fused_layout_is_gate_then_up():
     gate, up, w = randn(4, 16, seed=1), randn(4, 16, seed=2), randn(5, 16, seed=3)
     want = ref_matmul(swiglu(gate, up), w)

@@ -31,14 +31,15 @@ def tiny_q4km(tmp_path, arch: str):
 def decode_step(tmp_path, monkeypatch, arch: str, slots: int):
     """One AR step of `slots` rows through a tiny q4_k_m model -> (model, events, the step's first
     event): ("matmul", workspace, flags, qtype) per luce_matmul call, ("write", pointers) per
-    fused producer call (which may quantize into a workspace), and for a matmul with its norm tail
-    (luce_matmul_add_rmsnorm) its "matmul" event, then ("tail",) and the norm's "write"; later
-    calls append to events."""
+    fused producer call (which may quantize into a workspace), and for a matmul with a tail its
+    "matmul" event, then ("tail",) (luce_matmul_add_rmsnorm) or ("swiglu tail",)
+    (luce_matmul_swiglu_quant) and the producer's "write"; later calls append to events."""
     from luce import _cuda_fused, _cuda_matmul
     from luce.models import load_model
     from luce.models.packer import SegmentSpec, build_batch
 
-    signatures = {name: inspect.signature(getattr(_cuda_matmul, name)) for name in ("matmul", "matmul_add_rmsnorm")}
+    signatures = {name: inspect.signature(getattr(_cuda_matmul, name))
+                  for name in ("matmul", "matmul_add_rmsnorm", "matmul_swiglu_quant")}
     install_fakes(monkeypatch, tmp_path, "cuda")
     events = []
 
@@ -57,6 +58,7 @@ def decode_step(tmp_path, monkeypatch, arch: str, slots: int):
 
     recording("matmul")
     recording("matmul_add_rmsnorm", lambda a: [("tail",), ("write", {a["norm_workspace"], a["sum"], a["out"]})])
+    recording("matmul_swiglu_quant", lambda a: [("swiglu tail",), ("write", {a["out_workspace"], a["out"]})])
     for name in ("add_rmsnorm", "swiglu_quant"):
         fn = getattr(_cuda_fused, name)
 
@@ -81,7 +83,7 @@ def test_x_once_only_where_no_reuse_follows(tmp_path, monkeypatch, arch, slots):
     written = {}   # workspace -> whether its quantized x is there for a REUSE_X call
     once = 0
     for event in events[first:]:
-        if event[0] == "tail":
+        if event[0] in ("tail", "swiglu tail"):
             continue
         if event[0] == "write":
             for p in event[1]:
@@ -104,6 +106,9 @@ def test_x_once_only_where_no_reuse_follows(tmp_path, monkeypatch, arch, slots):
     # last down projection the final norm); at three, none
     tails = sum(event[0] == "tail" for event in events[first:])
     assert tails == (2 * c.n_layer if slots == 1 else 0)
+    # and every layer's gate|up projection runs the SwiGLU for the down projection as its tail
+    swiglu_tails = sum(event[0] == "swiglu tail" for event in events[first:])
+    assert swiglu_tails == (c.n_layer if slots == 1 else 0)
 
 
 def test_flags_of_matmuls_calls(tmp_path, monkeypatch):
