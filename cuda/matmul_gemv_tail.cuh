@@ -58,8 +58,8 @@ __device__ __forceinline__ void gemv_norm_tail(const NormTail &t) {
 // chunk; the warp that completes the chunk's 2 x 256 / R batches forms and quantizes it.
 __device__ __forceinline__ void gemv_swiglu_batch(const SwigluTail &t, int64_t row0, int R) {
     const int64_t ch = row0 % t.p.cols / 256;
-    __syncwarp();
     __threadfence();
+    __syncwarp();
     int before = 0;
     if (threadIdx.x % WARP_SIZE == 0) before = atomicAdd(t.counters + ch, 1);
     if (warp_shfl(before, 0) != 2 * 256 / R - 1) return;
