@@ -57,20 +57,27 @@ def lib(tmp_path_factory):
     return lib
 
 
+def matmul_params(lib, x, raw, qtype, y, flags, tune):
+    """(luce_matmul_params of the decode call x [rows, k] @ W^T -> y [rows, n] (W: raw GGUF rows), the
+    buffers it points at, to keep alive); its workspace is its own."""
+    rows, k = x.shape
+    nbytes = lib.luce_matmul_workspace_bytes(rows, k)
+    ws, w = np.zeros(nbytes + 16, np.uint8), np.ascontiguousarray(raw).reshape(-1)
+    return MatmulParams(x.ctypes.data, w.ctypes.data, None, y.ctypes.data, ws.ctypes.data, nbytes, rows, y.shape[1],
+                        k, int(qtype), 0, flags, tune), (ws, w)
+
+
 class Outputs:
     """y, sum, out and the norm's workspace of one way of running the pair, and its launches."""
 
     def __init__(self, lib, x, raw, qtype, n, residual, norm_w, flags, tune=0, fused=True, counter=None):
-        rows, k = x.shape
+        rows = x.shape[0]
         self.y = np.full((rows, n), np.nan, np.float32)
         self.sum = np.full((rows, n), np.nan, np.float32)
         self.out = np.full((rows, n), np.nan, np.float32)
-        mm_bytes, norm_bytes = lib.luce_matmul_workspace_bytes(rows, k), lib.luce_matmul_workspace_bytes(rows, n)
-        mm_ws = np.zeros(mm_bytes + 16, np.uint8)
+        norm_bytes = lib.luce_matmul_workspace_bytes(rows, n)
         self.ws = np.full(norm_bytes, SENTINEL, np.uint8)
-        w = np.ascontiguousarray(raw).reshape(-1)
-        p = MatmulParams(x.ctypes.data, w.ctypes.data, None, self.y.ctypes.data, mm_ws.ctypes.data, mm_bytes,
-                         rows, n, k, int(qtype), 0, flags, tune)
+        p, _keep = matmul_params(lib, x, raw, qtype, self.y, flags, tune)
         q = NormParams(self.y.ctypes.data, residual.ctypes.data, norm_w.ctypes.data, self.sum.ctypes.data,
                        self.out.ctypes.data, self.ws.ctypes.data, norm_bytes, rows, n, EPS)
         before = lib.emu_launches()
@@ -168,15 +175,12 @@ class SwigluOutputs:
     gate | up projection and the SwiGLU after it, and its launches."""
 
     def __init__(self, lib, x, raw, qtype, F, flags, tune=0, fused=True, counters=None):
-        rows, k = x.shape
+        rows = x.shape[0]
         self.y = np.full((rows, 2 * F), np.nan, np.float32)
         self.act = np.full((rows, F), np.nan, np.float32)
-        mm_bytes, act_bytes = lib.luce_matmul_workspace_bytes(rows, k), lib.luce_matmul_workspace_bytes(rows, F)
-        mm_ws = np.zeros(mm_bytes + 16, np.uint8)
+        act_bytes = lib.luce_matmul_workspace_bytes(rows, F)
         self.ws = np.full(act_bytes, SENTINEL, np.uint8)
-        w = np.ascontiguousarray(raw).reshape(-1)
-        p = MatmulParams(x.ctypes.data, w.ctypes.data, None, self.y.ctypes.data, mm_ws.ctypes.data, mm_bytes,
-                         rows, 2 * F, k, int(qtype), 0, flags, tune)
+        p, _keep = matmul_params(lib, x, raw, qtype, self.y, flags, tune)
         q = SwigluParams(self.y.ctypes.data, self.y.ctypes.data + 4 * F, self.act.ctypes.data, self.ws.ctypes.data,
                          act_bytes, rows, F, 2 * F, 2 * F)
         before = lib.emu_launches()
