@@ -5,10 +5,10 @@ launch, SwiGLU + quantization in one launch, q/k norm + rotary + KV write in one
 GDN layer's decode chain (conv, norms, gates, delta rule, gated norm) in two, a one-row
 projection and the add + norm after it in one launch (add_rmsnorm_matmuls with a Product: the
 norm as the matmul's tail, cuda/matmul_gemv_tail.cuh), the gate|up projection and the SwiGLU
-after it likewise (add_rmsnorm_swiglu), and merged weights so q/k/v, gate/up or
-a GDN layer's projections go through one matmul launch (their consumers read the merged
-output's column blocks in place). Every result is bitwise the
-unfused ops' (the fused kernels share the unfused kernels' device code). The fused quantization is the
+after it likewise (add_rmsnorm_swiglu), and merged weights so q/k/v, gate/up or a GDN layer's
+projections go through one matmul launch (their consumers read the merged output's column
+blocks in place). Every result is bitwise the unfused ops' (the fused kernels share the unfused
+kernels' device code). The fused quantization is the
 decode family's: a step whose matmuls send rows to the prompt-row GEMM (prefill_spans,
 CudaBackend.has_prompt_rows) takes the unfused composition, whose add / norm / SwiGLU bits
 are the same, so a row's result never depends on what else is in the step.
