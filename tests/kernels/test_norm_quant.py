@@ -79,7 +79,7 @@ def test_a_product_residual_gives_the_unfused_bits(cuda, D, qtype, k, swiglu, T)
     from luce.ops.api import Product
 
     x, res, norm = inputs(T, D, seed=D + k)
-    (wp, _), (w1, _), (w2, _) = upload(cuda, qtype, D, k, 3), upload(cuda, Q.Q8_0, 96, D, 4), upload(cuda, Q.Q4_K, 64, D, 5)
+    (wp, _), (w1, _), (w2, _) = upload(cuda, qtype, D, k, 3), upload(cuda, Q.Q8_0, 96, D, 4), upload(cuda, Q.Q5_0, 64, D, 5)
     a = np.random.default_rng(k).standard_normal((T, 2 * k if swiglu else k)).astype(np.float32)
     product = Product(cuda.asarray(a), wp, swiglu=swiglu)
     args = (cuda.asarray(res), product, cuda.asarray(norm), EPS, [w1, w2])
