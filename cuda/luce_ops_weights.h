@@ -84,24 +84,6 @@ int luce_matmul(const luce_matmul_params *p, void *stream);
  * chain over k per output element. Float types are refused (use luce_matmul). */
 int64_t luce_matmul_prefill_workspace_bytes(int64_t rows, int64_t k);
 int luce_matmul_prefill(const luce_matmul_params *p, void *stream);
-/* luce_matmul(p) then luce_add_rmsnorm(norm) on its output (norm->x == p->y, norm->rows ==
- * p->rows, norm->cols == p->n), the bits of the two calls. A one-row call that takes the one-row
- * kernel (not IQ4_XS's staged form) with a quantizing norm (workspace, residual and sum given)
- * runs as one launch: its last block to finish adds, norms and quantizes the row
- * (cuda/matmul_gemv_tail.cuh). `counter`: an int32 on the device, zero between launches (each
- * launch leaves it zero); launches sharing one must not run at the same time (one stream).
- * Otherwise, or with counter NULL, the two calls. */
-int luce_matmul_add_rmsnorm(const luce_matmul_params *p, const luce_add_rmsnorm_params *norm, int32_t *counter,
-                            void *stream);
-/* luce_matmul(p) of a merged gate | up projection (p->n == 2 F) then luce_swiglu_quant(sw) on its
- * output (sw->gate == p->y, sw->up == p->y + F, both strides 2 F, sw->cols == F, sw->rows ==
- * p->rows), the bits of the two calls. A one-row call that takes the one-row kernel (as above)
- * with F a multiple of 256 runs as one launch: the warp that completes a 256-value chunk's gate
- * and up rows forms and quantizes it (cuda/matmul_gemv_tail.cuh). `counters`: n_counters >= F /
- * 256 int32 on the device, zero between launches (each launch leaves them zero; one stream).
- * Otherwise, or with counters NULL, the two calls. */
-int luce_matmul_swiglu_quant(const luce_matmul_params *p, const luce_swiglu_quant_params *sw, int32_t *counters,
-                             int32_t n_counters, void *stream);
 /* ---- matmul end ---- */
 
 /* ---- embedding ---- */

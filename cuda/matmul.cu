@@ -25,9 +25,7 @@
 // form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits),
 // and under LUCE_MATMUL_X_ONCE quantizes x itself (matmul_gemv_x.cuh: one launch, no workspace);
 // IQ4_XS, Q5_K, Q4_K and Q6_K decode calls of 2..8 rows at k <= 6,144 the few-row kernel of
-// matmul_gemv_rows.cuh and past it its large-k form, matmul_gemv_rows_k.cuh (ditto). The one-row
-// kernel may also run the fused producer of the next matmul's input on its output as its tail
-// (matmul_with_tail, for cuda/matmul_norm.cu: matmul_gemv_tail.cuh).
+// matmul_gemv_rows.cuh and past it its large-k form, matmul_gemv_rows_k.cuh (ditto).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"
@@ -322,8 +320,8 @@ extern "C" int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k) {
     return rows <= 0 || k <= 0 ? 0 : x_bytes(rows, k);
 }
 
-int mm::matmul_with_tail(const luce_matmul_params *p_in, const GemvTail &tail, bool *tail_done, cudaStream_t stream) {
-    *tail_done = false;
+
+extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     luce_matmul_params tuned = *p_in;
     if (tuned.tune == 0) tuned.tune = default_tune();
     const int rows_tune = tuned.tune >= 11 ? tuned.tune : 0;  // the tile kernel's form (launch_quant); else as 0
@@ -334,6 +332,7 @@ int mm::matmul_with_tail(const luce_matmul_params *p_in, const GemvTail &tail, b
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || p->tune < 0 ||
         p->tune > kMaxTune || rows_tune == 11 || (p->path != LUCE_MATMUL_DECODE && p->path != LUCE_MATMUL_PREFILL))
         return (int)cudaErrorInvalidValue;
+    cudaStream_t stream = (cudaStream_t)stream_ptr;
     if (!is_block_type(p->qtype)) {
         FloatArgs a{p->x, static_cast<const uint8_t *>(p->w), p->bias, p->y, p->rows, p->n, p->k, row_bytes};
         if (p->qtype == LUCE_QT_F32) return launch_float_matmul<LUCE_QT_F32>(a, stream);
@@ -357,13 +356,7 @@ int mm::matmul_with_tail(const luce_matmul_params *p_in, const GemvTail &tail, b
                                                   dim3(256), 0, stream, chain_overlap(kPdlQuant), p->x, p->rows, p->k, xl);
         if (err != cudaSuccess) return luce_status(err);
     }
-    if (one_row.runs) {
-        const bool with_tail = (tail.norm.counter || tail.swiglu.counters) && p->qtype != LUCE_QT_IQ4_XS &&
-                               tune == 0;  // launch_gemv's tail shapes
-        *tail_done = with_tail;
-        return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr,
-                              with_tail ? tail : GemvTail{}, stream);
-    }
+    if (one_row.runs) return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr, stream);
     const int rows_status = try_gemv_rows(p, w, xl, row_bytes, stream);
     if (rows_status >= 0) return rows_status;
     const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};
@@ -377,9 +370,4 @@ int mm::matmul_with_tail(const luce_matmul_params *p_in, const GemvTail &tail, b
         case LUCE_QT_Q5_0: return launch_quant<ReaderQ50>(a, p->path, qt, stream);
         default: return (int)cudaErrorInvalidValue;
     }
-}
-
-extern "C" int luce_matmul(const luce_matmul_params *p, void *stream) {
-    bool tail_done;
-    return matmul_with_tail(p, GemvTail{}, &tail_done, (cudaStream_t)stream);
 }

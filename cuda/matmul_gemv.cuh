@@ -39,7 +39,6 @@
 #pragma once
 
 #include "matmul_gemv_c.cuh"
-#include "matmul_gemv_tail.cuh"
 #include "matmul_gemv_x.cuh"
 #include "pdl.cuh"
 
@@ -62,11 +61,8 @@ struct GemvArgs {
 // Dynamic shared memory (gemv_smem_bytes): c [C::kRing][R][chunks][C::kFloatsPerChunk], the x
 // scales [chunks], then for GroupFloatC with offsets the f32 sums of x's groups [groups].
 // kX: x quantized in lane from a.xf (matmul_gemv_x.cuh), else read from the workspace a.x.
-// kTail (GemvTailKind): the norm tail runs at the end, or the SwiGLU tail after each batch
-// (matmul_gemv_tail.cuh; `tail` is a parameter apart from `a`, so the kernels without a tail keep
-// their parameter layout and code).
-template <class G, int CPL, int R, bool kX, int kTail>
-__global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a, GemvTail tail) {
+template <class G, int CPL, int R, bool kX>
+__global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     using C = GemvC<G, CPL, R>;
     constexpr int CW = kGemvChunksPerWarp, FC = C::kFloatsPerChunk, kRing = C::kRing;
     static_assert(R == 1 || R == 2 || R == 4 || R == 8, "rows8_sum takes 1, 2, 4 or 8 rows");
@@ -171,13 +167,9 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a, GemvT
                 a.y[row] = v;
             }
             if (lane == 0) arrived[slot] = 0;
-            if constexpr (kTail == kTailSwiglu) gemv_swiglu_batch(tail.swiglu, b * R, R);
         }
         if (slot == kRing - 1) __syncthreads();  // every chain of the ring is done before it refills
     }
-    if constexpr (kTail == kTailNorm) gemv_norm_tail(tail.norm);  // after the block's chains have written y
-    if constexpr (kTail == kTailSwiglu)  // the down projection's padding tokens, by the grid
-        zero_x_tokens(tail.swiglu.l, 1, (int64_t)blockIdx.x * blockDim.x + threadIdx.x, (int64_t)gridDim.x * blockDim.x);
 }
 
 // Blocks of `kernel` with `threads` threads and `smem` bytes resident at once on the device (0 if
@@ -197,7 +189,7 @@ int resident_blocks(K kernel, int threads, size_t smem) {
     return sms * per_sm;
 }
 
-// Dynamic shared memory of gemv_kernel<G, CPL, R, ...> (see there).
+// Dynamic shared memory of gemv_kernel<G, CPL, R, kX> (see there).
 template <class G, int CPL, int R>
 size_t gemv_smem_bytes(const XLayout &x) {
     constexpr bool kXs = G::kGroupScale && G::kOffset;
@@ -206,8 +198,8 @@ size_t gemv_smem_bytes(const XLayout &x) {
            sizeof(float);
 }
 
-template <class G, int CPL, int R, bool kX, int kTail>
-int launch_gemv_cpl(GemvArgs a, const GemvTail &tail, cudaStream_t stream) {
+template <class G, int CPL, int R, bool kX>
+int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     a.warps = (int)((a.x.chunks + CPL * kGemvChunksPerWarp - 1) / (CPL * kGemvChunksPerWarp));
     const int threads = a.warps * WARP_SIZE;
     const size_t smem = gemv_smem_bytes<G, CPL, R>(a.x);
@@ -215,7 +207,7 @@ int launch_gemv_cpl(GemvArgs a, const GemvTail &tail, cudaStream_t stream) {
     // chunks' c at most (3 * R * 256 B for GroupFloatC), and registers, not shared memory,
     // bound the blocks per SM.
     static int resident[kGemvMaxThreads / WARP_SIZE + 1] = {};
-    auto kernel = gemv_kernel<G, CPL, R, kX, kTail>;
+    auto kernel = gemv_kernel<G, CPL, R, kX>;
     int &res = resident[a.warps];
     if (res == 0) res = resident_blocks(kernel, threads, smem);
     // A one-wave grid of balanced blocks: every block takes the same number of batches (+-1).
@@ -223,7 +215,7 @@ int launch_gemv_cpl(GemvArgs a, const GemvTail &tail, cudaStream_t stream) {
     int64_t grid = res > 0 && res < batches ? res : batches;
     const int64_t per_block = (batches + grid - 1) / grid;
     grid = (batches + per_block - 1) / per_block;
-    return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a, tail));
+    return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
 }
 
 // Chunk slots per lane: one while every chunk of k fits one block of lanes, else two; 0: k too
@@ -264,32 +256,17 @@ bool gemv_fits(const XLayout &x, bool deep) {
 template <class G>
 bool gemv_x_in_lane(bool deep) { return !deep || G::kDeepInLane; }
 
-// The launch at shape (CPL, R): a.xf set, x quantized in lane (the workspace neither read nor
-// written; gemv_x_in_lane).
-template <class G, int C, int R, int kTail>
-int launch_gemv_x(const GemvArgs &a, const GemvTail &tail, cudaStream_t stream) {
-    constexpr bool kDeep = C == 1 ? R == 2 * G::kRows : R == G::kRows;
-    if constexpr (kDeep && !G::kDeepInLane) {
-        return a.xf ? (int)cudaErrorInvalidValue : launch_gemv_cpl<G, C, R, false, kTail>(a, tail, stream);
-    } else {
-        return a.xf ? launch_gemv_cpl<G, C, R, true, kTail>(a, tail, stream)
-                    : launch_gemv_cpl<G, C, R, false, kTail>(a, tail, stream);
-    }
-}
-
-// With a tail (tail.norm.counter or tail.swiglu.counters set), which only tune 0's shape (`deep` ==
-// G::kDeepByDefault) of the shared lane layout runs (other calls are refused).
+// a.xf set: x quantized in lane (the workspace neither read nor written; gemv_x_in_lane).
 template <class G>
-int launch_gemv(const GemvArgs &a, bool deep, cudaStream_t stream, const GemvTail &tail = GemvTail{}) {
+int launch_gemv(const GemvArgs &a, bool deep, cudaStream_t stream) {
     return with_gemv_shape<G>(a.x, deep, [&](auto cpl, auto r) {
         constexpr int C = decltype(cpl)::value, R = decltype(r)::value;
         constexpr bool kDeep = C == 1 ? R == 2 * G::kRows : R == G::kRows;
-        if (!tail.norm.counter && !tail.swiglu.counters) return launch_gemv_x<G, C, R, kNoTail>(a, tail, stream);
-        if constexpr (kDeep == G::kDeepByDefault && !G::kOwnLayout) {
-            return tail.norm.counter ? launch_gemv_x<G, C, R, kTailNorm>(a, tail, stream)
-                                     : launch_gemv_x<G, C, R, kTailSwiglu>(a, tail, stream);
+        if constexpr (kDeep && !G::kDeepInLane) {
+            return a.xf ? (int)cudaErrorInvalidValue : launch_gemv_cpl<G, C, R, false>(a, stream);
+        } else {
+            return a.xf ? launch_gemv_cpl<G, C, R, true>(a, stream) : launch_gemv_cpl<G, C, R, false>(a, stream);
         }
-        return (int)cudaErrorInvalidValue;
     });
 }
 

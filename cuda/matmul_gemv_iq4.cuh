@@ -64,7 +64,6 @@ struct GemvIQ4XS {
     static constexpr int kAlign = 8;  // 8-byte loads
     static constexpr int kRows = 4;   // 6 registers a row (tune 6: 8)
     static constexpr bool kDeepInLane = true;
-    static constexpr bool kDeepByDefault = false;  // tune 0 takes twice the rows a batch (one_row_choice)
     struct Raw { uint2 head, qa, qb; };
 
     // Row `off` bytes past the chunk at c0 (c0 the same for a batch's rows: the lane's address

@@ -69,12 +69,12 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
                                  (kquant45 && gemv_slots(xl.chunks) == 1 && p->n * row_bytes < ((int64_t)256 << 20)) ||
                                  (p->qtype == LUCE_QT_Q6_K && p->n * row_bytes < ((int64_t)16 << 20));
     const bool by_default = measured_faster || (group_scale && kGemvGroupScaleByDefault);
+    const bool deep = tune == 6 || (tune == 0 && kquant45);
     const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&
                       (tune >= 5 || (tune == 0 && by_default));
-    if (!gemv) return {false, false, false};
+    if (!gemv) return {false, deep, false};
     auto of = [&](auto reader) -> OneRow {
         using G = decltype(reader);
-        const bool deep = tune == 6 || (tune == 0 && G::kDeepByDefault);
         return {gemv_runs<G>(w, xl, deep), deep, gemv_x_in_lane<G>(deep)};
     };
     switch (p->qtype) {
@@ -84,24 +84,22 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
         case LUCE_QT_IQ4_XS: return of(GemvIQ4XS());
         case LUCE_QT_Q8_0: return of(GemvQ80());
         case LUCE_QT_Q5_0: return of(GemvQ50());
-        default: return {false, false, false};
+        default: return {false, deep, false};
     }
 }
 
 // The launch of a call one_row_choice runs; xf: token 0's f32 x to quantize in lane, or null
-// (the workspace xl holds it); tail: a tail (matmul_gemv_tail.cuh) or none (its counters null),
-// which only tune 0's calls of the shared lane layout run (launch_gemv; IQ4_XS is refused).
+// (the workspace xl holds it).
 inline int launch_one_row(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
-                          int tune, bool deep, const float *xf, const GemvTail &tail, cudaStream_t stream) {
+                          int tune, bool deep, const float *xf, cudaStream_t stream) {
     const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0, xf};
-    if ((tail.norm.counter || tail.swiglu.counters) && p->qtype == LUCE_QT_IQ4_XS) return (int)cudaErrorInvalidValue;
     switch (p->qtype) {
-        case LUCE_QT_Q4_K: return launch_gemv<GemvQ4K>(g, deep, stream, tail);
-        case LUCE_QT_Q5_K: return launch_gemv<GemvQ5K>(g, deep, stream, tail);
-        case LUCE_QT_Q6_K: return launch_gemv<GemvQ6K>(g, deep, stream, tail);
+        case LUCE_QT_Q4_K: return launch_gemv<GemvQ4K>(g, deep, stream);
+        case LUCE_QT_Q5_K: return launch_gemv<GemvQ5K>(g, deep, stream);
+        case LUCE_QT_Q6_K: return launch_gemv<GemvQ6K>(g, deep, stream);
         case LUCE_QT_IQ4_XS: return launch_gemv_iq4(g, tune, stream);
-        case LUCE_QT_Q8_0: return launch_gemv<GemvQ80>(g, deep, stream, tail);
-        case LUCE_QT_Q5_0: return launch_gemv<GemvQ50>(g, deep, stream, tail);
+        case LUCE_QT_Q8_0: return launch_gemv<GemvQ80>(g, deep, stream);
+        case LUCE_QT_Q5_0: return launch_gemv<GemvQ50>(g, deep, stream);
         default: return (int)cudaErrorInvalidValue;
     }
 }

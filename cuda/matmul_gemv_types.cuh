@@ -111,7 +111,6 @@ struct GemvQ4K {
     static constexpr int kAlign = 16;  // of the weights: 16-byte loads
     static constexpr int kRows = 2;    // rows a lane loads at once (12 registers a row)
     static constexpr bool kDeepInLane = true;  // x quantized in lane also at twice the rows (matmul_gemv_x.cuh)
-    static constexpr bool kDeepByDefault = true;  // tune 0 takes twice the rows a batch (one_row_choice)
     struct Raw { uint4 h, qa, qb; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
         r.h = ldg16(c);
@@ -143,7 +142,6 @@ struct GemvQ5K {
     static constexpr int kAlign = 16;
     static constexpr int kRows = 2;  // 20 registers a row
     static constexpr bool kDeepInLane = true;
-    static constexpr bool kDeepByDefault = true;  // tune 0 takes twice the rows a batch (one_row_choice)
     struct Raw { uint4 h, ha, hb, qa, qb; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
         r.h = ldg16(c);
@@ -174,7 +172,6 @@ struct GemvQ6K {
     static constexpr int kAlign = 2;  // words realigned from 4-byte loads
     static constexpr int kRows = 2;   // 21 registers a row
     static constexpr bool kDeepInLane = false;  // twice the rows (tune 6) and x in lane spill: x from the workspace
-    static constexpr bool kDeepByDefault = false;  // tune 0 takes twice the rows a batch (one_row_choice)
     struct Raw { uint32_t ql[9], qh[9], sd; const uint8_t *c; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *end, int j) {
         const int h = j >> 2, G = j & 3;
@@ -218,7 +215,6 @@ struct GemvBlock32 {
     static constexpr int kAlign = 2;  // 4-byte loads realigned
     static constexpr int kRows = 4;   // rows a lane loads at once (tune 6: 8)
     static constexpr bool kDeepInLane = false;  // twice the rows (tune 6) and x in lane spill: x from the workspace
-    static constexpr bool kDeepByDefault = false;  // tune 0 takes twice the rows a batch (one_row_choice)
     struct Raw { uint32_t w[kWords + 1], sh; };
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *end, int j) {
         const uint8_t *blk = c + kBytes * j;

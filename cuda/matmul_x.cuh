@@ -135,29 +135,6 @@ __device__ __forceinline__ void quantize_x_values(float v[8], const XLayout &l, 
     }
 }
 
-// Zeros into tokens t0 .. tp - 1 of l: what quantize_x_values writes for rows of zeros (every
-// word zero: xq, the sums xs, the scales xd, the planes xqp), entries first, first + step, ...
-// of them, so the threads of a launch share the padding tokens of a row it quantizes alone.
-__device__ __forceinline__ void zero_x_tokens(const XLayout &l, int64_t t0, int64_t first, int64_t step) {
-    const int64_t n_xq = l.groups * 4, n_xs = l.groups, n_xd = l.chunks, per_token = n_xq + n_xs + n_xd + 2 * l.chunks;
-    for (int64_t i = first; i < (l.tp - t0) * per_token; i += step) {
-        const int64_t t = t0 + i / per_token;
-        int64_t e = i % per_token;
-        if (e < n_xq) {
-            l.xq[t * n_xq + e] = make_uint4(0, 0, 0, 0);
-        } else if ((e -= n_xq) < n_xs) {
-            float *s = reinterpret_cast<float *>(l.xs + e * (l.tp / 2) + t / 2);
-            s[t & 1] = 0.0f;
-            s[2 + (t & 1)] = 0.0f;
-        } else if ((e -= n_xs) < n_xd) {
-            l.xd[e * l.tp + t] = 0.0f;
-        } else {
-            e -= n_xd;
-            l.xqp[((e >> 1) * l.tp + t) * 2 + (e & 1)] = make_uint4(0, 0, 0, 0);
-        }
-    }
-}
-
 // One warp per (row, chunk): lane = 4 * group + quad holds values 4q..4q+3 and 16+4q..16+4q+3.
 static __global__ void __launch_bounds__(256) quantize_x_kernel(const float *x, int64_t rows, int64_t k,
                                                                 XLayout l) {

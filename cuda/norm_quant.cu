@@ -8,7 +8,8 @@
 // The norm is rmsnorm.cuh's (the warp path up to kWarpRowMaxCols columns, else the block
 // path, as luce_rmsnorm chooses), the SwiGLU swiglu.cu's element formula: the f32 outputs
 // equal the unfused kernels' bitwise. No reduction spans rows: batch-invariant (DESIGN 5).
-#include "norm_quant.cuh"
+#include "rmsnorm.cuh"
+#include "matmul_x.cuh"
 
 namespace {
 
@@ -19,8 +20,9 @@ constexpr int kWarps = kThreads / WARP_SIZE;
 constexpr int kQuantChunks = 2;  // 256-value chunks a block of add_rmsnorm_quant_kernel finishes
 
 // Block (b, c): row b's scale, summed by the threads and in the order norm_row uses (every
-// block of the row gets its bits), then chunks c * kQuantChunks .. of the row, a warp each
-// (norm_quant_chunk). Rows rows <= b < tp: padding rows of the workspace, zeros quantized.
+// block of the row gets its bits), then chunks c * kQuantChunks .. of the row, a warp each:
+// x + residual (stored as sum), out = x * scale * weight (norm_row's formula) and their
+// quantization. Rows rows <= b < tp: padding rows of the workspace, zeros quantized.
 // A row is several blocks so a one-row decode step is not one SM's work.
 __global__ void __launch_bounds__(kThreads) add_rmsnorm_quant_kernel(Row r, int64_t rows, mm::XLayout l) {
     __shared__ float scratch[32];
@@ -40,18 +42,49 @@ __global__ void __launch_bounds__(kThreads) add_rmsnorm_quant_kernel(Row r, int6
     } else if (live) {
         scale = norm_scale(r, base, threadIdx.x, kThreads, false, [&](float v) { return block_sum(v, scratch); });
     }
-    const int64_t ch = (int64_t)blockIdx.y * kQuantChunks + threadIdx.x / WARP_SIZE;
-    if (threadIdx.x / WARP_SIZE >= kQuantChunks || ch >= l.chunks) return;  // whole warps
-    norm_quant_chunk(r, row, live, scale, l, ch);
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, quad = lane & 3;
+    const int64_t ch = (int64_t)blockIdx.y * kQuantChunks + warp, g = ch * mm::kGroups + (lane >> 2);
+    if (warp >= kQuantChunks || ch >= l.chunks) return;  // whole warps
+    float v[8] = {};
+    if (live && 32 * g < r.cols) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int64_t c4 = 8 * g + 4 * half + quad;  // chunk of 4: values 32 g + 16 half + 4 quad ..
+            float w[4];
+            load_input(r, base, c4, true, v + 4 * half);
+            load_chunk4(r.weight, c4, r.cols, w);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[4 * half + i] = v[4 * half + i] * scale * w[i];
+            store_chunk4(r.out + base, c4, r.cols, v + 4 * half);
+        }
+    }
+    mm::quantize_x_values(v, l, row, ch);
 }
 
-// One warp per (token, chunk), as quantize_x_kernel (swiglu_quant_chunk).
+// One warp per (token, chunk), as quantize_x_kernel; out written in f32 as well.
 __global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(luce_swiglu_quant_params p, mm::XLayout l) {
     wait_for_prior_kernels();
     let_dependents_start();
+    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
     const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
     if (item >= l.tp * l.chunks) return;  // whole warps
-    swiglu_quant_chunk(p, l, item / l.chunks, item % l.chunks);
+    const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * mm::kGroups + j;
+    float v[8] = {};
+    if (t < p.rows && 32 * g < p.cols) {
+        const float *gate = p.gate + t * p.gate_stride + 32 * g, *up = p.up + t * p.up_stride + 32 * g;
+        float *out = p.out + t * p.cols + 32 * g;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int at = 16 * half + 4 * quad;
+            float gv[4], uv[4];
+            load_chunk4(gate + at, 0, 4, gv);
+            load_chunk4(up + at, 0, 4, uv);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[4 * half + i] = silu_f32(gv[i]) * uv[i];
+            store_chunk4(out + at, 0, 4, v + 4 * half);
+        }
+    }
+    mm::quantize_x_values(v, l, t, ch);
 }
 
 bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }

@@ -57,7 +57,7 @@ __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base
 #pragma unroll
         for (int i = 0; i < 4; ++i) ss = fmaf(v[c][i], v[c][i], ss);
     }
-    const float scale = norm_scale_of(r, reduce(ss));
+    const float scale = rsqrtf(reduce(ss) / (float)r.cols + r.eps);
 #pragma unroll
     for (int c = 0; c < kRegChunks; ++c) {
         const int64_t j = t + (int64_t)c * width;
@@ -68,9 +68,12 @@ __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base
     }
 }
 
-// Thread t's share of the row's sum of squares when `width` threads sum it (chunks t,
-// t + width, ...). With store_sum, x + residual is stored too.
-__device__ __forceinline__ float norm_partial(const Row &r, int64_t base, int t, int width, bool store_sum) {
+// The row's scale 1 / rms, summed as norm_row sums it (thread t of `width` takes chunks t,
+// t + width, ...): any group of threads computing it gets the bits norm_row uses. With
+// store_sum, x + residual is stored too.
+template <typename Reduce>
+__device__ __forceinline__ float norm_scale(const Row &r, int64_t base, int t, int width, bool store_sum,
+                                            Reduce reduce) {
     const int64_t chunks = (r.cols + 3) / 4;
     float ss = 0.0f;
     for (int64_t j = t; j < chunks; j += width) {
@@ -79,21 +82,7 @@ __device__ __forceinline__ float norm_partial(const Row &r, int64_t base, int t,
 #pragma unroll
         for (int i = 0; i < 4; ++i) ss = fmaf(v[i], v[i], ss);
     }
-    return ss;
-}
-
-// 1 / rms of the row from its sum of squares.
-__device__ __forceinline__ float norm_scale_of(const Row &r, float sum_squares) {
-    return rsqrtf(sum_squares / (float)r.cols + r.eps);
-}
-
-// The row's scale 1 / rms, summed as norm_row sums it (thread t of `width` takes chunks t,
-// t + width, ...): any group of threads computing it gets the bits norm_row uses. With
-// store_sum, x + residual is stored too.
-template <typename Reduce>
-__device__ __forceinline__ float norm_scale(const Row &r, int64_t base, int t, int width, bool store_sum,
-                                            Reduce reduce) {
-    return norm_scale_of(r, reduce(norm_partial(r, base, t, width, store_sum)));
+    return rsqrtf(reduce(ss) / (float)r.cols + r.eps);
 }
 
 // One row by a group of `width` threads (this thread is `t`); `reduce` sums over the group.

@@ -38,7 +38,7 @@ cdef sync_fn _sync = NULL
 cdef rmsnorm_fn _rmsnorm = NULL
 _loaded_path = None
 
-EXPECTED_ABI_VERSION = 9
+EXPECTED_ABI_VERSION = 8
 
 
 def load(str path):

@@ -13,8 +13,32 @@ from libc.stdint cimport int32_t, int64_t, uintptr_t
 from luce._cuda import raise_for_status
 
 include "_cuda_load.pxi"
-include "_cuda_norm_quant.pxi"
 include "_cuda_rope_kv.pxi"
+
+
+cdef extern from "luce_ops.h":
+    ctypedef struct luce_add_rmsnorm_params:
+        const float *x
+        const float *residual
+        const float *weight
+        float *sum
+        float *out
+        void *workspace
+        int64_t workspace_bytes
+        int64_t rows
+        int64_t cols
+        float eps
+
+    ctypedef struct luce_swiglu_quant_params:
+        const float *gate
+        const float *up
+        float *out
+        void *workspace
+        int64_t workspace_bytes
+        int64_t rows
+        int64_t cols
+        int64_t gate_stride
+        int64_t up_stride
 
 
 ctypedef int (*add_rmsnorm_fn)(const luce_add_rmsnorm_params *, void *) noexcept nogil
@@ -41,8 +65,17 @@ def add_rmsnorm(uintptr_t x, uintptr_t residual, uintptr_t weight, uintptr_t sum
     """x, residual (0: none), sum (0 without residual), out [rows, cols] f32, weight [cols]:
     sum = x + residual; out = rmsnorm(sum or x) * weight; quantized into workspace (0: not)."""
     _require_loaded(<void *>_add_rmsnorm)
-    cdef luce_add_rmsnorm_params p = _norm_params(x, residual, weight, sum, out, workspace, workspace_bytes, rows,
-                                                  cols, eps)
+    cdef luce_add_rmsnorm_params p
+    p.x = <const float *>x
+    p.residual = <const float *>residual
+    p.weight = <const float *>weight
+    p.sum = <float *>sum
+    p.out = <float *>out
+    p.workspace = <void *>workspace
+    p.workspace_bytes = workspace_bytes
+    p.rows = rows
+    p.cols = cols
+    p.eps = eps
     cdef int status
     with nogil:
         status = _add_rmsnorm(&p, <void *>stream)
@@ -54,9 +87,16 @@ def swiglu_quant(uintptr_t gate, uintptr_t up, uintptr_t out, uintptr_t workspac
     """gate, up [rows, cols] f32 (row strides in elements, default cols), out [rows, cols]
     = silu(gate) * up, quantized into workspace."""
     _require_loaded(<void *>_add_rmsnorm)
-    cdef luce_swiglu_quant_params p = _swiglu_params(gate, up, out, workspace, workspace_bytes, rows, cols,
-                                                     cols if gate_stride is None else gate_stride,
-                                                     cols if up_stride is None else up_stride)
+    cdef luce_swiglu_quant_params p
+    p.gate = <const float *>gate
+    p.up = <const float *>up
+    p.out = <float *>out
+    p.workspace = <void *>workspace
+    p.workspace_bytes = workspace_bytes
+    p.rows = rows
+    p.cols = cols
+    p.gate_stride = cols if gate_stride is None else gate_stride
+    p.up_stride = cols if up_stride is None else up_stride
     cdef int status
     with nogil:
         status = _swiglu_quant(&p, <void *>stream)

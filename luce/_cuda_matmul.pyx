@@ -11,7 +11,6 @@ from libc.stdint cimport int32_t, int64_t, uintptr_t
 from luce._cuda import raise_for_status
 
 include "_cuda_load.pxi"
-include "_cuda_norm_quant.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -32,10 +31,6 @@ cdef extern from "luce_ops.h":
 
 
 ctypedef int (*matmul_fn)(const luce_matmul_params *, void *) noexcept nogil
-ctypedef int (*matmul_norm_fn)(const luce_matmul_params *, const luce_add_rmsnorm_params *, int32_t *,
-                               void *) noexcept nogil
-ctypedef int (*matmul_swiglu_fn)(const luce_matmul_params *, const luce_swiglu_quant_params *, int32_t *, int32_t,
-                                 void *) noexcept nogil
 ctypedef int64_t (*workspace_fn)(int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*row_bytes_fn)(int32_t, int64_t) noexcept nogil
 
@@ -44,8 +39,6 @@ cdef matmul_fn _matmul_prefill = NULL
 cdef workspace_fn _prefill_workspace_bytes = NULL
 cdef workspace_fn _workspace_bytes = NULL
 cdef row_bytes_fn _row_bytes = NULL
-cdef matmul_norm_fn _matmul_add_rmsnorm = NULL
-cdef matmul_swiglu_fn _matmul_swiglu_quant = NULL
 
 # ggml type ids the kernel multiplies (LUCE_QT_* in cuda/luce_ops.h).
 QTYPES = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14,
@@ -59,11 +52,8 @@ X_ONCE = 2   # no later call reuses this call's quantized x: one-row calls quant
 
 def load(str path):
     """Resolve the matmul entry points in the kernel library at `path`."""
-    global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes, _matmul_add_rmsnorm
-    global _matmul_swiglu_quant
+    global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes
     cdef void *lib = _open_library(path)
-    _matmul_add_rmsnorm = <matmul_norm_fn>_symbol(lib, path, "luce_matmul_add_rmsnorm")
-    _matmul_swiglu_quant = <matmul_swiglu_fn>_symbol(lib, path, "luce_matmul_swiglu_quant")
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_workspace_bytes")
     _row_bytes = <row_bytes_fn>_symbol(lib, path, "luce_matmul_row_bytes")
     _matmul = <matmul_fn>_symbol(lib, path, "luce_matmul")
@@ -94,9 +84,10 @@ def prefill_workspace_bytes(int64_t rows, int64_t k):
     return _prefill_workspace_bytes(rows, k)
 
 
-cdef luce_matmul_params _params(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
-                                int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
-                                int32_t path, int32_t flags, int32_t tune) noexcept:
+cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+                 int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t path,
+                 int32_t flags, int32_t tune, uintptr_t stream) noexcept:
+    """fn (luce_matmul or luce_matmul_prefill) on these params, the GIL released; its status."""
     cdef luce_matmul_params p
     p.x = <const float *>x
     p.w = <const void *>w
@@ -111,15 +102,6 @@ cdef luce_matmul_params _params(uintptr_t x, uintptr_t w, uintptr_t bias, uintpt
     p.path = path
     p.flags = flags
     p.tune = tune
-    return p
-
-
-cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
-                 int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t path,
-                 int32_t flags, int32_t tune, uintptr_t stream) noexcept:
-    """fn (luce_matmul or luce_matmul_prefill) on these params, the GIL released; its status."""
-    cdef luce_matmul_params p = _params(x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, path, flags,
-                                        tune)
     cdef int status
     with nogil:
         status = fn(&p, <void *>stream)
@@ -149,44 +131,3 @@ def matmul_prefill(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintpt
         raise ValueError(f"matmul_prefill: ggml type {qtype} is a float type; use matmul")
     raise_for_status(_launch(_matmul_prefill, x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype,
                              PATH_PREFILL, flags, tune, stream), "luce_matmul_prefill")
-
-
-def matmul_add_rmsnorm(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
-                       int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t flags,
-                       uintptr_t residual, uintptr_t norm_weight, uintptr_t sum, uintptr_t out,
-                       uintptr_t norm_workspace, int64_t norm_workspace_bytes, float eps, uintptr_t counter,
-                       uintptr_t stream=0):
-    """matmul (a decode call; y [rows, n]) then luce._cuda_fused.add_rmsnorm(y, residual, norm_weight, sum,
-    out, norm_workspace, ...) on its output [rows, n], bitwise; one launch where the call takes the
-    one-row kernel (luce_matmul_add_rmsnorm, cuda/luce_ops_weights.h). counter: a device int32, zero
-    between launches (0: always the two calls)."""
-    _require_loaded(<void *>_matmul_add_rmsnorm)
-    cdef luce_matmul_params p = _params(x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, PATH_DECODE,
-                                        flags, 0)
-    cdef luce_add_rmsnorm_params q = _norm_params(y, residual, norm_weight, sum, out, norm_workspace,
-                                                  norm_workspace_bytes, rows, n, eps)
-    cdef int status
-    with nogil:
-        status = _matmul_add_rmsnorm(&p, &q, <int32_t *>counter, <void *>stream)
-    raise_for_status(status, "luce_matmul_add_rmsnorm")
-
-
-def matmul_swiglu_quant(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
-                        int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t flags,
-                        uintptr_t out, uintptr_t out_workspace, int64_t out_workspace_bytes, uintptr_t counters,
-                        int32_t n_counters, uintptr_t stream=0):
-    """matmul (a decode call of a merged gate | up weight, n = 2 F; y [rows, n]) then
-    luce._cuda_fused.swiglu_quant(y, y + F, out [rows, F], out_workspace, ..., strides n) on its
-    output, bitwise; one launch where the call takes the one-row kernel and 256 | F
-    (luce_matmul_swiglu_quant, cuda/luce_ops_weights.h). counters: n_counters device int32, zero
-    between launches (0: always the two calls)."""
-    _require_loaded(<void *>_matmul_swiglu_quant)
-    cdef luce_matmul_params p = _params(x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, PATH_DECODE,
-                                        flags, 0)
-    cdef int64_t F = n // 2
-    cdef luce_swiglu_quant_params q = _swiglu_params(y, y + 4 * F, out, out_workspace, out_workspace_bytes, rows, F,
-                                                     n, n)
-    cdef int status
-    with nogil:
-        status = _matmul_swiglu_quant(&p, &q, <int32_t *>counters, n_counters, <void *>stream)
-    raise_for_status(status, "luce_matmul_swiglu_quant")

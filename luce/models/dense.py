@@ -61,7 +61,7 @@ class DenseModel(TokenIO):
         ensure_valid(batch, state.max_slots, int(self.config.vocab))
         b, eps = self.backend, self.config.rms_eps
         x = self.embed(batch.token_ids)
-        pending = None   # the last FFN's output (a Product), not yet added to x (fused into the next norm)
+        pending = None   # the last FFN's output, not yet added to x (fused into the next norm)
         captured = {}
         for il, layer in enumerate(self.layers):
             x, qkv = b.add_rmsnorm_matmuls(x, pending, layer.attn_norm, eps, layer.attn.projections,
@@ -69,7 +69,7 @@ class DenseModel(TokenIO):
             h = gqa_attention(b, layer.attn, qkv, batch, state.kv[il], self.config)
             x, pending = ffn_block(b, layer.ffn_norm, layer.ffn, x, h, eps, batch.prefill_spans)
             if il in batch.capture_layers:
-                x, pending = b.add(x, b.product(pending)), None
+                x, pending = b.add(x, pending), None
                 captured[il] = x
         logits = self.final_logits(x, pending, batch.logits_indices)
         return ForwardOutput(logits=logits, captured=captured)

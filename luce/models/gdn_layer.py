@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from luce.models.layers import blk
-from luce.ops.api import TREE_MODES, Product, TreeStage
+from luce.ops.api import TREE_MODES, TreeStage
 
 L2NORM_EPS = 1e-6  # transformers' l2norm (FLA); llama.cpp uses the RMS eps (1e-6 in Qwen3.5)
 
@@ -119,8 +119,7 @@ def gdn_projections(w: GDNWeights) -> list:
 def gdn_mixer(backend, w: GDNWeights, projections, batch, recurrent, il: int, dims: GDNDims, rms_eps: float,
               tree_mode: str = "factor", staged: dict | None = None):
     """Gated DeltaNet layer il over all rows from the normed input's projections through
-    gdn_projections(w) (merged ones read in place where the backend fuses) -> the out projection
-    [T, hidden] as a Product (run by the add + norm after it).
+    gdn_projections(w) (merged ones read in place where the backend fuses) -> [T, hidden].
     Prefill and AR segments read and advance their slot's (il) state in `recurrent`'s pools;
     tree segments read it only and put layer il's TreeStage into `staged` (`tree_mode`
     'factor' | 'baseline', luce.ops.api.TREE_MODES)."""
@@ -134,4 +133,4 @@ def gdn_mixer(backend, w: GDNWeights, projections, batch, recurrent, il: int, di
     if tree_part is not None and staged is not None:   # qkv: the first C columns of the first part
         staged[il] = TreeStage(conv_inputs=b.stage_tree_rows(projections[0], batch, conv_pool), mode=tree_mode,
                                **tree_part)
-    return Product(normed.reshape(T, d.value_dim), w.out, prefill_spans=batch.prefill_spans)
+    return b.matmul(normed.reshape(T, d.value_dim), w.out, prefill_spans=batch.prefill_spans)

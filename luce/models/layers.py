@@ -10,8 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from luce.ops.api import Product
-
 
 def blk(il: int, name: str) -> str:
     """GGUF tensor name of layer il: blk(3, 'attn_q.weight') -> 'blk.3.attn_q.weight'."""
@@ -105,15 +103,15 @@ def attend(backend, q, k, v, kv, batch, scale: float, causal: bool = True):
     return o.reshape(o.shape[0], -1)
 
 
-def gqa_attention(backend, w: AttentionWeights, projections, batch, kv, config) -> Product:
+def gqa_attention(backend, w: AttentionWeights, projections, batch, kv, config):
     """Self-attention of one dense layer from the outputs of w.projections (with w.biases) on
-    the normed input, columns [q | k | v] -> the out projection [T, hidden] as a Product (run by
-    the add + norm after it): q/k norm, rotary and the KV write, then attention over the pages,
-    in one op (backend.rope_kv_attention: one launch on CUDA decode steps, two on others)."""
+    the normed input, columns [q | k | v] -> [T, hidden]: q/k norm, rotary and the KV write,
+    then attention over the pages, in one op (backend.rope_kv_attention: one launch on CUDA
+    decode steps, two on others)."""
     o = backend.rope_kv_attention(projections, kv, batch, config.n_head, config.rope_dim, config.rope_theta,
                                   config.rope_sections, w.q_norm, w.k_norm, config.rms_eps,
                                   1.0 / float(np.sqrt(config.head_dim)))
-    return Product(o.reshape(o.shape[0], -1), w.wo, prefill_spans=batch.prefill_spans)
+    return backend.matmul(o.reshape(o.shape[0], -1), w.wo, prefill_spans=batch.prefill_spans)
 
 
 @dataclass
@@ -157,11 +155,13 @@ def swiglu_ffn(backend, w: FFNWeights, x, prefill_spans=()):
 
 def ffn_block(backend, norm, w: FFNWeights, x, residual, eps: float, prefill_spans=()):
     """The FFN half of a pre-norm block on the residual stream: s = x + residual (residual
-    None: s = x; an array or a Product), -> (s, ffn(rmsnorm(s) * norm) [T, hidden] as a Product:
-    its down projection runs in the add + norm after it); the add, the norm, the gate|up matmul
-    and the SwiGLU are one fused op (backend.add_rmsnorm_swiglu). The rows of prefill_spans are
-    prompt rows (Backend.matmul)."""
-    return backend.add_rmsnorm_swiglu(x, residual, norm, eps, w.input_weights, w.down, prefill_spans)
+    None: s = x), -> (s, ffn(rmsnorm(s) * norm) [T, hidden]); the add, the norm and the
+    matmuls' activation quantization are one fused op (backend.add_rmsnorm_matmuls). The
+    rows of prefill_spans are prompt rows (Backend.matmul)."""
+    s, projections = backend.add_rmsnorm_matmuls(x, residual, norm, eps, w.input_weights,
+                                                 prefill_spans=prefill_spans)
+    gate, up = swiglu_of(backend, projections)
+    return s, backend.swiglu_matmul(gate, up, w.down, prefill_spans)
 
 
 class TokenIO:
@@ -179,14 +179,14 @@ class TokenIO:
 
     def final_logits(self, x, pending, logits_indices: np.ndarray):
         """The logits [L, V] of rows logits_indices of x + pending (the last layer's residual stream
-        [T, hidden] and its FFN output, a Product, or None): lm_head of those rows. Where they are
-        every row in order (a decode or verify step), the add, the final norm and the output matrix
-        are add_rmsnorm_matmuls (CUDA: one quantizing norm launch, at one row the down projection's
-        tail), the same bits."""
+        [T, hidden] and its FFN output, or None): lm_head of those rows. Where they are every row in
+        order (a decode or verify step), the add, the final norm and the output matrix are
+        add_rmsnorm_matmuls (CUDA: one quantizing norm launch for the add, the norm and the LM head's
+        x quantization), the same bits."""
         b = self.backend
         if pending is not None and np.array_equal(logits_indices, np.arange(x.shape[0])):
             _, (logits,) = b.add_rmsnorm_matmuls(x, pending, self.output_norm, self.config.rms_eps, [self.output])
             return logits
         if pending is not None:
-            x = b.add(x, b.product(pending))
+            x = b.add(x, pending)
         return self.lm_head(b.take_rows(x, logits_indices))

@@ -24,13 +24,11 @@ from luce.models.kv_cache import ModelState, PagedKV
 from luce.models.layers import AttentionWeights, FFNWeights, TokenIO, blk, ffn_block
 from luce.models.loader import register_arch
 from luce.models.recurrent_state import RecurrentState
-from luce.ops.api import Product
 
 
 def gated_attention(backend, w: AttentionWeights, projections, batch, kv, config):
     """Gated full attention of one layer from the normed input's projections through
-    [w.wq, w.wk, w.wv] (q interleaved with its gate per head) -> the out projection [T, hidden]
-    as a Product (run by the add + norm after it)."""
+    [w.wq, w.wk, w.wv] (q interleaved with its gate per head) -> [T, hidden]."""
     b = backend
     qg, k, v = projections
     T, H, D = qg.shape[0], config.n_head, config.head_dim
@@ -39,7 +37,7 @@ def gated_attention(backend, w: AttentionWeights, projections, batch, kv, config
                         config.rope_sections, w.q_norm, w.k_norm, config.rms_eps)   # q/k norm, rotary, KV write
     o = b.attention(q, kv, batch, 1.0 / float(np.sqrt(D))).reshape(T, H * D)   # tree rows: ancestors
     o = b.mul(o, b.sigmoid(gate.reshape(T, H * D)))
-    return Product(o, w.wo, prefill_spans=batch.prefill_spans)
+    return b.matmul(o, w.wo, prefill_spans=batch.prefill_spans)
 
 
 @dataclass
@@ -109,7 +107,7 @@ class Qwen35Model(TokenIO):
         b, c = self.backend, self.config
         x = self.embed(batch.token_ids)
         captured, staged = {}, {}
-        pending = None   # the last FFN's output (a Product), not yet added to x (fused into the next norm)
+        pending = None   # the last FFN's output, not yet added to x (fused into the next norm)
         for il, layer in enumerate(self.layers):
             weights = gdn_projections(layer.gdn) if layer.gdn is not None else [layer.attn.wq, layer.attn.wk,
                                                                                   layer.attn.wv]
@@ -122,7 +120,7 @@ class Qwen35Model(TokenIO):
                 h = gated_attention(b, layer.attn, projections, batch, state.kv[il], c)
             x, pending = ffn_block(b, layer.post_attention_norm, layer.ffn, x, h, c.rms_eps, batch.prefill_spans)
             if il in batch.capture_layers:
-                x, pending = b.add(x, b.product(pending)), None
+                x, pending = b.add(x, pending), None
                 captured[il] = x
         logits = self.final_logits(x, pending, batch.logits_indices)
         return ForwardOutput(logits=logits, captured=captured, staged=staged)

@@ -41,22 +41,6 @@ class TreeStage:
     parents: Any = None        # local parents [Nt] when the stage is one tree (gdn_tree_commit)
 
 
-@dataclass(frozen=True)
-class Product:
-    """A block's last matmul, not run yet: x [T, K] @ w^T, or with `swiglu` the FFN's down
-    projection swiglu_matmul(x, up, w) (x the gate, or gate | up side by side with up None). The
-    models hand it to add_rmsnorm_matmuls as the residual it adds, so that a backend can run the
-    matmul, the add, the norm and the next matmuls' quantization as one launch (CUDA, one-row
-    decode steps); Backend.product runs it alone."""
-
-    x: Any
-    w: Any
-    up: Any = None
-    swiglu: bool = False
-    prefill_spans: tuple = ()
-    quantized: Any = None      # x already quantized for w by the backend that made it (its own form), or None
-
-
 @runtime_checkable
 class Backend(Protocol):
     name: str  # 'numpy' | 'cpu' | 'cuda' | 'hip'
@@ -147,24 +131,13 @@ class Backend(Protocol):
         """gate, up [T, F] -> silu(gate) * up [T, F]."""
 
     # ---- fused (FusedOps below composes them; references: luce/ref/norm_quant.py, rope_kv.py, gdn_decode.py)
-    def add_rmsnorm_matmuls(self, x: Array, residual: Array | Product | None, weight: Array, eps: float,
+    def add_rmsnorm_matmuls(self, x: Array, residual: Array | None, weight: Array, eps: float,
                             weights: Sequence[Weight], biases: Sequence[Array | None] | None = None,
                             prefill_spans: Sequence[tuple[int, int]] = ()) -> tuple[Array, list[Array]]:
-        """x, residual [T, D] (residual None: x alone; a Product: its value), weight [D] -> (s,
-        matmuls(rmsnorm(s, weight, eps), weights, biases, prefill_spans)) with s = add(x, residual):
-        bitwise the composition (CUDA fuses the decode family's quantization, and a Product's
-        one-row matmul with the add and the norm; a step with prompt rows takes the composition,
-        the prompt-row GEMM quantizes its own way)."""
-
-    def product(self, p: Array | Product) -> Array:
-        """A Product's value [T, N] (an array passes through)."""
-
-    def add_rmsnorm_swiglu(self, x: Array, residual: Array | Product | None, weight: Array, eps: float,
-                           input_weights: Sequence[Weight], down: Weight,
-                           prefill_spans: Sequence[tuple[int, int]] = ()) -> tuple[Array, Product]:
-        """The FFN's first half: add_rmsnorm_matmuls into input_weights ([gate|up] merged or [gate, up])
-        -> (s, the down projection swiglu_matmul(gate, up, down) as a Product), bitwise (CUDA runs the
-        SwiGLU and its quantization as the gate|up matmul's tail at one decode row)."""
+        """x, residual [T, D] (residual None: x alone), weight [D] -> (s, matmuls(rmsnorm(s,
+        weight, eps), weights, biases, prefill_spans)) with s = add(x, residual): bitwise the
+        composition (CUDA fuses the decode family's quantization; a step with prompt rows
+        takes the composition, the prompt-row GEMM quantizes its own way)."""
 
     def swiglu_matmul(self, gate: Array, up: Array | None, w: Weight,
                       prefill_spans: Sequence[tuple[int, int]] = ()) -> Array:
@@ -324,20 +297,8 @@ class FusedOps:
     backend; the CUDA backend overrides them with one-launch kernels of the same bits)."""
 
     def add_rmsnorm_matmuls(self, x, residual, weight, eps: float, weights, biases=None, prefill_spans=()):
-        s = x if residual is None else self.add(x, self.product(residual))
+        s = x if residual is None else self.add(x, residual)
         return s, self.matmuls(self.rmsnorm(s, weight, eps), weights, biases, prefill_spans=prefill_spans)
-
-    def add_rmsnorm_swiglu(self, x, residual, weight, eps: float, input_weights, down, prefill_spans=()):
-        s, projections = self.add_rmsnorm_matmuls(x, residual, weight, eps, input_weights, prefill_spans=prefill_spans)
-        gate, up = (projections[0], None) if len(projections) == 1 else projections
-        return s, Product(gate, down, up, swiglu=True, prefill_spans=tuple(prefill_spans))
-
-    def product(self, p):
-        if not isinstance(p, Product):
-            return p
-        if p.swiglu:
-            return self.swiglu_matmul(p.x, p.up, p.w, p.prefill_spans)
-        return self.matmul(p.x, p.w, prefill_spans=p.prefill_spans)
 
     def swiglu_matmul(self, gate, up, w, prefill_spans=()):
         if up is None:

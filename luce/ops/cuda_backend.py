@@ -110,10 +110,6 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
         self.prefill_gemm = os.environ.get("LUCE_PREFILL_GEMM", "1") != "0"  # prompt rows: matmul_prefill
         self.mirrors = Mirrors()
         self._init_sequence_ops()
-        # the norm tail's count of finished blocks (add_rmsnorm_matmuls with a Product): zero
-        # between launches, allocated here, never inside a graph capture
-        self.norm_tail_counter = self.zeros((1,), np.int32)
-        self.swiglu_tail_counters = self.zeros((256,), np.int32)   # a 256-value chunk of the FFN's width each
         self._init_step_ops()
         self._init_row_ops()
         self._init_graphs()
@@ -276,12 +272,10 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
     def _row_runs(self, rows: int, prefill_spans) -> list[tuple[int, int, bool]]:
         return row_runs(rows, prefill_spans if self.prefill_gemm else ())
 
-    def _matmuls(self, x: CudaArray, weights, biases, prefill_spans=(), quantized=None, tail=None) -> list[CudaArray]:
+    def _matmuls(self, x: CudaArray, weights, biases, prefill_spans=(), quantized=None) -> list[CudaArray]:
         """matmuls; `quantized` None, or (workspace, bytes) holding all of x already quantized
         for the decode family (a fused producer, luce/ops/cuda_fused_ops.py; no prompt rows
-        then) for every block-type weight. `tail`: (fn, args), the producer to run on the output of
-        one block-type weight's one-row decode call, fn luce._cuda_matmul.matmul_add_rmsnorm or
-        matmul_swiglu_quant with its arguments after `flags` (luce/ops/cuda_fused_ops.py)."""
+        then) for every block-type weight."""
         from luce import _cuda_matmul as km
 
         biases = list(biases) if biases is not None else [None] * len(weights)
@@ -298,9 +292,6 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
             if runs != [(0, rows, False)]:
                 raise ValueError(f"matmul: x quantized for the decode family, but the rows run {runs}")
             workspaces[0] = quantized
-        if tail is not None and (runs != [(0, 1, False)] or len(weights) != 1 or blocks != list(weights)):
-            raise ValueError(f"matmul: a norm tail needs one block-type weight and one decode row, got "
-                             f"{len(weights)} weights and the rows run {runs}")
         for w, bias in zip(weights, biases):
             if x.ndim != 2 or x.shape[1] != w.k:
                 raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")
@@ -328,9 +319,6 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
                 else:
                     if flags == 0:
                         flags = once
-                    if tail is not None:
-                        tail[0](xr, w.ptr, bias_ptr, yr, ws.ptr, nb, 1, w.n, w.k, w.qtype, flags, *tail[1], self.stream)
-                        continue
                     km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0,
                               self.stream)
         return outs

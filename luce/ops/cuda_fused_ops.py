@@ -2,13 +2,10 @@
 cuda/rope_kv.cu and cuda/gdn_decode.cu, references in luce/ref/norm_quant.py, rope_kv.py and
 gdn_decode.py): residual add + RMSNorm + the next matmul's activation quantization in one
 launch, SwiGLU + quantization in one launch, q/k norm + rotary + KV write in one launch, a
-GDN layer's decode chain (conv, norms, gates, delta rule, gated norm) in two, a one-row
-projection and the add + norm after it in one launch (add_rmsnorm_matmuls with a Product: the
-norm as the matmul's tail, cuda/matmul_gemv_tail.cuh), the gate|up projection and the SwiGLU
-after it likewise (add_rmsnorm_swiglu), and merged weights so q/k/v, gate/up or a GDN layer's
-projections go through one matmul launch (their consumers read the merged output's column
-blocks in place). Every result is bitwise the unfused ops' (the fused kernels share the unfused
-kernels' device code). The fused quantization is the
+GDN layer's decode chain (conv, norms, gates, delta rule, gated norm) in two, and merged
+weights so q/k/v, gate/up or a GDN layer's projections go through one matmul launch (their
+consumers read the merged output's column blocks in place). Every result is bitwise the
+unfused ops' (the fused kernels share the unfused kernels' device code). The fused quantization is the
 decode family's: a step whose matmuls send rows to the prompt-row GEMM (prefill_spans,
 CudaBackend.has_prompt_rows) takes the unfused composition, whose add / norm / SwiGLU bits
 are the same, so a row's result never depends on what else is in the step.
@@ -19,15 +16,12 @@ import os
 
 import numpy as np
 
-from luce.ops.api import SEG_AR, SEG_PAD, FusedOps, Product, gdn_input_widths, gdn_q_scale
+from luce.ops.api import SEG_AR, SEG_PAD, FusedOps, gdn_input_widths, gdn_q_scale
 from luce.ops.cuda_array import Block
 
 Q5_0_AS_Q8_0 = os.environ.get("LUCE_MERGE_Q5_0", "1") != "0"   # merge_weights (A/B runs: "0" keeps them apart)
 
 ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_attention's fused launch
-
-NORM_TAIL_ON = os.environ.get("LUCE_NORM_TAIL", "1") != "0"   # add_rmsnorm_matmuls' Product tail (A/B: "0")
-SWIGLU_TAIL_ON = os.environ.get("LUCE_SWIGLU_TAIL", "1") != "0"   # add_rmsnorm_swiglu's gate|up tail (A/B: "0")
 
 
 class CudaFusedOps(FusedOps):
@@ -44,48 +38,11 @@ class CudaFusedOps(FusedOps):
         return self.empty((ws_bytes,), np.uint8), ws_bytes
 
     def add_rmsnorm_matmuls(self, x, residual, weight, eps: float, weights, biases=None, prefill_spans=()):
-        s, normed, quantized, spans = self._add_rmsnorm(x, residual, weight, eps, weights, prefill_spans)
-        return s, self._matmuls(normed, weights, biases, spans, quantized)
-
-    def add_rmsnorm_swiglu(self, x, residual, weight, eps: float, input_weights, down, prefill_spans=()):
-        """FusedOps.add_rmsnorm_swiglu. At one decode row with gate|up merged, the SwiGLU and its
-        quantization for the down projection run as the gate|up matmul's tail (luce_matmul_swiglu_quant,
-        where the call takes the one-row kernel; else its two launches, the same bits): the Product
-        holds silu(gate) * up already quantized."""
-        from luce import _cuda_matmul as km
-
-        s, normed, quantized, spans = self._add_rmsnorm(x, residual, weight, eps, input_weights, prefill_spans)
-        w = input_weights[0]
-        if not SWIGLU_TAIL_ON or quantized is None or spans or normed.shape[0] != 1 or len(input_weights) != 1 \
-                or down.qtype in km.FLOAT_QTYPES or w.n != 2 * down.k:
-            projections = self._matmuls(normed, input_weights, None, spans, quantized)
-            gate, up = (projections[0], None) if len(projections) == 1 else projections
-            return s, Product(gate, down, up, swiglu=True, prefill_spans=tuple(prefill_spans))
-        act = self.empty((1, down.k))
-        act_ws, act_bytes = self._quant_workspace(1, down.k, [down])
-        counters = self.swiglu_tail_counters
-        self._matmuls(normed, input_weights, None, (), quantized,
-                      (km.matmul_swiglu_quant, (act.ptr, act_ws.ptr, act_bytes, counters.ptr, counters.size)))
-        return s, Product(act, down, quantized=(act_ws, act_bytes))
-
-    def product(self, p):
-        if isinstance(p, Product) and p.quantized is not None:   # x quantized already (add_rmsnorm_swiglu)
-            return self._matmuls(self._f32(p.x), [p.w], None, (), p.quantized)[0]
-        return super().product(p)
-
-    def _add_rmsnorm(self, x, residual, weight, eps: float, weights, prefill_spans):
-        """add_rmsnorm_matmuls' input half -> (s, normed, the quantized normed x for `weights` or None,
-        the prefill_spans its matmuls take)."""
         from luce import _cuda_fused as kf
 
         x, weight = self._f32(x), self._f32(weight)
         if x.ndim != 2 or weight.shape != (x.shape[1],):
             raise ValueError(f"add_rmsnorm_matmuls: x {x.shape} with norm weight {weight.shape}: want [T, D] and [D]")
-        if isinstance(residual, Product):
-            tail = self._product_norm_tail(x, residual, weight, eps, weights, prefill_spans)
-            if tail is not None:
-                return (*tail, ())
-            residual = self.product(residual)
         if residual is not None:
             residual = self._f32(residual)
             if residual.shape != x.shape:
@@ -102,34 +59,10 @@ class CudaFusedOps(FusedOps):
                            0 if residual is None else s.ptr, normed.ptr, 0 if workspace is None else workspace.ptr,
                            ws_bytes, T, D, eps, self.stream)
         if prompt:
-            return s, normed, None, prefill_spans
-        return s, normed, _quantized(workspace, ws_bytes), ()
+            return s, self._matmuls(normed, weights, biases, prefill_spans)
+        return s, self._matmuls(normed, weights, biases, (), _quantized(workspace, ws_bytes))
 
-    def _product_norm_tail(self, x, p: Product, weight, eps: float, weights, prefill_spans):
-        """add_rmsnorm_matmuls(x, p, ...)'s s, normed and quantized x for `weights` with p's matmul,
-        the add, the norm and the quantization in one launch (luce_matmul_add_rmsnorm: where p's
-        call takes the one-row kernel; else its two launches, the same bits), or None where the
-        step does not fit it: one decode row, a block-type weight as wide as x, a quantizing norm."""
-        from luce import _cuda_matmul as km
-
-        T, D = x.shape
-        if not NORM_TAIL_ON or T != 1 or p.w.qtype in km.FLOAT_QTYPES or p.w.n != D or p.x.shape[0] != 1 \
-                or self.has_prompt_rows(1, p.prefill_spans) or self.has_prompt_rows(1, prefill_spans):
-            return None
-        workspace, ws_bytes = self._quant_workspace(1, D, weights)
-        if workspace is None:
-            return None
-        s, normed = self.empty(x.shape), self.empty(x.shape)
-        tail = (km.matmul_add_rmsnorm,
-                (x.ptr, weight.ptr, s.ptr, normed.ptr, workspace.ptr, ws_bytes, eps, self.norm_tail_counter.ptr))
-        if p.swiglu:
-            self.swiglu_matmul(p.x, p.up, p.w, tail=tail)
-        else:
-            self._matmuls(self._f32(p.x), [p.w], None, (), p.quantized, tail)
-        return s, normed, (workspace, ws_bytes)
-
-    def swiglu_matmul(self, gate, up, w, prefill_spans=(), tail=None):
-        """FusedOps.swiglu_matmul; `tail`: the norm tail of a one-row call (_product_norm_tail)."""
+    def swiglu_matmul(self, gate, up, w, prefill_spans=()):
         from luce import _cuda_fused as kf
 
         gate = self._f32(gate)
@@ -149,8 +82,6 @@ class CudaFusedOps(FusedOps):
             gate_ptr, up_ptr, stride = gate.ptr, up.ptr, F
         if w.k != F:
             raise ValueError(f"swiglu_matmul: {F} columns into a weight [{w.n}, {w.k}]")
-        if tail is not None and (T != 1 or self.has_prompt_rows(T, prefill_spans)):
-            raise ValueError(f"swiglu_matmul: a norm tail needs one decode row, got {T} rows, spans {prefill_spans}")
         if self.has_prompt_rows(T, prefill_spans):   # the prompt-row GEMM quantizes its own way
             from luce import _cuda_elementwise as ke
 
@@ -160,12 +91,10 @@ class CudaFusedOps(FusedOps):
             return self.matmul(act, w, prefill_spans=prefill_spans)
         workspace, ws_bytes = self._quant_workspace(T, F, [w])
         if workspace is None:
-            if tail is not None:
-                raise ValueError(f"swiglu_matmul: a norm tail needs a block-type weight, got ggml type {w.qtype}")
             return super().swiglu_matmul(gate, up, w)
         act = self.empty((T, F))
         kf.swiglu_quant(gate_ptr, up_ptr, act.ptr, workspace.ptr, ws_bytes, T, F, stride, stride, self.stream)
-        return self._matmuls(act, [w], None, (), (workspace, ws_bytes), tail)[0]
+        return self._matmuls(act, [w], None, (), (workspace, ws_bytes))[0]
 
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
                       q_norm=None, k_norm=None, eps: float = 0.0):

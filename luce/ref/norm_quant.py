@@ -32,15 +32,6 @@ def add_rmsnorm_matmuls(x: np.ndarray, residual: np.ndarray | None, weight: np.n
     return s, [matmul(normed, w, b) for w, b in zip(weights, biases)]
 
 
-def matmul_add_rmsnorm(a: np.ndarray, w: np.ndarray, residual: np.ndarray, weight: np.ndarray, eps: float,
-                       bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """a [T, K], w [N, K], residual [T, N] -> (y, s, rmsnorm(s) * weight) with y = matmul(a, w, bias)
-    and s = y + residual: a projection and the add + norm after it (luce_matmul_add_rmsnorm, whose
-    one-row launch runs the norm as the matmul's tail, cuda/matmul_gemv_tail.cuh)."""
-    y = matmul(a, w, bias)
-    return (y, *add_rmsnorm(y, residual, weight, eps))
-
-
 def swiglu_matmul(gate: np.ndarray, up: np.ndarray | None, w: np.ndarray) -> np.ndarray:
     """gate, up [T, F] -> matmul(silu(gate) * up, w) [T, N], w [N, F]. up None: gate is the
     fused projection [T, 2F], gate its first F columns and up the last F."""

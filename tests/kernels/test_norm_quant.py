@@ -67,61 +67,6 @@ def test_add_rmsnorm_matmuls_is_the_unfused_bits(cuda, T, D, qtype, residual):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("D,qtype,k,swiglu", [(896, Q.Q5_0, 896, False), (1536, Q.Q4_K, 1536, False),
-                                              (896, Q.Q6_K, 4864, True), (1536, Q.Q4_K, 8960, True),
-                                              (1152, Q.Q8_0, 512, False)])
-@pytest.mark.parametrize("T", [1, 2])
-def test_a_product_residual_gives_the_unfused_bits(cuda, D, qtype, k, swiglu, T):
-    """add_rmsnorm_matmuls(x, Product): at one row the Product's matmul runs with the add, the norm
-    and the quantization as its tail (luce_matmul_add_rmsnorm; x in lane for the out projection,
-    from swiglu_quant's workspace for the down one), at two the ops apart: bitwise the composition
-    (the Product's value, then the add + norm + matmuls); LUCE_NORM_TAIL=0 takes the same path as two."""
-    from luce.ops.api import Product
-
-    x, res, norm = inputs(T, D, seed=D + k)
-    (wp, _), (w1, _), (w2, _) = upload(cuda, qtype, D, k, 3), upload(cuda, Q.Q8_0, 96, D, 4), upload(cuda, Q.Q5_0, 64, D, 5)
-    a = np.random.default_rng(k).standard_normal((T, 2 * k if swiglu else k)).astype(np.float32)
-    product = Product(cuda.asarray(a), wp, swiglu=swiglu)
-    args = (cuda.asarray(res), product, cuda.asarray(norm), EPS, [w1, w2])
-    for replay in range(2):   # the counter the first launch leaves serves the second
-        s, outs = cuda.add_rmsnorm_matmuls(*args)
-        s0, outs0 = FusedOps.add_rmsnorm_matmuls(cuda, *args)
-        assert np.array_equal(cuda.to_numpy(s), cuda.to_numpy(s0)), replay
-        for got, want in zip(outs, outs0):
-            assert np.array_equal(cuda.to_numpy(got), cuda.to_numpy(want)), replay
-    assert cuda.to_numpy(cuda.norm_tail_counter)[0] == 0
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("D,F,qtype,down_type", [(896, 4864, Q.Q5_0, Q.Q6_K), (1536, 8960, Q.Q4_K, Q.Q4_K),
-                                                 (1152, 640, Q.Q8_0, Q.Q8_0)])
-@pytest.mark.parametrize("T", [1, 3])
-def test_add_rmsnorm_swiglu_gives_the_unfused_bits(cuda, D, F, qtype, down_type, T):
-    """add_rmsnorm_swiglu with a merged gate|up: at one row the SwiGLU and its quantization run as the
-    gate|up matmul's tail (luce_matmul_swiglu_quant; F = 640 is not whole chunks of 256: its two
-    launches), and its Product holds them; then the down projection with its norm tail. Bitwise the
-    composition (FusedOps) on the same device, twice (the counters the first launch leaves)."""
-    from luce.ops.api import FusedOps, Product
-
-    x, res, norm = inputs(T, D, seed=D + F)
-    (gate_up, _), (down, _), (wo, _) = upload(cuda, qtype, 2 * F, D, 6), upload(cuda, down_type, D, F, 7), \
-        upload(cuda, qtype, D, D, 8)
-    args = (cuda.asarray(x), Product(cuda.asarray(res), wo), cuda.asarray(norm), EPS, [gate_up], down)
-    for replay in range(2):
-        s, product = cuda.add_rmsnorm_swiglu(*args)
-        s0, product0 = FusedOps.add_rmsnorm_swiglu(cuda, *args)
-        assert np.array_equal(cuda.to_numpy(s), cuda.to_numpy(s0)), replay
-        assert (product.quantized is not None) == (T == 1)
-        y, y0 = cuda.product(product), FusedOps.product(cuda, product0)
-        assert np.array_equal(cuda.to_numpy(y), cuda.to_numpy(y0)), replay
-        s2, (z,) = cuda.add_rmsnorm_matmuls(s, product, cuda.asarray(norm), EPS, [wo])   # the down projection's tail
-        s3, (z0,) = FusedOps.add_rmsnorm_matmuls(cuda, s0, product0, cuda.asarray(norm), EPS, [wo])
-        assert np.array_equal(cuda.to_numpy(s2), cuda.to_numpy(s3)) and np.array_equal(cuda.to_numpy(z),
-                                                                                        cuda.to_numpy(z0)), replay
-    assert not cuda.to_numpy(cuda.swiglu_tail_counters).any()
-
-
-@pytest.mark.gpu
 def test_add_rmsnorm_with_float_weights_falls_back_to_f32(cuda):
     x, res, norm = inputs(5, 96, seed=1)
     w = cuda.weight_from_array(np.random.default_rng(2).standard_normal((33, 96)).astype(np.float32))

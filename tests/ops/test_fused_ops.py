@@ -35,39 +35,6 @@ def test_add_rmsnorm_matmuls_without_residual_keeps_x():
     assert np.array_equal(y, ref_matmul(rmsnorm(x, norm, 1e-5), w))
 
 
-def test_a_product_residual_is_its_matmul_added():
-    """add_rmsnorm_matmuls takes a Product as its residual: the matmul's value (x @ w^T, or the down
-    projection of the SwiGLU, gate | up side by side or apart), then the composition."""
-    from luce.ops.api import Product
-
-    x, norm, w = randn(3, 32, seed=1), randn(32, seed=2), randn(4, 32, seed=3)
-    a, wo = randn(3, 48, seed=4), randn(32, 48, seed=5)
-    gate, up, down = randn(3, 16, seed=6), randn(3, 16, seed=7), randn(32, 16, seed=8)
-    for product, value in ((Product(a, wo), ref_matmul(a, wo)),
-                           (Product(gate, down, up, swiglu=True), ref_matmul(swiglu(gate, up), down)),
-                           (Product(np.concatenate([gate, up], axis=1), down, swiglu=True),
-                            ref_matmul(swiglu(gate, up), down))):
-        assert np.array_equal(NP.product(product), value)
-        s, (y,) = NP.add_rmsnorm_matmuls(x, product, norm, 1e-6, [w])
-        assert np.array_equal(s, x + value)
-        assert np.array_equal(y, ref_matmul(rmsnorm(x + value, norm, 1e-6), w))
-    assert NP.product(x) is x
-
-
-def test_add_rmsnorm_swiglu_is_the_ffn_input_half():
-    """add_rmsnorm_swiglu: the add + norm into gate|up (merged or apart), then the down projection of
-    the SwiGLU as a Product."""
-    x, res, norm = randn(3, 32, seed=1), randn(3, 32, seed=2), randn(32, seed=3)
-    gate_w, up_w, down = randn(16, 32, seed=4), randn(16, 32, seed=5), randn(32, 16, seed=6)
-    normed = rmsnorm(x + res, norm, 1e-6)
-    want = ref_matmul(swiglu(ref_matmul(normed, gate_w), ref_matmul(normed, up_w)), down)
-    for weights in ([gate_w, up_w], [np.concatenate([gate_w, up_w])]):
-        s, product = NP.add_rmsnorm_swiglu(x, res, norm, 1e-6, weights, down)
-        assert np.array_equal(s, x + res)
-        assert product.w is down and product.swiglu
-        assert np.array_equal(NP.product(product), want)
-
-
 def test_swiglu_matmul_fused_layout_is_gate_then_up():
     gate, up, w = randn(4, 16, seed=1), randn(4, 16, seed=2), randn(5, 16, seed=3)
     want = ref_matmul(swiglu(gate, up), w)

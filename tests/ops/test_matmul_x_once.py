@@ -30,35 +30,24 @@ def tiny_q4km(tmp_path, arch: str):
 
 def decode_step(tmp_path, monkeypatch, arch: str, slots: int):
     """One AR step of `slots` rows through a tiny q4_k_m model -> (model, events, the step's first
-    event): ("matmul", workspace, flags, qtype) per luce_matmul call, ("write", pointers) per
-    fused producer call (which may quantize into a workspace), and for a matmul with a tail its
-    "matmul" event, then ("tail",) (luce_matmul_add_rmsnorm) or ("swiglu tail",)
-    (luce_matmul_swiglu_quant) and the producer's "write"; later calls append to events."""
+    event): ("matmul", workspace, flags, qtype) per luce_matmul call and ("write", pointers) per
+    fused producer call (which may quantize into a workspace); later calls append to events."""
     from luce import _cuda_fused, _cuda_matmul
     from luce.models import load_model
     from luce.models.packer import SegmentSpec, build_batch
 
-    signatures = {name: inspect.signature(getattr(_cuda_matmul, name))
-                  for name in ("matmul", "matmul_add_rmsnorm", "matmul_swiglu_quant")}
+    signature = inspect.signature(_cuda_matmul.matmul)
     install_fakes(monkeypatch, tmp_path, "cuda")
     events = []
+    recorded = _cuda_matmul.matmul
 
-    def recording(name, after=None):
-        recorded, signature = getattr(_cuda_matmul, name), signatures[name]
+    def matmul(*args, **kwargs):
+        a = signature.bind(*args, **kwargs)
+        a.apply_defaults()
+        events.append(("matmul", a.arguments["workspace"], a.arguments["flags"], a.arguments["qtype"]))
+        return recorded(*args, **kwargs)
 
-        def matmul(*args, **kwargs):
-            a = signature.bind(*args, **kwargs)
-            a.apply_defaults()
-            events.append(("matmul", a.arguments["workspace"], a.arguments["flags"], a.arguments["qtype"]))
-            if after:
-                events.extend(after(a.arguments))
-            return recorded(*args, **kwargs)
-
-        monkeypatch.setattr(_cuda_matmul, name, matmul)
-
-    recording("matmul")
-    recording("matmul_add_rmsnorm", lambda a: [("tail",), ("write", {a["norm_workspace"], a["sum"], a["out"]})])
-    recording("matmul_swiglu_quant", lambda a: [("swiglu tail",), ("write", {a["out_workspace"], a["out"]})])
+    monkeypatch.setattr(_cuda_matmul, "matmul", matmul)
     for name in ("add_rmsnorm", "swiglu_quant"):
         fn = getattr(_cuda_fused, name)
 
@@ -83,8 +72,6 @@ def test_x_once_only_where_no_reuse_follows(tmp_path, monkeypatch, arch, slots):
     written = {}   # workspace -> whether its quantized x is there for a REUSE_X call
     once = 0
     for event in events[first:]:
-        if event[0] in ("tail", "swiglu tail"):
-            continue
         if event[0] == "write":
             for p in event[1]:
                 written[p] = True
@@ -100,15 +87,10 @@ def test_x_once_only_where_no_reuse_follows(tmp_path, monkeypatch, arch, slots):
             once += bool(flags & X_ONCE)
     c = model.config
     # every attention layer's out projection (the GDN layers' too, for qwen35); the LM head reuses
-    # the final norm's quantized x
+    # the final norm's quantized x (TokenIO.final_logits)
     assert once >= c.n_layer
-    # at one row every layer's out and down projections run their add + norm as their tail (the
-    # last down projection the final norm); at three, none
-    tails = sum(event[0] == "tail" for event in events[first:])
-    assert tails == (2 * c.n_layer if slots == 1 else 0)
-    # and every layer's gate|up projection runs the SwiGLU for the down projection as its tail
-    swiglu_tails = sum(event[0] == "swiglu tail" for event in events[first:])
-    assert swiglu_tails == (c.n_layer if slots == 1 else 0)
+    lm_head = [e for e in events[first:] if e[0] == "matmul"][-1]
+    assert lm_head[2] == REUSE_X and written.get(lm_head[1])
 
 
 def test_flags_of_matmuls_calls(tmp_path, monkeypatch):
