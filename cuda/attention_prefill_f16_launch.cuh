@@ -34,14 +34,12 @@ constexpr bool f16_wide_by_default() { return D == 128; }
 // session 17). D = 64 is not measured.
 template <int D>
 constexpr bool f16_long_by_default() { return D == 128; }
-// Head dims whose staged keys take the warpgroup form by default where it runs (sm_90a; before the
-// long one): at D = 128 the Coder-1.5B's prefill ran 4K at 71.0K tok/s against 68.4K and 12K at
-// 61.2K against 57.3K on the H200, 12K/4K 0.861 against 0.836 (docs/PERF.md, session 21).
-// Only D = 128: at D = 64 it gave other bits than the other forms on the H200 (the GPU test
-// test_prompt_forms_at_a_long_context_give_the_default_bits, session 21), so it does not run
-// there, not even when asked for, until that is found.
-template <int D>
-constexpr bool f16_wg_by_default() { return D == 128; }
+// Head dims where the warpgroup form runs (sm_90a), and their default staged form (before the long
+// one): at D = 128 the Coder-1.5B's prefill ran 4K at 71.0K tok/s against 68.4K and 12K at 61.2K
+// against 57.3K on the H200, 12K/4K 0.861 against 0.836 (docs/PERF.md, session 21). Not D = 64:
+// there it gave other bits than the other forms on the H200 (the GPU test
+// test_prompt_forms_at_a_long_context_give_the_default_bits, session 21), so it does not run,
+// not even when asked for, until that is found.
 template <int D>
 constexpr bool f16_wg_runs() { return D == 128; }
 
@@ -216,7 +214,7 @@ bool prompt_f16g_ready() { return false; }  // no warpgroup form in this build (
 // form (D <= 128), "f16l" / "f16l4" its long form of 6 / 4 warps, "f16l2" its long form of 4
 // warps of two m-tiles (D <= 128), "f16g" its warpgroup form (sm_90a, D = 128: f16_wg_runs;
 // elsewhere the long form), any other value the f16 kernel in its default form (staged where the
-// launch gives it a staging workspace: warpgroup where f16_wg_by_default and it runs, else long
+// launch gives it a staging workspace: warpgroup where f16_wg_runs and it is ready, else long
 // where f16_long_by_default, else wide where f16_wide_by_default); unset or empty:
 // kPromptF16ByDefault. Every f16 form gives the same bits.
 enum PromptKind { kPromptTf32, kPromptF16Paged, kPromptF16, kPromptF16Staged, kPromptF16Wide, kPromptF16Long,
@@ -245,8 +243,7 @@ constexpr int kLongWarps = 6, kLongStages = 3, kLong4Warps = 4, kLong4Stages = 2
 template <int D>
 int prompt_staged_form(PromptKind kind) {
     if (kind == kPromptTf32 || kind == kPromptF16Paged) return 0;
-    const bool wg = kind == kPromptF16Wg || (kind == kPromptF16 && f16_wg_by_default<D>());
-    if (wg && f16_wg_runs<D>() && prompt_f16g_ready<D>()) return 6;
+    if ((kind == kPromptF16Wg || kind == kPromptF16) && f16_wg_runs<D>() && prompt_f16g_ready<D>()) return 6;
     const bool long6 = kind == kPromptF16Long || kind == kPromptF16Wg || (kind == kPromptF16 && f16_long_by_default<D>());
     if (long6 && prompt_f16l_ready<D, kLongWarps, kLongStages, 1>()) return 3;
     if (kind == kPromptF16Long4 && prompt_f16l_ready<D, kLong4Warps, kLong4Stages, 1>()) return 4;
