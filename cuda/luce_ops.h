@@ -16,11 +16,17 @@
 extern "C" {
 #endif
 
-#define LUCE_ABI_VERSION 8
+#define LUCE_ABI_VERSION 9
 
 int luce_abi_version(void);
 const char *luce_error_string(int status);
 int luce_device_synchronize(void);
+/* Which decode-chain launches may overlap the kernel ahead (programmatic dependent launch, where
+ * the device has it; never a change of results) while LUCE_PDL is unset: every_kind 0, the
+ * matmuls and the decode attention at head dims <= 128; 1, also the norms, SwiGLU, x
+ * quantization, rope and GDN launches (what small models gain from). Launches after the call
+ * read it; graphs captured before keep theirs. ABI 9. */
+int luce_set_decode_overlap(int every_kind);
 
 /* ---- rmsnorm ---- */
 /* RMSNorm over the last axis (reference: luce/ref/rmsnorm.py).

@@ -9,6 +9,7 @@
 // the calls do nothing and the launch is an ordinary one: results never depend on it.
 #pragma once
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -29,17 +30,18 @@ __device__ __forceinline__ void let_dependents_start() {
 // The decode chain's launches by kind (LUCE_PDL below). kPdlAttn: the decode attention at head
 // dims <= 128 (its chunked form); kPdlAttnWide: at 256 (the 27B).
 enum PdlKind { kPdlNorm = 1, kPdlSwiglu = 2, kPdlQuant = 4, kPdlRope = 8, kPdlAttn = 16, kPdlGdn = 32,
-               kPdlAttnWide = 64 };
+               kPdlAttnWide = 64, kPdlEvery = 127 };
 
 #if defined(__CUDACC__) || defined(__HIPCC__)  // (not in the host emulator: it launches plainly)
 // LUCE_PDL: unset, the matmuls and the decode attention at head dims <= 128 overlap the kernel
 // ahead (measured on the H200, docs/PERF.md session 15: Coder-1.5B +7-11%, 0.5B +4%; the other
-// kinds gave nothing there and cost the 27B 4-5%); "chain", every kind above too; a comma list
-// of kinds, the matmuls and those ("norm,attn"; "matmul": the matmuls alone); "0", no kernel
-// (a check that no result depends on the overlap).
+// kinds cost the 27B 4-5%), or every kind where the library was told its models are small
+// (luce_set_decode_overlap: session 22, Coder-0.5B +8%, 1.5B +6%); "chain", every kind above
+// too; a comma list of kinds, the matmuls and those ("norm,attn"; "matmul": the matmuls alone);
+// "0", no kernel (a check that no result depends on the overlap).
 inline int pdl_kinds_of(const char *e) {
     if (!e) return kPdlAttn;
-    if (strcmp(e, "chain") == 0) return 127;
+    if (strcmp(e, "chain") == 0) return kPdlEvery;
     static const struct { const char *name; int kind; } names[] = {
         {"norm", kPdlNorm}, {"swiglu", kPdlSwiglu}, {"quant", kPdlQuant}, {"rope", kPdlRope}, {"attn", kPdlAttn},
         {"gdn", kPdlGdn}, {"attnwide", kPdlAttnWide}};
@@ -51,12 +53,17 @@ inline int pdl_kinds_of(const char *e) {
     }
     return kinds;
 }
-inline int pdl_kinds() {  // -1: no overlap at all (LUCE_PDL=0), else the chain's kinds beside the matmuls
-    static const int kinds = [] {
-        const char *e = getenv("LUCE_PDL");
-        return e && e[0] == '0' ? -1 : pdl_kinds_of(e);
-    }();
+// The kinds where LUCE_PDL is unset: kPdlAttn, or kPdlEvery (luce_set_decode_overlap).
+inline std::atomic<int> &decode_overlap_kinds() {
+    static std::atomic<int> kinds{kPdlAttn};
     return kinds;
+}
+inline int pdl_kinds() {  // -1: no overlap at all (LUCE_PDL=0), else the chain's kinds beside the matmuls
+    static const int from_env = [] {  // -2: LUCE_PDL unset
+        const char *e = getenv("LUCE_PDL");
+        return !e ? -2 : e[0] == '0' ? -1 : pdl_kinds_of(e);
+    }();
+    return from_env != -2 ? from_env : decode_overlap_kinds().load(std::memory_order_relaxed);
 }
 inline bool overlap_allowed() { return pdl_kinds() >= 0; }
 // The `overlap` of a decode-chain launch of this kind.

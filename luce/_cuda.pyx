@@ -25,6 +25,7 @@ ctypedef int (*abi_version_fn)() noexcept nogil
 ctypedef const char *(*error_string_fn)(int) noexcept nogil
 ctypedef int (*sync_fn)() noexcept nogil
 ctypedef int (*rmsnorm_fn)(const luce_rmsnorm_params *, void *) noexcept nogil
+ctypedef int (*set_overlap_fn)(int) noexcept nogil
 
 
 class KernelError(RuntimeError):
@@ -36,14 +37,15 @@ cdef abi_version_fn _abi_version = NULL
 cdef error_string_fn _error_string = NULL
 cdef sync_fn _sync = NULL
 cdef rmsnorm_fn _rmsnorm = NULL
+cdef set_overlap_fn _set_overlap = NULL
 _loaded_path = None
 
-EXPECTED_ABI_VERSION = 8
+EXPECTED_ABI_VERSION = 9
 
 
 def load(str path):
     """dlopen the kernel library at `path` and resolve every entry point."""
-    global _handle, _abi_version, _error_string, _sync, _rmsnorm, _loaded_path
+    global _handle, _abi_version, _error_string, _sync, _rmsnorm, _set_overlap, _loaded_path
     cdef void *lib = _open_library(path)
     cdef abi_version_fn abi_version = <abi_version_fn>_symbol(lib, path, "luce_abi_version")
     if abi_version() != EXPECTED_ABI_VERSION:
@@ -52,6 +54,7 @@ def load(str path):
     _error_string = <error_string_fn>_symbol(lib, path, "luce_error_string")
     _sync = <sync_fn>_symbol(lib, path, "luce_device_synchronize")
     _rmsnorm = <rmsnorm_fn>_symbol(lib, path, "luce_rmsnorm")
+    _set_overlap = <set_overlap_fn>_symbol(lib, path, "luce_set_decode_overlap")
     _abi_version = abi_version
     _handle = lib
     _loaded_path = path
@@ -80,6 +83,13 @@ def synchronize():
     with nogil:
         status = _sync()
     _check(status, "luce_device_synchronize")
+
+
+def set_decode_overlap(bint every_kind):
+    """Which decode-chain launches overlap the kernel ahead while LUCE_PDL is unset (luce_ops.h:
+    luce_set_decode_overlap): every kind, or only the matmuls and the decode attention."""
+    _require_loaded(_handle)
+    _check(_set_overlap(1 if every_kind else 0), "luce_set_decode_overlap")
 
 
 def rmsnorm(uintptr_t x, uintptr_t weight, uintptr_t out, int64_t rows, int64_t cols,

@@ -43,10 +43,16 @@ def load_model(path: str | os.PathLike, backend="numpy", **kwargs):
     or a Backend).
 
     Extra keyword arguments go to the model class (e.g. a draft's target model). Weights
-    are loaded through the backend; the GGUF file stays mapped while the model lives."""
+    are loaded through the backend; the GGUF file stays mapped while the model lives. A
+    backend with `fit_to_model` (the GPU one) then adapts its launches to the model's size."""
     from luce.gguf.reader import GGUFModel
     from luce.ops import get_backend
 
     gguf = GGUFModel(path)
     cls = model_class(gguf.config.arch)
-    return cls.from_gguf(gguf, get_backend(backend), **kwargs)
+    backend = get_backend(backend)
+    model = cls.from_gguf(gguf, backend, **kwargs)
+    fit = getattr(backend, "fit_to_model", None)
+    if fit is not None:
+        fit(gguf.config)
+    return model

@@ -43,6 +43,11 @@ X_ONCE_ON = os.environ.get("LUCE_MATMUL_X_ONCE", "1") != "0"   # CudaBackend._ma
 # run; the Coder models' out projections (k = 896, 1,536) keep it.
 X_ONCE_MAX_N = int(os.environ.get("LUCE_MATMUL_X_ONCE_MAX_N", "65536"))
 X_ONCE_MAX_K = int(os.environ.get("LUCE_MATMUL_X_ONCE_MAX_K", "4096"))
+# Every decode-chain launch overlapping the kernel ahead (fit_to_model) paid on the H200 for the
+# Coder-0.5B (hidden 896) +8% and the 1.5B (1,536) +6% a C1 step (docs/PERF.md, session 22), and
+# cost the 27B (5,120) 4-5% (session 15): small models' steps are short kernels, launch-bound.
+SMALL_MODEL_HIDDEN = 2048
+widest_model_hidden = 0   # of the models this process loaded, on any backend (the library's choice is per process)
 
 
 @dataclass
@@ -113,6 +118,17 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
         self._init_step_ops()
         self._init_row_ops()
         self._init_graphs()
+
+    def fit_to_model(self, config) -> None:
+        """After a model loads (luce.models.loader): while every model this process loaded is
+        small (hidden size <= SMALL_MODEL_HIDDEN), every decode-chain launch may overlap the
+        kernel ahead, not only the matmuls and the decode attention (luce._cuda.set_decode_overlap;
+        LUCE_PDL, when set, decides instead). Results never depend on it."""
+        from luce import _cuda
+
+        global widest_model_hidden
+        widest_model_hidden = max(widest_model_hidden, int(config.hidden))
+        _cuda.set_decode_overlap(widest_model_hidden <= SMALL_MODEL_HIDDEN)
 
     # ---- memory ---------------------------------------------------------------------------
     def empty(self, shape: Sequence[int], dtype=np.float32) -> CudaArray:

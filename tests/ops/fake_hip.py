@@ -368,6 +368,8 @@ def install_kernels(monkeypatch, fake: FakeHip, library: str) -> None:
 
     monkeypatch.setattr(core, "loaded_path", lambda: loaded.get("path"))
     monkeypatch.setattr(core, "synchronize", lambda: fake.hipDeviceSynchronize())
+    fake.decode_overlap = []    # luce_set_decode_overlap's arguments, in order
+    monkeypatch.setattr(core, "set_decode_overlap", lambda every_kind: fake.decode_overlap.append(bool(every_kind)))
 
 
 def _recorder(fake: FakeHip, kernel: str, signature: inspect.Signature):

@@ -209,6 +209,25 @@ def test_out_of_memory_gives_cached_blocks_back_then_names_the_call(gpu):
     del big
 
 
+def test_the_models_loaded_choose_which_decode_launches_overlap(gpu, tmp_path, monkeypatch):
+    """load_model tells the kernel library its models' size (luce_set_decode_overlap): every
+    decode-chain launch may overlap the kernel ahead while each model this process loaded is
+    small, only the matmuls and the attention from the first large one on."""
+    from types import SimpleNamespace
+
+    from luce.models import load_model
+    from luce.ops import cuda_backend
+    from luce.testing.tiny_models import make_dense
+
+    backend, fake = gpu
+    monkeypatch.setattr(cuda_backend, "widest_model_hidden", 0)
+    make_dense(tmp_path / "q3.gguf", "qwen3", seed=5, head_dim=64)
+    load_model(tmp_path / "q3.gguf", backend)
+    for hidden in (cuda_backend.SMALL_MODEL_HIDDEN, 5120, 896):   # 5,120: the 27B's
+        backend.fit_to_model(SimpleNamespace(hidden=hidden))
+    assert fake.decode_overlap == [True, True, False, False]
+
+
 # ---- a decode step, captured and replayed ---------------------------------------------------------
 def decode_steps(backend, fake, tmp_path) -> list[str]:
     """6 decode steps of 3 slots of a tiny qwen35 through GraphedForward, checked -> the
