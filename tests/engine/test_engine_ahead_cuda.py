@@ -2,8 +2,9 @@
 step's ids reach the host, fed on the device (cuda/step_ids.cu) inside their graphs, give the
 tokens of the engine that waits for every step (hybrid and dense; greedy, and seeded sampling
 drawn on the device; C1 and C4 with staggered arrivals, prompts chunked beside decoding, stop
-tokens ending requests with their next row in flight), with graphs and eagerly; and steps fed
-or not replay one graph a topology."""
+tokens ending requests with their next row in flight), with graphs and eagerly; steps fed
+or not replay one graph a topology; every launch overlapped with the kernel ahead or not (the
+small models' default) gives the same tokens."""
 from __future__ import annotations
 
 import numpy as np
@@ -84,3 +85,21 @@ def test_eager_steps_ahead_feed_outside_graphs(models):
     waiting, _ = run(models["q35"], 3, async_steps=False, graphs=False)
     ahead, engine = run(models["q35"], 3, async_steps=True, graphs=False)
     assert engine.ahead and ahead == waiting
+
+
+@pytest.mark.parametrize("name", ["q35", "q3"])
+def test_overlapping_every_launch_changes_no_token(models, name):
+    """Small models overlap every decode-chain launch with the kernel ahead (load_model sets it:
+    luce_set_decode_overlap); their tokens are those of the launches with only the matmuls and
+    the attention overlapped (a fresh engine each: graphs captured under each choice)."""
+    from luce import _cuda
+    from luce.ops import cuda_backend
+
+    tokens = {}
+    try:
+        for every_kind in (False, True):
+            _cuda.set_decode_overlap(every_kind)
+            tokens[every_kind], _ = run(models[name], 4, async_steps=None, sampled=True)
+    finally:
+        _cuda.set_decode_overlap(cuda_backend.widest_model_hidden <= cuda_backend.SMALL_MODEL_HIDDEN)
+    assert tokens[True] == tokens[False]
