@@ -24,8 +24,8 @@ int luce_device_synchronize(void);
 /* Which decode-chain launches may overlap the kernel ahead (programmatic dependent launch, where
  * the device has it; never a change of results) while LUCE_PDL is unset: every_kind 0, the
  * matmuls and the decode attention at head dims <= 128; 1, also the norms, SwiGLU, x
- * quantization, rope and GDN launches (what small models gain from). Launches after the call
- * read it; graphs captured before keep theirs. ABI 9. */
+ * quantization, rope and GDN launches (for small models, whose steps are launch-bound).
+ * Launches after the call read it; graphs captured before keep theirs. ABI 9. */
 int luce_set_decode_overlap(int every_kind);
 
 /* ---- rmsnorm ---- */

@@ -36,7 +36,7 @@ enum PdlKind { kPdlNorm = 1, kPdlSwiglu = 2, kPdlQuant = 4, kPdlRope = 8, kPdlAt
 // LUCE_PDL: unset, the matmuls and the decode attention at head dims <= 128 overlap the kernel
 // ahead (measured on the H200, docs/PERF.md session 15: Coder-1.5B +7-11%, 0.5B +4%; the other
 // kinds cost the 27B 4-5%), or every kind where the library was told its models are small
-// (luce_set_decode_overlap: session 22, Coder-0.5B +8%, 1.5B +6%); "chain", every kind above
+// (luce_set_decode_overlap; docs/PERF.md session 22); "chain", every kind above
 // too; a comma list of kinds, the matmuls and those ("norm,attn"; "matmul": the matmuls alone);
 // "0", no kernel (a check that no result depends on the overlap).
 inline int pdl_kinds_of(const char *e) {
@@ -59,9 +59,9 @@ inline std::atomic<int> &decode_overlap_kinds() {
     return kinds;
 }
 inline int pdl_kinds() {  // -1: no overlap at all (LUCE_PDL=0), else the chain's kinds beside the matmuls
-    static const int from_env = [] {  // -2: LUCE_PDL unset
+    static const int from_env = [] {  // -2: LUCE_PDL unset or empty (an empty value is not "no kind")
         const char *e = getenv("LUCE_PDL");
-        return !e ? -2 : e[0] == '0' ? -1 : pdl_kinds_of(e);
+        return !e || !e[0] ? -2 : e[0] == '0' ? -1 : pdl_kinds_of(e);
     }();
     return from_env != -2 ? from_env : decode_overlap_kinds().load(std::memory_order_relaxed);
 }

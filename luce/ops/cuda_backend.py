@@ -43,9 +43,11 @@ X_ONCE_ON = os.environ.get("LUCE_MATMUL_X_ONCE", "1") != "0"   # CudaBackend._ma
 # run; the Coder models' out projections (k = 896, 1,536) keep it.
 X_ONCE_MAX_N = int(os.environ.get("LUCE_MATMUL_X_ONCE_MAX_N", "65536"))
 X_ONCE_MAX_K = int(os.environ.get("LUCE_MATMUL_X_ONCE_MAX_K", "4096"))
-# Every decode-chain launch overlapping the kernel ahead (fit_to_model) paid on the H200 for the
-# Coder-0.5B (hidden 896) +8% and the 1.5B (1,536) +6% a C1 step (docs/PERF.md, session 22), and
-# cost the 27B (5,120) 4-5% (session 15): small models' steps are short kernels, launch-bound.
+# Every decode-chain launch overlapping the kernel ahead (fit_to_model): on the H200 the Coder-0.5B
+# (hidden 896) and 1.5B (1,536) ran at 1,054 / 752 tok/s with it against 1,038 / 733 without
+# (+1.6% / +2.6%, two calls on two machines: docs/PERF.md, session 22, where the A/B in one call
+# is still to run), and the 27B (5,120) lost 4-5% (session 15): small models' steps are short
+# kernels, launch-bound.
 SMALL_MODEL_HIDDEN = 2048
 widest_model_hidden = 0   # of the models this process loaded, on any backend (the library's choice is per process)
 
