@@ -43,8 +43,8 @@ def load_model(path: str | os.PathLike, backend="numpy", **kwargs):
     or a Backend).
 
     Extra keyword arguments go to the model class (e.g. a draft's target model). Weights
-    are loaded through the backend; the GGUF file stays mapped while the model lives. A
-    backend with `fit_to_model` (the GPU one) then adapts its launches to the model's size."""
+    are loaded through the backend; the GGUF file stays mapped while the model lives. Then
+    the backend adapts its launches to the model's size (Backend.fit_to_model)."""
     from luce.gguf.reader import GGUFModel
     from luce.ops import get_backend
 
@@ -52,7 +52,5 @@ def load_model(path: str | os.PathLike, backend="numpy", **kwargs):
     cls = model_class(gguf.config.arch)
     backend = get_backend(backend)
     model = cls.from_gguf(gguf, backend, **kwargs)
-    fit = getattr(backend, "fit_to_model", None)
-    if fit is not None:
-        fit(gguf.config)
+    backend.fit_to_model(gguf.config)
     return model

@@ -45,6 +45,10 @@ class TreeStage:
 class Backend(Protocol):
     name: str  # 'numpy' | 'cpu' | 'cuda' | 'hip'
 
+    def fit_to_model(self, config) -> None:
+        """A model with this GGUF config was loaded on the backend (luce.models.loader): adapt
+        launch choices that depend on the models' size (never a result)."""
+
     # ---- memory -------------------------------------------------------------------------
     def asarray(self, x: np.ndarray) -> Array:
         """Host array -> backend array (f32 stays f32, ints stay ints)."""

@@ -122,10 +122,10 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
         self._init_graphs()
 
     def fit_to_model(self, config) -> None:
-        """After a model loads (luce.models.loader): while every model this process loaded is
-        small (hidden size <= SMALL_MODEL_HIDDEN), every decode-chain launch may overlap the
-        kernel ahead, not only the matmuls and the decode attention (luce._cuda.set_decode_overlap;
-        LUCE_PDL, when set, decides instead). Results never depend on it."""
+        """Backend.fit_to_model: while every model this process loaded is small (hidden size <=
+        SMALL_MODEL_HIDDEN), every decode-chain launch may overlap the kernel ahead, not only the
+        matmuls and the decode attention (luce._cuda.set_decode_overlap; LUCE_PDL, when set,
+        decides instead). Results never depend on it."""
         from luce import _cuda
 
         global widest_model_hidden

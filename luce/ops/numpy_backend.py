@@ -40,6 +40,9 @@ class NumpyBackend(FusedOps, HostStepOps):
 
     name = "numpy"
 
+    def fit_to_model(self, config) -> None:
+        """Nothing here depends on the models' size."""
+
     # ---- memory -------------------------------------------------------------------------
     def asarray(self, x: np.ndarray) -> np.ndarray:
         return np.array(x, copy=True)
