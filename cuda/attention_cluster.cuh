@@ -17,37 +17,11 @@
 #include <cstring>
 
 #include "attention_common.cuh"
-#include "pdl.cuh"
-
-#if !defined(LUCE_EMU) && !defined(__HIPCC__)
-#include <cooperative_groups.h>
-#endif
+#include "cluster.cuh"
 
 namespace luce_attn {
 
-constexpr int kMaxCluster = 16;  // a row's chunks at most (kRowChunks); above 8 non-portable
-
-__device__ __forceinline__ void cluster_sync() {
-#if defined(LUCE_EMU)
-    emu::cluster_barrier();
-#elif !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cooperative_groups::this_cluster().sync();
-#endif
-}
-
-// p in this block's shared memory -> the same offset in the shared memory of cluster block rank.
-template <class T>
-__device__ __forceinline__ const T *cluster_map(const T *p, unsigned rank) {
-#if defined(LUCE_EMU)
-    return reinterpret_cast<const T *>(reinterpret_cast<const unsigned char *>(p) +
-                                       ((ptrdiff_t)rank - (ptrdiff_t)emu::cluster_rank()) * (ptrdiff_t)emu::smem_stride);
-#elif !defined(__HIPCC__) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return cooperative_groups::this_cluster().map_shared_rank(const_cast<T *>(p), rank);
-#else
-    (void)rank;
-    return p;
-#endif
-}
+constexpr int kMaxCluster = (int)cluster::kMax;  // a row's chunks at most (kRowChunks)
 
 // Row `row`, query heads h0..h0+G-1 of a row of `keys` keys, this block being chunk `chunk` of
 // a cluster of Z: o [G][D] (this block's partial, or anything where it has no keys), m [G],
@@ -56,7 +30,7 @@ __device__ __forceinline__ const T *cluster_map(const T *p, unsigned rank) {
 __device__ __forceinline__ void cluster_merge(const luce_attention_params &p, int32_t row, int32_t h0, int G,
                                               int32_t keys, int32_t cmin, const float *o_s, const float *m_s,
                                               const float *l_s, int chunk, int Z, int tid, int nthreads) {
-    cluster_sync();  // every block's partial is in its shared memory
+    cluster::sync();  // every block's partial is in its shared memory
     const int D = p.head_dim;
     float *out = p.out + ((int64_t)row * p.n_heads_q + h0) * D;
     const int32_t used = keys > 0 ? chunk_count(keys, cmin) : 0;
@@ -70,9 +44,9 @@ __device__ __forceinline__ void cluster_merge(const luce_attention_params &p, in
 #pragma unroll
         for (int e = 0; e < kMaxCluster; ++e) {
             if (e >= used) break;
-            mv[e] = cluster_map(m_s, e)[g];
-            lv[e] = cluster_map(l_s, e)[g];
-            ov[e] = cluster_map(o_s, e)[i];
+            mv[e] = cluster::map(m_s, e)[g];
+            lv[e] = cluster::map(l_s, e)[g];
+            ov[e] = cluster::map(o_s, e)[i];
         }
         // combine_heads' order: m over the entries in order, then l and o folded in order
         float m = -INFINITY, l = 0.0f, o = 0.0f;
@@ -90,7 +64,7 @@ __device__ __forceinline__ void cluster_merge(const luce_attention_params &p, in
         }
         out[i] = o / l;
     }
-    cluster_sync();  // no block leaves (its shared memory) before the others have read it
+    cluster::sync();  // no block leaves (its shared memory) before the others have read it
 }
 
 }  // namespace luce_attn
@@ -102,79 +76,11 @@ namespace {
 // chain's 7.9, 1,024 keys 7.0 against 11.5; 0.5B 4.7 against 6.9, 6.6 against 9.7.
 constexpr bool kDecodeCluster = true;
 
-#if defined(__HIPCC__)
-inline bool decode_cluster_form() { return false; }  // no clusters: the chain form
-#else
 // LUCE_ATTN_DECODE (read by each launch, for A/B runs), on a device that launches clusters.
 inline bool decode_cluster_form() {
     const char *e = getenv("LUCE_ATTN_DECODE");
     const bool want = e && strcmp(e, "cluster") == 0 ? true : e && strcmp(e, "chain") == 0 ? false : kDecodeCluster;
-#if defined(LUCE_EMU)
-    return want;
-#else
-    static const bool device = [] {
-        int d = 0, v = 0;
-        return cudaGetDevice(&d) == cudaSuccess && cudaDeviceGetAttribute(&v, cudaDevAttrClusterLaunch, d) == cudaSuccess &&
-               v != 0;
-    }();
-    return want && device;
-#endif
+    return want && cluster::launches();
 }
-
-#if defined(LUCE_EMU)
-template <auto KERNEL>
-bool cluster_fits(unsigned, size_t) { return true; }
-#else
-// The launch attribute of clusters of cz blocks along z.
-inline cudaLaunchAttribute cluster_along_z(unsigned cz) {
-    cudaLaunchAttribute a = {};
-    a.id = cudaLaunchAttributeClusterDimension;
-    a.val.clusterDim.x = 1;
-    a.val.clusterDim.y = 1;
-    a.val.clusterDim.z = cz;
-    return a;
-}
-
-// Whether clusters of cz blocks of KERNEL (kThreads threads, smem bytes) fit the device (asked
-// once per kernel and size; above 8 blocks the kernel first allows non-portable sizes).
-template <auto KERNEL>
-bool cluster_fits(unsigned cz, size_t smem) {
-    static signed char fits[luce_attn::kMaxCluster + 1] = {};  // 0: not asked yet, 1: yes, -1: no
-    if (cz > (unsigned)luce_attn::kMaxCluster) return false;
-    if (fits[cz] == 0) {
-        if (cz > 8) cudaFuncSetAttribute(KERNEL, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(1, 1, cz);
-        cfg.blockDim = dim3(luce_attn::kThreads);
-        cfg.dynamicSmemBytes = smem;
-        cudaLaunchAttribute a[1] = {cluster_along_z(cz)};
-        cfg.attrs = a;
-        cfg.numAttrs = 1;
-        int n = 0;
-        fits[cz] = cudaOccupancyMaxActiveClusters(&n, KERNEL, &cfg) == cudaSuccess && n > 0 ? 1 : -1;
-        cudaGetLastError();  // a refusal is an answer, not the next launch's error
-    }
-    return fits[cz] > 0;
-}
-
-// A launch in clusters of cz blocks along z (grid.z a multiple of cz), with the programmatic
-// overlap of launch_overlapped (cuda/pdl.cuh) where asked.
-template <typename... KArgs, typename... Args>
-cudaError_t launch_clustered(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                             bool overlap, unsigned cz, Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[2] = {cluster_along_z(cz)};
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = overlap && overlap_allowed() ? 2 : 1;
-    return cudaLaunchKernelEx(&cfg, kernel, args...);
-}
-#endif
-#endif
 
 }  // namespace

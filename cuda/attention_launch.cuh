@@ -4,10 +4,10 @@
 
 namespace {
 
-// cluster: the cluster form where the device takes it (then *merged: no workspace merge follows).
+// clustered: the cluster form where the device takes it (then *merged: no workspace merge follows).
 template <int D, int MAXG>
 int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t page_shift, int32_t row0, int gh,
-                      int32_t cmin, cudaStream_t stream, const luce_rope_kv_params *rope, bool cluster, bool *merged) {
+                      int32_t cmin, cudaStream_t stream, const luce_rope_kv_params *rope, bool clustered, bool *merged) {
     const bool prefetch = prefetch_fits((int64_t)(p.n_rows - row0) * p.n_heads_kv * p.max_kv_len * D * 8);
     const int groups = (p.n_heads_q / p.n_heads_kv + gh - 1) / gh;
     const int key_lanes = kThreads / (D / 4);
@@ -21,10 +21,11 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
     if constexpr (D <= 128) {
         constexpr auto k_rope = attention_partition_kernel<D, MAXG, false, true, true>;
         constexpr auto k_plain = attention_partition_kernel<D, MAXG, false, false, true>;
-        if (cluster && (rope ? cluster_fits<k_rope>(grid.z, smem) : cluster_fits<k_plain>(grid.z, smem))) {
+        if (clustered &&
+            (rope ? cluster::fits<k_rope>(grid.z, kThreads, smem) : cluster::fits<k_plain>(grid.z, kThreads, smem))) {
             *merged = true;
-            return luce_status(launch_clustered(rope ? k_rope : k_plain, grid, dim3(kThreads), smem, stream, overlap,
-                                                grid.z, p, n_parts, page_shift, row0, gh, cmin, prefetch, r));
+            return luce_status(cluster::launch(rope ? k_rope : k_plain, grid, dim3(kThreads), smem, stream, overlap,
+                                               grid.z, p, n_parts, page_shift, row0, gh, cmin, prefetch, r));
         }
     }
 #endif

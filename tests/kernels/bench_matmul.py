@@ -213,8 +213,12 @@ BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS
                                                    ("Q8_0", "qkv"), ("Q6_K", "lmhead"))
                 for r in VERIFY_ROWS for t in (0, 1, 2) if (r, t) != (16, 0)]  # 16 rows at tune 0: above
 # The wide-token tile kernel (cuda/matmul_rows.cuh, tune 12: 4 warps of one m-tile, x staged once a
-# block; tune 0's choice at 8,192+ rows and 17+ tokens) at the same shapes and row counts, against
-# tune 2 above: tools/bench.py --filter _tune12$,_tune2$.
+# block; tune 0's choice at 8,192+ rows and 17+ tokens; 13 / 14: its cluster form, the k parts shared
+# by 2 / 4 blocks) at the same shapes and row counts, against tune 2 above and tune 0:
+# tools/bench.py --filter _tune12$,_tune13$,_tune14$,_tune2$.
 BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS", "down"), ("IQ4_XS", "out"),
                                                    ("Q8_0", "qkv"), ("Q6_K", "lmhead"))
-                for r in VERIFY_ROWS for t in (12,)]
+                for r in VERIFY_ROWS for t in (12, 13, 14)]
+# The same forms on the Q4_K_M-like mix's Q4_K / Q6_K down and gate (a verify tree of 23 and 64 rows).
+BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("Q4_K", "gate"), ("Q4_K", "down"), ("Q6_K", "down"))
+                for r in (23, 64) for t in (0, 12, 13, 14) if (q, s, r, t) != ("Q4_K", "gate", 64, 0)]  # above

@@ -1,12 +1,15 @@
-"""The wide-token tile kernel (cuda/matmul_rows.cuh; LUCE_MATMUL_TUNE 11: 2 warps of 2 m-tiles a
-block, 12: 4 warps of one) on the CPU through the decode matmul's own source (tests/kernels/emu): bitwise the
-tile kernel of today (tune 3: one row tile a block; tune 2: two) at 16, 17, 23, 33, 64 and 80 rows
+"""The wide-token tile kernel (cuda/matmul_rows.cuh; LUCE_MATMUL_TUNE 12: 4 warps of one m-tile a
+block; 13 / 14: its cluster form, the 4 k parts shared by 2 / 4 blocks that sum them through each
+other's shared memory) on the CPU through the decode matmul's own source (tests/kernels/emu): bitwise
+the tile kernel of today (tune 3: one row tile a block; tune 2: two) at 16, 17, 23, 33, 64 and 80 rows
 (partial token tiles, one and two token blocks), and each row == the row alone (tune 4: the tile
 kernel at one row), for IQ4_XS, Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0; n = 37 (a block's last warp
-partly or wholly past n), k = 512 (k parts 2 and 3 without chunks), 1280 (k part 0 two chunks)
-and 896 for Q8_0 / Q5_0 (a last chunk of 4 groups); with bias; a 99 KB device (fewer stages) and
-a 64 KB one (falls back where 2 stages do not fit). tests/kernels/test_matmul.py runs the same
-check natively on a GPU.
+partly or wholly past n), k = 512 (k parts 2 and 3 without chunks: in the cluster form, blocks
+without work), 1280 (k part 0 two chunks: a cluster of 2 blocks with 3 and 2 chunks) and 896 for
+Q8_0 / Q5_0 (a last chunk of 4 groups); with bias; a 99 KB device (fewer stages) and a 64 KB one
+(falls back where 2 stages do not fit). The emulator fills each block's shared memory with NaN
+bytes first, so a part sum read before it is written shows. tests/kernels/test_matmul.py runs the
+same check natively on a GPU.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ def _load(tmp_path, defines=()):
     lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
     lib.luce_matmul.argtypes = [C.POINTER(Params), _P]
     lib.emu_last_launch_smem.restype = C.c_size_t
+    lib.emu_last_launch_cluster.restype = C.c_uint
     return lib
 
 
@@ -44,16 +48,26 @@ def lib(tmp_path_factory):
     return _load(tmp_path_factory.mktemp("emu_matmul_rows"))
 
 
+TUNES = (12, 13, 14)  # blocks a cluster: 1, 2, 4
+
+
+def cluster_of(tune: int) -> int:
+    return 1 << (tune - 12)
+
+
 def rows_smem(qtype, rows: int, tune: int, limit: int = 232448, most: int = 2) -> int:
     """Dynamic shared memory of the wide-token kernel (matmul_rows.cuh): `most` stages (2: the default
-    of LUCE_MATMUL_ROWS_STAGES) down to 2 where they fit `limit` of the block's tokens' x (576 B a token) and its 64 weight row slots,
-    then the warps' k-part sums; 0 where 2 stages do not fit."""
+    of LUCE_MATMUL_ROWS_STAGES) down to 2 where they fit `limit` of the block's tokens' x (576 B a token)
+    and its 64 weight row slots, then the warps' k-part sums (one running sum at tune 12; 4 / Z part
+    sums in a cluster of Z); 0 where 2 stages do not fit."""
     tiles = -(-rows // 8)
     blocks = -(-tiles // 5)
     nt = max(2, -(-tiles // blocks))
     words = (CHUNK_BYTES[qtype] + 30) // 16
     slot = 16 * (words if words % 2 else words + 1)
-    stage, tot = 8 * nt * 576 + 64 * slot, 2 * nt * 1024  # 64 weight rows a block (4 warps x 1 m-tile)
+    z = cluster_of(tune)
+    sums = 1 if z == 1 else 4 // z
+    stage, tot = 8 * nt * 576 + 64 * slot, sums * 2 * nt * 1024  # 64 weight rows a block (4 warps x 1 m-tile)
     for s in range(most, 1, -1):
         if s * stage + tot <= limit:
             return s * stage + tot
@@ -75,16 +89,18 @@ def test_wide_token_kernel_gives_the_tile_kernels_bits(lib, qtype, k):
         b = bias if rows % 2 else None
         want = run(lib, x[:rows], raw, qtype, n, b, tune=3)
         assert same_bits(want, run(lib, x[:rows], raw, qtype, n, b, tune=2)), f"{rows} rows: tune 2 != tune 3"
-        for tune in (12,):
+        for tune in TUNES:
             got = run(lib, x[:rows], raw, qtype, n, b, tune=tune)
             assert lib.emu_last_launch_smem() == rows_smem(qtype, rows, tune), f"{rows} rows, tune {tune}: not the kernel"
+            assert lib.emu_last_launch_cluster() == cluster_of(tune), f"{rows} rows, tune {tune}: not the cluster"
             assert same_bits(got, want), f"{rows} rows, tune {tune}: differs from the tile kernel"
         if b is bias:
             for r, row in alone.items():
                 if r < rows:
                     assert same_bits(want[r], row), f"{rows} rows: row {r} differs from the row alone"
-    assert_rows_close(run(lib, x, raw, qtype, n, bias, tune=12),
-                      x.astype(np.float64) @ wd.T.astype(np.float64) + bias, "matmul_blocks")
+    for tune in TUNES:
+        assert_rows_close(run(lib, x, raw, qtype, n, bias, tune=tune),
+                          x.astype(np.float64) @ wd.T.astype(np.float64) + bias, "matmul_blocks")
 
 
 @pytest.mark.parametrize("limit", [101376, 65536])
@@ -98,7 +114,7 @@ def test_small_shared_memory_devices(tmp_path, monkeypatch, limit):
         raw, _ = weights(qtype, n, k)
         x = activations(80, k, seed=3)
         want = run(small, x, raw, qtype, n, tune=3)
-        for tune in (12,):
+        for tune in TUNES:
             got = run(small, x, raw, qtype, n, tune=tune)
             smem = rows_smem(qtype, 80, tune, limit)
             assert (small.emu_last_launch_smem() == smem) == (smem > 0), f"{qtype.name} tune {tune}"
@@ -116,7 +132,7 @@ def test_deeper_stages(tmp_path, monkeypatch):
         x = activations(80, k, seed=9)
         for rows in (23, 80):
             want = run(deep, x[:rows], raw, qtype, n, tune=3)
-            for tune in (12,):
+            for tune in TUNES:
                 got = run(deep, x[:rows], raw, qtype, n, tune=tune)
                 assert deep.emu_last_launch_smem() == rows_smem(qtype, rows, tune, most=4), "not 4 stages"
                 assert same_bits(got, want), f"{qtype.name} {rows} rows, tune {tune}: differs from the tile kernel"
