@@ -222,3 +222,9 @@ BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS
 # The same forms on the Q4_K_M-like mix's Q4_K / Q6_K down and gate (a verify tree of 23 and 64 rows).
 BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("Q4_K", "gate"), ("Q4_K", "down"), ("Q6_K", "down"))
                 for r in (23, 64) for t in (0, 12, 13, 14) if (q, s, r, t) != ("Q4_K", "gate", 64, 0)]  # above
+# The DFlash draft's Q8_0 layer matrices at a C2 / C5 pass's 48 / 80 rows in the decode family: the
+# wide-token kernel (tune 12) and its cluster forms (13 / 14), against the f16 prompt GEMM those passes
+# take today (bench_matmul_prefill.py, `matmul_prefill_Q8_0_<shape>_t<rows>_f16`):
+# tools/bench.py --filter '_Q8_0_dq_t80_tune,_Q8_0_dk_t80_tune,_Q8_0_dout_t80_tune,_Q8_0_down_t80_tune,_Q8_0_gateup_t80_tune'.
+BENCH_CASES += [_case("Q8_0", s, r, tune=t) for s in ("dq", "dk", "dout", "down", "gateup") for r in (48, 80)
+                for t in (12, 13, 14)]
