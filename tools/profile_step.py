@@ -5,8 +5,10 @@ device) of replayed decode steps or draft passes, kernel by kernel.
     python3 tools/profile_step.py MODEL.gguf ar --concurrency 1 --steps 20
     python3 tools/profile_step.py TARGET.gguf draft --draft DRAFT.gguf --concurrency 5
     python3 tools/profile_step.py MODEL.gguf prefill --prompt-len 12000 --steps 2
+    python3 tools/profile_step.py MODEL.gguf verify --width 23 --prompt-len 1024
 
-A prefill "step" is one whole prompt through the engine (chunks of its token budget) to its first
+A verify step is one replayed verify of a DDTree of `--width` rows (bench_decode's verify section:
+a synthetic proposal over a `--prompt-len` prompt). A prefill "step" is one whole prompt through the engine (chunks of its token budget) to its first
 token, each time a fresh random prompt. Warm up with 2 or more: a graph key's first call runs
 eagerly and its second captures, so a profile after one warm-up prompt times the captures.
 
@@ -111,6 +113,30 @@ def draft_runner(model, draft_path: str, concurrency: int, prompt_len: int, dept
     return lambda: drafter.propose(lanes)
 
 
+def verify_runner(model, width: int, prompt_len: int, depth: int):
+    """A closure that runs one replayed verify of a width-`width` tree over a `prompt_len` prompt."""
+    from luce.benchmark.decode_bench import random_prompts, synthetic_proposal
+    from luce.models.graphed_forward import GraphedForward
+    from luce.models.kv_cache import pages_needed
+    from luce.models.packer import SegmentSpec, build_batch
+    from luce.spec.tree import ddtree
+
+    prompt = random_prompts(1, prompt_len, model.config.vocab, 0)[0]
+    per_slot = pages_needed(prompt_len + width)
+    state = model.new_state(max_pages=per_slot, max_slots=1)
+    pages = list(range(per_slot))
+    root = int(model.backend.argmax(model.forward(build_batch([SegmentSpec(0, list(prompt), 0, pages)]), state).logits)[0])
+    proposal = synthetic_proposal(min(depth, width - 1), 4, model.config.vocab, width)
+    tree = ddtree(root, proposal, budget=width - 1, top_k=4, tau=None)
+    batch = build_batch([SegmentSpec(0, tree.tokens.tolist(), prompt_len, pages, parents=tree.parents.tolist())],
+                        pad_pages=True)
+    forward = GraphedForward(model, enabled=True)
+
+    def step():
+        model.backend.ids_to_host(model.backend.argmax(forward(batch, state).logits))
+    return step
+
+
 def prefill_runner(model, prompt_len: int):
     """A closure that prefills one fresh prompt of `prompt_len` random tokens to its first token."""
     from luce.benchmark.decode_bench import random_prompts
@@ -129,11 +155,12 @@ def prefill_runner(model, prompt_len: int):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", type=Path)
-    p.add_argument("what", choices=("ar", "draft", "prefill"))
+    p.add_argument("what", choices=("ar", "draft", "verify", "prefill"))
     p.add_argument("--draft", type=Path)
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--depth", type=int, default=15)
+    p.add_argument("--width", type=int, default=23, help="verify: the tree's rows")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--top", type=int, default=30)
@@ -152,6 +179,8 @@ def main(argv=None) -> int:
         step = ar_runner(model, args.concurrency, args.prompt_len)
     elif args.what == "draft":
         step = draft_runner(model, str(args.draft), args.concurrency, args.prompt_len, args.depth)
+    elif args.what == "verify":
+        step = verify_runner(model, args.width, args.prompt_len, args.depth)
     else:
         step = prefill_runner(model, args.prompt_len)
     for _ in range(args.warmup):
@@ -161,7 +190,8 @@ def main(argv=None) -> int:
         for _ in range(args.steps):
             step()
         be.synchronize()
-    print(f"{args.model.name} {args.what} C{args.concurrency}, {args.steps} steps")
+    shape = f"width {args.width}" if args.what == "verify" else f"C{args.concurrency}"
+    print(f"{args.model.name} {args.what} {shape}, {args.steps} steps")
     print(summarize(kernel_events(prof), args.steps, args.top))
     return 0
 
