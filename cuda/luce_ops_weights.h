@@ -39,7 +39,8 @@ extern "C" {
  * rows in the few-row kernel (cuda/matmul_gemv_rows.cuh) where it runs, else as 0; 10: as 0 with those calls in the tile
  * kernel (as at 4); 12: decode calls of 9+ rows in the wide-token tile kernel (cuda/matmul_rows.cuh)
  * where it fits, else as 0; 13 / 14: as 12 with the k parts shared by a cluster of 2 / 4 blocks
- * (sm_90 and up; elsewhere as 12); a tune-0 call takes LUCE_MATMUL_TUNE where the
+ * (sm_90 and up; elsewhere as 12); 15: as 12 with the cluster size counted from the launch's
+ * blocks, the device's resident blocks and k; a tune-0 call takes LUCE_MATMUL_TUNE where the
  * environment sets it, for benchmarks) only pick
  * the kernel and its launch shape. The block-type kernel may start before the kernel ahead of it in the stream ends
  * (cuda/pdl.cuh): until that kernel has finished it reads only the weights. x and workspace

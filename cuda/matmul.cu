@@ -233,7 +233,7 @@ inline double tile_waves(int64_t n) {
 // decode calls of 9+ rows where it fits, else as 0 (11, its form of 2 warps of two m-tiles, was
 // slower at every shape measured and spilled: removed, refused); 13 / 14: its cluster form, the
 // k parts shared by clusters of 2 / 4 blocks (matmul_rows.cuh; where the device launches no
-// clusters, as 12). Tune 0 takes it where it measured faster (H200, docs/PERF.md session 15, 27B shapes): matrices of
+// clusters, as 12); 15: the cluster size by rows_auto_cluster (1, 2 or 4). Tune 0 takes it where it measured faster (H200, docs/PERF.md session 15, 27B shapes): matrices of
 // 8,192+ rows at 17+ tokens (gate 17408 x 5120: 23 tokens 68.9 -> 58.1 us, 64: 154.0 -> 113.8,
 // 80: 203.7 -> 132.7; Q8_0 10240 x 5120 alike) and the LM head's 9-16 (574 -> 469 us at 16); not
 // the 5,120-row down and out projections (fewer blocks than SMs: slower up to 64 tokens).
@@ -243,7 +243,7 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     if (tune == 0 && path != LUCE_MATMUL_PREFILL && a.n >= 8192 && (t > 16 || (t > 8 && tile_waves(a.n) > 8.0)))
         tune = 12;
     if (tune >= 12) {
-        const int r = t <= 8 ? -1 : launch_rows<Q, 1, 4>(a, 1 << (tune - 12), stream);
+        const int r = t <= 8 ? -1 : launch_rows<Q, 1, 4>(a, tune == 15 ? 0 : 1 << (tune - 12), stream);
         if (r >= 0) return r;
         tune = 0;
     }
@@ -286,7 +286,7 @@ bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 // Tunes 9 and 10 pick for or against the few-row kernel at 2..8 rows; tune 0 takes it for the types
 // marked in matmul_gemv_rows_launch.cuh (kGemvRowsIQ4XS, kGemvRowsQ5K, ...).
-constexpr int kMaxTune = 14;
+constexpr int kMaxTune = 15;
 
 // The tune a tune-0 call takes: LUCE_MATMUL_TUNE (1..kMaxTune) where set, for benchmarks that
 // time a launch shape end to end (every tune gives the same bits), else 0.

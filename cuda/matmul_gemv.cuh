@@ -172,22 +172,6 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     }
 }
 
-// Blocks of `kernel` with `threads` threads and `smem` bytes resident at once on the device (0 if
-// unknown); the tile kernel's one-wave grids use it too (cuda/matmul.cu).
-template <class K>
-int resident_blocks(K kernel, int threads, size_t smem) {
-    int device = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-        return 0;
-#ifdef __HIPCC__
-    (void)kernel; (void)threads; (void)smem;
-    per_sm = 2;
-#else
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) return 0;
-#endif
-    return sms * per_sm;
-}
 
 // Dynamic shared memory of gemv_kernel<G, CPL, R, kX> (see there).
 template <class G, int CPL, int R>

@@ -261,9 +261,26 @@ inline int rows_tiles(int64_t rows, int64_t &token_blocks) {
     return nt < 2 ? 2 : (int)nt;
 }
 
-// Launches mmq_rows_kernel<Q, NT, MT, WM> in clusters of z blocks (1, 2 or 4; 1 where the device
-// launches no clusters of it): -1 where 2 stages do not fit the device's shared memory (the caller
-// takes mmq_kernel: the same bits), else a cudaError_t.
+// The cluster size (1, 2, 4) whose launch takes the fewest chunk steps, counted as waves of
+// `resident` blocks times each block's chunks plus kRowsStepOverhead (the pipeline's fill and the
+// epilogue): `blocks` row x token blocks, `chunks` 256-value chunks of k. The 27B on the H200 (3
+// blocks of 4 warps an SM at 23 rows): the down projection (80 blocks, 68 chunks) and the out
+// projection (80, 24) take 4, the gate (272, 20) 4, the LM head (3,880, 20) 1.
+constexpr int64_t kRowsStepOverhead = 2;
+inline int rows_auto_cluster(int64_t blocks, int64_t resident, int64_t chunks) {
+    int best = 1;
+    int64_t best_cost = -1;
+    for (int z = 1; z <= 4; z *= 2) {
+        const int64_t waves = resident > 0 ? (blocks * z + resident - 1) / resident : 1;
+        const int64_t cost = waves * ((chunks + z - 1) / z + kRowsStepOverhead);
+        if (best_cost < 0 || cost < best_cost) best = z, best_cost = cost;
+    }
+    return best;
+}
+
+// Launches mmq_rows_kernel<Q, NT, MT, WM> in clusters of z blocks (1, 2 or 4; 0: rows_auto_cluster;
+// 1 where the device launches no clusters of it): -1 where 2 stages do not fit the device's shared
+// memory (the caller takes mmq_kernel: the same bits), else a cudaError_t.
 template <class Q, int NT, int MT, int WM>
 int launch_rows(const MmqArgs &a, int64_t token_blocks, int z, cudaStream_t stream) {
     auto kernel = mmq_rows_kernel<Q, NT, MT, WM>;
@@ -279,6 +296,10 @@ int launch_rows(const MmqArgs &a, int64_t token_blocks, int z, cudaStream_t stre
     if (attr != cudaSuccess) return (int)attr;
     const int64_t row_blocks = (a.n + 16 * MT * WM - 1) / (16 * MT * WM);
     const dim3 block(WM * WARP_SIZE);
+    if (z == 0) {
+        static const int resident = stages[0] ? resident_blocks(kernel, (int)block.x, smem_of(1, stages[0])) : 0;
+        z = rows_auto_cluster(row_blocks * token_blocks, resident, a.x.chunks);
+    }
 #if !defined(__HIPCC__)
     const int zi = z == 4 ? 2 : z == 2 ? 1 : 0;
     if (z > 1 && stages[zi] && cluster::launches() &&

@@ -27,6 +27,24 @@ __device__ __forceinline__ void let_dependents_start() {
 #endif
 }
 
+// Blocks of `kernel` with `threads` threads and `smem` bytes resident at once on the device (0 if
+// unknown): the tile kernels' one-wave grids (cuda/matmul.cu, matmul_gemv*.cuh) and the wide-token
+// kernel's cluster size (matmul_rows.cuh) use it.
+template <class K>
+int resident_blocks(K kernel, int threads, size_t smem) {
+    int device = 0, sms = 0, per_sm = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+        return 0;
+#ifdef __HIPCC__
+    (void)kernel; (void)threads; (void)smem;
+    per_sm = 2;
+#else
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess) return 0;
+#endif
+    return sms * per_sm;
+}
+
 // The decode chain's launches by kind (LUCE_PDL below). kPdlAttn: the decode attention at head
 // dims <= 128 (its chunked form); kPdlAttnWide: at 256 (the 27B).
 enum PdlKind { kPdlNorm = 1, kPdlSwiglu = 2, kPdlQuant = 4, kPdlRope = 8, kPdlAttn = 16, kPdlGdn = 32,

@@ -214,17 +214,17 @@ BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS
                 for r in VERIFY_ROWS for t in (0, 1, 2) if (r, t) != (16, 0)]  # 16 rows at tune 0: above
 # The wide-token tile kernel (cuda/matmul_rows.cuh, tune 12: 4 warps of one m-tile, x staged once a
 # block; tune 0's choice at 8,192+ rows and 17+ tokens; 13 / 14: its cluster form, the k parts shared
-# by 2 / 4 blocks) at the same shapes and row counts, against tune 2 above and tune 0:
-# tools/bench.py --filter _tune12$,_tune13$,_tune14$,_tune2$.
+# by 2 / 4 blocks; 15: the cluster size counted) at the same shapes and row counts, against tune 2
+# above and tune 0: tools/bench.py --filter _tune12$,_tune13$,_tune14$,_tune15$,_tune2$.
 BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("IQ4_XS", "gate"), ("IQ4_XS", "down"), ("IQ4_XS", "out"),
                                                    ("Q8_0", "qkv"), ("Q6_K", "lmhead"))
-                for r in VERIFY_ROWS for t in (12, 13, 14)]
+                for r in VERIFY_ROWS for t in (12, 13, 14, 15)]
 # The same forms on the Q4_K_M-like mix's Q4_K / Q6_K down and gate (a verify tree of 23 and 64 rows).
 BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("Q4_K", "gate"), ("Q4_K", "down"), ("Q6_K", "down"))
-                for r in (23, 64) for t in (0, 12, 13, 14) if (q, s, r, t) != ("Q4_K", "gate", 64, 0)]  # above
+                for r in (23, 64) for t in (0, 12, 13, 14, 15) if (q, s, r, t) != ("Q4_K", "gate", 64, 0)]  # above
 # The DFlash draft's Q8_0 layer matrices at a C2 / C5 pass's 48 / 80 rows in the decode family: the
-# wide-token kernel (tune 12) and its cluster forms (13 / 14), against the f16 prompt GEMM those passes
+# wide-token kernel (tune 12) and its cluster forms (13 / 14 / 15), against the f16 prompt GEMM those passes
 # take today (bench_matmul_prefill.py, `matmul_prefill_Q8_0_<shape>_t<rows>_f16`):
 # tools/bench.py --filter '_Q8_0_dq_t80_tune,_Q8_0_dk_t80_tune,_Q8_0_dout_t80_tune,_Q8_0_down_t80_tune,_Q8_0_gateup_t80_tune'.
 BENCH_CASES += [_case("Q8_0", s, r, tune=t) for s in ("dq", "dk", "dout", "down", "gateup") for r in (48, 80)
-                for t in (12, 13, 14)]
+                for t in (12, 13, 14, 15)]

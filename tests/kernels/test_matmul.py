@@ -310,7 +310,7 @@ def test_bad_arguments_raise():
     with pytest.raises(KernelError, match="luce_matmul"):
         run_kernel(x, raw, 2, 16)  # unsupported type id
     with pytest.raises(KernelError, match="luce_matmul"):
-        run_kernel(x, raw, Q.Q4_K, 16, tune=15)  # past kMaxTune (cuda/matmul.cu)
+        run_kernel(x, raw, Q.Q4_K, 16, tune=16)  # past kMaxTune (cuda/matmul.cu)
     with pytest.raises(KernelError, match="luce_matmul"):
         run_kernel(x, raw, Q.Q4_K, 16, tune=11)  # removed (the wide-token form's 2-warp shape)
     from luce.ops.cuda_memory import DeviceBuffer
@@ -367,9 +367,9 @@ def test_few_rows_kernel(qtype, n, k):
 @pytest.mark.parametrize("qtype", BLOCK_TYPES)
 @pytest.mark.parametrize("k", [None, 5120])
 def test_wide_token_tile_kernel(qtype, k):
-    """16, 17, 23, 33, 64 and 80 rows: tune 12 and its cluster forms 13 / 14 (the k parts shared by
-    2 / 4 blocks) == tune 3 and 2 (today's tile kernel), bitwise, with bias at odd row counts; each
-    row == the row alone (tune 4: the tile kernel at one row); parity."""
+    """16, 17, 23, 33, 64 and 80 rows: tune 12 and its cluster forms 13 / 14 / 15 (the k parts shared
+    by 2 / 4 / a counted number of blocks) == tune 3 and 2 (today's tile kernel), bitwise, with bias
+    at odd row counts; each row == the row alone (tune 4: the tile kernel at one row); parity."""
     k = k or K_OF[qtype]
     n = 4101
     raw37, wd37 = weights(qtype, 37, k)
@@ -380,12 +380,12 @@ def test_wide_token_tile_kernel(qtype, k):
     for rows in (16, 17, 23, 33, 64, 80):
         b = bias if rows % 2 else None
         want = run_kernel(x[:rows], raw, qtype, n, bias=b, tune=3)
-        for tune in (2, 12, 13, 14):
+        for tune in (2, 12, 13, 14, 15):
             got = run_kernel(x[:rows], raw, qtype, n, bias=b, tune=tune)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{rows} rows, tune {tune}"
         if b is not None:
             for r, row in alone.items():
                 if r < rows:
                     assert np.array_equal(want[r].view(np.uint32), row.view(np.uint32)), f"{rows} rows: row {r}"
-    for tune in (12, 13, 14):
+    for tune in (12, 13, 14, 15):
         assert_rows_close(run_kernel(x, raw, qtype, n, tune=tune)[:, :37], ref_matmul(x, wd37), "matmul_blocks")

@@ -1,6 +1,7 @@
 """The wide-token tile kernel (cuda/matmul_rows.cuh; LUCE_MATMUL_TUNE 12: 4 warps of one m-tile a
 block; 13 / 14: its cluster form, the 4 k parts shared by 2 / 4 blocks that sum them through each
-other's shared memory) on the CPU through the decode matmul's own source (tests/kernels/emu): bitwise
+other's shared memory; 15: the cluster size counted from the launch's blocks, the device's resident
+blocks (the emulator: one a multiprocessor, 132) and k's chunks) on the CPU through the decode matmul's own source (tests/kernels/emu): bitwise
 the tile kernel of today (tune 3: one row tile a block; tune 2: two) at 16, 17, 23, 33, 64 and 80 rows
 (partial token tiles, one and two token blocks), and each row == the row alone (tune 4: the tile
 kernel at one row), for IQ4_XS, Q4_K, Q5_K, Q6_K, Q8_0 and Q5_0; n = 37 (a block's last warp
@@ -48,14 +49,26 @@ def lib(tmp_path_factory):
     return _load(tmp_path_factory.mktemp("emu_matmul_rows"))
 
 
-TUNES = (12, 13, 14)  # blocks a cluster: 1, 2, 4
+TUNES = (12, 13, 14, 15)  # blocks a cluster: 1, 2, 4, counted
+EMU_RESIDENT = 132  # tests/kernels/emu: one block of any kernel a multiprocessor, 132 of them
 
 
-def cluster_of(tune: int) -> int:
-    return 1 << (tune - 12)
+def auto_cluster(blocks: int, chunks: int, resident: int = EMU_RESIDENT) -> int:
+    """The cluster size matmul_rows.cuh's rows_auto_cluster picks: the fewest waves x (chunks a
+    block + 2), the smaller size on a tie."""
+    cost = {z: -(-blocks * z // resident) * (-(-chunks // z) + 2) for z in (1, 2, 4)}
+    return min(cost, key=lambda z: (cost[z], z))
 
 
-def rows_smem(qtype, rows: int, tune: int, limit: int = 232448, most: int = 2) -> int:
+def cluster_of(tune: int, rows: int = 0, n: int = 0, k: int = 0) -> int:
+    if tune < 15:
+        return 1 << (tune - 12)
+    tiles = -(-rows // 8)
+    token_blocks = -(-tiles // 5)
+    return auto_cluster(-(-n // 64) * token_blocks, -(-k // 256))
+
+
+def rows_smem(qtype, rows: int, tune: int, limit: int = 232448, most: int = 2, n: int = 37, k: int = 512) -> int:
     """Dynamic shared memory of the wide-token kernel (matmul_rows.cuh): `most` stages (2: the default
     of LUCE_MATMUL_ROWS_STAGES) down to 2 where they fit `limit` of the block's tokens' x (576 B a token)
     and its 64 weight row slots, then the warps' k-part sums (one running sum at tune 12; 4 / Z part
@@ -65,7 +78,7 @@ def rows_smem(qtype, rows: int, tune: int, limit: int = 232448, most: int = 2) -
     nt = max(2, -(-tiles // blocks))
     words = (CHUNK_BYTES[qtype] + 30) // 16
     slot = 16 * (words if words % 2 else words + 1)
-    z = cluster_of(tune)
+    z = cluster_of(tune, rows, n, k)
     sums = 1 if z == 1 else 4 // z
     stage, tot = 8 * nt * 576 + 64 * slot, sums * 2 * nt * 1024  # 64 weight rows a block (4 warps x 1 m-tile)
     for s in range(most, 1, -1):
@@ -91,8 +104,8 @@ def test_wide_token_kernel_gives_the_tile_kernels_bits(lib, qtype, k):
         assert same_bits(want, run(lib, x[:rows], raw, qtype, n, b, tune=2)), f"{rows} rows: tune 2 != tune 3"
         for tune in TUNES:
             got = run(lib, x[:rows], raw, qtype, n, b, tune=tune)
-            assert lib.emu_last_launch_smem() == rows_smem(qtype, rows, tune), f"{rows} rows, tune {tune}: not the kernel"
-            assert lib.emu_last_launch_cluster() == cluster_of(tune), f"{rows} rows, tune {tune}: not the cluster"
+            assert lib.emu_last_launch_smem() == rows_smem(qtype, rows, tune, n=n, k=k), f"{rows} rows, tune {tune}: not the kernel"
+            assert lib.emu_last_launch_cluster() == cluster_of(tune, rows, n, k), f"{rows} rows, tune {tune}: not the cluster"
             assert same_bits(got, want), f"{rows} rows, tune {tune}: differs from the tile kernel"
         if b is bias:
             for r, row in alone.items():
@@ -116,7 +129,7 @@ def test_small_shared_memory_devices(tmp_path, monkeypatch, limit):
         want = run(small, x, raw, qtype, n, tune=3)
         for tune in TUNES:
             got = run(small, x, raw, qtype, n, tune=tune)
-            smem = rows_smem(qtype, 80, tune, limit)
+            smem = rows_smem(qtype, 80, tune, limit, n=n, k=k)
             assert (small.emu_last_launch_smem() == smem) == (smem > 0), f"{qtype.name} tune {tune}"
             assert same_bits(got, want), f"{qtype.name} tune {tune}: differs from the tile kernel"
 
@@ -134,5 +147,18 @@ def test_deeper_stages(tmp_path, monkeypatch):
             want = run(deep, x[:rows], raw, qtype, n, tune=3)
             for tune in TUNES:
                 got = run(deep, x[:rows], raw, qtype, n, tune=tune)
-                assert deep.emu_last_launch_smem() == rows_smem(qtype, rows, tune, most=4), "not 4 stages"
+                assert deep.emu_last_launch_smem() == rows_smem(qtype, rows, tune, most=4, n=n, k=k), "not 4 stages"
                 assert same_bits(got, want), f"{qtype.name} {rows} rows, tune {tune}: differs from the tile kernel"
+
+
+def test_counted_cluster_size(lib):
+    """Tune 15 counts the cluster size: one chunk of k (256) gains nothing from sharing it (1 block),
+    2 chunks tie 2 and 4 blocks (the smaller), 5 chunks take 4; each the tile kernel's bits."""
+    n = 37
+    for k, z in ((256, 1), (512, 2), (1280, 4)):
+        raw, _ = weights(Q.IQ4_XS, n, k)
+        x = activations(23, k, seed=k)
+        want = run(lib, x, raw, Q.IQ4_XS, n, tune=3)
+        got = run(lib, x, raw, Q.IQ4_XS, n, tune=15)
+        assert lib.emu_last_launch_cluster() == z == cluster_of(15, 23, n, k), f"k = {k}"
+        assert same_bits(got, want), f"k = {k}: differs from the tile kernel"
