@@ -39,7 +39,7 @@ import numpy as np
 from luce.gguf.reader import GGUFModel
 from luce.models.batch import ForwardBatch, ForwardOutput
 from luce.models.kv_cache import PAGE_SIZE, ModelState, PagedKV, pages_needed
-from luce.models.layers import AttentionWeights, FFNWeights, attend, blk, qk_norm_rope, swiglu_ffn
+from luce.models.layers import AttentionWeights, FFNWeights, attend, blk, qk_norm_rope, swiglu_of
 from luce.models.loader import register_arch
 from luce.models.packer import SegmentSpec, build_batch
 from luce.ops import get_backend
@@ -138,23 +138,36 @@ class DFlashDraft:
         self.output_norm = be.load_tensor(gguf, "output_norm.weight")
         self.layers = [self._load_layer(il) for il in range(cfg.n_layer)]
         # LUCE_DRAFT_PROMPT_GEMM at load: "1" every pass's rows as prompt rows, "0" none, unset:
-        # passes of PROMPT_GEMM_ROWS rows or more (spans)
+        # passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N: of those,
+        # up to DECODE_ROWS_MAX rows, only matmuls this wide (the others: the decode family)
         self.prompt_gemm = {"1": True, "0": False}.get(os.environ.get("LUCE_DRAFT_PROMPT_GEMM", ""))
+        self.prompt_gemm_min_n = int(os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "0") or 0)
 
     # A pass of this many rows or more (two lanes' blocks) takes the prompt GEMM by default: on the
     # H200 (docs/PERF.md session 15, 27B draft) the decode family's tile kernel costs ~2.5 us a row
     # past 16 rows (a 5-lane pass: 14.1 ms) where the prompt GEMM is nearly flat (5.9 ms at 5
     # lanes, but 5.2 ms for one lane's 16 rows against the tile kernel's 3.0).
     PROMPT_GEMM_ROWS = 32
+    # With prompt_gemm_min_n, passes of at most this many rows (a C8 pass of 16-row blocks) send
+    # their narrower matmuls to the decode family; more rows (a prompt's context) never.
+    DECODE_ROWS_MAX = 128
 
-    def spans(self, rows: int) -> tuple[tuple[int, int], ...]:
-        """The prefill_spans of the draft's matmuls over `rows` rows. No exactness rule binds
-        draft rows (they only propose; acceptance is lossless), so every row of a pass may be
-        multiplied as a prompt row: on CUDA the tensor-core prompt GEMM instead of the decode
-        family's exact 16-bit activations, for passes of PROMPT_GEMM_ROWS rows or more
-        (`prompt_gemm` True / False: always / never). Results stay per-row (batch-invariant)
-        either way; backends without a prompt-row GEMM ignore it."""
-        on = rows >= self.PROMPT_GEMM_ROWS if self.prompt_gemm is None else self.prompt_gemm
+    def spans(self, rows: int, weights=()) -> tuple[tuple[int, int], ...]:
+        """The prefill_spans of the draft's matmuls of `weights` (one call's, by default any) over
+        `rows` rows. No exactness rule binds draft rows (they only propose; acceptance is
+        lossless), so every row of a pass may be multiplied as a prompt row: on CUDA the
+        tensor-core prompt GEMM instead of the decode family's exact 16-bit activations, for
+        passes of PROMPT_GEMM_ROWS rows or more (`prompt_gemm` True / False: always / never).
+        With `prompt_gemm_min_n`, a pass of up to DECODE_ROWS_MAX rows keeps a call whose
+        weights have fewer output rows in all on the decode family (its wide-token kernel fills
+        the SMs where the prompt GEMM's few blocks do not). Results stay per-row
+        (batch-invariant) either way; backends without a prompt-row GEMM ignore it."""
+        if self.prompt_gemm is not None:
+            on = self.prompt_gemm
+        else:
+            width = sum(int(w.shape[0]) for w in weights) if weights else None
+            on = rows >= self.PROMPT_GEMM_ROWS and (
+                width is None or rows > self.DECODE_ROWS_MAX or width >= self.prompt_gemm_min_n)
         return ((0, rows),) if on and rows > 0 else ()
 
     @classmethod
@@ -205,8 +218,8 @@ class DFlashDraft:
                              f"{self.feature_width}] (outputs of target layers {list(self.target_layers)} "
                              "concatenated in that order)")
         be = self.backend
-        return be.rmsnorm(be.matmul(features, self.fc, prefill_spans=self.spans(features.shape[0])), self.hidden_norm,
-                          self.config.rms_eps)
+        spans = self.spans(features.shape[0], [self.fc])
+        return be.rmsnorm(be.matmul(features, self.fc, prefill_spans=spans), self.hidden_norm, self.config.rms_eps)
 
     def inject_context(self, batch: ForwardBatch, features, state: ModelState) -> None:
         """Cache the K/V of new context rows. batch: one segment per slot whose rows are the
@@ -239,16 +252,22 @@ class DFlashDraft:
             x = be.rmsnorm(h, layer.ffn_norm, eps)
             if layer.ffn_conv is not None:
                 x, kernel = layer.ffn_conv.prepare(be, x, batch)
-            o = swiglu_ffn(be, layer.ffn, x, self.spans(x.shape[0]))
+            o = self._ffn(layer.ffn, x)
             h = be.add(h, o if layer.ffn_conv is None else layer.ffn_conv.finish(be, o, kernel, batch))
         return be.rmsnorm(be.take_rows(h, batch.logits_indices), self.output_norm, eps)
+
+    def _ffn(self, w, x):
+        """x [T, hidden] (normed) -> down(silu(gate x) * up x): swiglu_ffn with each matmul's own spans."""
+        be, T = self.backend, x.shape[0]
+        gate, up = swiglu_of(be, be.matmuls(x, w.input_weights, prefill_spans=self.spans(T, w.input_weights)))
+        return be.swiglu_matmul(gate, up, w.down, self.spans(T, [w.down]))
 
     def _keys_values(self, layer: _Layer, x, positions: np.ndarray):
         """Context rows: x [T, hidden] (fused features, no attn_norm) -> k [T, Hkv, D]
         (k_norm, rotary), v [T, Hkv, D]."""
         be, c, w = self.backend, self.config, layer.attn
         T = x.shape[0]
-        k, v = be.matmuls(x, [w.wk, w.wv], prefill_spans=self.spans(T))   # one quantization of x
+        k, v = be.matmuls(x, [w.wk, w.wv], prefill_spans=self.spans(T, [w.wk, w.wv]))   # one quantization of x
         k = be.rmsnorm(k.reshape(T, c.n_head_kv, c.head_dim), w.k_norm, c.rms_eps)
         k = be.rope(k, positions, c.rope_dim, c.rope_theta, c.rope_sections)
         return k, v.reshape(T, c.n_head_kv, c.head_dim)
@@ -257,7 +276,7 @@ class DFlashDraft:
         """Block rows: x [T, hidden] (normed) -> attention output [T, hidden] over context + block KV."""
         be, c, w = self.backend, self.config, layer.attn
         T, D = x.shape[0], c.head_dim
-        q, k, v = be.matmuls(x, [w.wq, w.wk, w.wv], prefill_spans=self.spans(T))   # one quantization of x
+        q, k, v = be.matmuls(x, [w.wq, w.wk, w.wv], prefill_spans=self.spans(T, [w.wq, w.wk, w.wv]))
         q, k, v = q.reshape(T, c.n_head, D), k.reshape(T, c.n_head_kv, D), v.reshape(T, c.n_head_kv, D)
         q, k = qk_norm_rope(be, q, k, batch.positions, c, w.q_norm, w.k_norm)
         scale = 1.0 / float(np.sqrt(D))
@@ -266,11 +285,11 @@ class DFlashDraft:
         else:
             be.kv_write(kv, batch, k, v)
             o = _windowed_attention(be, q, kv, batch, scale, layer.causal, layer.window).reshape(T, -1)
-        return be.matmul(o, w.wo, prefill_spans=self.spans(T))
+        return be.matmul(o, w.wo, prefill_spans=self.spans(T, [w.wo]))
 
     def _logits(self, h):
         be = self.backend
-        logits = be.matmul(h, self.head.output, prefill_spans=self.spans(h.shape[0]))
+        logits = be.matmul(h, self.head.output, prefill_spans=self.spans(h.shape[0], [self.head.output]))
         if self.logit_scale != 1.0:
             logits = be.mul(logits, np.float32(self.logit_scale))
         if self.softcap > 0:  # softcap * tanh(x / softcap), tanh(y) = 2 sigmoid(2y) - 1

@@ -91,3 +91,36 @@ def test_by_default_passes_of_enough_rows_take_the_prompt_gemm(monkeypatch, tmp_
     # head's 6 rows (decode)
     assert counts[0] == (1 + 2 * n, 6 * n + 1), counts
     assert counts[1] == (1 + 8 * n, 1), counts
+
+
+def test_narrow_matmuls_stay_on_the_decode_family_with_a_min_width(monkeypatch, tmp_path):
+    """LUCE_DRAFT_PROMPT_GEMM_MIN_N: in a pass of PROMPT_GEMM_ROWS..DECODE_ROWS_MAX rows, a call
+    whose weights have fewer output rows in all stays on the decode family; wider ones, and every
+    call of a pass of more rows, take the prompt GEMM. The tiny draft's widths: fc 256, context
+    k|v 256, block q|k|v 512, out 256, gate|up 1,024, down 256, head 420."""
+    from luce.ops import get_backend
+
+    fake = install_fakes(monkeypatch, tmp_path, "cuda")
+    monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM", raising=False)
+    monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "420")
+    _, draft = _pair(tmp_path, get_backend("cuda"))
+    assert draft.prompt_gemm is None and draft.prompt_gemm_min_n == 420
+    wo, head, rows = draft.layers[0].attn.wo, draft.head.output, draft.PROMPT_GEMM_ROWS
+    assert draft.spans(rows, [wo]) == () and draft.spans(rows, [head]) == ((0, rows),)
+    assert draft.spans(rows - 1, [head]) == ()                    # too few rows for the prompt GEMM
+    assert draft.spans(129, [wo]) == ((0, 129),)                  # past DECODE_ROWS_MAX (128): any width
+    assert draft.spans(rows) == ((0, rows),)                      # no weights named: by rows alone
+    monkeypatch.setattr(type(draft), "PROMPT_GEMM_ROWS", 2 * 4)   # two lanes' blocks of 4 rows
+
+    def counts(lanes):
+        before = len(fake.launches)
+        _draft_pass(draft, lanes)
+        kernels = [k for k, *_ in fake.launches[before:]]
+        return kernels.count("_cuda_matmul.matmul_prefill"), kernels.count("_cuda_matmul.matmul")
+
+    n = len(draft.layers)
+    # two lanes: 18 context rows (fc, k|v: narrow, decode), 8 block rows (q|k|v and gate/up: prompt;
+    # out and down: decode), the head's 6 rows (under PROMPT_GEMM_ROWS: decode)
+    assert counts(2) == (4 * n, 2 + 4 * n)
+    monkeypatch.setattr(type(draft), "DECODE_ROWS_MAX", 16)       # the 18 context rows: prompt GEMM
+    assert counts(2) == (1 + 2 * n + 4 * n, 1 + 2 * n)
