@@ -98,17 +98,8 @@ bool fits(unsigned cz, unsigned threads, size_t smem) {
 template <typename... KArgs, typename... Args>
 cudaError_t launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool overlap,
                    unsigned cz, Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[2] = {along_z(cz)};
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = overlap && overlap_allowed() ? 2 : 1;
-    return cudaLaunchKernelEx(&cfg, kernel, args...);
+    const cudaLaunchAttribute clusters = along_z(cz);
+    return launch_ex(kernel, grid, block, smem, stream, overlap, &clusters, args...);
 }
 #endif
 

@@ -10,11 +10,12 @@
 //   tot = acc; chunks 1, 5, .. into acc, tot = tot + acc; .. (mmq_kernel's
 //   y = ((acc0 + acc1) + acc2) + acc3 with its 4 warps' accumulators: the same order), so the
 //   whole block steps through one chunk sequence and shares each staged x chunk.
-// - or (tunes 13 / 14) a cluster of Z = 2 / 4 blocks along z shares the 4 k parts: block z runs
-//   parts z, z + Z, .., keeps each part's sum in its shared memory, and after a cluster barrier
-//   each block forms a share of the outputs as ((p0 + p1) + p2) + p3 from the cluster's blocks
-//   (cluster.cuh): the same order, Z times the blocks for matrices whose row blocks leave SMs idle
-//   (the 5,120-row down and out projections: 80 blocks of 64 rows), each walking k / Z.
+// - or (tunes 13 / 14; 15: Z counted by rows_auto_cluster) a cluster of Z = 2 / 4 blocks along z
+//   shares the 4 k parts: block z runs parts z, z + Z, .., keeps each part's sum in its shared
+//   memory, and after a cluster barrier each block forms a share of the outputs as
+//   ((p0 + p1) + p2) + p3 from the cluster's blocks (cluster.cuh): the same order, Z times the
+//   blocks for matrices whose row blocks leave SMs idle (the 5,120-row down and out projections:
+//   80 blocks of 64 rows), each walking k / Z.
 // Per warp and group (IQ4_XS, MT = 2, NT = 5): 2 decodes, 5 B loads (2.5 KB of shared memory),
 // 20 mma; mmq_kernel (NT = 2): 1 decode, 2 B loads from L2 (1 KB), 4 mma.
 // A token block's x of a chunk sits at a stride of 576 B a token (8 lanes of one 16-byte load

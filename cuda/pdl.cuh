@@ -87,6 +87,30 @@ inline bool overlap_allowed() { return pdl_kinds() >= 0; }
 // The `overlap` of a decode-chain launch of this kind.
 inline bool chain_overlap(PdlKind kind) { return pdl_kinds() > 0 && (pdl_kinds() & kind); }
 
+#ifndef __HIPCC__
+// cudaLaunchKernelEx with the launch attribute `extra` (none: nullptr) and, where `overlap` is
+// set and allowed, the programmatic overlap with the kernel ahead.
+template <typename... KArgs, typename... Args>
+cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool overlap,
+                      const cudaLaunchAttribute *extra, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (extra) attr[n++] = *extra;
+    if (overlap && overlap_allowed()) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = n;
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+#endif
+
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the kernel ahead of it
 // when `overlap` is set (CUDA 12+ runtime; the attribute is ignored where unsupported).
 template <typename... KArgs, typename... Args>
@@ -97,17 +121,7 @@ cudaError_t launch_overlapped(void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     kernel<<<grid, block, smem, stream>>>(args...);
     return cudaGetLastError();
 #else
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = overlap && overlap_allowed() ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kernel, args...);
+    return launch_ex(kernel, grid, block, smem, stream, overlap, nullptr, args...);
 #endif
 }
 #endif
