@@ -141,7 +141,11 @@ class DFlashDraft:
         # passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N: of those,
         # up to DECODE_ROWS_MAX rows, only matmuls this wide (the others: the decode family)
         self.prompt_gemm = {"1": True, "0": False}.get(os.environ.get("LUCE_DRAFT_PROMPT_GEMM", ""))
-        self.prompt_gemm_min_n = int(os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "0") or 0)
+        min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or "0"
+        if not min_n.isdigit():
+            raise ValueError(f"LUCE_DRAFT_PROMPT_GEMM_MIN_N={min_n!r}: give a number of output rows "
+                             "(e.g. 8192), or unset it")
+        self.prompt_gemm_min_n = int(min_n)
 
     # A pass of this many rows or more (two lanes' blocks) takes the prompt GEMM by default: on the
     # H200 (docs/PERF.md session 15, 27B draft) the decode family's tile kernel costs ~2.5 us a row

@@ -124,3 +124,9 @@ def test_narrow_matmuls_stay_on_the_decode_family_with_a_min_width(monkeypatch, 
     assert counts(2) == (4 * n, 2 + 4 * n)
     monkeypatch.setattr(type(draft), "DECODE_ROWS_MAX", 16)       # the 18 context rows: prompt GEMM
     assert counts(2) == (1 + 2 * n + 4 * n, 1 + 2 * n)
+
+
+def test_a_bad_min_width_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "wide")
+    with pytest.raises(ValueError, match="LUCE_DRAFT_PROMPT_GEMM_MIN_N='wide': give a number"):
+        _pair(tmp_path, "numpy")
