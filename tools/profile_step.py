@@ -114,22 +114,16 @@ def draft_runner(model, draft_path: str, concurrency: int, prompt_len: int, dept
 
 
 def verify_runner(model, width: int, prompt_len: int, depth: int):
-    """A closure that runs one replayed verify of a width-`width` tree over a `prompt_len` prompt."""
-    from luce.benchmark.decode_bench import random_prompts, synthetic_proposal
+    """A closure that runs one replayed verify of a width-`width` tree over a `prompt_len` prompt
+    (bench_decode's verify section: a synthetic proposal, 4 candidates a depth)."""
+    from luce.benchmark.decode_bench import random_prompts
+    from luce.benchmark.verify_bench import synthetic_proposal, tree_batch, verify_prefix
     from luce.models.graphed_forward import GraphedForward
-    from luce.models.kv_cache import pages_needed
-    from luce.models.packer import SegmentSpec, build_batch
-    from luce.spec.tree import ddtree
 
     prompt = random_prompts(1, prompt_len, model.config.vocab, 0)[0]
-    per_slot = pages_needed(prompt_len + width)
-    state = model.new_state(max_pages=per_slot, max_slots=1)
-    pages = list(range(per_slot))
-    root = int(model.backend.argmax(model.forward(build_batch([SegmentSpec(0, list(prompt), 0, pages)]), state).logits)[0])
+    state, pages, root = verify_prefix(model, prompt, width)
     proposal = synthetic_proposal(min(depth, width - 1), 4, model.config.vocab, width)
-    tree = ddtree(root, proposal, budget=width - 1, top_k=4, tau=None)
-    batch = build_batch([SegmentSpec(0, tree.tokens.tolist(), prompt_len, pages, parents=tree.parents.tolist())],
-                        pad_pages=True)
+    _, batch = tree_batch(root, proposal, width, 4, prompt_len, pages)
     forward = GraphedForward(model, enabled=True)
 
     def step():

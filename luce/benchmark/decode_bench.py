@@ -13,12 +13,8 @@ Sections (each returns plain dicts; `run_decode_bench` gathers them into one rep
   (`ahead=False`: every step waits for its own).
   Forwards go through luce.models.graphed_forward (graph replay; `graphs=False` for eager).
 - Engine AR (luce/benchmark/engine_bench.py): the same decode through luce.engine.Engine.
-- Verify: one slot, one draft tree of W rows (W = 1 is the root alone) packed by the one
-  packer (luce.models.packer, tree rows as luce.models.batch defines them); a DDTree
-  (luce.spec.tree.ddtree) over a synthetic top-k proposal of depth <= `depth` (`build`
-  times the tree and the batch packing, not the proposal). Each repetition verifies the
-  same tree at the same position and commits nothing, so nothing advances. Reported as ms
-  and as a multiple of the median C=1 AR step.
+- Verify (luce/benchmark/verify_bench.py): one slot, one draft tree of W rows, as ms and as
+  a multiple of the median C=1 AR step.
 - Draft pass (with a draft file): the drafter's `propose` for C lanes at a fixed root,
   after the lanes' context is in (DFlash: random target features; draft model: the prompt).
 - Speculation through luce.engine.Engine with an oracle drafter (proposes the true
@@ -197,62 +193,6 @@ def bench_ar(model, prompts, settings: BenchSettings) -> list[dict]:
     return rows
 
 
-# ---- verify ------------------------------------------------------------------------------------
-
-def synthetic_proposal(depth: int, top_k: int, vocab: int, seed: int):
-    """A DraftProposal of `depth` depths with min(top_k, vocab) distinct tokens each, log-probs
-    falling with rank (what a drafter's top-k looks like to the tree builder)."""
-    from luce.spec.proposal import DraftProposal
-
-    k = min(top_k, vocab)
-    base = np.random.default_rng(seed).integers(0, vocab, (max(depth, 1), 1))
-    ids = (base + np.arange(k)) % vocab
-    lps = -np.tile(np.arange(k, dtype=np.float32), (len(ids), 1)) - 0.01
-    return DraftProposal(ids, lps)
-
-
-def bench_verify(model, prompt, settings: BenchSettings, ar_step_ms: float) -> list[dict]:
-    from luce.models.graphed_forward import GraphedForward
-    from luce.spec.config import GDN_TREE_MODE
-    from luce.spec.tree import ddtree
-
-    backend = model.backend
-    if hasattr(model, "gdn_tree_mode"):
-        model.gdn_tree_mode = GDN_TREE_MODE.get(settings.spec_mode, "factor")
-    widest = max(settings.tree_widths)
-    per_slot = pages_needed(len(prompt) + widest)
-    state = model.new_state(max_pages=per_slot, max_slots=1)
-    pages = list(range(per_slot))
-    root = int(backend.argmax(model.forward(build_batch([SegmentSpec(0, list(prompt), 0, pages)]), state).logits)[0])
-    rows = []
-    for width in settings.tree_widths:
-        depth = min(settings.depth, width - 1)
-        proposal = synthetic_proposal(depth, settings.top_k, model.config.vocab, settings.seed + width)
-        records, tree = [], None
-        forward = GraphedForward(model, enabled=settings.graphs)
-        try:
-            for rep in range(settings.warmup + settings.steps):
-                t0 = time.perf_counter()
-                tree = ddtree(root, proposal, budget=width - 1, top_k=settings.top_k, tau=None)
-                batch = build_batch([SegmentSpec(0, tree.tokens.tolist(), len(prompt), pages,
-                                                 parents=tree.parents.tolist())], pad_pages=True)
-                t1 = time.perf_counter()
-                out = forward(batch, state)
-                t2 = time.perf_counter()
-                _sync(backend, out.logits)
-                t3 = time.perf_counter()
-                if rep >= settings.warmup:
-                    records.append({"build": t1 - t0, "launch": t2 - t1, "wait": t3 - t2})
-        except Exception as e:  # noqa: BLE001 - report the failure, keep benchmarking
-            rows.append({"width": width, "error": _error(e)})
-            continue
-        row = {"width": width, "tree_depth": tree.max_depth, **_summary(records), "graphs": dict(forward.counters)}
-        forward.invalidate()
-        row["x_ar_step"] = row["step_ms"] / ar_step_ms if ar_step_ms else float("nan")
-        rows.append(row)
-    return rows
-
-
 # ---- drafts ------------------------------------------------------------------------------------
 
 def load_draft(draft_path: str, target):
@@ -411,6 +351,8 @@ def run_decode_bench(model_path: str, backend="numpy", draft_path: str | None = 
             except Exception:  # noqa: BLE001 - AR already reported its failure; ratios become NaN
                 ar1 = float("nan")
         report["verify_ar_step_ms"] = ar1       # the C=1 AR step the verify ratios divide by
+        from luce.benchmark.verify_bench import bench_verify
+
         report["verify"] = bench_verify(model, prompts[0], settings, ar1)
         log("verify done", report)
     draft = load_draft(draft_path, model) if draft_path and ("draft" in sections or "spec" in sections) else None

@@ -156,12 +156,12 @@ class DFlashDraft:
     # their narrower matmuls to the decode family; more rows (a prompt's context) never.
     DECODE_ROWS_MAX = 128
 
-    def spans(self, rows: int, weights=()) -> tuple[tuple[int, int], ...]:
-        """The prefill_spans of the draft's matmuls of `weights` (one call's, by default any) over
-        `rows` rows. No exactness rule binds draft rows (they only propose; acceptance is
-        lossless), so every row of a pass may be multiplied as a prompt row: on CUDA the
-        tensor-core prompt GEMM instead of the decode family's exact 16-bit activations, for
-        passes of PROMPT_GEMM_ROWS rows or more (`prompt_gemm` True / False: always / never).
+    def spans(self, rows: int, weights) -> tuple[tuple[int, int], ...]:
+        """The prefill_spans of one matmul call of the draft, over `weights`, of `rows` rows. No
+        exactness rule binds draft rows (they only propose; acceptance is lossless), so every row
+        of a pass may be multiplied as a prompt row: on CUDA the tensor-core prompt GEMM instead
+        of the decode family's exact 16-bit activations, for passes of PROMPT_GEMM_ROWS rows or
+        more (`prompt_gemm` True / False: always / never).
         With `prompt_gemm_min_n`, a pass of up to DECODE_ROWS_MAX rows keeps a call whose
         weights have fewer output rows in all on the decode family (its wide-token kernel fills
         the SMs where the prompt GEMM's few blocks do not). Results stay per-row
@@ -169,9 +169,8 @@ class DFlashDraft:
         if self.prompt_gemm is not None:
             on = self.prompt_gemm
         else:
-            width = sum(int(w.shape[0]) for w in weights) if weights else None
-            on = rows >= self.PROMPT_GEMM_ROWS and (
-                width is None or rows > self.DECODE_ROWS_MAX or width >= self.prompt_gemm_min_n)
+            width = sum(int(w.shape[0]) for w in weights)
+            on = rows >= self.PROMPT_GEMM_ROWS and (rows > self.DECODE_ROWS_MAX or width >= self.prompt_gemm_min_n)
         return ((0, rows),) if on and rows > 0 else ()
 
     @classmethod

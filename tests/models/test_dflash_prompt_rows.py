@@ -76,8 +76,9 @@ def test_by_default_passes_of_enough_rows_take_the_prompt_gemm(monkeypatch, tmp_
     monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM", raising=False)
     _, draft = _pair(tmp_path, get_backend("cuda"))
     assert draft.prompt_gemm is None
-    assert draft.spans(draft.PROMPT_GEMM_ROWS - 1) == () and draft.spans(0) == ()
-    assert draft.spans(draft.PROMPT_GEMM_ROWS) == ((0, draft.PROMPT_GEMM_ROWS),)
+    wo = [draft.layers[0].attn.wo]
+    assert draft.spans(draft.PROMPT_GEMM_ROWS - 1, wo) == () and draft.spans(0, wo) == ()
+    assert draft.spans(draft.PROMPT_GEMM_ROWS, wo) == ((0, draft.PROMPT_GEMM_ROWS),)
     monkeypatch.setattr(type(draft), "PROMPT_GEMM_ROWS", 2 * 4)   # two lanes' blocks of 4 rows
     counts = []
     for lanes in (1, 2):
@@ -109,7 +110,6 @@ def test_narrow_matmuls_stay_on_the_decode_family_with_a_min_width(monkeypatch, 
     assert draft.spans(rows, [wo]) == () and draft.spans(rows, [head]) == ((0, rows),)
     assert draft.spans(rows - 1, [head]) == ()                    # too few rows for the prompt GEMM
     assert draft.spans(129, [wo]) == ((0, 129),)                  # past DECODE_ROWS_MAX (128): any width
-    assert draft.spans(rows) == ((0, rows),)                      # no weights named: by rows alone
     monkeypatch.setattr(type(draft), "PROMPT_GEMM_ROWS", 2 * 4)   # two lanes' blocks of 4 rows
 
     def counts(lanes):
