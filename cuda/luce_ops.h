@@ -231,18 +231,20 @@ int luce_top_k_logprobs(const luce_sampling_params *p, void *stream);
 /* ---- sampling end ---- */
 
 /* ---- step_ids ---- */
-/* Token ids carried from one decode step to the next on the device, so the next step can be
- * launched before the ids reach the host (reference: luce/ref/step_ids.py; the engine's
- * steps ahead, luce/engine/ahead.py). Per segment s of a step: qo_indptr [S+1] (its rows),
- * ar_slots [S] (its slot when it is one AR row, else -1). keep: for each AR segment, the
- * greedy id ids [L] int64 of the logits row (logits_indices [L] int64) that is its row goes to
- * last_ids[slot] (int32). feed: each AR segment's row of token_ids [T] int32 takes
- * last_ids[slot] (0 when outside [0, vocab): a diverged row's -1). One block; S <= 65535. */
+/* Token ids carried between forward calls on the device, so the next call can be launched
+ * before the ids reach the host (reference: luce/ref/step_ids.py; the engine's steps ahead,
+ * luce/engine/ahead.py, and a draft model's chain, luce/spec/drafters/draft_model.py). Per
+ * segment s of a step: qo_indptr [S+1] (its rows), slots [S] (a slot, or -1). keep: for each
+ * segment with a slot (the AR segments' ar_slots, or every live segment's seq_slots), the greedy
+ * id ids [L] int64 of its last row, when that row has logits (logits_indices [L] int64), goes
+ * to last_ids[slot] (int32). feed (slots: ar_slots): each AR segment's row of token_ids [T]
+ * int32 takes last_ids[slot] (0 when outside [0, vocab): a diverged row's -1). One block;
+ * S <= 65535. */
 typedef struct {
     const int64_t *ids;
     const int64_t *logits_indices;
     const int32_t *qo_indptr;
-    const int32_t *ar_slots;
+    const int32_t *slots;
     int32_t *last_ids;
     int32_t *token_ids;
     int32_t n_logits;

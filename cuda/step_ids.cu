@@ -1,10 +1,11 @@
-// Token ids carried from one decode step to the next on the device (reference:
-// luce/ref/step_ids.py). The engine launches a greedy decode step before the previous step's
-// ids reach the host (luce/engine/ahead.py): the previous step keeps each AR segment's greedy
-// id by slot (keep), the next step's AR rows take them (feed). Shapes: ids [L] int64, the
-// step's logits_indices [L] int64, qo_indptr [S+1], ar_slots [S] (-1: not one AR row), token_ids [T]
-// int32 (its metadata arena), last_ids [max_slots] int32. One block strides over segments: a
-// step has few; the kernels are tiny links of a captured graph.
+// Token ids carried between forward calls on the device (reference: luce/ref/step_ids.py).
+// The engine launches a greedy decode step before the previous step's ids reach the host
+// (luce/engine/ahead.py): the previous step keeps each AR segment's greedy id by slot (keep),
+// the next step's AR rows take them (feed); a draft model's chain keeps every segment's last
+// row (luce/spec/drafters/draft_model.py). Shapes: ids [L] int64, the step's logits_indices [L]
+// int64, qo_indptr [S+1], slots [S] (-1: keep nothing; feed: ar_slots), token_ids [T] int32
+// (its metadata arena), last_ids [max_slots] int32. One block strides over segments: a step
+// has few; the kernels are tiny links of a captured graph.
 #include "common.cuh"
 
 namespace {
@@ -13,9 +14,9 @@ constexpr int kThreads = 128;
 
 __global__ void __launch_bounds__(kThreads) keep_ids_kernel(luce_step_ids_params p) {
     for (int s = threadIdx.x; s < p.n_segments; s += kThreads) {
-        const int slot = p.ar_slots[s];
-        if (slot < 0) continue;
-        const int row = p.qo_indptr[s];
+        const int slot = p.slots[s];
+        const int row = p.qo_indptr[s + 1] - 1;
+        if (slot < 0 || row < p.qo_indptr[s]) continue;
         for (int i = 0; i < p.n_logits; ++i) {
             if (p.logits_indices[i] == row) {
                 p.last_ids[slot] = (int32_t)p.ids[i];
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(kThreads) keep_ids_kernel(luce_step_ids_params
 
 __global__ void __launch_bounds__(kThreads) feed_ids_kernel(luce_step_ids_params p) {
     for (int s = threadIdx.x; s < p.n_segments; s += kThreads) {
-        const int slot = p.ar_slots[s];
+        const int slot = p.slots[s];
         if (slot < 0) continue;
         const int32_t id = p.last_ids[slot];
         p.token_ids[p.qo_indptr[s]] = id >= 0 && id < p.vocab ? id : 0;

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Launch layer for the ids carried between decode steps (cuda/step_ids.cu, cuda/luce_ops.h).
+"""Launch layer for the ids carried between forward calls (cuda/step_ids.cu, cuda/luce_ops.h).
 Raw device addresses in, KernelError out."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 
@@ -13,7 +13,7 @@ cdef extern from "luce_ops.h":
         const int64_t *ids
         const int64_t *logits_indices
         const int32_t *qo_indptr
-        const int32_t *ar_slots
+        const int32_t *slots
         int32_t *last_ids
         int32_t *token_ids
         int32_t n_logits
@@ -35,16 +35,17 @@ def load(str path):
     _feed = <step_ids_fn>_symbol(lib, path, "luce_feed_ids")
 
 
-def keep_ids(uintptr_t ids, uintptr_t logits_indices, uintptr_t qo_indptr, uintptr_t ar_slots,
+def keep_ids(uintptr_t ids, uintptr_t logits_indices, uintptr_t qo_indptr, uintptr_t slots,
              uintptr_t last_ids, int32_t n_logits, int32_t n_segments, uintptr_t stream=0):
     """ids [n_logits] int64 (of the rows logits_indices [n_logits] int64) -> last_ids[slot]
-    (int32) of each AR segment."""
+    (int32): the id of the last row of each segment with a slot (slots [n_segments] int32, -1:
+    none; the AR segments' ar_slots, or seq_slots)."""
     _require_loaded(<void *>_keep)
     cdef luce_step_ids_params p
     p.ids = <const int64_t *>ids
     p.logits_indices = <const int64_t *>logits_indices
     p.qo_indptr = <const int32_t *>qo_indptr
-    p.ar_slots = <const int32_t *>ar_slots
+    p.slots = <const int32_t *>slots
     p.last_ids = <int32_t *>last_ids
     p.token_ids = NULL
     p.n_logits = n_logits
@@ -64,7 +65,7 @@ def feed_ids(uintptr_t token_ids, uintptr_t qo_indptr, uintptr_t ar_slots, uintp
     p.ids = NULL
     p.logits_indices = NULL
     p.qo_indptr = <const int32_t *>qo_indptr
-    p.ar_slots = <const int32_t *>ar_slots
+    p.slots = <const int32_t *>ar_slots
     p.last_ids = <int32_t *>last_ids
     p.token_ids = <int32_t *>token_ids
     p.n_logits = 0

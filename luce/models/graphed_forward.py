@@ -34,6 +34,7 @@ class GraphedForward:
         self._state = None
         self._vocab = int(getattr(model.config, "vocab", 0)) or None
         self.last_ids = None      # [slots] int32 on the device: each slot's latest AR token (keep_ids_for)
+        self.keep_every_segment = False
 
     @property
     def graphs(self):
@@ -54,14 +55,16 @@ class GraphedForward:
         return (batch.replay_key, getattr(self.model, "gdn_tree_mode", None),
                 getattr(self.backend, "tree_attention_kernel", None))
 
-    def keep_ids_for(self, n_slots: int) -> None:
+    def keep_ids_for(self, n_slots: int, every_segment: bool = False) -> None:
         """From now on the graph of every call with AR rows starts by feeding them from ids
         kept by slot on the device (backend.feed_ids from `last_ids`) and a greedy call keeps
-        its AR rows' argmax there (backend.keep_ids), so a later call can be `fed` before the
+        its AR rows' argmax there (backend.keep_ids; every_segment: the argmax of each live
+        segment's last row, a draft model's chain), so a later call can be `fed` before the
         ids reach the host (luce.engine.ahead); a call not fed puts its host ids there first
         (backend.put_ids), so both replay one graph. Drops the graphs captured without it."""
         self.invalidate()
         self.last_ids = self.backend.ids_store(n_slots)
+        self.keep_every_segment = bool(every_segment)
 
     def __call__(self, batch: ForwardBatch, state, greedy_ids: bool = False, fed: bool = False):
         """model.forward(batch, state). With greedy_ids, on a backend that captures graphs (or
@@ -99,7 +102,7 @@ class GraphedForward:
         if out.logits.shape[0]:
             out.greedy_ids = self.backend.argmax_ids(out.logits)
             if self.last_ids is not None:
-                self.backend.keep_ids(out.greedy_ids, batch, self.last_ids)
+                self.backend.keep_ids(out.greedy_ids, batch, self.last_ids, every_segment=self.keep_every_segment)
         return out
 
     def invalidate(self) -> None:

@@ -289,6 +289,13 @@ class Backend(Protocol):
         """logits [L, V] -> (ids [L, k] int64, logprobs [L, k] f32) host arrays, best first,
         ties to the lowest id; logprobs are log-softmax over the whole row."""
 
+    def top_k_logprobs_start(self, logits: Array, k: int) -> Any:
+        """top_k_logprobs queued behind the work before it: -> a handle for top_k_logprobs_wait
+        (a backend that runs each call to its end returns the result)."""
+
+    def top_k_logprobs_wait(self, handle: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The host (ids, logprobs) of a top_k_logprobs_start, once its work has run."""
+
     def sample(self, logits: Array, temperature, top_k, top_p, min_p, seed, position) -> np.ndarray:
         """Seeded sampling without penalties (luce/ref/sample_rng.py): logits [L, V];
         temperature, top_p, min_p [L] float64; top_k [L] int (1..BACKEND_TOPK_MAX where the

@@ -68,12 +68,14 @@ class IdsOps:
         """The engine-wide array keep_ids writes and feed_ids reads: [n_slots] int32, zeros."""
         return self.zeros((n_slots,), np.int32)
 
-    def keep_ids(self, ids, batch, last_ids) -> None:
-        """ids [L] int64 (the step's argmax, on the device) -> last_ids[slot] of each AR segment."""
+    def keep_ids(self, ids, batch, last_ids, every_segment: bool = False) -> None:
+        """ids [L] int64 (the step's argmax, on the device) -> last_ids[slot] of each AR segment
+        (every_segment: the id of each live segment's last row)."""
         from luce import _cuda_step_ids as k
 
         meta = cuda_step_meta.meta_of(self, batch)
-        k.keep_ids(ids.ptr, meta.ptr("logits_indices"), meta.ptr("qo_indptr"), meta.ptr("ar_slots"), last_ids.ptr,
+        slots = meta.ptr("seq_slots" if every_segment else "ar_slots")
+        k.keep_ids(ids.ptr, meta.ptr("logits_indices"), meta.ptr("qo_indptr"), slots, last_ids.ptr,
                    int(ids.size), batch.n_segments, stream=self.stream)
 
     def put_ids(self, batch, last_ids) -> None:

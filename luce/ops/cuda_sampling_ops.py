@@ -40,6 +40,11 @@ class SamplingOps:
         return ids
 
     def top_k_logprobs(self, logits, k: int):
+        return self.top_k_logprobs_wait(self.top_k_logprobs_start(logits, k))
+
+    def top_k_logprobs_start(self, logits, k: int):
+        """top_k_logprobs queued on the stream (-> a handle for top_k_logprobs_wait): a caller
+        that launches more work before it needs the result does not wait here."""
         from luce import _cuda_sampling as ks
         from luce.ref import sampling as ref_sampling
 
@@ -56,9 +61,20 @@ class SamplingOps:
             r = min(MAX_ROWS_PER_LAUNCH, L - r0)
             ks.top_k_logprobs(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0 * k, lps.ptr + 4 * r0 * k, r, V, k,
                               stream=self.stream)
-        host_ids = self.to_numpy(ids)
+        return ids, lps
+
+    def top_k_logprobs_wait(self, handle) -> tuple[np.ndarray, np.ndarray]:
+        """The host (ids [L, k] int64, logprobs [L, k] f32) of a top_k_logprobs_start."""
+        ids, lps = handle
+        if isinstance(ids, np.ndarray):
+            return ids, lps
+        host_ids, host_lps = np.empty(ids.shape, np.int64), np.empty(lps.shape, np.float32)
+        if host_ids.size:      # both copies queued, one wait
+            self.runtime.copy_d2h_async(host_ids.ctypes.data, ids.ptr, host_ids.nbytes, self.stream)
+            self.runtime.copy_d2h_async(host_lps.ctypes.data, lps.ptr, host_lps.nbytes, self.stream)
+        self.synchronize()
         reject_nan_rows(host_ids[:, 0])
-        return host_ids, self.to_numpy(lps)
+        return host_ids, host_lps
 
     def sample(self, logits, temperature, top_k, top_p, min_p, seed, position) -> np.ndarray:
         return self.ids_to_host(self.sample_ids(logits, temperature, top_k, top_p, min_p, seed, position))

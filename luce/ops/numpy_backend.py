@@ -237,8 +237,9 @@ class NumpyBackend(FusedOps, HostStepOps):
     def ids_store(self, n_slots: int) -> np.ndarray:
         return np.zeros(n_slots, np.int32)
 
-    def keep_ids(self, ids, batch, last_ids) -> None:
-        ref_step_ids.keep_ids(np.asarray(ids), batch.logits_indices, batch.qo_indptr, batch.ar_slots, last_ids)
+    def keep_ids(self, ids, batch, last_ids, every_segment: bool = False) -> None:
+        slots = batch.seq_slots if every_segment else batch.ar_slots
+        ref_step_ids.keep_ids(np.asarray(ids), batch.logits_indices, batch.qo_indptr, slots, last_ids)
 
     def put_ids(self, batch, last_ids) -> None:
         ref_step_ids.put_ids(batch.token_ids, batch.qo_indptr, batch.ar_slots, last_ids)
@@ -254,6 +255,12 @@ class NumpyBackend(FusedOps, HostStepOps):
 
     def top_k_logprobs(self, logits, k: int):
         return ref_sampling.top_k_logprobs(logits, k)
+
+    def top_k_logprobs_start(self, logits, k: int):
+        return self.top_k_logprobs(logits, k)
+
+    def top_k_logprobs_wait(self, handle):
+        return handle
 
     def sample(self, logits, temperature, top_k, top_p, min_p, seed, position) -> np.ndarray:
         from luce.ref.sample_rng import sample_rng

@@ -60,7 +60,7 @@ def test_draft_model_lanes_batched_and_catch_up_equal_fresh(tiny_models):
     # the sequence grows (two accepted drafts and a bonus): catch-up equals a fresh drafter
     grown = seqs[0] + [int(together[0].ids[0, 0]), int(together[0].ids[1, 0]), 11]
     rows, forward = [], drafter.forward
-    drafter.forward = lambda batch, state: (rows.append(batch.n_rows), forward(batch, state))[1]
+    drafter.forward = lambda batch, state, **kw: (rows.append(batch.n_rows), forward(batch, state, **kw))[1]
     again = drafter.propose([DraftLane(0, grown, 3, 2)])[0]
     drafter.forward = forward
     assert rows[0] == 1   # the accepted drafts' KV rows were kept: only the bonus token is fed
@@ -184,7 +184,7 @@ def test_draft_model_prefill_leaves_one_row_for_the_first_draft(tiny_models):
     drafter.prefill([(1, prompt)])
     assert drafter.seen[1] == len(prompt)
     rows, forward = [], drafter.forward
-    drafter.forward = lambda batch, state: (rows.append(batch.n_rows), forward(batch, state))[1]
+    drafter.forward = lambda batch, state, **kw: (rows.append(batch.n_rows), forward(batch, state, **kw))[1]
     got = drafter.propose([DraftLane(1, prompt + [first], 3, 2)])[0]
     assert rows == [1, 1, 1]
     want = DraftModelDrafter(model, 2, 64, 4).propose([DraftLane(1, prompt + [first], 3, 2)])[0]
@@ -203,7 +203,8 @@ def test_draft_model_catch_ups_after_plain_steps_share_a_padded_key(tiny_models,
     base = [4, 8, 15, 16, 23, 42, 7, 9]
     drafter = DraftModelDrafter(model, 2, 64, 3)
     keys, forward = [], drafter.forward
-    drafter.forward = lambda batch, state: (keys.append((batch.n_rows, batch.replay_key)), forward(batch, state))[1]
+    drafter.forward = lambda batch, state, **kw: (keys.append((batch.n_rows, batch.replay_key)),
+                                                  forward(batch, state, **kw))[1]
     catch_ups = []
     for slot, extra in ((0, [1, 2, 3, 4, 5]), (1, [5, 4, 3, 2, 1, 6, 7])):
         drafter.propose([DraftLane(slot, base, 2, 2)])
@@ -229,7 +230,7 @@ def test_a_long_catch_up_of_an_attention_only_draft_feeds_prompt_rows(tiny_model
         drafter = DraftModelDrafter(model, 1, 64, 3)
         drafter.propose([DraftLane(0, base, 2, 2)])
         keys, forward = [], drafter.forward
-        drafter.forward = lambda batch, state: (keys.append(batch.replay_key), forward(batch, state))[1]
+        drafter.forward = lambda batch, state, **kw: (keys.append(batch.replay_key), forward(batch, state, **kw))[1]
         got = drafter.propose([DraftLane(0, base + extra, 2, 2)])[0]
         assert keys[0][0] == (want_block,), keys
         want = DraftModelDrafter(model, 1, 64, 3).propose([DraftLane(0, base + extra, 2, 2)])[0]
@@ -267,7 +268,7 @@ def test_draft_model_mixed_catch_ups_take_each_lanes_last_row(tiny_models):
     alone = {s: DraftModelDrafter(model, 3, 64, 3).propose([DraftLane(s, t, 3, 2)])[0] for s, t in seqs.items()}
     drafter = DraftModelDrafter(model, 3, 64, 3)
     kinds, forward = [], drafter.forward
-    drafter.forward = lambda batch, state: (kinds.append(batch.replay_key[0]), forward(batch, state))[1]
+    drafter.forward = lambda batch, state, **kw: (kinds.append(batch.replay_key[0]), forward(batch, state, **kw))[1]
     together = drafter.propose([DraftLane(s, t, 3, 2) for s, t in seqs.items()])
     assert {kind for kind, _ in kinds[0]} == {SEG_PREFILL, SEG_TREE}, kinds[0]
     for prop, s in zip(together, seqs):
