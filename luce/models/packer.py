@@ -132,6 +132,7 @@ class SegmentSpec:
     logits: str = "last"           # 'last' | 'all' | 'none' | 'block' (all but the first row)
     parents: Sequence[int] | None = None
     pad_to: int | None = None      # the segment padded to this many rows (Packer.segment)
+    block_logits: int | None = None   # 'block': only the first this many rows after the first
 
 
 def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] = (),
@@ -155,8 +156,11 @@ def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] =
             p.segment(seg.slot, SEG_TREE, seg.token_ids, seg.start_pos + depths, seg.pages, seg.start_pos + n,
                       parents=seg.parents, logits=range(n), pad_to=seg.pad_to)
             continue
+        if seg.block_logits is not None and (seg.logits != "block" or seg.block_logits < 0):
+            raise ValueError(f"slot {seg.slot}: block_logits={seg.block_logits} needs logits='block' and >= 0")
+        block_end = n if seg.block_logits is None else min(n, 1 + seg.block_logits)
         rows = {"last": range(n - 1, n) if n else range(0), "all": range(n), "none": range(0),
-                "block": range(1, n)}[seg.logits]
+                "block": range(1, block_end)}[seg.logits]
         p.segment(seg.slot, SEG_PREFILL if n > 1 else SEG_AR, seg.token_ids, range(seg.start_pos, seg.start_pos + n),
                   seg.pages, seg.start_pos + n, logits=rows, pad_to=seg.pad_to)
     return p.finish(capture_layers, pad_pages)

@@ -221,5 +221,20 @@ def test_segment_pages_may_be_any_sequence():
             assert np.array_equal(getattr(b, name), getattr(batches[0], name))
 
 
+def test_a_block_segment_takes_its_first_rows_after_the_first_to_the_lm_head():
+    """SegmentSpec.block_logits n: a 'block' segment's logits rows are rows 1..n (all of them
+    past the block), and the key follows n; given for another kind, or below 0, it is refused."""
+    from luce.models.packer import SegmentSpec, build_batch
+
+    spec = lambda **kw: SegmentSpec(0, [1, 9, 9, 9, 9], 10, [0], logits="block", **kw)  # noqa: E731
+    assert build_batch([spec()]).logits_indices.tolist() == [1, 2, 3, 4]
+    assert build_batch([spec(block_logits=2)]).logits_indices.tolist() == [1, 2]
+    assert build_batch([spec(block_logits=9)]).logits_indices.tolist() == [1, 2, 3, 4]
+    assert build_batch([spec(block_logits=2)]).replay_key != build_batch([spec()]).replay_key
+    for bad in (dict(block_logits=-1), dict(block_logits=2, logits="all")):
+        with pytest.raises(ValueError, match="block_logits"):
+            build_batch([SegmentSpec(0, [1, 9, 9], 10, [0], **{"logits": "block", **bad})])
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-v"]))

@@ -150,6 +150,27 @@ def test_dflash_drafter_matches_single_sequence_api_and_batches(tiny_models):
         drafter.add_context([(0, 3, 1)], all_feats[:1])
 
 
+def test_dflash_scores_only_the_block_rows_its_lanes_draft(tiny_models):
+    """Lanes drafting 1 and 2 deep (block 4): the pass takes 2 rows a lane to the LM head
+    (logit_rows: a power of two), not 3, and proposes what the whole block's logits give."""
+    from luce.spec.drafters.dflash import logit_rows
+
+    assert [logit_rows(d, 15) for d in (1, 2, 3, 5, 8, 9, 15)] == [1, 2, 4, 8, 8, 15, 15]
+    target, draft = tiny_models["qwen35"], tiny_models["dflash"]
+    seqs = {1: [3, 9, 27, 81, 5, 6], 0: [7, 7, 2]}
+    feats = {s: target_features(target, draft, t[:-1]) for s, t in seqs.items()}
+    drafter = DFlashDrafter(draft, max_slots=2, ctx=64)
+    drafter.add_context([(s, 0, len(feats[s])) for s in seqs], np.concatenate([feats[s] for s in seqs]))
+    rows, forward = [], drafter.forward
+    drafter.forward = lambda batch, state, **kw: (rows.append(len(batch.logits_indices)), forward(batch, state, **kw))[1]
+    props = drafter.propose([DraftLane(1, seqs[1], depth=1, top_k=2), DraftLane(0, seqs[0], depth=2, top_k=2)])
+    assert rows == [4]
+    for prop, (s, t), depth in zip(props, seqs.items(), (1, 2)):
+        ids, lps = top_k_logprobs(draft.propose(draft.new_sequence(64), feats[s], t[-1]), 2)
+        np.testing.assert_array_equal(prop.ids, ids[:depth])
+        np.testing.assert_array_equal(prop.logprobs, lps[:depth])
+
+
 def test_oracle_with_a_set_acceptance_length_commits_exactly_that_many(tiny_models):
     """The seed workload's drafter: the truth at the first a - 1 depths only, so a verify of a
     deep tree commits a tokens (a - 1 drafts and the bonus), whatever the tree's shape."""

@@ -7,7 +7,8 @@ target captures `feature_layers` on every row it runs; the features stay backend
 from capture to the draft pass), so a lane's context always reaches its root; every lane's
 block `[root, MASK x (B-1)]` at positions root.. then runs in one batched pass, whose
 rows lie past n_context (nothing of a dropped step's pass is ever read); block row i > 0
-gives depth i's distribution, of which the top-k are reported.
+gives depth i's distribution, of which the top-k are reported. Only the rows up to the
+deepest lane's depth (rounded up: `logit_rows`) reach the LM head.
 """
 from __future__ import annotations
 
@@ -20,6 +21,16 @@ from luce.models.graphed_forward import GraphedForward
 from luce.models.kv_cache import PAGE_SIZE, pages_needed
 from luce.spec.drafters.base import DraftLane
 from luce.spec.proposal import DraftProposal
+
+
+def logit_rows(depth: int, most: int) -> int:
+    """Block rows a pass takes to the LM head for drafts of `depth`: the next power of two, at
+    most `most` (block - 1). Rows past the depth drafted are not scored (at C5 the 27B draft's
+    head is a fifth of the pass); a few sizes keep the pass's graph keys few."""
+    n = 1
+    while n < depth:
+        n *= 2
+    return min(n, most)
 
 
 class DFlashDrafter:
@@ -80,13 +91,14 @@ class DFlashDrafter:
         out = {id(lane): DraftProposal.empty() for lane in lanes}
         if drafting:
             B = self.block_size
+            n = logit_rows(max(lane.depth for lane in drafting), B - 1)
             block = build_batch([SegmentSpec(lane.slot, self.draft.block_tokens(lane.tokens[-1], B),
-                                             lane.root_position, self.pages(lane.slot), logits="block")
+                                             lane.root_position, self.pages(lane.slot), logits="block", block_logits=n)
                                  for lane in drafting], pad_pages=True)
-            logits = self.forward(block, self.state).logits            # [lanes * (B-1), V]
+            logits = self.forward(block, self.state).logits            # [lanes * n, V]
             k = max(lane.top_k for lane in drafting)
             ids, lps = self.backend.top_k_logprobs(logits, k)
             for i, lane in enumerate(drafting):
-                rows = slice(i * (B - 1), i * (B - 1) + min(lane.depth, B - 1))
+                rows = slice(i * n, i * n + min(lane.depth, n))
                 out[id(lane)] = DraftProposal(ids[rows, :lane.top_k], np.minimum(lps[rows, :lane.top_k], 0.0))
         return [out[id(lane)] for lane in lanes]
