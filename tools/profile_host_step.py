@@ -3,6 +3,7 @@
 
     python tools/profile_host_step.py                       # both shapes, C1 and C5
     python tools/profile_host_step.py --shape 27b -c 5 --profile 25
+    python tools/profile_host_step.py --shape 1.5b -c 1 --spec-depth 5   # with a 0.5B draft model
 
 The CUDA backend's host code runs over the recording double of cuda-python and the kernel
 library (tests/ops/fake_cuda.py, tests/ops/fake_hip.py: no kernel computes, device memory is
@@ -23,6 +24,10 @@ count, though a busy machine still slows it, hence host_min); per step it report
 - `calls`: Python and C function calls luce makes per step (deterministic, unlike times);
 - `rt_calls` / `kernels`: runtime calls and kernels launched outside a graph per step;
 - `replays`: graph replays per step (1: every forward replayed), `eager`: eager forwards.
+`--spec-depth D`: speculation with a draft model of the Coder-0.5B's layers and vocabulary
+(`luce-serve`'s chain mode at a fixed depth D): the double's argmax and top-k choose TOKEN,
+so every draft is accepted and each step verifies D + 1 tree rows, after D draft passes
+(`draft_us`: the host time inside the drafter's propose, the double's excluded).
 `--phases` adds each part of the step (scheduler, builder, preflight, checkpoint, forward,
 decide, commit, outputs): mean host us (the wrappers' own cost included) and calls;
 `--profile N` runs N more steps under cProfile and prints the top functions. Per-step work
@@ -42,12 +47,15 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 SHAPES = {   # name -> (synthetic preset, layers, vocab): the H200 models' layer counts and vocabularies
     "27b": ("qwen36-27b", 64, 248320),
     "1.5b": ("qwen2.5-coder-1.5b", 28, 151936),
 }
+DRAFT_SHAPE = ("qwen2.5-coder-0.5b", 24, 151936)
 
 
 TOKEN = 7   # what the double's argmax picks
@@ -134,6 +142,8 @@ def install(monkeypatch, tmp: Path) -> FakeClock:
                 monkeypatch.setattr(module, attr, clock.wrap(fn, "kernel"))
     monkeypatch.setattr(importlib.import_module("luce._cuda_sampling"), "argmax",
                         clock.wrap(functools.partial(_argmax, hip), "kernel"))
+    monkeypatch.setattr(importlib.import_module("luce._cuda_sampling"), "top_k_logprobs",
+                        clock.wrap(functools.partial(_top_k_logprobs, hip), "kernel"))
     return clock
 
 
@@ -146,6 +156,18 @@ def _argmax(hip, logits, ids_out, rows, vocab, logits_stride=None, stream=0):
         hip._device(int(ids_out), 8 * rows).view("<i8").fill(TOKEN)
     write_ids.computes = True
     hip._enqueue(stream, write_ids)
+
+
+def _top_k_logprobs(hip, logits, ids_out, logprobs_out, rows, vocab, k, stream=0):
+    """The top-k kernel of the double: TOKEN, TOKEN + 1, ... with log-probs 0, -1, ... (a
+    draft that the argmax of the double always accepts)."""
+    hip.launch("_cuda_sampling.top_k_logprobs", stream, [int(logits), int(ids_out), int(logprobs_out)])
+
+    def write():
+        hip._device(int(ids_out), 8 * rows * k).view("<i8").reshape(rows, k)[:] = TOKEN + np.arange(k)
+        hip._device(int(logprobs_out), 4 * rows * k).view("<f4").reshape(rows, k)[:] = -np.arange(k)
+    write.computes = True
+    hip._enqueue(stream, write)
 
 
 class _Discard(list):
@@ -248,11 +270,13 @@ def count_calls(step, n: int) -> tuple[int, dict[str, int]]:
     return count, by_phase
 
 
-def make_model(shape: str, tmp: Path, backend):
+def make_model(shape, tmp: Path, backend):
+    """shape: a name of SHAPES, or a (preset, layers, vocab) of its own."""
     from luce.models import load_model
     from luce.testing.synthetic_model import plan_synthetic, preset_config, write_synthetic
 
-    preset, layers, vocab = SHAPES[shape]
+    preset, layers, vocab = SHAPES[shape] if isinstance(shape, str) else shape
+    shape = shape if isinstance(shape, str) else preset
     config = dataclasses.replace(preset_config(preset, tiny=True, n_layer=layers), vocab=vocab)
     path = tmp / f"{shape}.gguf"
     write_synthetic(path, plan_synthetic(config, "q8_0", name=shape), seed=0, workers=1)
@@ -270,9 +294,19 @@ def run(shape: str, concurrency: int, args) -> dict:
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
         clock = install(mp, Path(tmp))
         model = make_model(shape, Path(tmp), get_backend("cuda"))
-        n_tokens = args.warmup + args.steps + args.profile + 28
-        engine = Engine(model, None, EngineConfig(max_slots=concurrency, ctx=args.prompt + n_tokens + 16,
-                                                  token_budget=max(args.prompt * concurrency, 64) + concurrency))
+        depth = getattr(args, "spec_depth", 0)
+        n_tokens = (args.warmup + args.steps + args.profile + 28) * (depth + 1)
+        config = EngineConfig(max_slots=concurrency, ctx=args.prompt + n_tokens + 16,
+                              token_budget=max(args.prompt * concurrency, 64) + concurrency * (depth + 1))
+        draft = None
+        if depth:
+            from luce.spec.config import SpecConfig
+
+            draft = make_model(DRAFT_SHAPE, Path(tmp), model.backend)
+            spec = SpecConfig(spec="chain", draft_kind="model", draft=str(Path(tmp) / f"{DRAFT_SHAPE[0]}.gguf"),
+                              chain_depth=depth, spec_top_k=1)   # the draft is passed loaded; its path names it
+            config = dataclasses.replace(config, spec=spec)
+        engine = Engine(model, None, config, draft_model=draft)
 
         def add_requests():
             return [engine.get(engine.add_request([1 + (i + j) % 300 for j in range(args.prompt)],
@@ -289,6 +323,10 @@ def run(shape: str, concurrency: int, args) -> dict:
         phases = PhaseClock(clock)
         if args.phases:
             phases.install(mp)
+        drafting = PhaseClock(clock)
+        if depth:
+            drafter = engine.spec.speculator.drafter
+            drafter.propose = drafting._wrap("draft", drafter.propose)
         before = engine.graph_counters()
         walls, fakes, calls, kernels = [], [], [], []
         for _ in range(args.steps):
@@ -308,7 +346,8 @@ def run(shape: str, concurrency: int, args) -> dict:
                    wall_us=1e6 * statistics.median(walls), fake_us=1e6 * statistics.median(fakes),
                    rt_calls=statistics.median(calls),
                    kernels=statistics.median(kernels), replays=replays / args.steps,
-                   eager=after["eager_steps"] - before["eager_steps"])
+                   eager=after["eager_steps"] - before["eager_steps"],
+                   draft_us=1e6 * drafting.seconds.get("draft", 0.0) / args.steps)
         calls, by_phase = count_calls(engine.step, 20)
         row["calls"] = calls / 20
         if args.phases:
@@ -327,7 +366,7 @@ def run(shape: str, concurrency: int, args) -> dict:
         return row
 
 
-COLUMNS = (("host_us", "8.1f"), ("host_p10", "8.1f"), ("host_min", "8.1f"), ("wall_us", "8.1f"), ("fake_us", "8.1f"),
+COLUMNS = (("host_us", "8.1f"), ("draft_us", "8.1f"), ("host_p10", "8.1f"), ("host_min", "8.1f"), ("wall_us", "8.1f"), ("fake_us", "8.1f"),
            ("calls", "6.0f"), ("rt_calls", "8.0f"), ("kernels", "7.0f"), ("replays", "7.2f"), ("eager", "5d"))
 
 
@@ -337,6 +376,8 @@ def main(argv=None) -> int:
                         "default both)")
     parser.add_argument("-c", "--concurrency", type=int, action="append", help="requests decoding (default 1 and 5)")
     parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per request")
+    parser.add_argument("--spec-depth", type=int, default=0, help="speculate with a 0.5B-shaped draft model, "
+                        "this deep (chain mode, every draft accepted)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--profile", type=int, default=0, help="steps to run under cProfile after the timed ones")

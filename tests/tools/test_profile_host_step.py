@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import profile_host_step  # noqa: E402
 
-ARGS = argparse.Namespace(prompt=20, warmup=2, steps=4, profile=0, phases=True, sort="tottime", top=5)
+ARGS = argparse.Namespace(prompt=20, warmup=2, steps=4, profile=0, phases=True, sort="tottime", top=5, spec_depth=0)
 
 
 @pytest.mark.parametrize("shape, concurrency, runtime_calls", [("1.5b", 1, 5), ("27b", 2, 5)])
@@ -28,6 +28,15 @@ def test_a_replayed_decode_step_makes_only_the_runtime_calls_it_needs(shape, con
     # the device drew its tokens
     assert {"build", "preflight", "forward", "commit", "record+apply"} <= set(row["phases"]) \
         <= {label for label, *_ in profile_host_step.PHASES}
+
+
+def test_a_speculative_step_replays_its_draft_passes_verify_and_commit():
+    """--spec-depth 3 (a 0.5B-shaped draft model, every draft accepted): a step replays the
+    draft's 3 passes, the verify and the tree commit, launches only the draft's 3 top-k kernels
+    outside a graph, and reports the drafter's host time within the step's."""
+    row = profile_host_step.run("1.5b", 1, argparse.Namespace(**{**vars(ARGS), "spec_depth": 3, "phases": False}))
+    assert row["replays"] == 3 + 2 and row["eager"] == 0 and row["kernels"] == 3
+    assert 0 < row["draft_us"] < row["host_us"]
 
 
 if __name__ == "__main__":
