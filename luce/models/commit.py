@@ -9,7 +9,8 @@ pages. Committing the path (root first) moves the row of its d-th node (KV index
 P + path[d]) to P + d in every attention layer (ascending d never overwrites a later source,
 path[d] >= d), then advances every GDN layer's conv and GDN state of the slot along the
 path (luce.ops.api.tree_commit: one launch per op per layer over every slot). Attention-only
-models have only the KV moves.
+models have only the KV moves, and none when every accepted node is in place (a chain's path):
+then nothing is launched.
 
 The arrays have fixed sizes per step topology (a TreeCommit of the tree block's rows), so
 graph replay keys repeat: `replay_key = (trees, tree block rows)`; padding entries are -1
@@ -43,6 +44,11 @@ class TreeCommit:
     path_last: np.ndarray     # [P] int64 block row of each path's last node
     state_rows: np.ndarray    # [P] int64 the slots again, as gather rows
     replay_key: tuple
+
+    @property
+    def moves_kv(self) -> bool:
+        """Does some accepted node's KV row move? (Not on a chain's path: node d is at P + d.)"""
+        return bool((self.kv_src >= 0).any())
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The per-step arrays a commit graph reads (its arena)."""
@@ -113,7 +119,7 @@ def commit_trees(state, staged: dict, commit: TreeCommit) -> None:
     missing = [il for il in gdn_layers if il not in staged]
     if missing and len(commit.slots):
         raise ValueError(f"tree commit: the verify step staged nothing for GDN layers {missing}")
-    if not len(commit.slots):
+    if not len(commit.slots) or not gdn_layers and not commit.moves_kv:
         return
     for kv in state.kv.values():
         state.backend.kv_move_rows(kv, commit.kv_src, commit.kv_dst)
@@ -146,8 +152,8 @@ class GraphedCommit:
         return commit.replay_key, id(state), staged_at
 
     def __call__(self, state, staged: dict, commit: TreeCommit) -> None:
-        if not len(commit.slots):
-            return
+        if not len(commit.slots) or not getattr(state.recurrent, "gdn_layers", None) and not commit.moves_kv:
+            return      # nothing to move (an attention-only model's chain): no launch
         if not self.enabled:
             return commit_trees(state, staged, commit)
         arrays = commit.arrays()

@@ -48,6 +48,14 @@ def _depth(i: int) -> int:
     return d
 
 
+def _to_last(tree) -> tuple[int, ...]:
+    """The path from the root to the tree's last node."""
+    path = [len(tree.parents) - 1]
+    while tree.parents[path[-1]] >= 0:
+        path.append(int(tree.parents[path[-1]]))
+    return tuple(reversed(path))
+
+
 def one_pass(model, state, pool, forward, commit):
     """The scripted workload from empty slots to every request done; slots released after."""
     builder = StepBuilder(pool)
@@ -79,7 +87,8 @@ def one_pass(model, state, pool, forward, commit):
             break
         batch = builder.build(Cohort(prefill=chunks, decode=rows, tree=trees))
         out = forward(batch.forward, state)
-        paths = {t.slot: ACCEPT[:min(len(ACCEPT), 1 + max(t.depths()))] for t in trees}
+        # the chain on even steps, the path to the tree's last node (a sibling: its KV row moves) on odd
+        paths = {t.slot: ACCEPT[:min(len(ACCEPT), 1 + max(t.depths()))] if step % 2 else _to_last(t) for t in trees}
         if trees:
             commit(state, out.staged, plan_tree_commit(batch.forward, paths))
         for slot, pages in batch.new_pages.items():

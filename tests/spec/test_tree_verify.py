@@ -112,6 +112,35 @@ def test_tree_nodes_and_commit_equal_ar_decoding(tiny_models, mode, arch):
     assert np.array_equal(a, b)
 
 
+def test_a_chain_path_of_an_attention_only_model_commits_without_a_move(tiny_models, monkeypatch):
+    """Every node of a chain's path is where the verify wrote its KV row: an attention-only
+    model's commit moves nothing (no launch), and its KV equals AR decoding; a sibling's path
+    moves rows in every layer."""
+    from luce.models.commit import GraphedCommit
+
+    model = tiny_models["qwen3"]
+    state = model.new_state(max_pages=2 * PAGES, max_slots=2)
+    root = prefill(model, state, 0, PROMPT)
+    prefill(model, state, 1, PROMPT)
+    P = len(PROMPT)
+    tree = DraftTree(np.array([root, 11, 12, 13, 14]), np.array([-1, 0, 1, 2, 0]), np.array([0, 1, 2, 3, 1]),
+                     np.zeros(5))
+    batch = build_batch([tree_segment(0, tree, P)])
+    out = model.forward(batch, state)
+    moves = []
+    monkeypatch.setattr(model.backend, "kv_move_rows", lambda kv, src, dst: moves.append(src))
+    chain, sibling = plan_tree_commit(batch, {0: [0, 1, 2, 3]}), plan_tree_commit(batch, {0: [0, 4]})
+    assert not chain.moves_kv and sibling.moves_kv
+    GraphedCommit(model.backend)(state, out.staged, chain)
+    assert moves == []
+    ar_path(model, state, 1, P, [int(t) for t in tree.tokens[:4]])
+    for il, (k, v) in kv_rows(state, 1, P + 4).items():
+        k0, v0 = kv_rows(state, 0, P + 4)[il]
+        assert np.array_equal(k0, k) and np.array_equal(v0, v)
+    GraphedCommit(model.backend)(state, out.staged, sibling)
+    assert len(moves) == len(state.kv)
+
+
 def test_tree_rows_are_batch_invariant(tiny_models):
     model = tiny_models["qwen35"]
     model.gdn_tree_mode = "factor"
