@@ -34,12 +34,8 @@ def _script(drafter: DraftModelDrafter) -> list:
     return out
 
 
-@pytest.mark.parametrize("name", ["qwen3_draft", "qwen35"])
-def test_the_fed_chain_proposes_what_the_host_chain_does(tiny_models, name):
-    model = tiny_models[name]
-    fed, host = DraftModelDrafter(model, 3, 96, 5, fed_chain=True), DraftModelDrafter(model, 3, 96, 5, fed_chain=False)
-    assert fed.forward.last_ids is not None and host.forward.last_ids is None
-    got, want = _script(fed), _script(host)
+def _assert_same(got: list, want: list) -> None:
+    """_script's records equal, the proposals bit for bit."""
     assert len(got) == len(want)
     for g, w in zip(got, want):
         if isinstance(g[0], np.ndarray):
@@ -47,6 +43,15 @@ def test_the_fed_chain_proposes_what_the_host_chain_does(tiny_models, name):
             np.testing.assert_array_equal(g[1], w[1])
         else:
             assert g == w
+
+
+@pytest.mark.parametrize("name", ["qwen3_draft", "qwen35"])
+def test_the_fed_chain_proposes_what_the_host_chain_does(tiny_models, name):
+    model = tiny_models[name]
+    fed, host = DraftModelDrafter(model, 3, 96, 5, fed_chain=True), DraftModelDrafter(model, 3, 96, 5, fed_chain=False)
+    assert fed.forward.last_ids is not None and host.forward.last_ids is None
+    got, want = _script(fed), _script(host)
+    _assert_same(got, want)
 
 
 def test_the_fed_chain_takes_its_tokens_from_the_kept_ids(tiny_models):
@@ -110,3 +115,24 @@ def test_no_pass_of_a_fed_chain_waits_for_the_host(monkeypatch, tmp_path, fed_ch
         assert min(waits) > max(passes), calls
     else:
         assert sum(passes[0] < w < passes[-1] for w in waits) >= 3, calls
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["qwen3", "qwen35"])
+def test_the_fed_chain_on_the_gpu_proposes_what_its_host_chain_does(tmp_path, name):
+    """On the CUDA backend (graphs replayed, the argmax kept and fed inside them): the same
+    proposals, bit for bit, as the chain fed from the host on the same kernels."""
+    from luce.models import load_model
+    from luce.ops import get_backend
+    from luce.testing.tiny_models import make_dense, make_qwen35
+
+    path = tmp_path / f"{name}.gguf"
+    if name == "qwen3":
+        make_dense(path, "qwen3", seed=13, n_layer=1, head_dim=64)
+    else:
+        make_qwen35(path, seed=11, head_dim=64, ssm_state_size=64)
+    model = load_model(path, get_backend("cuda"))
+    fed = DraftModelDrafter(model, 3, 96, 5)
+    assert fed.fed_chain
+    got, want = _script(fed), _script(DraftModelDrafter(model, 3, 96, 5, fed_chain=False))
+    _assert_same(got, want)
