@@ -52,6 +52,8 @@ class ForwardBatch:
     replay_key: tuple | None = None         # topology (luce.models.packer): equal keys, equal launches
     row_capacity: int = 0                   # most rows any segment may hold under this key (0: the actual most)
     tree_width: int = 0                     # most rows a tree segment may hold under this key (0: actual)
+    prompt_gemm: bool = True                # False: prompt rows' matmuls take the decode family too
+                                            # (a draft's short catch-up, whose bits only steer speed)
 
     @property
     def n_rows(self) -> int:
@@ -101,8 +103,10 @@ class ForwardBatch:
         """Row ranges [start, end) of the runs of prefill segments (padding between two
         prefill segments joins them): the rows whose matmuls take the prompt-row arithmetic
         (DESIGN 5 rule 1; luce.ops.api.Backend.matmul). The packer's order gives one run
-        starting at row 0 (or none)."""
+        starting at row 0 (or none). None with prompt_gemm False."""
         def make():
+            if not self.prompt_gemm:
+                return ()
             spans, cur = [], None
             for s, kind in enumerate(self.kinds):
                 r0, r1 = self.segment_rows(s)
@@ -289,7 +293,7 @@ class ForwardBatch:
             return None
         nxt = ForwardBatch(np.asarray(tokens, np.int32), self.positions + 1, *shared[:2], *shared[2:4],
                            np.asarray(last, np.int32), shared[4], self.capture_layers, *shared[5:], self.replay_key,
-                           self.row_capacity, self.tree_width)
+                           self.row_capacity, self.tree_width, self.prompt_gemm)
         carried = nxt.__dict__
         for name in ("_kinds", "_kv_span", "_prefill_spans", "_has_padding_rows", "_has_trees",
                      "_has_ar_rows", "_ar_slots", "_decode_only"):

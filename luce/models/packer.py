@@ -15,6 +15,7 @@ bucket. The replay key is the topology only:
 
     replay_key = (((kind, rows or pad_to), ...) per live segment, KV pages, logits rows,
                   KV span (bucketed pages of the longest segment), captured layers)
+                 (+ ("decode matmuls",) for a batch built with prompt_gemm False)
 
 so steps with one key have the same shapes, the same grids and the same launches: every
 per-step value (token ids, positions, CSR, slots, parents) lives in the step's metadata
@@ -100,9 +101,9 @@ class Packer:
         self.last.append(kv_len - (len(pages) - 1) * PAGE_SIZE if len(pages) else 0)
         return row0
 
-    def finish(self, capture_layers=(), pad_pages: bool = False) -> ForwardBatch:
+    def finish(self, capture_layers=(), pad_pages: bool = False, prompt_gemm: bool = True) -> ForwardBatch:
         """The batch; pad_pages rounds the KV page count up to its bucket (a last zero-row
-        padding segment whose pages are PAD_PAGE)."""
+        padding segment whose pages are PAD_PAGE); prompt_gemm as ForwardBatch's."""
         if pad_pages:
             extra = bucket(len(self.kv_indices)) - len(self.kv_indices)
             self._append(-1, SEG_PAD, [], [], [PAD_PAGE] * extra, extra * PAGE_SIZE, None)
@@ -112,9 +113,9 @@ class Packer:
             seq_slots=i32(self.slots), kv_indptr=i32(self.kv_indptr), kv_indices=i32(self.kv_indices),
             kv_last_page_len=i32(self.last), logits_indices=i32(self.logits), capture_layers=tuple(capture_layers),
             tree_parents=i32(self.parents) if self.has_tree else None, segment_kind=np.asarray(self.kinds, np.int8),
-            row_capacity=self.capacity, tree_width=self.tree_width)
+            row_capacity=self.capacity, tree_width=self.tree_width, prompt_gemm=prompt_gemm)
         batch.replay_key = (tuple(self.blocks), len(self.kv_indices), len(self.logits), batch.kv_span,
-                            tuple(capture_layers))
+                            tuple(capture_layers)) + (() if prompt_gemm else ("decode matmuls",))
         return batch
 
 
@@ -136,11 +137,12 @@ class SegmentSpec:
 
 
 def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] = (),
-                pad_pages: bool = False) -> ForwardBatch:
+                pad_pages: bool = False, prompt_gemm: bool = True) -> ForwardBatch:
     """Pack segments (in order; trees last) into one ForwardBatch; logits rows follow
     segment order. Segments of slot -1 become padding rows. pad_pages rounds the KV page count
     up to its bucket, so that the replay key of a step repeats as its sequences grow page by
-    page (what graph replay wants; the exact layout otherwise)."""
+    page (what graph replay wants; the exact layout otherwise). prompt_gemm False: prompt
+    rows' matmuls take the decode family (ForwardBatch.prompt_gemm)."""
     p = Packer()
     for seg in segments:
         n = len(seg.token_ids)
@@ -163,7 +165,7 @@ def build_batch(segments: Sequence[SegmentSpec], capture_layers: Sequence[int] =
                 "block": range(1, block_end)}[seg.logits]
         p.segment(seg.slot, SEG_PREFILL if n > 1 else SEG_AR, seg.token_ids, range(seg.start_pos, seg.start_pos + n),
                   seg.pages, seg.start_pos + n, logits=rows, pad_to=seg.pad_to)
-    return p.finish(capture_layers, pad_pages)
+    return p.finish(capture_layers, pad_pages, prompt_gemm)
 
 
 def generate_greedy(model, tokens: Sequence[int], n: int, *, slot: int = 0,

@@ -236,5 +236,17 @@ def test_a_block_segment_takes_its_first_rows_after_the_first_to_the_lm_head():
             build_batch([SegmentSpec(0, [1, 9, 9], 10, [0], **{"logits": "block", **bad})])
 
 
+def test_a_batch_without_the_prompt_gemm_has_no_prompt_spans():
+    """build_batch(prompt_gemm=False): the prompt rows' matmuls take the decode family (no
+    prefill_spans), under a key of its own."""
+    from luce.models.packer import SegmentSpec, build_batch
+
+    segs = [SegmentSpec(0, [1, 2, 3], 10, [0]), SegmentSpec(1, [4], 7, [1])]
+    both = build_batch(segs), build_batch(segs, prompt_gemm=False)
+    assert both[0].prefill_spans == ((0, 3),) and both[1].prefill_spans == ()
+    assert both[0].replay_key != both[1].replay_key and not both[1].prompt_gemm
+    assert both[1].kinds.tolist() == both[0].kinds.tolist()      # still a prompt segment
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-v"]))

@@ -8,7 +8,9 @@ per target slot, and batches every lane into each of its steps:
    tokens: the accepted drafts and the bonus token) as a chain of tree rows, whose KV rows land
    where prompt rows would put them but which run the decode kernels: prompt rows take the
    prompt GEMM, built for long prompts (a 2-row catch-up of the 0.5B draft on an H200: 3.7 ms
-   against 1.3 ms for a decode row). Drafts only steer speed, so their bits need not match;
+   against 1.3 ms for a decode row). A hybrid draft's short catch-up stays prompt rows (its
+   recurrent state advances in place) whose matmuls take the decode family
+   (ForwardBatch.prompt_gemm False). Drafts only steer speed, so their bits need not match;
 2. depth d > 1: each lane feeds its top-1 token of depth d - 1 (one AR row per lane).
 Per depth it reports the top-k log-probs; the chain follows the top-1 token. On a backend
 that queues its launches (a GPU) the chain is fed on the device: each pass keeps its argmax
@@ -135,6 +137,10 @@ class DraftModelDrafter:
         chain = self.state.recurrent is None   # a recurrent state would need the tree commit
         segments = [_catch_up(lane.slot, list(lane.tokens[self.seen[lane.slot]:]), self.seen[lane.slot],
                               self.pages(lane.slot), chain) for lane in lanes]
+        # a prompt's catch-up takes the prompt GEMM; a short one (a hybrid draft's few prompt rows)
+        # the decode family, as tree rows do: the GEMM built for long prompts costs a 2-row pass
+        # about 3x a one-row pass, and a draft's bits only steer speed
+        prompt_gemm = any(len(seg.token_ids) > CHAIN_CATCH_UP for seg in segments)
         snapshots, reads = {}, []       # reads: (depth, lanes in row order, top-k handle)
         active = list(range(len(lanes)))
         for d in range(max(depths, default=0)):
@@ -143,7 +149,8 @@ class DraftModelDrafter:
                 break
             if d == 0:       # tree segments go last; each lane's logits row is its last token's
                 active.sort(key=lambda i: segments[i].parents is not None)
-            batch = build_batch([segments[i] for i in active], pad_pages=True)   # keys repeat: graphs replay
+            batch = build_batch([segments[i] for i in active], pad_pages=True,   # keys repeat: graphs replay
+                                prompt_gemm=prompt_gemm or d > 0)
             out = self.forward(batch, self.state, greedy_ids=self.fed_chain, fed=self.fed_chain and d > 0)
             logits = out.logits
             if d == 0 and batch.has_trees:
