@@ -140,7 +140,8 @@ class DraftModelDrafter:
         # a prompt's catch-up takes the prompt GEMM; a short one (a hybrid draft's few prompt rows)
         # the decode family, as tree rows do: the GEMM built for long prompts costs a 2-row pass
         # about 3x a one-row pass, and a draft's bits only steer speed
-        prompt_gemm = any(len(seg.token_ids) > CHAIN_CATCH_UP for seg in segments)
+        short = any(seg.parents is None and 1 < len(seg.token_ids) <= CHAIN_CATCH_UP for seg in segments)
+        decode_matmuls = short and all(len(seg.token_ids) <= CHAIN_CATCH_UP for seg in segments)
         snapshots, reads = {}, []       # reads: (depth, lanes in row order, top-k handle)
         active = list(range(len(lanes)))
         for d in range(max(depths, default=0)):
@@ -150,7 +151,7 @@ class DraftModelDrafter:
             if d == 0:       # tree segments go last; each lane's logits row is its last token's
                 active.sort(key=lambda i: segments[i].parents is not None)
             batch = build_batch([segments[i] for i in active], pad_pages=True,   # keys repeat: graphs replay
-                                prompt_gemm=prompt_gemm or d > 0)
+                                prompt_gemm=not (decode_matmuls and d == 0))
             out = self.forward(batch, self.state, greedy_ids=self.fed_chain, fed=self.fed_chain and d > 0)
             logits = out.logits
             if d == 0 and batch.has_trees:
