@@ -110,21 +110,29 @@ for _a in (_none32, _none64, NO_TREES.path_indptr, NO_TREES.tree_rows):
     _a.flags.writeable = False
 
 
+def _gdn_layers(state) -> tuple:
+    return tuple(getattr(state.recurrent, "gdn_layers", ()) or ())
+
+
+def changes_nothing(state, commit: TreeCommit) -> bool:
+    """No tree, or an attention-only model's paths whose nodes are all in place (a chain's)."""
+    return not len(commit.slots) or not _gdn_layers(state) and not commit.moves_kv
+
+
 def commit_trees(state, staged: dict, commit: TreeCommit) -> None:
     """Promote `commit` into `state` (luce.models.kv_cache.ModelState): KV rows into place in
     every attention layer, then every GDN layer's state (staged: ForwardOutput.staged of the
     verify step). Checks what it needs before it changes anything."""
-    recurrent = state.recurrent
-    gdn_layers = tuple(getattr(recurrent, "gdn_layers", ()) or ())
+    gdn_layers = _gdn_layers(state)
     missing = [il for il in gdn_layers if il not in staged]
     if missing and len(commit.slots):
         raise ValueError(f"tree commit: the verify step staged nothing for GDN layers {missing}")
-    if not len(commit.slots) or not gdn_layers and not commit.moves_kv:
+    if changes_nothing(state, commit):
         return
     for kv in state.kv.values():
         state.backend.kv_move_rows(kv, commit.kv_src, commit.kv_dst)
     if gdn_layers:
-        recurrent.commit(staged, commit)
+        state.recurrent.commit(staged, commit)
 
 
 def _address(x):
@@ -152,8 +160,8 @@ class GraphedCommit:
         return commit.replay_key, id(state), staged_at
 
     def __call__(self, state, staged: dict, commit: TreeCommit) -> None:
-        if not len(commit.slots) or not getattr(state.recurrent, "gdn_layers", None) and not commit.moves_kv:
-            return      # nothing to move (an attention-only model's chain): no launch
+        if changes_nothing(state, commit):
+            return      # no launch
         if not self.enabled:
             return commit_trees(state, staged, commit)
         arrays = commit.arrays()

@@ -10,6 +10,7 @@ import pytest
 
 from luce.spec.drafters import DraftLane
 from luce.spec.drafters.draft_model import CHAIN_CATCH_UP, DraftModelDrafter
+from tests.spec.test_draft_fed_chain import ranked_top_k
 
 BASE = [4, 8, 15, 16, 23, 42, 7, 9]
 
@@ -40,9 +41,7 @@ def test_a_hybrid_drafts_short_catch_up_skips_the_prompt_gemm(monkeypatch, tmp_p
     fake = install_fakes(monkeypatch, tmp_path, "cuda")
     make_qwen35(tmp_path / "d.gguf", seed=11, quant_mix="q4_k_m", head_dim=64, ssm_state_size=64)
     drafter = DraftModelDrafter(load_model(tmp_path / "d.gguf", get_backend("cuda")), 1, 96, 2)
-    monkeypatch.setattr(drafter.backend, "top_k_logprobs_wait",       # the double computes nothing
-                        lambda h: (np.broadcast_to(np.arange(2), (h[0].shape[0], 2)),
-                                   np.broadcast_to(-np.arange(2, dtype=np.float32), (h[0].shape[0], 2))))
+    ranked_top_k(monkeypatch, drafter.backend)
     kernels = _catch_up_kernels(drafter, fake, extra)
     matmuls = [k for k in kernels if k.startswith("_cuda_matmul.")]
     assert matmuls, kernels

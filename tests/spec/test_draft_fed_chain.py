@@ -72,6 +72,18 @@ def test_the_fed_chain_takes_its_tokens_from_the_kept_ids(tiny_models):
     assert not np.array_equal(got.ids[1:], want.ids[1:])
 
 
+def ranked_top_k(monkeypatch, backend) -> None:
+    """The double computes nothing: each top-k read (its copies and wait still made) gives
+    the valid stand-in ids 0, 1, ... with log-probs 0, -1, ..."""
+    wait = backend.top_k_logprobs_wait
+
+    def ranked(handle):
+        ids, _ = wait(handle)
+        rank = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+        return rank, -rank.astype(np.float32)
+    monkeypatch.setattr(backend, "top_k_logprobs_wait", ranked)
+
+
 class _With:
     """A backend with some ops replaced."""
 
@@ -93,13 +105,7 @@ def test_no_pass_of_a_fed_chain_waits_for_the_host(monkeypatch, tmp_path, fed_ch
     make_dense(tmp_path / "d.gguf", "qwen3", seed=13, n_layer=1, head_dim=64)
     backend = get_backend("cuda")
     drafter = DraftModelDrafter(load_model(tmp_path / "d.gguf", backend), 2, 64, 4)
-    wait = backend.top_k_logprobs_wait
-
-    def distinct(handle):                # the double computes nothing: valid top-k stand-ins
-        ids, _ = wait(handle)
-        rank = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
-        return rank, -rank.astype(np.float32)
-    monkeypatch.setattr(backend, "top_k_logprobs_wait", distinct)
+    ranked_top_k(monkeypatch, backend)
     assert drafter.fed_chain
     drafter.fed_chain = fed_chain        # the host chain on the same backend, for contrast
     lanes = [DraftLane(0, BASE, 4, 2), DraftLane(1, BASE[:6], 4, 2)]
