@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define LUCE_ABI_VERSION 9
+#define LUCE_ABI_VERSION 10
 
 int luce_abi_version(void);
 const char *luce_error_string(int status);
@@ -215,7 +215,8 @@ int luce_conv1d(const luce_conv1d_params *p, void *stream);
  * gets id -1 everywhere (logprobs NaN) so the caller can name the diverged rows.
  * rows <= 65535. argmax uses ids_out as scratch (it is zeroed, then written).
  * top-k: 1 <= k <= LUCE_TOPK_MAX, ids_out / logprobs_out [rows, k], best first;
- * logprobs = log-softmax over the whole row (sum of exponentials in double). */
+ * logprobs = log-softmax over the whole row (sum of exponentials in double); its workspace
+ * (ABI 10) holds each 8,192-logit slice's list and sum. */
 #define LUCE_TOPK_MAX 64
 typedef struct {
     const float *logits;
@@ -225,8 +226,11 @@ typedef struct {
     int64_t vocab;
     int64_t logits_stride;
     int32_t k;
+    void *workspace;          /* top-k: luce_top_k_logprobs_workspace_bytes(rows, vocab, k) bytes */
+    int64_t workspace_bytes;
 } luce_sampling_params;
 int luce_argmax(const luce_sampling_params *p, void *stream);
+int64_t luce_top_k_logprobs_workspace_bytes(int64_t rows, int64_t vocab, int32_t k);
 int luce_top_k_logprobs(const luce_sampling_params *p, void *stream);
 /* ---- sampling end ---- */
 

@@ -8,25 +8,20 @@
 //   argmax: blocks of a row each reduce a vocab slice to one packed 64-bit key (ordered
 //     value, inverted id) and atomicMax it into ids_out (zeroed first); a last pass turns
 //     keys into ids. Three launches, no workspace, graph-capturable.
-//   top-k: one block per row; each thread keeps its own sorted k best (loads batched 8 at a
-//     time), each warp merges its lanes' lists, warp 0 merges the warps' lists.
+//   top-k: two launches over a workspace. Select (grid slices x rows, kSlice logits a block,
+//     so a row's work spreads over the GPU however few rows there are) keeps each slice's k
+//     first (top_k_pick.cuh) and its log-sum-exp; finish (a block a row) picks the k first of
+//     the slices' lists and adds the slices' sums in slice order.
 #include "common.cuh"
+#include "top_k_pick.cuh"
 
 namespace {
 
-constexpr int kNoId = 0x7fffffff;
-constexpr int kBatch = 8;  // loads in flight per thread per step
+using pick::Cand;
+using pick::kNoId;
+using pick::no_cand;
 
-struct Cand {
-    float v;
-    int id;
-};
-
-__device__ __forceinline__ Cand no_cand() { return Cand{-INFINITY, kNoId}; }
-
-__device__ __forceinline__ bool better(Cand a, Cand b) {
-    return a.v > b.v || (a.v == b.v && a.id < b.id);
-}
+__device__ __forceinline__ bool better(Cand a, Cand b) { return pick::before(a, b); }
 
 __device__ __forceinline__ Cand warp_best(Cand c) {
 #pragma unroll
@@ -84,13 +79,22 @@ __global__ void argmax_finish_kernel(int64_t *ids, int64_t rows) {
 }
 
 // ---- top-k log-probs -----------------------------------------------------------------------
-constexpr int kTopThreads = 1024;
-constexpr int kTopWarps = kTopThreads / WARP_SIZE;
+using pick::kPickThreads;
+using pick::kPickWarps;
+using pick::kSlice;
+static_assert(pick::kPickMax == LUCE_TOPK_MAX, "a pick list holds k candidates");
 
 // Running log-sum-exp state: sum of exp(x - m) over the values seen, in double.
 struct Lse {
     float m;
     double s;
+};
+
+// A slice's share of its row: the log-sum-exp of its logits and whether one is NaN.
+struct SliceSum {
+    double s;
+    float m;
+    int nan;
 };
 
 __device__ __forceinline__ Lse lse_combine(Lse a, Lse b) {
@@ -109,87 +113,90 @@ __device__ __forceinline__ void lse_push(Lse &acc, float x) {
     }
 }
 
-// Inserts c into the descending list (v, id)[0..count) capped at k entries; `last` mirrors
-// the list's last entry once it is full (the admission threshold, kept in registers).
-template <int KMAX>
-__device__ __forceinline__ void list_insert(float *lv, int *li, int &count, int k, Cand &last, Cand c) {
-    if (count == k && !better(c, last)) return;
-    int pos = count < k ? count++ : k - 1;
-    while (pos > 0 && better(c, Cand{lv[pos - 1], li[pos - 1]})) {
-        lv[pos] = lv[pos - 1];
-        li[pos] = li[pos - 1];
-        --pos;
-    }
-    lv[pos] = c.v;
-    li[pos] = c.id;
-    if (count == k) last = Cand{lv[k - 1], li[k - 1]};
-}
+constexpr int kLoads = 8;  // a select thread's loads in flight
 
-template <int KMAX>
-__global__ void __launch_bounds__(kTopThreads) top_k_kernel(luce_sampling_params p) {
-    __shared__ Cand warp_lists[kTopWarps][KMAX];
-    __shared__ Lse warp_lse[kTopWarps];
+int64_t top_k_slices(int64_t vocab) { return (vocab + kSlice - 1) / kSlice; }
+
+// Grid (slices, rows): the slice's k first into lists [rows, slices, k] and its log-sum-exp into
+// sums [rows, slices]. The sum's order is fixed by the vocab alone: thread t adds elements t,
+// t + 256, ... in turn (-inf padding adds nothing), a butterfly within each warp, then the warps in index order.
+__global__ void __launch_bounds__(kPickThreads) top_k_select_kernel(luce_sampling_params p, Cand *lists,
+                                                                    SliceSum *sums) {
+    __shared__ float sv[kSlice];
+    __shared__ Cand picks[kPickWarps * pick::kPickMax];
+    __shared__ int counts[kPickWarps];
+    __shared__ Lse warp_lse[kPickWarps];
     __shared__ int has_nan;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    const float *row = p.logits + (int64_t)blockIdx.x * p.logits_stride;
+    const int64_t row = blockIdx.y, slice = blockIdx.x;
+    const int64_t i0 = slice * kSlice;
+    const int n = (int)min((int64_t)kSlice, p.vocab - i0);
+    const float *logits = p.logits + row * p.logits_stride + i0;
     if (threadIdx.x == 0) has_nan = 0;
     __syncthreads();
-    float lv[KMAX];
-    int li[KMAX];
-    int count = 0;
-    Cand last = no_cand();
-    Lse lse{-INFINITY, 0.0};
     bool nan_seen = false;
-    for (int64_t base = threadIdx.x; base < p.vocab; base += (int64_t)kTopThreads * kBatch) {
-        float v[kBatch];
+    Lse lse{-INFINITY, 0.0};
+    for (int j0 = threadIdx.x; j0 < n; j0 += kLoads * kPickThreads) {
+        float x[kLoads];
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int64_t i = base + (int64_t)b * kTopThreads;
-            v[b] = i < p.vocab ? row[i] : -INFINITY;
+        for (int b = 0; b < kLoads; ++b) {  // the loads first, all in flight at once
+            const int j = j0 + b * kPickThreads;
+            x[b] = j < n ? logits[j] : -INFINITY;
         }
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int64_t i = base + (int64_t)b * kTopThreads;
-            if (i >= p.vocab) break;
-            nan_seen |= v[b] != v[b];
-            lse_push(lse, v[b]);
-            list_insert<KMAX>(lv, li, count, p.k, last, Cand{v[b], (int)i});
+        for (int b = 0; b < kLoads; ++b) {
+            const int j = j0 + b * kPickThreads;
+            if (j < n) sv[j] = x[b];
+            nan_seen |= x[b] != x[b];
+            lse_push(lse, x[b]);
         }
     }
     if (nan_seen) has_nan = 1;  // benign race: every writer stores 1
-
-    // Each warp merges its lanes' lists into warp_lists[warp] (k rounds of a warp-wide pick).
-    int head = 0;
-    for (int r = 0; r < p.k; ++r) {
-        const Cand mine = head < count ? Cand{lv[head], li[head]} : no_cand();
-        const Cand win = warp_best(mine);
-        if (head < count && mine.id == win.id) ++head;
-        if (lane == 0) warp_lists[warp][r] = win;
-    }
-    // Log-normaliser: butterfly within the warp (commutative: every lane agrees), then the
-    // warps in index order.
 #pragma unroll
     for (int m = WARP_SIZE / 2; m > 0; m >>= 1)
         lse = lse_combine(lse, Lse{warp_shfl_xor(lse.m, m), warp_shfl_xor(lse.s, m)});
     if (lane == 0) warp_lse[warp] = lse;
     __syncthreads();
-    if (warp != 0) return;
+    Cand *out = lists + (row * gridDim.x + slice) * p.k;
+    pick::pick_sorted(sv, [i0](int j) { return (int)(i0 + j); }, n, p.k, out, picks, counts);
+    if (threadIdx.x != 0) return;
     Lse total = warp_lse[0];
-    for (int w = 1; w < kTopWarps; ++w) total = lse_combine(total, warp_lse[w]);
+    for (int w = 1; w < kPickWarps; ++w) total = lse_combine(total, warp_lse[w]);
+    sums[row * gridDim.x + slice] = SliceSum{total.s, total.m, has_nan};
+}
+
+// One block a row: the k first of the slices' lists, the slices' sums added in slice order.
+__global__ void __launch_bounds__(kPickThreads) top_k_finish_kernel(luce_sampling_params p, const Cand *lists,
+                                                                    const SliceSum *sums, int n_slices) {
+    extern __shared__ float merge_v[];                         // [n_slices * k] values, then ids
+    __shared__ Cand picks[kPickWarps * pick::kPickMax];
+    __shared__ int counts[kPickWarps];
+    __shared__ Cand top[pick::kPickMax];
+    const int64_t row = blockIdx.x;
+    const int k = p.k, n = n_slices * k;
+    int *merge_id = reinterpret_cast<int *>(merge_v + n);
+    for (int j = threadIdx.x; j < n; j += kPickThreads) {
+        const Cand c = lists[row * n + j];
+        merge_v[j] = c.v;
+        merge_id[j] = c.id;
+    }
+    __syncthreads();
+    pick::pick_sorted(merge_v, [merge_id](int j) { return merge_id[j]; }, n, k, top, picks, counts);
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    const SliceSum *row_sums = sums + row * n_slices;
+    Lse total{row_sums[0].m, row_sums[0].s};
+    bool bad = row_sums[0].nan != 0;
+    for (int i = 1; i < n_slices; ++i) {
+        total = lse_combine(total, Lse{row_sums[i].m, row_sums[i].s});
+        bad |= row_sums[i].nan != 0;
+    }
     const double log_z = (double)total.m + log(total.s);
-    const bool bad = has_nan != 0;
-    // Warp 0 merges the warps' lists: lane w walks warp w's list (kTopWarps lanes at most).
-    int64_t *ids = p.ids_out + (int64_t)blockIdx.x * p.k;
-    float *lps = p.logprobs_out + (int64_t)blockIdx.x * p.k;
-    head = 0;
-    for (int r = 0; r < p.k; ++r) {
-        const Cand mine = lane < kTopWarps && head < p.k ? warp_lists[lane][head] : no_cand();
-        const Cand win = warp_best(mine);
-        if (lane < kTopWarps && head < p.k && mine.id == win.id) ++head;
-        if (lane == 0) {
-            ids[r] = bad || win.id == kNoId ? -1 : (int64_t)win.id;
-            lps[r] = bad ? NAN : (float)((double)win.v - log_z);
-        }
+    int64_t *ids = p.ids_out + row * k;
+    float *lps = p.logprobs_out + row * k;
+    for (int r = 0; r < k; ++r) {
+        ids[r] = bad || top[r].id == kNoId ? -1 : (int64_t)top[r].id;
+        lps[r] = bad ? NAN : (float)((double)top[r].v - log_z);
     }
 }
 
@@ -198,11 +205,6 @@ int check(const luce_sampling_params &p, bool need_k) {
         (need_k && (p.k < 1 || p.k > LUCE_TOPK_MAX || p.k > p.vocab)))
         return (int)cudaErrorInvalidValue;
     return 0;
-}
-
-template <int KMAX>
-void launch_top_k(const luce_sampling_params &p, cudaStream_t stream) {
-    top_k_kernel<KMAX><<<(unsigned)p.rows, kTopThreads, 0, stream>>>(p);
 }
 
 }  // namespace
@@ -219,13 +221,26 @@ extern "C" int luce_argmax(const luce_sampling_params *p, void *stream) {
     return luce_status(cudaGetLastError());
 }
 
+extern "C" int64_t luce_top_k_logprobs_workspace_bytes(int64_t rows, int64_t vocab, int32_t k) {
+    return rows * top_k_slices(vocab) * ((int64_t)k * (int64_t)sizeof(Cand) + (int64_t)sizeof(SliceSum));
+}
+
 extern "C" int luce_top_k_logprobs(const luce_sampling_params *p, void *stream) {
     if (int err = check(*p, true)) return err;
+    const int64_t n_slices = top_k_slices(p->vocab);
+    if (n_slices > 65535 || p->workspace_bytes < luce_top_k_logprobs_workspace_bytes(p->rows, p->vocab, p->k))
+        return (int)cudaErrorInvalidValue;
     if (p->rows == 0) return 0;
     const cudaStream_t s = (cudaStream_t)stream;
-    if (p->k <= 8) launch_top_k<8>(*p, s);
-    else if (p->k <= 16) launch_top_k<16>(*p, s);
-    else if (p->k <= 32) launch_top_k<32>(*p, s);
-    else launch_top_k<LUCE_TOPK_MAX>(*p, s);
+    Cand *lists = reinterpret_cast<Cand *>(p->workspace);
+    SliceSum *sums = reinterpret_cast<SliceSum *>(lists + p->rows * n_slices * p->k);
+    top_k_select_kernel<<<dim3((unsigned)n_slices, (unsigned)p->rows), kPickThreads, 0, s>>>(*p, lists, sums);
+    const size_t merge_bytes = (size_t)n_slices * p->k * (sizeof(float) + sizeof(int));
+    if (merge_bytes > 48 * 1024) {
+        const cudaError_t err = cudaFuncSetAttribute(top_k_finish_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)merge_bytes);
+        if (err != cudaSuccess) return luce_status(err);
+    }
+    top_k_finish_kernel<<<(unsigned)p->rows, kPickThreads, merge_bytes, s>>>(*p, lists, sums, (int)n_slices);
     return luce_status(cudaGetLastError());
 }

@@ -158,10 +158,11 @@ def _argmax(hip, logits, ids_out, rows, vocab, logits_stride=None, stream=0):
     hip._enqueue(stream, write_ids)
 
 
-def _top_k_logprobs(hip, logits, ids_out, logprobs_out, rows, vocab, k, stream=0):
+def _top_k_logprobs(hip, logits, ids_out, logprobs_out, workspace, workspace_bytes, rows, vocab, k, logits_stride=None,
+                    stream=0):
     """The top-k kernel of the double: TOKEN, TOKEN + 1, ... with log-probs 0, -1, ... (a
     draft that the argmax of the double always accepts)."""
-    hip.launch("_cuda_sampling.top_k_logprobs", stream, [int(logits), int(ids_out), int(logprobs_out)])
+    hip.launch("_cuda_sampling.top_k_logprobs", stream, [int(logits), int(ids_out), int(logprobs_out), int(workspace)])
 
     def write():
         hip._device(int(ids_out), 8 * rows * k).view("<i8").reshape(rows, k)[:] = TOKEN + np.arange(k)

@@ -15,6 +15,7 @@ import numpy as np
 from luce.ref.sampling import reject_nan_rows
 
 MAX_ROWS_PER_LAUNCH = 65535
+TOP_K_ROWS_PER_LAUNCH = 1024   # bounds top-k's workspace (a row of 248,320 logits: 31 slices' lists)
 
 
 class SamplingOps:
@@ -57,10 +58,12 @@ class SamplingOps:
         if k > ks.TOPK_MAX or L == 0:
             return ref_sampling.top_k_logprobs(self.to_numpy(logits), k)
         ids, lps = self.empty((L, k), np.int64), self.empty((L, k))
-        for r0 in range(0, L, MAX_ROWS_PER_LAUNCH):
-            r = min(MAX_ROWS_PER_LAUNCH, L - r0)
-            ks.top_k_logprobs(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0 * k, lps.ptr + 4 * r0 * k, r, V, k,
-                              stream=self.stream)
+        step = min(L, TOP_K_ROWS_PER_LAUNCH)
+        work = self.empty((-(-int(ks.workspace_bytes(step, V, k)) // 8),), np.int64)
+        for r0 in range(0, L, step):
+            r = min(step, L - r0)
+            ks.top_k_logprobs(logits.ptr + 4 * r0 * V, ids.ptr + 8 * r0 * k, lps.ptr + 4 * r0 * k, work.ptr,
+                              work.nbytes, r, V, k, stream=self.stream)
         return ids, lps
 
     def top_k_logprobs_wait(self, handle) -> tuple[np.ndarray, np.ndarray]:

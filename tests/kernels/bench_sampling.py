@@ -23,13 +23,15 @@ def sampling_case(rows: int, k: int):
             ks.argmax(logits.ptr, ids.ptr, rows, VOCAB, stream=stream)
         return launch, rows * VOCAB * 4, rows * VOCAB
 
-    def launch(stream: int = 0, _keep=(logits, ids, lps)):
-        ks.top_k_logprobs(logits.ptr, ids.ptr, lps.ptr, rows, VOCAB, k, stream=stream)
+    work = DeviceBuffer(ks.workspace_bytes(rows, VOCAB, k))
+
+    def launch(stream: int = 0, _keep=(logits, ids, lps, work)):
+        ks.top_k_logprobs(logits.ptr, ids.ptr, lps.ptr, work.ptr, work.nbytes, rows, VOCAB, k, stream=stream)
     return launch, rows * VOCAB * 4, rows * VOCAB * 4
 
 
 BENCH_CASES = []
-for _r, _k in ((1, 0), (64, 0), (1, 20), (64, 20)):
+for _r, _k in ((1, 0), (64, 0), (1, 4), (16, 4), (80, 4), (1, 20), (64, 20)):
     _c = functools.partial(sampling_case, _r, _k)
     _c.__name__ = f"argmax_{_r}x248320" if _k == 0 else f"top{_k}_logprobs_{_r}x248320"
     BENCH_CASES.append(_c)

@@ -52,7 +52,8 @@ def _run_top_k(logits, k):
     rows = logits.shape[0]
     ids = GuardedOutput((rows, k), np.int64, fill=-7)
     lps = GuardedOutput((rows, k), np.float32, fill=7.0)
-    ks.top_k_logprobs(d.ptr, ids.ptr, lps.ptr, rows, logits.shape[1], k)
+    work = DeviceBuffer(ks.workspace_bytes(rows, logits.shape[1], k))
+    ks.top_k_logprobs(d.ptr, ids.ptr, lps.ptr, work.ptr, work.nbytes, rows, logits.shape[1], k)
     kern.synchronize()
     return ids.result(), lps.result()
 
@@ -76,7 +77,7 @@ def test_argmax_infinities_and_nan_rows():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,vocab,k", [(1, VOCAB, 1), (2, VOCAB, 20), (65, 1000, 64),
-                                          (3, 64, 64), (63, 5000, 5), (4, 7, 3)])
+                                          (3, 64, 64), (63, 5000, 5), (4, 7, 3), (3, 20000, 64)])
 def test_top_k_parity(rows, vocab, k):
     logits = _logits(np.random.default_rng(rows * vocab + k), rows, vocab)
     ids, lps = _run_top_k(logits, k)
@@ -98,8 +99,8 @@ def test_top_k_with_minus_infinity_and_nan_rows():
 
     k = load_kernels()
     d = DeviceBuffer.from_numpy(logits)
-    ids, lps = DeviceBuffer(2 * 4 * 8), DeviceBuffer(2 * 4 * 4)
-    ks.top_k_logprobs(d.ptr, ids.ptr, lps.ptr, 2, 100, 4)
+    ids, lps, work = DeviceBuffer(2 * 4 * 8), DeviceBuffer(2 * 4 * 4), DeviceBuffer(ks.workspace_bytes(2, 100, 4))
+    ks.top_k_logprobs(d.ptr, ids.ptr, lps.ptr, work.ptr, work.nbytes, 2, 100, 4)
     k.synchronize()
     got_ids, got_lps = ids.download((2, 4), np.int64), lps.download((2, 4), np.float32)
     ref_ids, ref_lps = top_k_logprobs(logits[:1], 4)
