@@ -20,7 +20,8 @@ slot's own pages and state, which nothing reads before a later step (on the same
 re-initialises them. The next step is launched ahead only while every row of the step in
 flight is live, no prompt waits for a slot or for budget, and some row goes on past this
 step (max_tokens and the context are known ahead), and, with speculation, while its depth
-policy has settled on plain decoding (EngineSpeculation.rests: no try due; a DFlash drafter,
+policy has settled on plain decoding or times it (EngineSpeculation.rests: no try due; the
+first step of such a run is not timed, `steady`; a DFlash drafter,
 which takes the target's features of every step, keeps the engine waiting); otherwise the
 engine takes its ordinary path once the step in flight is done.
 
@@ -107,15 +108,17 @@ class StepsAhead:
         self.txn.commit(plan, StepOutcome(out))
         return InFlight(step, ids)
 
-    def _run_ahead(self, current: InFlight) -> list:
-        """Launch the next step if it may go ahead, then hand out the current step's tokens."""
+    def _run_ahead(self, current: InFlight, steady: bool = True) -> list:
+        """Launch the next step if it may go ahead, then hand out the current step's tokens;
+        steady False: the current step was not itself launched ahead (its time is not a plain
+        step's in steady state: EngineSpeculation.end_step)."""
         following = self._next(current)
         updates = self._finish(current)
         if self._broken is not None:     # the step in flight's tokens out first, then the error
             (cohort, message), self._broken = self._broken, None
             updates += self._fail(Cohort(decode=[r for r in cohort.decode if self._live(r)]), message)
         if self.spec is not None:
-            self.spec.end_step(current.step)
+            self.spec.end_step(current.step, steady=steady)
         self.in_flight = following
         if following is not None and not any(self._live(r) for r in following.step.cohort.decode):
             self.in_flight = None                            # every row ended: nothing to hand out

@@ -75,6 +75,8 @@ class Engine(StepsAhead, EngineViews):
         self.ahead = ahead_enabled(config, model.backend, self.forward, self.spec)
         if self.ahead:
             self.forward.keep_ids_for(config.max_slots)
+        if self.spec is not None:
+            self.spec.steps_ahead(self.ahead)
         self._refuse_host_work()
         self.tokenizer = tokenizer
         self.vocab = int(model.config.vocab)
@@ -210,7 +212,7 @@ class Engine(StepsAhead, EngineViews):
         except Exception as e:  # noqa: BLE001 - never expected: commit checks before it changes anything
             return self._fail(cohort, f"commit failed: {type(e).__name__}: {e}")
         if ahead:
-            return self._run_ahead(in_flight)
+            return self._run_ahead(in_flight, steady=False)
         self._record(step, outcome)
         updates = self._apply(step.cohort, outcome.tokens, outcome.logprobs)
         if self.spec is not None:

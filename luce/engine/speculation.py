@@ -98,7 +98,7 @@ class EngineSpeculation:
         is the one cost speculation at rest adds)."""
         self._draft = (0.0, 0)
         self._rest_steps += 1
-        if self.policy.at_rest() and self._rest_steps % REST_TIMING:
+        if self.policy.at_rest() and not self.policy.probing_plain and self._rest_steps % REST_TIMING:
             self._began = None
             return
         self._began = (self.clock(), self.warmups())
@@ -209,12 +209,20 @@ class EngineSpeculation:
         if step.cohort.tree:
             self.stats.verify_steps += 1
 
-    def end_step(self, step: StepBatch) -> None:
+    def steps_ahead(self, on: bool) -> None:
+        """The engine launches plain steps ahead (luce.engine.ahead): plain decoding is timed
+        on such steps (DepthPolicy.steps_ahead)."""
+        self.policy.steps_ahead(on)
+
+    def end_step(self, step: StepBatch, steady: bool = True) -> None:
         """The step's outputs are out: its time from begin_step, less the drafting, to the depth
         policy: all the per-step work (scheduling, building, forward, acceptance, commit,
         outputs) is paid by plain and speculating steps alike. Decode steps only (a prompt
-        chunk's cost is not a verify's), and not a step that ran a graph's warm-up."""
-        if self._began is None:
+        chunk's cost is not a verify's), and not a step that ran a graph's warm-up, nor one
+        that is not `steady`: a step that launched the next one ahead but was not launched
+        ahead itself (the switch into steps ahead, not what a plain step costs)."""
+        if self._began is None or not steady:
+            self._began = None
             return
         (t0, w0), self._began = self._began, None
         if not step.cohort.prefill and self.warmups() - w0 == self._draft[1]:

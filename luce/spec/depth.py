@@ -37,6 +37,13 @@ prompts; a try catches up on the whole sequence), and a choice between tries is 
 A try from plain decoding drafts the depth that promises most (not depth 1): acceptance at deep
 positions is learnt only by drafting that deep.
 
+Where the engine launches plain steps ahead (luce.engine.ahead: the device runs them back to back),
+plain decoding costs less a token than a lone plain step's time: the floor's probe is then a short
+rest (PLAIN_PROBE_STEPS steps, `steps_ahead`), whose steps the engine launches ahead and times.
+Measured on the H100 (docs/PERF.md, session 25): a lone plain step of the Coder-1.5B 1.6-1.8 ms,
+the same steps run ahead 1.42 ms a token, so a depth-5 chain at 1.45 ms a token looked 1.2x faster
+than plain decoding and ran 0.89x as fast.
+
 The engine times what a depth costs in steady state only (luce.engine.speculation): not a
 step or draft that ran a graph's warm-up (a key's first, eager call or its capture), nor a
 draft whose lanes did not draft in the previous step (a draft model then catches up on every
@@ -58,6 +65,7 @@ EXPLORE_HOPELESS = 256    # between tries while plain decoding would win even if
 EXPLORE_SHARE = 0.01      # the most of plain decoding's time that tries of drafting may cost
 PROBE_DEPTH = 2           # the first depth measured: cheap when drafts are rarely right
 PROBE_TRIES = 8           # steps a probe may take to get a timing the engine keeps
+PLAIN_PROBE_STEPS = 6     # where plain steps run ahead: the rest that probes plain decoding
 
 
 def expected_tokens(depth: int, p: float) -> float:
@@ -178,6 +186,18 @@ class DepthPolicy:
         self._probes: dict[tuple, int] = {}    # (what, key) -> steps spent probing it
         self._probed: set[tuple] = set()       # (lanes, AR rows) probed
         self.switch: float | None = None       # seconds of a draft that catches up after plain steps (EMA)
+        self.plain_probe_steps = 0             # > 0: the floor's probe rests this many steps (steps_ahead)
+        self._plain_probe = 0                  # steps of the floor's probe left to rest
+
+    def steps_ahead(self, on: bool) -> None:
+        """Whether the engine launches plain steps ahead: then the floor's probe is a rest of
+        PLAIN_PROBE_STEPS steps (the engine times those it launched ahead), not one lone step."""
+        self.plain_probe_steps = PLAIN_PROBE_STEPS if on else 0
+
+    @property
+    def probing_plain(self) -> bool:
+        """Resting to time plain decoding (every step of it is timed)."""
+        return self._plain_probe > 0
 
     @property
     def adaptive(self) -> bool:
@@ -277,6 +297,8 @@ class DepthPolicy:
                 if unmeasured:
                     for key in unmeasured:
                         self._probes[key] = self._probes.get(key, 0) + 1
+                    if d == 0:                 # this step, then a rest whose steps run ahead
+                        self._plain_probe = self.plain_probe_steps
                     return d
             if len(probes) == 2:               # (a short request probes the deepest chain later)
                 self._probed.add(shape)
@@ -315,8 +337,9 @@ class DepthPolicy:
 
     def at_rest(self) -> bool:
         """Whether the next choice will be plain decoding with no try due (resting() without
-        counting the step)."""
-        return self._best == 0 and self._again is None and self._since + 1 < self._explore_every
+        counting the step); also while the floor's probe rests."""
+        return self._plain_probe > 0 or \
+            self._best == 0 and self._again is None and self._since + 1 < self._explore_every
 
     def resting(self) -> bool:
         """Plain decoding is the best and no try is due: this step decodes plainly (counted
@@ -324,7 +347,10 @@ class DepthPolicy:
         probes of a new lane count wait for the next try)."""
         if not self.at_rest():
             return False
-        self._since += 1
+        if self._plain_probe > 0:
+            self._plain_probe -= 1
+        else:
+            self._since += 1
         return True
 
     def _try_spacing(self, depth: int, lanes: int, rows: int, plain_rows: int) -> int:

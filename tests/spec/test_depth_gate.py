@@ -24,8 +24,9 @@ class Gpu:
     d costs draft * d. Acceptance: oracle `al` (a verify of depth d accepts min(d, al - 1)) or
     geometric p."""
 
-    def __init__(self, draft, slope=0.02, al=None, p=None, wide=None):
+    def __init__(self, draft, slope=0.02, al=None, p=None, wide=None, ahead=None):
         self.draft, self.slope, self.al, self.p, self.wide = draft, slope, al, p, wide
+        self.ahead = ahead      # a plain step launched ahead of the last one's ids (None: as a lone step)
 
     def step(self, rows):
         return self.wide if self.wide is not None and rows > 1 else 1.0 + self.slope * (rows - 1)
@@ -42,7 +43,10 @@ class Gpu:
         return min(depth, self.al - 1) + 1.0 if self.al is not None else expected_tokens(depth, self.p)
 
     def rate(self, depth):
-        """Expected tokens per step unit of a fixed depth (one lane)."""
+        """Expected tokens per step unit of a fixed depth (one lane); plain steps run ahead
+        where the machine has `ahead`."""
+        if depth == 0 and self.ahead is not None:
+            return 1.0 / self.ahead
         return self.mean_tokens(depth) / (self.draft * depth + self.step(depth + 1))
 
     def best(self, max_depth=8):
@@ -196,7 +200,7 @@ def charged_engine(tiny_models, machine, truth=None, overhead=0.0, warmup_cost=0
     from luce.spec.config import make_drafter
     from luce.spec.drafters.bench_drafters import OracleDrafter
 
-    model, clock, seen, warm = tiny_models["qwen3"], Clock(), Counter(), [0]
+    model, clock, seen, warm, ahead = tiny_models["qwen3"], Clock(), Counter(), [0], [False, set()]
     spec, drafter = None, None
     if truth is not None:
         spec = serve_spec_config(ServeOptions(draft_kind="model"), "oracle")
@@ -216,17 +220,36 @@ def charged_engine(tiny_models, machine, truth=None, overhead=0.0, warmup_cost=0
             clock.now += catch_up * sum(len(tokens) for _, tokens in lanes)
             return prefill(lanes)
         drafter.propose, drafter.prefill = charged_propose, charged_prefill
-    engine = Engine(model, None, EngineConfig(max_slots=1, ctx=128, token_budget=96, spec=spec), drafter=drafter)
+    engine = Engine(model, None, EngineConfig(max_slots=1, ctx=128, token_budget=96, spec=spec,
+                                              async_steps=machine.ahead is not None), drafter=drafter)
 
     def charge(point, step):
         if point == "before_forward":
             rows = step.cohort.n_rows
             seen[rows] += 1
-            clock.now += machine.step(rows)
+            clock.now += 0.0 if ahead[0] else machine.step(rows)
             if warmup_cost and seen[rows] <= 2:
                 clock.now += warmup_cost
                 warm[0] += 1
     engine.fault_hook = charge
+    launch_next, finish = engine._next, engine._finish
+
+    def charged_next(current):       # a step launched ahead (luce.engine.ahead) costs machine.ahead,
+        ahead[0] = True              # charged when its ids are waited for: the device runs it after
+        try:                         # the step in flight
+            following = launch_next(current)
+        finally:
+            ahead[0] = False
+        if following is not None:
+            ahead[1].add(id(following.step))
+        return following
+
+    def charged_finish(current):
+        if id(current.step) in ahead[1]:
+            ahead[1].discard(id(current.step))
+            clock.now += machine.ahead
+        return finish(current)
+    engine._next, engine._finish = charged_next, charged_finish
     schedule = engine.scheduler.schedule
 
     def charged_schedule(running):
@@ -322,3 +345,49 @@ def test_a_try_from_plain_decoding_drafts_the_most_promising_depth():
     switches = sum(1 for a, b in zip(depths, depths[1:]) if (a == 0) != (b == 0))
     assert switches <= 12, switches
     assert sum(t for _, t, _ in run) / sum(c for _, _, c in run) >= 1.03
+
+
+def test_plain_steps_run_ahead_are_what_speculation_must_beat(tiny_models, truth):
+    """The H100 pair as measured (session 25; units of a lone 1.5B step, 1.77 ms): plain steps
+    run ahead 0.78 (1.38 ms), a 0.5B draft pass 0.68 (its fed chain at depth 5: 5.99 ms), a
+    verify of 6 rows 1.52 (2.69 ms), acceptance length 6. A depth-5 chain makes 1.22 tokens a
+    unit, plain decoding run ahead 1.28, a lone plain step 1.0: the policy must time plain
+    decoding on steps run ahead (its probe rests; the step that switches into steps ahead is
+    not timed), then stay plain, within 3% of a plain engine's time."""
+    machine = Gpu(0.68, al=6, wide=1.52, ahead=0.78)
+    assert machine.best() == 0 and machine.rate(5) > 1.2 > 1.0 / machine.step(1)
+    plain, plain_clock = charged_engine(tiny_models, machine)
+    assert plain.ahead
+    _, plain_first = serve(plain, plain_clock, PROMPTS * 2)
+    engine, clock = charged_engine(tiny_models, machine, truth)
+    assert engine.ahead and engine.spec.policy.plain_probe_steps > 0
+    outs, spec_first = serve(engine, clock, PROMPTS[:1])
+    assert engine.spec.policy.step.mean[1] == pytest.approx(0.78)
+    before = dict(engine.spec.depths)
+    outs += serve(engine, clock, PROMPTS[1:] + PROMPTS)[0]
+    assert outs == truth * 2
+    depths = Counter({d: n - before.get(d, 0) for d, n in engine.spec.depths.items()})
+    assert depths[0] >= 0.85 * sum(depths.values()), depths
+    spec_time, plain_time = clock.now - spec_first, plain_clock.now - plain_first
+    assert spec_time <= 1.03 * plain_time, (spec_time, plain_time, depths)
+
+
+def test_the_floor_probe_rests_where_plain_steps_run_ahead():
+    """With steps ahead the floor's probe is a rest of PLAIN_PROBE_STEPS steps (each a resting()
+    step the engine may launch ahead and times), then the choice goes on; without, one step."""
+    from luce.spec.depth import PLAIN_PROBE_STEPS
+
+    for ahead, rest in ((True, PLAIN_PROBE_STEPS), (False, 0)):
+        policy = DepthPolicy(8, 1, plain=True)
+        policy.steps_ahead(ahead)
+        for d in (2, 8):
+            policy.record_draft(d, 0.5 * d)
+            policy.record_step(d + 1, 1.2)
+        assert policy.choose([0], 100) == 0 and policy.probing_plain == (rest > 0)
+        rests = 0
+        while policy.resting():
+            rests += 1
+            assert rests <= rest
+        assert rests == rest and not policy.probing_plain
+        policy.record_step(1, 0.5)
+        assert policy.choose([0], 100) == 0 and policy.step.mean[1] == 0.5
