@@ -27,11 +27,11 @@ def check_parents(parents, n: int | None = None) -> np.ndarray:
 
 def tree_depths(parents) -> np.ndarray:
     """[N] int64 depth of every node (0 for the root) of a validated parent array."""
-    parents = check_parents(parents)
-    depths = np.zeros(parents.size, dtype=np.int64)
-    for i in range(1, parents.size):
+    parents = check_parents(parents).tolist()      # Python ints: a verify step's host time
+    depths = [0] * len(parents)
+    for i in range(1, len(parents)):
         depths[i] = depths[parents[i]] + 1
-    return depths
+    return np.array(depths, dtype=np.int64)
 
 
 def check_path(path, parents) -> list[int]:

@@ -12,6 +12,7 @@ at position root_position + depth[i] + 1, i.e. the tokens of i's children.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -41,10 +42,11 @@ class DraftTree:
             i = int(np.argmax(depths != want))
             raise ValueError(f"DraftTree: node {i} has depth {depths[i]}, its root path is {want[i]} deep")
         children: list[list[int]] = [[] for _ in range(n)]
+        token_list, parent_list = tokens.tolist(), parents.tolist()
         for i in range(1, n):
-            p = int(parents[i])
-            if any(tokens[c] == tokens[i] for c in children[p]):
-                raise ValueError(f"DraftTree: node {p} has two children with token {tokens[i]}")
+            p = parent_list[i]
+            if any(token_list[c] == token_list[i] for c in children[p]):
+                raise ValueError(f"DraftTree: node {p} has two children with token {token_list[i]}")
             children[p].append(i)
         for name, arr in (("tokens", tokens), ("parents", parents), ("depths", depths), ("scores", scores)):
             arr.setflags(write=False)
@@ -144,17 +146,19 @@ def ddtree(root_token: int, proposal: DraftProposal, budget: int, top_k: int = 4
     k = min(top_k, proposal.top_k)
     lps = proposal.logprobs.astype(np.float64)
     chain = chain_tree(root_token, proposal, min(depth_limit, budget))
-    best_at_depth = np.concatenate([[0.0], np.cumsum(lps[:depth_limit, 0])])  # [D + 1]
+    best_at_depth = np.concatenate([[0.0], np.cumsum(lps[:depth_limit, 0])]).tolist()  # [D + 1]
+    # Python numbers from here (the same float64 sums): this runs on a verify step's host path
+    lp, ids = lps.tolist(), proposal.ids.tolist()
 
-    tokens, parents, depths, scores = (list(a) for a in (chain.tokens, chain.parents, chain.depths, chain.scores))
+    tokens, parents, depths, scores = (a.tolist() for a in (chain.tokens, chain.parents, chain.depths, chain.scores))
     heap: list[tuple[float, int, int, int, int]] = []  # (-score, order, parent, depth, rank)
     counter = 0
 
     def push(parent: int, depth: int, rank: int) -> None:
         nonlocal counter
-        if depth > depth_limit or rank >= k or not np.isfinite(lps[depth - 1, rank]):
+        if depth > depth_limit or rank >= k or not math.isfinite(lp[depth - 1][rank]):
             return
-        score = scores[parent] + lps[depth - 1, rank]
+        score = scores[parent] + lp[depth - 1][rank]
         if tau is not None and score < best_at_depth[depth] - tau:
             return  # later siblings and all descendants score lower still
         heapq.heappush(heap, (-score, counter, parent, depth, rank))
@@ -166,7 +170,7 @@ def ddtree(root_token: int, proposal: DraftProposal, budget: int, top_k: int = 4
     while heap and len(tokens) - 1 < budget:
         neg_score, _, parent, depth, rank = heapq.heappop(heap)
         node = len(tokens)
-        tokens.append(int(proposal.ids[depth - 1, rank]))
+        tokens.append(ids[depth - 1][rank])
         parents.append(parent)
         depths.append(depth)
         scores.append(-neg_score)
