@@ -78,6 +78,10 @@ int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k);
 /* Bytes of one weight row of k values of qtype; -1 if unsupported or k is not whole blocks. */
 int64_t luce_matmul_row_bytes(int32_t qtype, int64_t k);
 int luce_matmul(const luce_matmul_params *p, void *stream);
+/* luce_matmul(a) then luce_matmul(b) (b's flags hold LUCE_MATMUL_REUSE_X: the same x, rows and
+ * k, a's workspace), the same bits; one decode row of a (Q4_K or Q5_K) and b (Q6_K) that both
+ * take the one-row kernel at tune 0 run as one launch (cuda/matmul_gemv_pair.cuh; ABI 11). */
+int luce_matmul_pair(const luce_matmul_params *a, const luce_matmul_params *b, void *stream);
 /* Prompt rows (DESIGN 5 rule 1; cuda/matmul_prefill.cu, reference luce/ref/matmul_prefill.py):
  * the same product for block types with x quantized to 8 bits per 32 values (ggml's q8_1),
  * int8 tensor cores over 64-token tiles; |error| against f32 within

@@ -35,6 +35,7 @@
 #include "matmul_chunk.cuh"
 #include "matmul_rows.cuh"
 #include "matmul_gemv_launch.cuh"
+#include "matmul_gemv_pair.cuh"
 #include "matmul_gemv_rows_launch.cuh"
 #include "pdl.cuh"
 
@@ -323,6 +324,57 @@ extern "C" int64_t luce_matmul_workspace_bytes(int64_t rows, int64_t k) {
 }
 
 
+namespace {
+
+// x [rows, k] quantized into the workspace (layout xl) for the decode family.
+cudaError_t quantize_x(const luce_matmul_params *p, const XLayout &xl, cudaStream_t stream) {
+    const int64_t warps = xl.tp * xl.chunks;
+    const int per_block = 256 / WARP_SIZE;
+    return launch_overlapped(quantize_x_kernel, dim3((unsigned)((warps + per_block - 1) / per_block)), dim3(256), 0,
+                             stream, chain_overlap(kPdlQuant), p->x, p->rows, p->k, xl);
+}
+
+// One launch for luce_matmul_pair: a (Q4_K / Q5_K, twice the rows a batch) and b (Q6_K), one
+// decode row each of the same x and workspace, both taking the one-row kernel at tune 0 with one
+// chunk slot a lane. Else kPairNotTaken: the caller makes the two calls.
+constexpr int kPairNotTaken = -1;
+
+int matmul_pair_launch(const luce_matmul_params *a, const luce_matmul_params *b, cudaStream_t stream) {
+    const bool shapes = a->rows == 1 && b->rows == 1 && a->path == LUCE_MATMUL_DECODE && b->path == LUCE_MATMUL_DECODE &&
+                        a->k == b->k && a->x == b->x && a->workspace == b->workspace &&
+                        a->workspace_bytes == b->workspace_bytes && (b->flags & LUCE_MATMUL_REUSE_X) &&
+                        (a->qtype == LUCE_QT_Q4_K || a->qtype == LUCE_QT_Q5_K) && b->qtype == LUCE_QT_Q6_K &&
+                        a->tune == 0 && b->tune == 0 && default_tune() == 0 && a->n > 0 && b->n > 0 && a->w && b->w &&
+                        a->y && b->y && a->x && a->workspace && a->workspace_bytes >= x_bytes(1, a->k) &&
+                        aligned16(a->x) && aligned16(a->workspace);
+    if (!shapes) return kPairNotTaken;
+    const int64_t rb_a = luce_matmul_row_bytes(a->qtype, a->k), rb_b = luce_matmul_row_bytes(b->qtype, b->k);
+    if (rb_a < 0 || rb_b < 0) return kPairNotTaken;
+    const XLayout xl = x_layout(a->workspace, 1, a->k);
+    const uint8_t *wa = static_cast<const uint8_t *>(a->w), *wb = static_cast<const uint8_t *>(b->w);
+    const OneRow ra = one_row_choice(a, wa, xl, rb_a, 0), rb = one_row_choice(b, wb, xl, rb_b, 0);
+    if (!ra.runs || !rb.runs || !ra.deep || rb.deep || gemv_slots(xl.chunks) != 1) return kPairNotTaken;
+    if (!(a->flags & LUCE_MATMUL_REUSE_X)) {
+        const cudaError_t err = quantize_x(a, xl, stream);
+        if (err != cudaSuccess) return luce_status(err);
+    }
+    const GemvArgs ga{wa, wa + a->n * rb_a, a->bias, a->y, xl, a->n, rb_a, 0, nullptr};
+    const GemvArgs gb{wb, wb + b->n * rb_b, b->bias, b->y, xl, b->n, rb_b, 0, nullptr};
+    if (a->qtype == LUCE_QT_Q4_K)
+        return launch_gemv_pair<GemvQ4K, 2 * GemvQ4K::kRows, GemvQ6K, GemvQ6K::kRows>(ga, gb, stream);
+    return launch_gemv_pair<GemvQ5K, 2 * GemvQ5K::kRows, GemvQ6K, GemvQ6K::kRows>(ga, gb, stream);
+}
+
+}  // namespace
+
+extern "C" int luce_matmul_pair(const luce_matmul_params *a, const luce_matmul_params *b, void *stream_ptr) {
+    if (!a || !b) return (int)cudaErrorInvalidValue;
+    const int status = matmul_pair_launch(a, b, (cudaStream_t)stream_ptr);
+    if (status != kPairNotTaken) return status;
+    if (const int err = luce_matmul(a, stream_ptr)) return err;
+    return luce_matmul(b, stream_ptr);
+}
+
 extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     luce_matmul_params tuned = *p_in;
     if (tuned.tune == 0) tuned.tune = default_tune();
@@ -352,10 +404,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
     const bool in_lane = one_row.runs && one_row.x_in_lane &&
                          (p->flags & (LUCE_MATMUL_REUSE_X | LUCE_MATMUL_X_ONCE)) == LUCE_MATMUL_X_ONCE;
     if (!(p->flags & LUCE_MATMUL_REUSE_X) && !in_lane) {
-        const int64_t warps = xl.tp * xl.chunks;
-        const int per_block = 256 / WARP_SIZE;
-        const cudaError_t err = launch_overlapped(quantize_x_kernel, dim3((unsigned)((warps + per_block - 1) / per_block)),
-                                                  dim3(256), 0, stream, chain_overlap(kPdlQuant), p->x, p->rows, p->k, xl);
+        const cudaError_t err = quantize_x(p, xl, stream);
         if (err != cudaSuccess) return luce_status(err);
     }
     if (one_row.runs) return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr, stream);

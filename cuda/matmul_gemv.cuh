@@ -61,9 +61,14 @@ struct GemvArgs {
 // Dynamic shared memory (gemv_smem_bytes): c [C::kRing][R][chunks][C::kFloatsPerChunk], the x
 // scales [chunks], then for GroupFloatC with offsets the f32 sums of x's groups [groups].
 // kX: x quantized in lane from a.xf (matmul_gemv_x.cuh), else read from the workspace a.x.
-template <class G, int CPL, int R, bool kX>
-__global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
+// The block's work. kShare: as block `block` of `grid`, its share of a launch over two weights
+// (gemv_pair_kernel); else as blockIdx.x of gridDim.x (gemv_kernel: the registers it had as a
+// kernel of its own).
+template <class G, int CPL, int R, bool kX, bool kShare = false>
+__device__ __forceinline__ void gemv_block(const GemvArgs &a, unsigned block = 0, unsigned grid = 0) {
     using C = GemvC<G, CPL, R>;
+    const auto block_id = [&]() -> unsigned { if constexpr (kShare) return block; else return blockIdx.x; };
+    const auto blocks = [&]() -> unsigned { if constexpr (kShare) return grid; else return gridDim.x; };
     constexpr int CW = kGemvChunksPerWarp, FC = C::kFloatsPerChunk, kRing = C::kRing;
     static_assert(R == 1 || R == 2 || R == 4 || R == 8, "rows8_sum takes 1, 2, 4 or 8 rows");
     extern __shared__ float c_s[];
@@ -114,7 +119,7 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
                     G::load(raw[s][r], w_ch[s] + boff + off[r], a.w_end, jg[s]);
             }
     };
-    if (blockIdx.x < batches) load_batch(blockIdx.x);  // weights before the kernel ahead ends
+    if (block_id() < batches) load_batch(block_id());  // weights before the kernel ahead ends
     if (threadIdx.x < kRing) arrived[threadIdx.x] = 0;
     wait_for_prior_kernels();  // x is written by the kernel ahead
     let_dependents_start();    // the kernel after may be scheduled (it waits for this one to end)
@@ -139,10 +144,10 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     }
     __syncthreads();
     int turn = 0;  // batches this block has done
-    for (int64_t b = blockIdx.x; b < batches; b += gridDim.x, ++turn) {
+    for (int64_t b = block_id(); b < batches; b += blocks(), ++turn) {
         C form;
         form.take(raw, jg, gx, j);
-        if (b + gridDim.x < batches) load_batch(b + gridDim.x);  // in flight while this batch finishes
+        if (b + blocks() < batches) load_batch(b + blocks());  // in flight while this batch finishes
         const int slot = turn % kRing;
         float *c_slot = c_s + slot * R * FC * chunks;
         form.put(c_slot, ch, live, j, chunks);
@@ -170,6 +175,11 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
         }
         if (slot == kRing - 1) __syncthreads();  // every chain of the ring is done before it refills
     }
+}
+
+template <class G, int CPL, int R, bool kX>
+__global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
+    gemv_block<G, CPL, R, kX>(a);
 }
 
 

@@ -31,11 +31,13 @@ cdef extern from "luce_ops.h":
 
 
 ctypedef int (*matmul_fn)(const luce_matmul_params *, void *) noexcept nogil
+ctypedef int (*matmul_pair_fn)(const luce_matmul_params *, const luce_matmul_params *, void *) noexcept nogil
 ctypedef int64_t (*workspace_fn)(int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*row_bytes_fn)(int32_t, int64_t) noexcept nogil
 
 cdef matmul_fn _matmul = NULL
 cdef matmul_fn _matmul_prefill = NULL
+cdef matmul_pair_fn _matmul_pair = NULL
 cdef workspace_fn _prefill_workspace_bytes = NULL
 cdef workspace_fn _workspace_bytes = NULL
 cdef row_bytes_fn _row_bytes = NULL
@@ -48,12 +50,14 @@ PATH_DECODE = 0
 PATH_PREFILL = 1
 REUSE_X = 1
 X_ONCE = 2   # no later call reuses this call's quantized x: one-row calls quantize it in lane (LUCE_MATMUL_X_ONCE)
+PAIR_QTYPES = ((12, 14), (13, 14))   # (a, b) luce_matmul_pair may run as one launch: Q4_K or Q5_K, then Q6_K
 
 
 def load(str path):
     """Resolve the matmul entry points in the kernel library at `path`."""
-    global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes
+    global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes, _matmul_pair
     cdef void *lib = _open_library(path)
+    _matmul_pair = <matmul_pair_fn>_symbol(lib, path, "luce_matmul_pair")
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_workspace_bytes")
     _row_bytes = <row_bytes_fn>_symbol(lib, path, "luce_matmul_row_bytes")
     _matmul = <matmul_fn>_symbol(lib, path, "luce_matmul")
@@ -84,11 +88,9 @@ def prefill_workspace_bytes(int64_t rows, int64_t k):
     return _prefill_workspace_bytes(rows, k)
 
 
-cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
-                 int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t path,
-                 int32_t flags, int32_t tune, uintptr_t stream) noexcept:
-    """fn (luce_matmul or luce_matmul_prefill) on these params, the GIL released; its status."""
-    cdef luce_matmul_params p
+cdef void _fill(luce_matmul_params *p, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+                int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t path,
+                int32_t flags, int32_t tune) noexcept:
     p.x = <const float *>x
     p.w = <const void *>w
     p.bias = <const float *>bias
@@ -102,6 +104,29 @@ cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr
     p.path = path
     p.flags = flags
     p.tune = tune
+
+
+def matmul_pair(uintptr_t x, uintptr_t w_a, uintptr_t bias_a, uintptr_t y_a, int64_t n_a, int32_t qtype_a,
+                uintptr_t w_b, uintptr_t bias_b, uintptr_t y_b, int64_t n_b, int32_t qtype_b, uintptr_t workspace,
+                int64_t workspace_bytes, int64_t rows, int64_t k, int32_t flags_a=0, uintptr_t stream=0):
+    """matmul of weight a (flags_a), then of weight b on the same x (REUSE_X: a's workspace), as
+    luce_matmul_pair: one launch where both take the one-row kernel (PAIR_QTYPES), the same bits."""
+    _require_loaded(<void *>_matmul_pair)
+    cdef luce_matmul_params a, b
+    _fill(&a, x, w_a, bias_a, y_a, workspace, workspace_bytes, rows, n_a, k, qtype_a, PATH_DECODE, flags_a, 0)
+    _fill(&b, x, w_b, bias_b, y_b, workspace, workspace_bytes, rows, n_b, k, qtype_b, PATH_DECODE, REUSE_X, 0)
+    cdef int status
+    with nogil:
+        status = _matmul_pair(&a, &b, <void *>stream)
+    raise_for_status(status, "luce_matmul_pair")
+
+
+cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,
+                 int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype, int32_t path,
+                 int32_t flags, int32_t tune, uintptr_t stream) noexcept:
+    """fn (luce_matmul or luce_matmul_prefill) on these params, the GIL released; its status."""
+    cdef luce_matmul_params p
+    _fill(&p, x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, path, flags, tune)
     cdef int status
     with nogil:
         status = fn(&p, <void *>stream)

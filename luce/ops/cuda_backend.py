@@ -310,6 +310,9 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
             if runs != [(0, rows, False)]:
                 raise ValueError(f"matmul: x quantized for the decode family, but the rows run {runs}")
             workspaces[0] = quantized
+        pair = self._matmul_pair(x, weights, biases, runs, workspaces)   # one launch (cuda_fused_ops)
+        if pair is not None:
+            return pair
         for w, bias in zip(weights, biases):
             if x.ndim != 2 or x.shape[1] != w.k:
                 raise ValueError(f"matmul: x {x.shape} does not match the weight [{w.n}, {w.k}]")

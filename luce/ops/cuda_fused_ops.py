@@ -23,6 +23,10 @@ Q5_0_AS_Q8_0 = os.environ.get("LUCE_MERGE_Q5_0", "1") != "0"   # merge_weights (
 
 ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_attention's fused launch
 
+# matmuls of [q|k, v] in two types at one decode row as one launch (luce_matmul_pair); off until
+# measured on a GPU (the same bits either way): LUCE_MATMUL_PAIR=1 turns it on.
+PAIR_ON = os.environ.get("LUCE_MATMUL_PAIR", "0") == "1"
+
 
 class CudaFusedOps(FusedOps):
     """Mixin of CudaBackend (uses its empty / _f32 / memcpy / _matmuls / has_prompt_rows / stream)."""
@@ -36,6 +40,28 @@ class CudaFusedOps(FusedOps):
             return None, 0
         ws_bytes = km.workspace_bytes(rows, k)
         return self.empty((ws_bytes,), np.uint8), ws_bytes
+
+    def _matmul_pair(self, x, weights, biases, runs, workspaces):
+        """CudaBackend._matmuls of two block-type weights whose types luce_matmul_pair may run
+        as one launch (PAIR_QTYPES: the Q4_K_M mixes' q|k and v), one decode row: [y_a, y_b];
+        None where it does not apply (PAIR_ON off, other shapes)."""
+        from luce import _cuda_matmul as km
+
+        if not PAIR_ON or len(weights) != 2 or runs != [(0, 1, False)] or x.shape[0] != 1:
+            return None
+        a, b = weights
+        if (a.qtype, b.qtype) not in km.PAIR_QTYPES or a.k != b.k or x.shape[1] != a.k:
+            return None
+        ys, bias_ptrs = [self.empty((1, w.n)) for w in weights], []
+        for w, bias in zip(weights, biases):
+            bias = None if bias is None else self._f32(bias)
+            if bias is not None and bias.shape != (w.n,):
+                raise ValueError(f"matmul: bias {bias.shape}, expected ({w.n},)")
+            bias_ptrs.append(0 if bias is None else bias.ptr)
+        ws, nb, flags = self._matmul_workspace(workspaces, 0, 1, a.k, km.workspace_bytes)
+        km.matmul_pair(x.ptr, a.ptr, bias_ptrs[0], ys[0].ptr, a.n, a.qtype, b.ptr, bias_ptrs[1], ys[1].ptr, b.n,
+                       b.qtype, ws.ptr, nb, 1, a.k, flags, self.stream)
+        return ys
 
     def add_rmsnorm_matmuls(self, x, residual, weight, eps: float, weights, biases=None, prefill_spans=()):
         from luce import _cuda_fused as kf

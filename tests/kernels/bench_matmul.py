@@ -228,3 +228,39 @@ BENCH_CASES += [_case(q, s, r, tune=t) for q, s in (("Q4_K", "gate"), ("Q4_K", "
 # tools/bench.py --filter '_Q8_0_dq_t80_tune,_Q8_0_dk_t80_tune,_Q8_0_dout_t80_tune,_Q8_0_down_t80_tune,_Q8_0_gateup_t80_tune'.
 BENCH_CASES += [_case("Q8_0", s, r, tune=t) for s in ("dq", "dk", "dout", "down", "gateup") for r in (48, 80)
                 for t in (12, 13, 14, 15)]
+
+
+def pair_case(together: bool):
+    """The Coder-1.5B's q|k (Q4_K, 1792 x 1536) and v (Q6_K, 256 x 1536) of a use_more_bits layer at
+    one decode row, x already quantized (REUSE_X): luce_matmul_pair's one launch (`together`), or
+    luce_matmul twice (LUCE_MATMUL_PAIR's A/B)."""
+    from luce import _cuda_matmul as km
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+
+    load_kernels()
+    k, parts = 1536, ((km.QTYPES["Q4_K"], 1792), (km.QTYPES["Q6_K"], 256))
+    w_bytes = [n * km.row_bytes(q, k) for q, n in parts]
+    weights = [random_bytes(b, seed) for seed, b in enumerate(w_bytes)]
+    x = DeviceBuffer.from_numpy(np.random.default_rng(1).standard_normal((1, k)).astype(np.float32))
+    ys = [DeviceBuffer(n * 4) for _, n in parts]
+    ws_bytes = km.workspace_bytes(1, k)
+    ws = DeviceBuffer(max(ws_bytes, 16))
+    km.matmul(x.ptr, weights[0].ptr, 0, ys[0].ptr, ws.ptr, ws_bytes, 1, parts[0][1], k, parts[0][0])
+    (qa, na), (qb, nb) = parts
+
+    def launch(stream: int = 0, _keep=(weights, x, ys, ws)):
+        if together:
+            km.matmul_pair(x.ptr, weights[0].ptr, 0, ys[0].ptr, na, qa, weights[1].ptr, 0, ys[1].ptr, nb, qb, ws.ptr,
+                           ws_bytes, 1, k, km.REUSE_X, stream)
+            return
+        for w, y, (q, n) in zip(weights, ys, parts):
+            km.matmul(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, 1, n, k, q, km.PATH_DECODE, km.REUSE_X, 0, stream)
+
+    return launch, sum(w_bytes) + (k + 2048) * 4, 2 * 2048 * k
+
+
+for _together in (True, False):
+    _c = functools.partial(pair_case, _together)
+    _c.__name__ = "matmul_pair_c15qk_v_" + ("pair" if _together else "two")
+    BENCH_CASES.append(_c)
