@@ -99,12 +99,15 @@ class DraftModelDrafter:
 
     def _sync(self, lane: DraftLane) -> None:
         """Forget the lane's draft state from the first token that differs from `tokens`."""
-        tokens, hist = list(lane.tokens), self.history[lane.slot]
-        common = 0
-        for a, b in zip(hist[:self.seen[lane.slot]], tokens):
-            if a != b:
-                break
-            common += 1
+        tokens, hist, seen = list(lane.tokens), self.history[lane.slot], self.seen[lane.slot]
+        if tokens[:seen] == hist[:seen]:   # the usual case, compared at C speed (the context grows)
+            common = seen
+        else:
+            common = 0
+            for a, b in zip(hist[:seen], tokens):
+                if a != b:
+                    break
+                common += 1
         if common == self.seen[lane.slot] and self.state.recurrent is None:
             for t in self.fed[lane.slot]:      # accepted drafts: their KV rows are already right
                 if common >= len(tokens) or tokens[common] != t:
