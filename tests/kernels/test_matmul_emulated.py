@@ -29,14 +29,21 @@ pytestmark = pytest.mark.slow
 _P = C.c_void_p
 
 
-@pytest.fixture(scope="module")
-def lib(tmp_path_factory):
-    lib = emu.load(["matmul.cu"], tmp_path_factory.mktemp("emu_matmul"), "the quantized matmul")
+def load_matmul(out_dir):
+    """cuda/matmul.cu built for the host (tests/kernels/emu), its entry points typed."""
+    lib = emu.load(["matmul.cu"], out_dir, "the quantized matmul")
     lib.luce_matmul_workspace_bytes.restype = C.c_int64
     lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
     lib.luce_matmul.argtypes = [C.POINTER(Params), _P]
+    lib.luce_matmul_pair.argtypes = [C.POINTER(Params), C.POINTER(Params), _P]
     lib.emu_last_launch_smem.restype = C.c_size_t
+    lib.emu_launches.restype = C.c_size_t
     return lib
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    return load_matmul(tmp_path_factory.mktemp("emu_matmul"))
 
 
 def run(lib, x, raw, qtype, n, bias=None, tune=0, offset=0):
@@ -321,11 +328,7 @@ def test_iq4_xs_few_rows_nan_and_99kb_devices(tmp_path, monkeypatch):
     stages (108 KB) do not fit and the tile kernel runs, at k = 512 the few-row kernel does (3
     stages), the same bits either way; a NaN in one row's x stays in that row."""
     monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", "101376")
-    small = emu.load(["matmul.cu"], tmp_path, "the quantized matmul")
-    small.luce_matmul_workspace_bytes.restype = C.c_int64
-    small.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
-    small.luce_matmul.argtypes = [C.POINTER(Params), _P]
-    small.emu_last_launch_smem.restype = C.c_size_t
+    small = load_matmul(tmp_path)
     for k, ran in ((5120, False), (512, True)):
         n = 37
         raw, _ = weights(Q.IQ4_XS, n, k)

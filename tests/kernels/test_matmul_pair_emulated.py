@@ -11,24 +11,17 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from tests.kernels.emu import build as emu
 from tests.kernels.emu.matmul_params import MatmulParams as Params
 from tests.kernels.test_matmul import activations, weights
+from tests.kernels.test_matmul_emulated import load_matmul
 
 pytestmark = pytest.mark.slow
-_P = C.c_void_p
 REUSE_X = 1
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    lib = emu.load(["matmul.cu"], tmp_path_factory.mktemp("emu_matmul_pair"), "the quantized matmul")
-    lib.luce_matmul_workspace_bytes.restype = C.c_int64
-    lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
-    lib.luce_matmul.argtypes = [C.POINTER(Params), _P]
-    lib.luce_matmul_pair.argtypes = [C.POINTER(Params), C.POINTER(Params), _P]
-    lib.emu_launches.restype = C.c_size_t
-    return lib
+    return load_matmul(tmp_path_factory.mktemp("emu_matmul_pair"))
 
 
 def calls(lib, x, parts, pair: bool, tune: int = 0, reuse: bool = False):
