@@ -2,7 +2,7 @@
 decode row of q|k (Q4_K or Q5_K) and v (Q6_K), the Q4_K_M / Q5_K_M mixes' projections that do not
 merge, is one launch (with x already quantized) whose y are bitwise luce_matmul's two calls,
 biases and k of one to four 256-value chunks included; calls it does not take (two rows, other
-types, a tune set) make the two calls, the same bits. tests/kernels/test_matmul.py runs it on a GPU."""
+types, a tune set) make the two calls, the same bits. tests/kernels/test_matmul_pair.py runs it on a GPU."""
 from __future__ import annotations
 
 import ctypes as C

@@ -2,7 +2,7 @@
 fake_cuda.py): in a one-row decode step of a q4_k_m model, each layer whose v is Q6_K beside a
 Q4_K q|k (llama.cpp's use_more_bits layers) multiplies both with one luce_matmul_pair call in
 place of two luce_matmul calls; steps of several rows, and every step with it off, make the two
-calls. The kernel's bits: tests/kernels/test_matmul_pair_emulated.py and test_matmul.py."""
+calls. The kernel's bits: tests/kernels/test_matmul_pair_emulated.py and test_matmul_pair.py."""
 from __future__ import annotations
 
 from collections import Counter
