@@ -75,8 +75,8 @@ class Engine(StepsAhead, EngineViews):
         self.ahead = ahead_enabled(config, model.backend, self.forward, self.spec)
         if self.ahead:
             self.forward.keep_ids_for(config.max_slots)
-        if self.spec is not None:
-            self.spec.steps_ahead(self.ahead)
+        if self.spec is not None:      # plain decoding is then timed on steps run ahead
+            self.spec.policy.steps_ahead(self.ahead)
         self._refuse_host_work()
         self.tokenizer = tokenizer
         self.vocab = int(model.config.vocab)

@@ -209,11 +209,6 @@ class EngineSpeculation:
         if step.cohort.tree:
             self.stats.verify_steps += 1
 
-    def steps_ahead(self, on: bool) -> None:
-        """The engine launches plain steps ahead (luce.engine.ahead): plain decoding is timed
-        on such steps (DepthPolicy.steps_ahead)."""
-        self.policy.steps_ahead(on)
-
     def end_step(self, step: StepBatch, steady: bool = True) -> None:
         """The step's outputs are out: its time from begin_step, less the drafting, to the depth
         policy: all the per-step work (scheduling, building, forward, acceptance, commit,

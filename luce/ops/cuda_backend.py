@@ -320,12 +320,7 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
             outs.append(y)
             if rows == 0:
                 continue
-            bias_ptr = 0
-            if bias is not None:
-                bias = self._f32(bias)
-                if bias.shape != (w.n,):
-                    raise ValueError(f"matmul: bias {bias.shape}, expected ({w.n},)")
-                bias_ptr = bias.ptr
+            bias_ptr = self._bias_ptr(bias, w)
             if w.qtype in km.FLOAT_QTYPES:
                 km.matmul(x.ptr, w.ptr, bias_ptr, y.ptr, 0, 0, rows, w.n, w.k, w.qtype, km.PATH_DECODE, 0, 0,
                           self.stream)
@@ -343,6 +338,15 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
                     km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0,
                               self.stream)
         return outs
+
+    def _bias_ptr(self, bias, w) -> int:
+        """Device address of a matmul's bias [w.n] (0: none)."""
+        if bias is None:
+            return 0
+        bias = self._f32(bias)
+        if bias.shape != (w.n,):
+            raise ValueError(f"matmul: bias {bias.shape}, expected ({w.n},)")
+        return bias.ptr
 
     def _matmul_workspace(self, workspaces: dict, run: int, rows: int, k: int, size_of):
         """(buffer, bytes, flags) of the quantized x of the run of rows starting at `run` for

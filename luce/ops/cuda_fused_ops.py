@@ -29,7 +29,8 @@ PAIR_ON = os.environ.get("LUCE_MATMUL_PAIR", "0") == "1"
 
 
 class CudaFusedOps(FusedOps):
-    """Mixin of CudaBackend (uses its empty / _f32 / memcpy / _matmuls / has_prompt_rows / stream)."""
+    """Mixin of CudaBackend (uses its empty / _f32 / memcpy / _matmuls / _bias_ptr / _matmul_workspace /
+    has_prompt_rows / stream)."""
 
     def _quant_workspace(self, rows: int, k: int, weights):
         """(workspace, bytes) for x [rows, k] quantized once for the block-type weights, or
@@ -47,17 +48,13 @@ class CudaFusedOps(FusedOps):
         None where it does not apply (PAIR_ON off, other shapes)."""
         from luce import _cuda_matmul as km
 
-        if not PAIR_ON or len(weights) != 2 or runs != [(0, 1, False)] or x.shape[0] != 1:
+        if not PAIR_ON or len(weights) != 2 or runs != [(0, 1, False)]:
             return None
         a, b = weights
         if (a.qtype, b.qtype) not in km.PAIR_QTYPES or a.k != b.k or x.shape[1] != a.k:
             return None
-        ys, bias_ptrs = [self.empty((1, w.n)) for w in weights], []
-        for w, bias in zip(weights, biases):
-            bias = None if bias is None else self._f32(bias)
-            if bias is not None and bias.shape != (w.n,):
-                raise ValueError(f"matmul: bias {bias.shape}, expected ({w.n},)")
-            bias_ptrs.append(0 if bias is None else bias.ptr)
+        ys = [self.empty((1, w.n)) for w in weights]
+        bias_ptrs = [self._bias_ptr(bias, w) for w, bias in zip(weights, biases)]
         ws, nb, flags = self._matmul_workspace(workspaces, 0, 1, a.k, km.workspace_bytes)
         km.matmul_pair(x.ptr, a.ptr, bias_ptrs[0], ys[0].ptr, a.n, a.qtype, b.ptr, bias_ptrs[1], ys[1].ptr, b.n,
                        b.qtype, ws.ptr, nb, 1, a.k, flags, self.stream)
