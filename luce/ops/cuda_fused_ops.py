@@ -23,9 +23,10 @@ Q5_0_AS_Q8_0 = os.environ.get("LUCE_MERGE_Q5_0", "1") != "0"   # merge_weights (
 
 ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_attention's fused launch
 
-# matmuls of [q|k, v] in two types at one decode row as one launch (luce_matmul_pair); off until
-# measured on a GPU (the same bits either way): LUCE_MATMUL_PAIR=1 turns it on.
-PAIR_ON = os.environ.get("LUCE_MATMUL_PAIR", "0") == "1"
+# matmuls of [q|k, v] in two types at one decode row as one launch (luce_matmul_pair; the same bits
+# either way). H100, Coder-1.5B Q4_K_M C1: 741.8 / 740.9 tok/s against 734.5 / 733.9 without, 232
+# launches a step against 246 (docs/PERF.md, session 26). LUCE_MATMUL_PAIR=0 turns it off (A/B runs).
+PAIR_ON = os.environ.get("LUCE_MATMUL_PAIR", "1") != "0"
 
 
 class CudaFusedOps(FusedOps):
