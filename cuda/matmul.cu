@@ -422,3 +422,54 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         default: return (int)cudaErrorInvalidValue;
     }
 }
+
+namespace {
+
+constexpr int kProducedNotTaken = -1;
+
+// luce_matmul_produced as one launch (the one-row kernel forming x in lane, one_row_produces) where
+// the call allows it, else kProducedNotTaken.
+int matmul_produced_in_lane(const luce_matmul_params *p_in, const luce_x_source *s, cudaStream_t stream) {
+    luce_matmul_params p = *p_in;
+    if (p.tune == 0) p.tune = default_tune();
+    const bool norm = s->kind == LUCE_X_ADD_RMSNORM;
+    const bool call = p.rows == 1 && p.path == LUCE_MATMUL_DECODE && (p.tune == 0 || p.tune == 5 || p.tune == 6) &&
+                      p.n > 0 && p.w && p.y && p.workspace && p.workspace_bytes >= x_bytes(1, p.k) &&
+                      aligned16(p.workspace) && aligned16(s->a) && aligned16(s->b) && aligned16(s->weight) &&
+                      aligned16(s->sum) && (!norm || !s->b || (s->sum != s->a && s->sum != s->b));
+    if (!call) return kProducedNotTaken;
+    const int64_t row_bytes = luce_matmul_row_bytes(p.qtype, p.k);
+    if (row_bytes < 0) return kProducedNotTaken;
+    const XLayout xl = x_layout(p.workspace, 1, p.k);
+    const uint8_t *w = static_cast<const uint8_t *>(p.w);
+    const OneRow one = one_row_choice(&p, w, xl, row_bytes, p.tune);
+    if (!one_row_produces(&p, xl, one)) return kProducedNotTaken;
+    const XSourceArgs args{s->a, s->b, s->weight, s->sum, s->eps};
+    return launch_one_row(&p, w, xl, row_bytes, p.tune, one.deep, s->a, stream, norm ? kXNorm : kXSwiglu, args);
+}
+
+}  // namespace
+
+extern "C" int luce_matmul_produced(const luce_matmul_params *p, const luce_x_source *s, void *stream_ptr) {
+    if (!p || !s || !s->a || (p->flags & LUCE_MATMUL_REUSE_X) || !is_block_type(p->qtype) || !p->x)
+        return (int)cudaErrorInvalidValue;
+    if (s->kind == LUCE_X_SWIGLU ? !s->b : s->kind != LUCE_X_ADD_RMSNORM || !s->weight || (s->b && !s->sum))
+        return (int)cudaErrorInvalidValue;
+    const cudaStream_t stream = (cudaStream_t)stream_ptr;
+    const int status = matmul_produced_in_lane(p, s, stream);
+    if (status != kProducedNotTaken) return status;
+    int err = 0;
+    if (s->kind == LUCE_X_SWIGLU) {
+        const luce_swiglu_quant_params q{s->a, s->b, const_cast<float *>(p->x), p->workspace, p->workspace_bytes,
+                                         p->rows, p->k, s->a_stride, s->b_stride};
+        err = luce_swiglu_quant(&q, stream_ptr);
+    } else {
+        const luce_add_rmsnorm_params q{s->a, s->b, s->weight, s->sum, const_cast<float *>(p->x), p->workspace,
+                                        p->workspace_bytes, p->rows, p->k, s->eps};
+        err = luce_add_rmsnorm(&q, stream_ptr);
+    }
+    if (err) return err;
+    luce_matmul_params reuse = *p;
+    reuse.flags = LUCE_MATMUL_REUSE_X;
+    return luce_matmul(&reuse, stream_ptr);
+}

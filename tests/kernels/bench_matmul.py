@@ -264,3 +264,51 @@ for _together in (True, False):
     _c = functools.partial(pair_case, _together)
     _c.__name__ = "matmul_pair_c15qk_v_" + ("pair" if _together else "two")
     BENCH_CASES.append(_c)
+
+
+def produced_case(kind: str, together: bool):
+    """The Coder-1.5B's one-row Q4_K matmuls whose x a producer forms: q|k|v (2048 x 1536) after the
+    attention norm ("norm") and down (1536 x 8960) after SwiGLU of a gate|up row ("swiglu"), as
+    luce_matmul_produced's one launch (`together`) or the producer's launch (luce_add_rmsnorm /
+    luce_swiglu_quant into the workspace) then luce_matmul (LUCE_MATMUL_PRODUCED's A/B)."""
+    from luce import _cuda_fused as kf
+    from luce import _cuda_matmul as km
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+
+    load_kernels()
+    q = km.QTYPES["Q4_K"]
+    n, k = (2048, 1536) if kind == "norm" else (1536, 8960)
+    w_bytes = n * km.row_bytes(q, k)
+    w = random_bytes(w_bytes, 3)
+    rng = np.random.default_rng(2)
+    a = DeviceBuffer.from_numpy(rng.standard_normal((1, 2 * k)).astype(np.float32))
+    b = DeviceBuffer.from_numpy(rng.standard_normal((1, k)).astype(np.float32))
+    norm_w = DeviceBuffer.from_numpy(np.ones(k, np.float32))
+    s, x, y = DeviceBuffer(4 * k), DeviceBuffer(4 * k), DeviceBuffer(4 * n)
+    ws_bytes = km.workspace_bytes(1, k)
+    ws = DeviceBuffer(max(ws_bytes, 16))
+    if kind == "norm":
+        src = (km.X_ADD_RMSNORM, a.ptr, b.ptr, norm_w.ptr, s.ptr, k, k, 1e-6)
+    else:
+        src = (km.X_SWIGLU, a.ptr, a.ptr + 4 * k, 0, 0, 2 * k, 2 * k, 0.0)
+
+    def launch(stream: int = 0, _keep=(w, a, b, norm_w, s, x, y, ws)):
+        if together:
+            km.matmul_produced(*src, x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, 1, n, k, q, stream)
+            return
+        if kind == "norm":
+            kf.add_rmsnorm(a.ptr, b.ptr, norm_w.ptr, s.ptr, x.ptr, ws.ptr, ws_bytes, 1, k, 1e-6, stream)
+        else:
+            kf.swiglu_quant(a.ptr, a.ptr + 4 * k, x.ptr, ws.ptr, ws_bytes, 1, k, 2 * k, 2 * k, stream)
+        km.matmul(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, 1, n, k, q, km.PATH_DECODE, km.REUSE_X, 0, stream)
+
+    inputs = (3 if kind == "norm" else 2) * 4 * k
+    return launch, w_bytes + inputs + 4 * n, 2 * n * k
+
+
+for _kind in ("norm", "swiglu"):
+    for _together in (True, False):
+        _c = functools.partial(produced_case, _kind, _together)
+        _c.__name__ = f"matmul_produced_c15_{_kind}_" + ("one" if _together else "two")
+        BENCH_CASES.append(_c)
