@@ -82,30 +82,6 @@ int luce_matmul(const luce_matmul_params *p, void *stream);
  * k, a's workspace), the same bits; one decode row of a (Q4_K or Q5_K) and b (Q6_K) that both
  * take the one-row kernel at tune 0 run as one launch (cuda/matmul_gemv_pair.cuh; ABI 11). */
 int luce_matmul_pair(const luce_matmul_params *a, const luce_matmul_params *b, void *stream);
-/* luce_matmul of an x [rows, k] that a producer forms from its own inputs (ABI 12):
- *   LUCE_X_SWIGLU: x = silu(a) * b (luce_swiglu_quant's formula; a_stride, b_stride: the rows'
- *     strides in floats, so a fused gate|up output is read in place);
- *   LUCE_X_ADD_RMSNORM: x = rmsnorm(a (+ b)) * weight with eps (luce_add_rmsnorm's formula; with
- *     b, sum = a + b [rows, k] is stored too; sum must not be a or b; strides k).
- * A one-row decode call of a block type whose one-row kernel forms x in lane at tune 0, 5 or 6
- * (cuda/matmul_gemv_x.cuh: Q4_K, Q5_K, Q6_K, Q8_0, Q5_0 with k <= 16,384) is one launch: x,
- * p->x and the workspace are not written. Any other call is the producer's launch (its x into
- * p->x [rows, k] and the workspace), then luce_matmul with REUSE_X. Either way y (and sum) are
- * bitwise those of the two launches. p->flags must not hold REUSE_X; a, b, weight, sum 16-byte
- * aligned. */
-#define LUCE_X_SWIGLU 1
-#define LUCE_X_ADD_RMSNORM 2
-typedef struct {
-    const float *a;
-    const float *b;
-    const float *weight;
-    float *sum;
-    int64_t a_stride;
-    int64_t b_stride;
-    int32_t kind;
-    float eps;
-} luce_x_source;
-int luce_matmul_produced(const luce_matmul_params *p, const luce_x_source *src, void *stream);
 /* Prompt rows (DESIGN 5 rule 1; cuda/matmul_prefill.cu, reference luce/ref/matmul_prefill.py):
  * the same product for block types with x quantized to 8 bits per 32 values (ggml's q8_1),
  * int8 tensor cores over 64-token tiles; |error| against f32 within

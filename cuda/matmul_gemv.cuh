@@ -60,15 +60,12 @@ struct GemvArgs {
 // Block: `warps` warps (all chunks of k, CPL chunk slots a lane); rows in batches of R.
 // Dynamic shared memory (gemv_smem_bytes): c [C::kRing][R][chunks][C::kFloatsPerChunk], the x
 // scales [chunks], then for GroupFloatC with offsets the f32 sums of x's groups [groups].
-// kX: x quantized in lane from a.xf (matmul_gemv_x.cuh), else read from the workspace a.x; kSrc:
-// x as a.xf holds it (kXRow) or formed from a.xf and src by its producer's formula (kXSwiglu,
-// kXNorm: gemv_produced_kernel; the other kernels' registers stay as they were).
+// kX: x quantized in lane from a.xf (matmul_gemv_x.cuh), else read from the workspace a.x.
 // The block's work. kShare: as block `block` of `grid`, its share of a launch over two weights
 // (gemv_pair_kernel); else as blockIdx.x of gridDim.x (gemv_kernel: the registers it had as a
 // kernel of its own).
-template <class G, int CPL, int R, bool kX, bool kShare = false, int kSrc = kXRow>
-__device__ __forceinline__ void gemv_block(const GemvArgs &a, unsigned block = 0, unsigned grid = 0,
-                                           const XSourceArgs &src_args = XSourceArgs{}) {
+template <class G, int CPL, int R, bool kX, bool kShare = false>
+__device__ __forceinline__ void gemv_block(const GemvArgs &a, unsigned block = 0, unsigned grid = 0) {
     using C = GemvC<G, CPL, R>;
     const auto block_id = [&]() -> unsigned { if constexpr (kShare) return block; else return blockIdx.x; };
     const auto blocks = [&]() -> unsigned { if constexpr (kShare) return grid; else return gridDim.x; };
@@ -128,12 +125,10 @@ __device__ __forceinline__ void gemv_block(const GemvArgs &a, unsigned block = 0
     let_dependents_start();    // the kernel after may be scheduled (it waits for this one to end)
     GroupX gx[CPL];
     if constexpr (kX) {  // a live lane j = 0 stores its chunk's scale, a live lane its group's S_j
-        const auto src = x_source<kSrc>(a.xf, src_args, (int64_t)groups * 32);
-        const bool store = block_id() == 0;  // what the source stores, once (XNorm's x + residual)
 #pragma unroll
         for (int s = 0; s < CPL; ++s) {
             float xd, xs;
-            gemv_quantize_x<G>(src, ch[s], jg[s], store && live[s], gx[s], xd, xs);
+            gemv_quantize_x<G>(a.xf, ch[s], jg[s], gx[s], xd, xs);
             if (live[s] && j == 0) xd_s[ch[s]] = xd;
             if (G::kGroupScale && G::kOffset && live[s]) xs_s[ch[s] * kGroups + j] = xs;
         }
@@ -187,12 +182,6 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
     gemv_block<G, CPL, R, kX>(a);
 }
 
-// x formed in lane from its producer's inputs (luce_matmul_produced; kSrc: kXSwiglu or kXNorm).
-template <class G, int CPL, int R, int kSrc>
-__global__ void __launch_bounds__(kGemvMaxThreads) gemv_produced_kernel(GemvArgs a, XSourceArgs src) {
-    gemv_block<G, CPL, R, true, false, kSrc>(a, 0, 0, src);
-}
-
 
 // Dynamic shared memory of gemv_kernel<G, CPL, R, kX> (see there).
 template <class G, int CPL, int R>
@@ -203,8 +192,8 @@ size_t gemv_smem_bytes(const XLayout &x) {
            sizeof(float);
 }
 
-template <class G, int CPL, int R, bool kX, int kSrc = kXRow>
-int launch_gemv_cpl(GemvArgs a, cudaStream_t stream, const XSourceArgs &src = XSourceArgs{}) {
+template <class G, int CPL, int R, bool kX>
+int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     a.warps = (int)((a.x.chunks + CPL * kGemvChunksPerWarp - 1) / (CPL * kGemvChunksPerWarp));
     const int threads = a.warps * WARP_SIZE;
     const size_t smem = gemv_smem_bytes<G, CPL, R>(a.x);
@@ -212,18 +201,15 @@ int launch_gemv_cpl(GemvArgs a, cudaStream_t stream, const XSourceArgs &src = XS
     // chunks' c at most (3 * R * 256 B for GroupFloatC), and registers, not shared memory,
     // bound the blocks per SM.
     static int resident[kGemvMaxThreads / WARP_SIZE + 1] = {};
-    auto launch = [&](auto kernel, auto... args) {
-        int &res = resident[a.warps];
-        if (res == 0) res = resident_blocks(kernel, threads, smem);
-        // A one-wave grid of balanced blocks: every block takes the same number of batches (+-1).
-        const int64_t batches = (a.n + R - 1) / R;
-        int64_t grid = res > 0 && res < batches ? res : batches;
-        const int64_t per_block = (batches + grid - 1) / grid;
-        grid = (batches + per_block - 1) / per_block;
-        return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, args...));
-    };
-    if constexpr (kSrc == kXRow) return launch(gemv_kernel<G, CPL, R, kX>, a);
-    else return launch(gemv_produced_kernel<G, CPL, R, kSrc>, a, src);
+    auto kernel = gemv_kernel<G, CPL, R, kX>;
+    int &res = resident[a.warps];
+    if (res == 0) res = resident_blocks(kernel, threads, smem);
+    // A one-wave grid of balanced blocks: every block takes the same number of batches (+-1).
+    const int64_t batches = (a.n + R - 1) / R;
+    int64_t grid = res > 0 && res < batches ? res : batches;
+    const int64_t per_block = (batches + grid - 1) / grid;
+    grid = (batches + per_block - 1) / per_block;
+    return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
 }
 
 // Chunk slots per lane: one while every chunk of k fits one block of lanes, else two; 0: k too
@@ -264,31 +250,16 @@ bool gemv_fits(const XLayout &x, bool deep) {
 template <class G>
 bool gemv_x_in_lane(bool deep) { return !deep || G::kDeepInLane; }
 
-// The one-row kernel forms x in lane from a source other than x itself (luce_matmul_produced):
-// one chunk slot a lane (k up to 16,384) in the default lane layout (not IQ4_XS's own).
+// a.xf set: x quantized in lane (the workspace neither read nor written; gemv_x_in_lane).
 template <class G>
-bool gemv_x_produced(const XLayout &x, bool deep) {
-    return gemv_x_in_lane<G>(deep) && gemv_slots(x.chunks) == 1 && !G::kOwnLayout;
-}
-
-// a.xf set: x quantized in lane (the workspace neither read nor written; gemv_x_in_lane) from the
-// source `src` (XSourceKind; other than kXRow where gemv_x_produced, with src_args).
-template <class G>
-int launch_gemv(const GemvArgs &a, bool deep, cudaStream_t stream, int src = kXRow,
-                const XSourceArgs &src_args = XSourceArgs{}) {
+int launch_gemv(const GemvArgs &a, bool deep, cudaStream_t stream) {
     return with_gemv_shape<G>(a.x, deep, [&](auto cpl, auto r) {
         constexpr int C = decltype(cpl)::value, R = decltype(r)::value;
         constexpr bool kDeep = C == 1 ? R == 2 * G::kRows : R == G::kRows;
         if constexpr (kDeep && !G::kDeepInLane) {
             return a.xf ? (int)cudaErrorInvalidValue : launch_gemv_cpl<G, C, R, false>(a, stream);
         } else {
-            if (!a.xf) return launch_gemv_cpl<G, C, R, false>(a, stream);
-            if (src == kXRow) return launch_gemv_cpl<G, C, R, true>(a, stream);
-            if constexpr (C == 1 && !G::kOwnLayout) {
-                if (src == kXSwiglu) return launch_gemv_cpl<G, C, R, true, kXSwiglu>(a, stream, src_args);
-                if (src == kXNorm) return launch_gemv_cpl<G, C, R, true, kXNorm>(a, stream, src_args);
-            }
-            return (int)cudaErrorInvalidValue;
+            return a.xf ? launch_gemv_cpl<G, C, R, true>(a, stream) : launch_gemv_cpl<G, C, R, false>(a, stream);
         }
     });
 }

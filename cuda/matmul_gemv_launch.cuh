@@ -89,35 +89,18 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
 }
 
 // The launch of a call one_row_choice runs; xf: token 0's f32 x to quantize in lane, or null
-// (the workspace xl holds it); src: where x's values come from (kXRow: xf itself; else xf and
-// src_args by the producer's formula, where one_row_produces).
+// (the workspace xl holds it).
 inline int launch_one_row(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
-                          int tune, bool deep, const float *xf, cudaStream_t stream, int src = kXRow,
-                          const XSourceArgs &src_args = {}) {
+                          int tune, bool deep, const float *xf, cudaStream_t stream) {
     const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0, xf};
     switch (p->qtype) {
-        case LUCE_QT_Q4_K: return launch_gemv<GemvQ4K>(g, deep, stream, src, src_args);
-        case LUCE_QT_Q5_K: return launch_gemv<GemvQ5K>(g, deep, stream, src, src_args);
-        case LUCE_QT_Q6_K: return launch_gemv<GemvQ6K>(g, deep, stream, src, src_args);
-        case LUCE_QT_IQ4_XS: return src == kXRow ? launch_gemv_iq4(g, tune, stream) : (int)cudaErrorInvalidValue;
-        case LUCE_QT_Q8_0: return launch_gemv<GemvQ80>(g, deep, stream, src, src_args);
-        case LUCE_QT_Q5_0: return launch_gemv<GemvQ50>(g, deep, stream, src, src_args);
+        case LUCE_QT_Q4_K: return launch_gemv<GemvQ4K>(g, deep, stream);
+        case LUCE_QT_Q5_K: return launch_gemv<GemvQ5K>(g, deep, stream);
+        case LUCE_QT_Q6_K: return launch_gemv<GemvQ6K>(g, deep, stream);
+        case LUCE_QT_IQ4_XS: return launch_gemv_iq4(g, tune, stream);
+        case LUCE_QT_Q8_0: return launch_gemv<GemvQ80>(g, deep, stream);
+        case LUCE_QT_Q5_0: return launch_gemv<GemvQ50>(g, deep, stream);
         default: return (int)cudaErrorInvalidValue;
-    }
-}
-
-// A call one_row_choice runs (`one`) can form x in lane from a producer's inputs (launch_one_row's
-// src other than kXRow): the register form with one chunk slot a lane (gemv_x_produced; IQ4_XS
-// takes its staged form, which does not).
-inline bool one_row_produces(const luce_matmul_params *p, const XLayout &xl, const OneRow &one) {
-    if (!one.runs || !one.x_in_lane) return false;
-    switch (p->qtype) {
-        case LUCE_QT_Q4_K: return gemv_x_produced<GemvQ4K>(xl, one.deep);
-        case LUCE_QT_Q5_K: return gemv_x_produced<GemvQ5K>(xl, one.deep);
-        case LUCE_QT_Q6_K: return gemv_x_produced<GemvQ6K>(xl, one.deep);
-        case LUCE_QT_Q8_0: return gemv_x_produced<GemvQ80>(xl, one.deep);
-        case LUCE_QT_Q5_0: return gemv_x_produced<GemvQ50>(xl, one.deep);
-        default: return false;
     }
 }
 

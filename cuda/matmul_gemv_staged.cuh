@@ -327,7 +327,7 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
     GroupX gx;
     if constexpr (kX) {
         float xd, xs;
-        gemv_quantize_x<G, true>(XRow{a.xf}, ch, j, false, gx, xd, xs);
+        gemv_quantize_x<G, true>(a.xf, ch, j, gx, xd, xs);
         if (live && j == 0) xd_s[ch] = xd;
     } else {
         G::load_x(a.x, ch, j, gx);

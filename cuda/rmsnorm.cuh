@@ -85,29 +85,6 @@ __device__ __forceinline__ float norm_scale(const Row &r, int64_t base, int t, i
     return rsqrtf(reduce(ss) / (float)r.cols + r.eps);
 }
 
-// The scale norm_scale gives row `base` in add_rmsnorm_quant_kernel's launch (cuda/norm_quant.cu: a
-// warp up to kWarpRowMaxCols columns, else a block of kThreads adding by block_sum), the same bits
-// from one warp: past a warp's columns lane l plays thread w * 32 + l of each of the block's warps w
-// in turn, their butterflies as warp_sum's, the warps' sums added in warp order as block_sum adds
-// them. The whole warp calls (the one-row matmul's x in lane, cuda/matmul_gemv_x.cuh).
-__device__ __forceinline__ float norm_scale_by_warp(const Row &r, int64_t base, int lane) {
-    if (r.cols <= kWarpRowMaxCols)
-        return norm_scale(r, base, lane, WARP_SIZE, false, [](float v) { return warp_sum(v); });
-    const int64_t chunks = (r.cols + 3) / 4;
-    float total = 0.0f;
-    for (int w = 0; w < kThreads / WARP_SIZE; ++w) {
-        float ss = 0.0f;
-        for (int64_t j = w * WARP_SIZE + lane; j < chunks; j += kThreads) {
-            float v[4];
-            load_input(r, base, j, false, v);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) ss = fmaf(v[i], v[i], ss);
-        }
-        total += warp_sum(ss);
-    }
-    return rsqrtf(total / (float)r.cols + r.eps);
-}
-
 // One row by a group of `width` threads (this thread is `t`); `reduce` sums over the group.
 template <bool kRegisters, typename Reduce>
 __device__ __forceinline__ void norm_row(const Row &r, int64_t base, int t, int width, Reduce reduce) {

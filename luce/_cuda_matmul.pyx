@@ -29,27 +29,15 @@ cdef extern from "luce_ops.h":
         int32_t flags
         int32_t tune
 
-    ctypedef struct luce_x_source:
-        const float *a
-        const float *b
-        const float *weight
-        float *sum
-        int64_t a_stride
-        int64_t b_stride
-        int32_t kind
-        float eps
-
 
 ctypedef int (*matmul_fn)(const luce_matmul_params *, void *) noexcept nogil
 ctypedef int (*matmul_pair_fn)(const luce_matmul_params *, const luce_matmul_params *, void *) noexcept nogil
-ctypedef int (*matmul_produced_fn)(const luce_matmul_params *, const luce_x_source *, void *) noexcept nogil
 ctypedef int64_t (*workspace_fn)(int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*row_bytes_fn)(int32_t, int64_t) noexcept nogil
 
 cdef matmul_fn _matmul = NULL
 cdef matmul_fn _matmul_prefill = NULL
 cdef matmul_pair_fn _matmul_pair = NULL
-cdef matmul_produced_fn _matmul_produced = NULL
 cdef workspace_fn _prefill_workspace_bytes = NULL
 cdef workspace_fn _workspace_bytes = NULL
 cdef row_bytes_fn _row_bytes = NULL
@@ -63,16 +51,12 @@ PATH_PREFILL = 1
 REUSE_X = 1
 X_ONCE = 2   # no later call reuses this call's quantized x: one-row calls quantize it in lane (LUCE_MATMUL_X_ONCE)
 PAIR_QTYPES = ((12, 14), (13, 14))   # (a, b) luce_matmul_pair may run as one launch: Q4_K or Q5_K, then Q6_K
-X_SWIGLU = 1         # luce_matmul_produced's sources (LUCE_X_* in cuda/luce_ops_weights.h)
-X_ADD_RMSNORM = 2
 
 
 def load(str path):
     """Resolve the matmul entry points in the kernel library at `path`."""
     global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes, _matmul_pair
-    global _matmul_produced
     cdef void *lib = _open_library(path)
-    _matmul_produced = <matmul_produced_fn>_symbol(lib, path, "luce_matmul_produced")
     _matmul_pair = <matmul_pair_fn>_symbol(lib, path, "luce_matmul_pair")
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_workspace_bytes")
     _row_bytes = <row_bytes_fn>_symbol(lib, path, "luce_matmul_row_bytes")
@@ -135,32 +119,6 @@ def matmul_pair(uintptr_t x, uintptr_t w_a, uintptr_t bias_a, uintptr_t y_a, int
     with nogil:
         status = _matmul_pair(&a, &b, <void *>stream)
     raise_for_status(status, "luce_matmul_pair")
-
-
-def matmul_produced(int32_t kind, uintptr_t a, uintptr_t b, uintptr_t weight, uintptr_t sum, int64_t a_stride,
-                    int64_t b_stride, float eps, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y,
-                    uintptr_t workspace, int64_t workspace_bytes, int64_t rows, int64_t n, int64_t k, int32_t qtype,
-                    uintptr_t stream=0):
-    """matmul of the x [rows, k] that source `kind` forms (X_SWIGLU: silu(a) * b, rows strided
-    a_stride / b_stride; X_ADD_RMSNORM: rmsnorm(a (+ b)) * weight, a + b stored into sum), as
-    luce_matmul_produced: one launch where the one-row kernel forms x in lane (x and the workspace
-    then unwritten), else the producer's launch into x and the workspace and the matmul on it."""
-    _require_loaded(<void *>_matmul_produced)
-    cdef luce_matmul_params p
-    cdef luce_x_source src
-    _fill(&p, x, w, bias, y, workspace, workspace_bytes, rows, n, k, qtype, PATH_DECODE, 0, 0)
-    src.a = <const float *>a
-    src.b = <const float *>b
-    src.weight = <const float *>weight
-    src.sum = <float *>sum
-    src.a_stride = a_stride
-    src.b_stride = b_stride
-    src.kind = kind
-    src.eps = eps
-    cdef int status
-    with nogil:
-        status = _matmul_produced(&p, &src, <void *>stream)
-    raise_for_status(status, "luce_matmul_produced")
 
 
 cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,

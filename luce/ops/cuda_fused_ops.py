@@ -28,13 +28,6 @@ ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_att
 # launches a step against 246 (docs/PERF.md, session 26). LUCE_MATMUL_PAIR=0 turns it off (A/B runs).
 PAIR_ON = os.environ.get("LUCE_MATMUL_PAIR", "1") != "0"
 
-# A one-row decode matmul whose x comes from the norm ahead of it or from SwiGLU forms x itself
-# (luce_matmul_produced: the norm's / SwiGLU's launch goes, the same bits); LUCE_MATMUL_PRODUCED=0
-# turns it off (A/B runs). Every block of that launch forms all of x, so matrices of many blocks
-# (n past PRODUCED_MAX_N: the LM heads) keep the producer's launch.
-PRODUCED_ON = os.environ.get("LUCE_MATMUL_PRODUCED", "1") != "0"
-PRODUCED_MAX_N = int(os.environ.get("LUCE_MATMUL_PRODUCED_MAX_N", "65536"))
-
 
 class CudaFusedOps(FusedOps):
     """Mixin of CudaBackend (uses its empty / _f32 / memcpy / _matmuls / _bias_ptr / _matmul_workspace /
@@ -68,22 +61,6 @@ class CudaFusedOps(FusedOps):
                        b.qtype, ws.ptr, nb, 1, a.k, flags, self.stream)
         return ys
 
-    def _matmul_produced(self, kind: int, a, b, weight, sum_out, stride: int, eps: float, T: int, k: int, w, bias):
-        """The matmul of one weight on the x [T, k] that source `kind` forms from a / b (device
-        addresses; CudaArray or int), as luce_matmul_produced -> y [T, w.n]; None where the call
-        keeps its producer's own launch (off, several rows, a float or a wide weight)."""
-        from luce import _cuda_matmul as km
-
-        if not PRODUCED_ON or T != 1 or w.qtype in km.FLOAT_QTYPES or w.n > PRODUCED_MAX_N or w.k != k or k % 32:
-            return None
-        ws_bytes = km.workspace_bytes(T, k)
-        ws, x = self.empty((ws_bytes,), np.uint8), self.empty((T, k))   # written only where x is not formed in lane
-        y = self.empty((T, w.n))
-        ptr = (lambda v: 0 if v is None else v if isinstance(v, int) else v.ptr)
-        km.matmul_produced(kind, ptr(a), ptr(b), ptr(weight), ptr(sum_out), stride, stride, eps, x.ptr, w.ptr,
-                           self._bias_ptr(bias, w), y.ptr, ws.ptr, ws_bytes, T, w.n, k, w.qtype, self.stream)
-        return y
-
     def add_rmsnorm_matmuls(self, x, residual, weight, eps: float, weights, biases=None, prefill_spans=()):
         from luce import _cuda_fused as kf
 
@@ -99,14 +76,6 @@ class CudaFusedOps(FusedOps):
         # GEMM scales x its own way), instead of an add launch and a norm launch.
         prompt = self.has_prompt_rows(T, prefill_spans)
         s = x if residual is None else self.empty(x.shape)
-        if len(weights) == 1 and not prompt:
-            from luce import _cuda_matmul as km
-
-            bias = None if biases is None else list(biases)[0]
-            y = self._matmul_produced(km.X_ADD_RMSNORM, x, residual, weight, None if residual is None else s, D,
-                                      eps, T, D, weights[0], bias)
-            if y is not None:
-                return s, [y]
         normed = self.empty(x.shape)
         workspace, ws_bytes = (None, 0) if prompt else self._quant_workspace(T, D, weights)
         if T:
@@ -144,11 +113,6 @@ class CudaFusedOps(FusedOps):
             if T:   # a merged gate|up is read in place (strides), not split into two copies first
                 ke.swiglu(gate_ptr, up_ptr, act.ptr, T, F, stride, stride, F, stream=self.stream)
             return self.matmul(act, w, prefill_spans=prefill_spans)
-        from luce import _cuda_matmul as km
-
-        y = self._matmul_produced(km.X_SWIGLU, gate_ptr, up_ptr, None, None, stride, 0.0, T, F, w, None)
-        if y is not None:
-            return y
         workspace, ws_bytes = self._quant_workspace(T, F, [w])
         if workspace is None:
             return super().swiglu_matmul(gate, up, w)

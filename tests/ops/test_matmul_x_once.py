@@ -56,10 +56,6 @@ def decode_step(tmp_path, monkeypatch, arch: str, slots: int):
             return _fn(*args, **kwargs)
 
         monkeypatch.setattr(_cuda_fused, name, producer)
-    from luce.ops import cuda_fused_ops
-
-    # the producers' own launches (a one-row step otherwise forms x in the matmul: test_matmul_produced.py)
-    monkeypatch.setattr(cuda_fused_ops, "PRODUCED_ON", False)
     model = load_model(tiny_q4km(tmp_path, arch), get_backend("cuda"))
     state = model.new_state(max_pages=12, max_slots=4)
     batch = build_batch([SegmentSpec(slot, [11 + slot], 5 + slot, [4 * slot]) for slot in range(slots)])
