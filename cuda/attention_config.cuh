@@ -15,14 +15,21 @@ int32_t parts_for(int32_t max_kv_len) {
     return max_kv_len <= kPartition ? 1 : (int32_t)(((int64_t)max_kv_len + kPartition - 1) / kPartition);
 }
 
-// The shortest chunk (chunk_keys): chunk_floor(D), or LUCE_ATTN_CHUNK_MIN where it is a power
+// The shortest chunk by head dim where LUCE_ATTN_CHUNK_MIN does not set it. H100, Coder C1 decode
+// over 128-428 keys (docs/PERF.md, session 26; against 32): D = 64 (the 0.5B) 128 keys +4.1% tok/s
+// (64: +1.8%), D = 128 (the 1.5B) 64 keys +1.3% (128: -3.5%); at 1,024 and 2,048 keys the same
+// (16 chunks either way). Fewer, longer chunks: fewer blocks and partials to merge where a short
+// row's blocks are latency-bound anyway. D = 256: chunk_floor (kPartition).
+constexpr int32_t chunk_default(int32_t head_dim) { return head_dim <= 64 ? 128 : head_dim <= 128 ? 64 : kPartition; }
+
+// The shortest chunk (chunk_keys): chunk_default(D), or LUCE_ATTN_CHUNK_MIN where it is a power
 // of two in [chunk_floor(D), kPartition] (kPartition: one chunk a partition, the kernel before
 // chunks; for A/B runs); never below a page (a chunk's keys start on a page).
 int32_t chunk_min_for(int32_t head_dim, int32_t page_size) {
-    int32_t c = chunk_floor(head_dim);
+    int32_t c = max(chunk_default(head_dim), chunk_floor(head_dim));
     if (const char *e = getenv("LUCE_ATTN_CHUNK_MIN")) {
         const int v = atoi(e);
-        if (v >= c && v <= kPartition && (v & (v - 1)) == 0) c = v;
+        if (v >= chunk_floor(head_dim) && v <= kPartition && (v & (v - 1)) == 0) c = v;
     }
     return max(c, page_size);
 }

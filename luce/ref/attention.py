@@ -24,6 +24,12 @@ ROW_CHUNKS = 16     # kRowChunks: a row takes at most this many chunks, or ceil(
 PARTITION = 256     # LUCE_ATTN_PARTITION: the longest chunk
 
 
+def chunk_min(head_dim: int) -> int:
+    """The cmin a launch at this head dim takes unless LUCE_ATTN_CHUNK_MIN sets it
+    (cuda/attention_config.cuh chunk_default): 128 keys at D <= 64, 64 at D <= 128, else PARTITION."""
+    return 128 if head_dim <= 64 else 64 if head_dim <= 128 else PARTITION
+
+
 def chunk_keys(n: int, cmin: int = CHUNK_MIN) -> int:
     """Keys per chunk of a row of n keys: the smallest power of two >= cmin giving at most
     ROW_CHUNKS chunks, capped at PARTITION."""

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from luce.models.kv_cache import pages_needed
-from luce.ref.attention import chunk_grid
+from luce.ref.attention import chunk_grid, chunk_min
 from tests.kernels.test_attention import Pool, pack, pack_trees, reference
 from tests.kernels.test_attention_emulated import launch, load_attention
 from tests.kernels.test_gdn_tree import random_tree
@@ -52,15 +52,15 @@ def check_same(chain, cluster, what):
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("n", KEYS)
 def test_one_decode_row_same_bits_emulated(lib, monkeypatch, shape, n):
-    """A decode step of one AR row (the benchmark's launch): chunk_grid(n) blocks of each head group
-    one cluster (a row of one chunk keeps the chain form, which then writes the output directly)."""
+    """A decode step of one AR row (the benchmark's launch): chunk_grid(n, chunk_min(D)) blocks of each
+    head group one cluster (a row of one chunk keeps the chain form, which then writes the output directly)."""
     hq, hkv, d = SHAPES[shape]
     rng = np.random.default_rng(n)
     pool = Pool(rng, pages_needed(n) + 2, hkv, d)
     batch = pack([pool.seq(0, n, 1)])
     q = rng.standard_normal((1, hq, d)).astype(np.float32)
     scale = 1.0 / np.sqrt(d)
-    z = chunk_grid(n)
+    z = chunk_grid(n, chunk_min(d))
     counters = np.zeros(1 << 10, np.int32)
     chain, cluster = both_forms(lib, monkeypatch, lambda: launch(lib, q, pool, batch, None, scale, 0, no_tree=True,
                                                                  counters=counters), z if z > 1 else 1)
@@ -93,19 +93,19 @@ def test_many_rows_and_padding_same_bits_emulated(lib, monkeypatch, shape):
     np.testing.assert_allclose(cluster[live], reference(q, pool, batch, scale)[live], *tolerance("attention"))
 
 
-def test_longer_shortest_chunk_emulated(lib, monkeypatch):
-    """LUCE_ATTN_CHUNK_MIN=64 (clusters of 3 at 160 keys) over rows of 1, 160 and 40 keys: the chain
-    form's bits."""
+def test_shorter_shortest_chunk_emulated(lib, monkeypatch):
+    """LUCE_ATTN_CHUNK_MIN=32 (the floor, under D = 64's default of 128: clusters of 5 at 160 keys)
+    over rows of 1, 160 and 40 keys: the chain form's bits."""
     hq, hkv, d = SHAPES["q05"]
     rng = np.random.default_rng(2)
     specs = [(0, 1, 1), (1, 160, 1), (2, 40, 1)]
     pool = Pool(rng, sum(pages_needed(n) for _, n, _ in specs) + 2, hkv, d)
     batch = pack([pool.seq(*s) for s in specs])
     q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
-    monkeypatch.setenv("LUCE_ATTN_CHUNK_MIN", "64")
+    monkeypatch.setenv("LUCE_ATTN_CHUNK_MIN", "32")
     chain, cluster = both_forms(lib, monkeypatch, lambda: launch(lib, q, pool, batch, None, 0.125, 0, no_tree=True,
-                                                                 counters=np.zeros(256, np.int32)), 3)
-    check_same(chain, cluster, "cmin 64")
+                                                                 counters=np.zeros(256, np.int32)), 5)
+    check_same(chain, cluster, "cmin 32")
 
 
 def test_launches_it_does_not_take_keep_the_chain_bits_emulated(lib, monkeypatch):
@@ -140,6 +140,7 @@ def test_fused_rope_input_same_bits_emulated(rope_lib, monkeypatch, shape, qk_no
     for heads in ("1", "2", str(hq // hkv)):
         monkeypatch.setenv("LUCE_ATTN_GROUP_HEADS", heads)
         for counters in (np.zeros(1 << 12, np.int32), None):
-            got = both_forms(rope_lib, monkeypatch, lambda: step.fused(rope_lib, counters), chunk_grid(1000))
+            got = both_forms(rope_lib, monkeypatch, lambda: step.fused(rope_lib, counters),
+                             chunk_grid(1000, chunk_min(d)))
             for a, b, what in zip(*got, ("out", "k", "v")):
                 assert same_bits(a, b), f"{what}: {heads} heads a block, counters {counters is not None}"
