@@ -165,26 +165,34 @@ __global__ void __launch_bounds__(kPickThreads) top_k_select_kernel(luce_samplin
     sums[row * gridDim.x + slice] = SliceSum{total.s, total.m, has_nan};
 }
 
-// One block a row: the k first of the slices' lists, the slices' sums added in slice order.
+// Dynamic shared memory of top_k_finish_kernel: the lists' values and ids, then the slices' sums.
+size_t top_k_finish_smem(int64_t n_slices, int k) {
+    return (size_t)n_slices * ((size_t)k * (sizeof(float) + sizeof(int)) + sizeof(SliceSum));
+}
+
+// One block a row: the k first of the slices' lists, the slices' sums added in slice order. The
+// block loads the sums together with the lists (one round trip; thread 0 reading them one after
+// another was ~13 us of dependent reads at 31 slices under ncu, docs/PERF.md session 26).
 __global__ void __launch_bounds__(kPickThreads) top_k_finish_kernel(luce_sampling_params p, const Cand *lists,
                                                                     const SliceSum *sums, int n_slices) {
-    extern __shared__ float merge_v[];                         // [n_slices * k] values, then ids
+    extern __shared__ float merge_v[];                         // [n_slices * k] values, then ids, then sums
     __shared__ Cand picks[kPickWarps * pick::kPickMax];
     __shared__ int counts[kPickWarps];
     __shared__ Cand top[pick::kPickMax];
     const int64_t row = blockIdx.x;
     const int k = p.k, n = n_slices * k;
     int *merge_id = reinterpret_cast<int *>(merge_v + n);
+    SliceSum *row_sums = reinterpret_cast<SliceSum *>(merge_id + n);  // 8-byte aligned: n * 8 bytes before
     for (int j = threadIdx.x; j < n; j += kPickThreads) {
         const Cand c = lists[row * n + j];
         merge_v[j] = c.v;
         merge_id[j] = c.id;
     }
+    for (int i = threadIdx.x; i < n_slices; i += kPickThreads) row_sums[i] = sums[row * n_slices + i];
     __syncthreads();
     pick::pick_sorted(merge_v, [merge_id](int j) { return merge_id[j]; }, n, k, top, picks, counts);
     __syncthreads();
     if (threadIdx.x != 0) return;
-    const SliceSum *row_sums = sums + row * n_slices;
     Lse total{row_sums[0].m, row_sums[0].s};
     bool bad = row_sums[0].nan != 0;
     for (int i = 1; i < n_slices; ++i) {
@@ -235,7 +243,7 @@ extern "C" int luce_top_k_logprobs(const luce_sampling_params *p, void *stream) 
     Cand *lists = reinterpret_cast<Cand *>(p->workspace);
     SliceSum *sums = reinterpret_cast<SliceSum *>(lists + p->rows * n_slices * p->k);
     top_k_select_kernel<<<dim3((unsigned)n_slices, (unsigned)p->rows), kPickThreads, 0, s>>>(*p, lists, sums);
-    const size_t merge_bytes = (size_t)n_slices * p->k * (sizeof(float) + sizeof(int));
+    const size_t merge_bytes = top_k_finish_smem(n_slices, p->k);
     if (merge_bytes > 48 * 1024) {
         const cudaError_t err = cudaFuncSetAttribute(top_k_finish_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                      (int)merge_bytes);
