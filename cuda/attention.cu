@@ -36,8 +36,9 @@
 // Every reduction's order is fixed by the key positions and the row's key count alone, so a
 // row's output is bitwise the same in any batch (DESIGN 5 rule 2). The chunk count comes from
 // the launch's max_kv_len (the padded KV span) and only sizes the grid: chunks past a row's
-// keys exit at once. Short chunks exist for latency: a one-row decode step over 160 keys is
-// 2 (Hkv) x 5 (chunks) x G blocks of 32 keys, not Hkv x G blocks of 160 keys each.
+// keys exit at once. Short chunks exist for latency: a one-row decode step of the Coder-1.5B
+// (D 128: chunks of 64 keys and up, attention_config.cuh chunk_default) over 160 keys is 2 (Hkv)
+// x 3 (chunks) x G blocks, not Hkv x G blocks of 160 keys each.
 // Latency: a decode step's partition block is a chain of dependent memory round trips, so
 // loads are issued together: the q rows before the row's keys and page table; the score
 // pass loads several passes' keys (16 float4s a thread) before their dots; the value pass

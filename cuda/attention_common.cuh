@@ -26,7 +26,8 @@ __host__ __device__ __forceinline__ int32_t prompt_splits(int32_t n_parts) {
 // chunks, capped at kPartition. A function of the row's own key count (DESIGN 5 rule 2): a
 // short row spreads over several blocks (160 keys at cmin 32: 5 chunks of 32), a long one keeps
 // kPartition-key chunks. cmin (a power of two in [kChunkMin, kPartition], >= page_size) is
-// fixed per launch configuration: LUCE_ATTN_CHUNK_MIN, else by head dim (attention.cu).
+// fixed per launch configuration: LUCE_ATTN_CHUNK_MIN, else by head dim (attention_config.cuh
+// chunk_default: 128 at D 64, 64 at D 128, kPartition at D 256).
 constexpr int kChunkMin = 32;
 constexpr int kRowChunks = 16;
 

@@ -19,7 +19,7 @@ import numpy as np
 # row of n keys takes chunks of chunk_keys(n, cmin) keys at absolute (logical) key positions,
 # each reduced on its own (max, sum of exponentials, weighted values) and then merged in
 # order; the chunk length is a function of the row's own key count, never of the batch.
-CHUNK_MIN = 32      # kChunkMin: the shortest chunk at D <= 128 (cmin: a power of two in [32, 256]; D = 256: 256)
+CHUNK_MIN = 32      # kChunkMin: the floor of cmin at D <= 128 (a power of two in [32, 256]; D = 256: 256); chunk_min(D): the default
 ROW_CHUNKS = 16     # kRowChunks: a row takes at most this many chunks, or ceil(n / 256)
 PARTITION = 256     # LUCE_ATTN_PARTITION: the longest chunk
 
