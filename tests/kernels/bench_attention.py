@@ -107,24 +107,26 @@ def attention_case(n_seqs: int, context: int, rows_per_seq: int = 1, heads: tupl
     return launch, bytes_moved, 4 * keys * hq * d
 
 
-def tree_attention_case(n_decoders: int, context: int, width: int):
+def tree_attention_case(n_decoders: int, context: int, width: int, heads: tuple = (HQ, HKV, D)):
     """n_decoders AR rows at `context` keys, then one width-`width` tree segment (DDTree-like
-    parents) whose committed prefix is `context`: the verify step's attention launch."""
+    parents) whose committed prefix is `context`: the verify step's attention launch; heads
+    (Hq, Hkv, D)."""
     from luce import _cuda_attention as ka
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
     from tests.kernels.bench_gdn_tree import ddtree_parents
 
     load_kernels()
+    hq, hkv, d = heads
     lens = [context] * n_decoders + [context + width]
     rows_of = [1] * n_decoders + [width]
     pages_of = [-(-n // PAGE) for n in lens]
     n_pages, rows = sum(pages_of), sum(rows_of)
-    page_floats = PAGE * HKV * D
+    page_floats = PAGE * hkv * d
     k = random_device_buffer(n_pages * page_floats, 1)
     v = random_device_buffer(n_pages * page_floats, 2)
-    q = random_device_buffer(rows * HQ * D, 3)
-    out = DeviceBuffer(rows * HQ * D * 4)
+    q = random_device_buffer(rows * hq * d, 3)
+    out = DeviceBuffer(rows * hq * d * 4)
     parents = ddtree_parents(width)
     tp = np.full(rows, -1, np.int32)
     tp[n_decoders:] = np.where(parents >= 0, parents + n_decoders, -1)
@@ -134,22 +136,22 @@ def tree_attention_case(n_decoders: int, context: int, width: int):
             np.array([n - (p - 1) * PAGE for n, p in zip(lens, pages_of)], np.int32),
             np.arange(len(lens), dtype=np.int32), tp]
     meta_bufs = [DeviceBuffer.from_numpy(a) for a in meta]
-    ws_bytes = ka.workspace_bytes(rows, HQ, D, max(lens))
+    ws_bytes = ka.workspace_bytes(rows, hq, d, max(lens))
     ws = DeviceBuffer(ws_bytes)
     counters = DeviceBuffer.from_numpy(np.zeros(COUNTERS, np.int32))
     keep = (k, v, q, out, ws, meta_bufs, counters)
 
     def launch(stream: int = 0, _keep=keep):
         ka.attention(q.ptr, k.ptr, v.ptr, out.ptr, ws.ptr, ws_bytes, *(b.ptr for b in meta_bufs[:5]),
-                     rows, len(lens), HQ, HKV, D, PAGE, max(lens), 1.0 / 16, True, stream,
+                     rows, len(lens), hq, hkv, d, PAGE, max(lens), 1.0 / 16, True, stream,
                      tree_parents=meta_bufs[5].ptr, counters=counters.ptr, n_counters=COUNTERS)
 
     depth = np.zeros(width, np.int64)
     for i in range(1, width):
         depth[i] = depth[parents[i]] + 1
     keys = n_decoders * context + int((context + depth + 1).sum())
-    bytes_moved = sum(lens) * HKV * D * 4 * 2 + 2 * rows * HQ * D * 4
-    return launch, bytes_moved, 4 * keys * HQ * D
+    bytes_moved = sum(lens) * hkv * d * 4 * 2 + 2 * rows * hq * d * 4
+    return launch, bytes_moved, 4 * keys * hq * d
 
 
 BENCH_CASES = [
@@ -215,6 +217,13 @@ TREE_CASES = [functools.partial(tree_attention_case, n, ctx, w) for n, ctx, w in
                                                                                  (0, 4096, 8)]]
 for _c in TREE_CASES:
     _c.__name__ = "attention_tree_" + "_".join(map(str, _c.args))
+# A verify of one DDTree of 23 / 64 rows over 128 committed keys at the Coder shapes (the 1.5B's
+# verify bench, docs/PERF.md session 26: 20.7 / 30.7 us a layer against 10.5 for its AR row).
+for _shape, _heads in DECODE_SHAPES.items():
+    for _w in (23, 64):
+        _c = functools.partial(tree_attention_case, 0, 128, _w, _heads)
+        _c.__name__ = f"attention_tree_{_shape}_128_{_w}"
+        TREE_CASES.append(_c)
 BENCH_CASES += TREE_CASES + PREFILL_CASES
 
 
