@@ -1,5 +1,6 @@
 // The cluster form of the partition kernel's merge (cuda/attention.cu, LUCE_ATTN_DECODE): a
-// launch without prompt or tree rows whose chunk grid is 2..kMaxCluster runs its (row, head
+// launch without prompt rows (nor tree rows, unless LUCE_ATTN_TREE_CLUSTER=1) whose chunk grid
+// is 2..kMaxCluster runs its (row, head
 // group) blocks of chunks 0..Z-1 as one thread block cluster (sm_90 and up), and the blocks
 // merge the row's partials through distributed shared memory instead of the workspace: each
 // block keeps its partial o [G][D] and (m, l) [G] in its own shared memory, one cluster
@@ -81,6 +82,15 @@ inline bool decode_cluster_form() {
     const char *e = getenv("LUCE_ATTN_DECODE");
     const bool want = e && strcmp(e, "cluster") == 0 ? true : e && strcmp(e, "chain") == 0 ? false : kDecodeCluster;
     return want && cluster::launches();
+}
+
+// Launches with tree rows (a verify) in the cluster form too: LUCE_ATTN_TREE_CLUSTER=1, where the
+// decode form is the cluster one. Off until measured: a width-23 verify of the Coder-1.5B spends
+// 20.7 us a layer in the chain form's partition launch (H100, docs/PERF.md session 26), where one
+// decode row's cluster form measured 5.1 against the chain's 7.9 us (H200). The same bits.
+inline bool tree_cluster_form() {
+    const char *e = getenv("LUCE_ATTN_TREE_CLUSTER");
+    return e && strcmp(e, "1") == 0 && decode_cluster_form();
 }
 
 }  // namespace

@@ -21,11 +21,16 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
     if constexpr (D <= 128) {
         constexpr auto k_rope = attention_partition_kernel<D, MAXG, false, true, true>;
         constexpr auto k_plain = attention_partition_kernel<D, MAXG, false, false, true>;
-        if (clustered &&
-            (rope ? cluster::fits<k_rope>(grid.z, kThreads, smem) : cluster::fits<k_plain>(grid.z, kThreads, smem))) {
+        constexpr auto k_tree = attention_partition_kernel<D, MAXG, true, false, true>;  // tree_cluster_form
+        const bool tree = p.tree_parents != nullptr;
+        const bool fits = rope ? cluster::fits<k_rope>(grid.z, kThreads, smem)
+                          : tree ? cluster::fits<k_tree>(grid.z, kThreads, smem)
+                                 : cluster::fits<k_plain>(grid.z, kThreads, smem);
+        if (clustered && fits) {
             *merged = true;
-            return luce_status(cluster::launch(rope ? k_rope : k_plain, grid, dim3(kThreads), smem, stream, overlap,
-                                               grid.z, p, n_parts, page_shift, row0, gh, cmin, prefetch, r));
+            return luce_status(cluster::launch(rope ? k_rope : tree ? k_tree : k_plain, grid, dim3(kThreads), smem,
+                                               stream, overlap, grid.z, p, n_parts, page_shift, row0, gh, cmin,
+                                               prefetch, r));
         }
     }
 #endif
@@ -54,7 +59,8 @@ int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t 
     if (row0 < p.n_rows) {
         const int G = p.n_heads_q / p.n_heads_kv;
         const int32_t z = chunk_grid(p.max_kv_len, cmin);
-        const bool cl = D <= 128 && row0 == 0 && !p.tree_parents && z >= 2 && z <= kMaxCluster && decode_cluster_form();
+        const bool cl = D <= 128 && row0 == 0 && (!p.tree_parents || tree_cluster_form()) && z >= 2 &&
+                        z <= kMaxCluster && decode_cluster_form();
         const int gh = group_heads_for(G, (int64_t)(p.n_rows - row0) * p.n_heads_kv * z, cl ? cluster_group_floor(G) : 1);
         const int64_t counts = (int64_t)p.n_rows * p.n_heads_kv * ((G + gh - 1) / gh);
         luce_attention_params q = p;

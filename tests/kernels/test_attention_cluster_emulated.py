@@ -108,9 +108,33 @@ def test_shorter_shortest_chunk_emulated(lib, monkeypatch):
     check_same(chain, cluster, "cmin 32")
 
 
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_tree_rows_in_the_cluster_form_emulated(lib, monkeypatch, shape):
+    """LUCE_ATTN_TREE_CLUSTER=1: a verify launch (AR rows beside trees of 6 and 23 rows, a padding
+    row) runs clusters and gives the chain form's bits."""
+    hq, hkv, d = SHAPES[shape]
+    rng = np.random.default_rng(d)
+    specs = [(0, 160, 1), (1, 300, 6), (-1, 0, 1), (2, 128, 23)]
+    pool = Pool(rng, sum(pages_needed(max(n, 1)) + 8 for _, n, _ in specs), hkv, d)
+    batch, tp = pack_trees([pool.seq(*s) for s in specs], [None, random_tree(rng, 6), None, random_tree(rng, 23)])
+    q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
+    monkeypatch.setenv("LUCE_ATTN_TREE_CLUSTER", "1")
+    for heads in ("1", str(hq // hkv)):
+        monkeypatch.setenv("LUCE_ATTN_GROUP_HEADS", heads)
+        for counters in (np.zeros(1 << 12, np.int32), None):
+            run = lambda: launch(lib, q, pool, batch, tp, 0.09, 0, counters=counters)  # noqa: E731
+            monkeypatch.setenv("LUCE_ATTN_DECODE", "chain")
+            chain = run()
+            assert lib.emu_last_launch_cluster() == 1
+            monkeypatch.setenv("LUCE_ATTN_DECODE", "cluster")
+            cluster = run()
+            assert lib.emu_last_launch_cluster() > 1, "the tree launch did not run clusters"
+            check_same(chain, cluster, f"{heads} heads a block, counters {counters is not None}")
+
+
 def test_launches_it_does_not_take_keep_the_chain_bits_emulated(lib, monkeypatch):
-    """A tree row beside AR rows and a launch with prompt rows take the chain form (cluster size 1
-    under LUCE_ATTN_DECODE=cluster), with the same bits."""
+    """A tree row beside AR rows (LUCE_ATTN_TREE_CLUSTER unset) and a launch with prompt rows take
+    the chain form (cluster size 1 under LUCE_ATTN_DECODE=cluster), with the same bits."""
     hq, hkv, d = SHAPES["1p5b"]
     rng = np.random.default_rng(9)
     specs = [(0, 160, 1), (1, 300, 6)]
