@@ -387,3 +387,28 @@ def test_cluster_decode_form_bitwise_equals_chain_form(heads, monkeypatch):
             monkeypatch.delenv("LUCE_ATTN_GROUP_HEADS", raising=False)
         live = batch.seq_slots[np.searchsorted(batch.qo_indptr, np.arange(batch.n_rows), side="right") - 1] >= 0
         assert_close(got["cluster"][live], reference(q, pool, batch, scale)[live])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [(12, 2, 128), (14, 2, 64)], ids=["1p5b", "q05"])
+def test_cluster_tree_form_bitwise_equals_chain_form(heads, monkeypatch):
+    """LUCE_ATTN_TREE_CLUSTER=1 (a verify launch's tree rows in the cluster form) against the chain
+    form: every output bit the same (trees of 23 and 64 rows beside AR rows and padding), close to
+    the tree reference."""
+    hq, hkv, d = heads
+    rng = np.random.default_rng(d + 1)
+    trees = [None, random_tree(rng, 23), None, random_tree(rng, 64)]
+    seqs_spec = [(0, 300, 1), (1, 128 + 23, 23), (-1, 0, 2), (2, 128 + 64, 64)]
+    pool = Pool(rng, sum(pages_needed(max(n, 1)) for _, n, _ in seqs_spec) + 2, hkv, d)
+    batch, tp = pack_trees([pool.seq(*spec) for spec in seqs_spec], trees)
+    q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
+    scale = 1.0 / np.sqrt(d)
+    monkeypatch.setenv("LUCE_ATTN_TREE_CLUSTER", "1")
+    got = {}
+    for form in ("chain", "cluster"):
+        monkeypatch.setenv("LUCE_ATTN_DECODE", form)
+        got[form] = run_kernel(q, pool, batch, scale, fill=SENTINEL, raw=True, tree_parents=tp, counters=True)
+    assert np.array_equal(got["chain"].view(np.uint32), got["cluster"].view(np.uint32))
+    live = np.ones(batch.n_rows, bool)
+    live[batch.qo_indptr[2]:batch.qo_indptr[3]] = False
+    assert_close(got["cluster"][live], tree_reference(q, pool, batch, tp, scale)[live])
