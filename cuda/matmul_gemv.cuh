@@ -192,6 +192,14 @@ size_t gemv_smem_bytes(const XLayout &x) {
            sizeof(float);
 }
 
+// A one-wave grid of balanced blocks for `batches` within `cap` resident blocks (0: unknown, one
+// block a batch): every block takes the same number of batches (+-1).
+inline int64_t balanced_grid(int64_t batches, int64_t cap) {
+    const int64_t grid = cap > 0 && cap < batches ? cap : batches;
+    const int64_t per_block = (batches + grid - 1) / grid;
+    return (batches + per_block - 1) / per_block;
+}
+
 template <class G, int CPL, int R, bool kX>
 int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     a.warps = (int)((a.x.chunks + CPL * kGemvChunksPerWarp - 1) / (CPL * kGemvChunksPerWarp));
@@ -204,11 +212,7 @@ int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     auto kernel = gemv_kernel<G, CPL, R, kX>;
     int &res = resident[a.warps];
     if (res == 0) res = resident_blocks(kernel, threads, smem);
-    // A one-wave grid of balanced blocks: every block takes the same number of batches (+-1).
-    const int64_t batches = (a.n + R - 1) / R;
-    int64_t grid = res > 0 && res < batches ? res : batches;
-    const int64_t per_block = (batches + grid - 1) / grid;
-    grid = (batches + per_block - 1) / per_block;
+    const int64_t grid = balanced_grid((a.n + R - 1) / R, res);
     return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
 }
 

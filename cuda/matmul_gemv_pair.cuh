@@ -18,13 +18,6 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_pair_kernel(GemvArgs a, 
         gemv_block<GB, 1, RB, false, true>(b, blockIdx.x - (unsigned)grid_a, gridDim.x - (unsigned)grid_a);
 }
 
-// Balanced blocks (launch_gemv_cpl's rule) for `batches` within `cap` resident blocks.
-inline int64_t balanced_grid(int64_t batches, int64_t cap) {
-    int64_t grid = cap > 0 && cap < batches ? cap : batches;
-    const int64_t per_block = (batches + grid - 1) / grid;
-    return (batches + per_block - 1) / per_block;
-}
-
 // x from the workspace (quantized already), one chunk slot a lane (gemv_slots == 1) for both;
 // weight a at RA rows a batch, b at RB. The resident blocks are shared in proportion to the
 // weights' batches.
