@@ -1,17 +1,16 @@
-// The cluster form of the partition kernel's merge (cuda/attention.cu, LUCE_ATTN_DECODE): a
-// launch without prompt rows (nor tree rows, unless LUCE_ATTN_TREE_CLUSTER=1) whose chunk grid
-// is 2..kMaxCluster runs its (row, head
-// group) blocks of chunks 0..Z-1 as one thread block cluster (sm_90 and up), and the blocks
-// merge the row's partials through distributed shared memory instead of the workspace: each
-// block keeps its partial o [G][D] and (m, l) [G] in its own shared memory, one cluster
-// barrier, then block b merges outputs b * kThreads + tid, ... reading the chunks' partials
-// from their blocks (one round trip), and a second barrier keeps every block's shared memory
-// alive until all have read it. That replaces, for the chain form's last block: the partial's
-// write, the fence, the atomic count and the merge's two workspace reads. Every block of the
-// cluster reaches both barriers (blocks past the row's keys and padding rows too). The
-// merge is combine_heads' arithmetic for a row of chunks (merge_chunks below), so the output
-// is bitwise the chain form's. The host emulator (tests/kernels/emu, LUCE_EMU) runs a
-// cluster's blocks as one set of fibers; HIP and devices before sm_90 keep the chain form.
+// The cluster form of the partition kernel's merge (cuda/attention.cu, LUCE_ATTN_DECODE): a launch
+// without prompt rows (nor more than kTreeClusterMaxRows tree rows) whose chunk grid is
+// 2..kMaxCluster runs its (row, head group) blocks of chunks 0..Z-1 as one thread block cluster
+// (sm_90 and up), and the blocks merge the row's partials through distributed shared memory instead
+// of the workspace: each block keeps its partial o [G][D] and (m, l) [G] in its own shared memory,
+// one cluster barrier, then block b merges outputs b * kThreads + tid, ... reading the chunks'
+// partials from their blocks (one round trip), and a second barrier keeps every block's shared
+// memory alive until all have read it. That replaces, for the chain form's last block: the
+// partial's write, the fence, the atomic count and the merge's two workspace reads. Every block of
+// the cluster reaches both barriers (blocks past the row's keys and padding rows too). The merge is
+// combine_heads' arithmetic for a row of chunks (merge_chunks below), so the output is bitwise the
+// chain form's. The host emulator (tests/kernels/emu, LUCE_EMU) runs a cluster's blocks as one set
+// of fibers; HIP and devices before sm_90 keep the chain form.
 #pragma once
 
 #include <cstdlib>
@@ -84,13 +83,15 @@ inline bool decode_cluster_form() {
     return want && cluster::launches();
 }
 
-// Launches with tree rows (a verify) in the cluster form too: LUCE_ATTN_TREE_CLUSTER=1, where the
-// decode form is the cluster one. Off until measured: a width-23 verify of the Coder-1.5B spends
-// 20.7 us a layer in the chain form's partition launch (H100, docs/PERF.md session 26), where one
-// decode row's cluster form measured 5.1 against the chain's 7.9 us (H200). The same bits.
-inline bool tree_cluster_form() {
+// Launches with tree rows (a verify) take the cluster form up to kTreeClusterMaxRows rows, where the
+// decode form is the cluster one; LUCE_ATTN_TREE_CLUSTER=1 / 0 forces it on / off (A/B runs). The
+// same bits either way. H100, docs/PERF.md session 27: the Coder-1.5B's 23-row tree at 128 keys 12.9
+// us against the chain form's 17.1 (0.5B 10.1 against 13.6), but 64 rows 28.0 against 26.0.
+constexpr int kTreeClusterMaxRows = 32;
+inline bool tree_cluster_form(int n_rows) {
     const char *e = getenv("LUCE_ATTN_TREE_CLUSTER");
-    return e && strcmp(e, "1") == 0 && decode_cluster_form();
+    const bool want = e && strcmp(e, "1") == 0 ? true : e && strcmp(e, "0") == 0 ? false : n_rows <= kTreeClusterMaxRows;
+    return want && decode_cluster_form();
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ int launch_attention_d(const luce_attention_params &p, int32_t n_parts, int32_t 
     if (row0 < p.n_rows) {
         const int G = p.n_heads_q / p.n_heads_kv;
         const int32_t z = chunk_grid(p.max_kv_len, cmin);
-        const bool cl = D <= 128 && row0 == 0 && (!p.tree_parents || tree_cluster_form()) && z >= 2 &&
+        const bool cl = D <= 128 && row0 == 0 && (!p.tree_parents || tree_cluster_form(p.n_rows)) && z >= 2 &&
                         z <= kMaxCluster && decode_cluster_form();
         const int gh = group_heads_for(G, (int64_t)(p.n_rows - row0) * p.n_heads_kv * z, cl ? cluster_group_floor(G) : 1);
         const int64_t counts = (int64_t)p.n_rows * p.n_heads_kv * ((G + gh - 1) / gh);

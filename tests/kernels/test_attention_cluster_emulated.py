@@ -133,17 +133,24 @@ def test_tree_rows_in_the_cluster_form_emulated(lib, monkeypatch, shape):
 
 
 def test_launches_it_does_not_take_keep_the_chain_bits_emulated(lib, monkeypatch):
-    """A tree row beside AR rows (LUCE_ATTN_TREE_CLUSTER unset) and a launch with prompt rows take
-    the chain form (cluster size 1 under LUCE_ATTN_DECODE=cluster), with the same bits."""
+    """A launch of more than kTreeClusterMaxRows (32) tree rows, one the switch turns off
+    (LUCE_ATTN_TREE_CLUSTER=0) and a launch with prompt rows take the chain form (cluster size 1
+    under LUCE_ATTN_DECODE=cluster), with the same bits; up to 32 tree rows take clusters unasked."""
     hq, hkv, d = SHAPES["1p5b"]
     rng = np.random.default_rng(9)
-    specs = [(0, 160, 1), (1, 300, 6)]
-    pool = Pool(rng, sum(pages_needed(n) for _, n, _ in specs) + 40, hkv, d)
-    batch, tp = pack_trees([pool.seq(*s) for s in specs], [None, random_tree(rng, 6)])
-    q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
-    run = lambda: launch(lib, q, pool, batch, tp, 0.09, 0, counters=np.zeros(256, np.int32))  # noqa: E731
-    chain, cluster = both_forms(lib, monkeypatch, run, 1)
-    check_same(chain, cluster, "a tree launch")
+    for n_tree, switch, size in ((6, "0", 1), (33, None, 1), (26, None, 5)):
+        specs = [(0, 160, 1), (1, 300, n_tree)]
+        pool = Pool(rng, sum(pages_needed(n) for _, n, _ in specs) + 40, hkv, d)
+        batch, tp = pack_trees([pool.seq(*s) for s in specs], [None, random_tree(rng, n_tree)])
+        q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
+        if switch is None:
+            monkeypatch.delenv("LUCE_ATTN_TREE_CLUSTER", raising=False)
+        else:
+            monkeypatch.setenv("LUCE_ATTN_TREE_CLUSTER", switch)
+        run = lambda: launch(lib, q, pool, batch, tp, 0.09, 0, counters=np.zeros(256, np.int32))  # noqa: E731
+        chain, cluster = both_forms(lib, monkeypatch, run, size)
+        check_same(chain, cluster, f"a tree launch of {batch.n_rows} rows, switch {switch}")
+    monkeypatch.delenv("LUCE_ATTN_TREE_CLUSTER", raising=False)
     batch = pack([pool.seq(2, 200, 5), pool.seq(3, 160, 1)])
     q = rng.standard_normal((batch.n_rows, hq, d)).astype(np.float32)
     run = lambda: launch(lib, q, pool, batch, None, 0.09, 5, no_tree=True, counters=np.zeros(256, np.int32))  # noqa: E731
