@@ -23,38 +23,39 @@ constexpr int kQuantChunks = 2;  // 256-value chunks a block of add_rmsnorm_quan
 // block of the row gets its bits), then chunks c * kQuantChunks .. of the row, a warp each:
 // x + residual (stored as sum), out = x * scale * weight (norm_row's formula) and their
 // quantization. Rows rows <= b < tp: padding rows of the workspace, zeros quantized.
-// A row is several blocks so a one-row decode step is not one SM's work.
+// A row is several blocks so a one-row decode step is not one SM's work. Rows of up to
+// kWarpRowMaxCols columns: a block of kQuantChunks warps, each summing the scale itself (the warp
+// path's order) with no barrier; longer rows: kThreads threads sum it (the block path's order).
+// The weights load before the kernel ahead ends; x and residual in one round trip (norm_scale).
 __global__ void __launch_bounds__(kThreads) add_rmsnorm_quant_kernel(Row r, int64_t rows, mm::XLayout l) {
     __shared__ float scratch[32];
-    __shared__ float warp_scale;
+    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, quad = lane & 3;
+    const int64_t row = blockIdx.x, base = row * r.cols;
+    const bool live = row < rows, warp_row = r.cols <= kWarpRowMaxCols;
+    const int64_t ch = (int64_t)blockIdx.y * kQuantChunks + warp, g = ch * mm::kGroups + (lane >> 2);
+    const bool quant = warp < kQuantChunks && ch < l.chunks;  // whole warps
+    const bool mine = quant && live && 32 * g < r.cols;
+    float w[8];
+    if (mine)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) load_chunk4(r.weight, 8 * g + 4 * half + quad, r.cols, w + 4 * half);
     wait_for_prior_kernels();  // x and residual come from the kernels ahead
     let_dependents_start();    // the matmul may launch; it waits for this kernel before reading x
-    const int64_t row = blockIdx.x, base = row * r.cols;
-    const bool live = row < rows;
     float scale = 0.0f;
-    if (live && r.cols <= kWarpRowMaxCols) {
-        if (threadIdx.x < WARP_SIZE) {
-            const float s = norm_scale(r, base, threadIdx.x, WARP_SIZE, false, [](float v) { return warp_sum(v); });
-            if (threadIdx.x == 0) warp_scale = s;
-        }
-        __syncthreads();
-        scale = warp_scale;
+    if (live && warp_row) {
+        if (quant) scale = norm_scale(r, base, lane, WARP_SIZE, false, [](float v) { return warp_sum(v); });
     } else if (live) {
         scale = norm_scale(r, base, threadIdx.x, kThreads, false, [&](float v) { return block_sum(v, scratch); });
     }
-    const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, quad = lane & 3;
-    const int64_t ch = (int64_t)blockIdx.y * kQuantChunks + warp, g = ch * mm::kGroups + (lane >> 2);
-    if (warp >= kQuantChunks || ch >= l.chunks) return;  // whole warps
+    if (!quant) return;
     float v[8] = {};
-    if (live && 32 * g < r.cols) {
+    if (mine) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int64_t c4 = 8 * g + 4 * half + quad;  // chunk of 4: values 32 g + 16 half + 4 quad ..
-            float w[4];
             load_input(r, base, c4, true, v + 4 * half);
-            load_chunk4(r.weight, c4, r.cols, w);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) v[4 * half + i] = v[4 * half + i] * scale * w[i];
+            for (int i = 0; i < 4; ++i) v[4 * half + i] = v[4 * half + i] * scale * w[4 * half + i];
             store_chunk4(r.out + base, c4, r.cols, v + 4 * half);
         }
     }
@@ -118,7 +119,8 @@ extern "C" int luce_add_rmsnorm(const luce_add_rmsnorm_params *p, void *stream) 
     if (quant && aliased) return (int)cudaErrorInvalidValue;
     if (quant) {
         const dim3 grid((unsigned)l.tp, (unsigned)((l.chunks + kQuantChunks - 1) / kQuantChunks));
-        return luce_status(launch_overlapped(add_rmsnorm_quant_kernel, grid, dim3(kThreads), 0, (cudaStream_t)stream,
+        const int threads = p->cols <= kWarpRowMaxCols ? kQuantChunks * WARP_SIZE : kThreads;
+        return luce_status(launch_overlapped(add_rmsnorm_quant_kernel, grid, dim3(threads), 0, (cudaStream_t)stream,
                                              chain_overlap(kPdlNorm), r, p->rows, l));
     }
     return launch_rmsnorm(r, p->rows, (cudaStream_t)stream);  // rmsnorm.cu's kernels: Row carries the residual

@@ -70,17 +70,36 @@ __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base
 
 // The row's scale 1 / rms, summed as norm_row sums it (thread t of `width` takes chunks t,
 // t + width, ...): any group of threads computing it gets the bits norm_row uses. With
-// store_sum, x + residual is stored too.
+// store_sum, x + residual is stored too. A thread issues the loads of kRegChunks chunks before it
+// adds any (a warp's row of 1,024 columns in one round trip, not one a chunk: the stores of the sums
+// may alias x for the compiler, so they wait until the batch's loads are issued).
 template <typename Reduce>
 __device__ __forceinline__ float norm_scale(const Row &r, int64_t base, int t, int width, bool store_sum,
                                             Reduce reduce) {
     const int64_t chunks = (r.cols + 3) / 4;
     float ss = 0.0f;
-    for (int64_t j = t; j < chunks; j += width) {
-        float v[4];
-        load_input(r, base, j, store_sum, v);
+    for (int64_t j0 = t; j0 < chunks; j0 += (int64_t)kRegChunks * width) {
+        float v[kRegChunks][4], b[kRegChunks][4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) ss = fmaf(v[i], v[i], ss);
+        for (int c = 0; c < kRegChunks; ++c) {
+            const int64_t j = j0 + (int64_t)c * width;
+            if (j < chunks) {
+                load_chunk4(r.x + base, j, r.cols, v[c]);
+                if (r.residual) load_chunk4(r.residual + base, j, r.cols, b[c]);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < kRegChunks; ++c) {
+            const int64_t j = j0 + (int64_t)c * width;
+            if (j >= chunks) break;
+            if (r.residual) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) v[c][i] = v[c][i] + b[c][i];
+                if (store_sum) store_chunk4(r.sum + base, j, r.cols, v[c]);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) ss = fmaf(v[c][i], v[c][i], ss);
+        }
     }
     return rsqrtf(reduce(ss) / (float)r.cols + r.eps);
 }

@@ -79,7 +79,7 @@ def add_rmsnorm(lib, x, residual, weight, quantize: bool):
     return s, out, ws
 
 
-@pytest.mark.parametrize("cols", [896, 1536], ids=["warp_row", "block_row"])
+@pytest.mark.parametrize("cols", [896, 1536, 9216], ids=["warp_row", "block_row", "block_row_two_load_batches"])
 @pytest.mark.parametrize("rows", [1, 3, 11])   # 11: warp rows over two blocks, the last one partial
 @pytest.mark.parametrize("residual", [True, False])
 def test_add_rmsnorm_quantizing_blocks_give_the_one_block_bits_emulated(lib, cols, rows, residual):
