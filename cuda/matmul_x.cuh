@@ -49,6 +49,17 @@ inline XLayout x_layout(void *ws, int64_t rows, int64_t k) {
     return l;
 }
 
+// The workspace layout for a fused producer's quantized `out` [rows, cols] (cuda/norm_quant.cu,
+// the SwiGLU tail of cuda/matmul_swiglu.cu), or an error: cols must be whole 32-value groups, out
+// and workspace 16-byte aligned and the workspace big enough.
+inline int produced_x_layout(void *workspace, int64_t workspace_bytes, const float *out, int64_t rows, int64_t cols,
+                             XLayout *l) {
+    const bool aligned = ((reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(workspace)) & 15) == 0;
+    if (cols % 32 || !aligned || workspace_bytes < x_bytes(rows, cols)) return (int)cudaErrorInvalidValue;
+    *l = x_layout(workspace, rows, cols);
+    return 0;
+}
+
 // The factor quantize_x_values multiplies a chunk's values by: kQMax / amax, 0 for a chunk of
 // zeros or one holding inf or NaN (`bad`).
 __device__ __forceinline__ float x_quant_factor(float amax, bool bad) {

@@ -264,3 +264,43 @@ for _together in (True, False):
     _c = functools.partial(pair_case, _together)
     _c.__name__ = "matmul_pair_c15qk_v_" + ("pair" if _together else "two")
     BENCH_CASES.append(_c)
+
+
+def swiglu_tail_case(qtype: str, k: int, F: int, together: bool):
+    """A decode row's gate | up (2F x k of `qtype`, x already quantized: REUSE_X) and its SwiGLU +
+    quantization: luce_matmul_swiglu's one launch with the SwiGLU tail (`together`), or luce_matmul
+    then luce_swiglu_quant (LUCE_SWIGLU_TAIL's A/B)."""
+    from luce import _cuda_fused as kf
+    from luce import _cuda_matmul as km
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+
+    load_kernels()
+    q, n = km.QTYPES[qtype], 2 * F
+    w_bytes = n * km.row_bytes(q, k)
+    w = random_bytes(w_bytes, 0)
+    x = DeviceBuffer.from_numpy(np.random.default_rng(1).standard_normal((1, k)).astype(np.float32))
+    y, act = DeviceBuffer(n * 4), DeviceBuffer(F * 4)
+    ws_bytes, act_bytes = km.workspace_bytes(1, k), km.workspace_bytes(1, F)
+    ws, act_ws = DeviceBuffer(ws_bytes), DeviceBuffer(act_bytes)
+    counts = DeviceBuffer.from_numpy(np.zeros(F // 256, np.uint32))
+    km.matmul(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, 1, n, k, q)
+
+    def launch(stream: int = 0, _keep=(w, x, y, act, ws, act_ws, counts)):
+        if together:
+            km.matmul_swiglu(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, n, k, q, act.ptr, act_ws.ptr, act_bytes,
+                             counts.ptr, stream)
+            return
+        km.matmul(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, 1, n, k, q, km.PATH_DECODE, km.REUSE_X, 0, stream)
+        kf.swiglu_quant(y.ptr, y.ptr + 4 * F, act.ptr, act_ws.ptr, act_bytes, 1, F, n, n, stream)
+
+    return launch, w_bytes + (k + 3 * n) * 4, 2 * n * k
+
+
+# The Coder-1.5B's gate | up (Q4_K, 17920 x 1536) and the 0.5B's (Q5_0, 9728 x 896): tools/bench.py
+# --filter matmul_gateup_act_ (one launch: _one, two: _two).
+for _q, _k, _F, _name in (("Q4_K", 1536, 8960, "c15"), ("Q5_0", 896, 4864, "q05")):
+    for _together in (True, False):
+        _c = functools.partial(swiglu_tail_case, _q, _k, _F, _together)
+        _c.__name__ = f"matmul_gateup_act_{_name}_" + ("one" if _together else "two")
+        BENCH_CASES.append(_c)
