@@ -16,7 +16,8 @@ import os
 
 import numpy as np
 
-from luce.ops.api import SEG_AR, SEG_PAD, FusedOps, gdn_input_widths, gdn_q_scale
+from luce.ops.api import SEG_AR, SEG_PAD, FusedOps
+from luce.ops.gdn_inputs import gdn_input_widths, gdn_q_scale
 from luce.ops.cuda_array import Block
 
 Q5_0_AS_Q8_0 = os.environ.get("LUCE_MERGE_Q5_0", "1") != "0"   # merge_weights (A/B runs: "0" keeps them apart)

@@ -18,7 +18,7 @@ CHANNELS = 2 * HK * DK + HV * DV
 
 def gdn_decode_case(n_segments: int):
     from luce import _cuda_gdn as kg
-    from luce.ops.api import gdn_q_scale
+    from luce.ops.gdn_inputs import gdn_q_scale
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
     from tests.kernels.bench_attention import random_device_buffer

@@ -9,7 +9,7 @@ import ctypes as C
 import numpy as np
 import pytest
 
-from luce.ops.api import gdn_q_scale
+from luce.ops.gdn_inputs import gdn_q_scale
 from luce.ref.gdn_decode import gdn_decode as ref_gdn_decode
 from tests.kernels.emu import build as emu
 

@@ -1,5 +1,5 @@
 """A GDN layer's merged input projections (luce.models.gdn_layer GDNWeights.merge) through the
-composition path (luce.ops.api FusedOps.conv_gdn_norm, gdn_input_blocks; stage_tree_rows of a
+composition path (luce.ops.api FusedOps.conv_gdn_norm, luce.ops.gdn_inputs gdn_input_blocks; stage_tree_rows of a
 merged part) on a host backend that merges: prefill, AR and tree steps give bitwise the logits,
 states and tree stages of the weights kept apart. The host backends' own merge_weights answer
 None (they keep the weights apart); tests/models/test_gdn_merge_cuda.py checks the CUDA one."""
