@@ -50,16 +50,20 @@ __device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, c
     return silu_f32(conv1d_dot<K>(w, window));
 }
 
-// The window after the segment's n >= 1 rows: rows n .. n+K-2, in increasing order (row j
-// reads row n + j > j, not yet rewritten).
+// The window after the segment's n >= 1 rows: rows n .. n+K-2. Every row loads before any is
+// stored (row j reads row n + j > j: the old window's, as the stores in increasing order read
+// it), so the K - 1 rows are one round trip, not K - 1 of them.
 template <int K>
 __device__ __forceinline__ void conv_state_advance(const luce_gdn_decode_params &p, float *state_c, int64_t C,
                                                    int64_t c, int64_t r0, int64_t n) {
+    float rows[K - 1];
 #pragma unroll
     for (int j = 0; j < K - 1; ++j) {
         const int64_t i = n + j;
-        state_c[j * C] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
+        rows[j] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
     }
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) state_c[j * C] = rows[j];
 }
 
 template <int K>
