@@ -1,12 +1,13 @@
-// The SwiGLU tail of the one-row matmul (cuda/matmul_swiglu.cu): a gate|up projection of one
-// decode row (y [2F]: gate = y[0, F), up = y[F, 2F), F a multiple of 256) also forms the act
-// silu(gate) * up [F] and its quantization for the down projection, so swiglu_quant's launch
-// goes. Each batch's last warp (matmul_gemv.cuh), once its R rows are stored, adds R to the count
-// of their 256-row act chunk; the warp that brings a chunk to 512 (its gate rows and its up rows)
-// runs swiglu_quant_kernel's warp on that chunk: the same unit code (swiglu_unit.cuh) and
+// The SwiGLU tail of the one-row matmul (cuda/matmul_swiglu.cu): a gate|up projection of one decode
+// row (y [2F]: gate = y[0, F), up = y[F, 2F), F a multiple of 256) also forms the act silu(gate) *
+// up [F] and its quantization for the down projection, so swiglu_quant's launch goes. Each batch's
+// last warp (matmul_gemv.cuh), once its R rows are stored, adds R to the count of their 256-row act
+// chunk; the warp that brings a chunk to 512 (its gate rows and its up rows) runs
+// swiglu_quant_kernel's warp on that chunk: the same unit code (swiglu_unit.cuh) and
 // quantize_x_values, so the act and its workspace are bitwise the two launches'. It writes the
-// workspace's padding rows' zeros of the chunk too, and sets the count back to 0 for the next
-// launch (launches are stream-ordered: a later one's counting starts after this one ends).
+// workspace's padding rows' zeros of the chunk too (zero_x_padding), and sets the count back to 0
+// for the next launch (launches are stream-ordered: a later one's counting starts after this one
+// ends).
 #pragma once
 
 #include "matmul_x.cuh"
@@ -42,10 +43,7 @@ __device__ __forceinline__ void swiglu_tail_after_batch(const SwigluTail &t, con
     swiglu_unit<true>(y + 32 * g, y + t.F + 32 * g, quad, v);
     store_unit(t.act + 32 * g, quad, v);
     quantize_x_values(v, t.xl, 0, ch);
-    for (int64_t pad = 1; pad < t.xl.tp; ++pad) {
-        float zero[8] = {};
-        quantize_x_values(zero, t.xl, pad, ch);
-    }
+    zero_x_padding(t.xl, ch);
 }
 
 }  // namespace mm
