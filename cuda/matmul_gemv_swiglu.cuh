@@ -1,8 +1,8 @@
-// The SwiGLU tail of the one-row matmul (cuda/matmul_swiglu.cu): a gate|up projection of one decode
-// row (y [2F]: gate = y[0, F), up = y[F, 2F), F a multiple of 256) also forms the act silu(gate) *
-// up [F] and its quantization for the down projection, so swiglu_quant's launch goes. Each batch's
-// last warp (matmul_gemv.cuh), once its R rows are stored, adds R to the count of their 256-row act
-// chunk; the warp that brings a chunk to 512 (its gate rows and its up rows) runs
+// The SwiGLU tail of the one-row matmul (cuda/matmul_swiglu_launch.cuh): a gate|up projection of
+// one decode row (y [2F]: gate = y[0, F), up = y[F, 2F), F a multiple of 256) also forms the act
+// silu(gate) * up [F] and its quantization for the down projection, so swiglu_quant's launch goes.
+// Each batch's last warp (matmul_gemv.cuh), once its R rows are stored, adds R to the count of
+// their 256-row act chunk; the warp that brings a chunk to 512 (its gate rows and its up rows) runs
 // swiglu_quant_kernel's warp on that chunk: the same unit code (swiglu_unit.cuh) and
 // quantize_x_values, so the act and its workspace are bitwise the two launches'. It writes the
 // workspace's padding rows' zeros of the chunk too (zero_x_padding), and sets the count back to 0

@@ -50,7 +50,7 @@ inline XLayout x_layout(void *ws, int64_t rows, int64_t k) {
 }
 
 // The workspace layout for a fused producer's quantized `out` [rows, cols] (cuda/norm_quant.cu,
-// the SwiGLU tail of cuda/matmul_swiglu.cu), or an error: cols must be whole 32-value groups, out
+// the SwiGLU tail of cuda/matmul_swiglu_launch.cuh), or an error: cols must be whole 32-value groups, out
 // and workspace 16-byte aligned and the workspace big enough.
 inline int produced_x_layout(void *workspace, int64_t workspace_bytes, const float *out, int64_t rows, int64_t cols,
                              XLayout *l) {
