@@ -59,6 +59,14 @@ def _codec(qtype):
     return qt, _CODECS[qt]
 
 
+def qtype_name(qtype: int) -> str:
+    """A ggml type's name for messages (its number where gguf does not know it)."""
+    try:
+        return Q(int(qtype)).name
+    except ValueError:
+        return f"ggml type {qtype}"
+
+
 def block_info(qtype) -> tuple[int, int]:
     """(values per block, bytes per block) of `qtype`."""
     _, (values, nbytes, _, _) = _codec(qtype)

@@ -15,6 +15,7 @@ import os
 import numpy as np
 
 from luce._cpu import CpuWeight  # noqa: F401  (a matrix in GGUF blocks: raw [n, row_bytes], qtype, n, k)
+from luce.gguf.quants import qtype_name
 from luce.ops.cpu_sequence_ops import CpuSequenceOps
 from luce.ops.numpy_backend import NumpyBackend
 
@@ -25,15 +26,6 @@ def default_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:   # not Linux
         return max(1, os.cpu_count() or 1)
-
-
-def _qtype_name(qtype: int) -> str:
-    from gguf import GGMLQuantizationType
-
-    try:
-        return GGMLQuantizationType(int(qtype)).name
-    except ValueError:
-        return f"ggml type {qtype}"
 
 
 def _maps_a_file(a: np.ndarray) -> bool:
@@ -79,7 +71,7 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
         qtype = int(info.qtype)
         if qtype not in self._k.QTYPES.values():
             raise ValueError(
-                f"{name}: weights of type {_qtype_name(qtype)} are not supported by the cpu backend; "
+                f"{name}: weights of type {qtype_name(qtype)} are not supported by the cpu backend; "
                 f"supported: {', '.join(sorted(self._k.QTYPES))}. Re-quantize the model to one of these "
                 "(e.g. llama-quantize model.gguf out.gguf Q4_K_M), or use --backend numpy")
         w = self._weight(np.asarray(gguf.raw(name)), qtype, shape, name)
@@ -116,11 +108,11 @@ class CpuBackend(CpuSequenceOps, NumpyBackend):
         try:
             row_bytes = self._k.row_bytes(qtype, k)
         except ValueError:
-            raise ValueError(f"{name}: a {_qtype_name(qtype)} matrix {tuple(shape)} does not hold whole "
+            raise ValueError(f"{name}: a {qtype_name(qtype)} matrix {tuple(shape)} does not hold whole "
                              "blocks per row; re-quantize the model") from None
         raw = raw.reshape(-1).view(np.uint8)
         if raw.nbytes != n * row_bytes:
-            raise ValueError(f"{name}: {raw.nbytes} bytes for a {_qtype_name(qtype)} matrix {tuple(shape)} "
+            raise ValueError(f"{name}: {raw.nbytes} bytes for a {qtype_name(qtype)} matrix {tuple(shape)} "
                              f"that needs {n * row_bytes}: the file is truncated or corrupt")
         return CpuWeight(raw.reshape(n, row_bytes), qtype, n, k, row_bytes)
 

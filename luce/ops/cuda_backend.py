@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -34,6 +33,8 @@ from luce.ops.cuda_sampling_ops import SamplingOps
 from luce.ops.cuda_sequence_ops import SequenceOps
 from luce.ops.cuda_step_meta import Mirrors
 from luce.ops.cuda_step_ops import StepOps
+from luce.gguf.quants import qtype_name
+from luce.ops.quant_weight import QuantWeight
 
 DTYPES = (np.float32, np.int32, np.int64)
 X_ONCE_ON = os.environ.get("LUCE_MATMUL_X_ONCE", "1") != "0"   # CudaBackend._matmuls (A/B runs: "0")
@@ -50,32 +51,6 @@ X_ONCE_MAX_K = int(os.environ.get("LUCE_MATMUL_X_ONCE_MAX_K", "4096"))
 # kernels, launch-bound.
 SMALL_MODEL_HIDDEN = 2048
 widest_model_hidden = 0   # of the models this process loaded, on any backend (the library's choice is per process)
-
-
-@dataclass
-class QuantWeight:
-    """A matrix [n, k] in GGUF blocks of ggml type `qtype` on the device (row r at
-    ptr + r * row_bytes)."""
-
-    block: Block
-    ptr: int
-    qtype: int
-    n: int
-    k: int
-    row_bytes: int
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (self.n, self.k)
-
-
-def _qtype_name(qtype: int) -> str:
-    try:
-        from gguf import GGMLQuantizationType
-
-        return GGMLQuantizationType(int(qtype)).name
-    except Exception:
-        return f"ggml type {qtype}"
 
 
 def row_runs(rows: int, prefill_spans) -> list[tuple[int, int, bool]]:
@@ -237,14 +212,14 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
         from luce import _cuda_matmul
 
         if qtype not in self.matmul_qtypes.values():
-            raise ValueError(f"{name}: weights of type {_qtype_name(qtype)} are not supported by the CUDA "
+            raise ValueError(f"{name}: weights of type {qtype_name(qtype)} are not supported by the CUDA "
                              f"backend; supported: {', '.join(sorted(self.matmul_qtypes))} "
                              "(re-quantize the model, or use --backend numpy)")
         n, k = shape
         row_bytes = _cuda_matmul.row_bytes(qtype, k)
         raw = np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
         if raw.nbytes != n * row_bytes:
-            raise ValueError(f"{name}: {raw.nbytes} bytes for a {_qtype_name(qtype)} matrix {shape} "
+            raise ValueError(f"{name}: {raw.nbytes} bytes for a {qtype_name(qtype)} matrix {shape} "
                              f"that needs {n * row_bytes}")
         block = Block(self.allocator, raw.nbytes)
         self.staging.upload(block.ptr, raw)

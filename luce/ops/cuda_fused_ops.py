@@ -19,6 +19,7 @@ import numpy as np
 from luce.ops.api import SEG_AR, SEG_PAD, FusedOps
 from luce.ops.gdn_inputs import gdn_input_widths, gdn_q_scale
 from luce.ops.cuda_array import Block
+from luce.ops.quant_weight import QuantWeight
 
 Q5_0_AS_Q8_0 = os.environ.get("LUCE_MERGE_Q5_0", "1") != "0"   # merge_weights (A/B runs: "0" keeps them apart)
 
@@ -271,7 +272,6 @@ class CudaFusedOps(FusedOps):
         weights beside Q8_0 ones merge as Q8_0 (_q8_0_of: the same values exactly, then the
         Q8_0 arithmetic): the Coder-0.5B's q|k (Q5_0) and v (Q8_0, half its layers) in one launch."""
         from luce import _cuda_matmul as km
-        from luce.ops.cuda_backend import QuantWeight
 
         q5, q8 = km.QTYPES["Q5_0"], km.QTYPES["Q8_0"]
         if Q5_0_AS_Q8_0 and len(weights) > 1 and {w.qtype for w in weights} == {q5, q8}:

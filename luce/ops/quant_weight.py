@@ -1,0 +1,24 @@
+"""A weight on the GPU backends: a matrix in its GGUF blocks on the device (luce.ops.cuda_backend)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from luce.ops.cuda_array import Block
+
+
+@dataclass
+class QuantWeight:
+    """A matrix [n, k] in GGUF blocks of ggml type `qtype` on the device (row r at
+    ptr + r * row_bytes)."""
+
+    block: Block
+    ptr: int
+    qtype: int
+    n: int
+    k: int
+    row_bytes: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.k)
+
