@@ -11,6 +11,7 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uintptr_t
 from luce._cuda import raise_for_status
 
 include "_cuda_load.pxi"
+include "_cuda_swiglu_params.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -28,16 +29,6 @@ cdef extern from "luce_ops.h":
         int32_t path
         int32_t flags
         int32_t tune
-    ctypedef struct luce_swiglu_quant_params:
-        const float *gate
-        const float *up
-        float *out
-        void *workspace
-        int64_t workspace_bytes
-        int64_t rows
-        int64_t cols
-        int64_t gate_stride
-        int64_t up_stride
 
 
 ctypedef int (*matmul_fn)(const luce_matmul_params *, void *) noexcept nogil
