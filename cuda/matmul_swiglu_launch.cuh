@@ -1,7 +1,7 @@
 // luce_matmul_swiglu (cuda/luce_ops_weights.h): a decode row's gate | up projection and its SwiGLU
-// + quantization in one launch, the one-row kernel with the SwiGLU tail (matmul_gemv_swiglu.cuh);
-// else luce_matmul then luce_swiglu_quant. The same bits either way. Part of cuda/matmul.cu's
-// translation unit (included at its end: its kernels are instantiated once, with default_tune).
+// + quantization in one launch, the one-row kernel with the SwiGLU tail (matmul_gemv_swiglu.cuh),
+// bitwise luce_matmul then luce_swiglu_quant; other calls launch nothing (NOT_TAKEN). Part of
+// cuda/matmul.cu's translation unit (included at its end: its kernels are instantiated once).
 #pragma once
 
 namespace {
@@ -17,8 +17,6 @@ int launch_with_tail(const GemvArgs &a, bool deep, cudaStream_t stream) {
     });
 }
 
-constexpr int kNotTaken = -1;
-
 int matmul_swiglu_launch(const luce_matmul_params *p, const luce_swiglu_quant_params *s, uint32_t *counts,
                          cudaStream_t stream) {
     const int64_t F = s->cols;
@@ -29,13 +27,14 @@ int matmul_swiglu_launch(const luce_matmul_params *p, const luce_swiglu_quant_pa
                         p->workspace_bytes >= x_bytes(1, p->k) &&
                         ((reinterpret_cast<uintptr_t>(p->workspace) | reinterpret_cast<uintptr_t>(p->y)) & 15) == 0;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
-    if (!shapes || row_bytes < 0) return kNotTaken;
+    if (!shapes || row_bytes < 0) return LUCE_MATMUL_SWIGLU_NOT_TAKEN;
     XLayout act{};
-    if (produced_x_layout(s->workspace, s->workspace_bytes, s->out, 1, F, &act) != 0) return kNotTaken;
+    if (produced_x_layout(s->workspace, s->workspace_bytes, s->out, 1, F, &act) != 0)
+        return LUCE_MATMUL_SWIGLU_NOT_TAKEN;
     const XLayout xl = x_layout(p->workspace, 1, p->k);
     const uint8_t *w = static_cast<const uint8_t *>(p->w);
     const OneRow one_row = one_row_choice(p, w, xl, row_bytes, 0);
-    if (!one_row.runs || gemv_slots(xl.chunks) != 1) return kNotTaken;
+    if (!one_row.runs || gemv_slots(xl.chunks) != 1) return LUCE_MATMUL_SWIGLU_NOT_TAKEN;
     GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0, nullptr};
     g.tail = SwigluTail{s->out, act, counts, F};
     switch (p->qtype) {
@@ -44,7 +43,7 @@ int matmul_swiglu_launch(const luce_matmul_params *p, const luce_swiglu_quant_pa
         case LUCE_QT_Q6_K: return launch_with_tail<GemvQ6K>(g, one_row.deep, stream);
         case LUCE_QT_Q8_0: return launch_with_tail<GemvQ80>(g, one_row.deep, stream);
         case LUCE_QT_Q5_0: return launch_with_tail<GemvQ50>(g, one_row.deep, stream);
-        default: return kNotTaken;
+        default: return LUCE_MATMUL_SWIGLU_NOT_TAKEN;
     }
 }
 
@@ -53,8 +52,5 @@ int matmul_swiglu_launch(const luce_matmul_params *p, const luce_swiglu_quant_pa
 extern "C" int luce_matmul_swiglu(const luce_matmul_params *p, const luce_swiglu_quant_params *s, uint32_t *counts,
                                   void *stream) {
     if (!p || !s) return (int)cudaErrorInvalidValue;
-    const int status = matmul_swiglu_launch(p, s, counts, (cudaStream_t)stream);
-    if (status != kNotTaken) return status;
-    if (const int err = luce_matmul(p, stream)) return err;
-    return luce_swiglu_quant(s, stream);
+    return matmul_swiglu_launch(p, s, counts, (cudaStream_t)stream);
 }

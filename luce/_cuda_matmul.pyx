@@ -54,6 +54,7 @@ PATH_DECODE = 0
 PATH_PREFILL = 1
 REUSE_X = 1
 X_ONCE = 2   # no later call reuses this call's quantized x: one-row calls quantize it in lane (LUCE_MATMUL_X_ONCE)
+MATMUL_SWIGLU_NOT_TAKEN = -1   # LUCE_MATMUL_SWIGLU_NOT_TAKEN
 PAIR_QTYPES = ((12, 14), (13, 14))   # (a, b) luce_matmul_pair may run as one launch: Q4_K or Q5_K, then Q6_K
 
 
@@ -132,8 +133,9 @@ def matmul_swiglu(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr
                   int64_t act_workspace_bytes, uintptr_t counts, uintptr_t stream=0):
     """One decode row: y [1, n] = x @ W^T (+ bias) of the gate | up weight (n = 2F; x already
     quantized into workspace by its producer: REUSE_X), then act [1, F] = silu(y[:F]) * y[F:]
-    quantized into act_workspace (swiglu_quant), as luce_matmul_swiglu: one launch where the
-    one-row kernel takes it, the same bits. counts: F / 256 uint32, zero (and left zero)."""
+    quantized into act_workspace, as matmul then swiglu_quant would, in one launch
+    (luce_matmul_swiglu). counts: F / 256 uint32, zero (and left zero). -> True; False where
+    the one launch does not apply (nothing launched: the caller makes the two calls)."""
     _require_loaded(<void *>_matmul_swiglu)
     cdef luce_matmul_params p
     cdef luce_swiglu_quant_params s
@@ -150,7 +152,10 @@ def matmul_swiglu(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr
     cdef int status
     with nogil:
         status = _matmul_swiglu(&p, &s, <uint32_t *>counts, <void *>stream)
+    if status == MATMUL_SWIGLU_NOT_TAKEN:
+        return False
     raise_for_status(status, "luce_matmul_swiglu")
+    return True
 
 
 cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,

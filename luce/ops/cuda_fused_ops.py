@@ -119,9 +119,11 @@ class CudaFusedOps(FusedOps):
         F = w.n // 2
         y, act = self.empty((1, w.n)), self.empty((1, F))
         act_ws, act_bytes = self._quant_workspace(1, F, [down])
-        km.matmul_swiglu(normed.ptr, w.ptr, self._bias_ptr(None, w), y.ptr, workspace.ptr, ws_bytes, w.n, w.k,
-                         w.qtype, act.ptr, act_ws.ptr, act_bytes, self.swiglu_counts.ptr, self.stream)
-        return s, self._matmuls(act, [down], None, (), (act_ws, act_bytes))[0]
+        if km.matmul_swiglu(normed.ptr, w.ptr, self._bias_ptr(None, w), y.ptr, workspace.ptr, ws_bytes, w.n, w.k,
+                            w.qtype, act.ptr, act_ws.ptr, act_bytes, self.swiglu_counts.ptr, self.stream):
+            return s, self._matmuls(act, [down], None, (), (act_ws, act_bytes))[0]
+        (gate_up_out,) = self._matmuls(normed, [w], None, (), (workspace, ws_bytes))   # the two launches
+        return s, self.swiglu_matmul(gate_up_out, None, down)
 
     def swiglu_matmul(self, gate, up, w, prefill_spans=()):
         from luce import _cuda_fused as kf

@@ -288,8 +288,8 @@ def swiglu_tail_case(qtype: str, k: int, F: int, together: bool):
 
     def launch(stream: int = 0, _keep=(w, x, y, act, ws, act_ws, counts)):
         if together:
-            km.matmul_swiglu(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, n, k, q, act.ptr, act_ws.ptr, act_bytes,
-                             counts.ptr, stream)
+            assert km.matmul_swiglu(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, n, k, q, act.ptr, act_ws.ptr,
+                                    act_bytes, counts.ptr, stream), "the one launch does not take this shape"
             return
         km.matmul(x.ptr, w.ptr, 0, y.ptr, ws.ptr, ws_bytes, 1, n, k, q, km.PATH_DECODE, km.REUSE_X, 0, stream)
         kf.swiglu_quant(y.ptr, y.ptr + 4 * F, act.ptr, act_ws.ptr, act_bytes, 1, F, n, n, stream)
