@@ -112,7 +112,8 @@ class CudaFusedOps(FusedOps):
         w = gate_up[0] if len(gate_up) == 1 else None
         T = x.shape[0]
         if (not SWIGLU_TAIL_ON or w is None or T != 1 or self.has_prompt_rows(T, prefill_spans)
-                or w.qtype in km.FLOAT_QTYPES or down.qtype in km.FLOAT_QTYPES or w.n % 512 or down.k != w.n // 2
+                or w.qtype in km.FLOAT_QTYPES or down.qtype in km.FLOAT_QTYPES or w.k % 32 or w.n % 512
+                or down.k != w.n // 2
                 or w.n // 512 > self.swiglu_counts.size):
             return super().add_rmsnorm_swiglu_matmul(x, residual, weight, eps, gate_up, down, prefill_spans)
         s, normed, workspace, ws_bytes = self._add_rmsnorm_quant(x, residual, weight, eps, [w], False)
