@@ -157,7 +157,7 @@ def test_q5_0_beside_q8_0_merges_as_q8_0(cuda, T):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("D,F,qtype", [(896, 4864, Q.Q5_0), (1536, 8960, Q.Q4_K), (1024, 512, Q.Q8_0),
-                                       (352, 320, Q.Q4_K)])
+                                       (352, 320, Q.Q8_0)])
 def test_swiglu_tail_ffn_is_the_unfused_bits(cuda, monkeypatch, D, F, qtype):
     """LUCE_SWIGLU_TAIL=1 at one decode row: the gate | up matmul forms the SwiGLU and its
     quantization too (luce_matmul_swiglu); s and the FFN's output are bitwise the composition's
