@@ -42,18 +42,50 @@ __device__ __forceinline__ void load_input(const Row &r, int64_t base, int64_t j
 constexpr int kRegChunks = 8;
 constexpr int64_t kRegisterBlockRowsMax = 512;
 
+// Chunks j0, j0 + width, ... (kRegChunks of them, those inside the row) of x (+ residual) into
+// v, every load issued before any add or store: with a residual, v = x + residual, stored into
+// sum where store_sum. The stores of the sums may alias x for the compiler, so a loop of
+// load-then-store was a dependent round trip a chunk; this is one a batch.
+__device__ __forceinline__ void load_input_batch(const Row &r, int64_t base, int64_t j0, int width, bool store_sum,
+                                                 float v[kRegChunks][4]) {
+    const int64_t chunks = (r.cols + 3) / 4;
+    float b[kRegChunks][4];
+#pragma unroll
+    for (int c = 0; c < kRegChunks; ++c) {
+        const int64_t j = j0 + (int64_t)c * width;
+        if (j < chunks) {
+            load_chunk4(r.x + base, j, r.cols, v[c]);
+            if (r.residual) load_chunk4(r.residual + base, j, r.cols, b[c]);
+        }
+    }
+    if (!r.residual) return;
+#pragma unroll
+    for (int c = 0; c < kRegChunks; ++c) {
+        const int64_t j = j0 + (int64_t)c * width;
+        if (j >= chunks) break;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[c][i] = v[c][i] + b[c][i];
+        if (store_sum) store_chunk4(r.sum + base, j, r.cols, v[c]);
+    }
+}
+
 template <typename Reduce>
 __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base, int t, int width,
                                                       Reduce reduce) {
     const int64_t chunks = (r.cols + 3) / 4;
     float v[kRegChunks][4], w[kRegChunks][4];
+#pragma unroll
+    for (int c = 0; c < kRegChunks; ++c) {
+        const int64_t j = t + (int64_t)c * width;
+        if (j >= chunks) break;
+        load_chunk4(r.weight, j, r.cols, w[c]);
+    }
+    load_input_batch(r, base, t, width, true, v);
     float ss = 0.0f;
 #pragma unroll
     for (int c = 0; c < kRegChunks; ++c) {
         const int64_t j = t + (int64_t)c * width;
         if (j >= chunks) break;
-        load_input(r, base, j, true, v[c]);
-        load_chunk4(r.weight, j, r.cols, w[c]);
 #pragma unroll
         for (int i = 0; i < 4; ++i) ss = fmaf(v[c][i], v[c][i], ss);
     }
@@ -70,33 +102,19 @@ __device__ __forceinline__ void norm_row_in_registers(const Row &r, int64_t base
 
 // The row's scale 1 / rms, summed as norm_row sums it (thread t of `width` takes chunks t,
 // t + width, ...): any group of threads computing it gets the bits norm_row uses. With
-// store_sum, x + residual is stored too. A thread issues the loads of kRegChunks chunks before it
-// adds any (a warp's row of 1,024 columns in one round trip, not one a chunk: the stores of the sums
-// may alias x for the compiler, so they wait until the batch's loads are issued).
+// store_sum, x + residual is stored too. The loads go kRegChunks chunks a batch
+// (load_input_batch): a warp's row of 1,024 columns is one round trip.
 template <typename Reduce>
 __device__ __forceinline__ float norm_scale(const Row &r, int64_t base, int t, int width, bool store_sum,
                                             Reduce reduce) {
     const int64_t chunks = (r.cols + 3) / 4;
     float ss = 0.0f;
     for (int64_t j0 = t; j0 < chunks; j0 += (int64_t)kRegChunks * width) {
-        float v[kRegChunks][4], b[kRegChunks][4];
+        float v[kRegChunks][4];
+        load_input_batch(r, base, j0, width, store_sum, v);
 #pragma unroll
         for (int c = 0; c < kRegChunks; ++c) {
-            const int64_t j = j0 + (int64_t)c * width;
-            if (j < chunks) {
-                load_chunk4(r.x + base, j, r.cols, v[c]);
-                if (r.residual) load_chunk4(r.residual + base, j, r.cols, b[c]);
-            }
-        }
-#pragma unroll
-        for (int c = 0; c < kRegChunks; ++c) {
-            const int64_t j = j0 + (int64_t)c * width;
-            if (j >= chunks) break;
-            if (r.residual) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) v[c][i] = v[c][i] + b[c][i];
-                if (store_sum) store_chunk4(r.sum + base, j, r.cols, v[c]);
-            }
+            if (j0 + (int64_t)c * width >= chunks) break;
 #pragma unroll
             for (int i = 0; i < 4; ++i) ss = fmaf(v[c][i], v[c][i], ss);
         }

@@ -7,8 +7,8 @@
 
 #include "common.cuh"
 
-// gate, up: the group's first value (16-byte aligned). kCoherent: read from L2, for values other
-// blocks of the launch stored (never a stale L1 line).
+// gate, up: the group's first value (16-byte aligned). kCoherent: values other blocks of the
+// launch stored (load_coherent4).
 template <bool kCoherent>
 __device__ __forceinline__ void swiglu_unit(const float *gate, const float *up, int quad, float v[8]) {
 #pragma unroll
@@ -16,18 +16,8 @@ __device__ __forceinline__ void swiglu_unit(const float *gate, const float *up, 
         const int at = 16 * half + 4 * quad;
         float gv[4], uv[4];
         if constexpr (kCoherent) {
-#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
-            const float4 g4 = __ldcg(reinterpret_cast<const float4 *>(gate + at));
-            const float4 u4 = __ldcg(reinterpret_cast<const float4 *>(up + at));
-            gv[0] = g4.x; gv[1] = g4.y; gv[2] = g4.z; gv[3] = g4.w;
-            uv[0] = u4.x; uv[1] = u4.y; uv[2] = u4.z; uv[3] = u4.w;
-#else
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                gv[i] = reinterpret_cast<const volatile float *>(gate)[at + i];
-                uv[i] = reinterpret_cast<const volatile float *>(up)[at + i];
-            }
-#endif
+            load_coherent4(gate + at, gv);
+            load_coherent4(up + at, uv);
         } else {
             load_chunk4(gate + at, 0, 4, gv);
             load_chunk4(up + at, 0, 4, uv);

@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
+from luce.gguf.quants import qtype_name
 from luce.ops.cuda_array import Block, CudaArray, DeviceAllocator, StagingRing
 from luce.ops.cuda_fused_ops import CudaFusedOps
 from luce.ops.cuda_graph import GraphMixin
@@ -33,7 +34,6 @@ from luce.ops.cuda_sampling_ops import SamplingOps
 from luce.ops.cuda_sequence_ops import SequenceOps
 from luce.ops.cuda_step_meta import Mirrors
 from luce.ops.cuda_step_ops import StepOps
-from luce.gguf.quants import qtype_name
 from luce.ops.quant_weight import QuantWeight
 
 DTYPES = (np.float32, np.int32, np.int64)
