@@ -111,8 +111,7 @@ class BuildExtWithCuda(build_ext):
 
 # luce/_cuda.pyx (library loading, errors) plus one luce/_cuda_<family>.pyx per kernel family;
 # all include luce/_cuda_load.pxi (dlopen/dlsym helpers), _cuda_fused and _cuda_attention also
-# luce/_cuda_rope_kv.pxi (the rope_kv params), _cuda_fused and _cuda_matmul luce/_cuda_swiglu_params.pxi;
-# none is an extension itself.
+# luce/_cuda_rope_kv.pxi (the rope_kv params); neither is an extension itself.
 extensions = [
     Extension(
         "luce." + os.path.splitext(os.path.basename(pyx))[0],
@@ -120,7 +119,7 @@ extensions = [
         include_dirs=[os.path.join(ROOT, "cuda"), numpy.get_include()],
         libraries=["dl"],
         # rebuilt on change, shipped in sdists
-        depends=[os.path.join("luce", n) for n in ("_cuda_load.pxi", "_cuda_rope_kv.pxi", "_cuda_swiglu_params.pxi")],
+        depends=[os.path.join("luce", n) for n in ("_cuda_load.pxi", "_cuda_rope_kv.pxi")],
     )
     for pyx in sorted(glob.glob(os.path.join(ROOT, "luce", "_cuda*.pyx")))
 ]

@@ -91,24 +91,13 @@ __device__ __forceinline__ void load_chunk4(const float *row, int64_t chunk, int
     for (int i = 0; i < 4; ++i) v[i] = c0 + i < cols ? row[c0 + i] : 0.0f;
 }
 
-// Reads what other blocks of this launch wrote (the attention's fused combine, the SwiGLU tail):
+// Reads what other blocks of this launch wrote (the attention's fused combine):
 // from L2, never a stale L1 line.
 __device__ __forceinline__ float load_coherent(const float *a) {
 #if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
     return __ldcg(a);
 #else
     return *reinterpret_cast<const volatile float *>(a);
-#endif
-}
-
-// Four of them, a[0..3] (16-byte aligned), in one load where the device has it.
-__device__ __forceinline__ void load_coherent4(const float *a, float v[4]) {
-#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
-    const float4 q = __ldcg(reinterpret_cast<const float4 *>(a));
-    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-#else
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = load_coherent(a + i);
 #endif
 }
 

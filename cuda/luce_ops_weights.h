@@ -82,15 +82,6 @@ int luce_matmul(const luce_matmul_params *p, void *stream);
  * k, a's workspace), the same bits; one decode row of a (Q4_K or Q5_K) and b (Q6_K) that both
  * take the one-row kernel at tune 0 run as one launch (cuda/matmul_gemv_pair.cuh; ABI 11). */
 int luce_matmul_pair(const luce_matmul_params *a, const luce_matmul_params *b, void *stream);
-/* luce_matmul(p) then luce_swiglu_quant(s) as one launch, the same bits, where p is the gate | up
- * projection of one decode row (n = 2F, x quantized by its producer: LUCE_MATMUL_REUSE_X), s its
- * SwiGLU (gate = p->y, up = p->y + F, rows 1, cols F), the one-row kernel takes p (not IQ4_XS,
- * tune 0), F is a multiple of 256 and k one block of lanes (cuda/matmul_gemv_swiglu.cuh). counts:
- * F / 256 uint32 that are zero, and are again after the launch. Other calls launch nothing and
- * return LUCE_MATMUL_SWIGLU_NOT_TAKEN: the caller makes the two calls (ABI 12). */
-#define LUCE_MATMUL_SWIGLU_NOT_TAKEN (-1)
-int luce_matmul_swiglu(const luce_matmul_params *p, const luce_swiglu_quant_params *s, uint32_t *counts,
-                       void *stream);
 /* Prompt rows (DESIGN 5 rule 1; cuda/matmul_prefill.cu, reference luce/ref/matmul_prefill.py):
  * the same product for block types with x quantized to 8 bits per 32 values (ggml's q8_1),
  * int8 tensor cores over 64-token tiles; |error| against f32 within

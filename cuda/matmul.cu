@@ -422,5 +422,3 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         default: return (int)cudaErrorInvalidValue;
     }
 }
-
-#include "matmul_swiglu_launch.cuh"

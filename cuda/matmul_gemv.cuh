@@ -39,7 +39,6 @@
 #pragma once
 
 #include "matmul_gemv_c.cuh"
-#include "matmul_gemv_swiglu.cuh"
 #include "matmul_gemv_x.cuh"
 #include "pdl.cuh"
 
@@ -56,7 +55,6 @@ struct GemvArgs {
     int64_t n, row_bytes;
     int warps;  // W: ceil(chunks / (CPL * CW))
     const float *xf;  // token 0's f32 x where the kernel quantizes it in lane (matmul_gemv_x.cuh), else null
-    SwigluTail tail{};  // kTail: y is gate | up and the act is formed too (matmul_gemv_swiglu.cuh)
 };
 
 // Block: `warps` warps (all chunks of k, CPL chunk slots a lane); rows in batches of R.
@@ -65,8 +63,8 @@ struct GemvArgs {
 // kX: x quantized in lane from a.xf (matmul_gemv_x.cuh), else read from the workspace a.x.
 // The block's work. kShare: as block `block` of `grid`, its share of a launch over two weights
 // (gemv_pair_kernel); else as blockIdx.x of gridDim.x (gemv_kernel: the registers it had as a
-// kernel of its own). kTail: the SwiGLU tail after each batch (a.tail).
-template <class G, int CPL, int R, bool kX, bool kShare = false, bool kTail = false>
+// kernel of its own).
+template <class G, int CPL, int R, bool kX, bool kShare = false>
 __device__ __forceinline__ void gemv_block(const GemvArgs &a, unsigned block = 0, unsigned grid = 0) {
     using C = GemvC<G, CPL, R>;
     const auto block_id = [&]() -> unsigned { if constexpr (kShare) return block; else return blockIdx.x; };
@@ -173,16 +171,15 @@ __device__ __forceinline__ void gemv_block(const GemvArgs &a, unsigned block = 0
                 if (a.bias) v = v + a.bias[row];
                 a.y[row] = v;
             }
-            if constexpr (kTail) swiglu_tail_after_batch<R>(a.tail, a.y, b * R);
             if (lane == 0) arrived[slot] = 0;
         }
         if (slot == kRing - 1) __syncthreads();  // every chain of the ring is done before it refills
     }
 }
 
-template <class G, int CPL, int R, bool kX, bool kTail = false>
+template <class G, int CPL, int R, bool kX>
 __global__ void __launch_bounds__(kGemvMaxThreads) gemv_kernel(GemvArgs a) {
-    gemv_block<G, CPL, R, kX, false, kTail>(a);
+    gemv_block<G, CPL, R, kX>(a);
 }
 
 
@@ -203,7 +200,7 @@ inline int64_t balanced_grid(int64_t batches, int64_t cap) {
     return (batches + per_block - 1) / per_block;
 }
 
-template <class G, int CPL, int R, bool kX, bool kTail = false>
+template <class G, int CPL, int R, bool kX>
 int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     a.warps = (int)((a.x.chunks + CPL * kGemvChunksPerWarp - 1) / (CPL * kGemvChunksPerWarp));
     const int threads = a.warps * WARP_SIZE;
@@ -212,7 +209,7 @@ int launch_gemv_cpl(GemvArgs a, cudaStream_t stream) {
     // chunks' c at most (3 * R * 256 B for GroupFloatC), and registers, not shared memory,
     // bound the blocks per SM.
     static int resident[kGemvMaxThreads / WARP_SIZE + 1] = {};
-    auto kernel = gemv_kernel<G, CPL, R, kX, kTail>;
+    auto kernel = gemv_kernel<G, CPL, R, kX>;
     int &res = resident[a.warps];
     if (res == 0) res = resident_blocks(kernel, threads, smem);
     const int64_t grid = balanced_grid((a.n + R - 1) / R, res);

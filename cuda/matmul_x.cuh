@@ -49,17 +49,6 @@ inline XLayout x_layout(void *ws, int64_t rows, int64_t k) {
     return l;
 }
 
-// The workspace layout for a fused producer's quantized `out` [rows, cols] (cuda/norm_quant.cu,
-// the SwiGLU tail of cuda/matmul_swiglu_launch.cuh), or an error: cols must be whole 32-value groups, out
-// and workspace 16-byte aligned and the workspace big enough.
-inline int produced_x_layout(void *workspace, int64_t workspace_bytes, const float *out, int64_t rows, int64_t cols,
-                             XLayout *l) {
-    const bool aligned = ((reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(workspace)) & 15) == 0;
-    if (cols % 32 || !aligned || workspace_bytes < x_bytes(rows, cols)) return (int)cudaErrorInvalidValue;
-    *l = x_layout(workspace, rows, cols);
-    return 0;
-}
-
 // The factor quantize_x_values multiplies a chunk's values by: kQMax / amax, 0 for a chunk of
 // zeros or one holding inf or NaN (`bad`).
 __device__ __forceinline__ float x_quant_factor(float amax, bool bad) {
@@ -144,26 +133,6 @@ __device__ __forceinline__ void quantize_x_values(float v[8], const XLayout &l, 
         w[4] = p2;
         w[6] = 0;
     }
-}
-
-// Tokens 1 .. tp - 1 of chunk ch as quantize_x_values writes padding rows (all-zero values: every
-// byte zero), by one whole warp with plain stores: a fused producer of one row (the SwiGLU tail,
-// matmul_gemv_swiglu.cuh) keeps the layout's padding rows zero without a quantization a row.
-__device__ __forceinline__ void zero_x_padding(const XLayout &l, int64_t ch) {
-    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
-    const int64_t g = ch * kGroups + j;
-    const uint4 zero4{0u, 0u, 0u, 0u};
-    if (g < l.groups) {
-        for (int64_t t = 1; t < l.tp; ++t) l.xq[(t * l.groups + g) * 4 + quad] = zero4;
-        if (quad == 0) {
-            float *s = reinterpret_cast<float *>(l.xs + g * (l.tp / 2));
-            s[1] = 0.0f;  // token 1 beside token 0 in the first pair
-            s[3] = 0.0f;
-            for (int64_t e = 1; e < l.tp / 2; ++e) l.xs[g * (l.tp / 2) + e] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-    }
-    for (int64_t t = 1 + lane; t < l.tp; t += WARP_SIZE) l.xd[ch * l.tp + t] = 0.0f;
-    for (int64_t i = 2 + lane; i < 2 * l.tp; i += WARP_SIZE) l.xqp[ch * l.tp * 2 + i] = zero4;
 }
 
 // One warp per (row, chunk): lane = 4 * group + quad holds values 4q..4q+3 and 16+4q..16+4q+3.

@@ -10,7 +10,6 @@
 // equal the unfused kernels' bitwise. No reduction spans rows: batch-invariant (DESIGN 5).
 #include "rmsnorm.cuh"
 #include "matmul_x.cuh"
-#include "swiglu_unit.cuh"
 
 namespace {
 
@@ -73,10 +72,32 @@ __global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(luce_swiglu_quan
     const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * mm::kGroups + j;
     float v[8] = {};
     if (t < p.rows && 32 * g < p.cols) {
-        swiglu_unit<false>(p.gate + t * p.gate_stride + 32 * g, p.up + t * p.up_stride + 32 * g, quad, v);
-        store_unit(p.out + t * p.cols + 32 * g, quad, v);
+        const float *gate = p.gate + t * p.gate_stride + 32 * g, *up = p.up + t * p.up_stride + 32 * g;
+        float *out = p.out + t * p.cols + 32 * g;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int at = 16 * half + 4 * quad;
+            float gv[4], uv[4];
+            load_chunk4(gate + at, 0, 4, gv);
+            load_chunk4(up + at, 0, 4, uv);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[4 * half + i] = silu_f32(gv[i]) * uv[i];
+            store_chunk4(out + at, 0, 4, v + 4 * half);
+        }
     }
     mm::quantize_x_values(v, l, t, ch);
+}
+
+bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// The workspace layout for a quantized `out` [rows, cols], or an error: cols must be whole
+// 32-value groups, out and workspace 16-byte aligned and the workspace big enough.
+int quant_layout(void *workspace, int64_t workspace_bytes, const float *out, int64_t rows, int64_t cols,
+                 mm::XLayout *l) {
+    if (cols % 32 || !aligned16(out) || !aligned16(workspace) || workspace_bytes < mm::x_bytes(rows, cols))
+        return (int)cudaErrorInvalidValue;
+    *l = mm::x_layout(workspace, rows, cols);
+    return 0;
 }
 
 }  // namespace
@@ -90,7 +111,7 @@ extern "C" int luce_add_rmsnorm(const luce_add_rmsnorm_params *p, void *stream) 
     mm::XLayout l{};
     const bool quant = p->workspace != nullptr;
     if (quant) {
-        const int err = mm::produced_x_layout(p->workspace, p->workspace_bytes, p->out, p->rows, p->cols, &l);
+        const int err = quant_layout(p->workspace, p->workspace_bytes, p->out, p->rows, p->cols, &l);
         if (err) return err;
     }
     // every block of a row reads all of x and residual: out and sum must not overwrite them
@@ -111,7 +132,7 @@ extern "C" int luce_swiglu_quant(const luce_swiglu_quant_params *p, void *stream
         return (int)cudaErrorInvalidValue;
     if (p->rows == 0) return 0;
     mm::XLayout l{};
-    const int err = mm::produced_x_layout(p->workspace, p->workspace_bytes, p->out, p->rows, p->cols, &l);
+    const int err = quant_layout(p->workspace, p->workspace_bytes, p->out, p->rows, p->cols, &l);
     if (err) return err;
     const int64_t warps = l.tp * l.chunks;
     return luce_status(launch_overlapped(swiglu_quant_kernel, dim3((unsigned)((warps + kWarps - 1) / kWarps)),

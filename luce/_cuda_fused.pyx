@@ -14,7 +14,6 @@ from luce._cuda import raise_for_status
 
 include "_cuda_load.pxi"
 include "_cuda_rope_kv.pxi"
-include "_cuda_swiglu_params.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -29,6 +28,17 @@ cdef extern from "luce_ops.h":
         int64_t rows
         int64_t cols
         float eps
+
+    ctypedef struct luce_swiglu_quant_params:
+        const float *gate
+        const float *up
+        float *out
+        void *workspace
+        int64_t workspace_bytes
+        int64_t rows
+        int64_t cols
+        int64_t gate_stride
+        int64_t up_stride
 
 
 ctypedef int (*add_rmsnorm_fn)(const luce_add_rmsnorm_params *, void *) noexcept nogil

@@ -6,12 +6,11 @@ y [rows, n] f32 = x [rows, k] f32 @ W^T (+ bias [n]), W [n, k] GGUF blocks of gg
 struct, call the entry point with the GIL released and raise luce._cuda.KernelError on a
 non-zero status. Block types need a workspace of workspace_bytes(rows, k) bytes.
 """
-from libc.stdint cimport int32_t, int64_t, uint32_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uintptr_t
 
 from luce._cuda import raise_for_status
 
 include "_cuda_load.pxi"
-include "_cuda_swiglu_params.pxi"
 
 
 cdef extern from "luce_ops.h":
@@ -33,15 +32,12 @@ cdef extern from "luce_ops.h":
 
 ctypedef int (*matmul_fn)(const luce_matmul_params *, void *) noexcept nogil
 ctypedef int (*matmul_pair_fn)(const luce_matmul_params *, const luce_matmul_params *, void *) noexcept nogil
-ctypedef int (*matmul_swiglu_fn)(const luce_matmul_params *, const luce_swiglu_quant_params *, uint32_t *,
-                                 void *) noexcept nogil
 ctypedef int64_t (*workspace_fn)(int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*row_bytes_fn)(int32_t, int64_t) noexcept nogil
 
 cdef matmul_fn _matmul = NULL
 cdef matmul_fn _matmul_prefill = NULL
 cdef matmul_pair_fn _matmul_pair = NULL
-cdef matmul_swiglu_fn _matmul_swiglu = NULL
 cdef workspace_fn _prefill_workspace_bytes = NULL
 cdef workspace_fn _workspace_bytes = NULL
 cdef row_bytes_fn _row_bytes = NULL
@@ -54,17 +50,14 @@ PATH_DECODE = 0
 PATH_PREFILL = 1
 REUSE_X = 1
 X_ONCE = 2   # no later call reuses this call's quantized x: one-row calls quantize it in lane (LUCE_MATMUL_X_ONCE)
-MATMUL_SWIGLU_NOT_TAKEN = -1   # LUCE_MATMUL_SWIGLU_NOT_TAKEN
 PAIR_QTYPES = ((12, 14), (13, 14))   # (a, b) luce_matmul_pair may run as one launch: Q4_K or Q5_K, then Q6_K
 
 
 def load(str path):
     """Resolve the matmul entry points in the kernel library at `path`."""
     global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes, _matmul_pair
-    global _matmul_swiglu
     cdef void *lib = _open_library(path)
     _matmul_pair = <matmul_pair_fn>_symbol(lib, path, "luce_matmul_pair")
-    _matmul_swiglu = <matmul_swiglu_fn>_symbol(lib, path, "luce_matmul_swiglu")
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_workspace_bytes")
     _row_bytes = <row_bytes_fn>_symbol(lib, path, "luce_matmul_row_bytes")
     _matmul = <matmul_fn>_symbol(lib, path, "luce_matmul")
@@ -126,36 +119,6 @@ def matmul_pair(uintptr_t x, uintptr_t w_a, uintptr_t bias_a, uintptr_t y_a, int
     with nogil:
         status = _matmul_pair(&a, &b, <void *>stream)
     raise_for_status(status, "luce_matmul_pair")
-
-
-def matmul_swiglu(uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace, int64_t workspace_bytes,
-                  int64_t n, int64_t k, int32_t qtype, uintptr_t act, uintptr_t act_workspace,
-                  int64_t act_workspace_bytes, uintptr_t counts, uintptr_t stream=0):
-    """One decode row: y [1, n] = x @ W^T (+ bias) of the gate | up weight (n = 2F; x already
-    quantized into workspace by its producer: REUSE_X), then act [1, F] = silu(y[:F]) * y[F:]
-    quantized into act_workspace, as matmul then swiglu_quant would, in one launch
-    (luce_matmul_swiglu). counts: F / 256 uint32, zero (and left zero). -> True; False where
-    the one launch does not apply (nothing launched: the caller makes the two calls)."""
-    _require_loaded(<void *>_matmul_swiglu)
-    cdef luce_matmul_params p
-    cdef luce_swiglu_quant_params s
-    _fill(&p, x, w, bias, y, workspace, workspace_bytes, 1, n, k, qtype, PATH_DECODE, REUSE_X, 0)
-    s.gate = <const float *>y
-    s.up = <const float *>(y + 4 * (n // 2))
-    s.out = <float *>act
-    s.workspace = <void *>act_workspace
-    s.workspace_bytes = act_workspace_bytes
-    s.rows = 1
-    s.cols = n // 2
-    s.gate_stride = n
-    s.up_stride = n
-    cdef int status
-    with nogil:
-        status = _matmul_swiglu(&p, &s, <uint32_t *>counts, <void *>stream)
-    if status == MATMUL_SWIGLU_NOT_TAKEN:
-        return False
-    raise_for_status(status, "luce_matmul_swiglu")
-    return True
 
 
 cdef int _launch(matmul_fn fn, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,

@@ -156,10 +156,12 @@ def swiglu_ffn(backend, w: FFNWeights, x, prefill_spans=()):
 def ffn_block(backend, norm, w: FFNWeights, x, residual, eps: float, prefill_spans=()):
     """The FFN half of a pre-norm block on the residual stream: s = x + residual (residual
     None: s = x), -> (s, ffn(rmsnorm(s) * norm) [T, hidden]); the add, the norm and the
-    matmuls' activation quantization are one fused op (backend.add_rmsnorm_swiglu_matmul). The
+    matmuls' activation quantization are one fused op (backend.add_rmsnorm_matmuls). The
     rows of prefill_spans are prompt rows (Backend.matmul)."""
-    return backend.add_rmsnorm_swiglu_matmul(x, residual, norm, eps, w.input_weights, w.down,
-                                             prefill_spans=prefill_spans)
+    s, projections = backend.add_rmsnorm_matmuls(x, residual, norm, eps, w.input_weights,
+                                                 prefill_spans=prefill_spans)
+    gate, up = swiglu_of(backend, projections)
+    return s, backend.swiglu_matmul(gate, up, w.down, prefill_spans)
 
 
 class TokenIO:

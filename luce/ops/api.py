@@ -150,12 +150,6 @@ class Backend(Protocol):
         """matmul(swiglu(gate, up), w, prefill_spans=prefill_spans), bitwise; up None: gate is
         [T, 2F], gate | up."""
 
-    def add_rmsnorm_swiglu_matmul(self, x: Array, residual: Array | None, weight: Array, eps: float,
-                                  gate_up: Sequence[Weight], down: Weight,
-                                  prefill_spans: Sequence[tuple[int, int]] = ()) -> tuple[Array, Array]:
-        """A pre-norm SwiGLU FFN: (s, swiglu_matmul(gate, up, down)) where (s, [gate | up] or
-        [gate, up]) = add_rmsnorm_matmuls(x, residual, weight, eps, gate_up), bitwise."""
-
     def rope_kv_write(self, parts: Sequence[Array], kv: Any, batch, n_head: int, rope_dim: int, theta: float,
                       sections: Sequence[int] = (), q_norm: Array | None = None, k_norm: Array | None = None,
                       eps: float = 0.0) -> Array:
@@ -324,11 +318,6 @@ class FusedOps:
             F = gate.shape[-1] // 2
             gate, up = self.split(gate, [F, F])
         return self.matmul(self.swiglu(gate, up), w, prefill_spans=prefill_spans)
-
-    def add_rmsnorm_swiglu_matmul(self, x, residual, weight, eps: float, gate_up, down, prefill_spans=()):
-        s, projections = self.add_rmsnorm_matmuls(x, residual, weight, eps, gate_up, prefill_spans=prefill_spans)
-        gate, up = (projections[0], None) if len(projections) == 1 else projections
-        return s, self.swiglu_matmul(gate, up, down, prefill_spans)
 
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
                       q_norm=None, k_norm=None, eps: float = 0.0):

@@ -92,7 +92,6 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
         self.prefill_gemm = os.environ.get("LUCE_PREFILL_GEMM", "1") != "0"  # prompt rows: matmul_prefill
         self.mirrors = Mirrors()
         self._init_sequence_ops()
-        self._init_fused_ops()
         self._init_step_ops()
         self._init_row_ops()
         self._init_graphs()

@@ -30,20 +30,10 @@ ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_att
 # launches a step against 246 (docs/PERF.md, session 26). LUCE_MATMUL_PAIR=0 turns it off (A/B runs).
 PAIR_ON = os.environ.get("LUCE_MATMUL_PAIR", "1") != "0"
 
-# A decode row's gate | up matmul forms the SwiGLU and its quantization as well (luce_matmul_swiglu:
-# swiglu_quant's launch goes; the same bits). Opt-in (LUCE_SWIGLU_TAIL=1) until measured on a GPU.
-SWIGLU_TAIL_ON = os.environ.get("LUCE_SWIGLU_TAIL", "0") == "1"
-SWIGLU_COUNTS = 4096   # act chunks of 256 the tail's counts cover (F up to 1,048,576)
-
 
 class CudaFusedOps(FusedOps):
     """Mixin of CudaBackend (uses its empty / _f32 / memcpy / _matmuls / _bias_ptr / _matmul_workspace /
     has_prompt_rows / stream)."""
-
-    def _init_fused_ops(self) -> None:
-        # the SwiGLU tail's counts: zero between launches (each leaves them zero); never allocated
-        # inside a graph capture
-        self.swiglu_counts = self.zeros((SWIGLU_COUNTS,), np.uint32)
 
     def _quant_workspace(self, rows: int, k: int, weights):
         """(workspace, bytes) for x [rows, k] quantized once for the block-type weights, or
@@ -73,9 +63,7 @@ class CudaFusedOps(FusedOps):
                        b.qtype, ws.ptr, nb, 1, a.k, flags, self.stream)
         return ys
 
-    def _add_rmsnorm_quant(self, x, residual, weight, eps: float, weights, prompt: bool):
-        """add_rmsnorm_matmuls' one launch: (s, normed, workspace, ws_bytes), normed quantized
-        into workspace for `weights` unless `prompt` (or they cannot take it: workspace None)."""
+    def add_rmsnorm_matmuls(self, x, residual, weight, eps: float, weights, biases=None, prefill_spans=()):
         from luce import _cuda_fused as kf
 
         x, weight = self._f32(x), self._f32(weight)
@@ -86,6 +74,9 @@ class CudaFusedOps(FusedOps):
             if residual.shape != x.shape:
                 raise ValueError(f"add_rmsnorm_matmuls: residual {residual.shape} differs from x {x.shape}")
         T, D = x.shape
+        # A step with prompt rows: the add and the norm in one launch, unquantized (the prompt-row
+        # GEMM scales x its own way), instead of an add launch and a norm launch.
+        prompt = self.has_prompt_rows(T, prefill_spans)
         s = x if residual is None else self.empty(x.shape)
         normed = self.empty(x.shape)
         workspace, ws_bytes = (None, 0) if prompt else self._quant_workspace(T, D, weights)
@@ -93,38 +84,9 @@ class CudaFusedOps(FusedOps):
             kf.add_rmsnorm(x.ptr, 0 if residual is None else residual.ptr, weight.ptr,
                            0 if residual is None else s.ptr, normed.ptr, 0 if workspace is None else workspace.ptr,
                            ws_bytes, T, D, eps, self.stream)
-        return s, normed, workspace, ws_bytes
-
-    def add_rmsnorm_matmuls(self, x, residual, weight, eps: float, weights, biases=None, prefill_spans=()):
-        # A step with prompt rows: the add and the norm in one launch, unquantized (the prompt-row
-        # GEMM scales x its own way), instead of an add launch and a norm launch.
-        prompt = self.has_prompt_rows(x.shape[0], prefill_spans)
-        s, normed, workspace, ws_bytes = self._add_rmsnorm_quant(x, residual, weight, eps, weights, prompt)
         if prompt:
             return s, self._matmuls(normed, weights, biases, prefill_spans)
         return s, self._matmuls(normed, weights, biases, (), _quantized(workspace, ws_bytes))
-
-    def add_rmsnorm_swiglu_matmul(self, x, residual, weight, eps: float, gate_up, down, prefill_spans=()):
-        """One decode row with a merged gate | up (SWIGLU_TAIL_ON): the norm launch, then the gate |
-        up matmul that forms the SwiGLU and its quantization too (luce_matmul_swiglu), then down."""
-        from luce import _cuda_matmul as km
-
-        w = gate_up[0] if len(gate_up) == 1 else None
-        T = x.shape[0]
-        if (not SWIGLU_TAIL_ON or w is None or T != 1 or self.has_prompt_rows(T, prefill_spans)
-                or w.qtype in km.FLOAT_QTYPES or down.qtype in km.FLOAT_QTYPES or w.k % 32 or w.n % 512
-                or down.k != w.n // 2
-                or w.n // 512 > self.swiglu_counts.size):
-            return super().add_rmsnorm_swiglu_matmul(x, residual, weight, eps, gate_up, down, prefill_spans)
-        s, normed, workspace, ws_bytes = self._add_rmsnorm_quant(x, residual, weight, eps, [w], False)
-        F = w.n // 2
-        y, act = self.empty((1, w.n)), self.empty((1, F))
-        act_ws, act_bytes = self._quant_workspace(1, F, [down])
-        if km.matmul_swiglu(normed.ptr, w.ptr, self._bias_ptr(None, w), y.ptr, workspace.ptr, ws_bytes, w.n, w.k,
-                            w.qtype, act.ptr, act_ws.ptr, act_bytes, self.swiglu_counts.ptr, self.stream):
-            return s, self._matmuls(act, [down], None, (), (act_ws, act_bytes))[0]
-        (gate_up_out,) = self._matmuls(normed, [w], None, (), (workspace, ws_bytes))   # the two launches
-        return s, self.swiglu_matmul(gate_up_out, None, down)
 
     def swiglu_matmul(self, gate, up, w, prefill_spans=()):
         from luce import _cuda_fused as kf

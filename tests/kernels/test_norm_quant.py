@@ -153,30 +153,3 @@ def test_q5_0_beside_q8_0_merges_as_q8_0(cuda, T):
     assert np.array_equal(both[:, :1024], apart[0]) and np.array_equal(both[:, 1024:], apart[1])
     q5 = cuda.to_numpy(cuda.matmul(cuda.asarray(x), w5))
     np.testing.assert_allclose(both[:, :1024], q5, rtol=1e-4, atol=1e-3)   # the same values, other rounding
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("D,F,qtype", [(896, 4864, Q.Q5_0), (1536, 8960, Q.Q4_K), (1024, 512, Q.Q8_0),
-                                       (352, 320, Q.Q8_0)])
-def test_swiglu_tail_ffn_is_the_unfused_bits(cuda, monkeypatch, D, F, qtype):
-    """LUCE_SWIGLU_TAIL=1 at one decode row: the gate | up matmul forms the SwiGLU and its
-    quantization too (luce_matmul_swiglu); s and the FFN's output are bitwise the composition's
-    (FusedOps: the norm + gate | up launch, swiglu_quant, down). F of 320 makes the two launches."""
-    from luce import _cuda_matmul as km
-    from luce.ops import cuda_fused_ops
-
-    x, res, norm = inputs(1, D, seed=D + F)
-    (wg, _), (wu, _) = upload(cuda, qtype, F, D, 1), upload(cuda, qtype, F, D, 2)
-    gate_up = cuda.merge_weights([wg, wu])
-    down, _ = upload(cuda, Q.Q8_0, D, F, 3)
-    assert gate_up is not None and gate_up.n == 2 * F
-    args = (cuda.asarray(x), cuda.asarray(res), cuda.asarray(norm), EPS, [gate_up], down)
-    calls, real = [], km.matmul_swiglu
-    monkeypatch.setattr(cuda_fused_ops, "SWIGLU_TAIL_ON", True)
-    monkeypatch.setattr(km, "matmul_swiglu", lambda *a: (calls.append(a), real(*a))[1])
-    s, y = cuda.add_rmsnorm_swiglu_matmul(*args)
-    assert len(calls) == (1 if F % 256 == 0 else 0)
-    s0, y0 = FusedOps.add_rmsnorm_swiglu_matmul(cuda, *args)
-    assert np.array_equal(cuda.to_numpy(s), cuda.to_numpy(s0))
-    assert np.array_equal(cuda.to_numpy(y).view(np.uint32), cuda.to_numpy(y0).view(np.uint32))
-    assert not cuda.to_numpy(cuda.swiglu_counts).any(), "the tail left counts behind"
