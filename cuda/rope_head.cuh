@@ -10,25 +10,8 @@
 
 namespace rope {
 
-constexpr int kLaneBatch = 8;  // values (or pairs) a lane loads before it stores any
-
-// out[0, n) = src[0, n) by one warp, kLaneBatch values a lane loaded before any is stored.
-__device__ __forceinline__ void copy_lanes(const float *src, float *out, int n, int lane) {
-    for (int d0 = lane; d0 < n; d0 += kLaneBatch * WARP_SIZE) {
-        float v[kLaneBatch];
-#pragma unroll
-        for (int u = 0; u < kLaneBatch; ++u)
-            if (d0 + u * WARP_SIZE < n) v[u] = src[d0 + u * WARP_SIZE];
-#pragma unroll
-        for (int u = 0; u < kLaneBatch; ++u)
-            if (d0 + u * WARP_SIZE < n) out[d0 + u * WARP_SIZE] = v[u];
-    }
-}
-
 // One head of head_dim values: normed (norm != nullptr) from src into dst, then rotated in
-// dst; without a norm rotated from src into dst. By one warp. A lane loads kLaneBatch pairs
-// before it stores any (dst may alias src for the compiler: a loop of load-then-store was one
-// round trip a pair, 2 at head_dim 128 and 4 at 256 on the decode attention's path).
+// dst; without a norm rotated from src into dst. By one warp.
 __device__ __forceinline__ void head_norm_rope(const float *src, float *dst, const float *norm, float eps,
                                                const float *table, int head_dim, int rope_dim, int lane) {
     const int half = rope_dim / 2;
@@ -38,20 +21,12 @@ __device__ __forceinline__ void head_norm_rope(const float *src, float *dst, con
         __syncwarp();
         src = dst;
     }
-    for (int i0 = lane; i0 < half; i0 += kLaneBatch * WARP_SIZE) {
-        float x0[kLaneBatch], x1[kLaneBatch];
-#pragma unroll
-        for (int u = 0; u < kLaneBatch; ++u) {
-            const int i = i0 + u * WARP_SIZE;
-            if (i < half) { x0[u] = src[i]; x1[u] = src[i + half]; }
-        }
-#pragma unroll
-        for (int u = 0; u < kLaneBatch; ++u) {
-            const int i = i0 + u * WARP_SIZE;
-            if (i < half) rotate(x0[u], x1[u], table[i], table[half + i], &dst[i], &dst[i + half]);
-        }
+    for (int i = lane; i < half; i += WARP_SIZE) {
+        const float x0 = src[i], x1 = src[i + half];
+        rotate(x0, x1, table[i], table[half + i], &dst[i], &dst[i + half]);
     }
-    if (!norm) copy_lanes(src + rope_dim, dst + rope_dim, head_dim - rope_dim, lane);
+    if (!norm)
+        for (int d = rope_dim + lane; d < head_dim; d += WARP_SIZE) dst[d] = src[d];
 }
 
 // KV head j of row `row` (j < heads_kv: key head j, normed and rotated; else value head
@@ -64,7 +39,9 @@ __device__ __forceinline__ void kv_head_write(const luce_rope_kv_params &p, int6
                        p.eps, table, D, p.rope_dim, lane);
     } else {
         const int hv = j - p.heads_kv;
-        copy_lanes(p.v + row * p.v_stride + (int64_t)hv * D, p.v_pages + (dst * p.heads_kv + hv) * D, D, lane);
+        const float *src = p.v + row * p.v_stride + (int64_t)hv * D;
+        float *out = p.v_pages + (dst * p.heads_kv + hv) * D;
+        for (int d = lane; d < D; d += WARP_SIZE) out[d] = src[d];
     }
 }
 
