@@ -91,16 +91,6 @@ __device__ __forceinline__ void load_chunk4(const float *row, int64_t chunk, int
     for (int i = 0; i < 4; ++i) v[i] = c0 + i < cols ? row[c0 + i] : 0.0f;
 }
 
-// Reads what other blocks of this launch wrote (the attention's fused combine):
-// from L2, never a stale L1 line.
-__device__ __forceinline__ float load_coherent(const float *a) {
-#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
-    return __ldcg(a);
-#else
-    return *reinterpret_cast<const volatile float *>(a);
-#endif
-}
-
 __device__ __forceinline__ void store_chunk4(float *row, int64_t chunk, int64_t cols,
                                              const float v[4]) {
     const int64_t c0 = chunk * 4;

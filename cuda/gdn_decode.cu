@@ -50,30 +50,16 @@ __device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, c
     return silu_f32(conv1d_dot<K>(w, window));
 }
 
-// A channel's conv window after the segment's n >= 1 rows: rows n .. n+K-2 of the old window and
-// the segment's rows. Loaded before the kernel stores anything (with the conv's own loads: one round
-// trip), stored at the end (row j reads row n + j > j: the old window's).
+// The window after the segment's n >= 1 rows: rows n .. n+K-2, in increasing order (row j
+// reads row n + j > j, not yet rewritten).
 template <int K>
-struct ConvWindow {
-    float rows[K - 1];
-};
-
-template <int K>
-__device__ __forceinline__ ConvWindow<K> conv_window_after(const luce_gdn_decode_params &p, const float *state_c,
-                                                           int64_t C, int64_t c, int64_t r0, int64_t n) {
-    ConvWindow<K> w;
+__device__ __forceinline__ void conv_state_advance(const luce_gdn_decode_params &p, float *state_c, int64_t C,
+                                                   int64_t c, int64_t r0, int64_t n) {
 #pragma unroll
     for (int j = 0; j < K - 1; ++j) {
         const int64_t i = n + j;
-        w.rows[j] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
+        state_c[j * C] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
     }
-    return w;
-}
-
-template <int K>
-__device__ __forceinline__ void store_window(float *state_c, int64_t C, const ConvWindow<K> &w) {
-#pragma unroll
-    for (int j = 0; j < K - 1; ++j) state_c[j * C] = w.rows[j];
 }
 
 template <int K>
@@ -105,10 +91,9 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
     if (bx >= L.qk_blocks) {                // one v channel
         const int64_t c = 2 * L.key_dim + (bx - L.qk_blocks) * kThreads + threadIdx.x;
         if (c >= C) return;
-        const ConvWindow<K> next = conv_window_after<K>(p, state + c, C, c, r0, n);
         for (int64_t t = 0; t < n; ++t)
             p.v[(r0 + t) * (Hv * dv) + c - 2 * L.key_dim] = conv_silu_at<K>(p, state + c, C, c, r0, t);
-        store_window<K>(state + c, C, next);
+        conv_state_advance<K>(p, state + c, C, c, r0, n);
         return;
     }
     const int64_t u = bx * kWarps + threadIdx.x / WARP_SIZE;   // q head u, or k head u - Hk
@@ -118,13 +103,6 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
     const bool is_q = u < Hk;
     const int64_t key_head = is_q ? u : u - Hk;
     float *dst = is_q ? p.q : p.k;
-    ConvWindow<K> next[kMaxLaneChannels];
-#pragma unroll
-    for (int i = 0; i < kMaxLaneChannels; ++i) {
-        if (i >= per_lane) break;
-        const int64_t c = u * dk + lane + i * WARP_SIZE;
-        next[i] = conv_window_after<K>(p, state + c, C, c, r0, n);
-    }
     for (int64_t t = 0; t < n; ++t) {
         float y[kMaxLaneChannels];
         double sum = 0.0;
@@ -154,7 +132,8 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
 #pragma unroll
     for (int i = 0; i < kMaxLaneChannels; ++i) {
         if (i >= per_lane) break;
-        store_window<K>(state + u * dk + lane + i * WARP_SIZE, C, next[i]);
+        const int64_t c = u * dk + lane + i * WARP_SIZE;
+        conv_state_advance<K>(p, state + c, C, c, r0, n);
     }
 }
 

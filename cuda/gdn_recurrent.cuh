@@ -34,33 +34,26 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_recurrent_kernel(luce_gdn_rec
                                                                     GdnNormEpilogue e) {
     constexpr int ROWS = DK / GDN_KGROUPS;
     __shared__ GdnScratch scratch;
+    wait_for_prior_kernels();  // a no-op unless launched overlapped (the fused decode chain)
+    let_dependents_start();
     const int seg = blockIdx.z;
     const int head = blockIdx.y;
     const int lane = threadIdx.x % WARP_SIZE;
     const int kgroup = threadIdx.x / WARP_SIZE;
     const int64_t col = (int64_t)blockIdx.x * WARP_SIZE + lane;
-    const int64_t H = p.n_heads, dv = p.dv;
-    // The segment's slot and rows come from the step's upload and its state from the steps before:
-    // the kernel ahead in an overlapped launch (the decode chain's prepare kernel, cuda/gdn_decode.cu)
-    // writes q, k, v, the gates and the conv window, never the state, and every kernel before that one
-    // has ended (it waits for them before it lets this one start). So the state, this kernel's largest
-    // read, loads before the wait, while the prepare kernel runs.
     const int64_t slot = p.seq_slots[seg];
     const int64_t r0 = p.qo_indptr[seg], r1 = p.qo_indptr[seg + 1];
-    const bool live = slot >= 0 && r1 > r0 && slot < p.n_slots;
-    float *hp = live ? p.state + ((slot * H + head) * DK + (int64_t)kgroup * ROWS) * dv + col : nullptr;
-    float h[ROWS];
-    if (live) {
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) h[r] = hp[r * dv];
-    }
-    wait_for_prior_kernels();  // a no-op unless launched overlapped (the fused decode chain)
-    let_dependents_start();
     if (slot < 0 || r1 <= r0) return;  // padding segment: nothing written
+    const int64_t H = p.n_heads, dv = p.dv;
     if (slot >= p.n_slots) {           // bad slot: poison the outputs, leave every state alone
         if (kgroup == 0)
             for (int64_t t = r0; t < r1; ++t) p.out[(t * H + head) * dv + col] = __int_as_float(0x7fc00000);
     } else {
+        float *hp = p.state + ((slot * H + head) * DK + (int64_t)kgroup * ROWS) * dv + col;
+        float h[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) h[r] = hp[r * dv];
+
         for (int64_t t = r0; t < r1; ++t) {
             const int64_t th = t * H + head;
             float k[ROWS], q[ROWS];
