@@ -234,15 +234,22 @@ inline double tile_waves(int64_t n) {
 // decode calls of 9+ rows where it fits, else as 0 (11, its form of 2 warps of two m-tiles, was
 // slower at every shape measured and spilled: removed, refused); 13 / 14: its cluster form, the
 // k parts shared by clusters of 2 / 4 blocks (matmul_rows.cuh; where the device launches no
-// clusters, as 12); 15: the cluster size by rows_auto_cluster (1, 2 or 4). Tune 0 takes it where it measured faster (H200, docs/PERF.md session 15, 27B shapes): matrices of
-// 8,192+ rows at 17+ tokens (gate 17408 x 5120: 23 tokens 68.9 -> 58.1 us, 64: 154.0 -> 113.8,
-// 80: 203.7 -> 132.7; Q8_0 10240 x 5120 alike) and the LM head's 9-16 (574 -> 469 us at 16); not
-// the 5,120-row down and out projections (fewer blocks than SMs: slower up to 64 tokens).
+// clusters, as 12); 15: the cluster size by rows_auto_cluster (1, 2 or 4). Tune 0 takes 15 for
+// every decode call of 9+ rows: on an H100 (docs/PERF.md session 29, 27B IQ4_XS, us) gate 17408 x
+// 5120 at 16 / 23 rows 49.5 / 58.6 -> 45.0 / 55.7, down 5120 x 17408 at 23 / 64 88.7 / 165.7 ->
+// 54.4 / 129.6, out at 23 33.1 -> 24.1, the LM head alike (615 -> 601 at 23); the 27B's verify
+// at 16 / 23 / 64 rows 20.3 / 26.2 / 46.2 -> 19.1 / 20.8 / 44.9 ms and its DFlash pass (Q8_0, 16
+// rows) 2.68 -> 2.04 ms. Slower alone: down and out at 16 rows (55.9 -> 59.2, 20.5 -> 25.3) and
+// the gate at 64 (119.8 -> 125.7). Devices without clusters (sm_80-89, HIP) would run it one block
+// a row block (down at 23 rows: 187.8 us on the H100): they keep the choice before, 12 for
+// matrices of 8,192+ rows at 17+ tokens and the LM head's 9-16 (H200, session 15).
 template <class Q>
 int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     const int64_t t = path == LUCE_MATMUL_PREFILL ? (int64_t)1 << 40 : a.rows;
-    if (tune == 0 && path != LUCE_MATMUL_PREFILL && a.n >= 8192 && (t > 16 || (t > 8 && tile_waves(a.n) > 8.0)))
-        tune = 12;
+    if (tune == 0 && path != LUCE_MATMUL_PREFILL && t > 8) {
+        if (cluster::launches()) tune = 15;
+        else if (a.n >= 8192 && (t > 16 || tile_waves(a.n) > 8.0)) tune = 12;
+    }
     if (tune >= 12) {
         const int r = t <= 8 ? -1 : launch_rows<Q, 1, 4>(a, tune == 15 ? 0 : 1 << (tune - 12), stream);
         if (r >= 0) return r;

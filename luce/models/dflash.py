@@ -141,7 +141,7 @@ class DFlashDraft:
         # passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N: of those,
         # up to DECODE_ROWS_MAX rows, only matmuls this wide (the others: the decode family)
         self.prompt_gemm = {"1": True, "0": False}.get(os.environ.get("LUCE_DRAFT_PROMPT_GEMM", ""))
-        min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or "0"
+        min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or str(self.PROMPT_GEMM_MIN_N)
         if not min_n.isdigit():
             raise ValueError(f"LUCE_DRAFT_PROMPT_GEMM_MIN_N={min_n!r}: give a number of output rows "
                              "(e.g. 8192), or unset it")
@@ -155,6 +155,12 @@ class DFlashDraft:
     # With prompt_gemm_min_n, passes of at most this many rows (a C8 pass of 16-row blocks) send
     # their narrower matmuls to the decode family; more rows (a prompt's context) never.
     DECODE_ROWS_MAX = 128
+    # prompt_gemm_min_n unless LUCE_DRAFT_PROMPT_GEMM_MIN_N says otherwise ("0": every call of such
+    # a pass on the prompt GEMM). The 27B's draft on an H100 (docs/PERF.md session 29): the C5 pass
+    # 5.18 -> 4.54 ms, its q|k|v, out and down (Q8_0, 80 rows) on the wide-token kernel's cluster
+    # form (e.g. q 46 against 72 us), gate|up (34,816 rows: 193 against 343 us) and the head on
+    # the prompt GEMM.
+    PROMPT_GEMM_MIN_N = 8192
 
     def spans(self, rows: int, weights) -> tuple[tuple[int, int], ...]:
         """The prefill_spans of one matmul call of the draft, over `weights`, of `rows` rows. No

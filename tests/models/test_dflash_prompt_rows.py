@@ -67,15 +67,32 @@ def test_prompt_gemm_changes_nothing_on_one_matmul_backends(monkeypatch, tmp_pat
     assert np.array_equal(logits[0], logits[1])
 
 
-def test_by_default_passes_of_enough_rows_take_the_prompt_gemm(monkeypatch, tmp_path):
-    """LUCE_DRAFT_PROMPT_GEMM unset: a pass's matmuls take the prompt GEMM from PROMPT_GEMM_ROWS
-    rows on (a block of one lane stays on the decode family, several lanes' blocks go over)."""
+def test_by_default_narrow_calls_of_a_few_lanes_stay_on_the_decode_family(monkeypatch, tmp_path):
+    """Both variables unset: prompt_gemm_min_n is PROMPT_GEMM_MIN_N (8,192), wider than every
+    matmul of the tiny draft but its head's, so a pass of up to DECODE_ROWS_MAX rows multiplies
+    them on the decode family; past DECODE_ROWS_MAX rows every call takes the prompt GEMM."""
+    monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM", raising=False)
+    monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", raising=False)
+    _, draft = _pair(tmp_path, "numpy")
+    assert draft.prompt_gemm is None and draft.prompt_gemm_min_n == draft.PROMPT_GEMM_MIN_N == 8192
+    wo, rows = draft.layers[0].attn.wo, draft.PROMPT_GEMM_ROWS
+    wide = np.empty((8192, 1))
+    assert draft.spans(rows, [wo]) == () and draft.spans(draft.DECODE_ROWS_MAX, [wo]) == ()
+    assert draft.spans(rows, [wide]) == ((0, rows),) and draft.spans(rows - 1, [wide]) == ()
+    assert draft.spans(draft.DECODE_ROWS_MAX + 1, [wo]) == ((0, draft.DECODE_ROWS_MAX + 1),)
+
+
+def test_without_a_min_width_passes_of_enough_rows_take_the_prompt_gemm(monkeypatch, tmp_path):
+    """LUCE_DRAFT_PROMPT_GEMM unset, LUCE_DRAFT_PROMPT_GEMM_MIN_N=0: a pass's matmuls take the
+    prompt GEMM from PROMPT_GEMM_ROWS rows on (a block of one lane stays on the decode family,
+    several lanes' blocks go over)."""
     from luce.ops import get_backend
 
     fake = install_fakes(monkeypatch, tmp_path, "cuda")
     monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM", raising=False)
+    monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "0")
     _, draft = _pair(tmp_path, get_backend("cuda"))
-    assert draft.prompt_gemm is None
+    assert draft.prompt_gemm is None and draft.prompt_gemm_min_n == 0
     wo = [draft.layers[0].attn.wo]
     assert draft.spans(draft.PROMPT_GEMM_ROWS - 1, wo) == () and draft.spans(0, wo) == ()
     assert draft.spans(draft.PROMPT_GEMM_ROWS, wo) == ((0, draft.PROMPT_GEMM_ROWS),)
