@@ -242,12 +242,15 @@ inline double tile_waves(int64_t n) {
 // rows) 2.68 -> 2.04 ms. Slower alone: down and out at 16 rows (55.9 -> 59.2, 20.5 -> 25.3) and
 // the gate at 64 (119.8 -> 125.7). Devices without clusters (sm_80-89, HIP) would run it one block
 // a row block (down at 23 rows: 187.8 us on the H100): they keep the choice before, 12 for
-// matrices of 8,192+ rows at 17+ tokens and the LM head's 9-16 (H200, session 15).
+// matrices of 8,192+ rows at 17+ tokens and the LM head's 9-16 (H200, session 15). Past 16 rows
+// only matrices of 2^24+ weights take it: the Coder-1.5B's (k 1,536 or n 1,536) verify at 32 / 64
+// rows measured 2.99 / 4.57 -> 3.48 / 4.95 ms with it everywhere (0.5B 2.06 -> 2.64 at 32).
+constexpr int64_t kRowsClusterMinWeights = (int64_t)1 << 24;
 template <class Q>
 int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     const int64_t t = path == LUCE_MATMUL_PREFILL ? (int64_t)1 << 40 : a.rows;
     if (tune == 0 && path != LUCE_MATMUL_PREFILL && t > 8) {
-        if (cluster::launches()) tune = 15;
+        if (cluster::launches() && (t <= 16 || a.n * a.x.groups * 32 >= kRowsClusterMinWeights)) tune = 15;
         else if (a.n >= 8192 && (t > 16 || tile_waves(a.n) > 8.0)) tune = 12;
     }
     if (tune >= 12) {
