@@ -138,8 +138,9 @@ class DFlashDraft:
         self.output_norm = be.load_tensor(gguf, "output_norm.weight")
         self.layers = [self._load_layer(il) for il in range(cfg.n_layer)]
         # LUCE_DRAFT_PROMPT_GEMM at load: "1" every pass's rows as prompt rows, "0" none, unset:
-        # passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N: of those,
-        # up to DECODE_ROWS_MAX rows, only matmuls this wide (the others: the decode family)
+        # passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N (default
+        # PROMPT_GEMM_MIN_N): of those, up to DECODE_ROWS_MAX rows, only matmuls this wide (the
+        # others: the decode family)
         self.prompt_gemm = {"1": True, "0": False}.get(os.environ.get("LUCE_DRAFT_PROMPT_GEMM", ""))
         min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or str(self.PROMPT_GEMM_MIN_N)
         if not min_n.isdigit():
