@@ -14,18 +14,25 @@ constexpr uint32_t kIq4Table1 = 0xF6EADDCFu;  // -49, -35, -22, -10
 constexpr uint32_t kIq4Table2 = 0x26190D01u;  // 1, 13, 25, 38
 constexpr uint32_t kIq4Table3 = 0x71594535u;  // 53, 69, 89, 113
 
+// prmt takes one of its two data words from a register: the table's words 0 and 2 (1 and 3 are
+// immediates). Held in registers, loaded through a lane-dependent address so that ptxas can
+// neither fold them to constants nor keep them in uniform registers (it did both with an
+// immediate or a uniform load, then copied them into a register before every prmt: ~56 moves a
+// batch of 4 rows in the one-row kernel, 8 a group in the tile kernels).
+__device__ const uint32_t kIq4TableA[4] = {kIq4Table0, kIq4Table0, kIq4Table2, kIq4Table2};
+
 // w holds 8 4-bit table indices (byte i: low nibble index of value i, high nibble of value
-// i + 16). Returns the table values of the low nibbles (lo) and of the high nibbles (hi).
-__device__ __forceinline__ void iq4_lookup(uint32_t w, uint32_t &lo, uint32_t &hi) {
-    const uint32_t idx3 = w & 0x77777777u;                         // index within a half table
-    const uint32_t half = ((w >> 1) & 0x44444444u) | 0x32103210u;  // nibble i: i or i + 4
+// i + 16); t0 / t2 the table's words 0 / 2. Returns the table values of the low nibbles (lo)
+// and of the high nibbles (hi). Every selector has bit 3 of its nibbles clear (prmt_clear).
+__device__ __forceinline__ void iq4_lookup(uint32_t w, uint32_t t0, uint32_t t2, uint32_t &lo, uint32_t &hi) {
+    const uint32_t idx3 = w & 0x77777777u;                          // index within a half table
+    const uint32_t half = 0x32103210u + ((w & 0x88888888u) >> 1);  // nibble i: byte i or i + 4
     // Nibbles of w in order: lo0 hi0 lo1 hi1 | lo2 hi2 lo3 hi3.
-    const uint32_t v01 = byte_perm(byte_perm(kIq4Table0, kIq4Table1, idx3),
-                                   byte_perm(kIq4Table2, kIq4Table3, idx3), half);
-    const uint32_t v23 = byte_perm(byte_perm(kIq4Table0, kIq4Table1, idx3 >> 16),
-                                   byte_perm(kIq4Table2, kIq4Table3, idx3 >> 16), half >> 16);
-    lo = byte_perm(v01, v23, 0x6420);
-    hi = byte_perm(v01, v23, 0x7531);
+    const uint32_t v01 = prmt_clear(prmt_clear(t0, kIq4Table1, idx3), prmt_clear(t2, kIq4Table3, idx3), half);
+    const uint32_t v23 = prmt_clear(prmt_clear(t0, kIq4Table1, idx3 >> 16), prmt_clear(t2, kIq4Table3, idx3 >> 16),
+                                    half >> 16);
+    lo = prmt_clear(v01, v23, 0x6420);
+    hi = prmt_clear(v01, v23, 0x7531);
 }
 
 // IQ4_XS, 136 B: f16 d, u16 scales_h, scales_l[4], qs[128]; qs[16j + l] low nibble = index of
@@ -36,11 +43,14 @@ struct ReaderIQ4XS {
     static constexpr bool kHalves = false, kOffset = false, kIntScale = true;
     const uint8_t *b[2];
     uint32_t ls_lo[2], ls_hi[2];  // scales_l (4-bit each), scales_h (2-bit each, at bit 2j)
+    uint32_t t0, t2;              // the table's words 0 and 2 (iq4_lookup)
     float d[2], negmin[2];
 
-    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int, int) {
+    __device__ __forceinline__ void load(const uint8_t *b0, const uint8_t *b1, int quad, int) {
         b[0] = b0;
         b[1] = b1;
+        t0 = __ldg(&kIq4TableA[quad & 1]);
+        t2 = __ldg(&kIq4TableA[2 + (quad & 1)]);
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const uint2 head = *reinterpret_cast<const uint2 *>(b[r]);
@@ -53,7 +63,7 @@ struct ReaderIQ4XS {
 
     __device__ __forceinline__ void weights(int j, int quad, uint32_t a[4]) const {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) iq4_lookup(lds32(b[r] + 8 + 16 * j + 4 * quad), a[r], a[2 + r]);
+        for (int r = 0; r < 2; ++r) iq4_lookup(lds32(b[r] + 8 + 16 * j + 4 * quad), t0, t2, a[r], a[2 + r]);
     }
 
     __device__ __forceinline__ int scale(int j, int, int r) const {

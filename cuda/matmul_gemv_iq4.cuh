@@ -30,18 +30,6 @@
 
 namespace mm {
 
-// prmt.b32 of a selector whose nibbles 0..3 have bit 3 clear (no sign replication): bytes
-// (sel >> 4i) & 7 of b:a, as byte_perm, without __byte_perm's masking of the selector.
-__device__ __forceinline__ uint32_t prmt_clear(uint32_t a, uint32_t b, uint32_t sel) {
-#ifdef LUCE_MM_PORTABLE
-    return byte_perm(a, b, sel);
-#else
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-#endif
-}
-
 // Table values of the 8 nibbles of w, in nibble order: v01 of nibbles 0..3, v23 of 4..7.
 __device__ __forceinline__ void iq4_pairs(uint32_t w, uint32_t t0, uint32_t t2, uint32_t &v01, uint32_t &v23) {
     const uint32_t idx = w & 0x77777777u;                          // index within a half table
@@ -51,12 +39,6 @@ __device__ __forceinline__ void iq4_pairs(uint32_t w, uint32_t t0, uint32_t t2, 
     v23 = prmt_clear(prmt_clear(t0, kIq4Table1, lo), prmt_clear(t2, kIq4Table3, lo), hh);
 }
 
-// prmt takes one of its two data words from a register: the table's words 0 and 2 (1 and 3 are
-// immediates). Held in registers for the launch, loaded once through a lane-dependent address so
-// that ptxas can neither fold them to constants nor keep them in uniform registers (it did both
-// with an immediate or a uniform load, then copied them into a register before every prmt: ~56
-// moves a batch of 4 rows).
-__device__ const uint32_t kIq4TableA[4] = {kIq4Table0, kIq4Table0, kIq4Table2, kIq4Table2};
 
 struct GemvIQ4XS {
     using Tensor = ReaderIQ4XS;

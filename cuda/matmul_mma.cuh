@@ -42,6 +42,18 @@ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s
 #endif
 }
 
+// prmt.b32 of a selector whose nibbles 0..3 have bit 3 clear (no sign replication): bytes
+// (sel >> 4i) & 7 of b:a, as byte_perm, without __byte_perm's masking of the selector.
+__device__ __forceinline__ uint32_t prmt_clear(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef LUCE_MM_PORTABLE
+    return byte_perm(a, b, sel);
+#else
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+#endif
+}
+
 __device__ __forceinline__ uint32_t ld16(const uint8_t *p) {  // global, p 2-byte aligned
 #ifdef LUCE_MM_PORTABLE
     return *reinterpret_cast<const unsigned short *>(p);
