@@ -235,7 +235,8 @@ inline double tile_waves(int64_t n) {
 // slower at every shape measured and spilled: removed, refused); 13 / 14: its cluster form, the
 // k parts shared by clusters of 2 / 4 blocks (matmul_rows.cuh; where the device launches no
 // clusters, as 12); 15: the cluster size by rows_auto_cluster (1, 2 or 4). Tune 0 takes 15 for
-// every decode call of 9+ rows: on an H100 (docs/PERF.md session 29, 27B IQ4_XS, us) gate 17408 x
+// decode calls of 9-16 rows, and of 17+ rows for matrices of 2^24+ weights (below). With 15 for
+// every decode call of 9+ rows, on an H100 (docs/PERF.md session 29, 27B IQ4_XS, us): gate 17408 x
 // 5120 at 16 / 23 rows 49.5 / 58.6 -> 45.0 / 55.7, down 5120 x 17408 at 23 / 64 88.7 / 165.7 ->
 // 54.4 / 129.6, out at 23 33.1 -> 24.1, the LM head alike (615 -> 601 at 23); the 27B's verify
 // at 16 / 23 / 64 rows 20.3 / 26.2 / 46.2 -> 19.1 / 20.8 / 44.9 ms and its DFlash pass (Q8_0, 16
@@ -244,7 +245,8 @@ inline double tile_waves(int64_t n) {
 // a row block (down at 23 rows: 187.8 us on the H100): they keep the choice before, 12 for
 // matrices of 8,192+ rows at 17+ tokens and the LM head's 9-16 (H200, session 15). Past 16 rows
 // only matrices of 2^24+ weights take it: the Coder-1.5B's (k 1,536 or n 1,536) verify at 32 / 64
-// rows measured 2.99 / 4.57 -> 3.48 / 4.95 ms with it everywhere (0.5B 2.06 -> 2.64 at 32).
+// rows measured 2.99 / 4.57 -> 3.48 / 4.95 ms with it everywhere (0.5B 2.06 -> 2.64 at 32); this
+// split itself is not yet measured.
 constexpr int64_t kRowsClusterMinWeights = (int64_t)1 << 24;
 template <class Q>
 int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {

@@ -39,7 +39,6 @@ __device__ __forceinline__ void iq4_pairs(uint32_t w, uint32_t t0, uint32_t t2, 
     v23 = prmt_clear(prmt_clear(t0, kIq4Table1, lo), prmt_clear(t2, kIq4Table3, lo), hh);
 }
 
-
 struct GemvIQ4XS {
     using Tensor = ReaderIQ4XS;
     static constexpr bool kHalves = false, kOffset = false, kGroupScale = false, kOwnLayout = true;
