@@ -75,7 +75,7 @@ static inline int luce_status(cudaError_t err) { return (int)err; }
 // arithmetic (and any reduction's order) is the same whether a chunk moves as one float4
 // (16-byte aligned row) or as scalars: a row's result must not depend on where it sits in
 // memory (batch invariance). Elements past `cols` read as 0 and are not written.
-__device__ __forceinline__ bool is_aligned16(const void *p) {
+__host__ __device__ __forceinline__ bool is_aligned16(const void *p) {
     return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 

@@ -295,8 +295,6 @@ int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
 
 bool is_block_type(int qtype) { return qtype != LUCE_QT_F32 && qtype != LUCE_QT_F16 && qtype != LUCE_QT_BF16; }
 
-bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // Tunes 9 and 10 pick for or against the few-row kernel at 2..8 rows; tune 0 takes it for the types
 // marked in matmul_gemv_rows_launch.cuh (kGemvRowsIQ4XS, kGemvRowsQ5K, ...).
 constexpr int kMaxTune = 15;
@@ -358,7 +356,7 @@ int matmul_pair_launch(const luce_matmul_params *a, const luce_matmul_params *b,
                         (a->qtype == LUCE_QT_Q4_K || a->qtype == LUCE_QT_Q5_K) && b->qtype == LUCE_QT_Q6_K &&
                         a->tune == 0 && b->tune == 0 && default_tune() == 0 && a->n > 0 && b->n > 0 && a->w && b->w &&
                         a->y && b->y && a->x && a->workspace && a->workspace_bytes >= x_bytes(1, a->k) &&
-                        aligned16(a->x) && aligned16(a->workspace);
+                        is_aligned16(a->x) && is_aligned16(a->workspace);
     if (!shapes) return kPairNotTaken;
     const int64_t rb_a = luce_matmul_row_bytes(a->qtype, a->k), rb_b = luce_matmul_row_bytes(b->qtype, b->k);
     if (rb_a < 0 || rb_b < 0) return kPairNotTaken;
@@ -405,8 +403,8 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         if (p->qtype == LUCE_QT_F16) return launch_float_matmul<LUCE_QT_F16>(a, stream);
         return launch_float_matmul<LUCE_QT_BF16>(a, stream);
     }
-    if (!p->workspace || p->workspace_bytes < x_bytes(p->rows, p->k) || !aligned16(p->x) ||
-        !aligned16(p->workspace) || p->rows > 65535LL * 64)
+    if (!p->workspace || p->workspace_bytes < x_bytes(p->rows, p->k) || !is_aligned16(p->x) ||
+        !is_aligned16(p->workspace) || p->rows > 65535LL * 64)
         return (int)cudaErrorInvalidValue;
     const XLayout xl = x_layout(p->workspace, p->rows, p->k);
     const uint8_t *w = static_cast<const uint8_t *>(p->w);

@@ -303,7 +303,7 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
 // 48 KiB).
 inline bool gemv_rows_runs(const uint8_t *w, int64_t rows, int64_t n, const XLayout &x, int64_t row_bytes,
                            bool planes, int smem_limit) {
-    return rows >= 2 && rows <= kRowsMaxTokens && (reinterpret_cast<uintptr_t>(w) & 15) == 0 && n >= kRowsTile &&
+    return rows >= 2 && rows <= kRowsMaxTokens && is_aligned16(w) && n >= kRowsTile &&
            n < ((int64_t)1 << 30) && (n * row_bytes) % 16 == 0 && x.chunks <= kRowsMaxChunks &&
            gemv_rows_smem_bytes(x, row_bytes, 2, planes) <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
 }

@@ -88,13 +88,11 @@ __global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(luce_swiglu_quan
     mm::quantize_x_values(v, l, t, ch);
 }
 
-bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 // The workspace layout for a quantized `out` [rows, cols], or an error: cols must be whole
 // 32-value groups, out and workspace 16-byte aligned and the workspace big enough.
 int quant_layout(void *workspace, int64_t workspace_bytes, const float *out, int64_t rows, int64_t cols,
                  mm::XLayout *l) {
-    if (cols % 32 || !aligned16(out) || !aligned16(workspace) || workspace_bytes < mm::x_bytes(rows, cols))
+    if (cols % 32 || !is_aligned16(out) || !is_aligned16(workspace) || workspace_bytes < mm::x_bytes(rows, cols))
         return (int)cudaErrorInvalidValue;
     *l = mm::x_layout(workspace, rows, cols);
     return 0;
