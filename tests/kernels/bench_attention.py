@@ -213,8 +213,10 @@ for _shape, _heads in DECODE_SHAPES.items():
             _c = functools.partial(attention_case, 1, _ctx, 1, _heads, decode_form=_form)
             _c.__name__ = f"attention_decode_{_form}_{_shape}_{_ctx}"
             BENCH_CASES.append(_c)
+# The 27B verify's trees (23 and 64 rows over 1,024 keys, bench_decode's verify section) and longer prefixes.
 TREE_CASES = [functools.partial(tree_attention_case, n, ctx, w) for n, ctx, w in [(2, 1024, 8), (0, 4096, 64),
-                                                                                 (0, 4096, 8)]]
+                                                                                 (0, 4096, 8), (0, 1024, 23),
+                                                                                 (0, 1024, 64)]]
 for _c in TREE_CASES:
     _c.__name__ = "attention_tree_" + "_".join(map(str, _c.args))
 # A verify of one DDTree of 23 / 64 rows over 128 committed keys at the Coder shapes (the 1.5B's
