@@ -72,18 +72,10 @@ using namespace luce_attn;
 // tree walks its deeper rows partly in global memory: the same result).
 constexpr int kTreeStage = 512;
 
-// Floats of dynamic shared memory ahead of the partition kernel's float area: page_off [kPartition]
-// (int64), m_s and l_s [MAXQ] (partition_vectors), table_s [D], rounded to whole float4s.
-__host__ __device__ constexpr int partition_smem_head(int D, int MAXQ) { return (2 * kPartition + 2 * MAXQ + D + 3) / 4 * 4; }
-// Floats of the area after it for nq query vectors: q [nq][D] and scores [nq][kPartition], then
-// the value pass's key-lane sums [kThreads / (D / 4)][nq][D].
-__host__ __device__ constexpr int partition_smem_body(int D, int nq) {
-    return nq * (D + kPartition) > kThreads / (D / 4) * nq * D ? nq * (D + kPartition) : kThreads / (D / 4) * nq * D;
-}
-
 // Grid (rows, Hkv * groups, chunks): block (row, hk * groups + gi, c) takes query heads
 // hk * G + gi * group_heads .. (at most group_heads of them) over chunk c of the row's keys;
-// TREE without CLUSTER: of the rows of partition_row_set (attention_row_set.cuh), MAXQ vectors.
+// TREE without CLUSTER: of the rows of partition_row_set (attention_row_set.cuh), MAXQ vectors,
+// up to tree_rows rows a block (1: one row a block).
 // ROPE (decode launches, attention_rope_input.cuh): q from the projection (r), normed and
 // rotated here, and the row's new key and value written by the blocks that read them.
 // CLUSTER (attention_cluster.cuh): the blocks of chunks 0..gridDim.z-1 are one cluster and
@@ -91,7 +83,8 @@ __host__ __device__ constexpr int partition_smem_body(int D, int nq) {
 template <int D, int MAXG, bool TREE, bool ROPE, bool CLUSTER>
 __global__ void __launch_bounds__(kThreads)
 attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0,
-                           int32_t group_heads, int32_t cmin, bool prefetch, luce_rope_kv_params r) {
+                           int32_t group_heads, int32_t cmin, bool prefetch, int32_t tree_rows,
+                           luce_rope_kv_params r) {
     constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
     constexpr int COLS = D / 4;                    // float4 columns of a row
     constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
@@ -135,7 +128,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     }
     __shared__ int32_t parent_s[TREE ? kTreeStage : 1];  // tree rows: their segment's parents
     __shared__ int32_t keys_s[MAXQ > MAXG ? kTreeRows : 1];  // keys of the set's rows
-    const int R = MAXQ > MAXG ? group_rows(MAXQ, G) : 1;
+    const int R = MAXQ > MAXG ? min(tree_rows, group_rows(MAXQ, G)) : 1;  // rows a block may take
     const RowKeys rk = attention_row_keys(p, row, TREE ? parent_s : nullptr, kTreeStage, R);
     const int32_t len = chunk_keys(rk.keys, cmin), key0 = chunk * len;
     if (rk.keys <= key0) {                         // padding row, or past the row's keys

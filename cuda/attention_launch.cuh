@@ -46,6 +46,7 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
     // Overlapped with the kernel ahead (rope_kv, or the q|k|v matmul when fused) where no prompt kernel runs first.
     const bool overlap = chain_overlap(D <= 128 ? kPdlAttn : kPdlAttnWide) && row0 == 0;
     const luce_rope_kv_params r = rope ? *rope : luce_rope_kv_params{};
+    const int32_t tree_rows = tree_rows_per_block();
 #if !defined(__HIPCC__)
     if constexpr (D <= 128) {
         constexpr auto k_rope = attention_partition_kernel<D, MAXG, false, true, true>;
@@ -59,7 +60,7 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
             *merged = true;
             return luce_status(cluster::launch(rope ? k_rope : tree ? k_tree : k_plain, grid, dim3(kThreads), smem,
                                                stream, overlap, grid.z, p, n_parts, page_shift, row0, gh, cmin,
-                                               prefetch, r));
+                                               prefetch, tree_rows, r));
         }
     }
 #endif
@@ -67,17 +68,17 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
         if (rope)
             return luce_status(launch_overlapped(attention_partition_kernel<D, MAXG, false, true, false>, grid,
                                                  dim3(kThreads), smem, stream, overlap, p, n_parts, page_shift, row0,
-                                                 gh, cmin, prefetch, r));
+                                                 gh, cmin, prefetch, tree_rows, r));
     if (p.tree_parents != nullptr) {
         constexpr auto k_tree = attention_partition_kernel<D, MAXG, true, false, false>;
         static const cudaError_t allowed =  // over 48 KB of shared memory: asked once
             cudaFuncSetAttribute(k_tree, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kTreeSmem);
         if (allowed != cudaSuccess) return luce_status(allowed);
         return luce_status(launch_overlapped(k_tree, grid, dim3(kThreads), kTreeSmem, stream, overlap, p, n_parts,
-                                             page_shift, row0, gh, cmin, prefetch, r));
+                                             page_shift, row0, gh, cmin, prefetch, tree_rows, r));
     }
     return luce_status(launch_overlapped(attention_partition_kernel<D, MAXG, false, false, false>, grid, dim3(kThreads), smem,
-                                         stream, overlap, p, n_parts, page_shift, row0, gh, cmin, prefetch, r));
+                                         stream, overlap, p, n_parts, page_shift, row0, gh, cmin, prefetch, tree_rows, r));
 }
 
 // Rows 0..row0-1 take the prompt kernel (row0 = p.prompt_rows where it fits the device, else 0),

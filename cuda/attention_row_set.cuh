@@ -9,6 +9,8 @@
 // head), so a row's bits do not depend on the rows beside it (DESIGN 5 rule 2).
 #pragma once
 
+#include <cstdlib>
+
 #include "attention_common.cuh"
 
 namespace luce_attn {
@@ -22,10 +24,27 @@ __host__ __device__ constexpr int partition_vectors(int MAXG, bool tree, bool cl
     return tree && !cluster && MAXG < kTreeVectors ? kTreeVectors : MAXG;
 }
 
+// Floats of dynamic shared memory ahead of the partition kernel's float area: page_off [kPartition]
+// (int64), m_s and l_s [MAXQ] (partition_vectors), table_s [D], rounded to whole float4s.
+__host__ __device__ constexpr int partition_smem_head(int D, int MAXQ) { return (2 * kPartition + 2 * MAXQ + D + 3) / 4 * 4; }
+// Floats of the area after it for nq query vectors: q [nq][D] and scores [nq][kPartition], then
+// the value pass's key-lane sums [kThreads / (D / 4)][nq][D].
+__host__ __device__ constexpr int partition_smem_body(int D, int nq) {
+    return nq * (D + kPartition) > kThreads / (D / 4) * nq * D ? nq * (D + kPartition) : kThreads / (D / 4) * nq * D;
+}
+
 // Rows of a group at G heads a block (the same for every block of a launch).
 __host__ __device__ __forceinline__ int group_rows(int vectors, int G) {
     const int r = vectors / G;
     return r < 1 ? 1 : (r > kTreeRows ? kTreeRows : r);
+}
+
+// Rows a tree block may take: kTreeRows, or LUCE_ATTN_TREE_ROWS (read by each launch, for A/B
+// runs; 1: one row a block, the form before). The same bits at any value.
+inline int32_t tree_rows_per_block() {
+    const char *e = getenv("LUCE_ATTN_TREE_ROWS");
+    const int v = e ? atoi(e) : 0;
+    return v >= 1 && v <= kTreeRows ? v : kTreeRows;
 }
 
 struct RowSet {

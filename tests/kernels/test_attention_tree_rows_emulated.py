@@ -35,8 +35,9 @@ CASES = [((12, 2, 256), 500, 23), ((12, 2, 128), 1020, 13), ((8, 1, 64), 300, 30
 def test_tree_rows_sharing_blocks_equal_ar_rows_emulated(lib, monkeypatch, heads, prefix, n):
     """Two trees (n rows over `prefix` keys, 7 rows over 90), an AR row and a padding segment in
     one launch: each tree row's output equals, bit for bit, the AR row at its position once its
-    path is committed, at all G heads a block and at 2, merged in the kernel and by the combine
-    launch; every merge counter is zero again and padding stays unwritten."""
+    path is committed, at all G heads a block and at 2, with shared blocks and with one row a
+    block (LUCE_ATTN_TREE_ROWS=1), merged in the kernel and by the combine launch; every merge
+    counter is zero again and padding stays unwritten."""
     hq, hkv, d = heads
     monkeypatch.setenv("LUCE_ATTN_TREE_CLUSTER", "0")  # the cluster form takes one row a block
     rng = np.random.default_rng(prefix + n)
@@ -54,14 +55,16 @@ def test_tree_rows_sharing_blocks_equal_ar_rows_emulated(lib, monkeypatch, heads
     ar = launch(lib, q[tree_rows], pool, pack(ar_seqs), None, scale, 0)
     exact = tree_reference(q, pool, batch, tp, scale)
     counters = np.zeros(1 << 12, np.int32)
-    for group_heads in (None, "2"):
-        if group_heads is None:
-            monkeypatch.delenv("LUCE_ATTN_GROUP_HEADS", raising=False)
-        else:
-            monkeypatch.setenv("LUCE_ATTN_GROUP_HEADS", group_heads)
+    for group_heads, rows_a_block in ((None, None), ("2", None), (None, "1")):
+        for name, value in (("LUCE_ATTN_GROUP_HEADS", group_heads), ("LUCE_ATTN_TREE_ROWS", rows_a_block)):
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
         for merged in (counters, None):
             got = launch(lib, q, pool, batch, tp, scale, 0, counters=merged)
-            what = f"{group_heads or 'all'} heads a block, merged in kernel: {merged is not None}"
+            what = (f"{group_heads or 'all'} heads a block, {rows_a_block or 'default'} rows a block, "
+                    f"merged in kernel: {merged is not None}")
             assert np.array_equal(got[tree_rows].view(np.uint32), ar.view(np.uint32)), what
             assert (got[n + 1:n + 3] == FILL).all(), f"{what}: a padding row was written"
             assert not counters.any(), f"{what}: a merge counter was left set"
