@@ -107,6 +107,7 @@ class FakeHip:
         self._starts: list[int] = []
         self._next = DEVICE_BASE + instance * ((DEVICE_END - DEVICE_BASE) // INSTANCE_SLICES)
         self.pinned: dict[int, np.ndarray] = {}
+        self.freed_pinned: list[np.ndarray] = []  # kept alive: a late copy must not write freed memory
         self.handles: dict[int, Handle] = {}
         self.captures: dict[int, list] = {}         # stream address -> nodes (while captured)
         self.invalidated: set[int] = set()
@@ -210,7 +211,19 @@ class FakeHip:
 
     def hipHostFree(self, ptr):
         self._record("hipHostFree", int(ptr))
-        return (S,) if self.pinned.pop(int(ptr), None) is not None else (self._fail(hipError_t.hipErrorInvalidValue),)
+        host = self.pinned.pop(int(ptr), None)
+        if host is None:
+            return (self._fail(hipError_t.hipErrorInvalidValue),)
+        self.freed_pinned.append(host)
+        return (S,)
+
+    def _check_host(self, address: int, nbytes: int) -> None:
+        """A host copy must not touch pinned memory freed before it runs (a graph replayed after
+        hipHostFree): real memory would be corrupted."""
+        for host in self.freed_pinned:
+            start = host.ctypes.data
+            if start < address + nbytes and address < start + host.nbytes:
+                raise FakeFault(f"host copy [0x{address:x}, +{nbytes}) touches freed pinned memory")
 
     def hipMemcpyAsync(self, dst, src, sizeBytes, kind, stream):
         if not isinstance(kind, hipMemcpyKind):
@@ -226,6 +239,8 @@ class FakeHip:
                 self._device(address, sizeBytes)                # a bad range faults at the call
 
         def copy():
+            if want != (True, True):
+                self._check_host(src if want[0] else dst, sizeBytes)
             source = self._device(src, sizeBytes) if want[1] else np.ctypeslib.as_array(
                 (ctypes.c_uint8 * sizeBytes).from_address(src))
             if want[0]:
