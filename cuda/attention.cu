@@ -166,7 +166,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         int32_t j = rk.keys - 1 - key0;
         for (int32_t r = row; j >= n_direct; r = row_parent(p, rk, parent_s, r), --j) {
             if (j < n_local) {
-                const int32_t kv = rk.tree_base + r;
+                const int32_t kv = rk.tree_base() + r;
                 const int64_t page = p.kv_indices[rk.page_base + (kv >> page_shift)];
                 tree_off[j] = ((page << page_shift) + (kv & page_mask)) * key_stride + (int64_t)hk * D;
             }

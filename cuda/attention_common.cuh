@@ -124,11 +124,15 @@ struct RowKeys {
     int32_t keys;       // logical keys the row attends (0..keys-1); -1 on padding rows
     int32_t page_base;  // index in kv_indices of the segment's first page
     int32_t direct;     // logical keys 0..direct-1 are KV rows 0..direct-1 (all, but for tree rows)
-    int32_t tree_base;  // tree rows: KV index of segment row r is tree_base + r
     int32_t seg_first;  // the segment's first row; rows seg_first.. have their
     int32_t staged;     //   parents staged in shared memory, this many (0: none)
     int32_t seg_end;    // one past the segment's last row
     int32_t kv_len;     // the segment's KV rows (-1: a padding segment)
+
+    // KV rows before the segment's rows (a tree's committed prefix).
+    __host__ __device__ int32_t prefix() const { return kv_len - (seg_end - seg_first); }
+    // Tree rows: KV index of segment row r is tree_base() + r.
+    __host__ __device__ int32_t tree_base() const { return prefix() - seg_first; }
 };
 
 // The keys a row attends (0..keys-1; -1 on padding) and how many of them are its segment's KV
@@ -175,13 +179,13 @@ __device__ __forceinline__ int32_t row_parent(const luce_attention_params &p, co
 __device__ __forceinline__ KeySpan row_key_span(const luce_attention_params &p, const RowKeys &rk,
                                                 const int32_t *stage, int32_t row, int32_t parent) {
     const int32_t seg_rows = rk.seg_end - rk.seg_first;
-    int32_t keys = p.causal ? rk.kv_len - seg_rows + (row - rk.seg_first) + 1 : rk.kv_len, direct = 0;
+    int32_t keys = p.causal ? rk.prefix() + (row - rk.seg_first) + 1 : rk.kv_len, direct = 0;
     if (parent >= 0) {
         int32_t depth = 0;
         for (int32_t r = row; row_parent(p, rk, stage, r) >= 0 && depth < seg_rows; r = row_parent(p, rk, stage, r))
             ++depth;
-        keys = rk.kv_len - seg_rows + depth + 1;
-        direct = max(0, rk.kv_len - seg_rows);
+        keys = rk.prefix() + depth + 1;
+        direct = max(0, rk.prefix());
     }
     keys = max(0, min(keys, rk.kv_len));
     return KeySpan{keys, parent < 0 ? keys : direct};
@@ -200,7 +204,7 @@ __device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_param
     const int32_t slot = p.seq_slots[lo], page_base = p.kv_indptr[lo], page_end = p.kv_indptr[lo + 1];
     const int32_t last_len = p.kv_last_page_len[lo], q_first = p.qo_indptr[lo], q_end = p.qo_indptr[lo + 1];
     const int32_t parent = p.tree_parents != nullptr ? p.tree_parents[row] : -1;
-    RowKeys rk{-1, 0, 0, 0, q_first, 0, q_end, -1};
+    RowKeys rk{-1, 0, 0, q_first, 0, q_end, -1};
     if (slot < 0) return rk;
     const int32_t n_pages = page_end - page_base;
     rk.kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + last_len : 0;
@@ -211,7 +215,6 @@ __device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_param
         for (int i = threadIdx.x; i < rk.staged; i += blockDim.x) stage[i] = p.tree_parents[q_first + i];
         __syncthreads();
     }
-    if (parent >= 0) rk.tree_base = rk.kv_len - (q_end - q_first) - q_first;
     const KeySpan span = row_key_span(p, rk, stage, row, parent);
     rk.keys = span.keys;
     rk.direct = span.direct;
