@@ -49,9 +49,6 @@
 // its root path (attention_row_keys): one round trip, not one a node. Each dot and each
 // value sum keeps its arithmetic and order (per-lane fmas, the kLanesPerKey butterfly; keys
 // kl, kl + KEY_LANES, ... then the key-lane sum): only the timing of loads changed, not bits.
-// Tree rows share blocks: where a chunk is committed keys for every row of a group of the
-// segment's rows, the block of the group's first row takes it for all of them (one read of its
-// K and V, not one a row; cuda/attention_row_set.cuh), each row by its own arithmetic.
 // Tree rows (tree_parents, reference luce/ref/tree_attention.py): a row's keys are indexed
 // LOGICALLY (the committed prefix 0..P-1, then its root path at P, P+1, ...) and everything
 // above (partitions, reduction order) runs on logical indices; only the address of a
@@ -61,7 +58,6 @@
 #include "attention_combine.cuh"
 #include "attention_config.cuh"
 #include "attention_rope_input.cuh"
-#include "attention_row_set.cuh"
 #include "pdl.cuh"
 
 namespace {
@@ -72,10 +68,12 @@ using namespace luce_attn;
 // tree walks its deeper rows partly in global memory: the same result).
 constexpr int kTreeStage = 512;
 
+// Floats of dynamic shared memory ahead of the partition kernel's float area: page_off [kPartition]
+// (int64), m_s and l_s [MAXG], table_s [D], rounded to whole float4s.
+__host__ __device__ constexpr int partition_smem_head(int D, int MAXG) { return (2 * kPartition + 2 * MAXG + D + 3) / 4 * 4; }
+
 // Grid (rows, Hkv * groups, chunks): block (row, hk * groups + gi, c) takes query heads
-// hk * G + gi * group_heads .. (at most group_heads of them) over chunk c of the row's keys;
-// TREE without CLUSTER: of the rows of partition_row_set (attention_row_set.cuh), MAXQ vectors,
-// up to tree_rows rows a block (1: one row a block).
+// hk * G + gi * group_heads .. (at most group_heads of them) over chunk c of the row's keys.
 // ROPE (decode launches, attention_rope_input.cuh): q from the projection (r), normed and
 // rotated here, and the row's new key and value written by the blocks that read them.
 // CLUSTER (attention_cluster.cuh): the blocks of chunks 0..gridDim.z-1 are one cluster and
@@ -83,8 +81,7 @@ constexpr int kTreeStage = 512;
 template <int D, int MAXG, bool TREE, bool ROPE, bool CLUSTER>
 __global__ void __launch_bounds__(kThreads)
 attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t page_shift, int32_t row0,
-                           int32_t group_heads, int32_t cmin, bool prefetch, int32_t tree_rows,
-                           luce_rope_kv_params r) {
+                           int32_t group_heads, int32_t cmin, bool prefetch, luce_rope_kv_params r) {
     constexpr int C4 = D / (4 * kLanesPerKey);     // float4s of a key row per lane
     constexpr int COLS = D / 4;                    // float4 columns of a row
     constexpr int KEY_LANES = kThreads / COLS;     // keys in flight in the value pass
@@ -93,15 +90,14 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     // Loads in flight (the kernel is latency-bound): the score pass loads PASSES passes' keys
     // (16 float4s a thread) before their dots, the value pass VKEYS keys a thread.
     constexpr int PASSES = C4 >= 16 ? 1 : 16 / C4;
-    constexpr int MAXQ = partition_vectors(MAXG, TREE, CLUSTER);  // query vectors: rows x heads
-    constexpr int VKEYS = MAXQ >= 8 ? 8 : 16;
+    constexpr int VKEYS = MAXG >= 8 ? 8 : 16;
     constexpr int QN = (MAXG * D + kThreads - 1) / kThreads;  // q floats a thread stages
     extern __shared__ float4 smem4[];
     // Dynamic (a cluster's blocks read each other's): page_off, m_s, l_s, table_s, then smem.
     int64_t *page_off = reinterpret_cast<int64_t *>(smem4);  // [kPartition] float offset of (page, 0, hk, 0)
-    float *m_s = reinterpret_cast<float *>(smem4) + 2 * kPartition, *l_s = m_s + MAXQ;  // [MAXQ] each
-    float *table_s = l_s + MAXQ;                   // [D] ROPE: the row's cos [half] then sin [half]
-    float *smem = reinterpret_cast<float *>(smem4) + partition_smem_head(D, MAXQ);
+    float *m_s = reinterpret_cast<float *>(smem4) + 2 * kPartition, *l_s = m_s + MAXG;  // [MAXG] each
+    float *table_s = l_s + MAXG;                   // [D] ROPE: the row's cos [half] then sin [half]
+    float *smem = reinterpret_cast<float *>(smem4) + partition_smem_head(D, MAXG);
     __shared__ int64_t tree_off[TREE ? kPartition : 1];  // tree rows: offset of path key j >= n_direct
 
     const int groups = (p.n_heads_q / p.n_heads_kv + group_heads - 1) / group_heads;
@@ -127,9 +123,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         qv[u] = i < G * D ? q_src[i] : 0.0f;
     }
     __shared__ int32_t parent_s[TREE ? kTreeStage : 1];  // tree rows: their segment's parents
-    __shared__ int32_t keys_s[MAXQ > MAXG ? kTreeRows : 1];  // keys of the set's rows
-    const int R = MAXQ > MAXG ? min(tree_rows, group_rows(MAXQ, G)) : 1;  // rows a block may take
-    const RowKeys rk = attention_row_keys(p, row, TREE ? parent_s : nullptr, kTreeStage, R);
+    const RowKeys rk = attention_row_keys(p, row, TREE ? parent_s : nullptr, kTreeStage);
     const int32_t len = chunk_keys(rk.keys, cmin), key0 = chunk * len;
     if (rk.keys <= key0) {                         // padding row, or past the row's keys
         if (ROPE && chunk == 0 && rk.keys <= 0) {  // a row without keys: its KV row all the same
@@ -142,18 +136,12 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
             combine_heads(p, ws, row, hk * (p.n_heads_q / p.n_heads_kv) + g_first, G, 0, cmin, threadIdx.x, kThreads);
         return;
     }
-    RowSet set{row, 1};
-    if constexpr (MAXQ > MAXG) {
-        set = partition_row_set(p, rk, parent_s, row, R, len, key0, cmin, keys_s);
-        if (set.n == 0) return;  // the block of the group's first row takes this chunk
-    }
-    const int nq = set.n * G;  // query vectors: the set's rows x the block's heads
     const int32_t n_local = min(len, rk.keys - key0);
     const int32_t n_direct = TREE ? max(0, min(n_local, rk.direct - key0)) : n_local;
     const int64_t key_stride = (int64_t)p.n_heads_kv * D;
     const int32_t page_mask = (1 << page_shift) - 1;
-    float *q_s = smem;                             // [nq][D]
-    float *s_s = smem + nq * D;                    // [nq][kPartition] scores, then exp(s - m)
+    float *q_s = smem;                             // [G][D]
+    float *s_s = smem + G * D;                     // [G][kPartition] scores, then exp(s - m)
 
     const int32_t pages = (n_direct + page_mask) >> page_shift;
     for (int i = threadIdx.x; i < pages; i += kThreads) {
@@ -166,7 +154,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         int32_t j = rk.keys - 1 - key0;
         for (int32_t r = row; j >= n_direct; r = row_parent(p, rk, parent_s, r), --j) {
             if (j < n_local) {
-                const int32_t kv = rk.tree_base() + r;
+                const int32_t kv = rk.tree_base + r;
                 const int64_t page = p.kv_indices[rk.page_base + (kv >> page_shift)];
                 tree_off[j] = ((page << page_shift) + (kv & page_mask)) * key_stride + (int64_t)hk * D;
             }
@@ -177,8 +165,6 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
 #pragma unroll
     for (int u = 0; u < QN; ++u)
         if (threadIdx.x + u * kThreads < G * D) q_in[threadIdx.x + u * kThreads] = qv[u];
-    for (int i = threadIdx.x; i < (nq - G) * D; i += kThreads)  // the set's other rows (no ROPE there)
-        q_s[G * D + i] = p.q[(head0 + (int64_t)(1 + i / (G * D)) * p.n_heads_q) * D + i % (G * D)];
     __syncthreads();
     if constexpr (ROPE) {  // then the new key, where this block reads it, is in its page for the reads below
         rope_block_input(r, row, s_s, q_s, G, table_s, kv_dst, hk, chunk == new_key_chunk(rk.keys, cmin));
@@ -217,8 +203,8 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
             const int j = base + u * KEYS_PER_PASS + jt;
             if (base + u * KEYS_PER_PASS >= n_local) break;  // the same for the whole block
 #pragma unroll
-            for (int g = 0; g < MAXQ; ++g) {
-                if (g >= nq) break;
+            for (int g = 0; g < MAXG; ++g) {
+                if (g >= G) break;
                 const float4 *q4 = reinterpret_cast<const float4 *>(q_s + g * D);
                 float dot = 0.0f;
 #pragma unroll
@@ -250,15 +236,15 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
 
     // Softmax statistics of the partition, one warp per query head.
     const int lane = threadIdx.x % WARP_SIZE;
-    for (int g = threadIdx.x / WARP_SIZE; g < nq; g += WARPS) {
+    for (int g = threadIdx.x / WARP_SIZE; g < G; g += WARPS) {
         const float2 ml = partition_softmax(s_s + g * kPartition, n_local, lane);
         if (lane == 0) { m_s[g] = ml.x; l_s[g] = ml.y; }
     }
     __syncthreads();
 
-    float4 acc[MAXQ];
+    float4 acc[MAXG];
 #pragma unroll
-    for (int g = 0; g < MAXQ; ++g) acc[g] = zero4();
+    for (int g = 0; g < MAXG; ++g) acc[g] = zero4();
     for (int j0 = kl; j0 < n_local; j0 += VKEYS * KEY_LANES) {
         if (j0 != kl) load_values(j0);
 #pragma unroll
@@ -266,67 +252,85 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
             const int j = j0 + u * KEY_LANES;
             if (j >= n_local) break;
 #pragma unroll
-            for (int g = 0; g < MAXQ; ++g) {
-                if (g >= nq) break;
+            for (int g = 0; g < MAXG; ++g) {
+                if (g >= G) break;
                 fma4(s_s[g * kPartition + j], vr[u], acc[g]);
             }
         }
     }
     __syncthreads();  // q_s and s_s are dead: reuse the space for the key-lane sums
 
-    float *red = smem;  // [KEY_LANES][nq][D]
+    float *red = smem;  // [KEY_LANES][G][D]
 #pragma unroll
-    for (int g = 0; g < MAXQ; ++g) {
-        if (g >= nq) break;
-        reinterpret_cast<float4 *>(red + ((int64_t)kl * nq + g) * D)[col] = acc[g];
+    for (int g = 0; g < MAXG; ++g) {
+        if (g >= G) break;
+        reinterpret_cast<float4 *>(red + ((int64_t)kl * G + g) * D)[col] = acc[g];
     }
     __syncthreads();
     // A row of one partition merged in this launch: its only block writes the output itself
     // (no workspace, fence, counter, nor re-read), by combine_head's arithmetic (merge_one).
-    auto set_keys = [&](int i) { return MAXQ > MAXG ? keys_s[i] : rk.keys; };  // keys of the set's row i
-    uint32_t direct = 0;  // bit i: the set's row i is written here
-    for (int i = 0; i < set.n; ++i)
-        if (!CLUSTER && fused && chunk_count(set_keys(i), cmin) == 1) direct |= 1u << i;
-    for (int i = threadIdx.x; i < nq * D; i += kThreads) {
+    const int32_t chunks = chunk_count(rk.keys, cmin);
+    const bool direct = !CLUSTER && fused && chunks == 1;
+    for (int i = threadIdx.x; i < G * D; i += kThreads) {
         float o = red[i];
 #pragma unroll
-        for (int k = 1; k < KEY_LANES; ++k) o += red[k * nq * D + i];
-        const int v = i / D, ri = v / G;  // vector v: row set.first + ri, head h0 + v % G
+        for (int k = 1; k < KEY_LANES; ++k) o += red[k * G * D + i];
         if (CLUSTER) red[i] = o;  // this thread's own slot: the partial the cluster's blocks read
-        else if (direct >> ri & 1u) p.out[(head0 + (int64_t)ri * p.n_heads_q) * D + (i - ri * G * D)] = merge_one(o, m_s[v], l_s[v]);
-        else ws.o(set.first + ri, h0 + v % G, chunk)[i % D] = o;
+        else if (direct) p.out[head0 * D + i] = merge_one(o, m_s[i / D], l_s[i / D]);
+        else ws.o(row, h0 + i / D, chunk)[i % D] = o;
     }
     if (CLUSTER) {
         cluster_merge(p, row, h0, G, rk.keys, cmin, red, m_s, l_s, chunk, gridDim.z, threadIdx.x, kThreads);
         return;
     }
-    if (direct == (1u << set.n) - 1u) return;
-    if (threadIdx.x < nq && !(direct >> (threadIdx.x / G) & 1u)) {
-        float *ml = ws.ml(set.first + (int32_t)threadIdx.x / G, h0 + (int32_t)threadIdx.x % G, chunk);
+    if (direct) return;
+    if (threadIdx.x < G) {
+        float *ml = ws.ml(row, h0 + (int32_t)threadIdx.x, chunk);
         ml[0] = m_s[threadIdx.x];
         ml[1] = l_s[threadIdx.x];
     }
     if (!fused) return;
-    // The last of a row's partition blocks of this head group merges them (the
-    // threadFenceReduction pattern): every writer fences, then one atomic count per row and group.
+    // The last of the row's partition blocks of this head group merges them (the
+    // threadFenceReduction pattern): every writer fences, then one atomic count per group.
     __shared__ int last;
     __threadfence();
     __syncthreads();
-    for (int i = 0; i < set.n; ++i) {
-        if (direct >> i & 1u) continue;
-        const int32_t row_i = set.first + i;
-        if (threadIdx.x == 0) {
-            int *count = p.counters + ((int64_t)(row_i - row0) * gridDim.y + blockIdx.y);
-            last = atomicAdd(count, 1) == min(chunk_count(set_keys(i), cmin), ws.n_chunks) - 1;
-            if (last) *count = 0;  // zero again for the next launch
-        }
-        __syncthreads();
-        if (last) {
-            __threadfence();
-            combine_heads(p, ws, row_i, h0, G, set_keys(i), cmin, threadIdx.x, kThreads);
-        }
-        __syncthreads();  // every thread has read `last` before the next row's count sets it
+    if (threadIdx.x == 0) {
+        int *count = p.counters + ((int64_t)(row - row0) * gridDim.y + blockIdx.y);
+        last = atomicAdd(count, 1) == min(chunks, ws.n_chunks) - 1;
+        if (last) *count = 0;  // zero again for the next launch
     }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    combine_heads(p, ws, row, h0, G, rk.keys, cmin, threadIdx.x, kThreads);
+}
+
+// Block (row, j): heads j * heads_per_block .. of the row (combine_heads: each output's own
+// chain, so the heads a block takes change no bit).
+__global__ void __launch_bounds__(kThreads)
+attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t split_rows, int32_t cmin,
+                         int32_t heads_per_block) {
+    const int32_t row = blockIdx.x, h0 = (int32_t)blockIdx.y * heads_per_block;
+    const RowKeys rk = attention_row_keys(p, row);
+    if (rk.keys < 0) return;  // padding: nothing written
+    const int G = heads_per_block < p.n_heads_q - h0 ? heads_per_block : p.n_heads_q - h0;
+    combine_heads(p, workspace_of(p, n_parts, split_rows), row, h0, G, rk.keys, cmin, threadIdx.x, kThreads);
+}
+
+// Heads a combine block merges: 512 / D where the launch has prompt rows (a 2,048-row prompt
+// chunk of the Coder-1.5B as blocks of one head, 24,576 of them, took 72-83 us on the H200 for
+// ~10-40 MB of partials: the blocks' scheduling, not the bytes; docs/PERF.md, session 19), one
+// for decode and tree rows alone (a few rows: the heads spread over the SMs).
+inline int32_t combine_heads_per_block(int32_t prompt_rows, int32_t head_dim, int32_t n_heads_q) {
+    const int32_t hb = head_dim > 0 && 512 / head_dim > 1 ? 512 / head_dim : 1;
+    return prompt_rows > 0 ? (hb < n_heads_q ? hb : n_heads_q) : 1;
+}
+
+// Rows of a launch that take the prompt kernel and its compact workspace entries: its prompt
+// rows where that kernel fits the device, else none (the partition kernel takes them).
+int32_t split_rows_for(int32_t prompt_rows, int32_t head_dim) {
+    return prompt_rows > 0 && tiled_attention_fits(head_dim) ? prompt_rows : 0;
 }
 
 }  // namespace

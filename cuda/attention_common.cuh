@@ -124,21 +124,9 @@ struct RowKeys {
     int32_t keys;       // logical keys the row attends (0..keys-1); -1 on padding rows
     int32_t page_base;  // index in kv_indices of the segment's first page
     int32_t direct;     // logical keys 0..direct-1 are KV rows 0..direct-1 (all, but for tree rows)
-    int32_t seg_first;  // the segment's first row; rows seg_first.. have their
+    int32_t tree_base;  // tree rows: KV index of segment row r is tree_base + r
+    int32_t seg_first;  // tree rows: the segment's first row; rows seg_first.. have their
     int32_t staged;     //   parents staged in shared memory, this many (0: none)
-    int32_t seg_end;    // one past the segment's last row
-    int32_t kv_len;     // the segment's KV rows (-1: a padding segment)
-
-    // KV rows before the segment's rows (a tree's committed prefix).
-    __host__ __device__ int32_t prefix() const { return kv_len - (seg_end - seg_first); }
-    // Tree rows: KV index of segment row r is tree_base() + r.
-    __host__ __device__ int32_t tree_base() const { return prefix() - seg_first; }
-};
-
-// The keys a row attends (0..keys-1; -1 on padding) and how many of them are its segment's KV
-// rows in order (0..direct-1; past them, a tree row's root path).
-struct KeySpan {
-    int32_t keys, direct;
 };
 
 // The segment holding `row`: the last one whose first row is <= row.
@@ -172,52 +160,42 @@ __device__ __forceinline__ int32_t row_parent(const luce_attention_params &p, co
     return (uint32_t)(r - rk.seg_first) < (uint32_t)rk.staged ? stage[r - rk.seg_first] : p.tree_parents[r];
 }
 
-// Row `row` of rk's segment (rk.kv_len >= 0; its parent given: the segment's tree_parents
-// entry, -1 where there are none): its keys and direct keys. A tree row attends the committed
-// prefix, then its root path (depth + 1 nodes); the walk is bounded by the segment's rows so a
-// malformed parent array cannot hang the kernel.
-__device__ __forceinline__ KeySpan row_key_span(const luce_attention_params &p, const RowKeys &rk,
-                                                const int32_t *stage, int32_t row, int32_t parent) {
-    const int32_t seg_rows = rk.seg_end - rk.seg_first;
-    int32_t keys = p.causal ? rk.prefix() + (row - rk.seg_first) + 1 : rk.kv_len, direct = 0;
-    if (parent >= 0) {
-        int32_t depth = 0;
-        for (int32_t r = row; row_parent(p, rk, stage, r) >= 0 && depth < seg_rows; r = row_parent(p, rk, stage, r))
-            ++depth;
-        keys = rk.prefix() + depth + 1;
-        direct = max(0, rk.prefix());
-    }
-    keys = max(0, min(keys, rk.kv_len));
-    return KeySpan{keys, parent < 0 ? keys : direct};
-}
-
 // stage: nullptr, or shared memory for stage_rows parents, where every thread of the block
 // calls this for the same row: a tree row first stages its segment's parents up to itself
 // (one round trip; a parent never follows its child) and walks its root path there instead
-// of one dependent global load a node; group_rows > 1: up to the end of its group (rows
-// seg_first + i * group_rows .., attention.cu's shared chunks), whose rows' paths the block walks too.
+// of one dependent global load a node.
 __device__ __forceinline__ RowKeys attention_row_keys(const luce_attention_params &p, int32_t row,
-                                                      int32_t *stage = nullptr, int32_t stage_rows = 0,
-                                                      int32_t group_rows = 1) {
+                                                      int32_t *stage = nullptr, int32_t stage_rows = 0) {
     const int32_t lo = attention_segment_of(p, row);
     // The segment's entries load together (one round trip; all exist for padding too).
     const int32_t slot = p.seq_slots[lo], page_base = p.kv_indptr[lo], page_end = p.kv_indptr[lo + 1];
     const int32_t last_len = p.kv_last_page_len[lo], q_first = p.qo_indptr[lo], q_end = p.qo_indptr[lo + 1];
     const int32_t parent = p.tree_parents != nullptr ? p.tree_parents[row] : -1;
-    RowKeys rk{-1, 0, 0, q_first, 0, q_end, -1};
+    RowKeys rk{-1, 0, 0, 0, q_first, 0};
     if (slot < 0) return rk;
     const int32_t n_pages = page_end - page_base;
-    rk.kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + last_len : 0;
+    const int32_t kv_len = n_pages > 0 ? (n_pages - 1) * p.page_size + last_len : 0;
+    const int32_t seg_rows = q_end - q_first;
+    int32_t keys = p.causal ? kv_len - seg_rows + (row - q_first) + 1 : kv_len;
     rk.page_base = page_base;
-    if (stage != nullptr && (parent >= 0 || (group_rows > 1 && q_end - q_first > 1))) {
-        const int32_t last = min(q_first + ((row - q_first) / group_rows + 1) * group_rows, q_end) - 1;
-        rk.staged = max(0, min(last - q_first + 1, stage_rows));
-        for (int i = threadIdx.x; i < rk.staged; i += blockDim.x) stage[i] = p.tree_parents[q_first + i];
-        __syncthreads();
+    if (parent >= 0) {
+        if (stage != nullptr) {
+            rk.staged = max(0, min(row - q_first + 1, stage_rows));
+            for (int i = threadIdx.x; i < rk.staged; i += blockDim.x) stage[i] = p.tree_parents[q_first + i];
+            __syncthreads();
+        }
+        // Tree row: the committed prefix, then its root path (depth + 1 nodes). The walk is
+        // bounded by the segment's rows so a malformed parent array cannot hang the kernel.
+        int32_t depth = 0;
+        for (int32_t r = row; row_parent(p, rk, stage, r) >= 0 && depth < seg_rows; r = row_parent(p, rk, stage, r))
+            ++depth;
+        const int32_t prefix = kv_len - seg_rows;
+        keys = prefix + depth + 1;
+        rk.direct = max(0, prefix);
+        rk.tree_base = prefix - q_first;
     }
-    const KeySpan span = row_key_span(p, rk, stage, row, parent);
-    rk.keys = span.keys;
-    rk.direct = span.direct;
+    rk.keys = max(0, min(keys, kv_len));
+    if (parent < 0) rk.direct = rk.keys;
     return rk;
 }
 

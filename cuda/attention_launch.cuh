@@ -1,36 +1,8 @@
 // Host launch of the partition kernel (cuda/attention.cu, included after the kernels): the
-// grid, shared memory and form of a launch's non-prompt rows, then the merge they need (the
-// combine kernel, where the partition blocks do not merge).
+// grid, shared memory and form of a launch's non-prompt rows, then the merge they need.
 #pragma once
 
 namespace {
-
-// Block (row, j): heads j * heads_per_block .. of the row (combine_heads: each output's own
-// chain, so the heads a block takes change no bit).
-__global__ void __launch_bounds__(kThreads)
-attention_combine_kernel(luce_attention_params p, int32_t n_parts, int32_t split_rows, int32_t cmin,
-                         int32_t heads_per_block) {
-    const int32_t row = blockIdx.x, h0 = (int32_t)blockIdx.y * heads_per_block;
-    const RowKeys rk = attention_row_keys(p, row);
-    if (rk.keys < 0) return;  // padding: nothing written
-    const int G = heads_per_block < p.n_heads_q - h0 ? heads_per_block : p.n_heads_q - h0;
-    combine_heads(p, workspace_of(p, n_parts, split_rows), row, h0, G, rk.keys, cmin, threadIdx.x, kThreads);
-}
-
-// Heads a combine block merges: 512 / D where the launch has prompt rows (a 2,048-row prompt
-// chunk of the Coder-1.5B as blocks of one head, 24,576 of them, took 72-83 us on the H200 for
-// ~10-40 MB of partials: the blocks' scheduling, not the bytes; docs/PERF.md, session 19), one
-// for decode and tree rows alone (a few rows: the heads spread over the SMs).
-inline int32_t combine_heads_per_block(int32_t prompt_rows, int32_t head_dim, int32_t n_heads_q) {
-    const int32_t hb = head_dim > 0 && 512 / head_dim > 1 ? 512 / head_dim : 1;
-    return prompt_rows > 0 ? (hb < n_heads_q ? hb : n_heads_q) : 1;
-}
-
-// Rows of a launch that take the prompt kernel and its compact workspace entries: its prompt
-// rows where that kernel fits the device, else none (the partition kernel takes them).
-int32_t split_rows_for(int32_t prompt_rows, int32_t head_dim) {
-    return prompt_rows > 0 && tiled_attention_fits(head_dim) ? prompt_rows : 0;
-}
 
 // clustered: the cluster form where the device takes it (then *merged: no workspace merge follows).
 template <int D, int MAXG>
@@ -38,15 +10,13 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
                       int32_t cmin, cudaStream_t stream, const luce_rope_kv_params *rope, bool clustered, bool *merged) {
     const bool prefetch = prefetch_fits((int64_t)(p.n_rows - row0) * p.n_heads_kv * p.max_kv_len * D * 8);
     const int groups = (p.n_heads_q / p.n_heads_kv + gh - 1) / gh;
-    const size_t smem = sizeof(float) * (size_t)(partition_smem_head(D, MAXG) + partition_smem_body(D, gh));
-    // The tree form without clusters takes up to kTreeQ query vectors (rows x heads) a block.
-    constexpr int kTreeQ = partition_vectors(MAXG, true, false);
-    constexpr size_t kTreeSmem = sizeof(float) * (size_t)(partition_smem_head(D, kTreeQ) + partition_smem_body(D, kTreeQ));
+    const int key_lanes = kThreads / (D / 4);
+    const size_t smem = sizeof(float) * (size_t)(partition_smem_head(D, MAXG) +
+                                                 max(gh * D + gh * kPartition, key_lanes * gh * D));
     const dim3 grid((unsigned)(p.n_rows - row0), (unsigned)(p.n_heads_kv * groups), (unsigned)chunk_grid(p.max_kv_len, cmin));
     // Overlapped with the kernel ahead (rope_kv, or the q|k|v matmul when fused) where no prompt kernel runs first.
     const bool overlap = chain_overlap(D <= 128 ? kPdlAttn : kPdlAttnWide) && row0 == 0;
     const luce_rope_kv_params r = rope ? *rope : luce_rope_kv_params{};
-    const int32_t tree_rows = tree_rows_per_block();
 #if !defined(__HIPCC__)
     if constexpr (D <= 128) {
         constexpr auto k_rope = attention_partition_kernel<D, MAXG, false, true, true>;
@@ -60,7 +30,7 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
             *merged = true;
             return luce_status(cluster::launch(rope ? k_rope : tree ? k_tree : k_plain, grid, dim3(kThreads), smem,
                                                stream, overlap, grid.z, p, n_parts, page_shift, row0, gh, cmin,
-                                               prefetch, tree_rows, r));
+                                               prefetch, r));
         }
     }
 #endif
@@ -68,17 +38,12 @@ int launch_partitions(const luce_attention_params &p, int32_t n_parts, int32_t p
         if (rope)
             return luce_status(launch_overlapped(attention_partition_kernel<D, MAXG, false, true, false>, grid,
                                                  dim3(kThreads), smem, stream, overlap, p, n_parts, page_shift, row0,
-                                                 gh, cmin, prefetch, tree_rows, r));
-    if (p.tree_parents != nullptr) {
-        constexpr auto k_tree = attention_partition_kernel<D, MAXG, true, false, false>;
-        static const cudaError_t allowed =  // over 48 KB of shared memory: asked once
-            cudaFuncSetAttribute(k_tree, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kTreeSmem);
-        if (allowed != cudaSuccess) return luce_status(allowed);
-        return luce_status(launch_overlapped(k_tree, grid, dim3(kThreads), kTreeSmem, stream, overlap, p, n_parts,
-                                             page_shift, row0, gh, cmin, prefetch, tree_rows, r));
-    }
-    return luce_status(launch_overlapped(attention_partition_kernel<D, MAXG, false, false, false>, grid, dim3(kThreads), smem,
-                                         stream, overlap, p, n_parts, page_shift, row0, gh, cmin, prefetch, tree_rows, r));
+                                                 gh, cmin, prefetch, r));
+    return luce_status(p.tree_parents != nullptr
+        ? launch_overlapped(attention_partition_kernel<D, MAXG, true, false, false>, grid, dim3(kThreads), smem, stream,
+                            overlap, p, n_parts, page_shift, row0, gh, cmin, prefetch, r)
+        : launch_overlapped(attention_partition_kernel<D, MAXG, false, false, false>, grid, dim3(kThreads), smem, stream,
+                            overlap, p, n_parts, page_shift, row0, gh, cmin, prefetch, r));
 }
 
 // Rows 0..row0-1 take the prompt kernel (row0 = p.prompt_rows where it fits the device, else 0),

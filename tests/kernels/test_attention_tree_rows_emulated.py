@@ -1,6 +1,5 @@
-"""Tree rows that share a partition block (cuda/attention_row_set.cuh) on the CPU through the
-kernels' own source (tests/kernels/emu): the tree form without clusters lets one block take a
-chunk of committed keys for a group of a segment's rows, and every tree row must still give the
+"""Tree rows at the models' head shapes on the CPU through the kernels' own source
+(tests/kernels/emu): in a launch that mixes trees, an AR row and padding, every tree row gives the
 bits of the AR row at its position once its path is committed (DESIGN 5 rule 2), merged in the
 kernel or by the combine launch, at any query heads a block; each within the tolerance of the
 exact math. tests/kernels/test_attention.py runs the same property on a GPU.
@@ -24,22 +23,20 @@ def lib(tmp_path_factory):
     return load_attention(tmp_path_factory.mktemp("emu"))
 
 
-# (Hq, Hkv, D), the big tree's prefix and rows: the 27B's head dim and group (G 6: 4 rows a
-# block) with the root path crossing a 256-key partition; the Coder-1.5B's shape with prefix
-# 1,020 (its rows straddle the chunk length switch at 1,024 keys: those chunks are not shared);
-# G 8 at D 64 (3 rows a block) with 30 rows.
+# (Hq, Hkv, D), the big tree's prefix and rows: the 27B's head dim and group (G 6) with the root
+# path crossing a 256-key partition; the Coder-1.5B's shape with prefix 1,020 (its rows straddle
+# the chunk length switch at 1,024 keys); G 8 at D 64 with 30 rows.
 CASES = [((12, 2, 256), 500, 23), ((12, 2, 128), 1020, 13), ((8, 1, 64), 300, 30)]
 
 
 @pytest.mark.parametrize("heads,prefix,n", CASES, ids=["d256_g6", "d128_g6_straddle", "d64_g8"])
-def test_tree_rows_sharing_blocks_equal_ar_rows_emulated(lib, monkeypatch, heads, prefix, n):
+def test_tree_rows_equal_ar_rows_at_model_shapes_emulated(lib, monkeypatch, heads, prefix, n):
     """Two trees (n rows over `prefix` keys, 7 rows over 90), an AR row and a padding segment in
     one launch: each tree row's output equals, bit for bit, the AR row at its position once its
-    path is committed, at all G heads a block and at 2, with shared blocks and with one row a
-    block (LUCE_ATTN_TREE_ROWS=1), merged in the kernel and by the combine launch; every merge
-    counter is zero again and padding stays unwritten."""
+    path is committed, at all G heads a block and at 2, merged in the kernel and by the combine
+    launch; every merge counter is zero again and padding stays unwritten."""
     hq, hkv, d = heads
-    monkeypatch.setenv("LUCE_ATTN_TREE_CLUSTER", "0")  # the cluster form takes one row a block
+    monkeypatch.setenv("LUCE_ATTN_TREE_CLUSTER", "0")  # test_attention_cluster_emulated.py has the cluster form
     rng = np.random.default_rng(prefix + n)
     parents = [random_tree(rng, n, chain=0.7), random_tree(rng, 7, chain=0.5)]
     kv_lens = [prefix + n, 90 + 7]
@@ -55,16 +52,14 @@ def test_tree_rows_sharing_blocks_equal_ar_rows_emulated(lib, monkeypatch, heads
     ar = launch(lib, q[tree_rows], pool, pack(ar_seqs), None, scale, 0)
     exact = tree_reference(q, pool, batch, tp, scale)
     counters = np.zeros(1 << 12, np.int32)
-    for group_heads, rows_a_block in ((None, None), ("2", None), (None, "1")):
-        for name, value in (("LUCE_ATTN_GROUP_HEADS", group_heads), ("LUCE_ATTN_TREE_ROWS", rows_a_block)):
-            if value is None:
-                monkeypatch.delenv(name, raising=False)
-            else:
-                monkeypatch.setenv(name, value)
+    for group_heads in (None, "2"):
+        if group_heads is None:
+            monkeypatch.delenv("LUCE_ATTN_GROUP_HEADS", raising=False)
+        else:
+            monkeypatch.setenv("LUCE_ATTN_GROUP_HEADS", group_heads)
         for merged in (counters, None):
             got = launch(lib, q, pool, batch, tp, scale, 0, counters=merged)
-            what = (f"{group_heads or 'all'} heads a block, {rows_a_block or 'default'} rows a block, "
-                    f"merged in kernel: {merged is not None}")
+            what = f"{group_heads or 'all'} heads a block, merged in kernel: {merged is not None}"
             assert np.array_equal(got[tree_rows].view(np.uint32), ar.view(np.uint32)), what
             assert (got[n + 1:n + 3] == FILL).all(), f"{what}: a padding row was written"
             assert not counters.any(), f"{what}: a merge counter was left set"
