@@ -8,6 +8,10 @@
 //      j % Hk); v; beta = sigmoid(b) and g = softplus(a + dt_bias) * ssm_a; the arrival
 //      counters of launch 2 zeroed.
 //   2. the recurrent step (gdn_recurrent.cuh) with the gated RMSNorm epilogue.
+// luce_gdn_tree_prepare is launch 1 for the rows of draft trees (speculative verify): each row's
+// conv window from its ancestors, nearest last, then the slot's conv state (cuda/tree_conv.cu's
+// walk, the same fmaf chain), nothing advanced and no arrivals; one row a block along z, as a
+// tree's rows are independent. The tree verify (cuda/gdn_tree.cu) and gated_rmsnorm follow it.
 // Launch 1 grid (roles, segments): blocks [0, qk) hold one q or k head a warp (lanes over the
 // head's channels lane, lane + WARP_SIZE, ..., the l2norm kernel's order), blocks [qk, qk + vb)
 // one v channel a thread, the rest one value head's gates a thread. A channel's conv state
@@ -36,16 +40,38 @@ __host__ __device__ inline Layout layout_of(const luce_gdn_decode_params &p) {
 }
 
 // SiLU(conv) of channel c at token t of the segment whose first row is r0; state_c is the
-// channel's window column in the slot's state [K-1, C].
-template <int K>
-__device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, const float *state_c,
-                                              int64_t C, int64_t c, int64_t r0, int64_t t) {
+// channel's window column in the slot's state [K-1, C]. kTree: row r0 + t of a draft tree, its
+// window read along tree_parents (global rows; a parent outside the segment or not before its
+// child gives NaN, as conv_tree).
+template <int K, bool kTree>
+__device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, const int32_t *tree_parents,
+                                              const float *state_c, int64_t C, int64_t c, int64_t r0, int64_t t) {
     float w[K], window[K];
 #pragma unroll
-    for (int j = 0; j < K; ++j) {
-        w[j] = p.conv_weight[c * K + j];
-        const int64_t i = t + j;   // window row i: rows 0..K-2 the carried state, K-1+t token t
-        window[j] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
+    for (int j = 0; j < K; ++j) w[j] = p.conv_weight[c * K + j];
+    if constexpr (kTree) {
+        const int64_t row = r0 + t;
+        window[K - 1] = p.qkv[row * p.qkv_stride + c];
+        int64_t a = tree_parents[row], below = row;
+        int m = 0;
+#pragma unroll
+        for (int j = K - 2; j >= 0; --j) {
+            if (a >= 0) {
+                if (a < r0 || a >= below) return __int_as_float(0x7fc00000);
+                window[j] = p.qkv[a * p.qkv_stride + c];
+                below = a;
+                a = tree_parents[a];
+                ++m;
+            } else {
+                window[j] = state_c[(int64_t)(m + j) * C];
+            }
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < K; ++j) {
+            const int64_t i = t + j;   // window row i: rows 0..K-2 the carried state, K-1+t token t
+            window[j] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
+        }
     }
     return silu_f32(conv1d_dot<K>(w, window));
 }
@@ -62,21 +88,25 @@ __device__ __forceinline__ void conv_state_advance(const luce_gdn_decode_params 
     }
 }
 
-template <int K>
-__global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_decode_params p) {
+// kTree: block z takes row z of the segment (tree_parents as conv_silu_at), else every row.
+template <int K, bool kTree>
+__global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_decode_params p,
+                                                                      const int32_t *tree_parents) {
     wait_for_prior_kernels();  // q, k, v, z, b, a come from the matmuls ahead
     let_dependents_start();
     const Layout L = layout_of(p);
     const int64_t seg = blockIdx.y, Hk = p.n_k_heads, Hv = p.n_v_heads, dk = p.dk, dv = p.dv;
     const int64_t slot = p.seq_slots[seg];
     const int64_t r0 = p.qo_indptr[seg], n = p.qo_indptr[seg + 1] - r0;
+    const int64_t t_first = kTree ? blockIdx.z : 0, t_end = kTree ? t_first + 1 : n;  // the block's rows
+    if (kTree && t_first >= n) return;
     const int64_t bx = blockIdx.x;
     if (bx >= L.qk_blocks + L.v_blocks) {   // gates of value head h
         const int64_t h = (bx - L.qk_blocks - L.v_blocks) * kThreads + threadIdx.x;
         if (h >= Hv) return;
-        p.arrivals[seg * Hv + h] = 0;
+        if (!kTree) p.arrivals[seg * Hv + h] = 0;
         if (slot < 0) return;
-        for (int64_t t = r0; t < r0 + n; ++t) {
+        for (int64_t t = r0 + t_first; t < r0 + t_end; ++t) {
             const int64_t th = t * Hv + h;
             p.beta[th] = (float)unary_op(LUCE_PW_SIGMOID, (double)p.b[t * p.b_stride + h]);
             const float a = p.a[t * p.a_stride + h];
@@ -91,9 +121,10 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
     if (bx >= L.qk_blocks) {                // one v channel
         const int64_t c = 2 * L.key_dim + (bx - L.qk_blocks) * kThreads + threadIdx.x;
         if (c >= C) return;
-        for (int64_t t = 0; t < n; ++t)
-            p.v[(r0 + t) * (Hv * dv) + c - 2 * L.key_dim] = conv_silu_at<K>(p, state + c, C, c, r0, t);
-        conv_state_advance<K>(p, state + c, C, c, r0, n);
+        for (int64_t t = t_first; t < t_end; ++t)
+            p.v[(r0 + t) * (Hv * dv) + c - 2 * L.key_dim] =
+                conv_silu_at<K, kTree>(p, tree_parents, state + c, C, c, r0, t);
+        if (!kTree) conv_state_advance<K>(p, state + c, C, c, r0, n);
         return;
     }
     const int64_t u = bx * kWarps + threadIdx.x / WARP_SIZE;   // q head u, or k head u - Hk
@@ -103,14 +134,14 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
     const bool is_q = u < Hk;
     const int64_t key_head = is_q ? u : u - Hk;
     float *dst = is_q ? p.q : p.k;
-    for (int64_t t = 0; t < n; ++t) {
+    for (int64_t t = t_first; t < t_end; ++t) {
         float y[kMaxLaneChannels];
         double sum = 0.0;
 #pragma unroll
         for (int i = 0; i < kMaxLaneChannels; ++i) {
             if (i >= per_lane) break;
             const int64_t c = u * dk + lane + i * WARP_SIZE;
-            y[i] = conv_silu_at<K>(p, state + c, C, c, r0, t);
+            y[i] = conv_silu_at<K, kTree>(p, tree_parents, state + c, C, c, r0, t);
             sum = l2norm_accumulate(sum, y[i]);
         }
         const double inv = l2norm_inverse(sum, p.l2_eps);
@@ -129,17 +160,35 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
             }
         }
     }
+    if constexpr (!kTree) {
 #pragma unroll
-    for (int i = 0; i < kMaxLaneChannels; ++i) {
-        if (i >= per_lane) break;
-        const int64_t c = u * dk + lane + i * WARP_SIZE;
-        conv_state_advance<K>(p, state + c, C, c, r0, n);
+        for (int i = 0; i < kMaxLaneChannels; ++i) {
+            if (i >= per_lane) break;
+            const int64_t c = u * dk + lane + i * WARP_SIZE;
+            conv_state_advance<K>(p, state + c, C, c, r0, n);
+        }
     }
 }
 
-template <int K>
-cudaError_t launch_prepare(const luce_gdn_decode_params &p, dim3 grid, cudaStream_t stream) {
-    return launch_overlapped(gdn_decode_prepare_kernel<K>, grid, dim3(kThreads), 0, stream, chain_overlap(kPdlGdn), p);
+template <int K, bool kTree>
+cudaError_t launch_prepare(const luce_gdn_decode_params &p, const int32_t *tree_parents, dim3 grid,
+                           cudaStream_t stream) {
+    return launch_overlapped(gdn_decode_prepare_kernel<K, kTree>, grid, dim3(kThreads), 0, stream,
+                             chain_overlap(kPdlGdn), p, tree_parents);
+}
+
+template <bool kTree>
+cudaError_t launch_prepare_taps(const luce_gdn_decode_params &p, const int32_t *tree_parents, dim3 grid,
+                                cudaStream_t s) {
+    switch (p.kernel_size) {
+        case 2: return launch_prepare<2, kTree>(p, tree_parents, grid, s);
+        case 3: return launch_prepare<3, kTree>(p, tree_parents, grid, s);
+        case 4: return launch_prepare<4, kTree>(p, tree_parents, grid, s);
+        case 5: return launch_prepare<5, kTree>(p, tree_parents, grid, s);
+        case 6: return launch_prepare<6, kTree>(p, tree_parents, grid, s);
+        case 7: return launch_prepare<7, kTree>(p, tree_parents, grid, s);
+        default: return launch_prepare<8, kTree>(p, tree_parents, grid, s);
+    }
 }
 
 template <int DK>
@@ -151,10 +200,8 @@ cudaError_t launch_recurrent_norm(const luce_gdn_decode_params &p, cudaStream_t 
     return launch_overlapped(gdn_recurrent_kernel<DK, true>, grid, dim3(GDN_THREADS), 0, stream, chain_overlap(kPdlGdn), r, e);
 }
 
-}  // namespace
-
-extern "C" int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream) {
-    if (p->n_segments == 0) return 0;
+// 0 where the sizes are valid for either entry point, else cudaErrorInvalidValue.
+int bad_prepare_sizes(const luce_gdn_decode_params *p) {
     if (gdn_bad_sizes(p->n_segments, p->n_v_heads, p->dk, p->dv) || p->n_slots < 0 || p->n_k_heads <= 0 ||
         p->dk % WARP_SIZE != 0 || p->kernel_size < 2 || p->kernel_size > 8 ||
         ((uintptr_t)p->q | (uintptr_t)p->k) % 16 != 0)  // rows of q, k move as float4
@@ -164,19 +211,23 @@ extern "C" int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream) {
         p->a_stride < p->n_v_heads)
         return (int)cudaErrorInvalidValue;
     const int64_t blocks = L.qk_blocks + L.v_blocks + (p->n_v_heads + kThreads - 1) / kThreads;
-    if (blocks > 0x7fffffff) return (int)cudaErrorInvalidValue;
-    const dim3 grid((unsigned)blocks, (unsigned)p->n_segments);
+    return blocks > 0x7fffffff ? (int)cudaErrorInvalidValue : 0;
+}
+
+// Launch 1's grid: (roles, segments, rows a segment's blocks take one each; 1: all).
+dim3 prepare_grid(const luce_gdn_decode_params *p, int64_t rows) {
+    const Layout L = layout_of(*p);
+    const int64_t blocks = L.qk_blocks + L.v_blocks + (p->n_v_heads + kThreads - 1) / kThreads;
+    return dim3((unsigned)blocks, (unsigned)p->n_segments, (unsigned)rows);
+}
+
+}  // namespace
+
+extern "C" int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream) {
+    if (p->n_segments == 0) return 0;
+    if (const int bad = bad_prepare_sizes(p)) return bad;
     const cudaStream_t s = (cudaStream_t)stream;
-    cudaError_t err;
-    switch (p->kernel_size) {
-        case 2: err = launch_prepare<2>(*p, grid, s); break;
-        case 3: err = launch_prepare<3>(*p, grid, s); break;
-        case 4: err = launch_prepare<4>(*p, grid, s); break;
-        case 5: err = launch_prepare<5>(*p, grid, s); break;
-        case 6: err = launch_prepare<6>(*p, grid, s); break;
-        case 7: err = launch_prepare<7>(*p, grid, s); break;
-        default: err = launch_prepare<8>(*p, grid, s); break;
-    }
+    cudaError_t err = launch_prepare_taps<false>(*p, nullptr, prepare_grid(p, 1), s);
     if (err != cudaSuccess) return luce_status(err);
     switch (p->dk) {
         case 64: err = launch_recurrent_norm<64>(*p, s); break;
@@ -184,4 +235,13 @@ extern "C" int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream) {
         default: err = launch_recurrent_norm<256>(*p, s); break;
     }
     return luce_status(err);
+}
+
+extern "C" int luce_gdn_tree_prepare(const luce_gdn_decode_params *p, const int32_t *tree_parents,
+                                     int32_t max_tree_rows, void *stream) {
+    if (p->n_segments == 0 || max_tree_rows == 0) return 0;
+    if (const int bad = bad_prepare_sizes(p)) return bad;
+    if (!tree_parents || max_tree_rows < 0 || max_tree_rows > 65535) return (int)cudaErrorInvalidValue;
+    return luce_status(
+        launch_prepare_taps<true>(*p, tree_parents, prepare_grid(p, max_tree_rows), (cudaStream_t)stream));
 }

@@ -198,6 +198,14 @@ typedef struct {
     int64_t a_stride;
 } luce_gdn_decode_params;
 int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream);
+/* Launch 1 of luce_gdn_decode for the rows of draft trees (ABI 14): q, k, v, g, beta of every
+ * row of the tree segments (seq_slots: a tree segment's slot, -1 for the others) as luce_conv_tree
+ * (SiLU) on qkv along tree_parents [T] (global parent rows, -1 at a root) from conv_state (read
+ * only), then the pointwise ops of luce_gdn_decode; no state advances, arrivals, state, out and
+ * normed unused (z read for its stride only). Rows of a segment: at most max_tree_rows (<= 65535).
+ * luce_gdn_tree_verify and luce_gated_rmsnorm follow it. */
+int luce_gdn_tree_prepare(const luce_gdn_decode_params *p, const int32_t *tree_parents, int32_t max_tree_rows,
+                          void *stream);
 /* ---- gdn_decode end ---- */
 
 /* ---- gdn_tree ---- */

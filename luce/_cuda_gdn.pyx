@@ -85,21 +85,24 @@ cdef extern from "luce_ops.h":
 ctypedef int (*gdn_recurrent_fn)(const luce_gdn_recurrent_params *, void *) noexcept nogil
 ctypedef int (*gdn_chunked_fn)(const luce_gdn_chunked_params *, void *) noexcept nogil
 ctypedef int (*gdn_decode_fn)(const luce_gdn_decode_params *, void *) noexcept nogil
+ctypedef int (*gdn_tree_prepare_fn)(const luce_gdn_decode_params *, const int32_t *, int32_t, void *) noexcept nogil
 
 CHUNK = LUCE_GDN_CHUNK  # chunked prefill cuts segments at multiples of this absolute position
 
 cdef gdn_recurrent_fn _gdn_recurrent = NULL
 cdef gdn_chunked_fn _gdn_chunked = NULL
 cdef gdn_decode_fn _gdn_decode = NULL
+cdef gdn_tree_prepare_fn _gdn_tree_prepare = NULL
 
 
 def load(str path):
     """Resolve the GDN entry points in the kernel library at `path`."""
-    global _gdn_recurrent, _gdn_chunked, _gdn_decode
+    global _gdn_recurrent, _gdn_chunked, _gdn_decode, _gdn_tree_prepare
     cdef void *lib = _open_library(path)
     _gdn_recurrent = <gdn_recurrent_fn>_symbol(lib, path, "luce_gdn_recurrent")
     _gdn_chunked = <gdn_chunked_fn>_symbol(lib, path, "luce_gdn_chunked")
     _gdn_decode = <gdn_decode_fn>_symbol(lib, path, "luce_gdn_decode")
+    _gdn_tree_prepare = <gdn_tree_prepare_fn>_symbol(lib, path, "luce_gdn_tree_prepare")
 
 
 def gdn_recurrent(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta,
@@ -161,20 +164,13 @@ def gdn_chunked(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t be
     raise_for_status(status, "luce_gdn_chunked")
 
 
-def gdn_decode(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state, uintptr_t b, uintptr_t a,
-               uintptr_t dt_bias, uintptr_t ssm_a, uintptr_t z, uintptr_t norm_weight, uintptr_t state,
-               uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta, uintptr_t out,
-               uintptr_t normed, uintptr_t arrivals, uintptr_t qo_indptr, uintptr_t seq_slots, int64_t n_slots,
-               int32_t n_segments, int32_t n_k_heads, int32_t n_v_heads, int32_t dk, int32_t dv,
-               int32_t kernel_size, float q_scale, float l2_eps, float rms_eps, int64_t qkv_stride,
-               int64_t z_stride, int64_t b_stride, int64_t a_stride, uintptr_t stream=0):
-    """The GDN decode chain of AR segments in two launches (luce_gdn_decode_params): qkv [T, C],
-    conv_weight [C, K], conv_state [n_slots, K-1, C], b, a [T, Hv], dt_bias, ssm_a [Hv], z
-    [T, Hv, Dv], norm_weight [Dv], state [n_slots, Hv, Dk, Dv] (both states in place); the
-    caller's buffers q, k [T, Hv, Dk], v, out [T, Hv, Dv], g, beta [T, Hv], arrivals int32
-    [n_segments, Hv]; result normed [T, Hv, Dv]. qkv, z, b, a rows lie *_stride elements
-    apart (column blocks of a merged projection read in place)."""
-    _require_loaded(<void *>_gdn_decode)
+cdef luce_gdn_decode_params _decode_params(
+        uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state, uintptr_t b, uintptr_t a, uintptr_t dt_bias,
+        uintptr_t ssm_a, uintptr_t z, uintptr_t norm_weight, uintptr_t state, uintptr_t q, uintptr_t k,
+        uintptr_t v, uintptr_t g, uintptr_t beta, uintptr_t out, uintptr_t normed, uintptr_t arrivals,
+        uintptr_t qo_indptr, uintptr_t seq_slots, int64_t n_slots, int32_t n_segments, int32_t n_k_heads,
+        int32_t n_v_heads, int32_t dk, int32_t dv, int32_t kernel_size, float q_scale, float l2_eps,
+        float rms_eps, int64_t qkv_stride, int64_t z_stride, int64_t b_stride, int64_t a_stride):
     cdef luce_gdn_decode_params p
     p.qkv = <const float *>qkv
     p.conv_weight = <const float *>conv_weight
@@ -210,7 +206,51 @@ def gdn_decode(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state, uintp
     p.z_stride = z_stride
     p.b_stride = b_stride
     p.a_stride = a_stride
+    return p
+
+
+def gdn_decode(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state, uintptr_t b, uintptr_t a,
+               uintptr_t dt_bias, uintptr_t ssm_a, uintptr_t z, uintptr_t norm_weight, uintptr_t state,
+               uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_t beta, uintptr_t out,
+               uintptr_t normed, uintptr_t arrivals, uintptr_t qo_indptr, uintptr_t seq_slots, int64_t n_slots,
+               int32_t n_segments, int32_t n_k_heads, int32_t n_v_heads, int32_t dk, int32_t dv,
+               int32_t kernel_size, float q_scale, float l2_eps, float rms_eps, int64_t qkv_stride,
+               int64_t z_stride, int64_t b_stride, int64_t a_stride, uintptr_t stream=0):
+    """The GDN decode chain of AR segments in two launches (luce_gdn_decode_params): qkv [T, C],
+    conv_weight [C, K], conv_state [n_slots, K-1, C], b, a [T, Hv], dt_bias, ssm_a [Hv], z
+    [T, Hv, Dv], norm_weight [Dv], state [n_slots, Hv, Dk, Dv] (both states in place); the
+    caller's buffers q, k [T, Hv, Dk], v, out [T, Hv, Dv], g, beta [T, Hv], arrivals int32
+    [n_segments, Hv]; result normed [T, Hv, Dv]. qkv, z, b, a rows lie *_stride elements
+    apart (column blocks of a merged projection read in place)."""
+    _require_loaded(<void *>_gdn_decode)
+    cdef luce_gdn_decode_params p = _decode_params(
+        qkv, conv_weight, conv_state, b, a, dt_bias, ssm_a, z, norm_weight, state, q, k, v, g, beta, out, normed,
+        arrivals, qo_indptr, seq_slots, n_slots, n_segments, n_k_heads, n_v_heads, dk, dv, kernel_size, q_scale,
+        l2_eps, rms_eps, qkv_stride, z_stride, b_stride, a_stride)
     cdef int status
     with nogil:
         status = _gdn_decode(&p, <void *>stream)
     raise_for_status(status, "luce_gdn_decode")
+
+
+def gdn_tree_prepare(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state, uintptr_t b, uintptr_t a,
+                     uintptr_t dt_bias, uintptr_t ssm_a, uintptr_t z, uintptr_t q, uintptr_t k, uintptr_t v,
+                     uintptr_t g, uintptr_t beta, uintptr_t qo_indptr, uintptr_t seq_slots, uintptr_t tree_parents,
+                     int64_t n_slots, int32_t n_segments, int32_t n_k_heads, int32_t n_v_heads, int32_t dk,
+                     int32_t dv, int32_t kernel_size, float q_scale, float l2_eps, int64_t qkv_stride,
+                     int64_t z_stride, int64_t b_stride, int64_t a_stride, int32_t max_tree_rows,
+                     uintptr_t stream=0):
+    """gdn_decode's first launch for the rows of draft trees (luce_gdn_tree_prepare): q, k
+    [T, Hv, Dk], v [T, Hv, Dv], g, beta [T, Hv] of every tree segment's rows (seq_slots -1
+    elsewhere), each row's conv window along tree_parents [T] int32 (global rows) then
+    conv_state (read only); at most max_tree_rows rows a segment."""
+    _require_loaded(<void *>_gdn_tree_prepare)
+    cdef luce_gdn_decode_params p = _decode_params(
+        qkv, conv_weight, conv_state, b, a, dt_bias, ssm_a, z, 0, 0, q, k, v, g, beta, 0, 0, 0, qo_indptr,
+        seq_slots, n_slots, n_segments, n_k_heads, n_v_heads, dk, dv, kernel_size, q_scale, l2_eps, 0.0,
+        qkv_stride, z_stride, b_stride, a_stride)
+    cdef int status
+    with nogil:
+        status = _gdn_tree_prepare(&p, <const int32_t *>tree_parents, max_tree_rows, <void *>stream)
+    raise_for_status(status, "luce_gdn_tree_prepare")
+

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from luce.ops.api import SEG_AR, SEG_PAD, FusedOps
+from luce.ops.api import SEG_AR, SEG_PAD, SEG_TREE, FusedOps
 from luce.ops.gdn_inputs import gdn_input_widths, gdn_q_scale
 from luce.ops.cuda_array import Block
 from luce.ops.quant_weight import QuantWeight
@@ -29,6 +29,11 @@ ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_att
 # either way). H100, Coder-1.5B Q4_K_M C1: 741.8 / 740.9 tok/s against 734.5 / 733.9 without, 232
 # launches a step against 246 (docs/PERF.md, session 26). LUCE_MATMUL_PAIR=0 turns it off (A/B runs).
 PAIR_ON = os.environ.get("LUCE_MATMUL_PAIR", "1") != "0"
+
+# A step of tree rows only (speculative verify): a GDN layer's conv, norms and gates in one launch
+# (luce_gdn_tree_prepare) before the tree verify and the gated norm, instead of ~17 launches of the
+# composition (the same bits). LUCE_GDN_TREE_FUSED=0 keeps the composition (A/B runs).
+GDN_TREE_FUSED = os.environ.get("LUCE_GDN_TREE_FUSED", "1") != "0"
 
 
 class CudaFusedOps(FusedOps):
@@ -192,9 +197,10 @@ class CudaFusedOps(FusedOps):
     def conv_gdn_norm(self, parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
                       l2_eps: float, rms_eps: float, tree_mode: str = "factor"):
         """A step whose live segments are all AR rows: cuda/gdn_decode.cu (2 launches), reading
-        the column blocks qkv | z | b | a of merged parts in place (row strides); any other step:
-        the composition (conv1d_step, gdn_step and the pointwise ops, each one launch; a merged
-        part is split there first, a gather a block)."""
+        the column blocks qkv | z | b | a of merged parts in place (row strides); a step of tree
+        rows only: luce_gdn_tree_prepare, gdn_step's tree verify and gated_rmsnorm (_tree_chain);
+        any other step: the composition (conv1d_step, gdn_step and the pointwise ops, each one
+        launch; a merged part is split there first, a gather a block)."""
         from luce import _cuda_gdn as kg
         from luce.ops.cuda_step_meta import meta_of
         from luce.ops.cuda_step_ops import GDN_KEY_DIMS
@@ -202,8 +208,10 @@ class CudaFusedOps(FusedOps):
         kinds, T = batch.kinds, parts[0].shape[0]
         n_slots, Hv, dk, dv = gdn_pool.shape
         K = conv.shape[-1]
-        if T == 0 or not (kinds == SEG_AR).any() or ((kinds != SEG_AR) & (kinds != SEG_PAD)).any() \
-                or dk not in GDN_KEY_DIMS or dv % 32 or not 2 <= K <= 8:
+        live = kinds[kinds != SEG_PAD]
+        only = lambda kind: live.size > 0 and bool((live == kind).all())  # noqa: E731
+        tree = GDN_TREE_FUSED and only(SEG_TREE) and batch.max_tree_rows <= 65535
+        if T == 0 or not (only(SEG_AR) or tree) or dk not in GDN_KEY_DIMS or dv % 32 or not 2 <= K <= 8:
             return super().conv_gdn_norm(parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch,
                                          n_k_heads, l2_eps, rms_eps, tree_mode)
         parts = [self._f32(x) for x in parts]
@@ -221,6 +229,9 @@ class CudaFusedOps(FusedOps):
                              f"dt_bias, ssm_a [{Hv}], norm [{dv}]")
         (qkv, qkv_stride), (z, z_stride), (b, b_stride), (a, a_stride) = views
         S, meta = batch.n_segments, meta_of(self, batch)
+        if tree:
+            return self._tree_chain(T, views, conv, conv_pool, dt_bias, ssm_a, norm, gdn_pool, batch, n_k_heads,
+                                    l2_eps, rms_eps, tree_mode)
         q, k = self.empty((T, Hv, dk)), self.empty((T, Hv, dk))
         v, o, normed = self.empty((T, Hv, dv)), self.empty((T, Hv, dv)), self.empty((T, Hv, dv))
         g, beta = self.empty((T, Hv)), self.empty((T, Hv))
@@ -230,6 +241,29 @@ class CudaFusedOps(FusedOps):
                       meta.ptr("qo_indptr"), meta.ptr("ar_slots"), n_slots, S, n_k_heads, Hv, dk, dv, K,
                       gdn_q_scale(dk), l2_eps, rms_eps, qkv_stride, z_stride, b_stride, a_stride, self.stream)
         return normed, None
+
+    def _tree_chain(self, T: int, views, conv, conv_pool, dt_bias, ssm_a, norm, gdn_pool, batch, n_k_heads: int,
+                    l2_eps: float, rms_eps: float, tree_mode: str):
+        """conv_gdn_norm of a step of tree rows only (views: conv_gdn_norm's column blocks):
+        q, k, v, g, beta in one launch (luce_gdn_tree_prepare), then gdn_step (its tree verify)
+        and gated_rmsnorm over z (a copy of its column block where it shares a part)."""
+        from luce import _cuda_gather as kga
+        from luce import _cuda_gdn as kg
+        from luce.ops.cuda_step_meta import meta_of
+
+        (qkv, qkv_stride), (z, z_stride), (b, b_stride), (a, a_stride) = views
+        n_slots, Hv, dk, dv = gdn_pool.shape
+        K, meta = conv.shape[-1], meta_of(self, batch)
+        q, k = self.empty((T, Hv, dk)), self.empty((T, Hv, dk))
+        v, g, beta = self.empty((T, Hv, dv)), self.empty((T, Hv)), self.empty((T, Hv))
+        kg.gdn_tree_prepare(qkv, conv.ptr, conv_pool.ptr, b, a, dt_bias.ptr, ssm_a.ptr, z, q.ptr, k.ptr, v.ptr, g.ptr,
+                            beta.ptr, meta.ptr("qo_indptr"), meta.ptr("tree_slots"), meta.ptr("tree_parents"),
+                            n_slots, batch.n_segments, n_k_heads, Hv, dk, dv, K, gdn_q_scale(dk), l2_eps, qkv_stride,
+                            z_stride, b_stride, a_stride, batch.max_tree_rows, self.stream)
+        o, tree_part = self.gdn_step(q, k, v, g, beta, gdn_pool, batch, tree_mode)
+        z_rows = self.empty((T, Hv, dv))
+        kga.gather(z, z_rows.ptr, 0, 0, T, 4 * Hv * dv, 4 * z_stride, 4 * Hv * dv, self.stream)
+        return self.gated_rmsnorm(o, z_rows, norm, rms_eps), tree_part
 
     def merge_weights(self, weights):
         """Block-type weights of one ggml type and width -> one QuantWeight [sum n, k] (their
