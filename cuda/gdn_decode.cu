@@ -10,8 +10,9 @@
 //   2. the recurrent step (gdn_recurrent.cuh) with the gated RMSNorm epilogue.
 // luce_gdn_tree_prepare is launch 1 for the rows of draft trees (speculative verify): each row's
 // conv window from its ancestors, nearest last, then the slot's conv state (cuda/tree_conv.cu's
-// walk, the same fmaf chain), nothing advanced and no arrivals; one row a block along z, as a
-// tree's rows are independent. The tree verify (cuda/gdn_tree.cu) and gated_rmsnorm follow it.
+// walk, the same fmaf chain), nothing advanced, the arrivals zeroed where given; one row a block
+// along z, as a tree's rows are independent. The tree verify (cuda/gdn_tree.cu) with its gated
+// RMSNorm epilogue follows it.
 // Launch 1 grid (roles, segments): blocks [0, qk) hold one q or k head a warp (lanes over the
 // head's channels lane, lane + WARP_SIZE, ..., the l2norm kernel's order), blocks [qk, qk + vb)
 // one v channel a thread, the rest one value head's gates a thread. A channel's conv state
@@ -98,13 +99,13 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
     const int64_t seg = blockIdx.y, Hk = p.n_k_heads, Hv = p.n_v_heads, dk = p.dk, dv = p.dv;
     const int64_t slot = p.seq_slots[seg];
     const int64_t r0 = p.qo_indptr[seg], n = p.qo_indptr[seg + 1] - r0;
-    const int64_t t_first = kTree ? blockIdx.z : 0, t_end = kTree ? t_first + 1 : n;  // the block's rows
-    if (kTree && t_first >= n) return;
+    const int64_t t_first = kTree ? blockIdx.z : 0;  // the block's rows: t_first .. t_end - 1
+    const int64_t t_end = kTree ? (t_first < n ? t_first + 1 : t_first) : n;
     const int64_t bx = blockIdx.x;
     if (bx >= L.qk_blocks + L.v_blocks) {   // gates of value head h
         const int64_t h = (bx - L.qk_blocks - L.v_blocks) * kThreads + threadIdx.x;
         if (h >= Hv) return;
-        if (!kTree) p.arrivals[seg * Hv + h] = 0;
+        if (!kTree || (p.arrivals != nullptr && blockIdx.z == 0)) p.arrivals[seg * Hv + h] = 0;
         if (slot < 0) return;
         for (int64_t t = r0 + t_first; t < r0 + t_end; ++t) {
             const int64_t th = t * Hv + h;

@@ -18,6 +18,10 @@
 // when the node saves, and smallest-first keeps that below floor(log2 n). Then the block
 // walks the nodes in rank order with the running state in registers; saves go to shared
 // memory (thread-private entries, no barrier) or, when too large, to the workspace.
+// With normed set, the gated RMSNorm epilogue of gdn_recurrent_kernel<NORM> follows: the head's
+// blocks count themselves in arrivals (zeroed by luce_gdn_tree_prepare), and the last runs
+// gated_rmsnorm_row over the tree's rows of the head, so normed is luce_gated_rmsnorm of out.
+#include "gated_rmsnorm.cuh"
 #include "gdn_common.cuh"
 
 namespace {
@@ -128,7 +132,7 @@ __device__ bool build_schedule(const int32_t *tree_parents, int64_t r0, int32_t 
     return *bad == 0;
 }
 
-template <int DK>
+template <int DK, bool NORM>
 __global__ void __launch_bounds__(GDN_THREADS)
 gdn_tree_verify_kernel(luce_gdn_tree_verify_params p, int32_t max_saves, int32_t on_chip) {
     constexpr int ROWS = DK / GDN_KGROUPS;
@@ -159,6 +163,7 @@ gdn_tree_verify_kernel(luce_gdn_tree_verify_params p, int32_t max_saves, int32_t
             for (int64_t t = r0; t < r0 + n; ++t) {
                 p.out[(t * H + head) * dv + col] = __int_as_float(0x7fc00000);
                 p.u_out[(t * H + head) * dv + col] = __int_as_float(0x7fc00000);
+                if (NORM) p.normed[(t * H + head) * dv + col] = __int_as_float(0x7fc00000);
             }
         return;
     }
@@ -200,6 +205,20 @@ gdn_tree_verify_kernel(luce_gdn_tree_verify_params p, int32_t max_saves, int32_t
         if (save >= 0) {
 #pragma unroll
             for (int r = 0; r < ROWS; ++r) saves[((int64_t)save * ROWS + r) * GDN_THREADS + threadIdx.x] = h[r];
+        }
+    }
+    if constexpr (NORM) {
+        __shared__ int last;
+        __threadfence();   // this block's out columns, before its arrival is counted
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(p.arrivals + (int64_t)seg * H + head, 1) == (int)gridDim.x - 1;
+        __syncthreads();
+        if (!last) return;
+        __threadfence();   // every other block's columns are visible from here
+        for (int64_t t = r0 + kgroup; t < r0 + n; t += GDN_KGROUPS) {
+            const int64_t row = (t * H + head) * dv;
+            gated_rmsnorm_row(p.out + row, p.z + t * p.z_stride + head * dv, p.norm_weight, p.normed + row, dv,
+                              p.rms_eps);
         }
     }
 }
@@ -281,21 +300,26 @@ int launch_states(const luce_gdn_tree_states_params &p, cudaStream_t stream) {
     return luce_status(cudaGetLastError());
 }
 
-template <int DK>
-int launch_verify(const luce_gdn_tree_verify_params &p, cudaStream_t stream) {
+template <int DK, bool NORM>
+int launch_verify_form(const luce_gdn_tree_verify_params &p, cudaStream_t stream) {
     const bool on_chip = saves_on_chip(DK, p.max_tree_rows);
     const int64_t smem = schedule_bytes(p.max_tree_rows) + (on_chip ? save_bytes_per_block(DK, p.max_tree_rows) : 0);
     static int64_t attribute_bytes = 48 << 10;  // raised once per size, before capture reaches it
     if (smem > attribute_bytes) {
-        const cudaError_t err = cudaFuncSetAttribute(gdn_tree_verify_kernel<DK>,
+        const cudaError_t err = cudaFuncSetAttribute(gdn_tree_verify_kernel<DK, NORM>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return luce_status(err);
         attribute_bytes = smem;
     }
     const dim3 grid((unsigned)(p.dv / WARP_SIZE), (unsigned)p.n_heads, (unsigned)p.n_segments);
-    gdn_tree_verify_kernel<DK><<<grid, GDN_THREADS, (size_t)smem, stream>>>(
+    gdn_tree_verify_kernel<DK, NORM><<<grid, GDN_THREADS, (size_t)smem, stream>>>(
         p, max_saves_for(p.max_tree_rows), on_chip ? 1 : 0);
     return luce_status(cudaGetLastError());
+}
+
+template <int DK>
+int launch_verify(const luce_gdn_tree_verify_params &p, cudaStream_t stream) {
+    return p.normed != nullptr ? launch_verify_form<DK, true>(p, stream) : launch_verify_form<DK, false>(p, stream);
 }
 
 template <int DK>
@@ -320,7 +344,9 @@ extern "C" int luce_gdn_tree_verify(const luce_gdn_tree_verify_params *p, void *
     const int64_t need = luce_gdn_tree_verify_workspace_bytes(p->n_segments, p->n_heads, p->dk, p->dv,
                                                               p->max_tree_rows);
     if (need < 0 || p->n_slots < 0 || (need > 0 && (p->workspace == nullptr || p->workspace_bytes < need)) ||
-        ((uintptr_t)p->q | (uintptr_t)p->k) % 16 != 0 || p->out == nullptr || p->u_out == nullptr)
+        ((uintptr_t)p->q | (uintptr_t)p->k) % 16 != 0 || p->out == nullptr || p->u_out == nullptr ||
+        (p->normed != nullptr && (p->z == nullptr || p->norm_weight == nullptr || p->arrivals == nullptr ||
+                                  p->z_stride < (int64_t)p->n_heads * p->dv)))
         return (int)cudaErrorInvalidValue;
     const cudaStream_t s = (cudaStream_t)stream;
     switch (p->dk) {

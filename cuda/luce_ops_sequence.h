@@ -201,8 +201,9 @@ int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream);
 /* Launch 1 of luce_gdn_decode for the rows of draft trees (ABI 14): q, k, v, g, beta of every
  * row of the tree segments (seq_slots: a tree segment's slot, -1 for the others) as luce_conv_tree
  * (SiLU) on qkv along tree_parents [T] (global parent rows, -1 at a root) from conv_state (read
- * only), then the pointwise ops of luce_gdn_decode; no state advances, arrivals, state, out and
- * normed unused (z read for its stride only). Rows of a segment: at most max_tree_rows (<= 65535).
+ * only), then the pointwise ops of luce_gdn_decode, and zeroes arrivals [n_segments, Hv] where
+ * non-NULL (for luce_gdn_tree_verify's norm epilogue); no state advances; state, out and normed
+ * unused (z read for its stride only). Rows of a segment: at most max_tree_rows (<= 65535).
  * luce_gdn_tree_verify and luce_gated_rmsnorm follow it. */
 int luce_gdn_tree_prepare(const luce_gdn_decode_params *p, const int32_t *tree_parents, int32_t max_tree_rows,
                           void *stream);
@@ -248,6 +249,15 @@ typedef struct {
     int32_t dk;
     int32_t dv;
     int32_t max_tree_rows;
+    /* ABI 15: with normed non-NULL, also normed [T, Hv, Dv] = luce_gated_rmsnorm(out, z, norm_weight,
+     * rms_eps) of each tree's rows (z rows z_stride elements apart, >= Hv*Dv; arrivals [n_segments,
+     * Hv] int32 zero before the launch, as luce_gdn_tree_prepare leaves them). */
+    const float *z;
+    const float *norm_weight;
+    float *normed;
+    int32_t *arrivals;
+    int64_t z_stride;
+    float rms_eps;
 } luce_gdn_tree_verify_params;
 /* Bytes of workspace luce_gdn_tree_verify needs (0 when saved states fit on chip); -1 for
  * bad sizes. */

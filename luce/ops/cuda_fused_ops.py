@@ -245,21 +245,28 @@ class CudaFusedOps(FusedOps):
     def _tree_chain(self, T: int, views, conv, conv_pool, dt_bias, ssm_a, norm, gdn_pool, batch, n_k_heads: int,
                     l2_eps: float, rms_eps: float, tree_mode: str):
         """conv_gdn_norm of a step of tree rows only (views: conv_gdn_norm's column blocks):
-        q, k, v, g, beta in one launch (luce_gdn_tree_prepare), then gdn_step (its tree verify)
-        and gated_rmsnorm over z (a copy of its column block where it shares a part)."""
+        q, k, v, g, beta in one launch (luce_gdn_tree_prepare, which also zeroes the arrivals),
+        then gdn_step's tree verify with the gated RMSNorm epilogue reading z in place ('factor';
+        'baseline': gdn_step, then gated_rmsnorm over a copy of z)."""
         from luce import _cuda_gather as kga
         from luce import _cuda_gdn as kg
         from luce.ops.cuda_step_meta import meta_of
 
         (qkv, qkv_stride), (z, z_stride), (b, b_stride), (a, a_stride) = views
         n_slots, Hv, dk, dv = gdn_pool.shape
-        K, meta = conv.shape[-1], meta_of(self, batch)
+        K, meta, S = conv.shape[-1], meta_of(self, batch), batch.n_segments
         q, k = self.empty((T, Hv, dk)), self.empty((T, Hv, dk))
         v, g, beta = self.empty((T, Hv, dv)), self.empty((T, Hv)), self.empty((T, Hv))
+        arrivals = self.empty((S, Hv), np.int32)
         kg.gdn_tree_prepare(qkv, conv.ptr, conv_pool.ptr, b, a, dt_bias.ptr, ssm_a.ptr, z, q.ptr, k.ptr, v.ptr, g.ptr,
                             beta.ptr, meta.ptr("qo_indptr"), meta.ptr("tree_slots"), meta.ptr("tree_parents"),
-                            n_slots, batch.n_segments, n_k_heads, Hv, dk, dv, K, gdn_q_scale(dk), l2_eps, qkv_stride,
-                            z_stride, b_stride, a_stride, batch.max_tree_rows, self.stream)
+                            n_slots, S, n_k_heads, Hv, dk, dv, K, gdn_q_scale(dk), l2_eps, qkv_stride, z_stride,
+                            b_stride, a_stride, batch.max_tree_rows, arrivals.ptr, self.stream)
+        if tree_mode == "factor":
+            normed = self._step_output((T, Hv, dv), batch)   # padding rows of the tree block reach the LM head
+            _, tree_part = self.gdn_step(q, k, v, g, beta, gdn_pool, batch, tree_mode,
+                                         norm=(z, z_stride, norm, rms_eps, normed, arrivals))
+            return normed, tree_part
         o, tree_part = self.gdn_step(q, k, v, g, beta, gdn_pool, batch, tree_mode)
         z_rows = self.empty((T, Hv, dv))
         kga.gather(z, z_rows.ptr, 0, 0, T, 4 * Hv * dv, 4 * z_stride, 4 * Hv * dv, self.stream)

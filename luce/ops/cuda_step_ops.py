@@ -122,7 +122,11 @@ class StepOps:
                          meta.ptr("tree_parents"), S, C, K, batch.max_tree_rows, silu, stream=self.stream)
         return y
 
-    def gdn_step(self, q, k, v, g, beta, pool, batch, mode: str = "factor"):
+    def gdn_step(self, q, k, v, g, beta, pool, batch, mode: str = "factor", norm=None):
+        """luce.ops.api gdn_step; norm (a step of tree rows only, mode 'factor'; the fused tree chain
+        of cuda_fused_ops): (z address, z row stride, norm weight, rms_eps, normed [T, Hv, Dv],
+        arrivals [S, Hv] int32 zeroed) - the tree verify also writes normed = gated_rmsnorm(out, z)
+        of the tree rows (out's rows then stay unzeroed: nothing reads them)."""
         from luce import _cuda_gdn as kg
         from luce import _cuda_gdn_tree as kt
 
@@ -131,7 +135,10 @@ class StepOps:
         args, (T, H, dk, dv) = self._gdn_args(q, k, v, g, beta, pool[0])
         if dk not in GDN_KEY_DIMS or dv % 32:
             raise ValueError(f"gdn_step: Dk {dk}, Dv {dv} (kernels: Dk {GDN_KEY_DIMS}, Dv % 32 == 0)")
-        out = self._step_output((T, H, dv), batch)
+        if norm is not None and (mode != "factor" or not batch.has_trees or (batch.kinds == SEG_AR).any()
+                                 or (batch.kinds == SEG_PREFILL).any()):
+            raise ValueError("gdn_step: the norm epilogue is for steps of tree rows only, mode 'factor'")
+        out = self._step_output((T, H, dv), batch) if norm is None else self.empty((T, H, dv))
         if T == 0:
             return out, None
         meta, kinds, S, n_slots = meta_of(self, batch), batch.kinds, batch.n_segments, pool.shape[0]
@@ -160,8 +167,12 @@ class StepOps:
         u, k_f, g_f, beta_f = stage("u", (n, H, dv)), stage("k", (n, H, dk)), stage("g", (n, H)), stage("beta", (n, H))
         ws_bytes = kt.verify_workspace_bytes(n_seg, H, dk, dv, width)
         workspace = self.empty((max(ws_bytes, 4) // 4,))
+        z, z_stride, weight, eps, normed, arrivals = norm if norm is not None else (0, 0, None, 0.0, None, None)
         kt.gdn_tree_verify(q_, k_, v_, g_, b_, pool.ptr, row(out, H * dv), u.ptr, *block, n_slots, n_seg, H, dk, dv,
-                           width, workspace.ptr, ws_bytes, k_f.ptr, g_f.ptr, beta_f.ptr, self.stream)
+                           width, workspace.ptr, ws_bytes, k_f.ptr, g_f.ptr, beta_f.ptr,
+                           z + 4 * t0 * z_stride if z else 0, z_stride, weight.ptr if weight is not None else 0,
+                           row(normed, H * dv) if normed is not None else 0,
+                           arrivals.ptr if arrivals is not None else 0, eps, self.stream)
         return out, {"factors": TreeFactors(k=k_f, g=g_f, beta=beta_f, u=u)}
 
     def tree_commit(self, conv_pool, gdn_pool, stage, commit) -> None:

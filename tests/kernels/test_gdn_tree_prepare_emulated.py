@@ -1,9 +1,10 @@
 """luce_gdn_tree_prepare (cuda/gdn_decode.cu's own source on the CPU, tests/kernels/emu): the q, k,
 v, g and beta of each draft-tree row are bitwise those luce_gdn_decode gives the last row of that
-row's root path run as AR rows from the same slot, the conv state is left as it was, padding
-segments get nothing, and the values stay close to luce/ref/gdn_decode.py gdn_tree_inputs. A
-parent that is not an earlier row of its tree gives NaN, as luce_conv_tree. tests/kernels/
-test_gdn_decode.py checks the whole tree chain against the composition on a GPU."""
+row's root path run as AR rows from the same slot, the conv state is left as it was, the tree
+verify's arrival counters are zeroed, padding segments get nothing, and the values stay close to
+luce/ref/gdn_decode.py gdn_tree_inputs. A parent that is not an earlier row of its tree gives
+NaN, as luce_conv_tree. tests/kernels/test_gdn_tree_chain.py checks the whole tree chain against
+the composition on a GPU."""
 from __future__ import annotations
 
 import ctypes as C
@@ -52,12 +53,13 @@ def inputs(seed: int, T: int):
 
 
 def launch(lib, entry: str, blocks, w, pools, qo, slots, parents=None, max_rows: int = 0):
-    """One call of `entry` on copies of the pools -> (status, outputs {q k v g beta}, conv pool)."""
+    """One call of `entry` on copies of the pools -> (status, outputs {q k v g beta}, conv pool,
+    arrivals [segments, Hv], 7 before the call)."""
     T = int(qo[-1])
     conv_pool, gdn_pool = (p.copy() for p in pools)
     out = {n: np.full((T,) + shape, np.nan, np.float32) for n, shape in OUTPUTS.items()}
     spare = {n: np.full((T, HV, DV), np.nan, np.float32) for n in ("out", "normed")}
-    arrivals = np.zeros((len(slots), HV), np.int32)
+    arrivals = np.full((len(slots), HV), 7, np.int32)
     addr = lambda a: a.ctypes.data  # noqa: E731
     qkv, z, b, a = blocks
     p = Params(addr(qkv), addr(w["conv"]), addr(conv_pool), addr(b), addr(a), addr(w["dt_bias"]), addr(w["ssm_a"]),
@@ -68,7 +70,7 @@ def launch(lib, entry: str, blocks, w, pools, qo, slots, parents=None, max_rows:
         status = lib.luce_gdn_tree_prepare(C.byref(p), addr(parents), max_rows, None)
     else:
         status = lib.luce_gdn_decode(C.byref(p), None)
-    return status, out, conv_pool
+    return status, out, conv_pool, arrivals
 
 
 def root_path(parents, row: int) -> list[int]:
@@ -86,9 +88,11 @@ def test_tree_rows_are_their_root_paths_as_ar_rows(lib, merged):
     if merged:   # z | b | a as column blocks of one part, read in place
         zba = np.ascontiguousarray(np.concatenate(blocks[1:], 1))
         blocks = [x["qkv"], zba[:, :HV * DV], zba[:, HV * DV:HV * DV + HV], zba[:, HV * DV + HV:]]
-    status, got, conv_pool = launch(lib, "tree", blocks, w, pools, qo, slots, parents, max(len(t) for _, t in TREES))
+    status, got, conv_pool, arrivals = launch(lib, "tree", blocks, w, pools, qo, slots, parents,
+                                              max(len(t) for _, t in TREES))
     assert status == 0
     assert np.array_equal(conv_pool, pools[0]), "the tree prepare wrote the conv state"
+    assert not arrivals.any(), "the tree verify's arrival counters were not zeroed"
     for seg, (slot, _) in enumerate(TREES):
         rows = range(qo[seg], qo[seg + 1])
         if slot < 0:
@@ -98,7 +102,7 @@ def test_tree_rows_are_their_root_paths_as_ar_rows(lib, merged):
             path = root_path(parents, row)
             chain = {n: np.ascontiguousarray(x[n][path]) for n in ("qkv", "z", "b", "a")}
             path_qo = np.asarray([0, len(path)], np.int32)
-            st, ar, _ = launch(lib, "ar", [chain[n] for n in ("qkv", "z", "b", "a")], w, pools, path_qo,
+            st, ar, *_ = launch(lib, "ar", [chain[n] for n in ("qkv", "z", "b", "a")], w, pools, path_qo,
                                np.asarray([slot], np.int32))
             assert st == 0
             for n in OUTPUTS:
@@ -115,7 +119,7 @@ def test_a_parent_not_before_its_row_gives_nan(lib):
     qo, slots, parents = layout(trees)
     parents[1] = 2   # row 1's parent comes after it
     x, w, pools = inputs(22, 3)
-    status, got, _ = launch(lib, "tree", [x[n] for n in ("qkv", "z", "b", "a")], w, pools, qo, slots, parents, 3)
+    status, got, *_ = launch(lib, "tree", [x[n] for n in ("qkv", "z", "b", "a")], w, pools, qo, slots, parents, 3)
     assert status == 0
     assert np.isnan(got["q"][1]).all() and np.isnan(got["k"][1]).all() and np.isnan(got["v"][1]).all()
     assert not np.isnan(got["q"][0]).any() and not np.isnan(got["v"][0]).any()

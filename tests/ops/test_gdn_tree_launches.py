@@ -1,7 +1,7 @@
 """A verify step (tree rows only) through a tiny qwen35 on the CUDA backend's host code over the
 fake runtime (tests/ops/fake_hip.py, tests/ops/fake_cuda.py): each GDN layer's chain takes one
-luce_gdn_tree_prepare launch instead of the composition's conv, split, norm and gate launches,
-and reads the merged projection's column blocks in place. Nothing computes here (the fake
+luce_gdn_tree_prepare launch instead of the composition's conv, split, norm and gate launches and
+the tree verify takes the gated norm, both reading the merged projection's column blocks in place. Nothing computes here (the fake
 records launches); tests/kernels/test_gdn_tree_chain.py checks the bits on a GPU."""
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from tests.ops import fake_hip
 from tests.ops.test_gdn_merge_launches import MIXES
 from tests.ops.test_hip_runtime import install_fakes
 
-# The composition's kernel launches a GDN layer of the 27B mix ([qkv], [z | b | a]) that the
-# prepare replaces: z | b | a split (3 gathers), sigmoid, add, softplus, mul, conv_tree, q | k | v
-# split (3 gathers), 2 l2norms, the q scale's mul, 2 tiling gathers (16; and the conv output's
-# memset, which the fake does not count); the fused chain launches the prepare and z's gather (2).
-# gdn_step (the tree verify) and gated_rmsnorm run in both.
-SAVED_A_LAYER = 16 - 2
+# The composition's kernel launches a GDN layer of the 27B mix ([qkv], [z | b | a]) that the fused
+# chain replaces: z | b | a split (3 gathers), sigmoid, add, softplus, mul, conv_tree, q | k | v
+# split (3 gathers), 2 l2norms, the q scale's mul, 2 tiling gathers, gated_rmsnorm (17; and the
+# conv output's memset, which the fake does not count); the fused chain launches the prepare (1).
+# The tree verify runs in both (the fused one with the norm epilogue).
+SAVED_A_LAYER = 17 - 1
 
 
 def verify_step(tmp_path, monkeypatch, fused: bool):
@@ -58,6 +58,7 @@ def test_a_tree_step_runs_one_prepare_a_gdn_layer(tmp_path):
     kinds = lambda launches: Counter(kernel for kernel, _, _ in launches)  # noqa: E731
     assert kinds(fused)["_cuda_gdn.gdn_tree_prepare"] == len(calls) == n_gdn and not none
     assert kinds(fused)["_cuda_tree_conv.conv_tree"] == 0 < kinds(apart)["_cuda_tree_conv.conv_tree"]
+    assert kinds(fused)["_cuda_elementwise.gated_rmsnorm"] == 0 < kinds(apart)["_cuda_elementwise.gated_rmsnorm"]
     assert kinds(fused)["_cuda_gdn_tree.gdn_tree_verify"] == kinds(apart)["_cuda_gdn_tree.gdn_tree_verify"] == n_gdn
     assert len(apart) - len(fused) == SAVED_A_LAYER * n_gdn
 
@@ -70,3 +71,4 @@ def test_the_prepare_reads_the_merged_blocks_in_place(tmp_path, monkeypatch):
         assert call["qkv_stride"] == C and call["z_stride"] == call["b_stride"] == call["a_stride"] == Z + 2 * Hv
         assert (call["b"], call["a"]) == (call["z"] + 4 * Z, call["z"] + 4 * (Z + Hv))
         assert call["max_tree_rows"] == batch.max_tree_rows == 4 and call["n_segments"] == batch.n_segments
+        assert call["arrivals"] != 0

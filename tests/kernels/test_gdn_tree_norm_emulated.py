@@ -1,0 +1,111 @@
+"""luce_gdn_tree_verify's gated RMSNorm epilogue (cuda/gdn_tree.cu's own source on the CPU,
+tests/kernels/emu): normed is bitwise luce_gated_rmsnorm (cuda/gated_rmsnorm.cu) of the verify's
+out with z read at its row stride, out and u are the bits of the verify without it, padding
+segments' rows are left alone and a malformed tree's rows are NaN. tests/kernels/
+test_gdn_tree_chain.py checks the chain against the composition on a GPU."""
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+import pytest
+
+from tests.kernels.emu import build as emu
+
+pytestmark = pytest.mark.slow
+_P = C.c_void_p
+HV, DK, DV, SLOTS, EPS = 3, 64, 64, 3, 1e-6
+TREES = [(2, [-1, 0, 1, 0, 3]), (-1, [-1]), (0, [-1, 0, 0])]   # (slot, local parents); slot -1: padding
+
+
+class VerifyParams(C.Structure):
+    """luce_gdn_tree_verify_params (cuda/luce_ops_sequence.h), field for field."""
+    _fields_ = [(n, _P) for n in "q k v g beta state out u_out k_out g_out beta_out workspace qo_indptr seq_slots "
+                                 "tree_parents".split()] + \
+               [(n, C.c_int64) for n in ("n_slots", "workspace_bytes")] + \
+               [(n, C.c_int32) for n in "n_segments n_heads dk dv max_tree_rows".split()] + \
+               [(n, _P) for n in "z norm_weight normed arrivals".split()] + [("z_stride", C.c_int64), ("rms_eps", C.c_float)]
+
+
+class NormParams(C.Structure):
+    _fields_ = [(n, _P) for n in "x z weight out".split()] + [("rows", C.c_int64), ("cols", C.c_int64),
+                                                             ("eps", C.c_float)]
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    lib = emu.load(["gdn_tree.cu", "gated_rmsnorm.cu"], tmp_path_factory.mktemp("emu_gdn_tree_norm"),
+                   "the GDN tree verify and gated RMSNorm kernels")
+    lib.luce_gdn_tree_verify.argtypes = [C.POINTER(VerifyParams), _P]
+    lib.luce_gated_rmsnorm.argtypes = [C.POINTER(NormParams), _P]
+    return lib
+
+
+def verify(lib, x, parents, qo, slots, norm: bool, z_stride: int | None = None):
+    T = int(qo[-1])
+    out = {n: np.full((T, HV, DV), np.nan, np.float32) for n in ("out", "u", "normed")}
+    arrivals = np.zeros((len(slots), HV), np.int32)
+    addr = lambda a: a.ctypes.data  # noqa: E731
+    z = x["zwide"] if z_stride else x["z"]
+    p = VerifyParams(*(addr(x[n]) for n in "q k v g beta state".split()), addr(out["out"]), addr(out["u"]),
+                     None, None, None, None, addr(qo), addr(slots), addr(parents), SLOTS, 0, len(slots), HV, DK, DV,
+                     8, addr(z) if norm else None, addr(x["norm"]) if norm else None,
+                     addr(out["normed"]) if norm else None, addr(arrivals) if norm else None,
+                     z_stride or HV * DV, EPS)
+    status = lib.luce_gdn_tree_verify(C.byref(p), None)
+    return status, out
+
+
+def inputs(seed: int, T: int):
+    rng = np.random.default_rng(seed)
+    f32 = lambda a: np.ascontiguousarray(a, np.float32)  # noqa: E731
+    unit = lambda a: a / np.linalg.norm(a, axis=-1, keepdims=True)  # noqa: E731
+    z = f32(rng.standard_normal((T, HV * DV)))
+    zwide = f32(np.concatenate([z, rng.standard_normal((T, 5))], 1))   # z as a merged part's column block
+    return dict(q=f32(unit(rng.standard_normal((T, HV, DK))) / 8), k=f32(unit(rng.standard_normal((T, HV, DK)))),
+                v=f32(rng.standard_normal((T, HV, DV))), g=f32(-np.abs(rng.standard_normal((T, HV)))),
+                beta=f32(rng.uniform(0.1, 0.9, (T, HV))), state=f32(rng.standard_normal((SLOTS, HV, DK, DV)) * 0.1),
+                z=z, zwide=zwide, norm=f32(1.0 + 0.1 * rng.standard_normal(DV)))
+
+
+def layout(trees):
+    qo, parents = [0], []
+    for _, local in trees:
+        parents += [p + qo[-1] if p >= 0 else -1 for p in local]
+        qo.append(qo[-1] + len(local))
+    return np.asarray(qo, np.int32), np.asarray([s for s, _ in trees], np.int32), np.asarray(parents, np.int32)
+
+
+@pytest.mark.parametrize("z_stride", [None, HV * DV + 5], ids=["dense_z", "strided_z"])
+def test_normed_is_gated_rmsnorm_of_out(lib, z_stride):
+    qo, slots, parents = layout(TREES)
+    x = inputs(31, int(qo[-1]))
+    st_plain, plain = verify(lib, x, parents, qo, slots, norm=False)
+    st_norm, fused = verify(lib, x, parents, qo, slots, norm=True, z_stride=z_stride)
+    assert st_plain == st_norm == 0
+    live = np.concatenate([np.arange(qo[s], qo[s + 1]) for s in range(len(slots)) if slots[s] >= 0])
+    pad = np.setdiff1d(np.arange(int(qo[-1])), live)
+    for n in ("out", "u"):
+        assert np.array_equal(fused[n][live], plain[n][live]), f"{n} changed with the epilogue"
+    want = np.full_like(fused["normed"], np.nan)
+    rows = int(qo[-1]) * HV
+    p = NormParams(plain["out"].ctypes.data, x["z"].ctypes.data, x["norm"].ctypes.data, want.ctypes.data, rows, DV,
+                   EPS)
+    assert lib.luce_gated_rmsnorm(C.byref(p), None) == 0
+    assert np.array_equal(fused["normed"][live], want[live])
+    assert np.isnan(fused["normed"][pad]).all(), "a padding segment's normed rows were written"
+
+
+def test_a_malformed_tree_has_nan_normed_rows(lib):
+    trees = [(1, [-1, 0, 1])]
+    qo, slots, parents = layout(trees)
+    parents[1] = 2   # row 1's parent after it
+    x = inputs(32, 3)
+    status, out = verify(lib, x, parents, qo, slots, norm=True)
+    assert status == 0 and np.isnan(out["normed"]).all()
+
+
+def test_a_z_stride_below_the_row_width_is_refused(lib):
+    qo, slots, parents = layout(TREES)
+    x = inputs(33, int(qo[-1]))
+    assert verify(lib, x, parents, qo, slots, norm=True, z_stride=HV * DV - 1)[0] != 0
