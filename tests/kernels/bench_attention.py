@@ -226,6 +226,14 @@ for _shape, _heads in DECODE_SHAPES.items():
         _c = functools.partial(tree_attention_case, 0, 128, _w, _heads)
         _c.__name__ = f"attention_tree_{_shape}_128_{_w}"
         TREE_CASES.append(_c)
+# A width-1 verify's tree row against an AR row at the 27B shape over 128 keys (bench_decode's
+# verify over its 128-token prompt; CUPTI, docs/PERF.md session 32: 31 us a call against 12).
+_c = functools.partial(tree_attention_case, 0, 128, 1)
+_c.__name__ = "attention_tree_27b_128_1"
+TREE_CASES.append(_c)
+_c = functools.partial(attention_case, 1, 129, 1)
+_c.__name__ = "attention_decode_27b_129"
+BENCH_CASES.append(_c)
 BENCH_CASES += TREE_CASES + PREFILL_CASES
 
 

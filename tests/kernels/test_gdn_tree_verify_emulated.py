@@ -1,8 +1,10 @@
-"""luce_gdn_tree_verify's gated RMSNorm epilogue (cuda/gdn_tree.cu's own source on the CPU,
-tests/kernels/emu): normed is bitwise luce_gated_rmsnorm (cuda/gated_rmsnorm.cu) of the verify's
-out with z read at its row stride, out and u are the bits of the verify without it, padding
-segments' rows are left alone and a malformed tree's rows are NaN. tests/kernels/
-test_gdn_tree_chain.py checks the chain against the composition on a GPU."""
+"""luce_gdn_tree_verify (cuda/gdn_tree.cu's own source on the CPU, tests/kernels/emu): each node's
+output is bitwise luce_gdn_recurrent's (cuda/gdn_recurrent.cu) for the last token of the node's
+root path from the same slot state, whichever order the walk takes; with the gated RMSNorm
+epilogue, normed is bitwise luce_gated_rmsnorm (cuda/gated_rmsnorm.cu) of out with z read at its
+row stride, out and u are the bits of the verify without it, padding segments' rows are left
+alone and a malformed tree's rows are NaN. tests/kernels/test_gdn_tree.py and
+test_gdn_tree_chain.py check the kernels on a GPU."""
 from __future__ import annotations
 
 import ctypes as C
@@ -27,6 +29,12 @@ class VerifyParams(C.Structure):
                [(n, _P) for n in "z norm_weight normed arrivals".split()] + [("z_stride", C.c_int64), ("rms_eps", C.c_float)]
 
 
+class RecurrentParams(C.Structure):
+    """luce_gdn_recurrent_params."""
+    _fields_ = [(n, _P) for n in "q k v g beta state out qo_indptr seq_slots".split()] + [("n_slots", C.c_int64)] + \
+               [(n, C.c_int32) for n in "n_segments n_heads dk dv".split()]
+
+
 class NormParams(C.Structure):
     _fields_ = [(n, _P) for n in "x z weight out".split()] + [("rows", C.c_int64), ("cols", C.c_int64),
                                                              ("eps", C.c_float)]
@@ -34,9 +42,10 @@ class NormParams(C.Structure):
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    lib = emu.load(["gdn_tree.cu", "gated_rmsnorm.cu"], tmp_path_factory.mktemp("emu_gdn_tree_norm"),
-                   "the GDN tree verify and gated RMSNorm kernels")
+    lib = emu.load(["gdn_tree.cu", "gdn_recurrent.cu", "gated_rmsnorm.cu"], tmp_path_factory.mktemp("emu_gdn_tree"),
+                   "the GDN tree verify, recurrent and gated RMSNorm kernels")
     lib.luce_gdn_tree_verify.argtypes = [C.POINTER(VerifyParams), _P]
+    lib.luce_gdn_recurrent.argtypes = [C.POINTER(RecurrentParams), _P]
     lib.luce_gated_rmsnorm.argtypes = [C.POINTER(NormParams), _P]
     return lib
 
@@ -109,3 +118,24 @@ def test_a_z_stride_below_the_row_width_is_refused(lib):
     qo, slots, parents = layout(TREES)
     x = inputs(33, int(qo[-1]))
     assert verify(lib, x, parents, qo, slots, norm=True, z_stride=HV * DV - 1)[0] != 0
+
+
+def test_each_node_is_the_recurrent_step_along_its_root_path(lib):
+    qo, slots, parents = layout(TREES)
+    x = inputs(34, int(qo[-1]))
+    status, got = verify(lib, x, parents, qo, slots, norm=False)
+    assert status == 0
+    for seg, slot in enumerate(slots):
+        for row in range(qo[seg], qo[seg + 1]) if slot >= 0 else ():
+            path = [row]
+            while parents[path[-1]] >= 0:
+                path.append(int(parents[path[-1]]))
+            path = path[::-1]
+            chain = {n: np.ascontiguousarray(x[n][path]) for n in "q k v g beta".split()}
+            state, out = x["state"].copy(), np.full((len(path), HV, DV), np.nan, np.float32)
+            one = np.asarray([0, len(path)], np.int32)
+            slot_arr = np.asarray([slot], np.int32)
+            p = RecurrentParams(*(chain[n].ctypes.data for n in "q k v g beta".split()), state.ctypes.data,
+                                out.ctypes.data, one.ctypes.data, slot_arr.ctypes.data, SLOTS, 1, HV, DK, DV)
+            assert lib.luce_gdn_recurrent(C.byref(p), None) == 0
+            assert np.array_equal(got["out"][row], out[-1]), f"node {row}'s output differs from its root path's"
