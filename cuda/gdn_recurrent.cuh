@@ -10,24 +10,13 @@
 // the floor: Dk * Dv * 4 bytes read and written per head per segment. A column's
 // arithmetic depends only on its own data: batch-invariant.
 //
-// NORM: the head's Dv / WARP_SIZE blocks count themselves in arrivals[seg * Hv + head]
-// (zero before the launch); the last to arrive, once every block's out columns are visible,
-// runs gated_rmsnorm_row over the segment's out rows of the head (z, row stride z_stride; weight [Dv]) into
-// normed, so normed is bitwise luce_gated_rmsnorm of out.
+// NORM: gdn_norm_epilogue.cuh over the segment's rows (arrivals[seg * Hv + head]), so normed is
+// bitwise luce_gated_rmsnorm of out.
 #pragma once
 
-#include "gated_rmsnorm.cuh"
 #include "gdn_common.cuh"
+#include "gdn_norm_epilogue.cuh"
 #include "pdl.cuh"
-
-struct GdnNormEpilogue {
-    const float *z;        // [T, Hv, Dv], rows z_stride elements apart
-    int64_t z_stride;
-    const float *weight;   // [Dv]
-    float *normed;         // [T, Hv, Dv]
-    int32_t *arrivals;     // [segments, Hv], zero before the launch
-    float eps;
-};
 
 template <int DK, bool NORM>
 __global__ void __launch_bounds__(GDN_THREADS) gdn_recurrent_kernel(luce_gdn_recurrent_params p,
@@ -69,17 +58,5 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_recurrent_kernel(luce_gdn_rec
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) hp[r * dv] = h[r];
     }
-    if constexpr (NORM) {
-        __shared__ int last;
-        __threadfence();   // this block's out columns, before its arrival is counted
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(e.arrivals + (int64_t)seg * H + head, 1) == (int)gridDim.x - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();   // every other block's columns are visible from here
-        for (int64_t t = r0 + kgroup; t < r1; t += GDN_KGROUPS) {
-            const int64_t row = (t * H + head) * dv;
-            gated_rmsnorm_row(p.out + row, e.z + t * e.z_stride + head * dv, e.weight, e.normed + row, dv, e.eps);
-        }
-    }
+    if constexpr (NORM) gdn_norm_epilogue(e, p.out, (int64_t)seg * H + head, r0, r1, H, head, dv);
 }

@@ -18,11 +18,10 @@
 // when the node saves, and smallest-first keeps that below floor(log2 n). Then the block
 // walks the nodes in rank order with the running state in registers; saves go to shared
 // memory (thread-private entries, no barrier) or, when too large, to the workspace.
-// With normed set, the gated RMSNorm epilogue of gdn_recurrent_kernel<NORM> follows: the head's
-// blocks count themselves in arrivals (zeroed by luce_gdn_tree_prepare), and the last runs
-// gated_rmsnorm_row over the tree's rows of the head, so normed is luce_gated_rmsnorm of out.
-#include "gated_rmsnorm.cuh"
+// With normed set, the gated RMSNorm epilogue (gdn_norm_epilogue.cuh, arrivals zeroed by
+// luce_gdn_tree_prepare) over the tree's rows of the head: normed is luce_gated_rmsnorm of out.
 #include "gdn_common.cuh"
+#include "gdn_norm_epilogue.cuh"
 
 namespace {
 
@@ -225,18 +224,8 @@ gdn_tree_verify_kernel(luce_gdn_tree_verify_params p, int32_t max_saves, int32_t
         }
     }
     if constexpr (NORM) {
-        __shared__ int last;
-        __threadfence();   // this block's out columns, before its arrival is counted
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(p.arrivals + (int64_t)seg * H + head, 1) == (int)gridDim.x - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();   // every other block's columns are visible from here
-        for (int64_t t = r0 + kgroup; t < r0 + n; t += GDN_KGROUPS) {
-            const int64_t row = (t * H + head) * dv;
-            gated_rmsnorm_row(p.out + row, p.z + t * p.z_stride + head * dv, p.norm_weight, p.normed + row, dv,
-                              p.rms_eps);
-        }
+        const GdnNormEpilogue e = {p.z, p.z_stride, p.norm_weight, p.normed, p.arrivals, p.rms_eps};
+        gdn_norm_epilogue(e, p.out, (int64_t)seg * H + head, r0, r0 + n, H, head, dv);
     }
 }
 
