@@ -239,7 +239,7 @@ def gdn_tree_prepare(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state,
                      int64_t n_slots, int32_t n_segments, int32_t n_k_heads, int32_t n_v_heads, int32_t dk,
                      int32_t dv, int32_t kernel_size, float q_scale, float l2_eps, int64_t qkv_stride,
                      int64_t z_stride, int64_t b_stride, int64_t a_stride, int32_t max_tree_rows,
-                     uintptr_t arrivals=0, uintptr_t stream=0):
+                     uintptr_t stream=0, uintptr_t arrivals=0):
     """gdn_decode's first launch for the rows of draft trees (luce_gdn_tree_prepare): q, k
     [T, Hv, Dk], v [T, Hv, Dv], g, beta [T, Hv] of every tree segment's rows (seq_slots -1
     elsewhere), each row's conv window along tree_parents [T] int32 (global rows) then

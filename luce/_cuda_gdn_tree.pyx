@@ -115,9 +115,9 @@ def gdn_tree_verify(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t g, uintptr_
                     uintptr_t qo_indptr, uintptr_t seq_slots, uintptr_t tree_parents,
                     int64_t n_slots, int32_t n_segments, int32_t n_heads, int32_t dk, int32_t dv,
                     int32_t max_tree_rows, uintptr_t workspace=0, int64_t workspace_bytes=0,
-                    uintptr_t k_out=0, uintptr_t g_out=0, uintptr_t beta_out=0, uintptr_t z=0,
-                    int64_t z_stride=0, uintptr_t norm_weight=0, uintptr_t normed=0, uintptr_t arrivals=0,
-                    float rms_eps=0.0, uintptr_t stream=0):
+                    uintptr_t k_out=0, uintptr_t g_out=0, uintptr_t beta_out=0, uintptr_t stream=0,
+                    uintptr_t z=0, int64_t z_stride=0, uintptr_t norm_weight=0, uintptr_t normed=0,
+                    uintptr_t arrivals=0, float rms_eps=0.0):
     """q, k [T, Hv, Dk], v [T, Hv, Dv], g, beta [T, Hv] f32; state [n_slots, Hv, Dk, Dv] f32
     (read only); out, u_out [T, Hv, Dv] f32; qo_indptr [S+1], seq_slots [S], tree_parents [T]
     int32 (global parent rows, -1 for each segment's root). k_out, g_out, beta_out (0: not

@@ -261,7 +261,7 @@ class CudaFusedOps(FusedOps):
         kg.gdn_tree_prepare(qkv, conv.ptr, conv_pool.ptr, b, a, dt_bias.ptr, ssm_a.ptr, z, q.ptr, k.ptr, v.ptr, g.ptr,
                             beta.ptr, meta.ptr("qo_indptr"), meta.ptr("tree_slots"), meta.ptr("tree_parents"),
                             n_slots, S, n_k_heads, Hv, dk, dv, K, gdn_q_scale(dk), l2_eps, qkv_stride, z_stride,
-                            b_stride, a_stride, batch.max_tree_rows, arrivals.ptr, self.stream)
+                            b_stride, a_stride, batch.max_tree_rows, self.stream, arrivals=arrivals.ptr)
         if tree_mode == "factor":
             normed = self._step_output((T, Hv, dv), batch)   # padding rows of the tree block reach the LM head
             _, tree_part = self.gdn_step(q, k, v, g, beta, gdn_pool, batch, tree_mode,

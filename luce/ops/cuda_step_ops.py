@@ -169,10 +169,11 @@ class StepOps:
         workspace = self.empty((max(ws_bytes, 4) // 4,))
         z, z_stride, weight, eps, normed, arrivals = norm if norm is not None else (0, 0, None, 0.0, None, None)
         kt.gdn_tree_verify(q_, k_, v_, g_, b_, pool.ptr, row(out, H * dv), u.ptr, *block, n_slots, n_seg, H, dk, dv,
-                           width, workspace.ptr, ws_bytes, k_f.ptr, g_f.ptr, beta_f.ptr,
-                           z + 4 * t0 * z_stride if z else 0, z_stride, weight.ptr if weight is not None else 0,
-                           row(normed, H * dv) if normed is not None else 0,
-                           arrivals.ptr if arrivals is not None else 0, eps, self.stream)
+                           width, workspace.ptr, ws_bytes, k_f.ptr, g_f.ptr, beta_f.ptr, self.stream,
+                           z=z + 4 * t0 * z_stride if z else 0, z_stride=z_stride,
+                           norm_weight=weight.ptr if weight is not None else 0,
+                           normed=row(normed, H * dv) if normed is not None else 0,
+                           arrivals=arrivals.ptr if arrivals is not None else 0, rms_eps=eps)
         return out, {"factors": TreeFactors(k=k_f, g=g_f, beta=beta_f, u=u)}
 
     def tree_commit(self, conv_pool, gdn_pool, stage, commit) -> None:
