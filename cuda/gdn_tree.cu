@@ -131,21 +131,6 @@ __device__ bool build_schedule(const int32_t *tree_parents, int64_t r0, int32_t 
     return *bad == 0;
 }
 
-// What a node's step reads: its k and q rows (this thread's ROWS of them), v of its column, g, beta.
-template <int ROWS>
-struct NodeInputs {
-    float k[ROWS], q[ROWS], v, g, beta;
-
-    __device__ __forceinline__ void load(const luce_gdn_tree_verify_params &p, int64_t th, int64_t dk, int kgroup,
-                                         int64_t col) {
-        gdn_load_rows<ROWS>(p.k + th * dk + kgroup * ROWS, k);
-        gdn_load_rows<ROWS>(p.q + th * dk + kgroup * ROWS, q);
-        v = p.v[th * p.dv + col];
-        g = p.g[th];
-        beta = p.beta[th];
-    }
-};
-
 template <int DK, bool NORM>
 __global__ void __launch_bounds__(GDN_THREADS)
 gdn_tree_verify_kernel(luce_gdn_tree_verify_params p, int32_t max_saves, int32_t on_chip) {
@@ -196,23 +181,21 @@ gdn_tree_verify_kernel(luce_gdn_tree_verify_params p, int32_t max_saves, int32_t
     const int64_t block = ((int64_t)seg * H + head) * gridDim.x + blockIdx.x;
     float *saves = on_chip ? reinterpret_cast<float *>(sched_base) + schedule_bytes(p.max_tree_rows) / 4
                            : p.workspace + block * max_saves * DK * WARP_SIZE;
-    // A node's inputs do not depend on the state: the next node's load while this one steps, so
-    // the walk waits on memory once, not once a node (the same values, the same arithmetic).
-    NodeInputs<ROWS> cur, next;
-    cur.load(p, (r0 + s.order[0]) * H + head, DK, kgroup, col);
     for (int32_t t = 0; t < n; ++t) {
         const int32_t node = s.order[t];
-        if (t + 1 < n) next.load(p, (r0 + s.order[t + 1]) * H + head, DK, kgroup, col);
         const int32_t restore = s.restore[node];
         if (restore >= 0) {
 #pragma unroll
             for (int r = 0; r < ROWS; ++r) h[r] = saves[((int64_t)restore * ROWS + r) * GDN_THREADS + threadIdx.x];
         }
         const int64_t th = (r0 + node) * H + head;
-        const float decay = expf(cur.g);
+        float k[ROWS], q[ROWS];
+        gdn_load_rows<ROWS>(p.k + th * DK + kgroup * ROWS, k);
+        gdn_load_rows<ROWS>(p.q + th * DK + kgroup * ROWS, q);
+        const float v = p.v[th * dv + col];
+        const float decay = expf(p.g[th]);
         float u;
-        const float o = gdn_step<ROWS>(h, cur.k, cur.q, cur.v, decay, cur.beta, scratch, &u);
-        cur = next;
+        const float o = gdn_step<ROWS>(h, k, q, v, decay, p.beta[th], scratch, &u);
         if (kgroup == 0) {
             p.out[th * dv + col] = o;
             p.u_out[th * dv + col] = u;
