@@ -9,8 +9,8 @@
 //      counters of launch 2 zeroed.
 //   2. the recurrent step (gdn_recurrent.cuh) with the gated RMSNorm epilogue.
 // luce_gdn_tree_prepare is launch 1 for the rows of draft trees (speculative verify): each row's
-// conv window from its ancestors, nearest last, then the slot's conv state (cuda/tree_conv.cu's
-// walk, the same fmaf chain), nothing advanced, the arrivals zeroed where given; one row a block
+// conv window from its ancestors, nearest last, then the slot's conv state (conv1d.cuh's
+// tree_window, as cuda/tree_conv.cu, and the same fmaf chain), nothing advanced, the arrivals zeroed where given; one row a block
 // along z, as a tree's rows are independent. The tree verify (cuda/gdn_tree.cu) with its gated
 // RMSNorm epilogue follows it.
 // Launch 1 grid (roles, segments): blocks [0, qk) hold one q or k head a warp (lanes over the
@@ -42,8 +42,7 @@ __host__ __device__ inline Layout layout_of(const luce_gdn_decode_params &p) {
 
 // SiLU(conv) of channel c at token t of the segment whose first row is r0; state_c is the
 // channel's window column in the slot's state [K-1, C]. kTree: row r0 + t of a draft tree, its
-// window read along tree_parents (global rows; a parent outside the segment or not before its
-// child gives NaN, as conv_tree).
+// window conv1d.cuh's tree_window (a malformed tree gives NaN, as conv_tree).
 template <int K, bool kTree>
 __device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, const int32_t *tree_parents,
                                               const float *state_c, int64_t C, int64_t c, int64_t r0, int64_t t) {
@@ -51,22 +50,8 @@ __device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, c
 #pragma unroll
     for (int j = 0; j < K; ++j) w[j] = p.conv_weight[c * K + j];
     if constexpr (kTree) {
-        const int64_t row = r0 + t;
-        window[K - 1] = p.qkv[row * p.qkv_stride + c];
-        int64_t a = tree_parents[row], below = row;
-        int m = 0;
-#pragma unroll
-        for (int j = K - 2; j >= 0; --j) {
-            if (a >= 0) {
-                if (a < r0 || a >= below) return __int_as_float(0x7fc00000);
-                window[j] = p.qkv[a * p.qkv_stride + c];
-                below = a;
-                a = tree_parents[a];
-                ++m;
-            } else {
-                window[j] = state_c[(int64_t)(m + j) * C];
-            }
-        }
+        if (!tree_window<K>(p.qkv, p.qkv_stride, c, tree_parents, r0, r0 + t, state_c, C, window))
+            return __int_as_float(0x7fc00000);
     } else {
 #pragma unroll
         for (int j = 0; j < K; ++j) {

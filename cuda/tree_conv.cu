@@ -6,11 +6,11 @@
 //
 // conv_tree: grid (128-channel tiles, segments, 16-row chunks); a thread owns one channel
 // of one chunk's rows and fills each row's window from its ancestors (nearest last), then
-// from the resident state, and sums the K taps with the fmaf chain of cuda/conv1d.cu, so a
+// from the resident state (conv1d.cuh tree_window), and sums the K taps with conv1d_dot, so a
 // node's output is bitwise luce_conv1d's along its root path.
 // conv_tree_commit: grid (128-channel tiles, segments); a thread reads its channel's old
 // window, then writes the new one (so state_out may be state_in).
-#include "common.cuh"
+#include "conv1d.cuh"
 
 namespace {
 
@@ -32,30 +32,10 @@ __global__ void __launch_bounds__(kThreads) conv_tree_kernel(luce_conv_tree_para
 #pragma unroll
     for (int j = 0; j < K; ++j) w[j] = p.weight[c * K + j];
     for (int64_t t = t0; t < t1; ++t) {
-        // Window position K-1 is the row itself; K-2, K-3, ... its ancestors while there are
-        // any, then state rows: with m ancestors, position j < K-1-m reads state row m + j.
         float win[K];
-        win[K - 1] = p.x[t * p.x_stride + c];
-        int64_t a = p.tree_parents[t], below = t;
-        int m = 0;
-        bool bad = false;
-#pragma unroll
-        for (int j = K - 2; j >= 0; --j) {
-            if (a >= 0) {
-                bad |= a < r0 || a >= below;
-                if (bad) break;
-                win[j] = p.x[a * p.x_stride + c];
-                below = a;
-                a = p.tree_parents[a];
-                ++m;
-            } else {
-                win[j] = state[(int64_t)(m + j) * C];
-            }
-        }
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < K; ++j) acc = fmaf(w[j], win[j], acc);
-        p.y[t * p.y_stride + c] = bad ? __int_as_float(0x7fc00000) : (p.silu ? silu_f32(acc) : acc);
+        const bool good = tree_window<K>(p.x, p.x_stride, c, p.tree_parents, r0, t, state, C, win);
+        const float acc = good ? conv1d_dot<K>(w, win) : 0.0f;
+        p.y[t * p.y_stride + c] = !good ? __int_as_float(0x7fc00000) : (p.silu ? silu_f32(acc) : acc);
     }
 }
 

@@ -24,10 +24,19 @@ TREES = [(2, [-1, 0, 1, 0, 3, 1]), (-1, [-1]), (0, [-1, 0, 1, 2])]
 OUTPUTS = {"q": (HV, DK), "k": (HV, DK), "v": (HV, DV), "g": (HV,), "beta": (HV,)}
 
 
+class ConvTreeParams(C.Structure):
+    """luce_conv_tree_params."""
+    _fields_ = [(n, _P) for n in "x weight y state qo_indptr seq_slots tree_parents".split()] + \
+               [(n, C.c_int64) for n in "n_segments channels x_stride y_stride".split()] + \
+               [(n, C.c_int32) for n in "kernel_size max_segment_rows silu".split()]
+
+
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    lib = emu.load(["gdn_decode.cu"], tmp_path_factory.mktemp("emu_gdn_tree_prepare"), "the GDN decode kernels")
+    lib = emu.load(["gdn_decode.cu", "tree_conv.cu"], tmp_path_factory.mktemp("emu_gdn_tree_prepare"),
+                   "the GDN decode and tree conv kernels")
     lib.luce_gdn_decode.argtypes = [C.POINTER(Params), _P]
+    lib.luce_conv_tree.argtypes = [C.POINTER(ConvTreeParams), _P]
     lib.luce_gdn_tree_prepare.argtypes = [C.POINTER(Params), _P, C.c_int32, _P]
     return lib
 
@@ -133,3 +142,25 @@ def test_a_tree_past_65535_rows_or_a_narrow_stride_is_refused(lib):
     assert launch(lib, "tree", blocks, w, pools, qo, slots, parents, -1)[0] != 0
     qkv_narrow = np.ascontiguousarray(x["qkv"][:, :CH - 1])
     assert launch(lib, "tree", [qkv_narrow] + blocks[1:], w, pools, qo, slots, parents, 6)[0] != 0
+
+
+@pytest.mark.parametrize("bad_parent", [False, True], ids=["tree", "parent_after_row"])
+def test_v_is_luce_conv_tree_of_the_v_channels(lib, bad_parent):
+    """The prepare's v and luce_conv_tree's SiLU output share conv1d.cuh's tree_window and
+    conv1d_dot: the same bits, NaN alike for a malformed tree."""
+    qo, slots, parents = layout(TREES)
+    if bad_parent:
+        parents[2] = 4   # row 2's parent comes after it
+    T = int(qo[-1])
+    x, w, pools = inputs(24, T)
+    _, got, *_ = launch(lib, "tree", [x[n] for n in ("qkv", "z", "b", "a")], w, pools, qo, slots, parents,
+                        max(len(t) for _, t in TREES))
+    y = np.full((T, CH), np.nan, np.float32)
+    addr = lambda a: a.ctypes.data  # noqa: E731
+    p = ConvTreeParams(addr(x["qkv"]), addr(w["conv"]), addr(y), addr(pools[0]), addr(qo), addr(slots),
+                       addr(parents), len(slots), CH, CH, CH, K, max(len(t) for _, t in TREES), 1)
+    assert lib.luce_conv_tree(C.byref(p), None) == 0
+    live = [r for s_, (slot, _) in enumerate(TREES) if slot >= 0 for r in range(qo[s_], qo[s_ + 1])]
+    want = y[live, 2 * HK * DK:].reshape(len(live), HV, DV)
+    assert np.array_equal(got["v"][live], want, equal_nan=True)
+    assert np.isnan(got["v"][2]).all() == bad_parent
