@@ -94,11 +94,11 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     constexpr int QN = (MAXG * D + kThreads - 1) / kThreads;  // q floats a thread stages
     extern __shared__ float4 smem4[];
     // Dynamic (a cluster's blocks read each other's): page_off, m_s, l_s, table_s, then smem.
-    int64_t *page_off = reinterpret_cast<int64_t *>(smem4);  // [kPartition] float offset of (page, 0, hk, 0)
+    // [kPartition] float offset of (page, 0, hk, 0); tree launches: of local key j's (KV row, hk)
+    int64_t *page_off = reinterpret_cast<int64_t *>(smem4);
     float *m_s = reinterpret_cast<float *>(smem4) + 2 * kPartition, *l_s = m_s + MAXG;  // [MAXG] each
     float *table_s = l_s + MAXG;                   // [D] ROPE: the row's cos [half] then sin [half]
     float *smem = reinterpret_cast<float *>(smem4) + partition_smem_head(D, MAXG);
-    __shared__ int64_t tree_off[TREE ? kPartition : 1];  // tree rows: offset of path key j >= n_direct
 
     const int groups = (p.n_heads_q / p.n_heads_kv + group_heads - 1) / group_heads;
     const int32_t row = row0 + (int32_t)blockIdx.x, hk = blockIdx.y / groups, chunk = blockIdx.z;
@@ -143,10 +143,17 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     float *q_s = smem;                             // [G][D]
     float *s_s = smem + G * D;                     // [G][kPartition] scores, then exp(s - m)
 
-    const int32_t pages = (n_direct + page_mask) >> page_shift;
-    for (int i = threadIdx.x; i < pages; i += kThreads) {
-        const int64_t page = p.kv_indices[rk.page_base + (key0 >> page_shift) + i];
-        page_off[i] = (page << page_shift) * key_stride + (int64_t)hk * D;
+    if constexpr (TREE) {  // every key's offset in one table: one shared load a key, no branch on the key's kind
+        for (int j = threadIdx.x; j < n_direct; j += kThreads) {
+            const int64_t page = p.kv_indices[rk.page_base + (key0 >> page_shift) + (j >> page_shift)];
+            page_off[j] = ((page << page_shift) + (j & page_mask)) * key_stride + (int64_t)hk * D;
+        }
+    } else {
+        const int32_t pages = (n_direct + page_mask) >> page_shift;
+        for (int i = threadIdx.x; i < pages; i += kThreads) {
+            const int64_t page = p.kv_indices[rk.page_base + (key0 >> page_shift) + i];
+            page_off[i] = (page << page_shift) * key_stride + (int64_t)hk * D;
+        }
     }
     if (TREE && n_direct < n_local && threadIdx.x == 0) {
         // Path keys of this partition: walk up from the row (logical key direct + depth)
@@ -156,7 +163,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
             if (j < n_local) {
                 const int32_t kv = rk.tree_base + r;
                 const int64_t page = p.kv_indices[rk.page_base + (kv >> page_shift)];
-                tree_off[j] = ((page << page_shift) + (kv & page_mask)) * key_stride + (int64_t)hk * D;
+                page_off[j] = ((page << page_shift) + (kv & page_mask)) * key_stride + (int64_t)hk * D;
             }
             if (row_parent(p, rk, parent_s, r) < 0) break;
         }
@@ -173,7 +180,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     // Row of local key j in k_pages or v_pages.
     auto key_row = [&](const float *pages_base, int j) {
         return reinterpret_cast<const float4 *>(
-            pages_base + key_offset<TREE>(page_off, tree_off, j, n_direct, page_shift, page_mask, key_stride));
+            pages_base + key_offset<TREE>(page_off, j, page_shift, page_mask, key_stride));
     };
 
     if (prefetch) {
