@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define LUCE_ABI_VERSION 15
+#define LUCE_ABI_VERSION 16
 
 int luce_abi_version(void);
 const char *luce_error_string(int status);
@@ -310,12 +310,14 @@ int luce_gather(const luce_gather_params *p, void *stream);
 /* ---- pointwise ---- */
 /* Pointwise maths (reference: luce/ref/pointwise.py). binary: out = a op b in f32 with
  * numpy broadcasting: out [shape[0..3]] dense, a / b element strides per dim (0 where the
- * operand broadcasts); b == NULL uses b_scalar. unary: out[i] = op(x[i]) computed in double,
+ * operand broadcasts, or any stride: a view); b == NULL uses b_scalar. MUL_SIGMOID: a *
+ * sigmoid(b), the sigmoid the unary's (double, rounded once): the bits of mul(a, sigmoid(b)). unary: out[i] = op(x[i]) computed in double,
  * rounded once (x, out [n] f32; out may equal x). l2norm: x, out [rows, cols] f32,
  * out = x / sqrt(sum(x^2) + eps) per row in double (one warp per row: batch-invariant). */
 #define LUCE_POINTWISE_MAX_DIMS 4
 #define LUCE_PW_ADD 0
 #define LUCE_PW_MUL 1
+#define LUCE_PW_MUL_SIGMOID 2
 #define LUCE_PW_SILU 0
 #define LUCE_PW_SIGMOID 1
 #define LUCE_PW_SOFTPLUS 2

@@ -3,6 +3,8 @@
 //   over up to LUCE_POINTWISE_MAX_DIMS dims: out shape [d0..d3] (leading dims padded with 1),
 //   each operand addressed by element strides (0 on a broadcast dim); b == NULL uses
 //   b_scalar. out must not overlap a or b unless it equals one with the same strides.
+//   a * sigmoid(b) (MUL_SIGMOID, the gated attention's output gate read in place from the
+//   q | gate projection): the unary's sigmoid, then the f32 product, the bits of the two launches.
 // - unary: silu, sigmoid, softplus (log(1 + exp(x)), overflow-safe), exp, each computed in
 //   double and rounded to f32 once, as the numpy backend does.
 // - l2norm: x [rows, cols] -> x / sqrt(sum(x^2) + eps) per row, in double; one warp per
@@ -28,7 +30,8 @@ __global__ void __launch_bounds__(kThreads) binary_kernel(luce_binary_params p, 
     }
     const float a = p.a[ao];
     const float b = p.b ? p.b[bo] : p.b_scalar;
-    p.out[i] = p.op == LUCE_PW_MUL ? __fmul_rn(a, b) : __fadd_rn(a, b);
+    p.out[i] = p.op == LUCE_PW_ADD ? __fadd_rn(a, b)
+               : __fmul_rn(a, p.op == LUCE_PW_MUL ? b : (float)unary_op(LUCE_PW_SIGMOID, (double)b));
 }
 
 __global__ void __launch_bounds__(kThreads) unary_kernel(luce_unary_params p) {
@@ -59,7 +62,7 @@ extern "C" int luce_binary(const luce_binary_params *p, void *stream) {
         if (p->shape[d] < 0) return luce_status(cudaErrorInvalidValue);
         n *= p->shape[d];
     }
-    if (p->op != LUCE_PW_ADD && p->op != LUCE_PW_MUL) return luce_status(cudaErrorInvalidValue);
+    if (p->op < LUCE_PW_ADD || p->op > LUCE_PW_MUL_SIGMOID) return luce_status(cudaErrorInvalidValue);
     if (n == 0) return 0;
     binary_kernel<<<blocks_for(n, kThreads), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(*p, n);
     return luce_status(cudaGetLastError());

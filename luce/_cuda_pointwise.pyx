@@ -44,7 +44,7 @@ cdef unary_fn _unary = NULL
 cdef l2norm_fn _l2norm = NULL
 
 MAX_DIMS = LUCE_POINTWISE_MAX_DIMS
-BINARY_OPS = {"add": 0, "mul": 1}
+BINARY_OPS = {"add": 0, "mul": 1, "mul_sigmoid": 2}
 UNARY_OPS = {"silu": 0, "sigmoid": 1, "softplus": 2, "exp": 3}
 
 
@@ -59,8 +59,8 @@ def load(str path):
 
 def binary(str op, uintptr_t a, uintptr_t b, uintptr_t out, shape, a_strides, b_strides,
            float b_scalar=0.0, uintptr_t stream=0):
-    """out [shape] f32 = a op b ('add' | 'mul'); shape, a_strides, b_strides: MAX_DIMS ints
-    (element strides, 0 on broadcast dims); b == 0 uses b_scalar."""
+    """out [shape] f32 = a op b ('add' | 'mul' | 'mul_sigmoid': a * sigmoid(b)); shape, a_strides,
+    b_strides: MAX_DIMS ints (element strides, 0 on broadcast dims); b == 0 uses b_scalar."""
     _require_loaded(<void *>_binary)
     if len(shape) != MAX_DIMS or len(a_strides) != MAX_DIMS or len(b_strides) != MAX_DIMS:
         raise ValueError(f"binary: shape and strides need {MAX_DIMS} entries")

@@ -32,12 +32,12 @@ def gated_attention(backend, w: AttentionWeights, projections, batch, kv, config
     b = backend
     qg, k, v = projections
     T, H, D = qg.shape[0], config.n_head, config.head_dim
-    q, gate = b.split(qg.reshape(T, H, 2 * D), [D, D])                   # [T, H, D] each
-    q = b.rope_kv_write([q.reshape(T, H * D), k, v], kv, batch, H, config.rope_dim, config.rope_theta,
-                        config.rope_sections, w.q_norm, w.k_norm, config.rms_eps)   # q/k norm, rotary, KV write
+    qg = qg.reshape(T, H, 2 * D)
+    q = b.rope_kv_write([b.gated_query(qg).reshape(T, H * D), k, v], kv, batch, H, config.rope_dim,
+                        config.rope_theta, config.rope_sections, w.q_norm, w.k_norm,
+                        config.rms_eps)                                # q/k norm, rotary, KV write
     o = b.attention(q, kv, batch, 1.0 / float(np.sqrt(D))).reshape(T, H * D)   # tree rows: ancestors
-    o = b.mul(o, b.sigmoid(gate.reshape(T, H * D)))
-    return b.matmul(o, w.wo, prefill_spans=batch.prefill_spans)
+    return b.matmul(b.gate_output(o, qg), w.wo, prefill_spans=batch.prefill_spans)
 
 
 @dataclass

@@ -319,6 +319,16 @@ class FusedOps:
             gate, up = self.split(gate, [F, F])
         return self.matmul(self.swiglu(gate, up), w, prefill_spans=prefill_spans)
 
+    def gated_query(self, qg):
+        """qg [T, H, 2D], each head's query then its gate -> the queries [T, H, D]."""
+        D = qg.shape[-1] // 2
+        return self.split(qg, [D, D])[0]
+
+    def gate_output(self, o, qg):
+        """o [T, H*D] * sigmoid(the gates of qg [T, H, 2D]) -> [T, H*D] (gated attention's output)."""
+        T, H, D = qg.shape[0], qg.shape[1], qg.shape[2] // 2
+        return self.mul(o, self.sigmoid(self.split(qg, [D, D])[1].reshape(T, H * D)))
+
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
                       q_norm=None, k_norm=None, eps: float = 0.0):
         Hkv, D = kv.k.shape[2], kv.k.shape[3]

@@ -127,6 +127,24 @@ class CudaFusedOps(FusedOps):
         kf.swiglu_quant(gate_ptr, up_ptr, act.ptr, workspace.ptr, ws_bytes, T, F, stride, stride, self.stream)
         return self._matmuls(act, [w], None, (), (workspace, ws_bytes))[0]
 
+    def gated_query(self, qg):
+        return self._columns(self._f32(qg), 0, qg.shape[-1] // 2)   # one gather, not split's two
+
+    def gate_output(self, o, qg):
+        """One launch: o * sigmoid(gate), the gates read in place from qg [T, H, 2D] (a strided
+        view), the bits of the split, sigmoid and mul launches."""
+        from luce import _cuda_pointwise as kp
+
+        o, qg = self._f32(o), self._f32(qg)
+        T, H, D = qg.shape[0], qg.shape[1], qg.shape[2] // 2
+        if o.shape != (T, H * D):
+            raise ValueError(f"gate_output: o {o.shape} is not [T, H*D] = [{T}, {H * D}] for qg {qg.shape}")
+        out = self.empty((T, H * D))
+        if T:
+            kp.binary("mul_sigmoid", o.ptr, qg.ptr + 4 * D, out.ptr, (1, T, H, D), (0, H * D, D, 1),
+                      (0, 2 * H * D, 2 * D, 1), 0.0, self.stream)
+        return out
+
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
                       q_norm=None, k_norm=None, eps: float = 0.0):
         from luce import _cuda_fused as kf

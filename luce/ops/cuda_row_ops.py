@@ -19,20 +19,22 @@ class RowOps:
         self._row_indices: dict[int, tuple] = {}   # id(read-only rows) -> _row_index's (ref, max, first, n, ids)
 
     def split(self, x, sizes: Sequence[int]) -> list[CudaArray]:
+        x = self._f32(x)
+        if sum(sizes) != x.shape[-1]:
+            raise ValueError(f"split sizes {list(sizes)} do not add up to the last axis {x.shape[-1]}")
+        starts = np.cumsum([0, *sizes])
+        return [self._columns(x, int(c), int(s)) for c, s in zip(starts, sizes)]
+
+    def _columns(self, x: CudaArray, col: int, width: int) -> CudaArray:
+        """x[..., col:col + width] as a new contiguous array (one gather launch)."""
         from luce import _cuda_gather as kg
 
-        x = self._f32(x)
         last = x.shape[-1]
-        if sum(sizes) != last:
-            raise ValueError(f"split sizes {list(sizes)} do not add up to the last axis {last}")
-        rows, parts, col = x.size // max(last, 1), [], 0
-        for s in sizes:
-            part = self.empty(x.shape[:-1] + (int(s),))
-            if rows and s:
-                kg.gather(x.ptr + 4 * col, part.ptr, 0, 0, rows, 4 * s, 4 * last, 4 * s, self.stream)
-            parts.append(part)
-            col += int(s)
-        return parts
+        rows = x.size // max(last, 1)
+        part = self.empty(x.shape[:-1] + (width,))
+        if rows and width:
+            kg.gather(x.ptr + 4 * col, part.ptr, 0, 0, rows, 4 * width, 4 * last, 4 * width, self.stream)
+        return part
 
     def concat_rows(self, parts: Sequence) -> CudaArray:
         if not parts:

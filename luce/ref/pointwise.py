@@ -27,6 +27,11 @@ def mul(a, b) -> np.ndarray:
     return np.multiply(_f32(a), _f32(b), dtype=np.float32)
 
 
+def mul_sigmoid(a, b) -> np.ndarray:
+    """a * sigmoid(b), numpy broadcasting: the sigmoid rounded to f32, then the f32 product."""
+    return mul(a, sigmoid(b))
+
+
 def sigmoid(x) -> np.ndarray:
     x64 = _f32(x).astype(np.float64)
     return (1.0 / (1.0 + np.exp(-x64))).astype(np.float32)

@@ -103,3 +103,34 @@ def test_l2norm_and_batch_invariance(rows, cols):
     rtol, atol = tolerance("l2norm")
     np.testing.assert_allclose(got, ref.l2norm(x, 1e-6), rtol=rtol, atol=atol)
     assert np.array_equal(one.result()[0], got[-1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,heads,d", [(1, 24, 256), (23, 24, 256), (5, 12, 128), (3, 2, 7)])
+def test_mul_sigmoid_reads_the_gate_in_place(rows, heads, d):
+    """a [rows, heads, d] * sigmoid(the gates of qg [rows, heads, 2d]), read as a strided view
+    (the gated attention's output gate): the bits of the sigmoid launch then the mul launch on
+    the gate copied out, and within the unary tolerance of the float64 reference."""
+    from luce import _cuda_pointwise as kp
+    from luce.ops.native import load_kernels
+    from tests.kernels.harness import GuardedOutput
+
+    k = load_kernels()
+    rng = np.random.default_rng(rows * heads + d)
+    a = rng.standard_normal((rows, heads, d)).astype(np.float32)
+    qg = (rng.standard_normal((rows, heads, 2 * d)) * 8).astype(np.float32)
+    gate = np.ascontiguousarray(qg[..., d:])
+    da, dqg, dgate = _dev(a), _dev(qg), _dev(gate)
+    fused, sig = GuardedOutput((rows, heads, d)), GuardedOutput((rows, heads, d))
+    kp.binary("mul_sigmoid", da.ptr, dqg.ptr + 4 * d, fused.ptr, (1, rows, heads, d), (0, heads * d, d, 1),
+              (0, 2 * heads * d, 2 * d, 1))
+    kp.unary("sigmoid", dgate.ptr, sig.ptr, gate.size)
+    k.synchronize()
+    dsig = _dev(sig.result())
+    apart = GuardedOutput((rows, heads, d))
+    kp.binary("mul", da.ptr, dsig.ptr, apart.ptr, (1, rows, heads, d), (0, heads * d, d, 1), (0, heads * d, d, 1))
+    k.synchronize()
+    got = fused.result()
+    assert np.array_equal(got, apart.result())
+    rtol, atol = tolerance("pointwise_unary")
+    np.testing.assert_allclose(got, ref.mul_sigmoid(a, gate), rtol=rtol, atol=atol)

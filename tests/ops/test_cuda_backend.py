@@ -164,6 +164,22 @@ def test_add_mul_bitwise(cuda, a_shape, b_shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("T,H,D", [(1, 24, 256), (23, 4, 64), (0, 2, 8)])
+def test_gated_query_and_output_gate(cuda, T, H, D):
+    """The gated attention's q | gate interleave: one gather and one mul_sigmoid launch, the
+    bits of the CUDA composition (split, sigmoid, mul) and of the numpy backend's queries."""
+    from luce.ops.api import FusedOps
+
+    qg, o = randn(T, H, 2 * D, seed=5, scale=6), randn(T, H * D, seed=6)
+    dqg, do = cuda.asarray(qg), cuda.asarray(o)
+    assert np.array_equal(cuda.to_numpy(cuda.gated_query(dqg)), NP.gated_query(qg))
+    got = cuda.to_numpy(cuda.gate_output(do, dqg))
+    assert got.shape == (T, H * D)
+    assert np.array_equal(got, cuda.to_numpy(FusedOps.gate_output(cuda, do, dqg)))
+    np.testing.assert_allclose(got, NP.gate_output(o, qg), rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.gpu
 def test_copies_and_rowwise_ops(cuda):
     x = randn(65, 3, 64, seed=3, scale=3)
     dx = cuda.asarray(x)

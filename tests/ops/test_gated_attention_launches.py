@@ -1,0 +1,74 @@
+"""The gated attention's query / gate interleave (attn_q gives each head [query (D), gate (D)])
+on the CUDA backend's host code over the fake runtime: an AR step and a verify step of a tiny
+qwen35 launch, a full-attention layer, one gather for the queries and one `mul_sigmoid` binary
+for the output gate, read in place from the projection: 2 launches where the code before took 4
+(split's two gathers, the sigmoid and the mul) and the composition (luce.ops.api.FusedOps, a split
+for each use) takes 6. Nothing computes here (the fake records launches);
+tests/kernels/test_pointwise.py checks the bits on a GPU."""
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+
+import pytest
+
+from luce.ops import get_backend
+from tests.ops import fake_hip
+from tests.ops.test_gdn_merge_launches import MIXES
+from tests.ops.test_hip_runtime import install_fakes
+
+TREES = [dict(parents=[-1, 0, 0, 2]), dict(parents=[-1])]
+
+
+def one_step(tmp_path, monkeypatch, fused: bool, tree: bool):
+    """One step of two segments (AR rows, or trees of 4 and 1 rows) through a tiny qwen35 (27B
+    mix) -> (config, its launches, the luce_binary calls' arguments, the rows)."""
+    from luce import _cuda_pointwise
+    from luce.models import load_model
+    from luce.models.packer import SegmentSpec, build_batch
+    from luce.ops.api import FusedOps
+    from luce.ops.cuda_fused_ops import CudaFusedOps
+    from luce.testing.tiny_models import make_qwen35
+
+    tmp_path.mkdir(exist_ok=True)
+    signature = inspect.signature(_cuda_pointwise.binary)   # the wrapper's own, before the fake replaces it
+    fake = install_fakes(monkeypatch, tmp_path, "cuda")
+    if not fused:
+        monkeypatch.setattr(CudaFusedOps, "gated_query", FusedOps.gated_query)
+        monkeypatch.setattr(CudaFusedOps, "gate_output", FusedOps.gate_output)
+    calls = fake_hip.spy_calls(monkeypatch, _cuda_pointwise, "binary", signature)
+    backend = get_backend("cuda")
+    path = tmp_path / "q35.gguf"
+    config = make_qwen35(path, seed=5, quant_mix=MIXES["27b_like"], hidden=256, ffn=512, head_dim=64,
+                         ssm_state_size=64)
+    model = load_model(path, backend)
+    state = model.new_state(max_pages=12, max_slots=4)
+    if tree:
+        specs = [SegmentSpec(1, [5, 6, 7, 8], 9, [0], **TREES[0]), SegmentSpec(2, [4], 3, [1], **TREES[1])]
+    else:
+        specs = [SegmentSpec(1, [5], 9, [0]), SegmentSpec(2, [4], 3, [0])]
+    batch = build_batch(specs)
+    before = len(fake.launches)
+    model.forward(batch, state)
+    return config, fake.launches[before:], calls, batch.token_ids.shape[0]
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_the_gate_is_read_in_place(tmp_path, tree):
+    with pytest.MonkeyPatch.context() as m:
+        config, fused, calls, rows = one_step(tmp_path / "fused", m, True, tree)
+    with pytest.MonkeyPatch.context() as m:
+        _, apart, apart_calls, _ = one_step(tmp_path / "apart", m, False, tree)
+    n_attn = config.n_layer - len(config.gdn_layers)
+    assert n_attn > 0
+    kinds = Counter(kernel for kernel, _, _ in fused)
+    assert kinds["_cuda_gather.gather"] == kinds["_cuda_pointwise.binary"] == n_attn   # the GDN layers take neither
+    assert kinds["_cuda_pointwise.unary"] == 0
+    assert len(apart) - len(fused) == 4 * n_attn
+    gates = [c for c in calls if c["op"] == "mul_sigmoid"]
+    assert len(gates) == len(calls) == n_attn and not [c for c in apart_calls if c["op"] == "mul_sigmoid"]
+    H, D = config.n_head, config.head_dim
+    for c in gates:
+        assert tuple(c["shape"]) == (1, rows, H, D)
+        assert tuple(c["a_strides"]) == (0, H * D, D, 1)
+        assert tuple(c["b_strides"]) == (0, 2 * H * D, 2 * D, 1)    # each head's gate after its query
