@@ -10,9 +10,11 @@
 //   2. the recurrent step (gdn_recurrent.cuh) with the gated RMSNorm epilogue.
 // luce_gdn_tree_prepare is launch 1 for the rows of draft trees (speculative verify): each row's
 // conv window from its ancestors, nearest last, then the slot's conv state (conv1d.cuh's
-// tree_window, as cuda/tree_conv.cu, and the same fmaf chain), nothing advanced, the arrivals zeroed where given; one row a block
-// along z, as a tree's rows are independent. The tree verify (cuda/gdn_tree.cu) with its gated
-// RMSNorm epilogue follows it.
+// tree_window, as cuda/tree_conv.cu, and the same fmaf chain), nothing advanced, the arrivals
+// zeroed where given; one row a block along z, as a tree's rows are independent. It also copies
+// each tree row's qkv row into the commit's conv-input stage and zeroes the padding rows of the
+// verify's normed output (the memcpy and memset launches they replace). The tree verify
+// (cuda/gdn_tree.cu) with its gated RMSNorm epilogue follows it.
 // Launch 1 grid (roles, segments): blocks [0, qk) hold one q or k head a warp (lanes over the
 // head's channels lane, lane + WARP_SIZE, ..., the l2norm kernel's order), blocks [qk, qk + vb)
 // one v channel a thread, the rest one value head's gates a thread. A channel's conv state
@@ -74,6 +76,12 @@ __device__ __forceinline__ void conv_state_advance(const luce_gdn_decode_params 
     }
 }
 
+// kTree with p.conv_stage: the tree commit's conv input, channel c of row r copied from qkv.
+template <bool kTree>
+__device__ __forceinline__ void stage_input(const luce_gdn_decode_params &p, int64_t C, int64_t c, int64_t r) {
+    if (kTree && p.conv_stage != nullptr) p.conv_stage[(r - p.stage_row0) * C + c] = p.qkv[r * p.qkv_stride + c];
+}
+
 // kTree: block z takes row z of the segment (tree_parents as conv_silu_at), else every row.
 template <int K, bool kTree>
 __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_decode_params p,
@@ -101,15 +109,24 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
         }
         return;
     }
-    if (slot < 0 || n <= 0) return;
     const int64_t C = L.C;
+    if (kTree && slot < 0 && p.normed != nullptr && bx >= L.qk_blocks && blockIdx.z == 0) {
+        // A padding segment's rows of the tree block reach the LM head: zeros (no verify node writes them).
+        const int64_t cv = (bx - L.qk_blocks) * kThreads + threadIdx.x;
+        if (cv < Hv * dv)
+            for (int64_t t = 0; t < n; ++t) p.normed[(r0 + t) * (Hv * dv) + cv] = 0.0f;
+        return;
+    }
+    if (slot < 0 || n <= 0) return;
     float *state = p.conv_state + slot * (K - 1) * C;
     if (bx >= L.qk_blocks) {                // one v channel
         const int64_t c = 2 * L.key_dim + (bx - L.qk_blocks) * kThreads + threadIdx.x;
         if (c >= C) return;
-        for (int64_t t = t_first; t < t_end; ++t)
+        for (int64_t t = t_first; t < t_end; ++t) {
             p.v[(r0 + t) * (Hv * dv) + c - 2 * L.key_dim] =
                 conv_silu_at<K, kTree>(p, tree_parents, state + c, C, c, r0, t);
+            stage_input<kTree>(p, C, c, r0 + t);
+        }
         if (!kTree) conv_state_advance<K>(p, state + c, C, c, r0, n);
         return;
     }
@@ -129,6 +146,7 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
             const int64_t c = u * dk + lane + i * WARP_SIZE;
             y[i] = conv_silu_at<K, kTree>(p, tree_parents, state + c, C, c, r0, t);
             sum = l2norm_accumulate(sum, y[i]);
+            stage_input<kTree>(p, C, c, r0 + t);
         }
         const double inv = l2norm_inverse(sum, p.l2_eps);
 #pragma unroll

@@ -196,15 +196,21 @@ typedef struct {
     int64_t z_stride;    /* one merged projection [T, W] are read in place */
     int64_t b_stride;
     int64_t a_stride;
+    /* ABI 16, luce_gdn_tree_prepare only (NULL / 0 for luce_gdn_decode): conv_stage [.., C] gets
+     * row r of a tree segment's qkv block at row r - stage_row0 (the tree commit's conv inputs). */
+    float *conv_stage;
+    int64_t stage_row0;
 } luce_gdn_decode_params;
 int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream);
 /* Launch 1 of luce_gdn_decode for the rows of draft trees (ABI 14): q, k, v, g, beta of every
  * row of the tree segments (seq_slots: a tree segment's slot, -1 for the others) as luce_conv_tree
  * (SiLU) on qkv along tree_parents [T] (global parent rows, -1 at a root) from conv_state (read
  * only), then the pointwise ops of luce_gdn_decode, and zeroes arrivals [n_segments, Hv] where
- * non-NULL (for luce_gdn_tree_verify's norm epilogue); no state advances; state, out and normed
- * unused (z read for its stride only). Rows of a segment: at most max_tree_rows (<= 65535).
- * luce_gdn_tree_verify and luce_gated_rmsnorm follow it. */
+ * non-NULL (for luce_gdn_tree_verify's norm epilogue); no state advances; state and out unused
+ * (z read for its stride only). Where normed is non-NULL, the rows of padding segments get zeros
+ * there (a tree block's padding rows reach the LM head; the verify writes the tree rows); where
+ * conv_stage is, the tree rows' qkv rows are copied there. Rows of a tree segment: at most
+ * max_tree_rows (<= 65535). luce_gdn_tree_verify and luce_gated_rmsnorm follow it. */
 int luce_gdn_tree_prepare(const luce_gdn_decode_params *p, const int32_t *tree_parents, int32_t max_tree_rows,
                           void *stream);
 /* ---- gdn_decode end ---- */

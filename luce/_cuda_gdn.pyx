@@ -80,6 +80,8 @@ cdef extern from "luce_ops.h":
         int64_t z_stride
         int64_t b_stride
         int64_t a_stride
+        float *conv_stage
+        int64_t stage_row0
 
 
 ctypedef int (*gdn_recurrent_fn)(const luce_gdn_recurrent_params *, void *) noexcept nogil
@@ -206,6 +208,8 @@ cdef luce_gdn_decode_params _decode_params(
     p.z_stride = z_stride
     p.b_stride = b_stride
     p.a_stride = a_stride
+    p.conv_stage = NULL
+    p.stage_row0 = 0
     return p
 
 
@@ -239,17 +243,22 @@ def gdn_tree_prepare(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state,
                      int64_t n_slots, int32_t n_segments, int32_t n_k_heads, int32_t n_v_heads, int32_t dk,
                      int32_t dv, int32_t kernel_size, float q_scale, float l2_eps, int64_t qkv_stride,
                      int64_t z_stride, int64_t b_stride, int64_t a_stride, int32_t max_tree_rows,
-                     uintptr_t stream=0, uintptr_t arrivals=0):
+                     uintptr_t stream=0, uintptr_t arrivals=0, uintptr_t normed=0, uintptr_t conv_stage=0,
+                     int64_t stage_row0=0):
     """gdn_decode's first launch for the rows of draft trees (luce_gdn_tree_prepare): q, k
     [T, Hv, Dk], v [T, Hv, Dv], g, beta [T, Hv] of every tree segment's rows (seq_slots -1
     elsewhere), each row's conv window along tree_parents [T] int32 (global rows) then
     conv_state (read only); at most max_tree_rows rows a segment. arrivals (0: none) int32
-    [n_segments, Hv] zeroed for gdn_tree_verify's norm epilogue."""
+    [n_segments, Hv] zeroed for gdn_tree_verify's norm epilogue; normed (0: none) [T, Hv*Dv]:
+    the padding segments' rows zeroed; conv_stage (0: none) [.., C]: tree row r's qkv row at
+    r - stage_row0."""
     _require_loaded(<void *>_gdn_tree_prepare)
     cdef luce_gdn_decode_params p = _decode_params(
-        qkv, conv_weight, conv_state, b, a, dt_bias, ssm_a, z, 0, 0, q, k, v, g, beta, 0, 0, arrivals, qo_indptr,
-        seq_slots, n_slots, n_segments, n_k_heads, n_v_heads, dk, dv, kernel_size, q_scale, l2_eps, 0.0,
+        qkv, conv_weight, conv_state, b, a, dt_bias, ssm_a, z, 0, 0, q, k, v, g, beta, 0, normed, arrivals,
+        qo_indptr, seq_slots, n_slots, n_segments, n_k_heads, n_v_heads, dk, dv, kernel_size, q_scale, l2_eps, 0.0,
         qkv_stride, z_stride, b_stride, a_stride)
+    p.conv_stage = <float *>conv_stage
+    p.stage_row0 = stage_row0
     cdef int status
     with nogil:
         status = _gdn_tree_prepare(&p, <const int32_t *>tree_parents, max_tree_rows, <void *>stream)

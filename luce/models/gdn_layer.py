@@ -131,6 +131,7 @@ def gdn_mixer(backend, w: GDNWeights, projections, batch, recurrent, il: int, di
     normed, tree_part = b.conv_gdn_norm(projections, w.conv, w.dt_bias, w.ssm_a, w.norm, conv_pool, gdn_pool,
                                         batch, d.n_k_heads, L2NORM_EPS, rms_eps, tree_mode)
     if tree_part is not None and staged is not None:   # qkv: the first C columns of the first part
-        staged[il] = TreeStage(conv_inputs=b.stage_tree_rows(projections[0], batch, conv_pool), mode=tree_mode,
-                               **tree_part)
+        if "conv_inputs" not in tree_part:
+            tree_part = dict(tree_part, conv_inputs=b.stage_tree_rows(projections[0], batch, conv_pool))
+        staged[il] = TreeStage(mode=tree_mode, **tree_part)
     return b.matmul(normed.reshape(T, d.value_dim), w.out, prefill_spans=batch.prefill_spans)

@@ -178,7 +178,8 @@ class Backend(Protocol):
         with beta = sigmoid(b), g = softplus(a + dt_bias) * ssm_a, conv1d_step of qkv, q and k
         l2norm'ed (l2_eps; q times gdn_q_scale) and tiled to the value heads (gdn_qkv_heads), o
         from gdn_step(tree_mode). Bitwise the composition (CUDA: steps of AR rows in two launches,
-        reading merged parts in place)."""
+        reading merged parts in place). A tree part may carry 'conv_inputs' (TreeStage's, staged
+        by the chain itself), else the caller stages them (stage_tree_rows)."""
 
     def merge_weights(self, weights: Sequence[Weight]) -> Weight | None:
         """One Weight [sum N_i, K] with the rows of each in turn, or None where the backend

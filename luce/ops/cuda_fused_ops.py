@@ -264,11 +264,13 @@ class CudaFusedOps(FusedOps):
                     l2_eps: float, rms_eps: float, tree_mode: str):
         """conv_gdn_norm of a step of tree rows only (views: conv_gdn_norm's column blocks):
         q, k, v, g, beta in one launch (luce_gdn_tree_prepare, which also zeroes the arrivals),
-        then gdn_step's tree verify with the gated RMSNorm epilogue reading z in place ('factor';
-        'baseline': gdn_step, then gated_rmsnorm over a copy of z)."""
+        then gdn_step's tree verify with the gated RMSNorm epilogue reading z in place ('factor':
+        the prepare also zeroes normed's padding rows and stages the commit's conv inputs, the
+        tree part's 'conv_inputs'; 'baseline': gdn_step, then gated_rmsnorm over a copy of z)."""
         from luce import _cuda_gather as kga
         from luce import _cuda_gdn as kg
         from luce.ops.cuda_step_meta import meta_of
+        from luce.ops.cuda_step_ops import stage_capacity
 
         (qkv, qkv_stride), (z, z_stride), (b, b_stride), (a, a_stride) = views
         n_slots, Hv, dk, dv = gdn_pool.shape
@@ -276,15 +278,20 @@ class CudaFusedOps(FusedOps):
         q, k = self.empty((T, Hv, dk)), self.empty((T, Hv, dk))
         v, g, beta = self.empty((T, Hv, dv)), self.empty((T, Hv)), self.empty((T, Hv))
         arrivals = self.empty((S, Hv), np.int32)
+        factor, t0 = tree_mode == "factor", batch.tree_start
+        normed = self.empty((T, Hv, dv)) if factor else None   # padding rows: the prepare's zeros
+        stage = self._stage(conv_pool, "conv_inputs", (T - t0, conv.shape[0]),
+                            stage_capacity(conv_pool, batch)) if factor else None
         kg.gdn_tree_prepare(qkv, conv.ptr, conv_pool.ptr, b, a, dt_bias.ptr, ssm_a.ptr, z, q.ptr, k.ptr, v.ptr, g.ptr,
                             beta.ptr, meta.ptr("qo_indptr"), meta.ptr("tree_slots"), meta.ptr("tree_parents"),
                             n_slots, S, n_k_heads, Hv, dk, dv, K, gdn_q_scale(dk), l2_eps, qkv_stride, z_stride,
-                            b_stride, a_stride, batch.max_tree_rows, self.stream, arrivals=arrivals.ptr)
-        if tree_mode == "factor":
-            normed = self._step_output((T, Hv, dv), batch)   # padding rows of the tree block reach the LM head
+                            b_stride, a_stride, batch.max_tree_rows, self.stream, arrivals=arrivals.ptr,
+                            normed=normed.ptr if factor else 0, conv_stage=stage.ptr if factor else 0,
+                            stage_row0=t0)
+        if factor:
             _, tree_part = self.gdn_step(q, k, v, g, beta, gdn_pool, batch, tree_mode,
                                          norm=(z, z_stride, norm, rms_eps, normed, arrivals))
-            return normed, tree_part
+            return normed, dict(tree_part, conv_inputs=stage)
         o, tree_part = self.gdn_step(q, k, v, g, beta, gdn_pool, batch, tree_mode)
         z_rows = self.empty((T, Hv, dv))
         kga.gather(z, z_rows.ptr, 0, 0, T, 4 * Hv * dv, 4 * z_stride, 4 * Hv * dv, self.stream)

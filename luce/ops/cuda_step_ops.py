@@ -77,7 +77,7 @@ class StepOps:
 
         x = self._f32(x)
         t0, (T, W), C = batch.tree_start, x.shape, pool.shape[-1]
-        out = self._stage(pool, "conv_inputs", (T - t0, C), _stage_capacity(pool, batch))
+        out = self._stage(pool, "conv_inputs", (T - t0, C), stage_capacity(pool, batch))
         if out.nbytes and W == C:
             self.memcpy(out.ptr, x.ptr + t0 * 4 * W, out.nbytes)
         elif out.nbytes:   # the qkv block of a merged projection: one strided copy, as the memcpy
@@ -163,7 +163,7 @@ class StepOps:
                                       n_seg, H, dk, dv, self.stream)
             return out, {"node_states": states}
         width = batch.max_tree_rows
-        stage = lambda name, shape: self._stage(pool, name, shape, _stage_capacity(pool, batch))  # noqa: E731
+        stage = lambda name, shape: self._stage(pool, name, shape, stage_capacity(pool, batch))  # noqa: E731
         u, k_f, g_f, beta_f = stage("u", (n, H, dv)), stage("k", (n, H, dk)), stage("g", (n, H)), stage("beta", (n, H))
         ws_bytes = kt.verify_workspace_bytes(n_seg, H, dk, dv, width)
         workspace = self.empty((max(ws_bytes, 4) // 4,))
@@ -205,7 +205,7 @@ class StepOps:
                    state_bytes, self.stream)
 
 
-def _stage_capacity(pool, batch) -> int:
+def stage_capacity(pool, batch) -> int:
     """Tree block rows a stage scratch is first made for: a tree of the step's width on every slot."""
     return int(pool.shape[0]) * int(batch.max_tree_rows)
 

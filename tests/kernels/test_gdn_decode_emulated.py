@@ -27,7 +27,8 @@ class Params(C.Structure):
                                   "out normed arrivals qo_indptr seq_slots").split()] + \
                [("n_slots", C.c_int64)] + [(n, C.c_int32) for n in "n_segments hk hv dk dv kernel_size".split()] + \
                [(n, C.c_float) for n in "q_scale l2_eps rms_eps".split()] + \
-               [(n, C.c_int64) for n in "qkv_stride z_stride b_stride a_stride".split()]
+               [(n, C.c_int64) for n in "qkv_stride z_stride b_stride a_stride".split()] + \
+               [("conv_stage", _P), ("stage_row0", C.c_int64)]
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """A GDN layer's chain over a step of draft-tree rows only (the CUDA backend's conv_gdn_norm:
 luce_gdn_tree_prepare, the tree verify, gated_rmsnorm; luce/ops/cuda_fused_ops.py _tree_chain):
-bitwise the composition (luce.ops.api.FusedOps on the same device) in the output rows, in what
-the commit reads (factors or per-node states) and in the states it leaves alone, for trees on
-scattered slots beside padding. tests/kernels/test_gdn_tree_prepare_emulated.py checks the
+bitwise the composition (luce.ops.api.FusedOps on the same device) in the output rows (padding
+rows of the tree block zeros), in what the commit reads (the tree rows' conv inputs, factors or
+per-node states) and in the states it leaves alone, for trees on scattered slots beside padding. tests/kernels/test_gdn_tree_prepare_emulated.py checks the
 prepare launch on the CPU."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ TREES = [(5, 1, 7), (1, 23, 9), (6, 4, 3)]   # (slot, rows, tree seed): a root a
 
 def tree_batch(trees, pad: bool):
     """Tree segments of random trees (tests/spec/test_tree_verify.py random_tree), a padding
-    segment first where pad."""
+    segment first and the second tree padded by 3 rows where pad."""
     from luce.models import SegmentSpec, build_batch
     from tests.spec.test_tree_verify import random_tree
 
@@ -25,12 +25,13 @@ def tree_batch(trees, pad: bool):
     for i, (slot, n, seed) in enumerate(trees):
         tree = random_tree(3, n, 6, seed=seed)
         specs.append(SegmentSpec(slot, tree.tokens.tolist(), 40, [4 * i + j for j in range(4)],
-                                 parents=tree.parents.tolist()))
+                                 parents=tree.parents.tolist(), pad_to=n + 3 if pad and i == 1 else None))
     return build_batch(specs)
 
 
 def run(cuda, fused: bool, x, w, pools, batch, Hk, mode):
-    """conv_gdn_norm over device copies -> (normed, the tree part's arrays, conv pool, gdn pool) on the host."""
+    """conv_gdn_norm over device copies -> (normed, the tree part's arrays, conv pool, gdn pool,
+    the live tree rows' conv inputs) on the host (the composition's as the model stages them)."""
     conv_pool, gdn_pool = (cuda.asarray(p) for p in pools)
     dev = {k: cuda.asarray(v) for k, v in {**x, **w}.items()}
     zba = cuda.asarray(np.concatenate([x["z"], x["b"], x["a"]], axis=1))   # the 27B mix's merged [z | b | a]
@@ -39,8 +40,11 @@ def run(cuda, fused: bool, x, w, pools, batch, Hk, mode):
     normed, part = cuda.conv_gdn_norm(*args) if fused else FusedOps.conv_gdn_norm(cuda, *args)
     kept = [part["factors"].k, part["factors"].g, part["factors"].beta, part["factors"].u] if mode == "factor" \
         else [part["node_states"]]
+    staged = part["conv_inputs"] if "conv_inputs" in part else cuda.stage_tree_rows(dev["qkv"], batch, conv_pool)
+    live = np.concatenate([np.arange(batch.qo_indptr[s], batch.qo_indptr[s + 1])
+                           for s in range(batch.n_segments) if batch.seq_slots[s] >= 0])
     return (cuda.to_numpy(normed), [cuda.to_numpy(a) for a in kept], cuda.to_numpy(conv_pool),
-            cuda.to_numpy(gdn_pool))
+            cuda.to_numpy(gdn_pool), cuda.to_numpy(staged)[live - batch.tree_start])
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +66,14 @@ def test_tree_chain_is_the_composition_bits(cuda, shape, mode):
     got = run(cuda, True, x, w, pools, batch, shape[0], mode)
     want = run(cuda, False, x, w, pools, batch, shape[0], mode)
     t0 = batch.tree_start
+    assert batch.n_rows - t0 > sum(n for _, n, _ in TREES), "no padding rows in the tree block"
     assert np.array_equal(got[0][t0:], want[0][t0:]), "normed rows of the tree block differ"
     assert len(got[1]) == len(want[1]) and all(np.array_equal(a, b) for a, b in zip(got[1], want[1])), \
         "what the commit reads differs"
-    for have, before in zip(got[2:], pools):
+    assert np.array_equal(got[4], want[4]) and np.array_equal(got[4], x["qkv"][np.concatenate(
+        [np.arange(batch.qo_indptr[s], batch.qo_indptr[s + 1]) for s in range(batch.n_segments)
+         if batch.seq_slots[s] >= 0])]), "the commit's conv inputs differ"
+    for have, before in zip(got[2:4], pools):
         assert np.array_equal(have, before), "a tree step changed a durable state"
 
 

@@ -61,9 +61,11 @@ def inputs(seed: int, T: int):
     return x, w, pools
 
 
-def launch(lib, entry: str, blocks, w, pools, qo, slots, parents=None, max_rows: int = 0):
+def launch(lib, entry: str, blocks, w, pools, qo, slots, parents=None, max_rows: int = 0, stage=None,
+           stage_row0: int = 0):
     """One call of `entry` on copies of the pools -> (status, outputs {q k v g beta}, conv pool,
-    arrivals [segments, Hv], 7 before the call)."""
+    arrivals [segments, Hv], 7 before the call, normed [T, Hv, Dv], NaN before the call);
+    stage: the conv-input stage (luce_gdn_tree_prepare's conv_stage) at stage_row0."""
     T = int(qo[-1])
     conv_pool, gdn_pool = (p.copy() for p in pools)
     out = {n: np.full((T,) + shape, np.nan, np.float32) for n, shape in OUTPUTS.items()}
@@ -75,11 +77,13 @@ def launch(lib, entry: str, blocks, w, pools, qo, slots, parents=None, max_rows:
                addr(z), addr(w["norm"]), addr(gdn_pool), *(addr(out[n]) for n in OUTPUTS),
                addr(spare["out"]), addr(spare["normed"]), addr(arrivals), addr(qo), addr(slots), len(gdn_pool),
                len(slots), HK, HV, DK, DV, K, gdn_q_scale(DK), EPS, EPS, *(blk.strides[0] // 4 for blk in blocks))
+    if stage is not None:
+        p.conv_stage, p.stage_row0 = addr(stage), stage_row0
     if entry == "tree":
         status = lib.luce_gdn_tree_prepare(C.byref(p), addr(parents), max_rows, None)
     else:
         status = lib.luce_gdn_decode(C.byref(p), None)
-    return status, out, conv_pool, arrivals
+    return status, out, conv_pool, arrivals, spare["normed"]
 
 
 def root_path(parents, row: int) -> list[int]:
@@ -97,8 +101,8 @@ def test_tree_rows_are_their_root_paths_as_ar_rows(lib, merged):
     if merged:   # z | b | a as column blocks of one part, read in place
         zba = np.ascontiguousarray(np.concatenate(blocks[1:], 1))
         blocks = [x["qkv"], zba[:, :HV * DV], zba[:, HV * DV:HV * DV + HV], zba[:, HV * DV + HV:]]
-    status, got, conv_pool, arrivals = launch(lib, "tree", blocks, w, pools, qo, slots, parents,
-                                              max(len(t) for _, t in TREES))
+    status, got, conv_pool, arrivals, _ = launch(lib, "tree", blocks, w, pools, qo, slots, parents,
+                                                 max(len(t) for _, t in TREES))
     assert status == 0
     assert np.array_equal(conv_pool, pools[0]), "the tree prepare wrote the conv state"
     assert not arrivals.any(), "the tree verify's arrival counters were not zeroed"
@@ -121,6 +125,33 @@ def test_tree_rows_are_their_root_paths_as_ar_rows(lib, merged):
                                pools[0][slot], local, HK, HV, DK, EPS)
         for n, ref in zip(OUTPUTS, want):
             np.testing.assert_allclose(got[n][rows], ref, rtol=1e-4, atol=1e-5, err_msg=n)
+
+
+@pytest.mark.parametrize("merged", [False, True], ids=["dense", "qkvz_merged"])
+def test_the_prepare_stages_the_conv_inputs_and_zeroes_padding_rows(lib, merged):
+    """The commit's conv inputs (a tree row's qkv row, at its row less stage_row0) and the zeros
+    of the padding rows of normed, which the LM head reads (the memcpy and memset launches the
+    prepare replaces); the tree rows of normed are the verify's (untouched here)."""
+    trees = [(-1, [-1, -1]), *TREES]      # a padding segment before the first tree: stage_row0 2
+    qo, slots, parents = layout(trees)
+    T, row0 = int(qo[-1]), int(qo[1])
+    x, w, pools = inputs(25, T)
+    qkv = x["qkv"]
+    if merged:   # qkv | z as column blocks of one part: the stage copies the qkv columns alone
+        qkv = np.ascontiguousarray(np.concatenate([x["qkv"], x["z"]], 1))[:, :CH]
+    stage = np.full((T - row0 + 1, CH), np.nan, np.float32)   # one row more: nothing written past the rows
+    status, got, _, _, normed = launch(lib, "tree", [qkv, x["z"], x["b"], x["a"]], w, pools, qo, slots, parents,
+                                       max(len(t) for _, t in trees), stage=stage, stage_row0=row0)
+    assert status == 0
+    for seg, (slot, _) in enumerate(trees):
+        rows = np.arange(qo[seg], qo[seg + 1])
+        if slot < 0:
+            assert not normed[rows].any() and not np.signbit(normed[rows]).any(), "padding rows not zeroed"
+            assert np.isnan(stage[rows[rows >= row0] - row0]).all(), "a padding row was staged"
+        else:
+            assert np.array_equal(stage[rows - row0], x["qkv"][rows]), "a tree row's conv input differs"
+            assert np.isnan(normed[rows]).all(), "the prepare wrote a tree row of normed"
+    assert np.isnan(stage[-1]).all()
 
 
 def test_a_parent_not_before_its_row_gives_nan(lib):

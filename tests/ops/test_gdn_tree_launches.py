@@ -25,7 +25,7 @@ SAVED_A_LAYER = 17 - 1
 
 def verify_step(tmp_path, monkeypatch, fused: bool):
     """One verify step of two trees through a tiny qwen35 (27B mix) -> (model, its launches,
-    the gdn_tree_prepare calls' arguments)."""
+    the gdn_tree_prepare calls' arguments, its memsets and copies: {runtime call: count})."""
     from luce import _cuda_gdn
     from luce.models import load_model
     from luce.models.packer import SegmentSpec, build_batch
@@ -44,16 +44,18 @@ def verify_step(tmp_path, monkeypatch, fused: bool):
     state = model.new_state(max_pages=12, max_slots=4)
     batch = build_batch([SegmentSpec(1, [5, 6, 7, 8], 9, [0], parents=[-1, 0, 0, 2]),
                          SegmentSpec(2, [4], 3, [1], parents=[-1])])
-    before = len(fake.launches)
+    before, api_before = len(fake.launches), len(fake.calls)
     model.forward(batch, state)
-    return model, batch, fake.launches[before:], calls
+    copies = Counter("memset" if name == "hipMemsetAsync" else args[3].name for name, args in fake.calls[api_before:]
+                     if name in ("hipMemsetAsync", "hipMemcpyAsync"))
+    return model, batch, fake.launches[before:], calls, copies
 
 
 def test_a_tree_step_runs_one_prepare_a_gdn_layer(tmp_path):
     with pytest.MonkeyPatch.context() as m:
-        model, batch, fused, calls = verify_step(tmp_path / "fused", m, True)
+        model, batch, fused, calls, _ = verify_step(tmp_path / "fused", m, True)
     with pytest.MonkeyPatch.context() as m:
-        _, _, apart, none = verify_step(tmp_path / "apart", m, False)
+        _, _, apart, none, _ = verify_step(tmp_path / "apart", m, False)
     n_gdn = len(model.config.gdn_layers)
     kinds = lambda launches: Counter(kernel for kernel, _, _ in launches)  # noqa: E731
     assert kinds(fused)["_cuda_gdn.gdn_tree_prepare"] == len(calls) == n_gdn and not none
@@ -63,12 +65,24 @@ def test_a_tree_step_runs_one_prepare_a_gdn_layer(tmp_path):
     assert len(apart) - len(fused) == SAVED_A_LAYER * n_gdn
 
 
+def test_no_memset_nor_device_copy_beside_the_fused_chain(tmp_path):
+    """The prepare zeroes the tree block's padding rows of normed and stages the commit's conv
+    inputs: no memset and no device-to-device copy in the step (the composition takes both)."""
+    with pytest.MonkeyPatch.context() as m:
+        *_, fused = verify_step(tmp_path / "fused", m, True)
+    with pytest.MonkeyPatch.context() as m:
+        *_, apart = verify_step(tmp_path / "apart", m, False)
+    assert fused["memset"] == fused["hipMemcpyDeviceToDevice"] == 0
+    assert apart["memset"] > 0 and apart["hipMemcpyDeviceToDevice"] > 0
+
+
 def test_the_prepare_reads_the_merged_blocks_in_place(tmp_path, monkeypatch):
-    model, batch, _, calls = verify_step(tmp_path, monkeypatch, True)
+    model, batch, _, calls, _ = verify_step(tmp_path, monkeypatch, True)
     c = model.config
     C, Z, Hv = 2 * c.ssm_n_k_heads * c.ssm_state_size + c.ssm_inner, c.ssm_inner, c.ssm_n_v_heads
     for call in calls:
         assert call["qkv_stride"] == C and call["z_stride"] == call["b_stride"] == call["a_stride"] == Z + 2 * Hv
         assert (call["b"], call["a"]) == (call["z"] + 4 * Z, call["z"] + 4 * (Z + Hv))
         assert call["max_tree_rows"] == batch.max_tree_rows == 4 and call["n_segments"] == batch.n_segments
-        assert call["arrivals"] != 0
+        assert call["arrivals"] != 0 and call["normed"] != 0 and call["conv_stage"] != 0
+        assert call["stage_row0"] == batch.tree_start
