@@ -78,16 +78,16 @@ def gdn_tree_prepare_case(n_trees: int, rows: int = 23):
          "q": DeviceBuffer(T * HV * DK * 4), "k": DeviceBuffer(T * HV * DK * 4), "v": DeviceBuffer(T * HV * DV * 4),
          "g": DeviceBuffer(T * HV * 4), "beta": DeviceBuffer(T * HV * 4),
          "qo": up(np.arange(0, T + 1, rows, dtype=np.int32)), "slots": up(np.arange(n_trees, dtype=np.int32)),
-         "parents": up(parents.astype(np.int32))}
+         "parents": up(parents.astype(np.int32)), "stage": DeviceBuffer(T * CHANNELS * 4)}
     scale = gdn_q_scale(DK)
 
     def launch(stream: int = 0, b=b):
         kg.gdn_tree_prepare(*(b[n].ptr for n in ("qkv", "conv", "conv_state", "b", "a", "dt_bias", "ssm_a", "z", "q",
                                                  "k", "v", "g", "beta", "qo", "slots", "parents")),
                             n_trees, n_trees, HK, HV, DK, DV, TAPS, scale, 1e-6, CHANNELS, HV * DV, HV, HV, rows,
-                            stream)
+                            stream, conv_stage=b["stage"].ptr)   # the commit's conv inputs, as the engine's
 
-    io_bytes = T * (CHANNELS + 2 * HV + 2 * HV * DK + HV * DV + 2 * HV) * 4 + CHANNELS * TAPS * 4
+    io_bytes = T * (2 * CHANNELS + 2 * HV + 2 * HV * DK + HV * DV + 2 * HV) * 4 + CHANNELS * TAPS * 4
     return launch, io_bytes, T * CHANNELS * TAPS * 2
 
 
