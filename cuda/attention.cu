@@ -92,6 +92,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     constexpr int PASSES = C4 >= 16 ? 1 : 16 / C4;
     constexpr int VKEYS = MAXG >= 8 ? 8 : 16;
     constexpr int QN = (MAXG * D + kThreads - 1) / kThreads;  // q floats a thread stages
+    static_assert(!ROPE || 2 * D <= kPartition, "ROPE: the new key's scratch row follows the staged q rows in s_s");
     extern __shared__ float4 smem4[];
     // Dynamic (a cluster's blocks read each other's): page_off, m_s, l_s, table_s, then smem.
     // [kPartition] float offset of (page, 0, hk, 0); tree launches: of local key j's (KV row, hk)
@@ -128,7 +129,8 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     if (rk.keys <= key0) {                         // padding row, or past the row's keys
         if (ROPE && chunk == 0 && rk.keys <= 0) {  // a row without keys: its KV row all the same
             __syncthreads();
-            rope_block_input(r, row, nullptr, nullptr, 0, table_s, kv_dst, hk, true);
+            rope_block_input(r, row, nullptr, nullptr, 0, table_s, kv_dst, hk, true,
+                             reinterpret_cast<float *>(smem4) + partition_smem_head(D, MAXG));
         }
         if (CLUSTER)                               // every block of the cluster merges a share
             cluster_merge(p, row, h0, G, rk.keys, cmin, smem, m_s, l_s, chunk, gridDim.z, threadIdx.x, kThreads);
@@ -174,7 +176,8 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
         if (threadIdx.x + u * kThreads < G * D) q_in[threadIdx.x + u * kThreads] = qv[u];
     __syncthreads();
     if constexpr (ROPE) {  // then the new key, where this block reads it, is in its page for the reads below
-        rope_block_input(r, row, s_s, q_s, G, table_s, kv_dst, hk, chunk == new_key_chunk(rk.keys, cmin));
+        rope_block_input(r, row, s_s, q_s, G, table_s, kv_dst, hk, chunk == new_key_chunk(rk.keys, cmin),
+                         s_s + G * D);   // past the staged q rows: s_s holds G * kPartition floats
         __syncthreads();
     }
     // Row of local key j in k_pages or v_pages.

@@ -23,16 +23,18 @@ __device__ __forceinline__ int32_t new_key_chunk(int32_t n, int32_t cmin) {
 
 // Warp w takes items w, w + warps, ...: the block's G query heads, normed and rotated from
 // raw [G][D] (the projection's q rows, staged) into q [G][D]; then, where write_kv and
-// dst >= 0, the key (normed, rotated) and value of KV head hk of the row into KV row dst. The
-// caller syncs before (table, raw) and after (q, and the KV row its threads then read).
+// dst >= 0, the key (normed, rotated) and value of KV head hk of the row into KV row dst, the
+// key normed in key_scratch [D] (shared, the block's own) so the page gets final values only
+// (the other head groups' blocks write the same row at once). The caller syncs before (table,
+// raw) and after (q, and the KV row its threads then read).
 __device__ __forceinline__ void rope_block_input(const luce_rope_kv_params &r, int64_t row, const float *raw,
                                                  float *q, int G, const float *table, int64_t dst, int hk,
-                                                 bool write_kv) {
+                                                 bool write_kv, float *key_scratch) {
     const int lane = threadIdx.x % WARP_SIZE, D = r.head_dim;
     const int items = G + (write_kv && dst >= 0 ? 2 : 0);
     for (int i = threadIdx.x / WARP_SIZE; i < items; i += kThreads / WARP_SIZE) {
         if (i < G) rope::head_norm_rope(raw + i * D, q + i * D, r.q_norm, r.eps, table, D, r.rope_dim, lane);
-        else rope::kv_head_write(r, row, dst, i == G ? hk : r.heads_kv + hk, table, lane);
+        else rope::kv_head_write(r, row, dst, i == G ? hk : r.heads_kv + hk, table, lane, key_scratch);
     }
 }
 

@@ -11,32 +11,39 @@
 namespace rope {
 
 // One head of head_dim values: normed (norm != nullptr) from src into dst, then rotated in
-// dst; without a norm rotated from src into dst. By one warp.
+// dst; without a norm rotated from src into dst. By one warp. scratch (head_dim floats of the
+// warp's own, or nullptr): the normed values go there instead and dst is written once, with
+// its final values. The fused decode attention needs it: the head groups of one KV head (other
+// blocks) all write its new key at once, and a writer that read another's normed-but-not-yet-
+// rotated values from dst would rotate them twice.
 __device__ __forceinline__ void head_norm_rope(const float *src, float *dst, const float *norm, float eps,
-                                               const float *table, int head_dim, int rope_dim, int lane) {
+                                               const float *table, int head_dim, int rope_dim, int lane,
+                                               float *scratch = nullptr) {
     const int half = rope_dim / 2;
     if (norm) {
-        const rms::Row r{src, norm, dst, head_dim, eps};
+        float *normed = scratch ? scratch : dst;
+        const rms::Row r{src, norm, normed, head_dim, eps};
         rms::norm_row<true>(r, 0, lane, WARP_SIZE, [](float v) { return warp_sum(v); });
         __syncwarp();
-        src = dst;
+        src = normed;
     }
     for (int i = lane; i < half; i += WARP_SIZE) {
         const float x0 = src[i], x1 = src[i + half];
         rotate(x0, x1, table[i], table[half + i], &dst[i], &dst[i + half]);
     }
-    if (!norm)
+    if (src != dst)   // the dims past rope_dim, unless the norm left them in dst
         for (int d = rope_dim + lane; d < head_dim; d += WARP_SIZE) dst[d] = src[d];
 }
 
 // KV head j of row `row` (j < heads_kv: key head j, normed and rotated; else value head
-// j - heads_kv, copied) into KV row dst (>= 0) of the pages. By one warp; table: the row's.
+// j - heads_kv, copied) into KV row dst (>= 0) of the pages. By one warp; table: the row's;
+// scratch: head_norm_rope's (where other blocks write the same KV row at once).
 __device__ __forceinline__ void kv_head_write(const luce_rope_kv_params &p, int64_t row, int64_t dst, int j,
-                                              const float *table, int lane) {
+                                              const float *table, int lane, float *scratch = nullptr) {
     const int D = p.head_dim;
     if (j < p.heads_kv) {
         head_norm_rope(p.k + row * p.k_stride + (int64_t)j * D, p.k_pages + (dst * p.heads_kv + j) * D, p.k_norm,
-                       p.eps, table, D, p.rope_dim, lane);
+                       p.eps, table, D, p.rope_dim, lane, scratch);
     } else {
         const int hv = j - p.heads_kv;
         const float *src = p.v + row * p.v_stride + (int64_t)hv * D;
