@@ -103,6 +103,21 @@ def test_a_decode_row_is_the_same_in_any_batch(cuda, qk_norm):
         assert same_bits(got[0], together[row]), f"segment {s}"
 
 
+@pytest.mark.parametrize("d", [64, 128])
+def test_head_groups_writing_one_new_key_never_expose_a_half_done_key(cuda, d):
+    """Every head group of a KV head (a block each) writes the row's new key at once. With the
+    k norm, a page that held the normed key before its rotation could be read, or rotated twice,
+    by another group (call 3's suite and call 4's racecheck run, docs/PERF.md session 33): each
+    of many launches writes the two-launch path's key and output bits."""
+    hq, hkv = 14, 2   # 7 query heads a KV head: short rows take up to 7 group blocks
+    rng = np.random.default_rng(11 + d)
+    batch, k, v, qkv, norms = decode_step(rng, [(0, 40), (1, 129), (2, 7)], hq, hkv, d, True)
+    want = run(cuda, batch, k, v, qkv, norms, hq, d, fused=False)
+    for i in range(60):
+        got = run(cuda, batch, k, v, qkv, norms, hq, d)
+        assert all(same_bits(a, b) for a, b in zip(got, want)), f"launch {i}"
+
+
 def test_steps_it_does_not_fuse_are_the_composition(cuda):
     """A prompt segment beside decode rows, and D = 256: the two launches, the same bits."""
     from luce.models import SegmentSpec, build_batch
