@@ -44,7 +44,8 @@ __host__ __device__ inline Layout layout_of(const luce_gdn_decode_params &p) {
 
 // SiLU(conv) of channel c at token t of the segment whose first row is r0; state_c is the
 // channel's window column in the slot's state [K-1, C]. kTree: row r0 + t of a draft tree, its
-// window conv1d.cuh's tree_window (a malformed tree gives NaN, as conv_tree).
+// window conv1d.cuh's tree_window (a malformed tree gives NaN, as conv_tree), and the row's own
+// input (the window's last) copied to p.conv_stage where given (the tree commit's conv inputs).
 template <int K, bool kTree>
 __device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, const int32_t *tree_parents,
                                               const float *state_c, int64_t C, int64_t c, int64_t r0, int64_t t) {
@@ -52,8 +53,9 @@ __device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, c
 #pragma unroll
     for (int j = 0; j < K; ++j) w[j] = p.conv_weight[c * K + j];
     if constexpr (kTree) {
-        if (!tree_window<K>(p.qkv, p.qkv_stride, c, tree_parents, r0, r0 + t, state_c, C, window))
-            return __int_as_float(0x7fc00000);
+        const bool ok = tree_window<K>(p.qkv, p.qkv_stride, c, tree_parents, r0, r0 + t, state_c, C, window);
+        if (p.conv_stage != nullptr) p.conv_stage[(r0 + t - p.stage_row0) * C + c] = window[K - 1];
+        if (!ok) return __int_as_float(0x7fc00000);
     } else {
 #pragma unroll
         for (int j = 0; j < K; ++j) {
@@ -74,12 +76,6 @@ __device__ __forceinline__ void conv_state_advance(const luce_gdn_decode_params 
         const int64_t i = n + j;
         state_c[j * C] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
     }
-}
-
-// kTree with p.conv_stage: the tree commit's conv input, channel c of row r copied from qkv.
-template <bool kTree>
-__device__ __forceinline__ void stage_input(const luce_gdn_decode_params &p, int64_t C, int64_t c, int64_t r) {
-    if (kTree && p.conv_stage != nullptr) p.conv_stage[(r - p.stage_row0) * C + c] = p.qkv[r * p.qkv_stride + c];
 }
 
 // kTree: block z takes row z of the segment (tree_parents as conv_silu_at), else every row.
@@ -122,11 +118,9 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
     if (bx >= L.qk_blocks) {                // one v channel
         const int64_t c = 2 * L.key_dim + (bx - L.qk_blocks) * kThreads + threadIdx.x;
         if (c >= C) return;
-        for (int64_t t = t_first; t < t_end; ++t) {
+        for (int64_t t = t_first; t < t_end; ++t)
             p.v[(r0 + t) * (Hv * dv) + c - 2 * L.key_dim] =
                 conv_silu_at<K, kTree>(p, tree_parents, state + c, C, c, r0, t);
-            stage_input<kTree>(p, C, c, r0 + t);
-        }
         if (!kTree) conv_state_advance<K>(p, state + c, C, c, r0, n);
         return;
     }
@@ -146,7 +140,6 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
             const int64_t c = u * dk + lane + i * WARP_SIZE;
             y[i] = conv_silu_at<K, kTree>(p, tree_parents, state + c, C, c, r0, t);
             sum = l2norm_accumulate(sum, y[i]);
-            stage_input<kTree>(p, C, c, r0 + t);
         }
         const double inv = l2norm_inverse(sum, p.l2_eps);
 #pragma unroll
