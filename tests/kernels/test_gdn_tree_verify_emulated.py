@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.kernels.emu import build as emu
+from tests.kernels.test_gated_rmsnorm_emulated import Params as NormParams
 
 pytestmark = pytest.mark.slow
 _P = C.c_void_p
@@ -33,11 +34,6 @@ class RecurrentParams(C.Structure):
     """luce_gdn_recurrent_params."""
     _fields_ = [(n, _P) for n in "q k v g beta state out qo_indptr seq_slots".split()] + [("n_slots", C.c_int64)] + \
                [(n, C.c_int32) for n in "n_segments n_heads dk dv".split()]
-
-
-class NormParams(C.Structure):
-    _fields_ = [(n, _P) for n in "x z weight out".split()] + [("rows", C.c_int64), ("cols", C.c_int64),
-                                                             ("eps", C.c_float)]
 
 
 @pytest.fixture(scope="module")
