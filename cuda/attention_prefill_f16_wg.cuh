@@ -59,16 +59,6 @@ struct F16Wg {
     static_assert(kTileQV * S::kStride * (int)sizeof(uint16_t) <= kStageBytes, "Q passes through one stage");
 };
 
-// The first 1,024-byte aligned byte at or after p in the shared window (the swizzle's period).
-__device__ __forceinline__ uint8_t *align_1024(uint8_t *p) {
-#ifdef LUCE_WGMMA
-    const uint32_t at = (uint32_t)__cvta_generic_to_shared(p);
-#else
-    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-#endif
-    return p + (((at + 1023u) & ~(decltype(at))1023u) - at);
-}
-
 // 16 bytes of which the first `bytes` (0..16) from global memory, the rest zeros (bytes 0: src
 // not read).
 __device__ __forceinline__ void cp_async16_part(void *dst, const void *src, int bytes) {
@@ -301,7 +291,7 @@ attention_prompt_f16g_kernel(luce_attention_params p, StagedKv st, int32_t n_par
         run.group = G;
     }
     __syncthreads();
-    uint8_t *smem = align_1024(reinterpret_cast<uint8_t *>(smem4));
+    uint8_t *smem = wg::align_1024(reinterpret_cast<uint8_t *>(smem4));
     while (run.next < run.end)
         f16g_prompt_piece<D, STAGES, OVL>(p, st, G, blockIdx.y, s0, s1, n_parts, smem, row_keys, row_n, row_state, &run);
 #else

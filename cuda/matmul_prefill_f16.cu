@@ -36,14 +36,17 @@
 // H100/H200 (sm_90a): tunes 32 and 64 run the same decode and x on warpgroup MMAs (wgmma, A from
 // registers; cuda/matmul_prefill_wgmma.cuh): 128 or 256 rows x 128 tokens, no ldmatrix or mma
 // issue per warp, and measured 1.2-1.4x faster than tune 16 (27B shapes: up to 366 TFLOP/s).
+// Tunes 80 and 48 run them on 80- / 48-token tiles: a DFlash pass of 3-5 lanes (48-80 rows) on
+// the 27B's LM head, 1,166 -> 881 us at 80 rows (H100, docs/PERF.md session 34).
 #include <string.h>
 
 #include "matmul_prefill_f16_decode.cuh"
 #include "matmul_stage.cuh"
 #include "matmul_prefill_xh.cuh"
 #include "pdl.cuh"
-#if defined(__CUDACC__) && !defined(__HIPCC__)
-#include "matmul_prefill_wgmma.cuh"  // tune 32 / 64: sm_90a warpgroup MMAs
+#if (defined(__CUDACC__) && !defined(__HIPCC__)) || defined(LUCE_MMA_F16_HOST)
+#define LUCE_PREFILL_WG 1              // the warpgroup-MMA tunes exist (the host emulator runs them too)
+#include "matmul_prefill_wgmma.cuh"  // tunes 32 / 64 / 48 / 80: sm_90a warpgroup MMAs
 #endif
 
 namespace {
@@ -187,6 +190,28 @@ int launch_half(const HalfArgs &a, cudaStream_t stream) {
 #endif
 }
 
+#if defined(LUCE_PREFILL_WG)
+// mmw_kernel on kTok-token tiles: 256 weight rows a block (kMT 2) where its shared memory fits an
+// H100/H200 block (227 KiB) and `wide` or it wins by waves, else 128. Waves x work a block:
+// 256-row tiles ran at 0.89x the time per FLOP of 128-row ones (H200, 27B shapes, docs/PERF.md,
+// session 11), so they win unless they add a wave (27B at 512 rows: down and out (5,120 rows:
+// 1 wave against 2) take 256, gate and qkv 128).
+template <class Q, int kTok>
+int launch_wg_rows(const HalfArgs &a, cudaStream_t stream, bool wide) {
+    if constexpr (WgSmem<Q, 2, kTok>::kBytes > 227 * 1024) {
+        (void)wide;
+        return launch_wgmma<Q, 1, kTok>(a, stream);
+    } else {
+        const int sms = mm::device_shape().sms;
+        const int64_t tiles = (a.rows + kTok - 1) / kTok;
+        const int64_t waves1 = sms > 0 ? ((a.n + 127) / 128 * tiles + sms - 1) / sms : 1;
+        const int64_t waves2 = sms > 0 ? ((a.n + 255) / 256 * tiles + sms - 1) / sms : 1;
+        return wide || 2 * 89 * waves2 < 100 * waves1 ? launch_wgmma<Q, 2, kTok>(a, stream)
+                                                      : launch_wgmma<Q, 1, kTok>(a, stream);
+    }
+}
+#endif
+
 // Warpgroup MMAs for tune 0 where the device runs them (sm_90a) and LUCE_PREFILL_WGMMA is not 0:
 // on the H200 their bits are tune 16's (GPU tests), and the 27B's prefill of 512 tokens ran at
 // 1.19x the mma.sync kernels' rate (docs/PERF.md, session 11).
@@ -203,10 +228,12 @@ bool wgmma_by_default() {
 // tune 8: 8 warps of 2 m tiles x 64 tokens (256 x 64 tiles), 16: 8 warps of 1 m tile x 128
 // tokens (128 x 128), 4: 4 warps of 2 m tiles x 32 tokens (128 x 32), 2: 2 warps of 2 m tiles x
 // 32 tokens (64 x 32); 32 / 64: warpgroup MMAs (sm_90a only, cuda/matmul_prefill_wgmma.cuh) on
-// 128 x 128 / 256 x 128 tiles (64 takes 32 where its shared memory does not fit). 0 picks 64 or
-// 32 (wgmma_by_default, by waves) where 128 x 128 blocks fill every SM once, else the first of
-// 16, 8, 4, 2 whose shared memory fits, 16 and 8 only when their blocks fill every SM once. Every
-// shape gives the same bits (see the header; the GPU tests check wgmma's against mma.sync's).
+// 128 x 128 / 256 x 128 tiles (64 takes 32 where its shared memory does not fit); 80 / 48: the
+// same on 80- / 48-token tiles, 256 rows where that fits, else 128. 0 picks
+// the warpgroup MMAs (wgmma_by_default) where 128 x 128 blocks fill every SM once, on the
+// narrowest of 48, 80 and 128 tokens holding all rows (256 rows where that wins by waves), else the first of 16, 8, 4, 2 whose
+// shared memory fits, 16 and 8 only when their blocks fill every SM once. Every shape gives
+// the same bits (see the header; the GPU tests check wgmma's against mma.sync's).
 template <class Q>
 int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
 #ifdef __HIPCC__  // one launch shape on AMD (the shuffle form of the mma; it keeps the build short)
@@ -216,23 +243,15 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
     const mm::DeviceShape &d = mm::device_shape();
     auto fits = [&](int bytes) { return d.smem <= 0 || bytes <= d.smem; };
     const int64_t token_tiles = a.x.tp / 128, blocks16 = (a.n + 127) / 128 * token_tiles;
-#if defined(__CUDACC__)
-    // 256-row tiles exist where their shared memory fits an H100/H200 block (227 KiB: IQ4_XS, Q4_K)
-    constexpr bool kWide = WgSmem<Q, 2>::kBytes <= 227 * 1024;
-    auto launch64 = [&] {
-        if constexpr (kWide) return launch_wgmma<Q, 2>(a, stream);
-        return launch_wgmma<Q, 1>(a, stream);
-    };
+#if defined(LUCE_PREFILL_WG)
     if (tune == 32) return launch_wgmma<Q, 1>(a, stream);
-    if (tune == 64) return launch64();
+    if (tune == 64) return launch_wg_rows<Q, 128>(a, stream, true);
+    if (tune == 80) return launch_wg_rows<Q, 80>(a, stream, true);
+    if (tune == 48) return launch_wg_rows<Q, 48>(a, stream, true);
     if (tune == 0 && wgmma_by_default() && d.sms > 0 && blocks16 >= d.sms) {
-        // Waves x work a block: 256-row tiles ran at 0.89x the time per FLOP of 128-row ones (H200,
-        // 27B shapes, docs/PERF.md, session 11), so they win unless they add a wave (27B at 512
-        // rows: down and out (5,120 rows: 1 wave against 2) take 64, gate and qkv take 32).
-        const int64_t blocks64 = (a.n + 255) / 256 * token_tiles;
-        const int64_t waves32 = (blocks16 + d.sms - 1) / d.sms, waves64 = (blocks64 + d.sms - 1) / d.sms;
-        const bool take64 = kWide && 2 * 89 * waves64 < 100 * waves32;
-        const int status = take64 ? launch64() : launch_wgmma<Q, 1>(a, stream);
+        const int status = a.rows <= 48   ? launch_wg_rows<Q, 48>(a, stream, false)
+                           : a.rows <= 80 ? launch_wg_rows<Q, 80>(a, stream, false)
+                                          : launch_wg_rows<Q, 128>(a, stream, false);
         if (status != (int)cudaErrorInvalidDeviceFunction) return status;  // else no sm_90a code here
     }
 #endif
@@ -280,7 +299,7 @@ extern "C" int luce_matmul_prefill_f16(const luce_matmul_params *p, void *stream
         p->workspace_bytes < xh_bytes(p->rows, p->k) || (reinterpret_cast<uintptr_t>(p->x) & 15) ||
         (reinterpret_cast<uintptr_t>(p->workspace) & 15) || p->rows > (1LL << 30) ||
         (p->n + 15) / 16 > 65535LL || (p->tune != 0 && p->tune != 2 && p->tune != 4 && p->tune != 8 && p->tune != 16 && p->tune != 32 &&
-         p->tune != 64))
+         p->tune != 64 && p->tune != 48 && p->tune != 80))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     const XhLayout xl = xh_layout(p->workspace, p->rows, p->k);

@@ -1,18 +1,23 @@
-// The f16 prompt-row GEMM on Hopper warpgroup MMAs (sm_90a; tune 32 of
+// The f16 prompt-row GEMM on Hopper warpgroup MMAs (sm_90a; tunes 32, 64, 48 and 80 of
 // cuda/matmul_prefill_f16.cu, whose header gives the arithmetic: the same weight decode, the
 // same f16 x, one f32 accumulator chain per output element over k in increasing 16-value
-// steps, no split-K). Per block: 2 warpgroups x kMT m64 tiles of weight rows by 128 tokens.
+// steps, no split-K). Per block: 2 warpgroups x kMT m64 tiles of weight rows by kTok tokens
+// (128; 80 or 48 for a few rows, as a DFlash pass's 80: a 128-token tile would multiply 48 pad
+// tokens and bring 60% more x from L2 per weight tile).
 //
 // Per k step (one 256-value chunk), double-buffered by cp.async like mmh_kernel: each warp's
-// 16-row weight chunks (LaneCopier) and the block's 128 tokens x 256 f16 of x, stored as four
+// 16-row weight chunks (LaneCopier) and the block's kTok tokens x 256 f16 of x, stored as four
 // 128-byte-swizzled 64-value tiles [atom][token][128 B] (cuda/wgmma_f16.cuh) for the B operand.
 // Per 32-value group a warp decodes its rows into A fragments (registers, as mmh_kernel), then
-// its warpgroup issues kMT x 2 wgmma m64n128k16 (A registers, B shared) and commits them; the
-// next group's decode runs while they do (two A buffers; wait<1> before a buffer is reused).
+// its warpgroup issues kMT x 2 wgmma m64nk16 (N = kTok; A registers, B shared) and commits them;
+// the next group's decode runs while they do (two A buffers; wait<1> before a buffer is reused).
 // All MMAs of a chunk end (wait<0>) before the barrier after which its stage is refilled.
 // Counted (IQ4_XS, kMT 1: 128 rows x 128 tokens): per k step 8.4 MFLOP for 22 KB of weights and
 // 64 KB of x from L2; kMT 2 (256 x 128) 16.8 MFLOP for 44 + 64 KB. Shared memory: 2 x 64 KB of x
-// plus 2 stages of every warp's weight chunks (kMT 1: IQ4_XS 45 KB, Q8_0 78 KB).
+// plus 2 stages of every warp's weight chunks (kMT 1: IQ4_XS 45 KB, Q8_0 78 KB). At 80 tokens x
+// is 2 x 40 KB, so kMT 2 fits for Q6_K (the LM head: 204 KB) where 128 tokens do not (260 KB).
+// The bits of an output do not depend on kTok or kMT: each is the same chain of k16 steps over
+// the same A and B values (the GPU test test_f16_wgmma_bits_are_the_mma_bits).
 #pragma once
 
 #include "matmul_prefill_f16_decode.cuh"
@@ -23,41 +28,43 @@
 
 namespace mmh {
 
-constexpr int kWgTok = 128;                          // tokens per block (the B tile's N)
-constexpr int kWgAtom = kWgTok * 128;                // one 64-value swizzled tile of x: 16 KB
-constexpr int kWgXStage = (kChunk / 64) * kWgAtom;   // a chunk of x: 64 KB
-
-template <class Q, int kMT>
+template <class Q, int kMT, int kTok = 128>
 struct WgSmem {
+    static_assert(kTok == 128 || kTok == 80 || kTok == 48, "token tiles: 128, 80, 48 (wg::mma_64xnx16)");
+    static constexpr int kAtom = kTok * 128;             // one 64-value swizzled tile of x (a multiple of 1 KB)
+    static constexpr int kXStage = (kChunk / 64) * kAtom;  // a chunk of x: 64 KB at 128 tokens
     static constexpr int kWarpW = kMT * 2 * Stage<Q>::kBytes;  // per warp: [stage][m tile]
-    static constexpr int kBytes = 1024 + 2 * kWgXStage + 8 * kWarpW;  // 1 KB: aligning the x tiles
+    static constexpr int kBytes = 1024 + 2 * kXStage + 8 * kWarpW;  // 1 KB: aligning the x tiles
 };
 
-// Whether this build holds the sm_90a kernel for the current device (CUDA 9.0 devices only).
+// Whether this build holds the sm_90a kernel for the current device (CUDA 9.0 devices only;
+// the host emulator runs it).
 template <class K>
 bool wgmma_ready(K kernel) {
+#ifdef LUCE_WGMMA_HOST
+    (void)kernel;
+    return true;
+#else
     cudaFuncAttributes attr{};
     return cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.binaryVersion == 90;
+#endif
 }
 
-template <class Q, int kMT, class Args>
+template <class Q, int kMT, int kTok, class Args>
 __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
-#ifdef LUCE_WGMMA
+    using Sm = WgSmem<Q, kMT, kTok>;
+#if defined(LUCE_WGMMA) || defined(LUCE_WGMMA_HOST)
     extern __shared__ float4 smem4[];
-    uint8_t *smem = reinterpret_cast<uint8_t *>(smem4);
-    {  // the x tiles start 1,024-byte aligned in the shared window (the swizzle's period)
-        const uint32_t at = (uint32_t)__cvta_generic_to_shared(smem);
-        smem += ((at + 1023u) & ~1023u) - at;
-    }
+    uint8_t *smem = wg::align_1024(reinterpret_cast<uint8_t *>(smem4));  // the x tiles' base
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, grp = lane >> 2, quad = lane & 3;
     const int g = warp / 4, wq = warp % 4;  // warpgroup, warp within it
-    const int64_t t0 = (int64_t)blockIdx.x * kWgTok;
+    const int64_t t0 = (int64_t)blockIdx.x * kTok;
     int64_t row0[kMT];  // first of the warp's 16 rows in m tile m
 #pragma unroll
     for (int m = 0; m < kMT; ++m) row0[m] = (int64_t)blockIdx.y * 128 * kMT + (g * kMT + m) * 64 + wq * 16;
     const int64_t chunks = a.x.chunks;
     uint8_t *xst = smem;
-    uint8_t *wst = smem + 2 * kWgXStage + warp * WgSmem<Q, kMT>::kWarpW;
+    uint8_t *wst = smem + 2 * Sm::kXStage + warp * Sm::kWarpW;
     LaneCopier<Q, kMT * 2> copier(wst, a.w, a.w_end, a.row_bytes, a.n, lane);
 
     auto copy_w = [&](int s, int64_t ch) {
@@ -65,12 +72,22 @@ __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
         for (int m = 0; m < kMT; ++m)
             if (row0[m] < a.n) copier.copy(kMT * s + m, row0[m], ch, lane);
     };
-    auto copy_x = [&](int s, int64_t ch) {  // 128 tokens x 32 units of 16 bytes
-        uint8_t *xs = xst + s * kWgXStage;
-        const uint8_t *src = reinterpret_cast<const uint8_t *>(a.x.xh + t0 * a.x.kp + ch * kChunk);
-        for (int i = threadIdx.x; i < kWgTok * 32; i += 256) {
-            const int tok = i / 32, unit = i % 32;
-            cp_async16(xs + (unit / 8) * kWgAtom + wg::swizzle_unit(tok, unit % 8), src + tok * a.x.kp * 2 + 16 * unit, 16);
+    // x: warp w copies 16-byte unit `lane` of tokens w, w + 8, ... (swizzle_unit(w + 8 i, u) =
+    // swizzle_unit(w, u) + 1,024 i); a tile past the padded rows (kTok not dividing kRowPad) takes
+    // zeros there.
+    const uint8_t *x_lane = reinterpret_cast<const uint8_t *>(a.x.xh + (t0 + warp) * a.x.kp) + 16 * lane;
+    const int x_dst = (lane / 8) * Sm::kAtom + wg::swizzle_unit(warp, lane % 8);
+    auto copy_x = [&](int s, int64_t ch) {
+        uint8_t *xs = xst + s * Sm::kXStage + x_dst;
+        const uint8_t *src = x_lane + ch * kChunk * 2;
+#pragma unroll
+        for (int i = 0; i < kTok / 8; ++i) {
+            if constexpr (kRowPad % kTok == 0) {
+                cp_async16(xs + 1024 * i, src + i * 16 * a.x.kp, 16);
+            } else {
+                const bool in = t0 + warp + 8 * i < a.x.tp;
+                cp_async16(xs + 1024 * i, in ? src + i * 16 * a.x.kp : src, in ? 16 : 0);
+            }
         }
     };
 
@@ -87,7 +104,7 @@ __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
             const int64_t row = row0[m] + grp + 8 * r;
             wrow[m][r] = a.w + (row < a.n ? row : a.n - 1) * a.row_bytes;
         }
-    float acc[kMT][16][4] = {};
+    float acc[kMT][kTok / 8][4] = {};
     for (int64_t ch = 0; ch < chunks; ++ch) {
         cp_async_wait<0>();
         __syncthreads();  // stage ch landed for every thread; every MMA of chunk ch - 1 has ended
@@ -97,7 +114,7 @@ __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
         }
         cp_async_commit();
         const int s = (int)(ch & 1);
-        const uint8_t *xs = xst + s * kWgXStage;
+        const uint8_t *xs = xst + s * Sm::kXStage;
         Q rd[kMT];
         const int ng = load_chunk(rd, [&](int m) { return wst + (kMT * s + m) * Stage<Q>::kBytes; }, wrow, a.x.groups, ch,
                                   grp, quad);
@@ -110,9 +127,9 @@ __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
             wg::fence();  // the decode's registers are written before the MMAs read them
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const uint64_t b = wg::desc_sw128(xs + (j / 2) * kWgAtom + 64 * (j & 1) + 32 * h);
+                const uint64_t b = wg::desc_sw128(xs + (j / 2) * Sm::kAtom + 64 * (j & 1) + 32 * h);
 #pragma unroll
-                for (int m = 0; m < kMT; ++m) wg::mma_64x128x16(acc[m], av[j & 1][m][h], b);
+                for (int m = 0; m < kMT; ++m) wg::mma_64xnx16(acc[m], av[j & 1][m][h], b);
             }
             wg::commit();
             wg::wait<1>();  // group j - 1's MMAs have ended: its A buffer may be decoded into
@@ -127,12 +144,14 @@ __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
 #endif
 }
 
-// Launch of mmw_kernel<Q, kMT>: blocks (token tiles of 128, weight tiles of 128 kMT rows);
-// cudaErrorInvalidDeviceFunction where this build has no sm_90a code for the device.
-template <class Q, int kMT, class Args>
+// Launch of mmw_kernel<Q, kMT, kTok>: blocks (token tiles of kTok holding live rows, weight
+// tiles of 128 kMT rows); cudaErrorInvalidDeviceFunction where this build has no sm_90a code
+// for the device.
+template <class Q, int kMT, int kTok = 128, class Args>
 int launch_wgmma(const Args &a, cudaStream_t stream) {
-    constexpr int kSmem = WgSmem<Q, kMT>::kBytes;
-    auto kernel = mmw_kernel<Q, kMT, Args>;
+    constexpr int kSmem = WgSmem<Q, kMT, kTok>::kBytes;
+    static_assert(kSmem <= 227 * 1024, "an H100/H200 block's shared memory");
+    auto kernel = mmw_kernel<Q, kMT, kTok, Args>;
     static int ready = 0;  // 1: runs here; -1: not (checked and the shared-memory limit raised once)
     if (ready == 0) {
         ready = wgmma_ready(kernel) &&
@@ -142,7 +161,7 @@ int launch_wgmma(const Args &a, cudaStream_t stream) {
         (void)cudaGetLastError();
     }
     if (ready < 0) return (int)cudaErrorInvalidDeviceFunction;
-    const dim3 grid((unsigned)(a.x.tp / kWgTok), (unsigned)((a.n + 128 * kMT - 1) / (128 * kMT)));
+    const dim3 grid((unsigned)((a.rows + kTok - 1) / kTok), (unsigned)((a.n + 128 * kMT - 1) / (128 * kMT)));
     return luce_status(launch_overlapped(kernel, grid, dim3(256), kSmem, stream, true, a));
 }
 

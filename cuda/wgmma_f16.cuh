@@ -1,7 +1,7 @@
 // Hopper warpgroup MMA (sm_90a only: wgmma.mma_async) for the f16 prompt-row GEMM
 // (cuda/matmul_prefill_wgmma.cuh) and the warpgroup form of the f16 prompt attention
 // (cuda/attention_prefill_f16_wg.cuh). A warpgroup (4 consecutive warps, 128 threads) computes
-// D[64 x N] += A[64 x 16] B[16 x N] (N = 128 or 64), f16 operands, f32 accumulation, asynchronously:
+// D[64 x N] += A[64 x 16] B[16 x N] (N = 128, 80, 64 or 48), f16 operands, f32 accumulation, asynchronously:
 //   A from registers, warp w of the group holding rows 16w..16w+15 in the m16n8k16 A layout of
 //     cuda/mma_f16.cuh (a[0] = A[g][2t, 2t+1], a[1] = A[g+8][..], a[2] = A[g][2t+8, ..], a[3]);
 //   B from shared memory, K-major (B^T row n = 16 values of token n, 32 bytes), 128-byte swizzle:
@@ -27,6 +27,16 @@
 #endif
 
 namespace wg {
+
+// The first 1,024-byte aligned byte at or after p in the shared window (the swizzle's period).
+__device__ __forceinline__ uint8_t *align_1024(uint8_t *p) {
+#ifdef LUCE_WGMMA
+    const uint32_t at = (uint32_t)__cvta_generic_to_shared(p);
+#else
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+#endif
+    return p + (((at + 1023u) & ~(decltype(at))1023u) - at);
+}
 
 // Byte offset in a 128-byte-swizzled tile of 16-byte unit u (0..7) of row n.
 __host__ __device__ constexpr int swizzle_unit(int n, int u) { return n * 128 + ((u ^ (n & 7)) << 4); }
@@ -104,6 +114,56 @@ __device__ __forceinline__ void mma_64x64x16(float (&d)[8][4], const uint32_t (&
           "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
           "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// d += A B: m64n80k16, A = a (registers), B at descriptor b.
+__device__ __forceinline__ void mma_64x80x16(float (&d)[10][4], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.eq.u32 p, 1, 1;\n"
+        "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, {%40, %41, %42, %43}, %44, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// d += A B: m64n48k16, A = a (registers), B at descriptor b.
+__device__ __forceinline__ void mma_64x48x16(float (&d)[6][4], const uint32_t (&a)[4], uint64_t b) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.eq.u32 p, 1, 1;\n"
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, {%24, %25, %26, %27}, %28, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// d += A B over N = 8 NT tokens: the instruction of that width (NT 16, 10, 8 or 6).
+template <int NT>
+__device__ __forceinline__ void mma_64xnx16(float (&d)[NT][4], const uint32_t (&a)[4], uint64_t b) {
+    static_assert(NT == 16 || NT == 10 || NT == 8 || NT == 6, "wgmma widths here: n128, n80, n64, n48");
+    if constexpr (NT == 16) mma_64x128x16(d, a, b);
+    if constexpr (NT == 10) mma_64x80x16(d, a, b);
+    if constexpr (NT == 8) mma_64x64x16(d, a, b);
+    if constexpr (NT == 6) mma_64x48x16(d, a, b);
 }
 
 #elif defined(LUCE_WGMMA_HOST)

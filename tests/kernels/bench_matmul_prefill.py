@@ -83,10 +83,11 @@ BENCH_CASES += [_case("IQ4_XS", s, r, gemm="f16", tune=t) for t in (32, 64) for 
                 for r in (512, 4096)]
 BENCH_CASES += [_case(q, "gate", 512, gemm="f16", tune=t) for t in (16, 32, 64) for q in GOAL_TYPES if q != "IQ4_XS"]
 # A DFlash pass of 3-5 lanes (48-80 block rows) takes this GEMM: its launch shapes at those rows on
-# the draft's Q8_0 matrices (bench_matmul.DRAFT_SHAPES, its gate|up and down) and the LM head.
+# the draft's Q8_0 matrices (bench_matmul.DRAFT_SHAPES, its gate|up and down) and the LM head;
+# tunes 48 / 80: the warpgroup MMAs on 48- / 80-token tiles.
 BENCH_CASES += [_case("Q8_0", s, r, gemm="f16", tune=t) for s in ("dq", "dk", "dout", "down", "gateup")
-                for r in (48, 80) for t in (0, 2, 4, 8, 16, 32, 64)]
-BENCH_CASES += [_case("Q6_K", "lmhead", r, gemm="f16", tune=t) for r in (48, 80) for t in (0, 4, 32, 64)]
+                for r in (48, 80) for t in (0, 2, 4, 8, 16, 32, 64, r)]
+BENCH_CASES += [_case("Q6_K", "lmhead", r, gemm="f16", tune=t) for r in (48, 80) for t in (0, 4, 32, 64, r)]
 
 
 if __name__ == "__main__":

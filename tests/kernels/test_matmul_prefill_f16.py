@@ -141,7 +141,8 @@ WGMMA_CASES = [(q, k) for q in BLOCK_TYPES for k in MODEL_K] + [(Q.Q8_0, 896), (
 @pytest.mark.gpu
 @pytest.mark.parametrize("qtype, k", WGMMA_CASES)
 def test_f16_wgmma_bits_are_the_mma_bits(f16_gemm, qtype, k):
-    """H100/H200: the warpgroup-MMA launches (tune 32: 128 x 128 tiles, 64: 256 x 128) give
+    """H100/H200: the warpgroup-MMA launches (tune 32: 128 x 128 tiles, 64: 256 x 128, 80 / 48:
+    80- / 48-token tiles of 256 rows where they fit, else 128) give
     tune 16's bits (mma.sync) for every row, at model widths and ragged k, n = 1000 (partial
     tiles) and 2,048, 1 to 300 rows; elsewhere tune 32 is refused, not run."""
     n = 1000 if k % 1024 else 2048
@@ -156,7 +157,7 @@ def test_f16_wgmma_bits_are_the_mma_bits(f16_gemm, qtype, k):
         return
     for rows in (1, 129, 300):
         want = prefill(x[:rows], raw, qtype, n, bias, tune=16)
-        for tune in (32, 64):
+        for tune in (32, 64, 80, 48):
             got = prefill(x[:rows], raw, qtype, n, bias, tune=tune)
             assert np.array_equal(got, want), f"tune {tune}, {rows} rows: {np.sum(got != want)} outputs differ"
 

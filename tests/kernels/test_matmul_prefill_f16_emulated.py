@@ -98,3 +98,23 @@ def test_row_bits_do_not_depend_on_rows_place_or_shape(lib, qtype):
     moved, _ = run(lib, x[::-1], raw, qtype, N, tune=4)
     assert np.array_equal(moved[::-1], full)
     assert np.array_equal(run(lib, x[30:40], raw, qtype, N, tune=8)[0], full[30:40])
+
+
+@pytest.mark.parametrize("qtype", [Q.IQ4_XS, Q.Q6_K, Q.Q8_0])
+def test_warpgroup_token_tiles_give_the_mma_sync_bits(lib, qtype):
+    """The warpgroup-MMA launches (cuda/matmul_prefill_wgmma.cuh, each wgmma emulated as its
+    m16n8k16 products) on 128-, 80- and 48-token tiles (tunes 32, 64, 80, 48; 256 weight rows a
+    block where it fits: IQ4_XS and Q6_K at 80 tokens, not Q8_0) give tune 2's bits for 37 and
+    100 rows, k = 512 (two chunks; 100 rows in 48- or 80-token tiles: a last tile past the 128
+    padded rows of x, which it takes as zeros)."""
+    k = 512
+    raw, _ = weights(qtype, N, k)
+    x = activations(100, k, seed=int(qtype))
+    bias = np.random.default_rng(4).standard_normal(N).astype(np.float32)
+    for rows in (37, 100):
+        want, _ = run(lib, x[:rows], raw, qtype, N, bias, tune=2)
+        assert np.isfinite(want).all()
+        for tune in (80, 48, 32, 64):
+            got, _ = run(lib, x[:rows], raw, qtype, N, bias, tune=tune)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
+                f"tune {tune}, {rows} rows: {np.sum(got != want)} outputs differ"

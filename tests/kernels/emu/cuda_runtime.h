@@ -35,7 +35,7 @@ inline float2 make_float2(float a, float b) { return float2{a, b}; }
 typedef int cudaError_t;
 typedef int cudaDeviceAttr;
 typedef void *cudaStream_t;
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNotSupported = 801 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorInvalidDeviceFunction = 98, cudaErrorNotSupported = 801 };
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaDevAttrMultiProcessorCount = 16, cudaDevAttrL2CacheSize = 38 };
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
