@@ -42,6 +42,18 @@ def _cache_key(cxx: str, names: list[str], defines: tuple[str, ...]) -> str:
     return h.hexdigest()[:24]
 
 
+class NoHostCompiler(RuntimeError):
+    """This host's g++ cannot build the emulator at all (no C++20): the emulated tests skip."""
+
+
+def cxx20(cxx: str) -> bool:
+    """Whether `cxx` compiles a C++20 translation unit with FLAGS (a host that cannot is no place
+    for the emulator; a kernel source it fails on is a failure of that source)."""
+    probe = subprocess.run([cxx, *FLAGS, "-x", "c++", "-fsyntax-only", "-"], input="#include <span>\nint main() {}\n",
+                           capture_output=True, text=True)
+    return probe.returncode == 0
+
+
 def build(names: list[str], out_dir: Path, defines: tuple[str, ...] = ()) -> Path | None:
     """cuda/<name> for each name -> out_dir/libemu.so (None: no g++ here); `defines`: extra
     preprocessor definitions ("NAME" or "NAME=value"), e.g. a kernel's other code path.
@@ -65,10 +77,15 @@ def build(names: list[str], out_dir: Path, defines: tuple[str, ...] = ()) -> Pat
         sources.append(src)
     flags = [*FLAGS, "-I", str(EMU), "-I", str(CUDA), *(f"-D{d}" for d in defines)]
     objects = [out_dir / (src.stem + ".o") for src in sources]
-    jobs = [subprocess.Popen([cxx, *flags, "-c", str(src), "-o", str(obj)]) for src, obj in zip(sources, objects)]
-    failed = [src.name for src, job in zip(sources, jobs) if job.wait() != 0]
+    jobs = [subprocess.Popen([cxx, *flags, "-c", str(src), "-o", str(obj)], stderr=subprocess.PIPE, text=True)
+            for src, obj in zip(sources, objects)]
+    errors = {src.name: job.communicate()[1] for src, job in zip(sources, jobs)}
+    failed = [src.name for src, job in zip(sources, jobs) if job.returncode != 0]
     if failed:
-        raise RuntimeError(f"g++ failed on {', '.join(failed)}")
+        if not cxx20(cxx):
+            raise NoHostCompiler(f"{cxx} does not compile C++20")
+        first = errors[failed[0]].strip().splitlines()
+        raise RuntimeError(f"g++ failed on {', '.join(failed)}: " + "\n".join(first[:20]))
     subprocess.run([cxx, "-shared", *map(str, objects), "-o", str(lib)], check=True)
     cached.parent.mkdir(parents=True, exist_ok=True)
     partial = cached.with_suffix(f".{os.getpid()}.part")  # whole or absent: parallel runs may race
@@ -79,14 +96,15 @@ def build(names: list[str], out_dir: Path, defines: tuple[str, ...] = ()) -> Pat
 
 def load(names: list[str], out_dir: Path, what: str, defines: tuple[str, ...] = ()):
     """ctypes.CDLL of build(names, out_dir, defines), or pytest.skip naming why this host cannot
-    emulate `what`."""
+    emulate `what` (no g++, or one without C++20). A source g++ fails on raises: the tests of
+    `what` fail, naming the compiler's first errors."""
     import ctypes
 
     import pytest
 
     try:
         path = build(names, out_dir, defines)
-    except Exception as exc:  # noqa: BLE001 - a host without C++20 cannot emulate
+    except NoHostCompiler as exc:
         pytest.skip(f"no host build of {what}: {exc}")
     if path is None:
         pytest.skip("no g++")
