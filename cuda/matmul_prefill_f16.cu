@@ -196,8 +196,22 @@ int launch_half(const HalfArgs &a, cudaStream_t stream) {
 // 256-row tiles ran at 0.89x the time per FLOP of 128-row ones (H200, 27B shapes, docs/PERF.md,
 // session 11), so they win unless they add a wave (27B at 512 rows: down and out (5,120 rows:
 // 1 wave against 2) take 256, gate and qkv 128).
+// LUCE_PREFILL_WG_GROUPS=3 (read once; A/B runs): the 80- and 48-token tiles with three
+// warpgroups a block (192 weight rows, 12 warps an SM where 8 left the LM head at 80 rows
+// latency-bound: 0.51 of 2 warps eligible a scheduler, docs/PERF.md session 34). Not measured yet.
+bool three_warpgroups() {
+    static const bool on = [] {
+        const char *v = getenv("LUCE_PREFILL_WG_GROUPS");
+        return v && strcmp(v, "3") == 0;
+    }();
+    return on;
+}
+
 template <class Q, int kTok>
 int launch_wg_rows(const HalfArgs &a, cudaStream_t stream, bool wide) {
+    if constexpr (kTok <= 80) {
+        if (three_warpgroups()) return launch_wgmma<Q, 1, kTok, 3>(a, stream);
+    }
     if constexpr (WgSmem<Q, 2, kTok>::kBytes > 227 * 1024) {
         (void)wide;
         return launch_wgmma<Q, 1, kTok>(a, stream);

@@ -28,13 +28,13 @@
 
 namespace mmh {
 
-template <class Q, int kMT, int kTok = 128>
+template <class Q, int kMT, int kTok = 128, int kWG = 2>
 struct WgSmem {
     static_assert(kTok == 128 || kTok == 80 || kTok == 48, "token tiles: 128, 80, 48 (wg::mma_64xnx16)");
     static constexpr int kAtom = kTok * 128;             // one 64-value swizzled tile of x (a multiple of 1 KB)
     static constexpr int kXStage = (kChunk / 64) * kAtom;  // a chunk of x: 64 KB at 128 tokens
     static constexpr int kWarpW = kMT * 2 * Stage<Q>::kBytes;  // per warp: [stage][m tile]
-    static constexpr int kBytes = 1024 + 2 * kXStage + 8 * kWarpW;  // 1 KB: aligning the x tiles
+    static constexpr int kBytes = 1024 + 2 * kXStage + 4 * kWG * kWarpW;  // 1 KB: aligning the x tiles
 };
 
 // Whether this build holds the sm_90a kernel for the current device (CUDA 9.0 devices only;
@@ -50,9 +50,10 @@ bool wgmma_ready(K kernel) {
 #endif
 }
 
-template <class Q, int kMT, int kTok, class Args>
-__global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
-    using Sm = WgSmem<Q, kMT, kTok>;
+template <class Q, int kMT, int kTok, int kWG, class Args>
+__global__ void __launch_bounds__(128 * kWG, 1) mmw_kernel(Args a) {
+    using Sm = WgSmem<Q, kMT, kTok, kWG>;
+    constexpr int kWarps = 4 * kWG;
 #if defined(LUCE_WGMMA) || defined(LUCE_WGMMA_HOST)
     extern __shared__ float4 smem4[];
     uint8_t *smem = wg::align_1024(reinterpret_cast<uint8_t *>(smem4));  // the x tiles' base
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
     const int64_t t0 = (int64_t)blockIdx.x * kTok;
     int64_t row0[kMT];  // first of the warp's 16 rows in m tile m
 #pragma unroll
-    for (int m = 0; m < kMT; ++m) row0[m] = (int64_t)blockIdx.y * 128 * kMT + (g * kMT + m) * 64 + wq * 16;
+    for (int m = 0; m < kMT; ++m) row0[m] = (int64_t)blockIdx.y * 64 * kMT * kWG + (g * kMT + m) * 64 + wq * 16;
     const int64_t chunks = a.x.chunks;
     uint8_t *xst = smem;
     uint8_t *wst = smem + 2 * Sm::kXStage + warp * Sm::kWarpW;
@@ -72,21 +73,25 @@ __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
         for (int m = 0; m < kMT; ++m)
             if (row0[m] < a.n) copier.copy(kMT * s + m, row0[m], ch, lane);
     };
-    // x: warp w copies 16-byte unit `lane` of tokens w, w + 8, ... (swizzle_unit(w + 8 i, u) =
-    // swizzle_unit(w, u) + 1,024 i); a tile past the padded rows (kTok not dividing kRowPad) takes
-    // zeros there.
+    // x: warp w copies 16-byte unit `lane` of tokens w, w + kWarps, ... (one base address a
+    // thread; at 8 warps swizzle_unit(w + 8 i, u) = swizzle_unit(w, u) + 1,024 i); a tile past the
+    // padded rows (kTok not dividing kRowPad) takes zeros there.
     const uint8_t *x_lane = reinterpret_cast<const uint8_t *>(a.x.xh + (t0 + warp) * a.x.kp) + 16 * lane;
     const int x_dst = (lane / 8) * Sm::kAtom + wg::swizzle_unit(warp, lane % 8);
     auto copy_x = [&](int s, int64_t ch) {
-        uint8_t *xs = xst + s * Sm::kXStage + x_dst;
+        uint8_t *xs = xst + s * Sm::kXStage;
         const uint8_t *src = x_lane + ch * kChunk * 2;
 #pragma unroll
-        for (int i = 0; i < kTok / 8; ++i) {
+        for (int i = 0; i < (kTok + kWarps - 1) / kWarps; ++i) {
+            const int tok = warp + kWarps * i;
+            if (kTok % kWarps != 0 && tok >= kTok) break;
+            const int dst = kWarps % 8 == 0 ? x_dst + 128 * kWarps * i
+                                            : (lane / 8) * Sm::kAtom + wg::swizzle_unit(tok, lane % 8);
             if constexpr (kRowPad % kTok == 0) {
-                cp_async16(xs + 1024 * i, src + i * 16 * a.x.kp, 16);
+                cp_async16(xs + dst, src + i * 2 * kWarps * a.x.kp, 16);
             } else {
-                const bool in = t0 + warp + 8 * i < a.x.tp;
-                cp_async16(xs + 1024 * i, in ? src + i * 16 * a.x.kp : src, in ? 16 : 0);
+                const bool in = t0 + tok < a.x.tp;
+                cp_async16(xs + dst, in ? src + i * 2 * kWarps * a.x.kp : src, in ? 16 : 0);
             }
         }
     };
@@ -144,14 +149,14 @@ __global__ void __launch_bounds__(256, 1) mmw_kernel(Args a) {
 #endif
 }
 
-// Launch of mmw_kernel<Q, kMT, kTok>: blocks (token tiles of kTok holding live rows, weight
-// tiles of 128 kMT rows); cudaErrorInvalidDeviceFunction where this build has no sm_90a code
-// for the device.
-template <class Q, int kMT, int kTok = 128, class Args>
+// Launch of mmw_kernel<Q, kMT, kTok, kWG>: blocks of kWG warpgroups (token tiles of kTok holding
+// live rows, weight tiles of 64 kMT kWG rows); cudaErrorInvalidDeviceFunction where this build has
+// no sm_90a code for the device.
+template <class Q, int kMT, int kTok = 128, int kWG = 2, class Args>
 int launch_wgmma(const Args &a, cudaStream_t stream) {
-    constexpr int kSmem = WgSmem<Q, kMT, kTok>::kBytes;
+    constexpr int kSmem = WgSmem<Q, kMT, kTok, kWG>::kBytes;
     static_assert(kSmem <= 227 * 1024, "an H100/H200 block's shared memory");
-    auto kernel = mmw_kernel<Q, kMT, kTok, Args>;
+    auto kernel = mmw_kernel<Q, kMT, kTok, kWG, Args>;
     static int ready = 0;  // 1: runs here; -1: not (checked and the shared-memory limit raised once)
     if (ready == 0) {
         ready = wgmma_ready(kernel) &&
@@ -161,8 +166,9 @@ int launch_wgmma(const Args &a, cudaStream_t stream) {
         (void)cudaGetLastError();
     }
     if (ready < 0) return (int)cudaErrorInvalidDeviceFunction;
-    const dim3 grid((unsigned)((a.rows + kTok - 1) / kTok), (unsigned)((a.n + 128 * kMT - 1) / (128 * kMT)));
-    return luce_status(launch_overlapped(kernel, grid, dim3(256), kSmem, stream, true, a));
+    constexpr int kRowsBlock = 64 * kMT * kWG;
+    const dim3 grid((unsigned)((a.rows + kTok - 1) / kTok), (unsigned)((a.n + kRowsBlock - 1) / kRowsBlock));
+    return luce_status(launch_overlapped(kernel, grid, dim3(128 * kWG), kSmem, stream, true, a));
 }
 
 }  // namespace mmh

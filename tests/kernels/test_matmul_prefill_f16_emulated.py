@@ -118,3 +118,21 @@ def test_warpgroup_token_tiles_give_the_mma_sync_bits(lib, qtype):
             got, _ = run(lib, x[:rows], raw, qtype, N, bias, tune=tune)
             assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
                 f"tune {tune}, {rows} rows: {np.sum(got != want)} outputs differ"
+
+
+@pytest.mark.parametrize("qtype", [Q.Q6_K, Q.Q8_0])
+def test_three_warpgroups_a_block_give_the_mma_sync_bits(tmp_path, monkeypatch, qtype):
+    """LUCE_PREFILL_WG_GROUPS=3 (read once by a library: a fresh one here): the 80- and 48-token
+    tiles with three warpgroups a block (192 weight rows; n = 200: a second, partial block) give
+    tune 2's bits for 37 and 100 rows, k = 512."""
+    monkeypatch.setenv("LUCE_PREFILL_WG_GROUPS", "3")
+    lib3 = emu.load(["matmul_prefill_f16.cu"], tmp_path, "the f16 prompt-row GEMM")
+    n, k = 200, 512
+    raw, _ = weights(qtype, n, k)
+    x = activations(100, k, seed=3)
+    for rows in (37, 100):
+        want, _ = run(lib3, x[:rows], raw, qtype, n, tune=2)
+        for tune in (80, 48):
+            got, _ = run(lib3, x[:rows], raw, qtype, n, tune=tune)
+            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
+                f"tune {tune}, {rows} rows: {np.sum(got != want)} outputs differ"
