@@ -129,8 +129,7 @@ attention_partition_kernel(luce_attention_params p, int32_t n_parts, int32_t pag
     if (rk.keys <= key0) {                         // padding row, or past the row's keys
         if (ROPE && chunk == 0 && rk.keys <= 0) {  // a row without keys: its KV row all the same
             __syncthreads();
-            rope_block_input(r, row, nullptr, nullptr, 0, table_s, kv_dst, hk, true,
-                             reinterpret_cast<float *>(smem4) + partition_smem_head(D, MAXG));
+            rope_block_input(r, row, nullptr, nullptr, 0, table_s, kv_dst, hk, true, smem);  // no q staged: smem is free
         }
         if (CLUSTER)                               // every block of the cluster merges a share
             cluster_merge(p, row, h0, G, rk.keys, cmin, smem, m_s, l_s, chunk, gridDim.z, threadIdx.x, kThreads);
