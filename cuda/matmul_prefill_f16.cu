@@ -244,9 +244,8 @@ bool wgmma_by_default() {
 // 32 tokens (64 x 32); 32 / 64: warpgroup MMAs (sm_90a only, cuda/matmul_prefill_wgmma.cuh) on
 // 128 x 128 / 256 x 128 tiles (64 takes 32 where its shared memory does not fit); 80 / 48: the
 // same on 80- / 48-token tiles, 256 rows where that fits, else 128. 0 picks
-// the warpgroup MMAs (wgmma_by_default) where 128 x 128 blocks fill every SM once (or at 49-80
-// rows and 4,096+ weight rows), on the narrowest of 48, 80 and 128 tokens holding all rows (256
-// rows where that wins by waves), else the first of 16, 8, 4, 2 whose
+// the warpgroup MMAs (wgmma_by_default) where 128 x 128 blocks fill every SM once, on the
+// narrowest of 48, 80 and 128 tokens holding all rows (256 rows where that wins by waves), else the first of 16, 8, 4, 2 whose
 // shared memory fits, 16 and 8 only when their blocks fill every SM once. Every shape gives
 // the same bits (see the header; the GPU tests check wgmma's against mma.sync's).
 template <class Q>
@@ -263,12 +262,7 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
     if (tune == 64) return launch_wg_rows<Q, 128>(a, stream, true);
     if (tune == 80) return launch_wg_rows<Q, 80>(a, stream, true);
     if (tune == 48) return launch_wg_rows<Q, 48>(a, stream, true);
-    // 49-80 rows: the 80-token tile beats the mma.sync tunes from 4,096 weight rows on, even where
-    // its 128-row blocks leave SMs idle (Q8_0 at 80 rows, H100, docs/PERF.md session 34, us:
-    // 4,096 x 5,120 52.7 against 72.7, 5,120 x 4,096 42.9 against 58.6, 5,120 x 17,408 169.6
-    // against 238.9; 1,024 x 5,120 52.8 against 50.4).
-    const bool tile80 = a.rows > 48 && a.rows <= 80 && a.n >= 4096;
-    if (tune == 0 && wgmma_by_default() && d.sms > 0 && (blocks16 >= d.sms || tile80)) {
+    if (tune == 0 && wgmma_by_default() && d.sms > 0 && blocks16 >= d.sms) {
         const int status = a.rows <= 48   ? launch_wg_rows<Q, 48>(a, stream, false)
                            : a.rows <= 80 ? launch_wg_rows<Q, 80>(a, stream, false)
                                           : launch_wg_rows<Q, 128>(a, stream, false);

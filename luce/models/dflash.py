@@ -142,7 +142,6 @@ class DFlashDraft:
         # PROMPT_GEMM_MIN_N): of those, up to DECODE_ROWS_MAX rows, only matmuls this wide (the
         # others: the decode family)
         self.prompt_gemm = {"1": True, "0": False}.get(os.environ.get("LUCE_DRAFT_PROMPT_GEMM", ""))
-        self.min_n_given = bool(os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", ""))
         min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or str(self.PROMPT_GEMM_MIN_N)
         if not min_n.isdigit():
             raise ValueError(f"LUCE_DRAFT_PROMPT_GEMM_MIN_N={min_n!r}: give a number of output rows "
@@ -163,13 +162,6 @@ class DFlashDraft:
     # form (e.g. q 46 against 72 us), gate|up (34,816 rows: 193 against 343 us) and the head on
     # the prompt GEMM.
     PROMPT_GEMM_MIN_N = 8192
-    # Passes of TILE80_ROWS rows (C4 / C5 of 16-row blocks) run the prompt GEMM on its 80-token tile
-    # (cuda/matmul_prefill_wgmma.cuh), which beats the decode family from TILE80_MIN_N output rows
-    # on (the 27B's draft, Q8_0 at 80 rows, H100, docs/PERF.md session 34, us: out 42.9 against
-    # 61.0, down 169.6 against 195.8; q (4,096 rows) 52.7 against 46.0). Not where
-    # LUCE_DRAFT_PROMPT_GEMM_MIN_N is given.
-    TILE80_ROWS = range(49, 81)
-    TILE80_MIN_N = 5120
 
     def spans(self, rows: int, weights) -> tuple[tuple[int, int], ...]:
         """The prefill_spans of one matmul call of the draft, over `weights`, of `rows` rows. No
@@ -177,8 +169,7 @@ class DFlashDraft:
         of a pass may be multiplied as a prompt row: on CUDA the tensor-core prompt GEMM instead
         of the decode family's exact 16-bit activations, for passes of PROMPT_GEMM_ROWS rows or
         more (`prompt_gemm` True / False: always / never).
-        With `prompt_gemm_min_n` (TILE80_MIN_N for a pass of TILE80_ROWS rows unless the variable
-        gives it), a pass of up to DECODE_ROWS_MAX rows keeps a call whose
+        With `prompt_gemm_min_n`, a pass of up to DECODE_ROWS_MAX rows keeps a call whose
         weights have fewer output rows in all on the decode family (its wide-token kernel fills
         the SMs where the prompt GEMM's few blocks do not). Results stay per-row
         (batch-invariant) either way; backends without a prompt-row GEMM ignore it."""
@@ -186,10 +177,7 @@ class DFlashDraft:
             on = self.prompt_gemm
         else:
             width = sum(int(w.shape[0]) for w in weights)
-            min_n = self.prompt_gemm_min_n
-            if rows in self.TILE80_ROWS and not self.min_n_given:
-                min_n = min(min_n, self.TILE80_MIN_N)
-            on = rows >= self.PROMPT_GEMM_ROWS and (rows > self.DECODE_ROWS_MAX or width >= min_n)
+            on = rows >= self.PROMPT_GEMM_ROWS and (rows > self.DECODE_ROWS_MAX or width >= self.prompt_gemm_min_n)
         return ((0, rows),) if on and rows > 0 else ()
 
     @classmethod

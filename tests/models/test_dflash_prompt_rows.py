@@ -143,27 +143,6 @@ def test_narrow_matmuls_stay_on_the_decode_family_with_a_min_width(monkeypatch, 
     assert counts(2) == (1 + 2 * n + 4 * n, 1 + 2 * n)
 
 
-@pytest.mark.parametrize("given", [None, "8192"])
-def test_passes_in_the_80_token_tile_send_5120_wide_calls_to_the_prompt_gemm(monkeypatch, tmp_path, given):
-    """Both variables unset: a pass of 49-80 rows (C4 / C5 of 16-row blocks) sends a call of
-    TILE80_MIN_N (5,120) output rows or more to the prompt GEMM (its 80-token tile), narrower ones
-    and passes of 48 or 81+ rows keep the 8,192 width; LUCE_DRAFT_PROMPT_GEMM_MIN_N given keeps its
-    width at every row count."""
-    monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM", raising=False)
-    if given is None:
-        monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", raising=False)
-    else:
-        monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", given)
-    _, draft = _pair(tmp_path, "numpy")
-    assert draft.TILE80_MIN_N == 5120 and draft.prompt_gemm_min_n == 8192
-    out, narrow = np.empty((5120, 1)), np.empty((5119, 1))
-    for rows in (48, 49, 64, 80, 81, 128):
-        takes = given is None and 49 <= rows <= 80
-        assert draft.spans(rows, [out]) == (((0, rows),) if takes else ()), rows
-        assert draft.spans(rows, [narrow]) == (), rows
-        assert draft.spans(rows, [narrow, np.empty((1, 1))]) == (((0, rows),) if takes else ()), rows
-
-
 def test_a_bad_min_width_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "wide")
     with pytest.raises(ValueError, match="LUCE_DRAFT_PROMPT_GEMM_MIN_N='wide': give a number"):
