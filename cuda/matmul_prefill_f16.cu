@@ -196,21 +196,26 @@ int launch_half(const HalfArgs &a, cudaStream_t stream) {
 // 256-row tiles ran at 0.89x the time per FLOP of 128-row ones (H200, 27B shapes, docs/PERF.md,
 // session 11), so they win unless they add a wave (27B at 512 rows: down and out (5,120 rows:
 // 1 wave against 2) take 256, gate and qkv 128).
-// LUCE_PREFILL_WG_GROUPS=3 (read once; A/B runs): the 80- and 48-token tiles with three
-// warpgroups a block (192 weight rows, 12 warps an SM where 8 left the LM head at 80 rows
-// latency-bound: 0.51 of 2 warps eligible a scheduler, docs/PERF.md session 34). Not measured yet.
-bool three_warpgroups() {
-    static const bool on = [] {
+// The 80- and 48-token tiles take three warpgroups a block (192 weight rows, kMT 1: 12 warps an
+// SM where 8 left the LM head at 80 rows latency-bound, 0.51 of 2 warps eligible a scheduler)
+// where those blocks fill every SM once: H100, docs/PERF.md session 35, us, three / two: Q6_K
+// LM head 80 rows 760 / 838, 48 rows 731 / 756; Q8_0 gate|up (34,816 rows) 80 rows 136 / 157, 48
+// rows 120 / 137; but the 5,120-row out and down at 80 rows (27 blocks) 55 / 44 and 223 / 173.
+// LUCE_PREFILL_WG_GROUPS=2 or 3 (read once; A/B runs) forces either.
+int wg_groups_forced() {
+    static const int groups = [] {
         const char *v = getenv("LUCE_PREFILL_WG_GROUPS");
-        return v && strcmp(v, "3") == 0;
+        return v && (strcmp(v, "2") == 0 || strcmp(v, "3") == 0) ? v[0] - '0' : 0;
     }();
-    return on;
+    return groups;
 }
 
 template <class Q, int kTok>
 int launch_wg_rows(const HalfArgs &a, cudaStream_t stream, bool wide) {
     if constexpr (kTok <= 80) {
-        if (three_warpgroups()) return launch_wgmma<Q, 1, kTok, 3>(a, stream);
+        const int forced = wg_groups_forced(), sms = mm::device_shape().sms;
+        const int64_t blocks3 = (a.n + 191) / 192 * ((a.rows + kTok - 1) / kTok);
+        if (forced == 3 || (forced == 0 && sms > 0 && blocks3 >= sms)) return launch_wgmma<Q, 1, kTok, 3>(a, stream);
     }
     if constexpr (WgSmem<Q, 2, kTok>::kBytes > 227 * 1024) {
         (void)wide;
