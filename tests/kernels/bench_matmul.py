@@ -264,3 +264,11 @@ for _together in (True, False):
     _c = functools.partial(pair_case, _together)
     _c.__name__ = "matmul_pair_c15qk_v_" + ("pair" if _together else "two")
     BENCH_CASES.append(_c)
+# Small-n, deep-k matrices at verify / draft-pass rows, tune 0 (the tile kernel below 2^24 weights)
+# against 15 (the wide-token kernel's cluster form): the 27B's attention k / v (1024 x 5120; IQ4_XS,
+# Q5_K) and its draft's (Q8_0), the Coders' down and q|k|v; cuda/matmul.cu kRowsClusterMinWeights.
+_names = {c.__name__ for c in BENCH_CASES}
+BENCH_CASES += [c for q, s in (("Q8_0", "dk"), ("IQ4_XS", "dk"), ("Q5_K", "dk"), ("Q4_K", "c15down"),
+                               ("Q6_K", "c15down"), ("Q4_K", "c15qkv"), ("Q5_0", "q05down"), ("Q8_0", "q05down"))
+                for r in (23, 32, 64, 80) for t in (0, 15)
+                for c in [_case(q, s, r, tune=t)] if c.__name__ not in _names]
