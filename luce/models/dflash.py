@@ -136,6 +136,10 @@ class DFlashDraft:
         self.fc = be.load_weight(gguf, "fc.weight")
         self.hidden_norm = be.load_tensor(gguf, "enc.output_norm.weight")
         self.output_norm = be.load_tensor(gguf, "output_norm.weight")
+        tune = os.environ.get("LUCE_DRAFT_KV_TUNE", "") or str(self.KV_DECODE_TUNE)
+        if not tune.isdigit():
+            raise ValueError(f"LUCE_DRAFT_KV_TUNE={tune!r}: give a luce_matmul tune (0: the library's choice), or unset it")
+        self.kv_decode_tune = int(tune)
         self.layers = [self._load_layer(il) for il in range(cfg.n_layer)]
         # LUCE_DRAFT_PROMPT_GEMM at load: "1" every pass's rows as prompt rows, "0" none, unset:
         # passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N (default
@@ -162,6 +166,14 @@ class DFlashDraft:
     # form (e.g. q 46 against 72 us), gate|up (34,816 rows: 193 against 343 us) and the head on
     # the prompt GEMM.
     PROMPT_GEMM_MIN_N = 8192
+    # The k and v projections' decode-family calls take the wide-token kernel's cluster form (tune
+    # 15) at 17+ rows, not the tile kernel below 2^24 weights (cuda/matmul.cu): the 27B's draft (Q8_0
+    # 1,024 x 5,120) on an H100, docs/PERF.md session 35, three interleaved pairs, ms: C2 2.89-2.96
+    # against 2.94-2.98, C3 3.39-3.44 against 3.46-3.51, C4 3.56-3.61 against 3.65-3.68, C5 4.03-4.13
+    # against 4.02-4.05. Not a library-wide rule: with the threshold at 2^22 weights the Coders' own
+    # matrices lose (a Coder-1.5B verify of 23 rows 2.92 against 2.65 ms, the 0.5B's of 32 2.35
+    # against 1.92). LUCE_DRAFT_KV_TUNE (read at load) sets another tune; 0: the library's choice.
+    KV_DECODE_TUNE = 15
 
     def spans(self, rows: int, weights) -> tuple[tuple[int, int], ...]:
         """The prefill_spans of one matmul call of the draft, over `weights`, of `rows` rows. No
@@ -204,7 +216,11 @@ class DFlashDraft:
         sliding = bool(extra.get("sliding_window")) and bool(pattern[il])
         # the reference makes sliding layers causal unless the config says otherwise
         causal = bool(extra["causal"]) if "causal" in extra else sliding
-        return _Layer(be.load_tensor(g, blk(il, "attn_norm.weight")), AttentionWeights.load(be, g, il),
+        attn = AttentionWeights.load(be, g, il)
+        for w in (attn.wk, attn.wv):
+            if hasattr(w, "decode_tune"):   # a GPU weight
+                w.decode_tune = self.kv_decode_tune
+        return _Layer(be.load_tensor(g, blk(il, "attn_norm.weight")), attn,
                       be.load_tensor(g, blk(il, "ffn_norm.weight")), FFNWeights.load(be, g, il),
                       causal=causal, window=int(extra["sliding_window"]) if sliding else None)
 

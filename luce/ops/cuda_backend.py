@@ -310,8 +310,9 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
                 else:
                     if flags == 0:
                         flags = once
-                    km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags, 0,
-                              self.stream)
+                    tune = w.decode_tune if r1 - r0 > 16 else 0
+                    km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags,
+                              tune, self.stream)
         return outs
 
     def _bias_ptr(self, bias, w) -> int:

@@ -9,7 +9,9 @@ from luce.ops.cuda_array import Block
 @dataclass
 class QuantWeight:
     """A matrix [n, k] in GGUF blocks of ggml type `qtype` on the device (row r at
-    ptr + r * row_bytes)."""
+    ptr + r * row_bytes). decode_tune: the luce_matmul tune of its decode-family calls of more
+    than 16 rows (0: the kernel library's choice by shape, as for every call of fewer rows; every
+    tune gives the same bits, cuda/luce_ops_weights.h)."""
 
     block: Block
     ptr: int
@@ -17,6 +19,7 @@ class QuantWeight:
     n: int
     k: int
     row_bytes: int
+    decode_tune: int = 0
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -147,3 +147,34 @@ def test_a_bad_min_width_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "wide")
     with pytest.raises(ValueError, match="LUCE_DRAFT_PROMPT_GEMM_MIN_N='wide': give a number"):
         _pair(tmp_path, "numpy")
+
+
+@pytest.mark.parametrize("env, want", [(None, 15), ("0", 0), ("14", 14)])
+def test_draft_k_and_v_take_their_decode_tune_past_16_rows(monkeypatch, tmp_path, env, want):
+    """DFlashDraft.KV_DECODE_TUNE (LUCE_DRAFT_KV_TUNE): the decode-family calls of more than 16 rows
+    of the draft's k and v projections pass that tune to luce_matmul (context rows and block
+    rows alike); every other call, and calls of 16 rows or fewer, pass 0."""
+    import inspect
+
+    from luce import _cuda_matmul
+    from luce.ops import get_backend
+    from tests.ops import fake_hip
+
+    signature = inspect.signature(_cuda_matmul.matmul)   # the wrapper's own, before the fake replaces it
+    install_fakes(monkeypatch, tmp_path, "cuda")
+    monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM", "0")
+    if env is not None:
+        monkeypatch.setenv("LUCE_DRAFT_KV_TUNE", env)
+    calls = fake_hip.spy_calls(monkeypatch, _cuda_matmul, "matmul", signature)
+    _, draft = _pair(tmp_path, get_backend("cuda"))
+    kv = {id(w) for layer in draft.layers for w in (layer.attn.wk, layer.attn.wv)}
+    kv_ptrs = {w.ptr for layer in draft.layers for w in (layer.attn.wk, layer.attn.wv)}
+    assert len(kv) == 2 * len(draft.layers)
+    for lanes in (5, 3):   # 45 context rows and a block of 20 rows; 27 and 12
+        del calls[:]
+        _draft_pass(draft, lanes)
+        rows = {"context": 9 * lanes, "block": draft.block_size * lanes}
+        tunes = [(c["w"] in kv_ptrs, c["rows"], c["tune"]) for c in calls]
+        assert {(r, t) for is_kv, r, t in tunes if is_kv} == \
+            {(n, want if n > 16 else 0) for n in rows.values()}, tunes
+        assert all(t == 0 for is_kv, _, t in tunes if not is_kv), tunes
