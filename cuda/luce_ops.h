@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define LUCE_ABI_VERSION 16
+#define LUCE_ABI_VERSION 17
 
 int luce_abi_version(void);
 const char *luce_error_string(int status);
@@ -115,7 +115,11 @@ int luce_swiglu(const luce_swiglu_params *p, void *stream);
  *   luce_pointwise add then luce_rmsnorm. Workspace optional (NULL: no quantization).
  * luce_swiglu_quant: gate, up [rows, cols] with row strides (gate|up fused: gate = base,
  *   up = base + F, strides 2F), out [rows, cols] contiguous = silu(gate) * up, the bits of
- *   luce_swiglu. Workspace required. */
+ *   luce_swiglu. Workspace required.
+ * luce_gate_quant (ABI 17): o [rows, heads * head_dim] contiguous, qg [rows, heads, 2 * head_dim]
+ *   (each head's query, then its gate) with rows qg_stride elements apart: out [rows, heads *
+ *   head_dim] contiguous = o * sigmoid(gate), the bits of luce_binary's MUL_SIGMOID (the gated
+ *   attention's output gate). Workspace required; head_dim a multiple of 4. */
 typedef struct {
     const float *x;
     const float *residual;
@@ -142,6 +146,19 @@ typedef struct {
     int64_t up_stride;
 } luce_swiglu_quant_params;
 int luce_swiglu_quant(const luce_swiglu_quant_params *p, void *stream);
+
+typedef struct {
+    const float *o;
+    const float *qg;
+    float *out;
+    void *workspace;
+    int64_t workspace_bytes;
+    int64_t rows;
+    int64_t heads;
+    int64_t head_dim;
+    int64_t qg_stride;
+} luce_gate_quant_params;
+int luce_gate_quant(const luce_gate_quant_params *p, void *stream);
 /* ---- norm_quant end ---- */
 
 /* ---- rope_kv ---- */

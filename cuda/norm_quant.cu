@@ -1,15 +1,17 @@
 // Fused producers of a quantized matmul's input (references: luce/ref/norm_quant.py):
 //   luce_add_rmsnorm:  sum = x + residual (optional); out = rmsnorm(sum or x) * weight
 //   luce_swiglu_quant: out = silu(gate) * up
+//   luce_gate_quant:   out = o * sigmoid(gate), the gates read in place from the q | gate projection
 // each optionally also quantized into a luce_matmul workspace exactly as quantize_x_kernel
 // would quantize `out` (cuda/matmul_x.cuh), so luce_matmul with LUCE_MATMUL_REUSE_X then
 // gives bitwise the result of luce_matmul on `out`: one launch instead of three (add,
 // rmsnorm, quantize_x) or two (swiglu, quantize_x).
 // The norm is rmsnorm.cuh's (the warp path up to kWarpRowMaxCols columns, else the block
-// path, as luce_rmsnorm chooses), the SwiGLU swiglu.cu's element formula: the f32 outputs
-// equal the unfused kernels' bitwise. No reduction spans rows: batch-invariant (DESIGN 5).
+// path, as luce_rmsnorm chooses), the SwiGLU swiglu.cu's element formula, the gate
+// pointwise.cu's MUL_SIGMOID: the f32 outputs equal the unfused kernels' bitwise. No reduction spans rows: batch-invariant (DESIGN 5).
 #include "rmsnorm.cuh"
 #include "matmul_x.cuh"
+#include "pointwise.cuh"
 
 namespace {
 
@@ -88,6 +90,33 @@ __global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(luce_swiglu_quan
     mm::quantize_x_values(v, l, t, ch);
 }
 
+// One warp per (token, chunk), as swiglu_quant_kernel: column c of token t is o[t, c] times the
+// sigmoid of head c / head_dim's gate c % head_dim (4 columns of a lane lie in one head).
+__global__ void __launch_bounds__(kThreads) gate_quant_kernel(luce_gate_quant_params p, mm::XLayout l) {
+    wait_for_prior_kernels();
+    let_dependents_start();
+    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
+    const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
+    if (item >= l.tp * l.chunks) return;  // whole warps
+    const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * mm::kGroups + j;
+    const int64_t cols = p.heads * p.head_dim;
+    float v[8] = {};
+    if (t < p.rows && 32 * g < cols) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int64_t c = 32 * g + 16 * half + 4 * quad, h = c / p.head_dim;
+            float ov[4], gv[4];
+            load_chunk4(p.o + t * cols + c, 0, 4, ov);
+            load_chunk4(p.qg + t * p.qg_stride + (2 * h + 1) * p.head_dim + (c - h * p.head_dim), 0, 4, gv);
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                v[4 * half + i] = __fmul_rn(ov[i], (float)unary_op(LUCE_PW_SIGMOID, (double)gv[i]));
+            store_chunk4(p.out + t * cols + c, 0, 4, v + 4 * half);
+        }
+    }
+    mm::quantize_x_values(v, l, t, ch);
+}
+
 // The workspace layout for a quantized `out` [rows, cols], or an error: cols must be whole
 // 32-value groups, out and workspace 16-byte aligned and the workspace big enough.
 int quant_layout(void *workspace, int64_t workspace_bytes, const float *out, int64_t rows, int64_t cols,
@@ -135,4 +164,17 @@ extern "C" int luce_swiglu_quant(const luce_swiglu_quant_params *p, void *stream
     const int64_t warps = l.tp * l.chunks;
     return luce_status(launch_overlapped(swiglu_quant_kernel, dim3((unsigned)((warps + kWarps - 1) / kWarps)),
                                          dim3(kThreads), 0, (cudaStream_t)stream, chain_overlap(kPdlSwiglu), *p, l));
+}
+
+extern "C" int luce_gate_quant(const luce_gate_quant_params *p, void *stream) {
+    if (p->rows < 0 || p->heads <= 0 || p->head_dim <= 0 || p->head_dim % 4 || !p->o || !p->qg || !p->out ||
+        p->qg_stride < 2 * p->heads * p->head_dim || p->rows > 65535LL * 64)
+        return (int)cudaErrorInvalidValue;
+    if (p->rows == 0) return 0;
+    mm::XLayout l{};
+    const int err = quant_layout(p->workspace, p->workspace_bytes, p->out, p->rows, p->heads * p->head_dim, &l);
+    if (err) return err;
+    const int64_t warps = l.tp * l.chunks;
+    return luce_status(launch_overlapped(gate_quant_kernel, dim3((unsigned)((warps + kWarps - 1) / kWarps)),
+                                         dim3(kThreads), 0, (cudaStream_t)stream, chain_overlap(kPdlQuant), *p, l));
 }

@@ -40,22 +40,36 @@ cdef extern from "luce_ops.h":
         int64_t gate_stride
         int64_t up_stride
 
+    ctypedef struct luce_gate_quant_params:
+        const float *o
+        const float *qg
+        float *out
+        void *workspace
+        int64_t workspace_bytes
+        int64_t rows
+        int64_t heads
+        int64_t head_dim
+        int64_t qg_stride
+
 
 ctypedef int (*add_rmsnorm_fn)(const luce_add_rmsnorm_params *, void *) noexcept nogil
 ctypedef int (*swiglu_quant_fn)(const luce_swiglu_quant_params *, void *) noexcept nogil
+ctypedef int (*gate_quant_fn)(const luce_gate_quant_params *, void *) noexcept nogil
 
 cdef add_rmsnorm_fn _add_rmsnorm = NULL
 cdef swiglu_quant_fn _swiglu_quant = NULL
+cdef gate_quant_fn _gate_quant = NULL
 ctypedef int (*rope_kv_fn)(const luce_rope_kv_params *, void *) noexcept nogil
 cdef rope_kv_fn _rope_kv = NULL
 
 
 def load(str path):
     """Resolve this module's entry points in the kernel library at `path`."""
-    global _add_rmsnorm, _swiglu_quant, _rope_kv
+    global _add_rmsnorm, _swiglu_quant, _gate_quant, _rope_kv
     cdef void *lib = _open_library(path)
     _rope_kv = <rope_kv_fn>_symbol(lib, path, "luce_rope_kv")
     _swiglu_quant = <swiglu_quant_fn>_symbol(lib, path, "luce_swiglu_quant")
+    _gate_quant = <gate_quant_fn>_symbol(lib, path, "luce_gate_quant")
     _add_rmsnorm = <add_rmsnorm_fn>_symbol(lib, path, "luce_add_rmsnorm")
 
 
@@ -101,6 +115,27 @@ def swiglu_quant(uintptr_t gate, uintptr_t up, uintptr_t out, uintptr_t workspac
     with nogil:
         status = _swiglu_quant(&p, <void *>stream)
     raise_for_status(status, "luce_swiglu_quant")
+
+
+def gate_quant(uintptr_t o, uintptr_t qg, uintptr_t out, uintptr_t workspace, int64_t workspace_bytes,
+               int64_t rows, int64_t heads, int64_t head_dim, int64_t qg_stride, uintptr_t stream=0):
+    """o [rows, heads * head_dim] f32, qg [rows, heads, 2 * head_dim] (rows qg_stride elements
+    apart): out [rows, heads * head_dim] = o * sigmoid(each head's gate), quantized into workspace."""
+    _require_loaded(<void *>_gate_quant)
+    cdef luce_gate_quant_params p
+    p.o = <const float *>o
+    p.qg = <const float *>qg
+    p.out = <float *>out
+    p.workspace = <void *>workspace
+    p.workspace_bytes = workspace_bytes
+    p.rows = rows
+    p.heads = heads
+    p.head_dim = head_dim
+    p.qg_stride = qg_stride
+    cdef int status
+    with nogil:
+        status = _gate_quant(&p, <void *>stream)
+    raise_for_status(status, "luce_gate_quant")
 
 
 def rope_kv(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t q_norm, uintptr_t k_norm, uintptr_t q_out,

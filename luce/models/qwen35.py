@@ -37,7 +37,7 @@ def gated_attention(backend, w: AttentionWeights, projections, batch, kv, config
                         config.rope_theta, config.rope_sections, w.q_norm, w.k_norm,
                         config.rms_eps)                                # q/k norm, rotary, KV write
     o = b.attention(q, kv, batch, 1.0 / float(np.sqrt(D))).reshape(T, H * D)   # tree rows: ancestors
-    return b.matmul(b.gate_output(o, qg), w.wo, prefill_spans=batch.prefill_spans)
+    return b.gate_output_matmul(o, qg, w.wo, batch.prefill_spans)
 
 
 @dataclass

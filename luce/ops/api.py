@@ -150,6 +150,12 @@ class Backend(Protocol):
         """matmul(swiglu(gate, up), w, prefill_spans=prefill_spans), bitwise; up None: gate is
         [T, 2F], gate | up."""
 
+    def gate_output_matmul(self, o: Array, qg: Array, w: Weight,
+                           prefill_spans: Sequence[tuple[int, int]] = ()) -> Array:
+        """matmul(gate_output(o, qg), w, prefill_spans=prefill_spans), bitwise (the gated
+        attention's output projection; CUDA quantizes the gated output for the decode family in
+        the gate's launch)."""
+
     def rope_kv_write(self, parts: Sequence[Array], kv: Any, batch, n_head: int, rope_dim: int, theta: float,
                       sections: Sequence[int] = (), q_norm: Array | None = None, k_norm: Array | None = None,
                       eps: float = 0.0) -> Array:
@@ -329,6 +335,9 @@ class FusedOps:
         """o [T, H*D] * sigmoid(the gates of qg [T, H, 2D]) -> [T, H*D] (gated attention's output)."""
         T, H, D = qg.shape[0], qg.shape[1], qg.shape[2] // 2
         return self.mul(o, self.sigmoid(self.split(qg, [D, D])[1].reshape(T, H * D)))
+
+    def gate_output_matmul(self, o, qg, w, prefill_spans=()):
+        return self.matmul(self.gate_output(o, qg), w, prefill_spans=prefill_spans)
 
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
                       q_norm=None, k_norm=None, eps: float = 0.0):

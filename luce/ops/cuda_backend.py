@@ -278,9 +278,7 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
         # X_ONCE where no REUSE_X call follows the call that quantizes a run's x: one block-type
         # weight (the out projection, the LM head); its one-row decode calls then quantize x in
         # lane (cuda/matmul_gemv_x.cuh), one launch fewer. LUCE_MATMUL_X_ONCE=0: never (A/B runs).
-        blocks = [w for w in weights if w.qtype not in km.FLOAT_QTYPES]
-        small = len(blocks) == 1 and blocks[0].n <= X_ONCE_MAX_N and blocks[0].k <= X_ONCE_MAX_K
-        once = km.X_ONCE if small and X_ONCE_ON else 0
+        once = km.X_ONCE if self.quantizes_in_lane(weights) else 0
         if quantized is not None:
             if runs != [(0, rows, False)]:
                 raise ValueError(f"matmul: x quantized for the decode family, but the rows run {runs}")
@@ -314,6 +312,14 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
                     km.matmul(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, km.PATH_DECODE, flags,
                               tune, self.stream)
         return outs
+
+    def quantizes_in_lane(self, weights) -> bool:
+        """Whether a decode-family matmuls call over `weights` takes X_ONCE: one block-type weight
+        small enough (X_ONCE_MAX_N, X_ONCE_MAX_K) that its one-row calls quantize x in lane."""
+        from luce import _cuda_matmul as km
+
+        blocks = [w for w in weights if w.qtype not in km.FLOAT_QTYPES]
+        return X_ONCE_ON and len(blocks) == 1 and blocks[0].n <= X_ONCE_MAX_N and blocks[0].k <= X_ONCE_MAX_K
 
     def _bias_ptr(self, bias, w) -> int:
         """Device address of a matmul's bias [w.n] (0: none)."""

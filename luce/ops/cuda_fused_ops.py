@@ -1,14 +1,15 @@
 """The CUDA backend's fused ops (mixed into CudaBackend; kernels in cuda/norm_quant.cu,
 cuda/rope_kv.cu and cuda/gdn_decode.cu, references in luce/ref/norm_quant.py, rope_kv.py and
 gdn_decode.py): residual add + RMSNorm + the next matmul's activation quantization in one
-launch, SwiGLU + quantization in one launch, q/k norm + rotary + KV write in one launch, a
-GDN layer's decode chain (conv, norms, gates, delta rule, gated norm) in two, and merged
-weights so q/k/v, gate/up or a GDN layer's projections go through one matmul launch (their
-consumers read the merged output's column blocks in place). Every result is bitwise the
-unfused ops' (the fused kernels share the unfused kernels' device code). The fused quantization is the
-decode family's: a step whose matmuls send rows to the prompt-row GEMM (prefill_spans,
-CudaBackend.has_prompt_rows) takes the unfused composition, whose add / norm / SwiGLU bits
-are the same, so a row's result never depends on what else is in the step.
+launch, SwiGLU + quantization in one launch, the gated attention's output gate + quantization
+in one launch, q/k norm + rotary + KV write in one launch, a GDN layer's decode chain (conv,
+norms, gates, delta rule, gated norm) in two, and merged weights so q/k/v, gate/up or a GDN
+layer's projections go through one matmul launch (their consumers read the merged output's
+column blocks in place). Every result is bitwise the unfused ops' (the fused kernels share the
+unfused kernels' device code). The fused quantization is the decode family's: a step whose
+matmuls send rows to the prompt-row GEMM (prefill_spans, CudaBackend.has_prompt_rows) takes the
+unfused composition, whose add / norm / SwiGLU / gate bits are the same, so a row's result never
+depends on what else is in the step.
 """
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ ROPE_ATTENTION_ON = os.environ.get("LUCE_ROPE_ATTN", "1") != "0"   # rope_kv_att
 # either way). H100, Coder-1.5B Q4_K_M C1: 741.8 / 740.9 tok/s against 734.5 / 733.9 without, 232
 # launches a step against 246 (docs/PERF.md, session 26). LUCE_MATMUL_PAIR=0 turns it off (A/B runs).
 PAIR_ON = os.environ.get("LUCE_MATMUL_PAIR", "1") != "0"
+
+# The gated attention's output gate and the out projection's x quantization in one launch
+# (luce_gate_quant) where that matmul would not quantize in lane. LUCE_GATE_QUANT=0: gate_output,
+# then the matmul (A/B runs).
+GATE_QUANT_ON = os.environ.get("LUCE_GATE_QUANT", "1") != "0"
 
 # A step of tree rows only (speculative verify): a GDN layer's conv, norms and gates in one launch
 # (luce_gdn_tree_prepare), then the tree verify with the gated norm: 16 kernels fewer a layer than
@@ -144,6 +150,25 @@ class CudaFusedOps(FusedOps):
             kp.binary("mul_sigmoid", o.ptr, qg.ptr + 4 * D, out.ptr, (1, T, H, D), (0, H * D, D, 1),
                       (0, 2 * H * D, 2 * D, 1), 0.0, self.stream)
         return out
+
+    def gate_output_matmul(self, o, qg, w, prefill_spans=()):
+        """A step of decode-family rows whose matmul would not quantize x in lane anyway
+        (quantizes_in_lane: the 27B's k = 6,144): the gate and the out projection's quantization
+        of x in one launch (luce_gate_quant), then the matmul reading that workspace; else
+        gate_output, then matmul. The bits of the composition either way."""
+        from luce import _cuda_fused as kf
+
+        o, qg = self._f32(o), self._f32(qg)
+        T, H, D = qg.shape[0], qg.shape[1], qg.shape[2] // 2
+        if o.shape != (T, H * D):
+            raise ValueError(f"gate_output_matmul: o {o.shape} is not [T, H*D] = [{T}, {H * D}] for qg {qg.shape}")
+        workspace, ws_bytes = (None, 0) if not GATE_QUANT_ON or self.has_prompt_rows(T, prefill_spans) or \
+            D % 4 or self.quantizes_in_lane([w]) else self._quant_workspace(T, H * D, [w])
+        if workspace is None or w.k != H * D:
+            return super().gate_output_matmul(o, qg, w, prefill_spans)
+        act = self.empty((T, H * D))
+        kf.gate_quant(o.ptr, qg.ptr, act.ptr, workspace.ptr, ws_bytes, T, H, D, 2 * H * D, self.stream)
+        return self._matmuls(act, [w], None, (), (workspace, ws_bytes))[0]
 
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
                       q_norm=None, k_norm=None, eps: float = 0.0):

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from luce.ref.matmul import matmul
-from luce.ref.pointwise import add
+from luce.ref.pointwise import add, mul_sigmoid
 from luce.ref.rmsnorm import rmsnorm
 from luce.ref.swiglu import swiglu
 
@@ -40,3 +40,11 @@ def swiglu_matmul(gate: np.ndarray, up: np.ndarray | None, w: np.ndarray) -> np.
         gate, up = gate[..., :F], gate[..., F:]
     return matmul(swiglu(gate, up), w)
 
+
+
+def gate_output_matmul(o: np.ndarray, qg: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """o [T, H*D], qg [T, H, 2D] (each head's query, then its gate) -> matmul(o * sigmoid(gates),
+    w) [T, N], w [N, H*D]: the gated attention's output projection (luce_gate_quant, then the
+    matmul on its quantized x)."""
+    T, H, D = qg.shape[0], qg.shape[1], qg.shape[2] // 2
+    return matmul(mul_sigmoid(o, np.ascontiguousarray(qg[:, :, D:]).reshape(T, H * D)), w)

@@ -53,6 +53,25 @@ def swiglu_quant_case(tokens: int, ffn: int):
     return launch, tokens * ffn * 12 + ws_bytes, tokens * ffn * 4
 
 
+def gate_quant_case(tokens: int, heads: int = 24, d: int = 256):
+    """The gated attention's output gate (gates read in place from q | gate) + quantization for the
+    out projection, at the 27B's 24 heads of 256."""
+    from luce import _cuda_fused as kf
+    from luce.ops.cuda_memory import DeviceBuffer
+    from luce.ops.native import load_kernels
+    from tests.kernels.bench_attention import random_device_buffer
+
+    load_kernels()
+    cols = heads * d
+    o, qg = random_device_buffer(tokens * cols, 1), random_device_buffer(tokens * 2 * cols, 2)
+    out = DeviceBuffer(tokens * cols * 4)
+    ws, ws_bytes = _workspace(tokens, cols)
+
+    def launch(stream: int = 0, _keep=(o, qg, out, ws)):
+        kf.gate_quant(o.ptr, qg.ptr, out.ptr, ws.ptr, ws_bytes, tokens, heads, d, 2 * cols, stream)
+    return launch, tokens * cols * 12 + ws_bytes, tokens * cols * 4
+
+
 def rope_kv_case(tokens: int, qk_norm: bool, hq: int = 12, hkv: int = 2, d: int = 128):
     """q/k norm (qwen3) + rotary + KV write from a merged qkv projection, rows at KV rows 0.."""
     from luce import _cuda_fused as kf
@@ -88,6 +107,7 @@ for _t in (1, 64):
         BENCH_CASES.append(_named(functools.partial(add_rmsnorm_case, _t, _h), f"add_rmsnorm_quant_{_t}x{_h}"))
     for _f in (8960, 17408):
         BENCH_CASES.append(_named(functools.partial(swiglu_quant_case, _t, _f), f"swiglu_quant_{_t}x{_f}"))
+    BENCH_CASES.append(_named(functools.partial(gate_quant_case, _t), f"gate_quant_{_t}x24x256"))
     for _n in (False, True):
         BENCH_CASES.append(_named(functools.partial(rope_kv_case, _t, _n),
                                   f"rope_kv_{'qwen3' if _n else 'qwen2'}_{_t}x12x2x128"))

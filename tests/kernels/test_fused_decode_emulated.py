@@ -1,7 +1,8 @@
 """The fused decode producers' own source on the CPU (tests/kernels/emu): cuda/norm_quant.cu's
 add + RMSNorm + quantization runs several blocks a row, each summing the whole row; its normed
 row and sum must be the bits of the one-block form (norm_row, no quantization) and its
-quantized x must hold that row chunk by chunk. cuda/rope_kv.cu runs several blocks a row (a warp
+quantized x must hold that row chunk by chunk. Its gate + quantization gives luce_binary's
+MUL_SIGMOID bits (cuda/pointwise.cu) and holds them quantized. cuda/rope_kv.cu runs several blocks a row (a warp
 a head): q', k' close to luce/ref/rope_kv.py, v copied bitwise, padding rows write no KV.
 tests/kernels/test_norm_quant.py and test_rope_kv.py check the same kernels on a GPU against
 the unfused kernels.
@@ -28,6 +29,18 @@ class NormParams(C.Structure):
                [(n, C.c_int64) for n in "workspace_bytes rows cols".split()] + [("eps", C.c_float)]
 
 
+class GateParams(C.Structure):
+    """luce_gate_quant_params (cuda/luce_ops.h), field for field."""
+    _fields_ = [(n, _P) for n in "o qg out workspace".split()] + \
+               [(n, C.c_int64) for n in "workspace_bytes rows heads head_dim qg_stride".split()]
+
+
+class BinaryParams(C.Structure):
+    """luce_binary_params (cuda/luce_ops.h), field for field."""
+    _fields_ = [("a", _P), ("b", _P), ("out", _P), ("shape", C.c_int64 * 4), ("a_strides", C.c_int64 * 4),
+                ("b_strides", C.c_int64 * 4), ("b_scalar", C.c_float), ("op", C.c_int32)]
+
+
 class RopeParams(C.Structure):
     """luce_rope_kv_params (cuda/luce_ops.h), field for field."""
     _fields_ = [(n, _P) for n in "q k v q_norm k_norm q_out k_pages v_pages kv_dst positions".split()] + \
@@ -38,8 +51,11 @@ class RopeParams(C.Structure):
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    lib = emu.load(["norm_quant.cu", "rmsnorm.cu", "rope_kv.cu"], tmp_path_factory.mktemp("emu"), "the fused decode kernels")
+    lib = emu.load(["norm_quant.cu", "rmsnorm.cu", "rope_kv.cu", "pointwise.cu"], tmp_path_factory.mktemp("emu"),
+                   "the fused decode kernels")
     lib.luce_add_rmsnorm.argtypes = [C.POINTER(NormParams), _P]
+    lib.luce_gate_quant.argtypes = [C.POINTER(GateParams), _P]
+    lib.luce_binary.argtypes = [C.POINTER(BinaryParams), _P]
     lib.luce_rope_kv.argtypes = [C.POINTER(RopeParams), _P]
     return lib
 
@@ -98,6 +114,36 @@ def test_add_rmsnorm_quantizing_blocks_give_the_one_block_bits_emulated(lib, col
     amax = np.abs(out).max(axis=1, keepdims=True)
     np.testing.assert_allclose(xq[:rows], out, rtol=0, atol=float(amax.max()) / 32767)   # half a step or less per chunk
     assert not xq[rows:].any(), "padding rows of the workspace hold zeros"
+
+
+@pytest.mark.parametrize("rows,heads,head_dim", [(1, 24, 256), (3, 4, 64), (9, 6, 32)])
+def test_gate_quant_gives_the_binary_bits_and_quantizes_them_emulated(lib, rows, heads, head_dim):
+    """out = o * sigmoid(gate) with each head's gate read in place from qg [rows, heads, 2 D] (rows
+    past qg's own width apart): luce_binary MUL_SIGMOID's bits; the workspace holds out quantized,
+    its padding rows zeros. A head_dim not a multiple of 4, or a qg row stride below 2 H D, is refused."""
+    rng = np.random.default_rng(rows * 100 + head_dim)
+    cols, stride = heads * head_dim, 2 * heads * head_dim + 8
+    o = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    o[0, :7] = 0.0
+    qg = (rng.standard_normal((rows, stride)) * 4).astype(np.float32)
+    out, ws = np.full_like(o, np.nan), np.zeros(x_workspace_bytes(rows, cols), np.uint8)
+    p = GateParams(ptr(o), ptr(qg), ptr(out), ptr(ws), ws.size, rows, heads, head_dim, stride)
+    assert lib.luce_gate_quant(C.byref(p), None) == 0
+    want = np.full_like(o, np.nan)
+    b = BinaryParams(ptr(o), qg.ctypes.data + 4 * head_dim, ptr(want), (1, rows, heads, head_dim),
+                     (0, cols, head_dim, 1), (0, stride, 2 * head_dim, 1), 0.0, 2)   # LUCE_PW_MUL_SIGMOID
+    assert lib.luce_binary(C.byref(b), None) == 0
+    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+    gates = qg[:, :2 * cols].reshape(rows, heads, 2, head_dim)[:, :, 1].reshape(rows, cols)
+    np.testing.assert_allclose(out, o / (1 + np.exp(-gates.astype(np.float64))), rtol=1e-6, atol=1e-7)
+    xq = dequantize_x(ws, rows, cols)
+    amax = np.abs(out).max(axis=1, keepdims=True)
+    np.testing.assert_allclose(xq[:rows], out, rtol=0, atol=float(amax.max()) / 32767)
+    assert not xq[rows:].any(), "padding rows of the workspace hold zeros"
+    for bad in (dict(head_dim=head_dim + 2, heads=1), dict(qg_stride=2 * cols - 1)):
+        q = GateParams(ptr(o), ptr(qg), ptr(out), ptr(ws), ws.size, rows, bad.get("heads", heads),
+                       bad.get("head_dim", head_dim), bad.get("qg_stride", stride))
+        assert lib.luce_gate_quant(C.byref(q), None) != 0, bad
 
 
 def test_add_rmsnorm_of_many_rows_gives_the_few_rows_bits_and_may_write_over_x_emulated(lib):

@@ -153,3 +153,37 @@ def test_q5_0_beside_q8_0_merges_as_q8_0(cuda, T):
     assert np.array_equal(both[:, :1024], apart[0]) and np.array_equal(both[:, 1024:], apart[1])
     q5 = cuda.to_numpy(cuda.matmul(cuda.asarray(x), w5))
     np.testing.assert_allclose(both[:, :1024], q5, rtol=1e-4, atol=1e-3)   # the same values, other rounding
+
+
+def gate_both(cuda, o, qg, w):
+    args = (cuda.asarray(o), cuda.asarray(qg), w)
+    return cuda.to_numpy(cuda.gate_output_matmul(*args)), cuda.to_numpy(FusedOps.gate_output_matmul(cuda, *args))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 2, 23, 65])
+@pytest.mark.parametrize("H,D,qtype", [(24, 256, Q.IQ4_XS), (24, 256, Q.Q5_K), (4, 64, Q.Q8_0)])
+def test_gate_output_matmul_is_the_unfused_bits(cuda, monkeypatch, T, H, D, qtype):
+    """luce_gate_quant + the matmul on its workspace against gate_output (luce_binary) + matmul:
+    the 27B's 24 heads of 256 (k = 6,144, past X_ONCE_MAX_K: the fused path by default) and a
+    small Q8_0 shape with X_ONCE_MAX_K lowered so it takes the fused path too."""
+    from luce import _cuda_fused
+    from luce.ops import cuda_backend
+
+    monkeypatch.setattr(cuda_backend, "X_ONCE_MAX_K", min(cuda_backend.X_ONCE_MAX_K, H * D - 1))
+    launched = []
+    real = _cuda_fused.gate_quant
+    monkeypatch.setattr(_cuda_fused, "gate_quant", lambda *a, **k: (launched.append(1), real(*a, **k)))
+    rng = np.random.default_rng(T * 13 + D)
+    o = (rng.standard_normal((T, H * D)) * 2).astype(np.float32)
+    qg = (rng.standard_normal((T, H, 2 * D)) * 3).astype(np.float32)
+    o[:, 5] = 0.0
+    w, dense = upload(cuda, qtype, 97, H * D)
+    got, want = gate_both(cuda, o, qg, w)
+    assert launched, "the fused path did not run"
+    assert np.array_equal(got, want)
+    assert_rows_close(got, ref_fused.gate_output_matmul(o, qg, dense), "matmul_blocks")
+    together = got
+    for r in sorted({0, T // 2, T - 1}):
+        alone, _ = gate_both(cuda, o[r:r + 1], qg[r:r + 1], w)
+        assert np.array_equal(alone[0], together[r])

@@ -20,10 +20,12 @@ from tests.ops.test_hip_runtime import install_fakes
 TREES = [dict(parents=[-1, 0, 0, 2]), dict(parents=[-1])]
 
 
-def one_step(tmp_path, monkeypatch, fused: bool, tree: bool):
+def one_step(tmp_path, monkeypatch, fused: bool, tree: bool, spied=("_cuda_pointwise", "binary"), mix=None):
     """One step of two segments (AR rows, or trees of 4 and 1 rows) through a tiny qwen35 (27B
-    mix) -> (config, its launches, the luce_binary calls' arguments, the rows)."""
-    from luce import _cuda_pointwise
+    mix) -> (config, its launches, the calls' arguments of the wrapper `spied` (luce_binary's by
+    default), the rows)."""
+    import importlib
+
     from luce.models import load_model
     from luce.models.packer import SegmentSpec, build_batch
     from luce.ops.api import FusedOps
@@ -31,15 +33,16 @@ def one_step(tmp_path, monkeypatch, fused: bool, tree: bool):
     from luce.testing.tiny_models import make_qwen35
 
     tmp_path.mkdir(exist_ok=True)
-    signature = inspect.signature(_cuda_pointwise.binary)   # the wrapper's own, before the fake replaces it
+    module = importlib.import_module(f"luce.{spied[0]}")
+    signature = inspect.signature(getattr(module, spied[1]))   # the wrapper's own, before the fake replaces it
     fake = install_fakes(monkeypatch, tmp_path, "cuda")
     if not fused:
         monkeypatch.setattr(CudaFusedOps, "gated_query", FusedOps.gated_query)
         monkeypatch.setattr(CudaFusedOps, "gate_output", FusedOps.gate_output)
-    calls = fake_hip.spy_calls(monkeypatch, _cuda_pointwise, "binary", signature)
+    calls = fake_hip.spy_calls(monkeypatch, module, spied[1], signature)
     backend = get_backend("cuda")
     path = tmp_path / "q35.gguf"
-    config = make_qwen35(path, seed=5, quant_mix=MIXES["27b_like"], hidden=256, ffn=512, head_dim=64,
+    config = make_qwen35(path, seed=5, quant_mix=mix or MIXES["27b_like"], hidden=256, ffn=512, head_dim=64,
                          ssm_state_size=64)
     model = load_model(path, backend)
     state = model.new_state(max_pages=12, max_slots=4)
@@ -72,3 +75,28 @@ def test_the_gate_is_read_in_place(tmp_path, tree):
         assert tuple(c["shape"]) == (1, rows, H, D)
         assert tuple(c["a_strides"]) == (0, H * D, D, 1)
         assert tuple(c["b_strides"]) == (0, 2 * H * D, 2 * D, 1)    # each head's gate after its query
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_the_gate_quantizes_the_out_projections_x(tmp_path, tree):
+    """Where the (block-type) out projection would not quantize its x in lane (X_ONCE_MAX_K below
+    H*D, as the 27B's 6,144), a decode-family step's gate is luce_gate_quant: o and the gates in place from qg,
+    the out projection's x quantized in that launch, then the matmul reusing it (REUSE_X): one
+    launch a full-attention layer fewer than the binary + quantize + matmul it replaces."""
+    from luce.ops import cuda_backend
+
+    runs = {}
+    for name, k_max in (("quant", 0), ("in_lane", 1 << 20)):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(cuda_backend, "X_ONCE_MAX_K", k_max)
+            config, launches, calls, rows = one_step(tmp_path / name, m, True, tree, ("_cuda_fused", "gate_quant"),
+                                                     dict(MIXES["27b_like"], attn_output="q8_0"))
+            runs[name] = (Counter(kernel for kernel, _, _ in launches), calls, len(launches))
+    n_attn = config.n_layer - len(config.gdn_layers)
+    H, D = config.n_head, config.head_dim
+    (fused, calls, n_fused), (in_lane, no_calls, n_in_lane) = runs["quant"], runs["in_lane"]
+    assert fused["_cuda_fused.gate_quant"] == len(calls) == n_attn and fused["_cuda_pointwise.binary"] == 0
+    assert in_lane["_cuda_fused.gate_quant"] == len(no_calls) == 0 and in_lane["_cuda_pointwise.binary"] == n_attn
+    for c in calls:
+        assert (c["rows"], c["heads"], c["head_dim"], c["qg_stride"]) == (rows, H, D, 2 * H * D)
+    assert n_fused <= n_in_lane
