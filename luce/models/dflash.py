@@ -166,13 +166,11 @@ class DFlashDraft:
     # form (e.g. q 46 against 72 us), gate|up (34,816 rows: 193 against 343 us) and the head on
     # the prompt GEMM.
     PROMPT_GEMM_MIN_N = 8192
-    # The k and v projections' decode-family calls take the wide-token kernel's cluster form (tune
-    # 15) at 17+ rows, not the tile kernel below 2^24 weights (cuda/matmul.cu): the 27B's draft (Q8_0
-    # 1,024 x 5,120) on an H100, docs/PERF.md session 35, three interleaved pairs, ms: C2 2.89-2.96
-    # against 2.94-2.98, C3 3.39-3.44 against 3.46-3.51, C4 3.56-3.61 against 3.65-3.68, C5 4.03-4.13
-    # against 4.02-4.05. Not a library-wide rule: with the threshold at 2^22 weights the Coders' own
-    # matrices lose (a Coder-1.5B verify of 23 rows 2.92 against 2.65 ms, the 0.5B's of 32 2.35
-    # against 1.92). LUCE_DRAFT_KV_TUNE (read at load) sets another tune; 0: the library's choice.
+    # The k and v projections' decode calls of 17+ rows take the wide-token kernel's cluster form
+    # (tune 15), not the tile kernel tune 0 gives matrices under 2^24 weights: the 27B's draft on an
+    # H100 (docs/PERF.md session 35), C3 / C4 passes 3.39-3.44 / 3.56-3.61 ms against 3.46-3.51 /
+    # 3.65-3.68, C5 even. Library-wide it loses (the Coders' verify). LUCE_DRAFT_KV_TUNE (at load)
+    # sets another tune; 0: the library's choice.
     KV_DECODE_TUNE = 15
 
     def spans(self, rows: int, weights) -> tuple[tuple[int, int], ...]:
