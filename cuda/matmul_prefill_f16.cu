@@ -212,17 +212,17 @@ int wg_groups_forced() {
 
 template <class Q, int kTok>
 int launch_wg_rows(const HalfArgs &a, cudaStream_t stream, bool wide) {
+    const int sms = mm::device_shape().sms;
+    const int64_t tiles = (a.rows + kTok - 1) / kTok;
     if constexpr (kTok <= 80) {
-        const int forced = wg_groups_forced(), sms = mm::device_shape().sms;
-        const int64_t blocks3 = (a.n + 191) / 192 * ((a.rows + kTok - 1) / kTok);
-        if (forced == 3 || (forced == 0 && sms > 0 && blocks3 >= sms)) return launch_wgmma<Q, 1, kTok, 3>(a, stream);
+        const int forced = wg_groups_forced();
+        if (forced == 3 || (forced == 0 && sms > 0 && (a.n + 191) / 192 * tiles >= sms))
+            return launch_wgmma<Q, 1, kTok, 3>(a, stream);
     }
     if constexpr (WgSmem<Q, 2, kTok>::kBytes > 227 * 1024) {
         (void)wide;
         return launch_wgmma<Q, 1, kTok>(a, stream);
     } else {
-        const int sms = mm::device_shape().sms;
-        const int64_t tiles = (a.rows + kTok - 1) / kTok;
         const int64_t waves1 = sms > 0 ? ((a.n + 127) / 128 * tiles + sms - 1) / sms : 1;
         const int64_t waves2 = sms > 0 ? ((a.n + 255) / 256 * tiles + sms - 1) / sms : 1;
         return wide || 2 * 89 * waves2 < 100 * waves1 ? launch_wgmma<Q, 2, kTok>(a, stream)
@@ -248,11 +248,12 @@ bool wgmma_by_default() {
 // tokens (128 x 128), 4: 4 warps of 2 m tiles x 32 tokens (128 x 32), 2: 2 warps of 2 m tiles x
 // 32 tokens (64 x 32); 32 / 64: warpgroup MMAs (sm_90a only, cuda/matmul_prefill_wgmma.cuh) on
 // 128 x 128 / 256 x 128 tiles (64 takes 32 where its shared memory does not fit); 80 / 48: the
-// same on 80- / 48-token tiles, 256 rows where that fits, else 128. 0 picks
-// the warpgroup MMAs (wgmma_by_default) where 128 x 128 blocks fill every SM once, on the
-// narrowest of 48, 80 and 128 tokens holding all rows (256 rows where that wins by waves), else the first of 16, 8, 4, 2 whose
-// shared memory fits, 16 and 8 only when their blocks fill every SM once. Every shape gives
-// the same bits (see the header; the GPU tests check wgmma's against mma.sync's).
+// same on 80- / 48-token tiles (launch_wg_rows: three warpgroups where their blocks fill the SMs,
+// else 256 rows where that fits, else 128). 0 picks the warpgroup MMAs (wgmma_by_default) where
+// 128 x 128 blocks fill every SM once, on the narrowest of 48, 80 and 128 tokens holding all rows
+// (launch_wg_rows' shapes, not `wide`: 256 rows only where that wins by waves), else the first of
+// 16, 8, 4, 2 whose shared memory fits, 16 and 8 only when their blocks fill every SM once. Every
+// shape gives the same bits (see the header; the GPU tests check wgmma's against mma.sync's).
 template <class Q>
 int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
 #ifdef __HIPCC__  // one launch shape on AMD (the shuffle form of the mma; it keeps the build short)

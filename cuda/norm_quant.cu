@@ -5,10 +5,11 @@
 // each optionally also quantized into a luce_matmul workspace exactly as quantize_x_kernel
 // would quantize `out` (cuda/matmul_x.cuh), so luce_matmul with LUCE_MATMUL_REUSE_X then
 // gives bitwise the result of luce_matmul on `out`: one launch instead of three (add,
-// rmsnorm, quantize_x) or two (swiglu, quantize_x).
+// rmsnorm, quantize_x) or two (swiglu or the gate, then quantize_x).
 // The norm is rmsnorm.cuh's (the warp path up to kWarpRowMaxCols columns, else the block
 // path, as luce_rmsnorm chooses), the SwiGLU swiglu.cu's element formula, the gate
-// pointwise.cu's MUL_SIGMOID: the f32 outputs equal the unfused kernels' bitwise. No reduction spans rows: batch-invariant (DESIGN 5).
+// pointwise.cu's MUL_SIGMOID: the f32 outputs equal the unfused kernels' bitwise. No
+// reduction spans rows: batch-invariant (DESIGN 5).
 #include "rmsnorm.cuh"
 #include "matmul_x.cuh"
 #include "pointwise.cuh"
@@ -64,8 +65,12 @@ __global__ void __launch_bounds__(kThreads) add_rmsnorm_quant_kernel(Row r, int6
     mm::quantize_x_values(v, l, row, ch);
 }
 
-// One warp per (token, chunk), as quantize_x_kernel; out written in f32 as well.
-__global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(luce_swiglu_quant_params p, mm::XLayout l) {
+// One warp per (token, chunk), as quantize_x_kernel: values(t, c, v) gives out's columns c..c+3 of
+// token t (c = 32 g + 16 half + 4 quad: lane = 4 g' + quad holds values 4 quad.. and 16 + 4 quad..
+// of its group), written to out [rows, cols] in f32 and quantized into l.
+template <class Values>
+__device__ __forceinline__ void warp_chunk_quant(int64_t rows, int64_t cols, float *out, const mm::XLayout &l,
+                                                 Values values) {
     wait_for_prior_kernels();
     let_dependents_start();
     const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
@@ -73,48 +78,39 @@ __global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(luce_swiglu_quan
     if (item >= l.tp * l.chunks) return;  // whole warps
     const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * mm::kGroups + j;
     float v[8] = {};
-    if (t < p.rows && 32 * g < p.cols) {
-        const float *gate = p.gate + t * p.gate_stride + 32 * g, *up = p.up + t * p.up_stride + 32 * g;
-        float *out = p.out + t * p.cols + 32 * g;
+    if (t < rows && 32 * g < cols) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int at = 16 * half + 4 * quad;
-            float gv[4], uv[4];
-            load_chunk4(gate + at, 0, 4, gv);
-            load_chunk4(up + at, 0, 4, uv);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[4 * half + i] = silu_f32(gv[i]) * uv[i];
-            store_chunk4(out + at, 0, 4, v + 4 * half);
+            const int64_t c = 32 * g + 16 * half + 4 * quad;
+            values(t, c, v + 4 * half);
+            store_chunk4(out + t * cols + c, 0, 4, v + 4 * half);
         }
     }
     mm::quantize_x_values(v, l, t, ch);
 }
 
-// One warp per (token, chunk), as swiglu_quant_kernel: column c of token t is o[t, c] times the
-// sigmoid of head c / head_dim's gate c % head_dim (4 columns of a lane lie in one head).
+__global__ void __launch_bounds__(kThreads) swiglu_quant_kernel(luce_swiglu_quant_params p, mm::XLayout l) {
+    warp_chunk_quant(p.rows, p.cols, p.out, l, [&](int64_t t, int64_t c, float *v) {
+        float gv[4], uv[4];
+        load_chunk4(p.gate + t * p.gate_stride + c, 0, 4, gv);
+        load_chunk4(p.up + t * p.up_stride + c, 0, 4, uv);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = silu_f32(gv[i]) * uv[i];
+    });
+}
+
+// Column c of token t is o[t, c] times the sigmoid of head h = c / head_dim's gate c - h head_dim
+// (a lane's 4 columns lie in one head: head_dim is a multiple of 4).
 __global__ void __launch_bounds__(kThreads) gate_quant_kernel(luce_gate_quant_params p, mm::XLayout l) {
-    wait_for_prior_kernels();
-    let_dependents_start();
-    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
-    const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
-    if (item >= l.tp * l.chunks) return;  // whole warps
-    const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * mm::kGroups + j;
     const int64_t cols = p.heads * p.head_dim;
-    float v[8] = {};
-    if (t < p.rows && 32 * g < cols) {
+    warp_chunk_quant(p.rows, cols, p.out, l, [&](int64_t t, int64_t c, float *v) {
+        const int64_t h = c / p.head_dim;
+        float ov[4], gv[4];
+        load_chunk4(p.o + t * cols + c, 0, 4, ov);
+        load_chunk4(p.qg + t * p.qg_stride + (2 * h + 1) * p.head_dim + (c - h * p.head_dim), 0, 4, gv);
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int64_t c = 32 * g + 16 * half + 4 * quad, h = c / p.head_dim;
-            float ov[4], gv[4];
-            load_chunk4(p.o + t * cols + c, 0, 4, ov);
-            load_chunk4(p.qg + t * p.qg_stride + (2 * h + 1) * p.head_dim + (c - h * p.head_dim), 0, 4, gv);
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                v[4 * half + i] = __fmul_rn(ov[i], (float)unary_op(LUCE_PW_SIGMOID, (double)gv[i]));
-            store_chunk4(p.out + t * cols + c, 0, 4, v + 4 * half);
-        }
-    }
-    mm::quantize_x_values(v, l, t, ch);
+        for (int i = 0; i < 4; ++i) v[i] = __fmul_rn(ov[i], (float)unary_op(LUCE_PW_SIGMOID, (double)gv[i]));
+    });
 }
 
 // The workspace layout for a quantized `out` [rows, cols], or an error: cols must be whole

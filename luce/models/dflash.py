@@ -138,7 +138,8 @@ class DFlashDraft:
         self.output_norm = be.load_tensor(gguf, "output_norm.weight")
         tune = os.environ.get("LUCE_DRAFT_KV_TUNE", "") or str(self.KV_DECODE_TUNE)
         if not tune.isdigit():
-            raise ValueError(f"LUCE_DRAFT_KV_TUNE={tune!r}: give a luce_matmul tune (0: the library's choice), or unset it")
+            raise ValueError(f"LUCE_DRAFT_KV_TUNE={tune!r}: give a luce_matmul tune (0: the library's choice), "
+                             "or unset it")
         self.kv_decode_tune = int(tune)
         self.layers = [self._load_layer(il) for il in range(cfg.n_layer)]
         # LUCE_DRAFT_PROMPT_GEMM at load: "1" every pass's rows as prompt rows, "0" none, unset:

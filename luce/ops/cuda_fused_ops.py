@@ -162,9 +162,10 @@ class CudaFusedOps(FusedOps):
         T, H, D = qg.shape[0], qg.shape[1], qg.shape[2] // 2
         if o.shape != (T, H * D):
             raise ValueError(f"gate_output_matmul: o {o.shape} is not [T, H*D] = [{T}, {H * D}] for qg {qg.shape}")
-        workspace, ws_bytes = (None, 0) if not GATE_QUANT_ON or self.has_prompt_rows(T, prefill_spans) or \
-            D % 4 or self.quantizes_in_lane([w]) else self._quant_workspace(T, H * D, [w])
-        if workspace is None or w.k != H * D:
+        fused = GATE_QUANT_ON and w.k == H * D and D % 4 == 0 and not self.quantizes_in_lane([w]) \
+            and not self.has_prompt_rows(T, prefill_spans)
+        workspace, ws_bytes = self._quant_workspace(T, H * D, [w]) if fused else (None, 0)
+        if workspace is None:
             return super().gate_output_matmul(o, qg, w, prefill_spans)
         act = self.empty((T, H * D))
         kf.gate_quant(o.ptr, qg.ptr, act.ptr, workspace.ptr, ws_bytes, T, H, D, 2 * H * D, self.stream)

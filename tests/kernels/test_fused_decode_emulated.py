@@ -1,8 +1,9 @@
 """The fused decode producers' own source on the CPU (tests/kernels/emu): cuda/norm_quant.cu's
 add + RMSNorm + quantization runs several blocks a row, each summing the whole row; its normed
 row and sum must be the bits of the one-block form (norm_row, no quantization) and its
-quantized x must hold that row chunk by chunk. Its gate + quantization gives luce_binary's
-MUL_SIGMOID bits (cuda/pointwise.cu) and holds them quantized. cuda/rope_kv.cu runs several blocks a row (a warp
+quantized x must hold that row chunk by chunk. Its SwiGLU + quantization gives luce_swiglu's bits
+(cuda/swiglu.cu), its gate + quantization luce_binary's MUL_SIGMOID bits (cuda/pointwise.cu),
+each held quantized. cuda/rope_kv.cu runs several blocks a row (a warp
 a head): q', k' close to luce/ref/rope_kv.py, v copied bitwise, padding rows write no KV.
 tests/kernels/test_norm_quant.py and test_rope_kv.py check the same kernels on a GPU against
 the unfused kernels.
@@ -35,6 +36,18 @@ class GateParams(C.Structure):
                [(n, C.c_int64) for n in "workspace_bytes rows heads head_dim qg_stride".split()]
 
 
+class SwigluQuantParams(C.Structure):
+    """luce_swiglu_quant_params (cuda/luce_ops.h), field for field."""
+    _fields_ = [(n, _P) for n in "gate up out workspace".split()] + \
+               [(n, C.c_int64) for n in "workspace_bytes rows cols gate_stride up_stride".split()]
+
+
+class SwigluParams(C.Structure):
+    """luce_swiglu_params (cuda/luce_ops.h), field for field."""
+    _fields_ = [(n, _P) for n in "gate up out".split()] + \
+               [(n, C.c_int64) for n in "rows cols gate_stride up_stride out_stride".split()]
+
+
 class BinaryParams(C.Structure):
     """luce_binary_params (cuda/luce_ops.h), field for field."""
     _fields_ = [("a", _P), ("b", _P), ("out", _P), ("shape", C.c_int64 * 4), ("a_strides", C.c_int64 * 4),
@@ -51,11 +64,13 @@ class RopeParams(C.Structure):
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    lib = emu.load(["norm_quant.cu", "rmsnorm.cu", "rope_kv.cu", "pointwise.cu"], tmp_path_factory.mktemp("emu"),
-                   "the fused decode kernels")
+    lib = emu.load(["norm_quant.cu", "rmsnorm.cu", "rope_kv.cu", "pointwise.cu", "swiglu.cu"],
+                   tmp_path_factory.mktemp("emu"), "the fused decode kernels")
     lib.luce_add_rmsnorm.argtypes = [C.POINTER(NormParams), _P]
     lib.luce_gate_quant.argtypes = [C.POINTER(GateParams), _P]
     lib.luce_binary.argtypes = [C.POINTER(BinaryParams), _P]
+    lib.luce_swiglu_quant.argtypes = [C.POINTER(SwigluQuantParams), _P]
+    lib.luce_swiglu.argtypes = [C.POINTER(SwigluParams), _P]
     lib.luce_rope_kv.argtypes = [C.POINTER(RopeParams), _P]
     return lib
 
@@ -113,6 +128,26 @@ def test_add_rmsnorm_quantizing_blocks_give_the_one_block_bits_emulated(lib, col
     xq = dequantize_x(ws, rows, cols)
     amax = np.abs(out).max(axis=1, keepdims=True)
     np.testing.assert_allclose(xq[:rows], out, rtol=0, atol=float(amax.max()) / 32767)   # half a step or less per chunk
+    assert not xq[rows:].any(), "padding rows of the workspace hold zeros"
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1024), (5, 352), (9, 256)])
+def test_swiglu_quant_gives_the_swiglu_bits_and_quantizes_them_emulated(lib, rows, cols):
+    """A fused gate|up [rows, 2F] read in place (strides 2F): out = luce_swiglu's bits, the
+    workspace holds out quantized (352: a chunk of 3 groups), its padding rows zeros."""
+    rng = np.random.default_rng(rows * 10 + cols)
+    gate_up = (rng.standard_normal((rows, 2 * cols)) * 3).astype(np.float32)
+    gate_up[0, :5] = 0.0
+    out, ws = np.full((rows, cols), np.nan, np.float32), np.zeros(x_workspace_bytes(rows, cols), np.uint8)
+    up = gate_up.ctypes.data + 4 * cols
+    p = SwigluQuantParams(ptr(gate_up), up, ptr(out), ptr(ws), ws.size, rows, cols, 2 * cols, 2 * cols)
+    assert lib.luce_swiglu_quant(C.byref(p), None) == 0
+    want = np.full_like(out, np.nan)
+    q = SwigluParams(ptr(gate_up), up, ptr(want), rows, cols, 2 * cols, 2 * cols, cols)
+    assert lib.luce_swiglu(C.byref(q), None) == 0
+    assert np.array_equal(out.view(np.uint32), want.view(np.uint32))
+    xq = dequantize_x(ws, rows, cols)
+    np.testing.assert_allclose(xq[:rows], out, rtol=0, atol=float(np.abs(out).max()) / 32767)
     assert not xq[rows:].any(), "padding rows of the workspace hold zeros"
 
 
