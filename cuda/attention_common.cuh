@@ -218,15 +218,6 @@ __device__ __forceinline__ void fma4(float w, const float4 &x, float4 &acc) {
     acc.w = fmaf(w, x.w, acc.w);
 }
 
-// Reads what other blocks of this launch wrote (the fused combine): from L2, never a stale L1 line.
-__device__ __forceinline__ float load_coherent(const float *a) {
-#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
-    return __ldcg(a);
-#else
-    return *reinterpret_cast<const volatile float *>(a);
-#endif
-}
-
 // Asks L2 for a row of BYTES (16-byte aligned) at a: no register, no wait. sm_90 and up: one
 // bulk prefetch; before: one per 128-byte line; HIP and the host emulator: nothing.
 template <int BYTES>

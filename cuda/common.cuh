@@ -103,5 +103,15 @@ __device__ __forceinline__ void store_chunk4(float *row, int64_t chunk, int64_t 
         if (c0 + i < cols) row[c0 + i] = v[i];
 }
 
+// Reads what other blocks of this launch wrote (the attention's fused combine, the GDN norm
+// epilogue's quantization): from L2, never a stale L1 line.
+__device__ __forceinline__ float load_coherent(const float *a) {
+#if defined(__CUDA_ARCH__) && !defined(__HIPCC__)
+    return __ldcg(a);
+#else
+    return *reinterpret_cast<const volatile float *>(a);
+#endif
+}
+
 // x * sigmoid(x) in f32 (saturates to -0 for very negative x, never NaN for finite x).
 __device__ __forceinline__ float silu_f32(float x) { return x / (1.0f + expf(-x)); }

@@ -7,7 +7,9 @@
 //      q_scale), written to the value heads that read them (value head j reads key head
 //      j % Hk); v; beta = sigmoid(b) and g = softplus(a + dt_bias) * ssm_a; the arrival
 //      counters of launch 2 zeroed.
-//   2. the recurrent step (gdn_recurrent.cuh) with the gated RMSNorm epilogue.
+//   2. the recurrent step (gdn_recurrent.cuh) with the gated RMSNorm epilogue, which also
+//      quantizes normed for the out projection where a workspace is given (gdn_norm_epilogue.cuh;
+//      launch 1 then zeroes the chunk arrivals and quantizes the workspace's padding rows).
 // luce_gdn_tree_prepare is launch 1 for the rows of draft trees (speculative verify): each row's
 // conv window from its ancestors, nearest last, then the slot's conv state (conv1d.cuh's
 // tree_window, as cuda/tree_conv.cu, and the same fmaf chain), nothing advanced, the arrivals
@@ -32,14 +34,17 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / WARP_SIZE;
 constexpr int kMaxLaneChannels = 256 / WARP_SIZE;  // Dk <= 256
 
+// Launch 1's roles along x: q / k heads, v channels, value heads' gates, then (segment 0, with a
+// workspace) the warps quantizing the workspace's padding rows (pad_warps of them).
 struct Layout {
-    int64_t C, key_dim, qk_blocks, v_blocks;
+    int64_t C, key_dim, qk_blocks, v_blocks, gate_blocks, pad_warps;
 };
 
-__host__ __device__ inline Layout layout_of(const luce_gdn_decode_params &p) {
+__host__ __device__ inline Layout layout_of(const luce_gdn_decode_params &p, const mm::XLayout &l) {
     const int64_t key_dim = (int64_t)p.n_k_heads * p.dk, value_dim = (int64_t)p.n_v_heads * p.dv;
     return {2 * key_dim + value_dim, key_dim, (2 * p.n_k_heads + kWarps - 1) / kWarps,
-            (value_dim + kThreads - 1) / kThreads};
+            (value_dim + kThreads - 1) / kThreads, (p.n_v_heads + kThreads - 1) / kThreads,
+            l.xq != nullptr ? (l.tp - p.rows) * l.chunks : 0};
 }
 
 // SiLU(conv) of channel c at token t of the segment whose first row is r0; state_c is the
@@ -81,20 +86,28 @@ __device__ __forceinline__ void conv_state_advance(const luce_gdn_decode_params 
 // kTree: block z takes row z of the segment (tree_parents as conv_silu_at), else every row.
 template <int K, bool kTree>
 __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_decode_params p,
-                                                                      const int32_t *tree_parents) {
+                                                                      const int32_t *tree_parents, mm::XLayout l) {
     wait_for_prior_kernels();  // q, k, v, z, b, a come from the matmuls ahead
     let_dependents_start();
-    const Layout L = layout_of(p);
+    const Layout L = layout_of(p, l);
     const int64_t seg = blockIdx.y, Hk = p.n_k_heads, Hv = p.n_v_heads, dk = p.dk, dv = p.dv;
     const int64_t slot = p.seq_slots[seg];
     const int64_t r0 = p.qo_indptr[seg], n = p.qo_indptr[seg + 1] - r0;
     const int64_t t_first = kTree ? blockIdx.z : 0;  // the block's rows: t_first .. t_end - 1
     const int64_t t_end = kTree ? (t_first < n ? t_first + 1 : t_first) : n;
     const int64_t bx = blockIdx.x;
+    if (bx >= L.qk_blocks + L.v_blocks + L.gate_blocks) {   // padding rows of the workspace: zeros
+        const int64_t item = (bx - L.qk_blocks - L.v_blocks - L.gate_blocks) * kWarps + threadIdx.x / WARP_SIZE;
+        if (seg == 0 && item < L.pad_warps)  // whole warps
+            mm::quantize_x_row_chunk<false>(nullptr, false, l, p.rows + item / l.chunks, item % l.chunks);
+        return;
+    }
     if (bx >= L.qk_blocks + L.v_blocks) {   // gates of value head h
         const int64_t h = (bx - L.qk_blocks - L.v_blocks) * kThreads + threadIdx.x;
         if (h >= Hv) return;
         if (!kTree || (p.arrivals != nullptr && blockIdx.z == 0)) p.arrivals[seg * Hv + h] = 0;
+        if (l.xq != nullptr)  // the chunk arrivals, after the heads'
+            for (int64_t c = h; c < l.chunks; c += Hv) p.arrivals[p.n_segments * Hv + seg * l.chunks + c] = 0;
         if (slot < 0) return;
         for (int64_t t = r0 + t_first; t < r0 + t_end; ++t) {
             const int64_t th = t * Hv + h;
@@ -168,68 +181,81 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
 }
 
 template <int K, bool kTree>
-cudaError_t launch_prepare(const luce_gdn_decode_params &p, const int32_t *tree_parents, dim3 grid,
-                           cudaStream_t stream) {
+cudaError_t launch_prepare(const luce_gdn_decode_params &p, const int32_t *tree_parents, const mm::XLayout &l,
+                           dim3 grid, cudaStream_t stream) {
     return launch_overlapped(gdn_decode_prepare_kernel<K, kTree>, grid, dim3(kThreads), 0, stream,
-                             chain_overlap(kPdlGdn), p, tree_parents);
+                             chain_overlap(kPdlGdn), p, tree_parents, l);
 }
 
 template <bool kTree>
-cudaError_t launch_prepare_taps(const luce_gdn_decode_params &p, const int32_t *tree_parents, dim3 grid,
-                                cudaStream_t s) {
+cudaError_t launch_prepare_taps(const luce_gdn_decode_params &p, const int32_t *tree_parents, const mm::XLayout &l,
+                                dim3 grid, cudaStream_t s) {
     switch (p.kernel_size) {
-        case 2: return launch_prepare<2, kTree>(p, tree_parents, grid, s);
-        case 3: return launch_prepare<3, kTree>(p, tree_parents, grid, s);
-        case 4: return launch_prepare<4, kTree>(p, tree_parents, grid, s);
-        case 5: return launch_prepare<5, kTree>(p, tree_parents, grid, s);
-        case 6: return launch_prepare<6, kTree>(p, tree_parents, grid, s);
-        case 7: return launch_prepare<7, kTree>(p, tree_parents, grid, s);
-        default: return launch_prepare<8, kTree>(p, tree_parents, grid, s);
+        case 2: return launch_prepare<2, kTree>(p, tree_parents, l, grid, s);
+        case 3: return launch_prepare<3, kTree>(p, tree_parents, l, grid, s);
+        case 4: return launch_prepare<4, kTree>(p, tree_parents, l, grid, s);
+        case 5: return launch_prepare<5, kTree>(p, tree_parents, l, grid, s);
+        case 6: return launch_prepare<6, kTree>(p, tree_parents, l, grid, s);
+        case 7: return launch_prepare<7, kTree>(p, tree_parents, l, grid, s);
+        default: return launch_prepare<8, kTree>(p, tree_parents, l, grid, s);
     }
 }
 
 template <int DK>
-cudaError_t launch_recurrent_norm(const luce_gdn_decode_params &p, cudaStream_t stream) {
+cudaError_t launch_recurrent_norm(const luce_gdn_decode_params &p, const mm::XLayout &l, cudaStream_t stream) {
     const luce_gdn_recurrent_params r = {p.q, p.k, p.v, p.g, p.beta, p.state, p.out, p.qo_indptr, p.seq_slots,
                                          p.n_slots, p.n_segments, p.n_v_heads, p.dk, p.dv};
-    const GdnNormEpilogue e = {p.z, p.z_stride, p.norm_weight, p.normed, p.arrivals, p.rms_eps};
+    int32_t *chunk_arrivals = l.xq != nullptr ? p.arrivals + (int64_t)p.n_segments * p.n_v_heads : nullptr;
+    const GdnNormEpilogue e = {p.z, p.z_stride, p.norm_weight, p.normed, p.arrivals, p.rms_eps, l, chunk_arrivals};
     const dim3 grid((unsigned)(p.dv / WARP_SIZE), (unsigned)p.n_v_heads, (unsigned)p.n_segments);
     return launch_overlapped(gdn_recurrent_kernel<DK, true>, grid, dim3(GDN_THREADS), 0, stream, chain_overlap(kPdlGdn), r, e);
 }
 
-// 0 where the sizes are valid for either entry point, else cudaErrorInvalidValue.
-int bad_prepare_sizes(const luce_gdn_decode_params *p) {
+// Launch 1's blocks along x.
+int64_t prepare_blocks(const Layout &L) {
+    return L.qk_blocks + L.v_blocks + L.gate_blocks + (L.pad_warps + kWarps - 1) / kWarps;
+}
+
+// 0 where the sizes are valid for either entry point (and l the workspace's layout, l.xq null
+// without one), else cudaErrorInvalidValue.
+int bad_prepare_sizes(const luce_gdn_decode_params *p, mm::XLayout *l) {
+    *l = mm::XLayout{};
     if (gdn_bad_sizes(p->n_segments, p->n_v_heads, p->dk, p->dv) || p->n_slots < 0 || p->n_k_heads <= 0 ||
         p->dk % WARP_SIZE != 0 || p->kernel_size < 2 || p->kernel_size > 8 ||
         ((uintptr_t)p->q | (uintptr_t)p->k) % 16 != 0)  // rows of q, k move as float4
         return (int)cudaErrorInvalidValue;
-    const Layout L = layout_of(*p);
+    if (p->workspace != nullptr) {  // normed [rows, Hv Dv] quantized: a head's chunks fit one mask word
+        const int64_t cols = (int64_t)p->n_v_heads * p->dv;
+        if (p->rows <= 0 || p->rows > 0x7fffffff || p->dv > 4096 || !is_aligned16(p->workspace) ||
+            !is_aligned16(p->normed) || p->workspace_bytes < mm::x_bytes(p->rows, cols))
+            return (int)cudaErrorInvalidValue;
+        *l = mm::x_layout(p->workspace, p->rows, cols);
+    }
+    const Layout L = layout_of(*p, *l);
     if (p->qkv_stride < L.C || p->z_stride < (int64_t)p->n_v_heads * p->dv || p->b_stride < p->n_v_heads ||
         p->a_stride < p->n_v_heads)
         return (int)cudaErrorInvalidValue;
-    const int64_t blocks = L.qk_blocks + L.v_blocks + (p->n_v_heads + kThreads - 1) / kThreads;
-    return blocks > 0x7fffffff ? (int)cudaErrorInvalidValue : 0;
+    return prepare_blocks(L) > 0x7fffffff ? (int)cudaErrorInvalidValue : 0;
 }
 
 // Launch 1's grid: (roles, segments, rows a segment's blocks take one each; 1: all).
-dim3 prepare_grid(const luce_gdn_decode_params *p, int64_t rows) {
-    const Layout L = layout_of(*p);
-    const int64_t blocks = L.qk_blocks + L.v_blocks + (p->n_v_heads + kThreads - 1) / kThreads;
-    return dim3((unsigned)blocks, (unsigned)p->n_segments, (unsigned)rows);
+dim3 prepare_grid(const luce_gdn_decode_params *p, const mm::XLayout &l, int64_t rows) {
+    return dim3((unsigned)prepare_blocks(layout_of(*p, l)), (unsigned)p->n_segments, (unsigned)rows);
 }
 
 }  // namespace
 
 extern "C" int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream) {
     if (p->n_segments == 0) return 0;
-    if (const int bad = bad_prepare_sizes(p)) return bad;
+    mm::XLayout l;
+    if (const int bad = bad_prepare_sizes(p, &l)) return bad;
     const cudaStream_t s = (cudaStream_t)stream;
-    cudaError_t err = launch_prepare_taps<false>(*p, nullptr, prepare_grid(p, 1), s);
+    cudaError_t err = launch_prepare_taps<false>(*p, nullptr, l, prepare_grid(p, l, 1), s);
     if (err != cudaSuccess) return luce_status(err);
     switch (p->dk) {
-        case 64: err = launch_recurrent_norm<64>(*p, s); break;
-        case 128: err = launch_recurrent_norm<128>(*p, s); break;
-        default: err = launch_recurrent_norm<256>(*p, s); break;
+        case 64: err = launch_recurrent_norm<64>(*p, l, s); break;
+        case 128: err = launch_recurrent_norm<128>(*p, l, s); break;
+        default: err = launch_recurrent_norm<256>(*p, l, s); break;
     }
     return luce_status(err);
 }
@@ -237,8 +263,10 @@ extern "C" int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream) {
 extern "C" int luce_gdn_tree_prepare(const luce_gdn_decode_params *p, const int32_t *tree_parents,
                                      int32_t max_tree_rows, void *stream) {
     if (p->n_segments == 0 || max_tree_rows == 0) return 0;
-    if (const int bad = bad_prepare_sizes(p)) return bad;
-    if (!tree_parents || max_tree_rows < 0 || max_tree_rows > 65535) return (int)cudaErrorInvalidValue;
+    mm::XLayout l;
+    if (const int bad = bad_prepare_sizes(p, &l)) return bad;
+    if (!tree_parents || max_tree_rows < 0 || max_tree_rows > 65535 || l.xq != nullptr)
+        return (int)cudaErrorInvalidValue;
     return luce_status(
-        launch_prepare_taps<true>(*p, tree_parents, prepare_grid(p, max_tree_rows), (cudaStream_t)stream));
+        launch_prepare_taps<true>(*p, tree_parents, l, prepare_grid(p, l, max_tree_rows), (cudaStream_t)stream));
 }

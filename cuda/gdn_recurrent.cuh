@@ -58,5 +58,5 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_recurrent_kernel(luce_gdn_rec
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) hp[r * dv] = h[r];
     }
-    if constexpr (NORM) gdn_norm_epilogue(e, p.out, (int64_t)seg * H + head, r0, r1, H, head, dv);
+    if constexpr (NORM) gdn_norm_epilogue(e, p.out, seg, r0, r1, H, head, dv);
 }

@@ -207,8 +207,8 @@ gdn_tree_verify_kernel(luce_gdn_tree_verify_params p, int32_t max_saves, int32_t
         }
     }
     if constexpr (NORM) {
-        const GdnNormEpilogue e = {p.z, p.z_stride, p.norm_weight, p.normed, p.arrivals, p.rms_eps};
-        gdn_norm_epilogue(e, p.out, (int64_t)seg * H + head, r0, r0 + n, H, head, dv);
+        const GdnNormEpilogue e = {p.z, p.z_stride, p.norm_weight, p.normed, p.arrivals, p.rms_eps, {}, nullptr};
+        gdn_norm_epilogue(e, p.out, seg, r0, r0 + n, H, head, dv);
     }
 }
 

@@ -200,6 +200,16 @@ typedef struct {
      * row r of a tree segment's qkv block at row r - stage_row0 (the tree commit's conv inputs). */
     float *conv_stage;
     int64_t stage_row0;
+    /* ABI 18, luce_gdn_decode only (NULL for luce_gdn_tree_prepare): where workspace is non-NULL,
+     * normed is also quantized there for luce_matmul with LUCE_MATMUL_REUSE_X (the out projection:
+     * its result on normed, bitwise, without a quantize launch). normed then holds rows rows (T,
+     * the workspace's padding rows past it get zeros), workspace_bytes >=
+     * luce_matmul_workspace_bytes(rows, Hv * Dv), Dv <= 4096, normed and workspace 16-byte aligned,
+     * and arrivals is [n_segments * (Hv + ceil(Hv * Dv / 256))] int32 (the heads', then the 256-value
+     * chunks'). */
+    void *workspace;
+    int64_t workspace_bytes;
+    int64_t rows;
 } luce_gdn_decode_params;
 int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream);
 /* Launch 1 of luce_gdn_decode for the rows of draft trees (ABI 14): q, k, v, g, beta of every

@@ -135,23 +135,41 @@ __device__ __forceinline__ void quantize_x_values(float v[8], const XLayout &l, 
     }
 }
 
-// One warp per (row, chunk): lane = 4 * group + quad holds values 4q..4q+3 and 16+4q..16+4q+3.
+// A whole warp quantizes chunk ch of token t from its f32 row x_row (16-byte aligned; live false:
+// a padding row, zeros) into l; lane = 4 * group + quad loads values 4q..4q+3 and 16+4q..16+4q+3.
+// kCoherent: the row was written by other blocks of this launch (load_coherent), else read-only.
+template <bool kCoherent>
+__device__ __forceinline__ void quantize_x_row_chunk(const float *x_row, bool live, const XLayout &l, int64_t t,
+                                                     int64_t ch) {
+    const int quad = threadIdx.x % 4, j = (threadIdx.x % WARP_SIZE) >> 2;
+    const int64_t g = ch * kGroups + j;
+    float v[8] = {};
+    if (live && g < l.groups) {
+        const float *src = x_row + 32 * g + 4 * quad;
+        if constexpr (kCoherent) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                v[i] = load_coherent(src + i);
+                v[4 + i] = load_coherent(src + 16 + i);
+            }
+        } else {
+            const float4 a = __ldg(reinterpret_cast<const float4 *>(src));
+            const float4 b = __ldg(reinterpret_cast<const float4 *>(src + 16));
+            v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        }
+    }
+    quantize_x_values(v, l, t, ch);
+}
+
+// One warp per (row, chunk).
 static __global__ void __launch_bounds__(256) quantize_x_kernel(const float *x, int64_t rows, int64_t k,
                                                                 XLayout l) {
     wait_for_prior_kernels();  // x comes from the kernel ahead
     let_dependents_start();    // the matmul may launch now; it waits for this kernel before reading x
-    const int lane = threadIdx.x % WARP_SIZE, quad = lane & 3, j = lane >> 2;
     const int64_t item = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
     if (item >= l.tp * l.chunks) return;  // whole warps
-    const int64_t t = item / l.chunks, ch = item % l.chunks, g = ch * kGroups + j;
-    float v[8] = {};
-    if (t < rows && g < l.groups) {
-        const float *src = x + t * k + 32 * g;
-        const float4 a = __ldg(reinterpret_cast<const float4 *>(src + 4 * quad));
-        const float4 b = __ldg(reinterpret_cast<const float4 *>(src + 16 + 4 * quad));
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-    }
-    quantize_x_values(v, l, t, ch);
+    const int64_t t = item / l.chunks, ch = item % l.chunks;
+    quantize_x_row_chunk<false>(x + t * k, t < rows, l, t, ch);
 }
 
 }  // namespace mm

@@ -82,6 +82,9 @@ cdef extern from "luce_ops.h":
         int64_t a_stride
         float *conv_stage
         int64_t stage_row0
+        void *workspace
+        int64_t workspace_bytes
+        int64_t rows
 
 
 ctypedef int (*gdn_recurrent_fn)(const luce_gdn_recurrent_params *, void *) noexcept nogil
@@ -210,6 +213,9 @@ cdef luce_gdn_decode_params _decode_params(
     p.a_stride = a_stride
     p.conv_stage = NULL
     p.stage_row0 = 0
+    p.workspace = NULL
+    p.workspace_bytes = 0
+    p.rows = 0
     return p
 
 
@@ -219,18 +225,24 @@ def gdn_decode(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state, uintp
                uintptr_t normed, uintptr_t arrivals, uintptr_t qo_indptr, uintptr_t seq_slots, int64_t n_slots,
                int32_t n_segments, int32_t n_k_heads, int32_t n_v_heads, int32_t dk, int32_t dv,
                int32_t kernel_size, float q_scale, float l2_eps, float rms_eps, int64_t qkv_stride,
-               int64_t z_stride, int64_t b_stride, int64_t a_stride, uintptr_t stream=0):
+               int64_t z_stride, int64_t b_stride, int64_t a_stride, uintptr_t stream=0, uintptr_t workspace=0,
+               int64_t workspace_bytes=0, int64_t rows=0):
     """The GDN decode chain of AR segments in two launches (luce_gdn_decode_params): qkv [T, C],
     conv_weight [C, K], conv_state [n_slots, K-1, C], b, a [T, Hv], dt_bias, ssm_a [Hv], z
     [T, Hv, Dv], norm_weight [Dv], state [n_slots, Hv, Dk, Dv] (both states in place); the
     caller's buffers q, k [T, Hv, Dk], v, out [T, Hv, Dv], g, beta [T, Hv], arrivals int32
     [n_segments, Hv]; result normed [T, Hv, Dv]. qkv, z, b, a rows lie *_stride elements
-    apart (column blocks of a merged projection read in place)."""
+    apart (column blocks of a merged projection read in place). workspace (0: none) of
+    workspace_bytes: normed [rows = T, Hv*Dv] also quantized there for matmul(..., flags=REUSE_X);
+    arrivals then [n_segments * (Hv + ceil(Hv*Dv / 256))]."""
     _require_loaded(<void *>_gdn_decode)
     cdef luce_gdn_decode_params p = _decode_params(
         qkv, conv_weight, conv_state, b, a, dt_bias, ssm_a, z, norm_weight, state, q, k, v, g, beta, out, normed,
         arrivals, qo_indptr, seq_slots, n_slots, n_segments, n_k_heads, n_v_heads, dk, dv, kernel_size, q_scale,
         l2_eps, rms_eps, qkv_stride, z_stride, b_stride, a_stride)
+    p.workspace = <void *>workspace
+    p.workspace_bytes = workspace_bytes
+    p.rows = rows
     cdef int status
     with nogil:
         status = _gdn_decode(&p, <void *>stream)

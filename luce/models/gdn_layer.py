@@ -126,12 +126,11 @@ def gdn_mixer(backend, w: GDNWeights, projections, batch, recurrent, il: int, di
     if tree_mode not in TREE_MODES:
         raise ValueError(f"GDN tree mode must be one of {TREE_MODES}, got {tree_mode!r}")
     b, d = backend, dims
-    T = projections[0].shape[0]        # columns side by side: qkv [T, C] | z [T, Hv*Dv] | beta, alpha [T, Hv]
     conv_pool, gdn_pool = recurrent.pools(il)
-    normed, tree_part = b.conv_gdn_norm(projections, w.conv, w.dt_bias, w.ssm_a, w.norm, conv_pool, gdn_pool,
-                                        batch, d.n_k_heads, L2NORM_EPS, rms_eps, tree_mode)
+    y, tree_part = b.conv_gdn_norm(projections, w.conv, w.dt_bias, w.ssm_a, w.norm, conv_pool, gdn_pool, batch,
+                                   d.n_k_heads, L2NORM_EPS, rms_eps, tree_mode, out_proj=w.out)
     if tree_part is not None and staged is not None:   # qkv: the first C columns of the first part
         if "conv_inputs" not in tree_part:
             tree_part = dict(tree_part, conv_inputs=b.stage_tree_rows(projections[0], batch, conv_pool))
         staged[il] = TreeStage(mode=tree_mode, **tree_part)
-    return b.matmul(normed.reshape(T, d.value_dim), w.out, prefill_spans=batch.prefill_spans)
+    return y

@@ -22,7 +22,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from luce.ops.gdn_inputs import gdn_input_blocks, gdn_input_widths, gdn_qkv_heads
+from luce.ops.gdn_inputs import gdn_input_blocks, gdn_input_widths, gdn_out_proj, gdn_qkv_heads
 
 Array = Any
 Weight = Any
@@ -174,7 +174,8 @@ class Backend(Protocol):
 
     def conv_gdn_norm(self, parts: Sequence[Array], conv: Array, dt_bias: Array, ssm_a: Array, norm: Array,
                       conv_pool: Array, gdn_pool: Array, batch, n_k_heads: int, l2_eps: float,
-                      rms_eps: float, tree_mode: str = "factor") -> tuple[Array, dict | None]:
+                      rms_eps: float, tree_mode: str = "factor",
+                      out_proj: Weight | None = None) -> tuple[Array, dict | None]:
         """A Gated DeltaNet layer's chain from its projections to the output norm (luce/ref/
         gdn_decode.py): parts are the projections of its T rows, whose columns side by side are
         [qkv | z | b | a] = [C | Hv*Dv | Hv | Hv] (C = 2 Hk Dk + Hv Dv; [qkv, z, b, a], or merged
@@ -185,7 +186,9 @@ class Backend(Protocol):
         l2norm'ed (l2_eps; q times gdn_q_scale) and tiled to the value heads (gdn_qkv_heads), o
         from gdn_step(tree_mode). Bitwise the composition (CUDA: steps of AR rows in two launches,
         reading merged parts in place). A tree part may carry 'conv_inputs' (TreeStage's, staged
-        by the chain itself), else the caller stages them (stage_tree_rows)."""
+        by the chain itself), else the caller stages them (stage_tree_rows). out_proj (a Weight
+        [N, Hv*Dv]): the result is matmul(normed [T, Hv*Dv], out_proj, batch.prefill_spans) [T, N]
+        instead (CUDA quantizes normed for it in the chain's launch, bitwise the same)."""
 
     def merge_weights(self, weights: Sequence[Weight]) -> Weight | None:
         """One Weight [sum N_i, K] with the rows of each in turn, or None where the backend
@@ -362,7 +365,7 @@ class FusedOps:
         return self.attention(q, kv, batch, scale, True)
 
     def conv_gdn_norm(self, parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
-                      l2_eps: float, rms_eps: float, tree_mode: str = "factor"):
+                      l2_eps: float, rms_eps: float, tree_mode: str = "factor", out_proj=None):
         _, Hv, dk, dv = gdn_pool.shape
         qkv, z, b, a = gdn_input_blocks(self, parts, gdn_input_widths(conv.shape[0], Hv, dv))
         T = qkv.shape[0]
@@ -371,7 +374,8 @@ class FusedOps:
         mixed = self.conv1d_step(qkv, conv, conv_pool, batch)
         q, k, v = gdn_qkv_heads(self, mixed, T, n_k_heads, Hv, dk, dv, l2_eps)
         o, tree_part = self.gdn_step(q, k, v, g, beta, gdn_pool, batch, tree_mode)
-        return self.gated_rmsnorm(o, z.reshape(T, Hv, dv), norm, rms_eps), tree_part
+        return gdn_out_proj(self, self.gated_rmsnorm(o, z.reshape(T, Hv, dv), norm, rms_eps), out_proj,
+                            batch), tree_part
 
     def merge_weights(self, weights):
         return None

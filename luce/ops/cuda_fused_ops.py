@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from luce.ops.api import SEG_AR, SEG_PAD, SEG_TREE, FusedOps
-from luce.ops.gdn_inputs import gdn_input_widths, gdn_q_scale
+from luce.ops.gdn_inputs import gdn_input_widths, gdn_out_proj, gdn_q_scale
 from luce.ops.cuda_array import Block
 from luce.ops.quant_weight import QuantWeight
 
@@ -40,6 +40,11 @@ GATE_QUANT_ON = os.environ.get("LUCE_GATE_QUANT", "1") != "0"
 # (luce_gdn_tree_prepare), then the tree verify with the gated norm: 16 kernels fewer a layer than
 # the composition, the same bits. LUCE_GDN_TREE_FUSED=0 keeps the composition (A/B runs).
 GDN_TREE_FUSED = os.environ.get("LUCE_GDN_TREE_FUSED", "1") != "0"
+
+# A step of AR rows: the GDN out projection's x quantized in the chain's norm epilogue where that
+# matmul would not quantize in lane (one launch a GDN layer fewer). LUCE_GDN_OUT_QUANT=0: the
+# matmul quantizes normed itself (A/B runs).
+GDN_OUT_QUANT_ON = os.environ.get("LUCE_GDN_OUT_QUANT", "1") != "0"
 
 
 class CudaFusedOps(FusedOps):
@@ -239,12 +244,14 @@ class CudaFusedOps(FusedOps):
         return self._attention((parts[0].shape[0], n_head, D), None, kv, batch, scale, True, rope)
 
     def conv_gdn_norm(self, parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
-                      l2_eps: float, rms_eps: float, tree_mode: str = "factor"):
+                      l2_eps: float, rms_eps: float, tree_mode: str = "factor", out_proj=None):
         """A step whose live segments are all AR rows: cuda/gdn_decode.cu (2 launches), reading
-        the column blocks qkv | z | b | a of merged parts in place (row strides); a step of tree
-        rows only: luce_gdn_tree_prepare, then gdn_step's tree verify with the norm (_tree_chain);
-        any other step: the composition (conv1d_step, gdn_step and the pointwise ops, each one
-        launch; a merged part is split there first, a gather a block)."""
+        the column blocks qkv | z | b | a of merged parts in place (row strides), and quantizing
+        normed for out_proj in its second launch where that matmul would not quantize in lane
+        (quantizes_in_lane: the 27B's k = 6,144); a step of tree rows only: luce_gdn_tree_prepare,
+        then gdn_step's tree verify with the norm (_tree_chain); any other step: the composition
+        (conv1d_step, gdn_step and the pointwise ops, each one launch; a merged part is split
+        there first, a gather a block). out_proj after the chain as api.Backend.conv_gdn_norm says."""
         from luce import _cuda_gdn as kg
         from luce.ops.cuda_step_meta import meta_of
         from luce.ops.cuda_step_ops import GDN_KEY_DIMS
@@ -257,7 +264,7 @@ class CudaFusedOps(FusedOps):
         tree = GDN_TREE_FUSED and only(SEG_TREE) and batch.max_tree_rows <= 65535
         if T == 0 or not (only(SEG_AR) or tree) or dk not in GDN_KEY_DIMS or dv % 32 or not 2 <= K <= 8:
             return super().conv_gdn_norm(parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch,
-                                         n_k_heads, l2_eps, rms_eps, tree_mode)
+                                         n_k_heads, l2_eps, rms_eps, tree_mode, out_proj)
         parts = [self._f32(x) for x in parts]
         conv, dt_bias, ssm_a, norm = (self._f32(x) for x in (conv, dt_bias, ssm_a, norm))
         C = 2 * n_k_heads * dk + Hv * dv
@@ -274,17 +281,25 @@ class CudaFusedOps(FusedOps):
         (qkv, qkv_stride), (z, z_stride), (b, b_stride), (a, a_stride) = views
         S, meta = batch.n_segments, meta_of(self, batch)
         if tree:
-            return self._tree_chain(T, views, conv, conv_pool, dt_bias, ssm_a, norm, gdn_pool, batch, n_k_heads,
-                                    l2_eps, rms_eps, tree_mode)
+            normed, tree_part = self._tree_chain(T, views, conv, conv_pool, dt_bias, ssm_a, norm, gdn_pool, batch,
+                                                 n_k_heads, l2_eps, rms_eps, tree_mode)
+            return gdn_out_proj(self, normed, out_proj, batch), tree_part
         q, k = self.empty((T, Hv, dk)), self.empty((T, Hv, dk))
         v, o, normed = self.empty((T, Hv, dv)), self.empty((T, Hv, dv)), self.empty((T, Hv, dv))
         g, beta = self.empty((T, Hv)), self.empty((T, Hv))
-        arrivals = self.empty((S, Hv), np.int32)
+        quant = out_proj is not None and GDN_OUT_QUANT_ON and out_proj.k == Hv * dv and dv <= 4096 \
+            and not self.quantizes_in_lane([out_proj]) and not self.has_prompt_rows(T, batch.prefill_spans)
+        workspace, ws_bytes = self._quant_workspace(T, Hv * dv, [out_proj]) if quant else (None, 0)
+        chunks = (Hv * dv + 255) // 256 if workspace is not None else 0
+        arrivals = self.empty((S * (Hv + chunks),), np.int32)
         kg.gdn_decode(qkv, conv.ptr, conv_pool.ptr, b, a, dt_bias.ptr, ssm_a.ptr, z, norm.ptr,
                       gdn_pool.ptr, q.ptr, k.ptr, v.ptr, g.ptr, beta.ptr, o.ptr, normed.ptr, arrivals.ptr,
                       meta.ptr("qo_indptr"), meta.ptr("ar_slots"), n_slots, S, n_k_heads, Hv, dk, dv, K,
-                      gdn_q_scale(dk), l2_eps, rms_eps, qkv_stride, z_stride, b_stride, a_stride, self.stream)
-        return normed, None
+                      gdn_q_scale(dk), l2_eps, rms_eps, qkv_stride, z_stride, b_stride, a_stride, self.stream,
+                      0 if workspace is None else workspace.ptr, ws_bytes, T)
+        if workspace is None:
+            return gdn_out_proj(self, normed, out_proj, batch), None
+        return self._matmuls(normed.reshape(T, Hv * dv), [out_proj], None, (), (workspace, ws_bytes))[0], None
 
     def _tree_chain(self, T: int, views, conv, conv_pool, dt_bias, ssm_a, norm, gdn_pool, batch, n_k_heads: int,
                     l2_eps: float, rms_eps: float, tree_mode: str):

@@ -52,3 +52,12 @@ def gdn_qkv_heads(b, mixed, n: int, n_k_heads: int, n_v_heads: int, dk: int, dv:
     q = b.take_rows(q.reshape(n * n_k_heads, dk), repeat).reshape(n, n_v_heads, dk)
     k = b.take_rows(k.reshape(n * n_k_heads, dk), repeat).reshape(n, n_v_heads, dk)
     return q, k, v.reshape(n, n_v_heads, dv)
+
+
+def gdn_out_proj(b, normed, out_proj, batch):
+    """conv_gdn_norm's result: normed [T, Hv, Dv] as is (out_proj None), else
+    b.matmul(normed [T, Hv*Dv], out_proj, prefill_spans=batch.prefill_spans)."""
+    if out_proj is None:
+        return normed
+    return b.matmul(normed.reshape(normed.shape[0], int(np.prod(normed.shape[1:]))), out_proj,
+                    prefill_spans=batch.prefill_spans)

@@ -1,7 +1,10 @@
 """Reference of a Gated DeltaNet layer's chain from its projections to the output norm
 (cuda/gdn_decode.cu for AR rows; luce.ops.api conv_gdn_norm): the composition of the
 conv1d, pointwise, gdn_recurrent and gated_rmsnorm references, which is all the kernel may
-compute. gdn_tree_inputs: what luce_gdn_tree_prepare computes for the rows of a draft tree."""
+compute. gdn_tree_inputs: what luce_gdn_tree_prepare computes for the rows of a draft tree.
+
+Given a workspace, the kernel also quantizes normed for the out projection (cuda/matmul_x.cuh);
+that quantization is the matmul's own, so its reference is luce.ref.matmul on normed."""
 from __future__ import annotations
 
 import numpy as np

@@ -7,7 +7,9 @@ evolve in place across replays (g < 0 keeps the recurrent state bounded). bytes_
 floor: each segment's conv and recurrent state read and written once, its projections read,
 the output written. gdn_tree_prepare cases: the tree verify's first launch (luce_gdn_tree_prepare)
 over trees of 23 rows (a chain's depth 8, then siblings) on 1 or 5 slots; floor: the rows'
-projections read, q, k, v, g, beta written."""
+projections read, q, k, v, g, beta written. gdn_decode_quant cases: the chain also quantizing
+normed for the out projection (its norm epilogue; the 27B's AR step): floor plus the
+quantized x written."""
 from __future__ import annotations
 
 import functools
@@ -18,8 +20,9 @@ HK, HV, DK, DV, TAPS = 16, 48, 128, 128, 4
 CHANNELS = 2 * HK * DK + HV * DV
 
 
-def gdn_decode_case(n_segments: int):
+def gdn_decode_case(n_segments: int, quant: bool = False):
     from luce import _cuda_gdn as kg
+    from luce import _cuda_matmul as km
     from luce.ops.gdn_inputs import gdn_q_scale
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
@@ -36,27 +39,34 @@ def gdn_decode_case(n_segments: int):
          "state": random_device_buffer(n_segments * HV * DK * DV, 9, scale=0.1),
          "q": DeviceBuffer(T * HV * DK * 4), "k": DeviceBuffer(T * HV * DK * 4), "v": DeviceBuffer(T * HV * DV * 4),
          "g": DeviceBuffer(T * HV * 4), "beta": DeviceBuffer(T * HV * 4), "out": DeviceBuffer(T * HV * DV * 4),
-         "normed": DeviceBuffer(T * HV * DV * 4), "arrivals": DeviceBuffer(n_segments * HV * 4),
+         "normed": DeviceBuffer(T * HV * DV * 4),
+         "arrivals": DeviceBuffer(n_segments * (HV + HV * DV // 256) * 4),
          "qo": up(np.arange(n_segments + 1, dtype=np.int32)),
          "slots": up(rng.permutation(n_segments).astype(np.int32))}
     scale = gdn_q_scale(DK)
+    ws_bytes = km.workspace_bytes(T, HV * DV) if quant else 0
+    b["workspace"] = DeviceBuffer(max(ws_bytes, 16))
 
     def launch(stream: int = 0, b=b):
         kg.gdn_decode(*(b[n].ptr for n in ("qkv", "conv", "conv_state", "b", "a", "dt_bias", "ssm_a", "z", "norm",
                                            "state", "q", "k", "v", "g", "beta", "out", "normed", "arrivals", "qo",
                                            "slots")),
                       n_segments, n_segments, HK, HV, DK, DV, TAPS, scale, 1e-6, 1e-6, CHANNELS, HV * DV, HV, HV,
-                      stream)
+                      stream, b["workspace"].ptr if quant else 0, ws_bytes, T)
 
     state_bytes = n_segments * (HV * DK * DV + (TAPS - 1) * CHANNELS) * 4 * 2
     io_bytes = T * (CHANNELS + 2 * HV + 2 * HV * DV) * 4 + CHANNELS * TAPS * 4
     flops = T * (HV * DK * DV * 8 + CHANNELS * TAPS * 2)
-    return launch, state_bytes + io_bytes, flops
+    return launch, state_bytes + io_bytes + ws_bytes, flops
 
 
 BENCH_CASES = [functools.partial(gdn_decode_case, n) for n in (1, 8, 32, 64)]
 for _c in BENCH_CASES:
     _c.__name__ = f"gdn_decode_{_c.args[0]}x{HK}x{HV}x{DK}"
+_QUANT_CASES = [functools.partial(gdn_decode_case, n, True) for n in (1, 8)]
+for _c in _QUANT_CASES:
+    _c.__name__ = f"gdn_decode_quant_{_c.args[0]}x{HK}x{HV}x{DK}"
+BENCH_CASES += _QUANT_CASES
 
 
 def gdn_tree_prepare_case(n_trees: int, rows: int = 23):

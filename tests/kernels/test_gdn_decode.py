@@ -5,6 +5,8 @@ state, step after step, for AR rows on scattered slots beside padding; close to
 luce/ref/gdn_decode.py; a row's bits do not depend on the rows beside it."""
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -171,3 +173,53 @@ def test_conv_gdn_norm_reads_merged_parts_in_place(cuda, layout):
     rows, _ = live_rows(batch)
     assert np.array_equal(cuda.to_numpy(normed)[rows], want[0][rows])
     assert np.array_equal(cuda.to_numpy(conv_pool), want[1]) and np.array_equal(cuda.to_numpy(gdn_pool), want[2])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,qtype", [(SHAPES[1], "IQ4_XS"), (SHAPES[2], "Q8_0")],
+                         ids=lambda v: v if isinstance(v, str) else "x".join(map(str, v)))
+@pytest.mark.parametrize("n_rows", sorted(SLOTS))
+def test_conv_gdn_norm_out_proj_is_the_unfused_bits(cuda, monkeypatch, shape, qtype, n_rows):
+    """out_proj given: the chain quantizes normed for it in its norm epilogue (X_ONCE_MAX_K below
+    Hv*Dv, as the 27B's 6,144; Dv 96 heads straddle 256-value chunks) and the matmul reuses that
+    workspace: bitwise the composition's matmul on normed, step after step, and a row's bits do
+    not depend on the rows beside it."""
+    from gguf import GGMLQuantizationType as Q
+
+    from luce import _cuda_gdn
+    from luce.ops import cuda_backend
+    from tests.kernels.test_matmul import weights
+
+    Hk, Hv, dk, dv, _ = shape
+    monkeypatch.setattr(cuda_backend, "X_ONCE_MAX_K", min(cuda_backend.X_ONCE_MAX_K, Hv * dv - 1))
+    quantized, real = [], _cuda_gdn.gdn_decode
+    signature = inspect.signature(real)
+
+    def spy(*a, **k):
+        quantized.append(signature.bind(*a, **k).arguments.get("workspace", 0))
+        return real(*a, **k)
+
+    monkeypatch.setattr(_cuda_gdn, "gdn_decode", spy)
+    rng = np.random.default_rng(n_rows + dv)
+    w = layer_weights(rng, shape)
+    raw, _ = weights(getattr(Q, qtype), 160, Hv * dv, seed=3)
+    out_proj = cuda._upload_weight(raw, int(getattr(Q, qtype)), (160, Hv * dv), "out")
+    pools = {True: initial_pools(rng, shape), False: None}
+    pools[False] = pools[True]
+
+    def step(fused, x, batch, pool):
+        conv_pool, gdn_pool = (cuda.asarray(p) for p in pool)
+        dev = {k: cuda.asarray(v) for k, v in {**x, **w}.items()}
+        args = ([dev["qkv"], dev["z"], dev["b"], dev["a"]], dev["conv"], dev["dt_bias"], dev["ssm_a"], dev["norm"],
+                conv_pool, gdn_pool, batch, Hk, L2_EPS, RMS_EPS, "factor", out_proj)
+        y, _ = cuda.conv_gdn_norm(*args) if fused else FusedOps.conv_gdn_norm(cuda, *args)
+        return cuda.to_numpy(y), (cuda.to_numpy(conv_pool), cuda.to_numpy(gdn_pool))
+
+    for t in range(2):
+        batch = ar_batch(SLOTS[n_rows], t)
+        x = step_inputs(rng, batch.n_rows, shape)
+        (got, pools[True]), (want, pools[False]) = step(True, x, batch, pools[True]), step(False, x, batch, pools[False])
+        rows, _ = live_rows(batch)
+        assert got.shape == (batch.n_rows, 160) and np.isfinite(got[rows]).all()
+        assert np.array_equal(got[rows], want[rows]), f"out projection differs at step {t}"
+    assert quantized and all(quantized), "the chain did not quantize for the out projection"
