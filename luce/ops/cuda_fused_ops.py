@@ -62,23 +62,22 @@ class CudaFusedOps(FusedOps):
         return self.empty((ws_bytes,), np.uint8), ws_bytes
 
     def _matmul_pair(self, x, weights, biases, runs, workspaces):
-        """CudaBackend._matmuls of two block-type weights whose types luce_matmul_pair may run as
-        one launch, in either order (PAIR_QTYPES: the Q4_K_M mixes' q|k and v; the 27B's GDN q|k|v
-        and gate|beta|alpha, and its attention's v and q|k), one decode row: [y_0, y_1]; None
-        where it does not apply (PAIR_ON off, other shapes)."""
+        """CudaBackend._matmuls of two block-type weights whose types luce_matmul_pair may run
+        as one launch (PAIR_QTYPES: the Q4_K_M mixes' q|k and v, the 27B's GDN q|k|v and gate|beta|alpha), one
+        decode row: [y_a, y_b];
+        None where it does not apply (PAIR_ON off, other shapes)."""
         from luce import _cuda_matmul as km
 
         if not PAIR_ON or len(weights) != 2 or runs != [(0, 1, False)]:
             return None
-        order = [0, 1] if (weights[0].qtype, weights[1].qtype) in km.PAIR_QTYPES else [1, 0]
-        (a, bias_a), (b, bias_b) = ((weights[i], biases[i]) for i in order)
+        a, b = weights
         if (a.qtype, b.qtype) not in km.PAIR_QTYPES or a.k != b.k or x.shape[1] != a.k:
             return None
         ys = [self.empty((1, w.n)) for w in weights]
-        y_a, y_b = (ys[i] for i in order)
+        bias_ptrs = [self._bias_ptr(bias, w) for w, bias in zip(weights, biases)]
         ws, nb, flags = self._matmul_workspace(workspaces, 0, 1, a.k, km.workspace_bytes)
-        km.matmul_pair(x.ptr, a.ptr, self._bias_ptr(bias_a, a), y_a.ptr, a.n, a.qtype, b.ptr, self._bias_ptr(bias_b, b),
-                       y_b.ptr, b.n, b.qtype, ws.ptr, nb, 1, a.k, flags, self.stream)
+        km.matmul_pair(x.ptr, a.ptr, bias_ptrs[0], ys[0].ptr, a.n, a.qtype, b.ptr, bias_ptrs[1], ys[1].ptr, b.n,
+                       b.qtype, ws.ptr, nb, 1, a.k, flags, self.stream)
         return ys
 
     def add_rmsnorm_matmuls(self, x, residual, weight, eps: float, weights, biases=None, prefill_spans=()):

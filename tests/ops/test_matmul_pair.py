@@ -44,29 +44,3 @@ def test_a_decode_row_of_q4_k_and_q6_k_projections_is_one_launch(tmp_path, monke
         assert on["_cuda_matmul.matmul"] == off["_cuda_matmul.matmul"] - 2 * pairs
     else:
         assert on == off
-
-
-def test_a_pair_runs_in_either_order(tmp_path, monkeypatch):
-    """Weights given as (IQ4_XS, Q5_K) (a gated attention's q|k and v) go to luce_matmul_pair as
-    (Q5_K, IQ4_XS), its order, and each y comes back in the caller's place."""
-    import inspect
-
-    import numpy as np
-
-    from luce import _cuda_matmul as km
-    from luce.ops import get_backend
-    from tests.kernels.test_matmul import weights
-    from tests.ops import fake_hip
-
-    signature = inspect.signature(km.matmul_pair)
-    install_fakes(monkeypatch, tmp_path, "cuda")
-    calls = fake_hip.spy_calls(monkeypatch, km, "matmul_pair", signature)
-    backend = get_backend("cuda")
-    k, parts = 256, [(km.QTYPES["IQ4_XS"], 40), (km.QTYPES["Q5_K"], 24)]
-    ws = [backend._upload_weight(weights(q, n, k)[0], q, (n, k), f"w{i}") for i, (q, n) in enumerate(parts)]
-    ys = backend.matmuls(backend.upload(np.ones((1, k), np.float32)), ws)
-    assert [y.shape for y in ys] == [(1, 40), (1, 24)]
-    assert len(calls) == 1
-    c = calls[0]
-    assert (c["qtype_a"], c["n_a"], c["w_a"], c["y_a"]) == (parts[1][0], 24, ws[1].ptr, ys[1].ptr)
-    assert (c["qtype_b"], c["n_b"], c["w_b"], c["y_b"]) == (parts[0][0], 40, ws[0].ptr, ys[0].ptr)
