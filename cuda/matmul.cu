@@ -344,18 +344,16 @@ cudaError_t quantize_x(const luce_matmul_params *p, const XLayout &xl, cudaStrea
                              stream, chain_overlap(kPdlQuant), p->x, p->rows, p->k, xl);
 }
 
-// One launch for luce_matmul_pair: a (Q4_K / Q5_K, twice the rows a batch) and b (Q6_K, or IQ4_XS in
-// its staged form at 4 rows a batch), one decode row each of the same x and workspace, both taking
-// the one-row kernel at tune 0 with one chunk slot a lane. Else kPairNotTaken: the caller makes
-// the two calls.
+// One launch for luce_matmul_pair: a (Q4_K / Q5_K, twice the rows a batch) and b (Q6_K), one
+// decode row each of the same x and workspace, both taking the one-row kernel at tune 0 with one
+// chunk slot a lane. Else kPairNotTaken: the caller makes the two calls.
 constexpr int kPairNotTaken = -1;
 
 int matmul_pair_launch(const luce_matmul_params *a, const luce_matmul_params *b, cudaStream_t stream) {
     const bool shapes = a->rows == 1 && b->rows == 1 && a->path == LUCE_MATMUL_DECODE && b->path == LUCE_MATMUL_DECODE &&
                         a->k == b->k && a->x == b->x && a->workspace == b->workspace &&
                         a->workspace_bytes == b->workspace_bytes && (b->flags & LUCE_MATMUL_REUSE_X) &&
-                        (a->qtype == LUCE_QT_Q4_K || a->qtype == LUCE_QT_Q5_K) &&
-                        (b->qtype == LUCE_QT_Q6_K || b->qtype == LUCE_QT_IQ4_XS) &&
+                        (a->qtype == LUCE_QT_Q4_K || a->qtype == LUCE_QT_Q5_K) && b->qtype == LUCE_QT_Q6_K &&
                         a->tune == 0 && b->tune == 0 && default_tune() == 0 && a->n > 0 && b->n > 0 && a->w && b->w &&
                         a->y && b->y && a->x && a->workspace && a->workspace_bytes >= x_bytes(1, a->k) &&
                         is_aligned16(a->x) && is_aligned16(a->workspace);
@@ -366,20 +364,12 @@ int matmul_pair_launch(const luce_matmul_params *a, const luce_matmul_params *b,
     const uint8_t *wa = static_cast<const uint8_t *>(a->w), *wb = static_cast<const uint8_t *>(b->w);
     const OneRow ra = one_row_choice(a, wa, xl, rb_a, 0), rb = one_row_choice(b, wb, xl, rb_b, 0);
     if (!ra.runs || !rb.runs || !ra.deep || rb.deep || gemv_slots(xl.chunks) != 1) return kPairNotTaken;
-    static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    if (b->qtype == LUCE_QT_IQ4_XS && !gemv_staged_runs<4>(wb, b->n, xl, rb_b, smem_limit)) return kPairNotTaken;
     if (!(a->flags & LUCE_MATMUL_REUSE_X)) {
         const cudaError_t err = quantize_x(a, xl, stream);
         if (err != cudaSuccess) return luce_status(err);
     }
     const GemvArgs ga{wa, wa + a->n * rb_a, a->bias, a->y, xl, a->n, rb_a, 0, nullptr};
     const GemvArgs gb{wb, wb + b->n * rb_b, b->bias, b->y, xl, b->n, rb_b, 0, nullptr};
-    if (b->qtype == LUCE_QT_IQ4_XS) {
-        const GemvStagedArgs sb{wb, b->bias, b->y, xl, b->n, rb_b, 0, 0, nullptr};
-        if (a->qtype == LUCE_QT_Q4_K)
-            return launch_gemv_pair_staged<GemvQ4K, 2 * GemvQ4K::kRows, StagedIQ4XS<true>, 4>(ga, sb, stream);
-        return launch_gemv_pair_staged<GemvQ5K, 2 * GemvQ5K::kRows, StagedIQ4XS<true>, 4>(ga, sb, stream);
-    }
     if (a->qtype == LUCE_QT_Q4_K)
         return launch_gemv_pair<GemvQ4K, 2 * GemvQ4K::kRows, GemvQ6K, GemvQ6K::kRows>(ga, gb, stream);
     return launch_gemv_pair<GemvQ5K, 2 * GemvQ5K::kRows, GemvQ6K, GemvQ6K::kRows>(ga, gb, stream);

@@ -28,48 +28,6 @@ bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
 // Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
 constexpr bool kGemvGroupScaleByDefault = true;
 
-// Launch of the staged form (R rows a batch); 0 on success. The caller checked
-// gemv_staged_runs. Stages: 2, or 3 where a block then has two batches, both in flight from its
-// start (the 27B's 5120 x 6144 output projection: at 2 stages the second waits for the first; 3
-// cost it one block of 6 an SM).
-template <class G, int R, bool kX>
-int launch_gemv_staged_x(GemvStagedArgs a, cudaStream_t stream) {
-    a.warps = (int)((a.x.chunks + kGemvChunksPerWarp - 1) / kGemvChunksPerWarp);
-    const int threads = a.warps * WARP_SIZE;
-    auto kernel = gemv_staged_kernel<G, R, kX>;
-    // Blocks an SM by chunk count and stages (registers and shared memory depend on them), asked
-    // once; the kernel's shared-memory limit raised to the largest launch so far.
-    static int resident[4 * kStagedMaxWarps + 1][kStagedMaxStages + 1] = {};
-    static size_t smem_set = 48 << 10;
-    auto blocks = [&](int stages) {
-        const size_t smem = gemv_staged_smem_bytes<R>(a.x, a.row_bytes, stages);
-        int &res = resident[a.x.chunks][stages];
-        if (res == 0) {
-            if (smem > smem_set &&
-                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess)
-                smem_set = smem;
-            res = smem <= smem_set ? resident_blocks(kernel, threads, smem) : -1;
-        }
-        return res;
-    };
-    const int64_t batches = (a.n + R - 1) / R;
-    const int res2 = blocks(2), res3 = blocks(3);
-    a.stages = res3 > 0 && (batches + res3 - 1) / res3 == 2 ? 3 : 2;
-    const int res = a.stages == 3 ? res3 : res2;
-    if (res < 0) return (int)cudaErrorInvalidValue;
-    // A one-wave grid of every resident block (0: unknown, one a batch); block b takes batches b,
-    // b + grid, ...: they differ by one batch at most, and an SM's blocks by as little.
-    const int64_t grid = res > 0 && res < batches ? res : batches;
-    const size_t smem = gemv_staged_smem_bytes<R>(a.x, a.row_bytes, a.stages);
-    return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
-}
-
-// a.xf set: x quantized in lane (the workspace neither read nor written).
-template <class G, int R>
-int launch_gemv_staged(const GemvStagedArgs &a, cudaStream_t stream) {
-    return a.xf ? launch_gemv_staged_x<G, R, true>(a, stream) : launch_gemv_staged_x<G, R, false>(a, stream);
-}
-
 // IQ4_XS one-row calls: the staged form (matmul_gemv_staged.cuh) where it runs, else the register
 // form. Tune 0 and 5: 4 rows a batch, the split table lookup; 6: 8 rows a batch; 8: 4 rows with
 // the three-prmt lookup (iq4_pairs); 7 takes the register form (gemv2's kernel, for comparison).

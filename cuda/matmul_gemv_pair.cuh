@@ -1,15 +1,12 @@
 // Two one-row matmuls of one x in one launch (luce_matmul_pair, cuda/matmul.cu): the projections
-// a file keeps in two types where they cannot merge into one weight, q|k (Q4_K or Q5_K) and v
-// (Q6_K) in 13 of the Coder-1.5B's 28 layers (llama.cpp's use_more_bits layers), and a GDN layer's
-// q|k|v (Q5_K) and gate|beta|alpha (IQ4_XS) in the 27B's iq4_xs mix. Blocks [0, grid_a) are weight
-// a's one-row kernel and the rest weight b's (gemv_block, matmul_gemv.cuh; IQ4_XS its staged form,
-// gemv_staged_block, matmul_gemv_staged.cuh): each block does what it does in its own kernel's
-// launch, so y is bitwise the two launches'. One launch fewer per such layer, and the smaller
-// matrix runs beside the other instead of after it.
+// a Q4_K_M / Q5_K_M file keeps in two types where they cannot merge into one weight, q|k (Q4_K or
+// Q5_K) and v (Q6_K) in 13 of the Coder-1.5B's 28 layers (llama.cpp's use_more_bits layers). Blocks
+// [0, grid_a) are weight a's one-row kernel and the rest weight b's (gemv_block, matmul_gemv.cuh):
+// each block does what it does in its own kernel's launch, so y is bitwise the two launches'. One
+// launch fewer per such layer, and the small v matrix runs beside q|k instead of after it.
 #pragma once
 
 #include "matmul_gemv.cuh"
-#include "matmul_gemv_staged.cuh"
 
 namespace mm {
 
@@ -21,27 +18,9 @@ __global__ void __launch_bounds__(kGemvMaxThreads) gemv_pair_kernel(GemvArgs a, 
         gemv_block<GB, 1, RB, false, true>(b, blockIdx.x - (unsigned)grid_a, gridDim.x - (unsigned)grid_a);
 }
 
-// b in the staged form at RB rows a batch, two stages (its own launch takes three where a block
-// then has two batches: the same bits).
-template <class GA, int RA, class GB, int RB>
-__global__ void __launch_bounds__(kGemvMaxThreads) gemv_pair_staged_kernel(GemvArgs a, GemvStagedArgs b, int grid_a) {
-    if ((int)blockIdx.x < grid_a)
-        gemv_block<GA, 1, RA, false, true>(a, blockIdx.x, (unsigned)grid_a);
-    else
-        gemv_staged_block<GB, RB, false, true>(b, blockIdx.x - (unsigned)grid_a, gridDim.x - (unsigned)grid_a);
-}
-
-// Grids of the two weights' blocks: the resident blocks `res` of the launch shared in proportion
-// to their batches, each a balanced one-wave grid (balanced_grid).
-inline void pair_grids(int res, int64_t batches_a, int64_t batches_b, int64_t &grid_a, int64_t &grid_b) {
-    const int64_t share_a = res > 1 ? res * batches_a / (batches_a + batches_b) : 0;
-    const int64_t cap_a = res > 1 ? (share_a > 1 ? share_a : 1) : 0, cap_b = res > 1 ? (res - cap_a > 1 ? res - cap_a : 1) : 0;
-    grid_a = balanced_grid(batches_a, cap_a);
-    grid_b = balanced_grid(batches_b, cap_b);
-}
-
 // x from the workspace (quantized already), one chunk slot a lane (gemv_slots == 1) for both;
-// weight a at RA rows a batch, b at RB.
+// weight a at RA rows a batch, b at RB. The resident blocks are shared in proportion to the
+// weights' batches.
 template <class GA, int RA, class GB, int RB>
 int launch_gemv_pair(GemvArgs a, GemvArgs b, cudaStream_t stream) {
     a.warps = b.warps = (int)((a.x.chunks + kGemvChunksPerWarp - 1) / kGemvChunksPerWarp);
@@ -52,33 +31,10 @@ int launch_gemv_pair(GemvArgs a, GemvArgs b, cudaStream_t stream) {
     auto kernel = gemv_pair_kernel<GA, RA, GB, RB>;
     int &res = resident[a.warps];
     if (res == 0) res = resident_blocks(kernel, threads, smem);
-    int64_t grid_a = 0, grid_b = 0;
-    pair_grids(res, (a.n + RA - 1) / RA, (b.n + RB - 1) / RB, grid_a, grid_b);
-    return luce_status(launch_overlapped(kernel, dim3((unsigned)(grid_a + grid_b)), dim3(threads), smem, stream, true,
-                                         a, b, (int)grid_a));
-}
-
-// As launch_gemv_pair with b in the staged form (the caller checked gemv_staged_runs<RB>); both
-// take ceil(chunks / 4) warps. Shared memory: the larger of the two forms'.
-template <class GA, int RA, class GB, int RB>
-int launch_gemv_pair_staged(GemvArgs a, GemvStagedArgs b, cudaStream_t stream) {
-    a.warps = b.warps = (int)((a.x.chunks + kGemvChunksPerWarp - 1) / kGemvChunksPerWarp);
-    b.stages = 2;
-    const int threads = a.warps * WARP_SIZE;
-    const size_t smem_a = gemv_smem_bytes<GA, 1, RA>(a.x), smem_b = gemv_staged_smem_bytes<RB>(b.x, b.row_bytes, 2);
-    const size_t smem = smem_a > smem_b ? smem_a : smem_b;
-    auto kernel = gemv_pair_staged_kernel<GA, RA, GB, RB>;
-    static size_t smem_set = 48 << 10;
-    if (smem > smem_set) {
-        if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
-            return (int)cudaErrorInvalidValue;
-        smem_set = smem;
-    }
-    static int resident[kGemvMaxThreads / WARP_SIZE + 1] = {};
-    int &res = resident[a.warps];
-    if (res == 0) res = resident_blocks(kernel, threads, smem);
-    int64_t grid_a = 0, grid_b = 0;
-    pair_grids(res, (a.n + RA - 1) / RA, (b.n + RB - 1) / RB, grid_a, grid_b);
+    const int64_t batches_a = (a.n + RA - 1) / RA, batches_b = (b.n + RB - 1) / RB;
+    const int64_t share_a = res > 1 ? res * batches_a / (batches_a + batches_b) : 0;
+    const int64_t cap_a = res > 1 ? (share_a > 1 ? share_a : 1) : 0, cap_b = res > 1 ? (res - cap_a > 1 ? res - cap_a : 1) : 0;
+    const int64_t grid_a = balanced_grid(batches_a, cap_a), grid_b = balanced_grid(batches_b, cap_b);
     return luce_status(launch_overlapped(kernel, dim3((unsigned)(grid_a + grid_b)), dim3(threads), smem, stream, true,
                                          a, b, (int)grid_a));
 }

@@ -10,7 +10,7 @@
 //
 // Layout. A batch is R consecutive rows: R * row_bytes contiguous bytes (16-byte aligned: R is
 // even, a row is a whole number of 136-byte chunks, the weights 16-byte aligned), copied into one
-// of S stages (S = 2, or 3 where a block has two batches: matmul_gemv_launch.cuh). On sm_90 and later
+// of S stages (S = 2, or 3 where a block has two batches: launch_gemv_staged). On sm_90 and later
 // thread 0 copies a batch with one bulk copy (cp.async.bulk) that completes on the stage's
 // mbarrier; elsewhere every thread copies 16-byte words with cp.async (LUCE_GEMV_BULK). The last
 // batch starts at row n - R (it overlaps the one before; only its rows from b * R on are stored),
@@ -251,12 +251,9 @@ size_t gemv_staged_smem_bytes(const XLayout &x, int64_t row_bytes, int stages) {
 }
 
 // kX: x quantized in lane from a.xf (matmul_gemv_x.cuh), else read from the workspace a.x.
-// kShare: as block `block` of `grid`, its share of a launch over two weights (gemv_pair_kernel),
-// else as blockIdx.x of gridDim.x.
-template <class G, int R, bool kX, bool kShare = false>
-__device__ __forceinline__ void gemv_staged_block(const GemvStagedArgs &a, unsigned block = 0, unsigned grid = 0) {
+template <class G, int R, bool kX>
+__global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
     static_assert(R == 2 || R == 4 || R == 8, "R even (16-byte aligned batches), rows8_sum takes 2, 4 or 8 rows");
-    const int block_id = kShare ? (int)block : (int)blockIdx.x, blocks = kShare ? (int)grid : (int)gridDim.x;
     extern __shared__ uint4 gemv_stage_words[];  // 16-byte aligned
     uint8_t *stages = reinterpret_cast<uint8_t *>(gemv_stage_words);
     const int chunks = (int)a.x.chunks, W = a.warps, n = (int)a.n, S = a.stages;
@@ -268,12 +265,12 @@ __device__ __forceinline__ void gemv_staged_block(const GemvStagedArgs &a, unsig
     const bool live = ch < chunks;
     if (!live) ch = chunks - 1;  // reads stay inside the row; the sums are dropped
 
-    // The block's batches: block_id, + blocks, ... (turn t: the t-th of them), rows as int
+    // The block's batches: blockIdx.x, + gridDim.x, ... (turn t: the t-th of them), rows as int
     // (n < 2^31 / R). A batch's first row: b * R, or n - R for a last batch past n.
-    const int batches = (n + R - 1) / R, row_step = blocks * R;
-    const int turns = block_id < batches ? (batches - 1 - block_id) / blocks + 1 : 0;
+    const int batches = (n + R - 1) / R, row_step = (int)gridDim.x * R;
+    const int turns = (int)blockIdx.x < batches ? (batches - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     auto first_row = [&](int row) { return row + R <= n ? row : n - R; };  // n >= R (launch)
-    int issue_row = block_id * R, issue_slot = 0;
+    int issue_row = (int)blockIdx.x * R, issue_slot = 0;
 #if LUCE_GEMV_BULK
     __shared__ uint64_t full[kStagedMaxStages];  // stage s's copy has landed (phase parity: its uses so far, & 1)
     if (tid == 0) {
@@ -338,7 +335,7 @@ __device__ __forceinline__ void gemv_staged_block(const GemvStagedArgs &a, unsig
     }
 
     // Ordered chains of a batch's R rows (one warp): thread 4r + kp takes acc[kp] of row r.
-    int chain_row = block_id * R, chain_warp = 0;
+    int chain_row = (int)blockIdx.x * R, chain_warp = 0;
     auto chains = [&](int t) {
         if (warp == chain_warp) {
             const int r = lane / 4, kp = lane % 4;
@@ -396,9 +393,46 @@ __device__ __forceinline__ void gemv_staged_block(const GemvStagedArgs &a, unsig
     if (turns > 0) chains(turns - 1);
 }
 
+// Launch of the staged form (R rows a batch); 0 on success. The caller checked
+// gemv_staged_runs. Stages: 2, or 3 where a block then has two batches, both in flight from its
+// start (the 27B's 5120 x 6144 output projection: at 2 stages the second waits for the first; 3
+// cost it one block of 6 an SM).
 template <class G, int R, bool kX>
-__global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
-    gemv_staged_block<G, R, kX>(a);
+int launch_gemv_staged_x(GemvStagedArgs a, cudaStream_t stream) {
+    a.warps = (int)((a.x.chunks + kGemvChunksPerWarp - 1) / kGemvChunksPerWarp);
+    const int threads = a.warps * WARP_SIZE;
+    auto kernel = gemv_staged_kernel<G, R, kX>;
+    // Blocks an SM by chunk count and stages (registers and shared memory depend on them), asked
+    // once; the kernel's shared-memory limit raised to the largest launch so far.
+    static int resident[4 * kStagedMaxWarps + 1][kStagedMaxStages + 1] = {};
+    static size_t smem_set = 48 << 10;
+    auto blocks = [&](int stages) {
+        const size_t smem = gemv_staged_smem_bytes<R>(a.x, a.row_bytes, stages);
+        int &res = resident[a.x.chunks][stages];
+        if (res == 0) {
+            if (smem > smem_set &&
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess)
+                smem_set = smem;
+            res = smem <= smem_set ? resident_blocks(kernel, threads, smem) : -1;
+        }
+        return res;
+    };
+    const int64_t batches = (a.n + R - 1) / R;
+    const int res2 = blocks(2), res3 = blocks(3);
+    a.stages = res3 > 0 && (batches + res3 - 1) / res3 == 2 ? 3 : 2;
+    const int res = a.stages == 3 ? res3 : res2;
+    if (res < 0) return (int)cudaErrorInvalidValue;
+    // A one-wave grid of every resident block (0: unknown, one a batch); block b takes batches b,
+    // b + grid, ...: they differ by one batch at most, and an SM's blocks by as little.
+    const int64_t grid = res > 0 && res < batches ? res : batches;
+    const size_t smem = gemv_staged_smem_bytes<R>(a.x, a.row_bytes, a.stages);
+    return luce_status(launch_overlapped(kernel, dim3((unsigned)grid), dim3(threads), smem, stream, true, a));
+}
+
+// a.xf set: x quantized in lane (the workspace neither read nor written).
+template <class G, int R>
+int launch_gemv_staged(const GemvStagedArgs &a, cudaStream_t stream) {
+    return a.xf ? launch_gemv_staged_x<G, R, true>(a, stream) : launch_gemv_staged_x<G, R, false>(a, stream);
 }
 
 // The staged form can run: IQ4_XS weights 16-byte aligned, at least R rows, every batch's first

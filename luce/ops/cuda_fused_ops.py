@@ -63,8 +63,7 @@ class CudaFusedOps(FusedOps):
 
     def _matmul_pair(self, x, weights, biases, runs, workspaces):
         """CudaBackend._matmuls of two block-type weights whose types luce_matmul_pair may run
-        as one launch (PAIR_QTYPES: the Q4_K_M mixes' q|k and v, the 27B's GDN q|k|v and gate|beta|alpha), one
-        decode row: [y_a, y_b];
+        as one launch (PAIR_QTYPES: the Q4_K_M mixes' q|k and v), one decode row: [y_a, y_b];
         None where it does not apply (PAIR_ON off, other shapes)."""
         from luce import _cuda_matmul as km
 

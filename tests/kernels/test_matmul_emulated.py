@@ -29,9 +29,9 @@ pytestmark = pytest.mark.slow
 _P = C.c_void_p
 
 
-def load_matmul(out_dir, defines=()):
-    """cuda/matmul.cu built for the host (tests/kernels/emu) with `defines`, its entry points typed."""
-    lib = emu.load(["matmul.cu"], out_dir, "the quantized matmul", defines=tuple(defines))
+def load_matmul(out_dir):
+    """cuda/matmul.cu built for the host (tests/kernels/emu), its entry points typed."""
+    lib = emu.load(["matmul.cu"], out_dir, "the quantized matmul")
     lib.luce_matmul_workspace_bytes.restype = C.c_int64
     lib.luce_matmul_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
     lib.luce_matmul.argtypes = [C.POINTER(Params), _P]
