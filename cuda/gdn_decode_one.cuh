@@ -10,9 +10,8 @@
 // after its rows; key head kh's q and k channels are read by the blocks of every value head j
 // with j % Hk == kh (all Dv / WARP_SIZE column blocks of each), which count themselves in
 // arrivals (the conv counter of (segment, kh)) after their reads; the last one advances them.
-// Warps 2.. of every block also quantize the workspace's padding rows (zeros), a 256-value chunk a
-// warp (one block doing them all measured +14 us at one row). Every counter is reset by its last
-// arriver, so arrivals are zero after the launch as before it.
+// Block (0, 0, 0) also quantizes the workspace's padding rows (zeros). Every counter is reset by
+// its last arriver, so arrivals are zero after the launch as before it.
 #pragma once
 
 #include "gdn_decode_rows.cuh"
@@ -34,12 +33,9 @@ __global__ void __launch_bounds__(GDN_THREADS, 2) gdn_decode_one_kernel(luce_gdn
     const int64_t H = p.n_v_heads, Hk = p.n_k_heads, dv = p.dv, kh = head % Hk;
     const int64_t C = 2 * Hk * DK + H * dv, col = (int64_t)blockIdx.x * WARP_SIZE + lane;
     const int64_t cv = 2 * Hk * DK + head * dv + col;  // this thread's v channel
-    if (l.xq != nullptr && warp >= 2) {  // the workspace's padding rows (zeros): a chunk a warp 2.. of each block
-        constexpr int kPadWarps = GDN_KGROUPS - 2;
-        const int64_t pad_items = (l.tp - p.rows) * l.chunks;
-        const int64_t block = ((int64_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-        const int64_t workers = (int64_t)gridDim.x * gridDim.y * gridDim.z * kPadWarps;
-        for (int64_t item = block * kPadWarps + warp - 2; item < pad_items; item += workers)  // whole warps
+    if (l.xq != nullptr && blockIdx.x == 0 && head == 0 && seg == 0) {
+        const int64_t pad_warps = (l.tp - p.rows) * l.chunks;
+        for (int64_t item = warp; item < pad_warps; item += GDN_KGROUPS)  // whole warps
             mm::quantize_x_row_chunk<false>(nullptr, false, l, p.rows + item / l.chunks, item % l.chunks);
     }
     const int64_t slot = p.seq_slots[seg];
