@@ -1,8 +1,7 @@
-// The Gated DeltaNet decode chain of AR rows (reference: luce/ref/gdn_decode.py, the composition
-// of the unfused ops; params and shapes: luce_gdn_decode_params in cuda/luce_ops_sequence.h): at
-// 4 taps one launch (gdn_decode_one.cuh), else (or with LUCE_GDN_ONE_LAUNCH=0) two. Every value
-// is computed by the device functions of the unfused kernels, in their order, so the results are
-// bitwise theirs:
+// The Gated DeltaNet decode chain of AR rows in two launches (reference: luce/ref/gdn_decode.py,
+// the composition of the unfused ops; params and shapes: luce_gdn_decode_params in
+// cuda/luce_ops_sequence.h). Every value is computed by the device functions of the unfused
+// kernels, in their order, so the results are bitwise theirs:
 //   1. prepare: causal conv1d step (conv1d.cuh) + SiLU of every channel, advancing the slot's
 //      conv state in place; per key head L2 norm of q and k (pointwise.cuh; q then times
 //      q_scale), written to the value heads that read them (value head j reads key head
@@ -24,10 +23,65 @@
 // is read and written by its one thread: in place is safe. qkv, z, b and a are read with
 // their row strides (column blocks of one merged projection read in place); only the
 // addresses differ from dense rows, never the arithmetic.
-#include "gdn_decode_one.cuh"
-#include "gdn_decode_rows.cuh"
+#include "conv1d.cuh"
+#include "gdn_recurrent.cuh"
+#include "pointwise.cuh"
+#include "pdl.cuh"
 
 namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / WARP_SIZE;
+constexpr int kMaxLaneChannels = 256 / WARP_SIZE;  // Dk <= 256
+
+// Launch 1's roles along x: q / k heads, v channels, value heads' gates, then (segment 0, with a
+// workspace) the warps quantizing the workspace's padding rows (pad_warps of them).
+struct Layout {
+    int64_t C, key_dim, qk_blocks, v_blocks, gate_blocks, pad_warps;
+};
+
+__host__ __device__ inline Layout layout_of(const luce_gdn_decode_params &p, const mm::XLayout &l) {
+    const int64_t key_dim = (int64_t)p.n_k_heads * p.dk, value_dim = (int64_t)p.n_v_heads * p.dv;
+    return {2 * key_dim + value_dim, key_dim, (2 * p.n_k_heads + kWarps - 1) / kWarps,
+            (value_dim + kThreads - 1) / kThreads, (p.n_v_heads + kThreads - 1) / kThreads,
+            l.xq != nullptr ? (l.tp - p.rows) * l.chunks : 0};
+}
+
+// SiLU(conv) of channel c at token t of the segment whose first row is r0; state_c is the
+// channel's window column in the slot's state [K-1, C]. kTree: row r0 + t of a draft tree, its
+// window conv1d.cuh's tree_window (a malformed tree gives NaN, as conv_tree), and the row's own
+// input (the window's last) copied to p.conv_stage where given (the tree commit's conv inputs).
+template <int K, bool kTree>
+__device__ __forceinline__ float conv_silu_at(const luce_gdn_decode_params &p, const int32_t *tree_parents,
+                                              const float *state_c, int64_t C, int64_t c, int64_t r0, int64_t t) {
+    float w[K], window[K];
+#pragma unroll
+    for (int j = 0; j < K; ++j) w[j] = p.conv_weight[c * K + j];
+    if constexpr (kTree) {
+        const bool ok = tree_window<K>(p.qkv, p.qkv_stride, c, tree_parents, r0, r0 + t, state_c, C, window);
+        if (p.conv_stage != nullptr) p.conv_stage[(r0 + t - p.stage_row0) * C + c] = window[K - 1];
+        if (!ok) return __int_as_float(0x7fc00000);
+    } else {
+#pragma unroll
+        for (int j = 0; j < K; ++j) {
+            const int64_t i = t + j;   // window row i: rows 0..K-2 the carried state, K-1+t token t
+            window[j] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
+        }
+    }
+    return silu_f32(conv1d_dot<K>(w, window));
+}
+
+// The window after the segment's n >= 1 rows: rows n .. n+K-2, in increasing order (row j
+// reads row n + j > j, not yet rewritten).
+template <int K>
+__device__ __forceinline__ void conv_state_advance(const luce_gdn_decode_params &p, float *state_c, int64_t C,
+                                                   int64_t c, int64_t r0, int64_t n) {
+#pragma unroll
+    for (int j = 0; j < K - 1; ++j) {
+        const int64_t i = n + j;
+        state_c[j * C] = i < K - 1 ? state_c[i * C] : p.qkv[(r0 + i - (K - 1)) * p.qkv_stride + c];
+    }
+}
 
 // kTree: block z takes row z of the segment (tree_parents as conv_silu_at), else every row.
 template <int K, bool kTree>
@@ -55,7 +109,13 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
         if (l.xq != nullptr)  // the chunk arrivals, after the heads'
             for (int64_t c = h; c < l.chunks; c += Hv) p.arrivals[p.n_segments * Hv + seg * l.chunks + c] = 0;
         if (slot < 0) return;
-        for (int64_t t = r0 + t_first; t < r0 + t_end; ++t) gdn_gates(p, t, h, p.beta[t * Hv + h], p.g[t * Hv + h]);
+        for (int64_t t = r0 + t_first; t < r0 + t_end; ++t) {
+            const int64_t th = t * Hv + h;
+            p.beta[th] = (float)unary_op(LUCE_PW_SIGMOID, (double)p.b[t * p.b_stride + h]);
+            const float a = p.a[t * p.a_stride + h];
+            const float sp = (float)unary_op(LUCE_PW_SOFTPLUS, (double)__fadd_rn(a, p.dt_bias[h]));
+            p.g[th] = __fmul_rn(sp, p.ssm_a[h]);
+        }
         return;
     }
     const int64_t C = L.C;
@@ -81,11 +141,26 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
     if (u >= 2 * Hk) return;                                   // the whole warp
     const int lane = threadIdx.x % WARP_SIZE;
     const int per_lane = (int)(dk / WARP_SIZE);
-    const int64_t key_head = u < Hk ? u : u - Hk;
-    float *dst = u < Hk ? p.q : p.k;
+    const bool is_q = u < Hk;
+    const int64_t key_head = is_q ? u : u - Hk;
+    float *dst = is_q ? p.q : p.k;
     for (int64_t t = t_first; t < t_end; ++t) {
         float y[kMaxLaneChannels];
-        qk_head_normed<K, kTree>(p, tree_parents, state, C, u, r0, t, y);
+        double sum = 0.0;
+#pragma unroll
+        for (int i = 0; i < kMaxLaneChannels; ++i) {
+            if (i >= per_lane) break;
+            const int64_t c = u * dk + lane + i * WARP_SIZE;
+            y[i] = conv_silu_at<K, kTree>(p, tree_parents, state + c, C, c, r0, t);
+            sum = l2norm_accumulate(sum, y[i]);
+        }
+        const double inv = l2norm_inverse(sum, p.l2_eps);
+#pragma unroll
+        for (int i = 0; i < kMaxLaneChannels; ++i) {
+            if (i >= per_lane) break;
+            y[i] = l2norm_apply(y[i], inv);
+            if (is_q) y[i] = __fmul_rn(y[i], p.q_scale);
+        }
         for (int64_t j = key_head; j < Hv; j += Hk) {          // the value heads reading this key head
             float *row = dst + ((r0 + t) * Hv + j) * dk;
 #pragma unroll
@@ -95,7 +170,14 @@ __global__ void __launch_bounds__(kThreads) gdn_decode_prepare_kernel(luce_gdn_d
             }
         }
     }
-    if constexpr (!kTree) qk_head_advance<K>(p, state, C, u, r0, n);
+    if constexpr (!kTree) {
+#pragma unroll
+        for (int i = 0; i < kMaxLaneChannels; ++i) {
+            if (i >= per_lane) break;
+            const int64_t c = u * dk + lane + i * WARP_SIZE;
+            conv_state_advance<K>(p, state + c, C, c, r0, n);
+        }
+    }
 }
 
 template <int K, bool kTree>
@@ -119,44 +201,14 @@ cudaError_t launch_prepare_taps(const luce_gdn_decode_params &p, const int32_t *
     }
 }
 
-// The norm epilogue's arguments: arrivals [S * Hv] (heads), then [S * chunks] (with a workspace).
-GdnNormEpilogue norm_epilogue_of(const luce_gdn_decode_params &p, const mm::XLayout &l) {
-    int32_t *chunk_arrivals = l.xq != nullptr ? p.arrivals + (int64_t)p.n_segments * p.n_v_heads : nullptr;
-    return {p.z, p.z_stride, p.norm_weight, p.normed, p.arrivals, p.rms_eps, l, chunk_arrivals};
-}
-
-dim3 recurrent_grid(const luce_gdn_decode_params &p) {
-    return dim3((unsigned)(p.dv / WARP_SIZE), (unsigned)p.n_v_heads, (unsigned)p.n_segments);
-}
-
 template <int DK>
 cudaError_t launch_recurrent_norm(const luce_gdn_decode_params &p, const mm::XLayout &l, cudaStream_t stream) {
     const luce_gdn_recurrent_params r = {p.q, p.k, p.v, p.g, p.beta, p.state, p.out, p.qo_indptr, p.seq_slots,
                                          p.n_slots, p.n_segments, p.n_v_heads, p.dk, p.dv};
-    return launch_overlapped(gdn_recurrent_kernel<DK, true>, recurrent_grid(p), dim3(GDN_THREADS), 0, stream,
-                             chain_overlap(kPdlGdn), r, norm_epilogue_of(p, l));
-}
-
-// The one-launch form (gdn_decode_one.cuh) at 4 taps (every Qwen3.5 / 3.6 GDN layer); the conv
-// counters [S * Hk] after the epilogue's.
-template <int DK>
-cudaError_t launch_one(const luce_gdn_decode_params &p, const mm::XLayout &l, cudaStream_t stream) {
-    int32_t *conv_arrivals = p.arrivals + (int64_t)p.n_segments * (p.n_v_heads + (l.xq != nullptr ? l.chunks : 0));
-    return launch_overlapped(gdn_decode_one_kernel<4, DK>, recurrent_grid(p), dim3(GDN_THREADS), 0, stream,
-                             chain_overlap(kPdlGdn), p, l, norm_epilogue_of(p, l), conv_arrivals);
-}
-
-// LUCE_GDN_ONE_LAUNCH=0 (read once), or a build defining LUCE_GDN_TWO_LAUNCHES (the emulated
-// tests): the two-launch form (A/B runs; the same bits).
-bool one_launch_on() {
-#ifdef LUCE_GDN_TWO_LAUNCHES
-    return false;
-#endif
-    static const bool on = [] {
-        const char *v = getenv("LUCE_GDN_ONE_LAUNCH");
-        return !(v && v[0] == '0');
-    }();
-    return on;
+    int32_t *chunk_arrivals = l.xq != nullptr ? p.arrivals + (int64_t)p.n_segments * p.n_v_heads : nullptr;
+    const GdnNormEpilogue e = {p.z, p.z_stride, p.norm_weight, p.normed, p.arrivals, p.rms_eps, l, chunk_arrivals};
+    const dim3 grid((unsigned)(p.dv / WARP_SIZE), (unsigned)p.n_v_heads, (unsigned)p.n_segments);
+    return launch_overlapped(gdn_recurrent_kernel<DK, true>, grid, dim3(GDN_THREADS), 0, stream, chain_overlap(kPdlGdn), r, e);
 }
 
 // Launch 1's blocks along x.
@@ -198,16 +250,7 @@ extern "C" int luce_gdn_decode(const luce_gdn_decode_params *p, void *stream) {
     mm::XLayout l;
     if (const int bad = bad_prepare_sizes(p, &l)) return bad;
     const cudaStream_t s = (cudaStream_t)stream;
-    cudaError_t err;
-    if (p->kernel_size == 4 && one_launch_on()) {
-        switch (p->dk) {
-            case 64: err = launch_one<64>(*p, l, s); break;
-            case 128: err = launch_one<128>(*p, l, s); break;
-            default: err = launch_one<256>(*p, l, s); break;
-        }
-        return luce_status(err);
-    }
-    err = launch_prepare_taps<false>(*p, nullptr, l, prepare_grid(p, l, 1), s);
+    cudaError_t err = launch_prepare_taps<false>(*p, nullptr, l, prepare_grid(p, l, 1), s);
     if (err != cudaSuccess) return luce_status(err);
     switch (p->dk) {
         case 64: err = launch_recurrent_norm<64>(*p, l, s); break;

@@ -1,14 +1,14 @@
 // The gated RMSNorm epilogue of the GDN kernels that write out [T, Hv, Dv] a head's Dv /
-// WARP_SIZE blocks at a time (gdn_recurrent.cuh's NORM form, gdn_decode_one.cuh, gdn_tree.cu's
-// tree verify): each block counts itself in arrivals[seg * Hv + head] (zero before the launch;
-// the last arriver resets it, so zero after it too); the last to arrive, once every block's out
-// columns are visible, runs gated_rmsnorm_row over the head's rows r0..r1-1 (z rows z_stride
-// elements apart; weight [Dv]) into normed, so normed is bitwise luce_gated_rmsnorm of out.
+// WARP_SIZE blocks at a time (gdn_recurrent.cuh's NORM form, gdn_tree.cu's tree verify): each
+// block counts itself in arrivals[seg * Hv + head] (zero before the launch); the last to arrive,
+// once every block's out columns are visible, runs gated_rmsnorm_row over the head's rows
+// r0..r1-1 (z rows z_stride elements apart; weight [Dv]) into normed, so normed is bitwise
+// luce_gated_rmsnorm of out.
 //
 // With quant.xq set (the decode chain, cuda/gdn_decode.cu), normed's rows [T, Hv * Dv] are then
 // quantized for the out projection (cuda/matmul_x.cuh: 256-value chunks, each spanning the heads
 // whose columns it holds): a normed head counts itself in chunk_arrivals[seg * chunks + c] of
-// each chunk c its columns touch (zero before the launch, reset by the last), and the last head of a chunk
+// each chunk c its columns touch (zero before the launch), and the last head of a chunk
 // quantizes the segment's rows of it with quantize_x_kernel's bits, so luce_matmul with
 // LUCE_MATMUL_REUSE_X on that workspace gives its result on normed: no separate quantize launch.
 #pragma once
@@ -45,10 +45,8 @@ __device__ __forceinline__ void gdn_norm_quant(const GdnNormEpilogue &e, int64_t
     if (threadIdx.x == 0) {
         uint32_t m = 0;
         for (int64_t c = c0; c <= c1; ++c)
-            if (atomicAdd(e.chunk_arrivals + seg * chunks + c, 1) == (int)gdn_chunk_heads(c, H, dv) - 1) {
+            if (atomicAdd(e.chunk_arrivals + seg * chunks + c, 1) == (int)gdn_chunk_heads(c, H, dv) - 1)
                 m |= 1u << (c - c0);
-                e.chunk_arrivals[seg * chunks + c] = 0;  // every head has counted: left zero for the next launch
-            }
         mine = m;
     }
     __syncthreads();
@@ -68,10 +66,7 @@ __device__ __forceinline__ void gdn_norm_epilogue(const GdnNormEpilogue &e, cons
     __shared__ int last;
     __threadfence();   // this block's out columns, before its arrival is counted
     __syncthreads();
-    if (threadIdx.x == 0) {
-        last = atomicAdd(e.arrivals + seg * H + head, 1) == (int)gridDim.x - 1;
-        if (last) e.arrivals[seg * H + head] = 0;  // every block has counted: left zero for the next launch
-    }
+    if (threadIdx.x == 0) last = atomicAdd(e.arrivals + seg * H + head, 1) == (int)gridDim.x - 1;
     __syncthreads();
     if (!last) return;
     __threadfence();   // every other block's columns are visible from here

@@ -146,9 +146,8 @@ int luce_gdn_chunked(const luce_gdn_chunked_params *p, void *stream);
 /* ---- gdn end ---- */
 
 /* ---- gdn_decode ---- */
-/* The Gated DeltaNet decode chain of AR rows from the projections to the output norm, in one
- * launch at K = 4 (ABI 18; two launches otherwise or with LUCE_GDN_ONE_LAUNCH=0 in the
- * environment: cuda/gdn_decode.cu; reference: luce/ref/gdn_decode.py), bitwise the unfused ops:
+/* The Gated DeltaNet decode chain of AR rows from the projections to the output norm, in two
+ * launches (cuda/gdn_decode.cu; reference: luce/ref/gdn_decode.py), bitwise the unfused ops:
  * luce_conv1d (SiLU) on qkv [T, C] (C = 2 Hk Dk + Hv Dv, columns q | k | v) with weight
  * conv_weight [C, K] and conv_state [n_slots, K-1, C] (in place); per key head luce_l2norm
  * (l2_eps) of q and k, q then times q_scale (luce_binary mul), written to q, k [T, Hv, Dk]
@@ -158,12 +157,10 @@ int luce_gdn_chunked(const luce_gdn_chunked_params *p, void *stream);
  * luce_gated_rmsnorm(out, z [T, Hv, Dv], norm_weight [Dv], rms_eps) into normed.
  * qkv, z, b and a rows lie qkv_stride, z_stride, b_stride, a_stride elements apart (each at
  * least the row's width; a smaller one is an invalid value).
- * q, k, v, g, beta, out, normed and arrivals [n_segments * (Hv + Hk)] int32 are the caller's
- * buffers (q, k 16-byte aligned; q, k, v, g, beta are scratch the one-launch form leaves
- * unwritten); arrivals must be zero and are left zero (counters reset by their last arrivers).
- * Segments as luce_gdn_recurrent_params (every live segment an AR segment: its rows advance
- * both states); padding segments (slot < 0) write nothing. Dk in {64, 128, 256}; Dv a multiple
- * of 32; 2 <= K <= 8. */
+ * q, k, v, g, beta, out, normed and arrivals [n_segments, Hv] int32 are the caller's
+ * buffers (q, k 16-byte aligned). Segments as luce_gdn_recurrent_params (every live segment
+ * an AR segment: its rows advance both states); padding segments (slot < 0) write nothing
+ * but their arrivals. Dk in {64, 128, 256}; Dv a multiple of 32; 2 <= K <= 8. */
 typedef struct {
     const float *qkv;
     const float *conv_weight;
@@ -208,7 +205,8 @@ typedef struct {
      * its result on normed, bitwise, without a quantize launch). normed then holds rows rows (T,
      * the workspace's padding rows past it get zeros), workspace_bytes >=
      * luce_matmul_workspace_bytes(rows, Hv * Dv), Dv <= 4096, normed and workspace 16-byte aligned,
-     * and arrivals holds ceil(Hv * Dv / 256) more counters a segment. */
+     * and arrivals is [n_segments * (Hv + ceil(Hv * Dv / 256))] int32 (the heads', then the 256-value
+     * chunks'). */
     void *workspace;
     int64_t workspace_bytes;
     int64_t rows;

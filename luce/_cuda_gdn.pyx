@@ -227,14 +227,14 @@ def gdn_decode(uintptr_t qkv, uintptr_t conv_weight, uintptr_t conv_state, uintp
                int32_t kernel_size, float q_scale, float l2_eps, float rms_eps, int64_t qkv_stride,
                int64_t z_stride, int64_t b_stride, int64_t a_stride, uintptr_t stream=0, uintptr_t workspace=0,
                int64_t workspace_bytes=0, int64_t rows=0):
-    """The GDN decode chain of AR segments in one launch at 4 taps (luce_gdn_decode_params): qkv [T, C],
+    """The GDN decode chain of AR segments in two launches (luce_gdn_decode_params): qkv [T, C],
     conv_weight [C, K], conv_state [n_slots, K-1, C], b, a [T, Hv], dt_bias, ssm_a [Hv], z
     [T, Hv, Dv], norm_weight [Dv], state [n_slots, Hv, Dk, Dv] (both states in place); the
     caller's buffers q, k [T, Hv, Dk], v, out [T, Hv, Dv], g, beta [T, Hv], arrivals int32
-    [n_segments * (Hv + Hk)], zero (left zero); result normed [T, Hv, Dv]. qkv, z, b, a rows lie
-    *_stride elements apart (column blocks of a merged projection read in place). workspace (0:
-    none) of workspace_bytes: normed [rows = T, Hv*Dv] also quantized there for matmul(...,
-    flags=REUSE_X); arrivals then ceil(Hv*Dv / 256) counters more a segment."""
+    [n_segments, Hv]; result normed [T, Hv, Dv]. qkv, z, b, a rows lie *_stride elements
+    apart (column blocks of a merged projection read in place). workspace (0: none) of
+    workspace_bytes: normed [rows = T, Hv*Dv] also quantized there for matmul(..., flags=REUSE_X);
+    arrivals then [n_segments * (Hv + ceil(Hv*Dv / 256))]."""
     _require_loaded(<void *>_gdn_decode)
     cdef luce_gdn_decode_params p = _decode_params(
         qkv, conv_weight, conv_state, b, a, dt_bias, ssm_a, z, norm_weight, state, q, k, v, g, beta, out, normed,

@@ -12,7 +12,7 @@ For rows x [T, hidden] (already RMS-normed):
 
 The chain from the projections to the output norm is one backend op, luce.ops.api
 conv_gdn_norm (the composition of conv1d_step, gdn_step and the pointwise ops, one launch per
-op per layer over every segment of the step; CUDA runs a step of AR rows in one launch,
+op per layer over every segment of the step; CUDA runs a step of AR rows in two launches,
 bitwise the same): prefill chunks are cut at absolute multiples of GDN_CHUNK (chunked form,
 one-token chunks the recurrent step), AR rows take the recurrent step, both advancing their
 slot's state in place; tree segments (speculative verify) run that same step along the tree

@@ -184,7 +184,7 @@ class Backend(Protocol):
         n_k_heads = Hk -> (gated_rmsnorm(o, z, norm, rms_eps) [T, Hv, Dv], gdn_step's tree part)
         with beta = sigmoid(b), g = softplus(a + dt_bias) * ssm_a, conv1d_step of qkv, q and k
         l2norm'ed (l2_eps; q times gdn_q_scale) and tiled to the value heads (gdn_qkv_heads), o
-        from gdn_step(tree_mode). Bitwise the composition (CUDA: steps of AR rows in one launch,
+        from gdn_step(tree_mode). Bitwise the composition (CUDA: steps of AR rows in two launches,
         reading merged parts in place). A tree part may carry 'conv_inputs' (TreeStage's, staged
         by the chain itself), else the caller stages them (stage_tree_rows). out_proj (a Weight
         [N, Hv*Dv]): the result is matmul(normed [T, Hv*Dv], out_proj, batch.prefill_spans) [T, N]

@@ -3,7 +3,7 @@ cuda/rope_kv.cu and cuda/gdn_decode.cu, references in luce/ref/norm_quant.py, ro
 gdn_decode.py): residual add + RMSNorm + the next matmul's activation quantization in one
 launch, SwiGLU + quantization in one launch, the gated attention's output gate + quantization
 in one launch, q/k norm + rotary + KV write in one launch, a GDN layer's decode chain (conv,
-norms, gates, delta rule, gated norm) in one, and merged weights so q/k/v, gate/up or a GDN
+norms, gates, delta rule, gated norm) in two, and merged weights so q/k/v, gate/up or a GDN
 layer's projections go through one matmul launch (their consumers read the merged output's
 column blocks in place). Every result is bitwise the unfused ops' (the fused kernels share the
 unfused kernels' device code). The fused quantization is the decode family's: a step whose
@@ -245,7 +245,7 @@ class CudaFusedOps(FusedOps):
 
     def conv_gdn_norm(self, parts, conv, dt_bias, ssm_a, norm, conv_pool, gdn_pool, batch, n_k_heads: int,
                       l2_eps: float, rms_eps: float, tree_mode: str = "factor", out_proj=None):
-        """A step whose live segments are all AR rows: cuda/gdn_decode.cu (1 launch at 4 taps), reading
+        """A step whose live segments are all AR rows: cuda/gdn_decode.cu (2 launches), reading
         the column blocks qkv | z | b | a of merged parts in place (row strides), and quantizing
         normed for out_proj in its second launch where that matmul would not quantize in lane
         (quantizes_in_lane: the 27B's k = 6,144); a step of tree rows only: luce_gdn_tree_prepare,
@@ -291,7 +291,7 @@ class CudaFusedOps(FusedOps):
             and not self.quantizes_in_lane([out_proj]) and not self.has_prompt_rows(T, batch.prefill_spans)
         workspace, ws_bytes = self._quant_workspace(T, Hv * dv, [out_proj]) if quant else (None, 0)
         chunks = (Hv * dv + 255) // 256 if workspace is not None else 0
-        arrivals = self._zeroed_counters(S * (Hv + chunks + n_k_heads))
+        arrivals = self.empty((S * (Hv + chunks),), np.int32)
         kg.gdn_decode(qkv, conv.ptr, conv_pool.ptr, b, a, dt_bias.ptr, ssm_a.ptr, z, norm.ptr,
                       gdn_pool.ptr, q.ptr, k.ptr, v.ptr, g.ptr, beta.ptr, o.ptr, normed.ptr, arrivals.ptr,
                       meta.ptr("qo_indptr"), meta.ptr("ar_slots"), n_slots, S, n_k_heads, Hv, dk, dv, K,

@@ -22,7 +22,6 @@ from luce.ops.cuda_step_meta import meta_of
 from luce.ref.gdn_tree import TreeFactors
 
 GDN_KEY_DIMS = (64, 128, 256)
-COUNTERS_MIN = 16384   # _zeroed_counters: 64 KiB, ~180 segments of the 27B's GDN chain (88 counters each)
 
 
 class StepOps:
@@ -32,7 +31,6 @@ class StepOps:
         self._scratch_allocator = self.allocator     # the backend's, not a graph's pool
         self._stage_buffers: dict = {}               # (state pool address, name) -> stage scratch [rows, row]
         self._stage_outgrown: list = []
-        self._counters = None                        # _zeroed_counters' buffer
 
     def _step_output(self, shape, batch):
         """An output [T, ...] of a step op: rows of the tree block zeroed (its padding rows
@@ -73,23 +71,6 @@ class StepOps:
                           rows * row * 4)   # in a capture no cudaFree may run: out of memory is a MemoryError
             buf = self._stage_buffers[key] = CudaArray(block, block.ptr, (rows, row), np.float32, self)
         return CudaArray(buf.block, buf.ptr, tuple(shape), np.float32, self)
-
-    def _zeroed_counters(self, n: int):
-        """[n] int32 arrival counters, zero, at one address for every captured graph and eager step:
-        the kernels that count in them leave them zero (cuda/gdn_decode.cu), so they are zeroed
-        once, when made (a memset, queued; in a capture the graph repeats it, harmless). Made for
-        at least COUNTERS_MIN, grown by doubling; an outgrown buffer is kept (a graph may use it)."""
-        from luce.ops.cuda_array import Block, CudaArray
-
-        buf = self._counters
-        if buf is None or buf.shape[0] < n:
-            if buf is not None:
-                self._stage_outgrown.append(buf)
-            size = max(n, COUNTERS_MIN, 2 * buf.shape[0] if buf is not None else 0)
-            block = Block(_Untrimmed(self._scratch_allocator) if self.capturing else self._scratch_allocator, 4 * size)
-            buf = self._counters = CudaArray(block, block.ptr, (size,), np.int32, self)
-            self.runtime.memset_async(buf.ptr, 0, 4 * size, self.stream)
-        return CudaArray(buf.block, buf.ptr, (n,), np.int32, self)
 
     def stage_tree_rows(self, x, batch, pool):
         from luce import _cuda_gather as kg

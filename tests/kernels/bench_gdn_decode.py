@@ -1,4 +1,4 @@
-"""Benchmark cases for the fused GDN decode chain (cuda/gdn_decode.cu, one launch at 4 taps) at the
+"""Benchmark cases for the fused GDN decode chain (cuda/gdn_decode.cu, two launches) at the
 Qwen3.6-27B GDN shape: 16 key / 48 value heads of 128, conv 4 taps over 10240 channels, one
 AR row per segment, each segment its own slot (the unfused chain is conv1d + 12 pointwise
 and gather launches + gdn_recurrent + gated_rmsnorm: compare with bench_conv1d and
@@ -40,7 +40,7 @@ def gdn_decode_case(n_segments: int, quant: bool = False):
          "q": DeviceBuffer(T * HV * DK * 4), "k": DeviceBuffer(T * HV * DK * 4), "v": DeviceBuffer(T * HV * DV * 4),
          "g": DeviceBuffer(T * HV * 4), "beta": DeviceBuffer(T * HV * 4), "out": DeviceBuffer(T * HV * DV * 4),
          "normed": DeviceBuffer(T * HV * DV * 4),
-         "arrivals": up(np.zeros(n_segments * (HV + HV * DV // 256 + HK), np.int32)),   # left zero by each launch
+         "arrivals": DeviceBuffer(n_segments * (HV + HV * DV // 256) * 4),
          "qo": up(np.arange(n_segments + 1, dtype=np.int32)),
          "slots": up(rng.permutation(n_segments).astype(np.int32))}
     scale = gdn_q_scale(DK)

@@ -1,6 +1,6 @@
 """luce_gdn_tree_prepare (cuda/gdn_decode.cu's own source on the CPU, tests/kernels/emu): the q, k,
-v, g and beta of each draft-tree row are bitwise those luce_gdn_decode (its two-launch form) gives
-the last row of that row's root path run as AR rows from the same slot, the conv state is left as it was, the tree
+v, g and beta of each draft-tree row are bitwise those luce_gdn_decode gives the last row of that
+row's root path run as AR rows from the same slot, the conv state is left as it was, the tree
 verify's arrival counters are zeroed, padding segments get nothing, and the values stay close to
 luce/ref/gdn_decode.py gdn_tree_inputs. A parent that is not an earlier row of its tree gives
 NaN, as luce_conv_tree. tests/kernels/test_gdn_tree_chain.py checks the whole tree chain against
@@ -33,9 +33,8 @@ class ConvTreeParams(C.Structure):
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    # luce_gdn_decode in its two-launch form: its first launch writes the q, k, v, g, beta compared here
     lib = emu.load(["gdn_decode.cu", "tree_conv.cu"], tmp_path_factory.mktemp("emu_gdn_tree_prepare"),
-                   "the GDN decode and tree conv kernels", defines=("LUCE_GDN_TWO_LAUNCHES=1",))
+                   "the GDN decode and tree conv kernels")
     lib.luce_gdn_decode.argtypes = [C.POINTER(Params), _P]
     lib.luce_conv_tree.argtypes = [C.POINTER(ConvTreeParams), _P]
     lib.luce_gdn_tree_prepare.argtypes = [C.POINTER(Params), _P, C.c_int32, _P]
