@@ -1,6 +1,7 @@
 """A GDN layer's inputs as the backends' composition reads them (luce.ops.api FusedOps.conv_gdn_norm;
 the CUDA backend's fused launches take the same widths and q scale): the projections' column blocks,
-q / k L2-normed and tiled from key heads to value heads."""
+q / k L2-normed and tiled from key heads to value heads; and its output, the out projection of the
+normed chain where conv_gdn_norm is given one (gdn_out_proj)."""
 from __future__ import annotations
 
 import numpy as np
