@@ -28,11 +28,10 @@ struct GdnNormEpilogue {
     int32_t *chunk_arrivals;    // [segments, quant.chunks], zero before the launch (with quant)
 };
 
-// Chunks [c0, c1] hold head `head`'s columns; a chunk's heads: first_head .. last_head.
-__host__ __device__ __forceinline__ int64_t gdn_chunk_first_head(int64_t c, int64_t dv) { return 256 * c / dv; }
-__host__ __device__ __forceinline__ int64_t gdn_chunk_heads(int64_t c, int64_t H, int64_t dv) {
+// The heads whose columns chunk c of normed [.., H * dv] holds (its first and last column's).
+__device__ __forceinline__ int64_t gdn_chunk_heads(int64_t c, int64_t H, int64_t dv) {
     const int64_t last_col = 256 * c + 255 < H * dv ? 256 * c + 255 : H * dv - 1;
-    return last_col / dv - gdn_chunk_first_head(c, dv) + 1;
+    return last_col / dv - 256 * c / dv + 1;
 }
 
 // The quantization after head `head`'s rows are normed (every thread of the block calls).

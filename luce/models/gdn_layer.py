@@ -10,14 +10,15 @@ For rows x [T, hidden] (already RMS-normed):
                  GGUF's tiled value heads), delta rule with the slot's state
     out = ssm_out (gated_rmsnorm(o, z, ssm_norm) reshaped [T, Hv Dv])   [T, hidden]
 
-The chain from the projections through the output norm and the out projection is one
-backend op, luce.ops.api conv_gdn_norm with out_proj (the composition of conv1d_step,
-gdn_step, the pointwise ops and the matmul, one launch per op per layer over every segment of
-the step; CUDA runs a step of AR rows in two launches and the matmul, bitwise the same): prefill chunks are cut at absolute multiples of GDN_CHUNK (chunked form,
-one-token chunks the recurrent step), AR rows take the recurrent step, both advancing their
-slot's state in place; tree segments (speculative verify) run that same step along the tree
-without advancing the slot's state and leave what the commit needs (a TreeStage of the
-step's tree block) in `staged` (luce.models.commit promotes the accepted path).
+The chain from the projections through the output norm and the out projection is one backend
+op, luce.ops.api conv_gdn_norm with out_proj (the composition of conv1d_step, gdn_step, the
+pointwise ops and the matmul, one launch per op per layer over every segment of the step; CUDA
+runs a step of AR rows in two launches and the matmul, bitwise the same): prefill chunks are
+cut at absolute multiples of GDN_CHUNK (chunked form, one-token chunks the recurrent step), AR
+rows take the recurrent step, both advancing their slot's state in place; tree segments
+(speculative verify) run that same step along the tree without advancing the slot's state and
+leave what the commit needs (a TreeStage of the step's tree block) in `staged`
+(luce.models.commit promotes the accepted path).
 """
 from __future__ import annotations
 

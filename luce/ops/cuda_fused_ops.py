@@ -61,6 +61,14 @@ class CudaFusedOps(FusedOps):
         ws_bytes = km.workspace_bytes(rows, k)
         return self.empty((ws_bytes,), np.uint8), ws_bytes
 
+    def _producer_workspace(self, on: bool, rows: int, k: int, w, prefill_spans):
+        """(workspace, bytes) a fused producer of x [rows, k] quantizes into for w's matmul (on, w
+        takes k columns, that matmul would not quantize in lane: quantizes_in_lane, no prompt
+        rows), else (None, 0): the producer writes x alone and the matmul quantizes it."""
+        if not on or w.k != k or self.quantizes_in_lane([w]) or self.has_prompt_rows(rows, prefill_spans):
+            return None, 0
+        return self._quant_workspace(rows, k, [w])
+
     def _matmul_pair(self, x, weights, biases, runs, workspaces):
         """CudaBackend._matmuls of two block-type weights whose types luce_matmul_pair may run
         as one launch (PAIR_QTYPES: the Q4_K_M mixes' q|k and v), one decode row: [y_a, y_b];
@@ -167,9 +175,7 @@ class CudaFusedOps(FusedOps):
         T, H, D = qg.shape[0], qg.shape[1], qg.shape[2] // 2
         if o.shape != (T, H * D):
             raise ValueError(f"gate_output_matmul: o {o.shape} is not [T, H*D] = [{T}, {H * D}] for qg {qg.shape}")
-        fused = GATE_QUANT_ON and w.k == H * D and D % 4 == 0 and not self.quantizes_in_lane([w]) \
-            and not self.has_prompt_rows(T, prefill_spans)
-        workspace, ws_bytes = self._quant_workspace(T, H * D, [w]) if fused else (None, 0)
+        workspace, ws_bytes = self._producer_workspace(GATE_QUANT_ON and D % 4 == 0, T, H * D, w, prefill_spans)
         if workspace is None:
             return super().gate_output_matmul(o, qg, w, prefill_spans)
         act = self.empty((T, H * D))
@@ -287,9 +293,8 @@ class CudaFusedOps(FusedOps):
         q, k = self.empty((T, Hv, dk)), self.empty((T, Hv, dk))
         v, o, normed = self.empty((T, Hv, dv)), self.empty((T, Hv, dv)), self.empty((T, Hv, dv))
         g, beta = self.empty((T, Hv)), self.empty((T, Hv))
-        quant = out_proj is not None and GDN_OUT_QUANT_ON and out_proj.k == Hv * dv and dv <= 4096 \
-            and not self.quantizes_in_lane([out_proj]) and not self.has_prompt_rows(T, batch.prefill_spans)
-        workspace, ws_bytes = self._quant_workspace(T, Hv * dv, [out_proj]) if quant else (None, 0)
+        workspace, ws_bytes = (None, 0) if out_proj is None else self._producer_workspace(
+            GDN_OUT_QUANT_ON and dv <= 4096, T, Hv * dv, out_proj, batch.prefill_spans)
         chunks = (Hv * dv + 255) // 256 if workspace is not None else 0
         arrivals = self.empty((S * (Hv + chunks),), np.int32)
         kg.gdn_decode(qkv, conv.ptr, conv_pool.ptr, b, a, dt_bias.ptr, ssm_a.ptr, z, norm.ptr,
