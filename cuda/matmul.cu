@@ -362,7 +362,7 @@ int matmul_pair_launch(const luce_matmul_params *a, const luce_matmul_params *b,
     if (rb_a < 0 || rb_b < 0) return kPairNotTaken;
     const XLayout xl = x_layout(a->workspace, 1, a->k);
     const uint8_t *wa = static_cast<const uint8_t *>(a->w), *wb = static_cast<const uint8_t *>(b->w);
-    const OneRow ra = one_row_choice(a, wa, xl, rb_a, 0), rb = one_row_choice(b, wb, xl, rb_b, 0);
+    const OneRow ra = one_row_choice(a, wa, xl, rb_a, 0, false), rb = one_row_choice(b, wb, xl, rb_b, 0, false);
     if (!ra.runs || !rb.runs || !ra.deep || rb.deep || gemv_slots(xl.chunks) != 1) return kPairNotTaken;
     if (!(a->flags & LUCE_MATMUL_REUSE_X)) {
         const cudaError_t err = quantize_x(a, xl, stream);
@@ -417,7 +417,7 @@ extern "C" int luce_matmul(const luce_matmul_params *p_in, void *stream_ptr) {
         const cudaError_t err = quantize_x(p, xl, stream);
         if (err != cudaSuccess) return luce_status(err);
     }
-    if (one_row.runs) return launch_one_row(p, w, xl, row_bytes, tune, one_row.deep, in_lane ? p->x : nullptr, stream);
+    if (one_row.runs) return launch_one_row(p, w, xl, row_bytes, tune, one_row, in_lane ? p->x : nullptr, stream);
     const int rows_status = try_gemv_rows(p, w, xl, row_bytes, stream);
     if (rows_status >= 0) return rows_status;
     const MmqArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->rows, p->n, row_bytes};

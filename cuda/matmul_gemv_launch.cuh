@@ -4,6 +4,9 @@
 // itself (matmul_gemv_x.cuh), the same bits either way.
 #pragma once
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "matmul_gemv.cuh"
 #include "matmul_gemv_staged.cuh"
 
@@ -23,6 +26,32 @@ bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
     return reinterpret_cast<uintptr_t>(w) % G::kAlign == 0 && gemv_fits<G>(x, deep);
 }
 
+// Q4_K and Q5_K one-row calls at tune 0: the staged form (StagedKQuant, 4 rows a batch) where it
+// runs, k up to 128 chunks (the 27B's Q5_K down projection, k = 17,408, too, which the register
+// form leaves to the tile kernel); tunes 5 and 6 keep the register form. LUCE_GEMV_STAGED_K=0
+// (read once): the register form at tune 0 too (A/B runs).
+constexpr bool kStagedKByDefault = true;
+
+inline bool staged_k_on() {
+    static const bool on = [] {
+        const char *v = getenv("LUCE_GEMV_STAGED_K");
+        return v && v[0] ? strcmp(v, "0") != 0 : kStagedKByDefault;
+    }();
+    return on;
+}
+
+inline int staged_smem_limit() {
+    static const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    return limit;
+}
+
+// A call's one-row kernel: whether it runs, with twice the rows a batch (`deep`, the register
+// form), whether it can quantize x in lane (gemv_x_in_lane; the staged forms always can), and
+// whether a Q4_K / Q5_K call takes the staged form (`staged`).
+struct OneRow {
+    bool runs, deep, x_in_lane, staged;
+};
+
 // Q8_0 and Q5_0 (f16 scale per group) one-row calls take the one-row kernel under tune 0.
 // NOT measured on a GPU yet (written for Qwen2.5-0.5B's decode, whose q/k/v/out/gate/up are
 // Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
@@ -32,7 +61,7 @@ constexpr bool kGemvGroupScaleByDefault = true;
 // form. Tune 0 and 5: 4 rows a batch, the split table lookup; 6: 8 rows a batch; 8: 4 rows with
 // the three-prmt lookup (iq4_pairs); 7 takes the register form (gemv2's kernel, for comparison).
 inline int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
-    static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    const int smem_limit = staged_smem_limit();
     const GemvStagedArgs s{g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0, 0, g.xf};
     if (tune == 6) {
         if (gemv_staged_runs<8>(g.w, g.n, g.x, g.row_bytes, smem_limit))
@@ -47,12 +76,6 @@ inline int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
     return launch_gemv<GemvIQ4XS>(g, tune == 6, stream);
 }
 
-// A call's one-row kernel: whether it runs, with twice the rows a batch (`deep`), and whether it
-// can quantize x in lane (gemv_x_in_lane; the staged IQ4_XS form always can).
-struct OneRow {
-    bool runs, deep, x_in_lane;
-};
-
 // The one-row kernel (matmul_gemv.cuh, the same bits) where it measured faster than the
 // tile kernel (tune 0; H200, docs/PERF.md, 2026-12-03): IQ4_XS everywhere; Q4_K and Q5_K with
 // twice the rows a batch where k fits one block of lanes (not the 27B down projection) and the
@@ -60,9 +83,11 @@ struct OneRow {
 // down: 1536 x 8960 12.2 against 14.2 us; not their gate|up or LM head); Q8_0 and Q5_0 by
 // kGemvGroupScaleByDefault. Tune 5 takes it for every block type, tune 6 likewise with twice
 // the rows a batch; IQ4_XS in its staged form (launch_gemv_iq4: tunes 7 and 8 are its
-// comparisons). `tune` as luce_matmul passes it (9 and 10 as 0).
+// comparisons); Q4_K and Q5_K at tune 0 in their staged form where it runs (staged_k_on; not for
+// luce_matmul_pair, `staged_ok` false: its kernel is the register form's). `tune` as luce_matmul
+// passes it (9 and 10 as 0).
 inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
-                             int tune) {
+                             int tune, bool staged_ok = true) {
     const bool kquant45 = p->qtype == LUCE_QT_Q4_K || p->qtype == LUCE_QT_Q5_K;
     const bool group_scale = p->qtype == LUCE_QT_Q8_0 || p->qtype == LUCE_QT_Q5_0;
     const bool measured_faster = p->qtype == LUCE_QT_IQ4_XS ||
@@ -70,12 +95,15 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
                                  (p->qtype == LUCE_QT_Q6_K && p->n * row_bytes < ((int64_t)16 << 20));
     const bool by_default = measured_faster || (group_scale && kGemvGroupScaleByDefault);
     const bool deep = tune == 6 || (tune == 0 && kquant45);
+    if (staged_ok && kquant45 && tune == 0 && staged_k_on() && p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
+        p->n * row_bytes < ((int64_t)256 << 20) && gemv_staged_runs<4>(w, p->n, xl, row_bytes, staged_smem_limit()))
+        return {true, deep, true, true};
     const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&
                       (tune >= 5 || (tune == 0 && by_default));
-    if (!gemv) return {false, deep, false};
+    if (!gemv) return {false, deep, false, false};
     auto of = [&](auto reader) -> OneRow {
         using G = decltype(reader);
-        return {gemv_runs<G>(w, xl, deep), deep, gemv_x_in_lane<G>(deep)};
+        return {gemv_runs<G>(w, xl, deep), deep, gemv_x_in_lane<G>(deep), false};
     };
     switch (p->qtype) {
         case LUCE_QT_Q4_K: return of(GemvQ4K());
@@ -84,15 +112,21 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
         case LUCE_QT_IQ4_XS: return of(GemvIQ4XS());
         case LUCE_QT_Q8_0: return of(GemvQ80());
         case LUCE_QT_Q5_0: return of(GemvQ50());
-        default: return {false, deep, false};
+        default: return {false, deep, false, false};
     }
 }
 
-// The launch of a call one_row_choice runs; xf: token 0's f32 x to quantize in lane, or null
-// (the workspace xl holds it).
+// The launch of a call one_row_choice runs (`how`); xf: token 0's f32 x to quantize in lane, or
+// null (the workspace xl holds it).
 inline int launch_one_row(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
-                          int tune, bool deep, const float *xf, cudaStream_t stream) {
+                          int tune, const OneRow &how, const float *xf, cudaStream_t stream) {
     const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0, xf};
+    const bool deep = how.deep;
+    if (how.staged) {
+        const GemvStagedArgs s{w, p->bias, p->y, xl, p->n, row_bytes, 0, 0, xf};
+        return p->qtype == LUCE_QT_Q4_K ? launch_gemv_staged<StagedKQuant<GemvQ4K>, 4>(s, stream)
+                                        : launch_gemv_staged<StagedKQuant<GemvQ5K>, 4>(s, stream);
+    }
     switch (p->qtype) {
         case LUCE_QT_Q4_K: return launch_gemv<GemvQ4K>(g, deep, stream);
         case LUCE_QT_Q5_K: return launch_gemv<GemvQ5K>(g, deep, stream);

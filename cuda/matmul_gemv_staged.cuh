@@ -1,6 +1,8 @@
-// One-row matmul, staged form (IQ4_XS): the same integers and float steps as the tile kernel
-// (cuda/matmul.cu) and as the register form of cuda/matmul_gemv.cuh, so the same bits (DESIGN 5
-// rule 6), with the weights streamed through shared memory instead of registers.
+// One-row matmul, staged form (IQ4_XS; Q4_K and Q5_K, session 37): the same integers and float
+// steps as the tile kernel (cuda/matmul.cu) and as the register form of cuda/matmul_gemv.cuh, so
+// the same bits (DESIGN 5 rule 6), with the weights streamed through shared memory instead of
+// registers. The readers (a lane's group of a row's chunk from the stage) are
+// matmul_gemv_staged_readers.cuh; what follows counts IQ4_XS.
 //
 // Why (docs/PERF.md, session 13): the register form held a batch's weights in registers (72 a
 // thread: 5 blocks of 5 warps an SM at the 27B gate), formed a 64-bit address for each of its 12
@@ -9,7 +11,7 @@
 // busy with 1.6 eligible warps a scheduler and DRAM at 42%.
 //
 // Layout. A batch is R consecutive rows: R * row_bytes contiguous bytes (16-byte aligned: R is
-// even, a row is a whole number of 136-byte chunks, the weights 16-byte aligned), copied into one
+// even, a row is a whole number of 136-byte chunks (Q4_K 144, Q5_K 176), the weights 16-byte aligned), copied into one
 // of S stages (S = 2, or 3 where a block has two batches: launch_gemv_staged). On sm_90 and later
 // thread 0 copies a batch with one bulk copy (cp.async.bulk) that completes on the stage's
 // mbarrier; elsewhere every thread copies 16-byte words with cp.async (LUCE_GEMV_BULK). The last
@@ -28,7 +30,7 @@
 // chunks kp, kp + 4, ... of row r in order, then ((acc0 + acc1) + acc2) + acc3 (+ bias) by
 // shuffles), batch t + S - 1's copy is issued, then batch t's sums: a lane's integer SH, SL a row,
 // the 8 lanes of a chunk add them (rows8_sum, transposed: lane j ends with row j * R / 8), and the
-// row's lane writes c = d * fma(SH, 256, SL) into c's ring of two batches.
+// row's lane writes c = d * fma(SH, 256, SL) (Q4_K / Q5_K: + negmin * MS) into c's ring of two batches.
 //
 // Table lookup (kSplit): T[n] = R1 + R2 with R1 = prmt(T[0..7], n) (n's bit 3 set: the sign of a
 // negative entry, -1) and R2 = prmt(T[8..15] + 1, n ^ 8) (bit 3 clear: the sign of a positive
@@ -44,6 +46,7 @@
 #pragma once
 
 #include "matmul_gemv.cuh"
+#include "matmul_gemv_staged_readers.cuh"
 #include "matmul_gemv_x.cuh"
 #include "matmul_stage.cuh"
 
@@ -51,117 +54,17 @@ namespace mm {
 
 constexpr int kStagedMaxWarps = 1024 / WARP_SIZE;  // 1,024 threads (CUDA: 32 warps, k up to 32,768 = 128 chunks)
 
-// 56 registers a thread: two blocks of 17 warps an SM at the 27B down projection (64 leave one),
-// seven of 5 warps at its gate (64: six). nvcc takes __maxnreg__ or __launch_bounds__, not both.
+// IQ4_XS: 56 registers a thread: two blocks of 17 warps an SM at the 27B down projection (64 leave
+// one), seven of 5 warps at its gate (64: six); Q4_K / Q5_K 64 (G::kMaxRegs). nvcc takes
+// __maxnreg__ or __launch_bounds__, not both.
 #if defined(__HIPCC__)
 #define LUCE_GEMV_STAGED_REGS __launch_bounds__(kStagedMaxWarps * WARP_SIZE)
 #elif defined(__CUDACC__)
-#define LUCE_GEMV_STAGED_REGS __maxnreg__(R == 8 ? 64 : 56)
+#define LUCE_GEMV_STAGED_REGS __maxnreg__(R == 8 ? 64 : G::kMaxRegs)
 #else
 #define LUCE_GEMV_STAGED_REGS
 #endif
 
-// prmt.b32 with the selector as given: nibble bit 3 replicates the selected byte's sign.
-__device__ __forceinline__ uint32_t prmt_sign(uint32_t a, uint32_t b, uint32_t sel) {
-#ifdef LUCE_MM_PORTABLE
-    const uint64_t src = ((uint64_t)b << 32) | a;
-    uint32_t out = 0;
-    for (int i = 0; i < 4; ++i) {
-        const uint32_t nib = (sel >> (4 * i)) & 15;
-        uint32_t v = (uint32_t)(src >> (8 * (nib & 7))) & 0xFF;
-        if (nib & 8) v = (v & 0x80) ? 0xFF : 0;
-        out |= v << (8 * i);
-    }
-    return out;
-#else
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-    return d;
-#endif
-}
-
-// T[8..15] + 1 (2, 14, 26, 39 | 54, 70, 90, 114): every entry positive.
-constexpr uint32_t kIq4High1Lo = 0x271A0E02u, kIq4High1Hi = 0x725A4636u;
-// Word 0 of the low half table (lanes 0, 1) and of T[8..15] + 1 (lanes 2, 3), loaded through a
-// lane-dependent address (see kIq4TableA).
-__device__ const uint32_t kIq4SplitA[4] = {kIq4Table0, kIq4Table0, kIq4High1Lo, kIq4High1Lo};
-
-// IQ4_XS reader of the staged form: lane j takes group j of its chunk whole (qs bytes 16j..16j+15,
-// one integer scale).
-template <bool kSplit>
-struct StagedIQ4XS {
-    static constexpr int kChunkBytes = 136;
-
-    // Word i of lane j: quad i of group j (its unit of xq).
-    static __device__ __forceinline__ void x_unit(int j, int i, int &group, int &quad) {
-        group = j;
-        quad = i;
-    }
-
-    // x of group j of chunk ch, quads 0..3 in the lookup's order (GemvIQ4XS::load_x's order).
-    static __device__ __forceinline__ void load_x(const XLayout &x, int64_t ch, int j, GroupX &gx) {
-        uint4 w[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) w[q] = __ldg(x.xq + (ch * kGroups + j) * 4 + q);
-        set_x(w, 0, j, gx);
-    }
-
-    // gx from the lane's 4 xq words, from the workspace or quantized in lane (matmul_gemv_x.cuh).
-    static __device__ __forceinline__ void set_x(const uint4 (&w)[4], int, int j, GroupX &gx) {
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-            gx.v[q] = make_uint4(byte_perm(w[q].x, w[q].y, 0x5140), byte_perm(w[q].x, w[q].y, 0x7362),
-                                 byte_perm(w[q].z, w[q].w, 0x5140), byte_perm(w[q].z, w[q].w, 0x7362));
-        gx.s = 0;
-        const int h = j & 1;
-        if (kSplit) {
-            gx.k[0] = __ldg(&kIq4SplitA[h]);
-            gx.k[1] = __ldg(&kIq4SplitA[2 + h]);
-        } else {
-            gx.k[0] = __ldg(&kIq4TableA[h]);
-            gx.k[1] = __ldg(&kIq4TableA[2 + h]);
-        }
-    }
-
-    // One row's chunk at c (shared memory): the lane's integer sums sh, sl (its group's scale
-    // applied).
-    static __device__ __forceinline__ void sums(const uint8_t *c, int j, const GroupX &gx, int &sh, int &sl) {
-        const uint2 h = *reinterpret_cast<const uint2 *>(c);
-        const uint2 qa = *reinterpret_cast<const uint2 *>(c + 8 + 16 * j);
-        const uint2 qb = *reinterpret_cast<const uint2 *>(c + 16 + 16 * j);
-        const uint32_t w[4] = {qa.x, qa.y, qb.x, qb.y};
-        int ph = 0, pl = 0;  // one chain each: a batch's rows give the instruction-level parallelism
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            if (kSplit) {
-                const uint32_t f = w[q] ^ 0x88888888u;
-                const uint32_t r1a = prmt_sign(gx.k[0], kIq4Table1, w[q]);
-                const uint32_t r1b = prmt_sign(gx.k[0], kIq4Table1, w[q] >> 16);
-                const uint32_t r2a = prmt_sign(gx.k[1], kIq4High1Hi, f);
-                const uint32_t r2b = prmt_sign(gx.k[1], kIq4High1Hi, f >> 16);
-                ph = dp4<false>(r1a, gx.v[q].x, ph);
-                pl = dp4<true>(r1a, gx.v[q].z, pl);
-                ph = dp4<false>(r1b, gx.v[q].y, ph);
-                pl = dp4<true>(r1b, gx.v[q].w, pl);
-                ph = dp4<false>(r2a, gx.v[q].x, ph);
-                pl = dp4<true>(r2a, gx.v[q].z, pl);
-                ph = dp4<false>(r2b, gx.v[q].y, ph);
-                pl = dp4<true>(r2b, gx.v[q].w, pl);
-            } else {
-                uint32_t v01, v23;
-                iq4_pairs(w[q], gx.k[0], gx.k[1], v01, v23);
-                ph = dp4<false>(v01, gx.v[q].x, ph);
-                pl = dp4<true>(v01, gx.v[q].z, pl);
-                ph = dp4<false>(v23, gx.v[q].y, ph);
-                pl = dp4<true>(v23, gx.v[q].w, pl);
-            }
-        }
-        // ls_j = scales_l bits 4j..4j+3 | scales_h bits 2j, 2j + 1 (head.x bits 16 + 2j) << 4
-        const int s = (int)(((h.y >> (4 * j)) & 15u) | ((h.x >> (12 + 2 * j)) & 0x30u)) - 32;
-        sh = s * ph;
-        sl = s * pl;
-    }
-};
 
 struct GemvStagedArgs {
     const uint8_t *w;
@@ -286,8 +189,10 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
         issue_slot = issue_slot + 1 == S ? 0 : issue_slot + 1;
     };
 #else
-    // Copies: 16-byte word i of a stage by thread i % blockDim.x; at most R + 1 a thread (a stage
-    // is R * 8.5 words a chunk, a block 8 lanes a chunk). One 64-bit source a batch, stepped.
+    // Copies: 16-byte word i of a stage by thread i % blockDim.x; at most kWords a thread (a stage
+    // is R * kChunkBytes / 16 words a chunk, a block at least 8 lanes a chunk: IQ4_XS R + 1, Q5_K
+    // 6 at 4 rows). One 64-bit source a batch, stepped.
+    constexpr int kWords = (R * G::kChunkBytes + 127) / 128;
     const uint32_t step = blockDim.x * 16, mine = (stage_bytes / 16 + blockDim.x - 1 - tid) / blockDim.x;
     const uint8_t *w_thread = a.w + 16 * tid;
 #ifdef LUCE_MM_PORTABLE
@@ -300,7 +205,7 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
             const uint8_t *src = w_thread + (size_t)first_row(issue_row) * rb;
             auto dst = dst_thread + issue_slot * stage_bytes;
 #pragma unroll
-            for (int i = 0; i <= R; ++i) {
+            for (int i = 0; i < kWords; ++i) {
                 if (i < (int)mine) {
 #ifdef LUCE_MM_PORTABLE
 #ifndef __HIPCC__  // the emulator: cp.async of 16 bytes takes 16-byte aligned addresses only
@@ -327,10 +232,10 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
     GroupX gx;
     if constexpr (kX) {
         float xd, xs;
-        gemv_quantize_x<G, true>(a.xf, ch, j, gx, xd, xs);
+        gemv_quantize_x<G, G::kOwnLayout>(a.xf, ch, j, gx, xd, xs);
         if (live && j == 0) xd_s[ch] = xd;
     } else {
-        G::load_x(a.x, ch, j, gx);
+        gemv_load_x<G>(a.x, ch, j, gx);
         for (int c = tid; c < chunks; c += blockDim.x) xd_s[c] = __ldg(a.x.xd + (int64_t)c * a.x.tp);
     }
 
@@ -376,13 +281,15 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
         if (t > 0) chains(t - 1);
         issue(t + S - 1);
         const uint8_t *c0 = lane_chunk + slot * stage_bytes;
-        int sh[R], sl[R];
+        int sh[R], sl[R], ms[R];
 #pragma unroll
-        for (int r = 0; r < R; ++r) G::sums(c0 + r * rb, j, gx, sh[r], sl[r]);
-        const int SH = rows8_sum<R>(sh), SL = rows8_sum<R>(sl);
-        if (writer) {
-            const float d = f16_to_f32(*reinterpret_cast<const unsigned short *>(c0 + myrow * rb));
-            c_s[((t & 1) * R + myrow) * chunks + ch] = __fmul_rn(d, fmaf((float)SH, 256.0f, (float)SL));
+        for (int r = 0; r < R; ++r) G::sums(c0 + r * rb, j, gx, sh[r], sl[r], ms[r]);
+        const int SH = rows8_sum<R>(sh), SL = rows8_sum<R>(sl), MS = G::kOffset ? rows8_sum<R>(ms) : 0;
+        if (writer) {  // ChunkIntC::put's c
+            const uint8_t *head = c0 + myrow * rb;
+            float v = __fmul_rn(G::d(head), fmaf((float)SH, 256.0f, (float)SL));
+            if (G::kOffset) v = fmaf(G::negmin(head), (float)MS, v);
+            c_s[((t & 1) * R + myrow) * chunks + ch] = v;
         }
         if (++slot == S) {
             slot = 0;

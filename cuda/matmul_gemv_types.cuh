@@ -63,6 +63,15 @@ __device__ __forceinline__ uint4 ldg16(const uint8_t *p) {
 #endif
 }
 
+// Where a reader's 16-byte loads come from: global memory (ldg16; the register form) or the
+// staged form's shared memory (matmul_gemv_staged_readers.cuh).
+struct GlobalLoad {
+    static __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return ldg16(p); }
+};
+struct SharedLoad {
+    static __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
+};
+
 __device__ __forceinline__ uint2 ldg8(const uint8_t *p) {
 #if defined(LUCE_MM_PORTABLE) || __CUDA_ARCH__ < 800  // HIP, the host emulator, sm < 80
     return __ldg(reinterpret_cast<const uint2 *>(p));
@@ -112,10 +121,11 @@ struct GemvQ4K {
     static constexpr int kRows = 2;    // rows a lane loads at once (12 registers a row)
     static constexpr bool kDeepInLane = true;  // x quantized in lane also at twice the rows (matmul_gemv_x.cuh)
     struct Raw { uint4 h, qa, qb; };
+    template <class L = GlobalLoad>
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
-        r.h = ldg16(c);
-        r.qa = ldg16(c + 16 + 32 * (j >> 1));
-        r.qb = ldg16(c + 32 + 32 * (j >> 1));
+        r.h = L::ld16(c);
+        r.qa = L::ld16(c + 16 + 32 * (j >> 1));
+        r.qb = L::ld16(c + 32 + 32 * (j >> 1));
     }
     static __device__ __forceinline__ void words(const Raw &r, int j, GroupWords &g) {
         const int sh = 4 * (j & 1);
@@ -143,12 +153,13 @@ struct GemvQ5K {
     static constexpr int kRows = 2;  // 20 registers a row
     static constexpr bool kDeepInLane = true;
     struct Raw { uint4 h, ha, hb, qa, qb; };
+    template <class L = GlobalLoad>
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
-        r.h = ldg16(c);
-        r.ha = ldg16(c + 16);
-        r.hb = ldg16(c + 32);
-        r.qa = ldg16(c + 48 + 32 * (j >> 1));
-        r.qb = ldg16(c + 64 + 32 * (j >> 1));
+        r.h = L::ld16(c);
+        r.ha = L::ld16(c + 16);
+        r.hb = L::ld16(c + 32);
+        r.qa = L::ld16(c + 48 + 32 * (j >> 1));
+        r.qb = L::ld16(c + 64 + 32 * (j >> 1));
     }
     static __device__ __forceinline__ void words(const Raw &r, int j, GroupWords &g) {
         const int sh = 4 * (j & 1);

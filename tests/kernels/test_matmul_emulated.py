@@ -8,7 +8,8 @@ blocks that take several batches; the Qwen2.5-0.5B shapes. IQ4_XS's staged form
 (cuda/matmul_gemv_staged.cuh: tune 0, 5, 6, 8; tune 7 its register form) with its bulk copies
 and mbarrier phases emulated (a wait on an incomplete phase or a misaligned copy aborts) and,
 in a second build, its per-thread copies: at the 27B's k, with an odd chunk count (even n; odd
-n takes the register form), 2 and 3 stages. The emulator's f32 arithmetic is
+n takes the register form), 2 and 3 stages; Q4_K and Q5_K's staged form (StagedKQuant, tune 0)
+likewise. The emulator's f32 arithmetic is
 the host's, so only bitwise comparisons between two kernels of one build (and the parity
 against the reference) mean anything here; tests/kernels/test_matmul.py runs the same checks
 natively on a GPU.
@@ -64,8 +65,9 @@ def run(lib, x, raw, qtype, n, bias=None, tune=0, offset=0):
 
 
 # (type, f32 floats a chunk and row of the one-row kernel's c, rows a batch at tune 5 / 0)
-GEMV = {Q.Q5_0: (16, 4, 4), Q.Q8_0: (16, 4, 4), Q.Q4_K: (1, 2, 4), Q.Q6_K: (1, 2, 2), Q.IQ4_XS: (1, 4, 4)}
-RING = {Q.Q5_0: 4, Q.Q8_0: 4, Q.Q4_K: 16, Q.Q6_K: 16, Q.IQ4_XS: 16}   # batches of c a block keeps (GroupFloatC / ChunkIntC::kRing)
+GEMV = {Q.Q5_0: (16, 4, 4), Q.Q8_0: (16, 4, 4), Q.Q4_K: (1, 2, 4), Q.Q5_K: (1, 2, 4), Q.Q6_K: (1, 2, 2),
+        Q.IQ4_XS: (1, 4, 4)}
+RING = {Q.Q5_0: 4, Q.Q8_0: 4, Q.Q4_K: 16, Q.Q5_K: 16, Q.Q6_K: 16, Q.IQ4_XS: 16}   # batches of c a block keeps (GroupFloatC / ChunkIntC::kRing)
 
 
 def gemv_smem(qtype, k: int, rows: int) -> int:
@@ -75,31 +77,37 @@ def gemv_smem(qtype, k: int, rows: int) -> int:
     return 4 * ((RING[qtype] * rows * per_chunk + 1) * chunks + (groups if qtype == Q.Q5_0 else 0))
 
 
+STAGED_CHUNK_BYTES = {Q.IQ4_XS: 136, Q.Q4_K: 144, Q.Q5_K: 176}
+
+
 def staged_rows(qtype, k: int, n: int, tune: int, offset: int = 0) -> int:
-    """Rows a batch of the staged form (matmul_gemv_staged.cuh, IQ4_XS) a call takes, 0 if it
-    takes the register form: cuda/matmul.cu launch_gemv_iq4 (tune 0, 5, 8: 4 rows, 6: 8, 7: the
-    register form), where the weights are 16-byte aligned, n >= the rows, row n - rows starts
-    16-byte aligned (an even chunk count or n even) and k <= 32,768."""
-    if qtype != Q.IQ4_XS or tune == 7 or offset % 16 or k > 32768:
+    """Rows a batch of the staged form (matmul_gemv_staged.cuh) a call takes, 0 if it takes the
+    register form: IQ4_XS by cuda/matmul_gemv_launch.cuh launch_gemv_iq4 (tune 0, 5, 8: 4 rows,
+    6: 8, 7: the register form), Q4_K and Q5_K at tune 0 only (4 rows; staged_k_on), where the
+    weights are 16-byte aligned, n >= the rows, row n - rows starts 16-byte aligned (an even
+    chunk count or n even) and k <= 32,768."""
+    if qtype not in STAGED_CHUNK_BYTES or offset % 16 or k > 32768:
+        return 0
+    if qtype == Q.IQ4_XS and tune == 7 or qtype != Q.IQ4_XS and tune != 0:
         return 0
     rows = 8 if tune == 6 else 4
-    return rows if n >= rows and ((n - rows) * (k // 256) * 136) % 16 == 0 else 0
+    return rows if n >= rows and ((n - rows) * (k // 256) * STAGED_CHUNK_BYTES[qtype]) % 16 == 0 else 0
 
 
-def staged_smem(k: int, n: int, rows: int) -> int:
+def staged_smem(k: int, n: int, rows: int, qtype=Q.IQ4_XS) -> int:
     """Dynamic shared memory of the staged form: its stages of `rows` rows, c [2][rows][chunks], xd.
     Stages (launch_gemv_staged): 3 where the one-wave grid (the emulator's 132 blocks) gives a
     block two batches, else 2."""
     chunks, batches = -(-k // 256), -(-n // rows)
     stages = 3 if -(-batches // 132) == 2 else 2
-    return stages * rows * chunks * 136 + 4 * (2 * rows + 1) * chunks
+    return stages * rows * chunks * STAGED_CHUNK_BYTES[qtype] + 4 * (2 * rows + 1) * chunks
 
 
 def assert_one_row_kernel_ran(lib, qtype, k, tune, n=None, offset=0):
     """The last launch was the one-row kernel (the staged form where it runs, at n rows)."""
     staged = staged_rows(qtype, k, n, tune, offset) if n is not None else 0
     if staged:
-        assert lib.emu_last_launch_smem() == staged_smem(k, n, staged), f"tune {tune}: not the staged one-row kernel"
+        assert lib.emu_last_launch_smem() == staged_smem(k, n, staged, qtype), f"tune {tune}: not the staged one-row kernel"
         return
     assert n is not None or qtype != Q.IQ4_XS, "IQ4_XS: say n (the staged form depends on it)"
     _, r5, r0 = GEMV[qtype]
@@ -114,6 +122,7 @@ def same_bits(a, b) -> bool:
 
 
 CASES = [(Q.Q5_0, 896, 37), (Q.Q8_0, 896, 37), (Q.Q5_0, 256, 13), (Q.Q8_0, 352, 21), (Q.Q4_K, 512, 19),
+         (Q.Q5_K, 1280, 11),
          (Q.Q6_K, 512, 19), (Q.Q6_K, 1536, 7), (Q.IQ4_XS, 512, 19), (Q.IQ4_XS, 1280, 11), (Q.IQ4_XS, 1280, 12)]
 
 
@@ -213,41 +222,51 @@ def lib_cooperative(tmp_path_factory):
 # IQ4_XS at the 27B's k: 5120 (gate/up, qkv; 20 chunks, 5 warps a block of the staged form) and
 # 17408 (down; 68 chunks, 17 warps); n = 9: batches of 4 rows 0-3, 4-7 and a last one at rows 5-8
 # (rows 5-7 computed twice, stored once), of 8 rows 0-7 and 1-8.
+# Q4_K and Q5_K (StagedKQuant: tune 0 staged, 5 / 6 their register form; at k = 17,408 tune 0 was
+# the tile kernel before the staged form).
+STAGED_TUNES = {Q.IQ4_XS: (0, 5, 6, 7, 8), Q.Q4_K: (0, 5, 6), Q.Q5_K: (0, 5, 6)}
+
+
+@pytest.mark.parametrize("qtype", [Q.IQ4_XS, Q.Q4_K, Q.Q5_K], ids=lambda v: v.name)
 @pytest.mark.parametrize("k", [5120, 17408])
-def test_iq4_xs_staged_at_27b_k(lib, lib_cooperative, k):
-    """The staged form (tune 0, 5, 6, 8) and the register form (tune 7) == the tile kernel (tune
-    4), bitwise, with bias; with bulk copies and with per-thread copies (lib_cooperative); with
-    the weights 8 bytes past a 16-byte boundary the register form runs, the same bits."""
+def test_staged_at_27b_k(lib, lib_cooperative, qtype, k):
+    """The staged form (IQ4_XS: tune 0, 5, 6, 8; Q4_K / Q5_K: tune 0) and the register form
+    (IQ4_XS tune 7; Q4_K / Q5_K 5, 6) == the tile kernel (tune 4), bitwise, with bias; with bulk
+    copies and with per-thread copies (lib_cooperative); with the weights 8 bytes past a 16-byte
+    boundary (IQ4_XS) the register form runs, the same bits."""
     n = 9
-    raw, wd = weights(Q.IQ4_XS, n, k)
+    raw, wd = weights(qtype, n, k)
     x = activations(1, k, seed=k)
     bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
-    want = run(lib, x, raw, Q.IQ4_XS, n, bias, tune=4)
+    want = run(lib, x, raw, qtype, n, bias, tune=4)
     assert_rows_close(want, x.astype(np.float64) @ wd.T.astype(np.float64) + bias, "matmul_blocks")
     for build in (lib, lib_cooperative):
-        for tune in (0, 5, 6, 7, 8):
-            got = run(build, x, raw, Q.IQ4_XS, n, bias, tune=tune)
-            assert_one_row_kernel_ran(build, Q.IQ4_XS, k, tune, n)
+        for tune in STAGED_TUNES[qtype]:
+            got = run(build, x, raw, qtype, n, bias, tune=tune)
+            if tune == 0 or qtype == Q.IQ4_XS or k <= 16384:   # the register form of a K type past 64 chunks: the tile kernel
+                assert_one_row_kernel_ran(build, qtype, k, tune, n)
             assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
-    got = run(lib, x, raw, Q.IQ4_XS, n, bias, offset=8)
-    assert_one_row_kernel_ran(lib, Q.IQ4_XS, k, 0, n, offset=8)
-    assert same_bits(got, want), "weights at 8 mod 16 changed bits"
+    if qtype == Q.IQ4_XS:
+        got = run(lib, x, raw, Q.IQ4_XS, n, bias, offset=8)
+        assert_one_row_kernel_ran(lib, Q.IQ4_XS, k, 0, n, offset=8)
+        assert same_bits(got, want), "weights at 8 mod 16 changed bits"
 
 
+@pytest.mark.parametrize("qtype", [Q.IQ4_XS, Q.Q5_K], ids=lambda v: v.name)
 @pytest.mark.parametrize("n", [4227, 801])
-def test_iq4_xs_staged_ring(lib, lib_cooperative, n):
+def test_staged_ring(lib, lib_cooperative, qtype, n):
     """The staged form's ring over several batches a block, k = 256: n = 4227 (8 to 9 batches a
     block of the emulator's 132 at 4 rows, 2 stages; a last batch of 3 rows) and n = 801 (two
-    batches a block at 4 rows: 3 stages, both batches copied before the first is used; 8 rows: 2
-    stages, a block of one batch), with bulk and with per-thread copies: == the tile kernel."""
+    batches a block at 4 rows: 3 stages, both batches copied before the first is used; IQ4_XS at 8
+    rows: 2 stages, a block of one batch), with bulk and with per-thread copies: == the tile kernel."""
     k = 256
-    raw, _ = weights(Q.IQ4_XS, n, k)
+    raw, _ = weights(qtype, n, k)
     x = activations(1, k, seed=5)
-    want = run(lib, x, raw, Q.IQ4_XS, n, tune=4)
+    want = run(lib, x, raw, qtype, n, tune=4)
     for build in (lib, lib_cooperative):
-        for tune in (0, 6):
-            got = run(build, x, raw, Q.IQ4_XS, n, tune=tune)
-            assert_one_row_kernel_ran(build, Q.IQ4_XS, k, tune, n)
+        for tune in (0, 6) if qtype == Q.IQ4_XS else (0,):
+            got = run(build, x, raw, qtype, n, tune=tune)
+            assert_one_row_kernel_ran(build, qtype, k, tune, n)
             assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
 
 
