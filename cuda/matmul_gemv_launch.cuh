@@ -26,10 +26,10 @@ bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
     return reinterpret_cast<uintptr_t>(w) % G::kAlign == 0 && gemv_fits<G>(x, deep);
 }
 
-// Q4_K and Q5_K one-row calls at tune 0: the staged form (StagedKQuant, 4 rows a batch) where it
-// runs, k up to 128 chunks (the 27B's Q5_K down projection, k = 17,408, too, which the register
-// form leaves to the tile kernel); tunes 5 and 6 keep the register form. LUCE_GEMV_STAGED_K=0
-// (read once): the register form at tune 0 too (A/B runs).
+// Q4_K, Q5_K and Q6_K one-row calls at tune 0: the staged form (StagedKQuant, 4 rows a batch) where
+// it runs and the matrix is under 256 MiB (not an LM head), k up to 128 chunks (the 27B's Q5_K and
+// Q6_K down projections, k = 17,408, too, which the register form leaves to the tile kernel); tunes
+// 5 and 6 keep the register form. LUCE_GEMV_STAGED_K=0 (read once): tune 0 as before (A/B runs).
 constexpr bool kStagedKByDefault = true;
 
 inline bool staged_k_on() {
@@ -47,7 +47,7 @@ inline int staged_smem_limit() {
 
 // A call's one-row kernel: whether it runs, with twice the rows a batch (`deep`, the register
 // form), whether it can quantize x in lane (gemv_x_in_lane; the staged forms always can), and
-// whether a Q4_K / Q5_K call takes the staged form (`staged`).
+// whether a K-quant call takes the staged form (`staged`).
 struct OneRow {
     bool runs, deep, x_in_lane, staged;
 };
@@ -83,7 +83,7 @@ inline int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
 // down: 1536 x 8960 12.2 against 14.2 us; not their gate|up or LM head); Q8_0 and Q5_0 by
 // kGemvGroupScaleByDefault. Tune 5 takes it for every block type, tune 6 likewise with twice
 // the rows a batch; IQ4_XS in its staged form (launch_gemv_iq4: tunes 7 and 8 are its
-// comparisons); Q4_K and Q5_K at tune 0 in their staged form where it runs (staged_k_on; not for
+// comparisons); Q4_K, Q5_K and Q6_K at tune 0 in their staged form where it runs (staged_k_on; not for
 // luce_matmul_pair, `staged_ok` false: its kernel is the register form's). `tune` as luce_matmul
 // passes it (9 and 10 as 0).
 inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
@@ -95,7 +95,7 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
                                  (p->qtype == LUCE_QT_Q6_K && p->n * row_bytes < ((int64_t)16 << 20));
     const bool by_default = measured_faster || (group_scale && kGemvGroupScaleByDefault);
     const bool deep = tune == 6 || (tune == 0 && kquant45);
-    if (staged_ok && kquant45 && tune == 0 && staged_k_on() && p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
+    if (staged_ok && (kquant45 || p->qtype == LUCE_QT_Q6_K) && tune == 0 && staged_k_on() && p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
         p->n * row_bytes < ((int64_t)256 << 20) && gemv_staged_runs<4>(w, p->n, xl, row_bytes, staged_smem_limit()))
         return {true, deep, true, true};
     const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&
@@ -124,8 +124,9 @@ inline int launch_one_row(const luce_matmul_params *p, const uint8_t *w, const X
     const bool deep = how.deep;
     if (how.staged) {
         const GemvStagedArgs s{w, p->bias, p->y, xl, p->n, row_bytes, 0, 0, xf};
-        return p->qtype == LUCE_QT_Q4_K ? launch_gemv_staged<StagedKQuant<GemvQ4K>, 4>(s, stream)
-                                        : launch_gemv_staged<StagedKQuant<GemvQ5K>, 4>(s, stream);
+        if (p->qtype == LUCE_QT_Q4_K) return launch_gemv_staged<StagedKQuant<GemvQ4K>, 4>(s, stream);
+        if (p->qtype == LUCE_QT_Q5_K) return launch_gemv_staged<StagedKQuant<GemvQ5K>, 4>(s, stream);
+        return launch_gemv_staged<StagedKQuant<GemvQ6K>, 4>(s, stream);
     }
     switch (p->qtype) {
         case LUCE_QT_Q4_K: return launch_gemv<GemvQ4K>(g, deep, stream);

@@ -342,14 +342,15 @@ int launch_gemv_staged(const GemvStagedArgs &a, cudaStream_t stream) {
     return a.xf ? launch_gemv_staged_x<G, R, true>(a, stream) : launch_gemv_staged_x<G, R, false>(a, stream);
 }
 
-// The staged form can run: IQ4_XS weights 16-byte aligned, at least R rows, every batch's first
-// row 16-byte aligned (an even chunk count, or n even: the last batch starts at row n - R), k at
-// most 128 chunks, and two stages' shared memory within the device's opt-in limit (48 KiB if
-// unknown).
+// The staged form can run: weights 16-byte aligned, at least R rows, every batch's first row
+// 16-byte aligned (R rows a whole number of 16-byte words: Q6_K's 210-byte chunks an even count;
+// and the last batch's row n - R: IQ4_XS an even chunk count or n even), k at most 128 chunks, and
+// two stages' shared memory within the device's opt-in limit (48 KiB if unknown).
 template <int R>
 bool gemv_staged_runs(const uint8_t *w, int64_t n, const XLayout &x, int64_t row_bytes, int smem_limit) {
     const size_t smem = gemv_staged_smem_bytes<R>(x, row_bytes, 2);
-    return (reinterpret_cast<uintptr_t>(w) & 15) == 0 && n >= R && ((n - R) * row_bytes) % 16 == 0 &&
+    return (reinterpret_cast<uintptr_t>(w) & 15) == 0 && n >= R && (R * row_bytes) % 16 == 0 &&
+           ((n - R) * row_bytes) % 16 == 0 &&
            x.chunks <= 4 * kStagedMaxWarps && smem <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
 }
 

@@ -5,7 +5,7 @@
 // negated min that the writer applies, c = d * fma(SH, 256, SL) (+ negmin * MS): matmul_gemv_c.cuh's
 // ChunkIntC, so the bits are the register form's and the tile kernel's (DESIGN 5 rule 6).
 //   StagedIQ4XS: its own lane layout (x words in the table lookup's order, kOwnLayout).
-//   StagedKQuant<GemvQ4K | GemvQ5K>: the register form's reader on the stage's bytes.
+//   StagedKQuant<GemvQ4K | GemvQ5K | GemvQ6K>: the register form's reader on the stage's bytes.
 #pragma once
 
 #include "matmul_gemv_c.cuh"
@@ -119,13 +119,13 @@ struct StagedIQ4XS {
     static __device__ __forceinline__ float negmin(const uint8_t *) { return 0.0f; }
 };
 
-// Q4_K and Q5_K: the register form's reader (G = GemvQ4K, GemvQ5K; matmul_gemv_types.cuh) loading
-// a row's chunk from the stage with 16-byte shared loads at the offsets it reads global memory
-// at; the default x layout (group j's quads and its integer sum, load_group_x).
+// Q4_K, Q5_K and Q6_K: the register form's reader (G = GemvQ4K, GemvQ5K, GemvQ6K;
+// matmul_gemv_types.cuh) loading a row's chunk from the stage (SharedLoad) at the offsets it reads
+// global memory at; the default x layout (group j's quads and, with mins, its integer sum).
 template <class G>
 struct StagedKQuant {
     static constexpr int kChunkBytes = G::Tensor::kChunkBytes;
-    static constexpr bool kOwnLayout = false, kOffset = true, kGroupScale = false;
+    static constexpr bool kOwnLayout = false, kOffset = G::kOffset, kGroupScale = false;
     static constexpr int kMaxRegs = 64;  // 56 spilled (sm_90a: 8-36 bytes)
 
     static __device__ __forceinline__ void sums(const uint8_t *c, int j, const GroupX &gx, int &sh, int &sl, int &ms) {
@@ -133,10 +133,8 @@ struct StagedKQuant {
         G::template load<SharedLoad>(raw, c, nullptr, j);
         group_sums<G>(raw, j, gx, sh, sl, ms);
     }
-    static __device__ __forceinline__ float d(const uint8_t *c) { return f16_to_f32(*reinterpret_cast<const uint32_t *>(c)); }
-    static __device__ __forceinline__ float negmin(const uint8_t *c) {
-        return -f16_to_f32(*reinterpret_cast<const uint32_t *>(c) >> 16);
-    }
+    static __device__ __forceinline__ float d(const uint8_t *c) { return G::template head_d<SharedLoad>(c); }
+    static __device__ __forceinline__ float negmin(const uint8_t *c) { return G::template head_negmin<SharedLoad>(c); }
 };
 
 }  // namespace mm

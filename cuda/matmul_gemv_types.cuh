@@ -13,6 +13,8 @@
 // IQ4_XS has a reader of its own lane layout (kOwnLayout): cuda/matmul_gemv_iq4.cuh.
 #pragma once
 
+#include <type_traits>
+
 #include "matmul_blocks.cuh"
 #include "matmul_kquants.cuh"
 
@@ -63,14 +65,6 @@ __device__ __forceinline__ uint4 ldg16(const uint8_t *p) {
 #endif
 }
 
-// Where a reader's 16-byte loads come from: global memory (ldg16; the register form) or the
-// staged form's shared memory (matmul_gemv_staged_readers.cuh).
-struct GlobalLoad {
-    static __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return ldg16(p); }
-};
-struct SharedLoad {
-    static __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
-};
 
 __device__ __forceinline__ uint2 ldg8(const uint8_t *p) {
 #if defined(LUCE_MM_PORTABLE) || __CUDA_ARCH__ < 800  // HIP, the host emulator, sm < 80
@@ -92,15 +86,35 @@ __device__ __forceinline__ uint32_t ldg4(const uint32_t *p) {
 #endif
 }
 
+// Where a reader's loads come from: global memory (the register form: weights past L1, ldg16) or
+// the staged form's shared memory (matmul_gemv_staged_readers.cuh). u4 / u32 / u16: 16, 4 and 2
+// bytes at p (aligned so).
+struct GlobalLoad {
+    static __device__ __forceinline__ uint4 u4(const uint8_t *p) { return ldg16(p); }
+    static __device__ __forceinline__ uint32_t u32(const uint32_t *p) { return ldg4(p); }
+    static __device__ __forceinline__ uint32_t u16(const uint8_t *p) { return ld16(p); }
+};
+struct SharedLoad {
+    static __device__ __forceinline__ uint4 u4(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
+    static __device__ __forceinline__ uint32_t u32(const uint32_t *p) { return *p; }
+    static __device__ __forceinline__ uint32_t u16(const uint8_t *p) { return *reinterpret_cast<const uint16_t *>(p); }
+};
+
 // Words at p + 4i, i < N, of a 2-byte aligned p: N + 1 aligned loads, none at or past `end`.
 // kKeepL1: loads that allocate in L1, for readers whose lanes' loads of one instruction touch
 // the sectors the next instructions touch again (a 22- or 34-byte group read word by word).
-template <int N, bool kKeepL1 = false>
+// SharedLoad: no bound (a stage holds whole chunks; end is not read).
+template <int N, bool kKeepL1 = false, class L = GlobalLoad>
 __device__ __forceinline__ void load_words_a2(const uint8_t *p, const uint8_t *end, uint32_t w[N + 1]) {
     const uint32_t *base = reinterpret_cast<const uint32_t *>(reinterpret_cast<uintptr_t>(p) & ~(uintptr_t)3);
-    const uint32_t *last = reinterpret_cast<const uint32_t *>(reinterpret_cast<uintptr_t>(end - 1) & ~(uintptr_t)3);
+    if constexpr (std::is_same<L, SharedLoad>::value) {
 #pragma unroll
-    for (int i = 0; i <= N; ++i) w[i] = base + i <= last ? (kKeepL1 ? __ldg(base + i) : ldg4(base + i)) : 0u;
+        for (int i = 0; i <= N; ++i) w[i] = L::u32(base + i);
+    } else {
+        const uint32_t *last = reinterpret_cast<const uint32_t *>(reinterpret_cast<uintptr_t>(end - 1) & ~(uintptr_t)3);
+#pragma unroll
+        for (int i = 0; i <= N; ++i) w[i] = base + i <= last ? (kKeepL1 ? __ldg(base + i) : L::u32(base + i)) : 0u;
+    }
 }
 
 // The N words at p from load_words_a2's N + 1 aligned words.
@@ -123,9 +137,9 @@ struct GemvQ4K {
     struct Raw { uint4 h, qa, qb; };
     template <class L = GlobalLoad>
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
-        r.h = L::ld16(c);
-        r.qa = L::ld16(c + 16 + 32 * (j >> 1));
-        r.qb = L::ld16(c + 32 + 32 * (j >> 1));
+        r.h = L::u4(c);
+        r.qa = L::u4(c + 16 + 32 * (j >> 1));
+        r.qb = L::u4(c + 32 + 32 * (j >> 1));
     }
     static __device__ __forceinline__ void words(const Raw &r, int j, GroupWords &g) {
         const int sh = 4 * (j & 1);
@@ -143,6 +157,11 @@ struct GemvQ4K {
     }
     static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.h.x); }
     static __device__ __forceinline__ float negmin(const Raw &r) { return -f16_to_f32(r.h.x >> 16); }
+    // d and the negated min of the chunk at c (the staged form's writer, from the stage)
+    template <class L>
+    static __device__ __forceinline__ float head_d(const uint8_t *c) { return f16_to_f32(L::u16(c)); }
+    template <class L>
+    static __device__ __forceinline__ float head_negmin(const uint8_t *c) { return -f16_to_f32(L::u16(c + 2)); }
 };
 
 // Q5_K (176 B, 16-byte aligned rows): as Q4_K with qh[32] after the header (bit j of qh[l]).
@@ -155,11 +174,11 @@ struct GemvQ5K {
     struct Raw { uint4 h, ha, hb, qa, qb; };
     template <class L = GlobalLoad>
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
-        r.h = L::ld16(c);
-        r.ha = L::ld16(c + 16);
-        r.hb = L::ld16(c + 32);
-        r.qa = L::ld16(c + 48 + 32 * (j >> 1));
-        r.qb = L::ld16(c + 64 + 32 * (j >> 1));
+        r.h = L::u4(c);
+        r.ha = L::u4(c + 16);
+        r.hb = L::u4(c + 32);
+        r.qa = L::u4(c + 48 + 32 * (j >> 1));
+        r.qb = L::u4(c + 64 + 32 * (j >> 1));
     }
     static __device__ __forceinline__ void words(const Raw &r, int j, GroupWords &g) {
         const int sh = 4 * (j & 1);
@@ -172,6 +191,10 @@ struct GemvQ5K {
     static __device__ __forceinline__ void scales(const Raw &r, int j, int s[2], int &m) { GemvQ4K::scales({r.h, r.qa, r.qb}, j, s, m); }
     static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.h.x); }
     static __device__ __forceinline__ float negmin(const Raw &r) { return -f16_to_f32(r.h.x >> 16); }
+    template <class L>
+    static __device__ __forceinline__ float head_d(const uint8_t *c) { return GemvQ4K::head_d<L>(c); }
+    template <class L>
+    static __device__ __forceinline__ float head_negmin(const uint8_t *c) { return GemvQ4K::head_negmin<L>(c); }
 };
 
 // Q6_K (210 B, 2-byte aligned): group j = half h = j / 4, G = j % 4; ql 32 bytes at
@@ -184,12 +207,13 @@ struct GemvQ6K {
     static constexpr int kRows = 2;   // 21 registers a row
     static constexpr bool kDeepInLane = false;  // twice the rows (tune 6) and x in lane spill: x from the workspace
     struct Raw { uint32_t ql[9], qh[9], sd; const uint8_t *c; };
+    template <class L = GlobalLoad>
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *end, int j) {
         const int h = j >> 2, G = j & 3;
         r.c = c;
-        load_words_a2<8>(c + 64 * h + 32 * (G & 1), end, r.ql);
-        load_words_a2<8>(c + 128 + 32 * h, end, r.qh);
-        r.sd = (uint32_t)ld16(c + 192 + 2 * j) | ((uint32_t)ld16(c + 208) << 16);
+        load_words_a2<8, false, L>(c + 64 * h + 32 * (G & 1), end, r.ql);
+        load_words_a2<8, false, L>(c + 128 + 32 * h, end, r.qh);
+        r.sd = L::u16(c + 192 + 2 * j) | (L::u16(c + 208) << 16);
     }
     static __device__ __forceinline__ void words(const Raw &r, int j, GroupWords &g) {
         const int h = j >> 2, G = j & 3;
@@ -210,6 +234,11 @@ struct GemvQ6K {
     }
     static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.sd >> 16); }
     static __device__ __forceinline__ float negmin(const Raw &) { return 0.0f; }
+    // d and the negated min of the chunk at c (the staged form's writer, from the stage)
+    template <class L>
+    static __device__ __forceinline__ float head_d(const uint8_t *c) { return f16_to_f32(L::u16(c + 208)); }
+    template <class L>
+    static __device__ __forceinline__ float head_negmin(const uint8_t *) { return 0.0f; }
 };
 
 // Q8_0 and Q5_0 (34 and 22 B blocks, 2-byte aligned): f16 d, then the block's bytes. A lane
