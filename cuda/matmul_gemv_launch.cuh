@@ -26,10 +26,16 @@ bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
     return reinterpret_cast<uintptr_t>(w) % G::kAlign == 0 && gemv_fits<G>(x, deep);
 }
 
-// Q4_K, Q5_K and Q6_K one-row calls at tune 0: the staged form (StagedKQuant, 4 rows a batch) where
-// it runs and the matrix is under 256 MiB (not an LM head), k up to 128 chunks (the 27B's Q5_K and
-// Q6_K down projections, k = 17,408, too, which the register form leaves to the tile kernel); tunes
-// 5 and 6 keep the register form. LUCE_GEMV_STAGED_K=0 (read once): tune 0 as before (A/B runs).
+// Q5_K and Q6_K one-row calls at tune 0 that the register form does not take (the tile kernel
+// before: Q5_K past its k, the 27B's down projections at k = 17,408; Q6_K from 16 MiB): the staged
+// form (StagedKQuant, 4 rows a batch) where it runs and the matrix is under 256 MiB (not an LM
+// head). H100, 27B shapes, us, staged / tile kernel: Q6_K gate 31.7 / 35.0, down 32.1 / 37.5, q|k|v
+// 20.9 / 23.5, out 15.0 / 17.1; Q5_K down 33.0 / 35.2. Not where the register form runs: there it
+// measured no faster (Q4_K gate 26.7 / 25.8, out 13.3 / 12.0; Q5_K q|k|v 19.6 / 18.8) and the
+// Coder-1.5B and 27B Q4_K_M steps slower (docs/PERF.md, session 37). Q4_K's down: 30.3 against the
+// tile kernel's 29.7, so Q4_K keeps it. Tune 8 takes the staged form for Q4_K, Q5_K and Q6_K where
+// it runs (comparisons, tests), tunes 5 / 6 the register form. LUCE_GEMV_STAGED_K=0 (read once):
+// tune 0 as before (A/B runs).
 constexpr bool kStagedKByDefault = true;
 
 inline bool staged_k_on() {
@@ -83,8 +89,9 @@ inline int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
 // down: 1536 x 8960 12.2 against 14.2 us; not their gate|up or LM head); Q8_0 and Q5_0 by
 // kGemvGroupScaleByDefault. Tune 5 takes it for every block type, tune 6 likewise with twice
 // the rows a batch; IQ4_XS in its staged form (launch_gemv_iq4: tunes 7 and 8 are its
-// comparisons); Q4_K, Q5_K and Q6_K at tune 0 in their staged form where it runs (staged_k_on; not for
-// luce_matmul_pair, `staged_ok` false: its kernel is the register form's). `tune` as luce_matmul
+// comparisons); Q5_K and Q6_K at tune 0 in their staged form where the register form does not run
+// and the staged one does (staged_k_on), the K types at tune 8 where it does; never for
+// luce_matmul_pair (`staged_ok` false). `tune` as luce_matmul
 // passes it (9 and 10 as 0).
 inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
                              int tune, bool staged_ok = true) {
@@ -95,25 +102,31 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
                                  (p->qtype == LUCE_QT_Q6_K && p->n * row_bytes < ((int64_t)16 << 20));
     const bool by_default = measured_faster || (group_scale && kGemvGroupScaleByDefault);
     const bool deep = tune == 6 || (tune == 0 && kquant45);
-    if (staged_ok && (kquant45 || p->qtype == LUCE_QT_Q6_K) && tune == 0 && staged_k_on() && p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
-        p->n * row_bytes < ((int64_t)256 << 20) && gemv_staged_runs<4>(w, p->n, xl, row_bytes, staged_smem_limit()))
-        return {true, deep, true, true};
     const bool gemv = p->rows == 1 && p->path == LUCE_MATMUL_DECODE && gemv_slots(xl.chunks) > 0 &&
                       (tune >= 5 || (tune == 0 && by_default));
-    if (!gemv) return {false, deep, false, false};
     auto of = [&](auto reader) -> OneRow {
         using G = decltype(reader);
         return {gemv_runs<G>(w, xl, deep), deep, gemv_x_in_lane<G>(deep), false};
     };
-    switch (p->qtype) {
-        case LUCE_QT_Q4_K: return of(GemvQ4K());
-        case LUCE_QT_Q5_K: return of(GemvQ5K());
-        case LUCE_QT_Q6_K: return of(GemvQ6K());
-        case LUCE_QT_IQ4_XS: return of(GemvIQ4XS());
-        case LUCE_QT_Q8_0: return of(GemvQ80());
-        case LUCE_QT_Q5_0: return of(GemvQ50());
-        default: return {false, deep, false, false};
+    OneRow reg{false, deep, false, false};
+    if (gemv) {
+        switch (p->qtype) {
+            case LUCE_QT_Q4_K: reg = of(GemvQ4K()); break;
+            case LUCE_QT_Q5_K: reg = of(GemvQ5K()); break;
+            case LUCE_QT_Q6_K: reg = of(GemvQ6K()); break;
+            case LUCE_QT_IQ4_XS: reg = of(GemvIQ4XS()); break;
+            case LUCE_QT_Q8_0: reg = of(GemvQ80()); break;
+            case LUCE_QT_Q5_0: reg = of(GemvQ50()); break;
+            default: break;
+        }
     }
+    const bool by_tune = tune == 8 && (kquant45 || p->qtype == LUCE_QT_Q6_K);
+    const bool in_place_of_tile = tune == 0 && !reg.runs && (p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q6_K) &&
+                                  staged_k_on() && p->n * row_bytes < ((int64_t)256 << 20);
+    if (staged_ok && (by_tune || in_place_of_tile) && p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
+        gemv_staged_runs<4>(w, p->n, xl, row_bytes, staged_smem_limit()))
+        return {true, deep, true, true};
+    return reg;
 }
 
 // The launch of a call one_row_choice runs (`how`); xf: token 0's f32 x to quantize in lane, or

@@ -96,8 +96,9 @@ BENCH_CASES = [c for q in GOAL_TYPES for s in BIG_SHAPES for c in (
     _case(q, s, 1), _case(q, s, 1, tune=1), _case(q, s, 16), _case(q, s, 32),  # tune 1: the ring
     _case(q, s, 1, tune=3), _case(q, s, 16, tune=3), _case(q, s, 32, tune=3))]
 # tune 5 / 6: the one-row kernel (matmul_gemv.cuh; 6: twice the rows a batch) for every
-# integer-scale type (tune 0 takes it where it measured faster; Q4_K, Q5_K, Q6_K at tune 0: the staged
-# form, matmul_gemv_staged_readers.cuh, the tile kernel at tune 4), beside tune 0 at the Coder-1.5B shapes.
+# integer-scale type (tune 0 takes it where it measured faster), beside tune 0 at the Coder-1.5B shapes.
+# Tune 8 for Q4_K, Q5_K, Q6_K: their staged form (matmul_gemv_staged_readers.cuh; tune 0 takes it for
+# Q5_K / Q6_K where the register form does not run), tune 4 the tile kernel.
 BENCH_CASES += [_case(q, s, 1, tune=t) for t in (5, 6) for q in ("IQ4_XS", "Q4_K", "Q6_K", "Q5_K")
                 for s in BIG_SHAPES + list(SMALL_SHAPES)]
 # Q8_0 and Q5_0 at one row: tune 0 takes the one-row kernel (4 rows a batch, as tune 5; not yet
@@ -107,7 +108,9 @@ BENCH_CASES += [_case(q, s, 1, tune=t) for t in (5, 6) for q in ("IQ4_XS", "Q4_K
 BENCH_CASES += [_case(q, s, 1, tune=t) for q, shapes in (("Q5_0", QWEN05B_SHAPES), ("Q8_0", ("q05kv", "q05q")))
                 for s in shapes for t in (0, 4, 6)]
 BENCH_CASES += [_case(q, s, 1, tune=4) for q in ("Q8_0", "Q5_0") for s in BIG_SHAPES + list(SMALL_SHAPES)]
-BENCH_CASES += [_case(q, s, 1, tune=4) for q in ("Q4_K", "Q5_K", "Q6_K") for s in ("gate", "down", "qkv", "out")]
+BENCH_CASES += [_case(q, s, 1, tune=t) for t in (4, 8) for q in ("Q4_K", "Q5_K", "Q6_K")
+                for s in ("gate", "down", "qkv", "out")]
+BENCH_CASES += [_case("Q4_K", s, 1, tune=8) for s in SMALL_SHAPES if s not in ("c15v", "c15lmhead", "q05down")]
 BENCH_CASES += [_case(q, s, 1) for q in GOAL_TYPES for s in SMALL_SHAPES]
 BENCH_CASES += [_case(q, s, 1, reuse_x=True) for q in GOAL_TYPES for s in ("gate", "down")]
 BENCH_CASES += [_case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),

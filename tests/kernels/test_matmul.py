@@ -278,10 +278,10 @@ def test_iq4_xs_one_row_forms_at_27b_shapes(n, k):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), "weights at 8 mod 16 changed bits"
 
 
-# Q4_K, Q5_K and Q6_K one-row calls at tune 0 take the staged form (StagedKQuant in
-# matmul_gemv_staged_readers.cuh) at the 27B's shapes: q|k|v 10240 x 5120, gate 17408 x 5120 (n
-# cut), the down 5120 x 17408 (68 chunks: the tile kernel before); tunes 5 and 6 their register
-# form (the down: the tile kernel). Q6_K with n even (row n - 4 of 4,200-byte rows 16-byte aligned).
+# The staged form of Q4_K, Q5_K and Q6_K (StagedKQuant in matmul_gemv_staged_readers.cuh; tune 8,
+# and tune 0 where the register form does not run: the Q5_K down at 68 chunks, Q6_K from 16 MiB)
+# at the 27B's shapes: q|k|v 10240 x 5120, gate 17408 x 5120 (n cut), the down 5120 x 17408;
+# tunes 5 and 6 their register form. Q6_K with n even (row n - 4 of 4,200-byte rows 16-byte aligned).
 K_27B = [(Q.Q5_K, 4101, 5120), (Q.Q5_K, 4099, 17408), (Q.Q4_K, 4101, 5120), (Q.Q4_K, 5123, 6144),
          (Q.Q6_K, 4102, 5120), (Q.Q6_K, 4100, 17408)]
 
@@ -289,9 +289,9 @@ K_27B = [(Q.Q5_K, 4101, 5120), (Q.Q5_K, 4099, 17408), (Q.Q4_K, 4101, 5120), (Q.Q
 @pytest.mark.gpu
 @pytest.mark.parametrize("qtype,n,k", K_27B, ids=lambda v: getattr(v, "name", str(v)))
 def test_k_quant_staged_form_at_27b_shapes(qtype, n, k):
-    """The staged form (tune 0; x from the workspace and quantized in lane, X_ONCE) == the
-    register form (tunes 5, 6) == the tile kernel (tune 4), bitwise, with bias; close to the
-    reference."""
+    """The staged form (tune 8; x from the workspace and quantized in lane, X_ONCE) == tune 0
+    == the register form (tunes 5, 6) == the tile kernel (tune 4), bitwise, with bias; close to
+    the reference."""
     from luce import _cuda_matmul as km
 
     raw37, wd37 = weights(qtype, 37, k)
@@ -300,7 +300,7 @@ def test_k_quant_staged_form_at_27b_shapes(qtype, n, k):
     bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
     want = run_kernel(x, raw, qtype, n, bias=bias, tune=4)
     assert_rows_close(want[:, :37], ref_matmul(x, wd37) + bias[:37], "matmul_blocks")
-    for tune, flags in ((0, 0), (0, km.X_ONCE), (5, 0), (6, 0)):
+    for tune, flags in ((8, 0), (8, km.X_ONCE), (0, 0), (0, km.X_ONCE), (5, 0), (6, 0)):
         got = run_kernel(x, raw, qtype, n, bias=bias, tune=tune, flags=flags)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"tune {tune} flags {flags} differ"
 

@@ -9,7 +9,8 @@ blocks that take several batches; the Qwen2.5-0.5B shapes. IQ4_XS's staged form
 and mbarrier phases emulated (a wait on an incomplete phase or a misaligned copy aborts) and,
 in a second build, its per-thread copies: at the 27B's k, with an odd chunk count (even n; odd
 n takes the register form), 2 and 3 stages; the staged form of Q4_K, Q5_K and Q6_K (StagedKQuant,
-tune 0; Q6_K's 210-byte chunks: even chunk counts) likewise. The emulator's f32 arithmetic is
+tune 8, and tune 0 where the register form does not run; Q6_K's 210-byte chunks: even chunk
+counts) likewise. The emulator's f32 arithmetic is
 the host's, so only bitwise comparisons between two kernels of one build (and the parity
 against the reference) mean anything here; tests/kernels/test_matmul.py runs the same checks
 natively on a GPU.
@@ -83,15 +84,20 @@ STAGED_CHUNK_BYTES = {Q.IQ4_XS: 136, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}
 def staged_rows(qtype, k: int, n: int, tune: int, offset: int = 0) -> int:
     """Rows a batch of the staged form (matmul_gemv_staged.cuh) a call takes, 0 if it takes the
     register form: IQ4_XS by cuda/matmul_gemv_launch.cuh launch_gemv_iq4 (tune 0, 5, 8: 4 rows,
-    6: 8, 7: the register form), Q4_K, Q5_K and Q6_K at tune 0 only (4 rows; staged_k_on), where
-    the weights are 16-byte aligned, n >= the rows, a batch's rows and row n - rows start 16-byte
+    6: 8, 7: the register form), Q4_K, Q5_K and Q6_K at tune 8 and Q5_K / Q6_K at tune 0 where the
+    register form does not run (past 64 chunks; Q6_K from 16 MiB) (4 rows), where the weights are
+    16-byte aligned, n >= the rows, a batch's rows and row n - rows start 16-byte
     aligned (Q6_K: an even chunk count; IQ4_XS: an even chunk count or n even) and k <= 32,768."""
     if qtype not in STAGED_CHUNK_BYTES or offset % 16 or k > 32768:
         return 0
-    if qtype == Q.IQ4_XS and tune == 7 or qtype != Q.IQ4_XS and tune != 0:
-        return 0
-    rows = 8 if tune == 6 else 4
     row_bytes = (k // 256) * STAGED_CHUNK_BYTES[qtype]
+    if qtype == Q.IQ4_XS and tune == 7:
+        return 0
+    if qtype != Q.IQ4_XS:   # tune 8; tune 0 for Q5_K / Q6_K where the register form does not run
+        register_runs = k // 256 <= 64 if qtype == Q.Q5_K else n * row_bytes < (16 << 20)
+        if not (tune == 8 or (tune == 0 and qtype != Q.Q4_K and not register_runs)):
+            return 0
+    rows = 8 if tune == 6 else 4
     return rows if n >= rows and (rows * row_bytes) % 16 == 0 and ((n - rows) * row_bytes) % 16 == 0 else 0
 
 
@@ -223,21 +229,23 @@ def lib_cooperative(tmp_path_factory):
 # IQ4_XS at the 27B's k: 5120 (gate/up, qkv; 20 chunks, 5 warps a block of the staged form) and
 # 17408 (down; 68 chunks, 17 warps); n = 9: batches of 4 rows 0-3, 4-7 and a last one at rows 5-8
 # (rows 5-7 computed twice, stored once), of 8 rows 0-7 and 1-8.
-# Q4_K, Q5_K and Q6_K (StagedKQuant: tune 0 staged, 5 / 6 their register form; at k = 17,408 tune 0
-# was the tile kernel before the staged form).
-STAGED_TUNES = {Q.IQ4_XS: (0, 5, 6, 7, 8), Q.Q4_K: (0, 5, 6), Q.Q5_K: (0, 5, 6), Q.Q6_K: (0, 5, 6)}
+# Q4_K, Q5_K and Q6_K (StagedKQuant): tune 8 staged, 5 / 6 their register form, 0 the register
+# form, or (Q5_K at k = 17,408, the tile kernel before) the staged form.
+STAGED_TUNES = {Q.IQ4_XS: (0, 5, 6, 7, 8), Q.Q4_K: (0, 5, 6, 8), Q.Q5_K: (0, 5, 6, 8), Q.Q6_K: (0, 5, 6, 8)}
 
 
 @pytest.mark.parametrize("qtype", [Q.IQ4_XS, Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda v: v.name)
 @pytest.mark.parametrize("k", [5120, 17408])
 def test_staged_at_27b_k(lib, lib_cooperative, qtype, k):
-    """The staged form (IQ4_XS: tune 0, 5, 6, 8; Q4_K / Q5_K / Q6_K: tune 0) and the register form
-    (IQ4_XS tune 7; the K types 5, 6) == the tile kernel (tune 4), bitwise, with bias; with bulk
+    """The staged form (IQ4_XS: tune 0, 5, 6, 8; the K types: tune 8, and Q5_K's tune 0 at k =
+    17,408) and the register form (IQ4_XS tune 7; the K types 5, 6) == the tile kernel (tune 4),
+    bitwise, with bias; with bulk
     copies and with per-thread copies (lib_cooperative); with the weights 8 bytes past a 16-byte
     boundary (IQ4_XS) the register form runs, the same bits. Q6_K: n = 10 (its 4,200-byte rows: row
     n - 4 is 16-byte aligned for n even only)."""
     n = 10 if qtype == Q.Q6_K else 9
-    assert qtype == Q.Q5_K or k > 16384 or staged_rows(qtype, k, n, 0) == 4
+    assert staged_rows(qtype, k, n, 8) == 4 and (staged_rows(qtype, k, n, 0) == 4) == (qtype != Q.Q4_K and
+                                                                                       (qtype == Q.IQ4_XS or k > 16384 and qtype == Q.Q5_K))
     raw, wd = weights(qtype, n, k)
     x = activations(1, k, seed=k)
     bias = np.random.default_rng(k).standard_normal(n).astype(np.float32)
@@ -246,7 +254,7 @@ def test_staged_at_27b_k(lib, lib_cooperative, qtype, k):
     for build in (lib, lib_cooperative):
         for tune in STAGED_TUNES[qtype]:
             got = run(build, x, raw, qtype, n, bias, tune=tune)
-            if tune == 0 or qtype == Q.IQ4_XS or k <= 16384:   # the register form of a K type past 64 chunks: the tile kernel
+            if qtype == Q.IQ4_XS or staged_rows(qtype, k, n, tune):
                 assert_one_row_kernel_ran(build, qtype, k, tune, n)
             assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
     if qtype == Q.IQ4_XS:
@@ -267,12 +275,12 @@ def test_staged_ring(lib, lib_cooperative, qtype, n):
     k = 256
     if qtype == Q.Q6_K:
         k, n = 512, n + (-(n - 4)) % 4
-        assert staged_rows(qtype, k, n, 0) == 4
+    assert qtype == Q.IQ4_XS or staged_rows(qtype, k, n, 8) == 4
     raw, _ = weights(qtype, n, k)
     x = activations(1, k, seed=5)
     want = run(lib, x, raw, qtype, n, tune=4)
     for build in (lib, lib_cooperative):
-        for tune in (0, 6) if qtype == Q.IQ4_XS else (0,):
+        for tune in (0, 6) if qtype == Q.IQ4_XS else (8,):
             got = run(build, x, raw, qtype, n, tune=tune)
             assert_one_row_kernel_ran(build, qtype, k, tune, n)
             assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
