@@ -91,8 +91,7 @@ inline int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
 // the rows a batch; IQ4_XS in its staged form (launch_gemv_iq4: tunes 7 and 8 are its
 // comparisons); Q5_K and Q6_K at tune 0 in their staged form where the register form does not run
 // and the staged one does (staged_k_on), the K types at tune 8 where it does; never for
-// luce_matmul_pair (`staged_ok` false). `tune` as luce_matmul
-// passes it (9 and 10 as 0).
+// luce_matmul_pair (`staged_ok` false). `tune` as luce_matmul passes it (9 and 10 as 0).
 inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
                              int tune, bool staged_ok = true) {
     const bool kquant45 = p->qtype == LUCE_QT_Q4_K || p->qtype == LUCE_QT_Q5_K;
