@@ -95,6 +95,14 @@ __device__ __forceinline__ int rows8_sum(int (&v)[R]) {
     return v[0];
 }
 
+// A row's c of one chunk from its exact integer sums (ChunkIntC and the staged form,
+// matmul_gemv_staged.cuh): d * fma(SH, 256, SL), plus negmin * MS for the types with mins.
+template <bool kOffset>
+__device__ __forceinline__ float chunk_c(float d, float negmin, int SH, int SL, int MS) {
+    const float v = __fmul_rn(d, fmaf((float)SH, 256.0f, (float)SL));
+    return kOffset ? fmaf(negmin, (float)MS, v) : v;
+}
+
 // The c of a batch of R rows, integer-scale form: slot [R][chunks] floats.
 template <class G, int CPL, int R>
 struct ChunkIntC {
@@ -129,11 +137,7 @@ struct ChunkIntC {
         for (int s = 0; s < CPL; ++s) {
             const int SH = rows8_sum<R>(sh[s]), SL = rows8_sum<R>(sl[s]);
             const int MS = G::kOffset ? rows8_sum<R>(ms[s]) : 0;
-            if (writer && live[s]) {
-                float v = __fmul_rn(d[s], fmaf((float)SH, 256.0f, (float)SL));
-                if (G::kOffset) v = fmaf(negmin[s], (float)MS, v);
-                c[myrow * chunks + ch[s]] = v;
-            }
+            if (writer && live[s]) c[myrow * chunks + ch[s]] = chunk_c<G::kOffset>(d[s], negmin[s], SH, SL, MS);
         }
     }
 

@@ -63,12 +63,15 @@ struct OneRow {
 // Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
 constexpr bool kGemvGroupScaleByDefault = true;
 
+// The staged form's arguments for a one-row call (its warps and stages set at launch).
+inline GemvStagedArgs staged_args(const GemvArgs &g) { return {g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0, 0, g.xf}; }
+
 // IQ4_XS one-row calls: the staged form (matmul_gemv_staged.cuh) where it runs, else the register
 // form. Tune 0 and 5: 4 rows a batch, the split table lookup; 6: 8 rows a batch; 8: 4 rows with
 // the three-prmt lookup (iq4_pairs); 7 takes the register form (gemv2's kernel, for comparison).
 inline int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
     const int smem_limit = staged_smem_limit();
-    const GemvStagedArgs s{g.w, g.bias, g.y, g.x, g.n, g.row_bytes, 0, 0, g.xf};
+    const GemvStagedArgs s = staged_args(g);
     if (tune == 6) {
         if (gemv_staged_runs<8>(g.w, g.n, g.x, g.row_bytes, smem_limit))
             return launch_gemv_staged<StagedIQ4XS<true>, 8>(s, stream);
@@ -135,7 +138,7 @@ inline int launch_one_row(const luce_matmul_params *p, const uint8_t *w, const X
     const GemvArgs g{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, 0, xf};
     const bool deep = how.deep;
     if (how.staged) {
-        const GemvStagedArgs s{w, p->bias, p->y, xl, p->n, row_bytes, 0, 0, xf};
+        const GemvStagedArgs s = staged_args(g);
         if (p->qtype == LUCE_QT_Q4_K) return launch_gemv_staged<StagedKQuant<GemvQ4K>, 4>(s, stream);
         if (p->qtype == LUCE_QT_Q5_K) return launch_gemv_staged<StagedKQuant<GemvQ5K>, 4>(s, stream);
         return launch_gemv_staged<StagedKQuant<GemvQ6K>, 4>(s, stream);

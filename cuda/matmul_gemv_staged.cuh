@@ -1,4 +1,4 @@
-// One-row matmul, staged form (IQ4_XS; Q4_K and Q5_K, session 37): the same integers and float
+// One-row matmul, staged form (IQ4_XS; Q4_K, Q5_K, Q6_K, session 37): the same integers and float
 // steps as the tile kernel (cuda/matmul.cu) and as the register form of cuda/matmul_gemv.cuh, so
 // the same bits (DESIGN 5 rule 6), with the weights streamed through shared memory instead of
 // registers. The readers (a lane's group of a row's chunk from the stage) are
@@ -11,7 +11,7 @@
 // busy with 1.6 eligible warps a scheduler and DRAM at 42%.
 //
 // Layout. A batch is R consecutive rows: R * row_bytes contiguous bytes (16-byte aligned: R is
-// even, a row is a whole number of 136-byte chunks (Q4_K 144, Q5_K 176), the weights 16-byte aligned), copied into one
+// even, a row is a whole number of 136-byte chunks (Q4_K 144, Q5_K 176, Q6_K 210), the weights 16-byte aligned), copied into one
 // of S stages (S = 2, or 3 where a block has two batches: launch_gemv_staged). On sm_90 and later
 // thread 0 copies a batch with one bulk copy (cp.async.bulk) that completes on the stage's
 // mbarrier; elsewhere every thread copies 16-byte words with cp.async (LUCE_GEMV_BULK). The last
@@ -30,7 +30,7 @@
 // chunks kp, kp + 4, ... of row r in order, then ((acc0 + acc1) + acc2) + acc3 (+ bias) by
 // shuffles), batch t + S - 1's copy is issued, then batch t's sums: a lane's integer SH, SL a row,
 // the 8 lanes of a chunk add them (rows8_sum, transposed: lane j ends with row j * R / 8), and the
-// row's lane writes c = d * fma(SH, 256, SL) (Q4_K / Q5_K: + negmin * MS) into c's ring of two batches.
+// row's lane writes c = d * fma(SH, 256, SL) (Q4_K / Q5_K: + negmin * MS; chunk_c) into c's ring of two batches.
 //
 // Table lookup (kSplit): T[n] = R1 + R2 with R1 = prmt(T[0..7], n) (n's bit 3 set: the sign of a
 // negative entry, -1) and R2 = prmt(T[8..15] + 1, n ^ 8) (bit 3 clear: the sign of a positive
@@ -55,7 +55,7 @@ namespace mm {
 constexpr int kStagedMaxWarps = 1024 / WARP_SIZE;  // 1,024 threads (CUDA: 32 warps, k up to 32,768 = 128 chunks)
 
 // IQ4_XS: 56 registers a thread: two blocks of 17 warps an SM at the 27B down projection (64 leave
-// one), seven of 5 warps at its gate (64: six); Q4_K / Q5_K 64 (G::kMaxRegs). nvcc takes
+// one), seven of 5 warps at its gate (64: six); the K types 64 (G::kMaxRegs). nvcc takes
 // __maxnreg__ or __launch_bounds__, not both.
 #if defined(__HIPCC__)
 #define LUCE_GEMV_STAGED_REGS __launch_bounds__(kStagedMaxWarps * WARP_SIZE)
@@ -285,11 +285,9 @@ __global__ void LUCE_GEMV_STAGED_REGS gemv_staged_kernel(GemvStagedArgs a) {
 #pragma unroll
         for (int r = 0; r < R; ++r) G::sums(c0 + r * rb, j, gx, sh[r], sl[r], ms[r]);
         const int SH = rows8_sum<R>(sh), SL = rows8_sum<R>(sl), MS = G::kOffset ? rows8_sum<R>(ms) : 0;
-        if (writer) {  // ChunkIntC::put's c
+        if (writer) {
             const uint8_t *head = c0 + myrow * rb;
-            float v = __fmul_rn(G::d(head), fmaf((float)SH, 256.0f, (float)SL));
-            if (G::kOffset) v = fmaf(G::negmin(head), (float)MS, v);
-            c_s[((t & 1) * R + myrow) * chunks + ch] = v;
+            c_s[((t & 1) * R + myrow) * chunks + ch] = chunk_c<G::kOffset>(G::d(head), G::negmin(head), SH, SL, MS);
         }
         if (++slot == S) {
             slot = 0;

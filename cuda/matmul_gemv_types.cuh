@@ -65,7 +65,6 @@ __device__ __forceinline__ uint4 ldg16(const uint8_t *p) {
 #endif
 }
 
-
 __device__ __forceinline__ uint2 ldg8(const uint8_t *p) {
 #if defined(LUCE_MM_PORTABLE) || __CUDA_ARCH__ < 800  // HIP, the host emulator, sm < 80
     return __ldg(reinterpret_cast<const uint2 *>(p));
