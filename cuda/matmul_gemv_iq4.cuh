@@ -60,9 +60,16 @@ struct GemvIQ4XS {
     // groups ga and gb, each as {high bytes of values (l, l+16, l+1, l+17), of (l+2, l+18, l+3,
     // l+19), low bytes of the same}, l = 4 * quad: iq4_pairs' order.
     // Word i of lane j: group ga + 4 * (i / 2) of the chunk, quad 2h + i % 2 (its unit of xq).
-    static __device__ __forceinline__ void x_unit(int j, int i, int &group, int &quad) {
+    static __device__ __forceinline__ void x_unit_quad(int j, int i, int &group, int &quad) {
         group = (j >> 1) + 4 * (i >> 1);
         quad = 2 * (j & 1) + (i & 1);
+    }
+    // The same unit as gemv_quantize_x (matmul_gemv_x.cuh) takes it: values a..a+3, b..b+3 of the chunk.
+    static __device__ __forceinline__ void x_unit(int j, int i, int &a, int &b) {
+        int group, quad;
+        x_unit_quad(j, i, group, quad);
+        a = 32 * group + 4 * quad;
+        b = a + 16;
     }
 
     // gx from the lane's 4 xq words (x_unit's order), from the workspace or quantized in lane
@@ -83,7 +90,7 @@ struct GemvIQ4XS {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             int group, quad;
-            x_unit(j, i, group, quad);
+            x_unit_quad(j, i, group, quad);
             w[i] = __ldg(x.xq + (ch * kGroups + group) * 4 + quad);
         }
         set_x(w, 0, j, gx);

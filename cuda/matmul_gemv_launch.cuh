@@ -35,15 +35,16 @@ bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
 // Coder-1.5B and 27B Q4_K_M steps slower (docs/PERF.md, session 37). Q4_K's down: 30.3 against the
 // tile kernel's 29.7, so Q4_K keeps it. Tune 8 takes the staged form for Q4_K, Q5_K and Q6_K where
 // it runs (comparisons, tests), tunes 5 / 6 the register form. LUCE_GEMV_STAGED_K=0 (read once):
-// tune 0 as before (A/B runs).
-constexpr bool kStagedKByDefault = true;
+// tune 0 as before (A/B runs); LUCE_GEMV_STAGED_K=2: Q4_K and Q5_K (StagedK45, their own lane
+// layout, session 38) also in place of the register form (measuring).
+constexpr int kStagedKByDefault = 1;
 
-inline bool staged_k_on() {
-    static const bool on = [] {
+inline int staged_k_mode() {
+    static const int mode = [] {
         const char *v = getenv("LUCE_GEMV_STAGED_K");
-        return v && v[0] ? strcmp(v, "0") != 0 : kStagedKByDefault;
+        return v && v[0] ? atoi(v) : kStagedKByDefault;
     }();
-    return on;
+    return mode;
 }
 
 inline int staged_smem_limit() {
@@ -93,7 +94,7 @@ inline int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
 // kGemvGroupScaleByDefault. Tune 5 takes it for every block type, tune 6 likewise with twice
 // the rows a batch; IQ4_XS in its staged form (launch_gemv_iq4: tunes 7 and 8 are its
 // comparisons); Q5_K and Q6_K at tune 0 in their staged form where the register form does not run
-// and the staged one does (staged_k_on), the K types at tune 8 where it does; never for
+// and the staged one does (staged_k_mode), the K types at tune 8 where it does; never for
 // luce_matmul_pair (`staged_ok` false). `tune` as luce_matmul passes it (9 and 10 as 0).
 inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
                              int tune, bool staged_ok = true) {
@@ -123,9 +124,11 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
         }
     }
     const bool by_tune = tune == 8 && (kquant45 || p->qtype == LUCE_QT_Q6_K);
+    const bool under_256m = p->n * row_bytes < ((int64_t)256 << 20);
     const bool in_place_of_tile = tune == 0 && !reg.runs && (p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q6_K) &&
-                                  staged_k_on() && p->n * row_bytes < ((int64_t)256 << 20);
-    if (staged_ok && (by_tune || in_place_of_tile) && p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
+                                  staged_k_mode() >= 1 && under_256m;
+    const bool in_place_of_reg = tune == 0 && kquant45 && staged_k_mode() == 2 && under_256m;
+    if (staged_ok && (by_tune || in_place_of_tile || in_place_of_reg) && p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
         gemv_staged_runs<4>(w, p->n, xl, row_bytes, staged_smem_limit()))
         return {true, deep, true, true};
     return reg;
@@ -139,8 +142,8 @@ inline int launch_one_row(const luce_matmul_params *p, const uint8_t *w, const X
     const bool deep = how.deep;
     if (how.staged) {
         const GemvStagedArgs s = staged_args(g);
-        if (p->qtype == LUCE_QT_Q4_K) return launch_gemv_staged<StagedKQuant<GemvQ4K>, 4>(s, stream);
-        if (p->qtype == LUCE_QT_Q5_K) return launch_gemv_staged<StagedKQuant<GemvQ5K>, 4>(s, stream);
+        if (p->qtype == LUCE_QT_Q4_K) return launch_gemv_staged<StagedK45<false>, 4>(s, stream);
+        if (p->qtype == LUCE_QT_Q5_K) return launch_gemv_staged<StagedK45<true>, 4>(s, stream);
         return launch_gemv_staged<StagedKQuant<GemvQ6K>, 4>(s, stream);
     }
     switch (p->qtype) {

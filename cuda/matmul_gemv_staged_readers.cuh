@@ -5,7 +5,8 @@
 // negated min that the writer applies, c = d * fma(SH, 256, SL) (+ negmin * MS): matmul_gemv_c.cuh's
 // ChunkIntC, so the bits are the register form's and the tile kernel's (DESIGN 5 rule 6).
 //   StagedIQ4XS: its own lane layout (x words in the table lookup's order, kOwnLayout).
-//   StagedKQuant<GemvQ4K | GemvQ5K | GemvQ6K>: the register form's reader on the stage's bytes.
+//   StagedK45<kQ5>: Q4_K and Q5_K, a lane layout of their own (kOwnLayout).
+//   StagedKQuant<GemvQ6K>: the register form's reader on the stage's bytes.
 #pragma once
 
 #include "matmul_gemv_c.cuh"
@@ -45,10 +46,10 @@ struct StagedIQ4XS {
     static constexpr bool kOwnLayout = true, kOffset = false, kGroupScale = false;
     static constexpr int kMaxRegs = 56;  // at 4 rows a batch (matmul_gemv_staged.cuh LUCE_GEMV_STAGED_REGS)
 
-    // Word i of lane j: quad i of group j (its unit of xq).
-    static __device__ __forceinline__ void x_unit(int j, int i, int &group, int &quad) {
-        group = j;
-        quad = i;
+    // Unit i of lane j: quad i of group j (values a..a+3, b..b+3 of the chunk).
+    static __device__ __forceinline__ void x_unit(int j, int i, int &a, int &b) {
+        a = 32 * j + 4 * i;
+        b = a + 16;
     }
 
     // x of group j of chunk ch, quads 0..3 in the lookup's order (GemvIQ4XS::load_x's order).
@@ -119,8 +120,109 @@ struct StagedIQ4XS {
     static __device__ __forceinline__ float negmin(const uint8_t *) { return 0.0f; }
 };
 
-// Q4_K, Q5_K and Q6_K: the register form's reader (G = GemvQ4K, GemvQ5K, GemvQ6K;
-// matmul_gemv_types.cuh) loading a row's chunk from the stage (SharedLoad) at the offsets it reads
+// x bits rotated right by s (0..31).
+__device__ __forceinline__ uint32_t rotr32(uint32_t x, int s) {
+#ifdef LUCE_MM_PORTABLE
+    return (x >> s) | (x << ((32 - s) & 31));
+#else
+    return __funnelshift_r(x, x, s);
+#endif
+}
+
+// Q4_K and Q5_K reader of its own lane layout (session 38): lane j takes qs bytes 16j..16j+15 of
+// a row's chunk whole, values l = 16h..16h+15 (h = j % 2) of groups ga = 2i (the low nibbles) and
+// gb = 2i + 1 (the high nibbles), i = j / 2; Q5_K also qh bytes 16h..16h+15 (bits ga, gb: bit 4
+// of the values). A row costs a lane one 16-byte shared load of qs, one of the header (the
+// chunk's 8 lanes alike) and Q5_K one of qh, and its two scales and two mins come from the header
+// by two prmt with lane-constant selectors (StagedKQuant: three to five 16-byte loads, the
+// header's 16 scales and mins decoded a row). Same sums: SH = sum_g s_g * sum(q * xhi), SL and
+// MS = sum_g m_g * sum(x) are the tile kernel's integers, added by other lanes (exact in any order).
+// x (kOwnLayout): gx.v[w] = {high, low bytes of ga's values 16h+4w..16h+4w+3, of gb's}; gx.s and
+// gx.k[0] the integer sums of the lane's 16 values of ga and of gb.
+template <bool kQ5>
+struct StagedK45 {
+    static constexpr int kChunkBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
+    static constexpr bool kOwnLayout = true, kOffset = true, kGroupScale = false;
+    static constexpr int kMaxRegs = kQ5 ? 64 : 56;  // sm_90a: Q4_K spills 8 bytes at 56, Q5_K 52
+
+    // Unit i of lane j: 8 values of group 2 (j / 2) + i / 2 from 16 (j % 2) + 8 (i % 2): a..a+3, b..b+3.
+    static __device__ __forceinline__ void x_unit(int j, int i, int &a, int &b) {
+        a = 32 * (2 * (j >> 1) + (i >> 1)) + 16 * (j & 1) + 8 * (i & 1);
+        b = a + 4;
+    }
+
+    // gx from the lane's units' words {high bytes of values a.., of b.., low bytes of a.., of b..}.
+    static __device__ __forceinline__ void set_x(const uint4 (&w)[4], int, int, GroupX &gx) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // units h (ga) and 2 + h (gb): words 2h (values a..) and 2h + 1 (b..)
+            gx.v[2 * h] = make_uint4(w[h].x, w[h].z, w[2 + h].x, w[2 + h].z);
+            gx.v[2 * h + 1] = make_uint4(w[h].y, w[h].w, w[2 + h].y, w[2 + h].w);
+        }
+        int ha = 0, la = 0, hb = 0, lb = 0;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {  // 256 * (high bytes, signed) + low bytes, exact
+            ha = dp4<false>(0x01010101u, gx.v[q].x, ha);
+            la = dp4<true>(0x01010101u, gx.v[q].y, la);
+            hb = dp4<false>(0x01010101u, gx.v[q].z, hb);
+            lb = dp4<true>(0x01010101u, gx.v[q].w, lb);
+        }
+        gx.s = ha * 256 + la;
+        gx.k[0] = (uint32_t)(hb * 256 + lb);
+        gx.k[1] = 0;
+    }
+
+    // The same words from the workspace: value l of a group is quad (l % 16) / 4's .x / .z (l < 16)
+    // or .y / .w (l >= 16) (matmul_x.cuh).
+    static __device__ __forceinline__ void load_x(const XLayout &x, int64_t ch, int j, GroupX &gx) {
+        const int h = j & 1;
+        uint4 w[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const int64_t g = ch * kGroups + 2 * (j >> 1) + (u >> 1);
+            const uint4 qa = __ldg(x.xq + g * 4 + 2 * (u & 1)), qb = __ldg(x.xq + g * 4 + 2 * (u & 1) + 1);
+            w[u] = h ? make_uint4(qa.y, qb.y, qa.w, qb.w) : make_uint4(qa.x, qb.x, qa.z, qb.z);
+        }
+        set_x(w, 0, j, gx);
+    }
+
+    static __device__ __forceinline__ void sums(const uint8_t *c, int j, const GroupX &gx, int &sh, int &sl, int &ms) {
+        const int i = j >> 1;
+        const uint4 hd = *reinterpret_cast<const uint4 *>(c);
+        const uint4 q = *reinterpret_cast<const uint4 *>(c + kQs + 16 * j);
+        uint4 qh = {};
+        if constexpr (kQ5) qh = *reinterpret_cast<const uint4 *>(c + 16 + 16 * (j & 1));
+        int pha = 0, pla = 0, phb = 0, plb = 0;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const uint32_t qw = word_of(q, w);
+            uint32_t a = qw & 0x0F0F0F0Fu, b = (qw >> 4) & 0x0F0F0F0Fu;
+            if constexpr (kQ5) {  // bit 2i (ga) / 2i + 1 (gb) of each qh byte to bit 4
+                const uint32_t hw = word_of(qh, w);
+                a |= rotr32(hw, (2 * i - 4) & 31) & 0x10101010u;
+                b |= rotr32(hw, (2 * i - 3) & 31) & 0x10101010u;
+            }
+            pha = dp4<false>(a, gx.v[w].x, pha);
+            pla = dp4<true>(a, gx.v[w].y, pla);
+            phb = dp4<false>(b, gx.v[w].z, phb);
+            plb = dp4<true>(b, gx.v[w].w, plb);
+        }
+        // {sa, sb, ma, mb} (k_scales_mins' bytes 2i, 2i + 1 of sc and mn): bytes p, p + 1 (p = 2i % 4)
+        // of scales 0..3 (hd.y), mins 0..3 (hd.z) and, for i >= 2, the low / high nibbles of hd.w.
+        const uint32_t p = (2 * i) & 3, sel = p | (p + 1) << 4 | (p + 4) << 8 | (p + 5) << 12;
+        const bool upper = i >= 2;
+        const uint32_t t = prmt_clear(hd.y, hd.z, sel);
+        const uint32_t u = upper ? prmt_clear(hd.w, hd.w >> 4, sel) : t;
+        const uint32_t v = (u & 0x0F0F0F0Fu) | ((t >> (upper ? 2 : 0)) & 0x30303030u);
+        const int sa = (int)(v & 0xFF), sb = (int)((v >> 8) & 0xFF), ma = (int)((v >> 16) & 0xFF), mb = (int)(v >> 24);
+        sh = sa * pha + sb * phb;
+        sl = sa * pla + sb * plb;
+        ms = ma * gx.s + mb * (int)gx.k[0];
+    }
+    static __device__ __forceinline__ float d(const uint8_t *c) { return GemvQ4K::head_d<SharedLoad>(c); }
+    static __device__ __forceinline__ float negmin(const uint8_t *c) { return GemvQ4K::head_negmin<SharedLoad>(c); }
+};
+
+// Q6_K: the register form's reader (G = GemvQ6K, matmul_gemv_types.cuh) loading a row's chunk from the stage (SharedLoad) at the offsets it reads
 // global memory at; the default x layout (group j's quads and, with mins, its integer sum).
 template <class G>
 struct StagedKQuant {

@@ -4,8 +4,9 @@
 // workspace that quantize_x_kernel (matmul_x.cuh) would have written: one launch fewer.
 //
 // Same bits (DESIGN 5 rule 6): a lane holds 4 units of 8 values (unit = quad q of a group:
-// values 4q..4q+3 and 16+4q..16+4q+3, the 8 values one lane of quantize_x_values holds) and the 8
-// lanes of a chunk (lane % 8, aligned) hold its 32 units once each (a lane past k or of a last
+// values 4q..4q+3 and 16+4q..16+4q+3, the 8 values one lane of quantize_x_values holds; a reader
+// of its own layout names its units' values, G::x_unit, and quantizes them alike: rounding is per
+// value) and the 8 lanes of a chunk (lane % 8, aligned) hold its 256 values once each (a lane past k or of a last
 // partial chunk holds copies of a live group's units, which change no maximum). It forms what
 // quantize_x_values stores with the same helpers:
 //   amax = max |v| over the chunk (a max over lanes is exact in any order: shuffles over the 8),
@@ -39,11 +40,11 @@ __device__ __forceinline__ void gemv_quantize_x(const float *x, int64_t ch, int 
     float amax = 0.0f, bad = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        int group = j, quad = i;
-        if constexpr (kOwn) G::x_unit(j, i, group, quad);
-        const float *src = x + (ch * kGroups + group) * 32;
-        const float4 a = __ldg(reinterpret_cast<const float4 *>(src + 4 * quad));
-        const float4 b = __ldg(reinterpret_cast<const float4 *>(src + 16 + 4 * quad));
+        int at = 32 * j + 4 * i, bt = at + 16;  // values of quad i of group j
+        if constexpr (kOwn) G::x_unit(j, i, at, bt);
+        const float *src = x + ch * kGroups * 32;
+        const float4 a = __ldg(reinterpret_cast<const float4 *>(src + at));
+        const float4 b = __ldg(reinterpret_cast<const float4 *>(src + bt));
         v[i][0] = a.x; v[i][1] = a.y; v[i][2] = a.z; v[i][3] = a.w;
         v[i][4] = b.x; v[i][5] = b.y; v[i][6] = b.z; v[i][7] = b.w;
 #pragma unroll

@@ -132,11 +132,12 @@ PATTERNS = ["normal", "mixed", "sparse", "inf", "nan", "past3e38"]
 @pytest.mark.parametrize("qtype,k,n", CASES, ids=lambda v: getattr(v, "name", str(v)))
 def test_in_lane_x_gives_the_same_bits(lib, qtype, k, n):
     """Tune 5 (the one-row kernel for every block type; IQ4_XS staged), 6 (twice the rows a batch:
-    Q6_K, Q8_0, Q5_0 keep quantize_x there) and 7 (IQ4_XS: its register form), every x pattern;
-    tune 0 (Q4_K, Q5_K at twice the rows) where it takes the one-row kernel."""
+    Q6_K, Q8_0, Q5_0 keep quantize_x there), 7 (IQ4_XS: its register form) and 8 (the K types'
+    staged forms where they run: Q4_K / Q5_K their own lane units), every x pattern; tune 0 (Q4_K,
+    Q5_K at twice the rows) where it takes the one-row kernel."""
     bias = np.random.default_rng(n).standard_normal(n).astype(np.float32)
     for pattern in PATTERNS:
-        for tune in (5, 6, 7):
+        for tune in (5, 6, 7, 8):
             in_lane = tune != 6 or qtype in DEEP_IN_LANE
             check_one_row(lib, qtype, k, n, tune, pattern, bias if tune == 6 else None, in_lane)
     default_one_row = qtype != Q.Q6_K or n * k // 256 * 210 < 16 << 20
