@@ -45,6 +45,13 @@ HANDLE_BASE = 0x5000_0000_0000        # streams, events, graphs: opaque
 # fake's handles or blocks that happen to have the same address (the slice of instance n).
 INSTANCE_SLICES = 256
 _instances = itertools.count()
+# Pinned host memory is real host memory, so it cannot take a slice: every fake's blocks are kept
+# for the process instead, so that no host address is handed out twice. An earlier test's
+# luce.ops.cuda_ids_ops.PinnedIds, freed by the garbage collector during a later test, frees its
+# block through the runtime's module functions, i.e. through the fake installed then; had numpy
+# given that address to the later fake again, its live block would go (a step's ids copy then
+# faults on "freed pinned memory" and a test fails at random). Untouched zero pages cost nothing.
+_PINNED_EVER: list[np.ndarray] = []
 
 
 class hipError_t(enum.IntEnum):  # noqa: N801 - hip-python's names
@@ -207,6 +214,7 @@ class FakeHip:
         if self.is_device(host.ctypes.data):
             raise FakeFault(f"host memory at 0x{host.ctypes.data:x} lies in the fake device range: move DEVICE_BASE")
         self.pinned[host.ctypes.data] = host
+        _PINNED_EVER.append(host)
         return (S, host.ctypes.data)
 
     def hipHostFree(self, ptr):

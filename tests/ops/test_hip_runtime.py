@@ -124,6 +124,25 @@ def test_the_cuda_double_has_cuda_pythons_signatures_and_values():
 
 
 # ---- selection ----------------------------------------------------------------------------------
+def test_a_pinned_block_an_earlier_fake_frees_late_is_none_of_a_later_fakes():
+    """An earlier test's PinnedIds, freed by the garbage collector during a later test, frees its
+    host block through whichever fake is installed then: that must free nothing of the later
+    fake's (numpy hands freed addresses out again; session 37's random failure of
+    test_a_greedy_engine_step_launches_nothing_outside_its_graph)."""
+    import gc
+
+    sizes = [n for n in (64, 2048, 8192, 1 << 16, 1 << 20) for _ in range(4)]
+    first = fake_hip.FakeHip()
+    old = [first.hipHostMalloc(n, 0)[1] for n in sizes]
+    del first
+    gc.collect()
+    later = fake_hip.FakeHip()
+    live = {later.hipHostMalloc(n, 0)[1] for n in sizes}
+    for address in old:
+        later.hipHostFree(address)
+    assert set(later.pinned) == live and not later.freed_pinned
+
+
 def test_backend_hip_is_the_gpu_backend_on_the_hip_runtime(fake, tmp_path):
     backend = get_backend("hip")
     assert backend.name == "hip" and isinstance(backend.runtime, HipRuntime)
