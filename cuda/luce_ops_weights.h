@@ -36,7 +36,7 @@ extern "C" {
  * with twice the rows in flight a lane (IQ4_XS: twice the rows a staged batch); 7: as 5 with
  * IQ4_XS in the one-row kernel's register form (before its staged form); 8: as 5 with IQ4_XS's
  * staged form on the three-prmt table lookup and Q4_K, Q5_K, Q6_K in their staged form where it
- * runs (tune 0 takes it for Q5_K / Q6_K calls the register form does not take); 9: IQ4_XS, Q5_K, Q4_K and Q6_K decode calls of 2..8
+ * runs (tune 0 takes it for Q4_K / Q5_K / Q6_K calls the register form does not take); 9: IQ4_XS, Q5_K, Q4_K and Q6_K decode calls of 2..8
  * rows in the few-row kernel (cuda/matmul_gemv_rows.cuh) where it runs, else as 0; 10: as 0 with those calls in the tile
  * kernel (as at 4); 12: decode calls of 9+ rows in the wide-token tile kernel (cuda/matmul_rows.cuh)
  * where it fits, else as 0; 13 / 14: as 12 with the k parts shared by a cluster of 2 / 4 blocks

@@ -26,17 +26,19 @@ bool gemv_runs(const uint8_t *w, const XLayout &x, bool deep) {
     return reinterpret_cast<uintptr_t>(w) % G::kAlign == 0 && gemv_fits<G>(x, deep);
 }
 
-// Q5_K and Q6_K one-row calls at tune 0 that the register form does not take (the tile kernel
-// before: Q5_K past its k, the 27B's down projections at k = 17,408; Q6_K from 16 MiB): the staged
-// form (StagedKQuant, 4 rows a batch) where it runs and the matrix is under 256 MiB (not an LM
-// head). H100, 27B shapes, us, staged / tile kernel: Q6_K gate 31.7 / 35.0, down 32.1 / 37.5, q|k|v
-// 20.9 / 23.5, out 15.0 / 17.1; Q5_K down 33.0 / 35.2. Not where the register form runs: there it
-// measured no faster (Q4_K gate 26.7 / 25.8, out 13.3 / 12.0; Q5_K q|k|v 19.6 / 18.8) and the
-// Coder-1.5B and 27B Q4_K_M steps slower (docs/PERF.md, session 37). Q4_K's down: 30.3 against the
-// tile kernel's 29.7, so Q4_K keeps it. Tune 8 takes the staged form for Q4_K, Q5_K and Q6_K where
-// it runs (comparisons, tests), tunes 5 / 6 the register form. LUCE_GEMV_STAGED_K=0 (read once):
-// tune 0 as before (A/B runs); LUCE_GEMV_STAGED_K=2: Q4_K and Q5_K (StagedK45, their own lane
-// layout, session 38) also in place of the register form (measuring).
+// Q4_K, Q5_K and Q6_K one-row calls at tune 0 that the register form does not take (the tile
+// kernel before: Q4_K / Q5_K past 64 chunks, the 27B's down projections at k = 17,408; Q6_K from 16
+// MiB): the staged form (StagedK45 for Q4_K / Q5_K, StagedKQuant for Q6_K; 4 rows a batch) where it
+// runs and the matrix is under 256 MiB (not an LM head). H100, 27B shapes, us, staged / tile
+// kernel: Q4_K down 23.6 / 29.5, Q5_K down 27.7 / 34.8 (session 38); Q6_K gate 31.3 / 33.8, down
+// 31.7 / 36.9, q|k|v 20.5 / 22.9, out 14.8 / 16.9. Not where the register form runs: StagedK45
+// there, us, staged / register: Q4_K gate 22.8 / 22.3, out 11.8 / 11.0, q|k|v 15.3 / 15.3; Q5_K
+// gate 25.6 / 28.2, q|k|v 16.8 / 18.5, out 12.2 / 12.9; the Coder-1.5B's Q4_K shapes 4-7% slower;
+// and in steps (LUCE_GEMV_STAGED_K=2, session 38): the Coder-1.5B 1.46 against 1.28 ms, the 27B
+// IQ4_XS mix (Q5_K q|k|v) 8.08 against 8.08. Tune 8 takes the staged form for Q4_K, Q5_K and Q6_K
+// where it runs (comparisons, tests), tunes 5 / 6 the register form. LUCE_GEMV_STAGED_K (read
+// once): 0 tune 0 as before the staged K forms (A/B runs), 2 also Q4_K / Q5_K in place of the
+// register form.
 constexpr int kStagedKByDefault = 1;
 
 inline int staged_k_mode() {
@@ -93,8 +95,8 @@ inline int launch_gemv_iq4(const GemvArgs &g, int tune, cudaStream_t stream) {
 // down: 1536 x 8960 12.2 against 14.2 us; not their gate|up or LM head); Q8_0 and Q5_0 by
 // kGemvGroupScaleByDefault. Tune 5 takes it for every block type, tune 6 likewise with twice
 // the rows a batch; IQ4_XS in its staged form (launch_gemv_iq4: tunes 7 and 8 are its
-// comparisons); Q5_K and Q6_K at tune 0 in their staged form where the register form does not run
-// and the staged one does (staged_k_mode), the K types at tune 8 where it does; never for
+// comparisons); Q4_K, Q5_K and Q6_K at tune 0 in their staged form where the register form does
+// not run and the staged one does (staged_k_mode), at tune 8 where it does; never for
 // luce_matmul_pair (`staged_ok` false). `tune` as luce_matmul passes it (9 and 10 as 0).
 inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
                              int tune, bool staged_ok = true) {
@@ -125,7 +127,7 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
     }
     const bool by_tune = tune == 8 && (kquant45 || p->qtype == LUCE_QT_Q6_K);
     const bool under_256m = p->n * row_bytes < ((int64_t)256 << 20);
-    const bool in_place_of_tile = tune == 0 && !reg.runs && (p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q6_K) &&
+    const bool in_place_of_tile = tune == 0 && !reg.runs && (kquant45 || p->qtype == LUCE_QT_Q6_K) &&
                                   staged_k_mode() >= 1 && under_256m;
     const bool in_place_of_reg = tune == 0 && kquant45 && staged_k_mode() == 2 && under_256m;
     if (staged_ok && (by_tune || in_place_of_tile || in_place_of_reg) && p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&

@@ -98,7 +98,7 @@ BENCH_CASES = [c for q in GOAL_TYPES for s in BIG_SHAPES for c in (
 # tune 5 / 6: the one-row kernel (matmul_gemv.cuh; 6: twice the rows a batch) for every
 # integer-scale type (tune 0 takes it where it measured faster), beside tune 0 at the Coder-1.5B shapes.
 # Tune 8 for Q4_K, Q5_K, Q6_K: their staged form (matmul_gemv_staged_readers.cuh; tune 0 takes it for
-# Q5_K / Q6_K where the register form does not run), tune 4 the tile kernel.
+# Q4_K / Q5_K / Q6_K where the register form does not run), tune 4 the tile kernel.
 BENCH_CASES += [_case(q, s, 1, tune=t) for t in (5, 6) for q in ("IQ4_XS", "Q4_K", "Q6_K", "Q5_K")
                 for s in BIG_SHAPES + list(SMALL_SHAPES)]
 # Q8_0 and Q5_0 at one row: tune 0 takes the one-row kernel (4 rows a batch, as tune 5; not yet

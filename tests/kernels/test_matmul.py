@@ -278,12 +278,12 @@ def test_iq4_xs_one_row_forms_at_27b_shapes(n, k):
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), "weights at 8 mod 16 changed bits"
 
 
-# The staged form of Q4_K, Q5_K and Q6_K (StagedKQuant in matmul_gemv_staged_readers.cuh; tune 8,
-# and tune 0 where the register form does not run: the Q5_K down at 68 chunks, Q6_K from 16 MiB)
-# at the 27B's shapes: q|k|v 10240 x 5120, gate 17408 x 5120 (n cut), the down 5120 x 17408;
-# tunes 5 and 6 their register form. Q6_K with n even (row n - 4 of 4,200-byte rows 16-byte aligned).
+# The staged form of Q4_K, Q5_K and Q6_K (StagedK45 / StagedKQuant in matmul_gemv_staged_readers.cuh;
+# tune 8, and tune 0 where the register form does not run: the Q4_K / Q5_K down at 68 chunks, Q6_K
+# from 16 MiB) at the 27B's shapes: q|k|v 10240 x 5120, gate 17408 x 5120 (n cut), the down 5120 x
+# 17408; tunes 5 and 6 their register form. Q6_K with n even (row n - 4 of 4,200-byte rows 16-byte aligned).
 K_27B = [(Q.Q5_K, 4101, 5120), (Q.Q5_K, 4099, 17408), (Q.Q4_K, 4101, 5120), (Q.Q4_K, 5123, 6144),
-         (Q.Q6_K, 4102, 5120), (Q.Q6_K, 4100, 17408)]
+         (Q.Q4_K, 4099, 17408), (Q.Q6_K, 4102, 5120), (Q.Q6_K, 4100, 17408)]
 
 
 @pytest.mark.gpu

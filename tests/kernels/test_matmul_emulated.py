@@ -84,8 +84,8 @@ STAGED_CHUNK_BYTES = {Q.IQ4_XS: 136, Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}
 def staged_rows(qtype, k: int, n: int, tune: int, offset: int = 0) -> int:
     """Rows a batch of the staged form (matmul_gemv_staged.cuh) a call takes, 0 if it takes the
     register form: IQ4_XS by cuda/matmul_gemv_launch.cuh launch_gemv_iq4 (tune 0, 5, 8: 4 rows,
-    6: 8, 7: the register form), Q4_K, Q5_K and Q6_K at tune 8 and Q5_K / Q6_K at tune 0 where the
-    register form does not run (past 64 chunks; Q6_K from 16 MiB) (4 rows), where the weights are
+    6: 8, 7: the register form), Q4_K, Q5_K and Q6_K at tune 8 and at tune 0 where the register form
+    does not run (Q4_K / Q5_K past 64 chunks; Q6_K from 16 MiB) (4 rows), where the weights are
     16-byte aligned, n >= the rows, a batch's rows and row n - rows start 16-byte
     aligned (Q6_K: an even chunk count; IQ4_XS: an even chunk count or n even) and k <= 32,768."""
     if qtype not in STAGED_CHUNK_BYTES or offset % 16 or k > 32768:
@@ -93,9 +93,9 @@ def staged_rows(qtype, k: int, n: int, tune: int, offset: int = 0) -> int:
     row_bytes = (k // 256) * STAGED_CHUNK_BYTES[qtype]
     if qtype == Q.IQ4_XS and tune == 7:
         return 0
-    if qtype != Q.IQ4_XS:   # tune 8; tune 0 for Q5_K / Q6_K where the register form does not run
-        register_runs = k // 256 <= 64 if qtype == Q.Q5_K else n * row_bytes < (16 << 20)
-        if not (tune == 8 or (tune == 0 and qtype != Q.Q4_K and not register_runs)):
+    if qtype != Q.IQ4_XS:   # tune 8; tune 0 where the register form does not run
+        register_runs = k // 256 <= 64 if qtype in (Q.Q4_K, Q.Q5_K) else n * row_bytes < (16 << 20)
+        if not (tune == 8 or (tune == 0 and not register_runs)):
             return 0
     rows = 8 if tune == 6 else 4
     return rows if n >= rows and (rows * row_bytes) % 16 == 0 and ((n - rows) * row_bytes) % 16 == 0 else 0
@@ -229,22 +229,22 @@ def lib_cooperative(tmp_path_factory):
 # IQ4_XS at the 27B's k: 5120 (gate/up, qkv; 20 chunks, 5 warps a block of the staged form) and
 # 17408 (down; 68 chunks, 17 warps); n = 9: batches of 4 rows 0-3, 4-7 and a last one at rows 5-8
 # (rows 5-7 computed twice, stored once), of 8 rows 0-7 and 1-8.
-# Q4_K, Q5_K and Q6_K (StagedKQuant): tune 8 staged, 5 / 6 their register form, 0 the register
-# form, or (Q5_K at k = 17,408, the tile kernel before) the staged form.
+# Q4_K, Q5_K (StagedK45) and Q6_K (StagedKQuant): tune 8 staged, 5 / 6 their register form, 0 the
+# register form, or (Q4_K / Q5_K at k = 17,408, the tile kernel before) the staged form.
 STAGED_TUNES = {Q.IQ4_XS: (0, 5, 6, 7, 8), Q.Q4_K: (0, 5, 6, 8), Q.Q5_K: (0, 5, 6, 8), Q.Q6_K: (0, 5, 6, 8)}
 
 
 @pytest.mark.parametrize("qtype", [Q.IQ4_XS, Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda v: v.name)
 @pytest.mark.parametrize("k", [5120, 17408])
 def test_staged_at_27b_k(lib, lib_cooperative, qtype, k):
-    """The staged form (IQ4_XS: tune 0, 5, 6, 8; the K types: tune 8, and Q5_K's tune 0 at k =
-    17,408) and the register form (IQ4_XS tune 7; the K types 5, 6) == the tile kernel (tune 4),
+    """The staged form (IQ4_XS: tune 0, 5, 6, 8; the K types: tune 8, and Q4_K's / Q5_K's tune 0 at
+    k = 17,408) and the register form (IQ4_XS tune 7; the K types 5, 6) == the tile kernel (tune 4),
     bitwise, with bias; with bulk
     copies and with per-thread copies (lib_cooperative); with the weights 8 bytes past a 16-byte
     boundary (IQ4_XS) the register form runs, the same bits. Q6_K: n = 10 (its 4,200-byte rows: row
     n - 4 is 16-byte aligned for n even only)."""
     n = 10 if qtype == Q.Q6_K else 9
-    staged_at_0 = qtype == Q.IQ4_XS or (qtype == Q.Q5_K and k > 16384)   # Q5_K: where its register form does not run
+    staged_at_0 = qtype == Q.IQ4_XS or (qtype in (Q.Q4_K, Q.Q5_K) and k > 16384)   # where the register form does not run
     assert staged_rows(qtype, k, n, 8) == 4 and bool(staged_rows(qtype, k, n, 0)) == staged_at_0
     raw, wd = weights(qtype, n, k)
     x = activations(1, k, seed=k)
