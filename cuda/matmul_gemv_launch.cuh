@@ -130,8 +130,8 @@ inline OneRow one_row_choice(const luce_matmul_params *p, const uint8_t *w, cons
     const bool in_place_of_tile = tune == 0 && !reg.runs && (kquant45 || p->qtype == LUCE_QT_Q6_K) &&
                                   staged_k_mode() >= 1 && under_256m;
     const bool in_place_of_reg = tune == 0 && kquant45 && staged_k_mode() == 2 && under_256m;
-    if (staged_ok && (by_tune || in_place_of_tile || in_place_of_reg) && p->rows == 1 && p->path == LUCE_MATMUL_DECODE &&
-        gemv_staged_runs<4>(w, p->n, xl, row_bytes, staged_smem_limit()))
+    if (staged_ok && (by_tune || in_place_of_tile || in_place_of_reg) && p->rows == 1 &&
+        p->path == LUCE_MATMUL_DECODE && gemv_staged_runs<4>(w, p->n, xl, row_bytes, staged_smem_limit()))
         return {true, deep, true, true};
     return reg;
 }

@@ -213,7 +213,8 @@ struct StagedK45 {
         const uint32_t t = prmt_clear(hd.y, hd.z, sel);
         const uint32_t u = upper ? prmt_clear(hd.w, hd.w >> 4, sel) : t;
         const uint32_t v = (u & 0x0F0F0F0Fu) | ((t >> (upper ? 2 : 0)) & 0x30303030u);
-        const int sa = (int)(v & 0xFF), sb = (int)((v >> 8) & 0xFF), ma = (int)((v >> 16) & 0xFF), mb = (int)(v >> 24);
+        const int sa = (int)(v & 0xFF), sb = (int)((v >> 8) & 0xFF);
+        const int ma = (int)((v >> 16) & 0xFF), mb = (int)(v >> 24);
         sh = sa * pha + sb * phb;
         sl = sa * pla + sb * plb;
         ms = ma * gx.s + mb * (int)gx.k[0];
@@ -222,8 +223,9 @@ struct StagedK45 {
     static __device__ __forceinline__ float negmin(const uint8_t *c) { return GemvQ4K::head_negmin<SharedLoad>(c); }
 };
 
-// Q6_K: the register form's reader (G = GemvQ6K, matmul_gemv_types.cuh) loading a row's chunk from the stage (SharedLoad) at the offsets it reads
-// global memory at; the default x layout (group j's quads and, with mins, its integer sum).
+// Q6_K: the register form's reader (G = GemvQ6K, matmul_gemv_types.cuh) loading a row's chunk from
+// the stage (SharedLoad) at the offsets it reads global memory at; the default x layout (group j's
+// quads and, with mins, its integer sum).
 template <class G>
 struct StagedKQuant {
     static constexpr int kChunkBytes = G::Tensor::kChunkBytes;
