@@ -8,9 +8,9 @@ blocks that take several batches; the Qwen2.5-0.5B shapes. IQ4_XS's staged form
 (cuda/matmul_gemv_staged.cuh: tune 0, 5, 6, 8; tune 7 its register form) with its bulk copies
 and mbarrier phases emulated (a wait on an incomplete phase or a misaligned copy aborts) and,
 in a second build, its per-thread copies: at the 27B's k, with an odd chunk count (even n; odd
-n takes the register form), 2 and 3 stages; the staged form of Q4_K, Q5_K (StagedK45) and Q6_K (StagedKQuant,
-tune 8, and tune 0 where the register form does not run; Q6_K's 210-byte chunks: even chunk
-counts) likewise. The emulator's f32 arithmetic is
+n takes the register form), 2 and 3 stages; the staged form of Q4_K, Q5_K (StagedK45) and Q6_K
+(StagedKQuant; tune 8, and tune 0 where the register form does not run; Q6_K's 210-byte chunks:
+even chunk counts) likewise. The emulator's f32 arithmetic is
 the host's, so only bitwise comparisons between two kernels of one build (and the parity
 against the reference) mean anything here; tests/kernels/test_matmul.py runs the same checks
 natively on a GPU.
