@@ -85,16 +85,14 @@ __device__ __forceinline__ uint32_t ldg4(const uint32_t *p) {
 #endif
 }
 
-// Where a reader's loads come from: global memory (the register form: weights past L1, ldg16) or
-// the staged form's shared memory (matmul_gemv_staged_readers.cuh). u4 / u32 / u16: 16, 4 and 2
-// bytes at p (aligned so).
+// Where a reader's loads come from: global memory (the register form: past L1) or
+// the staged form's shared memory (StagedKQuant, matmul_gemv_staged_readers.cuh). u32 / u16: 4 and
+// 2 bytes at p (aligned so).
 struct GlobalLoad {
-    static __device__ __forceinline__ uint4 u4(const uint8_t *p) { return ldg16(p); }
     static __device__ __forceinline__ uint32_t u32(const uint32_t *p) { return ldg4(p); }
     static __device__ __forceinline__ uint32_t u16(const uint8_t *p) { return ld16(p); }
 };
 struct SharedLoad {
-    static __device__ __forceinline__ uint4 u4(const uint8_t *p) { return *reinterpret_cast<const uint4 *>(p); }
     static __device__ __forceinline__ uint32_t u32(const uint32_t *p) { return *p; }
     static __device__ __forceinline__ uint32_t u16(const uint8_t *p) { return *reinterpret_cast<const uint16_t *>(p); }
 };
@@ -134,11 +132,10 @@ struct GemvQ4K {
     static constexpr int kRows = 2;    // rows a lane loads at once (12 registers a row)
     static constexpr bool kDeepInLane = true;  // x quantized in lane also at twice the rows (matmul_gemv_x.cuh)
     struct Raw { uint4 h, qa, qb; };
-    template <class L = GlobalLoad>
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
-        r.h = L::u4(c);
-        r.qa = L::u4(c + 16 + 32 * (j >> 1));
-        r.qb = L::u4(c + 32 + 32 * (j >> 1));
+        r.h = ldg16(c);
+        r.qa = ldg16(c + 16 + 32 * (j >> 1));
+        r.qb = ldg16(c + 32 + 32 * (j >> 1));
     }
     static __device__ __forceinline__ void words(const Raw &r, int j, GroupWords &g) {
         const int sh = 4 * (j & 1);
@@ -156,7 +153,7 @@ struct GemvQ4K {
     }
     static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.h.x); }
     static __device__ __forceinline__ float negmin(const Raw &r) { return -f16_to_f32(r.h.x >> 16); }
-    // d and the negated min of the chunk at c (the staged form's writer, from the stage)
+    // d and the negated min of the chunk at c (StagedK45's writer, from the stage; Q5_K's header is Q4_K's)
     template <class L>
     static __device__ __forceinline__ float head_d(const uint8_t *c) { return f16_to_f32(L::u16(c)); }
     template <class L>
@@ -171,13 +168,12 @@ struct GemvQ5K {
     static constexpr int kRows = 2;  // 20 registers a row
     static constexpr bool kDeepInLane = true;
     struct Raw { uint4 h, ha, hb, qa, qb; };
-    template <class L = GlobalLoad>
     static __device__ __forceinline__ void load(Raw &r, const uint8_t *c, const uint8_t *, int j) {
-        r.h = L::u4(c);
-        r.ha = L::u4(c + 16);
-        r.hb = L::u4(c + 32);
-        r.qa = L::u4(c + 48 + 32 * (j >> 1));
-        r.qb = L::u4(c + 64 + 32 * (j >> 1));
+        r.h = ldg16(c);
+        r.ha = ldg16(c + 16);
+        r.hb = ldg16(c + 32);
+        r.qa = ldg16(c + 48 + 32 * (j >> 1));
+        r.qb = ldg16(c + 64 + 32 * (j >> 1));
     }
     static __device__ __forceinline__ void words(const Raw &r, int j, GroupWords &g) {
         const int sh = 4 * (j & 1);
@@ -190,10 +186,6 @@ struct GemvQ5K {
     static __device__ __forceinline__ void scales(const Raw &r, int j, int s[2], int &m) { GemvQ4K::scales({r.h, r.qa, r.qb}, j, s, m); }
     static __device__ __forceinline__ float d(const Raw &r) { return f16_to_f32(r.h.x); }
     static __device__ __forceinline__ float negmin(const Raw &r) { return -f16_to_f32(r.h.x >> 16); }
-    template <class L>
-    static __device__ __forceinline__ float head_d(const uint8_t *c) { return GemvQ4K::head_d<L>(c); }
-    template <class L>
-    static __device__ __forceinline__ float head_negmin(const uint8_t *c) { return GemvQ4K::head_negmin<L>(c); }
 };
 
 // Q6_K (210 B, 2-byte aligned): group j = half h = j / 4, G = j % 4; ql 32 bytes at
