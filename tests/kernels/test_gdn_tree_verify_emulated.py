@@ -1,6 +1,7 @@
 """luce_gdn_tree_verify (cuda/gdn_tree.cu's own source on the CPU, tests/kernels/emu): each node's
 output is bitwise luce_gdn_recurrent's (cuda/gdn_recurrent.cu) for the last token of the node's
-root path from the same slot state, whichever order the walk takes; with the gated RMSNorm
+root path from the same slot state, whichever order the walk takes, and luce_gdn_tree_commit's
+replay of a path's factors leaves that kernel's state; with the gated RMSNorm
 epilogue, normed is bitwise luce_gated_rmsnorm (cuda/gated_rmsnorm.cu) of out with z read at its
 row stride, out and u are the bits of the verify without it, padding segments' rows are left
 alone and a malformed tree's rows are NaN. tests/kernels/test_gdn_tree.py and
@@ -30,6 +31,12 @@ class VerifyParams(C.Structure):
                [(n, _P) for n in "z norm_weight normed arrivals".split()] + [("z_stride", C.c_int64), ("rms_eps", C.c_float)]
 
 
+class CommitParams(C.Structure):
+    """luce_gdn_tree_commit_params."""
+    _fields_ = [(n, _P) for n in "k g u state path_indptr path_rows seq_slots".split()] + [("n_slots", C.c_int64)] + \
+               [(n, C.c_int32) for n in "n_segments n_heads dk dv".split()]
+
+
 class RecurrentParams(C.Structure):
     """luce_gdn_recurrent_params."""
     _fields_ = [(n, _P) for n in "q k v g beta state out qo_indptr seq_slots".split()] + [("n_slots", C.c_int64)] + \
@@ -42,6 +49,7 @@ def lib(tmp_path_factory):
                    "the GDN tree verify, recurrent and gated RMSNorm kernels")
     lib.luce_gdn_tree_verify.argtypes = [C.POINTER(VerifyParams), _P]
     lib.luce_gdn_recurrent.argtypes = [C.POINTER(RecurrentParams), _P]
+    lib.luce_gdn_tree_commit.argtypes = [C.POINTER(CommitParams), _P]
     lib.luce_gated_rmsnorm.argtypes = [C.POINTER(NormParams), _P]
     return lib
 
@@ -123,15 +131,48 @@ def test_each_node_is_the_recurrent_step_along_its_root_path(lib):
     assert status == 0
     for seg, slot in enumerate(slots):
         for row in range(qo[seg], qo[seg + 1]) if slot >= 0 else ():
-            path = [row]
-            while parents[path[-1]] >= 0:
-                path.append(int(parents[path[-1]]))
-            path = path[::-1]
-            chain = {n: np.ascontiguousarray(x[n][path]) for n in "q k v g beta".split()}
-            state, out = x["state"].copy(), np.full((len(path), HV, DV), np.nan, np.float32)
-            one = np.asarray([0, len(path)], np.int32)
-            slot_arr = np.asarray([slot], np.int32)
-            p = RecurrentParams(*(chain[n].ctypes.data for n in "q k v g beta".split()), state.ctypes.data,
-                                out.ctypes.data, one.ctypes.data, slot_arr.ctypes.data, SLOTS, 1, HV, DK, DV)
-            assert lib.luce_gdn_recurrent(C.byref(p), None) == 0
+            _, out = recurrent(lib, x, root_path(parents, row), int(slot))
             assert np.array_equal(got["out"][row], out[-1]), f"node {row}'s output differs from its root path's"
+
+
+def root_path(parents, row: int) -> list[int]:
+    path = [row]
+    while parents[path[-1]] >= 0:
+        path.append(int(parents[path[-1]]))
+    return path[::-1]
+
+
+def recurrent(lib, x, path: list[int], slot: int) -> tuple[np.ndarray, np.ndarray]:
+    """(slot states, outputs [len(path), HV, DV]) of luce_gdn_recurrent stepping `path`'s rows
+    from x's states."""
+    chain = {n: np.ascontiguousarray(x[n][path]) for n in "q k v g beta".split()}
+    state, out = x["state"].copy(), np.full((len(path), HV, DV), np.nan, np.float32)
+    one, slot_arr = np.asarray([0, len(path)], np.int32), np.asarray([slot], np.int32)
+    p = RecurrentParams(*(chain[n].ctypes.data for n in "q k v g beta".split()), state.ctypes.data,
+                        out.ctypes.data, one.ctypes.data, slot_arr.ctypes.data, SLOTS, 1, HV, DK, DV)
+    assert lib.luce_gdn_recurrent(C.byref(p), None) == 0
+    return state, out
+
+
+def test_commit_of_a_path_leaves_the_recurrent_state(lib):
+    """Each tree's last row's root path (3 and 2 rows) committed from verify's u: every slot's
+    state bitwise what luce_gdn_recurrent leaves stepping those tokens; the padding segment's slot
+    and the slot no tree names are untouched."""
+    qo, slots, parents = layout(TREES)
+    x = inputs(35, int(qo[-1]))
+    status, got = verify(lib, x, parents, qo, slots, norm=False)
+    assert status == 0
+    paths = [root_path(parents, int(qo[s + 1]) - 1) if slot >= 0 else [] for s, slot in enumerate(slots)]
+    indptr = np.cumsum([0] + [len(p) for p in paths]).astype(np.int32)
+    rows = np.asarray([r for p in paths for r in p], np.int32)
+    state = x["state"].copy()
+    p = CommitParams(x["k"].ctypes.data, x["g"].ctypes.data, got["u"].ctypes.data, state.ctypes.data,
+                     indptr.ctypes.data, rows.ctypes.data, slots.ctypes.data, SLOTS, len(slots), HV, DK, DV)
+    assert lib.luce_gdn_tree_commit(C.byref(p), None) == 0
+    for path, slot in zip(paths, slots):
+        if slot >= 0:
+            want, _ = recurrent(lib, x, path, int(slot))
+            assert np.array_equal(state[slot], want[slot]), f"slot {slot}: the commit of {path} is not the recurrent state"
+    untouched = set(range(SLOTS)) - {int(s) for s in slots if s >= 0}
+    for slot in untouched:
+        assert np.array_equal(state[slot], x["state"][slot])
