@@ -34,7 +34,7 @@
 #   draft  the seed's DFlash draft pass at C1/C5 with LUCE_DRAFT_PROMPT_GEMM=0 and 1 (draft_gemm*.json)
 #
 # summary.json gathers the test counts, the seed figures and the side-by-side table. Env: OUT (default
-# /tmp/luce_gpu_check), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
+# /tmp/luce_gpu_check), PACK (a .tgz the results are packed into, see below), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
 # (default ~/.cache/luce/synthetic), TEST_TIMEOUT (s, default 1500), SEED_ARGS (extra
 # bench_seed_workload.py flags, e.g. "--established-tokens 4096"), PEERS, PREFILL_LENGTHS
 # (default 512,4096,12000), PEER_FILES (default: all three shapes), SEED_SECTIONS (default
@@ -48,6 +48,16 @@ fi
 SYNTH_DIR=${SYNTH_DIR:-$HOME/.cache/luce/synthetic}
 STAGE=${1:-all}
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/log.txt"; }
+# PACK=<file.tgz>: the device tool returns at most 8 files of its $OUT, and this script writes ~20,
+# so with OUT set elsewhere the results folder is packed into that one file every 30 s and at the
+# end (a call cut by its time limit still returns what was done).
+pack() { tar czf "$PACK.part" -C "$OUT" . 2>/dev/null && mv "$PACK.part" "$PACK"; }
+if [ -n "${PACK:-}" ]; then
+  mkdir -p "$(dirname "$PACK")"
+  ( while sleep 30; do pack; done ) &
+  PACKER=$!
+  trap 'kill $PACKER 2>/dev/null; pack' EXIT
+fi
 
 stage_build() {
   log "build: $($PY --version 2>&1), $(command -v nvcc || echo 'no nvcc'), commit $(git rev-parse --short HEAD 2>/dev/null)"
