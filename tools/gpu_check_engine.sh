@@ -3,11 +3,14 @@
 # per-node-state ddtree verify on the device; graph replay of mixed steps). Run it on the
 # device machine from the repository root; every figure lands under $OUT:
 #
-#   tools/gpu_check_engine.sh [all | build | synth | tests | kernels | peer | gate | seed | draft]   (default: all,
-#   in this order)
+#   tools/gpu_check_engine.sh [all | build | synth | tests | kernels | peer | gate | seed | draft] ...   (default:
+#   all, in this order; several stages run in the order given)
 #
 #   build  compile the CUDA library and the Cython modules here (build.log; LUCE_NO_CUDA=1 builds
-#          only the Cython modules, for a library built elsewhere and carried in luce/lib)
+#          only the Cython modules, for a library built elsewhere and carried in luce/lib; LIB_XZ=<file>
+#          unpacks such a library, xz-compressed to fit the device tool's 64 MiB upload, into luce/lib
+#          first). Wheels carried in $WHEELS (default .whl: the machine has no network) are installed
+#          into /tmp/luce_site first, on PYTHONPATH for every later stage.
 #   synth  the synthetic files the seed and peer stages read (synthetic.log), if not in $SYNTH_DIR
 #   tests  pytest -m gpu tests (gpu_tests.txt, gpu_tests.xml): kernels, the CUDA step ops over
 #          [prefill][AR][tree][tree] in both GDN tree modes (bitwise AR along the accepted
@@ -46,11 +49,12 @@ if [ -z "${PY:-}" ]; then
   if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 fi
 SYNTH_DIR=${SYNTH_DIR:-$HOME/.cache/luce/synthetic}
-STAGE=${1:-all}
 log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/log.txt"; }
 # PACK=<file.tgz>: the device tool returns at most 8 files of its $OUT, and this script writes ~20,
 # so with OUT set elsewhere the results folder is packed into that one file every 30 s and at the
-# end (a call cut by its time limit still returns what was done).
+# end (a call cut by its time limit still returns what was done). A device call, e.g.:
+#   PACK=$OUT/gc.tgz OUT=/tmp/gc LIB_XZ=.gl/lib.so.xz bash tools/gpu_check_engine.sh build tests
+# (PACK first: it takes the tool's $OUT before OUT names the results folder; carry .gl and .whl).
 pack() { tar czf "$PACK.part" -C "$OUT" . 2>/dev/null && mv "$PACK.part" "$PACK"; }
 if [ -n "${PACK:-}" ]; then
   mkdir -p "$(dirname "$PACK")"
@@ -59,8 +63,18 @@ if [ -n "${PACK:-}" ]; then
   trap 'kill $PACKER 2>/dev/null; pack' EXIT
 fi
 
+WHEELS=${WHEELS:-.whl}
+if ls "$WHEELS"/*.whl > /dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --target /tmp/luce_site "$WHEELS"/*.whl >> "$OUT/log.txt" 2>&1
+  export PYTHONPATH=/tmp/luce_site${PYTHONPATH:+:$PYTHONPATH}
+fi
+
 stage_build() {
-  log "build: $($PY --version 2>&1), $(command -v nvcc || echo 'no nvcc'), commit $(git rev-parse --short HEAD 2>/dev/null)"
+  if [ -n "${LIB_XZ:-}" ]; then
+    mkdir -p luce/lib && rm -f luce/lib/libluce_cuda.json && xz -dc "$LIB_XZ" > luce/lib/libluce_cuda.so || { log "build: $LIB_XZ FAILED"; return 1; }
+    export LUCE_NO_CUDA=1
+  fi
+  log "build: $($PY --version 2>&1), $(command -v nvcc || echo 'no nvcc'), commit $(git rev-parse --short HEAD 2>/dev/null)${LIB_XZ:+, library $LIB_XZ}"
   nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
   $PY -c "import cuda.bindings" 2>/dev/null || $PY -m pip install -q "cuda-python>=12.6" >> "$OUT/build.log" 2>&1 \
     || log "build: cuda-python missing and not installable"
@@ -211,8 +225,9 @@ print(json.dumps(s, indent=1, default=str)[:4000])
 PYEOF
 }
 
+for STAGE in "${@:-all}"; do
 case "$STAGE" in
-  build) stage_build ;;
+  build) stage_build || break ;;
   synth) stage_synth ;;
   tests) stage_tests ;;
   kernels) stage_kernels ;;
@@ -223,6 +238,7 @@ case "$STAGE" in
   all) [ -f "${PEERS:-.peers}/llamacpp.sh" ] && bash "${PEERS:-.peers}/llamacpp.sh" build >> "$OUT/log.txt"
        stage_synth & synth=$!   # on the CPU, beside the GPU tests
        stage_build && { stage_tests; stage_kernels; wait $synth; stage_peer; stage_gate; stage_seed; stage_draft; } ;;
-  *) echo "usage: $0 [all | build | synth | tests | kernels | peer | gate | seed | draft]"; exit 2 ;;
+  *) echo "usage: $0 [all | build | synth | tests | kernels | peer | gate | seed | draft] ..."; exit 2 ;;
 esac
+done
 summary
