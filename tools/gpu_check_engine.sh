@@ -53,7 +53,7 @@ log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/log.txt"; }
 # PACK=<file.tgz>: the device tool returns at most 8 files of its $OUT, and this script writes ~20,
 # so with OUT set elsewhere the results folder is packed into that one file every 30 s and at the
 # end (a call cut by its time limit still returns what was done). A device call, e.g.:
-#   PACK=$OUT/gc.tgz OUT=/tmp/gc LIB_XZ=.gl/lib.so.xz bash tools/gpu_check_engine.sh build tests
+#   PACK=$OUT/gc.tgz OUT=/tmp/gc LIB_XZ=.gl/lib.so.xz TEST_TIMEOUT=520 bash tools/gpu_check_engine.sh build tests
 # (PACK first: it takes the tool's $OUT before OUT names the results folder; carry .gl and .whl).
 pack() { tar czf "$PACK.part" -C "$OUT" . 2>/dev/null && mv "$PACK.part" "$PACK"; }
 if [ -n "${PACK:-}" ]; then
