@@ -55,7 +55,9 @@ log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$OUT/log.txt"; }
 # end (a call cut by its time limit still returns what was done). A device call, e.g.:
 #   PACK=$OUT/gc.tgz OUT=/tmp/gc LIB_XZ=.gl/lib.so.xz TEST_TIMEOUT=520 bash tools/gpu_check_engine.sh build tests
 # (PACK first: it takes the tool's $OUT before OUT names the results folder; carry .gl and .whl).
-pack() { tar czf "$PACK.part" -C "$OUT" . 2>/dev/null && mv "$PACK.part" "$PACK"; }
+# Each writer (the 30 s loop, the exit) packs into its own part file, so a loop's tar still running
+# at exit cannot interleave with the last one; mv makes $PACK whole either way.
+pack() { tar czf "$PACK.$BASHPID" -C "$OUT" . 2>/dev/null && mv "$PACK.$BASHPID" "$PACK"; }
 if [ -n "${PACK:-}" ]; then
   mkdir -p "$(dirname "$PACK")"
   ( while sleep 30; do pack; done ) &

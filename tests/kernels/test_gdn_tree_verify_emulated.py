@@ -124,17 +124,6 @@ def test_a_z_stride_below_the_row_width_is_refused(lib):
     assert verify(lib, x, parents, qo, slots, norm=True, z_stride=HV * DV - 1)[0] != 0
 
 
-def test_each_node_is_the_recurrent_step_along_its_root_path(lib):
-    qo, slots, parents = layout(TREES)
-    x = inputs(34, int(qo[-1]))
-    status, got = verify(lib, x, parents, qo, slots, norm=False)
-    assert status == 0
-    for seg, slot in enumerate(slots):
-        for row in range(qo[seg], qo[seg + 1]) if slot >= 0 else ():
-            _, out = recurrent(lib, x, root_path(parents, row), int(slot))
-            assert np.array_equal(got["out"][row], out[-1]), f"node {row}'s output differs from its root path's"
-
-
 def root_path(parents, row: int) -> list[int]:
     path = [row]
     while parents[path[-1]] >= 0:
@@ -152,6 +141,17 @@ def recurrent(lib, x, path: list[int], slot: int) -> tuple[np.ndarray, np.ndarra
                         out.ctypes.data, one.ctypes.data, slot_arr.ctypes.data, SLOTS, 1, HV, DK, DV)
     assert lib.luce_gdn_recurrent(C.byref(p), None) == 0
     return state, out
+
+
+def test_each_node_is_the_recurrent_step_along_its_root_path(lib):
+    qo, slots, parents = layout(TREES)
+    x = inputs(34, int(qo[-1]))
+    status, got = verify(lib, x, parents, qo, slots, norm=False)
+    assert status == 0
+    for seg, slot in enumerate(slots):
+        for row in range(qo[seg], qo[seg + 1]) if slot >= 0 else ():
+            _, out = recurrent(lib, x, root_path(parents, row), int(slot))
+            assert np.array_equal(got["out"][row], out[-1]), f"node {row}'s output differs from its root path's"
 
 
 def test_commit_of_a_path_leaves_the_recurrent_state(lib):
