@@ -142,6 +142,14 @@ class DFlashDraft:
                              "or unset it")
         self.kv_decode_tune = int(tune)
         self.layers = [self._load_layer(il) for il in range(cfg.n_layer)]
+        int8 = os.environ.get("LUCE_DRAFT_PROMPT_INT8", "")
+        if int8 not in ("", "0", "1"):
+            raise ValueError(f"LUCE_DRAFT_PROMPT_INT8={int8!r}: give 1 (the draft's prompt-row matmuls on the "
+                             "int8 GEMM), 0 (on the f16 one), or unset it")
+        self.prompt_int8 = self.PROMPT_INT8 if int8 == "" else int8 == "1"
+        for w in self.own_weights():
+            if hasattr(w, "prompt_int8"):   # a GPU weight
+                w.prompt_int8 = self.prompt_int8
         # LUCE_DRAFT_PROMPT_GEMM at load: "1" every pass's rows as prompt rows, "0" none, unset:
         # passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N (default
         # PROMPT_GEMM_MIN_N): of those, up to DECODE_ROWS_MAX rows, only matmuls this wide (the
@@ -173,6 +181,10 @@ class DFlashDraft:
     # 3.65-3.68, C5 even. Library-wide it loses (the Coders' verify). LUCE_DRAFT_KV_TUNE (at load)
     # sets another tune; 0: the library's choice.
     KV_DECODE_TUNE = 15
+    # The draft's own weights (not the target's head) multiply prompt rows on the int8 prompt GEMM
+    # (QuantWeight.prompt_int8; x at 8 bits per 32 values) instead of the f16 one; LUCE_DRAFT_PROMPT_INT8
+    # (at load) says otherwise.
+    PROMPT_INT8 = False
 
     def spans(self, rows: int, weights) -> tuple[tuple[int, int], ...]:
         """The prefill_spans of one matmul call of the draft, over `weights`, of `rows` rows. No
@@ -190,6 +202,14 @@ class DFlashDraft:
             width = sum(int(w.shape[0]) for w in weights)
             on = rows >= self.PROMPT_GEMM_ROWS and (rows > self.DECODE_ROWS_MAX or width >= self.prompt_gemm_min_n)
         return ((0, rows),) if on and rows > 0 else ()
+
+    def own_weights(self) -> list:
+        """The draft's matrices (fc and every layer's projections), not the target's head."""
+        out = [self.fc]
+        for layer in self.layers:
+            out += [layer.attn.wq, layer.attn.wk, layer.attn.wv, layer.attn.wo, *layer.ffn.input_weights,
+                    layer.ffn.down]
+        return out
 
     @classmethod
     def from_gguf(cls, gguf, backend, target_model=None, **_):
