@@ -34,7 +34,8 @@
 #   gate   issue 17's speculation gate on the make-serve pair's shapes (Coder-1.5B + 0.5B draft, synthetic):
 #          plain decoding, luce-serve's default config and chain@5 under an oracle of AL 6 and 3, the arms'
 #          waves interleaved (gate.json, gate.txt; GATE_WAVES, GATE_C)
-#   draft  the seed's DFlash draft pass at C1/C5 with LUCE_DRAFT_PROMPT_GEMM=0 and 1 (draft_gemm*.json)
+#   draft  the seed's DFlash draft pass at C1/C5 by route (draft_arm_env: luce's default, the draft's own
+#          weights on the int8 prompt GEMM, no prompt rows), interleaved twice (draft_<arm>_<round>.json)
 #
 # summary.json gathers the test counts, the seed figures and the side-by-side table. Env: OUT (default
 # /tmp/luce_gpu_check), PACK (a .tgz the results are packed into, see below), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
@@ -161,15 +162,28 @@ stage_gate() {  # issue 17's gate: luce-serve's default speculation against plai
   log "gate: rc $? ($(grep '^gate' "$OUT/gate.txt" | tr '\n' ' '))"
 }
 
-stage_draft() {  # the DFlash pass: decode-family matmuls vs the prompt-row GEMM for its rows
-  local draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" g
-  [ -f "$draft" ] && [ -f "$target" ] || { log "draft: no synthetic 27B + DFlash files"; return 1; }
-  for g in 0 1; do
-    log "draft: DFlash draft pass, LUCE_DRAFT_PROMPT_GEMM=$g"
-    LUCE_DRAFT_PROMPT_GEMM=$g $PY tools/bench_decode.py "$target" --draft "$draft" --backend cuda --sections draft \
-      --concurrency 1,5 --steps 12 --warmup 3 --json "$OUT/draft_gemm$g.json" > "$OUT/draft_gemm$g.txt" 2>&1 \
-      || log "draft: pass rc $?"
+stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft_<arm>_<round>.json)
+  local target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" round arm
+  synth_file qwen36-27b iq4_xs "$target" && synth_file dflash-27b "" "$draft" --target "$target" || return 1
+  for round in 1 2; do
+    for arm in default int8 int8_wide decode; do
+      log "draft: DFlash draft pass, $arm (round $round)"
+      env $(draft_arm_env $arm) $PY tools/bench_decode.py "$target" --draft "$draft" --backend cuda --sections draft \
+        --concurrency 1,5 --steps 12 --warmup 3 --json "$OUT/draft_${arm}_$round.json" > "$OUT/draft_${arm}_$round.txt" 2>&1 \
+        || log "draft: pass rc $?"
+    done
   done
+}
+
+draft_arm_env() {  # default: luce's routing; int8: every call of a 32+-row pass as prompt rows, the draft's
+  # own weights on the int8 prompt GEMM (the head on the f16 one); int8_wide: the int8 GEMM for the
+  # draft's prompt-row calls of the default routing (8,192+ rows wide); decode: no prompt rows
+  case $1 in
+    default) echo LUCE_DRAFT_PROMPT_INT8=0 ;;
+    int8) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=0 LUCE_DRAFT_PROMPT_INT8=1 ;;
+    int8_wide) echo LUCE_DRAFT_PROMPT_INT8=1 ;;
+    decode) echo LUCE_DRAFT_PROMPT_GEMM=0 ;;
+  esac
 }
 
 summary() {
@@ -217,11 +231,9 @@ kern = out / "kernels.json"
 if kern.exists():
     s["one_row_matmul"] = {r["name"]: (round(r["time_us"], 2), round(r["pct_bw"], 1)) if "time_us" in r else r.get("error")
                            for r in json.loads(kern.read_text()).get("cases", [])}
-for g in (0, 1):
-    path = out / f"draft_gemm{g}.json"
-    if path.exists():
-        s[f"dflash_pass_ms_prompt_gemm{g}"] = {f"C{r['concurrency']}": r.get("pass_ms")
-                                              for r in json.loads(path.read_text()).get("draft_pass", [])}
+for path in sorted(out.glob("draft_*.json")):
+    s[f"dflash_pass_ms_{path.stem[6:]}"] = {f"C{r['concurrency']}": r.get("pass_ms")
+                                           for r in json.loads(path.read_text()).get("draft_pass", [])}
 (out / "summary.json").write_text(json.dumps(s, indent=1, default=str))
 print(json.dumps(s, indent=1, default=str)[:4000])
 PYEOF
