@@ -1,0 +1,79 @@
+"""The int8 prompt-row GEMM's own source on the CPU (cuda/matmul_prefill.cu through
+luce_matmul_prefill, built by tests/kernels/emu) at a DFlash C5 pass's 80 rows (two 64-token
+tiles, the second with 16 live tokens): with LUCE_MATMUL_PROMPT_INT8 in flags it is the int8
+GEMM whatever LUCE_PREFILL_GEMM says (the 8-bit x of luce/ref/matmul_prefill.py bit for bit, the
+product within f32 rounding of its reference), REUSE_X of such a call's x gives that weight's own
+call bitwise, and without the flag the call is the f16 GEMM's. tests/kernels/test_matmul_prefill.py
+runs the full set on a GPU."""
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from luce.ref.matmul_prefill import matmul_prefill, quantize_x8
+from tests.kernels.emu import build as emu
+from tests.kernels.emu.matmul_params import MatmulParams as Params
+from tests.kernels.test_matmul import activations, assert_rows_close, weights
+
+pytestmark = pytest.mark.slow
+PROMPT_INT8, REUSE_X = 4, 1
+ROWS, N = 80, 24   # one block of 2 warps (tune 2: 32 weight rows, the last 8 past n) per token tile
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    lib = emu.load(["matmul_prefill.cu", "matmul_prefill_f16.cu", "matmul.cu"], tmp_path_factory.mktemp("emu_p8"),
+                   "the int8 prompt-row GEMM")
+    lib.luce_matmul_prefill_workspace_bytes.restype = C.c_int64
+    lib.luce_matmul_prefill_workspace_bytes.argtypes = [C.c_int64, C.c_int64]
+    return lib
+
+
+def run(lib, x, raw, qtype, flags, ws=None):
+    """(y [rows, N], workspace) of one luce_matmul_prefill call at tune 2; y starts NaN."""
+    x, raw = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(raw)
+    rows, k = x.shape
+    nbytes = lib.luce_matmul_prefill_workspace_bytes(rows, k)
+    ws = np.zeros(nbytes // 4 + 4, np.float32) if ws is None else ws   # 16-byte aligned
+    y = np.full((rows, N), np.nan, np.float32)
+    p = Params(x.ctypes.data, raw.ctypes.data, None, y.ctypes.data, ws.ctypes.data, nbytes, rows, N, k, int(qtype),
+               1, flags, 2)
+    assert lib.luce_matmul_prefill(C.byref(p), None) == 0
+    return y, ws
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K])
+def test_the_flag_takes_the_int8_gemm_whatever_the_environment_says(lib, monkeypatch, qtype):
+    monkeypatch.delenv("LUCE_PREFILL_GEMM", raising=False)   # the f16 GEMM's default
+    k = 256
+    raw, wd = weights(qtype, N, k, seed=2)
+    raw_b, wd_b = weights(qtype, N, k, seed=3)
+    x = activations(ROWS, k, seed=8)
+    got, ws = run(lib, x, raw, qtype, PROMPT_INT8)
+    q, _ = quantize_x8(x)
+    tp = 128   # rows padded to whole 64-token tiles
+    stored = ws.view(np.uint8)[:tp * k].view(np.int8).reshape(tp, k)
+    assert np.array_equal(stored[:ROWS], _mma_order(q))
+    assert not stored[ROWS:].any()
+    want = matmul_prefill(x, wd)
+    assert_rows_close(got, want, "matmul_prefill")
+    monkeypatch.setenv("LUCE_PREFILL_GEMM", "int8")
+    assert np.array_equal(run(lib, x, raw, qtype, 0)[0], got)
+    monkeypatch.delenv("LUCE_PREFILL_GEMM")
+    f16 = run(lib, x, raw, qtype, 0)[0]
+    assert np.isfinite(f16).all() and not np.array_equal(f16, got)
+    reused = run(lib, x, raw_b, qtype, PROMPT_INT8 | REUSE_X, ws)[0]
+    assert np.array_equal(reused, run(lib, x, raw_b, qtype, PROMPT_INT8)[0])
+    assert_rows_close(reused, matmul_prefill(x, wd_b), "matmul_prefill")
+
+
+def _mma_order(q: np.ndarray) -> np.ndarray:
+    """[T, K] int8 -> the workspace's order (matmul_prefill_x.cuh): in each 32-value group, quad
+    q's 8 bytes {values 4q..4q+3, 16+4q..16+4q+3} at 8 q."""
+    t, k = q.shape
+    g = q.reshape(t, k // 32, 32)
+    words = [np.concatenate([g[:, :, 4 * j:4 * j + 4], g[:, :, 16 + 4 * j:20 + 4 * j]], axis=2) for j in range(4)]
+    return np.stack(words, axis=2).reshape(t, k)
