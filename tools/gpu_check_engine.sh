@@ -179,7 +179,7 @@ draft_arm_env() {  # default: luce's routing; int8: every call of a 32+-row pass
   # own weights on the int8 prompt GEMM (the head on the f16 one); int8_wide: the int8 GEMM for the
   # draft's prompt-row calls of the default routing (8,192+ rows wide); decode: no prompt rows
   case $1 in
-    default) echo LUCE_DRAFT_PROMPT_INT8=0 ;;
+    default) ;;
     int8) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=0 LUCE_DRAFT_PROMPT_INT8=1 ;;
     int8_wide) echo LUCE_DRAFT_PROMPT_INT8=1 ;;
     decode) echo LUCE_DRAFT_PROMPT_GEMM=0 ;;

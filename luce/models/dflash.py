@@ -142,11 +142,9 @@ class DFlashDraft:
                              "or unset it")
         self.kv_decode_tune = int(tune)
         self.layers = [self._load_layer(il) for il in range(cfg.n_layer)]
-        int8 = os.environ.get("LUCE_DRAFT_PROMPT_INT8", "")
-        if int8 not in ("", "0", "1"):
-            raise ValueError(f"LUCE_DRAFT_PROMPT_INT8={int8!r}: give 1 (the draft's prompt-row matmuls on the "
-                             "int8 GEMM), 0 (on the f16 one), or unset it")
-        self.prompt_int8 = self.PROMPT_INT8 if int8 == "" else int8 == "1"
+        int8 = _env_switch("LUCE_DRAFT_PROMPT_INT8", "the draft's prompt-row matmuls on the int8 GEMM",
+                           "on the f16 one")
+        self.prompt_int8 = self.PROMPT_INT8 if int8 is None else int8
         for w in self.own_weights():
             if hasattr(w, "prompt_int8"):   # a GPU weight
                 w.prompt_int8 = self.prompt_int8
@@ -154,7 +152,7 @@ class DFlashDraft:
         # passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N (default
         # PROMPT_GEMM_MIN_N): of those, up to DECODE_ROWS_MAX rows, only matmuls this wide (the
         # others: the decode family)
-        self.prompt_gemm = {"1": True, "0": False}.get(os.environ.get("LUCE_DRAFT_PROMPT_GEMM", ""))
+        self.prompt_gemm = _env_switch("LUCE_DRAFT_PROMPT_GEMM", "every pass's rows as prompt rows", "none")
         min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or str(self.PROMPT_GEMM_MIN_N)
         if not min_n.isdigit():
             raise ValueError(f"LUCE_DRAFT_PROMPT_GEMM_MIN_N={min_n!r}: give a number of output rows "
@@ -377,6 +375,14 @@ class DFlashDraft:
     def block_tokens(self, last_token: int, n_block: int) -> list[int]:
         """[last_token, MASK x (n_block - 1)]"""
         return [int(last_token)] + [self.mask_token_id] * (n_block - 1)
+
+
+def _env_switch(name: str, on: str, off: str) -> bool | None:
+    """An on / off switch read at load: None unset, True for "1", False for "0"; other values named."""
+    value = os.environ.get(name, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{name}={value!r}: give 1 ({on}), 0 ({off}), or unset it")
+    return None if value == "" else value == "1"
 
 
 def is_dflash2(gguf) -> bool:

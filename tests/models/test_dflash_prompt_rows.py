@@ -217,7 +217,8 @@ def test_the_drafts_own_prompt_rows_take_the_int8_gemm_when_asked(monkeypatch, t
             quantized[c["workspace"]] = bool(c["flags"] & int8)
 
 
-def test_a_bad_prompt_int8_switch_is_named(monkeypatch, tmp_path):
-    monkeypatch.setenv("LUCE_DRAFT_PROMPT_INT8", "yes")
-    with pytest.raises(ValueError, match="LUCE_DRAFT_PROMPT_INT8='yes': give 1"):
+@pytest.mark.parametrize("name", ["LUCE_DRAFT_PROMPT_INT8", "LUCE_DRAFT_PROMPT_GEMM"])
+def test_a_bad_switch_value_is_named(monkeypatch, tmp_path, name):
+    monkeypatch.setenv(name, "yes")
+    with pytest.raises(ValueError, match=f"{name}='yes': give 1 .*, 0 .*, or unset it"):
         _pair(tmp_path, "numpy")
