@@ -16,7 +16,8 @@
 // Tiles: a block is kWarps warps x 16 weight rows by 64 tokens (matmul_prefill_x.cuh
 // kTokTile); a k step is one 256-value chunk (a K-quant super-block, 8 blocks of Q8_0/Q5_0).
 // Per step, each warp's 16 rows of weight bytes (LaneCopier, matmul_stage.cuh) and the
-// block's 64 tokens of int8 x plus {d, xs} go to shared memory by cp.async, double-buffered.
+// block's 64 tokens of int8 x plus {d, xs} go to shared memory by cp.async, double-buffered
+// (only the 8-token sub-tiles holding a live token: a call's last tile is partly padding).
 // A warp decodes each group's weights once into A fragments and multiplies them by 8 B
 // fragments (8 tokens each, one 8-byte shared load per lane).
 // Counted per k step of a 128 x 64 block (kWarps 8, IQ4_XS): 2 * 128 * 64 * 256 = 4.2 MFLOP
@@ -114,6 +115,10 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, kWarps >= 8 ? 2 : 4 / kWar
     const int64_t tile = ((int64_t)blockIdx.x * kWarps + warp) * 16;  // the warp's first weight row
     const int64_t t0 = (int64_t)blockIdx.y * kTokTile;
     const bool live = tile < a.n;  // warps past the last row still copy x and meet every barrier
+    // 8-token sub-tiles holding a live token (the last tile of a call is partly padding: a DFlash
+    // C5 pass's 80 rows fill 2 of the second tile's 8). The rest are neither copied nor multiplied:
+    // each output is still its one chain over k, so the bits are those of the whole tile.
+    const int live_nt = (int)imin64((a.rows - t0 + 7) / 8, NT);
     const int64_t chunks = a.x.chunks;
     uint8_t *wst = smem + warp * kStagesP * Stage<Q>::kBytes;
     uint8_t *xst = smem + Sm::kW;  // stage s at xst + s * (kX + kD)
@@ -122,13 +127,13 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, kWarps >= 8 ? 2 : 4 / kWar
     auto copy_x = [&](int s, int64_t ch) {
         uint8_t *xs = xst + s * (Sm::kX + Sm::kD);
         const uint8_t *src = reinterpret_cast<const uint8_t *>(a.x.xq) + t0 * a.x.kp + ch * kChunk;
-        for (int i = threadIdx.x; i < kTokTile * (kChunk / 16); i += kThreads) {
+        for (int i = threadIdx.x; i < 8 * live_nt * (kChunk / 16); i += kThreads) {
             const int tok = i / (kChunk / 16), word = i % (kChunk / 16);
             cp_async16(xs + tok * kXRowBytes + 16 * word, src + tok * a.x.kp + 16 * word, 16);
         }
         uint8_t *ds = xs + Sm::kX;
-        for (int i = threadIdx.x; i < kChunkGroups * kTokTile / 2; i += kThreads) {  // 2 float2 per word
-            const int j = i / (kTokTile / 2), word = i % (kTokTile / 2);
+        for (int i = threadIdx.x; i < kChunkGroups * 4 * live_nt; i += kThreads) {  // 2 float2 per word
+            const int j = i / (4 * live_nt), word = i % (4 * live_nt);
             const float2 *g = a.x.xd + (ch * kChunkGroups + j) * a.x.tp + t0;
             cp_async16(ds + j * kTokTile * 8 + 16 * word, reinterpret_cast<const uint8_t *>(g) + 16 * word, 16);
         }
@@ -177,6 +182,7 @@ __global__ void __launch_bounds__(kWarps * WARP_SIZE, kWarps >= 8 ? 2 : 4 / kWar
             group_ops(rd, j, quad, av, sc, off);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
+                if (nt >= live_nt) break;
                 const uint2 b = *reinterpret_cast<const uint2 *>(xs + (8 * nt + grp) * kXRowBytes + 32 * j + 8 * quad);
                 const float4 dd = ds[j * (kTokTile / 2) + 4 * nt + quad];  // {d, xs} of tokens 2 quad, 2 quad + 1
                 int dot[2][4];

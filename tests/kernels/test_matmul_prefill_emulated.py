@@ -1,6 +1,6 @@
 """The int8 prompt-row GEMM's own source on the CPU (cuda/matmul_prefill.cu through
 luce_matmul_prefill, built by tests/kernels/emu) at a DFlash C5 pass's 80 rows (two 64-token
-tiles, the second with 16 live tokens): with LUCE_MATMUL_PROMPT_INT8 in flags it is the int8
+tiles, the second with 16 live tokens) and at 83 (a partly live 8-token sub-tile): with LUCE_MATMUL_PROMPT_INT8 in flags it is the int8
 GEMM whatever LUCE_PREFILL_GEMM says (the 8-bit x of luce/ref/matmul_prefill.py bit for bit, the
 product within f32 rounding of its reference), REUSE_X of such a call's x gives that weight's own
 call bitwise, and without the flag the call is the f16 GEMM's. tests/kernels/test_matmul_prefill.py
@@ -20,7 +20,7 @@ from tests.kernels.test_matmul import activations, assert_rows_close, weights
 
 pytestmark = pytest.mark.slow
 PROMPT_INT8, REUSE_X = 4, 1
-ROWS, N = 80, 24   # one block of 2 warps (tune 2: 32 weight rows, the last 8 past n) per token tile
+N = 24   # one block of 2 warps (tune 2: 32 weight rows, the last 8 past n) per token tile
 
 
 @pytest.fixture(scope="module")
@@ -45,19 +45,21 @@ def run(lib, x, raw, qtype, flags, ws=None):
     return y, ws
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K])
-def test_the_flag_takes_the_int8_gemm_whatever_the_environment_says(lib, monkeypatch, qtype):
+# 80 rows: the second tile's first 2 of 8 token sub-tiles live; 83: its third holds 3 live tokens
+# and 5 padding rows (the kernel copies and multiplies live sub-tiles only).
+@pytest.mark.parametrize("qtype, rows", [(Q.Q8_0, 80), (Q.Q4_K, 80), (Q.Q4_K, 83)])
+def test_the_flag_takes_the_int8_gemm_whatever_the_environment_says(lib, monkeypatch, qtype, rows):
     monkeypatch.delenv("LUCE_PREFILL_GEMM", raising=False)   # the f16 GEMM's default
     k = 256
     raw, wd = weights(qtype, N, k, seed=2)
     raw_b, wd_b = weights(qtype, N, k, seed=3)
-    x = activations(ROWS, k, seed=8)
+    x = activations(rows, k, seed=8)
     got, ws = run(lib, x, raw, qtype, PROMPT_INT8)
     q, _ = quantize_x8(x)
     tp = 128   # rows padded to whole 64-token tiles
     stored = ws.view(np.uint8)[:tp * k].view(np.int8).reshape(tp, k)
-    assert np.array_equal(stored[:ROWS], _mma_order(q))
-    assert not stored[ROWS:].any()
+    assert np.array_equal(stored[:rows], _mma_order(q))
+    assert not stored[rows:].any()
     want = matmul_prefill(x, wd)
     assert_rows_close(got, want, "matmul_prefill")
     monkeypatch.setenv("LUCE_PREFILL_GEMM", "int8")
