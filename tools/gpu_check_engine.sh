@@ -35,7 +35,8 @@
 #          plain decoding, luce-serve's default config and chain@5 under an oracle of AL 6 and 3, the arms'
 #          waves interleaved (gate.json, gate.txt; GATE_WAVES, GATE_C)
 #   draft  the seed's DFlash draft pass at C1/C5 by route (draft_arm_env: luce's default, the draft's own
-#          weights on the int8 prompt GEMM, no prompt rows), interleaved twice (draft_<arm>_<round>.json)
+#          weights on the int8 prompt GEMM, no prompt rows), interleaved twice (draft_<arm>_<round>.json;
+#          DRAFT_ARMS, DRAFT_ROUNDS)
 #
 # summary.json gathers the test counts, the seed figures and the side-by-side table. Env: OUT (default
 # /tmp/luce_gpu_check), PACK (a .tgz the results are packed into, see below), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
@@ -165,8 +166,8 @@ stage_gate() {  # issue 17's gate: luce-serve's default speculation against plai
 stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft_<arm>_<round>.json)
   local target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" round arm
   synth_file qwen36-27b iq4_xs "$target" && synth_file dflash-27b "" "$draft" --target "$target" || return 1
-  for round in 1 2; do
-    for arm in default int8 int8_wide decode; do
+  for round in $(seq "${DRAFT_ROUNDS:-2}"); do
+    for arm in ${DRAFT_ARMS:-default int8 int8_wide decode}; do
       log "draft: DFlash draft pass, $arm (round $round)"
       env $(draft_arm_env $arm) $PY tools/bench_decode.py "$target" --draft "$draft" --backend cuda --sections draft \
         --concurrency 1,5 --steps 12 --warmup 3 --json "$OUT/draft_${arm}_$round.json" > "$OUT/draft_${arm}_$round.txt" 2>&1 \
