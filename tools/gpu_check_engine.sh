@@ -76,6 +76,8 @@ fi
 stage_build() {
   if [ -n "${LIB_XZ:-}" ]; then
     mkdir -p luce/lib && rm -f luce/lib/libluce_cuda.json && xz -dc "$LIB_XZ" > luce/lib/libluce_cuda.so || { log "build: $LIB_XZ FAILED"; return 1; }
+    # the build's record of its archs, if carried beside it (tests/tools/test_cuda_build.py reads it)
+    [ -f "$(dirname "$LIB_XZ")/libluce_cuda.json" ] && cp "$(dirname "$LIB_XZ")/libluce_cuda.json" luce/lib/
     export LUCE_NO_CUDA=1
   fi
   log "build: $($PY --version 2>&1), $(command -v nvcc || echo 'no nvcc'), commit $(git rev-parse --short HEAD 2>/dev/null)${LIB_XZ:+, library $LIB_XZ}"
@@ -89,6 +91,7 @@ stage_build() {
 }
 
 synth_file() {  # preset mix path [extra args]: writes path unless it exists
+  mkdir -p "$(dirname "$3")"
   [ -f "$3" ] || $PY tools/make_synthetic_model.py "$1" "$3" ${2:+--mix "$2"} "${@:4}" --workers "$(nproc)" \
     >> "$OUT/synthetic.log" 2>&1 || { log "synth: $3 FAILED"; return 1; }
 }
