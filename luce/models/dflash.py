@@ -181,7 +181,8 @@ class DFlashDraft:
     KV_DECODE_TUNE = 15
     # The draft's own weights (not the target's head) multiply prompt rows on the int8 prompt GEMM
     # (QuantWeight.prompt_int8; x at 8 bits per 32 values) instead of the f16 one; LUCE_DRAFT_PROMPT_INT8
-    # (at load) says otherwise.
+    # (at load) says otherwise. Off: with every call of the 27B's C5 pass on it, 6.2 against 4.0 ms
+    # (H100, docs/PERF.md session 41; its 64-token blocks walk k serially, ~4.4 us a chunk).
     PROMPT_INT8 = False
 
     def spans(self, rows: int, weights) -> tuple[tuple[int, int], ...]:
