@@ -1,0 +1,91 @@
+"""Which matmul family the DFlash draft's rows take on a GPU backend (DraftRouting, a mixin of
+luce.models.dflash.DFlashDraft), read from the environment at load.
+
+No exactness rule binds draft rows (they only propose; acceptance is lossless), so a pass's rows
+may be multiplied as prompt rows (the tensor-core prompt GEMM) instead of the decode family's
+exact 16-bit activations. Each constant below names the measurement behind its default.
+Backends without a prompt-row GEMM ignore the routing; results stay per row (batch-invariant)
+either way."""
+from __future__ import annotations
+
+import os
+
+
+class DraftRouting:
+    """Needs `own_weights()` (the draft's matrices, not the target's head). Attributes after
+    `_read_kv_tune` / `_read_routing`: kv_decode_tune, prompt_int8, prompt_gemm (None: by the
+    pass's rows, True / False: always / never), prompt_gemm_min_n."""
+
+    # A pass of this many rows or more (two lanes' blocks) takes the prompt GEMM by default: on the
+    # H200 (docs/PERF.md session 15, 27B draft) the decode family's tile kernel costs ~2.5 us a row
+    # past 16 rows (a 5-lane pass: 14.1 ms) where the prompt GEMM is nearly flat (5.9 ms at 5
+    # lanes, but 5.2 ms for one lane's 16 rows against the tile kernel's 3.0).
+    PROMPT_GEMM_ROWS = 32
+    # With prompt_gemm_min_n, passes of at most this many rows (a C8 pass of 16-row blocks) send
+    # their narrower matmuls to the decode family; more rows (a prompt's context) never.
+    DECODE_ROWS_MAX = 128
+    # prompt_gemm_min_n unless LUCE_DRAFT_PROMPT_GEMM_MIN_N says otherwise ("0": every call of such
+    # a pass on the prompt GEMM). The 27B's draft on an H100 (docs/PERF.md session 29): the C5 pass
+    # 5.18 -> 4.54 ms, its q|k|v, out and down (Q8_0, 80 rows) on the wide-token kernel's cluster
+    # form (e.g. q 46 against 72 us), gate|up (34,816 rows: 193 against 343 us) and the head on
+    # the prompt GEMM. Session 41: 4,096 / 1,024 / 0 give C5 4.57-4.67 ms against 4.03.
+    PROMPT_GEMM_MIN_N = 8192
+    # The k and v projections' decode calls of 17+ rows take the wide-token kernel's cluster form
+    # (tune 15), not the tile kernel tune 0 gives matrices under 2^24 weights: the 27B's draft on an
+    # H100 (docs/PERF.md session 35), C3 / C4 passes 3.39-3.44 / 3.56-3.61 ms against 3.46-3.51 /
+    # 3.65-3.68, C5 even. Library-wide it loses (the Coders' verify). LUCE_DRAFT_KV_TUNE (at load)
+    # sets another tune; 0: the library's choice.
+    KV_DECODE_TUNE = 15
+    # The draft's own weights (not the target's head) multiply prompt rows on the int8 prompt GEMM
+    # (QuantWeight.prompt_int8; x at 8 bits per 32 values) instead of the f16 one; LUCE_DRAFT_PROMPT_INT8
+    # (at load) says otherwise. Off: with every call of the 27B's C5 pass on it, 6.2 against 4.0 ms
+    # (H100, docs/PERF.md session 41; its 64-token blocks walk k serially, ~4.4 us a chunk).
+    PROMPT_INT8 = False
+
+    def _read_kv_tune(self) -> None:
+        """kv_decode_tune: LUCE_DRAFT_KV_TUNE or KV_DECODE_TUNE (before the layers load)."""
+        tune = os.environ.get("LUCE_DRAFT_KV_TUNE", "") or str(self.KV_DECODE_TUNE)
+        if not tune.isdigit():
+            raise ValueError(f"LUCE_DRAFT_KV_TUNE={tune!r}: give a luce_matmul tune (0: the library's choice), "
+                             "or unset it")
+        self.kv_decode_tune = int(tune)
+
+    def _read_routing(self) -> None:
+        """prompt_int8 (set on the own weights), prompt_gemm and prompt_gemm_min_n (after the
+        layers load). LUCE_DRAFT_PROMPT_GEMM: "1" every pass's rows as prompt rows, "0" none,
+        unset: passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N
+        (default PROMPT_GEMM_MIN_N): of those, up to DECODE_ROWS_MAX rows, only matmuls this wide
+        (the others: the decode family)."""
+        int8 = env_switch("LUCE_DRAFT_PROMPT_INT8", "the draft's prompt-row matmuls on the int8 GEMM",
+                          "on the f16 one")
+        self.prompt_int8 = self.PROMPT_INT8 if int8 is None else int8
+        for w in self.own_weights():
+            if hasattr(w, "prompt_int8"):   # a GPU weight
+                w.prompt_int8 = self.prompt_int8
+        self.prompt_gemm = env_switch("LUCE_DRAFT_PROMPT_GEMM", "every pass's rows as prompt rows", "none")
+        min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or str(self.PROMPT_GEMM_MIN_N)
+        if not min_n.isdigit():
+            raise ValueError(f"LUCE_DRAFT_PROMPT_GEMM_MIN_N={min_n!r}: give a number of output rows "
+                             "(e.g. 8192), or unset it")
+        self.prompt_gemm_min_n = int(min_n)
+
+    def spans(self, rows: int, weights) -> tuple[tuple[int, int], ...]:
+        """The prefill_spans of one matmul call of the draft, over `weights`, of `rows` rows: the
+        whole call as prompt rows for passes of PROMPT_GEMM_ROWS rows or more (`prompt_gemm`
+        True / False: always / never). With `prompt_gemm_min_n`, a pass of up to DECODE_ROWS_MAX
+        rows keeps a call whose weights have fewer output rows in all on the decode family (its
+        wide-token kernel fills the SMs where the prompt GEMM's few blocks do not)."""
+        if self.prompt_gemm is not None:
+            on = self.prompt_gemm
+        else:
+            width = sum(int(w.shape[0]) for w in weights)
+            on = rows >= self.PROMPT_GEMM_ROWS and (rows > self.DECODE_ROWS_MAX or width >= self.prompt_gemm_min_n)
+        return ((0, rows),) if on and rows > 0 else ()
+
+
+def env_switch(name: str, on: str, off: str) -> bool | None:
+    """An on / off switch read at load: None unset, True for "1", False for "0"; other values named."""
+    value = os.environ.get(name, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{name}={value!r}: give 1 ({on}), 0 ({off}), or unset it")
+    return None if value == "" else value == "1"
