@@ -3,7 +3,7 @@
 # per-node-state ddtree verify on the device; graph replay of mixed steps). Run it on the
 # device machine from the repository root; every figure lands under $OUT:
 #
-#   tools/gpu_check_engine.sh [all | build | synth | tests | kernels | peer | gate | seed | draft] ...   (default:
+#   tools/gpu_check_engine.sh [all | build | synth | tests | kernels | ncu | peer | gate | seed | draft] ...   (default:
 #   all, in this order; several stages run in the order given)
 #
 #   build  compile the CUDA library and the Cython modules here (build.log; LUCE_NO_CUDA=1 builds
@@ -17,6 +17,8 @@
 #          paths), graphed engine == eager engine (mixed steps captured and replayed), the
 #          exactness matrix and the 1,024-token fixture on CUDA
 #   kernels  tools/bench.py over the one-row matmul cases (tune 0, 5, 6 at one row; kernels.json)
+#   ncu    Nsight Compute sections (speed of light, occupancy, warp states, scheduler, memory) of
+#          bench cases' kernels (NCU_CASES, NCU_KERNEL; ncu_<case>.txt); not in `all`
 #   peer   decode and prefill beside llama.cpp on the same synthetic files (issues 17, 18):
 #          tools/bench_decode.py --sections ar,verify,prefill (C1/C5, TTFT at $PREFILL_LENGTHS) on the
 #          Qwen3.6-27B IQ4_XS, Coder-1.5B and Coder-0.5B Q4_K_M shapes (decode_<file>.json), then
@@ -111,6 +113,16 @@ stage_kernels() {
   $PY tools/bench.py --filter "${KERNEL_FILTER:-_t1\$,_t1_tune5\$,_t1_tune6\$}" --repeats 10 --no-gemm --json-out "$OUT/kernels.json" \
     > "$OUT/kernels.txt" 2>&1
   log "kernels: rc $?"
+}
+
+stage_ncu() {  # Nsight Compute on the bench cases NCU_CASES (names ending so), their kernels matching NCU_KERNEL
+  local case
+  for case in ${NCU_CASES:-matmul_prefill_Q8_0_dq_t80_decode matmul_prefill_Q8_0_down_t80_decode matmul_prefill_Q8_0_dq_t80}; do
+    log "ncu: $case"
+    ncu --clock-control none --kernel-name "regex:${NCU_KERNEL:-mmq|mmp}" --launch-count 2 --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      $PY tools/bench.py --filter "$case\$" --repeats 1 --no-gemm > "$OUT/ncu_$case.txt" 2>&1 || log "ncu: rc $?"
+  done
 }
 
 stage_tests() {
@@ -249,6 +261,7 @@ case "$STAGE" in
   synth) stage_synth ;;
   tests) stage_tests ;;
   kernels) stage_kernels ;;
+  ncu) stage_ncu ;;
   draft) stage_draft ;;
   seed) stage_seed ;;
   peer) stage_peer ;;
@@ -256,7 +269,7 @@ case "$STAGE" in
   all) [ -f "${PEERS:-.peers}/llamacpp.sh" ] && bash "${PEERS:-.peers}/llamacpp.sh" build >> "$OUT/log.txt"
        stage_synth & synth=$!   # on the CPU, beside the GPU tests
        stage_build && { stage_tests; stage_kernels; wait $synth; stage_peer; stage_gate; stage_seed; stage_draft; } ;;
-  *) echo "usage: $0 [all | build | synth | tests | kernels | peer | gate | seed | draft] ..."; exit 2 ;;
+  *) echo "usage: $0 [all | build | synth | tests | kernels | ncu | peer | gate | seed | draft] ..."; exit 2 ;;
 esac
 done
 summary
