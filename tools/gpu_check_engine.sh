@@ -193,12 +193,14 @@ stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft
 
 draft_arm_env() {  # default: luce's routing; int8: every call of a 32+-row pass as prompt rows, the draft's
   # own weights on the int8 prompt GEMM (the head on the f16 one); int8_wide: the int8 GEMM for the
-  # draft's prompt-row calls of the default routing (8,192+ rows wide); decode: no prompt rows
+  # draft's prompt-row calls of the default routing (8,192+ rows wide); decode: no prompt rows;
+  # tune13 / tune14 / tune15: the draft's q, out, down (and narrower calls) on that decode tune
   case $1 in
     default) ;;
     int8) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=0 LUCE_DRAFT_PROMPT_INT8=1 ;;
     int8_wide) echo LUCE_DRAFT_PROMPT_INT8=1 ;;
     decode) echo LUCE_DRAFT_PROMPT_GEMM=0 ;;
+    tune13|tune14|tune15) echo LUCE_DRAFT_DECODE_TUNE=${1#tune} ;;
   esac
 }
 

@@ -137,7 +137,6 @@ class DFlashDraft(DraftRouting):
         self.fc = be.load_weight(gguf, "fc.weight")
         self.hidden_norm = be.load_tensor(gguf, "enc.output_norm.weight")
         self.output_norm = be.load_tensor(gguf, "output_norm.weight")
-        self._read_kv_tune()
         self.layers = [self._load_layer(il) for il in range(cfg.n_layer)]
         self._read_routing()
 
@@ -148,6 +147,10 @@ class DFlashDraft(DraftRouting):
             out += [layer.attn.wq, layer.attn.wk, layer.attn.wv, layer.attn.wo, *layer.ffn.input_weights,
                     layer.ffn.down]
         return out
+
+    def kv_weights(self) -> list:
+        """Every layer's k and v projections (they multiply context rows too)."""
+        return [w for layer in self.layers for w in (layer.attn.wk, layer.attn.wv)]
 
     @classmethod
     def from_gguf(cls, gguf, backend, target_model=None, **_):
@@ -174,9 +177,6 @@ class DFlashDraft(DraftRouting):
         # the reference makes sliding layers causal unless the config says otherwise
         causal = bool(extra["causal"]) if "causal" in extra else sliding
         attn = AttentionWeights.load(be, g, il)
-        for w in (attn.wk, attn.wv):
-            if hasattr(w, "decode_tune"):   # a GPU weight
-                w.decode_tune = self.kv_decode_tune
         return _Layer(be.load_tensor(g, blk(il, "attn_norm.weight")), attn,
                       be.load_tensor(g, blk(il, "ffn_norm.weight")), FFNWeights.load(be, g, il),
                       causal=causal, window=int(extra["sliding_window"]) if sliding else None)

@@ -149,11 +149,13 @@ def test_a_bad_min_width_is_named(monkeypatch, tmp_path):
         _pair(tmp_path, "numpy")
 
 
-@pytest.mark.parametrize("env, want", [(None, 15), ("0", 0), ("14", 14)])
-def test_draft_k_and_v_take_their_decode_tune_past_16_rows(monkeypatch, tmp_path, env, want):
+@pytest.mark.parametrize("env, want, other_env, other_want",
+                         [(None, 15, None, 0), ("0", 0, None, 0), ("14", 14, None, 0), (None, 15, "13", 13)])
+def test_draft_k_and_v_take_their_decode_tune_past_16_rows(monkeypatch, tmp_path, env, want, other_env, other_want):
     """DFlashDraft.KV_DECODE_TUNE (LUCE_DRAFT_KV_TUNE): the decode-family calls of more than 16 rows
     of the draft's k and v projections pass that tune to luce_matmul (context rows and block
-    rows alike); every other call, and calls of 16 rows or fewer, pass 0."""
+    rows alike); DECODE_TUNE (LUCE_DRAFT_DECODE_TUNE, default 0) the same for the draft's other
+    matrices; the target's head, and calls of 16 rows or fewer, pass 0."""
     import inspect
 
     from luce import _cuda_matmul
@@ -165,19 +167,24 @@ def test_draft_k_and_v_take_their_decode_tune_past_16_rows(monkeypatch, tmp_path
     monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM", "0")
     if env is not None:
         monkeypatch.setenv("LUCE_DRAFT_KV_TUNE", env)
+    if other_env is not None:
+        monkeypatch.setenv("LUCE_DRAFT_DECODE_TUNE", other_env)
     calls = fake_hip.spy_calls(monkeypatch, _cuda_matmul, "matmul", signature)
     _, draft = _pair(tmp_path, get_backend("cuda"))
     kv = {id(w) for layer in draft.layers for w in (layer.attn.wk, layer.attn.wv)}
     kv_ptrs = {w.ptr for layer in draft.layers for w in (layer.attn.wk, layer.attn.wv)}
-    assert len(kv) == 2 * len(draft.layers)
+    own_ptrs = {w.ptr for w in draft.own_weights()} - kv_ptrs
+    assert len(kv) == 2 * len(draft.layers) and len(own_ptrs) == 1 + 4 * len(draft.layers)
     for lanes in (5, 3):   # 45 context rows and a block of 20 rows; 27 and 12
         del calls[:]
         _draft_pass(draft, lanes)
         rows = {"context": 9 * lanes, "block": draft.block_size * lanes}
-        tunes = [(c["w"] in kv_ptrs, c["rows"], c["tune"]) for c in calls]
-        assert {(r, t) for is_kv, r, t in tunes if is_kv} == \
+        tunes = [(c["w"] in kv_ptrs, c["w"] in own_ptrs, c["rows"], c["tune"]) for c in calls]
+        assert {(r, t) for is_kv, _, r, t in tunes if is_kv} == \
             {(n, want if n > 16 else 0) for n in rows.values()}, tunes
-        assert all(t == 0 for is_kv, _, t in tunes if not is_kv), tunes
+        own = {(r, t) for is_kv, is_own, r, t in tunes if is_own}
+        assert own and own == {(r, other_want if r > 16 else 0) for _, is_own, r, _ in tunes if is_own}, tunes
+        assert all(t == 0 for is_kv, is_own, _, t in tunes if not (is_kv or is_own)), tunes
 
 
 @pytest.mark.parametrize("env, want", [(None, False), ("1", True), ("0", False)])
@@ -221,4 +228,11 @@ def test_the_drafts_own_prompt_rows_take_the_int8_gemm_when_asked(monkeypatch, t
 def test_a_bad_switch_value_is_named(monkeypatch, tmp_path, name):
     monkeypatch.setenv(name, "yes")
     with pytest.raises(ValueError, match=f"{name}='yes': give 1 .*, 0 .*, or unset it"):
+        _pair(tmp_path, "numpy")
+
+
+@pytest.mark.parametrize("name", ["LUCE_DRAFT_KV_TUNE", "LUCE_DRAFT_DECODE_TUNE"])
+def test_a_bad_tune_is_named(monkeypatch, tmp_path, name):
+    monkeypatch.setenv(name, "fast")
+    with pytest.raises(ValueError, match=f"{name}='fast': give a luce_matmul tune"):
         _pair(tmp_path, "numpy")
