@@ -25,9 +25,7 @@ extern "C" {
  * in its own lanes (cuda/matmul_gemv_x.cuh; the same bits, one launch fewer) and leaves the
  * workspace unwritten (it is still required: other calls quantize into it as without the flag).
  * Set it only where no REUSE_X call follows on this workspace (luce/ops/cuda_backend.py: a
- * matmuls call with one block-type weight). luce_matmul_prefill with LUCE_MATMUL_PROMPT_INT8 in
- * flags takes the int8 prompt-row GEMM (x at 8 bits per 32 values) whatever LUCE_PREFILL_GEMM
- * says; its REUSE_X calls must have quantized x with the flag too. Float types (F32, F16, BF16)
+ * matmuls call with one block-type weight). Float types (F32, F16, BF16)
  * multiply x as is (SIMT) and need no workspace.
  * Batch invariance: each output is reduced over k in an order fixed by k alone, so a row's
  * result is bitwise the same whatever rows share the call, whatever `path` or `tune`.
@@ -61,7 +59,6 @@ extern "C" {
 #define LUCE_MATMUL_PREFILL 1
 #define LUCE_MATMUL_REUSE_X 1
 #define LUCE_MATMUL_X_ONCE 2
-#define LUCE_MATMUL_PROMPT_INT8 4
 typedef struct {
     const float *x;
     const void *w;

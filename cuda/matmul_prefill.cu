@@ -37,7 +37,7 @@
 #include <string.h>
 
 // The f16 tensor-core GEMM (cuda/matmul_prefill_f16.cu), taken unless LUCE_PREFILL_GEMM=int8 in
-// the environment (read at each call) or LUCE_MATMUL_PROMPT_INT8 in the call's flags.
+// the environment (read at each call).
 extern "C" int luce_matmul_prefill_f16(const luce_matmul_params *p, void *stream);
 extern "C" int64_t luce_matmul_prefill_f16_workspace_bytes(int64_t rows, int64_t k);
 
@@ -261,7 +261,7 @@ extern "C" int64_t luce_matmul_prefill_workspace_bytes(int64_t rows, int64_t k) 
 
 extern "C" int luce_matmul_prefill(const luce_matmul_params *p, void *stream_ptr) {
     if (p->rows == 0) return 0;
-    if (prefill_gemm_f16() && !(p->flags & LUCE_MATMUL_PROMPT_INT8)) return luce_matmul_prefill_f16(p, stream_ptr);
+    if (prefill_gemm_f16()) return luce_matmul_prefill_f16(p, stream_ptr);
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || !p->workspace ||
         p->workspace_bytes < x8_bytes(p->rows, p->k) || (reinterpret_cast<uintptr_t>(p->x) & 15) ||

@@ -50,7 +50,6 @@ PATH_DECODE = 0
 PATH_PREFILL = 1
 REUSE_X = 1
 X_ONCE = 2   # no later call reuses this call's quantized x: one-row calls quantize it in lane (LUCE_MATMUL_X_ONCE)
-PROMPT_INT8 = 4   # matmul_prefill: the int8 prompt-row GEMM whatever LUCE_PREFILL_GEMM says
 PAIR_QTYPES = ((12, 14), (13, 14))   # (a, b) luce_matmul_pair may run as one launch: Q4_K or Q5_K, then Q6_K
 
 

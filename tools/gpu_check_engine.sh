@@ -36,9 +36,9 @@
 #   gate   issue 17's speculation gate on the make-serve pair's shapes (Coder-1.5B + 0.5B draft, synthetic):
 #          plain decoding, luce-serve's default config and chain@5 under an oracle of AL 6 and 3, the arms'
 #          waves interleaved (gate.json, gate.txt; GATE_WAVES, GATE_C)
-#   draft  the seed's DFlash draft pass at C1/C5 by route (draft_arm_env: luce's default, the draft's own
-#          weights on the int8 prompt GEMM, no prompt rows), interleaved twice (draft_<arm>_<round>.json;
-#          DRAFT_ARMS, DRAFT_ROUNDS)
+#   draft  the seed's DFlash draft pass at C1/C5 by route (draft_arm_env: luce's default, no prompt
+#          rows, the draft's decode tune), interleaved twice (draft_<arm>_<round>.json; DRAFT_ARMS,
+#          DRAFT_ROUNDS)
 #
 # summary.json gathers the test counts, the seed figures and the side-by-side table. Env: OUT (default
 # /tmp/luce_gpu_check), PACK (a .tgz the results are packed into, see below), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
@@ -182,7 +182,7 @@ stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft
   local target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" round arm
   synth_file qwen36-27b iq4_xs "$target" && synth_file dflash-27b "" "$draft" --target "$target" || return 1
   for round in $(seq "${DRAFT_ROUNDS:-2}"); do
-    for arm in ${DRAFT_ARMS:-default int8 int8_wide decode}; do
+    for arm in ${DRAFT_ARMS:-default tune15 decode}; do
       log "draft: DFlash draft pass, $arm (round $round)"
       env $(draft_arm_env $arm) $PY tools/bench_decode.py "$target" --draft "$draft" --backend cuda --sections draft \
         --concurrency 1,5 --steps 12 --warmup 3 --json "$OUT/draft_${arm}_$round.json" > "$OUT/draft_${arm}_$round.txt" 2>&1 \
@@ -191,14 +191,10 @@ stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft
   done
 }
 
-draft_arm_env() {  # default: luce's routing; int8: every call of a 32+-row pass as prompt rows, the draft's
-  # own weights on the int8 prompt GEMM (the head on the f16 one); int8_wide: the int8 GEMM for the
-  # draft's prompt-row calls of the default routing (8,192+ rows wide); decode: no prompt rows;
+draft_arm_env() {  # default: luce's routing; decode: no prompt rows;
   # tune13 / tune14 / tune15: the draft's q, out, down (and narrower calls) on that decode tune
   case $1 in
     default) ;;
-    int8) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=0 LUCE_DRAFT_PROMPT_INT8=1 ;;
-    int8_wide) echo LUCE_DRAFT_PROMPT_INT8=1 ;;
     decode) echo LUCE_DRAFT_PROMPT_GEMM=0 ;;
     tune13|tune14|tune15) echo LUCE_DRAFT_DECODE_TUNE=${1#tune} ;;
   esac

@@ -107,7 +107,7 @@ class DFlashDraft(DraftRouting):
     """The DFlash draft on a backend. Attributes: config (ModelConfig), backend,
     block_size, target_layers (0-based target layers whose outputs, concatenated in this
     order, form a feature row), mask_token_id, feature_width (= len(target_layers) * hidden);
-    the matmul routing of luce.models.dflash_routing (prompt_gemm, prompt_int8, ...)."""
+    the matmul routing of luce.models.dflash_routing (prompt_gemm, decode tunes, ...)."""
 
     dflash2 = False  # True on luce.models.dflash2.DFlash2Draft
 

@@ -14,8 +14,7 @@ import os
 class DraftRouting:
     """Needs `own_weights()` (the draft's matrices, not the target's head) and `kv_weights()` (its
     k and v projections). Attributes after `_read_routing`: kv_decode_tune, decode_tune,
-    prompt_int8, prompt_gemm (None: by the pass's rows, True / False: always / never),
-    prompt_gemm_min_n."""
+    prompt_gemm (None: by the pass's rows, True / False: always / never), prompt_gemm_min_n."""
 
     # A pass of this many rows or more (two lanes' blocks) takes the prompt GEMM by default: on the
     # H200 (docs/PERF.md session 15, 27B draft) the decode family's tile kernel costs ~2.5 us a row
@@ -40,28 +39,19 @@ class DraftRouting:
     # The same for the draft's other matrices (q, out, gate|up, down, fc) where they take the decode
     # family: LUCE_DRAFT_DECODE_TUNE (at load); 0, the library's choice, until measured otherwise.
     DECODE_TUNE = 0
-    # The draft's own weights (not the target's head) multiply prompt rows on the int8 prompt GEMM
-    # (QuantWeight.prompt_int8; x at 8 bits per 32 values) instead of the f16 one; LUCE_DRAFT_PROMPT_INT8
-    # (at load) says otherwise. Off: with every call of the 27B's C5 pass on it, 6.2 against 4.0 ms
-    # (H100, docs/PERF.md session 41; its 64-token blocks walk k serially, ~4.4 us a chunk).
-    PROMPT_INT8 = False
 
     def _read_routing(self) -> None:
-        """Read at load, after the layers: kv_decode_tune, decode_tune and prompt_int8 (set on
-        the own weights: k and v take kv_decode_tune, the others decode_tune), prompt_gemm and
+        """Read at load, after the layers: kv_decode_tune and decode_tune (set on the own
+        weights: k and v take kv_decode_tune, the others decode_tune), prompt_gemm and
         prompt_gemm_min_n. LUCE_DRAFT_PROMPT_GEMM: "1" every pass's rows as prompt rows, "0" none,
         unset: passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N
         (default PROMPT_GEMM_MIN_N): of those, up to DECODE_ROWS_MAX rows, only matmuls this wide
         (the others: the decode family)."""
-        int8 = env_switch("LUCE_DRAFT_PROMPT_INT8", "the draft's prompt-row matmuls on the int8 GEMM",
-                          "on the f16 one")
-        self.prompt_int8 = self.PROMPT_INT8 if int8 is None else int8
         self.kv_decode_tune = _tune("LUCE_DRAFT_KV_TUNE", self.KV_DECODE_TUNE)
         self.decode_tune = _tune("LUCE_DRAFT_DECODE_TUNE", self.DECODE_TUNE)
         kv = {id(w) for w in self.kv_weights()}
         for w in self.own_weights():
-            if hasattr(w, "prompt_int8"):   # a GPU weight
-                w.prompt_int8 = self.prompt_int8
+            if hasattr(w, "decode_tune"):   # a GPU weight
                 w.decode_tune = self.kv_decode_tune if id(w) in kv else self.decode_tune
         self.prompt_gemm = env_switch("LUCE_DRAFT_PROMPT_GEMM", "every pass's rows as prompt rows", "none")
         min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or str(self.PROMPT_GEMM_MIN_N)

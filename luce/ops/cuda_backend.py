@@ -282,7 +282,7 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
         if quantized is not None:
             if runs != [(0, rows, False)]:
                 raise ValueError(f"matmul: x quantized for the decode family, but the rows run {runs}")
-            workspaces[(0, False)] = quantized
+            workspaces[0] = quantized
         pair = self._matmul_pair(x, weights, biases, runs, workspaces)   # one launch (cuda_fused_ops)
         if pair is not None:
             return pair
@@ -300,12 +300,11 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
                 continue
             for r0, r1, prompt in runs:   # x and y from row r0 on (k % 32 == 0 keeps x 16-byte aligned)
                 size_of = km.prefill_workspace_bytes if prompt else km.workspace_bytes
-                int8 = prompt and w.prompt_int8   # its own quantized x: REUSE_X only among int8 calls
-                ws, nb, flags = self._matmul_workspace(workspaces, (r0, int8), r1 - r0, w.k, size_of)
+                ws, nb, flags = self._matmul_workspace(workspaces, r0, r1 - r0, w.k, size_of)
                 xr, yr = x.ptr + 4 * r0 * w.k, y.ptr + 4 * r0 * w.n
                 if prompt:
-                    km.matmul_prefill(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype,
-                                      flags | (km.PROMPT_INT8 if int8 else 0), self.stream)
+                    km.matmul_prefill(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, flags,
+                                      self.stream)
                 else:
                     if flags == 0:
                         flags = once
@@ -332,7 +331,7 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
         return bias.ptr
 
     def _matmul_workspace(self, workspaces: dict, run: int, rows: int, k: int, size_of):
-        """(buffer, bytes, flags) of the quantized x of `run` ((first row, int8 prompt GEMM)) for
+        """(buffer, bytes, flags) of the quantized x of the run of rows starting at `run` for
         one matmuls call: allocated by its first weight (flags 0: quantize x), REUSE_X after."""
         from luce import _cuda_matmul as km
 

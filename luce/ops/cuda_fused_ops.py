@@ -82,7 +82,7 @@ class CudaFusedOps(FusedOps):
             return None
         ys = [self.empty((1, w.n)) for w in weights]
         bias_ptrs = [self._bias_ptr(bias, w) for w, bias in zip(weights, biases)]
-        ws, nb, flags = self._matmul_workspace(workspaces, (0, False), 1, a.k, km.workspace_bytes)
+        ws, nb, flags = self._matmul_workspace(workspaces, 0, 1, a.k, km.workspace_bytes)
         km.matmul_pair(x.ptr, a.ptr, bias_ptrs[0], ys[0].ptr, a.n, a.qtype, b.ptr, bias_ptrs[1], ys[1].ptr, b.n,
                        b.qtype, ws.ptr, nb, 1, a.k, flags, self.stream)
         return ys

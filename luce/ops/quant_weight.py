@@ -11,9 +11,7 @@ class QuantWeight:
     """A matrix [n, k] in GGUF blocks of ggml type `qtype` on the device (row r at
     ptr + r * row_bytes). decode_tune: the luce_matmul tune of its decode-family calls of more
     than 16 rows (0: the kernel library's choice by shape, as for every call of fewer rows; every
-    tune gives the same bits, cuda/luce_ops_weights.h). prompt_int8: its prompt-row calls take the
-    int8 prompt-row GEMM (x at 8 bits per 32 values), not the f16 one (a DFlash draft's own weights,
-    luce.models.dflash: draft rows only propose, no exactness rule binds them)."""
+    tune gives the same bits, cuda/luce_ops_weights.h)."""
 
     block: Block
     ptr: int
@@ -22,7 +20,6 @@ class QuantWeight:
     k: int
     row_bytes: int
     decode_tune: int = 0
-    prompt_int8: bool = False
 
     @property
     def shape(self) -> tuple[int, int]:

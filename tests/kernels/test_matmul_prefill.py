@@ -189,28 +189,6 @@ def test_reuse_x_and_nan_rows(qtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K])
-def test_prompt_int8_flag_takes_this_gemm_whatever_the_environment_says(monkeypatch, qtype):
-    """PROMPT_INT8 in flags (a DFlash draft's own weights) with LUCE_PREFILL_GEMM unset (the f16
-    GEMM's default): bitwise this file's int8 GEMM, and not the f16 GEMM's bits; REUSE_X of such
-    a call's x too."""
-    from luce import _cuda_matmul as km
-
-    k = K_OF[qtype]
-    raw, _ = weights(qtype, N_ODD, k, seed=2)
-    raw_b, _ = weights(qtype, N_ODD, k, seed=3)
-    x = activations(80, k, seed=8)
-    want, want_b = prefill(x, raw, qtype, N_ODD), prefill(x, raw_b, qtype, N_ODD)
-    monkeypatch.delenv("LUCE_PREFILL_GEMM")
-    f16 = prefill(x, raw, qtype, N_ODD)
-    out, ws = run_prefill(x, raw, qtype, N_ODD, flags=km.PROMPT_INT8)
-    assert np.array_equal(out.result(), want)
-    assert not np.array_equal(f16, want)
-    reused = run_prefill(x, raw_b, qtype, N_ODD, flags=km.PROMPT_INT8 | km.REUSE_X, workspace=ws)[0].result()
-    assert np.array_equal(reused, want_b)
-
-
-@pytest.mark.gpu
 def test_float_types_refused():
     from luce import _cuda_matmul as km
     from luce.ops.native import load_kernels

@@ -1,10 +1,10 @@
 """The int8 prompt-row GEMM's own source on the CPU (cuda/matmul_prefill.cu through
-luce_matmul_prefill, built by tests/kernels/emu) at a DFlash C5 pass's 80 rows (two 64-token
-tiles, the second with 16 live tokens) and at 83 (a partly live 8-token sub-tile): with LUCE_MATMUL_PROMPT_INT8 in flags it is the int8
-GEMM whatever LUCE_PREFILL_GEMM says (the 8-bit x of luce/ref/matmul_prefill.py bit for bit, the
-product within f32 rounding of its reference), REUSE_X of such a call's x gives that weight's own
-call bitwise, and without the flag the call is the f16 GEMM's. tests/kernels/test_matmul_prefill.py
-runs the full set on a GPU."""
+luce_matmul_prefill, built by tests/kernels/emu) at 80 rows (two 64-token tiles, the second with
+16 live tokens: the kernel works its live 8-token sub-tiles only) and at 83 (a partly live
+sub-tile): with LUCE_PREFILL_GEMM=int8 the workspace holds luce/ref/matmul_prefill.py's 8-bit x
+bit for bit, the product is within f32 rounding of its reference, REUSE_X of its x gives the
+second weight's own call bitwise, and unset the call is the f16 GEMM's.
+tests/kernels/test_matmul_prefill.py runs the full set on a GPU."""
 from __future__ import annotations
 
 import ctypes as C
@@ -19,7 +19,7 @@ from tests.kernels.emu.matmul_params import MatmulParams as Params
 from tests.kernels.test_matmul import activations, assert_rows_close, weights
 
 pytestmark = pytest.mark.slow
-PROMPT_INT8, REUSE_X = 4, 1
+REUSE_X = 1
 N = 24   # one block of 2 warps (tune 2: 32 weight rows, the last 8 past n) per token tile
 
 
@@ -48,13 +48,13 @@ def run(lib, x, raw, qtype, flags, ws=None):
 # 80 rows: the second tile's first 2 of 8 token sub-tiles live; 83: its third holds 3 live tokens
 # and 5 padding rows (the kernel copies and multiplies live sub-tiles only).
 @pytest.mark.parametrize("qtype, rows", [(Q.Q8_0, 80), (Q.Q4_K, 80), (Q.Q4_K, 83)])
-def test_the_flag_takes_the_int8_gemm_whatever_the_environment_says(lib, monkeypatch, qtype, rows):
-    monkeypatch.delenv("LUCE_PREFILL_GEMM", raising=False)   # the f16 GEMM's default
+def test_the_int8_gemm_works_live_sub_tiles_only(lib, monkeypatch, qtype, rows):
+    monkeypatch.setenv("LUCE_PREFILL_GEMM", "int8")
     k = 256
     raw, wd = weights(qtype, N, k, seed=2)
     raw_b, wd_b = weights(qtype, N, k, seed=3)
     x = activations(rows, k, seed=8)
-    got, ws = run(lib, x, raw, qtype, PROMPT_INT8)
+    got, ws = run(lib, x, raw, qtype, 0)
     q, _ = quantize_x8(x)
     tp = 128   # rows padded to whole 64-token tiles
     stored = ws.view(np.uint8)[:tp * k].view(np.int8).reshape(tp, k)
@@ -62,14 +62,12 @@ def test_the_flag_takes_the_int8_gemm_whatever_the_environment_says(lib, monkeyp
     assert not stored[rows:].any()
     want = matmul_prefill(x, wd)
     assert_rows_close(got, want, "matmul_prefill")
-    monkeypatch.setenv("LUCE_PREFILL_GEMM", "int8")
-    assert np.array_equal(run(lib, x, raw, qtype, 0)[0], got)
-    monkeypatch.delenv("LUCE_PREFILL_GEMM")
+    reused = run(lib, x, raw_b, qtype, REUSE_X, ws)[0]
+    assert np.array_equal(reused, run(lib, x, raw_b, qtype, 0)[0])
+    assert_rows_close(reused, matmul_prefill(x, wd_b), "matmul_prefill")
+    monkeypatch.delenv("LUCE_PREFILL_GEMM")   # the f16 GEMM's default
     f16 = run(lib, x, raw, qtype, 0)[0]
     assert np.isfinite(f16).all() and not np.array_equal(f16, got)
-    reused = run(lib, x, raw_b, qtype, PROMPT_INT8 | REUSE_X, ws)[0]
-    assert np.array_equal(reused, run(lib, x, raw_b, qtype, PROMPT_INT8)[0])
-    assert_rows_close(reused, matmul_prefill(x, wd_b), "matmul_prefill")
 
 
 def _mma_order(q: np.ndarray) -> np.ndarray:

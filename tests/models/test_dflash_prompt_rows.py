@@ -187,47 +187,9 @@ def test_draft_k_and_v_take_their_decode_tune_past_16_rows(monkeypatch, tmp_path
         assert all(t == 0 for is_kv, is_own, _, t in tunes if not (is_kv or is_own)), tunes
 
 
-@pytest.mark.parametrize("env, want", [(None, False), ("1", True), ("0", False)])
-def test_the_drafts_own_prompt_rows_take_the_int8_gemm_when_asked(monkeypatch, tmp_path, env, want):
-    """LUCE_DRAFT_PROMPT_INT8 (DFlashDraft.PROMPT_INT8 unset): the prompt-row calls of the draft's
-    own weights (fc, every layer's projections) pass PROMPT_INT8 to luce_matmul_prefill, the
-    target's head never does (its prompt rows stay the target's f16 GEMM), and a call reusing a
-    workspace's quantized x (REUSE_X) follows one that quantized it for the same GEMM."""
-    import inspect
-
-    from luce import _cuda_matmul
-    from luce.ops import get_backend
-    from tests.ops import fake_hip
-
-    signature = inspect.signature(_cuda_matmul.matmul_prefill)
-    install_fakes(monkeypatch, tmp_path, "cuda")
-    monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM", "1")
-    if env is None:
-        monkeypatch.delenv("LUCE_DRAFT_PROMPT_INT8", raising=False)
-    else:
-        monkeypatch.setenv("LUCE_DRAFT_PROMPT_INT8", env)
-    calls = fake_hip.spy_calls(monkeypatch, _cuda_matmul, "matmul_prefill", signature)
-    _, draft = _pair(tmp_path, get_backend("cuda"))
-    assert draft.prompt_int8 is want
-    own = {w.ptr for w in draft.own_weights()}
-    assert len(own) == 1 + 6 * len(draft.layers) and draft.head.output.ptr not in own
-    _draft_pass(draft)
-    int8 = _cuda_matmul.PROMPT_INT8
-    assert {c["w"] for c in calls} == own | {draft.head.output.ptr}
-    for c in calls:
-        assert bool(c["flags"] & int8) == (want and c["w"] in own), c
-    quantized = {}   # workspace -> whether its x was quantized for the int8 GEMM
-    for c in calls:
-        if c["flags"] & _cuda_matmul.REUSE_X:
-            assert quantized[c["workspace"]] == bool(c["flags"] & int8), c
-        else:
-            quantized[c["workspace"]] = bool(c["flags"] & int8)
-
-
-@pytest.mark.parametrize("name", ["LUCE_DRAFT_PROMPT_INT8", "LUCE_DRAFT_PROMPT_GEMM"])
-def test_a_bad_switch_value_is_named(monkeypatch, tmp_path, name):
-    monkeypatch.setenv(name, "yes")
-    with pytest.raises(ValueError, match=f"{name}='yes': give 1 .*, 0 .*, or unset it"):
+def test_a_bad_switch_value_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM", "yes")
+    with pytest.raises(ValueError, match="LUCE_DRAFT_PROMPT_GEMM='yes': give 1 .*, 0 .*, or unset it"):
         _pair(tmp_path, "numpy")
 
 
