@@ -25,7 +25,7 @@ $(PY):
 
 $(STAMP): setup.py pyproject.toml | $(PY)
 	$(PY) -m pip install -q "cython>=3.0" "numpy>=1.24" "setuptools>=64" wheel
-	$(PY) -m pip install -q --no-build-isolation -e ".[test]"
+	LUCE_EDITABLE_NO_BUILD=1 $(PY) -m pip install -q --no-build-isolation -e ".[test]"
 	touch $@
 
 install: $(STAMP)
