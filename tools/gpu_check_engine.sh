@@ -116,8 +116,10 @@ stage_kernels() {
 }
 
 stage_ncu() {  # Nsight Compute on the bench cases NCU_CASES (names ending so), their kernels matching NCU_KERNEL
+  # default: the DFlash C5 pass's 80-row q, out and down as the pass runs them (the decode path, tune 0 =
+  # 15 for matrices of 2^24+ weights; `matmul_prefill_*_decode` cases take the prefill path's kernel)
   local case
-  for case in ${NCU_CASES:-matmul_prefill_Q8_0_dq_t80_decode matmul_prefill_Q8_0_down_t80_decode matmul_prefill_Q8_0_dq_t80}; do
+  for case in ${NCU_CASES:-matmul_Q8_0_dq_t80_tune15 matmul_Q8_0_dout_t80_tune15 matmul_Q8_0_down_t80_tune15}; do
     log "ncu: $case"
     ncu --clock-control none --kernel-name "regex:${NCU_KERNEL:-mmq|mmp}" --launch-count 2 --section SpeedOfLight --section Occupancy \
       --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
@@ -182,7 +184,7 @@ stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft
   local target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" round arm
   synth_file qwen36-27b iq4_xs "$target" && synth_file dflash-27b "" "$draft" --target "$target" || return 1
   for round in $(seq "${DRAFT_ROUNDS:-2}"); do
-    for arm in ${DRAFT_ARMS:-default tune15 decode}; do
+    for arm in ${DRAFT_ARMS:-default tune13 tune14}; do
       log "draft: DFlash draft pass, $arm (round $round)"
       env $(draft_arm_env $arm) $PY tools/bench_decode.py "$target" --draft "$draft" --backend cuda --sections draft \
         --concurrency 1,5 --steps 12 --warmup 3 --json "$OUT/draft_${arm}_$round.json" > "$OUT/draft_${arm}_$round.txt" 2>&1 \
@@ -192,7 +194,8 @@ stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft
 }
 
 draft_arm_env() {  # default: luce's routing; decode: no prompt rows;
-  # tune13 / tune14 / tune15: the draft's q, out, down (and narrower calls) on that decode tune
+  # tune13 / tune14 / tune15: the draft's decode-family calls other than k / v on that tune (q, out and
+  # down have 2^24+ weights: tune 0 already takes 15 for them, so tune15 is the default there)
   case $1 in
     default) ;;
     decode) echo LUCE_DRAFT_PROMPT_GEMM=0 ;;

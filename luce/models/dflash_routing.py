@@ -38,6 +38,8 @@ class DraftRouting:
     KV_DECODE_TUNE = 15
     # The same for the draft's other matrices (q, out, gate|up, down, fc) where they take the decode
     # family: LUCE_DRAFT_DECODE_TUNE (at load); 0, the library's choice, until measured otherwise.
+    # The 27B draft's q, out, down and fc have 2^24+ weights, so the library's choice at 17+ rows is
+    # already 15 (cluster size by rows_auto_cluster); 13 / 14 force clusters of 2 / 4.
     DECODE_TUNE = 0
 
     def _read_routing(self) -> None:
