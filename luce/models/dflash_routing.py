@@ -13,7 +13,7 @@ import os
 
 class DraftRouting:
     """Needs `own_weights()` (the draft's matrices, not the target's head) and `kv_weights()` (its
-    k and v projections). Attributes after `_read_routing`: kv_decode_tune, decode_tune,
+    k and v projections). Attributes after `_read_routing`: kv_decode_tune, decode_tune, prompt_tune,
     prompt_gemm (None: by the pass's rows, True / False: always / never), prompt_gemm_min_n."""
 
     # A pass of this many rows or more (two lanes' blocks) takes the prompt GEMM by default: on the
@@ -41,20 +41,30 @@ class DraftRouting:
     # The 27B draft's q, out, down and fc have 2^24+ weights, so the library's choice at 17+ rows is
     # already 15 (cluster size by rows_auto_cluster); 13 / 14 force clusters of 2 / 4.
     DECODE_TUNE = 0
+    # The tune of the own weights' prompt-GEMM calls: LUCE_DRAFT_PROMPT_TUNE (at load); 0, the
+    # library's choice. At a C5 pass's 80 rows that choice is the mma.sync GEMM for matrices of
+    # under 132 128-row tiles (the draft's q, out, down), where tune 80 (warpgroup MMAs on 80-token
+    # tiles) measured faster per call on an H100 (docs/PERF.md session 41: down 242 -> 173 us, out
+    # 59 -> 44, q 73 -> 54); with LUCE_DRAFT_PROMPT_GEMM_MIN_N it decides which calls go there. An
+    # A/B switch: a win belongs in the library's choice for few rows, not here.
+    PROMPT_TUNE = 0
 
     def _read_routing(self) -> None:
         """Read at load, after the layers: kv_decode_tune and decode_tune (set on the own
-        weights: k and v take kv_decode_tune, the others decode_tune), prompt_gemm and
+        weights: k and v take kv_decode_tune, the others decode_tune), prompt_tune (all own
+        weights' prompt-GEMM calls), prompt_gemm and
         prompt_gemm_min_n. LUCE_DRAFT_PROMPT_GEMM: "1" every pass's rows as prompt rows, "0" none,
         unset: passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N
         (default PROMPT_GEMM_MIN_N): of those, up to DECODE_ROWS_MAX rows, only matmuls this wide
         (the others: the decode family)."""
         self.kv_decode_tune = _tune("LUCE_DRAFT_KV_TUNE", self.KV_DECODE_TUNE)
         self.decode_tune = _tune("LUCE_DRAFT_DECODE_TUNE", self.DECODE_TUNE)
+        self.prompt_tune = _tune("LUCE_DRAFT_PROMPT_TUNE", self.PROMPT_TUNE)
         kv = {id(w) for w in self.kv_weights()}
         for w in self.own_weights():
             if hasattr(w, "decode_tune"):   # a GPU weight
                 w.decode_tune = self.kv_decode_tune if id(w) in kv else self.decode_tune
+                w.prompt_tune = self.prompt_tune
         self.prompt_gemm = env_switch("LUCE_DRAFT_PROMPT_GEMM", "every pass's rows as prompt rows", "none")
         min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or str(self.PROMPT_GEMM_MIN_N)
         if not min_n.isdigit():

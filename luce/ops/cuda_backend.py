@@ -304,7 +304,7 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
                 xr, yr = x.ptr + 4 * r0 * w.k, y.ptr + 4 * r0 * w.n
                 if prompt:
                     km.matmul_prefill(xr, w.ptr, bias_ptr, yr, ws.ptr, nb, r1 - r0, w.n, w.k, w.qtype, flags,
-                                      self.stream)
+                                      self.stream, w.prompt_tune)
                 else:
                     if flags == 0:
                         flags = once

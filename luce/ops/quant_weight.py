@@ -11,7 +11,8 @@ class QuantWeight:
     """A matrix [n, k] in GGUF blocks of ggml type `qtype` on the device (row r at
     ptr + r * row_bytes). decode_tune: the luce_matmul tune of its decode-family calls of more
     than 16 rows (0: the kernel library's choice by shape, as for every call of fewer rows; every
-    tune gives the same bits, cuda/luce_ops_weights.h)."""
+    tune gives the same bits, cuda/luce_ops_weights.h); prompt_tune: the same for its prompt-row
+    calls (luce_matmul_prefill; 0: the library's choice)."""
 
     block: Block
     ptr: int
@@ -20,6 +21,7 @@ class QuantWeight:
     k: int
     row_bytes: int
     decode_tune: int = 0
+    prompt_tune: int = 0
 
     @property
     def shape(self) -> tuple[int, int]:

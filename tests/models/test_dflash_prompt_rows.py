@@ -187,13 +187,38 @@ def test_draft_k_and_v_take_their_decode_tune_past_16_rows(monkeypatch, tmp_path
         assert all(t == 0 for is_kv, is_own, _, t in tunes if not (is_kv or is_own)), tunes
 
 
+@pytest.mark.parametrize("env, want", [(None, 0), ("80", 80)])
+def test_draft_prompt_gemm_calls_take_the_prompt_tune(monkeypatch, tmp_path, env, want):
+    """DFlashDraft.PROMPT_TUNE (LUCE_DRAFT_PROMPT_TUNE, default 0): every prompt-GEMM call of the
+    draft's own weights passes that tune to luce_matmul_prefill; the target's head passes 0."""
+    import inspect
+
+    from luce import _cuda_matmul
+    from luce.ops import get_backend
+    from tests.ops import fake_hip
+
+    signature = inspect.signature(_cuda_matmul.matmul_prefill)
+    install_fakes(monkeypatch, tmp_path, "cuda")
+    monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM", "1")
+    if env is not None:
+        monkeypatch.setenv("LUCE_DRAFT_PROMPT_TUNE", env)
+    calls = fake_hip.spy_calls(monkeypatch, _cuda_matmul, "matmul_prefill", signature)
+    _, draft = _pair(tmp_path, get_backend("cuda"))
+    own_ptrs = {w.ptr for w in draft.own_weights()}
+    _draft_pass(draft, 3)
+    own = [c["tune"] for c in calls if c["w"] in own_ptrs]
+    head = [c["tune"] for c in calls if c["w"] not in own_ptrs]
+    assert len(own) == 1 + 8 * len(draft.layers) and len(head) == 1, calls
+    assert set(own) == {want} and head == [0], calls
+
+
 def test_a_bad_switch_value_is_named(monkeypatch, tmp_path):
     monkeypatch.setenv("LUCE_DRAFT_PROMPT_GEMM", "yes")
     with pytest.raises(ValueError, match="LUCE_DRAFT_PROMPT_GEMM='yes': give 1 .*, 0 .*, or unset it"):
         _pair(tmp_path, "numpy")
 
 
-@pytest.mark.parametrize("name", ["LUCE_DRAFT_KV_TUNE", "LUCE_DRAFT_DECODE_TUNE"])
+@pytest.mark.parametrize("name", ["LUCE_DRAFT_KV_TUNE", "LUCE_DRAFT_DECODE_TUNE", "LUCE_DRAFT_PROMPT_TUNE"])
 def test_a_bad_tune_is_named(monkeypatch, tmp_path, name):
     monkeypatch.setenv(name, "fast")
     with pytest.raises(ValueError, match=f"{name}='fast': give a luce_matmul tune"):
