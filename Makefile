@@ -7,8 +7,10 @@ STAMP  := $(VENV)/.luce-installed
 PYTEST_ARGS ?=
 # `make test` runs the tests file by file over this many processes (pytest-xdist; `auto`: one a
 # core): a single process used one of a 2-core machine's cores for ~9 of make test's ~20 minutes.
-# A file's tests share one process, so a module's emulated kernel library is built once.
+# A file's tests share one process, so a module's emulated kernel library is built once. At most
+# PYTEST_MAX_JOBS processes under `auto` (each holds its tiny models and emulator libraries).
 PYTEST_JOBS ?= auto
+PYTEST_MAX_JOBS ?= 8
 KERNEL_BENCH_ARGS ?=
 # clang for the HIP build check (tools/build_check.py); `make hip-toolchain` installs it with
 # what the check links against (hip/hip_build.py --missing-apt names the Debian packages).
@@ -42,7 +44,7 @@ cuda-toolchain: $(STAMP)
 
 test: build compile-check
 	$(PY) tools/check_tree.py
-	$(PY) -m pytest -q -m "not real" -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -m "not real" -n $(PYTEST_JOBS) --maxprocesses $(PYTEST_MAX_JOBS) --dist loadfile $(PYTEST_ARGS) tests
 
 # No literal warp width; the HIP library builds and links for $(HIP_CHECK_ARCHS) (clang-22
 # on stand-in headers, no ROCm or AMD GPU needed), exports every entry point of cuda/luce_ops*.h,
