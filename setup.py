@@ -41,6 +41,11 @@ def load_by_path(name: str, rel: str):
     return module
 
 
+def build_jobs() -> int:
+    """Compile jobs of the extension and HIP builds: LUCE_BUILD_JOBS, default one a core."""
+    return int(os.environ.get("LUCE_BUILD_JOBS", "0")) or os.cpu_count() or 2
+
+
 def build_cuda_library(out_dir: str) -> None:
     """Every cuda/*.cu into out_dir/libluce_cuda.so for the local GPU's arch (tools/cuda_build.py)."""
     load_by_path("luce_cuda_build", os.path.join("tools", "cuda_build.py")).build_library(out_dir)
@@ -60,11 +65,10 @@ def build_hip_library(out_dir: str) -> None:
         print(f"luce: no HIP toolchain ({why}); the HIP kernel library is not built")
         return
     archs = hip_build.hip_archs()
-    jobs = int(os.environ.get("LUCE_BUILD_JOBS", "0")) or os.cpu_count() or 2
     print(f"luce: building HIP kernels for {', '.join(archs)} with {toolchain.describe}")
     try:
         hip_build.build_library(toolchain, os.path.join(out_dir, "libluce_hip.so"),
-                                os.path.join(ROOT, "build", "hip"), archs, jobs)
+                                os.path.join(ROOT, "build", "hip"), archs, build_jobs())
     except hip_build.HipBuildError as e:
         raise SystemExit(f"luce: the HIP kernel library failed to build:\n{e}") from None
 
@@ -85,15 +89,16 @@ CPU_ISA_FLAGS["quantize_act_avx2.c"] = CPU_ISA_FLAGS["dot_avx2.c"]
 
 class BuildExtWithCuda(build_ext):
     def finalize_options(self):
-        """Extensions compile in parallel: LUCE_BUILD_JOBS, default one a core."""
+        """Extensions compile in parallel (build_jobs)."""
         super().finalize_options()
         if self.parallel is None:
-            self.parallel = int(os.environ.get("LUCE_BUILD_JOBS", "0")) or os.cpu_count() or 1
+            self.parallel = build_jobs()
 
     def run(self):
         # make's editable install only installs (LUCE_EDITABLE_NO_BUILD=1): an editable build
-        # compiles into pip's temporary folder, and `make build`'s `build_ext --inplace` compiled
-        # everything again (~1 minute of a 2-core machine's `make test`).
+        # compiles the extensions and the CUDA library into pip's temporary folder, and `make
+        # build`'s `build_ext --inplace` compiled them all again (a clean clone's `make build` on a
+        # 2-core machine: 364 s, 209 s without; docs/PERF.md session 42).
         if getattr(self, "editable_mode", False) and os.environ.get("LUCE_EDITABLE_NO_BUILD") == "1":
             print("luce: the editable install leaves the extensions to `setup.py build_ext --inplace`")
             return
