@@ -123,6 +123,7 @@ stage_ncu() {  # Nsight Compute on the bench cases NCU_CASES (names ending so), 
     log "ncu: $case"
     ncu --clock-control none --kernel-name "regex:${NCU_KERNEL:-mmq|mmp}" --launch-count 2 --section SpeedOfLight --section Occupancy \
       --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+      --section ComputeWorkloadAnalysis --section InstructionStats \
       $PY tools/bench.py --filter "$case\$" --repeats 1 --no-gemm > "$OUT/ncu_$case.txt" 2>&1 || log "ncu: rc $?"
   done
 }
