@@ -117,11 +117,13 @@ stage_kernels() {
 
 stage_ncu() {  # Nsight Compute on the bench cases NCU_CASES (names ending so), their kernels matching NCU_KERNEL
   # default: the DFlash C5 pass's 80-row q, out and down as the pass runs them (the decode path, tune 0 =
-  # 15 for matrices of 2^24+ weights; `matmul_prefill_*_decode` cases take the prefill path's kernel)
+  # 15 for matrices of 2^24+ weights; `matmul_prefill_*_decode` cases take the prefill path's kernel), and
+  # its LM head (the f16 GEMM's warpgroup 80-token tile, 768 us a pass in session 41's CUPTI)
   local case
-  for case in ${NCU_CASES:-matmul_Q8_0_dq_t80_tune15 matmul_Q8_0_dout_t80_tune15 matmul_Q8_0_down_t80_tune15}; do
+  for case in ${NCU_CASES:-matmul_Q8_0_dq_t80_tune15 matmul_Q8_0_dout_t80_tune15 matmul_Q8_0_down_t80_tune15 \
+      matmul_prefill_Q6_K_lmhead_t80_f16_tune80}; do
     log "ncu: $case"
-    ncu --clock-control none --kernel-name "regex:${NCU_KERNEL:-mmq|mmp}" --launch-count 2 --section SpeedOfLight --section Occupancy \
+    ncu --clock-control none --kernel-name "regex:${NCU_KERNEL:-mmq|mmp|mmw}" --launch-count 2 --section SpeedOfLight --section Occupancy \
       --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
       --section ComputeWorkloadAnalysis --section InstructionStats \
       $PY tools/bench.py --filter "$case\$" --repeats 1 --no-gemm > "$OUT/ncu_$case.txt" 2>&1 || log "ncu: rc $?"
