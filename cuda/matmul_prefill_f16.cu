@@ -10,6 +10,7 @@
 // Every output element is one accumulator chain over k through the same sequence of mma
 // instructions, whatever the row count, the element's place in the tile and the launch shape
 // (kWarps, kNT); no split-K, no reduction across threads: a row's bits never depend on them.
+// (Tune 81 alone splits k, by the matrix's shape: matmul_prefill_wgmma.cuh.)
 //
 // Tiles: a block is kWarps warps x kMT 16-row m tiles (16 kMT weight rows a warp) by
 // kTok = 8 kNT tokens; a k step is one 256-value chunk. Per step, the raw GGUF bytes of each
@@ -229,6 +230,43 @@ int launch_wg_rows(const HalfArgs &a, cudaStream_t stream, bool wide) {
                                                       : launch_wgmma<Q, 1, kTok>(a, stream);
     }
 }
+
+// Tune 81: the 80- / 48-token tiles of three warpgroups with k split over clusters of Z blocks
+// (mmw_kernel), Z by the matrix alone (n, k and the SMs, never the rows: a row's bits are the same
+// in every call of this tune): the fewest chunk steps, counted as waves of one block an SM times a
+// block's chunks plus kSplitStepOverhead (its fill and the cluster's sum), Z <= 8 and the chunks.
+// The 27B's DFlash draft (Q8_0, 27 row blocks of 192 at n = 5,120) on 132 SMs: down (68 chunks)
+// and out (16) Z = 4, q (4,096 rows, 20 chunks) 5, gate|up (34,816 rows) 2. For the draft's own
+// weights (luce/models/dflash_routing.py): other bits than tunes 0-80 (issue 17's allowance for
+// draft rows, within the reference's bound).
+constexpr int64_t kSplitStepOverhead = 2;
+inline int split_k_parts(int64_t row_blocks, int64_t chunks, int sms) {
+    int best = 1;
+    int64_t best_cost = -1;
+    for (int z = 1; z <= 8 && z <= chunks; ++z) {
+        const int64_t waves = sms > 0 ? (row_blocks * z + sms - 1) / sms : 1;
+        const int64_t cost = waves * ((chunks + z - 1) / z + kSplitStepOverhead);
+        if (best_cost < 0 || cost < best_cost) best = z, best_cost = cost;
+    }
+    return best;
+}
+
+int split_k_forced() {  // LUCE_PREFILL_SPLIT_K=1..8 (read once): Z for tests and A/B runs
+    static const int z = [] {
+        const char *v = getenv("LUCE_PREFILL_SPLIT_K");
+        const int n = v ? atoi(v) : 0;
+        return n >= 1 && n <= 8 ? n : 0;
+    }();
+    return z;
+}
+
+template <class Q>
+int launch_wg_split(const HalfArgs &a, cudaStream_t stream) {
+    const int forced = split_k_forced();
+    int z = forced ? forced : split_k_parts((a.n + 191) / 192, a.x.chunks, mm::device_shape().sms);
+    z = z > a.x.chunks ? (int)a.x.chunks : z;
+    return a.rows <= 48 ? launch_wgmma<Q, 1, 48, 3>(a, stream, z) : launch_wgmma<Q, 1, 80, 3>(a, stream, z);
+}
 #endif
 
 // Warpgroup MMAs for tune 0 where the device runs them (sm_90a) and LUCE_PREFILL_WGMMA is not 0:
@@ -249,11 +287,13 @@ bool wgmma_by_default() {
 // 32 tokens (64 x 32); 32 / 64: warpgroup MMAs (sm_90a only, cuda/matmul_prefill_wgmma.cuh) on
 // 128 x 128 / 256 x 128 tiles (64 takes 32 where its shared memory does not fit); 80 / 48: the
 // same on 80- / 48-token tiles (launch_wg_rows: three warpgroups where their blocks fill the SMs,
-// else 256 rows where that fits, else 128). 0 picks the warpgroup MMAs (wgmma_by_default) where
+// else 256 rows where that fits, else 128); 81: those tiles with k split over a cluster
+// (launch_wg_split: its own bits). 0 picks the warpgroup MMAs (wgmma_by_default) where
 // 128 x 128 blocks fill every SM once, on the narrowest of 48, 80 and 128 tokens holding all rows
 // (launch_wg_rows' shapes, not `wide`: 256 rows only where that wins by waves), else the first of
 // 16, 8, 4, 2 whose shared memory fits, 16 and 8 only when their blocks fill every SM once. Every
-// shape gives the same bits (see the header; the GPU tests check wgmma's against mma.sync's).
+// shape but tune 81's split gives the same bits (see the header; the GPU tests check wgmma's
+// against mma.sync's).
 template <class Q>
 int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
 #ifdef __HIPCC__  // one launch shape on AMD (the shuffle form of the mma; it keeps the build short)
@@ -268,6 +308,10 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
     if (tune == 64) return launch_wg_rows<Q, 128>(a, stream, true);
     if (tune == 80) return launch_wg_rows<Q, 80>(a, stream, true);
     if (tune == 48) return launch_wg_rows<Q, 48>(a, stream, true);
+    if (tune == 81) {  // devices without sm_90a code: tune 0's choice (its bits, as with no split)
+        const int status = launch_wg_split<Q>(a, stream);
+        if (status != (int)cudaErrorInvalidDeviceFunction) return status;
+    }
     if (tune == 0 && wgmma_by_default() && d.sms > 0 && blocks16 >= d.sms) {
         const int status = a.rows <= 48   ? launch_wg_rows<Q, 48>(a, stream, false)
                            : a.rows <= 80 ? launch_wg_rows<Q, 80>(a, stream, false)
@@ -319,7 +363,7 @@ extern "C" int luce_matmul_prefill_f16(const luce_matmul_params *p, void *stream
         p->workspace_bytes < xh_bytes(p->rows, p->k) || (reinterpret_cast<uintptr_t>(p->x) & 15) ||
         (reinterpret_cast<uintptr_t>(p->workspace) & 15) || p->rows > (1LL << 30) ||
         (p->n + 15) / 16 > 65535LL || (p->tune != 0 && p->tune != 2 && p->tune != 4 && p->tune != 8 && p->tune != 16 && p->tune != 32 &&
-         p->tune != 64 && p->tune != 48 && p->tune != 80))
+         p->tune != 64 && p->tune != 48 && p->tune != 80 && p->tune != 81))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     const XhLayout xl = xh_layout(p->workspace, p->rows, p->k);

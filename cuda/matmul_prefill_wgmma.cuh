@@ -18,11 +18,18 @@
 // is 2 x 40 KB, so kMT 2 fits for Q6_K (the LM head: 204 KB) where 128 tokens do not (260 KB).
 // The bits of an output do not depend on kTok or kMT: each is the same chain of k16 steps over
 // the same A and B values (the GPU test test_f16_wgmma_bits_are_the_mma_bits).
+// Split k (gridDim.z = Z > 1, a cluster of Z blocks along z; tune 81): block z runs the chunks
+// [chunks z / Z, chunks (z + 1) / Z) into its own chain, writes it to its shared memory, and after
+// a cluster barrier block z sums elements z, z + Z, .. as ((p0 + p1) + p2) + .. in rank order from
+// the cluster's blocks, then stores them: other bits than Z = 1 (Z more f32 roundings, within the
+// reference's bound), the same for every row count, for the 5,120-row matrices whose 27 row
+// blocks leave 4 of 5 SMs idle at a DFlash pass's 80 rows.
 #pragma once
 
 #include "matmul_prefill_f16_decode.cuh"
 #include "matmul_prefill_xh.cuh"
 #include "matmul_stage.cuh"
+#include "cluster.cuh"
 #include "pdl.cuh"
 #include "wgmma_f16.cuh"
 
@@ -63,7 +70,8 @@ __global__ void __launch_bounds__(128 * kWG, 1) mmw_kernel(Args a) {
     int64_t row0[kMT];  // first of the warp's 16 rows in m tile m
 #pragma unroll
     for (int m = 0; m < kMT; ++m) row0[m] = (int64_t)blockIdx.y * 64 * kMT * kWG + (g * kMT + m) * 64 + wq * 16;
-    const int64_t chunks = a.x.chunks;
+    const int Z = (int)gridDim.z, rank = (int)blockIdx.z;
+    const int64_t ch_first = a.x.chunks * rank / Z, ch_end = a.x.chunks * (rank + 1) / Z;  // this block's k part
     uint8_t *xst = smem;
     uint8_t *wst = smem + 2 * Sm::kXStage + warp * Sm::kWarpW;
     LaneCopier<Q, kMT * 2> copier(wst, a.w, a.w_end, a.row_bytes, a.n, lane);
@@ -96,9 +104,9 @@ __global__ void __launch_bounds__(128 * kWG, 1) mmw_kernel(Args a) {
         }
     };
 
-    copy_w(0, 0);
+    copy_w(0, ch_first);
     wait_for_prior_kernels();  // xh is written by scale_x_f16_kernel (the kernel ahead)
-    copy_x(0, 0);
+    copy_x(0, ch_first);
     cp_async_commit();
 
     const uint8_t *wrow[kMT][2];
@@ -110,15 +118,15 @@ __global__ void __launch_bounds__(128 * kWG, 1) mmw_kernel(Args a) {
             wrow[m][r] = a.w + (row < a.n ? row : a.n - 1) * a.row_bytes;
         }
     float acc[kMT][kTok / 8][4] = {};
-    for (int64_t ch = 0; ch < chunks; ++ch) {
+    for (int64_t ch = ch_first; ch < ch_end; ++ch) {
         cp_async_wait<0>();
         __syncthreads();  // stage ch landed for every thread; every MMA of chunk ch - 1 has ended
-        if (ch + 1 < chunks) {
-            copy_w((int)((ch + 1) & 1), ch + 1);
-            copy_x((int)((ch + 1) & 1), ch + 1);
+        const int s = (int)((ch - ch_first) & 1);
+        if (ch + 1 < ch_end) {
+            copy_w(s ^ 1, ch + 1);
+            copy_x(s ^ 1, ch + 1);
         }
         cp_async_commit();
-        const int s = (int)(ch & 1);
         const uint8_t *xs = xst + s * Sm::kXStage;
         Q rd[kMT];
         const int ng = load_chunk(rd, [&](int m) { return wst + (kMT * s + m) * Stage<Q>::kBytes; }, wrow, a.x.groups, ch,
@@ -143,17 +151,39 @@ __global__ void __launch_bounds__(128 * kWG, 1) mmw_kernel(Args a) {
 #pragma unroll
         for (int m = 0; m < kMT; ++m) wg::fence_operands(acc[m]);
     }
-    store_tiles(acc, a, row0, t0, grp, quad);
+    if (Z == 1) {
+        store_tiles(acc, a, row0, t0, grp, quad);
+        return;
+    }
+    // Split k: every thread's chain to the x stages (free: the last chunk's MMAs have ended), element
+    // i of thread t at part[i * threads + t]; block z then sums and stores elements z, z + Z, ..
+    constexpr int kNT = kTok / 8, kElems = kMT * kNT * 4, kThreads = 128 * kWG;
+    static_assert(kElems * kThreads * 4 <= 2 * Sm::kXStage, "the k parts' sums fit the x stages");
+    cp_async_wait<0>();
+    __syncthreads();  // every warp is done with the stages
+    float *part = reinterpret_cast<float *>(xst) + threadIdx.x;
+    const float *flat = &acc[0][0][0];  // element (m, nt, e) at (m * kNT + nt) * 4 + e
+#pragma unroll
+    for (int i = 0; i < kElems; ++i) part[i * kThreads] = flat[i];
+    cluster::sync();  // every block's k-part sums are in its shared memory
+    for (int i = rank; i < kElems; i += Z) {
+        float v = cluster::map(part, 0)[i * kThreads];
+        for (int r = 1; r < Z; ++r) v = v + cluster::map(part, (unsigned)r)[i * kThreads];
+        const int m = i / (kNT * 4), nt = (i / 4) % kNT, e = i % 4;
+        store_element(v, a, row0[m], t0, grp, quad, nt, e);
+    }
+    cluster::sync();  // no block leaves (its shared memory) before the others have read it
 #else
     (void)a;
 #endif
 }
 
 // Launch of mmw_kernel<Q, kMT, kTok, kWG>: blocks of kWG warpgroups (token tiles of kTok holding
-// live rows, weight tiles of 64 kMT kWG rows); cudaErrorInvalidDeviceFunction where this build has
-// no sm_90a code for the device.
+// live rows, weight tiles of 64 kMT kWG rows), k split over clusters of z blocks (1 <= z <= the
+// chunks; 1 where the device launches no such clusters); cudaErrorInvalidDeviceFunction where this
+// build has no sm_90a code for the device.
 template <class Q, int kMT, int kTok = 128, int kWG = 2, class Args>
-int launch_wgmma(const Args &a, cudaStream_t stream) {
+int launch_wgmma(const Args &a, cudaStream_t stream, int z = 1) {
     constexpr int kSmem = WgSmem<Q, kMT, kTok, kWG>::kBytes;
     static_assert(kSmem <= 227 * 1024, "an H100/H200 block's shared memory");
     auto kernel = mmw_kernel<Q, kMT, kTok, kWG, Args>;
@@ -167,8 +197,11 @@ int launch_wgmma(const Args &a, cudaStream_t stream) {
     }
     if (ready < 0) return (int)cudaErrorInvalidDeviceFunction;
     constexpr int kRowsBlock = 64 * kMT * kWG;
-    const dim3 grid((unsigned)((a.rows + kTok - 1) / kTok), (unsigned)((a.n + kRowsBlock - 1) / kRowsBlock));
-    return luce_status(launch_overlapped(kernel, grid, dim3(128 * kWG), kSmem, stream, true, a));
+    const unsigned tiles = (unsigned)((a.rows + kTok - 1) / kTok), row_blocks = (unsigned)((a.n + kRowsBlock - 1) / kRowsBlock);
+    if (z > 1 && cluster::launches() && cluster::fits<mmw_kernel<Q, kMT, kTok, kWG, Args>>((unsigned)z, 128 * kWG, kSmem))
+        return luce_status(cluster::launch(kernel, dim3(tiles, row_blocks, (unsigned)z), dim3(128 * kWG), kSmem, stream,
+                                           true, (unsigned)z, a));
+    return luce_status(launch_overlapped(kernel, dim3(tiles, row_blocks), dim3(128 * kWG), kSmem, stream, true, a));
 }
 
 }  // namespace mmh

@@ -116,28 +116,30 @@ __global__ void __launch_bounds__(kXhThreads) scale_x_f16_kernel(const float *x,
     }
 }
 
+// One accumulator of a warp's m16n8 C tile nt of m tile m (row row0 + grp (+ 8 for e >= 2), token
+// t0 + 8 nt + 2 quad (+ 1 for odd e)) to y [rows, n]: y = acc * out_scale[token] (+ bias[row]),
+// inside rows and n.
+template <class Args>
+__device__ __forceinline__ void store_element(float acc, const Args &a, int64_t row0, int64_t t0, int grp, int quad,
+                                              int nt, int e) {
+    const int64_t tok = t0 + 8 * nt + 2 * quad + (e & 1), row = row0 + grp + 8 * (e >> 1);
+    if (tok >= a.rows || row >= a.n) return;
+    float v = __fmul_rn(acc, a.x.out_scale[tok]);
+    if (a.bias) v = v + a.bias[row];
+    a.y[tok * a.n + row] = v;
+}
+
 // A warp's accumulators acc[m][nt] (m16n8 C tiles: rows row0[m] + grp (+ 8), tokens t0 + 8 nt
-// + 2 quad (+ 1)) to y [rows, n]: y = acc * out_scale[token] (+ bias[row]), inside rows and n.
+// + 2 quad (+ 1)) to y [rows, n] (store_element).
 template <int kMT, int kNT, class Args>
 __device__ __forceinline__ void store_tiles(const float (&acc)[kMT][kNT][4], const Args &a, const int64_t (&row0)[kMT],
                                             int64_t t0, int grp, int quad) {
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int64_t tok = t0 + 8 * nt + 2 * quad + (e & 1);
-            if (tok >= a.rows) continue;
-            const float scale = a.x.out_scale[tok];
+        for (int e = 0; e < 4; ++e)
 #pragma unroll
-            for (int m = 0; m < kMT; ++m) {
-                const int64_t row = row0[m] + grp + 8 * (e >> 1);
-                if (row < a.n) {
-                    float v = __fmul_rn(acc[m][nt][e], scale);
-                    if (a.bias) v = v + a.bias[row];
-                    a.y[tok * a.n + row] = v;
-                }
-            }
-        }
+            for (int m = 0; m < kMT; ++m) store_element(acc[m][nt][e], a, row0[m], t0, grp, quad, nt, e);
 }
 
 }  // namespace mmh

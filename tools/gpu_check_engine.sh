@@ -197,7 +197,8 @@ stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft
 }
 
 draft_arm_env() {  # default: luce's routing; decode: no prompt rows; prompt80 / prompt80q: the draft's
-  # n >= 5120 / 4096 calls on the prompt GEMM's warpgroup 80-token tiles;
+  # n >= 5120 / 4096 calls on the prompt GEMM's warpgroup 80-token tiles; split81*: tune 81 (those
+  # tiles, k split over a cluster) for the draft's own calls of a pass of 32+ rows n >= 4096 / all, or every pass;
   # tune13 / tune14 / tune15: the draft's decode-family calls other than k / v on that tune (q, out and
   # down have 2^24+ weights: tune 0 already takes 15 for them, so tune15 is the default there)
   case $1 in
@@ -206,6 +207,9 @@ draft_arm_env() {  # default: luce's routing; decode: no prompt rows; prompt80 /
     tune13|tune14|tune15) echo LUCE_DRAFT_DECODE_TUNE=${1#tune} ;;
     prompt80) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=5120 LUCE_DRAFT_PROMPT_TUNE=80 ;;   # out, down, fc too
     prompt80q) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=4096 LUCE_DRAFT_PROMPT_TUNE=80 ;;  # and q
+    split81) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=4096 LUCE_DRAFT_PROMPT_TUNE=81 ;;    # q, out, down, fc, gate|up split k
+    split81kv) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=0 LUCE_DRAFT_PROMPT_TUNE=81 ;;     # k, v too
+    split81all) echo LUCE_DRAFT_PROMPT_GEMM=1 LUCE_DRAFT_PROMPT_TUNE=81 ;;          # and every pass (C1's 16 rows)
   esac
 }
 

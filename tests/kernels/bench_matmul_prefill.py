@@ -88,6 +88,9 @@ BENCH_CASES += [_case(q, "gate", 512, gemm="f16", tune=t) for t in (16, 32, 64) 
 BENCH_CASES += [_case("Q8_0", s, r, gemm="f16", tune=t) for s in ("dq", "dk", "dout", "down", "gateup")
                 for r in (48, 80) for t in (0, 2, 4, 8, 16, 32, 64, r)]
 BENCH_CASES += [_case("Q6_K", "lmhead", r, gemm="f16", tune=t) for r in (48, 80) for t in (0, 4, 32, 64, r)]
+# tune 81: the same 80-token tiles with k split over a cluster (Z by the matrix; the draft's own weights)
+BENCH_CASES += [_case("Q8_0", s, r, gemm="f16", tune=81) for s in ("dq", "dk", "dout", "down", "gateup") for r in (16, 48, 80)]
+BENCH_CASES += [_case("Q6_K", "lmhead", 80, gemm="f16", tune=81)]
 # ... and on the int8 GEMM (measured as a route for the draft's own weights, session 41; 80 rows: the
 # second 64-token tile's 2 live 8-token sub-tiles) beside the exact decode family it replaces.
 BENCH_CASES += [_case("Q8_0", s, r, tune=t) for s in ("dq", "dk", "dout", "down") for r in (48, 80) for t in (0, 4, 8)]

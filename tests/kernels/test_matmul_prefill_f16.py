@@ -163,6 +163,37 @@ def test_f16_wgmma_bits_are_the_mma_bits(f16_gemm, qtype, k):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q6_K])
+def test_f16_split_k_is_its_parts_in_rank_order(f16_gemm, qtype):
+    """H100/H200, tune 81 (k split over a cluster of Z blocks, Z by the matrix: the 27B draft's k
+    and v shape, 1,024 x 5,120, has 6 row blocks and takes Z > 1): its output is, bit for bit, the
+    rank-order f32 sum of tune 80 on the k slices of exactly one Z in 2..8 (x with each row's max
+    at the start of every chunk, so every slice has the row's scale); a row's bits are the same
+    alone; within the f32 accumulation bound. Elsewhere tune 81 is tune 0's choice (tune 16's bits)."""
+    n, k = 1024, 5120
+    chunks = k // 256
+    raw, _ = tiled_weights(qtype, n, k)
+    x = activations(80, k, seed=81)
+    x[:, ::256] = 1.5 * np.abs(x).max(axis=1, keepdims=True)
+    got = prefill(x, raw, qtype, n, tune=81)
+    if not hopper():
+        assert np.array_equal(got, prefill(x, raw, qtype, n, tune=16))
+        return
+    cb = raw.shape[1] // chunks
+    matches = []
+    for z in range(2, 9):
+        want = None
+        for first, end in [(chunks * r // z, chunks * (r + 1) // z) for r in range(z)]:
+            p = prefill(np.ascontiguousarray(x[:, first * 256:end * 256]), raw[:, first * cb:end * cb], qtype, n, tune=80)
+            want = p if want is None else (want + p).astype(np.float32)
+        if np.array_equal(got, want):
+            matches.append(z)
+    assert len(matches) == 1, f"tune 81 is the rank-order sum for Z in {matches}"
+    assert np.array_equal(prefill(x[37:38], raw, qtype, n, tune=81)[0], got[37])
+    assert_f16_close(got, x, raw, qtype, n)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_0, Q.IQ4_XS])
 def test_f16_reuse_x_and_nan_rows(f16_gemm, qtype):
     """REUSE_X gives a second weight's own result bitwise; a row holding inf gives NaN
