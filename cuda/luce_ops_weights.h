@@ -89,7 +89,10 @@ int luce_matmul_pair(const luce_matmul_params *a, const luce_matmul_params *b, v
  * sum_k |W[r, k]| * max|x[t, block of k]| / 254 (+ f32 rounding). Same params; `path` is
  * ignored, `tune` 0 picks the block shape, 2, 4 or 8 sets its warps (the same bits); REUSE_X as
  * above (its own workspace), X_ONCE ignored. Batch-invariant: one fixed f32
- * chain over k per output element. Float types are refused (use luce_matmul). */
+ * chain over k per output element. Float types are refused (use luce_matmul). The f16 GEMM
+ * (cuda/matmul_prefill_f16.cu, taken unless LUCE_PREFILL_GEMM=int8) takes tunes 2..80 as launch
+ * shapes (the same bits) and 81: k split over a cluster of blocks, Z by the matrix (its own bits,
+ * still per row; the DFlash draft's own weights); the int8 GEMM takes 81 as 0. */
 int64_t luce_matmul_prefill_workspace_bytes(int64_t rows, int64_t k);
 int luce_matmul_prefill(const luce_matmul_params *p, void *stream);
 /* ---- matmul end ---- */

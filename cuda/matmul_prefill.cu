@@ -259,9 +259,12 @@ extern "C" int64_t luce_matmul_prefill_workspace_bytes(int64_t rows, int64_t k) 
     return f16 > int8 ? f16 : int8;
 }
 
-extern "C" int luce_matmul_prefill(const luce_matmul_params *p, void *stream_ptr) {
-    if (p->rows == 0) return 0;
-    if (prefill_gemm_f16()) return luce_matmul_prefill_f16(p, stream_ptr);
+extern "C" int luce_matmul_prefill(const luce_matmul_params *p_in, void *stream_ptr) {
+    if (p_in->rows == 0) return 0;
+    if (prefill_gemm_f16()) return luce_matmul_prefill_f16(p_in, stream_ptr);
+    luce_matmul_params tuned = *p_in;
+    if (tuned.tune == 81) tuned.tune = 0;  // the f16 GEMM's split k (the DFlash draft's own rows): this GEMM's choice
+    const luce_matmul_params *p = &tuned;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || !p->workspace ||
         p->workspace_bytes < x8_bytes(p->rows, p->k) || (reinterpret_cast<uintptr_t>(p->x) & 15) ||

@@ -187,7 +187,7 @@ stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft
   local target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" round arm
   synth_file qwen36-27b iq4_xs "$target" && synth_file dflash-27b "" "$draft" --target "$target" || return 1
   for round in $(seq "${DRAFT_ROUNDS:-2}"); do
-    for arm in ${DRAFT_ARMS:-default tune13 tune14}; do
+    for arm in ${DRAFT_ARMS:-default before81}; do
       log "draft: DFlash draft pass, $arm (round $round)"
       env $(draft_arm_env $arm) $PY tools/bench_decode.py "$target" --draft "$draft" --backend cuda --sections draft \
         --concurrency 1,5 --steps 12 --warmup 3 --json "$OUT/draft_${arm}_$round.json" > "$OUT/draft_${arm}_$round.txt" 2>&1 \
@@ -196,20 +196,18 @@ stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft
   done
 }
 
-draft_arm_env() {  # default: luce's routing; decode: no prompt rows; prompt80 / prompt80q: the draft's
-  # n >= 5120 / 4096 calls on the prompt GEMM's warpgroup 80-token tiles; split81*: tune 81 (those
-  # tiles, k split over a cluster) for the draft's own calls of a pass of 32+ rows n >= 4096 / all, or every pass;
+draft_arm_env() {  # default: luce's routing (tune 81, the prompt GEMM's split k, for the own calls n >= 4096
+  # of a pass of 32+ rows); decode: no prompt rows; before81: session 42's default (n >= 8192 on the
+  # prompt GEMM's one-chain tiles); split81kv: k and v on tune 81 too; split81all: every pass (C1's 16 rows);
   # tune13 / tune14 / tune15: the draft's decode-family calls other than k / v on that tune (q, out and
   # down have 2^24+ weights: tune 0 already takes 15 for them, so tune15 is the default there)
   case $1 in
     default) ;;
     decode) echo LUCE_DRAFT_PROMPT_GEMM=0 ;;
     tune13|tune14|tune15) echo LUCE_DRAFT_DECODE_TUNE=${1#tune} ;;
-    prompt80) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=5120 LUCE_DRAFT_PROMPT_TUNE=80 ;;   # out, down, fc too
-    prompt80q) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=4096 LUCE_DRAFT_PROMPT_TUNE=80 ;;  # and q
-    split81) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=4096 LUCE_DRAFT_PROMPT_TUNE=81 ;;    # q, out, down, fc, gate|up split k
-    split81kv) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=0 LUCE_DRAFT_PROMPT_TUNE=81 ;;     # k, v too
-    split81all) echo LUCE_DRAFT_PROMPT_GEMM=1 LUCE_DRAFT_PROMPT_TUNE=81 ;;          # and every pass (C1's 16 rows)
+    before81) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=8192 LUCE_DRAFT_PROMPT_TUNE=0 ;;
+    split81kv) echo LUCE_DRAFT_PROMPT_GEMM_MIN_N=0 ;;
+    split81all) echo LUCE_DRAFT_PROMPT_GEMM=1 ;;
   esac
 }
 

@@ -25,11 +25,12 @@ class DraftRouting:
     # their narrower matmuls to the decode family; more rows (a prompt's context) never.
     DECODE_ROWS_MAX = 128
     # prompt_gemm_min_n unless LUCE_DRAFT_PROMPT_GEMM_MIN_N says otherwise ("0": every call of such
-    # a pass on the prompt GEMM). The 27B's draft on an H100 (docs/PERF.md session 29): the C5 pass
-    # 5.18 -> 4.54 ms, its q|k|v, out and down (Q8_0, 80 rows) on the wide-token kernel's cluster
-    # form (e.g. q 46 against 72 us), gate|up (34,816 rows: 193 against 343 us) and the head on
-    # the prompt GEMM. Session 41: 4,096 / 1,024 / 0 give C5 4.57-4.67 ms against 4.03.
-    PROMPT_GEMM_MIN_N = 8192
+    # a pass on the prompt GEMM). With PROMPT_TUNE 81 (below) the 27B's draft sends q (4,096 rows),
+    # out, down, fc and gate|up there, k and v (1,024) stay on the wide-token kernel: on an H100
+    # (docs/PERF.md session 43) the C5 pass 4.63 / 4.18 -> 3.51 / 3.10 ms (two rounds); k and v too
+    # (0) 3.42 / 3.48. Before tune 81 (one chain a block, 27 blocks for the 5,120-row matrices) the
+    # narrower calls lost there (session 41: 4,096 / 1,024 / 0 gave 4.57-4.67 ms against 4.03 at 8,192).
+    PROMPT_GEMM_MIN_N = 4096
     # The k and v projections' decode calls of 17+ rows take the wide-token kernel's cluster form
     # (tune 15), not the tile kernel tune 0 gives matrices under 2^24 weights: the 27B's draft on an
     # H100 (docs/PERF.md session 35), C3 / C4 passes 3.39-3.44 / 3.56-3.61 ms against 3.46-3.51 /
@@ -41,13 +42,14 @@ class DraftRouting:
     # The 27B draft's q, out, down and fc have 2^24+ weights, so the library's choice at 17+ rows is
     # already 15 (cluster size by rows_auto_cluster); 13 / 14 force clusters of 2 / 4.
     DECODE_TUNE = 0
-    # The tune of the own weights' prompt-GEMM calls: LUCE_DRAFT_PROMPT_TUNE (at load); 0, the
-    # library's choice. At a C5 pass's 80 rows that choice is the mma.sync GEMM for matrices of
-    # under 132 128-row tiles (the draft's q, out, down), where tune 80 (warpgroup MMAs on 80-token
-    # tiles) measured faster per call on an H100 (docs/PERF.md session 41: down 242 -> 173 us, out
-    # 59 -> 44, q 73 -> 54); with LUCE_DRAFT_PROMPT_GEMM_MIN_N it decides which calls go there. An
-    # A/B switch: a win belongs in the library's choice for few rows, not here.
-    PROMPT_TUNE = 0
+    # The tune of the own weights' prompt-GEMM calls: LUCE_DRAFT_PROMPT_TUNE (at load; 0: the
+    # library's choice). 81: the warpgroup 80- / 48-token tiles with k split over a cluster of blocks
+    # (cuda/matmul_prefill_wgmma.cuh), Z by the matrix, which fills the SMs the library's one-chain
+    # tiles leave idle at a pass's rows (27 blocks for a 5,120-row matrix): at 80 rows on an H100
+    # (session 43) down 197 -> 72 us, out 61 -> 23, q 46 -> 22 against the wide-token kernel the pass
+    # ran. Its bits differ from the one chain's, which is why it is the draft's choice (no exactness
+    # rule binds draft rows) and not the library's tune 0, which target prefill rows take.
+    PROMPT_TUNE = 81
 
     def _read_routing(self) -> None:
         """Read at load, after the layers: kv_decode_tune and decode_tune (set on the own

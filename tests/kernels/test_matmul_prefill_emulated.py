@@ -32,17 +32,30 @@ def lib(tmp_path_factory):
     return lib
 
 
-def run(lib, x, raw, qtype, flags, ws=None):
-    """(y [rows, N], workspace) of one luce_matmul_prefill call at tune 2; y starts NaN."""
+def run(lib, x, raw, qtype, flags, ws=None, tune=2):
+    """(y [rows, N], workspace) of one luce_matmul_prefill call (tune 2 unless given); y starts NaN."""
     x, raw = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(raw)
     rows, k = x.shape
     nbytes = lib.luce_matmul_prefill_workspace_bytes(rows, k)
     ws = np.zeros(nbytes // 4 + 4, np.float32) if ws is None else ws   # 16-byte aligned
     y = np.full((rows, N), np.nan, np.float32)
     p = Params(x.ctypes.data, raw.ctypes.data, None, y.ctypes.data, ws.ctypes.data, nbytes, rows, N, k, int(qtype),
-               1, flags, 2)
+               1, flags, tune)
     assert lib.luce_matmul_prefill(C.byref(p), None) == 0
     return y, ws
+
+
+def test_the_f16_split_tune_is_the_int8_gemms_own_choice(lib, monkeypatch):
+    """The DFlash draft passes tune 81 (the f16 GEMM's split k) for its own rows; under
+    LUCE_PREFILL_GEMM=int8 that is tune 0 (the same bits), where other f16-only tunes stay refused."""
+    monkeypatch.setenv("LUCE_PREFILL_GEMM", "int8")
+    raw, _ = weights(Q.Q8_0, N, 256, seed=4)
+    x = activations(20, 256, seed=5)
+    want = run(lib, x, raw, Q.Q8_0, 0, tune=0)[0]
+    assert np.isfinite(want).all()
+    assert np.array_equal(run(lib, x, raw, Q.Q8_0, 0, tune=81)[0], want)
+    with pytest.raises(AssertionError):
+        run(lib, x, raw, Q.Q8_0, 0, tune=80)
 
 
 # 80 rows: the second tile's first 2 of 8 token sub-tiles live; 83: its third holds 3 live tokens

@@ -68,15 +68,16 @@ def test_prompt_gemm_changes_nothing_on_one_matmul_backends(monkeypatch, tmp_pat
 
 
 def test_by_default_narrow_calls_of_a_few_lanes_stay_on_the_decode_family(monkeypatch, tmp_path):
-    """Both variables unset: prompt_gemm_min_n is PROMPT_GEMM_MIN_N (8,192), wider than every
+    """Both variables unset: prompt_gemm_min_n is PROMPT_GEMM_MIN_N (4,096), wider than every
     matmul of the tiny draft but its head's, so a pass of up to DECODE_ROWS_MAX rows multiplies
     them on the decode family; past DECODE_ROWS_MAX rows every call takes the prompt GEMM."""
     monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM", raising=False)
     monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", raising=False)
     _, draft = _pair(tmp_path, "numpy")
-    assert draft.prompt_gemm is None and draft.prompt_gemm_min_n == draft.PROMPT_GEMM_MIN_N == 8192
+    assert draft.prompt_gemm is None and draft.prompt_gemm_min_n == draft.PROMPT_GEMM_MIN_N == 4096
     wo, rows = draft.layers[0].attn.wo, draft.PROMPT_GEMM_ROWS
-    wide = np.empty((8192, 1))
+    wide = np.empty((4096, 1))
+    assert draft.spans(rows, [np.empty((4095, 1))]) == ()
     assert draft.spans(rows, [wo]) == () and draft.spans(draft.DECODE_ROWS_MAX, [wo]) == ()
     assert draft.spans(rows, [wide]) == ((0, rows),) and draft.spans(rows - 1, [wide]) == ()
     assert draft.spans(draft.DECODE_ROWS_MAX + 1, [wo]) == ((0, draft.DECODE_ROWS_MAX + 1),)
@@ -187,9 +188,9 @@ def test_draft_k_and_v_take_their_decode_tune_past_16_rows(monkeypatch, tmp_path
         assert all(t == 0 for is_kv, is_own, _, t in tunes if not (is_kv or is_own)), tunes
 
 
-@pytest.mark.parametrize("env, want", [(None, 0), ("80", 80)])
+@pytest.mark.parametrize("env, want", [(None, 81), ("80", 80), ("0", 0)])
 def test_draft_prompt_gemm_calls_take_the_prompt_tune(monkeypatch, tmp_path, env, want):
-    """DFlashDraft.PROMPT_TUNE (LUCE_DRAFT_PROMPT_TUNE, default 0): every prompt-GEMM call of the
+    """DFlashDraft.PROMPT_TUNE (LUCE_DRAFT_PROMPT_TUNE, default 81): every prompt-GEMM call of the
     draft's own weights passes that tune to luce_matmul_prefill; the target's head passes 0."""
     import inspect
 
