@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define LUCE_ABI_VERSION 20
+#define LUCE_ABI_VERSION 21
 
 int luce_abi_version(void);
 const char *luce_error_string(int status);

@@ -95,6 +95,10 @@ int luce_matmul_pair(const luce_matmul_params *a, const luce_matmul_params *b, v
  * still per row; the DFlash draft's own weights); the int8 GEMM takes 81 as 0. */
 int64_t luce_matmul_prefill_workspace_bytes(int64_t rows, int64_t k);
 int luce_matmul_prefill(const luce_matmul_params *p, void *stream);
+/* The k parts tune 81 runs for an [n, k] matrix of block type qtype on this device (ABI 21): 1 where
+ * it does not split (the int8 GEMM, no sm_90a code for the device, no such clusters), 0 for a float
+ * type or k not whole blocks. */
+int luce_matmul_prefill_split_k(int32_t qtype, int64_t n, int64_t k);
 /* ---- matmul end ---- */
 
 /* ---- embedding ---- */

@@ -40,6 +40,7 @@
 // the environment (read at each call).
 extern "C" int luce_matmul_prefill_f16(const luce_matmul_params *p, void *stream);
 extern "C" int64_t luce_matmul_prefill_f16_workspace_bytes(int64_t rows, int64_t k);
+extern "C" int luce_matmul_prefill_f16_split_k(int32_t qtype, int64_t n, int64_t k);
 
 namespace {
 
@@ -257,6 +258,11 @@ extern "C" int64_t luce_matmul_prefill_workspace_bytes(int64_t rows, int64_t k) 
     if (rows <= 0 || k <= 0) return 0;
     const int64_t f16 = luce_matmul_prefill_f16_workspace_bytes(rows, k), int8 = x8_bytes(rows, k);
     return f16 > int8 ? f16 : int8;
+}
+
+extern "C" int luce_matmul_prefill_split_k(int32_t qtype, int64_t n, int64_t k) {
+    if (!prefill_gemm_f16()) return luce_matmul_row_bytes(qtype, k) > 0 && n > 0 ? 1 : 0;
+    return luce_matmul_prefill_f16_split_k(qtype, n, k);
 }
 
 extern "C" int luce_matmul_prefill(const luce_matmul_params *p_in, void *stream_ptr) {

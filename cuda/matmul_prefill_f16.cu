@@ -260,12 +260,25 @@ int split_k_forced() {  // LUCE_PREFILL_SPLIT_K=1..8 (read once): Z for tests an
     return z;
 }
 
+// The k parts tune 81 asks for an [n, k] matrix (at most its chunks).
+int split_k_asked(int64_t n, int64_t chunks) {
+    const int forced = split_k_forced();
+    const int z = forced ? forced : split_k_parts((n + 191) / 192, chunks, mm::device_shape().sms);
+    return z > chunks ? (int)chunks : z;
+}
+
 template <class Q>
 int launch_wg_split(const HalfArgs &a, cudaStream_t stream) {
-    const int forced = split_k_forced();
-    int z = forced ? forced : split_k_parts((a.n + 191) / 192, a.x.chunks, mm::device_shape().sms);
-    z = z > a.x.chunks ? (int)a.x.chunks : z;
+    const int z = split_k_asked(a.n, a.x.chunks);
     return a.rows <= 48 ? launch_wgmma<Q, 1, 48, 3>(a, stream, z) : launch_wgmma<Q, 1, 80, 3>(a, stream, z);
+}
+
+// The k parts tune 81 runs for an [n, k] matrix of Q here at 49+ rows (48-token tiles need less
+// shared memory: the same where these fit); 1 where it does not split.
+template <class Q>
+int wg_split_parts(int64_t n, int64_t chunks) {
+    if (!wgmma_runs_here<Q, 1, 80, 3, HalfArgs>()) return 1;
+    return wgmma_parts_here<Q, 1, 80, 3, HalfArgs>(split_k_asked(n, chunks));
 }
 #endif
 
@@ -352,6 +365,24 @@ int64_t block_row_bytes(int32_t qtype, int64_t k) {
 
 extern "C" int64_t luce_matmul_prefill_f16_workspace_bytes(int64_t rows, int64_t k) {
     return rows <= 0 || k <= 0 ? 0 : xh_bytes(rows, k);
+}
+
+// luce_matmul_prefill_split_k's answer for the f16 GEMM (luce_ops_weights.h).
+extern "C" int luce_matmul_prefill_f16_split_k(int32_t qtype, int64_t n, int64_t k) {
+    if (n <= 0 || block_row_bytes(qtype, k) < 0) return 0;
+#if defined(LUCE_PREFILL_WG)
+    const int64_t chunks = (k + kChunk - 1) / kChunk;
+    switch (qtype) {
+        case LUCE_QT_Q4_K: return wg_split_parts<ReaderQ4K>(n, chunks);
+        case LUCE_QT_Q5_K: return wg_split_parts<ReaderQ5K>(n, chunks);
+        case LUCE_QT_Q6_K: return wg_split_parts<ReaderQ6K>(n, chunks);
+        case LUCE_QT_IQ4_XS: return wg_split_parts<ReaderIQ4XS>(n, chunks);
+        case LUCE_QT_Q8_0: return wg_split_parts<ReaderQ80>(n, chunks);
+        default: return wg_split_parts<ReaderQ50>(n, chunks);
+    }
+#else
+    return 1;
+#endif
 }
 
 // luce_matmul_prefill with the f16 GEMM (the params of luce_ops_weights.h; workspace:

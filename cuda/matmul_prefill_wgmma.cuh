@@ -178,27 +178,43 @@ __global__ void __launch_bounds__(128 * kWG, 1) mmw_kernel(Args a) {
 #endif
 }
 
-// Launch of mmw_kernel<Q, kMT, kTok, kWG>: blocks of kWG warpgroups (token tiles of kTok holding
-// live rows, weight tiles of 64 kMT kWG rows), k split over clusters of z blocks (1 <= z <= the
-// chunks; 1 where the device launches no such clusters); cudaErrorInvalidDeviceFunction where this
-// build has no sm_90a code for the device.
-template <class Q, int kMT, int kTok = 128, int kWG = 2, class Args>
-int launch_wgmma(const Args &a, cudaStream_t stream, int z = 1) {
+// Whether mmw_kernel<Q, kMT, kTok, kWG> runs on this device (sm_90a code for it), its shared-memory
+// limit raised (checked once).
+template <class Q, int kMT, int kTok, int kWG, class Args>
+bool wgmma_runs_here() {
     constexpr int kSmem = WgSmem<Q, kMT, kTok, kWG>::kBytes;
     static_assert(kSmem <= 227 * 1024, "an H100/H200 block's shared memory");
-    auto kernel = mmw_kernel<Q, kMT, kTok, kWG, Args>;
-    static int ready = 0;  // 1: runs here; -1: not (checked and the shared-memory limit raised once)
-    if (ready == 0) {
-        ready = wgmma_ready(kernel) &&
-                        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) == cudaSuccess
-                    ? 1
-                    : -1;
+    static const bool ready = [] {
+        auto kernel = mmw_kernel<Q, kMT, kTok, kWG, Args>;
+        const bool ok = wgmma_ready(kernel) &&
+                        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) == cudaSuccess;
         (void)cudaGetLastError();
-    }
-    if (ready < 0) return (int)cudaErrorInvalidDeviceFunction;
-    constexpr int kRowsBlock = 64 * kMT * kWG;
+        return ok;
+    }();
+    return ready;
+}
+
+// The k parts mmw_kernel<Q, kMT, kTok, kWG> runs for z asked (1 <= z <= the chunks): z where this device
+// launches clusters of z of its blocks, else 1.
+template <class Q, int kMT, int kTok, int kWG, class Args>
+int wgmma_parts_here(int z) {
+    return z > 1 && cluster::launches() &&
+                   cluster::fits<mmw_kernel<Q, kMT, kTok, kWG, Args>>((unsigned)z, 128 * kWG, WgSmem<Q, kMT, kTok, kWG>::kBytes)
+               ? z
+               : 1;
+}
+
+// Launch of mmw_kernel<Q, kMT, kTok, kWG>: blocks of kWG warpgroups (token tiles of kTok holding
+// live rows, weight tiles of 64 kMT kWG rows), k split over clusters of wgmma_parts_here(z) blocks;
+// cudaErrorInvalidDeviceFunction where this build has no sm_90a code for the device.
+template <class Q, int kMT, int kTok = 128, int kWG = 2, class Args>
+int launch_wgmma(const Args &a, cudaStream_t stream, int z = 1) {
+    if (!wgmma_runs_here<Q, kMT, kTok, kWG, Args>()) return (int)cudaErrorInvalidDeviceFunction;
+    constexpr int kSmem = WgSmem<Q, kMT, kTok, kWG>::kBytes, kRowsBlock = 64 * kMT * kWG;
+    auto kernel = mmw_kernel<Q, kMT, kTok, kWG, Args>;
     const unsigned tiles = (unsigned)((a.rows + kTok - 1) / kTok), row_blocks = (unsigned)((a.n + kRowsBlock - 1) / kRowsBlock);
-    if (z > 1 && cluster::launches() && cluster::fits<mmw_kernel<Q, kMT, kTok, kWG, Args>>((unsigned)z, 128 * kWG, kSmem))
+    z = wgmma_parts_here<Q, kMT, kTok, kWG, Args>(z);
+    if (z > 1)
         return luce_status(cluster::launch(kernel, dim3(tiles, row_blocks, (unsigned)z), dim3(128 * kWG), kSmem, stream,
                                            true, (unsigned)z, a));
     return luce_status(launch_overlapped(kernel, dim3(tiles, row_blocks), dim3(128 * kWG), kSmem, stream, true, a));

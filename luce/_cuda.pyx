@@ -40,7 +40,7 @@ cdef rmsnorm_fn _rmsnorm = NULL
 cdef set_overlap_fn _set_overlap = NULL
 _loaded_path = None
 
-EXPECTED_ABI_VERSION = 20
+EXPECTED_ABI_VERSION = 21
 
 
 def load(str path):

@@ -34,6 +34,7 @@ ctypedef int (*matmul_fn)(const luce_matmul_params *, void *) noexcept nogil
 ctypedef int (*matmul_pair_fn)(const luce_matmul_params *, const luce_matmul_params *, void *) noexcept nogil
 ctypedef int64_t (*workspace_fn)(int64_t, int64_t) noexcept nogil
 ctypedef int64_t (*row_bytes_fn)(int32_t, int64_t) noexcept nogil
+ctypedef int (*split_k_fn)(int32_t, int64_t, int64_t) noexcept nogil
 
 cdef matmul_fn _matmul = NULL
 cdef matmul_fn _matmul_prefill = NULL
@@ -41,6 +42,7 @@ cdef matmul_pair_fn _matmul_pair = NULL
 cdef workspace_fn _prefill_workspace_bytes = NULL
 cdef workspace_fn _workspace_bytes = NULL
 cdef row_bytes_fn _row_bytes = NULL
+cdef split_k_fn _prefill_split_k = NULL
 
 # ggml type ids the kernel multiplies (LUCE_QT_* in cuda/luce_ops.h).
 QTYPES = {"F32": 0, "F16": 1, "Q5_0": 6, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14,
@@ -56,6 +58,7 @@ PAIR_QTYPES = ((12, 14), (13, 14))   # (a, b) luce_matmul_pair may run as one la
 def load(str path):
     """Resolve the matmul entry points in the kernel library at `path`."""
     global _matmul, _workspace_bytes, _row_bytes, _matmul_prefill, _prefill_workspace_bytes, _matmul_pair
+    global _prefill_split_k
     cdef void *lib = _open_library(path)
     _matmul_pair = <matmul_pair_fn>_symbol(lib, path, "luce_matmul_pair")
     _workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_workspace_bytes")
@@ -63,6 +66,7 @@ def load(str path):
     _matmul = <matmul_fn>_symbol(lib, path, "luce_matmul")
     _prefill_workspace_bytes = <workspace_fn>_symbol(lib, path, "luce_matmul_prefill_workspace_bytes")
     _matmul_prefill = <matmul_fn>_symbol(lib, path, "luce_matmul_prefill")
+    _prefill_split_k = <split_k_fn>_symbol(lib, path, "luce_matmul_prefill_split_k")
 
 
 def workspace_bytes(int64_t rows, int64_t k):
@@ -86,6 +90,16 @@ def prefill_workspace_bytes(int64_t rows, int64_t k):
     """Bytes of workspace matmul_prefill of `rows` rows of length k needs."""
     _require_loaded(<void *>_matmul_prefill)
     return _prefill_workspace_bytes(rows, k)
+
+
+def prefill_split_k(int32_t qtype, int64_t n, int64_t k):
+    """The k parts matmul_prefill's tune 81 runs for an [n, k] matrix of `qtype` on this device: 1
+    where it does not split (the int8 GEMM, no sm_90a code for the device, no such clusters)."""
+    _require_loaded(<void *>_matmul_prefill)
+    cdef int z = _prefill_split_k(qtype, n, k)
+    if z <= 0:
+        raise ValueError(f"prefill_split_k: ggml type {qtype} with k={k}, n={n} is not a block matrix")
+    return z
 
 
 cdef void _fill(luce_matmul_params *p, uintptr_t x, uintptr_t w, uintptr_t bias, uintptr_t y, uintptr_t workspace,

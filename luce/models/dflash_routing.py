@@ -12,8 +12,8 @@ import os
 
 
 class DraftRouting:
-    """Needs `own_weights()` (the draft's matrices, not the target's head) and `kv_weights()` (its
-    k and v projections). Attributes after `_read_routing`: kv_decode_tune, decode_tune, prompt_tune,
+    """Needs `own_weights()` (the draft's matrices, not the target's head), `kv_weights()` (its
+    k and v projections), `backend` and `layers[0].attn.wo`. Attributes after `_read_routing`: kv_decode_tune, decode_tune, prompt_tune,
     prompt_gemm (None: by the pass's rows, True / False: always / never), prompt_gemm_min_n."""
 
     # A pass of this many rows or more (two lanes' blocks) takes the prompt GEMM by default: on the
@@ -25,12 +25,15 @@ class DraftRouting:
     # their narrower matmuls to the decode family; more rows (a prompt's context) never.
     DECODE_ROWS_MAX = 128
     # prompt_gemm_min_n unless LUCE_DRAFT_PROMPT_GEMM_MIN_N says otherwise ("0": every call of such
-    # a pass on the prompt GEMM). With PROMPT_TUNE 81 (below) the 27B's draft sends q (4,096 rows),
-    # out, down, fc and gate|up there, k and v (1,024) stay on the wide-token kernel: on an H100
-    # (docs/PERF.md session 43) the C5 pass 4.63 / 4.18 -> 3.51 / 3.10 ms (two rounds); k and v too
-    # (0) 3.42 / 3.48. Before tune 81 (one chain a block, 27 blocks for the 5,120-row matrices) the
-    # narrower calls lost there (session 41: 4,096 / 1,024 / 0 gave 4.57-4.67 ms against 4.03 at 8,192).
-    PROMPT_GEMM_MIN_N = 4096
+    # a pass on the prompt GEMM): PROMPT_GEMM_MIN_N_SPLIT where the backend's prompt GEMM splits k
+    # for the draft (PROMPT_TUNE 81 on an H100 / H200: prompt_split_k > 1), else PROMPT_GEMM_MIN_N.
+    # Split, the 27B's draft sends q (4,096 rows), out, down, fc and gate|up there and k, v (1,024)
+    # stay on the wide-token kernel: on an H100 (docs/PERF.md session 43) the C5 pass 4.15 / 4.54 ->
+    # 3.03 / 3.12 ms; k and v too (0) even. Unsplit (one chain a block: 27 blocks for a 5,120-row
+    # matrix) the narrower calls lose there (session 41: 4,096 / 1,024 / 0 gave 4.57-4.67 ms against
+    # 4.03 at 8,192).
+    PROMPT_GEMM_MIN_N = 8192
+    PROMPT_GEMM_MIN_N_SPLIT = 4096
     # The k and v projections' decode calls of 17+ rows take the wide-token kernel's cluster form
     # (tune 15), not the tile kernel tune 0 gives matrices under 2^24 weights: the 27B's draft on an
     # H100 (docs/PERF.md session 35), C3 / C4 passes 3.39-3.44 / 3.56-3.61 ms against 3.46-3.51 /
@@ -57,7 +60,8 @@ class DraftRouting:
         weights' prompt-GEMM calls), prompt_gemm and
         prompt_gemm_min_n. LUCE_DRAFT_PROMPT_GEMM: "1" every pass's rows as prompt rows, "0" none,
         unset: passes of PROMPT_GEMM_ROWS rows or more (spans); LUCE_DRAFT_PROMPT_GEMM_MIN_N
-        (default PROMPT_GEMM_MIN_N): of those, up to DECODE_ROWS_MAX rows, only matmuls this wide
+        (default PROMPT_GEMM_MIN_N_SPLIT where the split runs, else PROMPT_GEMM_MIN_N): of those,
+        up to DECODE_ROWS_MAX rows, only matmuls this wide
         (the others: the decode family)."""
         self.kv_decode_tune = _tune("LUCE_DRAFT_KV_TUNE", self.KV_DECODE_TUNE)
         self.decode_tune = _tune("LUCE_DRAFT_DECODE_TUNE", self.DECODE_TUNE)
@@ -68,11 +72,18 @@ class DraftRouting:
                 w.decode_tune = self.kv_decode_tune if id(w) in kv else self.decode_tune
                 w.prompt_tune = self.prompt_tune
         self.prompt_gemm = env_switch("LUCE_DRAFT_PROMPT_GEMM", "every pass's rows as prompt rows", "none")
-        min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or str(self.PROMPT_GEMM_MIN_N)
+        min_n = os.environ.get("LUCE_DRAFT_PROMPT_GEMM_MIN_N", "") or str(
+            self.PROMPT_GEMM_MIN_N_SPLIT if self._prompt_gemm_splits() else self.PROMPT_GEMM_MIN_N)
         if not min_n.isdigit():
             raise ValueError(f"LUCE_DRAFT_PROMPT_GEMM_MIN_N={min_n!r}: give a number of output rows "
                              "(e.g. 8192), or unset it")
         self.prompt_gemm_min_n = int(min_n)
+
+    def _prompt_gemm_splits(self) -> bool:
+        """Whether this draft's prompt-GEMM calls split k here: prompt_tune 81 on a backend whose
+        prompt GEMM splits it for the draft's first out projection (luce_matmul_prefill_split_k)."""
+        split_k = getattr(self.backend, "prompt_split_k", None)
+        return self.prompt_tune == 81 and split_k is not None and split_k(self.layers[0].attn.wo) > 1
 
     def spans(self, rows: int, weights) -> tuple[tuple[int, int], ...]:
         """The prefill_spans of one matmul call of the draft, over `weights`, of `rows` rows: the

@@ -249,6 +249,12 @@ class CudaBackend(CudaFusedOps, StepOps, SequenceOps, SamplingOps, IdsOps, Point
     def matmul(self, x, w: QuantWeight, bias=None, prefill_spans=()) -> CudaArray:
         return self.matmuls(x, [w], [bias], prefill_spans)[0]
 
+    def prompt_split_k(self, w: QuantWeight) -> int:
+        """The k parts the prompt GEMM's tune 81 runs for w on this device (1: it does not split)."""
+        from luce import _cuda_matmul as km
+
+        return 1 if w.qtype in km.FLOAT_QTYPES else km.prefill_split_k(w.qtype, w.n, w.k)
+
     def matmuls(self, x, weights: Sequence[QuantWeight], biases=None, prefill_spans=()) -> list[CudaArray]:
         """[x @ w^T (+ b)] for each weight: block-type weights share one quantization of x
         (LUCE_MATMUL_REUSE_X), so the activation pass runs once for q/k/v or gate/up. Block

@@ -12,7 +12,7 @@ class QuantWeight:
     ptr + r * row_bytes). decode_tune: the luce_matmul tune of its decode-family calls of more
     than 16 rows (0: the kernel library's choice by shape, as for every call of fewer rows; every
     tune gives the same bits, cuda/luce_ops_weights.h); prompt_tune: the same for its prompt-row
-    calls (luce_matmul_prefill; 0: the library's choice)."""
+    calls (luce_matmul_prefill; 0: the library's choice; 81 splits k, bits of its own)."""
 
     block: Block
     ptr: int

@@ -167,9 +167,10 @@ def test_f16_wgmma_bits_are_the_mma_bits(f16_gemm, qtype, k):
 def test_f16_split_k_is_its_parts_in_rank_order(f16_gemm, qtype):
     """H100/H200, tune 81 (k split over a cluster of Z blocks, Z by the matrix: the 27B draft's k
     and v shape, 1,024 x 5,120, has 6 row blocks and takes Z > 1): its output is, bit for bit, the
-    rank-order f32 sum of tune 80 on the k slices of exactly one Z in 2..8 (x with each row's max
-    at the start of every chunk, so every slice has the row's scale); a row's bits are the same
-    alone; within the f32 accumulation bound. Elsewhere tune 81 is tune 0's choice (tune 16's bits)."""
+    rank-order f32 sum of tune 80 on the k slices of exactly one Z in 2..8, the one
+    luce_matmul_prefill_split_k reports (x with each row's max at the start of every chunk, so every
+    slice has the row's scale); a row's bits are the same alone; within the f32 accumulation bound.
+    Elsewhere tune 81 is tune 0's choice (tune 16's bits)."""
     n, k = 1024, 5120
     chunks = k // 256
     raw, _ = tiled_weights(qtype, n, k)
@@ -188,7 +189,9 @@ def test_f16_split_k_is_its_parts_in_rank_order(f16_gemm, qtype):
             want = p if want is None else (want + p).astype(np.float32)
         if np.array_equal(got, want):
             matches.append(z)
-    assert len(matches) == 1, f"tune 81 is the rank-order sum for Z in {matches}"
+    from luce import _cuda_matmul as km
+
+    assert matches == [km.prefill_split_k(int(qtype), n, k)], f"tune 81 is the rank-order sum for Z in {matches}"
     assert np.array_equal(prefill(x[37:38], raw, qtype, n, tune=81)[0], got[37])
     assert_f16_close(got, x, raw, qtype, n)
 

@@ -100,3 +100,14 @@ def test_split_rows_do_not_depend_on_the_call_and_stay_within_the_reference_boun
     err = np.abs(full.astype(np.float64) - want)
     bound = f32_sum_bound(x, raw, qtype, n) + 2.0 ** -23 * np.abs(want)
     assert (err <= bound).all(), f"over the bound by {(err - bound).max():.3g}"
+
+
+def test_the_library_answers_the_parts_it_splits_into(lib):
+    """luce_matmul_prefill_split_k's f16 answer (the draft's routing asks it): Z (forced 3) at most
+    the chunks (2 for k = 512), 0 for a float type, k not whole blocks or no rows."""
+    parts_of = lib.luce_matmul_prefill_f16_split_k
+    parts_of.restype, parts_of.argtypes = C.c_int, [C.c_int32, C.c_int64, C.c_int64]
+    assert parts_of(int(Q.Q8_0), 200, 5 * CHUNK) == Z and parts_of(int(Q.Q6_K), 5120, 68 * CHUNK) == Z
+    assert parts_of(int(Q.Q8_0), 200, 2 * CHUNK) == 2
+    assert parts_of(int(Q.F32), 200, CHUNK) == 0 and parts_of(int(Q.Q8_0), 200, 100) == 0
+    assert parts_of(int(Q.Q8_0), 0, CHUNK) == 0

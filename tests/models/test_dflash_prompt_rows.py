@@ -68,19 +68,40 @@ def test_prompt_gemm_changes_nothing_on_one_matmul_backends(monkeypatch, tmp_pat
 
 
 def test_by_default_narrow_calls_of_a_few_lanes_stay_on_the_decode_family(monkeypatch, tmp_path):
-    """Both variables unset: prompt_gemm_min_n is PROMPT_GEMM_MIN_N (4,096), wider than every
-    matmul of the tiny draft but its head's, so a pass of up to DECODE_ROWS_MAX rows multiplies
-    them on the decode family; past DECODE_ROWS_MAX rows every call takes the prompt GEMM."""
+    """Both variables unset, a backend whose prompt GEMM does not split k: prompt_gemm_min_n is
+    PROMPT_GEMM_MIN_N (8,192), wider than every matmul of the tiny draft but its head's, so a pass
+    of up to DECODE_ROWS_MAX rows multiplies them on the decode family; past DECODE_ROWS_MAX rows
+    every call takes the prompt GEMM."""
     monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM", raising=False)
     monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", raising=False)
     _, draft = _pair(tmp_path, "numpy")
-    assert draft.prompt_gemm is None and draft.prompt_gemm_min_n == draft.PROMPT_GEMM_MIN_N == 4096
+    assert draft.prompt_gemm is None and draft.prompt_gemm_min_n == draft.PROMPT_GEMM_MIN_N == 8192
     wo, rows = draft.layers[0].attn.wo, draft.PROMPT_GEMM_ROWS
-    wide = np.empty((4096, 1))
-    assert draft.spans(rows, [np.empty((4095, 1))]) == ()
+    wide = np.empty((8192, 1))
+    assert draft.spans(rows, [np.empty((8191, 1))]) == ()
     assert draft.spans(rows, [wo]) == () and draft.spans(draft.DECODE_ROWS_MAX, [wo]) == ()
     assert draft.spans(rows, [wide]) == ((0, rows),) and draft.spans(rows - 1, [wide]) == ()
     assert draft.spans(draft.DECODE_ROWS_MAX + 1, [wo]) == ((0, draft.DECODE_ROWS_MAX + 1),)
+
+
+@pytest.mark.parametrize("split_k, tune, want", [(4, None, 4096), (1, None, 8192), (4, "0", 8192), (4, "80", 8192)])
+def test_the_default_min_width_follows_the_split(monkeypatch, tmp_path, split_k, tune, want):
+    """LUCE_DRAFT_PROMPT_GEMM_MIN_N unset on the CUDA backend: PROMPT_GEMM_MIN_N_SPLIT (4,096) where
+    luce_matmul_prefill_split_k says the prompt GEMM splits k for the draft's out projection and the
+    prompt tune is 81 (the default), else PROMPT_GEMM_MIN_N (8,192): unsplit, the narrower calls lose."""
+    from luce.ops import get_backend
+
+    fake = install_fakes(monkeypatch, tmp_path, "cuda")
+    fake.prefill_split_k = split_k
+    monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM", raising=False)
+    monkeypatch.delenv("LUCE_DRAFT_PROMPT_GEMM_MIN_N", raising=False)
+    if tune is None:
+        monkeypatch.delenv("LUCE_DRAFT_PROMPT_TUNE", raising=False)
+    else:
+        monkeypatch.setenv("LUCE_DRAFT_PROMPT_TUNE", tune)
+    _, draft = _pair(tmp_path, get_backend("cuda"))
+    assert draft.prompt_gemm_min_n == want
+    assert draft.PROMPT_GEMM_MIN_N_SPLIT == 4096 and draft.PROMPT_GEMM_MIN_N == 8192
 
 
 def test_without_a_min_width_passes_of_enough_rows_take_the_prompt_gemm(monkeypatch, tmp_path):

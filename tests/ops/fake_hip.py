@@ -120,6 +120,7 @@ class FakeHip:
         self.invalidated: set[int] = set()
         self.last_error = S
         self.launches: list[tuple] = []             # (kernel, stream, captured)
+        self.prefill_split_k = 1                    # luce_matmul_prefill_split_k's answer (1: no split)
         self.graph_launches = 0
 
     # ---- bookkeeping ---------------------------------------------------------------------------
@@ -385,6 +386,8 @@ def install_kernels(monkeypatch, fake: FakeHip, library: str) -> None:
                 monkeypatch.setattr(module, attr, lambda *args: 4096)
             elif attr == "row_bytes":
                 monkeypatch.setattr(module, attr, _row_bytes)
+            elif attr == "prefill_split_k":
+                monkeypatch.setattr(module, attr, lambda qtype, n, k: fake.prefill_split_k)
             elif "stream" in inspect.signature(fn).parameters:
                 monkeypatch.setattr(module, attr, _recorder(fake, f"{name}.{attr}", inspect.signature(fn)))
     import luce._cuda as core
