@@ -261,8 +261,8 @@ extern "C" int64_t luce_matmul_prefill_workspace_bytes(int64_t rows, int64_t k) 
 }
 
 extern "C" int luce_matmul_prefill_split_k(int32_t qtype, int64_t n, int64_t k) {
-    if (!prefill_gemm_f16()) return luce_matmul_row_bytes(qtype, k) > 0 && n > 0 ? 1 : 0;
-    return luce_matmul_prefill_f16_split_k(qtype, n, k);
+    const int parts = luce_matmul_prefill_f16_split_k(qtype, n, k);  // 0: not a block matrix
+    return prefill_gemm_f16() || parts == 0 ? parts : 1;
 }
 
 extern "C" int luce_matmul_prefill(const luce_matmul_params *p_in, void *stream_ptr) {

@@ -198,10 +198,10 @@ bool wgmma_runs_here() {
 // launches clusters of z of its blocks, else 1.
 template <class Q, int kMT, int kTok, int kWG, class Args>
 int wgmma_parts_here(int z) {
-    return z > 1 && cluster::launches() &&
-                   cluster::fits<mmw_kernel<Q, kMT, kTok, kWG, Args>>((unsigned)z, 128 * kWG, WgSmem<Q, kMT, kTok, kWG>::kBytes)
-               ? z
-               : 1;
+    constexpr int kSmem = WgSmem<Q, kMT, kTok, kWG>::kBytes;
+    const bool fits = z > 1 && cluster::launches() &&
+                      cluster::fits<mmw_kernel<Q, kMT, kTok, kWG, Args>>((unsigned)z, 128 * kWG, kSmem);
+    return fits ? z : 1;
 }
 
 // Launch of mmw_kernel<Q, kMT, kTok, kWG>: blocks of kWG warpgroups (token tiles of kTok holding
@@ -212,7 +212,8 @@ int launch_wgmma(const Args &a, cudaStream_t stream, int z = 1) {
     if (!wgmma_runs_here<Q, kMT, kTok, kWG, Args>()) return (int)cudaErrorInvalidDeviceFunction;
     constexpr int kSmem = WgSmem<Q, kMT, kTok, kWG>::kBytes, kRowsBlock = 64 * kMT * kWG;
     auto kernel = mmw_kernel<Q, kMT, kTok, kWG, Args>;
-    const unsigned tiles = (unsigned)((a.rows + kTok - 1) / kTok), row_blocks = (unsigned)((a.n + kRowsBlock - 1) / kRowsBlock);
+    const unsigned tiles = (unsigned)((a.rows + kTok - 1) / kTok);
+    const unsigned row_blocks = (unsigned)((a.n + kRowsBlock - 1) / kRowsBlock);
     z = wgmma_parts_here<Q, kMT, kTok, kWG, Args>(z);
     if (z > 1)
         return luce_status(cluster::launch(kernel, dim3(tiles, row_blocks, (unsigned)z), dim3(128 * kWG), kSmem, stream,

@@ -13,8 +13,9 @@ import os
 
 class DraftRouting:
     """Needs `own_weights()` (the draft's matrices, not the target's head), `kv_weights()` (its
-    k and v projections), `backend` and `layers[0].attn.wo`. Attributes after `_read_routing`: kv_decode_tune, decode_tune, prompt_tune,
-    prompt_gemm (None: by the pass's rows, True / False: always / never), prompt_gemm_min_n."""
+    k and v projections), `backend` and `layers[0].attn.wo`. Attributes after `_read_routing`:
+    kv_decode_tune, decode_tune, prompt_tune, prompt_gemm (None: by the pass's rows, True / False:
+    always / never), prompt_gemm_min_n."""
 
     # A pass of this many rows or more (two lanes' blocks) takes the prompt GEMM by default: on the
     # H200 (docs/PERF.md session 15, 27B draft) the decode family's tile kernel costs ~2.5 us a row

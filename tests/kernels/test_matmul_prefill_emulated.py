@@ -59,6 +59,7 @@ def test_the_f16_split_tune_is_the_int8_gemms_own_choice(lib, monkeypatch):
     parts_of = lib.luce_matmul_prefill_split_k
     parts_of.restype, parts_of.argtypes = C.c_int, [C.c_int32, C.c_int64, C.c_int64]
     assert parts_of(int(Q.Q8_0), 5120, 68 * 256) == 1 and parts_of(int(Q.Q8_0), 5120, 100) == 0
+    assert parts_of(int(Q.F32), 5120, 256) == 0
 
 
 # 80 rows: the second tile's first 2 of 8 token sub-tiles live; 83: its third holds 3 live tokens
