@@ -99,6 +99,7 @@ int luce_matmul_prefill(const luce_matmul_params *p, void *stream);
  * it does not split (the int8 GEMM, no sm_90a code for the device, no such clusters), 0 for a float
  * type or k not whole blocks. */
 int luce_matmul_prefill_split_k(int32_t qtype, int64_t n, int64_t k);
+#define LUCE_PREFILL_TUNE_SPLIT_K 81  /* the tune of the split above (luce/models/dflash_routing.py: SPLIT_K_TUNE) */
 /* ---- matmul end ---- */
 
 /* ---- embedding ---- */

@@ -269,7 +269,8 @@ extern "C" int luce_matmul_prefill(const luce_matmul_params *p_in, void *stream_
     if (p_in->rows == 0) return 0;
     if (prefill_gemm_f16()) return luce_matmul_prefill_f16(p_in, stream_ptr);
     luce_matmul_params tuned = *p_in;
-    if (tuned.tune == 81) tuned.tune = 0;  // the f16 GEMM's split k (the DFlash draft's own rows): this GEMM's choice
+    // the f16 GEMM's split k (the DFlash draft's own rows) is this GEMM's own choice here
+    if (tuned.tune == LUCE_PREFILL_TUNE_SPLIT_K) tuned.tune = 0;
     const luce_matmul_params *p = &tuned;
     const int64_t row_bytes = luce_matmul_row_bytes(p->qtype, p->k);
     if (p->rows < 0 || p->n <= 0 || row_bytes < 0 || !p->x || !p->w || !p->y || !p->workspace ||

@@ -321,7 +321,7 @@ int launch_half_pick(const HalfArgs &a, int tune, cudaStream_t stream) {
     if (tune == 64) return launch_wg_rows<Q, 128>(a, stream, true);
     if (tune == 80) return launch_wg_rows<Q, 80>(a, stream, true);
     if (tune == 48) return launch_wg_rows<Q, 48>(a, stream, true);
-    if (tune == 81) {  // devices without sm_90a code: tune 0's choice (its bits, as with no split)
+    if (tune == LUCE_PREFILL_TUNE_SPLIT_K) {  // without sm_90a code: tune 0's choice (its bits: no split)
         const int status = launch_wg_split<Q>(a, stream);
         if (status != (int)cudaErrorInvalidDeviceFunction) return status;
     }
@@ -394,7 +394,7 @@ extern "C" int luce_matmul_prefill_f16(const luce_matmul_params *p, void *stream
         p->workspace_bytes < xh_bytes(p->rows, p->k) || (reinterpret_cast<uintptr_t>(p->x) & 15) ||
         (reinterpret_cast<uintptr_t>(p->workspace) & 15) || p->rows > (1LL << 30) ||
         (p->n + 15) / 16 > 65535LL || (p->tune != 0 && p->tune != 2 && p->tune != 4 && p->tune != 8 && p->tune != 16 && p->tune != 32 &&
-         p->tune != 64 && p->tune != 48 && p->tune != 80 && p->tune != 81))
+         p->tune != 64 && p->tune != 48 && p->tune != 80 && p->tune != LUCE_PREFILL_TUNE_SPLIT_K))
         return (int)cudaErrorInvalidValue;
     cudaStream_t stream = (cudaStream_t)stream_ptr;
     const XhLayout xl = xh_layout(p->workspace, p->rows, p->k);

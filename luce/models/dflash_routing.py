@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 
+# luce_matmul_prefill's tune that splits k over a cluster of blocks (LUCE_PREFILL_TUNE_SPLIT_K in
+# cuda/luce_ops_weights.h; no Cython import here: the routing is read on every backend).
+SPLIT_K_TUNE = 81
 
 class DraftRouting:
     """Needs `own_weights()` (the draft's matrices, not the target's head), `kv_weights()` (its
@@ -53,7 +56,7 @@ class DraftRouting:
     # (session 43) down 197 -> 72 us, out 61 -> 23, q 46 -> 22 against the wide-token kernel the pass
     # ran. Its bits differ from the one chain's, which is why it is the draft's choice (no exactness
     # rule binds draft rows) and not the library's tune 0, which target prefill rows take.
-    PROMPT_TUNE = 81
+    PROMPT_TUNE = SPLIT_K_TUNE
 
     def _read_routing(self) -> None:
         """Read at load, after the layers: kv_decode_tune and decode_tune (set on the own
@@ -84,7 +87,7 @@ class DraftRouting:
         """Whether this draft's prompt-GEMM calls split k here: prompt_tune 81 on a backend whose
         prompt GEMM splits it for the draft's first out projection (luce_matmul_prefill_split_k)."""
         split_k = getattr(self.backend, "prompt_split_k", None)
-        return self.prompt_tune == 81 and split_k is not None and split_k(self.layers[0].attn.wo) > 1
+        return self.prompt_tune == SPLIT_K_TUNE and split_k is not None and split_k(self.layers[0].attn.wo) > 1
 
     def spans(self, rows: int, weights) -> tuple[tuple[int, int], ...]:
         """The prefill_spans of one matmul call of the draft, over `weights`, of `rows` rows: the
