@@ -138,13 +138,15 @@ class EngineSpeculation:
         # every token since, a switching cost that must not pass for the cost of this depth
         # (but is what a try from plain decoding costs, graph warm-ups of catch-ups of new
         # lengths included); nor may a draft pass's graph warm-up (its key's first, eager call,
-        # or its capture).
+        # or its capture), which is what a try of a shape never drafted pays.
         self._drafted = {s for s, _, _ in lanes}
         self.draft_seconds += self._draft[0]
         if not self._drafted <= previous:
             self.policy.record_switch(self._draft[0])
         elif not self._draft[1]:
             self.policy.record_draft(depth, self._draft[0], lanes=len(lanes))
+        else:
+            self.policy.record_warmup(self._draft[0])
         decode, trees = [], []
         for row in cohort.decode:
             tree = self.trees.get(row.slot)
@@ -213,15 +215,21 @@ class EngineSpeculation:
         """The step's outputs are out: its time from begin_step, less the drafting, to the depth
         policy: all the per-step work (scheduling, building, forward, acceptance, commit,
         outputs) is paid by plain and speculating steps alike. Decode steps only (a prompt
-        chunk's cost is not a verify's), and not a step that ran a graph's warm-up, nor one
-        that is not `steady`: a step that launched the next one ahead but was not launched
-        ahead itself (the switch into steps ahead, not what a plain step costs)."""
+        chunk's cost is not a verify's), and not a step that ran a graph's warm-up (its time is
+        the policy's warm-up cost instead), nor one that is not `steady`: a step that launched
+        the next one ahead but was not launched ahead itself (the switch into steps ahead, not
+        what a plain step costs)."""
         if self._began is None or not steady:
             self._began = None
             return
         (t0, w0), self._began = self._began, None
-        if not step.cohort.prefill and self.warmups() - w0 == self._draft[1]:
-            self.policy.record_step(step.cohort.n_rows, self.clock() - t0 - self._draft[0])
+        if step.cohort.prefill:
+            return
+        seconds = self.clock() - t0 - self._draft[0]
+        if self.warmups() - w0 == self._draft[1]:
+            self.policy.record_step(step.cohort.n_rows, seconds)
+        else:
+            self.policy.record_warmup(seconds)
 
     def forget(self, slot: int) -> None:
         """The slot's sequence ended or was reset: drop the drafter's leftovers."""

@@ -29,9 +29,13 @@ twice as many after each try while the best depth stays, up to EXPLORE_MAX; ever
 EXPLORE_HOPELESS choices while plain decoding would win even if every draft were accepted. A try from plain decoding drafts two steps in a row: the
 first draft catches up on the plain steps (a switching cost, `record_switch`) and is not timed,
 the second is, so the draft cost that keeps speculation off is measured again. Such tries are
-spaced so that what they cost (the switch, the timed draft and its verify) stays under
-EXPLORE_SHARE of plain decoding's time: on a GPU where a draft model's catch-up costs a few
-steps, speculation that steps aside costs well under a percent. While plain decoding is the
+spaced so that what they cost (the switch, the timed draft and its verify, and the graph
+warm-ups of a draft shape or row count never timed: a key's first, eager call and its capture,
+`record_warmup`) stays under EXPLORE_SHARE of plain decoding's time: on a GPU where a draft
+model's catch-up costs a few steps, speculation that steps aside costs well under a percent.
+Once settled on plain decoding, a new shape (more lanes, say) is probed as a try, so spaced: on
+the H100 the make-serve pair's probes of 5 lanes (7 new graph keys) cost 0.12 s, 13% of the
+plain decoding around them (docs/PERF.md, session 44). While plain decoding is the
 best, the draft state is not kept up (`drafting` is False: a draft model does not prefill new
 prompts; a try catches up on the whole sequence), and a choice between tries is a counter.
 A try from plain decoding drafts the depth that promises most (not depth 1): acceptance at deep
@@ -52,12 +56,8 @@ token since: a switching cost, not its depth's). Any depth gives the same output
 """
 from __future__ import annotations
 
-import bisect
+from luce.spec.measured import EMA, LaneAcceptance, Timings
 
-EMA = 0.2                 # weight of a new timing
-ACCEPT_DECAY = 0.97       # per verify: older acceptance counts fade
-PRIOR_ACCEPTED, PRIOR_REJECTED = 3.0, 1.0   # a new lane starts at p = 0.75
-POSITION_PRIOR = 1.0      # weight of the lane's pooled rate in each position's acceptance
 LANE_PRIOR = 4.0          # a new lane starts from the acceptance of all lanes, weighing this many verifies
 EXPLORE_EVERY = 8         # choices between tries of a neighbour of the best depth, at first;
 EXPLORE_MAX = 64          # doubled after each try while the best stays (a losing depth tried less)
@@ -66,106 +66,6 @@ EXPLORE_SHARE = 0.01      # the most of plain decoding's time that tries of draf
 PROBE_DEPTH = 2           # the first depth measured: cheap when drafts are rarely right
 PROBE_TRIES = 8           # steps a probe may take to get a timing the engine keeps
 PLAIN_PROBE_STEPS = 6     # where plain steps run ahead: the rest that probes plain decoding
-
-
-def expected_tokens(depth: int, p: float) -> float:
-    """Tokens a depth-`depth` chain verify commits at per-token acceptance p (bonus included)."""
-    if p >= 1.0:
-        return depth + 1.0
-    return (1.0 - p ** (depth + 1)) / (1.0 - p)
-
-
-class Timings:
-    """seconds(key): exponential average per integer key, estimated between and past keys.
-    Below the smallest measured key: proportional to the key when `through_zero` (a draft of
-    fewer passes), else the smallest key's time (a step is never cheaper than one row)."""
-
-    def __init__(self, through_zero: bool = False):
-        self.through_zero = through_zero
-        self.mean: dict[int, float] = {}
-        self.count: dict[int, int] = {}
-        self._keys: list[int] = []     # the measured keys, sorted
-
-    def add(self, key: int, seconds: float) -> None:
-        old = self.mean.get(key)
-        if old is None:
-            bisect.insort(self._keys, key)
-        self.mean[key] = seconds if old is None else (1 - EMA) * old + EMA * seconds
-        self.count[key] = self.count.get(key, 0) + 1
-
-    def seconds(self, key: int) -> float | None:
-        mean = self.mean.get(key)
-        if mean is not None or not self._keys:
-            return mean
-        keys, m = self._keys, self.mean
-        i = bisect.bisect_left(keys, key)      # keys[:i] below, keys[i:] above
-        if 0 < i < len(keys):
-            a, b = keys[i - 1], keys[i]
-            return m[a] + (m[b] - m[a]) * (key - a) / (b - a)
-        if i == 0:
-            b = keys[0]
-            return m[b] * key / b if self.through_zero else m[b]
-        a = keys[-1]                   # more rows than any measured: the slope of the last two
-        if len(keys) >= 2:             # (an optimistic guess is corrected once tried, a pessimistic one
-            b = keys[-2]               # only by exploring)
-            return m[a] + max(0.0, m[a] - m[b]) / (a - b) * (key - a)
-        return m[a] * key / a if a > 0 else m[a]
-
-
-class LaneAcceptance:
-    """One lane's measured acceptance, decayed per verify: pooled (accepted and rejected drafted
-    tokens, from the prior p = 0.75) and per drafted position k >= 1 (`tried[k - 1]`: verifies
-    that drafted k tokens and accepted the first k - 1, so position k was tested; `passed[k - 1]`:
-    those that accepted it too)."""
-
-    def __init__(self):
-        self.accepted, self.rejected = PRIOR_ACCEPTED, PRIOR_REJECTED
-        self.tried: list[float] = []
-        self.passed: list[float] = []
-
-    def record(self, drafted: int, accepted: int) -> None:
-        """A chain of `drafted` tokens verified, its first `accepted` taken (a rejection ends it)."""
-        self.accepted = self.accepted * ACCEPT_DECAY + accepted
-        self.rejected = self.rejected * ACCEPT_DECAY + (1.0 if accepted < drafted else 0.0)
-        grow = drafted - len(self.tried)
-        if grow > 0:
-            self.tried += [0.0] * grow
-            self.passed += [0.0] * grow
-        for k in range(len(self.tried)):
-            self.tried[k] *= ACCEPT_DECAY
-            self.passed[k] *= ACCEPT_DECAY
-        for k in range(min(accepted + 1, drafted)):
-            self.tried[k] += 1.0
-            self.passed[k] += 1.0 if k < accepted else 0.0
-
-    def prior(self, verifies: float) -> LaneAcceptance:
-        """A new lane's start: these counts scaled to weigh at most `verifies` verifies."""
-        lane = LaneAcceptance()
-        if self.tried and self.tried[0] > 0:
-            scale = min(1.0, verifies / self.tried[0])
-            lane.accepted, lane.rejected = self.accepted * scale, self.rejected * scale
-            lane.tried, lane.passed = [t * scale for t in self.tried], [t * scale for t in self.passed]
-        return lane
-
-    @property
-    def p(self) -> float:
-        """Pooled per-token acceptance: accepted / (accepted + rejected)."""
-        return self.accepted / (self.accepted + self.rejected)
-
-    def expected_tokens(self, depth: int) -> float:
-        """E(depth) = 1 + sum over k <= depth of S(k), S(k) the product of each position's
-        acceptance q_j = (passed_j + POSITION_PRIOR p) / (tried_j + POSITION_PRIOR), j <= k."""
-        return self.expected_upto(depth)[depth]
-
-    def expected_upto(self, depth: int) -> list[float]:
-        """[E(0), ..., E(depth)] (expected_tokens), in one pass."""
-        p, total, survive, out = self.p, 1.0, 1.0, [1.0]
-        prior, n = POSITION_PRIOR * p, len(self.tried)
-        for k in range(depth):
-            survive *= (self.passed[k] + prior) / (self.tried[k] + POSITION_PRIOR) if k < n else p
-            total += survive
-            out.append(total)
-        return out
 
 
 class DepthPolicy:
@@ -186,6 +86,7 @@ class DepthPolicy:
         self._probes: dict[tuple, int] = {}    # (what, key) -> steps spent probing it
         self._probed: set[tuple] = set()       # (lanes, AR rows) probed
         self.switch: float | None = None       # seconds of a draft that catches up after plain steps (EMA)
+        self.warmup: float | None = None       # seconds of a draft or step that warmed a graph key up (EMA)
         self.plain_probe_steps = 0             # > 0: the floor's probe rests this many steps (steps_ahead)
         self._plain_probe = 0                  # steps of the floor's probe left to rest
 
@@ -215,6 +116,12 @@ class DepthPolicy:
     def record_switch(self, seconds: float) -> None:
         """A draft that caught up after plain steps (not its depth's cost): what a try costs."""
         self.switch = seconds if self.switch is None else (1 - EMA) * self.switch + EMA * seconds
+
+    def record_warmup(self, seconds: float) -> None:
+        """A draft call or a step that ran graph warm-ups (a key's first, eager call or its
+        capture): not what its depth or rows cost in steady state, but what a try pays twice
+        for each draft shape or row count never timed before."""
+        self.warmup = seconds if self.warmup is None else (1 - EMA) * self.warmup + EMA * seconds
 
     @property
     def drafting(self) -> bool:
@@ -292,6 +199,13 @@ class DepthPolicy:
         shape = (len(slots), ar_rows)
         probes = [d for d in (max(PROBE_DEPTH, lo), self.max_depth) if d <= hi]
         if probes and shape not in self._probed:   # (near a request's end, estimates do)
+            if self._best == 0:                # settled on plain decoding: a new shape's probes are a
+                every = self._try_spacing(probes, len(slots), ar_rows)   # try, spaced as one
+                if self._since + 1 < every:
+                    self._since += 1
+                    self._explore_every = max(self._explore_every, every)
+                    return 0
+                self._best = None              # they run as the first shape's did
             for d in probes + [allowed[0]]:    # a short chain, the deepest and the floor first; from them,
                 unmeasured = self._unmeasured(d, len(slots), rows(d))   # estimates, refined by exploring
                 if unmeasured:
@@ -325,7 +239,7 @@ class DepthPolicy:
         if best == 0:
             if self._hopeless(slots, ar_rows, lo, hi, known.get(0)):
                 every = max(every, EXPLORE_HOPELESS)
-            every = max(every, self._try_spacing(tried, len(slots), rows(tried), rows(0)))
+            every = max(every, self._try_spacing([tried], len(slots), ar_rows))
         if self._since < every:
             if best == 0:                      # the counter above runs until the try
                 self._explore_every = max(self._explore_every, every)
@@ -353,14 +267,22 @@ class DepthPolicy:
             self._since += 1
         return True
 
-    def _try_spacing(self, depth: int, lanes: int, rows: int, plain_rows: int) -> int:
-        """Plain steps between tries of `depth` from plain decoding so that a try (the switch,
-        then a timed draft and its verify) costs at most EXPLORE_SHARE of their time."""
-        plain = self.step.seconds(plain_rows)
+    def _try_spacing(self, depths: list[int], lanes: int, ar_rows: int) -> int:
+        """Plain steps between tries of `depths` (one try, or a new shape's probes) from plain
+        decoding so that they cost at most EXPLORE_SHARE of their time: per depth the switch, a
+        timed draft and its verify, and two graph warm-ups (a key's first call, its capture) each
+        for a draft shape and a row count never timed."""
+        plain = self.step.seconds(ar_rows + lanes)
         if not plain or self.switch is None:
             return 0
-        draft = self.draft_seconds(depth, lanes) or 0.0
-        cost = self.switch + draft + (self.step.seconds(rows) or plain)
+        cost = 0.0
+        for d in depths:
+            if d == 0:
+                continue
+            rows, timed = ar_rows + lanes * (d + 1), self.drafts.get(lanes)
+            cost += self.switch + (self.draft_seconds(d, lanes) or 0.0) + (self.step.seconds(rows) or plain)
+            if self.warmup is not None:
+                cost += 2 * self.warmup * ((timed is None or not timed.count.get(d)) + (not self.step.count.get(rows)))
         return int(cost / (EXPLORE_SHARE * plain)) + 1
 
     def _hopeless(self, slots: list[int], ar_rows: int, lo: int, hi: int, plain: float | None) -> bool:

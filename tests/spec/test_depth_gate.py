@@ -16,7 +16,8 @@ from collections import Counter
 
 import pytest
 
-from luce.spec.depth import DepthPolicy, expected_tokens
+from luce.spec.depth import DepthPolicy
+from luce.spec.measured import expected_tokens
 
 
 class Gpu:
@@ -322,12 +323,13 @@ def test_a_draft_model_that_loses_costs_plain_decoding_under_a_percent(tiny_mode
 def test_the_engine_times_whole_steps_without_graph_warmups(tiny_models, truth):
     """The policy's step time is the whole step but its drafting (a per-step cost outside the
     forward counts, for plain and speculating steps alike), and a step or draft that warmed a
-    graph up (20 units more here) is not timed at all."""
+    graph up (20 units more here) is not timed at all: its time is the policy's warm-up cost."""
     machine = Gpu(0.73, al=6)
     engine, clock = charged_engine(tiny_models, machine, truth, overhead=0.25, warmup_cost=20.0)
     serve(engine, clock, PROMPTS[:2])
     step = engine.spec.policy.step.mean
     assert step and all(s == pytest.approx(machine.step(rows) + 0.25) for rows, s in step.items()), step
+    assert 20.0 + 1.0 + 0.25 <= engine.spec.policy.warmup <= 20.0 + max(step.values()), engine.spec.policy.warmup
     drafts = engine.spec.policy.drafts[1].mean
     assert drafts and all(s == pytest.approx(machine.draft * d) for d, s in drafts.items()), drafts
 

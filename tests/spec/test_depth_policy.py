@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from luce.spec.depth import DepthPolicy, Timings, expected_tokens
+from luce.spec.depth import DepthPolicy
+from luce.spec.measured import Timings, expected_tokens
 
 
 def test_expected_tokens_of_a_chain():
