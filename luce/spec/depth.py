@@ -316,5 +316,5 @@ class DepthPolicy:
         return {"step_s": dict(sorted(self.step.mean.items())),
                 "draft_s": {n: dict(sorted(t.mean.items())) for n, t in sorted(self.drafts.items())},
                 "acceptance": {s: round(a.p, 4) for s, a in sorted(self._lanes.items())},
-                "acceptance_all": round(self._all.p, 4), "switch_s": self.switch,
+                "acceptance_all": round(self._all.p, 4), "switch_s": self.switch, "warmup_s": self.warmup,
                 "expected_tokens_all": [round(e, 3) for e in self._all.expected_upto(self.max_depth)]}
