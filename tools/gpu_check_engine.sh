@@ -34,8 +34,9 @@
 #          scratch), graph counters of every run (eager calls by reason), and the C1-C5 waves
 #          (AR and SpecLA with the oracle, goodput per C, digests; issue 17) -> seed_workload.json
 #   gate   issue 17's speculation gate on the make-serve pair's shapes (Coder-1.5B + 0.5B draft, synthetic):
-#          plain decoding, luce-serve's default config and chain@5 under an oracle of AL 6 and 3, the arms'
-#          waves interleaved (gate.json, gate.txt; GATE_WAVES, GATE_C)
+#          plain decoding, a second plain engine (ar2: the A/A control), luce-serve's default config and
+#          chain@5 under an oracle of AL 6 and 3, the arms' waves interleaved (gate.json, gate.txt;
+#          GATE_WAVES, GATE_C, GATE_ARMS)
 #   draft  the seed's DFlash draft pass at C1/C5 by route (draft_arm_env: luce's default, no prompt
 #          rows, the draft's decode tune), interleaved twice (draft_<arm>_<round>.json; DRAFT_ARMS,
 #          DRAFT_ROUNDS)
@@ -178,7 +179,7 @@ stage_gate() {  # issue 17's gate: luce-serve's default speculation against plai
   synth_file qwen2.5-coder-1.5b q4_k_m "$target" && synth_file qwen2.5-coder-0.5b q4_k_m "$draft" || return 1
   log "gate: bench_seed_workload.py --sections gate (interleaved waves, AL 6 and 3, C1)"
   $PY tools/bench_seed_workload.py "$target" --draft "$draft" --backend cuda --sections gate --wave-prompt-len 128 \
-    --wave-tokens 128 --waves "${GATE_WAVES:-6}" --gate-al 6,3 --concurrency "${GATE_C:-1}" --arms ar,default,chain@5 \
+    --wave-tokens 128 --waves "${GATE_WAVES:-6}" --gate-al 6,3 --concurrency "${GATE_C:-1}" --arms "${GATE_ARMS:-ar,ar2,default,chain@5}" \
     --json "$OUT/gate.json" > "$OUT/gate.txt" 2>&1
   log "gate: rc $? ($(grep '^gate' "$OUT/gate.txt" | tr '\n' ' '))"
 }

@@ -17,8 +17,9 @@ tokens of the timed waves / their wall time, the waves' times, the digest (sha25
 timed request's tokens, in order: equal across arms and commits when everything is exact),
 whether every output equals plain greedy decoding, acceptance length, graph counters, and
 for speculation the depths the engine chose (`depths`: depth -> steps, 0 = plain decoding).
-Arms: 'ar', 'default' (luce-serve's own SpecConfig for the draft: depth chosen per step, down
-to plain decoding), or a mode at a fixed depth ('specla', 'chain@8': the bounds).
+Arms: 'ar', 'ar2' (a second plain engine: the A/A control, how far two engines decoding alike
+differ), 'default' (luce-serve's own SpecConfig for the draft: depth chosen per step, down to
+plain decoding), or a mode at a fixed depth ('specla', 'chain@8': the bounds).
 A/B/A against the previous commit: run the tool on the previous commit (A), this one (B), the
 previous again (A2) and compare the three reports: B/A goodput per arm and C, the A/A drift,
 digests equal.
@@ -75,7 +76,7 @@ def _engine(model, draft, cfg: WaveConfig, prompts, truth, arm: str):
     from luce.benchmark.seed_workload import spec_engine
     from luce.engine import Engine, EngineConfig
 
-    if arm == "ar":
+    if arm in ("ar", "ar2"):
         return Engine(model, None, EngineConfig(max_slots=cfg.max_slots, ctx=cfg.ctx, token_budget=cfg.token_budget))
     engine, _, _ = spec_engine(model, draft, cfg, [(p, cfg.max_tokens) for p in prompts], truth, arm)
     return engine
@@ -239,6 +240,8 @@ def run_gate(model, draft, cfg: WaveConfig, prompts, truth, acceptance_lengths=(
             if "ar" in arms and "default" in arms:
                 row["default_over_ar"] = row["default"] / row["ar"]
                 row["wave_ratio_2se"] = _ratio_bounds(waves["ar"][C]["wave_s"], waves["default"][C]["wave_s"])
+            if "ar" in arms and "ar2" in arms:         # the A/A control: what engine placement alone gives
+                row["ar2_over_ar"] = row["ar2"] / row["ar"]
     ratios = [row["default_over_ar"] for rows in summary.values() for row in rows.values() if "default_over_ar" in row]
     exact = all(row["exact"] for rows in summary.values() if isinstance(rows, dict) for row in rows.values())
     summary["pass"] = bool(ratios) and min(ratios) >= 1.0 and exact
@@ -253,6 +256,7 @@ def run_gate(model, draft, cfg: WaveConfig, prompts, truth, acceptance_lengths=(
             cells = "  ".join(f"{arm} {row[arm]:.1f}" for arm in arms)
             ratio = (f"  default/ar {row['default_over_ar']:.3f} (per wave {row['wave_ratio_2se'][0]:.3f}.."
                      f"{row['wave_ratio_2se'][1]:.3f})") if "default_over_ar" in row else ""
+            ratio += f"  A/A ar2/ar {row['ar2_over_ar']:.3f}" if "ar2_over_ar" in row else ""
             log(f"gate {key} C{C}: {cells} tok/s{ratio}  exact {row['exact']}  default depths {row['depths']}")
     log(f"gate: {'PASS' if summary['pass'] else 'FAIL'} (default config >= plain decoding at every AL and C, exact); "
         f"within the waves' noise: {'PASS' if summary['pass_within_noise'] else 'FAIL'} (mean per-wave speed ratio "

@@ -121,8 +121,9 @@ def test_the_default_arm_is_the_servers_config_and_reports_the_depths_it_chose(p
 def test_gate_with_a_draft_model_pair(tmp_path):
     """The gate (run_gate) on a dense target + draft model pair, as `make serve`'s: per
     acceptance length and C, plain decoding, the default config and a fixed depth, all exact,
-    the default's depth histogram reported; the CLI's `gate` section writes the same summary.
-    Whether it passes is a GPU measurement, not asserted here."""
+    the default's depth histogram reported; the CLI's `gate` section writes the same summary, with
+    the A/A control (`ar2`, a second plain engine) beside. Whether it passes is a GPU measurement,
+    not asserted here."""
     from luce.benchmark.seed_waves import run_gate
     from luce.models import load_model
     from luce.testing.tiny_models import make_dense
@@ -152,12 +153,14 @@ def test_gate_with_a_draft_model_pair(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_seed_workload.py"), str(tmp_path / "t.gguf"),
                           "--draft", str(tmp_path / "d.gguf"), "--backend", "cpu", "--sections", "gate",
                           "--concurrency", "1", "--waves", "1", "--wave-prompt-len", "12", "--wave-tokens", "6",
-                          "--gate-al", "3", "--arms", "ar,default,chain@2", "--json", str(out)],
+                          "--gate-al", "3", "--arms", "ar,ar2,default,chain@2", "--json", str(out)],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     gate = json.loads(out.read_text())["gate"]
-    assert gate["summary"]["AL3"]["1"]["exact"] and "default_over_ar" in gate["summary"]["AL3"]["1"]
-    assert "gate AL3 C1" in run.stdout or "gate AL3 C1" in run.stderr
+    row = gate["summary"]["AL3"]["1"]
+    assert row["exact"] and "default_over_ar" in row
+    assert row["ar2_over_ar"] == pytest.approx(row["ar2"] / row["ar"]) and "depths" not in gate["AL3"]["ar2"]["1"]
+    assert "A/A ar2/ar" in run.stdout + run.stderr and "gate AL3 C1" in run.stdout + run.stderr
 
 
 def test_the_gate_s_wave_ratio_bounds():
