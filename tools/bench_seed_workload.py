@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"waves, gate: concurrencies (default {','.join(map(str, w.concurrency))} and "
                         f"{','.join(map(str, GATE_CONCURRENCY))})")
     p.add_argument("--arms", default=None,
-                   help="waves, gate: ar, default (luce-serve's config), MODE or MODE@DEPTH, comma-separated "
+                   help="waves, gate: ar, ar2 (a second plain engine, the A/A control), default (luce-serve's "
+                        "config), MODE or MODE@DEPTH, comma-separated "
                         f"(default ar,{w.spec} and {','.join(GATE_ARMS)})")
     p.add_argument("--gate-al", type=_ints, default=(6, 3), help="gate: oracle acceptance lengths (default 6,3)")
     p.add_argument("--waves", type=int, default=w.waves, help="waves: timed waves per concurrency")
