@@ -118,6 +118,20 @@ def test_luce_run_streams_the_offline_text_then_stats(tiny_path):
                      run.stderr), run.stderr
 
 
+@pytest.mark.parametrize("cli, at_least", [("serve_cli", 30), ("run_cli", 20)])
+def test_every_flag_is_documented(cli, at_least):
+    """Each long option luce-serve and luce-run take is named in docs/SERVER.md (luce-serve's
+    --draft-min, --draft-vocab, --threads, --log-level and luce-run's --max-tokens were not)."""
+    import importlib
+
+    text = open(os.path.join(ROOT, "docs", "SERVER.md")).read()
+    options = [o for a in importlib.import_module(f"luce.server.{cli}").build_parser()._actions
+               for o in a.option_strings if o.startswith("--") and o != "--help"]
+    assert len(options) >= at_least
+    missing = [o for o in options if not re.search(re.escape(o) + r"(?![\w-])", text)]
+    assert not missing, f"docs/SERVER.md does not name {cli}'s {missing}"
+
+
 def test_format_stats_line():
     line = format_stats(40, 2.0, 11, 5.0, 10, "stop")
     assert line == ("prompt 40 tok in 2.00 s (20.0 tok/s) | generated 11 tok in 5.00 s (2.0 tok/s) | "
