@@ -177,7 +177,7 @@ stage_gate() {  # issue 17's gate: luce-serve's default speculation against plai
   local target="$SYNTH_DIR/qwen2.5-coder-1.5b-q4_k_m.gguf" draft="$SYNTH_DIR/qwen2.5-coder-0.5b-q4_k_m.gguf"
   mkdir -p "$SYNTH_DIR"
   synth_file qwen2.5-coder-1.5b q4_k_m "$target" && synth_file qwen2.5-coder-0.5b q4_k_m "$draft" || return 1
-  log "gate: bench_seed_workload.py --sections gate (interleaved waves, AL 6 and 3, C1)"
+  log "gate: bench_seed_workload.py --sections gate (interleaved waves, AL 6 and 3, C ${GATE_C:-1}, arms ${GATE_ARMS:-ar,ar2,default,chain@5})"
   $PY tools/bench_seed_workload.py "$target" --draft "$draft" --backend cuda --sections gate --wave-prompt-len 128 \
     --wave-tokens 128 --waves "${GATE_WAVES:-6}" --gate-al 6,3 --concurrency "${GATE_C:-1}" --arms "${GATE_ARMS:-ar,ar2,default,chain@5}" \
     --json "$OUT/gate.json" > "$OUT/gate.txt" 2>&1
