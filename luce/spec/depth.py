@@ -174,6 +174,11 @@ class DepthPolicy:
         `ar_rows` other lanes decode plainly."""
         return self._rates(slots, ar_rows, depth, depth)[depth]
 
+    @staticmethod
+    def _rows(depth: int, lanes: int, ar_rows: int) -> int:
+        """Rows of a step in which `lanes` lanes draft `depth` and `ar_rows` others decode plainly."""
+        return ar_rows + lanes * (depth + 1)
+
     def _rates(self, slots: list[int], ar_rows: int, lo: int, hi: int) -> dict[int, float | None]:
         """tokens_per_second of every depth in [lo, hi] (None: no estimate)."""
         tokens = [float(ar_rows)] * (hi + 1)
@@ -182,7 +187,7 @@ class DepthPolicy:
                 tokens[d] += e
         drafts, out = self._draft_timings(len(slots)), {}
         for d in range(lo, hi + 1):
-            step = self.step.seconds(ar_rows + len(slots) * (d + 1))
+            step = self.step.seconds(self._rows(d, len(slots), ar_rows))
             draft = 0.0 if d == 0 else None if drafts is None else drafts.seconds(d)
             out[d] = None if step is None or draft is None else tokens[d] / (draft + step)
         return out
@@ -195,7 +200,7 @@ class DepthPolicy:
         allowed = self.allowed(lo, hi)
         if not self.adaptive or len(allowed) < 2 or not slots:
             return hi
-        rows = lambda d: ar_rows + len(slots) * (d + 1)  # noqa: E731
+        rows = lambda d: self._rows(d, len(slots), ar_rows)  # noqa: E731
         shape = (len(slots), ar_rows)
         probes = [d for d in (max(PROBE_DEPTH, lo), self.max_depth) if d <= hi]
         if probes and shape not in self._probed:   # (near a request's end, estimates do)
@@ -279,10 +284,10 @@ class DepthPolicy:
         for d in depths:
             if d == 0:
                 continue
-            rows, timed = ar_rows + lanes * (d + 1), self.drafts.get(lanes)
+            rows = self._rows(d, lanes, ar_rows)
             cost += self.switch + (self.draft_seconds(d, lanes) or 0.0) + (self.step.seconds(rows) or plain)
             if self.warmup is not None:
-                cost += 2 * self.warmup * ((timed is None or not timed.count.get(d)) + (not self.step.count.get(rows)))
+                cost += 2 * self.warmup * len(self._untimed(d, lanes, rows))
         return int(cost / (EXPLORE_SHARE * plain)) + 1
 
     def _hopeless(self, slots: list[int], ar_rows: int, lo: int, hi: int, plain: float | None) -> bool:
@@ -292,22 +297,23 @@ class DepthPolicy:
             return False
         drafts = self._draft_timings(len(slots))
         for d in range(max(lo, 1), hi + 1):
-            step = self.step.seconds(ar_rows + len(slots) * (d + 1))
-            draft = None if drafts is None else drafts.seconds(d)
-            if step is None or draft is None or (ar_rows + len(slots) * (d + 1)) / (draft + step) >= plain:
+            rows = self._rows(d, len(slots), ar_rows)
+            step, draft = self.step.seconds(rows), None if drafts is None else drafts.seconds(d)
+            if step is None or draft is None or rows / (draft + step) >= plain:
                 return False
         return True
 
-    def _unmeasured(self, depth: int, lanes: int, rows: int) -> list[tuple]:
-        """What a probe of `depth` has yet to time, ('step', rows) and ('draft', lanes, depth),
-        while it has taken fewer than PROBE_TRIES steps."""
+    def _untimed(self, depth: int, lanes: int, rows: int) -> list[tuple]:
+        """What a step drafting `depth` would run that was never timed: ('step', rows) and
+        ('draft', lanes, depth)."""
         keys = [("step", rows)] + ([("draft", lanes, depth)] if depth > 0 else [])
-        out = []
-        for key in keys:
-            timings = self.step if key[0] == "step" else self.drafts.get(lanes)
-            if (timings is None or not timings.count.get(key[-1], 0)) and self._probes.get(key, 0) < PROBE_TRIES:
-                out.append(key)
-        return out
+        timings = {"step": self.step, "draft": self.drafts.get(lanes)}
+        return [key for key in keys if timings[key[0]] is None or not timings[key[0]].count.get(key[-1], 0)]
+
+    def _unmeasured(self, depth: int, lanes: int, rows: int) -> list[tuple]:
+        """What a probe of `depth` has yet to time (_untimed), while it has taken fewer than
+        PROBE_TRIES steps."""
+        return [key for key in self._untimed(depth, lanes, rows) if self._probes.get(key, 0) < PROBE_TRIES]
 
     def describe(self) -> dict:
         """What the policy has measured (for reports): step seconds by rows, draft seconds by
