@@ -112,7 +112,10 @@ BENCH_CASES += [_case(q, s, 1, tune=t) for t in (4, 8) for q in ("Q4_K", "Q5_K",
                 for s in ("gate", "down", "qkv", "out")]
 BENCH_CASES += [_case("Q4_K", s, 1, tune=8) for s in SMALL_SHAPES if s not in ("c15v", "c15lmhead", "q05down")]
 BENCH_CASES += [_case(q, s, 1) for q in GOAL_TYPES for s in SMALL_SHAPES]
-BENCH_CASES += [_case(q, s, 1, reuse_x=True) for q in GOAL_TYPES for s in ("gate", "down")]
+# x from the workspace (REUSE_X): the matmul alone, as the decode step runs a one-row call whose producer
+# quantizes x (add_rmsnorm_quant, swiglu_quant, gate_quant, the GDN chain's norm epilogue). The _t1 cases
+# also launch quantize_x_kernel where the kernel does not quantize x in lane (k > 4,096: out, down).
+BENCH_CASES += [_case(q, s, 1, reuse_x=True) for q in GOAL_TYPES for s in BIG_SHAPES]
 BENCH_CASES += [_case("Q4_K", "gate", 8), _case("Q4_K", "gate", 64), _case("Q4_K", "gate", 512, path=1),
                 _case("F16", "gate", 1), _case("BF16", "gate", 1)]
 BENCH_CASES += [_case(q, s, r, tune=2) for q in ("Q4_K", "Q6_K") for s in ("gate", "down") for r in (1, 32)]
