@@ -108,8 +108,9 @@ BENCH_CASES += [_case(q, s, 1, tune=t) for t in (5, 6) for q in ("IQ4_XS", "Q4_K
 BENCH_CASES += [_case(q, s, 1, tune=t) for q, shapes in (("Q5_0", QWEN05B_SHAPES), ("Q8_0", ("q05kv", "q05q")))
                 for s in shapes for t in (0, 4, 6)]
 BENCH_CASES += [_case(q, s, 1, tune=4) for q in ("Q8_0", "Q5_0") for s in BIG_SHAPES + list(SMALL_SHAPES)]
-# Q8_0 / Q5_0 at one row, the one-row kernel forced (tune 5): at the down projection (k = 17,408, two chunk
-# slots) tune 0 takes the tile kernel (tune 4) since session 45.
+# Q8_0 / Q5_0 at one row, the one-row kernel forced (tune 5) beside tune 0 and the tile kernel (tune 4): at the
+# down projection (k = 17,408, two chunk slots a lane) tune 0's one-row kernel took 2.2x / 1.9x its gate's time
+# for the same bytes (docs/PERF.md session 45).
 BENCH_CASES += [_case(q, s, 1, tune=5) for q in ("Q8_0", "Q5_0") for s in ("gate", "down", "qkv", "out")]
 BENCH_CASES += [_case(q, s, 1, tune=t) for t in (4, 8) for q in ("Q4_K", "Q5_K", "Q6_K")
                 for s in ("gate", "down", "qkv", "out")]
