@@ -12,7 +12,6 @@ import numpy as np
 
 KV_ROW = 4 * 256 * 4
 STATE_ROW = 48 * 128 * 128 * 4
-L2_BYTES = 60 << 20
 COPY_ROW = 16 << 10
 
 
@@ -40,6 +39,7 @@ def copy_case(moved: int):
     from luce import _cuda_gather as kg
     from luce.ops.cuda_memory import DeviceBuffer
     from luce.ops.native import load_kernels
+    from tests.kernels.bench_matmul import L2_BYTES
 
     load_kernels()
     rows = max(1, moved // 2 // COPY_ROW)
@@ -64,7 +64,7 @@ for _name, _args in (("gather_kv_commit_64x4KiB", (64, KV_ROW, 65536)),
     _c.__name__ = _name
     BENCH_CASES.append(_c)
 # The bytes a 27B one-row matmul reads: Q4_K out 5120 x 6144 (17.7 MB), Q4_K q|k|v (29.5 MB), Q4_K gate
-# (50.1 MB); and 1 GiB, the roof's own copy, for comparison within one run.
+# (50.1 MB); and 1 GiB in the same 16 KiB rows (the roof copies 1 MiB rows), so only the size differs.
 for _name, _moved in (("17.7MB", 17_694_720), ("29.5MB", 29_491_200), ("50.1MB", 50_135_040), ("1GiB", 1 << 30)):
     _c = functools.partial(copy_case, _moved)
     _c.__name__ = f"gather_copy_moving_{_name}"
