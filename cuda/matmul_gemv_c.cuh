@@ -181,24 +181,68 @@ struct GroupFloatC {
                     c2[((int64_t)r * chunks + ch[s]) * kGroups + j] = make_float2(sum[s][r], scale[s][r]);
     }
 
-    // Chain kp of a row: c_row [chunks][8] float2, xd [chunks], xs [groups] (offset types).
+    // Chain kp of a row: c_row [chunks][8] float2, xd [chunks], xs [groups] (offset types). With two
+    // chunk slots a lane (k > 16,384: the 27B down projections) four chunks' combines (cacc, which do not
+    // depend on acc) run side by side before each meets acc in chunk order: the same operations in the
+    // same order, a chain of ~17 + 5 x 8 dependent fmas at k = 17,408 instead of 17 x 9. H100, docs/PERF.md
+    // session 46: Q8_0 86.3 -> 40.0 us, Q5_0 65.6 -> 44.1. With one slot it cost the Coder-0.5B's Q5_0 /
+    // Q8_0 step 2.6% (registers: Q5_0 64 -> 98), so one slot keeps the plain chain.
     static __device__ __forceinline__ float chain(const float *c_row, const float *xd, const float *xs, int kp,
                                                   int chunks, int groups) {
         const float2 *c2 = reinterpret_cast<const float2 *>(c_row);
         float acc = 0.0f;
-        for (int c = kp; c < chunks; c += 4) {
-            const int ng = groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;  // chunk_groups
-            float cacc = 0.0f;
+        if constexpr (CPL >= 2) {
+            int c = kp;
+            for (; c + 12 < chunks - 1; c += 16) {  // four whole chunks (only the last chunk can be partial)
+                float cacc[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) cacc[u] = combine(c2, c + 4 * u, kGroups);
+#pragma unroll
+                for (int u = 0; u < 4; ++u) acc = meet(c2, xd, xs, c + 4 * u, kGroups, cacc[u], acc);
+            }
+            for (; c < chunks; c += 4) {
+                const int ng = groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;  // chunk_groups
+                acc = meet(c2, xd, xs, c, ng, combine(c2, c, ng), acc);
+            }
+        } else {
+            for (int c = kp; c < chunks; c += 4) {
+                const int ng = groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;  // chunk_groups
+                float cacc = 0.0f;
+#pragma unroll
+                for (int jj = 0; jj < kGroups; ++jj) {
+                    if (jj >= ng) break;
+                    const float2 p = c2[c * kGroups + jj];
+                    cacc = fmaf(p.y, p.x, cacc);
+                    if (G::kOffset) acc = fmaf(G::offset(p.y), xs[c * kGroups + jj], acc);
+                }
+                acc = fmaf(xd[c], cacc, acc);
+            }
+        }
+        return acc;
+    }
+
+    // Chunk c's combine over its ng groups in order: cacc = fma(scale_j, sum_j, cacc).
+    static __device__ __forceinline__ float combine(const float2 *c2, int c, int ng) {
+        float cacc = 0.0f;
+#pragma unroll
+        for (int jj = 0; jj < kGroups; ++jj) {
+            if (jj >= ng) break;
+            const float2 p = c2[c * kGroups + jj];
+            cacc = fmaf(p.y, p.x, cacc);
+        }
+        return cacc;
+    }
+
+    // acc after chunk c: its groups' offset terms in order (offset types), then xd_c * cacc.
+    static __device__ __forceinline__ float meet(const float2 *c2, const float *xd, const float *xs, int c, int ng,
+                                                 float cacc, float acc) {
+        if (G::kOffset)
 #pragma unroll
             for (int jj = 0; jj < kGroups; ++jj) {
                 if (jj >= ng) break;
-                const float2 p = c2[c * kGroups + jj];
-                cacc = fmaf(p.y, p.x, cacc);
-                if (G::kOffset) acc = fmaf(G::offset(p.y), xs[c * kGroups + jj], acc);
+                acc = fmaf(G::offset(c2[c * kGroups + jj].y), xs[c * kGroups + jj], acc);
             }
-            acc = fmaf(xd[c], cacc, acc);
-        }
-        return acc;
+        return fmaf(xd[c], cacc, acc);
     }
 };
 

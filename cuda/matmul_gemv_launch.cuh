@@ -61,9 +61,11 @@ struct OneRow {
     bool runs, deep, x_in_lane, staged;
 };
 
-// Q8_0 and Q5_0 (f16 scale per group) one-row calls take the one-row kernel under tune 0.
-// NOT measured on a GPU yet (written for Qwen2.5-0.5B's decode, whose q/k/v/out/gate/up are
-// Q5_0 and Q8_0 at k = 896): false gives them the tile kernel again (tune 5 / 6 still force it).
+// Q8_0 and Q5_0 (f16 scale per group) one-row calls take the one-row kernel under tune 0. H100,
+// 27B shapes, x quantized by the call, us, one-row / tile kernel (tune 4), docs/PERF.md session 46:
+// Q8_0 gate 40.6 / 44.6, q|k|v 25.9 / 30.0, out 18.7 / 25.8, down 40.0 / 73.3 (two chunk slots:
+// GroupFloatC's four-chunk chain); Q5_0 34.8 / 41.3, 23.4 / 26.9, 14.9 / 24.2, 44.1 / 67.1. false
+// gives them the tile kernel again (tune 5 / 6 still force the one-row kernel).
 constexpr bool kGemvGroupScaleByDefault = true;
 
 // The staged form's arguments for a one-row call (its warps and stages set at launch).
