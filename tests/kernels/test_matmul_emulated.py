@@ -213,13 +213,15 @@ def test_iq4_xs_two_chunk_slots(lib):
         assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
 
 
-@pytest.mark.parametrize("qtype,k", [(Q.Q8_0, 16640), (Q.Q8_0, 17504), (Q.Q5_0, 17504)],
-                         ids=lambda v: getattr(v, "name", str(v)))
-def test_group_scale_two_chunk_slots(lib, qtype, k):
+@pytest.mark.parametrize("qtype,k", [(Q.Q8_0, 16640), (Q.Q8_0, 17504), (Q.Q5_0, 17504), (Q.Q8_0, 5216),
+                                     (Q.Q5_0, 6144)], ids=lambda v: getattr(v, "name", str(v)))
+def test_group_scale_long_chains(lib, qtype, k):
     """Q8_0 / Q5_0 past 64 chunks (two chunk slots a lane, 2 rows a batch; k = 17,504: 68 whole
     chunks and one of 3 groups, the 27B's down projections at k = 17,408 plus a partial chunk;
-    16,640: 65 whole): the one-row kernel's ordered chains of 17 chunks' (sum, scale) pairs (tune 0
-    and 5; tune 6's ring does not fit 48 KiB there) give bitwise the tile kernel's row."""
+    16,640: 65 whole) and with one slot at the 27B's other k (5,216: 20 whole chunks and one of 3
+    groups; 6,144: 24 whole): the one-row kernel's ordered chains of 5 to 17 chunks' (sum, scale)
+    pairs, four chunks' combines side by side where GroupFloatC::chain takes that form (tune 0 and
+    5; tune 6's ring does not fit 48 KiB past 64 chunks) give bitwise the tile kernel's row."""
     n = 9
     raw, _ = weights(qtype, n, k)
     x = activations(1, k, seed=k)
