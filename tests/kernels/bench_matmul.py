@@ -101,16 +101,16 @@ BENCH_CASES = [c for q in GOAL_TYPES for s in BIG_SHAPES for c in (
 # Q4_K / Q5_K / Q6_K where the register form does not run), tune 4 the tile kernel.
 BENCH_CASES += [_case(q, s, 1, tune=t) for t in (5, 6) for q in ("IQ4_XS", "Q4_K", "Q6_K", "Q5_K")
                 for s in BIG_SHAPES + list(SMALL_SHAPES)]
-# Q8_0 and Q5_0 at one row: tune 0 takes the one-row kernel (4 rows a batch, as tune 5; not yet
-# measured against the tile kernel: cuda/matmul.cu kGemvGroupScaleByDefault), tune 4 the tile
-# kernel, tune 6 the one-row kernel with 8 rows a batch; at the Qwen2.5-0.5B shapes, the 27B and
+# Q8_0 and Q5_0 at one row: tune 0 takes the one-row kernel (4 rows a batch, as tune 5; faster than
+# the tile kernel at every 27B shape: cuda/matmul_gemv_launch.cuh kGemvGroupScaleByDefault), tune 4 the
+# tile kernel, tune 6 the one-row kernel with 8 rows a batch; at the Qwen2.5-0.5B shapes, the 27B and
 # Coder-1.5B ones.
 BENCH_CASES += [_case(q, s, 1, tune=t) for q, shapes in (("Q5_0", QWEN05B_SHAPES), ("Q8_0", ("q05kv", "q05q")))
                 for s in shapes for t in (0, 4, 6)]
 BENCH_CASES += [_case(q, s, 1, tune=4) for q in ("Q8_0", "Q5_0") for s in BIG_SHAPES + list(SMALL_SHAPES)]
 # Q8_0 / Q5_0 at one row, the one-row kernel forced (tune 5) beside tune 0 and the tile kernel (tune 4): at the
-# down projection (k = 17,408, two chunk slots a lane) tune 0's one-row kernel took 2.2x / 1.9x its gate's time
-# for the same bytes (docs/PERF.md session 45).
+# down projection (k = 17,408, two chunk slots a lane) the one-row kernel took 2.2x / 1.9x its gate's time for
+# the same bytes until its chain ran four chunks' combines side by side (docs/PERF.md sessions 45-46).
 BENCH_CASES += [_case(q, s, 1, tune=5) for q in ("Q8_0", "Q5_0") for s in ("gate", "down", "qkv", "out")]
 BENCH_CASES += [_case(q, s, 1, tune=t) for t in (4, 8) for q in ("Q4_K", "Q5_K", "Q6_K")
                 for s in ("gate", "down", "qkv", "out")]
