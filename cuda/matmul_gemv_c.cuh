@@ -204,7 +204,7 @@ struct GroupFloatC {
                 const int ng = groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;  // chunk_groups
                 acc = meet(c2, xd, xs, c, ng, combine(c2, c, ng), acc);
             }
-        } else {
+        } else {  // as before the four-chunk form (through combine / meet, Q5_0's code would differ)
             for (int c = kp; c < chunks; c += 4) {
                 const int ng = groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;  // chunk_groups
                 float cacc = 0.0f;
