@@ -196,39 +196,40 @@ struct GroupFloatC {
             for (; c + 12 < chunks - 1; c += 16) {  // four whole chunks (only the last chunk can be partial)
                 float cacc[4];
 #pragma unroll
-                for (int u = 0; u < 4; ++u) cacc[u] = combine(c2, c + 4 * u, kGroups);
+                for (int u = 0; u < 4; ++u) cacc[u] = combine<false>(c2, xs, c + 4 * u, kGroups, acc);
 #pragma unroll
                 for (int u = 0; u < 4; ++u) acc = meet(c2, xd, xs, c + 4 * u, kGroups, cacc[u], acc);
             }
             for (; c < chunks; c += 4) {
-                const int ng = groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;  // chunk_groups
-                acc = meet(c2, xd, xs, c, ng, combine(c2, c, ng), acc);
+                const int ng = groups_of(c, groups);
+                const float cacc = combine<false>(c2, xs, c, ng, acc);
+                acc = meet(c2, xd, xs, c, ng, cacc, acc);
             }
-        } else {  // as before the four-chunk form (through combine / meet, Q5_0's code would differ)
+        } else {  // each group's offset term meets acc beside its combine, as the chain ran before
             for (int c = kp; c < chunks; c += 4) {
-                const int ng = groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;  // chunk_groups
-                float cacc = 0.0f;
-#pragma unroll
-                for (int jj = 0; jj < kGroups; ++jj) {
-                    if (jj >= ng) break;
-                    const float2 p = c2[c * kGroups + jj];
-                    cacc = fmaf(p.y, p.x, cacc);
-                    if (G::kOffset) acc = fmaf(G::offset(p.y), xs[c * kGroups + jj], acc);
-                }
+                const float cacc = combine<true>(c2, xs, c, groups_of(c, groups), acc);  // advances acc first
                 acc = fmaf(xd[c], cacc, acc);
             }
         }
         return acc;
     }
 
-    // Chunk c's combine over its ng groups in order: cacc = fma(scale_j, sum_j, cacc).
-    static __device__ __forceinline__ float combine(const float2 *c2, int c, int ng) {
+    // Groups of chunk c (only the last chunk can have fewer than kGroups).
+    static __device__ __forceinline__ int groups_of(int c, int groups) {
+        return groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;
+    }
+
+    // Chunk c's combine over its ng groups in order: cacc = fma(scale_j, sum_j, cacc); kOffsets (offset
+    // types) also adds each group's offset term to acc as it goes (the one-slot chain: one loop).
+    template <bool kOffsets>
+    static __device__ __forceinline__ float combine(const float2 *c2, const float *xs, int c, int ng, float &acc) {
         float cacc = 0.0f;
 #pragma unroll
         for (int jj = 0; jj < kGroups; ++jj) {
             if (jj >= ng) break;
             const float2 p = c2[c * kGroups + jj];
             cacc = fmaf(p.y, p.x, cacc);
+            if (kOffsets && G::kOffset) acc = fmaf(G::offset(p.y), xs[c * kGroups + jj], acc);
         }
         return cacc;
     }
