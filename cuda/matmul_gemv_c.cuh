@@ -191,7 +191,7 @@ struct GroupFloatC {
                                                   int chunks, int groups) {
         const float2 *c2 = reinterpret_cast<const float2 *>(c_row);
         float acc = 0.0f;
-        if constexpr (CPL >= 2) {
+        if constexpr (CPL >= 2 || G::kWideChain) {
             int c = kp;
             for (; c + 12 < chunks - 1; c += 16) {  // four whole chunks (only the last chunk can be partial)
                 float cacc[4];
