@@ -185,8 +185,10 @@ struct GroupFloatC {
     // chunk slots a lane (k > 16,384: the 27B down projections) four chunks' combines (cacc, which do not
     // depend on acc) run side by side before each meets acc in chunk order: the same operations in the
     // same order, a chain of ~17 + 5 x 8 dependent fmas at k = 17,408 instead of 17 x 9. H100, docs/PERF.md
-    // session 46: Q8_0 86.3 -> 40.0 us, Q5_0 65.6 -> 44.1. With one slot it cost the Coder-0.5B's Q5_0 /
-    // Q8_0 step 2.6% (registers: Q5_0 64 -> 98), so one slot keeps the plain chain.
+    // session 46: Q8_0 86.3 -> 40.0 us, Q5_0 65.6 -> 44.1. With one slot only where G::kWideChain (Q8_0:
+    // 0.87-0.91x at the 27B's gate, q|k|v and out, the 27B Q8_0 step 79.1 -> 84.4 tok/s, the Coder-0.5B's
+    // unchanged; session 47). Q5_0 keeps the plain chain with one slot: its out shape lost 8-13% and the
+    // Coder-0.5B's step 2.6% with the wide form (registers 64 -> 98).
     static __device__ __forceinline__ float chain(const float *c_row, const float *xd, const float *xs, int kp,
                                                   int chunks, int groups) {
         const float2 *c2 = reinterpret_cast<const float2 *>(c_row);

@@ -260,7 +260,7 @@ struct GemvBlock32 {
 struct GemvQ80 : GemvBlock32<34, 8> {
     using Tensor = ReaderQ80;
     static constexpr bool kOffset = false;
-    static constexpr bool kWideChain = true;  // one chunk slot too: GroupFloatC::chain
+    static constexpr bool kWideChain = true;  // GroupFloatC::chain's four-chunk form with one chunk slot too
     static __device__ __forceinline__ void words(const Raw &r, int, GroupWords &g) {
         const uint32_t sel = block32_sel(r.sh);
 #pragma unroll
@@ -277,7 +277,7 @@ struct GemvQ80 : GemvBlock32<34, 8> {
 struct GemvQ50 : GemvBlock32<22, 5> {
     using Tensor = ReaderQ50;
     static constexpr bool kOffset = true;
-    static constexpr bool kWideChain = false;
+    static constexpr bool kWideChain = false;  // see GroupFloatC::chain
     static __device__ __forceinline__ void words(const Raw &r, int, GroupWords &g) {
         const uint32_t sel = block32_sel(r.sh), qh = byte_perm(r.w[0], r.w[1], sel);
 #pragma unroll
