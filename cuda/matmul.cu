@@ -24,8 +24,9 @@
 // One-row decode calls may take instead the dp4a kernel of matmul_gemv.cuh (IQ4_XS: its staged
 // form, matmul_gemv_staged.cuh), which computes the same integers and float steps (the same bits),
 // and under LUCE_MATMUL_X_ONCE quantizes x itself (matmul_gemv_x.cuh: one launch, no workspace);
-// IQ4_XS, Q5_K, Q4_K and Q6_K decode calls of 2..8 rows at k <= 6,144 the few-row kernel of
-// matmul_gemv_rows.cuh and past it its large-k form, matmul_gemv_rows_k.cuh (ditto).
+// IQ4_XS, Q5_K, Q4_K, Q6_K and Q8_0 decode calls of 2..8 rows at k <= 6,144 the few-row kernel of
+// matmul_gemv_rows.cuh and past it (Q8_0: also where its stages do not fit) its large-k form,
+// matmul_gemv_rows_k.cuh (ditto).
 #include <stdlib.h>
 
 #include "matmul_kquants.cuh"

@@ -1,6 +1,6 @@
-// Few-row decode matmul (IQ4_XS, Q5_K, Q4_K, Q6_K; 2..8 rows of x): y [M, n] = x [M, k] @ W^T
+// Few-row decode matmul (IQ4_XS, Q5_K, Q4_K, Q6_K, Q8_0; 2..8 rows of x): y [M, n] = x [M, k] @ W^T
 // (+ bias), the same integers and float steps as the tile kernel (cuda/matmul.cu mmq_kernel,
-// matmul_chunk.cuh mmq_chunk_int) and as the one-row kernels (matmul_gemv.cuh,
+// matmul_chunk.cuh mmq_chunk_int, and for Q8_0 mmq_chunk_float) and as the one-row kernels (matmul_gemv.cuh,
 // matmul_gemv_staged.cuh), so every row of x gets bitwise the row it gets alone or in any other
 // call (DESIGN 5 rule 6).
 //
@@ -26,7 +26,9 @@
 // (A from the stage: the tile kernel's reader Q) with the 8 token columns: per group j, int32 sums hi, lo (mma m16n8k32 with x's high and low bytes; Q6_K
 // two m16n8k16 a group, one a 16-value half h), SH += scale_jh * hi, SL += scale_jh * lo, then per
 // (row, token) c = d * fma(SH, 256, SL), for Q4_K / Q5_K c = fma(negmin, MS, c) with MS = sum_j
-// min_j * sum(xq_j) (min_sum), into c [2][chunks][16][8] (shared).
+// min_j * sum(xq_j) (min_sum), into c [2][chunks][16][8] (shared). Q8_0 (an f16 scale a 32-value group,
+// no offset; k a multiple of 32: the last chunk may hold fewer groups) takes mmq_chunk_float's steps
+// instead: c = sum_j scale_j * float(256 hi_j + lo_j) in group order (gemv_rows_group_float).
 //
 // Per batch t (one block barrier): __syncthreads (turn t - 1 done everywhere: its stage may refill,
 // its c is whole), wait for batch t's copy, threads 4 * (M r + m) + kp (r < 16 rows, m < M tokens,
@@ -107,6 +109,65 @@ __device__ __forceinline__ void gemv_rows_store_c(const Q &rd, const int (&sh)[4
     }
 }
 
+// An integer-scale type's chunk ch: a lane's 4 c values from its sums over the chunk's groups (rows grp,
+// grp + 8; tokens 2 quad, 2 quad + 1), into c_ch [16][8].
+template <class Q>
+__device__ __forceinline__ void gemv_rows_int_c(const Q &rd, const uint4 (&xb)[kGroups], const uint4 *xp_s, int ch,
+                                                int grp, int quad, float *c_ch) {
+    int sh[4] = {}, sl[4] = {};
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+        uint32_t w[4];
+        rd.weights(j, quad, w);
+        int hi[4], lo[4];
+        if constexpr (!Q::kHalves) {
+            mma_k32<false>(w, xb[j].x, xb[j].y, 0, hi);
+            mma_k32<true>(w, xb[j].z, xb[j].w, 0, lo);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int s = rd.scale(j, 0, e >> 1);
+                sh[e] += s * hi[e];
+                sl[e] += s * lo[e];
+            }
+        } else {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                mma_k16<false>(w[2 * h], w[2 * h + 1], h ? xb[j].y : xb[j].x, 0, hi);
+                mma_k16<true>(w[2 * h], w[2 * h + 1], h ? xb[j].w : xb[j].z, 0, lo);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int s = rd.scale(j, h, e >> 1);
+                    sh[e] += s * hi[e];
+                    sl[e] += s * lo[e];
+                }
+            }
+        }
+    }
+    gemv_rows_store_c(rd, sh, sl, xp_s, ch, grp, quad, c_ch);
+}
+
+// Q8_0's group j: the tile kernel's step of mmq_chunk_float, cacc += scale_j * float(256 hi + lo), for a
+// lane's rows grp, grp + 8 (e >> 1) and tokens 2 quad, 2 quad + 1 (e & 1); returns hi[0] ^ lo[0] (the
+// products are done: matmul_gemv_rows_k.cuh's ldg_after).
+template <class Q>
+__device__ __forceinline__ int gemv_rows_group_float(const Q &rd, int j, int quad, const uint4 &b, float (&cacc)[4]) {
+    static_assert(!Q::kOffset, "the offset types' terms meet acc per group: not in these kernels' chains");
+    GroupOperands op;
+    rd.group(j, quad, op);
+    int hi[4], lo[4];
+    mma_k32<false>(op.a, b.x, b.y, 0, hi);
+    mma_k32<true>(op.a, b.z, b.w, 0, lo);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) cacc[e] = fmaf(op.scale[0][e >> 1], group_sum<false>(hi[e], lo[e]), cacc[e]);
+    return hi[0] ^ lo[0];
+}
+
+// A lane's 4 c values of a chunk (Q8_0: its cacc) into c_ch [16][8].
+__device__ __forceinline__ void gemv_rows_put_c(const float (&c)[4], int grp, int quad, float *c_ch) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c_ch[(grp + 8 * (e >> 1)) * kRowsMaxTokens + 2 * quad + (e & 1)] = c[e];
+}
+
 // Chain item i = 4 (M r + m) + kp of a batch's c_b [chunks][16][8]: acc_kp over chunks kp, kp + 4, ...
 // in order, and at kp = 0 ((acc0 + acc1) + acc2) + acc3 (the tile kernel's order); whole warps call.
 __device__ __forceinline__ float gemv_rows_chain(const float *c_b, const float *xd_s, int i, int M, int chunks) {
@@ -158,7 +219,7 @@ __device__ __forceinline__ void bulk_copy_part(uint8_t *dst, const uint8_t *src,
 
 template <class Q>
 __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
-    static_assert(Q::kIntScale && !Q::kGroupBytes, "256-value chunks with integer scales");
+    static_assert(Q::kIntScale != (Q::kGroupBytes != 0), "integer-scale chunks, or Q8_0's scaled groups");
     extern __shared__ uint4 gemv_rows_words[];  // 16-byte aligned
     uint8_t *stages = reinterpret_cast<uint8_t *>(gemv_rows_words);
     const int chunks = (int)a.x.chunks, n = (int)a.n, S = a.stages, M = a.tokens;
@@ -216,11 +277,12 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
     for (int t = 0; t < S - 1; ++t) issue(t);  // weights before the kernel ahead ends
     wait_for_prior_kernels();                  // x is written by the kernel ahead
     let_dependents_start();
-    uint4 xb[kGroups];  // B fragments of chunk ch: token grp's quad of each group (zero past M)
+    const int ng = chunk_groups<Q>(a.x, ch);  // kGroups but in a last chunk of Q8_0
+    uint4 xb[kGroups];  // B fragments of chunk ch: token grp's quad of each group (zero past M and ng)
 #pragma unroll
     for (int j = 0; j < kGroups; ++j)
-        xb[j] = grp < M ? __ldg(a.x.xq + ((int64_t)grp * a.x.groups + (int64_t)ch * kGroups + j) * 4 + quad)
-                        : make_uint4(0, 0, 0, 0);
+        xb[j] = grp < M && j < ng ? __ldg(a.x.xq + ((int64_t)grp * a.x.groups + (int64_t)ch * kGroups + j) * 4 + quad)
+                                  : make_uint4(0, 0, 0, 0);
     gemv_rows_stage_x<Q>(a.x, M, chunks, xd_s, xp_s, tid);
 
     // Chains of a batch: item i = 4 * (M r + m) + kp (r < 16 rows, m < M tokens, kp < 4) takes acc_kp
@@ -258,36 +320,16 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
         const uint8_t *c0 = warp_chunk + slot * stage_bytes;
         Q rd;
         rd.load(c0 + grp * stride, c0 + (grp + 8) * stride, quad, kGroups);
-        int sh[4] = {}, sl[4] = {};
+        float *c_ch = c_s + ((t & 1) * chunks + ch) * kRowsTile * kRowsMaxTokens;
+        if constexpr (Q::kIntScale) {
+            gemv_rows_int_c(rd, xb, xp_s, ch, grp, quad, c_ch);
+        } else {
+            float cacc[4] = {};
 #pragma unroll
-        for (int j = 0; j < kGroups; ++j) {
-            uint32_t w[4];
-            rd.weights(j, quad, w);
-            int hi[4], lo[4];
-            if constexpr (!Q::kHalves) {
-                mma_k32<false>(w, xb[j].x, xb[j].y, 0, hi);
-                mma_k32<true>(w, xb[j].z, xb[j].w, 0, lo);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int s = rd.scale(j, 0, e >> 1);
-                    sh[e] += s * hi[e];
-                    sl[e] += s * lo[e];
-                }
-            } else {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    mma_k16<false>(w[2 * h], w[2 * h + 1], h ? xb[j].y : xb[j].x, 0, hi);
-                    mma_k16<true>(w[2 * h], w[2 * h + 1], h ? xb[j].w : xb[j].z, 0, lo);
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int s = rd.scale(j, h, e >> 1);
-                        sh[e] += s * hi[e];
-                        sl[e] += s * lo[e];
-                    }
-                }
-            }
+            for (int j = 0; j < kGroups; ++j)
+                if (j < ng) gemv_rows_group_float(rd, j, quad, xb[j], cacc);
+            gemv_rows_put_c(cacc, grp, quad, c_ch);
         }
-        gemv_rows_store_c(rd, sh, sl, xp_s, ch, grp, quad, c_s + ((t & 1) * chunks + ch) * kRowsTile * kRowsMaxTokens);
         if (++slot == S) {
             slot = 0;
             parity ^= 1;

@@ -1,6 +1,7 @@
-// Few-row decode matmul at large k (IQ4_XS, Q4_K, Q5_K, Q6_K; 2..8 rows of x; k > 6,144, the 27B's
-// down projection 5120 x 17408): y [M, n] = x [M, k] @ W^T (+ bias) with the same integers and float
-// steps as the tile kernel (cuda/matmul.cu mmq_kernel, matmul_chunk.cuh mmq_chunk_int), the one-row
+// Few-row decode matmul at large k (IQ4_XS, Q4_K, Q5_K, Q6_K, Q8_0; 2..8 rows of x; k > 6,144, the 27B's
+// down projection 5120 x 17408; Q8_0 also where matmul_gemv_rows.cuh's stages do not fit, k = 6,144):
+// y [M, n] = x [M, k] @ W^T (+ bias) with the same integers and float steps as the tile kernel
+// (cuda/matmul.cu mmq_kernel, matmul_chunk.cuh mmq_chunk_int; Q8_0 mmq_chunk_float), the one-row
 // kernels and the few-row kernel of matmul_gemv_rows.cuh, so every row of x gets bitwise the row it
 // gets alone or in any other call (DESIGN 5 rule 6). Per (row, token) and chunk ch the exact
 // integers SH, SL (and MS, the min term) give c = d * fma(SH, 256, SL) (+ negmin * MS); the chains
@@ -125,7 +126,7 @@ __device__ __forceinline__ uint4 ldg_after(const uint4 *p, int after) {
 
 template <class Q, int R, bool kSplit>
 __global__ void LUCE_GEMV_ROWS_K_BOUNDS gemv_rows_k_kernel(GemvRowsKArgs a) {
-    static_assert(Q::kIntScale && !Q::kGroupBytes, "256-value chunks with integer scales");
+    static_assert(Q::kIntScale != (Q::kGroupBytes != 0), "integer-scale chunks, or Q8_0's scaled groups");
     static_assert(!kSplit || (!Q::kHalves && !Q::kOffset && Q::kChunkBytes == 136), "the split lookup is IQ4_XS's");
     using Copier = LaneCopier<Q, R>;
     extern __shared__ uint4 gemv_rows_k_words[];  // 16-byte aligned
@@ -208,50 +209,60 @@ __global__ void LUCE_GEMV_ROWS_K_BOUNDS gemv_rows_k_kernel(GemvRowsKArgs a) {
             // harmless reload): its B fragments replace this chunk's group by group.
             const int64_t next = i + 1 < count ? ch + W : warp;
             const uint4 *x_next = x_row + next * kGroups * 4;
-            int sh[4] = {}, sl[4] = {};
-            auto add_scaled = [&](int j, int h, const int (&hi)[4], const int (&lo)[4]) {  // SH, SL += scale * sums
+            if constexpr (!Q::kIntScale) {  // Q8_0 (whole chunks: gemv_rows_k_runs)
+                float cacc[4] = {};
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int s = rd.scale(j, h, e >> 1);
-                    sh[e] += s * hi[e];
-                    sl[e] += s * lo[e];
+                for (int j = 0; j < kGroups; ++j) {
+                    const uint4 b = xb[j];
+                    xb[j] = ldg_after(x_next + 4 * j, gemv_rows_group_float(rd, j, quad, b, cacc));
                 }
-            };
+                gemv_rows_put_c(cacc, grp, quad, c_b + ch * kRowsTile * kRowsMaxTokens);
+            } else {
+                int sh[4] = {}, sl[4] = {};
+                auto add_scaled = [&](int j, int h, const int (&hi)[4], const int (&lo)[4]) {  // SH, SL += scale * sums
 #pragma unroll
-            for (int j = 0; j < kGroups; ++j) {
-                const uint4 b = xb[j];
-                int hi[4], lo[4];
-                if constexpr (kSplit) {
-                    uint32_t p1[4], p2[4];
-                    iq4_split_weights(rd, j, quad, t0, u0, p1, p2);
-                    const uint32_t h0 = byte_perm(b.x, b.y, 0x5140), h1 = byte_perm(b.x, b.y, 0x7362);
-                    const uint32_t l0 = byte_perm(b.z, b.w, 0x5140), l1 = byte_perm(b.z, b.w, 0x7362);
-                    mma_k32<false>(p1, h0, h1, 0, hi);
-                    mma_k32_acc<false>(p2, h0, h1, hi, hi);
-                    mma_k32<true>(p1, l0, l1, 0, lo);
-                    mma_k32_acc<true>(p2, l0, l1, lo, lo);
-                    xb[j] = ldg_after(x_next + 4 * j, hi[0] ^ lo[0]);
-                    add_scaled(j, 0, hi, lo);
-                } else {
-                    uint32_t w[4];
-                    rd.weights(j, quad, w);
-                    if constexpr (!Q::kHalves) {
-                        mma_k32<false>(w, b.x, b.y, 0, hi);
-                        mma_k32<true>(w, b.z, b.w, 0, lo);
+                    for (int e = 0; e < 4; ++e) {
+                        const int s = rd.scale(j, h, e >> 1);
+                        sh[e] += s * hi[e];
+                        sl[e] += s * lo[e];
+                    }
+                };
+#pragma unroll
+                for (int j = 0; j < kGroups; ++j) {
+                    const uint4 b = xb[j];
+                    int hi[4], lo[4];
+                    if constexpr (kSplit) {
+                        uint32_t p1[4], p2[4];
+                        iq4_split_weights(rd, j, quad, t0, u0, p1, p2);
+                        const uint32_t h0 = byte_perm(b.x, b.y, 0x5140), h1 = byte_perm(b.x, b.y, 0x7362);
+                        const uint32_t l0 = byte_perm(b.z, b.w, 0x5140), l1 = byte_perm(b.z, b.w, 0x7362);
+                        mma_k32<false>(p1, h0, h1, 0, hi);
+                        mma_k32_acc<false>(p2, h0, h1, hi, hi);
+                        mma_k32<true>(p1, l0, l1, 0, lo);
+                        mma_k32_acc<true>(p2, l0, l1, lo, lo);
                         xb[j] = ldg_after(x_next + 4 * j, hi[0] ^ lo[0]);
                         add_scaled(j, 0, hi, lo);
                     } else {
+                        uint32_t w[4];
+                        rd.weights(j, quad, w);
+                        if constexpr (!Q::kHalves) {
+                            mma_k32<false>(w, b.x, b.y, 0, hi);
+                            mma_k32<true>(w, b.z, b.w, 0, lo);
+                            xb[j] = ldg_after(x_next + 4 * j, hi[0] ^ lo[0]);
+                            add_scaled(j, 0, hi, lo);
+                        } else {
 #pragma unroll
-                        for (int h = 0; h < 2; ++h) {
-                            mma_k16<false>(w[2 * h], w[2 * h + 1], h ? b.y : b.x, 0, hi);
-                            mma_k16<true>(w[2 * h], w[2 * h + 1], h ? b.w : b.z, 0, lo);
-                            if (h) xb[j] = ldg_after(x_next + 4 * j, hi[0] ^ lo[0]);
-                            add_scaled(j, h, hi, lo);
+                            for (int h = 0; h < 2; ++h) {
+                                mma_k16<false>(w[2 * h], w[2 * h + 1], h ? b.y : b.x, 0, hi);
+                                mma_k16<true>(w[2 * h], w[2 * h + 1], h ? b.w : b.z, 0, lo);
+                                if (h) xb[j] = ldg_after(x_next + 4 * j, hi[0] ^ lo[0]);
+                                add_scaled(j, h, hi, lo);
+                            }
                         }
                     }
                 }
+                gemv_rows_store_c(rd, sh, sl, xp_s, ch, grp, quad, c_b + ch * kRowsTile * kRowsMaxTokens);
             }
-            gemv_rows_store_c(rd, sh, sl, xp_s, ch, grp, quad, c_b + ch * kRowsTile * kRowsMaxTokens);
             __syncwarp();  // every lane is done with the stage before a later chunk refills it
         }
         __syncthreads();  // every warp's chunks of batch t: its c is whole
@@ -260,11 +271,13 @@ __global__ void LUCE_GEMV_ROWS_K_BOUNDS gemv_rows_k_kernel(GemvRowsKArgs a) {
     }
 }
 
-// The large-k form can run: 2..8 rows of x, more chunks than matmul_gemv_rows.cuh takes, row indices
-// as int, and one c buffer's shared memory within the device's opt-in limit (0: unknown, 48 KiB).
+// The large-k form can run: 2..8 rows of x, more chunks than matmul_gemv_rows.cuh takes (Q8_0: any
+// count of whole chunks), row indices as int, and one c buffer's shared memory within the device's
+// opt-in limit (0: unknown, 48 KiB).
 template <class Q>
 bool gemv_rows_k_runs(int64_t rows, int64_t n, const XLayout &x, int smem_limit) {
-    return rows >= 2 && rows <= kRowsMaxTokens && x.chunks > kRowsMaxChunks && n < ((int64_t)1 << 30) &&
+    const bool chunks_ok = Q::kGroupBytes ? x.groups == x.chunks * kGroups : x.chunks > kRowsMaxChunks;
+    return rows >= 2 && rows <= kRowsMaxTokens && chunks_ok && n < ((int64_t)1 << 30) &&
            gemv_rows_k_smem_bytes<Q>(x.chunks, 1) <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
 }
 

@@ -1,8 +1,9 @@
 // Which decode calls of luce_matmul (cuda/matmul.cu) take the few-row kernel (matmul_gemv_rows.cuh:
-// 2..8 rows of IQ4_XS, Q5_K, Q4_K, Q6_K where it runs; its large-k form, matmul_gemv_rows_k.cuh, past
-// 24 chunks), and their launches. Static: their function-local
-// statics (the device's limit, the resident blocks) stay one library's own where several libraries of
-// this source share a process (the emulator's builds; inline ones would be merged, GNU unique).
+// 2..8 rows of IQ4_XS, Q5_K, Q4_K, Q6_K, Q8_0 where it runs; its large-k form, matmul_gemv_rows_k.cuh,
+// past 24 chunks, and for Q8_0 also where the few-row kernel's stages do not fit), and their launches.
+// Static: their function-local statics (the device's limit, the resident blocks) stay one library's own
+// where several libraries of this source share a process (the emulator's builds; inline ones would be
+// merged, GNU unique).
 #pragma once
 
 #include <cstdlib>
@@ -72,6 +73,11 @@ static int launch_gemv_rows_k(GemvRowsKArgs a, int smem_limit, cudaStream_t stre
 // whatever these say; tune 10: as tune 0 with the tile kernel at 2..8 rows (LUCE_MATMUL_TUNE=10: a
 // whole-step A/B).
 constexpr bool kGemvRowsIQ4XS = true, kGemvRowsQ5K = true, kGemvRowsQ4K = true, kGemvRowsQ6K = true;
+// Q8_0 (mmq_chunk_float's steps; both forms, kGemvRowsKQ80 below). H200, docs/PERF.md session 47, us at
+// 2 / 5 / 8 rows against the tile kernel: gate 36.8 / 37.2 / 38.8 against 43.8 / 55.2 / 58.7, q|k|v at 5
+// 23.4 against 30.8, out (the large-k form) 16.0 / 18.0 / 19.5 against 24.3 / 26.9 / 27.1, down 36.9 /
+// 41.4 / 44.9 against 75.3 / 84.2 / 86.4; the 27B Q8_0 step at C5 18.8 -> 12.0 ms.
+constexpr bool kGemvRowsQ80 = true;
 // The same for the large-k form (matmul_gemv_rows_k.cuh: k > 6,144, the 27B's down projection at
 // 17,408) under tune 0. H200, 27B down 5120 x 17408, us at 2 / 5 / 8 rows, the large-k form (tune 9)
 // against the tile kernel (tune 4), helper rowsdown 2026-12-04: IQ4_XS 30.6 / 32.8 / 34.7 against
@@ -81,6 +87,7 @@ constexpr bool kGemvRowsIQ4XS = true, kGemvRowsQ5K = true, kGemvRowsQ4K = true, 
 // kGemvRowsKSplitIQ4XS: its IQ4_XS table lookup in the split form (R1 + R2, two mma a product; false:
 // iq4_lookup, one mma; 43.8 against 47.2 us at 5 rows in an earlier shape), the same bits either way.
 constexpr bool kGemvRowsKIQ4XS = true, kGemvRowsKQ5K = false, kGemvRowsKQ4K = false, kGemvRowsKQ6K = false;
+constexpr bool kGemvRowsKQ80 = true;
 constexpr bool kGemvRowsKSplitIQ4XS = true;
 
 // LUCE_MATMUL_ROWS_TYPES (e.g. "iq4_xs,q5_k"; "none"): the types taking it under tune 0 instead
@@ -94,6 +101,7 @@ static inline int gemv_rows_env_types() {
         if (strstr(e, "q5_k")) m |= 2;
         if (strstr(e, "q4_k")) m |= 4;
         if (strstr(e, "q6_k")) m |= 8;
+        if (strstr(e, "q8_0")) m |= 16;
         return m;
     }();
     return mask;
@@ -104,7 +112,8 @@ static inline int gemv_rows_env_types() {
 static inline bool gemv_rows_by_default(int qtype, bool large_k) {
     const int env = gemv_rows_env_types();
     if (env >= 0) {
-        const int bit = qtype == LUCE_QT_IQ4_XS ? 1 : qtype == LUCE_QT_Q5_K ? 2 : qtype == LUCE_QT_Q4_K ? 4 : qtype == LUCE_QT_Q6_K ? 8 : 0;
+        const int bit = qtype == LUCE_QT_IQ4_XS ? 1 : qtype == LUCE_QT_Q5_K ? 2 : qtype == LUCE_QT_Q4_K ? 4
+                        : qtype == LUCE_QT_Q6_K ? 8 : qtype == LUCE_QT_Q8_0 ? 16 : 0;
         return (env & bit) != 0;
     }
     switch (qtype) {
@@ -112,6 +121,7 @@ static inline bool gemv_rows_by_default(int qtype, bool large_k) {
         case LUCE_QT_Q5_K: return large_k ? kGemvRowsKQ5K : kGemvRowsQ5K;
         case LUCE_QT_Q4_K: return large_k ? kGemvRowsKQ4K : kGemvRowsQ4K;
         case LUCE_QT_Q6_K: return large_k ? kGemvRowsKQ6K : kGemvRowsQ6K;
+        case LUCE_QT_Q8_0: return large_k ? kGemvRowsKQ80 : kGemvRowsQ80;
         default: return false;
     }
 }
@@ -125,6 +135,7 @@ static inline int try_gemv_rows_k(const luce_matmul_params *p, const uint8_t *w,
         case LUCE_QT_Q5_K: runs = gemv_rows_k_runs<ReaderQ5K>(p->rows, p->n, xl, smem_limit); break;
         case LUCE_QT_Q4_K: runs = gemv_rows_k_runs<ReaderQ4K>(p->rows, p->n, xl, smem_limit); break;
         case LUCE_QT_Q6_K: runs = gemv_rows_k_runs<ReaderQ6K>(p->rows, p->n, xl, smem_limit); break;
+        case LUCE_QT_Q8_0: runs = gemv_rows_k_runs<ReaderQ80>(p->rows, p->n, xl, smem_limit); break;
         default: runs = gemv_rows_k_runs<ReaderIQ4XS>(p->rows, p->n, xl, smem_limit); break;
     }
     if (!runs) return -1;
@@ -133,6 +144,7 @@ static inline int try_gemv_rows_k(const luce_matmul_params *p, const uint8_t *w,
         case LUCE_QT_Q5_K: return launch_gemv_rows_k<ReaderQ5K>(a, smem_limit, stream);
         case LUCE_QT_Q4_K: return launch_gemv_rows_k<ReaderQ4K>(a, smem_limit, stream);
         case LUCE_QT_Q6_K: return launch_gemv_rows_k<ReaderQ6K>(a, smem_limit, stream);
+        case LUCE_QT_Q8_0: return launch_gemv_rows_k<ReaderQ80>(a, smem_limit, stream);
         default: return launch_gemv_rows_k<ReaderIQ4XS, kGemvRowsKSplitIQ4XS>(a, smem_limit, stream);
     }
 }
@@ -150,7 +162,7 @@ static inline int try_gemv_rows(const luce_matmul_params *p, const uint8_t *w, c
     return -1;
 #else
     const bool type = p->qtype == LUCE_QT_IQ4_XS || p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q4_K ||
-                      p->qtype == LUCE_QT_Q6_K;
+                      p->qtype == LUCE_QT_Q6_K || p->qtype == LUCE_QT_Q8_0;
     const bool large_k = xl.chunks > kRowsMaxChunks;
     if (!type || p->path != LUCE_MATMUL_DECODE || p->rows < 2 || p->rows > 8 ||
         !(p->tune == 9 || (p->tune == 0 && gemv_rows_by_default(p->qtype, large_k))))
@@ -158,12 +170,14 @@ static inline int try_gemv_rows(const luce_matmul_params *p, const uint8_t *w, c
     static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     if (large_k) return try_gemv_rows_k(p, w, xl, row_bytes, smem_limit, stream);
     const bool planes = p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q4_K;  // the types with mins (kOffset)
-    if (!gemv_rows_runs(w, p->rows, p->n, xl, row_bytes, planes, smem_limit)) return -1;
+    if (!gemv_rows_runs(w, p->rows, p->n, xl, row_bytes, planes, smem_limit))  // Q8_0 at k = 6,144: 229 KiB
+        return p->qtype == LUCE_QT_Q8_0 ? try_gemv_rows_k(p, w, xl, row_bytes, smem_limit, stream) : -1;
     const GemvRowsArgs a{w, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0, 0};
     switch (p->qtype) {
         case LUCE_QT_Q5_K: return launch_gemv_rows<ReaderQ5K>(a, smem_limit, stream);
         case LUCE_QT_Q4_K: return launch_gemv_rows<ReaderQ4K>(a, smem_limit, stream);
         case LUCE_QT_Q6_K: return launch_gemv_rows<ReaderQ6K>(a, smem_limit, stream);
+        case LUCE_QT_Q8_0: return launch_gemv_rows<ReaderQ80>(a, smem_limit, stream);
         default: return launch_gemv_rows<ReaderIQ4XS>(a, smem_limit, stream);
     }
 #endif

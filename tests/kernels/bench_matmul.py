@@ -217,6 +217,10 @@ BENCH_CASES += [_case(q, s, 5, tune=t) for q, s in (("Q5_K", "qkv"), ("Q4_K", "g
 # tools/bench.py --filter _K_down_t2_tune,_K_down_t5_tune,_K_down_t8_tune (one row: _K_down_t1$).
 BENCH_CASES += [_case(q, "down", r, tune=t) for q in ("Q4_K", "Q6_K") for r in (2, 5, 8) for t in (4, 9)]
 BENCH_CASES += [_case("Q5_K", "down", 5, tune=t) for t in (4, 9)]
+# Q8_0 at 2, 5 and 8 rows (a Q8_0 27B at C2..C5): the few-row kernel at gate / q|k|v (k = 5120), its large-k
+# form at out (k = 6144: the few-row kernel's stages do not fit) and down (tune 9), against the tile kernel
+# (tune 4): tools/bench.py --filter _Q8_0_gate_t5_tune,_Q8_0_out_t5_tune,... (one row: _Q8_0_gate_t1$).
+BENCH_CASES += [_case("Q8_0", s, r, tune=t) for s in ("gate", "qkv", "out", "down") for r in (2, 5, 8) for t in (4, 9)]
 # Verify and draft-block row counts (issue 17, deliverable 3: 16-64 rows; a DFlash pass at C5 is 80
 # rows): the tile kernel's launch shapes at tune 0 (by row count), 1 (the ring) and 2 (two row tiles
 # a block), at the 27B shapes, a Q8_0 matrix of the DFlash draft's size and the LM head.

@@ -346,18 +346,21 @@ def test_bad_arguments_raise():
         km.matmul(small.ptr, small.ptr, 0, small.ptr, small.ptr, 16, 2, 16, 256, int(Q.Q4_K))
 
 
-# The few-row kernel (matmul_gemv_rows.cuh: IQ4_XS, Q5_K, Q4_K, Q6_K; 2..8 rows, k <= 6144) at the
+# The few-row kernel (matmul_gemv_rows.cuh: IQ4_XS, Q5_K, Q4_K, Q6_K, Q8_0; 2..8 rows, k <= 6144) at the
 # 27B's gate/up and qkv k (5120: 20 warps) and out k (6144: 24 warps), and at k = 512 (Q6_K: 2048);
 # n not a multiple of 16 (a last batch overlapping the one before), more batches than the grid has
 # blocks at the 27B shapes. Q6_K at k = 5120 (4,200-byte rows, staged back to back) and IQ4_XS at
 # k = 1280 (680 B) need n row_bytes a multiple of 16: n even.
 # Its large-k form (matmul_gemv_rows_k.cuh: k > 6144) at the 27B's down projection (5120 x 17408: 320
 # batches over the one-wave grid, 2-3 a block; n + 3 for a last batch partly past n) and at k = 6400
-# (25 chunks: 13 warps, one of them a chunk short), every type.
+# (25 chunks: 13 warps, one of them a chunk short), every type. Q8_0 at k = 6144 takes the large-k form
+# (the few-row kernel's two stages do not fit 227 KiB); at k = 896 (a last chunk of 4 groups) the few-row
+# kernel.
 FEW_ROWS = [(4101, 5120), (5123, 6144), (37, 512)]
 FEW_ROWS_CASES = ([(q, n, k) for q in (Q.IQ4_XS, Q.Q5_K, Q.Q4_K) for n, k in FEW_ROWS] +
                   [(Q.Q6_K, 4102, 5120), (Q.Q6_K, 5123, 6144), (Q.Q6_K, 37, 2048), (Q.IQ4_XS, 38, 1280)] +
-                  [(q, n, k) for q in (Q.IQ4_XS, Q.Q4_K, Q.Q5_K, Q.Q6_K) for n, k in ((5123, 17408), (4101, 6400))])
+                  [(q, n, k) for q in (Q.IQ4_XS, Q.Q4_K, Q.Q5_K, Q.Q6_K) for n, k in ((5123, 17408), (4101, 6400))] +
+                  [(Q.Q8_0, n, k) for n, k in ((4101, 5120), (5123, 6144), (38, 896), (5123, 17408))])
 
 
 @pytest.mark.gpu

@@ -1,5 +1,6 @@
 """The few-row decode kernel (cuda/matmul_gemv_rows.cuh) for the K-quants Q5_K, Q4_K (integer scales
-and mins: the min term MS from x's byte planes) and Q6_K (signed scales by 16-value halves) on the
+and mins: the min term MS from x's byte planes), Q6_K (signed scales by 16-value halves) and Q8_0 (an
+f16 scale a 32-value group: the tile kernel's float steps; k = 896, a last chunk of 4 groups) on the
 CPU through the decode matmul's own source (tests/kernels/emu): 2..8 rows (tune 0 and 9) bitwise the
 tile kernel (tune 4 and 10) with and without bias, with bulk and with per-thread copies, every row
 bitwise the row alone (tune 0 at one row: the one-row kernel where it runs); n = 37 (a last batch
@@ -35,7 +36,8 @@ def libs(tmp_path_factory):
 
 
 CASES = [(Q.Q5_K, 5120, 37), (Q.Q5_K, 6144, 37), (Q.Q5_K, 1280, 37), (Q.Q4_K, 5120, 37), (Q.Q4_K, 6144, 37),
-         (Q.Q4_K, 512, 37), (Q.Q6_K, 6144, 37), (Q.Q6_K, 5120, 38), (Q.Q6_K, 2048, 37), (Q.IQ4_XS, 1280, 38)]
+         (Q.Q4_K, 512, 37), (Q.Q6_K, 6144, 37), (Q.Q6_K, 5120, 38), (Q.Q6_K, 2048, 37), (Q.IQ4_XS, 1280, 38),
+         (Q.Q8_0, 5120, 37), (Q.Q8_0, 896, 38)]
 
 
 @pytest.mark.parametrize("qtype,k,n", CASES, ids=lambda v: getattr(v, "name", str(v)))
@@ -71,7 +73,7 @@ def assert_rows_give_the_tile_kernels_bits(libs, qtype, k, n, seed, smem, runs, 
     assert_rows_close(run(lib, x, raw, qtype, n, bias, tune=9), want, "matmul_blocks")
 
 
-@pytest.mark.parametrize("qtype,n", [(Q.Q5_K, 4227), (Q.Q4_K, 4227), (Q.Q6_K, 4228)],
+@pytest.mark.parametrize("qtype,n", [(Q.Q5_K, 4227), (Q.Q4_K, 4227), (Q.Q6_K, 4228), (Q.Q8_0, 4227)],
                          ids=lambda v: getattr(v, "name", str(v)))
 def test_few_rows_ring(libs, qtype, n):
     """Several batches a block, k = 512: n = 4227 (265 batches of 16 over the emulator's 132 blocks, 3
@@ -92,14 +94,17 @@ def test_few_rows_falls_back(libs):
     """Where the few-row kernel does not run the tile kernel does (the same bits): Q6_K at k = 5120
     and IQ4_XS at k = 1280, n = 37 (the last batch, at row 21, would start 8 bytes off a 16-byte
     boundary), Q4_K at n = 9 (< 16 rows) and at 9 rows, Q5_K at k = 6400 at 9 rows (2..8 take the
-    large-k form, below)."""
+    large-k form, below), Q8_0 at k = 896, n = 37 (952-byte rows: the last batch 8 bytes off; a last chunk
+    of 4 groups, which the large-k form does not take)."""
     lib = libs[0]
     for qtype, k, n, rows in ((Q.Q6_K, 5120, 37, 3), (Q.IQ4_XS, 1280, 37, 5), (Q.Q5_K, 6400, 37, 9),
-                              (Q.Q4_K, 512, 9, 4), (Q.Q4_K, 512, 37, 9)):
+                              (Q.Q4_K, 512, 9, 4), (Q.Q4_K, 512, 37, 9), (Q.Q8_0, 896, 37, 5)):
         raw, _ = weights(qtype, n, k)
         x = activations(rows, k, seed=3)
         got = run(lib, x, raw, qtype, n, tune=9)
         assert lib.emu_last_launch_smem() != rows_smem(k, qtype), f"{qtype.name} k {k}, n {n}, {rows} rows: ran"
+        if qtype == Q.Q8_0:
+            assert lib.emu_last_launch_smem() != rows_k_smem(k, qtype), f"{qtype.name} k {k}: the large-k form ran"
         assert same_bits(got, run(lib, x, raw, qtype, n, tune=4)), f"{qtype.name} k {k}: differs"
 
 
@@ -110,7 +115,7 @@ def test_few_rows_nan_and_99kb_devices(tmp_path, monkeypatch):
     monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", "101376")
     small = _load(tmp_path)
     n = 37
-    for qtype, k, ran in ((Q.Q5_K, 5120, False), (Q.Q5_K, 512, True), (Q.Q4_K, 512, True)):
+    for qtype, k, ran in ((Q.Q5_K, 5120, False), (Q.Q5_K, 512, True), (Q.Q4_K, 512, True), (Q.Q8_0, 512, True)):
         raw, _ = weights(qtype, n, k)
         x = activations(5, k, seed=k)
         got = run(small, x, raw, qtype, n)
@@ -133,7 +138,7 @@ def rows_k_smem(k: int, qtype, limit: int = 232448) -> int:
     covering a chunk at any alignment; R = 3 where a stage is at most 3,328 B, else 2), c [cbufs][chunks]
     [16][8] floats (two buffers where they fit `limit`, else one), the x scales [8][chunks] and for Q4_K /
     Q5_K the byte planes of x's group sums [chunks][8][32 B]; 0 where one buffer does not fit."""
-    chunks = k // 256
+    chunks = -(-k // 256)
     per_warp = -(-chunks // ROWS_K_MAX_WARPS)
     warps = -(-chunks // per_warp)
     words = (CHUNK_BYTES[qtype] + 30) // 16
@@ -148,11 +153,11 @@ def rows_k_smem(k: int, qtype, limit: int = 232448) -> int:
 
 # The 27B's down projection k = 17408 (68 chunks: 12 warps, 8 of 6 chunks and 4 of 5), n = 38 / 37 (3
 # batches, the last partly past n: its rows past n read row n - 1 and are not stored; Q6_K's odd rows start
-# 8 bytes off a 16-byte boundary), and k = 6400 (25 chunks: 9 warps, 7 of 3 and 2 of 2) / 8960 (35: 12
-# warps, 11 of 3 and one of 2).
+# 8 bytes off a 16-byte boundary), and k = 6400 (25 chunks: 9 warps, 7 of 3 and 2 of 2) / 8960 (35: 12 warps, 11 of 3 and one of 2); Q8_0 at the
+# 27B's out k = 6144 too (24 chunks: 12 warps of 2), where the few-row kernel's two stages do not fit.
 LARGE_K = [(Q.IQ4_XS, 17408, 38), (Q.Q4_K, 17408, 38), (Q.Q5_K, 17408, 37), (Q.Q6_K, 17408, 37),
-           (Q.Q6_K, 17408, 38), (Q.Q5_K, 6400, 37), (Q.IQ4_XS, 8960, 21)]
-LARGE_K_BY_DEFAULT = {Q.IQ4_XS}  # matmul_gemv_rows_launch.cuh kGemvRowsK*: the types tune 0 gives it
+           (Q.Q6_K, 17408, 38), (Q.Q5_K, 6400, 37), (Q.IQ4_XS, 8960, 21), (Q.Q8_0, 17408, 37), (Q.Q8_0, 6144, 37)]
+LARGE_K_BY_DEFAULT = {Q.IQ4_XS, Q.Q8_0}  # matmul_gemv_rows_launch.cuh kGemvRowsK*: the types tune 0 gives it
 
 
 @pytest.mark.parametrize("qtype,k,n", LARGE_K, ids=lambda v: getattr(v, "name", str(v)))
@@ -203,6 +208,13 @@ def test_few_rows_large_k_env_nan_and_99kb_devices(tmp_path, monkeypatch):
         dirty = run(picked, x, raw, qtype, n, tune=9)
         assert np.isnan(dirty[2]).all()
         assert same_bits(np.delete(dirty, 2, axis=0), np.delete(got, 2, axis=0))
+    raw, _ = weights(Q.Q8_0, 37, 512)  # Q8_0 at tune 9 only where the env names q4_k alone
+    x = activations(5, 512, seed=23)
+    want = run(picked, x, raw, Q.Q8_0, 37, tune=4)
+    for tune, ran in ((0, False), (9, True)):
+        got = run(picked, x, raw, Q.Q8_0, 37, tune=tune)
+        assert (picked.emu_last_launch_smem() == rows_smem(512, Q.Q8_0)) == ran, f"Q8_0 tune {tune}: ran {not ran}"
+        assert same_bits(got, want)
     monkeypatch.delenv("LUCE_MATMUL_ROWS_TYPES")
     monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", "101376")
     (tmp_path / "small").mkdir()
