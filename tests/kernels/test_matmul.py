@@ -99,6 +99,24 @@ def run_kernel(x, raw, qtype, n, bias=None, path=0, tune=0, raw_out=False, works
     return out.buf.download(out.shape, np.float32, GUARD_BYTES) if raw_out else out.result()
 
 
+def bits_differ(got: np.ndarray, want: np.ndarray, again=None) -> str:
+    """Where two [rows, n] outputs differ bitwise (empty where they do not): how many elements, which
+    tokens and rows (mod 64: the wide-token kernel's row blocks), NaN, the largest relative difference,
+    and whether `again` (a second run of got's call) repeats got's bits."""
+    bad = got.view(np.uint32) != want.view(np.uint32)
+    if not bad.any():
+        return ""
+    tok, row = np.nonzero(bad)
+    rel = np.abs(got[bad].astype(np.float64) - want[bad]) / (np.abs(want[bad]).astype(np.float64) + 1e-30)
+    repeat = ""
+    if again is not None:
+        same = np.array_equal(again.view(np.uint32), got.view(np.uint32))
+        repeat = f"; a second run {'repeats' if same else 'differs from'} it"
+    return (f"{bad.sum()} of {bad.size} differ: tokens {np.unique(tok)[:12].tolist()}, {len(np.unique(row))} rows "
+            f"(mod 64: {np.unique(row % 64)[:12].tolist()}), NaN {int(np.isnan(got[bad]).sum())}, "
+            f"max rel {np.nanmax(rel):.3g}{repeat}")
+
+
 def family(qtype) -> str:
     return "matmul_float" if qtype in FLOAT_TYPES else "matmul_blocks"
 
@@ -412,7 +430,10 @@ def test_wide_token_tile_kernel(qtype, k):
         want = run_kernel(x[:rows], raw, qtype, n, bias=b, tune=3)
         for tune in (2, 12, 13, 14, 15):
             got = run_kernel(x[:rows], raw, qtype, n, bias=b, tune=tune)
-            assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), f"{rows} rows, tune {tune}"
+            diff = bits_differ(got, want)
+            if diff:
+                diff = bits_differ(got, want, run_kernel(x[:rows], raw, qtype, n, bias=b, tune=tune))
+            assert not diff, f"{rows} rows, tune {tune}: {diff}"
         if b is not None:
             for r, row in alone.items():
                 if r < rows:
