@@ -26,9 +26,11 @@
 // (A from the stage: the tile kernel's reader Q) with the 8 token columns: per group j, int32 sums hi, lo (mma m16n8k32 with x's high and low bytes; Q6_K
 // two m16n8k16 a group, one a 16-value half h), SH += scale_jh * hi, SL += scale_jh * lo, then per
 // (row, token) c = d * fma(SH, 256, SL), for Q4_K / Q5_K c = fma(negmin, MS, c) with MS = sum_j
-// min_j * sum(xq_j) (min_sum), into c [2][chunks][16][8] (shared). Q8_0 (an f16 scale a 32-value group,
-// no offset; k a multiple of 32: the last chunk may hold fewer groups) takes mmq_chunk_float's steps
-// instead: c = sum_j scale_j * float(256 hi_j + lo_j) in group order (gemv_rows_group_float).
+// min_j * sum(xq_j) (min_sum), into c [2][chunks][16][8] (shared). Q8_0 and Q5_0 (an f16 scale a 32-value
+// group; k a multiple of 32: the last chunk may hold fewer groups) take mmq_chunk_float's steps instead:
+// c = sum_j scale_j * float(256 hi_j + lo_j) in group order (gemv_rows_group_float); Q5_0's offset terms
+// offset_j * sum(x_j) meet acc group by group before a chunk's c, as in the tile kernel: the chain reads
+// them from off [2][chunks][16][8] (the rows' offsets) and x's group sums s32 [8][groups].
 //
 // Per batch t (one block barrier): __syncthreads (turn t - 1 done everywhere: its stage may refill,
 // its c is whole), wait for batch t's copy, threads 4 * (M r + m) + kp (r < 16 rows, m < M tokens,
@@ -76,7 +78,8 @@ inline uint32_t gemv_rows_stride(int64_t row_bytes) {
 }
 
 // x's per-(token, chunk) scales xd_s [8][chunks] and, for the types with mins, the byte planes
-// xp_s [chunks][8][2] of its group sums (zero past M), staged by threads tid, tid + blockDim.x, ...
+// xp_s [chunks][8][2] of its group sums (zero past M); for Q5_0 in xp_s's place the float sums of its
+// groups, s32 [M][groups] (mmq_chunk_float's S0 + S1); staged by threads tid, tid + blockDim.x, ...
 template <class Q>
 __device__ __forceinline__ void gemv_rows_stage_x(const XLayout &x, int M, int chunks, float *xd_s, uint4 *xp_s,
                                                   int tid) {
@@ -84,11 +87,20 @@ __device__ __forceinline__ void gemv_rows_stage_x(const XLayout &x, int M, int c
         const int m = i / chunks, c = i - m * chunks;
         xd_s[i] = __ldg(x.xd + (int64_t)c * x.tp + m);
     }
-    if constexpr (Q::kOffset)
+    if constexpr (Q::kOffset && Q::kIntScale) {
         for (int i = tid; i < 2 * kRowsMaxTokens * chunks; i += blockDim.x) {
             const int c = i / (2 * kRowsMaxTokens), m = (i >> 1) % kRowsMaxTokens;
             xp_s[i] = m < M ? __ldg(x.xqp + ((int64_t)c * x.tp + m) * 2 + (i & 1)) : make_uint4(0, 0, 0, 0);
         }
+    } else if constexpr (Q::kOffset) {
+        float *s32_s = reinterpret_cast<float *>(xp_s);
+        const int groups = (int)x.groups;
+        for (int i = tid; i < M * groups; i += blockDim.x) {
+            const int m = i / groups, g = i - m * groups;
+            const float4 s = __ldg(x.xs + (int64_t)g * (x.tp / 2) + m / 2);
+            s32_s[i] = (m & 1) ? s.y + s.w : s.x + s.z;
+        }
+    }
 }
 
 // A lane's 4 c values of chunk ch (rows grp, grp + 8; tokens 2 quad, 2 quad + 1) from its integer
@@ -146,12 +158,13 @@ __device__ __forceinline__ void gemv_rows_int_c(const Q &rd, const uint4 (&xb)[k
     gemv_rows_store_c(rd, sh, sl, xp_s, ch, grp, quad, c_ch);
 }
 
-// Q8_0's group j: the tile kernel's step of mmq_chunk_float, cacc += scale_j * float(256 hi + lo), for a
-// lane's rows grp, grp + 8 (e >> 1) and tokens 2 quad, 2 quad + 1 (e & 1); returns hi[0] ^ lo[0] (the
-// products are done: matmul_gemv_rows_k.cuh's ldg_after).
+// Q8_0's / Q5_0's group j: the tile kernel's step of mmq_chunk_float, cacc += scale_j * float(256 hi + lo),
+// for a lane's rows grp, grp + 8 (e >> 1) and tokens 2 quad, 2 quad + 1 (e & 1); Q5_0: the rows' offsets
+// into off_ch [16][8] (group j; quad 0's lanes); returns hi[0] ^ lo[0] (the products are done:
+// matmul_gemv_rows_k.cuh's ldg_after).
 template <class Q>
-__device__ __forceinline__ int gemv_rows_group_float(const Q &rd, int j, int quad, const uint4 &b, float (&cacc)[4]) {
-    static_assert(!Q::kOffset, "the offset types' terms meet acc per group: not in these kernels' chains");
+__device__ __forceinline__ int gemv_rows_group_float(const Q &rd, int j, int grp, int quad, const uint4 &b,
+                                                     float (&cacc)[4], float *off_ch = nullptr) {
     GroupOperands op;
     rd.group(j, quad, op);
     int hi[4], lo[4];
@@ -159,6 +172,10 @@ __device__ __forceinline__ int gemv_rows_group_float(const Q &rd, int j, int qua
     mma_k32<true>(op.a, b.z, b.w, 0, lo);
 #pragma unroll
     for (int e = 0; e < 4; ++e) cacc[e] = fmaf(op.scale[0][e >> 1], group_sum<false>(hi[e], lo[e]), cacc[e]);
+    if constexpr (Q::kOffset)
+        if (quad == 0)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) off_ch[(grp + 8 * r) * kGroups + j] = op.offset[0][r];
     return hi[0] ^ lo[0];
 }
 
@@ -170,11 +187,22 @@ __device__ __forceinline__ void gemv_rows_put_c(const float (&c)[4], int grp, in
 
 // Chain item i = 4 (M r + m) + kp of a batch's c_b [chunks][16][8]: acc_kp over chunks kp, kp + 4, ...
 // in order, and at kp = 0 ((acc0 + acc1) + acc2) + acc3 (the tile kernel's order); whole warps call.
-__device__ __forceinline__ float gemv_rows_chain(const float *c_b, const float *xd_s, int i, int M, int chunks) {
+// kOffsets (Q5_0): before each chunk's c its groups' offset terms, off_b [chunks][16][8] x s32 [8][groups].
+template <bool kOffsets = false>
+__device__ __forceinline__ float gemv_rows_chain(const float *c_b, const float *xd_s, int i, int M, int chunks,
+                                                 const float *off_b = nullptr, const float *s32_s = nullptr,
+                                                 int groups = 0) {
     const int item = i >> 2, kp = i & 3, r = item / M, m = item - r * M;
     const float *c_rm = c_b + r * kRowsMaxTokens + m, *xd = xd_s + m * chunks;
     float acc = 0.0f;
-    for (int c = kp; c < chunks; c += 4) acc = fmaf(xd[c], c_rm[c * kRowsTile * kRowsMaxTokens], acc);
+    for (int c = kp; c < chunks; c += 4) {
+        if constexpr (kOffsets) {
+            const float *off = off_b + (c * kRowsTile + r) * kGroups, *s32 = s32_s + m * groups + c * kGroups;
+            const int ng = groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;
+            for (int j = 0; j < ng; ++j) acc = fmaf(off[j], s32[j], acc);
+        }
+        acc = fmaf(xd[c], c_rm[c * kRowsTile * kRowsMaxTokens], acc);
+    }
     const float a1 = warp_shfl_xor(acc, 1), a2 = warp_shfl_xor(acc, 2), a3 = warp_shfl_xor(acc, 3);
     float v = acc;
     v = v + a1;
@@ -183,12 +211,20 @@ __device__ __forceinline__ float gemv_rows_chain(const float *c_b, const float *
     return v;
 }
 
-// Dynamic shared memory: S stages, c [2][chunks][16][8], xscale [8][chunks] (floats), for the types
-// with mins (`planes`) the byte planes [chunks][8] of x's group sums (2 uint4 a token, matmul_x.cuh).
-inline size_t gemv_rows_smem_bytes(const XLayout &x, int64_t row_bytes, int stages, bool planes) {
+// Shared memory past the x scales: for the types with mins the byte planes [chunks][8] of x's group sums
+// (2 uint4 a token, matmul_x.cuh); for Q5_0 s32 [8][groups] and off [2][chunks][16][8] (floats).
+template <class Q>
+size_t gemv_rows_x_bytes(const XLayout &x) {
+    if (!Q::kOffset) return 0;
+    if (Q::kIntScale) return (size_t)kRowsMaxTokens * x.chunks * 2 * sizeof(uint4);
+    return (size_t)(kRowsMaxTokens * x.groups + 2 * x.chunks * kRowsTile * kGroups) * sizeof(float);
+}
+
+// Dynamic shared memory: S stages, c [2][chunks][16][8], xscale [8][chunks] (floats), then x_bytes
+// (gemv_rows_x_bytes).
+inline size_t gemv_rows_smem_bytes(const XLayout &x, int64_t row_bytes, int stages, size_t x_bytes) {
     return (size_t)stages * kRowsTile * gemv_rows_stride(row_bytes) +
-           (size_t)(2 * kRowsTile + 1) * kRowsMaxTokens * x.chunks * sizeof(float) +
-           (planes ? (size_t)kRowsMaxTokens * x.chunks * 2 * sizeof(uint4) : 0);
+           (size_t)(2 * kRowsTile + 1) * kRowsMaxTokens * x.chunks * sizeof(float) + x_bytes;
 }
 
 #if defined(__HIPCC__)
@@ -219,7 +255,8 @@ __device__ __forceinline__ void bulk_copy_part(uint8_t *dst, const uint8_t *src,
 
 template <class Q>
 __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
-    static_assert(Q::kIntScale != (Q::kGroupBytes != 0), "integer-scale chunks, or Q8_0's scaled groups");
+    static_assert(Q::kIntScale != (Q::kGroupBytes != 0), "integer-scale chunks, or Q8_0's / Q5_0's scaled groups");
+    constexpr bool kOffsets = Q::kOffset && !Q::kIntScale;  // Q5_0
     extern __shared__ uint4 gemv_rows_words[];  // 16-byte aligned
     uint8_t *stages = reinterpret_cast<uint8_t *>(gemv_rows_words);
     const int chunks = (int)a.x.chunks, n = (int)a.n, S = a.stages, M = a.tokens;
@@ -227,6 +264,8 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
     float *c_s = reinterpret_cast<float *>(stages + (size_t)S * stage_bytes);  // [2][chunks][16][8]
     float *xd_s = c_s + 2 * chunks * kRowsTile * kRowsMaxTokens;               // [8][chunks]
     uint4 *xp_s = reinterpret_cast<uint4 *>(xd_s + kRowsMaxTokens * chunks);   // [chunks][8][2] (kOffset)
+    const float *s32_s = reinterpret_cast<const float *>(xp_s);                   // [8][groups] (Q5_0)
+    float *off_s = reinterpret_cast<float *>(xp_s) + kRowsMaxTokens * a.x.groups;  // [2][chunks][16][8] (Q5_0)
     const int tid = threadIdx.x, lane = tid % WARP_SIZE, ch = tid / WARP_SIZE, grp = lane >> 2, quad = lane & 3;
 
     // The block's batches blockIdx.x, + gridDim.x, ... (turn t: the t-th); a batch's first row b * 16,
@@ -291,7 +330,8 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
     auto chains = [&](int t) {
         const float *c_b = c_s + (t & 1) * chunks * kRowsTile * kRowsMaxTokens;
         for (int i = tid; i < 4 * kRowsTile * M; i += blockDim.x) {
-            float v = gemv_rows_chain(c_b, xd_s, i, M, chunks);
+            float v = gemv_rows_chain<kOffsets>(c_b, xd_s, i, M, chunks, off_s + (t & 1) * chunks * kRowsTile * kGroups,
+                                                s32_s, (int)a.x.groups);
             const int item = i >> 2, r = item / M, m = item - r * M, row = first_row(chain_row) + r;
             if ((i & 3) == 0 && row >= chain_row) {  // rows before chain_row: the batch before stores them
                 if (a.bias) v = v + a.bias[row];
@@ -327,7 +367,9 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
             float cacc[4] = {};
 #pragma unroll
             for (int j = 0; j < kGroups; ++j)
-                if (j < ng) gemv_rows_group_float(rd, j, quad, xb[j], cacc);
+                if (j < ng)
+                    gemv_rows_group_float(rd, j, grp, quad, xb[j], cacc,
+                                          off_s + ((t & 1) * chunks + ch) * kRowsTile * kGroups);
             gemv_rows_put_c(cacc, grp, quad, c_ch);
         }
         if (++slot == S) {
@@ -342,12 +384,12 @@ __global__ void LUCE_GEMV_ROWS_BOUNDS gemv_rows_kernel(GemvRowsArgs a) {
 // The few-row kernel can run: 2..8 rows of x, weights 16-byte aligned and n row_bytes a multiple of
 // 16 (every batch's first row 16-byte aligned: Q6_K at k = 5120 needs n even), n >= 16, up to
 // kRowsMaxChunks chunks, and two stages' shared memory within the device's opt-in limit (0: unknown,
-// 48 KiB).
+// 48 KiB; x_bytes: gemv_rows_x_bytes).
 inline bool gemv_rows_runs(const uint8_t *w, int64_t rows, int64_t n, const XLayout &x, int64_t row_bytes,
-                           bool planes, int smem_limit) {
+                           size_t x_bytes, int smem_limit) {
     return rows >= 2 && rows <= kRowsMaxTokens && is_aligned16(w) && n >= kRowsTile &&
            n < ((int64_t)1 << 30) && (n * row_bytes) % 16 == 0 && x.chunks <= kRowsMaxChunks &&
-           gemv_rows_smem_bytes(x, row_bytes, 2, planes) <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
+           gemv_rows_smem_bytes(x, row_bytes, 2, x_bytes) <= (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
 }
 
 }  // namespace mm

@@ -126,7 +126,8 @@ __device__ __forceinline__ uint4 ldg_after(const uint4 *p, int after) {
 
 template <class Q, int R, bool kSplit>
 __global__ void LUCE_GEMV_ROWS_K_BOUNDS gemv_rows_k_kernel(GemvRowsKArgs a) {
-    static_assert(Q::kIntScale != (Q::kGroupBytes != 0), "integer-scale chunks, or Q8_0's scaled groups");
+    static_assert(Q::kIntScale != (Q::kGroupBytes != 0) && (Q::kIntScale || !Q::kOffset),
+                  "integer-scale chunks, or Q8_0's scaled groups (Q5_0's offsets: matmul_gemv_rows.cuh only)");
     static_assert(!kSplit || (!Q::kHalves && !Q::kOffset && Q::kChunkBytes == 136), "the split lookup is IQ4_XS's");
     using Copier = LaneCopier<Q, R>;
     extern __shared__ uint4 gemv_rows_k_words[];  // 16-byte aligned
@@ -214,7 +215,7 @@ __global__ void LUCE_GEMV_ROWS_K_BOUNDS gemv_rows_k_kernel(GemvRowsKArgs a) {
 #pragma unroll
                 for (int j = 0; j < kGroups; ++j) {
                     const uint4 b = xb[j];
-                    xb[j] = ldg_after(x_next + 4 * j, gemv_rows_group_float(rd, j, quad, b, cacc));
+                    xb[j] = ldg_after(x_next + 4 * j, gemv_rows_group_float(rd, j, grp, quad, b, cacc));
                 }
                 gemv_rows_put_c(cacc, grp, quad, c_b + ch * kRowsTile * kRowsMaxTokens);
             } else {

@@ -1,6 +1,7 @@
 // Which decode calls of luce_matmul (cuda/matmul.cu) take the few-row kernel (matmul_gemv_rows.cuh:
-// 2..8 rows of IQ4_XS, Q5_K, Q4_K, Q6_K, Q8_0 where it runs; its large-k form, matmul_gemv_rows_k.cuh,
-// past 24 chunks, and for Q8_0 also where the few-row kernel's stages do not fit), and their launches.
+// 2..8 rows of IQ4_XS, Q5_K, Q4_K, Q6_K, Q8_0, Q5_0 where it runs; its large-k form, matmul_gemv_rows_k.cuh,
+// past 24 chunks (not Q5_0), and for Q8_0 also where the few-row kernel's stages do not fit), and their
+// launches.
 // Static: their function-local statics (the device's limit, the resident blocks) stay one library's own
 // where several libraries of this source share a process (the emulator's builds; inline ones would be
 // merged, GNU unique).
@@ -22,8 +23,8 @@ static int launch_gemv_rows(GemvRowsArgs a, int smem_limit, cudaStream_t stream)
     const int threads = (int)a.x.chunks * WARP_SIZE;
     const size_t limit = (size_t)(smem_limit > 0 ? smem_limit : 48 << 10);
     a.stride = gemv_rows_stride(a.row_bytes);
-    a.stages = gemv_rows_smem_bytes(a.x, a.row_bytes, 3, Q::kOffset) <= limit ? 3 : 2;
-    const size_t smem = gemv_rows_smem_bytes(a.x, a.row_bytes, a.stages, Q::kOffset);
+    a.stages = gemv_rows_smem_bytes(a.x, a.row_bytes, 3, gemv_rows_x_bytes<Q>(a.x)) <= limit ? 3 : 2;
+    const size_t smem = gemv_rows_smem_bytes(a.x, a.row_bytes, a.stages, gemv_rows_x_bytes<Q>(a.x));
     static size_t smem_set = 48 << 10;  // the kernel's shared-memory limit, raised to the largest launch so far
     static int resident[kRowsMaxChunks + 1][kStagedMaxStages + 1] = {};
     if (smem > smem_set) {
@@ -78,6 +79,9 @@ constexpr bool kGemvRowsIQ4XS = true, kGemvRowsQ5K = true, kGemvRowsQ4K = true, 
 // 23.4 against 30.8, out (the large-k form) 16.0 / 18.0 / 19.5 against 24.3 / 26.9 / 27.1, down 36.9 /
 // 41.4 / 44.9 against 75.3 / 84.2 / 86.4; the 27B Q8_0 step at C5 18.8 -> 12.0 ms.
 constexpr bool kGemvRowsQ80 = true;
+// Q5_0 (its offset terms through the chain; the few-row kernel only): not yet timed, so off (tune 9 and
+// LUCE_MATMUL_ROWS_TYPES=...,q5_0 take it).
+constexpr bool kGemvRowsQ50 = false;
 // The same for the large-k form (matmul_gemv_rows_k.cuh: k > 6,144, the 27B's down projection at
 // 17,408) under tune 0. H200, 27B down 5120 x 17408, us at 2 / 5 / 8 rows, the large-k form (tune 9)
 // against the tile kernel (tune 4), helper rowsdown 2026-12-04: IQ4_XS 30.6 / 32.8 / 34.7 against
@@ -102,6 +106,7 @@ static inline int gemv_rows_env_types() {
         if (strstr(e, "q4_k")) m |= 4;
         if (strstr(e, "q6_k")) m |= 8;
         if (strstr(e, "q8_0")) m |= 16;
+        if (strstr(e, "q5_0")) m |= 32;
         return m;
     }();
     return mask;
@@ -113,7 +118,7 @@ static inline bool gemv_rows_by_default(int qtype, bool large_k) {
     const int env = gemv_rows_env_types();
     if (env >= 0) {
         const int bit = qtype == LUCE_QT_IQ4_XS ? 1 : qtype == LUCE_QT_Q5_K ? 2 : qtype == LUCE_QT_Q4_K ? 4
-                        : qtype == LUCE_QT_Q6_K ? 8 : qtype == LUCE_QT_Q8_0 ? 16 : 0;
+                        : qtype == LUCE_QT_Q6_K ? 8 : qtype == LUCE_QT_Q8_0 ? 16 : qtype == LUCE_QT_Q5_0 ? 32 : 0;
         return (env & bit) != 0;
     }
     switch (qtype) {
@@ -122,6 +127,7 @@ static inline bool gemv_rows_by_default(int qtype, bool large_k) {
         case LUCE_QT_Q4_K: return large_k ? kGemvRowsKQ4K : kGemvRowsQ4K;
         case LUCE_QT_Q6_K: return large_k ? kGemvRowsKQ6K : kGemvRowsQ6K;
         case LUCE_QT_Q8_0: return large_k ? kGemvRowsKQ80 : kGemvRowsQ80;
+        case LUCE_QT_Q5_0: return !large_k && kGemvRowsQ50;
         default: return false;
     }
 }
@@ -148,10 +154,20 @@ static inline int try_gemv_rows_k(const luce_matmul_params *p, const uint8_t *w,
         default: return launch_gemv_rows_k<ReaderIQ4XS, kGemvRowsKSplitIQ4XS>(a, smem_limit, stream);
     }
 }
+
+// The few-row kernel for a call of type Q where it runs (Q8_0 where its stages do not fit: the large-k
+// form); -1 where neither does.
+template <class Q>
+static int try_gemv_rows_of(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
+                            int smem_limit, cudaStream_t stream) {
+    if (gemv_rows_runs(w, p->rows, p->n, xl, row_bytes, gemv_rows_x_bytes<Q>(xl), smem_limit))
+        return launch_gemv_rows<Q>({w, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0, 0}, smem_limit, stream);
+    return p->qtype == LUCE_QT_Q8_0 ? try_gemv_rows_k(p, w, xl, row_bytes, smem_limit, stream) : -1;  // k = 6,144
+}
 #endif
 
-// The few-row kernel (its large-k form past 24 chunks) for a 2..8-row decode call of its types where it
-// runs; -1 where it does not.
+// The few-row kernel (its large-k form past 24 chunks; none for Q5_0) for a 2..8-row decode call of its
+// types where it runs; -1 where it does not.
 static inline int try_gemv_rows(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl,
                                 int64_t row_bytes, cudaStream_t stream) {
 #if defined(__HIPCC__)
@@ -162,23 +178,20 @@ static inline int try_gemv_rows(const luce_matmul_params *p, const uint8_t *w, c
     return -1;
 #else
     const bool type = p->qtype == LUCE_QT_IQ4_XS || p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q4_K ||
-                      p->qtype == LUCE_QT_Q6_K || p->qtype == LUCE_QT_Q8_0;
+                      p->qtype == LUCE_QT_Q6_K || p->qtype == LUCE_QT_Q8_0 || p->qtype == LUCE_QT_Q5_0;
     const bool large_k = xl.chunks > kRowsMaxChunks;
     if (!type || p->path != LUCE_MATMUL_DECODE || p->rows < 2 || p->rows > 8 ||
         !(p->tune == 9 || (p->tune == 0 && gemv_rows_by_default(p->qtype, large_k))))
         return -1;
     static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    if (large_k) return try_gemv_rows_k(p, w, xl, row_bytes, smem_limit, stream);
-    const bool planes = p->qtype == LUCE_QT_Q5_K || p->qtype == LUCE_QT_Q4_K;  // the types with mins (kOffset)
-    if (!gemv_rows_runs(w, p->rows, p->n, xl, row_bytes, planes, smem_limit))  // Q8_0 at k = 6,144: 229 KiB
-        return p->qtype == LUCE_QT_Q8_0 ? try_gemv_rows_k(p, w, xl, row_bytes, smem_limit, stream) : -1;
-    const GemvRowsArgs a{w, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0, 0};
+    if (large_k) return p->qtype == LUCE_QT_Q5_0 ? -1 : try_gemv_rows_k(p, w, xl, row_bytes, smem_limit, stream);
     switch (p->qtype) {
-        case LUCE_QT_Q5_K: return launch_gemv_rows<ReaderQ5K>(a, smem_limit, stream);
-        case LUCE_QT_Q4_K: return launch_gemv_rows<ReaderQ4K>(a, smem_limit, stream);
-        case LUCE_QT_Q6_K: return launch_gemv_rows<ReaderQ6K>(a, smem_limit, stream);
-        case LUCE_QT_Q8_0: return launch_gemv_rows<ReaderQ80>(a, smem_limit, stream);
-        default: return launch_gemv_rows<ReaderIQ4XS>(a, smem_limit, stream);
+        case LUCE_QT_Q5_K: return try_gemv_rows_of<ReaderQ5K>(p, w, xl, row_bytes, smem_limit, stream);
+        case LUCE_QT_Q4_K: return try_gemv_rows_of<ReaderQ4K>(p, w, xl, row_bytes, smem_limit, stream);
+        case LUCE_QT_Q6_K: return try_gemv_rows_of<ReaderQ6K>(p, w, xl, row_bytes, smem_limit, stream);
+        case LUCE_QT_Q8_0: return try_gemv_rows_of<ReaderQ80>(p, w, xl, row_bytes, smem_limit, stream);
+        case LUCE_QT_Q5_0: return try_gemv_rows_of<ReaderQ50>(p, w, xl, row_bytes, smem_limit, stream);
+        default: return try_gemv_rows_of<ReaderIQ4XS>(p, w, xl, row_bytes, smem_limit, stream);
     }
 #endif
 }

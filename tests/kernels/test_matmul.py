@@ -364,7 +364,7 @@ def test_bad_arguments_raise():
         km.matmul(small.ptr, small.ptr, 0, small.ptr, small.ptr, 16, 2, 16, 256, int(Q.Q4_K))
 
 
-# The few-row kernel (matmul_gemv_rows.cuh: IQ4_XS, Q5_K, Q4_K, Q6_K, Q8_0; 2..8 rows, k <= 6144) at the
+# The few-row kernel (matmul_gemv_rows.cuh: IQ4_XS, Q5_K, Q4_K, Q6_K, Q8_0, Q5_0; 2..8 rows, k <= 6144) at the
 # 27B's gate/up and qkv k (5120: 20 warps) and out k (6144: 24 warps), and at k = 512 (Q6_K: 2048);
 # n not a multiple of 16 (a last batch overlapping the one before), more batches than the grid has
 # blocks at the 27B shapes. Q6_K at k = 5120 (4,200-byte rows, staged back to back) and IQ4_XS at
@@ -373,12 +373,13 @@ def test_bad_arguments_raise():
 # batches over the one-wave grid, 2-3 a block; n + 3 for a last batch partly past n) and at k = 6400
 # (25 chunks: 13 warps, one of them a chunk short), every type. Q8_0 at k = 6144 takes the large-k form
 # (the few-row kernel's two stages do not fit 227 KiB); at k = 896 (a last chunk of 4 groups) the few-row
-# kernel.
+# kernel. Q5_0 (tune 9 only, its offset terms through the chain) at the 27B's k and the Coder-0.5B's.
 FEW_ROWS = [(4101, 5120), (5123, 6144), (37, 512)]
 FEW_ROWS_CASES = ([(q, n, k) for q in (Q.IQ4_XS, Q.Q5_K, Q.Q4_K) for n, k in FEW_ROWS] +
                   [(Q.Q6_K, 4102, 5120), (Q.Q6_K, 5123, 6144), (Q.Q6_K, 37, 2048), (Q.IQ4_XS, 38, 1280)] +
                   [(q, n, k) for q in (Q.IQ4_XS, Q.Q4_K, Q.Q5_K, Q.Q6_K) for n, k in ((5123, 17408), (4101, 6400))] +
-                  [(Q.Q8_0, n, k) for n, k in ((4101, 5120), (5123, 6144), (38, 896), (5123, 17408))])
+                  [(Q.Q8_0, n, k) for n, k in ((4101, 5120), (5123, 6144), (38, 896), (5123, 17408))] +
+                  [(Q.Q5_0, n, k) for n, k in ((4101, 5120), (38, 896), (4101, 4864))])
 
 
 @pytest.mark.gpu
@@ -401,9 +402,9 @@ def test_few_rows_kernel(qtype, n, k):
                 assert np.array_equal(got.view(np.uint32), tile.view(np.uint32)), \
                     f"{rows} rows, tune {tune}: differs from the tile kernel"
     assert_rows_close(run_kernel(x, raw, qtype, n, tune=9)[:, :37], ref_matmul(x, wd37), "matmul_blocks")
-    clean = run_kernel(x[:5], raw, qtype, n)
+    clean = run_kernel(x[:5], raw, qtype, n, tune=9)
     x[2, 7] = np.nan
-    dirty = run_kernel(x[:5], raw, qtype, n, raw_out=True)
+    dirty = run_kernel(x[:5], raw, qtype, n, tune=9, raw_out=True)
     assert np.isnan(dirty[2]).all()
     assert np.array_equal(np.delete(dirty, 2, axis=0), np.delete(clean, 2, axis=0))
 

@@ -305,18 +305,21 @@ def test_staged_ring(lib, lib_cooperative, qtype, n):
             assert same_bits(got, want), f"tune {tune} differs from the tile kernel"
 
 
-ROW_CHUNK_BYTES = {Q.IQ4_XS: 136, Q.Q5_K: 176, Q.Q4_K: 144, Q.Q6_K: 210, Q.Q8_0: 272}
+ROW_CHUNK_BYTES = {Q.IQ4_XS: 136, Q.Q5_K: 176, Q.Q4_K: 144, Q.Q6_K: 210, Q.Q8_0: 272, Q.Q5_0: 176}
 
 
 def rows_smem(k: int, qtype=Q.IQ4_XS, limit: int = 232448) -> int:
     """Dynamic shared memory of the few-row kernel (matmul_gemv_rows.cuh): 3 stages of 16 rows where
     they fit `limit` (the emulator's 227 KiB; else 2), rows `stride` apart (+16 B where row_bytes / 16
     is even; rows not of a multiple of 16 bytes back to back), c [2][chunks][16][8], the x scales [8][chunks] and for Q4_K / Q5_K (mins) the byte planes
-    of x's group sums [chunks][8][32 B]. Q8_0: 34-byte blocks of 32 values, a last chunk of k % 256."""
+    of x's group sums [chunks][8][32 B], for Q5_0 x's group sums [8][groups] and the rows' offsets
+    [2][chunks][16][8] (floats). Q8_0 / Q5_0: blocks of 32 values, a last chunk of k % 256."""
     chunks = -(-k // 256)
     row_bytes = ROW_CHUNK_BYTES[qtype] * k // 256
     stride = row_bytes + (16 if row_bytes % 16 == 0 and (row_bytes // 16) % 2 == 0 else 0)
     rest = 4 * (2 * 16 + 1) * 8 * chunks + (256 * chunks if qtype in (Q.Q4_K, Q.Q5_K) else 0)
+    if qtype == Q.Q5_0:
+        rest += 4 * (8 * (k // 32) + 2 * chunks * 16 * 8)
     stages = 3 if 3 * 16 * stride + rest <= limit else 2
     return stages * 16 * stride + rest
 

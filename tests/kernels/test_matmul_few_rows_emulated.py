@@ -1,6 +1,7 @@
 """The few-row decode kernel (cuda/matmul_gemv_rows.cuh) for the K-quants Q5_K, Q4_K (integer scales
-and mins: the min term MS from x's byte planes), Q6_K (signed scales by 16-value halves) and Q8_0 (an
-f16 scale a 32-value group: the tile kernel's float steps; k = 896, a last chunk of 4 groups) on the
+and mins: the min term MS from x's byte planes), Q6_K (signed scales by 16-value halves), Q8_0 (an
+f16 scale a 32-value group: the tile kernel's float steps; k = 896, a last chunk of 4 groups) and Q5_0
+(the same with each group's offset term meeting the chain before its chunk; tune 9 only) on the
 CPU through the decode matmul's own source (tests/kernels/emu): 2..8 rows (tune 0 and 9) bitwise the
 tile kernel (tune 4 and 10) with and without bias, with bulk and with per-thread copies, every row
 bitwise the row alone (tune 0 at one row: the one-row kernel where it runs); n = 37 (a last batch
@@ -37,14 +38,17 @@ def libs(tmp_path_factory):
 
 CASES = [(Q.Q5_K, 5120, 37), (Q.Q5_K, 6144, 37), (Q.Q5_K, 1280, 37), (Q.Q4_K, 5120, 37), (Q.Q4_K, 6144, 37),
          (Q.Q4_K, 512, 37), (Q.Q6_K, 6144, 37), (Q.Q6_K, 5120, 38), (Q.Q6_K, 2048, 37), (Q.IQ4_XS, 1280, 38),
-         (Q.Q8_0, 5120, 37), (Q.Q8_0, 896, 38)]
+         (Q.Q8_0, 5120, 37), (Q.Q8_0, 896, 38), (Q.Q5_0, 5120, 37), (Q.Q5_0, 896, 38), (Q.Q5_0, 4864, 37)]
+BY_DEFAULT_OFF = {Q.Q5_0}  # matmul_gemv_rows_launch.cuh kGemvRowsQ50: tune 9 only
 
 
 @pytest.mark.parametrize("qtype,k,n", CASES, ids=lambda v: getattr(v, "name", str(v)))
 def test_few_rows_kernel_gives_the_tile_kernels_bits(libs, qtype, k, n):
-    """2..8 rows: tune 0 and 9 (the few-row kernel) == tune 4 and 10 (the tile kernel) on the same rows,
-    bitwise, with and without bias, both builds; each row == the row alone; close to the reference."""
-    assert_rows_give_the_tile_kernels_bits(libs, qtype, k, n, k + 3, rows_smem(k, qtype), lambda tune: tune != 10,
+    """2..8 rows: tune 0 and 9 (the few-row kernel; 9 alone for Q5_0) == tune 4 and 10 (the tile kernel) on
+    the same rows, bitwise, with and without bias, both builds; each row == the row alone; close to the
+    reference."""
+    ran = (lambda tune: tune == 9) if qtype in BY_DEFAULT_OFF else (lambda tune: tune != 10)
+    assert_rows_give_the_tile_kernels_bits(libs, qtype, k, n, k + 3, rows_smem(k, qtype), ran,
                                            every_build=lambda rows: True)
 
 
@@ -73,19 +77,19 @@ def assert_rows_give_the_tile_kernels_bits(libs, qtype, k, n, seed, smem, runs, 
     assert_rows_close(run(lib, x, raw, qtype, n, bias, tune=9), want, "matmul_blocks")
 
 
-@pytest.mark.parametrize("qtype,n", [(Q.Q5_K, 4227), (Q.Q4_K, 4227), (Q.Q6_K, 4228), (Q.Q8_0, 4227)],
+@pytest.mark.parametrize("qtype,n", [(Q.Q5_K, 4227), (Q.Q4_K, 4227), (Q.Q6_K, 4228), (Q.Q8_0, 4227), (Q.Q5_0, 4227)],
                          ids=lambda v: getattr(v, "name", str(v)))
 def test_few_rows_ring(libs, qtype, n):
     """Several batches a block, k = 512: n = 4227 (265 batches of 16 over the emulator's 132 blocks, 3
     stages, a last batch at row 4211; Q6_K: 4228, its 420-byte rows back to back), 5 and 8 rows, both
-    builds: == the tile kernel."""
+    builds (tune 9: Q5_0's is off by default): == the tile kernel."""
     k = 512
     raw, _ = weights(qtype, n, k)
     x = activations(8, k, seed=11)
     for rows in (5, 8):
         want = run(libs[0], x[:rows], raw, qtype, n, tune=4)
         for build in libs:
-            got = run(build, x[:rows], raw, qtype, n)
+            got = run(build, x[:rows], raw, qtype, n, tune=9)
             assert build.emu_last_launch_smem() == rows_smem(k, qtype), "not the few-row kernel"
             assert same_bits(got, want), f"{rows} rows: differs from the tile kernel"
 
@@ -95,15 +99,15 @@ def test_few_rows_falls_back(libs):
     and IQ4_XS at k = 1280, n = 37 (the last batch, at row 21, would start 8 bytes off a 16-byte
     boundary), Q4_K at n = 9 (< 16 rows) and at 9 rows, Q5_K at k = 6400 at 9 rows (2..8 take the
     large-k form, below), Q8_0 at k = 896, n = 37 (952-byte rows: the last batch 8 bytes off; a last chunk
-    of 4 groups, which the large-k form does not take)."""
+    of 4 groups, which the large-k form does not take), Q5_0 at k = 6400 (no large-k form for Q5_0)."""
     lib = libs[0]
     for qtype, k, n, rows in ((Q.Q6_K, 5120, 37, 3), (Q.IQ4_XS, 1280, 37, 5), (Q.Q5_K, 6400, 37, 9),
-                              (Q.Q4_K, 512, 9, 4), (Q.Q4_K, 512, 37, 9), (Q.Q8_0, 896, 37, 5)):
+                              (Q.Q4_K, 512, 9, 4), (Q.Q4_K, 512, 37, 9), (Q.Q8_0, 896, 37, 5), (Q.Q5_0, 6400, 37, 5)):
         raw, _ = weights(qtype, n, k)
         x = activations(rows, k, seed=3)
         got = run(lib, x, raw, qtype, n, tune=9)
         assert lib.emu_last_launch_smem() != rows_smem(k, qtype), f"{qtype.name} k {k}, n {n}, {rows} rows: ran"
-        if qtype == Q.Q8_0:
+        if qtype in (Q.Q8_0, Q.Q5_0):
             assert lib.emu_last_launch_smem() != rows_k_smem(k, qtype), f"{qtype.name} k {k}: the large-k form ran"
         assert same_bits(got, run(lib, x, raw, qtype, n, tune=4)), f"{qtype.name} k {k}: differs"
 
@@ -111,19 +115,20 @@ def test_few_rows_falls_back(libs):
 def test_few_rows_nan_and_99kb_devices(tmp_path, monkeypatch):
     """A device of 99 KiB opt-in shared memory (RTX 30/40/50): at k = 5120 two stages do not fit and
     the tile kernel runs, at k = 512 the few-row kernel does (3 stages), the same bits either way; a
-    NaN in one row's x stays in that row (Q5_K: through the min term too)."""
+    NaN in one row's x stays in that row (Q5_K: through the min term too; Q5_0: its offset terms; tune 9)."""
     monkeypatch.setenv("LUCE_EMU_SMEM_OPTIN", "101376")
     small = _load(tmp_path)
     n = 37
-    for qtype, k, ran in ((Q.Q5_K, 5120, False), (Q.Q5_K, 512, True), (Q.Q4_K, 512, True), (Q.Q8_0, 512, True)):
+    for qtype, k, ran in ((Q.Q5_K, 5120, False), (Q.Q5_K, 512, True), (Q.Q4_K, 512, True), (Q.Q8_0, 512, True),
+                          (Q.Q5_0, 512, True)):
         raw, _ = weights(qtype, n, k)
         x = activations(5, k, seed=k)
-        got = run(small, x, raw, qtype, n)
+        got = run(small, x, raw, qtype, n, tune=9)
         assert (small.emu_last_launch_smem() == rows_smem(k, qtype, 101376)) == ran, \
             f"{qtype.name} k {k}: the few-row kernel ran: {not ran}"
         assert same_bits(got, run(small, x, raw, qtype, n, tune=4))
         x[2, 7] = np.nan
-        dirty = run(small, x, raw, qtype, n)
+        dirty = run(small, x, raw, qtype, n, tune=9)
         assert np.isnan(dirty[2]).all()
         assert same_bits(np.delete(dirty, 2, axis=0), np.delete(got, 2, axis=0))
 
@@ -170,6 +175,20 @@ def test_few_rows_large_k_gives_the_tile_kernels_bits(libs, qtype, k, n):
     assert_rows_give_the_tile_kernels_bits(
         libs, qtype, k, n, k + 5, smem, lambda tune: tune == 9 or (tune == 0 and qtype in LARGE_K_BY_DEFAULT),
         every_build=lambda rows: rows in (2, 5, 8))
+
+
+def test_few_rows_q8_0_under_16_rows_of_w(libs):
+    """Q8_0 with n = 9 weight rows (fewer than a batch: the few-row kernel does not run) takes the large-k
+    form, its one batch's rows past n reading row n - 1 and not stored: 2..8 rows == the tile kernel."""
+    k, n = 512, 9
+    raw, _ = weights(Q.Q8_0, n, k)
+    x = activations(8, k, seed=19)
+    for rows in range(2, 9):
+        want = run(libs[0], x[:rows], raw, Q.Q8_0, n, tune=4)
+        for build in libs:
+            got = run(build, x[:rows], raw, Q.Q8_0, n)
+            assert build.emu_last_launch_smem() == rows_k_smem(k, Q.Q8_0), f"{rows} rows: not the large-k form"
+            assert same_bits(got, want), f"{rows} rows: differs from the tile kernel"
 
 
 @pytest.mark.parametrize("qtype,n", [(Q.IQ4_XS, 4227), (Q.Q4_K, 4227), (Q.Q6_K, 4227)],
