@@ -3,7 +3,7 @@
 # per-node-state ddtree verify on the device; graph replay of mixed steps). Run it on the
 # device machine from the repository root; every figure lands under $OUT:
 #
-#   tools/gpu_check_engine.sh [all | build | synth | tests | kernels | ncu | peer | gate | seed | draft] ...   (default:
+#   tools/gpu_check_engine.sh [all | build | synth | tests | kernels | ncu | peer | gate | seed | draft | cluster] ...   (default:
 #   all, in this order; several stages run in the order given)
 #
 #   build  compile the CUDA library and the Cython modules here (build.log; LUCE_NO_CUDA=1 builds
@@ -40,6 +40,9 @@
 #   draft  the seed's DFlash draft pass at C1/C5 by route (draft_arm_env: luce's default, no prompt
 #          rows, the draft's decode tune), interleaved twice (draft_<arm>_<round>.json; DRAFT_ARMS,
 #          DRAFT_ROUNDS)
+#   cluster  the wide-token kernel's cluster forms against the tile kernel, bitwise (test_wide_token_tile_kernel:
+#          failed on an H200 in session 47, docs/PERF.md), twice with the programmatic overlap and twice
+#          without (LUCE_PDL=0): cluster_<pdl|nopdl>_<round>.txt; not in `all`
 #
 # summary.json gathers the test counts, the seed figures and the side-by-side table. Env: OUT (default
 # /tmp/luce_gpu_check), PACK (a .tgz the results are packed into, see below), PY (default .venv/bin/python if present, else python3), SYNTH_DIR
@@ -184,6 +187,19 @@ stage_gate() {  # issue 17's gate: luce-serve's default speculation against plai
   log "gate: rc $? ($(grep '^gate' "$OUT/gate.txt" | tr '\n' ' '))"
 }
 
+stage_cluster() {
+  local pdl round
+  nvidia-smi -L >> "$OUT/log.txt" 2>&1
+  for pdl in pdl nopdl; do
+    for round in 1 2; do
+      log "cluster: test_wide_token_tile_kernel, $pdl, round $round"
+      env $([ $pdl = nopdl ] && echo LUCE_PDL=0) timeout 300 $PY -m pytest -q -m gpu tests/kernels/test_matmul.py \
+        -k wide_token -p no:cacheprovider -rfE > "$OUT/cluster_${pdl}_$round.txt" 2>&1
+      log "cluster: rc $? ($(tail -1 "$OUT/cluster_${pdl}_$round.txt"))"
+    done
+  done
+}
+
 stage_draft() {  # the DFlash pass by route: interleaved twice, C1 and C5 (draft_<arm>_<round>.json)
   local target="$SYNTH_DIR/qwen36-27b-iq4_xs.gguf" draft="$SYNTH_DIR/dflash-27b-for-iq4_xs.gguf" round arm
   synth_file qwen36-27b iq4_xs "$target" && synth_file dflash-27b "" "$draft" --target "$target" || return 1
@@ -273,13 +289,14 @@ case "$STAGE" in
   kernels) stage_kernels ;;
   ncu) stage_ncu ;;
   draft) stage_draft ;;
+  cluster) stage_cluster ;;
   seed) stage_seed ;;
   peer) stage_peer ;;
   gate) stage_gate ;;
   all) [ -f "${PEERS:-.peers}/llamacpp.sh" ] && bash "${PEERS:-.peers}/llamacpp.sh" build >> "$OUT/log.txt"
        stage_synth & synth=$!   # on the CPU, beside the GPU tests
        stage_build && { stage_tests; stage_kernels; wait $synth; stage_peer; stage_gate; stage_seed; stage_draft; } ;;
-  *) echo "usage: $0 [all | build | synth | tests | kernels | ncu | peer | gate | seed | draft] ..."; exit 2 ;;
+  *) echo "usage: $0 [all | build | synth | tests | kernels | ncu | peer | gate | seed | draft | cluster] ..."; exit 2 ;;
 esac
 done
 summary
