@@ -46,7 +46,8 @@
 //
 // Shared memory at k = 17,408 (W = 12, two c buffers of 34,816 B, x scales 2,176 B): IQ4_XS 3 stages
 // of 2,816 B a warp (101,376 B): 173,184 B; Q4_K likewise plus the byte planes of x's group sums
-// (17,408): 190,592 B; Q5_K 3 stages of 3,328 B: 209,024 B; Q6_K 2 stages of 3,840 B: 163,968 B. 227 KB
+// (17,408): 190,592 B; Q5_K 3 stages of 3,328 B: 209,024 B; Q6_K 2 stages of 3,840 B: 163,968 B; Q8_0 2
+// stages of 4,864 B: 188,544 B (at k = 6,144, 24 chunks: 12 warps of 2, 142,080 B). 227 KB
 // devices (H100/H200) only; the tile kernel elsewhere (gemv_rows_k_runs: one c buffer must fit).
 #pragma once
 
