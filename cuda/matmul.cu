@@ -249,11 +249,22 @@ inline double tile_waves(int64_t n) {
 // rows measured 2.99 / 4.57 -> 3.48 / 4.95 ms with it everywhere (0.5B 2.06 -> 2.64 at 32); this
 // split itself is not yet measured.
 constexpr int64_t kRowsClusterMinWeights = (int64_t)1 << 24;
+// LUCE_MATMUL_CLUSTERS=0: tune 0 takes the choice of devices without clusters (the cluster forms failed their
+// bitwise test on an H200 in docs/PERF.md session 47, not yet diagnosed; tunes 13-15 still run them).
+bool clusters_by_default() {
+    static const bool on = [] {
+        const char *v = getenv("LUCE_MATMUL_CLUSTERS");
+        return !(v && v[0] == '0');
+    }();
+    return on;
+}
 template <class Q>
 int launch_quant(const MmqArgs &a, int path, int tune, cudaStream_t stream) {
     const int64_t t = path == LUCE_MATMUL_PREFILL ? (int64_t)1 << 40 : a.rows;
     if (tune == 0 && path != LUCE_MATMUL_PREFILL && t > 8) {
-        if (cluster::launches() && (t <= 16 || a.n * a.x.groups * 32 >= kRowsClusterMinWeights)) tune = 15;
+        if (cluster::launches() && clusters_by_default() &&
+            (t <= 16 || a.n * a.x.groups * 32 >= kRowsClusterMinWeights))
+            tune = 15;
         else if (a.n >= 8192 && (t > 16 || tile_waves(a.n) > 8.0)) tune = 12;
     }
     if (tune >= 12) {

@@ -162,3 +162,21 @@ def test_counted_cluster_size(lib):
         got = run(lib, x, raw, Q.IQ4_XS, n, tune=15)
         assert lib.emu_last_launch_cluster() == z == cluster_of(15, 23, n, k), f"k = {k}"
         assert same_bits(got, want), f"k = {k}: differs from the tile kernel"
+
+
+def test_clusters_off_by_env(lib, tmp_path, monkeypatch):
+    """LUCE_MATMUL_CLUSTERS=0: tune 0 at 9-16 rows takes the one-block form (tune 12 or the tile kernel)
+    instead of the cluster form it takes by default (tune 15: 4 blocks at k = 1280), tune 15 still runs
+    clusters; the same bits every way."""
+    n, k = 37, 1280
+    raw, _ = weights(Q.IQ4_XS, n, k)
+    x = activations(16, k, seed=5)
+    want = run(lib, x, raw, Q.IQ4_XS, n, tune=3)
+    assert same_bits(run(lib, x, raw, Q.IQ4_XS, n), want)
+    assert lib.emu_last_launch_cluster() == 4, "tune 0's default is no longer the cluster form"
+    monkeypatch.setenv("LUCE_MATMUL_CLUSTERS", "0")
+    off = _load(tmp_path)
+    assert same_bits(run(off, x, raw, Q.IQ4_XS, n), want)
+    assert off.emu_last_launch_cluster() == 1, "LUCE_MATMUL_CLUSTERS=0: tune 0 still ran clusters"
+    assert same_bits(run(off, x, raw, Q.IQ4_XS, n, tune=15), want)
+    assert off.emu_last_launch_cluster() == 4, "tune 15 no longer runs clusters"
