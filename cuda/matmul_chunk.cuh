@@ -139,7 +139,7 @@ __device__ __forceinline__ void mmq_chunk_int(const Q *rd, const XT (&xt)[NT], i
 
 template <class Q>
 __device__ __forceinline__ int chunk_groups(const XLayout &x, int64_t ch) {
-    return Q::kGroupBytes ? (int)(x.groups - ch * kGroups < kGroups ? x.groups - ch * kGroups : kGroups) : kGroups;
+    return Q::kGroupBytes ? (int)groups_in_chunk<int64_t>(x.groups, ch) : kGroups;
 }
 
 // Per-group f16 scales; padding tokens read no activations. MT m-tiles as mmq_chunk_int.

@@ -203,22 +203,17 @@ struct GroupFloatC {
                 for (int u = 0; u < 4; ++u) acc = meet(c2, xd, xs, c + 4 * u, kGroups, cacc[u], acc);
             }
             for (; c < chunks; c += 4) {
-                const int ng = groups_of(c, groups);
+                const int ng = groups_in_chunk(groups, c);
                 const float cacc = combine<false>(c2, xs, c, ng, acc);
                 acc = meet(c2, xd, xs, c, ng, cacc, acc);
             }
         } else {  // each group's offset term meets acc beside its combine, as the chain ran before
             for (int c = kp; c < chunks; c += 4) {
-                const float cacc = combine<true>(c2, xs, c, groups_of(c, groups), acc);  // advances acc first
+                const float cacc = combine<true>(c2, xs, c, groups_in_chunk(groups, c), acc);  // advances acc first
                 acc = fmaf(xd[c], cacc, acc);
             }
         }
         return acc;
-    }
-
-    // Groups of chunk c (only the last chunk can have fewer than kGroups).
-    static __device__ __forceinline__ int groups_of(int c, int groups) {
-        return groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;
     }
 
     // Chunk c's combine over its ng groups in order: cacc = fma(scale_j, sum_j, cacc); kOffsets (offset

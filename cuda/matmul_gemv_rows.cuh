@@ -198,7 +198,7 @@ __device__ __forceinline__ float gemv_rows_chain(const float *c_b, const float *
     for (int c = kp; c < chunks; c += 4) {
         if constexpr (kOffsets) {
             const float *off = off_b + (c * kRowsTile + r) * kGroups, *s32 = s32_s + m * groups + c * kGroups;
-            const int ng = groups - c * kGroups < kGroups ? groups - c * kGroups : kGroups;
+            const int ng = groups_in_chunk(groups, c);
             for (int j = 0; j < ng; ++j) acc = fmaf(off[j], s32[j], acc);
         }
         acc = fmaf(xd[c], c_rm[c * kRowsTile * kRowsMaxTokens], acc);

@@ -133,7 +133,8 @@ static inline bool gemv_rows_by_default(int qtype, bool large_k) {
 }
 
 #if !defined(__HIPCC__)  // (try_gemv_rows below: HIP builds instantiate neither form)
-// The large-k form for a call of its types where it runs; -1 where it does not.
+// The large-k form for a call of its types where it runs (gemv_rows_k_runs: past 24 chunks; Q8_0 at any
+// count of whole chunks); -1 where it does not.
 static inline int try_gemv_rows_k(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl,
                                   int64_t row_bytes, int smem_limit, cudaStream_t stream) {
     bool runs = false;
@@ -142,7 +143,8 @@ static inline int try_gemv_rows_k(const luce_matmul_params *p, const uint8_t *w,
         case LUCE_QT_Q4_K: runs = gemv_rows_k_runs<ReaderQ4K>(p->rows, p->n, xl, smem_limit); break;
         case LUCE_QT_Q6_K: runs = gemv_rows_k_runs<ReaderQ6K>(p->rows, p->n, xl, smem_limit); break;
         case LUCE_QT_Q8_0: runs = gemv_rows_k_runs<ReaderQ80>(p->rows, p->n, xl, smem_limit); break;
-        default: runs = gemv_rows_k_runs<ReaderIQ4XS>(p->rows, p->n, xl, smem_limit); break;
+        case LUCE_QT_IQ4_XS: runs = gemv_rows_k_runs<ReaderIQ4XS>(p->rows, p->n, xl, smem_limit); break;
+        default: break;  // Q5_0: no large-k form
     }
     if (!runs) return -1;
     const GemvRowsKArgs a{w, w + p->n * row_bytes, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0};
@@ -155,14 +157,14 @@ static inline int try_gemv_rows_k(const luce_matmul_params *p, const uint8_t *w,
     }
 }
 
-// The few-row kernel for a call of type Q where it runs (Q8_0 where its stages do not fit: the large-k
-// form); -1 where neither does.
+// The few-row kernel for a call of type Q where it runs, else the large-k form where that runs (Q8_0 at
+// k = 6,144, where the few-row kernel's stages do not fit); -1 where neither does.
 template <class Q>
 static int try_gemv_rows_of(const luce_matmul_params *p, const uint8_t *w, const XLayout &xl, int64_t row_bytes,
                             int smem_limit, cudaStream_t stream) {
     if (gemv_rows_runs(w, p->rows, p->n, xl, row_bytes, gemv_rows_x_bytes<Q>(xl), smem_limit))
         return launch_gemv_rows<Q>({w, p->bias, p->y, xl, p->n, row_bytes, (int)p->rows, 0, 0}, smem_limit, stream);
-    return p->qtype == LUCE_QT_Q8_0 ? try_gemv_rows_k(p, w, xl, row_bytes, smem_limit, stream) : -1;  // k = 6,144
+    return try_gemv_rows_k(p, w, xl, row_bytes, smem_limit, stream);
 }
 #endif
 
@@ -184,7 +186,7 @@ static inline int try_gemv_rows(const luce_matmul_params *p, const uint8_t *w, c
         !(p->tune == 9 || (p->tune == 0 && gemv_rows_by_default(p->qtype, large_k))))
         return -1;
     static const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    if (large_k) return p->qtype == LUCE_QT_Q5_0 ? -1 : try_gemv_rows_k(p, w, xl, row_bytes, smem_limit, stream);
+    if (large_k) return try_gemv_rows_k(p, w, xl, row_bytes, smem_limit, stream);
     switch (p->qtype) {
         case LUCE_QT_Q5_K: return try_gemv_rows_of<ReaderQ5K>(p, w, xl, row_bytes, smem_limit, stream);
         case LUCE_QT_Q4_K: return try_gemv_rows_of<ReaderQ4K>(p, w, xl, row_bytes, smem_limit, stream);

@@ -9,6 +9,13 @@
 namespace mm {
 
 constexpr int kGroups = 8;  // 32-value groups per 256-value chunk
+
+// Groups of chunk c of a row of `groups` 32-value groups: kGroups but in a last partial chunk (Q8_0,
+// Q5_0 at k not a multiple of 256). I: int or int64_t, as the caller counts.
+template <class I>
+__host__ __device__ __forceinline__ I groups_in_chunk(I groups, I c) {
+    return groups - c * kGroups < kGroups ? groups - c * kGroups : (I)kGroups;
+}
 constexpr float kQMax = 32767.0f;
 
 // Quantized x in the workspace, rows padded to tp (a multiple of 8; pad rows are zero).
