@@ -79,8 +79,10 @@ constexpr bool kGemvRowsIQ4XS = true, kGemvRowsQ5K = true, kGemvRowsQ4K = true, 
 // 23.4 against 30.8, out (the large-k form) 16.0 / 18.0 / 19.5 against 24.3 / 26.9 / 27.1, down 36.9 /
 // 41.4 / 44.9 against 75.3 / 84.2 / 86.4; the 27B Q8_0 step at C5 18.8 -> 12.0 ms.
 constexpr bool kGemvRowsQ80 = true;
-// Q5_0 (its offset terms through the chain; the few-row kernel only): not yet timed, so off (tune 9 and
-// LUCE_MATMUL_ROWS_TYPES=...,q5_0 take it).
+// Q5_0 (its offset terms through the chain; the few-row kernel only): off. H200, docs/PERF.md session 48,
+// us at 5 rows, few-row (tune 9) against the tile kernel (tune 4): 27B gate 55.7 / 44.3, q|k|v 34.2 /
+// 25.9, out 24.7 / 24.2; the Coder-0.5B's gate|up (k = 896, its real Q5_0 calls) 9.3 / 6.9, its step at C5
+// 4,718 against 5,088 tok/s. Tune 9 and LUCE_MATMUL_ROWS_TYPES=...,q5_0 take it.
 constexpr bool kGemvRowsQ50 = false;
 // The same for the large-k form (matmul_gemv_rows_k.cuh: k > 6,144, the 27B's down projection at
 // 17,408) under tune 0. H200, 27B down 5120 x 17408, us at 2 / 5 / 8 rows, the large-k form (tune 9)
