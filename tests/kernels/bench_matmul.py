@@ -221,10 +221,13 @@ BENCH_CASES += [_case("Q5_K", "down", 5, tune=t) for t in (4, 9)]
 # form at out (k = 6144: the few-row kernel's stages do not fit) and down (tune 9), against the tile kernel
 # (tune 4): tools/bench.py --filter _Q8_0_gate_t5_tune,_Q8_0_out_t5_tune,... (one row: _Q8_0_gate_t1$).
 BENCH_CASES += [_case("Q8_0", s, r, tune=t) for s in ("gate", "qkv", "out", "down") for r in (2, 5, 8) for t in (4, 9)]
-# Q5_0 at 5 rows (the few-row kernel only at tune 9: kGemvRowsQ50 is off until these are timed), the 27B's
-# k = 5120 / 6144 shapes and the Coder-0.5B's (hidden 896, down 4864): --filter _Q5_0_gate_t5_tune,...
+# Q5_0 at 5 rows (the few-row kernel only at tune 9: kGemvRowsQ50 is off, it lost at 5 rows on an H200 in
+# docs/PERF.md session 48), the 27B's k = 5120 / 6144 shapes and the Coder-0.5B's (hidden 896, down 4864):
+# --filter _Q5_0_gate_t5_tune,...; at 2 and 3 rows the Coder-0.5B's real Q5_0 calls (its C2 step gained
+# 1.8% with Q5_0 on the few-row kernel at every row count, its C5 step lost 7.4%): --filter _Q5_0_q05q_t2_tune,...
 BENCH_CASES += [_case("Q5_0", s, 5, tune=t) for s in ("gate", "qkv", "out", "q05q", "q05gateup", "q05down")
                 for t in (4, 9)]
+BENCH_CASES += [_case("Q5_0", s, r, tune=t) for s in ("q05q", "q05gateup") for r in (2, 3) for t in (4, 9)]
 # Verify and draft-block row counts (issue 17, deliverable 3: 16-64 rows; a DFlash pass at C5 is 80
 # rows): the tile kernel's launch shapes at tune 0 (by row count), 1 (the ring) and 2 (two row tiles
 # a block), at the 27B shapes, a Q8_0 matrix of the DFlash draft's size and the LM head.
