@@ -12,13 +12,6 @@
 
 namespace mm {
 
-// An attribute of the current device, 0 if unknown.
-inline int device_attribute(cudaDeviceAttr attr) {
-    int device = 0, value = 0;
-    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) return 0;
-    return value;
-}
-
 // The one-row kernel of type G can run: the weights sit as its loads need and its shared
 // memory fits (otherwise the tile kernel runs).
 template <class G>

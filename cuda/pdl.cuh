@@ -27,6 +27,13 @@ __device__ __forceinline__ void let_dependents_start() {
 #endif
 }
 
+// An attribute of the current device, 0 if unknown.
+inline int device_attribute(cudaDeviceAttr attr) {
+    int device = 0, value = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) return 0;
+    return value;
+}
+
 // Blocks of `kernel` with `threads` threads and `smem` bytes resident at once on the device (0 if
 // unknown): the tile kernels' one-wave grids (cuda/matmul.cu, matmul_gemv*.cuh) and the wide-token
 // kernel's cluster size (matmul_rows.cuh) use it.
