@@ -79,7 +79,8 @@ inline double tile_waves(int64_t n) {
 // split itself is not yet measured.
 constexpr int64_t kRowsClusterMinWeights = (int64_t)1 << 24;
 // LUCE_MATMUL_CLUSTERS=0: tune 0 takes the choice of devices without clusters (the cluster forms failed their
-// bitwise test on an H200 in docs/PERF.md session 47, not yet diagnosed; tunes 13-15 still run them).
+// bitwise test on an H200 in docs/PERF.md session 47; session 48 did not reproduce it on the same host with
+// the same machine code, cause unknown; tunes 13-15 still run them).
 bool clusters_by_default() {
     static const bool on = [] {
         const char *v = getenv("LUCE_MATMUL_CLUSTERS");

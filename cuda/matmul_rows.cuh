@@ -234,13 +234,7 @@ namespace {
 using namespace mm;
 
 inline int rows_smem_limit() {
-    static const int limit = [] {
-        int device = 0, v = 0;
-        return cudaGetDevice(&device) == cudaSuccess &&
-                       cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess
-                   ? v
-                   : 0;
-    }();
+    static const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     return limit;
 }
 

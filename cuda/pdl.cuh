@@ -39,10 +39,9 @@ inline int device_attribute(cudaDeviceAttr attr) {
 // kernel's cluster size (matmul_rows.cuh) use it.
 template <class K>
 int resident_blocks(K kernel, int threads, size_t smem) {
-    int device = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-        return 0;
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount);
+    int per_sm = 0;
+    if (sms == 0) return 0;
 #ifdef __HIPCC__
     (void)kernel; (void)threads; (void)smem;
     per_sm = 2;

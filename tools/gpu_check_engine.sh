@@ -41,7 +41,7 @@
 #          rows, the draft's decode tune), interleaved twice (draft_<arm>_<round>.json; DRAFT_ARMS,
 #          DRAFT_ROUNDS)
 #   cluster  the wide-token kernel's cluster forms against the tile kernel, bitwise (test_wide_token_tile_kernel:
-#          failed on an H200 in session 47, docs/PERF.md), twice with the programmatic overlap and twice
+#          failed on an H200 in session 47, not reproduced there in session 48: docs/PERF.md), twice with the programmatic overlap and twice
 #          without (LUCE_PDL=0): cluster_<pdl|nopdl>_<round>.txt; not in `all`
 #
 # summary.json gathers the test counts, the seed figures and the side-by-side table. Env: OUT (default
