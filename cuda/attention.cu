@@ -399,6 +399,7 @@ extern "C" int luce_attention(const luce_attention_params *p, void *stream) {
 extern "C" int luce_rope_kv_attention(const luce_rope_kv_params *r, const luce_attention_params *p, void *stream) {
     if (!rope::params_valid(*r) || r->n_pos != 1 || r->rows != p->n_rows || r->heads_q != p->n_heads_q ||
         r->heads_kv != p->n_heads_kv || r->head_dim != p->head_dim || (p->head_dim != 64 && p->head_dim != 128) ||
+        (r->q_head_stride != 0 && r->q_head_stride != r->head_dim) ||  // a block's q heads are read as one run
         p->prompt_rows != 0 || p->tree_parents != nullptr || !p->causal)
         return (int)cudaErrorInvalidValue;
     return attention_launch(p, stream, r);

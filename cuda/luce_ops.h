@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define LUCE_ABI_VERSION 21
+#define LUCE_ABI_VERSION 22
 
 int luce_abi_version(void);
 const char *luce_error_string(int status);
@@ -166,7 +166,9 @@ int luce_gate_quant(const luce_gate_quant_params *p, void *stream);
  * plain or IMROPE sections, positions int32 [rows] or [rows, 4]) of q and k, and the paged
  * KV write of k and v (reference: luce/ref/rope_kv.py rope_kv_write), the bits of luce_rmsnorm,
  * luce_rotary and the KV gathers in one launch. q, k, v [rows, H*, head_dim] f32 at row
- * strides (elements; views into a merged projection); q_out [rows, heads_q, head_dim];
+ * strides (elements; views into a merged projection); q's heads q_head_stride elements apart
+ * (0: head_dim; 2 head_dim: the queries of a gated attention's [query | gate] heads, read in
+ * place; ABI 22; luce_rope_kv_attention takes 0 or head_dim only); q_out [rows, heads_q, head_dim];
  * k_pages, v_pages [flat KV rows, heads_kv, head_dim]; kv_dst [rows] int64, the flat KV row
  * of each row (< 0: padding, nothing written). head_dim <= 1024. */
 typedef struct {
@@ -184,6 +186,7 @@ typedef struct {
     int64_t q_stride;
     int64_t k_stride;
     int64_t v_stride;
+    int64_t q_head_stride;
     int32_t heads_q;
     int32_t heads_kv;
     int32_t head_dim;

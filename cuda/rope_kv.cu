@@ -6,7 +6,8 @@
 // and its cos/sin table rotary.cuh's: the bits of the unfused kernels (a head: rope_head.cuh,
 // which the fused decode attention input of cuda/attention.cu shares).
 // Shapes: q, k, v [rows, H*, head_dim] at element row strides (views into a merged qkv
-// projection); q_out [rows, Hq, head_dim] contiguous; k_pages, v_pages [n_rows, Hkv, head_dim]
+// projection), q's heads q_head_stride apart (0: head_dim; a gated attention's queries sit in
+// the first half of each [query | gate] head: 2 head_dim); q_out [rows, Hq, head_dim] contiguous; k_pages, v_pages [n_rows, Hkv, head_dim]
 // (flat page rows), kv_dst [rows] int64 (-1: padding, no KV written). Grid (rows, head
 // groups): block (row, y) takes heads y * kWarps .. of the row's q | k | v heads, a warp per
 // head (several blocks a row, so a one-row decode step is not one SM's work); no reduction
@@ -30,9 +31,10 @@ __global__ void __launch_bounds__(kThreads) rope_kv_kernel(luce_rope_kv_params p
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, D = p.head_dim;
     const int64_t dst = p.kv_dst[row];
     const int heads = p.heads_q + 2 * p.heads_kv;
+    const int64_t q_head_stride = p.q_head_stride ? p.q_head_stride : D;
     for (int h = blockIdx.y * kWarps + warp; h < heads; h += kWarps * gridDim.y) {
         if (h < p.heads_q)
-            rope::head_norm_rope(p.q + row * p.q_stride + (int64_t)h * D, p.q_out + (row * p.heads_q + h) * D,
+            rope::head_norm_rope(p.q + row * p.q_stride + h * q_head_stride, p.q_out + (row * p.heads_q + h) * D,
                                  p.q_norm, p.eps, table, D, p.rope_dim, lane);
         else if (dst >= 0)
             rope::kv_head_write(p, row, dst, h - p.heads_q, table, lane);

@@ -40,7 +40,7 @@ cdef rmsnorm_fn _rmsnorm = NULL
 cdef set_overlap_fn _set_overlap = NULL
 _loaded_path = None
 
-EXPECTED_ABI_VERSION = 21
+EXPECTED_ABI_VERSION = 22
 
 
 def load(str path):

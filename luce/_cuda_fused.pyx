@@ -141,14 +141,16 @@ def gate_quant(uintptr_t o, uintptr_t qg, uintptr_t out, uintptr_t workspace, in
 def rope_kv(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t q_norm, uintptr_t k_norm, uintptr_t q_out,
             uintptr_t k_pages, uintptr_t v_pages, uintptr_t kv_dst, uintptr_t positions, int64_t rows,
             int64_t q_stride, int64_t k_stride, int64_t v_stride, int heads_q, int heads_kv, int head_dim,
-            int rope_dim, float theta, sections=(), int n_pos=1, float eps=0.0, uintptr_t stream=0):
-    """q, k, v [rows, H*, head_dim] at row strides; q_norm, k_norm [head_dim] or 0; q_out
+            int rope_dim, float theta, sections=(), int n_pos=1, float eps=0.0, uintptr_t stream=0,
+            int64_t q_head_stride=0):
+    """q, k, v [rows, H*, head_dim] at row strides, q's heads q_head_stride apart (0: head_dim; a
+    gated attention's [query | gate] heads: 2 head_dim); q_norm, k_norm [head_dim] or 0; q_out
     [rows, heads_q, head_dim]; k_pages, v_pages [KV rows, heads_kv, head_dim]; kv_dst int64
     [rows] (< 0: padding); positions int32 [rows] or [rows, 4] (n_pos 4 with sections)."""
     _require_loaded(<void *>_add_rmsnorm)
     cdef luce_rope_kv_params p
     _fill_rope_kv(&p, q, k, v, q_norm, k_norm, q_out, k_pages, v_pages, kv_dst, positions, rows, q_stride, k_stride,
-                  v_stride, heads_q, heads_kv, head_dim, rope_dim, theta, sections, n_pos, eps)
+                  v_stride, heads_q, heads_kv, head_dim, rope_dim, theta, sections, n_pos, eps, q_head_stride)
     cdef int status
     with nogil:
         status = _rope_kv(&p, <void *>stream)

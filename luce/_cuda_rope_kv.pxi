@@ -20,6 +20,7 @@ cdef extern from "luce_ops.h":
         int64_t q_stride
         int64_t k_stride
         int64_t v_stride
+        int64_t q_head_stride
         int32_t heads_q
         int32_t heads_kv
         int32_t head_dim
@@ -34,8 +35,9 @@ cdef int _fill_rope_kv(luce_rope_kv_params *p, uintptr_t q, uintptr_t k, uintptr
                        uintptr_t k_norm, uintptr_t q_out, uintptr_t k_pages, uintptr_t v_pages, uintptr_t kv_dst,
                        uintptr_t positions, int64_t rows, int64_t q_stride, int64_t k_stride, int64_t v_stride,
                        int heads_q, int heads_kv, int head_dim, int rope_dim, float theta, sections, int n_pos,
-                       float eps) except -1:
-    """p from rope_kv's arguments (luce._cuda_fused.rope_kv); ValueError for bad sections."""
+                       float eps, int64_t q_head_stride=0) except -1:
+    """p from rope_kv's arguments (luce._cuda_fused.rope_kv); ValueError for bad sections.
+    q_head_stride: elements between q's heads in a row (0: head_dim)."""
     secs = tuple(int(s) for s in sections) or (0, 0, 0, 0)
     if len(secs) != 4:
         raise ValueError(f"rope_kv: sections must be () or 4 sizes, got {sections}")
@@ -53,6 +55,7 @@ cdef int _fill_rope_kv(luce_rope_kv_params *p, uintptr_t q, uintptr_t k, uintptr
     p.q_stride = q_stride
     p.k_stride = k_stride
     p.v_stride = v_stride
+    p.q_head_stride = q_head_stride
     p.heads_q = heads_q
     p.heads_kv = heads_kv
     p.head_dim = head_dim

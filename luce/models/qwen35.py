@@ -30,14 +30,11 @@ def gated_attention(backend, w: AttentionWeights, projections, batch, kv, config
     """Gated full attention of one layer from the normed input's projections through
     [w.wq, w.wk, w.wv] (q interleaved with its gate per head) -> [T, hidden]."""
     b = backend
-    qg, k, v = projections
-    T, H, D = qg.shape[0], config.n_head, config.head_dim
-    qg = qg.reshape(T, H, 2 * D)
-    q = b.rope_kv_write([b.gated_query(qg).reshape(T, H * D), k, v], kv, batch, H, config.rope_dim,
-                        config.rope_theta, config.rope_sections, w.q_norm, w.k_norm,
-                        config.rms_eps)                                # q/k norm, rotary, KV write
+    T, H, D = projections[0].shape[0], config.n_head, config.head_dim
+    q = b.rope_kv_write(projections, kv, batch, H, config.rope_dim, config.rope_theta, config.rope_sections,
+                        w.q_norm, w.k_norm, config.rms_eps, gated=True)   # q/k norm, rotary, KV write
     o = b.attention(q, kv, batch, 1.0 / float(np.sqrt(D))).reshape(T, H * D)   # tree rows: ancestors
-    return b.gate_output_matmul(o, qg, w.wo, batch.prefill_spans)
+    return b.gate_output_matmul(o, projections[0].reshape(T, H, 2 * D), w.wo, batch.prefill_spans)
 
 
 @dataclass

@@ -158,12 +158,14 @@ class Backend(Protocol):
 
     def rope_kv_write(self, parts: Sequence[Array], kv: Any, batch, n_head: int, rope_dim: int, theta: float,
                       sections: Sequence[int] = (), q_norm: Array | None = None, k_norm: Array | None = None,
-                      eps: float = 0.0) -> Array:
+                      eps: float = 0.0, gated: bool = False) -> Array:
         """The attention input of a step: parts are the q/k/v projections of its T rows, whose
         columns side by side are [q | k | v] = [n_head*D | Hkv*D | Hkv*D] ([q, k, v], [qk, v]
-        or [qkv]; D, Hkv from kv). Per head RMSNorm of q and k (q_norm / k_norm [D], eps; none
-        where None), then rope(batch.positions, rope_dim, theta, sections) of both; k and v
-        go to the rows' KV locations (kv_write) -> q [T, n_head, D]. Bitwise the composition."""
+        or [qkv]; D, Hkv from kv); gated: q is a gated attention's [n_head*2D], each head its
+        query then its gate (gated_query; CUDA reads the queries in place). Per head RMSNorm of
+        q and k (q_norm / k_norm [D], eps; none where None), then rope(batch.positions,
+        rope_dim, theta, sections) of both; k and v go to the rows' KV locations (kv_write)
+        -> q [T, n_head, D]. Bitwise the composition."""
 
     def rope_kv_attention(self, parts: Sequence[Array], kv: Any, batch, n_head: int, rope_dim: int, theta: float,
                           sections: Sequence[int] = (), q_norm: Array | None = None, k_norm: Array | None = None,
@@ -343,12 +345,15 @@ class FusedOps:
         return self.matmul(self.gate_output(o, qg), w, prefill_spans=prefill_spans)
 
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
-                      q_norm=None, k_norm=None, eps: float = 0.0):
+                      q_norm=None, k_norm=None, eps: float = 0.0, gated: bool = False):
         Hkv, D = kv.k.shape[2], kv.k.shape[3]
         T = parts[0].shape[0]
+        q_width = (2 if gated else 1) * n_head * D
         if len(parts) != 3:
             whole = parts[0] if len(parts) == 1 else self.concat_cols(parts)
-            parts = self.split(whole, [n_head * D, Hkv * D, Hkv * D])
+            parts = self.split(whole, [q_width, Hkv * D, Hkv * D])
+        if gated:
+            parts = [self.gated_query(parts[0].reshape(T, n_head, 2 * D)), *parts[1:]]
         q, k, v = (p.reshape(T, -1, D) for p in parts)
         if q_norm is not None:
             q = self.rmsnorm(q, q_norm, eps)

@@ -183,16 +183,17 @@ class CudaFusedOps(FusedOps):
         return self._matmuls(act, [w], None, (), (workspace, ws_bytes))[0]
 
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),
-                      q_norm=None, k_norm=None, eps: float = 0.0):
+                      q_norm=None, k_norm=None, eps: float = 0.0, gated: bool = False):
         from luce import _cuda_fused as kf
         from luce.ops.cuda_step_meta import meta_of
 
         Hkv, D = kv.k.shape[2], kv.k.shape[3]
-        parts, views, n_pos = self._rope_kv_views(parts, kv, batch, n_head, rope_dim, sections)
+        parts, views, n_pos = self._rope_kv_views(parts, kv, batch, n_head, rope_dim, sections, gated)
         T = parts[0].shape[0]
         meta = meta_of(self, batch)
         if views is None:
-            return super().rope_kv_write(parts, kv, batch, n_head, rope_dim, theta, sections, q_norm, k_norm, eps)
+            return super().rope_kv_write(parts, kv, batch, n_head, rope_dim, theta, sections, q_norm, k_norm, eps,
+                                         gated)
         q_norm = None if q_norm is None else self._f32(q_norm)
         k_norm = None if k_norm is None else self._f32(k_norm)
         q_out = self.empty((T, n_head, D))
@@ -200,18 +201,19 @@ class CudaFusedOps(FusedOps):
         kf.rope_kv(q, k, v, 0 if q_norm is None else q_norm.ptr, 0 if k_norm is None else k_norm.ptr, q_out.ptr,
                    kv.k.ptr, kv.v.ptr, meta.ptr("kv_dst"), self._dev(batch.positions, np.int32).ptr, T,
                    q_stride, k_stride, v_stride, n_head, Hkv, D, rope_dim, theta, tuple(sections), n_pos, eps,
-                   self.stream)
+                   self.stream, 2 * D if gated else 0)   # gated: the queries read in place, no gather
         return q_out
 
-    def _rope_kv_views(self, parts, kv, batch, n_head: int, rope_dim: int, sections):
+    def _rope_kv_views(self, parts, kv, batch, n_head: int, rope_dim: int, sections, gated: bool = False):
         """(parts as f32, the (address, row stride) of their q, k, v column blocks or None where
-        the rope_kv kernel does not take them, n_pos); ValueError for inconsistent shapes."""
+        the rope_kv kernel does not take them, n_pos); gated: the q block is [query | gate] heads
+        (n_head * 2D). ValueError for inconsistent shapes."""
         from luce.ops.cuda_step_meta import meta_of
 
         Hkv, D = kv.k.shape[2], kv.k.shape[3]
         parts = [self._f32(p) for p in parts]
         T = parts[0].shape[0]
-        widths = [n_head * D, Hkv * D, Hkv * D]
+        widths = [(2 if gated else 1) * n_head * D, Hkv * D, Hkv * D]
         if any(p.ndim != 2 or p.shape[0] != T for p in parts) or sum(p.shape[1] for p in parts) != sum(widths):
             raise ValueError(f"rope_kv_write: parts {[p.shape for p in parts]} are not [T, q | k | v] columns "
                              f"{widths} for {n_head} query / {Hkv} KV heads of {D}")

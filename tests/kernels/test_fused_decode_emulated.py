@@ -57,7 +57,7 @@ class BinaryParams(C.Structure):
 class RopeParams(C.Structure):
     """luce_rope_kv_params (cuda/luce_ops.h), field for field."""
     _fields_ = [(n, _P) for n in "q k v q_norm k_norm q_out k_pages v_pages kv_dst positions".split()] + \
-               [(n, C.c_int64) for n in "rows q_stride k_stride v_stride".split()] + \
+               [(n, C.c_int64) for n in "rows q_stride k_stride v_stride q_head_stride".split()] + \
                [(n, C.c_int32) for n in "heads_q heads_kv head_dim rope_dim n_pos".split()] + \
                [("sections", C.c_int32 * 4), ("theta", C.c_float), ("eps", C.c_float)]
 
@@ -213,7 +213,7 @@ def test_rope_kv_blocks_per_row_match_the_reference_emulated(lib, qk_norm):
     v_pages = np.full((6, hkv, d), 7.0, np.float32)
     p = RopeParams(ptr(qkv), ptr(qkv[:, hq * d:]), ptr(qkv[:, (hq + hkv) * d:]), ptr(norms[0]), ptr(norms[1]),
                    ptr(q_out), ptr(k_pages), ptr(v_pages), ptr(kv_dst), ptr(positions), rows, qkv.shape[1],
-                   qkv.shape[1], qkv.shape[1], hq, hkv, d, rope_dim, 1, (C.c_int32 * 4)(0, 0, 0, 0), 1e6, EPS)
+                   qkv.shape[1], qkv.shape[1], 0, hq, hkv, d, rope_dim, 1, (C.c_int32 * 4)(0, 0, 0, 0), 1e6, EPS)
     p.k = qkv[:, hq * d:].ctypes.data
     p.v = qkv[:, (hq + hkv) * d:].ctypes.data
     assert lib.luce_rope_kv(C.byref(p), None) == 0
@@ -226,3 +226,47 @@ def test_rope_kv_blocks_per_row_match_the_reference_emulated(lib, qk_norm):
             assert np.array_equal(v_pages[dst], rv[r])
     untouched = [i for i in range(6) if i not in kv_dst]
     assert (k_pages[untouched] == 7.0).all() and (v_pages[untouched] == 7.0).all(), "a padding row wrote KV"
+
+
+@pytest.mark.parametrize("qk_norm", [False, True], ids=["qwen2", "qwen3"])
+def test_rope_kv_reads_a_gated_attentions_queries_in_place_emulated(lib, qk_norm):
+    """q_head_stride 2 D: the queries of a [q|gate, k, v] projection (each q head its query, then
+    its gate) read in place give the bits of the same launch on the queries gathered first; the
+    gates are never read (NaN there)."""
+    rows, hq, hkv, d, rope_dim = 3, 6, 2, 64, 32
+    rng = np.random.default_rng(21 + qk_norm)
+    width = (2 * hq + 2 * hkv) * d + 8                 # 8 more: a row stride wider than the columns
+    proj = rng.standard_normal((rows, width)).astype(np.float32)
+    proj[:, :2 * hq * d].reshape(rows, hq, 2, d)[:, :, 1] = np.nan   # the gates
+    queries = np.ascontiguousarray(proj[:, :2 * hq * d].reshape(rows, hq, 2, d)[:, :, 0].reshape(rows, hq * d))
+    norms = [(1 + 0.1 * rng.standard_normal(d)).astype(np.float32) for _ in range(2)] if qk_norm else [None, None]
+    positions = np.array([3, 11, 12], np.int32)
+    kv_dst = np.array([2, -1, 5], np.int64)
+
+    def run(q, q_stride, q_head_stride):
+        q_out = np.full((rows, hq, d), np.nan, np.float32)
+        pages = [np.full((6, hkv, d), 7.0, np.float32) for _ in range(2)]
+        k0, v0 = 2 * hq * d, (2 * hq + hkv) * d
+        p = RopeParams(ptr(q), proj[:, k0:].ctypes.data, proj[:, v0:].ctypes.data, ptr(norms[0]), ptr(norms[1]),
+                       ptr(q_out), ptr(pages[0]), ptr(pages[1]), ptr(kv_dst), ptr(positions), rows, q_stride, width,
+                       width, q_head_stride, hq, hkv, d, rope_dim, 1, (C.c_int32 * 4)(0, 0, 0, 0), 1e6, EPS)
+        assert lib.luce_rope_kv(C.byref(p), None) == 0
+        return q_out, *pages
+
+    in_place = run(proj, width, 2 * d)
+    gathered = run(queries, hq * d, 0)
+    for a, b in zip(in_place, gathered):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    assert not np.isnan(in_place[0]).any(), "a gate was read as a query"
+    rq, _, _ = ref_rope.rope_kv_write(queries.reshape(rows, hq, d), *(proj[:, a:a + hkv * d].reshape(rows, hkv, d)
+                                      for a in (2 * hq * d, (2 * hq + hkv) * d)), positions, rope_dim, 1e6, (),
+                                      norms[0], norms[1], EPS)
+    np.testing.assert_allclose(in_place[0], rq, rtol=1e-5, atol=1e-5)
+
+
+def test_rope_kv_refuses_a_negative_q_head_stride_emulated(lib):
+    z = np.zeros((1, 64), np.float32)
+    dst, pos = np.zeros(1, np.int64), np.zeros(1, np.int32)
+    p = RopeParams(ptr(z), ptr(z), ptr(z), None, None, ptr(z), ptr(z), ptr(z), ptr(dst), ptr(pos), 1, 64, 64, 64, -64,
+                   1, 1, 64, 64, 1, (C.c_int32 * 4)(0, 0, 0, 0), 1e6, EPS)
+    assert lib.luce_rope_kv(C.byref(p), None) == 1   # cudaErrorInvalidValue

@@ -90,3 +90,32 @@ def test_rope_kv_write_batch_invariance(cuda, qk_norm):
         assert np.array_equal(alone[0][0], together[0][r])
         assert np.array_equal(alone[1].reshape(-1, HKV, 128)[5 + r], together[1].reshape(-1, HKV, 128)[5 + r])
         assert np.array_equal(alone[2].reshape(-1, HKV, 128)[5 + r], together[2].reshape(-1, HKV, 128)[5 + r])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 5, 65])
+@pytest.mark.parametrize("D,rope_dim", [(256, 64), (128, 128)])
+@pytest.mark.parametrize("layout", ["q_k_v", "qk_v"])
+def test_gated_queries_read_in_place_are_the_unfused_bits(cuda, T, D, rope_dim, layout):
+    """gated=True (the qwen35 attention's [query | gate] heads): the kernel reads the queries in
+    place (q heads 2D apart) and gives the composition's bits (gated_query's gather, then the ops);
+    the gates never reach q or the KV."""
+    from luce.models.kv_cache import PagedKV
+
+    rng = np.random.default_rng(T + D)
+    q, k, v = (rng.standard_normal((T, h * D)).astype(np.float32) for h in (2 * HQ, HKV, HKV))
+    norms = [cuda.asarray((1.0 + 0.1 * rng.standard_normal(D)).astype(np.float32)) for _ in range(2)]
+    batch = kv_batch(T)
+    q, k, v = (np.pad(a, ((0, batch.n_rows - T), (0, 0))) for a in (q, k, v))
+    runs = []
+    for fused in (True, False):
+        kv = PagedKV(16, HKV, D, zeros=cuda.zeros)
+        args = (layouts(cuda, q, k, v, layout), kv, batch, HQ, rope_dim, 1e6, (), *norms, 1e-6)
+        op = cuda.rope_kv_write if fused else lambda *a, **kw: FusedOps.rope_kv_write(cuda, *a, **kw)
+        runs.append([cuda.to_numpy(a) for a in (op(*args, gated=True), kv.k, kv.v)])
+    for a, b in zip(*runs):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    queries = q.reshape(-1, HQ, 2, D)[:, :, 0]
+    rq, _, _ = ref_fused.rope_kv_write(queries, k.reshape(-1, HKV, D), v.reshape(-1, HKV, D), batch.positions,
+                                       rope_dim, 1e6, (), *(cuda.to_numpy(n) for n in norms), 1e-6)
+    np.testing.assert_allclose(runs[0][0][:T], rq[:T], rtol=1e-5, atol=1e-5)

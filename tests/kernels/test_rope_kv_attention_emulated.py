@@ -64,7 +64,7 @@ class Step:
         base = self.qkv.ctypes.data
         return RopeParams(base, base + 4 * hq * d, base + 4 * (hq + hkv) * d, ptr(self.norms[0]), ptr(self.norms[1]),
                           ptr(q_out), ptr(k_pages), ptr(v_pages), ptr(self.kv_dst), ptr(self.positions), T, stride,
-                          stride, stride, hq, hkv, d, self.rope_dim, 1, (C.c_int32 * 4)(0, 0, 0, 0), THETA, EPS)
+                          stride, stride, 0, hq, hkv, d, self.rope_dim, 1, (C.c_int32 * 4)(0, 0, 0, 0), THETA, EPS)
 
     def attention_params(self, lib, q, k_pages, v_pages, out, counters, keep):
         b, T = self.batch, self.batch.n_rows
@@ -172,7 +172,7 @@ def test_a_row_is_the_same_in_any_batch_emulated(lib):
 
 
 @pytest.mark.parametrize("change", [{"prompt_rows": 1}, {"head_dim": 256}, {"n_pos": 4}, {"rows": 3},
-                                    {"causal": 0}, {"heads_q": 2}])
+                                    {"causal": 0}, {"heads_q": 2}, {"q_head_stride": 128}])
 def test_launches_it_does_not_fuse_are_refused_emulated(lib, change):
     step = Step(np.random.default_rng(1), 4, 1, 64, [(0, 20, 1), (1, 7, 1)], qk_norm=False)
     out, k, v = step.fused(lib, status=1, **change)   # cudaErrorInvalidValue

@@ -1,10 +1,10 @@
 """The gated attention's query / gate interleave (attn_q gives each head [query (D), gate (D)])
 on the CUDA backend's host code over the fake runtime: an AR step and a verify step of a tiny
-qwen35 launch, a full-attention layer, one gather for the queries and one `mul_sigmoid` binary
-for the output gate, read in place from the projection: 2 launches where the code before took 4
-(split's two gathers, the sigmoid and the mul) and the composition (luce.ops.api.FusedOps, a split
-for each use) takes 6. Nothing computes here (the fake records launches);
-tests/kernels/test_pointwise.py checks the bits on a GPU."""
+qwen35 launch, a full-attention layer, no gather for the queries (luce_rope_kv reads them in
+place, its q heads 2D apart) and one `mul_sigmoid` binary for the output gate, read in place from
+the projection, where the composition (luce.ops.api.FusedOps: a split for the gate, then the
+sigmoid and the mul) takes 4. Nothing computes here (the fake records launches);
+tests/kernels/test_pointwise.py and test_rope_kv.py check the bits on a GPU."""
 from __future__ import annotations
 
 import inspect
@@ -65,9 +65,9 @@ def test_the_gate_is_read_in_place(tmp_path, tree):
     n_attn = config.n_layer - len(config.gdn_layers)
     assert n_attn > 0
     kinds = Counter(kernel for kernel, _, _ in fused)
-    assert kinds["_cuda_gather.gather"] == kinds["_cuda_pointwise.binary"] == n_attn   # the GDN layers take neither
-    assert kinds["_cuda_pointwise.unary"] == 0
-    assert len(apart) - len(fused) == 4 * n_attn
+    assert kinds["_cuda_pointwise.binary"] == kinds["_cuda_fused.rope_kv"] == n_attn   # the GDN layers take neither
+    assert kinds["_cuda_gather.gather"] == kinds["_cuda_pointwise.unary"] == 0
+    assert len(apart) - len(fused) == 3 * n_attn
     gates = [c for c in calls if c["op"] == "mul_sigmoid"]
     assert len(gates) == len(calls) == n_attn and not [c for c in apart_calls if c["op"] == "mul_sigmoid"]
     H, D = config.n_head, config.head_dim
@@ -75,6 +75,19 @@ def test_the_gate_is_read_in_place(tmp_path, tree):
         assert tuple(c["shape"]) == (1, rows, H, D)
         assert tuple(c["a_strides"]) == (0, H * D, D, 1)
         assert tuple(c["b_strides"]) == (0, 2 * H * D, 2 * D, 1)    # each head's gate after its query
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_rope_kv_reads_the_queries_in_place(tmp_path, tree):
+    """The step's rope_kv launches take q at the projection's address, its rows 2 H D apart and
+    its heads 2D apart (each head's query before its gate), k and v after the H query | gate heads."""
+    with pytest.MonkeyPatch.context() as m:
+        config, launches, calls, rows = one_step(tmp_path, m, True, tree, ("_cuda_fused", "rope_kv"))
+    H, Hkv, D = config.n_head, config.n_head_kv, config.head_dim
+    assert len(calls) == config.n_layer - len(config.gdn_layers)
+    for c in calls:
+        assert (c["rows"], c["heads_q"], c["heads_kv"], c["head_dim"]) == (rows, H, Hkv, D)
+        assert (c["q_stride"], c["q_head_stride"]) == (2 * H * D, 2 * D)
 
 
 @pytest.mark.parametrize("tree", [False, True])
