@@ -50,7 +50,8 @@ class AttentionWeights:
     def merge(self, backend) -> "AttentionWeights":
         """q, k, v (or q, k) as one weight where the backend multiplies them as one
         (backend.merge_weights); wq, wk, wv and their biases are then dropped (projections
-        and biases are the only way in). Plain GQA only: the column layout is [q | k | v]."""
+        and biases are the only way in). The column layout stays [q | k | v] (a gated
+        attention's q: its [query | gate] heads)."""
         groups = ([self.wq, self.wk, self.wv], [self.bq, self.bk, self.bv]), \
                  ([self.wq, self.wk], [self.bq, self.bk])
         for ws, bs in groups:

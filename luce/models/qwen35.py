@@ -28,13 +28,15 @@ from luce.models.recurrent_state import RecurrentState
 
 def gated_attention(backend, w: AttentionWeights, projections, batch, kv, config):
     """Gated full attention of one layer from the normed input's projections through
-    [w.wq, w.wk, w.wv] (q interleaved with its gate per head) -> [T, hidden]."""
+    w.projections, columns [q | k | v] with q interleaved with its gate per head (merged where
+    the backend merges: [qk, v] or [qkv]) -> [T, hidden]. The queries and the gates are read
+    from the first projection in place where the backend fuses (CUDA)."""
     b = backend
     T, H, D = projections[0].shape[0], config.n_head, config.head_dim
     q = b.rope_kv_write(projections, kv, batch, H, config.rope_dim, config.rope_theta, config.rope_sections,
                         w.q_norm, w.k_norm, config.rms_eps, gated=True)   # q/k norm, rotary, KV write
-    o = b.attention(q, kv, batch, 1.0 / float(np.sqrt(D))).reshape(T, H * D)   # tree rows: ancestors
-    return b.gate_output_matmul(o, projections[0].reshape(T, H, 2 * D), w.wo, batch.prefill_spans)
+    o = b.attention(q, kv, batch, 1.0 / float(np.sqrt(D))).reshape(T, H, D)   # tree rows: ancestors
+    return b.gate_output_matmul(o, projections[0], w.wo, batch.prefill_spans)   # qg: its first 2HD columns
 
 
 @dataclass
@@ -78,7 +80,7 @@ class Qwen35Model(TokenIO):
                 post_attention_norm=backend.load_tensor(gguf, blk(il, "post_attention_norm.weight")),
                 ffn=FFNWeights.load(backend, gguf, il),
                 gdn=GDNWeights.load(backend, gguf, il) if recurrent else None,
-                attn=None if recurrent else AttentionWeights.load(backend, gguf, il)))
+                attn=None if recurrent else AttentionWeights.load(backend, gguf, il).merge(backend)))
         token_embd = backend.load_weight(gguf, "token_embd.weight")
         output = backend.load_weight(gguf, "output.weight") if "output.weight" in gguf.tensors else token_embd
         return cls(config, backend, token_embd, layers, backend.load_tensor(gguf, "output_norm.weight"), output)
@@ -106,8 +108,7 @@ class Qwen35Model(TokenIO):
         captured, staged = {}, {}
         pending = None   # the last FFN's output, not yet added to x (fused into the next norm)
         for il, layer in enumerate(self.layers):
-            weights = gdn_projections(layer.gdn) if layer.gdn is not None else [layer.attn.wq, layer.attn.wk,
-                                                                                  layer.attn.wv]
+            weights = gdn_projections(layer.gdn) if layer.gdn is not None else layer.attn.projections
             x, projections = b.add_rmsnorm_matmuls(x, pending, layer.attn_norm, c.rms_eps, weights,
                                                    prefill_spans=batch.prefill_spans)
             if layer.gdn is not None:

@@ -22,6 +22,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from luce.ops.gate_inputs import gate_operands
 from luce.ops.gdn_inputs import gdn_input_blocks, gdn_input_widths, gdn_out_proj, gdn_qkv_heads
 
 Array = Any
@@ -154,7 +155,8 @@ class Backend(Protocol):
                            prefill_spans: Sequence[tuple[int, int]] = ()) -> Array:
         """matmul(gate_output(o, qg), w, prefill_spans=prefill_spans), bitwise (the gated
         attention's output projection; CUDA quantizes the gated output for the decode family in
-        the gate's launch)."""
+        the gate's launch). o [T, H*D] with qg [T, H, 2D], or o [T, H, D] with qg the [T, W]
+        output of a merged projection whose first 2HD columns are qg (luce.ops.gate_inputs)."""
 
     def rope_kv_write(self, parts: Sequence[Array], kv: Any, batch, n_head: int, rope_dim: int, theta: float,
                       sections: Sequence[int] = (), q_norm: Array | None = None, k_norm: Array | None = None,
@@ -337,7 +339,9 @@ class FusedOps:
         return self.split(qg, [D, D])[0]
 
     def gate_output(self, o, qg):
-        """o [T, H*D] * sigmoid(the gates of qg [T, H, 2D]) -> [T, H*D] (gated attention's output)."""
+        """o [T, H*D] * sigmoid(the gates of qg [T, H, 2D]) -> [T, H*D] (gated attention's output;
+        o [T, H, D] with a merged projection's qg: luce.ops.gate_inputs)."""
+        o, qg = gate_operands(self, o, qg)
         T, H, D = qg.shape[0], qg.shape[1], qg.shape[2] // 2
         return self.mul(o, self.sigmoid(self.split(qg, [D, D])[1].reshape(T, H * D)))
 

@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from luce.ops.api import SEG_AR, SEG_PAD, SEG_TREE, FusedOps
+from luce.ops.gate_inputs import gate_layout
 from luce.ops.gdn_inputs import gdn_input_widths, gdn_out_proj, gdn_q_scale
 from luce.ops.cuda_array import Block
 from luce.ops.quant_weight import QuantWeight
@@ -150,36 +151,32 @@ class CudaFusedOps(FusedOps):
         return self._columns(self._f32(qg), 0, qg.shape[-1] // 2)   # one gather, not split's two
 
     def gate_output(self, o, qg):
-        """One launch: o * sigmoid(gate), the gates read in place from qg [T, H, 2D] (a strided
-        view), the bits of the split, sigmoid and mul launches."""
+        """One launch: o * sigmoid(gate), the gates read in place from qg (a strided view; the
+        forms of luce.ops.gate_inputs), the bits of the split, sigmoid and mul launches."""
         from luce import _cuda_pointwise as kp
 
         o, qg = self._f32(o), self._f32(qg)
-        T, H, D = qg.shape[0], qg.shape[1], qg.shape[2] // 2
-        if o.shape != (T, H * D):
-            raise ValueError(f"gate_output: o {o.shape} is not [T, H*D] = [{T}, {H * D}] for qg {qg.shape}")
+        T, H, D, stride = gate_layout(o, qg)
         out = self.empty((T, H * D))
         if T:
             kp.binary("mul_sigmoid", o.ptr, qg.ptr + 4 * D, out.ptr, (1, T, H, D), (0, H * D, D, 1),
-                      (0, 2 * H * D, 2 * D, 1), 0.0, self.stream)
+                      (0, stride, 2 * D, 1), 0.0, self.stream)
         return out
 
     def gate_output_matmul(self, o, qg, w, prefill_spans=()):
         """A step of decode-family rows whose matmul would not quantize x in lane anyway
         (quantizes_in_lane: the 27B's k = 6,144): the gate and the out projection's quantization
         of x in one launch (luce_gate_quant), then the matmul reading that workspace; else
-        gate_output, then matmul. The bits of the composition either way."""
+        gate_output, then matmul. The gates read in place either way; the composition's bits."""
         from luce import _cuda_fused as kf
 
         o, qg = self._f32(o), self._f32(qg)
-        T, H, D = qg.shape[0], qg.shape[1], qg.shape[2] // 2
-        if o.shape != (T, H * D):
-            raise ValueError(f"gate_output_matmul: o {o.shape} is not [T, H*D] = [{T}, {H * D}] for qg {qg.shape}")
+        T, H, D, stride = gate_layout(o, qg)
         workspace, ws_bytes = self._producer_workspace(GATE_QUANT_ON and D % 4 == 0, T, H * D, w, prefill_spans)
         if workspace is None:
-            return super().gate_output_matmul(o, qg, w, prefill_spans)
+            return self.matmul(self.gate_output(o, qg), w, prefill_spans=prefill_spans)
         act = self.empty((T, H * D))
-        kf.gate_quant(o.ptr, qg.ptr, act.ptr, workspace.ptr, ws_bytes, T, H, D, 2 * H * D, self.stream)
+        kf.gate_quant(o.ptr, qg.ptr, act.ptr, workspace.ptr, ws_bytes, T, H, D, stride, self.stream)
         return self._matmuls(act, [w], None, (), (workspace, ws_bytes))[0]
 
     def rope_kv_write(self, parts, kv, batch, n_head: int, rope_dim: int, theta: float, sections=(),

@@ -1,26 +1,29 @@
 """On a GPU: a tiny qwen35 whose GDN projections the CUDA backend merges (GDNWeights.merge:
 [gate | beta | alpha] beside a qkv of another type, or all four) gives bitwise the logits and
 states of the same model with the projections apart, through prefill, AR (cuda/gdn_decode.cu
-reading the merged output in place) and tree steps. Not run without a GPU; the host-side half
-(launch counts, strides) is tests/ops/test_gdn_merge_launches.py."""
+reading the merged output in place) and tree steps; so does one whose attention's attn_q (query |
+gate heads) and attn_k merge (AttentionWeights.merge: rope_kv and the output gate read the merged
+output in place). Not run without a GPU; the host-side half (launch counts, strides) is
+tests/ops/test_gdn_merge_launches.py and test_gated_attention_launches.py."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from tests.ops.test_gated_attention_launches import MERGED_MIX
 from tests.ops.test_gdn_merge_launches import MERGED_RUNS, MIXES
 
 pytestmark = pytest.mark.gpu
 
 
-def run_cuda(path, merge: bool):
+def run_cuda(path, merge: bool, kind=None):
     from luce.models import SegmentSpec, build_batch, load_model
     from luce.models.gdn_layer import GDNWeights
     from luce.ops import get_backend
 
     with pytest.MonkeyPatch.context() as m:
         if not merge:
-            m.setattr(GDNWeights, "merge", lambda self, backend: self)
+            m.setattr(kind or GDNWeights, "merge", lambda self, backend: self)
         backend = get_backend("cuda")
         model = load_model(path, backend)
     state = model.new_state(max_pages=8, max_slots=2)
@@ -48,3 +51,21 @@ def test_merged_gdn_projections_give_bitwise_the_logits(tmp_path, mix):
     for a, b in zip(got_pools, want_pools):
         assert np.array_equal(a, b)
 
+
+
+@pytest.mark.parametrize("q_gate_type", ["iq4_xs", "q4_k"])
+def test_merged_attention_query_gate_and_key_give_bitwise_the_logits(tmp_path, q_gate_type):
+    from luce.models.layers import AttentionWeights
+    from luce.testing.tiny_models import make_qwen35
+
+    path = tmp_path / "q35.gguf"
+    make_qwen35(path, seed=7, quant_mix=dict(MERGED_MIX, attn_q=q_gate_type, attn_k=q_gate_type), hidden=256,
+                ffn=512, head_dim=64, ssm_state_size=64)
+    merged, got, got_pools = run_cuda(path, True)
+    _, want, want_pools = run_cuda(path, False, AttentionWeights)
+    attn = [layer.attn for layer in merged.layers if layer.attn is not None]
+    assert attn and all(len(a.projections) == 2 for a in attn)   # [q|gate | k], v
+    for step, (a, b) in enumerate(zip(got, want)):
+        assert np.array_equal(a, b), f"logits differ at step {step}"
+    for a, b in zip(got_pools, want_pools):
+        assert np.array_equal(a, b)

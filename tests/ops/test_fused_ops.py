@@ -43,6 +43,23 @@ def test_swiglu_matmul_fused_layout_is_gate_then_up():
     assert np.array_equal(ref_fused.swiglu_matmul(np.concatenate([gate, up], axis=1), None, w), want)
 
 
+def test_gate_output_matmul_takes_qg_from_a_merged_projection():
+    """o [T, H, D] with qg the first 2HD columns of a wider [q|gate | k] output: the bits of o
+    [T, H*D] with qg [T, H, 2D] (luce.ops.gate_inputs), equal to luce/ref/norm_quant.py."""
+    import pytest
+
+    T, H, D = 3, 2, 8
+    o, qg, w = randn(T, H * D, seed=1), randn(T, H, 2 * D, seed=2), randn(5, H * D, seed=3)
+    merged = np.concatenate([qg.reshape(T, -1), randn(T, 4, seed=4)], axis=1)
+    want = NP.gate_output_matmul(o, qg, w)
+    assert np.array_equal(want, ref_fused.gate_output_matmul(o, qg, w))
+    assert np.array_equal(NP.gate_output_matmul(o.reshape(T, H, D), merged, w), want)
+    assert np.array_equal(NP.gate_output_matmul(o.reshape(T, H, D), merged[:, :2 * H * D], w), want)
+    for bad_o, bad_qg in ((o, merged), (o.reshape(T, H, D), merged[:, :2 * H * D - 1]), (o[:, 1:], qg)):
+        with pytest.raises(ValueError, match="gate"):
+            NP.gate_output_matmul(bad_o, bad_qg, w)
+
+
 def test_host_backends_keep_weights_apart():
     assert NP.merge_weights([randn(3, 8), randn(3, 8)]) is None
 

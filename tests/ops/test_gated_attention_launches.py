@@ -113,3 +113,34 @@ def test_the_gate_quantizes_the_out_projections_x(tmp_path, tree):
     for c in calls:
         assert (c["rows"], c["heads"], c["head_dim"], c["qg_stride"]) == (rows, H, D, 2 * H * D)
     assert n_fused <= n_in_lane
+
+
+MERGED_MIX = dict(MIXES["27b_like"], attn_q="iq4_xs", attn_k="iq4_xs", attn_v="q5_k")   # the 27B's recipe
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_merged_query_gate_and_key_are_read_in_place(tmp_path, tree):
+    """attn_q (each head's query, then its gate) and attn_k of one type merge into one weight
+    (CUDA merge_weights): one matmul a full-attention layer fewer; rope_kv and the output gate read
+    the queries, the key and the gates from that one [q|gate | k] output at its row stride."""
+    runs = {}
+    for name, mix in (("merged", MERGED_MIX), ("apart", dict(MERGED_MIX, attn_k="q5_k"))):
+        with pytest.MonkeyPatch.context() as m:
+            config, launches, calls, rows = one_step(tmp_path / name, m, True, tree, ("_cuda_fused", "rope_kv"), mix)
+        runs[name] = (Counter(kernel for kernel, _, _ in launches), calls, len(launches))
+    n_attn = config.n_layer - len(config.gdn_layers)
+    H, Hkv, D = config.n_head, config.n_head_kv, config.head_dim
+    (merged, calls, n_merged), (apart, apart_calls, n_apart) = runs["merged"], runs["apart"]
+    assert n_apart - n_merged == apart["_cuda_matmul.matmul"] - merged["_cuda_matmul.matmul"] == n_attn
+    assert merged["_cuda_gather.gather"] == 0
+    width = 2 * H * D + Hkv * D                          # [q|gate | k]
+    for c, a in zip(calls, apart_calls):
+        assert (c["q_stride"], c["q_head_stride"], c["k_stride"]) == (width, 2 * D, width)
+        assert c["k"] == c["q"] + 4 * 2 * H * D          # k's columns right after the query | gate heads
+        assert (a["q_stride"], a["q_head_stride"], a["k_stride"]) == (2 * H * D, 2 * D, Hkv * D)
+    with pytest.MonkeyPatch.context() as m:
+        _, _, gates, rows = one_step(tmp_path / "gates", m, True, tree, mix=MERGED_MIX)
+    assert len(gates) == n_attn
+    for c in gates:
+        assert c["op"] == "mul_sigmoid" and tuple(c["shape"]) == (1, rows, H, D)
+        assert tuple(c["b_strides"]) == (0, width, 2 * D, 1)   # the gates at the merged row stride
