@@ -189,7 +189,7 @@ def test_gate_output_matmul_is_the_unfused_bits(cuda, monkeypatch, T, H, D, qtyp
         assert np.array_equal(alone[0], together[r])
     # qg as the first 2HD columns of a merged [q|gate | k] output (o [T, H, D]): read in place at its
     # row stride, the same bits (the 27B's attn_q and attn_k merge into one IQ4_XS weight)
-    merged = np.concatenate([qg.reshape(T, -1), rng.standard_normal((T, 4 * D)).astype(np.float32)], axis=1)
+    merged = np.concatenate([qg.reshape(T, 2 * H * D), rng.standard_normal((T, 4 * D)).astype(np.float32)], axis=1)
     launched.clear()
     in_place, composed = gate_both(cuda, o.reshape(T, H, D), merged, w)
     assert launched and np.array_equal(in_place, got) and np.array_equal(composed, got)

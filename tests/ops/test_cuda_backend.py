@@ -177,7 +177,7 @@ def test_gated_query_and_output_gate(cuda, T, H, D):
     assert got.shape == (T, H * D)
     assert np.array_equal(got, cuda.to_numpy(FusedOps.gate_output(cuda, do, dqg)))
     np.testing.assert_allclose(got, NP.gate_output(o, qg), rtol=2e-6, atol=1e-7)
-    merged = np.concatenate([qg.reshape(T, -1), randn(T, 3 * D, seed=7)], axis=1)   # a merged [q|gate | k]
+    merged = np.concatenate([qg.reshape(T, 2 * H * D), randn(T, 3 * D, seed=7)], axis=1)   # a merged [q|gate | k]
     in_place = cuda.to_numpy(cuda.gate_output(do.reshape(T, H, D), cuda.asarray(merged)))
     assert np.array_equal(in_place, got)
     assert np.array_equal(NP.gate_output(o.reshape(T, H, D), merged), NP.gate_output(o, qg))
