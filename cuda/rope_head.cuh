@@ -55,8 +55,9 @@ __device__ __forceinline__ void kv_head_write(const luce_rope_kv_params &p, int6
 // The checks of luce_rope_kv's params but q_out (host).
 inline bool params_valid(const luce_rope_kv_params &p) {
     const bool sectioned = p.sections[0] || p.sections[1] || p.sections[2] || p.sections[3];
-    return !(p.rows < 0 || p.rows > 0x7fffffff || p.q_head_stride < 0 || p.heads_q <= 0 || p.heads_kv <= 0 || p.head_dim <= 0 ||
-             p.head_dim > rms::kWarpRowMaxCols || p.rope_dim <= 0 || p.rope_dim % 2 || p.rope_dim > p.head_dim ||
+    return !(p.rows < 0 || p.rows > 0x7fffffff || p.q_head_stride < 0 || p.heads_q <= 0 || p.heads_kv <= 0 ||
+             p.head_dim <= 0 || p.head_dim > rms::kWarpRowMaxCols || p.rope_dim <= 0 || p.rope_dim % 2 ||
+             p.rope_dim > p.head_dim ||
              p.sections[0] < 0 || p.sections[1] < 0 || p.sections[2] < 0 || p.sections[3] < 0 ||
              !(p.n_pos == 1 || (p.n_pos == 4 && sectioned)) || !(p.theta > 0.0f) || !p.q || !p.k || !p.v ||
              !p.k_pages || !p.v_pages || !p.kv_dst || !p.positions);

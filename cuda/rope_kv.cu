@@ -7,10 +7,11 @@
 // which the fused decode attention input of cuda/attention.cu shares).
 // Shapes: q, k, v [rows, H*, head_dim] at element row strides (views into a merged qkv
 // projection), q's heads q_head_stride apart (0: head_dim; a gated attention's queries sit in
-// the first half of each [query | gate] head: 2 head_dim); q_out [rows, Hq, head_dim] contiguous; k_pages, v_pages [n_rows, Hkv, head_dim]
-// (flat page rows), kv_dst [rows] int64 (-1: padding, no KV written). Grid (rows, head
-// groups): block (row, y) takes heads y * kWarps .. of the row's q | k | v heads, a warp per
-// head (several blocks a row, so a one-row decode step is not one SM's work); no reduction
+// the first half of each [query | gate] head: 2 head_dim); q_out [rows, Hq, head_dim]
+// contiguous; k_pages, v_pages [n_rows, Hkv, head_dim] (flat page rows), kv_dst [rows] int64
+// (-1: padding, no KV written). Grid (rows, head groups): block (row, y) takes heads
+// y * kWarps .. of the row's q | k | v heads, a warp per head (several blocks a row, so a
+// one-row decode step is not one SM's work); no reduction
 // spans rows or heads: batch-invariant (DESIGN 5).
 #include "pdl.cuh"
 #include "rope_head.cuh"

@@ -134,6 +134,7 @@ def test_merged_query_gate_and_key_are_read_in_place(tmp_path, tree):
     assert n_apart - n_merged == apart["_cuda_matmul.matmul"] - merged["_cuda_matmul.matmul"] == n_attn
     assert merged["_cuda_gather.gather"] == 0
     width = 2 * H * D + Hkv * D                          # [q|gate | k]
+    assert len(calls) == len(apart_calls) == n_attn
     for c, a in zip(calls, apart_calls):
         assert (c["q_stride"], c["q_head_stride"], c["k_stride"]) == (width, 2 * D, width)
         assert c["k"] == c["q"] + 4 * 2 * H * D          # k's columns right after the query | gate heads
