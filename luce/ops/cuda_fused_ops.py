@@ -174,7 +174,7 @@ class CudaFusedOps(FusedOps):
         T, H, D, stride = gate_layout(o, qg)
         workspace, ws_bytes = self._producer_workspace(GATE_QUANT_ON and D % 4 == 0, T, H * D, w, prefill_spans)
         if workspace is None:
-            return self.matmul(self.gate_output(o, qg), w, prefill_spans=prefill_spans)
+            return super().gate_output_matmul(o, qg, w, prefill_spans)   # this class's gate_output
         act = self.empty((T, H * D))
         kf.gate_quant(o.ptr, qg.ptr, act.ptr, workspace.ptr, ws_bytes, T, H, D, stride, self.stream)
         return self._matmuls(act, [w], None, (), (workspace, ws_bytes))[0]
